@@ -1,0 +1,46 @@
+// SPDX-License-Identifier: Apache-2.0
+// Component loggers on spdlog (Envoy's logger.h idea): a fixed list of
+// components, each its own spdlog logger, level checked before formatting.
+#pragma once
+
+#include <spdlog/spdlog.h>
+
+#include <memory>
+#include <string>
+
+#include "daemon/common/status.h"
+
+namespace gradsync {
+
+#define GS_ALL_LOGGER_IDS(X) \
+  X(main)                    \
+  X(control)                 \
+  X(admin)                   \
+  X(coordinator)             \
+  X(fusion)                  \
+  X(handoff)                 \
+  X(executor)                \
+  X(client)
+
+enum class LoggerId {
+#define GS_LOGGER_ENUM(name) name,
+  GS_ALL_LOGGER_IDS(GS_LOGGER_ENUM)
+#undef GS_LOGGER_ENUM
+};
+
+// Returns the logger of a component, creating every component logger (stderr,
+// no colours) on first use. Thread-safe.
+spdlog::logger& componentLogger(LoggerId id);
+
+// Sets the level of every component logger. Errors on an unknown level name.
+Status setLogLevel(const std::string& level_name);
+
+}  // namespace gradsync
+
+// GS_LOG(main, info, "fmt {}", x): the arguments are only formatted when the
+// level is enabled.
+#define GS_LOG(component, level, ...)                                                     \
+  do {                                                                                    \
+    auto& gs_logger_ = ::gradsync::componentLogger(::gradsync::LoggerId::component);      \
+    if (gs_logger_.should_log(spdlog::level::level)) gs_logger_.level(__VA_ARGS__);       \
+  } while (0)

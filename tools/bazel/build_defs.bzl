@@ -1,0 +1,53 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The few macros every BUILD file uses: common copts, the test main, protoc."""
+
+GS_COPTS = [
+    "-Wall",
+    "-Wextra",
+    "-Werror",
+    "-Wno-unused-parameter",
+    "-fno-strict-aliasing",
+]
+
+def gradsync_cc_library(name, copts = [], **kwargs):
+    native.cc_library(name = name, copts = GS_COPTS + copts, **kwargs)
+
+def gradsync_cc_binary(name, copts = [], **kwargs):
+    native.cc_binary(name = name, copts = GS_COPTS + copts, **kwargs)
+
+def gradsync_cc_test(name, deps = [], copts = [], **kwargs):
+    """A GoogleTest binary with the gtest/gmock main."""
+    native.cc_test(
+        name = name,
+        copts = GS_COPTS + copts,
+        deps = deps + ["@gtest_sys//:gtest_main"],
+        **kwargs
+    )
+
+def gradsync_proto_library(name, srcs, deps = [], grpc = False, visibility = None):
+    """Compiles srcs with the system protoc (and grpc_cpp_plugin when grpc=True)
+    into a cc_library named `name`."""
+    outs = []
+    for src in srcs:
+        base = src[:-len(".proto")]
+        outs += [base + ".pb.h", base + ".pb.cc"]
+        if grpc:
+            outs += [base + ".grpc.pb.h", base + ".grpc.pb.cc"]
+    pkg = native.package_name()
+    plugin = "--plugin=protoc-gen-grpc=/usr/bin/grpc_cpp_plugin --grpc_out=$(GENDIR) " if grpc else ""
+    native.genrule(
+        name = name + "_gen",
+        srcs = srcs + [d + "_srcs" for d in deps],
+        outs = outs,
+        cmd = "/usr/bin/protoc -I. --cpp_out=$(GENDIR) " + plugin +
+              " ".join([pkg + "/" + s for s in srcs]),
+    )
+    native.filegroup(name = name + "_srcs", srcs = srcs, visibility = visibility)
+    native.cc_library(
+        name = name,
+        srcs = [o for o in outs if o.endswith(".cc")],
+        hdrs = [o for o in outs if o.endswith(".h")],
+        include_prefix = "",
+        deps = deps + ["@grpc_sys//:grpc"],
+        visibility = visibility,
+    )
