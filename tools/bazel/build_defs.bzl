@@ -19,7 +19,8 @@ def gradsync_cc_test(name, deps = [], copts = [], **kwargs):
     """A GoogleTest binary with the gtest/gmock main."""
     native.cc_test(
         name = name,
-        copts = GS_COPTS + copts,
+        # gtest's EXPECT macros inside an unbraced `if` trip -Wdangling-else.
+        copts = GS_COPTS + ["-Wno-dangling-else"] + copts,
         deps = deps + ["@gtest_sys//:gtest_main"],
         **kwargs
     )

@@ -1,0 +1,205 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "daemon/coordinator/negotiator.h"
+
+#include <algorithm>
+
+#include "daemon/coordinator/agreement.h"
+
+namespace gradsync::coordinator {
+
+Negotiator::Negotiator(std::string job_id, int size, std::vector<std::vector<int>> process_sets)
+    : job_id_(std::move(job_id)) {
+  std::vector<int> all(size);
+  for (int i = 0; i < size; ++i) all[i] = i;
+  sets_.push_back(std::move(all));
+  for (auto& set : process_sets) sets_.push_back(std::move(set));
+}
+
+Status Negotiator::checkMembership(const Request& request) const {
+  const std::string prefix = "job '" + job_id_ + "' tensor '" + request.name + "': ";
+  if (request.process_set_id < 0 || request.process_set_id >= processSetCount()) {
+    return invalidArgument(prefix + "unknown process set " + std::to_string(request.process_set_id) + " (job has " +
+                           std::to_string(processSetCount() - 1) + " static process sets)");
+  }
+  const auto& set = sets_[request.process_set_id];
+  if (!std::binary_search(set.begin(), set.end(), request.rank)) {
+    return invalidArgument(prefix + "rank " + std::to_string(request.rank) + " is not a member of process set " +
+                           std::to_string(request.process_set_id));
+  }
+  return okStatus();
+}
+
+StatusOr<std::vector<Response>> Negotiator::submit(Request request, Clock::time_point now) {
+  if (request.type == v1::JOIN) return submitJoin(std::move(request), now);
+  RETURN_IF_ERROR(checkMembership(request));
+  auto it = table_.find(request.name);
+  if (it == table_.end()) {
+    Entry entry;
+    entry.process_set_id = request.process_set_id;
+    entry.first_seen = now;
+    entry.sequence = next_sequence_++;
+    it = table_.emplace(request.name, std::move(entry)).first;
+  } else if (it->second.by_rank.count(request.rank)) {
+    return alreadyExists("job '" + job_id_ + "' tensor '" + request.name + "': rank " +
+                         std::to_string(request.rank) + " already has a collective of this name in flight");
+  }
+  Entry& entry = it->second;
+  std::vector<Response> out;
+  if (request.process_set_id != entry.process_set_id) {
+    // The ranks disagree on the process set: fail what was submitted so far
+    // together with this request.
+    std::string message = "job '" + job_id_ + "' tensor '" + request.name + "': ranks disagree on process set: rank " +
+                          std::to_string(request.rank) + " uses set " + std::to_string(request.process_set_id) +
+                          ", ranks before it use set " + std::to_string(entry.process_set_id);
+    entry.by_rank.emplace(request.rank, std::move(request));
+    Response failed = makeResponse(it->first, std::move(entry));
+    failed.status = failedPrecondition(message);
+    table_.erase(it);
+    out.push_back(std::move(failed));
+    return out;
+  }
+  entry.by_rank.emplace(request.rank, std::move(request));
+  collectReady(&out);
+  return out;
+}
+
+StatusOr<std::vector<Response>> Negotiator::submitJoin(Request request, Clock::time_point now) {
+  if (joined_.count(request.rank)) {
+    return alreadyExists("job '" + job_id_ + "': rank " + std::to_string(request.rank) + " has already joined");
+  }
+  joined_.insert(request.rank);
+  last_joined_rank_ = request.rank;
+  join_requests_.push_back(std::move(request));
+  std::vector<Response> out;
+  collectReady(&out);  // allreduces that waited only for this rank
+  if (static_cast<int>(joined_.size()) == static_cast<int>(sets_[0].size())) {
+    Response join;
+    join.name = "join";
+    join.type = v1::JOIN;
+    join.ranks = sets_[0];
+    join.requests.resize(join.ranks.size());
+    for (auto& r : join_requests_) join.requests[r.rank] = std::move(r);
+    join.last_joined_rank = last_joined_rank_;
+    join_requests_.clear();
+    joined_.clear();
+    out.push_back(std::move(join));
+  }
+  return out;
+}
+
+bool Negotiator::isReady(const Entry& entry) const {
+  for (int rank : sets_[entry.process_set_id]) {
+    if (!entry.by_rank.count(rank) && !joined_.count(rank)) return false;
+  }
+  return true;
+}
+
+Response Negotiator::makeResponse(const std::string& name, Entry entry) const {
+  Response response;
+  response.name = name;
+  response.process_set_id = entry.process_set_id;
+  response.ranks = sets_[entry.process_set_id];
+  response.requests.resize(response.ranks.size());
+  for (size_t i = 0; i < response.ranks.size(); ++i) {
+    auto found = entry.by_rank.find(response.ranks[i]);
+    if (found != entry.by_rank.end()) response.requests[i] = std::move(found->second);
+  }
+  for (auto& [rank, request] : entry.by_rank) {
+    // A rank outside the set (only reachable through a set mismatch) still
+    // needs its answer: append it.
+    if (!std::binary_search(response.ranks.begin(), response.ranks.end(), rank)) {
+      response.ranks.push_back(rank);
+      response.requests.push_back(std::move(request));
+    }
+  }
+  response.type = response.first().type;
+  return response;
+}
+
+void Negotiator::collectReady(std::vector<Response>* out) {
+  std::vector<std::pair<uint64_t, std::string>> ready;
+  for (const auto& [name, entry] : table_) {
+    if (isReady(entry)) ready.emplace_back(entry.sequence, name);
+  }
+  std::sort(ready.begin(), ready.end());
+  std::vector<Response> responses;
+  for (const auto& [sequence, name] : ready) {
+    auto it = table_.find(name);
+    Response response = makeResponse(name, std::move(it->second));
+    table_.erase(it);
+    if (response.activeCount() == 0) continue;  // every member joined: nothing to do
+    response.status = checkAgreement(job_id_, response);
+    responses.push_back(std::move(response));
+  }
+  releaseGroups(std::move(responses), out);
+}
+
+void Negotiator::releaseGroups(std::vector<Response> ready, std::vector<Response>* out) {
+  for (auto& response : ready) {
+    const Request& first = response.first();
+    if (first.group_id == 0 || !response.status.isOk()) {
+      out->push_back(std::move(response));
+      continue;
+    }
+    auto& members = groups_[first.group_id];
+    const uint32_t group_size = first.group_size;
+    members.push_back(std::move(response));
+    if (members.size() >= group_size) {
+      for (auto& member : members) out->push_back(std::move(member));
+      groups_.erase(first.group_id);
+    }
+  }
+}
+
+std::vector<Stall> Negotiator::stalls(Clock::time_point now, Clock::duration threshold) const {
+  std::vector<std::pair<Clock::time_point, Stall>> found;
+  for (const auto& [name, entry] : table_) {
+    if (now - entry.first_seen < threshold) continue;
+    Stall stall;
+    stall.name = name;
+    stall.age = now - entry.first_seen;
+    for (int rank : sets_[entry.process_set_id]) {
+      if (entry.by_rank.count(rank)) {
+        stall.submitted_ranks.push_back(rank);
+      } else if (!joined_.count(rank)) {
+        stall.missing_ranks.push_back(rank);
+      }
+    }
+    found.emplace_back(entry.first_seen, std::move(stall));
+  }
+  std::sort(found.begin(), found.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::vector<Stall> out;
+  for (auto& [when, stall] : found) out.push_back(std::move(stall));
+  return out;
+}
+
+std::vector<Request> Negotiator::take(const std::string& name) {
+  std::vector<Request> out;
+  auto it = table_.find(name);
+  if (it == table_.end()) return out;
+  for (auto& [rank, request] : it->second.by_rank) out.push_back(std::move(request));
+  table_.erase(it);
+  return out;
+}
+
+std::vector<Request> Negotiator::takeAll() {
+  std::vector<Request> out;
+  for (auto& [name, entry] : table_) {
+    for (auto& [rank, request] : entry.by_rank) out.push_back(std::move(request));
+  }
+  table_.clear();
+  for (auto& request : join_requests_) out.push_back(std::move(request));
+  join_requests_.clear();
+  joined_.clear();
+  for (auto& [id, members] : groups_) {
+    for (auto& response : members) {
+      for (auto& request : response.requests) {
+        if (request) out.push_back(std::move(*request));
+      }
+    }
+  }
+  groups_.clear();
+  return out;
+}
+
+}  // namespace gradsync::coordinator

@@ -1,0 +1,94 @@
+// SPDX-License-Identifier: Apache-2.0
+// The request table of one job: matches ranks' requests by name and decides
+// when a collective is ready.
+//
+// The protocol, for one job on one node:
+//  1. A rank's Enqueue becomes a Request (checked against its arena) and is
+//     submitted here. A second request with a name this rank already has in
+//     flight is rejected at once (ALREADY_EXISTS); the job goes on.
+//  2. A collective is ready when every member of its process set has
+//     submitted it, or has joined (ranks that ran out of data).
+//  3. A ready collective is checked for agreement (agreement.h). Disagreement
+//     yields a Response carrying the error, which fails it on every rank.
+//  4. Members of a group (grouped allreduce) are held until the whole group is
+//     ready, then released together, in submission order.
+//  5. JOIN completes when every rank of the job has joined; joined flags then
+//     reset, as in Horovod.
+//  6. The caller (Job) hands ready responses to the executor in the order
+//     returned; the order is the same on every rank.
+// Not thread-safe: the Job serialises access.
+#pragma once
+
+#include <chrono>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "daemon/coordinator/request.h"
+
+namespace gradsync::coordinator {
+
+using Clock = std::chrono::steady_clock;
+
+// A collective that some ranks submitted and others have not.
+struct Stall {
+  std::string name;
+  std::vector<int> submitted_ranks;
+  std::vector<int> missing_ranks;
+  Clock::duration age;
+};
+
+class Negotiator {
+ public:
+  // `process_sets[i]` holds the ranks of process set id i + 1 (increasing,
+  // already validated); id 0 is every rank of the job.
+  Negotiator(std::string job_id, int size, std::vector<std::vector<int>> process_sets);
+
+  // Adds one request; returns the responses that became ready (possibly
+  // none, possibly several when a group completes). A request that cannot
+  // take part at all (unknown process set, rank outside it, name in flight)
+  // is rejected with its own error and changes nothing else.
+  StatusOr<std::vector<Response>> submit(Request request, Clock::time_point now);
+
+  // Collectives waiting for longer than `threshold`, oldest first.
+  std::vector<Stall> stalls(Clock::time_point now, Clock::duration threshold) const;
+
+  // Removes the named pending collective and returns its requests (used when
+  // its stall deadline passes).
+  std::vector<Request> take(const std::string& name);
+  // Removes every pending request (used when the job fails).
+  std::vector<Request> takeAll();
+
+  size_t pendingCount() const { return table_.size(); }
+  bool joined(int rank) const { return joined_.count(rank) > 0; }
+  const std::vector<int>& members(int process_set_id) const { return sets_[process_set_id]; }
+  int processSetCount() const { return static_cast<int>(sets_.size()); }
+
+ private:
+  struct Entry {
+    int process_set_id = 0;
+    std::map<int, Request> by_rank;
+    Clock::time_point first_seen;
+    uint64_t sequence = 0;  // submission order of the first request
+  };
+
+  Status checkMembership(const Request& request) const;
+  bool isReady(const Entry& entry) const;
+  Response makeResponse(const std::string& name, Entry entry) const;
+  // Moves ready entries out of the table into `out`, in first-seen order.
+  void collectReady(std::vector<Response>* out);
+  void releaseGroups(std::vector<Response> ready, std::vector<Response>* out);
+  StatusOr<std::vector<Response>> submitJoin(Request request, Clock::time_point now);
+
+  std::string job_id_;
+  std::vector<std::vector<int>> sets_;  // index = process set id
+  std::map<std::string, Entry> table_;
+  std::set<int> joined_;
+  std::vector<Request> join_requests_;
+  int last_joined_rank_ = -1;
+  std::map<uint64_t, std::vector<Response>> groups_;  // group id -> ready members
+  uint64_t next_sequence_ = 0;
+};
+
+}  // namespace gradsync::coordinator

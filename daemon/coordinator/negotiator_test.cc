@@ -1,0 +1,231 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "daemon/coordinator/negotiator.h"
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace gradsync::coordinator {
+namespace {
+
+using ::testing::HasSubstr;
+
+Request allreduce(int rank, const std::string& name, DataType dtype = v1::FLOAT32,
+                  std::vector<int64_t> shape = {4}) {
+  Request r;
+  r.rank = rank;
+  r.handle = 100 + rank;
+  r.name = name;
+  r.type = v1::ALLREDUCE;
+  r.dtype = dtype;
+  r.shape = std::move(shape);
+  r.op = v1::SUM;
+  r.length = 16;
+  return r;
+}
+
+class NegotiatorTest : public ::testing::Test {
+ protected:
+  std::vector<Response> submit(Request r) {
+    auto result = negotiator_.submit(std::move(r), now_);
+    EXPECT_TRUE(result.isOk()) << result.status().toString();
+    return result.isOk() ? std::move(result).value() : std::vector<Response>{};
+  }
+  Clock::time_point now_ = Clock::now();
+  Negotiator negotiator_{"job1", 3, {{0, 2}}};
+};
+
+TEST_F(NegotiatorTest, ReadyOnlyWhenEveryRankSubmitted) {
+  EXPECT_TRUE(submit(allreduce(0, "w")).empty());
+  EXPECT_TRUE(submit(allreduce(2, "w")).empty());
+  auto ready = submit(allreduce(1, "w"));
+  ASSERT_EQ(ready.size(), 1u);
+  EXPECT_TRUE(ready[0].status.isOk());
+  EXPECT_EQ(ready[0].ranks, (std::vector<int>{0, 1, 2}));
+  EXPECT_EQ(ready[0].requests[1]->handle, 101u);
+  EXPECT_EQ(negotiator_.pendingCount(), 0u);
+}
+
+TEST_F(NegotiatorTest, DtypeMismatchNamesTensorRanksAndValues) {
+  submit(allreduce(0, "w"));
+  submit(allreduce(1, "w", v1::INT32));
+  auto ready = submit(allreduce(2, "w"));
+  ASSERT_EQ(ready.size(), 1u);
+  EXPECT_EQ(ready[0].status.code(), StatusCode::kFailedPrecondition);
+  const std::string& m = ready[0].status.message();
+  EXPECT_THAT(m, HasSubstr("job 'job1' tensor 'w'"));
+  EXPECT_THAT(m, HasSubstr("dtype: float32 on ranks [0, 2]; int32 on ranks [1]"));
+}
+
+TEST_F(NegotiatorTest, ShapeOpRootAndScaleMismatches) {
+  submit(allreduce(0, "s"));
+  submit(allreduce(1, "s", v1::FLOAT32, {5}));
+  auto ready = submit(allreduce(2, "s"));
+  EXPECT_THAT(ready.at(0).status.message(), HasSubstr("shape: [4] on ranks [0, 2]; [5] on ranks [1]"));
+
+  auto max_op = allreduce(1, "o");
+  max_op.op = v1::MAX;
+  submit(allreduce(0, "o"));
+  submit(max_op);
+  EXPECT_THAT(submit(allreduce(2, "o")).at(0).status.message(), HasSubstr("reduce op: sum on ranks [0, 2]; max"));
+
+  auto scaled = allreduce(2, "p");
+  scaled.prescale = 0.5;
+  submit(allreduce(0, "p"));
+  submit(allreduce(1, "p"));
+  EXPECT_THAT(submit(scaled).at(0).status.message(), HasSubstr("scale factors"));
+
+  for (int rank = 0; rank < 3; ++rank) {
+    Request b = allreduce(rank, "b");
+    b.type = v1::BROADCAST;
+    b.root_rank = rank == 1 ? 2 : 0;
+    auto ready_b = submit(b);
+    if (rank == 2) EXPECT_THAT(ready_b.at(0).status.message(), HasSubstr("root rank: 0 on ranks [0, 2]; 2 on ranks [1]"));
+  }
+}
+
+TEST_F(NegotiatorTest, CollectiveTypeMismatch) {
+  submit(allreduce(0, "t"));
+  auto gather = allreduce(1, "t");
+  gather.type = v1::ALLGATHER;
+  submit(gather);
+  EXPECT_THAT(submit(allreduce(2, "t")).at(0).status.message(),
+              HasSubstr("collective: allreduce on ranks [0, 2]; allgather on ranks [1]"));
+}
+
+TEST_F(NegotiatorTest, AllgatherAllowsDifferentFirstDimension) {
+  for (int rank = 0; rank < 3; ++rank) {
+    auto g = allreduce(rank, "g", v1::FLOAT32, {rank + 1, 3});
+    g.type = v1::ALLGATHER;
+    auto ready = submit(g);
+    if (rank == 2) {
+      ASSERT_EQ(ready.size(), 1u);
+      EXPECT_TRUE(ready[0].status.isOk()) << ready[0].status.toString();
+    }
+  }
+  for (int rank = 0; rank < 3; ++rank) {
+    auto g = allreduce(rank, "h", v1::FLOAT32, {2, rank == 1 ? 4 : 3});
+    g.type = v1::ALLGATHER;
+    auto ready = submit(g);
+    if (rank == 2) EXPECT_THAT(ready.at(0).status.message(), HasSubstr("shape beyond the first dimension"));
+  }
+}
+
+TEST_F(NegotiatorTest, DuplicateNameInFlightIsRejectedAlone) {
+  submit(allreduce(0, "d"));
+  auto again = negotiator_.submit(allreduce(0, "d"), now_);
+  EXPECT_EQ(again.status().code(), StatusCode::kAlreadyExists);
+  EXPECT_THAT(again.status().message(), HasSubstr("rank 0 already has a collective of this name in flight"));
+  submit(allreduce(1, "d"));
+  EXPECT_EQ(submit(allreduce(2, "d")).size(), 1u);  // the original still completes
+}
+
+TEST_F(NegotiatorTest, ProcessSetMembershipAndMismatch) {
+  auto in_set = allreduce(0, "ps");
+  in_set.process_set_id = 1;
+  EXPECT_TRUE(submit(in_set).empty());
+  auto member2 = allreduce(2, "ps");
+  member2.process_set_id = 1;
+  auto ready = submit(member2);
+  ASSERT_EQ(ready.size(), 1u);
+  EXPECT_EQ(ready[0].ranks, (std::vector<int>{0, 2}));
+
+  auto outsider = allreduce(1, "x");
+  outsider.process_set_id = 1;
+  EXPECT_EQ(negotiator_.submit(outsider, now_).status().code(), StatusCode::kInvalidArgument);
+  auto unknown = allreduce(1, "y");
+  unknown.process_set_id = 7;
+  EXPECT_THAT(negotiator_.submit(unknown, now_).status().message(), HasSubstr("unknown process set 7"));
+
+  auto in_set_z = allreduce(0, "z");
+  in_set_z.process_set_id = 1;
+  submit(in_set_z);
+  auto mismatch = submit(allreduce(2, "z"));
+  ASSERT_EQ(mismatch.size(), 1u);
+  EXPECT_THAT(mismatch[0].status.message(), HasSubstr("ranks disagree on process set"));
+  EXPECT_EQ(mismatch[0].activeCount(), 2);
+}
+
+TEST_F(NegotiatorTest, JoinedRanksDoNotBlockAllreduceAndJoinCompletes) {
+  Request join1 = allreduce(1, "");
+  join1.type = v1::JOIN;
+  EXPECT_TRUE(submit(join1).empty());
+  submit(allreduce(0, "a"));
+  auto ready = submit(allreduce(2, "a"));
+  ASSERT_EQ(ready.size(), 1u);
+  EXPECT_TRUE(ready[0].status.isOk());
+  EXPECT_FALSE(ready[0].requests[1].has_value());
+  EXPECT_EQ(ready[0].activeCount(), 2);
+
+  // Pending allreduce waiting only on a rank that then joins becomes ready.
+  submit(allreduce(0, "b"));
+  Request join2 = allreduce(2, "");
+  join2.type = v1::JOIN;
+  auto on_join = submit(join2);
+  ASSERT_EQ(on_join.size(), 1u);
+  EXPECT_EQ(on_join[0].name, "b");
+
+  Request join0 = allreduce(0, "");
+  join0.type = v1::JOIN;
+  auto done = submit(join0);
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_EQ(done[0].type, v1::JOIN);
+  EXPECT_EQ(done[0].last_joined_rank, 0);
+  EXPECT_FALSE(negotiator_.joined(1));  // flags reset after the join completes
+}
+
+TEST_F(NegotiatorTest, BroadcastWithJoinedRankFails) {
+  Request join1 = allreduce(1, "");
+  join1.type = v1::JOIN;
+  submit(join1);
+  for (int rank : {0, 2}) {
+    Request b = allreduce(rank, "bc");
+    b.type = v1::BROADCAST;
+    auto ready = submit(b);
+    if (rank == 2) EXPECT_THAT(ready.at(0).status.message(), HasSubstr("ranks [1] have joined"));
+  }
+}
+
+TEST_F(NegotiatorTest, GroupsAreReleasedTogether) {
+  for (int rank = 0; rank < 3; ++rank) {
+    Request a = allreduce(rank, "g1");
+    a.group_id = 9;
+    a.group_size = 2;
+    EXPECT_TRUE(submit(a).empty());
+  }
+  std::vector<Response> ready;
+  for (int rank = 0; rank < 3; ++rank) {
+    Request b = allreduce(rank, "g2");
+    b.group_id = 9;
+    b.group_size = 2;
+    ready = submit(b);
+  }
+  ASSERT_EQ(ready.size(), 2u);
+  EXPECT_EQ(ready[0].name, "g1");
+  EXPECT_EQ(ready[1].name, "g2");
+}
+
+TEST_F(NegotiatorTest, StallsNameMissingRanksAndTakeRemoves) {
+  submit(allreduce(0, "slow"));
+  submit(allreduce(2, "slow"));
+  EXPECT_TRUE(negotiator_.stalls(now_ + std::chrono::seconds(1), std::chrono::seconds(5)).empty());
+  auto stalls = negotiator_.stalls(now_ + std::chrono::seconds(6), std::chrono::seconds(5));
+  ASSERT_EQ(stalls.size(), 1u);
+  EXPECT_EQ(stalls[0].name, "slow");
+  EXPECT_EQ(stalls[0].missing_ranks, (std::vector<int>{1}));
+  EXPECT_EQ(stalls[0].submitted_ranks, (std::vector<int>{0, 2}));
+  EXPECT_EQ(negotiator_.take("slow").size(), 2u);
+  EXPECT_EQ(negotiator_.pendingCount(), 0u);
+}
+
+TEST_F(NegotiatorTest, TakeAllReturnsEveryPendingRequest) {
+  submit(allreduce(0, "a"));
+  submit(allreduce(1, "b"));
+  Request join = allreduce(2, "");
+  join.type = v1::JOIN;
+  submit(join);
+  EXPECT_EQ(negotiator_.takeAll().size(), 3u);
+  EXPECT_EQ(negotiator_.pendingCount(), 0u);
+}
+
+}  // namespace
+}  // namespace gradsync::coordinator

@@ -1,0 +1,56 @@
+// SPDX-License-Identifier: Apache-2.0
+// What the coordinator negotiates: one rank's request for a collective, and
+// the response every rank of the process set executes once all agree.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "daemon/common/dtype.h"
+#include "daemon/common/status.h"
+
+namespace gradsync::coordinator {
+
+// One rank's request, already checked on its own (sizes match the shape, the
+// range lies inside the rank's arena).
+struct Request {
+  int rank = -1;
+  uint64_t handle = 0;
+  std::string name;
+  CollectiveType type = v1::COLLECTIVE_TYPE_UNSPECIFIED;
+  DataType dtype = v1::DATA_TYPE_UNSPECIFIED;
+  std::vector<int64_t> shape;
+  ReduceOp op = v1::REDUCE_OP_UNSPECIFIED;
+  double prescale = 1.0;
+  double postscale = 1.0;
+  int root_rank = 0;
+  int process_set_id = 0;
+  std::vector<int64_t> splits;  // ALLTOALL, one per member of the process set
+  uint64_t offset = 0;          // input (and in-place output) bytes in the arena
+  uint64_t length = 0;
+  uint64_t group_id = 0;        // grouped allreduce; 0: not grouped
+  uint32_t group_size = 0;
+};
+
+// A negotiated collective. `requests[i]` belongs to `ranks[i]`; it is empty
+// for a rank that has joined (it contributes nothing, receives nothing).
+struct Response {
+  std::string name;
+  CollectiveType type = v1::COLLECTIVE_TYPE_UNSPECIFIED;
+  int process_set_id = 0;
+  std::vector<int> ranks;
+  std::vector<std::optional<Request>> requests;
+  // Non-OK: every present request fails with this status.
+  Status status;
+  // JOIN: the rank that joined last.
+  int last_joined_rank = -1;
+
+  // The first present request (there is always one).
+  const Request& first() const;
+  // Number of ranks taking part with data.
+  int activeCount() const;
+};
+
+}  // namespace gradsync::coordinator

@@ -1,0 +1,24 @@
+// SPDX-License-Identifier: Apache-2.0
+// Passing file descriptors over Unix sockets with SCM_RIGHTS.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+
+#include "daemon/common/status.h"
+#include "daemon/common/unique_fd.h"
+
+namespace gradsync::handoff {
+
+// Sends exactly `len` bytes with `fd` attached (fd < 0: none). Blocking.
+Status sendWithFd(int sock, const void* data, size_t len, int fd);
+
+// Receives exactly `len` bytes and at most one attached descriptor, waiting
+// at most `timeout`. Extra descriptors are closed; a short message, a
+// truncated control message or a timeout are errors.
+Status recvWithFd(int sock, void* data, size_t len, UniqueFd* fd, std::chrono::milliseconds timeout);
+
+// Receives exactly `len` bytes (no descriptor) within `timeout`.
+Status recvExact(int sock, void* data, size_t len, std::chrono::milliseconds timeout);
+
+}  // namespace gradsync::handoff
