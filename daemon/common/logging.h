@@ -37,10 +37,10 @@ Status setLogLevel(const std::string& level_name);
 
 }  // namespace gradsync
 
-// GS_LOG(main, info, "fmt {}", x): the arguments are only formatted when the
+// GS_LOG(main, info, "fmt {}", x) (levels: trace debug info warn err critical): the arguments are only formatted when the
 // level is enabled.
-#define GS_LOG(component, level, ...)                                                     \
-  do {                                                                                    \
-    auto& gs_logger_ = ::gradsync::componentLogger(::gradsync::LoggerId::component);      \
-    if (gs_logger_.should_log(spdlog::level::level)) gs_logger_.level(__VA_ARGS__);       \
+#define GS_LOG(component, lvl, ...)                                                  \
+  do {                                                                               \
+    auto& gs_logger_ = ::gradsync::componentLogger(::gradsync::LoggerId::component); \
+    if (gs_logger_.should_log(spdlog::level::lvl)) gs_logger_.log(spdlog::level::lvl, __VA_ARGS__); \
   } while (0)

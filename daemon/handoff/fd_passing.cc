@@ -85,6 +85,7 @@ Status recvWithFd(int sock, void* data, size_t len, UniqueFd* fd, std::chrono::m
     }
   }
   if (msg.msg_flags & MSG_CTRUNC) return invalidArgument("hand-off message carried too many descriptors");
+  if (msg.msg_flags & MSG_TRUNC) return invalidArgument("hand-off message longer than " + std::to_string(len) + " bytes");
   if (static_cast<size_t>(n) != len) {
     return invalidArgument("hand-off message of " + std::to_string(n) + " bytes, expected " + std::to_string(len));
   }

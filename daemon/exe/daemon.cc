@@ -1,0 +1,141 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "daemon/exe/daemon.h"
+
+#include <grp.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cstring>
+
+#include "daemon/common/logging.h"
+#include "daemon/gpu/cuda_probe.h"
+
+namespace gradsync::exe {
+namespace {
+
+// A socket file left by a daemon that died is removed; one that still
+// accepts connections belongs to a running daemon: refuse to start.
+Status claimSocketPath(const std::string& path) {
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0) return okStatus();
+  if (!S_ISSOCK(st.st_mode)) return failedPrecondition(path + " exists and is not a socket");
+  int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
+  const bool live = ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+  ::close(fd);
+  if (live) return failedPrecondition("another gradsyncd is serving " + path);
+  ::unlink(path.c_str());
+  return okStatus();
+}
+
+StatusOr<int> groupId(const std::string& name) {
+  if (name.empty()) return -1;
+  std::vector<char> buffer(16384);
+  group g{};
+  group* found = nullptr;
+  if (::getgrnam_r(name.c_str(), &g, buffer.data(), buffer.size(), &found) != 0 || found == nullptr) {
+    return notFound("socket group '" + name + "' does not exist");
+  }
+  return static_cast<int>(found->gr_gid);
+}
+
+std::string hostName() {
+  char name[256] = {};
+  ::gethostname(name, sizeof(name) - 1);
+  return name;
+}
+
+}  // namespace
+
+Daemon::Daemon(const v1::DaemonConfig& config) : config_(config) {}
+
+StatusOr<std::unique_ptr<Daemon>> Daemon::start(const v1::DaemonConfig& config) {
+  RETURN_IF_ERROR(setLogLevel(config.log_level()));
+  std::unique_ptr<Daemon> daemon(new Daemon(config));
+  RETURN_IF_ERROR(daemon->startServers());
+  return daemon;
+}
+
+Status Daemon::startServers() {
+  ASSIGN_OR_RETURN(int gid, groupId(config_.socket_group()));
+  RETURN_IF_ERROR(claimSocketPath(config_.socket_path()));
+  RETURN_IF_ERROR(claimSocketPath(config_.handoff_socket_path()));
+
+  pool_ = std::make_unique<executor::ReducePool>(static_cast<int>(config_.reduce_threads()));
+  server::RegistryLimits limits;
+  limits.job.fusion_threshold_bytes = config_.fusion_threshold_bytes();
+  limits.job.stall_warning = std::chrono::seconds(config_.stall_warning_seconds());
+  limits.job.stall_deadline = std::chrono::seconds(config_.stall_deadline_seconds());
+  limits.max_jobs = config_.max_jobs();
+  limits.max_local_ranks = config_.max_local_ranks();
+  registry_ = std::make_unique<server::JobRegistry>(limits, pool_.get());
+
+  server::ControlInfo control_info{kVersion, config_.max_arena_bytes(), limits.job.max_name_length};
+  control_ = std::make_unique<server::ControlService>(registry_.get(), control_info);
+  const gpu::CudaProbe cuda = gpu::probeCuda();
+  GS_LOG(main, info, "CUDA devices: {}{}", cuda.devices, cuda.note.empty() ? "" : " (" + cuda.note + ")");
+  server::DaemonFacts facts{kVersion, hostName(), static_cast<int64_t>(::getpid()), cuda.devices, config_,
+                            std::chrono::steady_clock::now()};
+  admin_ = std::make_unique<server::AdminService>(registry_.get(), facts);
+
+  handoff_ = std::make_unique<server::HandoffServer>(registry_.get(), config_.max_arena_bytes());
+  RETURN_IF_ERROR(handoff_->start(config_.handoff_socket_path(), config_.socket_mode(), gid));
+
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort("unix:" + config_.socket_path(), grpc::InsecureServerCredentials());
+  builder.RegisterService(control_.get());
+  builder.RegisterService(admin_.get());
+  builder.SetMaxReceiveMessageSize(static_cast<int>(config_.max_message_bytes()));
+  // The socket is created inside BuildAndStart: a umask keeps it closed to
+  // others from its first moment; chmod/chown then set the exact mode.
+  const mode_t old_umask = ::umask(0777 & ~config_.socket_mode());
+  grpc_server_ = builder.BuildAndStart();
+  ::umask(old_umask);
+  if (!grpc_server_) return unavailable("cannot serve gRPC on unix:" + config_.socket_path());
+  if (::chmod(config_.socket_path().c_str(), config_.socket_mode()) != 0 ||
+      (gid >= 0 && ::chown(config_.socket_path().c_str(), static_cast<uid_t>(-1), static_cast<gid_t>(gid)) != 0)) {
+    return internalError("cannot set permissions of " + config_.socket_path() + ": " + std::strerror(errno));
+  }
+  housekeeping_ = std::thread([this] { housekeepingLoop(); });
+  GS_LOG(main, info, "gradsyncd {} serving on unix:{} (hand-off {}), {} reduce threads", kVersion,
+         config_.socket_path(), config_.handoff_socket_path(), config_.reduce_threads());
+  return okStatus();
+}
+
+void Daemon::housekeepingLoop() {
+  // Stall checks need second granularity; 100 ms keeps the daemon idle when
+  // nothing happens (the data path never waits for this loop).
+  const auto period = std::chrono::milliseconds(std::max<uint32_t>(100, config_.cycle_time_ms()));
+  std::unique_lock<std::mutex> lock(mutex_);
+  while (!stop_cv_.wait_for(lock, period, [&] { return stopping_; })) {
+    lock.unlock();
+    registry_->housekeeping(std::chrono::steady_clock::now());
+    lock.lock();
+  }
+}
+
+void Daemon::shutdown() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (stopping_) return;
+    stopping_ = true;
+  }
+  stop_cv_.notify_all();
+  if (housekeeping_.joinable()) housekeeping_.join();
+  GS_LOG(main, info, "shutting down");
+  if (registry_) registry_->stopAll("daemon shutting down");
+  if (handoff_) handoff_->stop();
+  if (grpc_server_) {
+    grpc_server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+    grpc_server_->Wait();
+  }
+  ::unlink(config_.socket_path().c_str());
+}
+
+Daemon::~Daemon() { shutdown(); }
+
+}  // namespace gradsync::exe

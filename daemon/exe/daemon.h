@@ -1,0 +1,53 @@
+// SPDX-License-Identifier: Apache-2.0
+// The composition root: owns every part of a running gradsyncd.
+#pragma once
+
+#include <grpcpp/grpcpp.h>
+
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include "daemon/executor/reduce_pool.h"
+#include "daemon/server/admin_service.h"
+#include "daemon/server/control_service.h"
+#include "daemon/server/handoff_server.h"
+#include "daemon/server/job_registry.h"
+#include "proto/gradsync/v1/config.pb.h"
+
+namespace gradsync::exe {
+
+constexpr const char* kVersion = "0.1.0";
+
+class Daemon {
+ public:
+  // Binds both sockets and starts serving. Errors: the socket is in use by a
+  // running daemon, a path cannot be bound, the group does not exist.
+  static StatusOr<std::unique_ptr<Daemon>> start(const v1::DaemonConfig& config);
+  ~Daemon();
+
+  // Fails every job in flight ("daemon shutting down"), stops the servers
+  // and removes the sockets. Idempotent.
+  void shutdown();
+
+ private:
+  explicit Daemon(const v1::DaemonConfig& config);
+  Status startServers();
+  void housekeepingLoop();
+
+  const v1::DaemonConfig config_;
+  std::unique_ptr<executor::ReducePool> pool_;
+  std::unique_ptr<server::JobRegistry> registry_;
+  std::unique_ptr<server::ControlService> control_;
+  std::unique_ptr<server::AdminService> admin_;
+  std::unique_ptr<server::HandoffServer> handoff_;
+  std::unique_ptr<grpc::Server> grpc_server_;
+
+  std::mutex mutex_;
+  std::condition_variable stop_cv_;
+  bool stopping_ = false;
+  std::thread housekeeping_;
+};
+
+}  // namespace gradsync::exe

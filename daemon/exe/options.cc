@@ -1,0 +1,202 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "daemon/exe/options.h"
+
+#include <google/protobuf/io/tokenizer.h>
+#include <google/protobuf/text_format.h>
+#include <google/protobuf/util/json_util.h>
+
+#include <fstream>
+#include <functional>
+#include <map>
+#include <sstream>
+#include <thread>
+#include <limits>
+#include <cerrno>
+#include <cstdlib>
+
+#include "daemon/common/logging.h"
+
+namespace gradsync::exe {
+namespace {
+
+class CollectErrors : public google::protobuf::io::ErrorCollector {
+ public:
+  void AddError(int line, int column, const std::string& message) override {
+    if (first.empty()) first = "line " + std::to_string(line + 1) + " column " + std::to_string(column + 1) + ": " + message;
+  }
+  std::string first;
+};
+
+StatusOr<uint64_t> parseUnsigned(const std::string& flag, const std::string& value, int base = 10) {
+  if (value.empty()) return invalidArgument(flag + " needs a value");
+  size_t used = 0;
+  unsigned long long parsed = 0;
+  bool ok = value[0] != '-';
+  if (ok) {
+    errno = 0;
+    char* end = nullptr;
+    parsed = std::strtoull(value.c_str(), &end, base);
+    used = static_cast<size_t>(end - value.c_str());
+    ok = errno == 0 && used == value.size();
+  }
+  if (!ok) return invalidArgument(flag + ": '" + value + "' is not a non-negative integer");
+  return static_cast<uint64_t>(parsed);
+}
+
+using Setter = std::function<Status(v1::DaemonConfig*, const std::string&)>;
+
+template <typename Field>
+Setter number(const char* flag, void (v1::DaemonConfig::*set)(Field), int base = 10) {
+  return [flag, set, base](v1::DaemonConfig* c, const std::string& v) -> Status {
+    ASSIGN_OR_RETURN(uint64_t n, parseUnsigned(flag, v, base));
+    if (n > static_cast<uint64_t>(std::numeric_limits<Field>::max())) return invalidArgument(std::string(flag) + " too large");
+    (c->*set)(static_cast<Field>(n));
+    return okStatus();
+  };
+}
+
+Setter text(void (v1::DaemonConfig::*set)(const std::string&)) {
+  return [set](v1::DaemonConfig* c, const std::string& v) {
+    (c->*set)(v);
+    return okStatus();
+  };
+}
+
+const std::map<std::string, Setter>& setters() {
+  using C = v1::DaemonConfig;
+  static const auto* table = new std::map<std::string, Setter>{
+      {"--socket-path", text(&C::set_socket_path)},
+      {"--handoff-socket-path", text(&C::set_handoff_socket_path)},
+      {"--socket-mode", number<uint32_t>("--socket-mode", &C::set_socket_mode, 8)},
+      {"--socket-group", text(&C::set_socket_group)},
+      {"--log-level", text(&C::set_log_level)},
+      {"--cycle-time-ms", number<uint32_t>("--cycle-time-ms", &C::set_cycle_time_ms)},
+      {"--fusion-threshold-bytes", number<uint64_t>("--fusion-threshold-bytes", &C::set_fusion_threshold_bytes)},
+      {"--stall-warning-seconds", number<uint32_t>("--stall-warning-seconds", &C::set_stall_warning_seconds)},
+      {"--stall-deadline-seconds", number<uint32_t>("--stall-deadline-seconds", &C::set_stall_deadline_seconds)},
+      {"--reduce-threads", number<uint32_t>("--reduce-threads", &C::set_reduce_threads)},
+      {"--max-arena-bytes", number<uint64_t>("--max-arena-bytes", &C::set_max_arena_bytes)},
+      {"--max-jobs", number<uint32_t>("--max-jobs", &C::set_max_jobs)},
+      {"--max-local-ranks", number<uint32_t>("--max-local-ranks", &C::set_max_local_ranks)},
+      {"--max-message-bytes", number<uint32_t>("--max-message-bytes", &C::set_max_message_bytes)},
+  };
+  return *table;
+}
+
+Status checkRange(const char* name, uint64_t value, uint64_t lo, uint64_t hi) {
+  if (value < lo || value > hi) {
+    return invalidArgument(std::string(name) + " = " + std::to_string(value) + " is outside [" + std::to_string(lo) +
+                           ", " + std::to_string(hi) + "]");
+  }
+  return okStatus();
+}
+
+}  // namespace
+
+StatusOr<v1::DaemonConfig> loadConfigFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return notFound("cannot read config file " + path);
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  const std::string content = buffer.str();
+  v1::DaemonConfig config;
+  const size_t first = content.find_first_not_of(" \t\r\n");
+  if (first != std::string::npos && content[first] == '{') {
+    auto status = google::protobuf::util::JsonStringToMessage(content, &config);
+    if (!status.ok()) return invalidArgument("config file " + path + " (JSON): " + std::string(status.message()));
+    return config;
+  }
+  google::protobuf::TextFormat::Parser parser;
+  CollectErrors errors;
+  parser.RecordErrorsTo(&errors);
+  if (!parser.ParseFromString(content, &config)) {
+    return invalidArgument("config file " + path + " (text format): " + errors.first);
+  }
+  return config;
+}
+
+Status applyDefaultsAndValidate(v1::DaemonConfig* c) {
+  if (c->socket_path().empty()) c->set_socket_path("/run/gradsync/gradsyncd.sock");
+  if (c->handoff_socket_path().empty()) c->set_handoff_socket_path(c->socket_path() + ".handoff");
+  if (c->socket_mode() == 0) c->set_socket_mode(0660);
+  if (c->log_level().empty()) c->set_log_level("info");
+  if (c->cycle_time_ms() == 0) c->set_cycle_time_ms(1);
+  if (c->fusion_threshold_bytes() == 0) c->set_fusion_threshold_bytes(64 << 20);
+  if (c->stall_warning_seconds() == 0) c->set_stall_warning_seconds(60);
+  if (c->stall_deadline_seconds() == 0) c->set_stall_deadline_seconds(std::max(300u, c->stall_warning_seconds()));
+  if (c->reduce_threads() == 0) c->set_reduce_threads(std::max(1u, std::thread::hardware_concurrency()));
+  if (c->max_arena_bytes() == 0) c->set_max_arena_bytes(uint64_t{64} << 30);
+  if (c->max_jobs() == 0) c->set_max_jobs(64);
+  if (c->max_local_ranks() == 0) c->set_max_local_ranks(256);
+  if (c->max_message_bytes() == 0) c->set_max_message_bytes(4 << 20);
+  if (c->socket_path().size() >= 108 || c->handoff_socket_path().size() >= 108) {
+    return invalidArgument("socket paths must be shorter than 108 bytes (Unix socket limit)");
+  }
+  if (c->socket_path() == c->handoff_socket_path()) return invalidArgument("socket_path and handoff_socket_path must differ");
+  if (c->socket_mode() & ~0770u) {
+    return invalidArgument("socket_mode " + std::to_string(c->socket_mode()) +
+                           " grants access to others: only owner and group bits (0770) may be set");
+  }
+  RETURN_IF_ERROR(checkRange("cycle_time_ms", c->cycle_time_ms(), 1, 1000));
+  RETURN_IF_ERROR(checkRange("fusion_threshold_bytes", c->fusion_threshold_bytes(), 1, uint64_t{16} << 30));
+  RETURN_IF_ERROR(checkRange("reduce_threads", c->reduce_threads(), 1, 256));
+  RETURN_IF_ERROR(checkRange("max_jobs", c->max_jobs(), 1, 100000));
+  RETURN_IF_ERROR(checkRange("max_local_ranks", c->max_local_ranks(), 1, 65536));
+  RETURN_IF_ERROR(checkRange("max_message_bytes", c->max_message_bytes(), 4096, 1 << 30));
+  if (c->stall_deadline_seconds() < c->stall_warning_seconds()) {
+    return invalidArgument("stall_deadline_seconds (" + std::to_string(c->stall_deadline_seconds()) +
+                           ") must be at least stall_warning_seconds (" +
+                           std::to_string(c->stall_warning_seconds()) + ")");
+  }
+  const std::string& level = c->log_level();
+  if (level != "off" && spdlog::level::from_str(level) == spdlog::level::off) {
+    return invalidArgument("log_level '" + level + "' is not one of trace, debug, info, warn, error, critical, off");
+  }
+  return okStatus();
+}
+
+StatusOr<Options> parseOptions(const std::vector<std::string>& args) {
+  Options options;
+  std::vector<std::pair<std::string, std::string>> flags;
+  for (size_t i = 0; i < args.size(); ++i) {
+    std::string arg = args[i];
+    if (arg == "--help" || arg == "-h") { options.show_help = true; continue; }
+    if (arg == "--version") { options.show_version = true; continue; }
+    if (arg == "--check-config") { options.check_config = true; continue; }
+    std::string value;
+    const size_t eq = arg.find('=');
+    if (eq != std::string::npos) {
+      value = arg.substr(eq + 1);
+      arg = arg.substr(0, eq);
+    } else if (i + 1 < args.size()) {
+      value = args[++i];
+    } else {
+      return invalidArgument("flag " + arg + " needs a value");
+    }
+    if (arg == "--config-path") {
+      options.config_path = value;
+    } else if (setters().count(arg)) {
+      flags.emplace_back(arg, value);
+    } else {
+      return invalidArgument("unknown flag " + arg + " (see --help)");
+    }
+  }
+  if (!options.config_path.empty()) {
+    ASSIGN_OR_RETURN(options.config, loadConfigFile(options.config_path));
+  }
+  for (const auto& [flag, value] : flags) RETURN_IF_ERROR(setters().at(flag)(&options.config, value));
+  RETURN_IF_ERROR(applyDefaultsAndValidate(&options.config));
+  return options;
+}
+
+std::string usage() {
+  std::string u =
+      "usage: gradsyncd [--config-path FILE] [--check-config] [--version] [flags]\n"
+      "  FILE: gradsync.v1.DaemonConfig in protobuf text format, or JSON (starts with '{').\n"
+      "  Flags override the file; each sets the config field of the same name:\n";
+  for (const auto& [flag, setter] : setters()) u += "    " + flag + " VALUE\n";
+  u += "  --socket-mode takes octal (e.g. 660).\n";
+  return u;
+}
+
+}  // namespace gradsync::exe

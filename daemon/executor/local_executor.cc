@@ -1,0 +1,259 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "daemon/executor/local_executor.h"
+
+#include <algorithm>
+
+#include "daemon/collective/reduce/cpu_reduce.h"
+#include "daemon/common/dtype.h"
+#include "daemon/executor/copy_plan.h"
+
+namespace gradsync::executor {
+namespace {
+
+using coordinator::Request;
+
+// Bytes below which a reduction runs on the calling thread alone: waking a
+// worker costs more than it saves.
+constexpr size_t kParallelBytes = 256 << 10;
+// Smallest piece of a reduction handed to one thread.
+constexpr size_t kMinShardBytes = 128 << 10;
+
+// One reduction with its own pointer arrays (ReduceArgs points into them).
+struct Reduction {
+  std::vector<const void*> inputs;
+  std::vector<void*> outputs;
+  reduce::ReduceArgs args;
+  size_t count = 0;
+
+  void bind() {
+    args.inputs = inputs.data();
+    args.num_inputs = static_cast<int>(inputs.size());
+    args.outputs = outputs.data();
+    args.num_outputs = static_cast<int>(outputs.size());
+  }
+};
+
+void runReductions(std::vector<Reduction>& reductions, ReducePool& pool) {
+  size_t total_bytes = 0;
+  for (auto& r : reductions) total_bytes += r.count * elementSize(r.args.dtype);
+  if (total_bytes < kParallelBytes || pool.threads() == 1) {
+    for (auto& r : reductions) reduce::reduceRange(r.args, 0, r.count);
+    return;
+  }
+  struct Shard {
+    size_t reduction, begin, end;
+  };
+  const size_t target = std::max(kMinShardBytes, total_bytes / (static_cast<size_t>(pool.threads()) * 4));
+  std::vector<Shard> shards;
+  for (size_t i = 0; i < reductions.size(); ++i) {
+    const size_t esize = elementSize(reductions[i].args.dtype);
+    const size_t step = std::max<size_t>(1, target / esize);
+    for (size_t begin = 0; begin < reductions[i].count; begin += step) {
+      shards.push_back({i, begin, std::min(reductions[i].count, begin + step)});
+    }
+  }
+  pool.forEachShard(shards.size(), [&](size_t s) {
+    const Shard& shard = shards[s];
+    reduce::reduceRange(reductions[shard.reduction].args, shard.begin, shard.end);
+  });
+}
+
+StatusOr<uint8_t*> inputOf(RankAccess& access, const Request& request) {
+  const handoff::ShmArena* arena = access.arena(request.rank);
+  if (arena == nullptr) return unavailable("rank " + std::to_string(request.rank) + " left during the collective");
+  return arena->range(request.offset, request.length);
+}
+
+size_t rowBytes(const Request& r) {
+  size_t row = elementSize(r.dtype);
+  for (size_t d = 1; d < r.shape.size(); ++d) row *= static_cast<size_t>(r.shape[d]);
+  return row;
+}
+
+std::vector<int64_t> withFirstDim(const std::vector<int64_t>& shape, int64_t rows) {
+  std::vector<int64_t> out = shape;
+  if (out.empty()) out.push_back(rows); else out[0] = rows;
+  return out;
+}
+
+ResponseResult failed(const Response& r, Status status) {
+  ResponseResult result;
+  result.status = std::move(status);
+  result.members.resize(r.ranks.size());
+  return result;
+}
+
+}  // namespace
+
+std::vector<ResponseResult> LocalExecutor::run(const fusion::FusedResponse& fused, RankAccess& access) {
+  std::vector<ResponseResult> results;
+  const Response& head = fused.responses.front();
+  if (head.status.isOk() && head.type == v1::ALLREDUCE) {
+    std::vector<const Response*> all;
+    for (const auto& r : fused.responses) all.push_back(&r);
+    Status status = allreduce(all, access);
+    for (const auto& r : fused.responses) results.push_back(failed(r, status));
+    return results;
+  }
+  for (const auto& r : fused.responses) {
+    if (!r.status.isOk()) {
+      results.push_back(failed(r, r.status));
+      continue;
+    }
+    switch (r.type) {
+      case v1::BROADCAST: results.push_back(broadcast(r, access)); break;
+      case v1::ALLGATHER: results.push_back(allgather(r, access)); break;
+      case v1::ALLTOALL: results.push_back(alltoall(r, access)); break;
+      case v1::REDUCESCATTER: results.push_back(reducescatter(r, access)); break;
+      case v1::ALLREDUCE: results.push_back(failed(r, allreduce({&r}, access))); break;
+      default: results.push_back(failed(r, okStatus())); break;  // BARRIER, JOIN: no data
+    }
+  }
+  return results;
+}
+
+Status LocalExecutor::allreduce(const std::vector<const Response*>& responses, RankAccess& access) {
+  std::vector<Reduction> reductions(responses.size());
+  for (size_t t = 0; t < responses.size(); ++t) {
+    const Response& r = *responses[t];
+    Reduction& red = reductions[t];
+    for (const auto& request : r.requests) {
+      if (!request) continue;
+      ASSIGN_OR_RETURN(uint8_t * data, inputOf(access, *request));
+      red.inputs.push_back(data);
+      red.outputs.push_back(data);
+    }
+    const Request& first = r.first();
+    red.args.dtype = first.dtype;
+    red.args.op = first.op;
+    red.args.prescale = first.prescale;
+    red.args.postscale = first.postscale;
+    red.args.average_divisor = static_cast<int>(r.ranks.size());
+    red.count = first.length / elementSize(first.dtype);
+    red.bind();
+    RETURN_IF_ERROR(reduce::validateReduceArgs(red.args));
+  }
+  runReductions(reductions, *pool_);
+  return okStatus();
+}
+
+ResponseResult LocalExecutor::broadcast(const Response& r, RankAccess& access) {
+  const Request* root = nullptr;
+  for (const auto& request : r.requests) {
+    if (request && request->rank == request->root_rank) root = &*request;
+  }
+  if (root == nullptr) return failed(r, internalError("broadcast '" + r.name + "' without its root"));
+  auto src = inputOf(access, *root);
+  if (!src.isOk()) return failed(r, src.status());
+  CopyPlan plan;
+  for (const auto& request : r.requests) {
+    auto dst = inputOf(access, *request);
+    if (!dst.isOk()) return failed(r, dst.status());
+    plan.add(*dst, *src, root->length);
+  }
+  plan.run(*pool_);
+  return failed(r, okStatus());
+}
+
+ResponseResult LocalExecutor::allgather(const Response& r, RankAccess& access) {
+  const size_t row = rowBytes(r.first());
+  int64_t total_rows = 0;
+  for (const auto& request : r.requests) total_rows += request->shape.empty() ? 1 : request->shape[0];
+  const auto shape = withFirstDim(r.first().shape, total_rows);
+  const size_t members = r.ranks.size();
+  auto outputs = access.requestOutputs(r, std::vector<uint64_t>(members, total_rows * row),
+                                       std::vector<std::vector<int64_t>>(members, shape));
+  if (!outputs.isOk()) return failed(r, outputs.status());
+  CopyPlan plan;
+  size_t offset = 0;
+  for (const auto& request : r.requests) {
+    auto src = inputOf(access, *request);
+    if (!src.isOk()) return failed(r, src.status());
+    for (size_t j = 0; j < members; ++j) plan.add((*outputs)[j] + offset, *src, request->length);
+    offset += request->length;
+  }
+  plan.run(*pool_);
+  ResponseResult result = failed(r, okStatus());
+  for (auto& m : result.members) m.output_shape = shape;
+  return result;
+}
+
+ResponseResult LocalExecutor::alltoall(const Response& r, RankAccess& access) {
+  const size_t n = r.ranks.size();
+  const size_t row = rowBytes(r.first());
+  ResponseResult result = failed(r, okStatus());
+  std::vector<uint64_t> bytes(n);
+  std::vector<std::vector<int64_t>> shapes(n);
+  for (size_t j = 0; j < n; ++j) {
+    int64_t rows = 0;
+    for (size_t i = 0; i < n; ++i) {
+      result.members[j].received_splits.push_back(r.requests[i]->splits[j]);
+      rows += r.requests[i]->splits[j];
+    }
+    bytes[j] = rows * row;
+    shapes[j] = withFirstDim(r.first().shape, rows);
+    result.members[j].output_shape = shapes[j];
+  }
+  auto outputs = access.requestOutputs(r, bytes, shapes);
+  if (!outputs.isOk()) return failed(r, outputs.status());
+  CopyPlan plan;
+  std::vector<size_t> written(n, 0);  // bytes already placed in each output
+  for (size_t i = 0; i < n; ++i) {
+    auto src = inputOf(access, *r.requests[i]);
+    if (!src.isOk()) return failed(r, src.status());
+    size_t read = 0;
+    for (size_t j = 0; j < n; ++j) {
+      const size_t len = r.requests[i]->splits[j] * row;
+      plan.add((*outputs)[j] + written[j], *src + read, len);
+      written[j] += len;
+      read += len;
+    }
+  }
+  plan.run(*pool_);
+  return result;
+}
+
+ResponseResult LocalExecutor::reducescatter(const Response& r, RankAccess& access) {
+  const size_t n = r.ranks.size();
+  const Request& first = r.first();
+  const size_t row = rowBytes(first);
+  const size_t row_elements = row / elementSize(first.dtype);
+  const int64_t dim0 = first.shape.empty() ? 1 : first.shape[0];
+  // Horovod's rule: the first dim0 % n ranks receive one extra row.
+  std::vector<int64_t> rows(n, dim0 / static_cast<int64_t>(n));
+  for (int64_t j = 0; j < dim0 % static_cast<int64_t>(n); ++j) ++rows[j];
+  ResponseResult result = failed(r, okStatus());
+  std::vector<uint64_t> bytes(n);
+  std::vector<std::vector<int64_t>> shapes(n);
+  for (size_t j = 0; j < n; ++j) {
+    bytes[j] = rows[j] * row;
+    shapes[j] = withFirstDim(first.shape, rows[j]);
+    result.members[j].output_shape = shapes[j];
+  }
+  auto outputs = access.requestOutputs(r, bytes, shapes);
+  if (!outputs.isOk()) return failed(r, outputs.status());
+  std::vector<uint8_t*> inputs;
+  for (const auto& request : r.requests) {
+    auto src = inputOf(access, *request);
+    if (!src.isOk()) return failed(r, src.status());
+    inputs.push_back(*src);
+  }
+  std::vector<Reduction> reductions(n);
+  size_t start_row = 0;
+  for (size_t j = 0; j < n; ++j) {
+    for (uint8_t* in : inputs) reductions[j].inputs.push_back(in + start_row * row);
+    reductions[j].outputs.push_back((*outputs)[j]);
+    reductions[j].args.dtype = first.dtype;
+    reductions[j].args.op = first.op;
+    reductions[j].args.prescale = first.prescale;
+    reductions[j].args.postscale = first.postscale;
+    reductions[j].args.average_divisor = static_cast<int>(n);
+    reductions[j].count = rows[j] * row_elements;
+    reductions[j].bind();
+    start_row += rows[j];
+  }
+  runReductions(reductions, *pool_);
+  return result;
+}
+
+}  // namespace gradsync::executor

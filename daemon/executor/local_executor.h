@@ -1,0 +1,62 @@
+// SPDX-License-Identifier: Apache-2.0
+// Runs negotiated collectives among the ranks of one node, reading and
+// writing their arenas in place (zero copy) with the reduce pool.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "daemon/common/status.h"
+#include "daemon/executor/reduce_pool.h"
+#include "daemon/fusion/fusion_planner.h"
+#include "daemon/handoff/shm_arena.h"
+
+namespace gradsync::executor {
+
+using coordinator::Response;
+
+// What one member of a response receives besides its buffer contents.
+struct MemberResult {
+  std::vector<int64_t> output_shape;     // ALLGATHER, ALLTOALL, REDUCESCATTER
+  std::vector<int64_t> received_splits;  // ALLTOALL
+};
+
+struct ResponseResult {
+  Status status;
+  std::vector<MemberResult> members;  // parallel to Response::ranks
+};
+
+// The executor's window on the job's ranks.
+class RankAccess {
+ public:
+  virtual ~RankAccess() = default;
+  // The arena of `rank`; null when the rank is gone.
+  virtual const handoff::ShmArena* arena(int rank) = 0;
+  // Asks every active member of `response` for `bytes[i]` bytes of output in
+  // its arena (shape `shapes[i]`) and waits for the answers (bounded by a
+  // deadline). Returns pointers parallel to response.ranks (null for joined
+  // members), each already bounds-checked.
+  virtual StatusOr<std::vector<uint8_t*>> requestOutputs(const Response& response,
+                                                         const std::vector<uint64_t>& bytes,
+                                                         const std::vector<std::vector<int64_t>>& shapes) = 0;
+};
+
+class LocalExecutor {
+ public:
+  explicit LocalExecutor(ReducePool* pool) : pool_(pool) {}
+
+  // Executes every response of `fused`; results are parallel to
+  // fused.responses. Responses that carry an error are returned as is.
+  std::vector<ResponseResult> run(const fusion::FusedResponse& fused, RankAccess& access);
+
+ private:
+  Status allreduce(const std::vector<const Response*>& responses, RankAccess& access);
+  ResponseResult broadcast(const Response& r, RankAccess& access);
+  ResponseResult allgather(const Response& r, RankAccess& access);
+  ResponseResult alltoall(const Response& r, RankAccess& access);
+  ResponseResult reducescatter(const Response& r, RankAccess& access);
+
+  ReducePool* pool_;
+};
+
+}  // namespace gradsync::executor

@@ -1,0 +1,150 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "daemon/server/enqueue_validation.h"
+
+#include <cmath>
+
+#include "daemon/common/dtype.h"
+
+namespace gradsync::server {
+namespace {
+
+using coordinator::Request;
+
+// Largest element count accepted: keeps count * element size far from
+// overflowing 64 bits.
+constexpr int64_t kMaxElements = int64_t{1} << 50;
+
+bool isDataless(CollectiveType type) { return type == v1::BARRIER || type == v1::JOIN; }
+
+Status checkName(const v1::Enqueue& e, const EnqueueContext& c) {
+  if (e.name().empty() && !isDataless(e.type())) return invalidArgument("collective without a name");
+  if (e.name().size() > c.max_name_length) {
+    return invalidArgument("collective name of " + std::to_string(e.name().size()) + " bytes (limit " +
+                           std::to_string(c.max_name_length) + ")");
+  }
+  return okStatus();
+}
+
+double scaleOrOne(double factor) { return factor == 0.0 ? 1.0 : factor; }
+
+Status checkReduction(const std::string& prefix, const v1::Enqueue& e) {
+  if (!reduceOpAllowed(e.dtype(), e.op())) {
+    return invalidArgument(prefix + "reduce op " + reduceOpName(e.op()) + " is not allowed on " + dataTypeName(e.dtype()));
+  }
+  if (!std::isfinite(e.prescale()) || !std::isfinite(e.postscale())) {
+    return invalidArgument(prefix + "scale factors must be finite");
+  }
+  return okStatus();
+}
+
+Status checkSplits(const std::string& prefix, Request& r, int set_size) {
+  const int64_t dim0 = r.shape.empty() ? 1 : r.shape[0];
+  if (r.splits.empty()) {
+    if (dim0 % set_size != 0) {
+      return invalidArgument(prefix + "alltoall without splits needs dim 0 (" + std::to_string(dim0) +
+                             ") divisible by the process set size " + std::to_string(set_size));
+    }
+    r.splits.assign(set_size, dim0 / set_size);
+    return okStatus();
+  }
+  if (static_cast<int>(r.splits.size()) != set_size) {
+    return invalidArgument(prefix + std::to_string(r.splits.size()) + " alltoall splits for a process set of " +
+                           std::to_string(set_size) + " ranks");
+  }
+  int64_t sum = 0;
+  for (int64_t s : r.splits) {
+    if (s < 0 || s > dim0) return invalidArgument(prefix + "alltoall split " + std::to_string(s) + " out of range");
+    sum += s;
+  }
+  if (sum != dim0) {
+    return invalidArgument(prefix + "alltoall splits sum to " + std::to_string(sum) + " but dim 0 is " +
+                           std::to_string(dim0));
+  }
+  return okStatus();
+}
+
+Status checkTypeRules(const std::string& prefix, const v1::Enqueue& e, Request& r, const EnqueueContext& c) {
+  switch (e.type()) {
+    case v1::ALLREDUCE:
+      return checkReduction(prefix, e);
+    case v1::REDUCESCATTER:
+      if (r.shape.empty()) return invalidArgument(prefix + "reducescatter needs at least one dimension");
+      return checkReduction(prefix, e);
+    case v1::ALLGATHER:
+      if (r.shape.empty()) return invalidArgument(prefix + "allgather needs at least one dimension");
+      return okStatus();
+    case v1::BROADCAST:
+      if (e.root_rank() < 0 || e.root_rank() >= c.job_size) {
+        return invalidArgument(prefix + "broadcast root rank " + std::to_string(e.root_rank()) + " outside [0, " +
+                               std::to_string(c.job_size) + ")");
+      }
+      return okStatus();
+    case v1::ALLTOALL:
+      if (r.shape.empty()) return invalidArgument(prefix + "alltoall needs at least one dimension");
+      return checkSplits(prefix, r, c.process_set_sizes[r.process_set_id]);
+    case v1::BARRIER:
+    case v1::JOIN:
+      return okStatus();
+    default:
+      return invalidArgument(prefix + "unknown collective type " + std::to_string(static_cast<int>(e.type())));
+  }
+}
+
+Status checkData(const std::string& prefix, const v1::Enqueue& e, Request& r, const EnqueueContext& c) {
+  if (isDataless(e.type())) {
+    r.shape.clear();
+    r.offset = r.length = 0;
+    return okStatus();
+  }
+  const size_t esize = elementSize(e.dtype());
+  if (esize == 0) return invalidArgument(prefix + "unknown dtype " + std::to_string(static_cast<int>(e.dtype())));
+  if (e.shape_size() > 16) return invalidArgument(prefix + "more than 16 dimensions");
+  const int64_t count = elementCount(r.shape, kMaxElements);
+  if (count < 0) return invalidArgument(prefix + "invalid shape " + shapeString(r.shape));
+  if (e.length() != static_cast<uint64_t>(count) * esize) {
+    return invalidArgument(prefix + "length " + std::to_string(e.length()) + " bytes does not match shape " +
+                           shapeString(r.shape) + " of " + dataTypeName(e.dtype()) + " (" +
+                           std::to_string(count * static_cast<int64_t>(esize)) + " bytes)");
+  }
+  if (c.arena == nullptr) return failedPrecondition(prefix + "no arena handed over yet");
+  if (!c.arena->contains(e.offset(), e.length())) {
+    return outOfRange(prefix + "range [" + std::to_string(e.offset()) + ", +" + std::to_string(e.length()) +
+                      ") lies outside the rank's arena of " + std::to_string(c.arena->size()) + " bytes");
+  }
+  return okStatus();
+}
+
+}  // namespace
+
+StatusOr<Request> validateEnqueue(const v1::Enqueue& e, const EnqueueContext& c) {
+  RETURN_IF_ERROR(checkName(e, c));
+  const std::string prefix = "tensor '" + e.name() + "' of rank " + std::to_string(c.rank) + ": ";
+  Request r;
+  r.rank = c.rank;
+  r.handle = e.handle();
+  r.name = e.type() == v1::BARRIER && e.name().empty() ? "barrier" : e.name();
+  r.type = e.type();
+  r.dtype = e.dtype();
+  r.shape.assign(e.shape().begin(), e.shape().end());
+  r.op = e.op();
+  r.prescale = scaleOrOne(e.prescale());
+  r.postscale = scaleOrOne(e.postscale());
+  r.root_rank = e.root_rank();
+  r.process_set_id = e.process_set_id();
+  r.splits.assign(e.splits().begin(), e.splits().end());
+  r.offset = e.offset();
+  r.length = e.length();
+  r.group_id = e.group_id();
+  r.group_size = e.group_size();
+  if (r.process_set_id < 0 || r.process_set_id >= static_cast<int>(c.process_set_sizes.size())) {
+    return invalidArgument(prefix + "unknown process set " + std::to_string(r.process_set_id));
+  }
+  if ((r.group_id == 0) != (r.group_size == 0) || r.group_size > 65536) {
+    return invalidArgument(prefix + "group id and group size must both be set (size <= 65536) or both be 0");
+  }
+  RETURN_IF_ERROR(checkData(prefix, e, r, c));
+  RETURN_IF_ERROR(checkTypeRules(prefix, e, r, c));
+  return r;
+}
+
+}  // namespace gradsync::server

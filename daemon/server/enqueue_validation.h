@@ -1,0 +1,29 @@
+// SPDX-License-Identifier: Apache-2.0
+// Turns one rank's Enqueue message into a coordinator Request, checking
+// everything that can be checked without the other ranks: enums, shape and
+// length, the arena range, splits, root, name.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "daemon/coordinator/request.h"
+#include "daemon/handoff/shm_arena.h"
+#include "proto/gradsync/v1/control.pb.h"
+
+namespace gradsync::server {
+
+struct EnqueueContext {
+  int rank = 0;
+  int job_size = 0;
+  // Sizes of the job's process sets, index = id (0: the whole job).
+  std::vector<int> process_set_sizes;
+  uint32_t max_name_length = 256;
+  const handoff::ShmArena* arena = nullptr;
+};
+
+// INVALID_ARGUMENT (bad values) or OUT_OF_RANGE (range outside the arena),
+// with the tensor name and the offending value in the message.
+StatusOr<coordinator::Request> validateEnqueue(const v1::Enqueue& enqueue, const EnqueueContext& context);
+
+}  // namespace gradsync::server

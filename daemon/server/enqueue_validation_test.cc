@@ -1,0 +1,142 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "daemon/server/enqueue_validation.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cmath>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace gradsync::server {
+namespace {
+
+using ::testing::HasSubstr;
+
+class EnqueueValidationTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    UniqueFd fd(::memfd_create("arena", MFD_CLOEXEC | MFD_ALLOW_SEALING));
+    ASSERT_EQ(::ftruncate(fd.get(), 4096), 0);
+    ASSERT_EQ(::fcntl(fd.get(), F_ADD_SEALS, F_SEAL_SHRINK), 0);
+    auto arena = handoff::ShmArena::map(std::move(fd), 1 << 20);
+    ASSERT_TRUE(arena.isOk());
+    arena_ = std::move(arena).value();
+    context_.rank = 1;
+    context_.job_size = 4;
+    context_.process_set_sizes = {4, 2};
+    context_.arena = arena_.get();
+  }
+  v1::Enqueue allreduce(uint64_t offset = 0) {
+    v1::Enqueue e;
+    e.set_handle(7);
+    e.set_name("grad");
+    e.set_type(v1::ALLREDUCE);
+    e.set_dtype(v1::FLOAT32);
+    e.add_shape(2);
+    e.add_shape(8);
+    e.set_op(v1::SUM);
+    e.set_offset(offset);
+    e.set_length(64);
+    return e;
+  }
+  Status check(const v1::Enqueue& e) { return validateEnqueue(e, context_).status(); }
+
+  std::unique_ptr<handoff::ShmArena> arena_;
+  EnqueueContext context_;
+};
+
+TEST_F(EnqueueValidationTest, AcceptsWellFormedAllreduce) {
+  auto r = validateEnqueue(allreduce(4032), context_);
+  ASSERT_TRUE(r.isOk()) << r.status().toString();
+  EXPECT_EQ(r->rank, 1);
+  EXPECT_EQ(r->prescale, 1.0);  // 0 on the wire means 1
+  EXPECT_EQ(r->shape, (std::vector<int64_t>{2, 8}));
+}
+
+TEST_F(EnqueueValidationTest, RangeOutsideArenaIsOutOfRange) {
+  EXPECT_EQ(check(allreduce(4033)).code(), StatusCode::kOutOfRange);
+  auto huge = allreduce(UINT64_MAX - 8);
+  EXPECT_EQ(check(huge).code(), StatusCode::kOutOfRange);
+  EXPECT_THAT(check(huge).message(), HasSubstr("outside the rank's arena of 4096 bytes"));
+}
+
+TEST_F(EnqueueValidationTest, LengthMustMatchShapeAndDtype) {
+  auto e = allreduce();
+  e.set_length(63);
+  EXPECT_THAT(check(e).message(), HasSubstr("does not match shape [2, 8] of float32 (64 bytes)"));
+  e = allreduce();
+  e.set_shape(0, -1);
+  EXPECT_EQ(check(e).code(), StatusCode::kInvalidArgument);
+  e = allreduce();
+  e.set_shape(0, int64_t{1} << 40);
+  e.set_shape(1, int64_t{1} << 40);  // product overflows
+  EXPECT_THAT(check(e).message(), HasSubstr("invalid shape"));
+}
+
+TEST_F(EnqueueValidationTest, RejectsBadEnumsOpsAndNames) {
+  auto e = allreduce();
+  e.set_dtype(static_cast<v1::DataType>(99));
+  EXPECT_THAT(check(e).message(), HasSubstr("unknown dtype 99"));
+  e = allreduce();
+  e.set_dtype(v1::BOOL);
+  e.set_length(16);
+  EXPECT_THAT(check(e).message(), HasSubstr("reduce op sum is not allowed on bool"));
+  e = allreduce();
+  e.set_type(static_cast<v1::CollectiveType>(42));
+  EXPECT_THAT(check(e).message(), HasSubstr("unknown collective type 42"));
+  e = allreduce();
+  e.set_name("");
+  EXPECT_THAT(check(e).message(), HasSubstr("without a name"));
+  e = allreduce();
+  e.set_name(std::string(300, 'x'));
+  EXPECT_THAT(check(e).message(), HasSubstr("limit 256"));
+  e = allreduce();
+  e.set_prescale(std::nan(""));
+  EXPECT_THAT(check(e).message(), HasSubstr("finite"));
+}
+
+TEST_F(EnqueueValidationTest, ProcessSetRootAndGroupChecks) {
+  auto e = allreduce();
+  e.set_process_set_id(2);
+  EXPECT_THAT(check(e).message(), HasSubstr("unknown process set 2"));
+  e = allreduce();
+  e.set_type(v1::BROADCAST);
+  e.set_root_rank(4);
+  EXPECT_THAT(check(e).message(), HasSubstr("root rank 4 outside [0, 4)"));
+  e = allreduce();
+  e.set_group_id(3);
+  EXPECT_THAT(check(e).message(), HasSubstr("group id and group size"));
+}
+
+TEST_F(EnqueueValidationTest, AlltoallSplits) {
+  auto e = allreduce();
+  e.set_type(v1::ALLTOALL);
+  auto r = validateEnqueue(e, context_);
+  ASSERT_FALSE(r.isOk());  // dim0 = 2 not divisible by 4
+  e.set_process_set_id(1);  // set of 2 ranks: even split 1/1
+  r = validateEnqueue(e, context_);
+  ASSERT_TRUE(r.isOk()) << r.status().toString();
+  EXPECT_EQ(r->splits, (std::vector<int64_t>{1, 1}));
+  e.add_splits(2);
+  e.add_splits(1);
+  EXPECT_THAT(check(e).message(), HasSubstr("splits sum to 3 but dim 0 is 2"));
+  e.clear_splits();
+  e.add_splits(2);
+  EXPECT_THAT(check(e).message(), HasSubstr("1 alltoall splits for a process set of 2"));
+}
+
+TEST_F(EnqueueValidationTest, BarrierNeedsNoData) {
+  v1::Enqueue e;
+  e.set_type(v1::BARRIER);
+  e.set_offset(1 << 30);  // ignored
+  auto r = validateEnqueue(e, context_);
+  ASSERT_TRUE(r.isOk()) << r.status().toString();
+  EXPECT_EQ(r->name, "barrier");
+  EXPECT_EQ(r->length, 0u);
+}
+
+}  // namespace
+}  // namespace gradsync::server

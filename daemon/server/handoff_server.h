@@ -1,0 +1,52 @@
+// SPDX-License-Identifier: Apache-2.0
+// The hand-off socket: receives each session's arena (memfd over
+// SCM_RIGHTS), then watches the connection; its end means the rank is gone.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "daemon/common/unique_fd.h"
+#include "daemon/server/job_registry.h"
+
+namespace gradsync::server {
+
+class HandoffServer {
+ public:
+  HandoffServer(JobRegistry* registry, uint64_t max_arena_bytes) : registry_(registry), max_arena_bytes_(max_arena_bytes) {}
+  ~HandoffServer();
+
+  // Binds and listens on a SOCK_SEQPACKET Unix socket at `path` with
+  // permission bits `mode`, then serves on a thread of its own.
+  Status start(const std::string& path, uint32_t mode, int gid);
+  void stop();
+
+ private:
+  struct Connection {
+    UniqueFd fd;
+    uint64_t session_id = 0;  // 0 until the hello was accepted
+    std::chrono::steady_clock::time_point accepted;
+  };
+  void loop();
+  void acceptOne();
+  void onReadable(int fd);
+  Status handleHello(Connection& connection);
+  void closeConnection(int fd, const std::string& cause);
+  void expireSilent();
+
+  JobRegistry* registry_;
+  const uint64_t max_arena_bytes_;
+  std::string path_;
+  UniqueFd listen_fd_;
+  UniqueFd epoll_fd_;
+  UniqueFd wake_fd_;  // eventfd that stops the loop
+  std::map<int, Connection> connections_;
+  std::thread thread_;
+};
+
+}  // namespace gradsync::server

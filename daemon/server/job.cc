@@ -1,0 +1,228 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "daemon/server/job.h"
+
+#include "daemon/common/logging.h"
+#include "daemon/server/enqueue_validation.h"
+
+namespace gradsync::server {
+namespace {
+
+std::string ranksString(const std::vector<int>& ranks) {
+  std::string s = "[";
+  for (size_t i = 0; i < ranks.size(); ++i) s += (i ? ", " : "") + std::to_string(ranks[i]);
+  return s + "]";
+}
+
+v1::DaemonMessage doneMessage(const std::string& job_id, const coordinator::Request& request, const Status& status) {
+  v1::DaemonMessage message;
+  v1::Done* done = message.mutable_done();
+  done->set_handle(request.handle);
+  done->set_code(static_cast<int>(status.code()));
+  done->set_message(status.message());
+  if (!status.isOk()) {
+    done->mutable_detail()->set_job_id(job_id);
+    done->mutable_detail()->set_tensor_name(request.name);
+  }
+  return message;
+}
+
+}  // namespace
+
+Job::Job(JobSpec spec, JobLimits limits, executor::ReducePool* pool)
+    : spec_(std::move(spec)),
+      limits_(limits),
+      executor_(pool),
+      negotiator_(spec_.job_id, spec_.size, spec_.process_sets) {
+  executor_thread_ = std::thread([this] { executorLoop(); });
+}
+
+Job::~Job() {
+  stop("job '" + spec_.job_id + "' removed");
+  if (executor_thread_.joinable()) executor_thread_.join();
+}
+
+Status Job::addSession(std::shared_ptr<Session> session) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!failure_.empty()) return failedPrecondition("job '" + spec_.job_id + "' has failed: " + failure_);
+  if (stopping_) return unavailable("job '" + spec_.job_id + "' is stopping");
+  auto [it, inserted] = sessions_.emplace(session->rank(), session);
+  if (!inserted) {
+    return alreadyExists("job '" + spec_.job_id + "': rank " + std::to_string(session->rank()) +
+                         " is already connected as " + it->second->describe());
+  }
+  return okStatus();
+}
+
+bool Job::removeSession(const Session& session, const std::string& cause) {
+  Outbox outbox;
+  bool empty;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = sessions_.find(session.rank());
+    if (it == sessions_.end() || it->second.get() != &session) return sessions_.empty();
+    sessions_.erase(it);
+    if (failure_.empty() && !stopping_) {
+      failure_ = session.describe() + " " + cause;
+      GS_LOG(control, warn, "job '{}': {}; failing its collectives in flight", spec_.job_id, failure_);
+      failAllLocked(aborted("job '" + spec_.job_id + "': " + failure_), &outbox);
+    }
+    empty = sessions_.empty();
+  }
+  grant_cv_.notify_all();
+  flush(&outbox);
+  return empty;
+}
+
+void Job::submit(const std::shared_ptr<Session>& session, const v1::Enqueue& enqueue) {
+  EnqueueContext context;
+  context.rank = session->rank();
+  context.job_size = spec_.size;
+  context.process_set_sizes.push_back(spec_.size);
+  for (const auto& set : spec_.process_sets) context.process_set_sizes.push_back(static_cast<int>(set.size()));
+  context.max_name_length = limits_.max_name_length;
+  context.arena = session->arena();
+  auto request = validateEnqueue(enqueue, context);
+
+  Outbox outbox;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    coordinator::Request minimal;
+    minimal.rank = session->rank();
+    minimal.handle = enqueue.handle();
+    minimal.name = enqueue.name();
+    if (!request.isOk()) {
+      failRequestLocked(minimal, Status(request.status().code(), "job '" + spec_.job_id + "' " + request.status().message()),
+                        &outbox);
+    } else if (!session->addHandle(enqueue.handle())) {
+      // Not failRequestLocked: that would end the original operation too.
+      ++errors_;
+      outbox.emplace_back(session, doneMessage(spec_.job_id, minimal,
+                                               invalidArgument("handle " + std::to_string(enqueue.handle()) +
+                                                               " is already in flight")));
+    } else if (!failure_.empty() || stopping_) {
+      failRequestLocked(*request, aborted("job '" + spec_.job_id + "': " + (failure_.empty() ? "stopping" : failure_)),
+                        &outbox);
+    } else {
+      auto ready = negotiator_.submit(std::move(request).value(), Clock::now());
+      if (!ready.isOk()) {
+        failRequestLocked(minimal, ready.status(), &outbox);
+      } else if (!ready->empty()) {
+        for (auto& r : *ready) ready_.push_back(std::move(r));
+        ready_cv_.notify_one();
+      }
+    }
+  }
+  flush(&outbox);
+}
+
+void Job::grant(const Session& session, const v1::OutputGrant& grant) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto key = std::make_pair(session.rank(), grant.handle());
+  if (expected_grants_.erase(key) == 0) {
+    GS_LOG(control, debug, "job '{}': unexpected output grant for handle {} from rank {}", spec_.job_id,
+           grant.handle(), session.rank());
+    return;
+  }
+  grants_[key] = grant;
+  grant_cv_.notify_all();
+}
+
+void Job::failRequestLocked(const coordinator::Request& request, const Status& status, Outbox* outbox) {
+  ++errors_;
+  last_error_ = status.message();
+  auto it = sessions_.find(request.rank);
+  if (it == sessions_.end()) return;
+  it->second->removeHandle(request.handle);
+  outbox->emplace_back(it->second, doneMessage(spec_.job_id, request, status));
+}
+
+void Job::failAllLocked(const Status& status, Outbox* outbox) {
+  for (const auto& request : negotiator_.takeAll()) failRequestLocked(request, status, outbox);
+  for (const auto& response : ready_) {
+    for (const auto& request : response.requests) {
+      if (request) failRequestLocked(*request, status, outbox);
+    }
+  }
+  ready_.clear();
+}
+
+void Job::flush(Outbox* outbox) {
+  for (auto& [session, message] : *outbox) session->send(message);
+  outbox->clear();
+}
+
+void Job::housekeeping(Clock::time_point now) {
+  Outbox outbox;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    std::set<std::string> still_stalled;
+    for (const auto& stall : negotiator_.stalls(now, limits_.stall_warning)) {
+      const auto seconds = std::chrono::duration_cast<std::chrono::seconds>(stall.age).count();
+      std::string missing;
+      for (int rank : stall.missing_ranks) {
+        auto it = sessions_.find(rank);
+        missing += (missing.empty() ? "" : ", ") +
+                   (it != sessions_.end() ? it->second->describe() : "rank " + std::to_string(rank) + " (not connected)");
+      }
+      const std::string what = "job '" + spec_.job_id + "': collective '" + stall.name + "' has waited " +
+                               std::to_string(seconds) + " s for ranks " + ranksString(stall.missing_ranks) + " [" +
+                               missing + "]; ranks " + ranksString(stall.submitted_ranks) + " submitted it";
+      if (limits_.stall_deadline.count() > 0 && stall.age >= limits_.stall_deadline) {
+        GS_LOG(coordinator, err, "{}: deadline passed, failing it", what);
+        for (const auto& request : negotiator_.take(stall.name)) {
+          failRequestLocked(request, deadlineExceeded(what + " (stall deadline passed)"), &outbox);
+        }
+        continue;
+      }
+      still_stalled.insert(stall.name);
+      if (stall_warned_.insert(stall.name).second) {
+        ++stall_warnings_;
+        GS_LOG(coordinator, warn, "stall: {}", what);
+      }
+    }
+    stall_warned_.swap(still_stalled);
+  }
+  flush(&outbox);
+}
+
+void Job::stop(const std::string& reason) {
+  Outbox outbox;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (stopping_) return;
+    stopping_ = true;
+    failAllLocked(unavailable(reason), &outbox);
+  }
+  ready_cv_.notify_all();
+  grant_cv_.notify_all();
+  flush(&outbox);
+}
+
+v1::JobInfo Job::info() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  v1::JobInfo info;
+  info.set_job_id(spec_.job_id);
+  info.set_size(spec_.size);
+  info.set_local_size(spec_.local_size);
+  for (const auto& [rank, session] : sessions_) {
+    v1::RankInfo* r = info.add_ranks();
+    r->set_rank(rank);
+    r->set_local_rank(session->identity().local_rank);
+    r->set_pid(session->pid());
+    r->set_hostname(session->identity().hostname);
+    r->set_connected(session->streamAttached());
+    r->set_joined(negotiator_.joined(rank));
+    r->set_arena_bytes(session->arena() ? session->arena()->size() : 0);
+  }
+  info.set_tensors_in_flight(static_cast<int>(negotiator_.pendingCount() + ready_.size()) + in_flight_executing_);
+  info.set_operations_done(operations_done_);
+  info.set_bytes_done(bytes_done_);
+  info.set_errors(errors_);
+  info.set_last_error(last_error_);
+  info.set_fused_responses(fused_responses_);
+  info.set_stall_warnings(stall_warnings_);
+  info.set_healthy(failure_.empty() && !stopping_);
+  return info;
+}
+
+}  // namespace gradsync::server

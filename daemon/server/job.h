@@ -1,0 +1,117 @@
+// SPDX-License-Identifier: Apache-2.0
+// One job served by this daemon: its ranks' sessions, the negotiator, and the
+// executor thread that runs ready collectives. Jobs share nothing but the
+// reduce pool; one job can only reach the arenas of its own sessions.
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "daemon/coordinator/negotiator.h"
+#include "daemon/executor/local_executor.h"
+#include "daemon/server/session.h"
+#include "proto/gradsync/v1/admin.pb.h"
+
+namespace gradsync::server {
+
+using coordinator::Clock;
+
+struct JobSpec {
+  std::string job_id;
+  std::string token;
+  int size = 0;
+  int local_size = 0;
+  std::vector<std::vector<int>> process_sets;  // ids 1..n
+};
+
+struct JobLimits {
+  uint64_t fusion_threshold_bytes = 64 << 20;
+  Clock::duration stall_warning = std::chrono::seconds(60);
+  Clock::duration stall_deadline = std::chrono::seconds(300);  // zero: never
+  Clock::duration output_grant_timeout = std::chrono::seconds(30);
+  uint32_t max_name_length = 256;
+};
+
+class Job : private executor::RankAccess {
+ public:
+  Job(JobSpec spec, JobLimits limits, executor::ReducePool* pool);
+  ~Job() override;
+  Job(const Job&) = delete;
+  Job& operator=(const Job&) = delete;
+
+  const JobSpec& spec() const { return spec_; }
+
+  // Adds a registered rank. ALREADY_EXISTS when the rank is taken,
+  // FAILED_PRECONDITION when the job has failed.
+  Status addSession(std::shared_ptr<Session> session);
+  // The rank's stream or hand-off connection ended: its collectives in flight,
+  // and every other rank's, fail naming it (the job is failed from now on).
+  // Returns true when the job has no sessions left. Idempotent.
+  bool removeSession(const Session& session, const std::string& cause);
+  // Handles one Enqueue of `session`; answers errors with a Done at once.
+  void submit(const std::shared_ptr<Session>& session, const v1::Enqueue& enqueue);
+  // Handles the answer to an OutputRequest.
+  void grant(const Session& session, const v1::OutputGrant& grant);
+  // Stall warnings and deadlines; called periodically.
+  void housekeeping(Clock::time_point now);
+  // Fails everything in flight with `reason` and stops the executor.
+  void stop(const std::string& reason);
+  v1::JobInfo info() const;
+
+ private:
+  using Outbox = std::vector<std::pair<std::shared_ptr<Session>, v1::DaemonMessage>>;
+  using SessionSnapshot = std::map<int, std::shared_ptr<Session>>;
+
+  // RankAccess, used by the executor thread with the batch's snapshot.
+  const handoff::ShmArena* arena(int rank) override;
+  StatusOr<std::vector<uint8_t*>> requestOutputs(const coordinator::Response& response,
+                                                 const std::vector<uint64_t>& bytes,
+                                                 const std::vector<std::vector<int64_t>>& shapes) override;
+
+  void executorLoop();
+  void runBatch(std::vector<coordinator::Response> batch);
+  void complete(const coordinator::Response& response, const executor::ResponseResult& result, Outbox* outbox);
+  // Fails `request` with `status`, queueing its Done in `outbox`. Needs mutex_.
+  void failRequestLocked(const coordinator::Request& request, const Status& status, Outbox* outbox);
+  void failAllLocked(const Status& status, Outbox* outbox);
+  static void flush(Outbox* outbox);
+  Status grantToPointer(const Session& session, const v1::OutputGrant& grant, uint64_t expected, uint8_t** out);
+
+  const JobSpec spec_;
+  const JobLimits limits_;
+  executor::LocalExecutor executor_;
+
+  mutable std::mutex mutex_;
+  std::condition_variable ready_cv_;
+  std::condition_variable grant_cv_;
+  coordinator::Negotiator negotiator_;
+  SessionSnapshot sessions_;                         // by rank
+  std::deque<coordinator::Response> ready_;
+  std::map<std::pair<int, uint64_t>, v1::OutputGrant> grants_;  // (rank, handle)
+  std::set<std::pair<int, uint64_t>> expected_grants_;
+  std::set<std::string> stall_warned_;
+  std::string failure_;  // non-empty once the job has failed
+  bool stopping_ = false;
+  int in_flight_executing_ = 0;
+
+  // Counters (guarded by mutex_).
+  uint64_t operations_done_ = 0;
+  uint64_t bytes_done_ = 0;
+  uint64_t errors_ = 0;
+  uint64_t fused_responses_ = 0;
+  uint64_t stall_warnings_ = 0;
+  std::string last_error_;
+
+  // Sessions of the batch being executed (executor thread only).
+  SessionSnapshot batch_sessions_;
+  std::thread executor_thread_;
+};
+
+}  // namespace gradsync::server

@@ -1,0 +1,151 @@
+// SPDX-License-Identifier: Apache-2.0
+// The executor side of Job: the thread that runs ready collectives, and the
+// RankAccess it gives the local executor.
+#include "daemon/common/logging.h"
+#include "daemon/fusion/fusion_planner.h"
+#include "daemon/server/job.h"
+
+namespace gradsync::server {
+
+void Job::executorLoop() {
+  for (;;) {
+    std::vector<coordinator::Response> batch;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      ready_cv_.wait(lock, [&] { return stopping_ || !ready_.empty(); });
+      if (ready_.empty()) return;  // stopping
+      for (auto& r : ready_) batch.push_back(std::move(r));
+      ready_.clear();
+      in_flight_executing_ = static_cast<int>(batch.size());
+      batch_sessions_ = sessions_;
+    }
+    runBatch(std::move(batch));
+  }
+}
+
+void Job::runBatch(std::vector<coordinator::Response> batch) {
+  for (const auto& fused : fusion::planFusion(std::move(batch), limits_.fusion_threshold_bytes)) {
+    auto results = executor_.run(fused, *this);
+    Outbox outbox;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      for (size_t i = 0; i < fused.responses.size(); ++i) complete(fused.responses[i], results[i], &outbox);
+      ++fused_responses_;
+      in_flight_executing_ -= static_cast<int>(fused.responses.size());
+    }
+    flush(&outbox);
+  }
+  batch_sessions_.clear();
+}
+
+void Job::complete(const coordinator::Response& response, const executor::ResponseResult& result, Outbox* outbox) {
+  if (result.status.isOk()) {
+    ++operations_done_;
+  } else {
+    ++errors_;
+    last_error_ = result.status.message();
+  }
+  for (size_t i = 0; i < response.requests.size(); ++i) {
+    const auto& request = response.requests[i];
+    if (!request) continue;
+    auto it = sessions_.find(request->rank);
+    if (it == sessions_.end()) continue;
+    it->second->removeHandle(request->handle);
+    v1::DaemonMessage message;
+    v1::Done* done = message.mutable_done();
+    done->set_handle(request->handle);
+    done->set_code(static_cast<int>(result.status.code()));
+    done->set_message(result.status.message());
+    if (!result.status.isOk()) {
+      done->mutable_detail()->set_job_id(spec_.job_id);
+      done->mutable_detail()->set_tensor_name(response.name);
+      for (int rank : response.ranks) done->mutable_detail()->add_ranks(rank);
+    } else {
+      bytes_done_ += request->length;
+    }
+    if (i < result.members.size()) {
+      for (int64_t d : result.members[i].output_shape) done->add_output_shape(d);
+      for (int64_t s : result.members[i].received_splits) done->add_received_splits(s);
+    }
+    done->set_last_joined_rank(response.last_joined_rank);
+    outbox->emplace_back(it->second, std::move(message));
+  }
+}
+
+const handoff::ShmArena* Job::arena(int rank) {
+  auto it = batch_sessions_.find(rank);
+  return it == batch_sessions_.end() ? nullptr : it->second->arena();
+}
+
+Status Job::grantToPointer(const Session& session, const v1::OutputGrant& grant, uint64_t expected, uint8_t** out) {
+  if (!grant.error().empty()) {
+    return resourceExhausted(session.describe() + " could not reserve " + std::to_string(expected) +
+                             " bytes of output: " + grant.error());
+  }
+  if (grant.length() != expected) {
+    return invalidArgument(session.describe() + " granted " + std::to_string(grant.length()) + " bytes of output, " +
+                           std::to_string(expected) + " were requested");
+  }
+  const handoff::ShmArena* arena = session.arena();
+  if (arena == nullptr) return failedPrecondition(session.describe() + " has no arena");
+  ASSIGN_OR_RETURN(*out, arena->range(grant.offset(), grant.length()));
+  return okStatus();
+}
+
+StatusOr<std::vector<uint8_t*>> Job::requestOutputs(const coordinator::Response& response,
+                                                    const std::vector<uint64_t>& bytes,
+                                                    const std::vector<std::vector<int64_t>>& shapes) {
+  const std::string prefix = "job '" + spec_.job_id + "' tensor '" + response.name + "': ";
+  std::vector<std::pair<int, uint64_t>> keys;
+  Outbox outbox;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!failure_.empty()) return aborted(prefix + failure_);
+    for (size_t i = 0; i < response.requests.size(); ++i) {
+      const auto& request = response.requests[i];
+      if (!request) continue;
+      auto session = batch_sessions_.find(request->rank);
+      if (session == batch_sessions_.end()) return aborted(prefix + "rank " + std::to_string(request->rank) + " left");
+      keys.emplace_back(request->rank, request->handle);
+      expected_grants_.insert(keys.back());
+      v1::DaemonMessage message;
+      message.mutable_output_request()->set_handle(request->handle);
+      message.mutable_output_request()->set_length(bytes[i]);
+      for (int64_t d : shapes[i]) message.mutable_output_request()->add_shape(d);
+      outbox.emplace_back(session->second, std::move(message));
+    }
+  }
+  flush(&outbox);
+
+  std::unique_lock<std::mutex> lock(mutex_);
+  auto all_granted = [&] {
+    for (const auto& key : keys) {
+      if (!grants_.count(key)) return false;
+    }
+    return true;
+  };
+  const bool granted = grant_cv_.wait_for(lock, limits_.output_grant_timeout,
+                                          [&] { return all_granted() || !failure_.empty() || stopping_; });
+  std::vector<v1::OutputGrant> answers;
+  for (const auto& key : keys) {
+    auto it = grants_.find(key);
+    if (it != grants_.end()) answers.push_back(it->second);
+    grants_.erase(key);
+    expected_grants_.erase(key);
+  }
+  if (!failure_.empty()) return aborted(prefix + failure_);
+  if (stopping_) return unavailable(prefix + "job stopping");
+  if (!granted || answers.size() != keys.size()) {
+    return deadlineExceeded(prefix + "ranks did not answer the output request within the deadline");
+  }
+  std::vector<uint8_t*> pointers(response.requests.size(), nullptr);
+  for (size_t i = 0, k = 0; i < response.requests.size(); ++i) {
+    if (!response.requests[i]) continue;
+    const Session& session = *batch_sessions_.at(response.requests[i]->rank);
+    Status status = grantToPointer(session, answers[k++], bytes[i], &pointers[i]);
+    if (!status.isOk()) return Status(status.code(), prefix + status.message());
+  }
+  return pointers;
+}
+
+}  // namespace gradsync::server

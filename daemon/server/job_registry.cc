@@ -1,0 +1,205 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "daemon/server/job_registry.h"
+
+#include <sys/random.h>
+
+#include "daemon/common/logging.h"
+
+namespace gradsync::server {
+namespace {
+
+Status checkIdentity(const v1::RegisterRequest& r, uint32_t max_local_ranks) {
+  if (r.job_id().empty() || r.job_id().size() > 128) return invalidArgument("job id must have 1..128 characters");
+  for (char c : r.job_id()) {
+    if (c < 0x21 || c > 0x7e) return invalidArgument("job id must be printable ASCII without spaces");
+  }
+  if (r.token().empty() || r.token().size() > 1024) return invalidArgument("job token must have 1..1024 bytes");
+  if (r.size() < 1 || r.size() > (1 << 20)) return invalidArgument("size " + std::to_string(r.size()) + " out of range");
+  if (r.rank() < 0 || r.rank() >= r.size()) {
+    return invalidArgument("rank " + std::to_string(r.rank()) + " outside [0, " + std::to_string(r.size()) + ")");
+  }
+  if (r.local_size() < 1 || static_cast<uint32_t>(r.local_size()) > max_local_ranks) {
+    return invalidArgument("local size " + std::to_string(r.local_size()) + " outside [1, " +
+                           std::to_string(max_local_ranks) + "]");
+  }
+  if (r.local_rank() < 0 || r.local_rank() >= r.local_size()) {
+    return invalidArgument("local rank " + std::to_string(r.local_rank()) + " outside [0, " +
+                           std::to_string(r.local_size()) + ")");
+  }
+  if (r.local_size() != r.size()) {
+    return unimplemented("jobs spanning several nodes are not supported yet (local size " +
+                         std::to_string(r.local_size()) + " != size " + std::to_string(r.size()) + ")");
+  }
+  if (r.hostname().size() > 256 || r.client_version().size() > 256) return invalidArgument("hostname or version too long");
+  if (r.process_sets_size() > 4096) return invalidArgument("more than 4096 process sets");
+  for (int i = 0; i < r.process_sets_size(); ++i) {
+    const auto& ranks = r.process_sets(i).ranks();
+    if (ranks.empty()) return invalidArgument("process set " + std::to_string(i + 1) + " is empty");
+    for (int k = 0; k < ranks.size(); ++k) {
+      if (ranks[k] < 0 || ranks[k] >= r.size() || (k > 0 && ranks[k] <= ranks[k - 1])) {
+        return invalidArgument("process set " + std::to_string(i + 1) +
+                               " must list ranks in [0, size) in strictly increasing order");
+      }
+    }
+  }
+  return okStatus();
+}
+
+bool constantTimeEqual(const std::string& a, const std::string& b) {
+  if (a.size() != b.size()) return false;
+  unsigned char diff = 0;
+  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
+  return diff == 0;
+}
+
+StatusOr<JobSpec> specOf(const v1::RegisterRequest& r) {
+  JobSpec spec;
+  spec.job_id = r.job_id();
+  spec.token = r.token();
+  spec.size = r.size();
+  spec.local_size = r.local_size();
+  for (const auto& set : r.process_sets()) spec.process_sets.emplace_back(set.ranks().begin(), set.ranks().end());
+  return spec;
+}
+
+Status randomBytes(void* out, size_t len) {
+  size_t done = 0;
+  while (done < len) {
+    ssize_t n = ::getrandom(static_cast<uint8_t*>(out) + done, len - done, 0);
+    if (n < 0) return internalError("getrandom failed");
+    done += static_cast<size_t>(n);
+  }
+  return okStatus();
+}
+
+}  // namespace
+
+JobRegistry::~JobRegistry() { stopAll("daemon shutting down"); }
+
+Status JobRegistry::checkJobMatches(const Job& job, const v1::RegisterRequest& r) const {
+  const JobSpec& spec = job.spec();
+  if (!constantTimeEqual(spec.token, r.token())) {
+    return unauthenticated("job '" + r.job_id() + "': token does not match the job's token");
+  }
+  auto mine = specOf(r);
+  if (spec.size != r.size() || spec.local_size != r.local_size()) {
+    return failedPrecondition("job '" + r.job_id() + "': rank " + std::to_string(r.rank()) + " says size " +
+                              std::to_string(r.size()) + "/local size " + std::to_string(r.local_size()) +
+                              ", the job has " + std::to_string(spec.size) + "/" + std::to_string(spec.local_size));
+  }
+  if (mine->process_sets != spec.process_sets) {
+    return failedPrecondition("job '" + r.job_id() + "': rank " + std::to_string(r.rank()) +
+                              " registers different process sets than the ranks before it");
+  }
+  return okStatus();
+}
+
+StatusOr<std::shared_ptr<Session>> JobRegistry::registerRank(const v1::RegisterRequest& request) {
+  RETURN_IF_ERROR(checkIdentity(request, limits_.max_local_ranks));
+  uint64_t id = 0;
+  SessionSecret secret{};
+  RETURN_IF_ERROR(randomBytes(&id, sizeof(id)));
+  RETURN_IF_ERROR(randomBytes(secret.data(), secret.size()));
+
+  std::lock_guard<std::mutex> lock(mutex_);
+  while (id == 0 || sessions_.count(id)) ++id;
+  auto it = jobs_.find(request.job_id());
+  std::shared_ptr<Job> job;
+  if (it == jobs_.end()) {
+    if (jobs_.size() >= limits_.max_jobs) {
+      return resourceExhausted("daemon serves " + std::to_string(jobs_.size()) + " jobs already (max_jobs)");
+    }
+    job = std::make_shared<Job>(std::move(specOf(request).value()), limits_.job, pool_);
+  } else {
+    job = it->second;
+    RETURN_IF_ERROR(checkJobMatches(*job, request));
+  }
+  RankIdentity identity{request.job_id(), request.rank(),    request.size(),          request.local_rank(),
+                        request.local_size(), request.hostname(), request.client_version()};
+  auto session = std::make_shared<Session>(id, secret, std::move(identity));
+  RETURN_IF_ERROR(job->addSession(session));
+  jobs_[request.job_id()] = job;
+  sessions_[id] = SessionEntry{session, job, Clock::now()};
+  GS_LOG(control, info, "job '{}': rank {} registered (session {})", request.job_id(), request.rank(), id);
+  return session;
+}
+
+std::shared_ptr<Session> JobRegistry::findSession(uint64_t session_id) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = sessions_.find(session_id);
+  return it == sessions_.end() ? nullptr : it->second.session;
+}
+
+std::shared_ptr<Job> JobRegistry::jobOf(const Session& session) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = sessions_.find(session.id());
+  return it == sessions_.end() ? nullptr : it->second.job;
+}
+
+void JobRegistry::sessionLost(uint64_t session_id, const std::string& cause) {
+  std::shared_ptr<Job> job;
+  std::shared_ptr<Session> session;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = sessions_.find(session_id);
+    if (it == sessions_.end()) return;
+    job = it->second.job;
+    session = it->second.session;
+    sessions_.erase(it);
+  }
+  GS_LOG(control, info, "job '{}': {} left: {}", job->spec().job_id, session->describe(), cause);
+  const bool empty = job->removeSession(*session, cause);
+  if (empty) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = jobs_.find(job->spec().job_id);
+    if (it != jobs_.end() && it->second == job) {
+      jobs_.erase(it);
+      GS_LOG(control, info, "job '{}' ended", job->spec().job_id);
+    }
+  }
+  // `job` may be the last reference: its destructor joins its executor here,
+  // outside the registry lock.
+}
+
+void JobRegistry::housekeeping(Clock::time_point now) {
+  std::vector<std::shared_ptr<Job>> jobs;
+  std::vector<uint64_t> expired;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (const auto& [id, job] : jobs_) jobs.push_back(job);
+    for (const auto& [id, entry] : sessions_) {
+      if (entry.session->arena() == nullptr && now - entry.registered > limits_.handoff_timeout) expired.push_back(id);
+    }
+  }
+  for (uint64_t id : expired) sessionLost(id, "did not hand over its arena in time");
+  for (auto& job : jobs) job->housekeeping(now);
+}
+
+void JobRegistry::stopAll(const std::string& reason) {
+  std::map<std::string, std::shared_ptr<Job>> jobs;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    jobs = jobs_;
+  }
+  for (auto& [id, job] : jobs) job->stop(reason);
+}
+
+std::vector<v1::JobInfo> JobRegistry::jobInfos(const std::string& only_job) const {
+  std::vector<std::shared_ptr<Job>> jobs;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (const auto& [id, job] : jobs_) {
+      if (only_job.empty() || id == only_job) jobs.push_back(job);
+    }
+  }
+  std::vector<v1::JobInfo> infos;
+  for (const auto& job : jobs) infos.push_back(job->info());
+  return infos;
+}
+
+size_t JobRegistry::jobCount() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return jobs_.size();
+}
+
+}  // namespace gradsync::server

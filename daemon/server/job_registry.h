@@ -1,0 +1,63 @@
+// SPDX-License-Identifier: Apache-2.0
+// The daemon's jobs and sessions. Registration creates a job on its first
+// rank and the job goes away with its last session.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "daemon/executor/reduce_pool.h"
+#include "daemon/server/job.h"
+#include "proto/gradsync/v1/control.pb.h"
+
+namespace gradsync::server {
+
+struct RegistryLimits {
+  JobLimits job;
+  uint32_t max_jobs = 64;
+  uint32_t max_local_ranks = 256;
+  // A registered session whose hand-off has not arrived by then is dropped.
+  Clock::duration handoff_timeout = std::chrono::seconds(30);
+};
+
+class JobRegistry {
+ public:
+  JobRegistry(RegistryLimits limits, executor::ReducePool* pool) : limits_(limits), pool_(pool) {}
+  ~JobRegistry();
+
+  // Validates the identity, finds or creates the job, checks token, size and
+  // process sets, and creates the rank's session.
+  StatusOr<std::shared_ptr<Session>> registerRank(const v1::RegisterRequest& request);
+  // The session with this id, or null.
+  std::shared_ptr<Session> findSession(uint64_t session_id) const;
+  std::shared_ptr<Job> jobOf(const Session& session) const;
+  // The session's stream or hand-off connection ended; removes it (and its
+  // job when empty). Idempotent.
+  void sessionLost(uint64_t session_id, const std::string& cause);
+  // Stall checks and hand-off timeouts.
+  void housekeeping(Clock::time_point now);
+  // Fails every job with `reason` (daemon shutdown).
+  void stopAll(const std::string& reason);
+
+  std::vector<v1::JobInfo> jobInfos(const std::string& only_job) const;
+  size_t jobCount() const;
+
+ private:
+  struct SessionEntry {
+    std::shared_ptr<Session> session;
+    std::shared_ptr<Job> job;
+    Clock::time_point registered;
+  };
+  Status checkJobMatches(const Job& job, const v1::RegisterRequest& request) const;
+
+  const RegistryLimits limits_;
+  executor::ReducePool* pool_;
+  mutable std::mutex mutex_;
+  std::map<std::string, std::shared_ptr<Job>> jobs_;
+  std::map<uint64_t, SessionEntry> sessions_;
+};
+
+}  // namespace gradsync::server

@@ -1,0 +1,83 @@
+// SPDX-License-Identifier: Apache-2.0
+// One connected rank: its identity, its arena (after hand-off) and the
+// writing side of its session stream.
+#pragma once
+
+#include <grpcpp/grpcpp.h>
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+
+#include "daemon/handoff/shm_arena.h"
+#include "daemon/handoff/shm_layout.h"
+#include "proto/gradsync/v1/control.grpc.pb.h"
+
+namespace gradsync::server {
+
+using SessionStream = grpc::ServerReaderWriter<v1::DaemonMessage, v1::ClientMessage>;
+using SessionSecret = std::array<uint8_t, handoff::kSessionSecretBytes>;
+
+struct RankIdentity {
+  std::string job_id;
+  int rank = -1;
+  int size = 0;
+  int local_rank = -1;
+  int local_size = 0;
+  std::string hostname;
+  std::string client_version;
+};
+
+class Session {
+ public:
+  Session(uint64_t id, const SessionSecret& secret, RankIdentity identity)
+      : id_(id), secret_(secret), identity_(std::move(identity)) {}
+
+  uint64_t id() const { return id_; }
+  const RankIdentity& identity() const { return identity_; }
+  int rank() const { return identity_.rank; }
+  // Constant-time comparison with the secret handed out at registration.
+  bool secretMatches(const uint8_t* secret, size_t len) const;
+  void copySecret(uint8_t* out) const { std::copy(secret_.begin(), secret_.end(), out); }
+
+  // Hand-off: at most once. FAILED_PRECONDITION when already attached.
+  Status attachArena(std::unique_ptr<handoff::ShmArena> arena, int64_t pid);
+  // Null until the hand-off; then stable for the life of the session (the
+  // arena stays mapped while anyone holds the session).
+  const handoff::ShmArena* arena() const;
+  int64_t pid() const;
+
+  // The stream's writer, set by the Session RPC while it runs.
+  void attachStream(SessionStream* stream);
+  void detachStream();
+  bool streamAttached() const;
+  // Writes one message; false when no stream is attached or the write failed.
+  // Thread-safe (writes are serialised).
+  bool send(const v1::DaemonMessage& message);
+
+  // "rank 1 (pid 4242, host node-a)", for error messages.
+  std::string describe() const;
+
+  // Handles of this session's collectives in flight (for duplicate checks).
+  bool addHandle(uint64_t handle);
+  void removeHandle(uint64_t handle);
+
+ private:
+  const uint64_t id_;
+  const SessionSecret secret_;
+  const RankIdentity identity_;
+
+  mutable std::mutex mutex_;
+  std::unique_ptr<handoff::ShmArena> arena_;
+  int64_t pid_ = 0;
+  std::set<uint64_t> handles_;
+
+  mutable std::mutex write_mutex_;
+  SessionStream* stream_ = nullptr;  // guarded by write_mutex_
+};
+
+}  // namespace gradsync::server
