@@ -74,7 +74,8 @@ Status Daemon::startServers() {
   limits.max_local_ranks = config_.max_local_ranks();
   registry_ = std::make_unique<server::JobRegistry>(limits, pool_.get());
 
-  server::ControlInfo control_info{kVersion, config_.max_arena_bytes(), limits.job.max_name_length};
+  server::ControlInfo control_info{kVersion, config_.max_arena_bytes(), limits.job.max_name_length,
+                                   config_.handoff_socket_path()};
   control_ = std::make_unique<server::ControlService>(registry_.get(), control_info);
   const gpu::CudaProbe cuda = gpu::probeCuda();
   GS_LOG(main, info, "CUDA devices: {}{}", cuda.devices, cuda.note.empty() ? "" : " (" + cuda.note + ")");

@@ -26,6 +26,7 @@ grpc::Status ControlService::Register(grpc::ServerContext*, const v1::RegisterRe
   response->set_daemon_version(info_.daemon_version);
   response->set_max_arena_bytes(info_.max_arena_bytes);
   response->set_max_name_length(info_.max_name_length);
+  response->set_handoff_socket_path(info_.handoff_socket_path);
   return grpc::Status::OK;
 }
 

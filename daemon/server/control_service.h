@@ -11,6 +11,7 @@ struct ControlInfo {
   std::string daemon_version;
   uint64_t max_arena_bytes = 0;
   uint32_t max_name_length = 256;
+  std::string handoff_socket_path;
 };
 
 class ControlService final : public v1::Control::Service {

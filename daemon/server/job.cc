@@ -63,8 +63,10 @@ bool Job::removeSession(const Session& session, const std::string& cause) {
     sessions_.erase(it);
     if (failure_.empty() && !stopping_) {
       failure_ = session.describe() + " " + cause;
-      GS_LOG(control, warn, "job '{}': {}; failing its collectives in flight", spec_.job_id, failure_);
       failAllLocked(aborted("job '" + spec_.job_id + "': " + failure_), &outbox);
+      if (!outbox.empty()) {
+        GS_LOG(control, warn, "job '{}': {}; failed {} collectives in flight", spec_.job_id, failure_, outbox.size());
+      }
     }
     empty = sessions_.empty();
   }

@@ -373,6 +373,22 @@ TEST(CpuReduceTest, AverageWithDivisorLargerThanInputs) {
   }
 }
 
+// More inputs and outputs than the AVX2 streaming kernel takes at once.
+TEST(CpuReduceTest, ManyInputsAndOutputs) {
+  uint32_t seed = 3000;
+  for (DataType dtype : kAllTypes) {
+    for (ReduceOp op : {v1::SUM, v1::MAX, v1::AVERAGE}) {
+      if (!reduceOpAllowed(dtype, op)) continue;
+      for (int ni : {5, 9, 12}) {
+        Case c{dtype, op, ni, 2049};
+        c.divisor = ni;
+        checkCase(c, seed++);
+        if (HasFatalFailure()) return;
+      }
+    }
+  }
+}
+
 TEST(CpuReduceTest, PrescaleAndPostscale) {
   const std::pair<double, double> scales[] = {{0.5, 3.0}, {-1.25, 0.1}, {1.0, 0.25}, {2.0, 1.0}, {1.0 / 3, -7.0}};
   uint32_t seed = 2000;

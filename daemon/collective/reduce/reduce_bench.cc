@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // Single-thread throughput of the CPU reduction kernels.
 //   bazel run -c opt //daemon/collective/reduce:reduce_bench [-- MiB [runs]]
+// (MiB may be fractional: 0.25 measures L2-resident compute speed)
 // For each case: the median time of `runs` runs over buffers of MiB MiB each,
 // "buf GB/s" = bytes of one buffer / time, "mem GB/s" = bytes of every input
 // and output / time (each is read or written once). The plain `a[i] += b[i]`
@@ -19,7 +20,12 @@
 namespace gradsync::reduce {
 namespace {
 
-double medianSeconds(int runs, const std::function<void()>& body) {
+struct Timing {
+  double median;
+  double best;
+};
+
+Timing timeRuns(int runs, const std::function<void()>& body) {
   body();  // warm up (page faults, caches)
   std::vector<double> seconds;
   for (int r = 0; r < runs; ++r) {
@@ -29,13 +35,14 @@ double medianSeconds(int runs, const std::function<void()>& body) {
     seconds.push_back(std::chrono::duration<double>(stop - start).count());
   }
   std::sort(seconds.begin(), seconds.end());
-  return seconds[seconds.size() / 2];
+  return {seconds[seconds.size() / 2], seconds[0]};
 }
 
-void report(const std::string& name, double seconds, size_t buffer_bytes, int buffers_of_traffic) {
-  std::printf("%-44s %8.2f ms  buf %6.2f GB/s  mem %6.2f GB/s\n", name.c_str(), seconds * 1e3,
-              static_cast<double>(buffer_bytes) / seconds / 1e9,
-              static_cast<double>(buffer_bytes) * buffers_of_traffic / seconds / 1e9);
+void report(const std::string& name, Timing t, size_t buffer_bytes, int buffers_of_traffic) {
+  const double buf = static_cast<double>(buffer_bytes) / 1e9;
+  std::printf("%-48s median %8.3f ms  buf %6.2f GB/s  mem %6.2f GB/s   (best: mem %6.2f GB/s)\n", name.c_str(),
+              t.median * 1e3, buf / t.median, buf * buffers_of_traffic / t.median,
+              buf * buffers_of_traffic / t.best);
 }
 
 __attribute__((noinline)) void plainAddInPlace(float* a, const float* b, size_t n) {
@@ -71,7 +78,7 @@ void benchCase(const char* label, DataType dtype, ReduceOp op, int num_outputs, 
     std::printf("invalid: %s\n", validateReduceArgs(args).toString().c_str());
     return;
   }
-  const double s = medianSeconds(runs, [&] {
+  const Timing s = timeRuns(runs, [&] {
     if (avx2) {
       internal::reduceRangeAvx2(args, 0, count);
     } else {
@@ -83,15 +90,15 @@ void benchCase(const char* label, DataType dtype, ReduceOp op, int num_outputs, 
 }
 
 int benchMain(int argc, char** argv) {
-  const size_t mib = argc > 1 ? std::strtoul(argv[1], nullptr, 10) : 64;
+  const double mib = argc > 1 ? std::strtod(argv[1], nullptr) : 64;
   const int runs = argc > 2 ? std::atoi(argv[2]) : 11;
-  const size_t bytes = mib << 20;
-  std::printf("buffers of %zu MiB, median of %d runs, 1 thread, cpu avx2+f16c+fma: %s\n", mib, runs,
+  const size_t bytes = static_cast<size_t>(mib * (1 << 20)) / 64 * 64;
+  std::printf("buffers of %g MiB, median of %d runs, 1 thread, cpu avx2+f16c+fma: %s\n", mib, runs,
               internal::cpuSupportsAvx2() ? "yes" : "no");
 
   {
     std::vector<float> a(bytes / sizeof(float), 1e-3f), b(bytes / sizeof(float), 1e-3f);
-    const double s = medianSeconds(runs, [&] { plainAddInPlace(a.data(), b.data(), a.size()); });
+    const Timing s = timeRuns(runs, [&] { plainAddInPlace(a.data(), b.data(), a.size()); });
     report("yardstick: float32 a[i] += b[i]", s, bytes, 3);
   }
   std::vector<bool> isas = {false};

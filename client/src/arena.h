@@ -1,0 +1,49 @@
+// SPDX-License-Identifier: Apache-2.0
+// The client's shared-memory arena: a sealed memfd mapped here and in the
+// daemon, with a first-fit allocator over it.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+
+#include "daemon/common/status.h"
+#include "daemon/common/unique_fd.h"
+
+namespace gradsync::client {
+
+class Arena {
+ public:
+  // Creates and maps a memfd of `bytes`, sealed against resizing.
+  static StatusOr<std::unique_ptr<Arena>> create(uint64_t bytes);
+  ~Arena();
+  Arena(const Arena&) = delete;
+  Arena& operator=(const Arena&) = delete;
+
+  int fd() const { return fd_.get(); }
+  uint64_t size() const { return size_; }
+  uint8_t* base() const { return base_; }
+
+  // Reserves `bytes` (rounded up to 64), returning the offset, or
+  // RESOURCE_EXHAUSTED. Zero bytes get a valid offset of an empty range.
+  StatusOr<uint64_t> allocate(uint64_t bytes);
+  // Frees an offset returned by allocate. INVALID_ARGUMENT when unknown.
+  Status release(uint64_t offset);
+  // Whether [ptr, ptr + bytes) lies inside the arena; its offset if so.
+  bool contains(const void* ptr, uint64_t bytes, uint64_t* offset) const;
+  uint64_t bytesInUse() const;
+
+ private:
+  Arena(UniqueFd fd, uint8_t* base, uint64_t size);
+  uint64_t bytesInUseLocked() const;
+
+  UniqueFd fd_;
+  uint8_t* base_;
+  uint64_t size_;
+  mutable std::mutex mutex_;
+  std::map<uint64_t, uint64_t> free_;       // offset -> length
+  std::map<uint64_t, uint64_t> allocated_;  // offset -> length
+};
+
+}  // namespace gradsync::client

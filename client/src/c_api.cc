@@ -1,0 +1,236 @@
+// SPDX-License-Identifier: Apache-2.0
+// The C ABI boundary: no exception and no Status crosses it. Every entry
+// point catches everything and turns it into a code plus the thread's last
+// error text.
+#include <cstring>
+#include <exception>
+#include <string>
+
+#include "client/include/gradsync/gradsync.h"
+#include "client/src/client.h"
+#include "client/src/env.h"
+
+struct gradsync_client {
+  std::unique_ptr<gradsync::client::Client> impl;
+};
+
+namespace {
+
+using gradsync::Status;
+using gradsync::StatusCode;
+using gradsync::client::Client;
+using gradsync::client::ClientOptions;
+using gradsync::client::OpSpec;
+
+thread_local std::string last_error;
+
+gradsync_status_t report(const Status& status) {
+  last_error = status.isOk() ? std::string() : status.message();
+  return static_cast<gradsync_status_t>(status.code());
+}
+
+gradsync_status_t invalid(const std::string& message) { return report(gradsync::invalidArgument(message)); }
+
+// Runs `fn` (returning a Status) and converts anything thrown into INTERNAL.
+template <typename Fn>
+gradsync_status_t guarded(Fn&& fn) {
+  try {
+    return report(fn());
+  } catch (const std::exception& e) {
+    return report(gradsync::internalError(std::string("unexpected exception: ") + e.what()));
+  } catch (...) {
+    return report(gradsync::internalError("unexpected exception"));
+  }
+}
+
+gradsync::StatusOr<ClientOptions> optionsFrom(const gradsync_config_t* c) {
+  if (c->struct_size < sizeof(gradsync_config_t) || c->version != GRADSYNC_CONFIG_VERSION) {
+    return gradsync::invalidArgument("gradsync_config_t not initialised with gradsync_config_init (size/version)");
+  }
+  const auto env = gradsync::client::readEnvIdentity();
+  ClientOptions o;
+  o.socket_path = c->socket_path ? c->socket_path : env.socket_path.value_or("/run/gradsync/gradsyncd.sock");
+  o.job_id = c->job_id ? c->job_id : env.job_id.value_or("");
+  o.token = c->token ? c->token : env.token.value_or("");
+  o.rank = c->rank >= 0 ? c->rank : env.rank.value_or(-1);
+  o.size = c->world_size > 0 ? c->world_size : env.size.value_or(-1);
+  o.local_rank = c->local_rank >= 0 ? c->local_rank : env.local_rank.value_or(o.rank);
+  o.local_size = c->local_size > 0 ? c->local_size : env.local_size.value_or(o.size);
+  o.arena_bytes = c->arena_bytes ? c->arena_bytes : env.arena_bytes.value_or(uint64_t{4} << 30);
+  o.connect_timeout_seconds = c->connect_timeout_seconds > 0 ? c->connect_timeout_seconds : 30;
+  if (o.job_id.empty()) return gradsync::invalidArgument("no job id: set GRADSYNC_JOB_ID or config.job_id");
+  if (o.token.empty()) return gradsync::invalidArgument("no job token: set GRADSYNC_TOKEN or config.token");
+  if (o.rank < 0 || o.size <= 0) return gradsync::invalidArgument("no rank/size: set GRADSYNC_RANK and GRADSYNC_SIZE");
+  if (c->num_process_sets < 0 || (c->num_process_sets > 0 && (!c->process_set_sizes || !c->process_set_ranks))) {
+    return gradsync::invalidArgument("process sets: sizes and ranks arrays required");
+  }
+  for (int32_t i = 0; i < c->num_process_sets; ++i) {
+    if (c->process_set_sizes[i] < 0 || (c->process_set_sizes[i] > 0 && !c->process_set_ranks[i])) {
+      return gradsync::invalidArgument("process set " + std::to_string(i + 1) + " is malformed");
+    }
+    o.process_sets.emplace_back(c->process_set_ranks[i], c->process_set_ranks[i] + c->process_set_sizes[i]);
+  }
+  return o;
+}
+
+gradsync::StatusOr<OpSpec> specFrom(const gradsync_op_t* op) {
+  if (op == nullptr || op->struct_size < sizeof(gradsync_op_t)) {
+    return gradsync::invalidArgument("gradsync_op_t not initialised with gradsync_op_init");
+  }
+  if (op->ndim < 0 || op->ndim > GRADSYNC_MAX_DIMS || (op->ndim > 0 && op->shape == nullptr)) {
+    return gradsync::invalidArgument("ndim must be in [0, 16] with a shape array");
+  }
+  if (op->num_splits < 0 || (op->num_splits > 0 && op->splits == nullptr)) {
+    return gradsync::invalidArgument("splits array missing");
+  }
+  OpSpec spec;
+  spec.type = static_cast<gradsync::v1::CollectiveType>(op->collective);
+  spec.name = op->name ? op->name : "";
+  spec.dtype = static_cast<gradsync::v1::DataType>(op->dtype);
+  spec.shape.assign(op->shape, op->shape + op->ndim);
+  spec.data = op->data;
+  spec.op = static_cast<gradsync::v1::ReduceOp>(op->reduce_op);
+  spec.prescale = op->prescale;
+  spec.postscale = op->postscale;
+  spec.root_rank = op->root_rank;
+  spec.process_set = op->process_set;
+  if (op->num_splits > 0) spec.splits.assign(op->splits, op->splits + op->num_splits);
+  return spec;
+}
+
+}  // namespace
+
+extern "C" {
+
+const char* gradsync_version(void) { return "0.1.0"; }
+const char* gradsync_last_error(void) { return last_error.c_str(); }
+
+gradsync_status_t gradsync_config_init(gradsync_config_t* config) {
+  if (config == nullptr) return invalid("config is NULL");
+  std::memset(config, 0, sizeof(*config));
+  config->struct_size = sizeof(*config);
+  config->version = GRADSYNC_CONFIG_VERSION;
+  config->rank = config->world_size = config->local_rank = config->local_size = -1;
+  return report(gradsync::okStatus());
+}
+
+gradsync_status_t gradsync_op_init(gradsync_op_t* op) {
+  if (op == nullptr) return invalid("op is NULL");
+  std::memset(op, 0, sizeof(*op));
+  op->struct_size = sizeof(*op);
+  op->collective = GRADSYNC_ALLREDUCE;
+  op->dtype = GRADSYNC_FLOAT32;
+  op->reduce_op = GRADSYNC_SUM;
+  return report(gradsync::okStatus());
+}
+
+gradsync_status_t gradsync_init(const gradsync_config_t* config, gradsync_client_t** client) {
+  if (config == nullptr || client == nullptr) return invalid("config and client must not be NULL");
+  return guarded([&]() -> Status {
+    ASSIGN_OR_RETURN(auto options, optionsFrom(config));
+    ASSIGN_OR_RETURN(auto impl, Client::connect(options));
+    *client = new gradsync_client{std::move(impl)};
+    return gradsync::okStatus();
+  });
+}
+
+gradsync_status_t gradsync_shutdown(gradsync_client_t* client) {
+  if (client == nullptr) return invalid("client is NULL");
+  return guarded([&]() -> Status {
+    client->impl->shutdown();
+    delete client;
+    return gradsync::okStatus();
+  });
+}
+
+int32_t gradsync_rank(const gradsync_client_t* c) { return c ? c->impl->options().rank : -1; }
+int32_t gradsync_size(const gradsync_client_t* c) { return c ? c->impl->options().size : -1; }
+int32_t gradsync_local_rank(const gradsync_client_t* c) { return c ? c->impl->options().local_rank : -1; }
+int32_t gradsync_local_size(const gradsync_client_t* c) { return c ? c->impl->options().local_size : -1; }
+
+void* gradsync_alloc(gradsync_client_t* client, uint64_t bytes) {
+  if (client == nullptr) {
+    invalid("client is NULL");
+    return nullptr;
+  }
+  void* out = nullptr;
+  guarded([&]() -> Status {
+    ASSIGN_OR_RETURN(uint64_t offset, client->impl->arena().allocate(bytes));
+    out = client->impl->arena().base() + offset;
+    return gradsync::okStatus();
+  });
+  return out;
+}
+
+gradsync_status_t gradsync_free(gradsync_client_t* client, void* ptr) {
+  if (client == nullptr) return invalid("client is NULL");
+  if (ptr == nullptr) return report(gradsync::okStatus());
+  return guarded([&]() -> Status {
+    uint64_t offset = 0;
+    if (!client->impl->arena().contains(ptr, 0, &offset)) return gradsync::invalidArgument("pointer not in the arena");
+    return client->impl->arena().release(offset);
+  });
+}
+
+gradsync_status_t gradsync_enqueue(gradsync_client_t* client, const gradsync_op_t* op, gradsync_handle_t* handle) {
+  if (client == nullptr || handle == nullptr) return invalid("client and handle must not be NULL");
+  return guarded([&]() -> Status {
+    ASSIGN_OR_RETURN(auto spec, specFrom(op));
+    ASSIGN_OR_RETURN(*handle, client->impl->enqueue(spec));
+    return gradsync::okStatus();
+  });
+}
+
+gradsync_status_t gradsync_enqueue_group(gradsync_client_t* client, const gradsync_op_t* ops, int32_t n,
+                                         gradsync_handle_t* handles) {
+  if (client == nullptr || ops == nullptr || handles == nullptr || n <= 0) return invalid("bad group arguments");
+  return guarded([&]() -> Status {
+    std::vector<OpSpec> specs;
+    for (int32_t i = 0; i < n; ++i) {
+      ASSIGN_OR_RETURN(auto spec, specFrom(&ops[i]));
+      specs.push_back(std::move(spec));
+    }
+    ASSIGN_OR_RETURN(auto ids, client->impl->enqueueGroup(specs));
+    std::copy(ids.begin(), ids.end(), handles);
+    return gradsync::okStatus();
+  });
+}
+
+gradsync_status_t gradsync_poll(gradsync_client_t* client, gradsync_handle_t handle, int32_t* done) {
+  if (client == nullptr || done == nullptr) return invalid("client and done must not be NULL");
+  return guarded([&]() -> Status {
+    ASSIGN_OR_RETURN(bool finished, client->impl->poll(handle));
+    *done = finished ? 1 : 0;
+    return gradsync::okStatus();
+  });
+}
+
+gradsync_status_t gradsync_wait(gradsync_client_t* client, gradsync_handle_t handle, double timeout_seconds) {
+  if (client == nullptr) return invalid("client is NULL");
+  return guarded([&] { return client->impl->wait(handle, timeout_seconds); });
+}
+
+gradsync_status_t gradsync_result(gradsync_client_t* client, gradsync_handle_t handle, gradsync_result_t* result) {
+  if (client == nullptr || result == nullptr || result->struct_size < sizeof(gradsync_result_t)) {
+    return invalid("client and an initialised result (struct_size) are required");
+  }
+  return guarded([&]() -> Status {
+    ASSIGN_OR_RETURN(auto r, client->impl->result(handle));
+    // The result stays valid until release: keep the splits in the op.
+    result->data = r.data;
+    result->bytes = r.bytes;
+    result->ndim = static_cast<int32_t>(std::min<size_t>(r.shape.size(), GRADSYNC_MAX_DIMS));
+    for (int32_t i = 0; i < result->ndim; ++i) result->shape[i] = r.shape[i];
+    result->num_received_splits = static_cast<int32_t>(r.received_splits.size());
+    result->received_splits = client->impl->receivedSplits(handle);
+    result->last_joined_rank = r.last_joined_rank;
+    return gradsync::okStatus();
+  });
+}
+
+gradsync_status_t gradsync_release(gradsync_client_t* client, gradsync_handle_t handle) {
+  if (client == nullptr) return invalid("client is NULL");
+  return guarded([&] { return client->impl->release(handle); });
+}
+
+}  // extern "C"

@@ -1,0 +1,200 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "client/src/client.h"
+
+#include <sys/socket.h>
+#include <sys/un.h>
+
+#include <chrono>
+#include <cstring>
+
+#include "daemon/common/dtype.h"
+#include "daemon/handoff/fd_passing.h"
+#include "daemon/handoff/shm_layout.h"
+
+namespace gradsync::client {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::chrono::milliseconds toMillis(double seconds) {
+  return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
+}
+
+Status fromGrpc(const grpc::Status& status, const std::string& what) {
+  return Status(static_cast<StatusCode>(status.error_code()), what + ": " + status.error_message());
+}
+
+constexpr const char* kClientVersion = "0.1.0";
+
+}  // namespace
+
+
+
+StatusOr<std::unique_ptr<Client>> Client::connect(const ClientOptions& options) {
+  std::unique_ptr<Client> client(new Client(options));
+  const std::string target = "unix:" + options.socket_path;
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(64 << 20);
+  client->channel_ = grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
+  const auto deadline = std::chrono::system_clock::now() + toMillis(options.connect_timeout_seconds);
+  if (!client->channel_->WaitForConnected(deadline)) {
+    return unavailable("cannot reach gradsyncd at " + target + " within " +
+                       std::to_string(options.connect_timeout_seconds) + " s (is the daemon running?)");
+  }
+  client->stub_ = v1::Control::NewStub(client->channel_);
+  RETURN_IF_ERROR(client->registerRank());
+  RETURN_IF_ERROR(client->handOffArena());
+  RETURN_IF_ERROR(client->openSession());
+  return client;
+}
+
+Client::~Client() { shutdown(); }
+
+Status Client::registerRank() {
+  v1::RegisterRequest request;
+  request.set_job_id(options_.job_id);
+  request.set_token(options_.token);
+  request.set_rank(options_.rank);
+  request.set_size(options_.size);
+  request.set_local_rank(options_.local_rank);
+  request.set_local_size(options_.local_size);
+  for (const auto& set : options_.process_sets) {
+    auto* spec = request.add_process_sets();
+    for (int rank : set) spec->add_ranks(rank);
+  }
+  char host[256] = {};
+  ::gethostname(host, sizeof(host) - 1);
+  request.set_hostname(host);
+  request.set_client_version(kClientVersion);
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + toMillis(options_.connect_timeout_seconds));
+  v1::RegisterResponse response;
+  grpc::Status status = stub_->Register(&context, request, &response);
+  if (!status.ok()) return fromGrpc(status, "registering rank " + std::to_string(options_.rank) + " of job '" +
+                                                options_.job_id + "'");
+  session_id_ = response.session_id();
+  session_secret_ = response.session_secret();
+  if (session_secret_.size() != handoff::kSessionSecretBytes) return internalError("daemon sent a malformed secret");
+  const uint64_t arena_bytes = std::min<uint64_t>(options_.arena_bytes, response.max_arena_bytes());
+  ASSIGN_OR_RETURN(arena_, Arena::create(arena_bytes));
+  handoff_path_ = response.handoff_socket_path();
+  return okStatus();
+}
+
+Status Client::handOffArena() {
+  handoff_fd_.reset(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (handoff_path_.size() >= sizeof(addr.sun_path)) return invalidArgument("hand-off path too long");
+  std::strncpy(addr.sun_path, handoff_path_.c_str(), sizeof(addr.sun_path) - 1);
+  if (::connect(handoff_fd_.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    return unavailable("cannot connect to the hand-off socket " + handoff_path_ + ": " + std::strerror(errno));
+  }
+  handoff::HandoffHello hello{};
+  hello.magic = handoff::kHandoffMagic;
+  hello.version = handoff::kHandoffVersion;
+  hello.session_id = session_id_;
+  std::memcpy(hello.secret, session_secret_.data(), sizeof(hello.secret));
+  RETURN_IF_ERROR(handoff::sendWithFd(handoff_fd_.get(), &hello, sizeof(hello), arena_->fd()));
+  handoff::HandoffReply reply{};
+  RETURN_IF_ERROR(handoff::recvExact(handoff_fd_.get(), &reply, sizeof(reply), toMillis(options_.connect_timeout_seconds)));
+  reply.message[sizeof(reply.message) - 1] = '\0';
+  if (reply.magic != handoff::kHandoffMagic) return internalError("malformed hand-off reply");
+  if (reply.code != 0) return Status(static_cast<StatusCode>(reply.code), std::string("hand-off refused: ") + reply.message);
+  return okStatus();
+}
+
+Status Client::openSession() {
+  stream_ = stub_->Session(&stream_context_);
+  v1::ClientMessage hello;
+  hello.mutable_hello()->set_session_id(session_id_);
+  hello.mutable_hello()->set_session_secret(session_secret_);
+  if (!send(hello)) return unavailable("session stream closed before hello");
+  reader_ = std::thread([this] { readerLoop(); });
+  std::unique_lock<std::mutex> lock(mutex_);
+  const bool opened = cv_.wait_for(lock, toMillis(options_.connect_timeout_seconds),
+                                   [&] { return session_open_ || !broken_.isOk(); });
+  if (session_open_) return okStatus();
+  if (!opened) stream_context_.TryCancel();
+  return broken_.isOk() ? deadlineExceeded("no session acknowledgement from gradsyncd") : broken_;
+}
+
+bool Client::send(const v1::ClientMessage& message) {
+  std::lock_guard<std::mutex> lock(write_mutex_);
+  return stream_ && stream_->Write(message);
+}
+
+void Client::readerLoop() {
+  v1::DaemonMessage message;
+  while (stream_->Read(&message)) {
+    switch (message.msg_case()) {
+      case v1::DaemonMessage::kHelloAck: {
+        std::lock_guard<std::mutex> lock(mutex_);
+        session_open_ = true;
+        cv_.notify_all();
+        break;
+      }
+      case v1::DaemonMessage::kDone: onDone(message.done()); break;
+      case v1::DaemonMessage::kOutputRequest: onOutputRequest(message.output_request()); break;
+      default: break;
+    }
+  }
+  grpc::Status status = stream_->Finish();
+  std::lock_guard<std::mutex> lock(mutex_);
+  broken_ = shut_down_ ? cancelled("client shut down")
+                       : Status(StatusCode::kUnavailable,
+                                "session with gradsyncd ended: " +
+                                    (status.ok() ? std::string("closed by the daemon") : status.error_message()));
+  failAllLocked(broken_);
+  session_open_ = false;
+  reader_done_ = true;
+  cv_.notify_all();
+}
+
+void Client::onDone(const v1::Done& done) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = ops_.find(done.handle());
+  if (it == ops_.end() || it->second->done) return;
+  Operation& op = *it->second;
+  op.status = Status(static_cast<StatusCode>(done.code()), done.message());
+  op.output_shape.assign(done.output_shape().begin(), done.output_shape().end());
+  op.received_splits.assign(done.received_splits().begin(), done.received_splits().end());
+  op.last_joined_rank = done.last_joined_rank();
+  op.done = true;
+  cv_.notify_all();
+}
+
+void Client::onOutputRequest(const v1::OutputRequest& request) {
+  v1::ClientMessage message;
+  v1::OutputGrant* grant = message.mutable_output_grant();
+  grant->set_handle(request.handle());
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = ops_.find(request.handle());
+    if (it == ops_.end() || it->second->has_output) {
+      grant->set_error("unknown handle or output already granted");
+    } else {
+      auto offset = arena_->allocate(request.length());
+      if (!offset.isOk()) {
+        grant->set_error(offset.status().message());
+      } else {
+        it->second->has_output = true;
+        it->second->output_offset = *offset;
+        it->second->output_length = request.length();
+        grant->set_offset(*offset);
+        grant->set_length(request.length());
+      }
+    }
+  }
+  send(message);
+}
+
+void Client::failAllLocked(const Status& status) {
+  for (auto& [handle, op] : ops_) {
+    if (op->done) continue;
+    op->status = status;
+    op->done = true;
+  }
+}
+
+}  // namespace gradsync::client

@@ -1,0 +1,141 @@
+// SPDX-License-Identifier: Apache-2.0
+// The client library's engine: one rank's connection to its gradsyncd, its
+// arena, and its operations in flight. Errors are Status values; c_api.cc
+// turns them into the C ABI's codes.
+#pragma once
+
+#include <grpcpp/grpcpp.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "client/src/arena.h"
+#include "daemon/common/unique_fd.h"
+#include "proto/gradsync/v1/control.grpc.pb.h"
+
+namespace gradsync::client {
+
+struct ClientOptions {
+  std::string socket_path;
+  std::string job_id;
+  std::string token;
+  int rank = 0;
+  int size = 1;
+  int local_rank = 0;
+  int local_size = 1;
+  uint64_t arena_bytes = uint64_t{4} << 30;
+  double connect_timeout_seconds = 30;
+  std::vector<std::vector<int>> process_sets;
+};
+
+// One collective as the caller describes it (see gradsync_op_t).
+struct OpSpec {
+  v1::CollectiveType type = v1::ALLREDUCE;
+  std::string name;
+  v1::DataType dtype = v1::FLOAT32;
+  std::vector<int64_t> shape;
+  void* data = nullptr;
+  v1::ReduceOp op = v1::SUM;
+  double prescale = 0;
+  double postscale = 0;
+  int root_rank = 0;
+  int process_set = 0;
+  std::vector<int64_t> splits;
+};
+
+struct OpResult {
+  const void* data = nullptr;
+  uint64_t bytes = 0;
+  std::vector<int64_t> shape;
+  std::vector<int64_t> received_splits;
+  int last_joined_rank = -1;
+};
+
+class Client {
+ public:
+  // Connects to the daemon, registers, hands over the arena, opens the
+  // session. Every step is bounded by options.connect_timeout_seconds.
+  static StatusOr<std::unique_ptr<Client>> connect(const ClientOptions& options);
+  ~Client();
+
+  const ClientOptions& options() const { return options_; }
+  Arena& arena() { return *arena_; }
+
+  StatusOr<uint64_t> enqueue(const OpSpec& spec);
+  StatusOr<std::vector<uint64_t>> enqueueGroup(const std::vector<OpSpec>& specs);
+  StatusOr<bool> poll(uint64_t handle);
+  // timeout_seconds <= 0: no client-side limit.
+  Status wait(uint64_t handle, double timeout_seconds);
+  StatusOr<OpResult> result(uint64_t handle);
+  Status release(uint64_t handle);
+  // Received splits of a completed ALLTOALL, valid until release (null if none).
+  const int64_t* receivedSplits(uint64_t handle);
+  // Closes the session; operations in flight fail. Idempotent.
+  void shutdown();
+
+ private:
+  struct Operation {
+    uint64_t handle = 0;
+    std::string name;
+    v1::CollectiveType type = v1::ALLREDUCE;
+    void* copy_back_to = nullptr;  // user buffer when the input was copied in
+    uint64_t input_offset = 0;
+    uint64_t length = 0;
+    bool owns_input = false;
+    bool has_output = false;
+    uint64_t output_offset = 0;
+    uint64_t output_length = 0;
+    bool done = false;
+    bool finishing = false;
+    bool finished = false;
+    Status status;
+    std::vector<int64_t> output_shape;
+    std::vector<int64_t> received_splits;
+    int last_joined_rank = -1;
+  };
+  explicit Client(const ClientOptions& options) : options_(options) {}
+  Status registerRank();
+  Status handOffArena();
+  Status openSession();
+  void readerLoop();
+  void onDone(const v1::Done& done);
+  void onOutputRequest(const v1::OutputRequest& request);
+  void failAllLocked(const Status& status);
+  StatusOr<uint64_t> enqueueOne(const OpSpec& spec, uint64_t group_id, uint32_t group_size);
+  // Copies an in-place result back to the caller's buffer and frees the
+  // input slot. Runs without mutex_ (copies can be large).
+  void finish(Operation& op);
+  bool send(const v1::ClientMessage& message);
+
+  const ClientOptions options_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::Control::Stub> stub_;
+  uint64_t session_id_ = 0;
+  std::string session_secret_;
+  std::unique_ptr<Arena> arena_;
+  std::string handoff_path_;
+  UniqueFd handoff_fd_;
+  grpc::ClientContext stream_context_;
+  std::unique_ptr<grpc::ClientReaderWriter<v1::ClientMessage, v1::DaemonMessage>> stream_;
+  std::thread reader_;
+
+  std::mutex write_mutex_;
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::map<uint64_t, std::unique_ptr<Operation>> ops_;
+  bool session_open_ = false;
+  bool reader_done_ = false;
+  Status broken_;  // non-OK once the session ended
+  uint64_t next_handle_ = 1;
+  uint64_t next_group_ = 1;
+  uint64_t next_barrier_ = 1;
+  std::atomic<bool> shut_down_{false};
+};
+
+}  // namespace gradsync::client

@@ -1,0 +1,207 @@
+// SPDX-License-Identifier: Apache-2.0
+// Client: starting, waiting for and releasing operations.
+#include <chrono>
+#include <cstring>
+
+#include "client/src/client.h"
+#include "daemon/common/dtype.h"
+
+namespace gradsync::client {
+namespace {
+
+constexpr int64_t kMaxElements = int64_t{1} << 50;
+
+bool copiesBack(v1::CollectiveType type) { return type == v1::ALLREDUCE || type == v1::BROADCAST; }
+bool isDataless(v1::CollectiveType type) { return type == v1::BARRIER || type == v1::JOIN; }
+
+StatusOr<uint64_t> bytesOf(const OpSpec& spec) {
+  if (isDataless(spec.type)) return uint64_t{0};
+  const size_t esize = elementSize(spec.dtype);
+  if (esize == 0) return invalidArgument("unknown dtype " + std::to_string(static_cast<int>(spec.dtype)));
+  if (spec.shape.size() > 16) return invalidArgument("more than 16 dimensions");
+  const int64_t count = elementCount(spec.shape, kMaxElements);
+  if (count < 0) return invalidArgument("invalid shape " + shapeString(spec.shape));
+  if (count > 0 && spec.data == nullptr) return invalidArgument("tensor '" + spec.name + "' has no data");
+  return static_cast<uint64_t>(count) * esize;
+}
+
+}  // namespace
+
+StatusOr<uint64_t> Client::enqueue(const OpSpec& spec) { return enqueueOne(spec, 0, 0); }
+
+StatusOr<std::vector<uint64_t>> Client::enqueueGroup(const std::vector<OpSpec>& specs) {
+  uint64_t group;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    group = next_group_++;
+  }
+  std::vector<uint64_t> handles;
+  for (const auto& spec : specs) {
+    if (spec.type != v1::ALLREDUCE) return invalidArgument("grouped operations must be allreduces");
+    auto handle = enqueueOne(spec, group, static_cast<uint32_t>(specs.size()));
+    if (!handle.isOk()) {
+      // The daemon holds the members sent so far until the group is whole: it
+      // never will be, so they end by the stall deadline. Say so.
+      return Status(handle.status().code(), handle.status().message() + " (grouped operation left incomplete)");
+    }
+    handles.push_back(*handle);
+  }
+  return handles;
+}
+
+StatusOr<uint64_t> Client::enqueueOne(const OpSpec& spec, uint64_t group_id, uint32_t group_size) {
+  ASSIGN_OR_RETURN(uint64_t bytes, bytesOf(spec));
+  auto op = std::make_unique<Operation>();
+  op->type = spec.type;
+  op->length = bytes;
+  if (bytes > 0 && arena_->contains(spec.data, bytes, &op->input_offset)) {
+    // Zero copy: the tensor already lives in the arena.
+  } else if (bytes > 0) {
+    ASSIGN_OR_RETURN(op->input_offset, arena_->allocate(bytes));
+    op->owns_input = true;
+    std::memcpy(arena_->base() + op->input_offset, spec.data, bytes);
+    if (copiesBack(spec.type)) op->copy_back_to = spec.data;
+  }
+  v1::ClientMessage message;
+  v1::Enqueue* e = message.mutable_enqueue();
+  const uint64_t input_offset = op->input_offset;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!broken_.isOk() || shut_down_) {
+      if (op->owns_input) (void)arena_->release(op->input_offset);
+      return broken_.isOk() ? failedPrecondition("client is shut down") : broken_;
+    }
+    op->handle = next_handle_++;
+    op->name = spec.name;
+    if (spec.type == v1::BARRIER && op->name.empty()) op->name = "barrier." + std::to_string(next_barrier_++);
+    if (spec.type == v1::JOIN) op->name = "join";
+    e->set_handle(op->handle);
+    e->set_name(op->name);
+    ops_[op->handle] = std::move(op);
+  }
+  e->set_type(spec.type);
+  e->set_dtype(spec.dtype);
+  for (int64_t d : spec.shape) e->add_shape(d);
+  e->set_op(spec.op);
+  e->set_prescale(spec.prescale);
+  e->set_postscale(spec.postscale);
+  e->set_root_rank(spec.root_rank);
+  e->set_process_set_id(spec.process_set);
+  for (int64_t s : spec.splits) e->add_splits(s);
+  e->set_offset(input_offset);
+  e->set_length(bytes);
+  e->set_group_id(group_id);
+  e->set_group_size(group_size);
+  if (!send(message)) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto found = ops_.find(e->handle());
+    if (found != ops_.end() && !found->second->done) {
+      auto& op_ref = found->second;
+      op_ref->status = unavailable("cannot send to gradsyncd: session stream closed");
+      op_ref->done = true;
+      cv_.notify_all();
+    }
+  }
+  return e->handle();
+}
+
+void Client::finish(Operation& op) {
+  // Runs with mutex_ released: copies can be large.
+  if (op.copy_back_to != nullptr && op.status.isOk()) {
+    std::memcpy(op.copy_back_to, arena_->base() + op.input_offset, op.length);
+  }
+  if (op.owns_input) (void)arena_->release(op.input_offset);
+  op.owns_input = false;
+}
+
+StatusOr<bool> Client::poll(uint64_t handle) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  auto it = ops_.find(handle);
+  if (it == ops_.end()) return notFound("unknown handle " + std::to_string(handle));
+  if (!it->second->done) return false;
+  lock.unlock();
+  (void)wait(handle, 0);  // completes the copy back
+  return true;
+}
+
+Status Client::wait(uint64_t handle, double timeout_seconds) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  auto it = ops_.find(handle);
+  if (it == ops_.end()) return notFound("unknown handle " + std::to_string(handle));
+  Operation& op = *it->second;
+  auto ready = [&] { return op.done; };
+  if (timeout_seconds > 0) {
+    if (!cv_.wait_for(lock, std::chrono::duration<double>(timeout_seconds), ready)) {
+      return deadlineExceeded("operation '" + op.name + "' not done within " + std::to_string(timeout_seconds) + " s");
+    }
+  } else {
+    cv_.wait(lock, ready);
+  }
+  if (!op.finishing) {
+    op.finishing = true;
+    lock.unlock();
+    finish(op);
+    lock.lock();
+    op.finished = true;
+    cv_.notify_all();
+  }
+  cv_.wait(lock, [&] { return op.finished; });
+  return op.status;
+}
+
+StatusOr<OpResult> Client::result(uint64_t handle) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = ops_.find(handle);
+  if (it == ops_.end()) return notFound("unknown handle " + std::to_string(handle));
+  const Operation& op = *it->second;
+  if (!op.finished) return failedPrecondition("operation '" + op.name + "' has not been waited for");
+  if (!op.status.isOk()) return op.status;
+  OpResult result;
+  if (op.has_output) {
+    result.data = arena_->base() + op.output_offset;
+    result.bytes = op.output_length;
+  }
+  result.shape = op.output_shape;
+  result.received_splits = op.received_splits;
+  result.last_joined_rank = op.last_joined_rank;
+  return result;
+}
+
+const int64_t* Client::receivedSplits(uint64_t handle) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = ops_.find(handle);
+  if (it == ops_.end() || it->second->received_splits.empty()) return nullptr;
+  return it->second->received_splits.data();
+}
+
+Status Client::release(uint64_t handle) {
+  std::unique_ptr<Operation> op;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = ops_.find(handle);
+    if (it == ops_.end()) return notFound("unknown handle " + std::to_string(handle));
+    if (!it->second->done) return failedPrecondition("operation '" + it->second->name + "' is still in flight");
+    if (it->second->finishing && !it->second->finished) return failedPrecondition("operation is being waited for");
+    op = std::move(it->second);
+    ops_.erase(it);
+  }
+  if (op->owns_input) (void)arena_->release(op->input_offset);
+  if (op->has_output) (void)arena_->release(op->output_offset);
+  return okStatus();
+}
+
+void Client::shutdown() {
+  if (shut_down_.exchange(true)) return;
+  if (stream_) {
+    {
+      std::lock_guard<std::mutex> lock(write_mutex_);
+      stream_->WritesDone();
+    }
+    std::unique_lock<std::mutex> lock(mutex_);
+    if (!cv_.wait_for(lock, std::chrono::seconds(5), [&] { return reader_done_; })) stream_context_.TryCancel();
+  }
+  if (reader_.joinable()) reader_.join();
+  handoff_fd_.reset();
+}
+
+}  // namespace gradsync::client

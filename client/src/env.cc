@@ -1,0 +1,40 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "client/src/env.h"
+
+#include <cstdlib>
+
+namespace gradsync::client {
+namespace {
+
+std::optional<std::string> text(const char* name) {
+  const char* value = std::getenv(name);
+  if (value == nullptr || *value == '\0') return std::nullopt;
+  return std::string(value);
+}
+
+template <typename T>
+std::optional<T> number(const char* name) {
+  auto value = text(name);
+  if (!value) return std::nullopt;
+  char* end = nullptr;
+  long long parsed = std::strtoll(value->c_str(), &end, 10);
+  if (end == value->c_str() || *end != '\0' || parsed < 0) return std::nullopt;
+  return static_cast<T>(parsed);
+}
+
+}  // namespace
+
+EnvIdentity readEnvIdentity() {
+  EnvIdentity env;
+  env.socket_path = text("GRADSYNC_SOCKET");
+  env.job_id = text("GRADSYNC_JOB_ID");
+  env.token = text("GRADSYNC_TOKEN");
+  env.rank = number<int>("GRADSYNC_RANK");
+  env.size = number<int>("GRADSYNC_SIZE");
+  env.local_rank = number<int>("GRADSYNC_LOCAL_RANK");
+  env.local_size = number<int>("GRADSYNC_LOCAL_SIZE");
+  env.arena_bytes = number<uint64_t>("GRADSYNC_ARENA_BYTES");
+  return env;
+}
+
+}  // namespace gradsync::client

@@ -1,0 +1,25 @@
+// SPDX-License-Identifier: Apache-2.0
+// The client's identity from GRADSYNC_* environment variables: the only
+// place the client library reads the environment.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace gradsync::client {
+
+struct EnvIdentity {
+  std::optional<std::string> socket_path;  // GRADSYNC_SOCKET
+  std::optional<std::string> job_id;       // GRADSYNC_JOB_ID
+  std::optional<std::string> token;        // GRADSYNC_TOKEN
+  std::optional<int> rank;                 // GRADSYNC_RANK
+  std::optional<int> size;                 // GRADSYNC_SIZE
+  std::optional<int> local_rank;           // GRADSYNC_LOCAL_RANK
+  std::optional<int> local_size;           // GRADSYNC_LOCAL_SIZE
+  std::optional<uint64_t> arena_bytes;     // GRADSYNC_ARENA_BYTES
+};
+
+EnvIdentity readEnvIdentity();
+
+}  // namespace gradsync::client
