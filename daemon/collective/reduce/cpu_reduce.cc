@@ -16,6 +16,7 @@
 // Forces inlining, so that a helper takes the instruction set of the kernel
 // it is called from.
 #define GS_INLINE inline __attribute__((always_inline))
+#define GS_INLINE_LAMBDA __attribute__((always_inline))
 
 namespace gradsync::reduce {
 namespace {

@@ -12,6 +12,7 @@
 //    FLOAT32 above, and rounded back to nearest even. Overflow gives Inf, NaN
 //    stays NaN, fp16 denormals are exact.
 //  * MIN / MAX on floating types propagate NaN: a NaN operand gives NaN.
+//    Which NaN (payload, sign) a result carries is unspecified.
 //  * Integers: SUM and PRODUCT wrap modulo 2^bits (computed unsigned, no UB);
 //    MIN / MAX as usual; AVERAGE sums in 64 bits (wrapping at 2^64), divides
 //    by average_divisor truncating toward zero, and wraps into the type (which
@@ -21,7 +22,8 @@
 //    precision in that step.
 //  * BOOL: MIN = logical AND, MAX = logical OR; any non-zero byte is true and
 //    the output bytes are 0 or 1. prescale and postscale must be 1.
-// Arrays must be aligned to their element size.
+// Arrays must be aligned to their element size. The kernels keep up to 32 KiB
+// of blocks on the calling thread's stack.
 #pragma once
 
 #include <cstddef>

@@ -51,7 +51,7 @@ inline uint16_t floatToHalf(float f) {
   // Normal: rebias the exponent (-112 << 23) and add half an ulp (minus one,
   // plus the lowest kept bit: ties to even); a carry out of the mantissa rounds
   // up to the next binade or to Inf.
-  const uint32_t normal = (u + 0xc8000fffu) >> 13;
+  const uint32_t normal = (u + 0xc8000fffu + ((u >> 13) & 1u)) >> 13;
   uint32_t h = u < 0x38800000u ? denormal : normal;
   h = u >= 0x47800000u ? 0x7c00u : h;  // >= 2^16 (and Inf): Inf
   h = u > 0x7f800000u ? nan : h;

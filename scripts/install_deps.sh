@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# Installs the Debian packages gradsync builds and tests with. Idempotent:
+# does nothing when everything is already installed.
+set -euo pipefail
+
+PACKAGES=(
+  bazel-bootstrap            # Bazel 4.2.3, offline
+  g++ python3
+  libgrpc++-dev protobuf-compiler-grpc protobuf-compiler libprotobuf-dev
+  libucx-dev ucx-utils
+  libspdlog-dev libfmt-dev
+  libgtest-dev libgmock-dev libbenchmark-dev
+  systemd                    # systemd-analyze verify, for the unit-file test
+  iproute2
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  exit 0
+fi
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO="sudo"
+echo "install_deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+if [ ! -x /usr/local/cuda/bin/nvcc ]; then
+  echo "install_deps: note: no CUDA toolkit at /usr/local/cuda; GPU code is linked from there where present" >&2
+fi

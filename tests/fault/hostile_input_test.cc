@@ -1,0 +1,244 @@
+// SPDX-License-Identifier: Apache-2.0
+// Malformed and hostile input on both daemon sockets: every case ends in an
+// error status or a closed connection, and the daemon keeps serving.
+#include <fcntl.h>
+#include <grpcpp/grpcpp.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <random>
+
+#include "daemon/handoff/fd_passing.h"
+#include "daemon/handoff/shm_layout.h"
+#include "gtest/gtest.h"
+#include "proto/gradsync/v1/admin.grpc.pb.h"
+#include "proto/gradsync/v1/control.grpc.pb.h"
+#include "tests/testutil/daemon_fixture.h"
+
+namespace gradsync::testutil {
+namespace {
+
+using Stream = grpc::ClientReaderWriter<v1::ClientMessage, v1::DaemonMessage>;
+
+UniqueFd connectUnix(const std::string& path, int type) {
+  UniqueFd fd(::socket(AF_UNIX, type | SOCK_CLOEXEC, 0));
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
+  if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) return UniqueFd();
+  return fd;
+}
+
+UniqueFd makeMemfd(uint64_t size, bool seal) {
+  UniqueFd fd(::memfd_create("hostile", MFD_CLOEXEC | MFD_ALLOW_SEALING));
+  if (::ftruncate(fd.get(), static_cast<off_t>(size)) != 0) return UniqueFd();
+  if (seal && ::fcntl(fd.get(), F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) != 0) return UniqueFd();
+  return fd;
+}
+
+class HostileInputTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string error;
+    ASSERT_TRUE(daemon_.start({}, &error)) << error;
+    channel_ = grpc::CreateChannel("unix:" + daemon_.socketPath(), grpc::InsecureChannelCredentials());
+    control_ = v1::Control::NewStub(channel_);
+    admin_ = v1::Admin::NewStub(channel_);
+  }
+  void TearDown() override {
+    EXPECT_TRUE(alive()) << daemon_.log();
+    EXPECT_EQ(daemon_.stop(), 0) << daemon_.log();
+  }
+  bool alive() {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    v1::GetStatusResponse response;
+    return admin_->GetStatus(&context, v1::GetStatusRequest(), &response).ok();
+  }
+  grpc::Status registerRank(const std::string& job, int rank, int size, v1::RegisterResponse* out,
+                            const std::string& token = "t", int local_size = -1) {
+    v1::RegisterRequest request;
+    request.set_job_id(job);
+    request.set_token(token);
+    request.set_rank(rank);
+    request.set_size(size);
+    request.set_local_rank(rank);
+    request.set_local_size(local_size < 0 ? size : local_size);
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    return control_->Register(&context, request, out);
+  }
+  // Hands over `memfd` with the given credentials; returns the reply code.
+  int handoff(uint64_t session_id, const std::string& secret, int memfd, UniqueFd* keep, std::string* message) {
+    UniqueFd fd = connectUnix(daemon_.socketPath() + ".handoff", SOCK_SEQPACKET);
+    handoff::HandoffHello hello{};
+    hello.magic = handoff::kHandoffMagic;
+    hello.version = handoff::kHandoffVersion;
+    hello.session_id = session_id;
+    std::memcpy(hello.secret, secret.data(), std::min(secret.size(), sizeof(hello.secret)));
+    EXPECT_TRUE(handoff::sendWithFd(fd.get(), &hello, sizeof(hello), memfd).isOk());
+    handoff::HandoffReply reply{};
+    Status s = handoff::recvExact(fd.get(), &reply, sizeof(reply), std::chrono::seconds(5));
+    if (!s.isOk()) return -1;
+    if (message) *message = reply.message;
+    if (keep) *keep = std::move(fd);
+    return reply.code;
+  }
+  // A single-rank job with a 4096-byte arena and an open session.
+  std::unique_ptr<Stream> openSession(const std::string& job, grpc::ClientContext* context, UniqueFd* handoff_fd) {
+    v1::RegisterResponse reg;
+    EXPECT_TRUE(registerRank(job, 0, 1, &reg).ok());
+    UniqueFd memfd = makeMemfd(4096, true);
+    EXPECT_EQ(handoff(reg.session_id(), reg.session_secret(), memfd.get(), handoff_fd, nullptr), 0);
+    auto stream = control_->Session(context);
+    v1::ClientMessage hello;
+    hello.mutable_hello()->set_session_id(reg.session_id());
+    hello.mutable_hello()->set_session_secret(reg.session_secret());
+    EXPECT_TRUE(stream->Write(hello));
+    v1::DaemonMessage ack;
+    EXPECT_TRUE(stream->Read(&ack));
+    EXPECT_TRUE(ack.has_hello_ack());
+    return stream;
+  }
+  // Sends one Enqueue and returns the Done it gets.
+  v1::Done roundTrip(Stream* stream, const v1::Enqueue& enqueue) {
+    v1::ClientMessage message;
+    *message.mutable_enqueue() = enqueue;
+    EXPECT_TRUE(stream->Write(message));
+    v1::DaemonMessage reply;
+    EXPECT_TRUE(stream->Read(&reply));
+    return reply.done();
+  }
+
+  DaemonFixture daemon_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::Control::Stub> control_;
+  std::unique_ptr<v1::Admin::Stub> admin_;
+};
+
+TEST_F(HostileInputTest, RandomBytesOnBothSockets) {
+  std::mt19937 rng(42);
+  std::vector<char> junk(65536);
+  for (auto& c : junk) c = static_cast<char>(rng());
+  for (int i = 0; i < 5; ++i) {
+    UniqueFd grpc_fd = connectUnix(daemon_.socketPath(), SOCK_STREAM);
+    ASSERT_TRUE(grpc_fd.valid());
+    EXPECT_GT(::send(grpc_fd.get(), junk.data(), junk.size(), MSG_NOSIGNAL), 0);
+    UniqueFd handoff_fd = connectUnix(daemon_.socketPath() + ".handoff", SOCK_SEQPACKET);
+    ASSERT_TRUE(handoff_fd.valid());
+    ::send(handoff_fd.get(), junk.data(), 48, MSG_NOSIGNAL);     // right size, wrong magic
+    UniqueFd handoff_long = connectUnix(daemon_.socketPath() + ".handoff", SOCK_SEQPACKET);
+    ::send(handoff_long.get(), junk.data(), 4000, MSG_NOSIGNAL);  // too long
+  }
+  EXPECT_TRUE(alive());
+}
+
+TEST_F(HostileInputTest, RegistrationChecksIdentity) {
+  v1::RegisterResponse reg;
+  EXPECT_EQ(registerRank("j", 2, 2, &reg).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(registerRank("bad id", 0, 2, &reg).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(registerRank("j", 0, 0, &reg).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(registerRank("j", 0, 2, &reg, "").error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(registerRank("j", 0, 4, &reg, "t", 2).error_code(), grpc::StatusCode::UNIMPLEMENTED);
+  ASSERT_TRUE(registerRank("j", 0, 2, &reg).ok());
+  EXPECT_EQ(registerRank("j", 0, 2, &reg).error_code(), grpc::StatusCode::ALREADY_EXISTS);
+  EXPECT_EQ(registerRank("j", 1, 2, &reg, "other").error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(registerRank("j", 1, 3, &reg).error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+}
+
+TEST_F(HostileInputTest, HandoffRejectsWrongSecretAndUnsealedArena) {
+  v1::RegisterResponse reg;
+  ASSERT_TRUE(registerRank("h", 0, 1, &reg).ok());
+  UniqueFd sealed = makeMemfd(4096, true);
+  EXPECT_EQ(handoff(reg.session_id(), std::string(32, 'x'), sealed.get(), nullptr, nullptr), 16);
+  EXPECT_EQ(handoff(reg.session_id() + 1, reg.session_secret(), sealed.get(), nullptr, nullptr), 16);
+  UniqueFd unsealed = makeMemfd(4096, false);
+  std::string message;
+  EXPECT_EQ(handoff(reg.session_id(), reg.session_secret(), unsealed.get(), nullptr, &message), 3);
+  EXPECT_NE(message.find("F_SEAL_SHRINK"), std::string::npos) << message;
+  EXPECT_EQ(handoff(reg.session_id(), reg.session_secret(), -1, nullptr, &message), 3);  // no descriptor
+  UniqueFd keep;
+  EXPECT_EQ(handoff(reg.session_id(), reg.session_secret(), sealed.get(), &keep, nullptr), 0);
+  EXPECT_EQ(handoff(reg.session_id(), reg.session_secret(), sealed.get(), nullptr, &message), 9);  // twice
+}
+
+TEST_F(HostileInputTest, SessionNeedsHelloWithSecret) {
+  {
+    grpc::ClientContext context;
+    auto stream = control_->Session(&context);
+    v1::ClientMessage m;
+    m.mutable_enqueue()->set_name("x");
+    stream->Write(m);
+    stream->WritesDone();
+    EXPECT_EQ(stream->Finish().error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  }
+  {
+    grpc::ClientContext context;
+    auto stream = control_->Session(&context);
+    v1::ClientMessage m;
+    m.mutable_hello()->set_session_id(12345);
+    m.mutable_hello()->set_session_secret("nope");
+    stream->Write(m);
+    stream->WritesDone();
+    EXPECT_EQ(stream->Finish().error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  }
+}
+
+TEST_F(HostileInputTest, OutOfRangeOffsetsAndBadEnqueuesGetErrors) {
+  grpc::ClientContext context;
+  UniqueFd handoff_fd;
+  auto stream = openSession("bounds", &context, &handoff_fd);
+  v1::Enqueue e;
+  e.set_handle(1);
+  e.set_name("t");
+  e.set_type(v1::ALLREDUCE);
+  e.set_dtype(v1::FLOAT32);
+  e.add_shape(16);
+  e.set_op(v1::SUM);
+  e.set_offset(4090);  // 64 bytes from 4090 pass the end of the 4096-byte arena
+  e.set_length(64);
+  v1::Done done = roundTrip(stream.get(), e);
+  EXPECT_EQ(done.handle(), 1u);
+  EXPECT_EQ(done.code(), static_cast<int>(grpc::StatusCode::OUT_OF_RANGE)) << done.message();
+  e.set_offset(UINT64_MAX - 10);
+  EXPECT_EQ(roundTrip(stream.get(), e).code(), static_cast<int>(grpc::StatusCode::OUT_OF_RANGE));
+  e.set_offset(0);
+  e.set_length(65);
+  EXPECT_EQ(roundTrip(stream.get(), e).code(), static_cast<int>(grpc::StatusCode::INVALID_ARGUMENT));
+  e.set_length(64);
+  e.set_dtype(static_cast<v1::DataType>(1000));
+  EXPECT_EQ(roundTrip(stream.get(), e).code(), static_cast<int>(grpc::StatusCode::INVALID_ARGUMENT));
+  // An unexpected output grant is ignored; a valid collective still works.
+  v1::ClientMessage grant;
+  grant.mutable_output_grant()->set_handle(999);
+  grant.mutable_output_grant()->set_offset(1 << 30);
+  grant.mutable_output_grant()->set_length(1 << 30);
+  ASSERT_TRUE(stream->Write(grant));
+  e.set_dtype(v1::FLOAT32);
+  e.set_handle(2);
+  done = roundTrip(stream.get(), e);
+  EXPECT_EQ(done.handle(), 2u);
+  EXPECT_EQ(done.code(), 0) << done.message();
+  stream->WritesDone();
+  EXPECT_TRUE(stream->Finish().ok());
+}
+
+TEST_F(HostileInputTest, OversizedMessageIsRejected) {
+  grpc::ClientContext context;
+  UniqueFd handoff_fd;
+  auto stream = openSession("big", &context, &handoff_fd);
+  v1::ClientMessage m;
+  m.mutable_enqueue()->set_name(std::string(5 << 20, 'n'));
+  stream->Write(m);
+  stream->WritesDone();
+  v1::DaemonMessage reply;
+  while (stream->Read(&reply)) {
+  }
+  EXPECT_EQ(stream->Finish().error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+}
+
+}  // namespace
+}  // namespace gradsync::testutil

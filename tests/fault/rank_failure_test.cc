@@ -1,0 +1,74 @@
+// SPDX-License-Identifier: Apache-2.0
+// A rank killed mid-collective and a collective some ranks never join: the
+// other ranks get an error naming the rank (and pid) in bounded time, and
+// the daemon keeps serving other jobs.
+#include <signal.h>
+
+#include "gtest/gtest.h"
+#include "tests/testutil/daemon_fixture.h"
+
+namespace gradsync::testutil {
+namespace {
+
+bool logHas(const Process& p, const std::string& text) { return p.log().find(text) != std::string::npos; }
+
+TEST(RankFailureTest, KilledRankFailsPendingCollectivesWithinFiveSeconds) {
+  DaemonFixture daemon;
+  std::string error;
+  ASSERT_TRUE(daemon.start({}, &error)) << error;
+  Process survivor = daemon.spawnRank("victim-job", 0, 2, {"kill_victim"});
+  Process victim = daemon.spawnRank("victim-job", 1, 2, {"kill_victim"});
+  ASSERT_TRUE(waitFor([&] { return logHas(survivor, "ENQUEUED") && logHas(victim, "VICTIM READY"); },
+                      std::chrono::seconds(20)))
+      << survivor.log() << victim.log();
+  const pid_t victim_pid = victim.pid();
+  const auto killed_at = std::chrono::steady_clock::now();
+  victim.kill(SIGKILL);
+  EXPECT_EQ(victim.wait(std::chrono::seconds(5)), 128 + SIGKILL);
+  EXPECT_EQ(survivor.wait(std::chrono::seconds(10)), 0) << survivor.log() << daemon.log();
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - killed_at).count();
+  EXPECT_LT(seconds, 5.0);
+  const std::string log = survivor.log();
+  EXPECT_NE(log.find("rank 1 (pid " + std::to_string(victim_pid)), std::string::npos) << log;
+  EXPECT_NE(log.find("the process exited or was killed"), std::string::npos) << log;
+
+  // The daemon goes on serving other jobs.
+  std::vector<Process> next;
+  for (int r = 0; r < 2; ++r) next.push_back(daemon.spawnRank("next-job", r, 2, {"allgather"}));
+  std::string report;
+  EXPECT_TRUE(allSucceed(next, std::chrono::seconds(30), &report)) << report;
+  EXPECT_EQ(daemon.stop(), 0) << daemon.log();
+}
+
+TEST(RankFailureTest, StalledCollectiveWarnsThenFailsNamingMissingRanks) {
+  DaemonFixture daemon;
+  std::string error;
+  ASSERT_TRUE(daemon.start({"--stall-warning-seconds", "1", "--stall-deadline-seconds", "2"}, &error)) << error;
+  std::vector<Process> ranks;
+  const std::string marker = daemon.dir() + "/rank0-done";
+  for (int r = 0; r < 2; ++r) ranks.push_back(daemon.spawnRank("stall-job", r, 2, {"stall", marker}));
+  std::string report;
+  EXPECT_TRUE(allSucceed(ranks, std::chrono::seconds(30), &report)) << report << daemon.log();
+  const std::string log = daemon.log();
+  EXPECT_NE(log.find("stall: job 'stall-job': collective 'lonely' has waited 1 s for ranks [1]"), std::string::npos)
+      << log;
+  EXPECT_NE(log.find("deadline passed"), std::string::npos) << log;
+  EXPECT_EQ(daemon.stop(), 0);
+}
+
+TEST(RankFailureTest, DaemonShutdownFailsPendingWorkAndExitsCleanly) {
+  DaemonFixture daemon;
+  std::string error;
+  ASSERT_TRUE(daemon.start({}, &error)) << error;
+  Process survivor = daemon.spawnRank("shutdown-job", 0, 2, {"kill_victim"});
+  Process victim = daemon.spawnRank("shutdown-job", 1, 2, {"kill_victim"});
+  ASSERT_TRUE(waitFor([&] { return logHas(survivor, "ENQUEUED"); }, std::chrono::seconds(20))) << survivor.log();
+  EXPECT_EQ(daemon.stop(), 0) << daemon.log();
+  // The waiting rank learns at once that the daemon is gone (its check for
+  // ABORTED fails, so it exits 1, but it does exit, with the cause printed).
+  EXPECT_NE(survivor.wait(std::chrono::seconds(10)), -1);
+  EXPECT_NE(survivor.log().find("daemon shutting down"), std::string::npos) << survivor.log();
+}
+
+}  // namespace
+}  // namespace gradsync::testutil

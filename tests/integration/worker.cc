@@ -1,0 +1,293 @@
+// SPDX-License-Identifier: Apache-2.0
+// One rank of an integration test: connects to gradsyncd (GRADSYNC_* from
+// the test), runs one scenario, checks every result against a reference
+// computed locally, and exits 0 on success.
+//
+//   worker <scenario> [args...]
+#include <unistd.h>
+
+#include <chrono>
+#include <functional>
+#include <map>
+
+#include "tests/integration/worker_util.h"
+
+namespace gradsync::worker {
+namespace {
+
+// Input of `rank` at element `i`, chosen so every op's result is exact in
+// every dtype for up to 4 ranks (small integers, halves and quarters).
+double inputValue(int dtype, int op, int rank, size_t i) {
+  if (dtype == GRADSYNC_BOOL) return (i + rank) % 3 != 0;
+  if (op == GRADSYNC_PRODUCT) return isFloat(dtype) ? ((i + rank) % 3 == 0 ? 0.5 : 1 + (i + rank) % 2) : 1 + (i + rank) % 3;
+  const double base = (rank + 1) * ((i % 5) + 1);
+  return isFloat(dtype) ? base * 0.25 - 1.0 : base;
+}
+
+double expected(int dtype, int op, int size, size_t i, double prescale, double postscale) {
+  double acc = inputValue(dtype, op, 0, i) * prescale;
+  for (int r = 1; r < size; ++r) {
+    const double v = inputValue(dtype, op, r, i) * prescale;
+    switch (op) {
+      case GRADSYNC_SUM: case GRADSYNC_AVERAGE: acc += v; break;
+      case GRADSYNC_MIN: acc = std::min(acc, v); break;
+      case GRADSYNC_MAX: acc = std::max(acc, v); break;
+      case GRADSYNC_PRODUCT: acc *= v; break;
+    }
+  }
+  if (op == GRADSYNC_AVERAGE) acc = isFloat(dtype) ? acc / size : std::trunc(acc / size);
+  return acc * postscale;
+}
+
+double tolerance(int dtype, double value) {
+  if (dtype == GRADSYNC_FLOAT16) return 2e-3 * std::max(1.0, std::fabs(value));
+  if (dtype == GRADSYNC_BFLOAT16) return 1e-2 * std::max(1.0, std::fabs(value));
+  return isFloat(dtype) ? 1e-5 * std::max(1.0, std::fabs(value)) : 0;
+}
+
+int allreduceOne(Client& c, int dtype, int op, bool zero_copy, double pre, double post, const std::string& tag) {
+  const size_t count = 2051;  // not a multiple of any vector width
+  const size_t bytes = count * dtypeSize(dtype);
+  std::vector<uint8_t> heap(zero_copy ? 0 : bytes);
+  void* data = zero_copy ? c.alloc(bytes) : heap.data();
+  WORKER_CHECK(data != nullptr, "alloc of %zu bytes", bytes);
+  for (size_t i = 0; i < count; ++i) store(dtype, data, i, inputValue(dtype, op, c.rank(), i));
+  const std::string name = "ar." + tag + "." + std::to_string(dtype) + "." + std::to_string(op) + (zero_copy ? ".z" : ".c");
+  const std::vector<int64_t> shape = {static_cast<int64_t>(count)};
+  gradsync_op_t desc = makeOp(GRADSYNC_ALLREDUCE, name.c_str(), data, dtype, shape);
+  desc.reduce_op = op;
+  desc.prescale = pre;
+  desc.postscale = post;
+  Operation handle;
+  WORKER_OK(c.start(desc, &handle));
+  WORKER_OK(handle.wait(30));
+  for (size_t i = 0; i < count; ++i) {
+    const double want = expected(dtype, op, c.size(), i, pre, post);
+    const double got = load(dtype, data, i);
+    WORKER_CHECK(std::fabs(got - want) <= tolerance(dtype, want), "%s element %zu: got %g want %g", name.c_str(), i,
+                 got, want);
+  }
+  if (zero_copy) c.free(data);
+  return 0;
+}
+
+int scenarioAllreduce(Client& c, const std::vector<std::string>&) {
+  const int dtypes[] = {GRADSYNC_UINT8, GRADSYNC_INT8, GRADSYNC_UINT16, GRADSYNC_INT16, GRADSYNC_INT32, GRADSYNC_INT64,
+                        GRADSYNC_FLOAT16, GRADSYNC_BFLOAT16, GRADSYNC_FLOAT32, GRADSYNC_FLOAT64, GRADSYNC_BOOL};
+  const int ops[] = {GRADSYNC_SUM, GRADSYNC_AVERAGE, GRADSYNC_MIN, GRADSYNC_MAX, GRADSYNC_PRODUCT};
+  for (int dtype : dtypes) {
+    for (int op : ops) {
+      if (dtype == GRADSYNC_BOOL && op != GRADSYNC_MIN && op != GRADSYNC_MAX) continue;
+      for (bool zero_copy : {true, false}) {
+        if (allreduceOne(c, dtype, op, zero_copy, 1.0, 1.0, "plain")) return 1;
+      }
+    }
+  }
+  // Scale factors on floats.
+  for (int dtype : {GRADSYNC_FLOAT16, GRADSYNC_BFLOAT16, GRADSYNC_FLOAT32, GRADSYNC_FLOAT64}) {
+    if (allreduceOne(c, dtype, GRADSYNC_SUM, true, 0.5, 4.0, "scaled")) return 1;
+  }
+  return 0;
+}
+
+int scenarioAllgather(Client& c, const std::vector<std::string>&) {
+  const int cols = 3;
+  const int rows = c.rank() + 1;  // different first dimension per rank
+  std::vector<int32_t> mine(rows * cols);
+  for (int i = 0; i < rows * cols; ++i) mine[i] = c.rank() * 1000 + i;
+  gradsync_op_t op = makeOp(GRADSYNC_ALLGATHER, "gather", mine.data(), GRADSYNC_INT32, {rows, cols});
+  const std::vector<int64_t> shape = {rows, cols};
+  op.shape = shape.data();
+  Operation h;
+  WORKER_OK(c.start(op, &h));
+  WORKER_OK(h.wait(30));
+  gradsync_result_t out;
+  WORKER_OK(h.output(&out));
+  const int total_rows = c.size() * (c.size() + 1) / 2;
+  WORKER_CHECK(out.ndim == 2 && out.shape[0] == total_rows && out.shape[1] == cols, "shape [%ld, %ld]",
+               static_cast<long>(out.shape[0]), static_cast<long>(out.shape[1]));
+  const auto* got = static_cast<const int32_t*>(out.data);
+  size_t k = 0;
+  for (int r = 0; r < c.size(); ++r) {
+    for (int i = 0; i < (r + 1) * cols; ++i, ++k) WORKER_CHECK(got[k] == r * 1000 + i, "element %zu = %d", k, got[k]);
+  }
+  return 0;
+}
+
+int scenarioBroadcast(Client& c, const std::vector<std::string>&) {
+  const int root = c.size() - 1;
+  for (int dtype : {GRADSYNC_FLOAT32, GRADSYNC_INT64, GRADSYNC_BFLOAT16, GRADSYNC_BOOL}) {
+    const size_t count = 1000;
+    std::vector<uint8_t> buf(count * dtypeSize(dtype));
+    for (size_t i = 0; i < count; ++i) store(dtype, buf.data(), i, c.rank() == root ? (i % 7) + 1 : 0);
+    const std::string name = "bcast." + std::to_string(dtype);
+    gradsync_op_t op = makeOp(GRADSYNC_BROADCAST, name.c_str(), buf.data(), dtype, {});
+    const std::vector<int64_t> shape = {static_cast<int64_t>(count)};
+    op.ndim = 1;
+    op.shape = shape.data();
+    op.root_rank = root;
+    Operation h;
+    WORKER_OK(c.start(op, &h));
+    WORKER_OK(h.wait(30));
+    for (size_t i = 0; i < count; ++i) {
+      const double want = dtype == GRADSYNC_BOOL ? 1 : (i % 7) + 1;
+      WORKER_CHECK(load(dtype, buf.data(), i) == want, "%s element %zu", name.c_str(), i);
+    }
+  }
+  return 0;
+}
+
+int scenarioAlltoall(Client& c, const std::vector<std::string>&) {
+  // Rank r sends (j + r) % 3 rows of 2 floats to rank j; values encode (r, j, row).
+  const int n = c.size(), r = c.rank();
+  std::vector<int64_t> splits(n);
+  std::vector<float> data;
+  for (int j = 0; j < n; ++j) {
+    splits[j] = (j + r) % 3;
+    for (int row = 0; row < splits[j]; ++row) {
+      data.push_back(r * 100 + j * 10 + row);
+      data.push_back(-(r * 100 + j * 10 + row));
+    }
+  }
+  int64_t rows = 0;
+  for (auto s : splits) rows += s;
+  const std::vector<int64_t> shape = {rows, 2};
+  gradsync_op_t op = makeOp(GRADSYNC_ALLTOALL, "a2a", data.data(), GRADSYNC_FLOAT32, shape);
+  op.splits = splits.data();
+  op.num_splits = n;
+  Operation h;
+  WORKER_OK(c.start(op, &h));
+  WORKER_OK(h.wait(30));
+  gradsync_result_t out;
+  WORKER_OK(h.output(&out));
+  WORKER_CHECK(out.num_received_splits == n, "received %d splits", out.num_received_splits);
+  const auto* got = static_cast<const float*>(out.data);
+  size_t k = 0;
+  for (int i = 0; i < n; ++i) {
+    WORKER_CHECK(out.received_splits[i] == (r + i) % 3, "split from %d = %ld", i, static_cast<long>(out.received_splits[i]));
+    for (int row = 0; row < (r + i) % 3; ++row, k += 2) {
+      WORKER_CHECK(got[k] == i * 100 + r * 10 + row && got[k + 1] == -got[k], "row %d from rank %d", row, i);
+    }
+  }
+  WORKER_CHECK(out.shape[0] == static_cast<int64_t>(k / 2), "output rows %ld", static_cast<long>(out.shape[0]));
+  return 0;
+}
+
+int scenarioReducescatter(Client& c, const std::vector<std::string>&) {
+  const int n = c.size();
+  const int64_t dim0 = 2 * n + 1, cols = 3;  // uneven: the first rank gets one extra row
+  std::vector<float> data(dim0 * cols);
+  for (size_t i = 0; i < data.size(); ++i) data[i] = (c.rank() + 1) * static_cast<float>(i);
+  gradsync_op_t op = makeOp(GRADSYNC_REDUCESCATTER, "rs", data.data(), GRADSYNC_FLOAT32, {dim0, cols});
+  const std::vector<int64_t> shape = {dim0, cols};
+  op.shape = shape.data();
+  op.reduce_op = GRADSYNC_SUM;
+  Operation h;
+  WORKER_OK(c.start(op, &h));
+  WORKER_OK(h.wait(30));
+  gradsync_result_t out;
+  WORKER_OK(h.output(&out));
+  const int64_t my_rows = dim0 / n + (c.rank() < dim0 % n ? 1 : 0);
+  int64_t start = 0;
+  for (int j = 0; j < c.rank(); ++j) start += dim0 / n + (j < dim0 % n ? 1 : 0);
+  WORKER_CHECK(out.shape[0] == my_rows && out.shape[1] == cols, "shape [%ld, %ld], want %ld rows",
+               static_cast<long>(out.shape[0]), static_cast<long>(out.shape[1]), static_cast<long>(my_rows));
+  const auto* got = static_cast<const float*>(out.data);
+  const float factor = n * (n + 1) / 2.0f;
+  for (int64_t i = 0; i < my_rows * cols; ++i) {
+    WORKER_CHECK(got[i] == factor * (start * cols + i), "element %ld = %g", static_cast<long>(i), got[i]);
+  }
+  return 0;
+}
+
+int scenarioBarrierGroupedFusion(Client& c, const std::vector<std::string>&) {
+  WORKER_OK(c.barrier());
+  // Grouped allreduce of three tensors.
+  std::vector<std::vector<double>> tensors(3, std::vector<double>(100));
+  std::vector<gradsync_op_t> ops;
+  const char* names[] = {"g.a", "g.b", "g.c"};
+  const std::vector<int64_t> shape = {100};
+  for (int t = 0; t < 3; ++t) {
+    for (int i = 0; i < 100; ++i) tensors[t][i] = c.rank() + t + i;
+    ops.push_back(makeOp(GRADSYNC_ALLREDUCE, names[t], tensors[t].data(), GRADSYNC_FLOAT64, shape));
+  }
+  std::vector<Operation> handles;
+  WORKER_OK(c.startGroup(ops, &handles));
+  for (auto& h : handles) WORKER_OK(h.wait(30));
+  const int n = c.size();
+  for (int t = 0; t < 3; ++t) {
+    for (int i = 0; i < 100; ++i) {
+      WORKER_CHECK(tensors[t][i] == n * (n - 1) / 2.0 + n * (t + i), "group tensor %d element %d", t, i);
+    }
+  }
+  // Many tensors in flight at once (fused by the daemon), submitted in a
+  // different order on each rank.
+  const int kTensors = 64;
+  std::vector<std::vector<float>> many(kTensors, std::vector<float>(257));
+  std::vector<std::string> many_names(kTensors);
+  std::vector<Operation> many_handles(kTensors);
+  for (int k = 0; k < kTensors; ++k) {
+    const int t = c.rank() % 2 ? kTensors - 1 - k : k;
+    many_names[t] = "fuse." + std::to_string(t);
+    for (auto& v : many[t]) v = static_cast<float>(t + c.rank());
+    const std::vector<int64_t> s = {257};
+    WORKER_OK(c.start(makeOp(GRADSYNC_ALLREDUCE, many_names[t].c_str(), many[t].data(), GRADSYNC_FLOAT32, s),
+                      &many_handles[t]));
+  }
+  for (int t = 0; t < kTensors; ++t) {
+    WORKER_OK(many_handles[t].wait(30));
+    WORKER_CHECK(many[t][256] == n * t + n * (n - 1) / 2.0f, "fused tensor %d = %g", t, many[t][256]);
+  }
+  WORKER_OK(c.barrier());
+  return 0;
+}
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    std::fprintf(stderr, "usage: worker <scenario> [args]\n");
+    return 64;
+  }
+  static const std::map<std::string, Scenario> scenarios = {
+      {"allreduce", scenarioAllreduce},       {"allgather", scenarioAllgather},
+      {"broadcast", scenarioBroadcast},       {"alltoall", scenarioAlltoall},
+      {"reducescatter", scenarioReducescatter}, {"barrier_grouped_fusion", scenarioBarrierGroupedFusion},
+  };
+  std::string name = argv[1];
+  std::vector<std::string> args(argv + 2, argv + argc);
+  auto it = scenarios.find(name);
+  Scenario fn = nullptr;
+  if (it != scenarios.end()) {
+    fn = it->second;
+  } else if (moreScenarios().count(name)) {
+    fn = moreScenarios().at(name);
+  } else {
+    std::fprintf(stderr, "unknown scenario %s\n", name.c_str());
+    return 64;
+  }
+  Client client;
+  gradsync_config_t config;
+  gradsync_config_init(&config);
+  // Static process set 1 = {0, 2} for the process-set scenario.
+  const int32_t set_ranks[] = {0, 2};
+  const int32_t* set_list[] = {set_ranks};
+  const int32_t set_sizes[] = {2};
+  if (name == "process_sets") {
+    config.num_process_sets = 1;
+    config.process_set_sizes = set_sizes;
+    config.process_set_ranks = set_list;
+  }
+  Result r = Client::connect(&client, &config);
+  if (!r.ok()) {
+    std::fprintf(stderr, "connect failed (%d): %s\n", r.code, r.message.c_str());
+    return 3;
+  }
+  g_rank = client.rank();
+  const int rc = fn(client, args);
+  std::fprintf(stderr, "[rank %d] scenario %s %s\n", g_rank, name.c_str(), rc == 0 ? "passed" : "FAILED");
+  return rc;
+}
+
+}  // namespace
+}  // namespace gradsync::worker
+
+int main(int argc, char** argv) { return gradsync::worker::main(argc, argv); }

@@ -1,0 +1,196 @@
+// SPDX-License-Identifier: Apache-2.0
+// Worker scenarios for process sets, join, disagreements and failures.
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+
+#include "tests/integration/worker_util.h"
+
+namespace gradsync::worker {
+namespace {
+
+gradsync_op_t allreduceOp(const char* name, std::vector<float>& data, const std::vector<int64_t>& shape) {
+  gradsync_op_t op = makeOp(GRADSYNC_ALLREDUCE, name, data.data(), GRADSYNC_FLOAT32, shape);
+  op.reduce_op = GRADSYNC_SUM;
+  return op;
+}
+
+int processSets(Client& c, const std::vector<std::string>&) {
+  const std::vector<int64_t> shape = {16};
+  std::vector<float> data(16, static_cast<float>(c.rank() + 1));
+  if (c.rank() == 0 || c.rank() == 2) {
+    gradsync_op_t op = allreduceOp("ps", data, shape);
+    op.reduce_op = GRADSYNC_AVERAGE;
+    op.process_set = 1;
+    Operation h;
+    WORKER_OK(c.start(op, &h));
+    WORKER_OK(h.wait(30));
+    WORKER_CHECK(data[0] == 2.0f, "average over set {0, 2} = %g, want 2", data[0]);
+  } else {
+    gradsync_op_t op = allreduceOp("outsider", data, shape);
+    op.process_set = 1;
+    Operation h;
+    WORKER_OK(c.start(op, &h));
+    Result r = h.wait(30);
+    WORKER_CHECK(r.code == GRADSYNC_INVALID_ARGUMENT && r.message.find("not a member of process set 1") != std::string::npos,
+                 "outsider got %d: %s", r.code, r.message.c_str());
+  }
+  std::vector<float> all(4, 1.0f);
+  WORKER_OK(c.allreduce("global_after_sets", all.data(), GRADSYNC_FLOAT32, {4}));
+  WORKER_CHECK(all[0] == c.size(), "global allreduce = %g", all[0]);
+  return 0;
+}
+
+int join(Client& c, const std::vector<std::string>&) {
+  // Rank r runs r + 1 steps, then joins; step k is reduced over ranks >= k.
+  for (int k = 0; k <= c.rank(); ++k) {
+    std::vector<float> data(8, static_cast<float>(c.rank() + 1));
+    const std::string name = "step." + std::to_string(k);
+    WORKER_OK(c.allreduce(name.c_str(), data.data(), GRADSYNC_FLOAT32, {8}));
+    float want = 0;
+    for (int r = k; r < c.size(); ++r) want += r + 1;
+    WORKER_CHECK(data[7] == want, "step %d = %g, want %g", k, data[7], want);
+  }
+  gradsync_op_t op;
+  gradsync_op_init(&op);
+  op.collective = GRADSYNC_JOIN;
+  Operation h;
+  WORKER_OK(c.start(op, &h));
+  WORKER_OK(h.wait(30));
+  gradsync_result_t out;
+  WORKER_OK(h.output(&out));
+  WORKER_CHECK(out.last_joined_rank == c.size() - 1, "last joined rank %d", out.last_joined_rank);
+  return 0;
+}
+
+int expectFailure(Client& c, gradsync_op_t op, int code, const std::string& text) {
+  Operation h;
+  WORKER_OK(c.start(op, &h));
+  Result r = h.wait(30);
+  WORKER_CHECK(r.code == code && r.message.find(text) != std::string::npos, "'%s' got %d: %s (wanted %d with '%s')",
+               op.name, r.code, r.message.c_str(), code, text.c_str());
+  std::fprintf(stderr, "[rank %d] expected error: %s\n", c.rank(), r.message.c_str());
+  return 0;
+}
+
+int mismatch(Client& c, const std::vector<std::string>&) {
+  std::vector<double> wide(4, 1.0);
+  std::vector<float> narrow(5, 1.0f);
+  const std::vector<int64_t> four = {4}, five = {5};
+  gradsync_op_t op = c.rank() == 1 ? makeOp(GRADSYNC_ALLREDUCE, "mm.dtype", wide.data(), GRADSYNC_FLOAT64, four)
+                                   : makeOp(GRADSYNC_ALLREDUCE, "mm.dtype", narrow.data(), GRADSYNC_FLOAT32, four);
+  if (expectFailure(c, op, GRADSYNC_FAILED_PRECONDITION, "'mm.dtype': ranks disagree on dtype: float32 on ranks [0, 2]; float64 on ranks [1]")) return 1;
+  op = makeOp(GRADSYNC_ALLREDUCE, "mm.shape", narrow.data(), GRADSYNC_FLOAT32, c.rank() == 0 ? five : four);
+  if (expectFailure(c, op, GRADSYNC_FAILED_PRECONDITION, "shape: [5] on ranks [0]; [4] on ranks [1, 2]")) return 1;
+  op = makeOp(GRADSYNC_BROADCAST, "mm.root", narrow.data(), GRADSYNC_FLOAT32, four);
+  op.root_rank = c.rank() == 2 ? 1 : 0;
+  if (expectFailure(c, op, GRADSYNC_FAILED_PRECONDITION, "root rank: 0 on ranks [0, 1]; 1 on ranks [2]")) return 1;
+  op = makeOp(GRADSYNC_ALLREDUCE, "mm.op", narrow.data(), GRADSYNC_FLOAT32, four);
+  op.reduce_op = c.rank() == 0 ? GRADSYNC_MAX : GRADSYNC_SUM;
+  if (expectFailure(c, op, GRADSYNC_FAILED_PRECONDITION, "reduce op: max on ranks [0]; sum on ranks [1, 2]")) return 1;
+  // The job goes on.
+  std::vector<float> ok(4, 1.0f);
+  WORKER_OK(c.allreduce("after.mismatch", ok.data(), GRADSYNC_FLOAT32, {4}));
+  WORKER_CHECK(ok[0] == c.size(), "after mismatch: %g", ok[0]);
+  return 0;
+}
+
+int duplicate(Client& c, const std::vector<std::string>&) {
+  std::vector<float> a(4, 1.0f), b(4, 1.0f);
+  const std::vector<int64_t> shape = {4};
+  // Rank 0 submits "dup" twice before any other rank submits it (the others
+  // wait for the barrier), so the first is surely still in flight.
+  Operation first;
+  if (c.rank() == 0) {
+    WORKER_OK(c.start(allreduceOp("dup", a, shape), &first));
+    if (expectFailure(c, allreduceOp("dup", b, shape), GRADSYNC_ALREADY_EXISTS, "already has a collective of this name in flight")) return 1;
+  }
+  WORKER_OK(c.barrier());
+  if (c.rank() != 0) WORKER_OK(c.start(allreduceOp("dup", a, shape), &first));
+  WORKER_OK(first.wait(30));
+  WORKER_CHECK(a[0] == c.size(), "dup result %g", a[0]);
+  // Bad requests fail alone, at once: unknown dtype, bool sum, bad splits.
+  gradsync_op_t bad = allreduceOp("bad.dtype", a, shape);
+  bad.dtype = 42;
+  Operation h;
+  Result r = c.start(bad, &h);
+  WORKER_CHECK(r.code == GRADSYNC_INVALID_ARGUMENT, "unknown dtype accepted: %d %s", r.code, r.message.c_str());
+  std::vector<uint8_t> flags(4, 1);
+  gradsync_op_t bool_sum = makeOp(GRADSYNC_ALLREDUCE, "bad.bool", flags.data(), GRADSYNC_BOOL, shape);
+  if (expectFailure(c, bool_sum, GRADSYNC_INVALID_ARGUMENT, "reduce op sum is not allowed on bool")) return 1;
+  const int64_t splits[] = {1, 1, 1};
+  gradsync_op_t a2a = makeOp(GRADSYNC_ALLTOALL, "bad.splits", a.data(), GRADSYNC_FLOAT32, shape);
+  a2a.splits = splits;
+  a2a.num_splits = 3;
+  if (expectFailure(c, a2a, GRADSYNC_INVALID_ARGUMENT, "alltoall splits")) return 1;
+  WORKER_OK(c.barrier());
+  return 0;
+}
+
+// Rank 0 waits on a collective that rank 1 never joins; the test kills
+// rank 1 with SIGKILL once rank 0 printed ENQUEUED.
+int killVictim(Client& c, const std::vector<std::string>&) {
+  std::vector<float> data(1024, 1.0f);
+  const std::vector<int64_t> shape = {1024};
+  WORKER_OK(c.barrier());  // both connected
+  if (c.rank() != 0) {
+    Operation other;
+    WORKER_OK(c.start(allreduceOp("only.rank1", data, shape), &other));
+    std::printf("VICTIM READY\n");
+    std::fflush(stdout);
+    ::pause();  // killed by the test
+    return 1;
+  }
+  Operation pending;
+  WORKER_OK(c.start(allreduceOp("pending", data, shape), &pending));
+  std::printf("ENQUEUED\n");
+  std::fflush(stdout);
+  Result r = pending.wait(20);
+  std::printf("ERROR %d: %s\n", r.code, r.message.c_str());
+  std::fflush(stdout);
+  WORKER_CHECK(r.code == GRADSYNC_ABORTED, "pending collective ended with %d: %s", r.code, r.message.c_str());
+  // New work fails at once with the same cause.
+  Result again = c.allreduce("after.death", data.data(), GRADSYNC_FLOAT32, shape);
+  WORKER_CHECK(again.code == GRADSYNC_ABORTED && again.message.find("rank 1") != std::string::npos,
+               "after death: %d %s", again.code, again.message.c_str());
+  return 0;
+}
+
+// Rank 0 submits a collective rank 1 never submits; the daemon's stall
+// deadline fails it, naming rank 1. Rank 1 stays connected (submitting
+// nothing) until rank 0 creates the marker file args[0].
+int stall(Client& c, const std::vector<std::string>& args) {
+  WORKER_CHECK(args.size() == 1, "usage: stall MARKER_FILE");
+  std::vector<float> data(4, 1.0f);
+  const std::vector<int64_t> shape = {4};
+  if (c.rank() == 0) {
+    const auto start = std::chrono::steady_clock::now();
+    if (expectFailure(c, allreduceOp("lonely", data, shape), GRADSYNC_DEADLINE_EXCEEDED, "for ranks [1]")) return 1;
+    const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    WORKER_CHECK(waited >= 1.5 && waited < 10, "stall deadline after %.1f s", waited);
+    std::FILE* marker = std::fopen(args[0].c_str(), "w");
+    WORKER_CHECK(marker != nullptr, "cannot create %s", args[0].c_str());
+    std::fclose(marker);
+  } else {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (::access(args[0].c_str(), F_OK) != 0) {
+      WORKER_CHECK(std::chrono::steady_clock::now() < deadline, "rank 0 never finished");
+      ::usleep(1000);
+    }
+  }
+  WORKER_OK(c.barrier());
+  return 0;
+}
+
+}  // namespace
+
+const std::map<std::string, Scenario>& moreScenarios() {
+  static const std::map<std::string, Scenario> scenarios = {
+      {"process_sets", processSets}, {"join", join},        {"mismatch", mismatch},
+      {"duplicate", duplicate},      {"kill_victim", killVictim}, {"stall", stall},
+  };
+  return scenarios;
+}
+
+}  // namespace gradsync::worker

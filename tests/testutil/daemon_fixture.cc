@@ -1,0 +1,81 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "tests/testutil/daemon_fixture.h"
+
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cstring>
+
+namespace gradsync::testutil {
+namespace {
+
+bool accepts(const std::string& path) {
+  int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
+  const bool ok = ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+  ::close(fd);
+  return ok;
+}
+
+}  // namespace
+
+bool DaemonFixture::start(const std::vector<std::string>& extra_flags, std::string* error) {
+  socket_ = dir_.path() + "/d.sock";
+  std::vector<std::string> argv = {runfile("daemon/exe/gradsyncd"), "--socket-path", socket_};
+  argv.insert(argv.end(), extra_flags.begin(), extra_flags.end());
+  process_ = Process::spawn(argv, {}, dir_.path() + "/daemon.log");
+  running_ = waitFor([&] { return accepts(socket_); },
+                     std::chrono::seconds(10));
+  if (!running_ && error) *error = "gradsyncd did not start:\n" + process_.log();
+  return running_;
+}
+
+int DaemonFixture::stop() {
+  if (!running_) return -1;
+  running_ = false;
+  process_.kill(SIGTERM);
+  return process_.wait(std::chrono::seconds(10));
+}
+
+DaemonFixture::~DaemonFixture() { stop(); }
+
+std::map<std::string, std::string> DaemonFixture::rankEnv(const std::string& job, int rank, int size,
+                                                          const std::string& token) const {
+  return {{"GRADSYNC_SOCKET", socket_},
+          {"GRADSYNC_JOB_ID", job},
+          {"GRADSYNC_TOKEN", token},
+          {"GRADSYNC_RANK", std::to_string(rank)},
+          {"GRADSYNC_SIZE", std::to_string(size)},
+          {"GRADSYNC_LOCAL_RANK", std::to_string(rank)},
+          {"GRADSYNC_LOCAL_SIZE", std::to_string(size)},
+          {"GRADSYNC_ARENA_BYTES", std::to_string(256 << 20)}};
+}
+
+Process DaemonFixture::spawnRank(const std::string& job, int rank, int size, const std::vector<std::string>& args,
+                                 const std::map<std::string, std::string>& extra_env) const {
+  auto env = rankEnv(job, rank, size);
+  for (const auto& [k, v] : extra_env) env[k] = v;
+  std::vector<std::string> argv = {runfile("tests/integration/worker")};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return Process::spawn(argv, env, dir_.path() + "/" + job + ".rank" + std::to_string(rank) + ".log");
+}
+
+bool allSucceed(std::vector<Process>& processes, std::chrono::milliseconds timeout, std::string* report) {
+  bool ok = true;
+  for (auto& p : processes) {
+    const pid_t pid = p.pid();
+    const int code = p.wait(timeout);
+    if (code != 0) {
+      ok = false;
+      *report += "process " + std::to_string(pid) + " exited with " + std::to_string(code) +
+                 (code == -1 ? " (timed out, killed)" : "") + "; its output:\n" + p.log() + "\n";
+    }
+  }
+  return ok;
+}
+
+}  // namespace gradsync::testutil

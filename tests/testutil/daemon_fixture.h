@@ -1,0 +1,46 @@
+// SPDX-License-Identifier: Apache-2.0
+// A real gradsyncd for a test: started on sockets in a private directory,
+// stopped with SIGTERM (and its clean exit checked) at the end.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "tests/testutil/process.h"
+
+namespace gradsync::testutil {
+
+class DaemonFixture {
+ public:
+  // Starts gradsyncd with `extra_flags`; returns false (and the log in
+  // `error`) when its socket does not accept connections within 10 s.
+  bool start(const std::vector<std::string>& extra_flags, std::string* error);
+  // SIGTERM; returns the exit code (0 on a clean shutdown).
+  int stop();
+  ~DaemonFixture();
+
+  const std::string& socketPath() const { return socket_; }
+  const std::string& dir() const { return dir_.path(); }
+  std::string log() const { return process_.log(); }
+  Process& process() { return process_; }
+
+  // Environment for rank `rank` of `size` of job `job`.
+  std::map<std::string, std::string> rankEnv(const std::string& job, int rank, int size,
+                                             const std::string& token = "secret-token") const;
+  // Starts worker binary with `args` as rank `rank` of `size`.
+  Process spawnRank(const std::string& job, int rank, int size, const std::vector<std::string>& args,
+                    const std::map<std::string, std::string>& extra_env = {}) const;
+
+ private:
+  TempDir dir_;
+  std::string socket_;
+  Process process_;
+  bool running_ = false;
+};
+
+// Waits for every process; true when all exited 0. Appends their logs to
+// `report` otherwise.
+bool allSucceed(std::vector<Process>& processes, std::chrono::milliseconds timeout, std::string* report);
+
+}  // namespace gradsync::testutil

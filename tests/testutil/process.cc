@@ -1,0 +1,121 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "tests/testutil/process.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <thread>
+#include <utility>
+
+namespace gradsync::testutil {
+
+Process Process::spawn(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env,
+                       const std::string& log_path) {
+  Process p;
+  p.log_path_ = log_path;
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    int fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+    if (fd >= 0) {
+      ::dup2(fd, 1);
+      ::dup2(fd, 2);
+      ::close(fd);
+    }
+    for (const auto& [key, value] : env) ::setenv(key.c_str(), value.c_str(), 1);
+    std::vector<char*> args;
+    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    ::execv(args[0], args.data());
+    std::fprintf(stderr, "exec %s: %s\n", args[0], std::strerror(errno));
+    ::_exit(127);
+  }
+  p.pid_ = pid;
+  return p;
+}
+
+Process::Process(Process&& other) noexcept
+    : pid_(std::exchange(other.pid_, -1)), log_path_(std::move(other.log_path_)), status_(other.status_) {}
+
+Process& Process::operator=(Process&& other) noexcept {
+  if (this != &other) {
+    this->~Process();
+    pid_ = std::exchange(other.pid_, -1);
+    log_path_ = std::move(other.log_path_);
+    status_ = other.status_;
+  }
+  return *this;
+}
+
+Process::~Process() {
+  if (pid_ > 0) {
+    ::kill(pid_, SIGKILL);
+    ::waitpid(pid_, nullptr, 0);
+    pid_ = -1;
+  }
+}
+
+int Process::wait(std::chrono::milliseconds timeout) {
+  if (pid_ <= 0) return status_;
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    int status = 0;
+    pid_t r = ::waitpid(pid_, &status, WNOHANG);
+    if (r == pid_) {
+      pid_ = -1;
+      status_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      return status_;
+    }
+    if (std::chrono::steady_clock::now() > deadline) {
+      kill(SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+      pid_ = -1;
+      return -1;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+}
+
+void Process::kill(int signo) {
+  if (pid_ > 0) ::kill(pid_, signo);
+}
+
+std::string Process::log() const {
+  std::ifstream in(log_path_);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+TempDir::TempDir() {
+  char pattern[] = "/tmp/gs-test.XXXXXX";
+  path_ = ::mkdtemp(pattern);
+}
+
+TempDir::~TempDir() {
+  if (!path_.empty() && std::system(("rm -rf '" + path_ + "'").c_str()) != 0) std::fprintf(stderr, "cannot remove %s\n", path_.c_str());
+}
+
+std::string runfile(const std::string& relative) {
+  const char* srcdir = std::getenv("TEST_SRCDIR");
+  const char* workspace = std::getenv("TEST_WORKSPACE");
+  if (srcdir == nullptr) return relative;
+  return std::string(srcdir) + "/" + (workspace ? workspace : "gradsync") + "/" + relative;
+}
+
+bool waitFor(const std::function<bool()>& predicate, std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (!predicate()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return true;
+}
+
+}  // namespace gradsync::testutil

@@ -1,0 +1,59 @@
+// SPDX-License-Identifier: Apache-2.0
+// Child processes for multi-process tests: spawn with arguments and extra
+// environment, capture output to a file, wait with a deadline, kill.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace gradsync::testutil {
+
+class Process {
+ public:
+  // Starts `argv[0]` with `argv`, the current environment plus `env`, stdout
+  // and stderr appended to `log_path`.
+  static Process spawn(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env,
+                       const std::string& log_path);
+  Process() = default;
+  Process(Process&& other) noexcept;
+  Process& operator=(Process&& other) noexcept;
+  ~Process();  // kills and reaps a child still running
+
+  pid_t pid() const { return pid_; }
+  const std::string& logPath() const { return log_path_; }
+  // Waits for exit; returns the exit code, 128 + signal when killed, or -1
+  // when still running at the deadline (the child is then killed).
+  int wait(std::chrono::milliseconds timeout);
+  void kill(int signo);
+  std::string log() const;
+
+ private:
+  pid_t pid_ = -1;
+  std::string log_path_;
+  int status_ = -1;
+};
+
+// A directory under /tmp (short: Unix socket paths must fit 108 bytes),
+// removed with its contents on destruction.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+// Path of a data dependency given as "package/target".
+std::string runfile(const std::string& relative);
+
+// Polls `predicate` every millisecond until it holds or `timeout` passes.
+bool waitFor(const std::function<bool()>& predicate, std::chrono::milliseconds timeout);
+
+}  // namespace gradsync::testutil

@@ -1,0 +1,247 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "tools/gradsyncctl/format.h"
+
+#include <google/protobuf/descriptor.h>
+#include <google/protobuf/message.h>
+#include <google/protobuf/util/json_util.h>
+
+#include <algorithm>
+#include <cinttypes>
+#include <cmath>
+#include <cstdarg>
+#include <cstdio>
+#include <string_view>
+#include <vector>
+
+namespace gradsync::ctl {
+namespace {
+
+using google::protobuf::FieldDescriptor;
+
+std::string printfString(const char* format, ...) __attribute__((format(printf, 1, 2)));
+
+std::string printfString(const char* format, ...) {
+  char buffer[256];
+  va_list args;
+  va_start(args, format);
+  int n = std::vsnprintf(buffer, sizeof(buffer), format, args);
+  va_end(args);
+  if (n < 0) return std::string();
+  return std::string(buffer, static_cast<size_t>(n) < sizeof(buffer) ? n : sizeof(buffer) - 1);
+}
+
+// Columns where values start, past the longest label.
+constexpr size_t kStatusWidth = 15;  // "cuda devices:  "
+constexpr size_t kJobWidth = 22;     // "  tensors in flight:  "
+
+const char* yesNo(bool value) { return value ? "yes" : "no"; }
+
+bool endsWith(std::string_view s, std::string_view suffix) {
+  return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
+}
+
+// "<indent>label:" padded so that values start at column `width`.
+void appendLine(std::string* out, std::string_view label, const std::string& value, size_t width,
+                const char* indent) {
+  std::string line = indent;
+  line += label;
+  line += ':';
+  if (line.size() < width) line.resize(width, ' ');
+  else line += ' ';
+  *out += line + value + "\n";
+}
+
+// A string as a quoted text-format literal, so that "" and control
+// characters stay visible.
+std::string quoted(const std::string& s) {
+  std::string out = "\"";
+  for (unsigned char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += static_cast<char>(c);
+    } else if (c < 0x20 || c == 0x7f) {
+      out += printfString("\\%03o", c);
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out + "\"";
+}
+
+std::string bytesWithUnits(uint64_t bytes) {
+  if (bytes < 1024) return formatBytes(bytes);
+  return std::to_string(bytes) + " (" + formatBytes(bytes) + ")";
+}
+
+// One scalar DaemonConfig field as text (DaemonConfig has no repeated or
+// message fields; anything else reads as its type name so that a future
+// field is at least visible).
+std::string configValue(const google::protobuf::Message& config, const FieldDescriptor& field) {
+  const auto* reflection = config.GetReflection();
+  if (field.is_repeated()) return "[" + std::to_string(reflection->FieldSize(config, &field)) + " values]";
+  switch (field.cpp_type()) {
+    case FieldDescriptor::CPPTYPE_STRING:
+      return quoted(reflection->GetString(config, &field));
+    case FieldDescriptor::CPPTYPE_BOOL:
+      return reflection->GetBool(config, &field) ? "true" : "false";
+    case FieldDescriptor::CPPTYPE_INT32:
+      return std::to_string(reflection->GetInt32(config, &field));
+    case FieldDescriptor::CPPTYPE_INT64:
+      return std::to_string(reflection->GetInt64(config, &field));
+    case FieldDescriptor::CPPTYPE_UINT32: {
+      uint32_t value = reflection->GetUInt32(config, &field);
+      if (field.name() == "socket_mode") return printfString("%" PRIu32 " (0%03" PRIo32 ")", value, value);
+      if (endsWith(field.name(), "_bytes")) return bytesWithUnits(value);
+      return std::to_string(value);
+    }
+    case FieldDescriptor::CPPTYPE_UINT64: {
+      uint64_t value = reflection->GetUInt64(config, &field);
+      if (endsWith(field.name(), "_bytes")) return bytesWithUnits(value);
+      return std::to_string(value);
+    }
+    case FieldDescriptor::CPPTYPE_DOUBLE:
+      return printfString("%g", reflection->GetDouble(config, &field));
+    case FieldDescriptor::CPPTYPE_FLOAT:
+      return printfString("%g", static_cast<double>(reflection->GetFloat(config, &field)));
+    case FieldDescriptor::CPPTYPE_ENUM:
+      return reflection->GetEnum(config, &field)->name();
+    case FieldDescriptor::CPPTYPE_MESSAGE:
+      return "{" + reflection->GetMessage(config, &field).ShortDebugString() + "}";
+  }
+  return "?";
+}
+
+// Left-aligned columns separated by two spaces, indented by `indent`.
+std::string formatTable(const std::vector<std::vector<std::string>>& rows, const std::string& indent) {
+  std::vector<size_t> widths;
+  for (const auto& row : rows) {
+    if (widths.size() < row.size()) widths.resize(row.size(), 0);
+    for (size_t i = 0; i < row.size(); ++i) widths[i] = std::max(widths[i], row[i].size());
+  }
+  std::string out;
+  for (const auto& row : rows) {
+    std::string line = indent;
+    for (size_t i = 0; i < row.size(); ++i) {
+      line += row[i];
+      if (i + 1 < row.size()) line += std::string(widths[i] - row[i].size() + 2, ' ');
+    }
+    out += line + "\n";
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string formatBytes(uint64_t bytes) {
+  static const char* const kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  if (bytes < 1024) return std::to_string(bytes) + " B";
+  double value = static_cast<double>(bytes);
+  size_t unit = 0;
+  // 1023.5 and up would print as "1024": move to the next unit instead.
+  while (value >= 1023.5 && unit + 1 < sizeof(kUnits) / sizeof(kUnits[0])) {
+    value /= 1024.0;
+    ++unit;
+  }
+  // Three significant digits: 1.50 KiB, 15.0 MiB, 150 GiB.
+  const char* format = value < 10.0 ? "%.2f %s" : value < 100.0 ? "%.1f %s" : "%.0f %s";
+  return printfString(format, value, kUnits[unit]);
+}
+
+std::string formatDuration(double seconds) {
+  if (!std::isfinite(seconds) || seconds < 0) seconds = 0;
+  uint64_t total = static_cast<uint64_t>(seconds);
+  uint64_t days = total / 86400;
+  uint64_t hours = total / 3600 % 24;
+  uint64_t minutes = total / 60 % 60;
+  uint64_t secs = total % 60;
+  if (days > 0) {
+    return printfString("%" PRIu64 "d %02" PRIu64 "h %02" PRIu64 "m %02" PRIu64 "s", days, hours,
+                        minutes, secs);
+  }
+  if (hours > 0) return printfString("%" PRIu64 "h %02" PRIu64 "m %02" PRIu64 "s", hours, minutes, secs);
+  if (minutes > 0) return printfString("%" PRIu64 "m %02" PRIu64 "s", minutes, secs);
+  return printfString("%" PRIu64 "s", secs);
+}
+
+std::string formatConfig(const v1::DaemonConfig& config) {
+  const auto* descriptor = config.GetDescriptor();
+  size_t width = 0;
+  for (int i = 0; i < descriptor->field_count(); ++i) {
+    width = std::max(width, descriptor->field(i)->name().size());
+  }
+  std::string out;
+  for (int i = 0; i < descriptor->field_count(); ++i) {
+    const FieldDescriptor& field = *descriptor->field(i);
+    appendLine(&out, field.name(), configValue(config, field), width + 4, "  ");
+  }
+  return out;
+}
+
+std::string formatStatus(const v1::GetStatusResponse& status, const std::string& socket_path) {
+  std::string out;
+  auto line = [&out](const char* label, const std::string& value) {
+    appendLine(&out, label, value, kStatusWidth, "");
+  };
+  line("version", status.version());
+  line("uptime", formatDuration(status.uptime_seconds()));
+  line("pid", std::to_string(status.pid()));
+  line("hostname", status.hostname());
+  line("socket", socket_path);
+  line("cuda devices", std::to_string(status.cuda_devices()));
+  line("jobs", std::to_string(status.jobs()));
+  out += "config:\n";
+  out += formatConfig(status.config());
+  return out;
+}
+
+std::string formatRankTable(const v1::JobInfo& job) {
+  std::vector<std::vector<std::string>> rows;
+  rows.push_back({"RANK", "LOCAL", "PID", "HOST", "CONNECTED", "JOINED", "ARENA"});
+  for (const auto& rank : job.ranks()) {
+    rows.push_back({std::to_string(rank.rank()), std::to_string(rank.local_rank()),
+                    std::to_string(rank.pid()), rank.hostname().empty() ? "-" : rank.hostname(),
+                    yesNo(rank.connected()), yesNo(rank.joined()), formatBytes(rank.arena_bytes())});
+  }
+  return formatTable(rows, "    ");
+}
+
+std::string formatJobs(const v1::ListJobsResponse& jobs) {
+  if (jobs.jobs_size() == 0) return "no jobs\n";
+  std::string out;
+  auto line = [&out](const char* label, const std::string& value) {
+    appendLine(&out, label, value, kJobWidth, "  ");
+  };
+  for (int i = 0; i < jobs.jobs_size(); ++i) {
+    const v1::JobInfo& job = jobs.jobs(i);
+    if (i > 0) out += "\n";
+    out += "job " + job.job_id() + "\n";
+    line("size / local size",
+         std::to_string(job.size()) + " / " + std::to_string(job.local_size()));
+    line("healthy", yesNo(job.healthy()));
+    line("tensors in flight", std::to_string(job.tensors_in_flight()));
+    line("operations done", std::to_string(job.operations_done()));
+    line("bytes done", bytesWithUnits(job.bytes_done()));
+    line("fused responses", std::to_string(job.fused_responses()));
+    line("errors", std::to_string(job.errors()));
+    line("last error", job.last_error().empty() ? "-" : job.last_error());
+    line("stall warnings", std::to_string(job.stall_warnings()));
+    out += "  ranks (" + std::to_string(job.ranks_size()) + "):\n";
+    out += formatRankTable(job);
+  }
+  return out;
+}
+
+StatusOr<std::string> formatJson(const google::protobuf::Message& message) {
+  google::protobuf::util::JsonPrintOptions options;
+  options.always_print_primitive_fields = true;
+  options.preserve_proto_field_names = true;
+  std::string json;
+  auto status = google::protobuf::util::MessageToJsonString(message, &json, options);
+  if (!status.ok()) {
+    return internalError("cannot print " + message.GetTypeName() + " as JSON: " +
+                         status.ToString());
+  }
+  return json + "\n";
+}
+
+}  // namespace gradsync::ctl

@@ -1,0 +1,198 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "tools/gradsyncctl/format.h"
+
+#include <google/protobuf/util/json_util.h>
+#include <google/protobuf/util/message_differencer.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+
+namespace gradsync::ctl {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+v1::GetStatusResponse makeStatus() {
+  v1::GetStatusResponse status;
+  status.set_version("0.1.0-test");
+  status.set_uptime_seconds(3723.7);
+  status.set_pid(4242);
+  status.set_hostname("node-a");
+  status.set_jobs(2);
+  status.set_cuda_devices(8);
+  v1::DaemonConfig* config = status.mutable_config();
+  config->set_socket_path("/run/gradsync/gradsyncd.sock");
+  config->set_handoff_socket_path("/run/gradsync/gradsyncd.sock.handoff");
+  config->set_socket_mode(0660);
+  config->set_log_level("info");
+  config->set_socket_group("we\"ird\n");
+  config->set_cycle_time_ms(1);
+  config->set_fusion_threshold_bytes(64ull << 20);
+  config->set_stall_warning_seconds(60);
+  config->set_stall_deadline_seconds(0);  // zero must still be printed
+  config->set_max_arena_bytes(64ull << 30);
+  config->set_max_jobs(64);
+  config->set_max_local_ranks(256);
+  config->set_max_message_bytes(4u << 20);
+  return status;
+}
+
+v1::ListJobsResponse makeJobs() {
+  v1::ListJobsResponse jobs;
+  v1::JobInfo* job = jobs.add_jobs();
+  job->set_job_id("job-7f3a");
+  job->set_size(8);
+  job->set_local_size(2);
+  job->set_healthy(false);
+  job->set_tensors_in_flight(3);
+  job->set_operations_done(12345);
+  job->set_bytes_done(1610612736);  // 1.5 GiB
+  job->set_errors(1);
+  job->set_last_error("rank 5 (host node-b, pid 99) died");
+  job->set_fused_responses(678);
+  job->set_stall_warnings(9);
+  v1::RankInfo* rank = job->add_ranks();
+  rank->set_rank(4);
+  rank->set_local_rank(0);
+  rank->set_pid(1001);
+  rank->set_hostname("node-a");
+  rank->set_connected(true);
+  rank->set_joined(false);
+  rank->set_arena_bytes(256ull << 20);
+  rank = job->add_ranks();
+  rank->set_rank(5);
+  rank->set_local_rank(1);
+  rank->set_pid(1002);
+  rank->set_hostname("node-a");
+  rank->set_connected(false);
+  rank->set_joined(true);
+  rank->set_arena_bytes(512);
+  return jobs;
+}
+
+TEST(FormatBytes, PicksBinaryUnits) {
+  EXPECT_EQ(formatBytes(0), "0 B");
+  EXPECT_EQ(formatBytes(1023), "1023 B");
+  EXPECT_EQ(formatBytes(1024), "1.00 KiB");
+  EXPECT_EQ(formatBytes(1536), "1.50 KiB");
+  EXPECT_EQ(formatBytes(15ull << 20), "15.0 MiB");
+  EXPECT_EQ(formatBytes(150ull << 30), "150 GiB");
+  EXPECT_EQ(formatBytes(1610612736), "1.50 GiB");
+  EXPECT_EQ(formatBytes((1ull << 20) - 1), "1.00 MiB");  // not "1024 KiB"
+  EXPECT_EQ(formatBytes(UINT64_MAX), "16.0 EiB");
+}
+
+TEST(FormatDuration, HoursMinutesSeconds) {
+  EXPECT_EQ(formatDuration(0), "0s");
+  EXPECT_EQ(formatDuration(42.9), "42s");
+  EXPECT_EQ(formatDuration(63), "1m 03s");
+  EXPECT_EQ(formatDuration(3723.4), "1h 02m 03s");
+  EXPECT_EQ(formatDuration(93784), "1d 02h 03m 04s");
+  EXPECT_EQ(formatDuration(-5), "0s");
+  EXPECT_EQ(formatDuration(std::nan("")), "0s");
+}
+
+TEST(FormatStatus, ShowsIdentityAndEveryConfigField) {
+  std::string text = formatStatus(makeStatus(), "/tmp/x.sock");
+  EXPECT_THAT(text, HasSubstr("0.1.0-test"));
+  EXPECT_THAT(text, HasSubstr("1h 02m 03s"));
+  EXPECT_THAT(text, HasSubstr("4242"));
+  EXPECT_THAT(text, HasSubstr("node-a"));
+  EXPECT_THAT(text, HasSubstr("/tmp/x.sock"));
+  EXPECT_THAT(text, HasSubstr("cuda devices:"));
+  EXPECT_THAT(text, HasSubstr("jobs:"));
+  // Every DaemonConfig field appears by name, even those at zero or empty.
+  const auto* descriptor = v1::DaemonConfig::descriptor();
+  for (int i = 0; i < descriptor->field_count(); ++i) {
+    EXPECT_THAT(text, HasSubstr("\n  " + descriptor->field(i)->name() + ":"))
+        << descriptor->field(i)->name();
+  }
+  EXPECT_THAT(text, HasSubstr("socket_group:"));
+  EXPECT_THAT(text, HasSubstr("\"we\\\"ird\\012\""));  // escaped socket_group
+  EXPECT_THAT(text, HasSubstr("432 (0660)"));
+  EXPECT_THAT(text, HasSubstr("67108864 (64.0 MiB)"));
+  EXPECT_THAT(text, HasSubstr("68719476736 (64.0 GiB)"));
+  EXPECT_THAT(text, HasSubstr("\"/run/gradsync/gradsyncd.sock\""));
+}
+
+TEST(FormatConfig, EmptyConfigStillListsEveryField) {
+  std::string text = formatConfig(v1::DaemonConfig());
+  const auto* descriptor = v1::DaemonConfig::descriptor();
+  int lines = 0;
+  for (char c : text) lines += c == '\n';
+  EXPECT_EQ(lines, descriptor->field_count());
+  EXPECT_THAT(text, HasSubstr("socket_path:"));
+  EXPECT_THAT(text, HasSubstr("\"\"\n"));  // empty strings are shown quoted
+  EXPECT_THAT(text, HasSubstr("0 (0000)"));  // socket_mode
+}
+
+TEST(FormatJobs, ShowsCountersAndRankTable) {
+  std::string text = formatJobs(makeJobs());
+  for (const char* expected :
+       {"job job-7f3a", "8 / 2", "healthy:", "no", "tensors in flight:", "3", "operations done:",
+        "12345", "1610612736 (1.50 GiB)", "fused responses:", "678", "errors:",
+        "rank 5 (host node-b, pid 99) died", "stall warnings:", "9", "RANK", "LOCAL", "PID", "HOST",
+        "CONNECTED", "JOINED", "ARENA", "1001", "1002", "256 MiB", "512 B"}) {
+    EXPECT_THAT(text, HasSubstr(expected)) << expected;
+  }
+}
+
+TEST(FormatJobs, RankTableColumnsLineUp) {
+  std::string table = formatRankTable(makeJobs().jobs(0));
+  // Header plus two ranks; each column starts at the same offset.
+  size_t first_end = table.find('\n');
+  std::string header = table.substr(0, first_end);
+  std::string row = table.substr(first_end + 1, table.find('\n', first_end + 1) - first_end - 1);
+  EXPECT_EQ(header.find("HOST"), row.find("node-a"));
+  EXPECT_EQ(header.find("PID"), row.find("1001"));
+  EXPECT_THAT(row, HasSubstr("yes"));
+}
+
+TEST(FormatJobs, EmptyListSaysSo) {
+  EXPECT_EQ(formatJobs(v1::ListJobsResponse()), "no jobs\n");
+  v1::ListJobsResponse jobs;
+  jobs.add_jobs()->set_job_id("j");
+  EXPECT_THAT(formatJobs(jobs), HasSubstr("last error:"));
+  EXPECT_THAT(formatJobs(jobs), Not(HasSubstr("no jobs")));
+}
+
+template <typename M>
+void expectJsonRoundTrip(const M& message, const std::string& json) {
+  ASSERT_FALSE(json.empty());
+  EXPECT_EQ(json.back(), '\n');
+  EXPECT_EQ(json.find('\n'), json.size() - 1) << "one line";
+  M parsed;
+  auto status = google::protobuf::util::JsonStringToMessage(json, &parsed);
+  ASSERT_TRUE(status.ok()) << status.ToString();
+  EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(message, parsed));
+}
+
+TEST(FormatJson, JobsAreValidJsonWithProtoFieldNames) {
+  v1::ListJobsResponse jobs = makeJobs();
+  StatusOr<std::string> json = formatJson(jobs);
+  ASSERT_TRUE(json.isOk()) << json.status().toString();
+  expectJsonRoundTrip(jobs, *json);
+  for (const char* name : {"\"job_id\"", "\"local_size\"", "\"tensors_in_flight\"", "\"operations_done\"",
+                           "\"bytes_done\"", "\"fused_responses\"", "\"last_error\"", "\"stall_warnings\"",
+                           "\"healthy\"", "\"ranks\"", "\"local_rank\"", "\"arena_bytes\"", "\"joined\""}) {
+    EXPECT_THAT(*json, HasSubstr(name)) << name;
+  }
+  EXPECT_THAT(*json, Not(HasSubstr("bytesDone")));
+}
+
+TEST(FormatJson, StatusPrintsZeroFields) {
+  v1::GetStatusResponse status = makeStatus();
+  StatusOr<std::string> json = formatJson(status);
+  ASSERT_TRUE(json.isOk());
+  expectJsonRoundTrip(status, *json);
+  EXPECT_THAT(*json, HasSubstr("\"uptime_seconds\""));
+  EXPECT_THAT(*json, HasSubstr("\"stall_deadline_seconds\":0"));
+  EXPECT_THAT(*json, HasSubstr("\"reduce_threads\":0"));
+}
+
+}  // namespace
+}  // namespace gradsync::ctl

@@ -1,0 +1,181 @@
+// SPDX-License-Identifier: Apache-2.0
+// gradsyncctl: the operator CLI of gradsyncd, over the Admin gRPC service on
+// the daemon's Unix socket. Modelled on NCCL's ras client: a few options, a
+// timeout on everything, text or JSON output.
+//
+// Exit codes: 0 success; 1 the daemon answered with an error (or the job
+// asked for does not exist); 2 the daemon cannot be reached (no socket,
+// connection refused, no answer in time); 64 bad usage (EX_USAGE).
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "daemon/common/status.h"
+#include "tools/gradsyncctl/admin_client.h"
+#include "tools/gradsyncctl/format.h"
+
+namespace gradsync::ctl {
+namespace {
+
+constexpr int kExitOk = 0;
+constexpr int kExitFailed = 1;
+constexpr int kExitUnreachable = 2;
+constexpr int kExitUsage = 64;
+constexpr double kMaxTimeoutSeconds = 86400;
+
+constexpr char kUsage[] =
+    "usage: gradsyncctl [--socket PATH] [--timeout SECONDS] [--json] <command>\n"
+    "\n"
+    "Queries a running gradsyncd over its Admin service.\n"
+    "\n"
+    "commands:\n"
+    "  status          daemon version, uptime, pid, host, jobs and the config in effect\n"
+    "  jobs [JOB_ID]   jobs with their counters and ranks (only JOB_ID when given)\n"
+    "  help            this text\n"
+    "\n"
+    "options:\n"
+    "  --socket PATH       the daemon's socket (default /run/gradsync/gradsyncd.sock)\n"
+    "  --timeout SECONDS   budget for connecting plus the request (default 5)\n"
+    "  --json              print the response as JSON, nothing else\n"
+    "  -h, --help          this text\n"
+    "\n"
+    "exit codes: 0 ok, 1 error from the daemon, 2 daemon unreachable, 64 bad usage\n";
+
+struct Options {
+  AdminClientOptions client;
+  bool json = false;
+  bool help = false;
+  std::vector<std::string> command;  // the command and its arguments
+};
+
+int usageError(const std::string& message) {
+  std::fprintf(stderr, "gradsyncctl: %s\n(try 'gradsyncctl help')\n", message.c_str());
+  return kExitUsage;
+}
+
+bool parseTimeout(const std::string& text, double* seconds) {
+  if (text.empty()) return false;
+  char* end = nullptr;
+  errno = 0;
+  double value = std::strtod(text.c_str(), &end);
+  if (errno != 0 || end == nullptr || *end != '\0') return false;
+  if (!std::isfinite(value) || value <= 0 || value > kMaxTimeoutSeconds) return false;
+  *seconds = value;
+  return true;
+}
+
+// Options may come before or after the command; "--" ends them. Returns
+// an empty string on success, else the usage error.
+std::string parseArgs(int argc, char** argv, Options* options) {
+  bool options_done = false;
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (options_done || arg.empty() || arg[0] != '-' || arg == "-") {
+      options->command.push_back(arg);
+      continue;
+    }
+    if (arg == "--") {
+      options_done = true;
+      continue;
+    }
+    std::string name = arg;
+    std::string value;
+    bool has_value = false;
+    size_t eq = arg.find('=');
+    if (arg.rfind("--", 0) == 0 && eq != std::string::npos) {
+      name = arg.substr(0, eq);
+      value = arg.substr(eq + 1);
+      has_value = true;
+    }
+    if (name == "--json" || name == "--help" || name == "-h") {
+      if (has_value) return "option " + name + " takes no value";
+      (name == "--json" ? options->json : options->help) = true;
+      continue;
+    }
+    if (name != "--socket" && name != "--timeout") return "unknown option '" + arg + "'";
+    if (!has_value) {
+      if (i + 1 >= argc) return "option " + name + " needs a value";
+      value = argv[++i];
+    }
+    if (name == "--socket") {
+      if (value.empty()) return "--socket needs a non-empty path";
+      options->client.socket_path = value;
+    } else if (!parseTimeout(value, &options->client.timeout_seconds)) {
+      return "--timeout needs a number of seconds in (0, 86400], got '" + value + "'";
+    }
+  }
+  return "";
+}
+
+// Reports a failed call on stderr and returns the exit code.
+int reportError(const Status& status) {
+  std::fprintf(stderr, "gradsyncctl: %s\n", status.message().c_str());
+  bool unreachable = status.code() == StatusCode::kUnavailable ||
+                     status.code() == StatusCode::kDeadlineExceeded;
+  return unreachable ? kExitUnreachable : kExitFailed;
+}
+
+int printJson(const google::protobuf::Message& message) {
+  StatusOr<std::string> json = formatJson(message);
+  if (!json.isOk()) return reportError(json.status());
+  std::fputs(json->c_str(), stdout);
+  return kExitOk;
+}
+
+int runStatus(AdminClient& client, const Options& options) {
+  StatusOr<v1::GetStatusResponse> status = client.getStatus();
+  if (!status.isOk()) return reportError(status.status());
+  if (options.json) return printJson(*status);
+  std::fputs(formatStatus(*status, options.client.socket_path).c_str(), stdout);
+  return kExitOk;
+}
+
+int runJobs(AdminClient& client, const Options& options, const std::string& job_id) {
+  StatusOr<v1::ListJobsResponse> jobs = client.listJobs(job_id);
+  if (!jobs.isOk()) return reportError(jobs.status());
+  bool missing = !job_id.empty() && jobs->jobs_size() == 0;
+  int rc = kExitOk;
+  if (options.json) {
+    rc = printJson(*jobs);
+  } else if (!missing) {
+    std::fputs(formatJobs(*jobs).c_str(), stdout);
+  }
+  if (rc == kExitOk && missing) {
+    std::fprintf(stderr, "gradsyncctl: no job '%s' on gradsyncd at %s\n", job_id.c_str(),
+                 client.target().c_str());
+    return kExitFailed;
+  }
+  return rc;
+}
+
+int run(int argc, char** argv) {
+  Options options;
+  std::string error = parseArgs(argc, argv, &options);
+  if (!error.empty()) return usageError(error);
+  if (options.help || (!options.command.empty() && options.command[0] == "help")) {
+    std::fputs(kUsage, stdout);
+    return kExitOk;
+  }
+  if (options.command.empty()) return usageError("missing command");
+  const std::string& command = options.command[0];
+  size_t arguments = options.command.size() - 1;
+  AdminClient client(options.client);
+  if (command == "status") {
+    if (arguments != 0) return usageError("status takes no arguments");
+    return runStatus(client, options);
+  }
+  if (command == "jobs") {
+    if (arguments > 1) return usageError("jobs takes at most one JOB_ID");
+    return runJobs(client, options, arguments == 1 ? options.command[1] : std::string());
+  }
+  return usageError("unknown command '" + command + "'");
+}
+
+}  // namespace
+}  // namespace gradsync::ctl
+
+int main(int argc, char** argv) { return gradsync::ctl::run(argc, argv); }
