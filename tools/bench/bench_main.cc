@@ -1,0 +1,105 @@
+// SPDX-License-Identifier: Apache-2.0
+// gradsync_bench: collective throughput and latency through a running
+// gradsyncd, in the manner of nccl-tests' all_reduce_perf. Forks -np ranks,
+// each a real client process of one job.
+//
+//   gradsync_bench --socket PATH [-np 2] [--collective allreduce|broadcast|allgather]
+//                  [--min-bytes 4] [--max-bytes 256M] [--copy] [--min-time 1] [--resnet]
+//
+// Per size: a correctness check (inputs rank+1, result checked everywhere),
+// then timed iterations of barrier; t0; collective; t1 until at least
+// --min-iters and --min-time seconds; the time of an iteration is the max
+// over ranks (as in shared/bench/peers). Reports the median, algbw and busbw
+// (nccl-tests: allreduce busbw = algbw * 2(n-1)/n; allgather (n-1)/n;
+// broadcast = algbw).
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "gradsync/gradsync.hpp"
+#include "tools/bench/bench_runner.h"
+
+namespace gradsync::bench {
+namespace {
+
+uint64_t parseBytes(const std::string& s) {
+  char* end = nullptr;
+  double v = std::strtod(s.c_str(), &end);
+  switch (*end) {
+    case 'K': case 'k': v *= 1024; break;
+    case 'M': case 'm': v *= 1024 * 1024; break;
+    case 'G': case 'g': v *= 1024.0 * 1024 * 1024; break;
+    default: break;
+  }
+  return static_cast<uint64_t>(v);
+}
+
+int usage() {
+  std::fprintf(stderr,
+               "usage: gradsync_bench --socket PATH [-np N] [--collective allreduce|broadcast|allgather]\n"
+               "                      [--min-bytes B] [--max-bytes B] [--step-factor F] [--copy]\n"
+               "                      [--min-time S] [--min-iters N] [--resnet] [--steps N]\n");
+  return 64;
+}
+
+bool parse(int argc, char** argv, BenchOptions* o) {
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto next = [&]() -> std::string { return i + 1 < argc ? argv[++i] : ""; };
+    if (a == "--socket") o->socket = next();
+    else if (a == "-np") o->ranks = std::atoi(next().c_str());
+    else if (a == "--collective") o->collective = next();
+    else if (a == "--min-bytes") o->min_bytes = parseBytes(next());
+    else if (a == "--max-bytes") o->max_bytes = parseBytes(next());
+    else if (a == "--step-factor") o->step_factor = std::atoi(next().c_str());
+    else if (a == "--copy") o->zero_copy = false;
+    else if (a == "--min-time") o->min_time = std::atof(next().c_str());
+    else if (a == "--min-iters") o->min_iters = std::atoi(next().c_str());
+    else if (a == "--resnet") o->resnet = true;
+    else if (a == "--steps") o->steps = std::atoi(next().c_str());
+    else return false;
+  }
+  return !o->socket.empty() && o->ranks >= 1 && (o->step_factor == 0 || o->step_factor >= 2) && o->min_bytes > 0;
+}
+
+}  // namespace
+}  // namespace gradsync::bench
+
+int main(int argc, char** argv) {
+  using namespace gradsync::bench;
+  BenchOptions options;
+  if (!parse(argc, argv, &options)) return usage();
+  char token[33];
+  std::snprintf(token, sizeof(token), "%08x%08x", static_cast<unsigned>(getpid()), static_cast<unsigned>(time(nullptr)));
+  const std::string job = "bench-" + std::to_string(getpid());
+  std::vector<pid_t> children;
+  for (int r = 0; r < options.ranks; ++r) {
+    pid_t pid = fork();
+    if (pid == 0) {
+      setenv("GRADSYNC_SOCKET", options.socket.c_str(), 1);
+      setenv("GRADSYNC_JOB_ID", job.c_str(), 1);
+      setenv("GRADSYNC_TOKEN", token, 1);
+      setenv("GRADSYNC_RANK", std::to_string(r).c_str(), 1);
+      setenv("GRADSYNC_SIZE", std::to_string(options.ranks).c_str(), 1);
+      const int code = runRank(options);
+      std::fflush(stdout);
+      _exit(code);
+    }
+    children.push_back(pid);
+  }
+  int worst = 0;
+  for (pid_t pid : children) {
+    int status = 0;
+    waitpid(pid, &status, 0);
+    const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    worst = std::max(worst, code);
+  }
+  return worst;
+}

@@ -1,0 +1,30 @@
+// SPDX-License-Identifier: Apache-2.0
+// One rank of gradsync_bench.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace gradsync::bench {
+
+struct BenchOptions {
+  std::string socket;
+  int ranks = 2;
+  std::string collective = "allreduce";
+  uint64_t min_bytes = 4;
+  uint64_t max_bytes = 256ull << 20;
+  // 0: the peers' sizes (4 B, 4 KiB, 64 KiB, 1 MiB, 16 MiB, 64 MiB, 256 MiB);
+  // otherwise min_bytes * step_factor^k.
+  int step_factor = 0;
+  bool zero_copy = true;
+  double min_time = 1.0;
+  int min_iters = 10;
+  bool resnet = false;
+  int steps = 20;
+};
+
+// Runs the benchmark as one rank (identity from GRADSYNC_*); rank 0 prints
+// the table. Returns the process exit code.
+int runRank(const BenchOptions& options);
+
+}  // namespace gradsync::bench
