@@ -29,6 +29,10 @@ StatusOr<std::unique_ptr<Arena>> Arena::create(uint64_t bytes) {
   }
   void* base = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, fd.get(), 0);
   if (base == MAP_FAILED) return resourceExhausted(errnoText("mmap arena"));
+  // Huge pages cut TLB misses on large tensors (a large effect in VMs). Takes
+  // effect where the kernel allows THP for shared memory
+  // (/sys/kernel/mm/transparent_hugepage/shmem_enabled = advise or always).
+  ::madvise(base, bytes, MADV_HUGEPAGE);
   return std::unique_ptr<Arena>(new Arena(std::move(fd), static_cast<uint8_t*>(base), bytes));
 }
 

@@ -149,7 +149,7 @@ Status HandoffServer::handleHello(Connection& connection) {
   if (::getsockopt(connection.fd.get(), SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
     return internalError(errnoText("SO_PEERCRED"));
   }
-  ASSIGN_OR_RETURN(auto arena, handoff::ShmArena::map(std::move(memfd), max_arena_bytes_));
+  ASSIGN_OR_RETURN(auto arena, handoff::ShmArena::map(std::move(memfd), max_arena_bytes_, next_color_++));
   const uint64_t arena_bytes = arena->size();
   RETURN_IF_ERROR(session->attachArena(std::move(arena), cred.pid));
   connection.session_id = hello.session_id;

@@ -46,6 +46,7 @@ class HandoffServer {
   UniqueFd epoll_fd_;
   UniqueFd wake_fd_;  // eventfd that stops the loop
   std::map<int, Connection> connections_;
+  uint32_t next_color_ = 0;  // staggers arena addresses (see ShmArena::map)
   std::thread thread_;
 };
 

@@ -25,7 +25,11 @@ void Job::executorLoop() {
 
 void Job::runBatch(std::vector<coordinator::Response> batch) {
   for (const auto& fused : fusion::planFusion(std::move(batch), limits_.fusion_threshold_bytes)) {
+    const auto started = Clock::now();
     auto results = executor_.run(fused, *this);
+    GS_LOG(executor, debug, "job '{}': fused response of {} collectives, {} bytes, in {} us", spec_.job_id,
+           fused.responses.size(), fused.bytes,
+           std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - started).count());
     Outbox outbox;
     {
       std::lock_guard<std::mutex> lock(mutex_);
