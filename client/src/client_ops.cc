@@ -5,6 +5,7 @@
 
 #include "client/src/client.h"
 #include "daemon/common/dtype.h"
+#include "daemon/common/fast_copy.h"
 
 namespace gradsync::client {
 namespace {
@@ -59,7 +60,7 @@ StatusOr<uint64_t> Client::enqueueOne(const OpSpec& spec, uint64_t group_id, uin
   } else if (bytes > 0) {
     ASSIGN_OR_RETURN(op->input_offset, arena_->allocate(bytes));
     op->owns_input = true;
-    std::memcpy(arena_->base() + op->input_offset, spec.data, bytes);
+    fastCopy(arena_->base() + op->input_offset, spec.data, bytes);
     if (copiesBack(spec.type)) op->copy_back_to = spec.data;
   }
   v1::ClientMessage message;
@@ -108,7 +109,7 @@ StatusOr<uint64_t> Client::enqueueOne(const OpSpec& spec, uint64_t group_id, uin
 void Client::finish(Operation& op) {
   // Runs with mutex_ released: copies can be large.
   if (op.copy_back_to != nullptr && op.status.isOk()) {
-    std::memcpy(op.copy_back_to, arena_->base() + op.input_offset, op.length);
+    fastCopy(op.copy_back_to, arena_->base() + op.input_offset, op.length);
   }
   if (op.owns_input) (void)arena_->release(op.input_offset);
   op.owns_input = false;

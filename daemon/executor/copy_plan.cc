@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "daemon/common/fast_copy.h"
+
 namespace gradsync::executor {
 namespace {
 constexpr size_t kPieceBytes = 1 << 20;
@@ -25,7 +27,7 @@ void CopyPlan::run(ReducePool& pool) const {
   }
   pool.forEachShard(copies_.size(), [this](size_t i) {
     const Copy& c = copies_[i];
-    std::memcpy(c.dst, c.src, c.bytes);
+    fastCopy(c.dst, c.src, c.bytes);
   });
 }
 
