@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "daemon/server/job.h"
 
+#include <algorithm>
+
 #include "daemon/common/logging.h"
 #include "daemon/server/enqueue_validation.h"
 
@@ -24,6 +26,25 @@ v1::DaemonMessage doneMessage(const std::string& job_id, const coordinator::Requ
     done->mutable_detail()->set_tensor_name(request.name);
   }
   return message;
+}
+
+// Collectives that never wait for output grants may run on a session's
+// reader thread (a grant arrives on a reader thread: waiting there could
+// deadlock).
+bool runsInline(const coordinator::Response& r) {
+  return !r.status.isOk() || r.type == v1::ALLREDUCE || r.type == v1::BROADCAST || r.type == v1::BARRIER ||
+         r.type == v1::JOIN;
+}
+
+// Larger batches go to the executor thread: reducing them on a reader
+// thread would hold up that rank's next enqueues (measured: ResNet-50 step
+// 17.8 -> 27.4 ms when everything ran inline).
+constexpr uint64_t kInlineBytes = 256 << 10;
+
+uint64_t bytesOf(const std::deque<coordinator::Response>& responses) {
+  uint64_t bytes = 0;
+  for (const auto& r : responses) bytes += r.first().length;
+  return bytes;
 }
 
 }  // namespace
@@ -86,6 +107,7 @@ void Job::submit(const std::shared_ptr<Session>& session, const v1::Enqueue& enq
   auto request = validateEnqueue(enqueue, context);
 
   Outbox outbox;
+  std::vector<coordinator::Response> inline_batch;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     coordinator::Request minimal;
@@ -110,11 +132,21 @@ void Job::submit(const std::shared_ptr<Session>& session, const v1::Enqueue& enq
         failRequestLocked(minimal, ready.status(), &outbox);
       } else if (!ready->empty()) {
         for (auto& r : *ready) ready_.push_back(std::move(r));
-        ready_cv_.notify_one();
+        if (!executing_ && std::all_of(ready_.begin(), ready_.end(), runsInline) && bytesOf(ready_) <= kInlineBytes) {
+          inline_batch = takeBatchLocked();
+        } else {
+          ready_cv_.notify_one();
+        }
       }
     }
   }
   flush(&outbox);
+  if (!inline_batch.empty()) {
+    runBatch(std::move(inline_batch));
+    std::lock_guard<std::mutex> lock(mutex_);
+    executing_ = false;
+    if (!ready_.empty()) ready_cv_.notify_one();
+  }
 }
 
 void Job::grant(const Session& session, const v1::OutputGrant& grant) {

@@ -76,6 +76,8 @@ class Job : private executor::RankAccess {
                                                  const std::vector<std::vector<int64_t>>& shapes) override;
 
   void executorLoop();
+  // Takes everything in ready_ as the next batch; needs mutex_ and !executing_.
+  std::vector<coordinator::Response> takeBatchLocked();
   void runBatch(std::vector<coordinator::Response> batch);
   void complete(const coordinator::Response& response, const executor::ResponseResult& result, Outbox* outbox);
   // Fails `request` with `status`, queueing its Done in `outbox`. Needs mutex_.
@@ -99,6 +101,10 @@ class Job : private executor::RankAccess {
   std::set<std::string> stall_warned_;
   std::string failure_;  // non-empty once the job has failed
   bool stopping_ = false;
+  // One batch executes at a time: on the executor thread, or inline on the
+  // thread whose submission completed it (saves a thread wake-up per
+  // collective) when it needs no output grants.
+  bool executing_ = false;
   int in_flight_executing_ = 0;
 
   // Counters (guarded by mutex_).

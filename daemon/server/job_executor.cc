@@ -12,15 +12,24 @@ void Job::executorLoop() {
     std::vector<coordinator::Response> batch;
     {
       std::unique_lock<std::mutex> lock(mutex_);
-      ready_cv_.wait(lock, [&] { return stopping_ || !ready_.empty(); });
-      if (ready_.empty()) return;  // stopping
-      for (auto& r : ready_) batch.push_back(std::move(r));
-      ready_.clear();
-      in_flight_executing_ = static_cast<int>(batch.size());
-      batch_sessions_ = sessions_;
+      ready_cv_.wait(lock, [&] { return stopping_ || (!ready_.empty() && !executing_); });
+      if (stopping_ && (ready_.empty() || executing_)) return;
+      batch = takeBatchLocked();
     }
     runBatch(std::move(batch));
+    std::lock_guard<std::mutex> lock(mutex_);
+    executing_ = false;
   }
+}
+
+std::vector<coordinator::Response> Job::takeBatchLocked() {
+  std::vector<coordinator::Response> batch;
+  for (auto& r : ready_) batch.push_back(std::move(r));
+  ready_.clear();
+  executing_ = true;
+  in_flight_executing_ = static_cast<int>(batch.size());
+  batch_sessions_ = sessions_;
+  return batch;
 }
 
 void Job::runBatch(std::vector<coordinator::Response> batch) {
