@@ -20,7 +20,10 @@ std::string errnoText(const char* what) { return std::string(what) + ": " + std:
 
 StatusOr<std::unique_ptr<Arena>> Arena::create(uint64_t bytes) {
   bytes = (bytes + 4095) & ~uint64_t{4095};
-  if (bytes == 0) return invalidArgument("arena size must be positive");
+  if (bytes < 2 * handoff::kControlBytes) {
+    return invalidArgument("arena of " + std::to_string(bytes) + " bytes is too small (at least " +
+                           std::to_string(2 * handoff::kControlBytes) + ")");
+  }
   UniqueFd fd(::memfd_create("gradsync-arena", MFD_CLOEXEC | MFD_ALLOW_SEALING));
   if (!fd.valid()) return resourceExhausted(errnoText("memfd_create"));
   if (::ftruncate(fd.get(), static_cast<off_t>(bytes)) != 0) return resourceExhausted(errnoText("ftruncate arena"));
@@ -37,7 +40,9 @@ StatusOr<std::unique_ptr<Arena>> Arena::create(uint64_t bytes) {
 }
 
 Arena::Arena(UniqueFd fd, uint8_t* base, uint64_t size) : fd_(std::move(fd)), base_(base), size_(size) {
-  free_[0] = size;
+  control()->magic = handoff::kRingMagic;
+  control()->version = 1;
+  free_[handoff::kControlBytes] = size - handoff::kControlBytes;
 }
 
 Arena::~Arena() { ::munmap(base_, size_); }

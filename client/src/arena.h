@@ -10,12 +10,15 @@
 
 #include "daemon/common/status.h"
 #include "daemon/common/unique_fd.h"
+#include "daemon/handoff/shm_layout.h"
 
 namespace gradsync::client {
 
 class Arena {
  public:
-  // Creates and maps a memfd of `bytes`, sealed against resizing.
+  // Creates and maps a memfd of `bytes`, sealed against resizing. The first
+  // handoff::kControlBytes hold the doorbell rings (shm_layout.h); tensors
+  // are allocated after them.
   static StatusOr<std::unique_ptr<Arena>> create(uint64_t bytes);
   ~Arena();
   Arena(const Arena&) = delete;
@@ -24,6 +27,7 @@ class Arena {
   int fd() const { return fd_.get(); }
   uint64_t size() const { return size_; }
   uint8_t* base() const { return base_; }
+  handoff::ArenaControl* control() const { return reinterpret_cast<handoff::ArenaControl*>(base_); }
 
   // Reserves `bytes` (rounded up to 64), returning the offset, or
   // RESOURCE_EXHAUSTED. Zero bytes get a valid offset of an empty range.

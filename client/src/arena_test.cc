@@ -11,7 +11,7 @@ namespace gradsync::client {
 namespace {
 
 TEST(ArenaTest, AllocatesAlignedDisjointRangesAndCoalesces) {
-  auto arena = Arena::create(1 << 16);
+  auto arena = Arena::create(4 << 20);
   ASSERT_TRUE(arena.isOk()) << arena.status().toString();
   Arena& a = **arena;
   auto x = a.allocate(100);
@@ -19,6 +19,7 @@ TEST(ArenaTest, AllocatesAlignedDisjointRangesAndCoalesces) {
   auto z = a.allocate(0);
   ASSERT_TRUE(x.isOk() && y.isOk() && z.isOk());
   EXPECT_EQ(*x % 64, 0u);
+  EXPECT_GE(*x, handoff::kControlBytes);  // the rings come first
   EXPECT_EQ(*y, *x + 128);
   EXPECT_NE(*z, *y);
   EXPECT_TRUE(a.release(*y).isOk());
@@ -26,13 +27,13 @@ TEST(ArenaTest, AllocatesAlignedDisjointRangesAndCoalesces) {
   EXPECT_TRUE(a.release(*x).isOk());
   EXPECT_TRUE(a.release(*z).isOk());
   EXPECT_EQ(a.bytesInUse(), 0u);
-  auto whole = a.allocate(1 << 16);  // fits only if everything coalesced back
+  auto whole = a.allocate((4 << 20) - handoff::kControlBytes);  // fits only if everything coalesced back
   EXPECT_TRUE(whole.isOk()) << whole.status().toString();
   EXPECT_EQ(a.allocate(1).status().code(), StatusCode::kResourceExhausted);
 }
 
 TEST(ArenaTest, SealedAgainstResize) {
-  auto arena = Arena::create(8192);
+  auto arena = Arena::create(4 << 20);
   ASSERT_TRUE(arena.isOk());
   const int seals = ::fcntl((*arena)->fd(), F_GET_SEALS);
   EXPECT_TRUE(seals & F_SEAL_SHRINK);
@@ -40,13 +41,14 @@ TEST(ArenaTest, SealedAgainstResize) {
 }
 
 TEST(ArenaTest, ContainsChecksWholeRange) {
-  auto arena = Arena::create(4096);
+  auto arena = Arena::create(4 << 20);
   ASSERT_TRUE(arena.isOk());
   Arena& a = **arena;
   uint64_t offset = 0;
   EXPECT_TRUE(a.contains(a.base() + 10, 100, &offset));
   EXPECT_EQ(offset, 10u);
-  EXPECT_FALSE(a.contains(a.base() + 4000, 100, &offset));
+  EXPECT_FALSE(a.contains(a.base() + (4 << 20) - 50, 100, &offset));
+  EXPECT_EQ(Arena::create(4096).status().code(), StatusCode::kInvalidArgument);
   int outside = 0;
   EXPECT_FALSE(a.contains(&outside, 4, &offset));
 }

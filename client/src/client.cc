@@ -77,6 +77,9 @@ Status Client::registerRank() {
   if (session_secret_.size() != handoff::kSessionSecretBytes) return internalError("daemon sent a malformed secret");
   const uint64_t arena_bytes = std::min<uint64_t>(options_.arena_bytes, response.max_arena_bytes());
   ASSIGN_OR_RETURN(arena_, Arena::create(arena_bytes));
+  handoff::ArenaControl* control = arena_->control();
+  submit_ring_ = std::make_unique<handoff::RingProducer>(&control->submit, control->submit_slots);
+  complete_ring_ = std::make_unique<handoff::RingConsumer>(&control->complete, control->complete_slots);
   handoff_path_ = response.handoff_socket_path();
   return okStatus();
 }
@@ -148,11 +151,33 @@ void Client::readerLoop() {
   failAllLocked(broken_);
   session_open_ = false;
   reader_done_ = true;
-  cv_.notify_all();
+  wakeWaiters();
 }
 
 void Client::onDone(const v1::Done& done) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    applyDoneLocked(done);
+  }
+  wakeWaiters();
+}
+
+void Client::wakeWaiters() {
+  cv_.notify_all();
+  if (arena_) handoff::RingConsumer::wakeAll(&arena_->control()->complete);
+}
+
+void Client::drainCompletionsLocked() {
+  std::string bytes;
+  v1::Done done;
+  for (;;) {
+    bool got = false;
+    if (!complete_ring_ || !complete_ring_->pop(&bytes, &got).isOk() || !got) return;
+    if (done.ParseFromString(bytes)) applyDoneLocked(done);
+  }
+}
+
+void Client::applyDoneLocked(const v1::Done& done) {
   auto it = ops_.find(done.handle());
   if (it == ops_.end() || it->second->done) return;
   Operation& op = *it->second;
@@ -161,7 +186,6 @@ void Client::onDone(const v1::Done& done) {
   op.received_splits.assign(done.received_splits().begin(), done.received_splits().end());
   op.last_joined_rank = done.last_joined_rank();
   op.done = true;
-  cv_.notify_all();
 }
 
 void Client::onOutputRequest(const v1::OutputRequest& request) {

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "client/src/arena.h"
+#include "daemon/handoff/ring.h"
 #include "daemon/common/unique_fd.h"
 #include "proto/gradsync/v1/control.grpc.pb.h"
 
@@ -105,6 +106,10 @@ class Client {
   Status openSession();
   void readerLoop();
   void onDone(const v1::Done& done);
+  void applyDoneLocked(const v1::Done& done);
+  // Applies every Done waiting in the completion ring. Needs mutex_.
+  void drainCompletionsLocked();
+  void wakeWaiters();
   void onOutputRequest(const v1::OutputRequest& request);
   void failAllLocked(const Status& status);
   StatusOr<uint64_t> enqueueOne(const OpSpec& spec, uint64_t group_id, uint32_t group_size);
@@ -120,6 +125,8 @@ class Client {
   std::string session_secret_;
   std::unique_ptr<Arena> arena_;
   std::string handoff_path_;
+  std::unique_ptr<handoff::RingProducer> submit_ring_;    // guarded by write_mutex_
+  std::unique_ptr<handoff::RingConsumer> complete_ring_;  // pop guarded by mutex_
   UniqueFd handoff_fd_;
   grpc::ClientContext stream_context_;
   std::unique_ptr<grpc::ClientReaderWriter<v1::ClientMessage, v1::DaemonMessage>> stream_;

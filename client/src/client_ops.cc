@@ -93,7 +93,12 @@ StatusOr<uint64_t> Client::enqueueOne(const OpSpec& spec, uint64_t group_id, uin
   e->set_length(bytes);
   e->set_group_id(group_id);
   e->set_group_size(group_size);
-  if (!send(message)) {
+  bool sent = false;
+  {
+    std::lock_guard<std::mutex> lock(write_mutex_);
+    if (submit_ring_ && stream_) sent = submit_ring_->push(e->SerializeAsString());
+  }
+  if (!sent && !send(message)) {
     std::lock_guard<std::mutex> lock(mutex_);
     auto found = ops_.find(e->handle());
     if (found != ops_.end() && !found->second->done) {
@@ -117,6 +122,7 @@ void Client::finish(Operation& op) {
 
 StatusOr<bool> Client::poll(uint64_t handle) {
   std::unique_lock<std::mutex> lock(mutex_);
+  drainCompletionsLocked();
   auto it = ops_.find(handle);
   if (it == ops_.end()) return notFound("unknown handle " + std::to_string(handle));
   if (!it->second->done) return false;
@@ -130,13 +136,26 @@ Status Client::wait(uint64_t handle, double timeout_seconds) {
   auto it = ops_.find(handle);
   if (it == ops_.end()) return notFound("unknown handle " + std::to_string(handle));
   Operation& op = *it->second;
-  auto ready = [&] { return op.done; };
-  if (timeout_seconds > 0) {
-    if (!cv_.wait_for(lock, std::chrono::duration<double>(timeout_seconds), ready)) {
-      return deadlineExceeded("operation '" + op.name + "' not done within " + std::to_string(timeout_seconds) + " s");
+  // Completions arrive in the arena's ring (read here, by the waiting
+  // thread: no hand-off between threads) or, rarely, over the stream (the
+  // reader thread then wakes this futex too).
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                                                std::chrono::duration<double>(timeout_seconds));
+  for (;;) {
+    drainCompletionsLocked();
+    if (op.done) break;
+    auto slice = std::chrono::milliseconds(100);
+    if (timeout_seconds > 0) {
+      const auto left = deadline - std::chrono::steady_clock::now();
+      if (left <= std::chrono::nanoseconds(0)) {
+        return deadlineExceeded("operation '" + op.name + "' not done within " + std::to_string(timeout_seconds) +
+                                " s");
+      }
+      slice = std::min(slice, std::chrono::duration_cast<std::chrono::milliseconds>(left) + std::chrono::milliseconds(1));
     }
-  } else {
-    cv_.wait(lock, ready);
+    lock.unlock();
+    complete_ring_->wait(slice);
+    lock.lock();
   }
   if (!op.finishing) {
     op.finishing = true;

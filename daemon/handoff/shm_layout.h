@@ -32,6 +32,37 @@ struct HandoffReply {
   char message[240];   // NUL-terminated cause when code != 0
 };
 
+// The doorbell rings at the start of every arena (the client allocates
+// tensors after kControlBytes). They carry the hot messages without gRPC:
+// serialized v1::Enqueue from client to daemon, serialized v1::Done back.
+// Anything that does not fit a slot, or finds its ring full, goes over the
+// session stream instead, so the stream remains the complete protocol.
+constexpr uint32_t kRingMagic = 0x47535231;  // "GSR1"
+constexpr uint32_t kRingSlots = 256;         // power of two
+constexpr uint32_t kRingSlotBytes = 512;
+constexpr uint64_t kControlBytes = 1 << 20;
+
+struct alignas(64) RingIndices {
+  uint32_t head;     // next slot the consumer reads (written by the consumer)
+  uint32_t tail;     // next slot the producer writes (written by the producer; futex word)
+  uint32_t waiting;  // non-zero while the consumer sleeps on `tail`
+};
+
+struct RingSlot {
+  uint32_t length;  // bytes used in `bytes`
+  uint8_t bytes[kRingSlotBytes - sizeof(uint32_t)];
+};
+
+struct ArenaControl {
+  uint32_t magic;  // kRingMagic when the client offers the rings
+  uint32_t version;
+  alignas(64) RingIndices submit;    // client -> daemon
+  alignas(64) RingIndices complete;  // daemon -> client
+  RingSlot submit_slots[kRingSlots];
+  RingSlot complete_slots[kRingSlots];
+};
+
+static_assert(sizeof(ArenaControl) <= kControlBytes, "control block fits its reservation");
 static_assert(sizeof(HandoffHello) == 48, "wire layout");
 static_assert(sizeof(HandoffReply) == 248, "wire layout");
 

@@ -2,6 +2,7 @@
 #include "daemon/server/control_service.h"
 
 #include "daemon/common/logging.h"
+#include "daemon/server/ring_reader.h"
 
 namespace gradsync::server {
 
@@ -53,6 +54,15 @@ grpc::Status ControlService::Session(grpc::ServerContext* context, SessionStream
   v1::DaemonMessage ack;
   ack.mutable_hello_ack()->set_session_id(session->id());
   session->send(ack);
+  // The arena's submission ring feeds the job beside the stream; a client
+  // that corrupts it loses its session.
+  auto ring_reader = std::make_unique<RingReader>(
+      session, [&](const v1::Enqueue& enqueue) { job->submit(session, enqueue); },
+      [&](const std::string& why) {
+        GS_LOG(control, warn, "job '{}': {}: {}; closing its session", session->identity().job_id,
+               session->describe(), why);
+        context->TryCancel();
+      });
 
   grpc::Status result = grpc::Status::OK;
   v1::ClientMessage message;
@@ -66,6 +76,7 @@ grpc::Status ControlService::Session(grpc::ServerContext* context, SessionStream
       break;
     }
   }
+  ring_reader.reset();  // joins its thread: no submissions after this
   session->detachStream();
   registry_->sessionLost(session->id(), context->IsCancelled()
                                             ? "disconnected (session stream broken: the process exited or was killed)"

@@ -153,8 +153,8 @@ Status HandoffServer::handleHello(Connection& connection) {
   const uint64_t arena_bytes = arena->size();
   RETURN_IF_ERROR(session->attachArena(std::move(arena), cred.pid));
   connection.session_id = hello.session_id;
-  GS_LOG(handoff, info, "job '{}': {} handed over an arena of {} bytes", session->identity().job_id,
-         session->describe(), arena_bytes);
+  GS_LOG(handoff, info, "job '{}': {} handed over an arena of {} bytes ({})", session->identity().job_id,
+         session->describe(), arena_bytes, session->submitRing() ? "with doorbell rings" : "stream only");
   return okStatus();
 }
 

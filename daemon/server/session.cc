@@ -15,6 +15,18 @@ Status Session::attachArena(std::unique_ptr<handoff::ShmArena> arena, int64_t pi
   if (arena_) return failedPrecondition("session " + std::to_string(id_) + " already has an arena");
   arena_ = std::move(arena);
   pid_ = pid;
+  auto control = arena_->range(0, sizeof(handoff::ArenaControl));
+  if (control.isOk() && arena_->size() >= handoff::kControlBytes) {
+    auto* block = reinterpret_cast<handoff::ArenaControl*>(*control);
+    // Read once: the client could change it later; only the rings' indices
+    // are re-read, and those are checked on every use.
+    if (reinterpret_cast<volatile uint32_t&>(block->magic) == handoff::kRingMagic) {
+      control_ = block;
+      submit_ring_ = std::make_unique<handoff::RingConsumer>(&block->submit, block->submit_slots);
+      std::lock_guard<std::mutex> write_lock(write_mutex_);
+      complete_ring_ = std::make_unique<handoff::RingProducer>(&block->complete, block->complete_slots);
+    }
+  }
   return okStatus();
 }
 
@@ -45,6 +57,9 @@ bool Session::streamAttached() const {
 
 bool Session::send(const v1::DaemonMessage& message) {
   std::lock_guard<std::mutex> lock(write_mutex_);
+  if (complete_ring_ && message.has_done() && stream_ != nullptr) {
+    if (complete_ring_->push(message.done().SerializeAsString())) return true;
+  }
   if (stream_ == nullptr) return false;
   return stream_->Write(message);
 }

@@ -13,6 +13,7 @@
 #include <set>
 #include <string>
 
+#include "daemon/handoff/ring.h"
 #include "daemon/handoff/shm_arena.h"
 #include "daemon/handoff/shm_layout.h"
 #include "proto/gradsync/v1/control.grpc.pb.h"
@@ -55,9 +56,14 @@ class Session {
   void attachStream(SessionStream* stream);
   void detachStream();
   bool streamAttached() const;
-  // Writes one message; false when no stream is attached or the write failed.
-  // Thread-safe (writes are serialised).
+  // Delivers one message: a Done through the arena's completion ring when the
+  // client offered rings and it fits, anything else over the stream. False
+  // when neither works. Thread-safe (writes are serialised).
   bool send(const v1::DaemonMessage& message);
+  // The arena's submission ring, when the client offered rings (else null).
+  // Only the session's ring reader consumes it.
+  handoff::RingConsumer* submitRing() { return submit_ring_.get(); }
+  handoff::RingIndices* submitIndices() const { return control_ ? &control_->submit : nullptr; }
 
   // "rank 1 (pid 4242, host node-a)", for error messages.
   std::string describe() const;
@@ -75,6 +81,9 @@ class Session {
   std::unique_ptr<handoff::ShmArena> arena_;
   int64_t pid_ = 0;
   std::set<uint64_t> handles_;
+  handoff::ArenaControl* control_ = nullptr;  // inside the arena; set once at hand-off
+  std::unique_ptr<handoff::RingConsumer> submit_ring_;
+  std::unique_ptr<handoff::RingProducer> complete_ring_;  // guarded by write_mutex_
 
   mutable std::mutex write_mutex_;
   SessionStream* stream_ = nullptr;  // guarded by write_mutex_

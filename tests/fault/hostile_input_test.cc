@@ -3,7 +3,9 @@
 // error status or a closed connection, and the daemon keeps serving.
 #include <fcntl.h>
 #include <grpcpp/grpcpp.h>
+#include <linux/futex.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -87,11 +89,19 @@ class HostileInputTest : public ::testing::Test {
     if (keep) *keep = std::move(fd);
     return reply.code;
   }
-  // A single-rank job with a 4096-byte arena and an open session.
-  std::unique_ptr<Stream> openSession(const std::string& job, grpc::ClientContext* context, UniqueFd* handoff_fd) {
+  // A single-rank job with an open session. With `rings`, the arena is big
+  // enough for the doorbell rings and offers them (its mapping in `*mapped`).
+  std::unique_ptr<Stream> openSession(const std::string& job, grpc::ClientContext* context, UniqueFd* handoff_fd,
+                                      bool rings = false, handoff::ArenaControl** mapped = nullptr) {
     v1::RegisterResponse reg;
     EXPECT_TRUE(registerRank(job, 0, 1, &reg).ok());
-    UniqueFd memfd = makeMemfd(4096, true);
+    const uint64_t size = rings ? 2 * handoff::kControlBytes : 4096;
+    UniqueFd memfd = makeMemfd(size, true);
+    if (rings) {
+      void* base = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, memfd.get(), 0);
+      *mapped = static_cast<handoff::ArenaControl*>(base);
+      (*mapped)->magic = handoff::kRingMagic;
+    }
     EXPECT_EQ(handoff(reg.session_id(), reg.session_secret(), memfd.get(), handoff_fd, nullptr), 0);
     auto stream = control_->Session(context);
     v1::ClientMessage hello;
@@ -224,6 +234,22 @@ TEST_F(HostileInputTest, OutOfRangeOffsetsAndBadEnqueuesGetErrors) {
   EXPECT_EQ(done.code(), 0) << done.message();
   stream->WritesDone();
   EXPECT_TRUE(stream->Finish().ok());
+}
+
+TEST_F(HostileInputTest, CorruptDoorbellRingEndsOnlyThatSession) {
+  grpc::ClientContext context;
+  UniqueFd handoff_fd;
+  handoff::ArenaControl* control = nullptr;
+  auto stream = openSession("ring", &context, &handoff_fd, true, &control);
+  ASSERT_NE(control, nullptr);
+  // A tail far beyond the ring's capacity, then a wake-up.
+  control->submit.tail = 100000;
+  ::syscall(SYS_futex, &control->submit.tail, FUTEX_WAKE, 1, nullptr, nullptr, 0);
+  v1::DaemonMessage reply;
+  while (stream->Read(&reply)) {
+  }
+  EXPECT_FALSE(stream->Finish().ok());
+  EXPECT_NE(daemon_.log().find("corrupt submission ring"), std::string::npos) << daemon_.log();
 }
 
 TEST_F(HostileInputTest, OversizedMessageIsRejected) {
