@@ -57,11 +57,12 @@ Status RingConsumer::pop(std::string* out, bool* got) {
 }
 
 void RingConsumer::wait(std::chrono::milliseconds timeout) {
-  atom(indices_->waiting).store(1, std::memory_order_relaxed);
+  // A count, not a flag: several client threads may wait at once.
+  atom(indices_->waiting).fetch_add(1, std::memory_order_relaxed);
   std::atomic_thread_fence(std::memory_order_seq_cst);
   const uint32_t head = head_.load(std::memory_order_relaxed);
   if (atom(indices_->tail).load(std::memory_order_acquire) == head) futexWait(&indices_->tail, head, timeout);
-  atom(indices_->waiting).store(0, std::memory_order_relaxed);
+  atom(indices_->waiting).fetch_sub(1, std::memory_order_relaxed);
 }
 
 void RingConsumer::wakeAll(RingIndices* indices) {

@@ -45,7 +45,7 @@ constexpr uint64_t kControlBytes = 1 << 20;
 struct alignas(64) RingIndices {
   uint32_t head;     // next slot the consumer reads (written by the consumer)
   uint32_t tail;     // next slot the producer writes (written by the producer; futex word)
-  uint32_t waiting;  // non-zero while the consumer sleeps on `tail`
+  uint32_t waiting;  // number of consumer threads sleeping on `tail`
 };
 
 struct RingSlot {

@@ -43,17 +43,16 @@ int64_t Session::pid() const {
 void Session::attachStream(SessionStream* stream) {
   std::lock_guard<std::mutex> lock(write_mutex_);
   stream_ = stream;
+  stream_attached_.store(true);
 }
 
 void Session::detachStream() {
   std::lock_guard<std::mutex> lock(write_mutex_);
   stream_ = nullptr;
+  stream_attached_.store(false);
 }
 
-bool Session::streamAttached() const {
-  std::lock_guard<std::mutex> lock(write_mutex_);
-  return stream_ != nullptr;
-}
+bool Session::streamAttached() const { return stream_attached_.load(); }
 
 bool Session::send(const v1::DaemonMessage& message) {
   std::lock_guard<std::mutex> lock(write_mutex_);

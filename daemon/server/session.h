@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -87,6 +88,8 @@ class Session {
 
   mutable std::mutex write_mutex_;
   SessionStream* stream_ = nullptr;  // guarded by write_mutex_
+  // Readable without write_mutex_, which a slow client's blocked Write holds.
+  std::atomic<bool> stream_attached_{false};
 };
 
 }  // namespace gradsync::server
