@@ -78,9 +78,10 @@ Status Daemon::startServers() {
                                    config_.handoff_socket_path()};
   control_ = std::make_unique<server::ControlService>(registry_.get(), control_info);
   const gpu::CudaProbe cuda = gpu::probeCuda();
-  GS_LOG(main, info, "CUDA devices: {}{}", cuda.devices, cuda.note.empty() ? "" : " (" + cuda.note + ")");
-  server::DaemonFacts facts{kVersion, hostName(), static_cast<int64_t>(::getpid()), cuda.devices, config_,
-                            std::chrono::steady_clock::now()};
+  GS_LOG(main, info, "CUDA devices: {}{}; NCCL {}", cuda.devices, cuda.note.empty() ? "" : " (" + cuda.note + ")",
+         cuda.nccl_version);
+  server::DaemonFacts facts{kVersion,     hostName(), static_cast<int64_t>(::getpid()), cuda.devices,
+                            cuda.nccl_version, config_,    std::chrono::steady_clock::now()};
   admin_ = std::make_unique<server::AdminService>(registry_.get(), facts);
 
   handoff_ = std::make_unique<server::HandoffServer>(registry_.get(), config_.max_arena_bytes());

@@ -2,11 +2,14 @@
 #include "daemon/gpu/cuda_probe.h"
 
 #include <cuda_runtime_api.h>
+#include <nccl.h>
 
 namespace gradsync::gpu {
 
 CudaProbe probeCuda() {
   CudaProbe probe;
+  int nccl = 0;
+  if (ncclGetVersion(&nccl) == ncclSuccess) probe.nccl_version = nccl;
   int count = 0;
   cudaError_t err = cudaGetDeviceCount(&count);
   if (err != cudaSuccess) {

@@ -9,7 +9,8 @@ namespace gradsync::gpu {
 
 struct CudaProbe {
   int devices = 0;
-  std::string note;  // why there are none, e.g. "no CUDA driver (error 35)"
+  std::string note;      // why there are none, e.g. "no CUDA driver (error 35)"
+  int nccl_version = 0;  // e.g. 22807 for 2.28.7 (NCCL answers without a GPU)
 };
 
 CudaProbe probeCuda();

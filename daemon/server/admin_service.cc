@@ -13,6 +13,7 @@ grpc::Status AdminService::GetStatus(grpc::ServerContext*, const v1::GetStatusRe
   *response->mutable_config() = facts_.config;
   response->set_jobs(static_cast<int>(registry_->jobCount()));
   response->set_cuda_devices(facts_.cuda_devices);
+  response->set_nccl_version(facts_.nccl_version);
   return grpc::Status::OK;
 }
 

@@ -15,6 +15,7 @@ struct DaemonFacts {
   std::string hostname;
   int64_t pid = 0;
   int cuda_devices = 0;
+  int nccl_version = 0;
   v1::DaemonConfig config;
   std::chrono::steady_clock::time_point started;
 };

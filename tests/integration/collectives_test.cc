@@ -66,6 +66,16 @@ TEST_F(CollectivesTest, TwoJobsAtOnceStayApart) {
   EXPECT_TRUE(allSucceed(ranks, kJobTimeout, &report)) << report << daemon_.log();
 }
 
+TEST_F(CollectivesTest, PlainCRanksThroughTheSharedLibrary) {
+  std::vector<Process> ranks;
+  for (int r = 0; r < 2; ++r) {
+    ranks.push_back(Process::spawn({runfile("tests/integration/c_abi_smoke")}, daemon_.rankEnv("c-abi", r, 2),
+                                   daemon_.dir() + "/c" + std::to_string(r) + ".log"));
+  }
+  std::string report;
+  EXPECT_TRUE(allSucceed(ranks, kJobTimeout, &report)) << report << daemon_.log();
+}
+
 TEST_F(CollectivesTest, WrongTokenIsRefused) {
   std::vector<Process> ranks;
   ranks.push_back(daemon_.spawnRank("tok", 0, 2, {"barrier_grouped_fusion"}));

@@ -188,6 +188,10 @@ std::string formatStatus(const v1::GetStatusResponse& status, const std::string&
   line("hostname", status.hostname());
   line("socket", socket_path);
   line("cuda devices", std::to_string(status.cuda_devices()));
+  const int nccl = status.nccl_version();
+  line("nccl", nccl == 0 ? std::string("unavailable")
+                         : std::to_string(nccl / 10000) + "." + std::to_string(nccl / 100 % 100) + "." +
+                               std::to_string(nccl % 100));
   line("jobs", std::to_string(status.jobs()));
   out += "config:\n";
   out += formatConfig(status.config());

@@ -24,6 +24,7 @@ v1::GetStatusResponse makeStatus() {
   status.set_hostname("node-a");
   status.set_jobs(2);
   status.set_cuda_devices(8);
+  status.set_nccl_version(22807);
   v1::DaemonConfig* config = status.mutable_config();
   config->set_socket_path("/run/gradsync/gradsyncd.sock");
   config->set_handoff_socket_path("/run/gradsync/gradsyncd.sock.handoff");
@@ -104,6 +105,7 @@ TEST(FormatStatus, ShowsIdentityAndEveryConfigField) {
   EXPECT_THAT(text, HasSubstr("node-a"));
   EXPECT_THAT(text, HasSubstr("/tmp/x.sock"));
   EXPECT_THAT(text, HasSubstr("cuda devices:"));
+  EXPECT_THAT(text, HasSubstr("2.28.7"));
   EXPECT_THAT(text, HasSubstr("jobs:"));
   // Every DaemonConfig field appears by name, even those at zero or empty.
   const auto* descriptor = v1::DaemonConfig::descriptor();
