@@ -45,12 +45,11 @@ grpc::Status ControlService::Session(grpc::ServerContext* context, SessionStream
   if (session->arena() == nullptr) {
     return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "hand over the arena before opening the session");
   }
-  if (session->streamAttached()) {
-    return grpc::Status(grpc::StatusCode::ALREADY_EXISTS, "the session already has a stream");
-  }
   auto job = registry_->jobOf(*session);
   if (!job) return grpc::Status(grpc::StatusCode::NOT_FOUND, "session ended");
-  session->attachStream(stream);
+  if (!session->attachStream(stream)) {
+    return grpc::Status(grpc::StatusCode::ALREADY_EXISTS, "the session already has a stream");
+  }
   v1::DaemonMessage ack;
   ack.mutable_hello_ack()->set_session_id(session->id());
   session->send(ack);

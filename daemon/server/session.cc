@@ -40,10 +40,12 @@ int64_t Session::pid() const {
   return pid_;
 }
 
-void Session::attachStream(SessionStream* stream) {
+bool Session::attachStream(SessionStream* stream) {
   std::lock_guard<std::mutex> lock(write_mutex_);
+  if (stream_ != nullptr) return false;
   stream_ = stream;
   stream_attached_.store(true);
+  return true;
 }
 
 void Session::detachStream() {

@@ -53,8 +53,9 @@ class Session {
   const handoff::ShmArena* arena() const;
   int64_t pid() const;
 
-  // The stream's writer, set by the Session RPC while it runs.
-  void attachStream(SessionStream* stream);
+  // The stream's writer, set by the Session RPC while it runs. False when
+  // another stream is attached already.
+  bool attachStream(SessionStream* stream);
   void detachStream();
   bool streamAttached() const;
   // Delivers one message: a Done through the arena's completion ring when the
