@@ -30,6 +30,6 @@ for ((r = 0; r < NP; r++)); do
 done
 status=0
 for p in "${pids[@]}"; do wait "$p" || status=$?; done
-echo "--- gradsyncctl jobs (after the run) ---"
+echo "--- gradsyncctl status ---"
 bazel-bin/tools/gradsyncctl/gradsyncctl --socket "$dir/gradsyncd.sock" status | head -8
 exit $status
