@@ -16,6 +16,11 @@ gradsync_op_t allreduceOp(const char* name, std::vector<float>& data, const std:
   return op;
 }
 
+const std::vector<int64_t>& shape8() {
+  static const std::vector<int64_t> shape = {8};
+  return shape;
+}
+
 int processSets(Client& c, const std::vector<std::string>&) {
   const std::vector<int64_t> shape = {16};
   std::vector<float> data(16, static_cast<float>(c.rank() + 1));
@@ -35,6 +40,29 @@ int processSets(Client& c, const std::vector<std::string>&) {
     Result r = h.wait(30);
     WORKER_CHECK(r.code == GRADSYNC_INVALID_ARGUMENT && r.message.find("not a member of process set 1") != std::string::npos,
                  "outsider got %d: %s", r.code, r.message.c_str());
+  }
+  if (c.rank() == 0 || c.rank() == 2) {
+    // Broadcast and allgather inside the set: rank 1's data never appears.
+    std::vector<float> b(8, static_cast<float>(c.rank() * 10));
+    gradsync_op_t bcast = makeOp(GRADSYNC_BROADCAST, "ps.bcast", b.data(), GRADSYNC_FLOAT32, shape8());
+    bcast.root_rank = 2;
+    bcast.process_set = 1;
+    Operation hb;
+    WORKER_OK(c.start(bcast, &hb));
+    WORKER_OK(hb.wait(30));
+    WORKER_CHECK(b[7] == 20.0f, "set broadcast = %g", b[7]);
+    std::vector<int32_t> mine(2, c.rank());
+    const std::vector<int64_t> two = {2};
+    gradsync_op_t gather = makeOp(GRADSYNC_ALLGATHER, "ps.gather", mine.data(), GRADSYNC_INT32, two);
+    gather.process_set = 1;
+    Operation hg;
+    WORKER_OK(c.start(gather, &hg));
+    WORKER_OK(hg.wait(30));
+    gradsync_result_t out;
+    WORKER_OK(hg.output(&out));
+    const auto* got = static_cast<const int32_t*>(out.data);
+    WORKER_CHECK(out.shape[0] == 4 && got[0] == 0 && got[1] == 0 && got[2] == 2 && got[3] == 2,
+                 "set allgather shape %ld: %d %d %d %d", static_cast<long>(out.shape[0]), got[0], got[1], got[2], got[3]);
   }
   std::vector<float> all(4, 1.0f);
   WORKER_OK(c.allreduce("global_after_sets", all.data(), GRADSYNC_FLOAT32, {4}));
