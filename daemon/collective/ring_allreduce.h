@@ -1,0 +1,38 @@
+// SPDX-License-Identifier: Apache-2.0
+// Ring allreduce among daemons (one participant per node, after the local
+// reduction): reduce-scatter then allgather around the ring, each segment
+// moved in chunks with the next receive posted while the current chunk is
+// reduced, so transfer and reduction overlap.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "daemon/common/dtype.h"
+#include "daemon/transport/transport.h"
+
+namespace gradsync::collective {
+
+struct RingContext {
+  transport::Transport* transport = nullptr;
+  transport::Peer* left = nullptr;   // receives come from here
+  transport::Peer* right = nullptr;  // sends go here
+  int rank = 0;                      // position in the ring
+  int size = 1;
+  uint64_t sequence = 0;             // distinguishes collectives: part of every tag
+  transport::Clock::time_point deadline;
+  size_t chunk_bytes = 1 << 20;
+};
+
+// Combines `count` elements of `dtype` at `data` (in place) across the ring
+// with `op` (SUM, MIN, MAX or PRODUCT; AVERAGE and scale factors are the
+// caller's: it applies them once, after). `scratch` is resized as needed and
+// may be reused across calls. Errors name the peer and the step.
+Status ringAllreduce(const RingContext& ring, void* data, size_t count, DataType dtype, ReduceOp op,
+                     std::vector<uint8_t>* scratch);
+
+// The tag of one chunk: unique per (sequence, phase, step, chunk).
+uint64_t ringTag(uint64_t sequence, int phase, int step, size_t chunk);
+
+}  // namespace gradsync::collective

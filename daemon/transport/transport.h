@@ -1,0 +1,62 @@
+// SPDX-License-Identifier: Apache-2.0
+// The daemon-to-daemon data plane, seen by the collective algorithms (gloo's
+// Device/Pair/UnboundBuffer shape): a Transport publishes an address, connects
+// to peers by theirs, and moves tagged byte ranges asynchronously. Every wait
+// takes a deadline. Implementations: ucx/ (UCX tag matching). Not thread-safe:
+// one collective thread drives a transport and its peers.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "daemon/common/status.h"
+
+namespace gradsync::transport {
+
+using Clock = std::chrono::steady_clock;
+
+// One send or receive in flight.
+class Request {
+ public:
+  virtual ~Request() = default;
+  // True once the transfer finished (successfully or not); drives progress.
+  virtual bool test() = 0;
+  // The outcome, once test() returned true.
+  virtual Status status() const = 0;
+};
+using RequestPtr = std::unique_ptr<Request>;
+
+// A connection to one remote daemon.
+class Peer {
+ public:
+  virtual ~Peer() = default;
+  // Sends `bytes` from `data` with `tag`. `data` must stay valid until the
+  // request completes.
+  virtual RequestPtr isend(const void* data, size_t bytes, uint64_t tag) = 0;
+  // Receives exactly `bytes` with `tag` from this peer into `data`.
+  virtual RequestPtr irecv(void* data, size_t bytes, uint64_t tag) = 0;
+  // Rank of the peer given at connect(), for error messages.
+  virtual int rank() const = 0;
+};
+using PeerPtr = std::unique_ptr<Peer>;
+
+class Transport {
+ public:
+  virtual ~Transport() = default;
+  // Opaque bytes other daemons pass to connect() to reach this one.
+  virtual std::string address() const = 0;
+  // Connects to the daemon of `rank` at `address`. Non-blocking where the
+  // implementation allows; the first transfer completes the handshake.
+  virtual StatusOr<PeerPtr> connect(const std::string& address, int rank) = 0;
+  // Drives transfers until every one of `requests` has completed or
+  // the deadline passes (DEADLINE_EXCEEDED naming `what`); returns the first
+  // failed request's status otherwise.
+  virtual Status waitAll(Request* const* requests, size_t count, Clock::time_point deadline,
+                         const std::string& what) = 0;
+};
+using TransportPtr = std::unique_ptr<Transport>;
+
+}  // namespace gradsync::transport

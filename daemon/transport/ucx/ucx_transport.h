@@ -1,0 +1,34 @@
+// SPDX-License-Identifier: Apache-2.0
+// Transport over UCX tag matching (Debian's libucx: tcp, posix/sysv shared
+// memory, cma on one host). One UCP context and worker per transport;
+// UCX_TLS and the other UCX_* variables select the transports, as usual.
+#pragma once
+
+#include <ucp/api/ucp.h>
+
+#include "daemon/transport/transport.h"
+
+namespace gradsync::transport {
+
+class UcxTransport final : public Transport {
+ public:
+  static StatusOr<std::unique_ptr<UcxTransport>> create();
+  ~UcxTransport() override;
+
+  std::string address() const override { return address_; }
+  StatusOr<PeerPtr> connect(const std::string& address, int rank) override;
+  Status waitAll(Request* const* requests, size_t count, Clock::time_point deadline,
+                 const std::string& what) override;
+
+  ucp_worker_h worker() const { return worker_; }
+
+ private:
+  UcxTransport(ucp_context_h context, ucp_worker_h worker, std::string address)
+      : context_(context), worker_(worker), address_(std::move(address)) {}
+
+  ucp_context_h context_;
+  ucp_worker_h worker_;
+  std::string address_;
+};
+
+}  // namespace gradsync::transport
