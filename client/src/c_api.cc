@@ -58,6 +58,7 @@ gradsync::StatusOr<ClientOptions> optionsFrom(const gradsync_config_t* c) {
   o.local_size = c->local_size > 0 ? c->local_size : env.local_size.value_or(o.size);
   o.arena_bytes = c->arena_bytes ? c->arena_bytes : env.arena_bytes.value_or(uint64_t{4} << 30);
   o.connect_timeout_seconds = c->connect_timeout_seconds > 0 ? c->connect_timeout_seconds : 30;
+  o.leader_address = env.leader.value_or("");
   if (o.job_id.empty()) return gradsync::invalidArgument("no job id: set GRADSYNC_JOB_ID or config.job_id");
   if (o.token.empty()) return gradsync::invalidArgument("no job token: set GRADSYNC_TOKEN or config.token");
   if (o.rank < 0 || o.size <= 0) return gradsync::invalidArgument("no rank/size: set GRADSYNC_RANK and GRADSYNC_SIZE");

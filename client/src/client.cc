@@ -66,6 +66,7 @@ Status Client::registerRank() {
   ::gethostname(host, sizeof(host) - 1);
   request.set_hostname(host);
   request.set_client_version(kClientVersion);
+  request.set_leader_address(options_.leader_address);
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + toMillis(options_.connect_timeout_seconds));
   v1::RegisterResponse response;

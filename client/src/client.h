@@ -33,6 +33,7 @@ struct ClientOptions {
   uint64_t arena_bytes = uint64_t{4} << 30;
   double connect_timeout_seconds = 30;
   std::vector<std::vector<int>> process_sets;
+  std::string leader_address;  // multi-node jobs: peer address of rank 0's daemon
 };
 
 // One collective as the caller describes it (see gradsync_op_t).

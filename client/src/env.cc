@@ -34,6 +34,7 @@ EnvIdentity readEnvIdentity() {
   env.local_rank = number<int>("GRADSYNC_LOCAL_RANK");
   env.local_size = number<int>("GRADSYNC_LOCAL_SIZE");
   env.arena_bytes = number<uint64_t>("GRADSYNC_ARENA_BYTES");
+  env.leader = text("GRADSYNC_LEADER");
   return env;
 }
 

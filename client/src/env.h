@@ -18,6 +18,7 @@ struct EnvIdentity {
   std::optional<int> local_rank;           // GRADSYNC_LOCAL_RANK
   std::optional<int> local_size;           // GRADSYNC_LOCAL_SIZE
   std::optional<uint64_t> arena_bytes;     // GRADSYNC_ARENA_BYTES
+  std::optional<std::string> leader;       // GRADSYNC_LEADER
 };
 
 EnvIdentity readEnvIdentity();

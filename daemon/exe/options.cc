@@ -79,6 +79,8 @@ const std::map<std::string, Setter>& setters() {
       {"--max-jobs", number<uint32_t>("--max-jobs", &C::set_max_jobs)},
       {"--max-local-ranks", number<uint32_t>("--max-local-ranks", &C::set_max_local_ranks)},
       {"--max-message-bytes", number<uint32_t>("--max-message-bytes", &C::set_max_message_bytes)},
+      {"--peer-address", text(&C::set_peer_address)},
+      {"--join-timeout-seconds", number<uint32_t>("--join-timeout-seconds", &C::set_join_timeout_seconds)},
   };
   return *table;
 }
@@ -129,6 +131,7 @@ Status applyDefaultsAndValidate(v1::DaemonConfig* c) {
   if (c->max_jobs() == 0) c->set_max_jobs(64);
   if (c->max_local_ranks() == 0) c->set_max_local_ranks(256);
   if (c->max_message_bytes() == 0) c->set_max_message_bytes(4 << 20);
+  if (c->join_timeout_seconds() == 0) c->set_join_timeout_seconds(30);
   if (c->socket_path().size() >= 108 || c->handoff_socket_path().size() >= 108) {
     return invalidArgument("socket paths must be shorter than 108 bytes (Unix socket limit)");
   }
