@@ -72,7 +72,11 @@ Status Daemon::startServers() {
   limits.job.stall_deadline = std::chrono::seconds(config_.stall_deadline_seconds());
   limits.max_jobs = config_.max_jobs();
   limits.max_local_ranks = config_.max_local_ranks();
+  limits.job.hostname = hostName();
+  limits.job.join_timeout = std::chrono::seconds(config_.join_timeout_seconds());
   registry_ = std::make_unique<server::JobRegistry>(limits, pool_.get());
+  ASSIGN_OR_RETURN(const std::string peer_address, startPeerServer());
+  registry_->setPeerAddress(peer_address);
 
   server::ControlInfo control_info{kVersion, config_.max_arena_bytes(), limits.job.max_name_length,
                                    config_.handoff_socket_path()};
@@ -80,8 +84,8 @@ Status Daemon::startServers() {
   const gpu::CudaProbe cuda = gpu::probeCuda();
   GS_LOG(main, info, "CUDA devices: {}{}; NCCL {}", cuda.devices, cuda.note.empty() ? "" : " (" + cuda.note + ")",
          cuda.nccl_version);
-  server::DaemonFacts facts{kVersion,     hostName(), static_cast<int64_t>(::getpid()), cuda.devices,
-                            cuda.nccl_version, config_,    std::chrono::steady_clock::now()};
+  server::DaemonFacts facts{kVersion,          hostName(), static_cast<int64_t>(::getpid()), cuda.devices,
+                            cuda.nccl_version, peer_address, config_, std::chrono::steady_clock::now()};
   admin_ = std::make_unique<server::AdminService>(registry_.get(), facts);
 
   handoff_ = std::make_unique<server::HandoffServer>(registry_.get(), config_.max_arena_bytes());
@@ -106,6 +110,31 @@ Status Daemon::startServers() {
   GS_LOG(main, info, "gradsyncd {} serving on unix:{} (hand-off {}), {} reduce threads", kVersion,
          config_.socket_path(), config_.handoff_socket_path(), config_.reduce_threads());
   return okStatus();
+}
+
+StatusOr<std::string> Daemon::startPeerServer() {
+  if (config_.peer_address().empty()) return std::string();
+  const std::string& wanted = config_.peer_address();
+  const size_t colon = wanted.rfind(':');
+  if (colon == std::string::npos) return invalidArgument("peer_address '" + wanted + "' is not host:port");
+  peer_ = std::make_unique<server::PeerService>(registry_.get());
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort(wanted, grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(peer_.get());
+  builder.SetMaxReceiveMessageSize(static_cast<int>(config_.max_message_bytes()));
+  // Notice a silent follower as the follower notices a silent leader.
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 1000);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 3000);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 500);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  peer_server_ = builder.BuildAndStart();
+  if (!peer_server_ || port == 0) return unavailable("cannot serve the peer service on " + wanted);
+  std::string host = wanted.substr(0, colon);
+  if (host.empty() || host == "0.0.0.0" || host == "[::]") host = hostName();
+  const std::string address = host + ":" + std::to_string(port);
+  GS_LOG(main, info, "peer service on {}", address);
+  return address;
 }
 
 void Daemon::housekeepingLoop() {
@@ -134,6 +163,10 @@ void Daemon::shutdown() {
   if (grpc_server_) {
     grpc_server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
     grpc_server_->Wait();
+  }
+  if (peer_server_) {
+    peer_server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+    peer_server_->Wait();
   }
   ::unlink(config_.socket_path().c_str());
 }

@@ -14,6 +14,7 @@
 #include "daemon/server/control_service.h"
 #include "daemon/server/handoff_server.h"
 #include "daemon/server/job_registry.h"
+#include "daemon/server/peer_service.h"
 #include "proto/gradsync/v1/config.pb.h"
 
 namespace gradsync::exe {
@@ -34,6 +35,8 @@ class Daemon {
  private:
   explicit Daemon(const v1::DaemonConfig& config);
   Status startServers();
+  // Binds the peer service (TCP) when configured; returns its address.
+  StatusOr<std::string> startPeerServer();
   void housekeepingLoop();
 
   const v1::DaemonConfig config_;
@@ -43,6 +46,8 @@ class Daemon {
   std::unique_ptr<server::AdminService> admin_;
   std::unique_ptr<server::HandoffServer> handoff_;
   std::unique_ptr<grpc::Server> grpc_server_;
+  std::unique_ptr<server::PeerService> peer_;
+  std::unique_ptr<grpc::Server> peer_server_;
 
   std::mutex mutex_;
   std::condition_variable stop_cv_;

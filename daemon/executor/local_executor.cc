@@ -2,6 +2,7 @@
 #include "daemon/executor/local_executor.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "daemon/collective/reduce/cpu_reduce.h"
 #include "daemon/common/dtype.h"
@@ -37,7 +38,9 @@ void runReductions(std::vector<Reduction>& reductions, ReducePool& pool) {
   size_t total_bytes = 0;
   for (auto& r : reductions) total_bytes += r.count * elementSize(r.args.dtype);
   if (total_bytes < kParallelBytes || pool.threads() == 1) {
-    for (auto& r : reductions) reduce::reduceRange(r.args, 0, r.count);
+    for (auto& r : reductions) {
+      if (r.count > 0) reduce::reduceRange(r.args, 0, r.count);
+    }
     return;
   }
   struct Shard {
@@ -91,13 +94,18 @@ std::vector<ResponseResult> LocalExecutor::run(const fusion::FusedResponse& fuse
   if (head.status.isOk() && head.type == v1::ALLREDUCE) {
     std::vector<const Response*> all;
     for (const auto& r : fused.responses) all.push_back(&r);
-    Status status = allreduce(all, access);
+    Status status = access.multiNode() ? hierarchicalAllreduce(all, access) : allreduce(all, access);
     for (const auto& r : fused.responses) results.push_back(failed(r, status));
     return results;
   }
   for (const auto& r : fused.responses) {
     if (!r.status.isOk()) {
       results.push_back(failed(r, r.status));
+      continue;
+    }
+    if (access.multiNode() && r.type != v1::BARRIER && r.type != v1::JOIN) {
+      results.push_back(failed(r, unimplemented("job '" + r.name + "': " + collectiveName(r.type) +
+                                                " across nodes is not implemented yet (allreduce, barrier and join are)")));
       continue;
     }
     switch (r.type) {
@@ -134,6 +142,51 @@ Status LocalExecutor::allreduce(const std::vector<const Response*>& responses, R
     RETURN_IF_ERROR(reduce::validateReduceArgs(red.args));
   }
   runReductions(reductions, *pool_);
+  return okStatus();
+}
+
+Status LocalExecutor::hierarchicalAllreduce(const std::vector<const Response*>& responses, RankAccess& access) {
+  const Request& first = responses.front()->first();
+  const size_t esize = elementSize(first.dtype);
+  size_t total = 0;
+  for (const Response* r : responses) total += r->first().length / esize;
+  if (fusion_.size() < total * esize) fusion_.resize(total * esize);
+  // 1. Local ranks into the fusion buffer (prescale applied, no average yet).
+  std::vector<Reduction> gather(responses.size());
+  std::vector<Reduction> scatter(responses.size());
+  size_t offset = 0;
+  for (size_t t = 0; t < responses.size(); ++t) {
+    const Response& r = *responses[t];
+    const size_t count = r.first().length / esize;
+    uint8_t* slot = fusion_.data() + offset * esize;
+    for (const auto& request : r.requests) {
+      if (!request || !access.isLocal(request->rank)) continue;
+      ASSIGN_OR_RETURN(uint8_t * data, inputOf(access, *request));
+      gather[t].inputs.push_back(data);
+      scatter[t].outputs.push_back(data);
+    }
+    if (gather[t].inputs.empty()) std::memset(slot, 0, count * esize);  // every local rank joined
+    gather[t].outputs.push_back(slot);
+    gather[t].args.dtype = first.dtype;
+    gather[t].args.op = first.op == v1::AVERAGE ? v1::SUM : first.op;
+    gather[t].args.prescale = first.prescale;
+    gather[t].count = gather[t].inputs.empty() ? 0 : count;
+    gather[t].bind();
+    // 3. Back to the local ranks, with the average and postscale.
+    scatter[t].inputs.push_back(slot);
+    scatter[t].args.dtype = first.dtype;
+    scatter[t].args.op = first.op;
+    scatter[t].args.postscale = first.postscale;
+    scatter[t].args.average_divisor = static_cast<int>(r.ranks.size());
+    scatter[t].count = scatter[t].outputs.empty() ? 0 : count;
+    scatter[t].bind();
+    offset += count;
+  }
+  runReductions(gather, *pool_);
+  // 2. Among the nodes.
+  RETURN_IF_ERROR(access.crossNodeAllreduce(fusion_.data(), total, first.dtype,
+                                            first.op == v1::AVERAGE ? v1::SUM : first.op));
+  runReductions(scatter, *pool_);
   return okStatus();
 }
 

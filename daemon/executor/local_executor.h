@@ -39,6 +39,13 @@ class RankAccess {
   virtual StatusOr<std::vector<uint8_t*>> requestOutputs(const Response& response,
                                                          const std::vector<uint64_t>& bytes,
                                                          const std::vector<std::vector<int64_t>>& shapes) = 0;
+  // Multi-node jobs: whether `rank` lives on this node, and the allreduce
+  // among the nodes' daemons of a node-reduced buffer (in place).
+  virtual bool multiNode() const { return false; }
+  virtual bool isLocal(int rank) const { return true; }
+  virtual Status crossNodeAllreduce(void* data, size_t count, DataType dtype, ReduceOp op) {
+    return unimplemented("single-node job");
+  }
 };
 
 class LocalExecutor {
@@ -51,12 +58,15 @@ class LocalExecutor {
 
  private:
   Status allreduce(const std::vector<const Response*>& responses, RankAccess& access);
+  // Multi-node allreduce: local ranks -> fusion buffer -> ring -> local ranks.
+  Status hierarchicalAllreduce(const std::vector<const Response*>& responses, RankAccess& access);
   ResponseResult broadcast(const Response& r, RankAccess& access);
   ResponseResult allgather(const Response& r, RankAccess& access);
   ResponseResult alltoall(const Response& r, RankAccess& access);
   ResponseResult reducescatter(const Response& r, RankAccess& access);
 
   ReducePool* pool_;
+  std::vector<uint8_t> fusion_;  // grown once, reused (never re-faulted per call)
 };
 
 }  // namespace gradsync::executor

@@ -14,6 +14,7 @@ grpc::Status AdminService::GetStatus(grpc::ServerContext*, const v1::GetStatusRe
   response->set_jobs(static_cast<int>(registry_->jobCount()));
   response->set_cuda_devices(facts_.cuda_devices);
   response->set_nccl_version(facts_.nccl_version);
+  response->set_peer_address(facts_.peer_address);
   return grpc::Status::OK;
 }
 

@@ -16,6 +16,7 @@ struct DaemonFacts {
   int64_t pid = 0;
   int cuda_devices = 0;
   int nccl_version = 0;
+  std::string peer_address;
   v1::DaemonConfig config;
   std::chrono::steady_clock::time_point started;
 };

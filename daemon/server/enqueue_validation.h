@@ -20,6 +20,8 @@ struct EnqueueContext {
   std::vector<int> process_set_sizes;
   uint32_t max_name_length = 256;
   const handoff::ShmArena* arena = nullptr;
+  // A request forwarded from another node: its range was checked there.
+  bool remote = false;
 };
 
 // INVALID_ARGUMENT (bad values) or OUT_OF_RANGE (range outside the arena),

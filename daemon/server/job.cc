@@ -54,12 +54,24 @@ Job::Job(JobSpec spec, JobLimits limits, executor::ReducePool* pool)
       limits_(limits),
       executor_(pool),
       negotiator_(spec_.job_id, spec_.size, spec_.process_sets) {
+  if (spec_.local_size < spec_.size) {
+    CrossNodeOptions options{spec_.job_id,       spec_.token,      spec_.size,           spec_.process_sets,
+                             limits_.peer_address, spec_.leader_address, limits_.hostname, limits_.join_timeout};
+    CrossNode::Hooks hooks;
+    hooks.on_batch = [this](std::vector<coordinator::Response> batch, uint64_t sequence) {
+      onRemoteBatch(std::move(batch), sequence);
+    };
+    hooks.on_remote_request = [this](int rank, const v1::Enqueue& enqueue) { submitRemote(rank, enqueue); };
+    hooks.on_failure = [this](const std::string& cause) { failJob(cause); };
+    cross_ = std::make_unique<CrossNode>(std::move(options), std::move(hooks));
+  }
   executor_thread_ = std::thread([this] { executorLoop(); });
 }
 
 Job::~Job() {
   stop("job '" + spec_.job_id + "' removed");
   if (executor_thread_.joinable()) executor_thread_.join();
+  cross_.reset();  // before the members its hooks use
 }
 
 Status Job::addSession(std::shared_ptr<Session> session) {
@@ -71,6 +83,7 @@ Status Job::addSession(std::shared_ptr<Session> session) {
     return alreadyExists("job '" + spec_.job_id + "': rank " + std::to_string(session->rank()) +
                          " is already connected as " + it->second->describe());
   }
+  local_ranks_.insert(session->rank());
   return okStatus();
 }
 
@@ -93,6 +106,7 @@ bool Job::removeSession(const Session& session, const std::string& cause) {
   }
   grant_cv_.notify_all();
   flush(&outbox);
+  if (cross_) cross_->announceFailure("job '" + spec_.job_id + "': " + session.describe() + " " + cause);
   return empty;
 }
 
@@ -127,17 +141,7 @@ void Job::submit(const std::shared_ptr<Session>& session, const v1::Enqueue& enq
       failRequestLocked(*request, aborted("job '" + spec_.job_id + "': " + (failure_.empty() ? "stopping" : failure_)),
                         &outbox);
     } else {
-      auto ready = negotiator_.submit(std::move(request).value(), Clock::now());
-      if (!ready.isOk()) {
-        failRequestLocked(minimal, ready.status(), &outbox);
-      } else if (!ready->empty()) {
-        for (auto& r : *ready) ready_.push_back(std::move(r));
-        if (!executing_ && std::all_of(ready_.begin(), ready_.end(), runsInline) && bytesOf(ready_) <= kInlineBytes) {
-          inline_batch = takeBatchLocked();
-        } else {
-          ready_cv_.notify_one();
-        }
-      }
+      submitToCoordinator(session, std::move(request).value(), &outbox, &inline_batch);
     }
   }
   flush(&outbox);
@@ -146,6 +150,37 @@ void Job::submit(const std::shared_ptr<Session>& session, const v1::Enqueue& enq
     std::lock_guard<std::mutex> lock(mutex_);
     executing_ = false;
     if (!ready_.empty()) ready_cv_.notify_one();
+  }
+}
+
+void Job::submitToCoordinator(const std::shared_ptr<Session>& session, coordinator::Request request, Outbox* outbox,
+                              std::vector<coordinator::Response>* inline_batch) {
+  if (cross_ && !cross_started_) {
+    early_.emplace_back(session, std::move(request));  // replayed once the node's role is known
+    return;
+  }
+  if (cross_ && !cross_->isLeader()) {
+    const auto key = std::make_pair(request.rank, request.handle);
+    cross_->forward(request.rank, enqueueOf(request));
+    forwarded_.emplace(key, std::move(request));
+    return;
+  }
+  coordinator::Request minimal;
+  minimal.rank = request.rank;
+  minimal.handle = request.handle;
+  minimal.name = request.name;
+  auto ready = negotiator_.submit(std::move(request), Clock::now());
+  if (!ready.isOk()) {
+    failRequestLocked(minimal, ready.status(), outbox);
+    return;
+  }
+  if (ready->empty()) return;
+  for (auto& r : *ready) ready_.push_back(std::move(r));
+  if (!cross_ && !executing_ && std::all_of(ready_.begin(), ready_.end(), runsInline) &&
+      bytesOf(ready_) <= kInlineBytes) {
+    *inline_batch = takeBatchLocked();
+  } else {
+    ready_cv_.notify_one();
   }
 }
 
@@ -164,14 +199,25 @@ void Job::grant(const Session& session, const v1::OutputGrant& grant) {
 void Job::failRequestLocked(const coordinator::Request& request, const Status& status, Outbox* outbox) {
   ++errors_;
   last_error_ = status.message();
+  forwarded_.erase(std::make_pair(request.rank, request.handle));
   auto it = sessions_.find(request.rank);
-  if (it == sessions_.end()) return;
+  if (it == sessions_.end()) {
+    if (cross_ && cross_->isLeader() && !isLocal(request.rank)) cross_->sendError(request, status);
+    return;
+  }
   it->second->removeHandle(request.handle);
   outbox->emplace_back(it->second, doneMessage(spec_.job_id, request, status));
 }
 
 void Job::failAllLocked(const Status& status, Outbox* outbox) {
   for (const auto& request : negotiator_.takeAll()) failRequestLocked(request, status, outbox);
+  auto forwarded = std::move(forwarded_);
+  forwarded_.clear();
+  for (const auto& [key, request] : forwarded) failRequestLocked(request, status, outbox);
+  auto early = std::move(early_);
+  early_.clear();
+  for (const auto& [session, request] : early) failRequestLocked(request, status, outbox);
+  remote_batches_.clear();
   for (const auto& response : ready_) {
     for (const auto& request : response.requests) {
       if (request) failRequestLocked(*request, status, outbox);
@@ -248,7 +294,8 @@ v1::JobInfo Job::info() const {
     r->set_joined(negotiator_.joined(rank));
     r->set_arena_bytes(session->arena() ? session->arena()->size() : 0);
   }
-  info.set_tensors_in_flight(static_cast<int>(negotiator_.pendingCount() + ready_.size()) + in_flight_executing_);
+  info.set_tensors_in_flight(static_cast<int>(negotiator_.pendingCount() + ready_.size() + forwarded_.size()) +
+                             in_flight_executing_);
   info.set_operations_done(operations_done_);
   info.set_bytes_done(bytes_done_);
   info.set_errors(errors_);

@@ -16,6 +16,7 @@
 
 #include "daemon/coordinator/negotiator.h"
 #include "daemon/executor/local_executor.h"
+#include "daemon/server/cross_node.h"
 #include "daemon/server/session.h"
 #include "proto/gradsync/v1/admin.pb.h"
 
@@ -29,6 +30,7 @@ struct JobSpec {
   int size = 0;
   int local_size = 0;
   std::vector<std::vector<int>> process_sets;  // ids 1..n
+  std::string leader_address;                  // multi-node jobs: rank 0's daemon
 };
 
 struct JobLimits {
@@ -37,6 +39,12 @@ struct JobLimits {
   Clock::duration stall_deadline = std::chrono::seconds(300);  // zero: never
   Clock::duration output_grant_timeout = std::chrono::seconds(30);
   uint32_t max_name_length = 256;
+  // Multi-node jobs: this daemon's peer address and host, and how long a
+  // follower tries to join its leader.
+  std::string peer_address;
+  std::string hostname;
+  Clock::duration join_timeout = std::chrono::seconds(30);
+  Clock::duration transfer_timeout = std::chrono::seconds(60);
 };
 
 class Job : private executor::RankAccess {
@@ -64,6 +72,11 @@ class Job : private executor::RankAccess {
   // Fails everything in flight with `reason` and stops the executor.
   void stop(const std::string& reason);
   v1::JobInfo info() const;
+  // The multi-node part (null for single-node jobs).
+  CrossNode* crossNode() { return cross_.get(); }
+  // Multi-node jobs: once every local rank registered, takes up this node's
+  // role (leader or follower). Idempotent; call without locks held.
+  void startCrossNodeIfComplete();
 
  private:
   using Outbox = std::vector<std::pair<std::shared_ptr<Session>, v1::DaemonMessage>>;
@@ -74,11 +87,21 @@ class Job : private executor::RankAccess {
   StatusOr<std::vector<uint8_t*>> requestOutputs(const coordinator::Response& response,
                                                  const std::vector<uint64_t>& bytes,
                                                  const std::vector<std::vector<int64_t>>& shapes) override;
+  bool multiNode() const override { return cross_ != nullptr; }
+  bool isLocal(int rank) const override { return local_ranks_.count(rank) > 0; }
+  Status crossNodeAllreduce(void* data, size_t count, DataType dtype, ReduceOp op) override;
+
+  // Multi-node plumbing (job_cross.cc).
+  void submitToCoordinator(const std::shared_ptr<Session>& session, coordinator::Request request, Outbox* outbox,
+                           std::vector<coordinator::Response>* inline_batch);
+  void submitRemote(int rank, const v1::Enqueue& enqueue);
+  void onRemoteBatch(std::vector<coordinator::Response> batch, uint64_t sequence);
+  void failJob(const std::string& cause);
 
   void executorLoop();
   // Takes everything in ready_ as the next batch; needs mutex_ and !executing_.
   std::vector<coordinator::Response> takeBatchLocked();
-  void runBatch(std::vector<coordinator::Response> batch);
+  void runBatch(std::vector<coordinator::Response> batch, uint64_t sequence = 0);
   void complete(const coordinator::Response& response, const executor::ResponseResult& result, Outbox* outbox);
   // Fails `request` with `status`, queueing its Done in `outbox`. Needs mutex_.
   void failRequestLocked(const coordinator::Request& request, const Status& status, Outbox* outbox);
@@ -114,6 +137,17 @@ class Job : private executor::RankAccess {
   uint64_t fused_responses_ = 0;
   uint64_t stall_warnings_ = 0;
   std::string last_error_;
+
+  // Multi-node state (guarded by mutex_ unless noted).
+  std::unique_ptr<CrossNode> cross_;
+  std::set<int> local_ranks_;         // ranks that registered here (never shrinks)
+  bool cross_started_ = false;
+  std::vector<std::pair<std::shared_ptr<Session>, coordinator::Request>> early_;  // before the role is known
+  std::map<std::pair<int, uint64_t>, coordinator::Request> forwarded_;          // follower: awaiting the leader
+  std::deque<std::pair<uint64_t, std::vector<coordinator::Response>>> remote_batches_;  // follower
+  uint64_t batch_sequence_ = 0;       // leader
+  uint64_t ring_sequence_ = 0;        // executor thread only
+  std::vector<uint8_t> ring_scratch_;  // executor thread only
 
   // Sessions of the batch being executed (executor thread only).
   SessionSnapshot batch_sessions_;

@@ -10,13 +10,26 @@ namespace gradsync::server {
 void Job::executorLoop() {
   for (;;) {
     std::vector<coordinator::Response> batch;
+    uint64_t sequence = 0;
+    bool lead = false;
     {
       std::unique_lock<std::mutex> lock(mutex_);
-      ready_cv_.wait(lock, [&] { return stopping_ || (!ready_.empty() && !executing_); });
-      if (stopping_ && (ready_.empty() || executing_)) return;
+      ready_cv_.wait(lock, [&] {
+        return stopping_ || (!executing_ && (!ready_.empty() || !remote_batches_.empty()));
+      });
+      if (stopping_) return;
+      if (!remote_batches_.empty()) {  // follower: the leader's batches, in order
+        sequence = remote_batches_.front().first;
+        for (auto& r : remote_batches_.front().second) ready_.push_back(std::move(r));
+        remote_batches_.pop_front();
+      } else if (cross_) {
+        sequence = ++batch_sequence_;
+        lead = true;
+      }
       batch = takeBatchLocked();
     }
-    runBatch(std::move(batch));
+    if (lead) cross_->broadcast(batch, sequence);
+    runBatch(std::move(batch), sequence);
     std::lock_guard<std::mutex> lock(mutex_);
     executing_ = false;
   }
@@ -32,8 +45,10 @@ std::vector<coordinator::Response> Job::takeBatchLocked() {
   return batch;
 }
 
-void Job::runBatch(std::vector<coordinator::Response> batch) {
+void Job::runBatch(std::vector<coordinator::Response> batch, uint64_t sequence) {
+  ring_sequence_ = sequence << 12;  // each fused response's ring gets its own tags
   for (const auto& fused : fusion::planFusion(std::move(batch), limits_.fusion_threshold_bytes)) {
+    ++ring_sequence_;
     const auto started = Clock::now();
     auto results = executor_.run(fused, *this);
     GS_LOG(executor, debug, "job '{}': fused response of {} collectives, {} bytes, in {} us", spec_.job_id,
@@ -64,6 +79,7 @@ void Job::complete(const coordinator::Response& response, const executor::Respon
     auto it = sessions_.find(request->rank);
     if (it == sessions_.end()) continue;
     it->second->removeHandle(request->handle);
+    forwarded_.erase(std::make_pair(request->rank, request->handle));
     v1::DaemonMessage message;
     v1::Done* done = message.mutable_done();
     done->set_handle(request->handle);

@@ -26,9 +26,10 @@ Status checkIdentity(const v1::RegisterRequest& r, uint32_t max_local_ranks) {
     return invalidArgument("local rank " + std::to_string(r.local_rank()) + " outside [0, " +
                            std::to_string(r.local_size()) + ")");
   }
-  if (r.local_size() != r.size()) {
-    return unimplemented("jobs spanning several nodes are not supported yet (local size " +
-                         std::to_string(r.local_size()) + " != size " + std::to_string(r.size()) + ")");
+  if (r.local_size() > r.size()) return invalidArgument("local size exceeds size");
+  if (r.local_size() < r.size() && r.leader_address().empty()) {
+    return invalidArgument("the job spans nodes (local size " + std::to_string(r.local_size()) + " < size " +
+                           std::to_string(r.size()) + "): its leader's address is needed (GRADSYNC_LEADER)");
   }
   if (r.hostname().size() > 256 || r.client_version().size() > 256) return invalidArgument("hostname or version too long");
   if (r.process_sets_size() > 4096) return invalidArgument("more than 4096 process sets");
@@ -59,6 +60,7 @@ StatusOr<JobSpec> specOf(const v1::RegisterRequest& r) {
   spec.size = r.size();
   spec.local_size = r.local_size();
   for (const auto& set : r.process_sets()) spec.process_sets.emplace_back(set.ranks().begin(), set.ranks().end());
+  spec.leader_address = r.leader_address();
   return spec;
 }
 
@@ -87,6 +89,10 @@ Status JobRegistry::checkJobMatches(const Job& job, const v1::RegisterRequest& r
                               std::to_string(r.size()) + "/local size " + std::to_string(r.local_size()) +
                               ", the job has " + std::to_string(spec.size) + "/" + std::to_string(spec.local_size));
   }
+  if (mine->leader_address != spec.leader_address) {
+    return failedPrecondition("job '" + r.job_id() + "': rank " + std::to_string(r.rank()) + " names leader '" +
+                              r.leader_address() + "', the ranks before it '" + spec.leader_address + "'");
+  }
   if (mine->process_sets != spec.process_sets) {
     return failedPrecondition("job '" + r.job_id() + "': rank " + std::to_string(r.rank()) +
                               " registers different process sets than the ranks before it");
@@ -95,6 +101,19 @@ Status JobRegistry::checkJobMatches(const Job& job, const v1::RegisterRequest& r
 }
 
 StatusOr<std::shared_ptr<Session>> JobRegistry::registerRank(const v1::RegisterRequest& request) {
+  ASSIGN_OR_RETURN(auto session, registerLocked(request));
+  auto job = jobOf(*session);
+  if (job) job->startCrossNodeIfComplete();
+  return session;
+}
+
+std::shared_ptr<Job> JobRegistry::findJob(const std::string& job_id) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = jobs_.find(job_id);
+  return it == jobs_.end() ? nullptr : it->second;
+}
+
+StatusOr<std::shared_ptr<Session>> JobRegistry::registerLocked(const v1::RegisterRequest& request) {
   RETURN_IF_ERROR(checkIdentity(request, limits_.max_local_ranks));
   uint64_t id = 0;
   SessionSecret secret{};
@@ -195,6 +214,11 @@ std::vector<v1::JobInfo> JobRegistry::jobInfos(const std::string& only_job) cons
   std::vector<v1::JobInfo> infos;
   for (const auto& job : jobs) infos.push_back(job->info());
   return infos;
+}
+
+void JobRegistry::setPeerAddress(const std::string& address) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  limits_.job.peer_address = address;
 }
 
 size_t JobRegistry::jobCount() const {

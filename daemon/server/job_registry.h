@@ -34,6 +34,8 @@ class JobRegistry {
   // The session with this id, or null.
   std::shared_ptr<Session> findSession(uint64_t session_id) const;
   std::shared_ptr<Job> jobOf(const Session& session) const;
+  // The job with this id, or null.
+  std::shared_ptr<Job> findJob(const std::string& job_id) const;
   // The session's stream or hand-off connection ended; removes it (and its
   // job when empty). Idempotent.
   void sessionLost(uint64_t session_id, const std::string& cause);
@@ -43,6 +45,9 @@ class JobRegistry {
   void stopAll(const std::string& reason);
 
   std::vector<v1::JobInfo> jobInfos(const std::string& only_job) const;
+  // The peer service's bound address, known once it listens (before any
+  // job registers).
+  void setPeerAddress(const std::string& address);
   size_t jobCount() const;
 
  private:
@@ -52,8 +57,9 @@ class JobRegistry {
     Clock::time_point registered;
   };
   Status checkJobMatches(const Job& job, const v1::RegisterRequest& request) const;
+  StatusOr<std::shared_ptr<Session>> registerLocked(const v1::RegisterRequest& request);
 
-  const RegistryLimits limits_;
+  RegistryLimits limits_;  // peer_address set once at start
   executor::ReducePool* pool_;
   mutable std::mutex mutex_;
   std::map<std::string, std::shared_ptr<Job>> jobs_;

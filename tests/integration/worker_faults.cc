@@ -124,6 +124,19 @@ int mismatch(Client& c, const std::vector<std::string>&) {
   return 0;
 }
 
+int mismatchAllreduce(Client& c, const std::vector<std::string>&) {
+  std::vector<double> wide(4, 1.0);
+  std::vector<float> narrow(5, 1.0f);
+  const std::vector<int64_t> four = {4};
+  gradsync_op_t op = c.rank() == 1 ? makeOp(GRADSYNC_ALLREDUCE, "mm.dtype", wide.data(), GRADSYNC_FLOAT64, four)
+                                   : makeOp(GRADSYNC_ALLREDUCE, "mm.dtype", narrow.data(), GRADSYNC_FLOAT32, four);
+  if (expectFailure(c, op, GRADSYNC_FAILED_PRECONDITION, "dtype: float32 on ranks [0, 2]; float64 on ranks [1]")) return 1;
+  std::vector<float> ok(4, 1.0f);
+  WORKER_OK(c.allreduce("after.mismatch", ok.data(), GRADSYNC_FLOAT32, {4}));
+  WORKER_CHECK(ok[0] == c.size(), "after mismatch: %g", ok[0]);
+  return 0;
+}
+
 int duplicate(Client& c, const std::vector<std::string>&) {
   std::vector<float> a(4, 1.0f), b(4, 1.0f);
   const std::vector<int64_t> shape = {4};
@@ -180,7 +193,9 @@ int killVictim(Client& c, const std::vector<std::string>&) {
   WORKER_CHECK(r.code == GRADSYNC_ABORTED, "pending collective ended with %d: %s", r.code, r.message.c_str());
   // New work fails at once with the same cause.
   Result again = c.allreduce("after.death", data.data(), GRADSYNC_FLOAT32, shape);
-  WORKER_CHECK(again.code == GRADSYNC_ABORTED && again.message.find("rank 1") != std::string::npos,
+  // Named as "rank 1 (pid ...)" on one node, "node ... (ranks [1])" across nodes.
+  WORKER_CHECK(again.code == GRADSYNC_ABORTED &&
+                   (again.message.find("rank 1") != std::string::npos || again.message.find("ranks [1]") != std::string::npos),
                "after death: %d %s", again.code, again.message.c_str());
   return 0;
 }
@@ -217,6 +232,7 @@ const std::map<std::string, Scenario>& moreScenarios() {
   static const std::map<std::string, Scenario> scenarios = {
       {"process_sets", processSets}, {"join", join},        {"mismatch", mismatch},
       {"duplicate", duplicate},      {"kill_victim", killVictim}, {"stall", stall},
+      {"mismatch_allreduce", mismatchAllreduce},
   };
   return scenarios;
 }

@@ -1,0 +1,249 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "daemon/server/cross_node.h"
+
+#include <algorithm>
+
+#include "daemon/common/logging.h"
+
+namespace gradsync::server {
+namespace {
+
+std::string ranksOf(const v1::NodeInfo& node) {
+  std::string s = "[";
+  for (int i = 0; i < node.ranks_size(); ++i) s += (i ? ", " : "") + std::to_string(node.ranks(i));
+  return s + "]";
+}
+
+bool sameProcessSets(const v1::JoinJobRequest& request, const std::vector<std::vector<int>>& mine) {
+  if (request.process_sets_size() != static_cast<int>(mine.size())) return false;
+  for (size_t i = 0; i < mine.size(); ++i) {
+    const auto& ranks = request.process_sets(static_cast<int>(i)).ranks();
+    if (std::vector<int>(ranks.begin(), ranks.end()) != mine[i]) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+CrossNode::CrossNode(CrossNodeOptions options, Hooks hooks) : options_(std::move(options)), hooks_(std::move(hooks)) {}
+
+CrossNode::~CrossNode() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  formed_cv_.notify_all();
+  {
+    std::lock_guard<std::mutex> lock(stream_mutex_);
+    if (stream_) stream_context_.TryCancel();
+  }
+  if (follower_thread_.joinable()) follower_thread_.join();
+  left_.reset();
+  right_.reset();
+}
+
+std::string CrossNode::describeNode(const v1::NodeInfo& node) const {
+  return "node " + node.peer_address() + " (host " + node.hostname() + ", ranks " + ranksOf(node) + ")";
+}
+
+void CrossNode::start(const std::vector<int>& local_ranks, const std::vector<int64_t>& pids) {
+  leader_ = std::find(local_ranks.begin(), local_ranks.end(), 0) != local_ranks.end();
+  auto transport = transport::UcxTransport::create();
+  if (!transport.isOk()) {
+    hooks_.on_failure("cannot start the UCX data plane: " + transport.status().message());
+    return;
+  }
+  transport_ = std::move(transport).value();
+  v1::NodeInfo self;
+  self.set_peer_address(options_.self_address);
+  self.set_hostname(options_.hostname);
+  for (int r : local_ranks) self.add_ranks(r);
+  for (int64_t p : pids) self.add_pids(p);
+  self.set_ucx_address(transport_->address());
+  if (leader_) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    builder_.emplace(options_.job_id, options_.size);
+    (void)builder_->add(self);
+    GS_LOG(control, info, "job '{}': leading; waiting for the other nodes to join", options_.job_id);
+    return;
+  }
+  follower_thread_ = std::thread([this, self] {
+    Status joined = joinLeader(self);
+    if (!joined.isOk()) {
+      hooks_.on_failure(joined.message());
+      return;
+    }
+    readLeader();
+  });
+}
+
+StatusOr<v1::JoinJobResponse> CrossNode::acceptJoin(const v1::JoinJobRequest& request) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  if (!leader_ || !builder_) return unavailable("job '" + options_.job_id + "' is not led by this daemon (yet)");
+  if (request.token() != options_.token) return unauthenticated("job '" + options_.job_id + "': token does not match");
+  if (request.size() != options_.size || !sameProcessSets(request, options_.process_sets)) {
+    return failedPrecondition("job '" + options_.job_id + "': " + describeNode(request.node()) +
+                              " disagrees on the job's size or process sets");
+  }
+  if (members_.empty()) {
+    RETURN_IF_ERROR(builder_->add(request.node()));
+    if (builder_->complete()) {
+      members_ = builder_->ordered();
+      GS_LOG(control, info, "job '{}': all {} nodes joined", options_.job_id, members_.size());
+      formed_cv_.notify_all();
+    }
+  }
+  const auto deadline = CrossClock::now() + options_.join_timeout;
+  if (!formed_cv_.wait_until(lock, deadline, [&] { return !members_.empty() || stopping_; })) {
+    std::string missing;
+    for (int r : builder_->missingRanks()) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+    return deadlineExceeded("job '" + options_.job_id + "': ranks [" + missing + "] never joined");
+  }
+  if (stopping_) return unavailable("job '" + options_.job_id + "' stopped");
+  v1::JoinJobResponse response;
+  response.set_epoch(1);
+  for (const auto& node : members_) *response.add_nodes() = node;
+  return response;
+}
+
+grpc::Status CrossNode::serveFollower(grpc::ServerContext* context, LeaderStream* stream,
+                                      const v1::FollowerMessage& hello) {
+  auto follower = std::make_shared<Follower>();
+  follower->stream = stream;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const int cross_rank = hello.hello().cross_rank();
+    if (hello.hello().token() != options_.token) return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "bad token");
+    if (cross_rank <= 0 || cross_rank >= static_cast<int>(members_.size()) || followers_.count(cross_rank)) {
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "bad cross rank");
+    }
+    follower->node = members_[cross_rank];
+    followers_[cross_rank] = follower;
+  }
+  v1::FollowerMessage message;
+  while (stream->Read(&message)) {
+    if (message.has_request()) {
+      hooks_.on_remote_request(message.request().rank(), message.request().enqueue());
+    } else if (message.has_failure()) {
+      hooks_.on_failure(message.failure().message());
+    }
+  }
+  {
+    std::lock_guard<std::mutex> lock(follower->write_mutex);
+    follower->stream = nullptr;
+  }
+  bool stopping;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping = stopping_;
+  }
+  if (!stopping && !context->IsCancelled()) {
+    hooks_.on_failure("lost " + describeNode(follower->node) + ": its coordination stream closed");
+  } else if (!stopping) {
+    hooks_.on_failure("lost " + describeNode(follower->node) + ": the daemon died or was cut off");
+  }
+  return grpc::Status::OK;
+}
+
+void CrossNode::broadcast(const std::vector<coordinator::Response>& batch, uint64_t sequence) {
+  v1::LeaderMessage message;
+  message.mutable_batch()->set_sequence(sequence);
+  for (const auto& r : batch) *message.mutable_batch()->add_responses() = toProto(r);
+  std::vector<std::shared_ptr<Follower>> followers;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (auto& [rank, f] : followers_) followers.push_back(f);
+  }
+  for (auto& f : followers) {
+    std::lock_guard<std::mutex> lock(f->write_mutex);
+    if (f->stream) f->stream->Write(message);
+  }
+}
+
+void CrossNode::sendError(const coordinator::Request& request, const Status& status) {
+  coordinator::Response response;
+  response.name = request.name;
+  response.type = request.type;
+  response.ranks = {request.rank};
+  response.requests.push_back(request);
+  response.status = status;
+  std::shared_ptr<Follower> target;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (auto& [rank, f] : followers_) {
+      const auto& ranks = f->node.ranks();
+      if (std::find(ranks.begin(), ranks.end(), request.rank) != ranks.end()) target = f;
+    }
+  }
+  if (!target) return;
+  v1::LeaderMessage message;
+  message.mutable_batch()->set_sequence(0);  // not executed: no ring
+  *message.mutable_batch()->add_responses() = toProto(response);
+  std::lock_guard<std::mutex> lock(target->write_mutex);
+  if (target->stream) target->stream->Write(message);
+}
+
+void CrossNode::announceFailure(const std::string& text) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (failure_announced_) return;
+    failure_announced_ = true;
+  }
+  if (leader_) {
+    v1::LeaderMessage message;
+    message.mutable_failure()->set_message(text);
+    std::vector<std::shared_ptr<Follower>> followers;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      for (auto& [rank, f] : followers_) followers.push_back(f);
+    }
+    for (auto& f : followers) {
+      std::lock_guard<std::mutex> lock(f->write_mutex);
+      if (f->stream) f->stream->Write(message);
+    }
+  } else {
+    v1::FollowerMessage message;
+    message.mutable_failure()->set_message(text);
+    writeToLeader(message);
+  }
+}
+
+std::vector<v1::NodeInfo> CrossNode::members() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return members_;
+}
+
+StatusOr<collective::RingContext> CrossNode::ring(uint64_t sequence, CrossClock::time_point deadline) {
+  std::vector<v1::NodeInfo> members;
+  int self = -1;
+  {
+    std::unique_lock<std::mutex> lock(mutex_);
+    if (!formed_cv_.wait_until(lock, deadline, [&] { return !members_.empty() || stopping_; }) || stopping_) {
+      return deadlineExceeded("job '" + options_.job_id + "': the nodes never formed a ring");
+    }
+    members = members_;
+    for (const auto& node : members_) {
+      if (node.peer_address() == options_.self_address) self = node.cross_rank();
+    }
+  }
+  if (self < 0) return internalError("this daemon is not in its job's membership");
+  const int n = static_cast<int>(members.size());
+  const int left = (self - 1 + n) % n, right = (self + 1) % n;
+  if (!left_) {
+    ASSIGN_OR_RETURN(left_, transport_->connect(members[left].ucx_address(), members[left].ranks(0)));
+    if (right != left) {
+      ASSIGN_OR_RETURN(right_, transport_->connect(members[right].ucx_address(), members[right].ranks(0)));
+    }
+  }
+  collective::RingContext ring;
+  ring.transport = transport_.get();
+  ring.left = left_.get();
+  ring.right = right_ ? right_.get() : left_.get();
+  ring.rank = self;
+  ring.size = n;
+  ring.sequence = sequence;
+  ring.deadline = deadline;
+  return ring;
+}
+
+}  // namespace gradsync::server

@@ -1,0 +1,125 @@
+// SPDX-License-Identifier: Apache-2.0
+// The multi-node side of a Job (see proto/gradsync/v1/peer.proto): forming
+// the membership (leader collects JoinJob calls; a follower joins its
+// leader), the coordination streams (followers forward requests, the leader
+// streams back ordered batches), failure announcements, and the UCX ring
+// the executor uses.
+#pragma once
+
+#include <grpcpp/grpcpp.h>
+
+#include <condition_variable>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "daemon/collective/ring_allreduce.h"
+#include "daemon/coordinator/request.h"
+#include "daemon/peer/membership.h"
+#include "daemon/transport/ucx/ucx_transport.h"
+#include "proto/gradsync/v1/peer.grpc.pb.h"
+
+namespace gradsync::server {
+
+using LeaderStream = grpc::ServerReaderWriter<v1::LeaderMessage, v1::FollowerMessage>;
+using CrossClock = std::chrono::steady_clock;
+
+struct CrossNodeOptions {
+  std::string job_id;
+  std::string token;
+  int size = 0;
+  std::vector<std::vector<int>> process_sets;
+  std::string self_address;    // this daemon's peer service
+  std::string leader_address;  // the ranks' GRADSYNC_LEADER
+  std::string hostname;
+  CrossClock::duration join_timeout = std::chrono::seconds(30);
+};
+
+class CrossNode {
+ public:
+  struct Hooks {
+    // Follower: a batch from the leader, to execute in arrival order.
+    std::function<void(std::vector<coordinator::Response>, uint64_t sequence)> on_batch;
+    // Leader: a follower's rank submitted a request.
+    std::function<void(int rank, const v1::Enqueue&)> on_remote_request;
+    // The job failed elsewhere, or a node was lost.
+    std::function<void(const std::string& cause)> on_failure;
+  };
+
+  CrossNode(CrossNodeOptions options, Hooks hooks);
+  ~CrossNode();  // closes streams and joins threads
+
+  // Every local rank has registered: the node holding rank 0 leads, the
+  // others join it (on a thread of their own; failures call on_failure).
+  void start(const std::vector<int>& local_ranks, const std::vector<int64_t>& pids);
+  bool isLeader() const { return leader_; }
+
+  // Leader: a follower's JoinJob, answered once every node joined.
+  StatusOr<v1::JoinJobResponse> acceptJoin(const v1::JoinJobRequest& request);
+  // Leader: serves one follower's Coordinate stream (whose first message,
+  // `hello`, the caller has read) until it ends.
+  grpc::Status serveFollower(grpc::ServerContext* context, LeaderStream* stream, const v1::FollowerMessage& hello);
+
+  // Follower: forwards a local rank's request to the leader.
+  void forward(int rank, const v1::Enqueue& enqueue);
+  // Leader: sends a batch to every follower, before executing it.
+  void broadcast(const std::vector<coordinator::Response>& batch, uint64_t sequence);
+  // Leader: the request of a rank on another node failed on its own.
+  void sendError(const coordinator::Request& request, const Status& status);
+  // Tells the other nodes that the job failed (once).
+  void announceFailure(const std::string& message);
+
+  // The ring for one collective (connects the UCX endpoints on first use).
+  // Waits for the membership until `deadline`.
+  StatusOr<collective::RingContext> ring(uint64_t sequence, CrossClock::time_point deadline);
+  std::vector<v1::NodeInfo> members() const;
+
+ private:
+  struct Follower {
+    LeaderStream* stream = nullptr;
+    std::mutex write_mutex;
+    v1::NodeInfo node;
+  };
+  Status joinLeader(const v1::NodeInfo& self);
+  void readLeader();
+  bool writeToLeader(const v1::FollowerMessage& message);
+  std::string describeNode(const v1::NodeInfo& node) const;
+
+  const CrossNodeOptions options_;
+  const Hooks hooks_;
+  bool leader_ = false;
+  std::unique_ptr<transport::UcxTransport> transport_;
+
+  mutable std::mutex mutex_;
+  std::condition_variable formed_cv_;
+  std::optional<peer::MembershipBuilder> builder_;  // leader
+  std::vector<v1::NodeInfo> members_;              // set once formed
+  int self_cross_rank_ = -1;
+  bool stopping_ = false;
+  bool failure_announced_ = false;
+  std::map<int, std::shared_ptr<Follower>> followers_;  // leader: by cross rank
+
+  // Follower side.
+  std::shared_ptr<grpc::Channel> channel_;
+  grpc::ClientContext stream_context_;
+  std::unique_ptr<grpc::ClientReaderWriter<v1::FollowerMessage, v1::LeaderMessage>> stream_;
+  std::mutex stream_mutex_;
+  std::vector<v1::FollowerMessage> backlog_;  // requests before the stream opened
+  std::thread follower_thread_;
+
+  // Data plane (executor thread only).
+  transport::PeerPtr left_, right_;
+};
+
+// Conversions between negotiated responses and their wire form.
+v1::NegotiatedResponse toProto(const coordinator::Response& response);
+coordinator::Response fromProto(const v1::NegotiatedResponse& response);
+v1::Enqueue enqueueOf(const coordinator::Request& request);
+coordinator::Request requestOf(int rank, const v1::Enqueue& enqueue);
+
+}  // namespace gradsync::server

@@ -1,0 +1,119 @@
+// SPDX-License-Identifier: Apache-2.0
+// CrossNode, follower side: joining the leader and the coordination stream.
+#include <thread>
+
+#include "daemon/common/logging.h"
+#include "daemon/server/cross_node.h"
+
+namespace gradsync::server {
+
+Status CrossNode::joinLeader(const v1::NodeInfo& self) {
+  if (options_.leader_address.empty()) {
+    return failedPrecondition("job '" + options_.job_id + "' spans nodes but its ranks gave no leader address "
+                              "(GRADSYNC_LEADER)");
+  }
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 1000);     // a silent leader is noticed
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 3000);  // within about 4 s
+  args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
+  channel_ = grpc::CreateCustomChannel(options_.leader_address, grpc::InsecureChannelCredentials(), args);
+  auto stub = v1::Peer::NewStub(channel_);
+  v1::JoinJobRequest request;
+  request.set_job_id(options_.job_id);
+  request.set_token(options_.token);
+  request.set_size(options_.size);
+  for (const auto& set : options_.process_sets) {
+    auto* spec = request.add_process_sets();
+    for (int r : set) spec->add_ranks(r);
+  }
+  *request.mutable_node() = self;
+  const auto deadline = CrossClock::now() + options_.join_timeout;
+  grpc::Status last;
+  while (CrossClock::now() < deadline) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (stopping_) return cancelled("job stopped while joining");
+    }
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() +
+                         std::chrono::duration_cast<std::chrono::milliseconds>(deadline - CrossClock::now()));
+    v1::JoinJobResponse response;
+    last = stub->JoinJob(&context, request, &response);
+    if (last.ok()) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      members_.assign(response.nodes().begin(), response.nodes().end());
+      for (const auto& node : members_) {
+        if (node.peer_address() == options_.self_address) self_cross_rank_ = node.cross_rank();
+      }
+      formed_cv_.notify_all();
+      break;
+    }
+    // The leader may not know the job yet (its ranks register later): retry.
+    if (last.error_code() != grpc::StatusCode::UNAVAILABLE && last.error_code() != grpc::StatusCode::NOT_FOUND) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  if (!last.ok()) {
+    return unavailable("job '" + options_.job_id + "': cannot join the leader at " + options_.leader_address + ": " +
+                       last.error_message());
+  }
+  {
+    std::lock_guard<std::mutex> lock(stream_mutex_);
+    stream_ = stub->Coordinate(&stream_context_);
+    v1::FollowerMessage hello;
+    hello.mutable_hello()->set_job_id(options_.job_id);
+    hello.mutable_hello()->set_token(options_.token);
+    hello.mutable_hello()->set_cross_rank(self_cross_rank_);
+    stream_->Write(hello);
+    for (const auto& m : backlog_) stream_->Write(m);
+    backlog_.clear();
+  }
+  GS_LOG(control, info, "job '{}': joined the leader at {} as node {}", options_.job_id, options_.leader_address,
+         self_cross_rank_);
+  return okStatus();
+}
+
+void CrossNode::readLeader() {
+  v1::LeaderMessage message;
+  while (stream_->Read(&message)) {
+    if (message.has_batch()) {
+      std::vector<coordinator::Response> batch;
+      for (const auto& r : message.batch().responses()) batch.push_back(fromProto(r));
+      hooks_.on_batch(std::move(batch), message.batch().sequence());
+    } else if (message.has_failure()) {
+      hooks_.on_failure(message.failure().message());
+    }
+  }
+  const grpc::Status status = stream_->Finish();
+  bool stopping;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping = stopping_;
+  }
+  if (!stopping) {
+    std::string leader = options_.leader_address;
+    for (const auto& node : members()) {
+      if (node.cross_rank() == 0) leader = describeNode(node);
+    }
+    hooks_.on_failure("lost the leader " + leader + ": " +
+                      (status.ok() ? std::string("it closed the job") : status.error_message()));
+  }
+}
+
+bool CrossNode::writeToLeader(const v1::FollowerMessage& message) {
+  std::lock_guard<std::mutex> lock(stream_mutex_);
+  if (!stream_) {
+    backlog_.push_back(message);
+    return true;
+  }
+  return stream_->Write(message);
+}
+
+void CrossNode::forward(int rank, const v1::Enqueue& enqueue) {
+  v1::FollowerMessage message;
+  message.mutable_request()->set_rank(rank);
+  *message.mutable_request()->mutable_enqueue() = enqueue;
+  writeToLeader(message);
+}
+
+}  // namespace gradsync::server

@@ -1,0 +1,94 @@
+// SPDX-License-Identifier: Apache-2.0
+// Job, multi-node side: starting the node's role once every local rank has
+// registered, requests forwarded from other nodes, the leader's batches, the
+// ring, and failures reported by other nodes.
+#include "daemon/common/logging.h"
+#include "daemon/server/enqueue_validation.h"
+#include "daemon/server/job.h"
+
+namespace gradsync::server {
+
+void Job::startCrossNodeIfComplete() {
+  std::vector<int> ranks;
+  std::vector<int64_t> pids;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!cross_ || cross_started_ || static_cast<int>(sessions_.size()) < spec_.local_size) return;
+    for (const auto& [rank, session] : sessions_) {
+      ranks.push_back(rank);
+      pids.push_back(session->pid());
+    }
+  }
+  cross_->start(ranks, pids);
+  Outbox outbox;
+  std::vector<coordinator::Response> unused;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    cross_started_ = true;
+    auto early = std::move(early_);
+    early_.clear();
+    for (auto& [session, request] : early) submitToCoordinator(session, std::move(request), &outbox, &unused);
+  }
+  flush(&outbox);
+}
+
+void Job::submitRemote(int rank, const v1::Enqueue& enqueue) {
+  EnqueueContext context;
+  context.rank = rank;
+  context.job_size = spec_.size;
+  context.process_set_sizes.push_back(spec_.size);
+  for (const auto& set : spec_.process_sets) context.process_set_sizes.push_back(static_cast<int>(set.size()));
+  context.max_name_length = limits_.max_name_length;
+  context.remote = true;  // its arena lives on the other node, which checked the range
+  auto request = validateEnqueue(enqueue, context);
+  Outbox outbox;
+  std::vector<coordinator::Response> unused;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (rank < 0 || rank >= spec_.size || isLocal(rank)) {
+      GS_LOG(control, warn, "job '{}': a follower forwarded a request of rank {}, which it does not hold",
+             spec_.job_id, rank);
+      return;
+    }
+    coordinator::Request minimal = requestOf(rank, enqueue);
+    if (!request.isOk()) {
+      failRequestLocked(minimal, Status(request.status().code(), "job '" + spec_.job_id + "' " + request.status().message()),
+                        &outbox);
+    } else if (!failure_.empty() || stopping_) {
+      failRequestLocked(minimal, aborted("job '" + spec_.job_id + "': " + failure_), &outbox);
+    } else {
+      submitToCoordinator(nullptr, std::move(request).value(), &outbox, &unused);
+    }
+  }
+  flush(&outbox);
+}
+
+void Job::onRemoteBatch(std::vector<coordinator::Response> batch, uint64_t sequence) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (stopping_ || !failure_.empty()) return;
+  remote_batches_.emplace_back(sequence, std::move(batch));
+  ready_cv_.notify_one();
+}
+
+void Job::failJob(const std::string& cause) {
+  Outbox outbox;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!failure_.empty() || stopping_) return;
+    failure_ = cause;
+    GS_LOG(control, warn, "job '{}' failed: {}", spec_.job_id, cause);
+    failAllLocked(aborted("job '" + spec_.job_id + "': " + cause), &outbox);
+  }
+  grant_cv_.notify_all();
+  flush(&outbox);
+  if (cross_) cross_->announceFailure(cause);
+}
+
+Status Job::crossNodeAllreduce(void* data, size_t count, DataType dtype, ReduceOp op) {
+  ASSIGN_OR_RETURN(auto ring, cross_->ring(ring_sequence_, Clock::now() + limits_.transfer_timeout));
+  Status status = collective::ringAllreduce(ring, data, count, dtype, op, &ring_scratch_);
+  if (!status.isOk()) failJob(status.message());
+  return status;
+}
+
+}  // namespace gradsync::server

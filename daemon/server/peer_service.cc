@@ -1,0 +1,34 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "daemon/server/peer_service.h"
+
+#include "daemon/server/control_service.h"
+
+namespace gradsync::server {
+
+grpc::Status PeerService::JoinJob(grpc::ServerContext*, const v1::JoinJobRequest* request,
+                                  v1::JoinJobResponse* response) {
+  auto job = registry_->findJob(request->job_id());
+  // NOT_FOUND: the leader's own ranks may not have registered yet; the
+  // follower retries until its join deadline.
+  if (!job || !job->crossNode()) {
+    return grpc::Status(grpc::StatusCode::NOT_FOUND, "no multi-node job '" + request->job_id() + "' here (yet)");
+  }
+  auto membership = job->crossNode()->acceptJoin(*request);
+  if (!membership.isOk()) return toGrpc(membership.status());
+  *response = std::move(membership).value();
+  return grpc::Status::OK;
+}
+
+grpc::Status PeerService::Coordinate(grpc::ServerContext* context, LeaderStream* stream) {
+  v1::FollowerMessage hello;
+  if (!stream->Read(&hello) || !hello.has_hello()) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "the first message must be hello");
+  }
+  auto job = registry_->findJob(hello.hello().job_id());
+  if (!job || !job->crossNode() || !job->crossNode()->isLeader()) {
+    return grpc::Status(grpc::StatusCode::NOT_FOUND, "this daemon does not lead job '" + hello.hello().job_id() + "'");
+  }
+  return job->crossNode()->serveFollower(context, stream, hello);
+}
+
+}  // namespace gradsync::server

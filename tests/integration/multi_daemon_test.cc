@@ -1,0 +1,106 @@
+// SPDX-License-Identifier: Apache-2.0
+// Jobs spanning several daemons on this machine (separate sockets and peer
+// ports on loopback): the same collective checks as one node, and the loss
+// of a daemon.
+#include <signal.h>
+
+#include <regex>
+
+#include "gtest/gtest.h"
+#include "tests/testutil/daemon_fixture.h"
+
+namespace gradsync::testutil {
+namespace {
+
+constexpr auto kTimeout = std::chrono::seconds(90);
+
+std::string peerAddressOf(const DaemonFixture& daemon) {
+  std::smatch match;
+  const std::string log = daemon.log();
+  static const std::regex pattern("peer service on ([0-9.]+:[0-9]+)");
+  return std::regex_search(log, match, pattern) ? match[1].str() : "";
+}
+
+class MultiDaemonTest : public ::testing::Test {
+ protected:
+  void startDaemons(int count) {
+    daemons_.resize(count);
+    for (auto& d : daemons_) {
+      d = std::make_unique<DaemonFixture>();
+      std::string error;
+      ASSERT_TRUE(d->start({"--peer-address", "127.0.0.1:0", "--join-timeout-seconds", "10"}, &error)) << error;
+    }
+    leader_ = peerAddressOf(*daemons_[0]);
+    ASSERT_FALSE(leader_.empty()) << daemons_[0]->log();
+  }
+  // Starts `scenario` with ranks placed on daemons by `placement[rank]`.
+  std::vector<Process> launch(const std::string& job, const std::string& scenario, const std::vector<int>& placement) {
+    const int size = static_cast<int>(placement.size());
+    const std::string leader = peerAddressOf(*daemons_[placement[0]]);  // the daemon of rank 0 leads
+    std::vector<Process> ranks;
+    for (int r = 0; r < size; ++r) {
+      const DaemonFixture& d = *daemons_[placement[r]];
+      int local_rank = 0, local_size = 0;
+      for (int q = 0; q < size; ++q) {
+        if (placement[q] != placement[r]) continue;
+        if (q < r) ++local_rank;
+        ++local_size;
+      }
+      auto env = d.rankEnv(job, r, size);
+      env["GRADSYNC_LOCAL_RANK"] = std::to_string(local_rank);
+      env["GRADSYNC_LOCAL_SIZE"] = std::to_string(local_size);
+      env["GRADSYNC_LEADER"] = leader;
+      ranks.push_back(d.spawnRank(job, r, size, {scenario}, env));
+    }
+    return ranks;
+  }
+  std::string logs() const {
+    std::string all;
+    for (size_t i = 0; i < daemons_.size(); ++i) all += "--- daemon " + std::to_string(i) + ":\n" + daemons_[i]->log();
+    return all;
+  }
+
+  std::vector<std::unique_ptr<DaemonFixture>> daemons_;
+  std::string leader_;
+};
+
+TEST_F(MultiDaemonTest, AllreduceEveryDtypeTwoDaemonsOneRankEach) {
+  startDaemons(2);
+  auto ranks = launch("two-by-one", "allreduce", {0, 1});
+  std::string report;
+  EXPECT_TRUE(allSucceed(ranks, kTimeout, &report)) << report << logs();
+}
+
+TEST_F(MultiDaemonTest, UnevenPlacementTwoPlusOne) {
+  startDaemons(2);
+  auto ranks = launch("two-plus-one", "allreduce", {0, 0, 1});
+  std::string report;
+  EXPECT_TRUE(allSucceed(ranks, kTimeout, &report)) << report << logs();
+}
+
+TEST_F(MultiDaemonTest, ThreeDaemonsJoinAndMismatch) {
+  startDaemons(3);
+  auto join = launch("three-join", "join", {0, 1, 2});
+  std::string report;
+  EXPECT_TRUE(allSucceed(join, kTimeout, &report)) << report << logs();
+  auto mismatch = launch("three-mismatch", "mismatch_allreduce", {2, 0, 1});
+  EXPECT_TRUE(allSucceed(mismatch, kTimeout, &report)) << report << logs();
+}
+
+TEST_F(MultiDaemonTest, KilledDaemonFailsPendingWorkOnSurvivorsWithinTenSeconds) {
+  startDaemons(2);
+  auto ranks = launch("lost-node", "kill_victim", {0, 1});
+  ASSERT_TRUE(waitFor([&] { return ranks[0].log().find("ENQUEUED") != std::string::npos; }, std::chrono::seconds(30)))
+      << ranks[0].log() << logs();
+  const auto killed_at = std::chrono::steady_clock::now();
+  daemons_[1]->process().kill(SIGKILL);
+  const int code = ranks[0].wait(std::chrono::seconds(15));
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - killed_at).count();
+  EXPECT_EQ(code, 0) << ranks[0].log() << logs();
+  EXPECT_LT(seconds, 10.0);
+  EXPECT_NE(ranks[0].log().find("lost node 127.0.0.1:"), std::string::npos) << ranks[0].log();
+  EXPECT_NE(ranks[0].log().find("ranks [1]"), std::string::npos) << ranks[0].log();
+}
+
+}  // namespace
+}  // namespace gradsync::testutil
