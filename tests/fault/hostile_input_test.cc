@@ -152,7 +152,8 @@ TEST_F(HostileInputTest, RegistrationChecksIdentity) {
   EXPECT_EQ(registerRank("bad id", 0, 2, &reg).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_EQ(registerRank("j", 0, 0, &reg).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_EQ(registerRank("j", 0, 2, &reg, "").error_code(), grpc::StatusCode::INVALID_ARGUMENT);
-  EXPECT_EQ(registerRank("j", 0, 4, &reg, "t", 2).error_code(), grpc::StatusCode::UNIMPLEMENTED);
+  // Spanning nodes without naming the leader.
+  EXPECT_EQ(registerRank("j", 0, 4, &reg, "t", 2).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   ASSERT_TRUE(registerRank("j", 0, 2, &reg).ok());
   EXPECT_EQ(registerRank("j", 0, 2, &reg).error_code(), grpc::StatusCode::ALREADY_EXISTS);
   EXPECT_EQ(registerRank("j", 1, 2, &reg, "other").error_code(), grpc::StatusCode::UNAUTHENTICATED);
