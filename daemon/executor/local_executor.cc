@@ -148,6 +148,19 @@ Status LocalExecutor::allreduce(const std::vector<const Response*>& responses, R
 Status LocalExecutor::hierarchicalAllreduce(const std::vector<const Response*>& responses, RankAccess& access) {
   const Request& first = responses.front()->first();
   const size_t esize = elementSize(first.dtype);
+  if (responses.size() == 1) {
+    // One tensor held by one local rank: run the ring on its buffer in place
+    // (no copies through the fusion buffer).
+    const Request* only = nullptr;
+    int local = 0;
+    for (const auto& request : responses.front()->requests) {
+      if (request && access.isLocal(request->rank)) {
+        only = &*request;
+        ++local;
+      }
+    }
+    if (local == 1) return inPlaceAllreduce(*responses.front(), *only, access);
+  }
   size_t total = 0;
   for (const Response* r : responses) total += r->first().length / esize;
   if (fusion_.size() < total * esize) fusion_.resize(total * esize);
@@ -187,6 +200,30 @@ Status LocalExecutor::hierarchicalAllreduce(const std::vector<const Response*>& 
   RETURN_IF_ERROR(access.crossNodeAllreduce(fusion_.data(), total, first.dtype,
                                             first.op == v1::AVERAGE ? v1::SUM : first.op));
   runReductions(scatter, *pool_);
+  return okStatus();
+}
+
+Status LocalExecutor::inPlaceAllreduce(const Response& response, const Request& request, RankAccess& access) {
+  ASSIGN_OR_RETURN(uint8_t * data, inputOf(access, request));
+  const size_t count = request.length / elementSize(request.dtype);
+  auto scale = [&](ReduceOp op, double prescale, double postscale, int divisor) {
+    std::vector<Reduction> one(1);
+    one[0].inputs.push_back(data);
+    one[0].outputs.push_back(data);
+    one[0].args.dtype = request.dtype;
+    one[0].args.op = op;
+    one[0].args.prescale = prescale;
+    one[0].args.postscale = postscale;
+    one[0].args.average_divisor = divisor;
+    one[0].count = count;
+    one[0].bind();
+    runReductions(one, *pool_);
+  };
+  if (request.prescale != 1.0) scale(v1::SUM, request.prescale, 1.0, 1);
+  RETURN_IF_ERROR(access.crossNodeAllreduce(data, count, request.dtype, request.op == v1::AVERAGE ? v1::SUM : request.op));
+  if (request.op == v1::AVERAGE || request.postscale != 1.0) {
+    scale(request.op == v1::AVERAGE ? v1::AVERAGE : v1::SUM, 1.0, request.postscale, static_cast<int>(response.ranks.size()));
+  }
   return okStatus();
 }
 

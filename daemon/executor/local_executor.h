@@ -60,6 +60,7 @@ class LocalExecutor {
   Status allreduce(const std::vector<const Response*>& responses, RankAccess& access);
   // Multi-node allreduce: local ranks -> fusion buffer -> ring -> local ranks.
   Status hierarchicalAllreduce(const std::vector<const Response*>& responses, RankAccess& access);
+  Status inPlaceAllreduce(const Response& response, const coordinator::Request& request, RankAccess& access);
   ResponseResult broadcast(const Response& r, RankAccess& access);
   ResponseResult allgather(const Response& r, RankAccess& access);
   ResponseResult alltoall(const Response& r, RankAccess& access);

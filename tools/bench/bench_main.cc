@@ -43,7 +43,8 @@ uint64_t parseBytes(const std::string& s) {
 
 int usage() {
   std::fprintf(stderr,
-               "usage: gradsync_bench --socket PATH [-np N] [--collective allreduce|broadcast|allgather]\n"
+               "usage: gradsync_bench --socket PATH[,PATH...] [--leader HOST:PORT] [-np N]\n"
+               "                      [--collective allreduce|broadcast|allgather]\n"
                "                      [--min-bytes B] [--max-bytes B] [--step-factor F] [--copy]\n"
                "                      [--min-time S] [--min-iters N] [--resnet] [--steps N]\n");
   return 64;
@@ -54,6 +55,7 @@ bool parse(int argc, char** argv, BenchOptions* o) {
     std::string a = argv[i];
     auto next = [&]() -> std::string { return i + 1 < argc ? argv[++i] : ""; };
     if (a == "--socket") o->socket = next();
+    else if (a == "--leader") o->leader = next();
     else if (a == "-np") o->ranks = std::atoi(next().c_str());
     else if (a == "--collective") o->collective = next();
     else if (a == "--min-bytes") o->min_bytes = parseBytes(next());
@@ -79,11 +81,30 @@ int main(int argc, char** argv) {
   char token[33];
   std::snprintf(token, sizeof(token), "%08x%08x", static_cast<unsigned>(getpid()), static_cast<unsigned>(time(nullptr)));
   const std::string job = "bench-" + std::to_string(getpid());
+  std::vector<std::string> sockets;
+  for (size_t start = 0; start <= options.socket.size();) {
+    const size_t comma = options.socket.find(',', start);
+    const size_t end = comma == std::string::npos ? options.socket.size() : comma;
+    sockets.push_back(options.socket.substr(start, end - start));
+    start = end + 1;
+  }
+  const int n = options.ranks;
+  const int nodes = static_cast<int>(sockets.size());
+  auto node_of = [&](int rank) { return rank * nodes / n; };
   std::vector<pid_t> children;
   for (int r = 0; r < options.ranks; ++r) {
+    int local_rank = 0, local_size = 0;
+    for (int q = 0; q < n; ++q) {
+      if (node_of(q) != node_of(r)) continue;
+      local_rank += q < r;
+      ++local_size;
+    }
     pid_t pid = fork();
     if (pid == 0) {
-      setenv("GRADSYNC_SOCKET", options.socket.c_str(), 1);
+      setenv("GRADSYNC_SOCKET", sockets[node_of(r)].c_str(), 1);
+      setenv("GRADSYNC_LOCAL_RANK", std::to_string(local_rank).c_str(), 1);
+      setenv("GRADSYNC_LOCAL_SIZE", std::to_string(local_size).c_str(), 1);
+      if (!options.leader.empty()) setenv("GRADSYNC_LEADER", options.leader.c_str(), 1);
       setenv("GRADSYNC_JOB_ID", job.c_str(), 1);
       setenv("GRADSYNC_TOKEN", token, 1);
       setenv("GRADSYNC_RANK", std::to_string(r).c_str(), 1);

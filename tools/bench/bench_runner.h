@@ -8,7 +8,11 @@
 namespace gradsync::bench {
 
 struct BenchOptions {
+  // One daemon socket, or several separated by commas: ranks are placed on
+  // them in blocks (rank r on socket r * sockets / ranks); --leader then
+  // names the peer address of the first daemon.
   std::string socket;
+  std::string leader;
   int ranks = 2;
   std::string collective = "allreduce";
   uint64_t min_bytes = 4;

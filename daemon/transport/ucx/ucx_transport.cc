@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "daemon/transport/ucx/ucx_transport.h"
 
+#include <poll.h>
+
 #include <vector>
 
 namespace gradsync::transport {
@@ -93,7 +95,7 @@ StatusOr<std::unique_ptr<UcxTransport>> UcxTransport::create() {
   if (s != UCS_OK) return ucxError("ucp_config_read", s);
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES;
-  params.features = UCP_FEATURE_TAG;
+  params.features = UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP;
   ucp_context_h context = nullptr;
   s = ucp_init(&params, config, &context);
   ucp_config_release(config);
@@ -117,7 +119,10 @@ StatusOr<std::unique_ptr<UcxTransport>> UcxTransport::create() {
   }
   std::string bytes(reinterpret_cast<const char*>(address), length);
   ucp_worker_release_address(worker, address);
-  return std::unique_ptr<UcxTransport>(new UcxTransport(context, worker, std::move(bytes)));
+  auto transport = std::unique_ptr<UcxTransport>(new UcxTransport(context, worker, std::move(bytes)));
+  int efd = -1;
+  if (ucp_worker_get_efd(worker, &efd) == UCS_OK) transport->efd_ = efd;
+  return transport;
 }
 
 UcxTransport::~UcxTransport() {
@@ -139,6 +144,9 @@ StatusOr<PeerPtr> UcxTransport::connect(const std::string& address, int rank) {
 
 Status UcxTransport::waitAll(Request* const* requests, size_t count, Clock::time_point deadline,
                              const std::string& what) {
+  // Spin while progress is being made; when the worker goes quiet, sleep on
+  // its event fd (two daemons busy-polling two cores starve the TCP stack).
+  int idle = 0;
   for (uint64_t spins = 0;; ++spins) {
     bool all = true;
     for (size_t i = 0; i < count; ++i) {
@@ -148,8 +156,14 @@ Status UcxTransport::waitAll(Request* const* requests, size_t count, Clock::time
       }
     }
     if (all) break;
-    ucp_worker_progress(worker_);
-    if ((spins & 1023) == 0 && Clock::now() > deadline) return deadlineExceeded(what + ": transfer timed out");
+    if (ucp_worker_progress(worker_) != 0) {
+      idle = 0;
+    } else if (++idle > 64 && efd_ >= 0 && ucp_worker_arm(worker_) == UCS_OK) {
+      pollfd pfd{efd_, POLLIN, 0};
+      ::poll(&pfd, 1, 1);
+      idle = 0;
+    }
+    if ((spins & 255) == 0 && Clock::now() > deadline) return deadlineExceeded(what + ": transfer timed out");
   }
   for (size_t i = 0; i < count; ++i) RETURN_IF_ERROR(requests[i]->status());
   return okStatus();

@@ -29,6 +29,7 @@ class UcxTransport final : public Transport {
   ucp_context_h context_;
   ucp_worker_h worker_;
   std::string address_;
+  int efd_ = -1;  // the worker's event fd (owned by UCX), for sleeping when idle
 };
 
 }  // namespace gradsync::transport
