@@ -50,7 +50,7 @@ void CrossNode::start(const std::vector<int>& local_ranks, const std::vector<int
   leader_ = std::find(local_ranks.begin(), local_ranks.end(), 0) != local_ranks.end();
   auto transport = transport::UcxTransport::create();
   if (!transport.isOk()) {
-    hooks_.on_failure("cannot start the UCX data plane: " + transport.status().message());
+    hooks_.on_failure("cannot start the UCX data plane: " + transport.status().message(), true);
     return;
   }
   transport_ = std::move(transport).value();
@@ -70,7 +70,7 @@ void CrossNode::start(const std::vector<int>& local_ranks, const std::vector<int
   follower_thread_ = std::thread([this, self] {
     Status joined = joinLeader(self);
     if (!joined.isOk()) {
-      hooks_.on_failure(joined.message());
+      hooks_.on_failure(joined.message(), true);
       return;
     }
     readLeader();
@@ -125,7 +125,8 @@ grpc::Status CrossNode::serveFollower(grpc::ServerContext* context, LeaderStream
     if (message.has_request()) {
       hooks_.on_remote_request(message.request().rank(), message.request().enqueue());
     } else if (message.has_failure()) {
-      hooks_.on_failure(message.failure().message());
+      // Job::failJob then announces it to every follower.
+      hooks_.on_failure(message.failure().message(), message.failure().node_lost());
     }
   }
   {
@@ -137,10 +138,11 @@ grpc::Status CrossNode::serveFollower(grpc::ServerContext* context, LeaderStream
     std::lock_guard<std::mutex> lock(mutex_);
     stopping = stopping_;
   }
-  if (!stopping && !context->IsCancelled()) {
-    hooks_.on_failure("lost " + describeNode(follower->node) + ": its coordination stream closed");
-  } else if (!stopping) {
-    hooks_.on_failure("lost " + describeNode(follower->node) + ": the daemon died or was cut off");
+  if (!stopping) {
+    const std::string cause = "lost " + describeNode(follower->node) + ": " +
+                              (context->IsCancelled() ? "the daemon died or was cut off" : "its coordination stream closed");
+    hooks_.on_failure(cause, true);
+    announceFailure(cause, true);
   }
   return grpc::Status::OK;
 }
@@ -183,15 +185,18 @@ void CrossNode::sendError(const coordinator::Request& request, const Status& sta
   if (target->stream) target->stream->Write(message);
 }
 
-void CrossNode::announceFailure(const std::string& text) {
+void CrossNode::announceFailure(const std::string& text, bool node_lost) {
   {
+    // Once per kind: a lost node is worth announcing after a departed rank.
     std::lock_guard<std::mutex> lock(mutex_);
-    if (failure_announced_) return;
+    if (failure_announced_ && (node_lost_announced_ || !node_lost)) return;
     failure_announced_ = true;
+    node_lost_announced_ = node_lost_announced_ || node_lost;
   }
   if (leader_) {
     v1::LeaderMessage message;
     message.mutable_failure()->set_message(text);
+    message.mutable_failure()->set_node_lost(node_lost);
     std::vector<std::shared_ptr<Follower>> followers;
     {
       std::lock_guard<std::mutex> lock(mutex_);
@@ -204,6 +209,7 @@ void CrossNode::announceFailure(const std::string& text) {
   } else {
     v1::FollowerMessage message;
     message.mutable_failure()->set_message(text);
+    message.mutable_failure()->set_node_lost(node_lost);
     writeToLeader(message);
   }
 }

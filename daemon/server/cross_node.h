@@ -47,8 +47,9 @@ class CrossNode {
     std::function<void(std::vector<coordinator::Response>, uint64_t sequence)> on_batch;
     // Leader: a follower's rank submitted a request.
     std::function<void(int rank, const v1::Enqueue&)> on_remote_request;
-    // The job failed elsewhere, or a node was lost.
-    std::function<void(const std::string& cause)> on_failure;
+    // The job failed elsewhere (a rank left or died: node_lost false), or a
+    // node or the leader was lost (node_lost true).
+    std::function<void(const std::string& cause, bool node_lost)> on_failure;
   };
 
   CrossNode(CrossNodeOptions options, Hooks hooks);
@@ -72,7 +73,7 @@ class CrossNode {
   // Leader: the request of a rank on another node failed on its own.
   void sendError(const coordinator::Request& request, const Status& status);
   // Tells the other nodes that the job failed (once).
-  void announceFailure(const std::string& message);
+  void announceFailure(const std::string& message, bool node_lost);
 
   // The ring for one collective (connects the UCX endpoints on first use).
   // Waits for the membership until `deadline`.
@@ -102,6 +103,7 @@ class CrossNode {
   int self_cross_rank_ = -1;
   bool stopping_ = false;
   bool failure_announced_ = false;
+  bool node_lost_announced_ = false;
   std::map<int, std::shared_ptr<Follower>> followers_;  // leader: by cross rank
 
   // Follower side.

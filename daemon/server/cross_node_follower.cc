@@ -81,7 +81,7 @@ void CrossNode::readLeader() {
       for (const auto& r : message.batch().responses()) batch.push_back(fromProto(r));
       hooks_.on_batch(std::move(batch), message.batch().sequence());
     } else if (message.has_failure()) {
-      hooks_.on_failure(message.failure().message());
+      hooks_.on_failure(message.failure().message(), message.failure().node_lost());
     }
   }
   const grpc::Status status = stream_->Finish();
@@ -96,7 +96,8 @@ void CrossNode::readLeader() {
       if (node.cross_rank() == 0) leader = describeNode(node);
     }
     hooks_.on_failure("lost the leader " + leader + ": " +
-                      (status.ok() ? std::string("it closed the job") : status.error_message()));
+                          (status.ok() ? std::string("it closed the job") : status.error_message()),
+                      true);
   }
 }
 

@@ -62,7 +62,7 @@ Job::Job(JobSpec spec, JobLimits limits, executor::ReducePool* pool)
       onRemoteBatch(std::move(batch), sequence);
     };
     hooks.on_remote_request = [this](int rank, const v1::Enqueue& enqueue) { submitRemote(rank, enqueue); };
-    hooks.on_failure = [this](const std::string& cause) { failJob(cause); };
+    hooks.on_failure = [this](const std::string& cause, bool node_lost) { failJob(cause, node_lost); };
     cross_ = std::make_unique<CrossNode>(std::move(options), std::move(hooks));
   }
   executor_thread_ = std::thread([this] { executorLoop(); });
@@ -97,7 +97,7 @@ bool Job::removeSession(const Session& session, const std::string& cause) {
     sessions_.erase(it);
     if (failure_.empty() && !stopping_) {
       failure_ = session.describe() + " " + cause;
-      failAllLocked(aborted("job '" + spec_.job_id + "': " + failure_), &outbox);
+      failAllLocked(aborted("job '" + spec_.job_id + "': " + failure_), &outbox, /*keep_negotiated=*/cross_ != nullptr);
       if (!outbox.empty()) {
         GS_LOG(control, warn, "job '{}': {}; failed {} collectives in flight", spec_.job_id, failure_, outbox.size());
       }
@@ -106,7 +106,7 @@ bool Job::removeSession(const Session& session, const std::string& cause) {
   }
   grant_cv_.notify_all();
   flush(&outbox);
-  if (cross_) cross_->announceFailure("job '" + spec_.job_id + "': " + session.describe() + " " + cause);
+  if (cross_) cross_->announceFailure("job '" + spec_.job_id + "': " + session.describe() + " " + cause, false);
   return empty;
 }
 
@@ -209,14 +209,15 @@ void Job::failRequestLocked(const coordinator::Request& request, const Status& s
   outbox->emplace_back(it->second, doneMessage(spec_.job_id, request, status));
 }
 
-void Job::failAllLocked(const Status& status, Outbox* outbox) {
+void Job::failAllLocked(const Status& status, Outbox* outbox, bool keep_negotiated) {
   for (const auto& request : negotiator_.takeAll()) failRequestLocked(request, status, outbox);
-  auto forwarded = std::move(forwarded_);
-  forwarded_.clear();
-  for (const auto& [key, request] : forwarded) failRequestLocked(request, status, outbox);
   auto early = std::move(early_);
   early_.clear();
   for (const auto& [session, request] : early) failRequestLocked(request, status, outbox);
+  if (keep_negotiated) return;
+  auto forwarded = std::move(forwarded_);
+  forwarded_.clear();
+  for (const auto& [key, request] : forwarded) failRequestLocked(request, status, outbox);
   remote_batches_.clear();
   for (const auto& response : ready_) {
     for (const auto& request : response.requests) {

@@ -96,7 +96,7 @@ class Job : private executor::RankAccess {
                            std::vector<coordinator::Response>* inline_batch);
   void submitRemote(int rank, const v1::Enqueue& enqueue);
   void onRemoteBatch(std::vector<coordinator::Response> batch, uint64_t sequence);
-  void failJob(const std::string& cause);
+  void failJob(const std::string& cause, bool node_lost);
 
   void executorLoop();
   // Takes everything in ready_ as the next batch; needs mutex_ and !executing_.
@@ -105,7 +105,11 @@ class Job : private executor::RankAccess {
   void complete(const coordinator::Response& response, const executor::ResponseResult& result, Outbox* outbox);
   // Fails `request` with `status`, queueing its Done in `outbox`. Needs mutex_.
   void failRequestLocked(const coordinator::Request& request, const Status& status, Outbox* outbox);
-  void failAllLocked(const Status& status, Outbox* outbox);
+  // Fails what waits for ranks: pending negotiations (and, unless
+  // keep_negotiated, collectives already negotiated but not executed: a
+  // multi-node job keeps those when nodes are intact, since other nodes may
+  // have completed them already).
+  void failAllLocked(const Status& status, Outbox* outbox, bool keep_negotiated = false);
   static void flush(Outbox* outbox);
   Status grantToPointer(const Session& session, const v1::OutputGrant& grant, uint64_t expected, uint8_t** out);
 

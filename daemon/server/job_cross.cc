@@ -65,29 +65,34 @@ void Job::submitRemote(int rank, const v1::Enqueue& enqueue) {
 
 void Job::onRemoteBatch(std::vector<coordinator::Response> batch, uint64_t sequence) {
   std::lock_guard<std::mutex> lock(mutex_);
-  if (stopping_ || !failure_.empty()) return;
+  if (stopping_) return;  // negotiated work still runs after a rank left
   remote_batches_.emplace_back(sequence, std::move(batch));
   ready_cv_.notify_one();
 }
 
-void Job::failJob(const std::string& cause) {
+void Job::failJob(const std::string& cause, bool node_lost) {
   Outbox outbox;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (!failure_.empty() || stopping_) return;
-    failure_ = cause;
-    GS_LOG(control, warn, "job '{}' failed: {}", spec_.job_id, cause);
-    failAllLocked(aborted("job '" + spec_.job_id + "': " + cause), &outbox);
+    if (stopping_) return;
+    if (!failure_.empty() && !node_lost) return;
+    if (failure_.empty()) {
+      failure_ = cause;
+      GS_LOG(control, warn, "job '{}' failed: {}", spec_.job_id, cause);
+    }
+    // A lost node (or data plane) also ends what was negotiated: it cannot
+    // run any more. A rank that left elsewhere only ends what waits for it.
+    failAllLocked(aborted("job '" + spec_.job_id + "': " + cause), &outbox, /*keep_negotiated=*/!node_lost);
   }
   grant_cv_.notify_all();
   flush(&outbox);
-  if (cross_) cross_->announceFailure(cause);
+  if (cross_) cross_->announceFailure(cause, node_lost);
 }
 
 Status Job::crossNodeAllreduce(void* data, size_t count, DataType dtype, ReduceOp op) {
   ASSIGN_OR_RETURN(auto ring, cross_->ring(ring_sequence_, Clock::now() + limits_.transfer_timeout));
   Status status = collective::ringAllreduce(ring, data, count, dtype, op, &ring_scratch_);
-  if (!status.isOk()) failJob(status.message());
+  if (!status.isOk()) failJob(status.message(), /*node_lost=*/true);
   return status;
 }
 
