@@ -23,12 +23,14 @@ std::string peerAddressOf(const DaemonFixture& daemon) {
 
 class MultiDaemonTest : public ::testing::Test {
  protected:
-  void startDaemons(int count) {
+  void startDaemons(int count, std::vector<std::string> extra = {}) {
     daemons_.resize(count);
+    std::vector<std::string> flags = {"--peer-address", "127.0.0.1:0", "--join-timeout-seconds", "10"};
+    flags.insert(flags.end(), extra.begin(), extra.end());
     for (auto& d : daemons_) {
       d = std::make_unique<DaemonFixture>();
       std::string error;
-      ASSERT_TRUE(d->start({"--peer-address", "127.0.0.1:0", "--join-timeout-seconds", "10"}, &error)) << error;
+      ASSERT_TRUE(d->start(flags, &error)) << error;
     }
     leader_ = peerAddressOf(*daemons_[0]);
     ASSERT_FALSE(leader_.empty()) << daemons_[0]->log();
@@ -100,6 +102,33 @@ TEST_F(MultiDaemonTest, KilledDaemonFailsPendingWorkOnSurvivorsWithinTenSeconds)
   EXPECT_LT(seconds, 10.0);
   EXPECT_NE(ranks[0].log().find("lost node 127.0.0.1:"), std::string::npos) << ranks[0].log();
   EXPECT_NE(ranks[0].log().find("ranks [1]"), std::string::npos) << ranks[0].log();
+}
+
+TEST_F(MultiDaemonTest, FollowerThatCannotReachTheLeaderFailsWithTheReason) {
+  startDaemons(1, {"--join-timeout-seconds", "2"});
+  auto env = daemons_[0]->rankEnv("no-leader", 1, 2);
+  env["GRADSYNC_LOCAL_RANK"] = "0";
+  env["GRADSYNC_LOCAL_SIZE"] = "1";
+  env["GRADSYNC_LEADER"] = "127.0.0.1:1";  // nothing listens there
+  Process rank1 = daemons_[0]->spawnRank("no-leader", 1, 2, {"join_failure", "cannot join the leader at 127.0.0.1:1"}, env);
+  EXPECT_EQ(rank1.wait(std::chrono::seconds(30)), 0) << rank1.log() << logs();
+}
+
+TEST_F(MultiDaemonTest, WrongTokenAtTheLeaderIsRefused) {
+  startDaemons(2, {"--stall-warning-seconds", "1", "--stall-deadline-seconds", "3"});
+  const std::string leader = peerAddressOf(*daemons_[0]);
+  auto env0 = daemons_[0]->rankEnv("token-job", 0, 2);
+  env0["GRADSYNC_LOCAL_SIZE"] = "1";
+  env0["GRADSYNC_LEADER"] = leader;
+  auto env1 = daemons_[1]->rankEnv("token-job", 1, 2, "not-the-token");
+  env1["GRADSYNC_LOCAL_RANK"] = "0";
+  env1["GRADSYNC_LOCAL_SIZE"] = "1";
+  env1["GRADSYNC_LEADER"] = leader;
+  std::vector<Process> ranks;
+  ranks.push_back(daemons_[0]->spawnRank("token-job", 0, 2, {"join_failure", "unused"}, env0));
+  ranks.push_back(daemons_[1]->spawnRank("token-job", 1, 2, {"join_failure", "token does not match"}, env1));
+  std::string report;
+  EXPECT_TRUE(allSucceed(ranks, kTimeout, &report)) << report << logs();
 }
 
 }  // namespace

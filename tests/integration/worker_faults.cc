@@ -226,13 +226,24 @@ int stall(Client& c, const std::vector<std::string>& args) {
   return 0;
 }
 
+// Multi-node joins that fail: the follower's ranks (rank != 0) learn why at
+// once; rank 0, if present, sees its collective fail at the stall deadline
+// naming the ranks that never came.
+int joinFailure(Client& c, const std::vector<std::string>& args) {
+  WORKER_CHECK(args.size() == 1, "usage: join_failure EXPECTED_TEXT");
+  std::vector<float> data(4, 1.0f);
+  const std::vector<int64_t> shape = {4};
+  if (c.rank() == 0) return expectFailure(c, allreduceOp("never", data, shape), GRADSYNC_DEADLINE_EXCEEDED, "for ranks [1]");
+  return expectFailure(c, allreduceOp("never", data, shape), GRADSYNC_ABORTED, args[0]);
+}
+
 }  // namespace
 
 const std::map<std::string, Scenario>& moreScenarios() {
   static const std::map<std::string, Scenario> scenarios = {
       {"process_sets", processSets}, {"join", join},        {"mismatch", mismatch},
       {"duplicate", duplicate},      {"kill_victim", killVictim}, {"stall", stall},
-      {"mismatch_allreduce", mismatchAllreduce},
+      {"mismatch_allreduce", mismatchAllreduce}, {"join_failure", joinFailure},
   };
   return scenarios;
 }
