@@ -14,6 +14,13 @@ std::string ranksOf(const v1::NodeInfo& node) {
   return s + "]";
 }
 
+constexpr auto kHeartbeatPeriod = std::chrono::seconds(1);
+constexpr int64_t kSilenceLimitMs = 6000;
+
+int64_t nowMs(CrossClock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(t.time_since_epoch()).count();
+}
+
 bool sameProcessSets(const v1::JoinJobRequest& request, const std::vector<std::vector<int>>& mine) {
   if (request.process_sets_size() != static_cast<int>(mine.size())) return false;
   for (size_t i = 0; i < mine.size(); ++i) {
@@ -118,10 +125,12 @@ grpc::Status CrossNode::serveFollower(grpc::ServerContext* context, LeaderStream
       return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "bad cross rank");
     }
     follower->node = members_[cross_rank];
+    follower->last_heard_ms = nowMs(CrossClock::now());
     followers_[cross_rank] = follower;
   }
   v1::FollowerMessage message;
   while (stream->Read(&message)) {
+    follower->last_heard_ms = nowMs(CrossClock::now());
     if (message.has_request()) {
       hooks_.on_remote_request(message.request().rank(), message.request().enqueue());
     } else if (message.has_failure()) {
@@ -217,6 +226,75 @@ void CrossNode::announceFailure(const std::string& text, bool node_lost) {
 std::vector<v1::NodeInfo> CrossNode::members() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return members_;
+}
+
+void CrossNode::tick(CrossClock::time_point now) {
+  const bool send = now - last_heartbeat_ >= kHeartbeatPeriod;
+  if (send) last_heartbeat_ = now;
+  const int64_t now_ms = nowMs(now);
+  if (leader_) {
+    std::vector<std::shared_ptr<Follower>> followers;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (stopping_) return;
+      for (auto& [rank, f] : followers_) followers.push_back(f);
+    }
+    v1::LeaderMessage beat;
+    beat.mutable_heartbeat()->set_sent_ms(now_ms);
+    for (auto& f : followers) {
+      {
+        std::lock_guard<std::mutex> lock(f->write_mutex);
+        if (!f->stream) continue;
+        if (send) f->stream->Write(beat);
+      }
+      if (now_ms - f->last_heard_ms > kSilenceLimitMs) {
+        const std::string cause = "lost " + describeNode(f->node) + ": silent for " +
+                                  std::to_string((now_ms - f->last_heard_ms) / 1000) + " s";
+        hooks_.on_failure(cause, true);
+      }
+    }
+    return;
+  }
+  {
+    std::lock_guard<std::mutex> lock(stream_mutex_);
+    if (!stream_) return;
+  }
+  if (send) {
+    v1::FollowerMessage beat;
+    beat.mutable_heartbeat()->set_sent_ms(now_ms);
+    writeToLeader(beat);
+  }
+  const int64_t heard = leader_heard_ms_.load();
+  if (heard > 0 && now_ms - heard > kSilenceLimitMs) {
+    hooks_.on_failure("lost the leader at " + options_.leader_address + ": silent for " +
+                          std::to_string((now_ms - heard) / 1000) + " s",
+                      true);
+  }
+}
+
+void CrossNode::describe(v1::JobInfo* info, CrossClock::time_point now) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  info->set_epoch(members_.empty() ? 0 : 1);
+  const int64_t now_ms = nowMs(now);
+  for (const auto& node : members_) {
+    v1::NodeStatus* out = info->add_nodes();
+    out->set_cross_rank(node.cross_rank());
+    out->set_peer_address(node.peer_address());
+    out->set_hostname(node.hostname());
+    for (int r : node.ranks()) out->add_ranks(r);
+    out->set_self(node.peer_address() == options_.self_address);
+    out->set_leader(node.cross_rank() == 0);
+    int64_t age = -1;
+    if (out->self()) {
+      age = 0;
+    } else if (leader_) {
+      auto it = followers_.find(node.cross_rank());
+      if (it != followers_.end()) age = now_ms - it->second->last_heard_ms;
+    } else if (node.cross_rank() == 0 && leader_heard_ms_.load() > 0) {
+      age = now_ms - leader_heard_ms_.load();
+    }
+    out->set_heartbeat_age_ms(age);
+  }
 }
 
 StatusOr<collective::RingContext> CrossNode::ring(uint64_t sequence, CrossClock::time_point deadline) {

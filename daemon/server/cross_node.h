@@ -8,6 +8,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <atomic>
 #include <condition_variable>
 #include <functional>
 #include <map>
@@ -22,6 +23,7 @@
 #include "daemon/coordinator/request.h"
 #include "daemon/peer/membership.h"
 #include "daemon/transport/ucx/ucx_transport.h"
+#include "proto/gradsync/v1/admin.pb.h"
 #include "proto/gradsync/v1/peer.grpc.pb.h"
 
 namespace gradsync::server {
@@ -79,12 +81,18 @@ class CrossNode {
   // Waits for the membership until `deadline`.
   StatusOr<collective::RingContext> ring(uint64_t sequence, CrossClock::time_point deadline);
   std::vector<v1::NodeInfo> members() const;
+  // Heartbeats (every second) and silence checks: a node not heard from for
+  // kSilenceLimit is declared lost. Called from the daemon's housekeeping.
+  void tick(CrossClock::time_point now);
+  // Membership with roles and heartbeat ages, for gradsyncctl.
+  void describe(v1::JobInfo* info, CrossClock::time_point now) const;
 
  private:
   struct Follower {
     LeaderStream* stream = nullptr;
     std::mutex write_mutex;
     v1::NodeInfo node;
+    std::atomic<int64_t> last_heard_ms{0};  // steady clock
   };
   Status joinLeader(const v1::NodeInfo& self);
   void readLeader();
@@ -112,6 +120,8 @@ class CrossNode {
   std::unique_ptr<grpc::ClientReaderWriter<v1::FollowerMessage, v1::LeaderMessage>> stream_;
   std::mutex stream_mutex_;
   std::vector<v1::FollowerMessage> backlog_;  // requests before the stream opened
+  std::atomic<int64_t> leader_heard_ms_{0};    // follower: last message from the leader
+  CrossClock::time_point last_heartbeat_;      // housekeeping thread only
   std::thread follower_thread_;
 
   // Data plane (executor thread only).

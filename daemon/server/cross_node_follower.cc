@@ -75,7 +75,10 @@ Status CrossNode::joinLeader(const v1::NodeInfo& self) {
 
 void CrossNode::readLeader() {
   v1::LeaderMessage message;
+  leader_heard_ms_ = std::chrono::duration_cast<std::chrono::milliseconds>(CrossClock::now().time_since_epoch()).count();
   while (stream_->Read(&message)) {
+    leader_heard_ms_ =
+        std::chrono::duration_cast<std::chrono::milliseconds>(CrossClock::now().time_since_epoch()).count();
     if (message.has_batch()) {
       std::vector<coordinator::Response> batch;
       for (const auto& r : message.batch().responses()) batch.push_back(fromProto(r));

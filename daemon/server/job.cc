@@ -233,6 +233,7 @@ void Job::flush(Outbox* outbox) {
 }
 
 void Job::housekeeping(Clock::time_point now) {
+  if (cross_) cross_->tick(now);
   Outbox outbox;
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -304,6 +305,7 @@ v1::JobInfo Job::info() const {
   info.set_fused_responses(fused_responses_);
   info.set_stall_warnings(stall_warnings_);
   info.set_healthy(failure_.empty() && !stopping_);
+  if (cross_) cross_->describe(&info, Clock::now());
   return info;
 }
 

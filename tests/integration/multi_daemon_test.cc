@@ -94,6 +94,17 @@ TEST_F(MultiDaemonTest, KilledDaemonFailsPendingWorkOnSurvivorsWithinTenSeconds)
   auto ranks = launch("lost-node", "kill_victim", {0, 1});
   ASSERT_TRUE(waitFor([&] { return ranks[0].log().find("ENQUEUED") != std::string::npos; }, std::chrono::seconds(30)))
       << ranks[0].log() << logs();
+  // gradsyncctl members on the leader shows both nodes.
+  Process ctl = Process::spawn({runfile("tools/gradsyncctl/gradsyncctl"), "--socket", daemons_[0]->socketPath(),
+                                "members", "lost-node"},
+                               {}, daemons_[0]->dir() + "/members.log");
+  EXPECT_EQ(ctl.wait(std::chrono::seconds(20)), 0) << ctl.log();
+  const std::string members = ctl.log();
+  EXPECT_NE(members.find("epoch 1"), std::string::npos) << members;
+  EXPECT_NE(members.find("0 (self)  leader"), std::string::npos) << members;
+  EXPECT_NE(members.find("follower"), std::string::npos) << members;
+  EXPECT_NE(members.find(peerAddressOf(*daemons_[1])), std::string::npos) << members;
+
   const auto killed_at = std::chrono::steady_clock::now();
   daemons_[1]->process().kill(SIGKILL);
   const int code = ranks[0].wait(std::chrono::seconds(15));

@@ -235,6 +235,26 @@ std::string formatJobs(const v1::ListJobsResponse& jobs) {
   return out;
 }
 
+std::string formatMembers(const v1::ListJobsResponse& jobs) {
+  std::string out;
+  for (const auto& job : jobs.jobs()) {
+    if (job.nodes_size() == 0 && job.size() == job.local_size()) continue;
+    out += "job " + job.job_id() + "  epoch " + std::to_string(job.epoch()) + (job.nodes_size() ? "" : "  (forming)") + "\n";
+    std::vector<std::vector<std::string>> rows;
+    rows.push_back({"NODE", "ROLE", "ADDRESS", "HOST", "RANKS", "HEARTBEAT AGE"});
+    for (const auto& node : job.nodes()) {
+      std::string ranks;
+      for (int r : node.ranks()) ranks += (ranks.empty() ? "" : ",") + std::to_string(r);
+      const int64_t age = node.heartbeat_age_ms();
+      rows.push_back({std::to_string(node.cross_rank()) + (node.self() ? " (self)" : ""),
+                      node.leader() ? "leader" : "follower", node.peer_address(), node.hostname(), ranks,
+                      age < 0 ? "-" : std::to_string(age) + " ms"});
+    }
+    out += formatTable(rows, "  ");
+  }
+  return out.empty() ? "no multi-node jobs\n" : out;
+}
+
 StatusOr<std::string> formatJson(const google::protobuf::Message& message) {
   google::protobuf::util::JsonPrintOptions options;
   options.always_print_primitive_fields = true;

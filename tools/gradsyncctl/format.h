@@ -36,6 +36,10 @@ std::string formatRankTable(const v1::JobInfo& job);
 // The `gradsyncctl jobs` text: one block per job, "no jobs" when empty.
 std::string formatJobs(const v1::ListJobsResponse& jobs);
 
+// The nodes of every multi-node job: cross rank, role, address, host, ranks,
+// heartbeat age.
+std::string formatMembers(const v1::ListJobsResponse& jobs);
+
 // The message as one line of JSON (proto field names, zero values included),
 // followed by a newline.
 StatusOr<std::string> formatJson(const google::protobuf::Message& message);

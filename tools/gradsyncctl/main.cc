@@ -35,6 +35,7 @@ constexpr char kUsage[] =
     "commands:\n"
     "  status          daemon version, uptime, pid, host, jobs and the config in effect\n"
     "  jobs [JOB_ID]   jobs with their counters and ranks (only JOB_ID when given)\n"
+    "  members [JOB_ID]  the nodes of multi-node jobs: role, address, ranks, heartbeat age\n"
     "  help            this text\n"
     "\n"
     "options:\n"
@@ -134,7 +135,7 @@ int runStatus(AdminClient& client, const Options& options) {
   return kExitOk;
 }
 
-int runJobs(AdminClient& client, const Options& options, const std::string& job_id) {
+int runJobs(AdminClient& client, const Options& options, const std::string& job_id, bool members) {
   StatusOr<v1::ListJobsResponse> jobs = client.listJobs(job_id);
   if (!jobs.isOk()) return reportError(jobs.status());
   bool missing = !job_id.empty() && jobs->jobs_size() == 0;
@@ -142,7 +143,7 @@ int runJobs(AdminClient& client, const Options& options, const std::string& job_
   if (options.json) {
     rc = printJson(*jobs);
   } else if (!missing) {
-    std::fputs(formatJobs(*jobs).c_str(), stdout);
+    std::fputs((members ? formatMembers(*jobs) : formatJobs(*jobs)).c_str(), stdout);
   }
   if (rc == kExitOk && missing) {
     std::fprintf(stderr, "gradsyncctl: no job '%s' on gradsyncd at %s\n", job_id.c_str(),
@@ -168,9 +169,9 @@ int run(int argc, char** argv) {
     if (arguments != 0) return usageError("status takes no arguments");
     return runStatus(client, options);
   }
-  if (command == "jobs") {
-    if (arguments > 1) return usageError("jobs takes at most one JOB_ID");
-    return runJobs(client, options, arguments == 1 ? options.command[1] : std::string());
+  if (command == "jobs" || command == "members") {
+    if (arguments > 1) return usageError(command + " takes at most one JOB_ID");
+    return runJobs(client, options, arguments == 1 ? options.command[1] : std::string(), command == "members");
   }
   return usageError("unknown command '" + command + "'");
 }
