@@ -187,6 +187,7 @@ std::string formatStatus(const v1::GetStatusResponse& status, const std::string&
   line("pid", std::to_string(status.pid()));
   line("hostname", status.hostname());
   line("socket", socket_path);
+  line("peer", status.peer_address().empty() ? std::string("disabled (single-node jobs only)") : status.peer_address());
   line("cuda devices", std::to_string(status.cuda_devices()));
   const int nccl = status.nccl_version();
   line("nccl", nccl == 0 ? std::string("unavailable")
