@@ -103,9 +103,18 @@ std::vector<ResponseResult> LocalExecutor::run(const fusion::FusedResponse& fuse
       results.push_back(failed(r, r.status));
       continue;
     }
-    if (access.multiNode() && r.type != v1::BARRIER && r.type != v1::JOIN) {
-      results.push_back(failed(r, unimplemented("job '" + r.name + "': " + collectiveName(r.type) +
-                                                " across nodes is not implemented yet (allreduce, barrier and join are)")));
+    if (access.multiNode()) {
+      if (r.type == v1::BROADCAST) {
+        results.push_back(multiNodeBroadcast(r, access));
+      } else if (r.type == v1::ALLGATHER) {
+        results.push_back(multiNodeAllgather(r, access));
+      } else if (r.type == v1::BARRIER || r.type == v1::JOIN) {
+        results.push_back(failed(r, okStatus()));  // the negotiation across all ranks was the synchronisation
+      } else {
+        results.push_back(failed(r, unimplemented("tensor '" + r.name + "': " + collectiveName(r.type) +
+                                                  " across nodes is not implemented yet (allreduce, broadcast, "
+                                                  "allgather, barrier and join are)")));
+      }
       continue;
     }
     switch (r.type) {
@@ -225,6 +234,64 @@ Status LocalExecutor::inPlaceAllreduce(const Response& response, const Request& 
     scale(request.op == v1::AVERAGE ? v1::AVERAGE : v1::SUM, 1.0, request.postscale, static_cast<int>(response.ranks.size()));
   }
   return okStatus();
+}
+
+ResponseResult LocalExecutor::multiNodeBroadcast(const Response& r, RankAccess& access) {
+  const Request& first = r.first();
+  std::vector<uint8_t*> local;
+  uint8_t* landing = nullptr;
+  for (const auto& request : r.requests) {
+    if (!request || !access.isLocal(request->rank)) continue;
+    auto data = inputOf(access, *request);
+    if (!data.isOk()) return failed(r, data.status());
+    local.push_back(*data);
+    if (request->rank == first.root_rank) landing = *data;  // the root's own buffer
+  }
+  if (local.empty()) return failed(r, okStatus());
+  if (landing == nullptr) landing = local.front();
+  Status status = access.crossNodeBroadcast(landing, first.length, first.root_rank);
+  if (!status.isOk()) return failed(r, status);
+  CopyPlan plan;
+  for (uint8_t* dst : local) plan.add(dst, landing, first.length);
+  plan.run(*pool_);
+  return failed(r, okStatus());
+}
+
+ResponseResult LocalExecutor::multiNodeAllgather(const Response& r, RankAccess& access) {
+  const size_t row = rowBytes(r.first());
+  std::vector<std::vector<collective::Range>> owned(access.nodeCount());
+  std::vector<std::pair<const Request*, size_t>> local;  // request, offset
+  size_t offset = 0;
+  int64_t total_rows = 0;
+  for (const auto& request : r.requests) {
+    owned[access.nodeOf(request->rank)].push_back({offset, request->length});
+    if (access.isLocal(request->rank)) local.emplace_back(&*request, offset);
+    offset += request->length;
+    total_rows += request->shape.empty() ? 1 : request->shape[0];
+  }
+  if (fusion_.size() < offset) fusion_.resize(offset);
+  CopyPlan in;
+  for (const auto& [request, at] : local) {
+    auto src = inputOf(access, *request);
+    if (!src.isOk()) return failed(r, src.status());
+    in.add(fusion_.data() + at, *src, request->length);
+  }
+  in.run(*pool_);
+  Status status = access.crossNodeAllgather(fusion_.data(), owned);
+  if (!status.isOk()) return failed(r, status);
+  const auto shape = withFirstDim(r.first().shape, total_rows);
+  const size_t members = r.ranks.size();
+  auto outputs = access.requestOutputs(r, std::vector<uint64_t>(members, total_rows * row),
+                                       std::vector<std::vector<int64_t>>(members, shape));
+  if (!outputs.isOk()) return failed(r, outputs.status());
+  CopyPlan out;
+  for (uint8_t* dst : *outputs) {
+    if (dst != nullptr) out.add(dst, fusion_.data(), offset);
+  }
+  out.run(*pool_);
+  ResponseResult result = failed(r, okStatus());
+  for (auto& m : result.members) m.output_shape = shape;
+  return result;
 }
 
 ResponseResult LocalExecutor::broadcast(const Response& r, RankAccess& access) {

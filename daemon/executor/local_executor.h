@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "daemon/collective/ring_movement.h"
 #include "daemon/common/status.h"
 #include "daemon/executor/reduce_pool.h"
 #include "daemon/fusion/fusion_planner.h"
@@ -46,6 +47,15 @@ class RankAccess {
   virtual Status crossNodeAllreduce(void* data, size_t count, DataType dtype, ReduceOp op) {
     return unimplemented("single-node job");
   }
+  // Ring position of the node holding `rank`, and the number of nodes.
+  virtual int nodeOf(int rank) const { return 0; }
+  virtual int nodeCount() const { return 1; }
+  // Among the nodes' daemons: broadcast from the node holding `root_rank`;
+  // allgather of the byte ranges each node owns (indexed by node).
+  virtual Status crossNodeBroadcast(void* data, size_t bytes, int root_rank) { return unimplemented("single-node job"); }
+  virtual Status crossNodeAllgather(uint8_t* buffer, const std::vector<std::vector<collective::Range>>& owned) {
+    return unimplemented("single-node job");
+  }
 };
 
 class LocalExecutor {
@@ -61,6 +71,8 @@ class LocalExecutor {
   // Multi-node allreduce: local ranks -> fusion buffer -> ring -> local ranks.
   Status hierarchicalAllreduce(const std::vector<const Response*>& responses, RankAccess& access);
   Status inPlaceAllreduce(const Response& response, const coordinator::Request& request, RankAccess& access);
+  ResponseResult multiNodeBroadcast(const Response& r, RankAccess& access);
+  ResponseResult multiNodeAllgather(const Response& r, RankAccess& access);
   ResponseResult broadcast(const Response& r, RankAccess& access);
   ResponseResult allgather(const Response& r, RankAccess& access);
   ResponseResult alltoall(const Response& r, RankAccess& access);

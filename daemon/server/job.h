@@ -90,6 +90,10 @@ class Job : private executor::RankAccess {
   bool multiNode() const override { return cross_ != nullptr; }
   bool isLocal(int rank) const override { return local_ranks_.count(rank) > 0; }
   Status crossNodeAllreduce(void* data, size_t count, DataType dtype, ReduceOp op) override;
+  int nodeOf(int rank) const override;
+  int nodeCount() const override;
+  Status crossNodeBroadcast(void* data, size_t bytes, int root_rank) override;
+  Status crossNodeAllgather(uint8_t* buffer, const std::vector<std::vector<collective::Range>>& owned) override;
 
   // Multi-node plumbing (job_cross.cc).
   void submitToCoordinator(const std::shared_ptr<Session>& session, coordinator::Request request, Outbox* outbox,

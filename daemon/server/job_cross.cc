@@ -4,6 +4,7 @@
 // ring, and failures reported by other nodes.
 #include "daemon/common/logging.h"
 #include "daemon/server/enqueue_validation.h"
+#include "daemon/collective/ring_movement.h"
 #include "daemon/server/job.h"
 
 namespace gradsync::server {
@@ -92,6 +93,31 @@ void Job::failJob(const std::string& cause, bool node_lost) {
 Status Job::crossNodeAllreduce(void* data, size_t count, DataType dtype, ReduceOp op) {
   ASSIGN_OR_RETURN(auto ring, cross_->ring(ring_sequence_, Clock::now() + limits_.transfer_timeout));
   Status status = collective::ringAllreduce(ring, data, count, dtype, op, &ring_scratch_);
+  if (!status.isOk()) failJob(status.message(), /*node_lost=*/true);
+  return status;
+}
+
+int Job::nodeOf(int rank) const {
+  for (const auto& node : cross_->members()) {
+    for (int r : node.ranks()) {
+      if (r == rank) return node.cross_rank();
+    }
+  }
+  return 0;
+}
+
+int Job::nodeCount() const { return static_cast<int>(cross_->members().size()); }
+
+Status Job::crossNodeBroadcast(void* data, size_t bytes, int root_rank) {
+  ASSIGN_OR_RETURN(auto ring, cross_->ring(ring_sequence_, Clock::now() + limits_.transfer_timeout));
+  Status status = collective::ringBroadcast(ring, data, bytes, nodeOf(root_rank));
+  if (!status.isOk()) failJob(status.message(), /*node_lost=*/true);
+  return status;
+}
+
+Status Job::crossNodeAllgather(uint8_t* buffer, const std::vector<std::vector<collective::Range>>& owned) {
+  ASSIGN_OR_RETURN(auto ring, cross_->ring(ring_sequence_, Clock::now() + limits_.transfer_timeout));
+  Status status = collective::ringAllgather(ring, buffer, owned);
   if (!status.isOk()) failJob(status.message(), /*node_lost=*/true);
   return status;
 }

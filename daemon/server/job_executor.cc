@@ -132,7 +132,7 @@ StatusOr<std::vector<uint8_t*>> Job::requestOutputs(const coordinator::Response&
     if (!failure_.empty()) return aborted(prefix + failure_);
     for (size_t i = 0; i < response.requests.size(); ++i) {
       const auto& request = response.requests[i];
-      if (!request) continue;
+      if (!request || !isLocal(request->rank)) continue;  // other nodes grant their own
       auto session = batch_sessions_.find(request->rank);
       if (session == batch_sessions_.end()) return aborted(prefix + "rank " + std::to_string(request->rank) + " left");
       keys.emplace_back(request->rank, request->handle);
@@ -169,7 +169,7 @@ StatusOr<std::vector<uint8_t*>> Job::requestOutputs(const coordinator::Response&
   }
   std::vector<uint8_t*> pointers(response.requests.size(), nullptr);
   for (size_t i = 0, k = 0; i < response.requests.size(); ++i) {
-    if (!response.requests[i]) continue;
+    if (!response.requests[i] || !isLocal(response.requests[i]->rank)) continue;
     const Session& session = *batch_sessions_.at(response.requests[i]->rank);
     Status status = grantToPointer(session, answers[k++], bytes[i], &pointers[i]);
     if (!status.isOk()) return Status(status.code(), prefix + status.message());

@@ -80,6 +80,17 @@ TEST_F(MultiDaemonTest, UnevenPlacementTwoPlusOne) {
   EXPECT_TRUE(allSucceed(ranks, kTimeout, &report)) << report << logs();
 }
 
+TEST_F(MultiDaemonTest, BroadcastAndAllgatherAcrossDaemons) {
+  startDaemons(2);
+  for (const char* scenario : {"broadcast", "allgather"}) {
+    auto even = launch(std::string("even-") + scenario, scenario, {0, 1});
+    auto uneven = launch(std::string("uneven-") + scenario, scenario, {0, 1, 0});  // interleaved placement
+    std::string report;
+    EXPECT_TRUE(allSucceed(even, kTimeout, &report)) << scenario << report << logs();
+    EXPECT_TRUE(allSucceed(uneven, kTimeout, &report)) << scenario << report << logs();
+  }
+}
+
 TEST_F(MultiDaemonTest, ThreeDaemonsJoinAndMismatch) {
   startDaemons(3);
   auto join = launch("three-join", "join", {0, 1, 2});
