@@ -45,6 +45,10 @@ struct JobLimits {
   std::string hostname;
   Clock::duration join_timeout = std::chrono::seconds(30);
   Clock::duration transfer_timeout = std::chrono::seconds(60);
+  // Multi-node leader: while other collectives are still being negotiated,
+  // ready ones wait up to this long to be fused into one batch (one ring
+  // instead of many). Nothing waits when nothing else is pending.
+  Clock::duration cycle_time = std::chrono::milliseconds(1);
 };
 
 class Job : private executor::RankAccess {
@@ -105,6 +109,7 @@ class Job : private executor::RankAccess {
   void executorLoop();
   // Takes everything in ready_ as the next batch; needs mutex_ and !executing_.
   std::vector<coordinator::Response> takeBatchLocked();
+  uint64_t bytesReady() const;  // needs mutex_
   void runBatch(std::vector<coordinator::Response> batch, uint64_t sequence = 0);
   void complete(const coordinator::Response& response, const executor::ResponseResult& result, Outbox* outbox);
   // Fails `request` with `status`, queueing its Done in `outbox`. Needs mutex_.

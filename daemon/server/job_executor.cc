@@ -18,6 +18,15 @@ void Job::executorLoop() {
         return stopping_ || (!executing_ && (!ready_.empty() || !remote_batches_.empty()));
       });
       if (stopping_) return;
+      if (cross_ && remote_batches_.empty() && negotiator_.pendingCount() > 0) {
+        // Leader of a multi-node job: more tensors are on their way; give
+        // them one cycle to join this batch.
+        const auto until = Clock::now() + limits_.cycle_time;
+        ready_cv_.wait_until(lock, until, [&] {
+          return stopping_ || negotiator_.pendingCount() == 0 || bytesReady() >= limits_.fusion_threshold_bytes;
+        });
+        if (stopping_) return;
+      }
       if (!remote_batches_.empty()) {  // follower: the leader's batches, in order
         sequence = remote_batches_.front().first;
         for (auto& r : remote_batches_.front().second) ready_.push_back(std::move(r));
@@ -33,6 +42,12 @@ void Job::executorLoop() {
     std::lock_guard<std::mutex> lock(mutex_);
     executing_ = false;
   }
+}
+
+uint64_t Job::bytesReady() const {
+  uint64_t bytes = 0;
+  for (const auto& r : ready_) bytes += r.first().length;
+  return bytes;
 }
 
 std::vector<coordinator::Response> Job::takeBatchLocked() {
