@@ -108,12 +108,14 @@ std::vector<ResponseResult> LocalExecutor::run(const fusion::FusedResponse& fuse
         results.push_back(multiNodeBroadcast(r, access));
       } else if (r.type == v1::ALLGATHER) {
         results.push_back(multiNodeAllgather(r, access));
+      } else if (r.type == v1::REDUCESCATTER) {
+        results.push_back(multiNodeReducescatter(r, access));
       } else if (r.type == v1::BARRIER || r.type == v1::JOIN) {
         results.push_back(failed(r, okStatus()));  // the negotiation across all ranks was the synchronisation
       } else {
         results.push_back(failed(r, unimplemented("tensor '" + r.name + "': " + collectiveName(r.type) +
                                                   " across nodes is not implemented yet (allreduce, broadcast, "
-                                                  "allgather, barrier and join are)")));
+                                                  "allgather, reducescatter, barrier and join are)")));
       }
       continue;
     }
@@ -291,6 +293,68 @@ ResponseResult LocalExecutor::multiNodeAllgather(const Response& r, RankAccess& 
   out.run(*pool_);
   ResponseResult result = failed(r, okStatus());
   for (auto& m : result.members) m.output_shape = shape;
+  return result;
+}
+
+// Reduce-scatter across nodes as a full allreduce into the fusion buffer
+// (inputs stay untouched), then each local rank takes its rows: twice the
+// ring traffic of a true ring reduce-scatter, kept simple for now.
+ResponseResult LocalExecutor::multiNodeReducescatter(const Response& r, RankAccess& access) {
+  const Request& first = r.first();
+  const size_t esize = elementSize(first.dtype);
+  const size_t count = first.length / esize;
+  if (fusion_.size() < first.length) fusion_.resize(first.length);
+  std::vector<Reduction> gather(1);
+  for (const auto& request : r.requests) {
+    if (!request || !access.isLocal(request->rank)) continue;
+    auto data = inputOf(access, *request);
+    if (!data.isOk()) return failed(r, data.status());
+    gather[0].inputs.push_back(*data);
+  }
+  gather[0].outputs.push_back(fusion_.data());
+  gather[0].args.dtype = first.dtype;
+  gather[0].args.op = first.op == v1::AVERAGE ? v1::SUM : first.op;
+  gather[0].args.prescale = first.prescale;
+  gather[0].count = gather[0].inputs.empty() ? 0 : count;
+  gather[0].bind();
+  if (gather[0].inputs.empty()) std::memset(fusion_.data(), 0, first.length);
+  runReductions(gather, *pool_);
+  Status status = access.crossNodeAllreduce(fusion_.data(), count, first.dtype,
+                                            first.op == v1::AVERAGE ? v1::SUM : first.op);
+  if (!status.isOk()) return failed(r, status);
+  const size_t n = r.ranks.size();
+  const size_t row = rowBytes(first);
+  const int64_t dim0 = first.shape.empty() ? 1 : first.shape[0];
+  std::vector<int64_t> rows(n, dim0 / static_cast<int64_t>(n));
+  for (int64_t j = 0; j < dim0 % static_cast<int64_t>(n); ++j) ++rows[j];
+  ResponseResult result = failed(r, okStatus());
+  std::vector<uint64_t> bytes(n);
+  std::vector<std::vector<int64_t>> shapes(n);
+  for (size_t j = 0; j < n; ++j) {
+    bytes[j] = rows[j] * row;
+    shapes[j] = withFirstDim(first.shape, rows[j]);
+    result.members[j].output_shape = shapes[j];
+  }
+  auto outputs = access.requestOutputs(r, bytes, shapes);
+  if (!outputs.isOk()) return failed(r, outputs.status());
+  std::vector<Reduction> scatter;
+  size_t start = 0;
+  for (size_t j = 0; j < n; ++j) {
+    if ((*outputs)[j] != nullptr && rows[j] > 0) {
+      Reduction out;
+      out.inputs.push_back(fusion_.data() + start * row);
+      out.outputs.push_back((*outputs)[j]);
+      out.args.dtype = first.dtype;
+      out.args.op = first.op;
+      out.args.postscale = first.postscale;
+      out.args.average_divisor = static_cast<int>(n);
+      out.count = rows[j] * row / esize;
+      scatter.push_back(std::move(out));
+    }
+    start += rows[j];
+  }
+  for (auto& s : scatter) s.bind();  // after the vector stopped growing
+  runReductions(scatter, *pool_);
   return result;
 }
 

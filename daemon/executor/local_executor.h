@@ -73,6 +73,7 @@ class LocalExecutor {
   Status inPlaceAllreduce(const Response& response, const coordinator::Request& request, RankAccess& access);
   ResponseResult multiNodeBroadcast(const Response& r, RankAccess& access);
   ResponseResult multiNodeAllgather(const Response& r, RankAccess& access);
+  ResponseResult multiNodeReducescatter(const Response& r, RankAccess& access);
   ResponseResult broadcast(const Response& r, RankAccess& access);
   ResponseResult allgather(const Response& r, RankAccess& access);
   ResponseResult alltoall(const Response& r, RankAccess& access);

@@ -80,9 +80,9 @@ TEST_F(MultiDaemonTest, UnevenPlacementTwoPlusOne) {
   EXPECT_TRUE(allSucceed(ranks, kTimeout, &report)) << report << logs();
 }
 
-TEST_F(MultiDaemonTest, BroadcastAndAllgatherAcrossDaemons) {
+TEST_F(MultiDaemonTest, BroadcastAllgatherReducescatterAcrossDaemons) {
   startDaemons(2);
-  for (const char* scenario : {"broadcast", "allgather"}) {
+  for (const char* scenario : {"broadcast", "allgather", "reducescatter"}) {
     auto even = launch(std::string("even-") + scenario, scenario, {0, 1});
     auto uneven = launch(std::string("uneven-") + scenario, scenario, {0, 1, 0});  // interleaved placement
     std::string report;
@@ -124,6 +124,14 @@ TEST_F(MultiDaemonTest, KilledDaemonFailsPendingWorkOnSurvivorsWithinTenSeconds)
   EXPECT_LT(seconds, 10.0);
   EXPECT_NE(ranks[0].log().find("lost node 127.0.0.1:"), std::string::npos) << ranks[0].log();
   EXPECT_NE(ranks[0].log().find("ranks [1]"), std::string::npos) << ranks[0].log();
+
+  // A restarted daemon serves a new job with the survivor.
+  daemons_[1] = std::make_unique<DaemonFixture>();
+  std::string error;
+  ASSERT_TRUE(daemons_[1]->start({"--peer-address", "127.0.0.1:0"}, &error)) << error;
+  auto next = launch("after-restart", "allgather", {0, 1});
+  std::string report;
+  EXPECT_TRUE(allSucceed(next, kTimeout, &report)) << report << logs();
 }
 
 TEST_F(MultiDaemonTest, FollowerThatCannotReachTheLeaderFailsWithTheReason) {
