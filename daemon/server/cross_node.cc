@@ -41,8 +41,21 @@ CrossNode::~CrossNode() {
   }
   formed_cv_.notify_all();
   {
+    // Leave gracefully: the leader then knows this node's ranks finished
+    // (and other nodes keep running what was already negotiated).
     std::lock_guard<std::mutex> lock(stream_mutex_);
-    if (stream_) stream_context_.TryCancel();
+    if (stream_) stream_->WritesDone();
+  }
+  {
+    std::unique_lock<std::mutex> lock(mutex_);
+    if (!formed_cv_.wait_for(lock, std::chrono::seconds(2), [&] { return reader_done_ || !follower_thread_.joinable(); })) {
+      std::lock_guard<std::mutex> stream_lock(stream_mutex_);
+      if (stream_) stream_context_.TryCancel();
+    }
+  }
+  {
+    std::lock_guard<std::mutex> lock(stream_mutex_);
+    if (stream_ && !reader_done_) stream_context_.TryCancel();
   }
   if (follower_thread_.joinable()) follower_thread_.join();
   left_.reset();
@@ -78,6 +91,8 @@ void CrossNode::start(const std::vector<int>& local_ranks, const std::vector<int
     Status joined = joinLeader(self);
     if (!joined.isOk()) {
       hooks_.on_failure(joined.message(), true);
+      std::lock_guard<std::mutex> lock(mutex_);
+      reader_done_ = true;
       return;
     }
     readLeader();
@@ -148,10 +163,15 @@ grpc::Status CrossNode::serveFollower(grpc::ServerContext* context, LeaderStream
     stopping = stopping_;
   }
   if (!stopping) {
-    const std::string cause = "lost " + describeNode(follower->node) + ": " +
-                              (context->IsCancelled() ? "the daemon died or was cut off" : "its coordination stream closed");
-    hooks_.on_failure(cause, true);
-    announceFailure(cause, true);
+    if (context->IsCancelled()) {
+      const std::string cause = "lost " + describeNode(follower->node) + ": the daemon died or was cut off";
+      hooks_.on_failure(cause, true);
+      announceFailure(cause, true);
+    } else {
+      // A clean close: the node's ranks all finished. Only collectives that
+      // would still need them fail.
+      hooks_.on_failure(describeNode(follower->node) + " left the job (its ranks finished)", false);
+    }
   }
   return grpc::Status::OK;
 }

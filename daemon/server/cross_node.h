@@ -112,6 +112,7 @@ class CrossNode {
   bool stopping_ = false;
   bool failure_announced_ = false;
   bool node_lost_announced_ = false;
+  bool reader_done_ = false;  // follower: the leader's stream ended
   std::map<int, std::shared_ptr<Follower>> followers_;  // leader: by cross rank
 
   // Follower side.

@@ -92,15 +92,19 @@ void CrossNode::readLeader() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     stopping = stopping_;
+    reader_done_ = true;
   }
+  formed_cv_.notify_all();
   if (!stopping) {
     std::string leader = options_.leader_address;
     for (const auto& node : members()) {
       if (node.cross_rank() == 0) leader = describeNode(node);
     }
-    hooks_.on_failure("lost the leader " + leader + ": " +
-                          (status.ok() ? std::string("it closed the job") : status.error_message()),
-                      true);
+    if (status.ok()) {
+      hooks_.on_failure("the leader " + leader + " closed the job (its ranks finished)", false);
+    } else {
+      hooks_.on_failure("lost the leader " + leader + ": " + status.error_message(), true);
+    }
   }
 }
 

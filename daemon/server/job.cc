@@ -267,7 +267,7 @@ void Job::housekeeping(Clock::time_point now) {
   flush(&outbox);
 }
 
-void Job::stop(const std::string& reason) {
+void Job::stop(const std::string& reason, bool daemon_stopping) {
   Outbox outbox;
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -278,6 +278,10 @@ void Job::stop(const std::string& reason) {
   ready_cv_.notify_all();
   grant_cv_.notify_all();
   flush(&outbox);
+  // The other nodes cannot run anything with this daemon gone.
+  if (cross_ && daemon_stopping) {
+    cross_->announceFailure("job '" + spec_.job_id + "' stopped on " + limits_.peer_address + ": " + reason, true);
+  }
 }
 
 v1::JobInfo Job::info() const {

@@ -73,8 +73,9 @@ class Job : private executor::RankAccess {
   void grant(const Session& session, const v1::OutputGrant& grant);
   // Stall warnings and deadlines; called periodically.
   void housekeeping(Clock::time_point now);
-  // Fails everything in flight with `reason` and stops the executor.
-  void stop(const std::string& reason);
+  // Fails everything in flight with `reason` and stops the executor; with
+  // daemon_stopping, tells the job's other nodes that this one is gone.
+  void stop(const std::string& reason, bool daemon_stopping = false);
   v1::JobInfo info() const;
   // The multi-node part (null for single-node jobs).
   CrossNode* crossNode() { return cross_.get(); }

@@ -142,9 +142,13 @@ StatusOr<std::vector<uint8_t*>> Job::requestOutputs(const coordinator::Response&
   const std::string prefix = "job '" + spec_.job_id + "' tensor '" + response.name + "': ";
   std::vector<std::pair<int, uint64_t>> keys;
   Outbox outbox;
+  // In a multi-node job a rank that left elsewhere does not stop a
+  // collective already negotiated (the other nodes may have finished it):
+  // only a lost local rank (no grant) or a stop ends the wait.
+  const bool abort_on_failure = cross_ == nullptr;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (!failure_.empty()) return aborted(prefix + failure_);
+    if (abort_on_failure && !failure_.empty()) return aborted(prefix + failure_);
     for (size_t i = 0; i < response.requests.size(); ++i) {
       const auto& request = response.requests[i];
       if (!request || !isLocal(request->rank)) continue;  // other nodes grant their own
@@ -168,8 +172,9 @@ StatusOr<std::vector<uint8_t*>> Job::requestOutputs(const coordinator::Response&
     }
     return true;
   };
-  const bool granted = grant_cv_.wait_for(lock, limits_.output_grant_timeout,
-                                          [&] { return all_granted() || !failure_.empty() || stopping_; });
+  const bool granted = grant_cv_.wait_for(lock, limits_.output_grant_timeout, [&] {
+    return all_granted() || (abort_on_failure && !failure_.empty()) || stopping_;
+  });
   std::vector<v1::OutputGrant> answers;
   for (const auto& key : keys) {
     auto it = grants_.find(key);
@@ -177,7 +182,7 @@ StatusOr<std::vector<uint8_t*>> Job::requestOutputs(const coordinator::Response&
     grants_.erase(key);
     expected_grants_.erase(key);
   }
-  if (!failure_.empty()) return aborted(prefix + failure_);
+  if (abort_on_failure && !failure_.empty()) return aborted(prefix + failure_);
   if (stopping_) return unavailable(prefix + "job stopping");
   if (!granted || answers.size() != keys.size()) {
     return deadlineExceeded(prefix + "ranks did not answer the output request within the deadline");

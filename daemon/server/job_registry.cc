@@ -200,7 +200,7 @@ void JobRegistry::stopAll(const std::string& reason) {
     std::lock_guard<std::mutex> lock(mutex_);
     jobs = jobs_;
   }
-  for (auto& [id, job] : jobs) job->stop(reason);
+  for (auto& [id, job] : jobs) job->stop(reason, /*daemon_stopping=*/true);
 }
 
 std::vector<v1::JobInfo> JobRegistry::jobInfos(const std::string& only_job) const {
