@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 
 #include "daemon/collective/reduce/cpu_reduce.h"
 #include "daemon/common/dtype.h"
@@ -79,6 +80,46 @@ std::vector<int64_t> withFirstDim(const std::vector<int64_t>& shape, int64_t row
   return out;
 }
 
+// Fills `count` elements with the identity of `op` (what a node without
+// contributing ranks adds to the ring: 0 for sums, 1 for products, the
+// largest value for MIN, the smallest for MAX).
+template <typename T>
+void fillWith(void* data, size_t count, T value) {
+  std::fill(static_cast<T*>(data), static_cast<T*>(data) + count, value);
+}
+
+template <typename T>
+void fillIdentityOf(void* data, size_t count, ReduceOp op) {
+  if (op == v1::MIN) {
+    fillWith<T>(data, count, std::numeric_limits<T>::has_infinity ? std::numeric_limits<T>::infinity()
+                                                                   : std::numeric_limits<T>::max());
+  } else if (op == v1::MAX) {
+    fillWith<T>(data, count, std::numeric_limits<T>::has_infinity ? -std::numeric_limits<T>::infinity()
+                                                                   : std::numeric_limits<T>::lowest());
+  } else {
+    fillWith<T>(data, count, static_cast<T>(op == v1::PRODUCT ? 1 : 0));
+  }
+}
+
+void fillIdentity(void* data, size_t count, DataType dtype, ReduceOp op) {
+  switch (dtype) {
+    case v1::UINT8: return fillIdentityOf<uint8_t>(data, count, op);
+    case v1::INT8: return fillIdentityOf<int8_t>(data, count, op);
+    case v1::UINT16: return fillIdentityOf<uint16_t>(data, count, op);
+    case v1::INT16: return fillIdentityOf<int16_t>(data, count, op);
+    case v1::INT32: return fillIdentityOf<int32_t>(data, count, op);
+    case v1::INT64: return fillIdentityOf<int64_t>(data, count, op);
+    case v1::FLOAT32: return fillIdentityOf<float>(data, count, op);
+    case v1::FLOAT64: return fillIdentityOf<double>(data, count, op);
+    case v1::BOOL: return fillWith<uint8_t>(data, count, op == v1::MIN ? 1 : 0);  // and / or
+    case v1::FLOAT16:
+      return fillWith<uint16_t>(data, count, op == v1::MIN ? 0x7C00 : op == v1::MAX ? 0xFC00 : op == v1::PRODUCT ? 0x3C00 : 0);
+    case v1::BFLOAT16:
+      return fillWith<uint16_t>(data, count, op == v1::MIN ? 0x7F80 : op == v1::MAX ? 0xFF80 : op == v1::PRODUCT ? 0x3F80 : 0);
+    default: return;
+  }
+}
+
 ResponseResult failed(const Response& r, Status status) {
   ResponseResult result;
   result.status = std::move(status);
@@ -110,12 +151,13 @@ std::vector<ResponseResult> LocalExecutor::run(const fusion::FusedResponse& fuse
         results.push_back(multiNodeAllgather(r, access));
       } else if (r.type == v1::REDUCESCATTER) {
         results.push_back(multiNodeReducescatter(r, access));
+      } else if (r.type == v1::ALLTOALL) {
+        results.push_back(multiNodeAlltoall(r, access));
       } else if (r.type == v1::BARRIER || r.type == v1::JOIN) {
         results.push_back(failed(r, okStatus()));  // the negotiation across all ranks was the synchronisation
       } else {
         results.push_back(failed(r, unimplemented("tensor '" + r.name + "': " + collectiveName(r.type) +
-                                                  " across nodes is not implemented yet (allreduce, broadcast, "
-                                                  "allgather, reducescatter, barrier and join are)")));
+                                                  " across nodes is not implemented yet")));
       }
       continue;
     }
@@ -189,7 +231,8 @@ Status LocalExecutor::hierarchicalAllreduce(const std::vector<const Response*>& 
       gather[t].inputs.push_back(data);
       scatter[t].outputs.push_back(data);
     }
-    if (gather[t].inputs.empty()) std::memset(slot, 0, count * esize);  // every local rank joined
+    // No contributing local rank (all joined, or none in the process set).
+    if (gather[t].inputs.empty()) fillIdentity(slot, count, first.dtype, first.op);
     gather[t].outputs.push_back(slot);
     gather[t].args.dtype = first.dtype;
     gather[t].args.op = first.op == v1::AVERAGE ? v1::SUM : first.op;
@@ -259,6 +302,63 @@ ResponseResult LocalExecutor::multiNodeBroadcast(const Response& r, RankAccess& 
   return failed(r, okStatus());
 }
 
+// Every rank's input is gathered on every node, then each local rank picks
+// the blocks sent to it: n_nodes times the traffic of a pairwise exchange,
+// kept simple for now (the result is exact).
+ResponseResult LocalExecutor::multiNodeAlltoall(const Response& r, RankAccess& access) {
+  const size_t n = r.ranks.size();
+  const size_t row = rowBytes(r.first());
+  std::vector<size_t> input_offset(n);
+  size_t total = 0;
+  for (size_t i = 0; i < n; ++i) {
+    input_offset[i] = total;
+    total += r.requests[i]->length;
+  }
+  if (fusion_.size() < total) fusion_.resize(total);
+  std::vector<std::vector<collective::Range>> owned(access.nodeCount());
+  CopyPlan in;
+  for (size_t i = 0; i < n; ++i) {
+    const Request& request = *r.requests[i];
+    owned[access.nodeOf(request.rank)].push_back({input_offset[i], request.length});
+    if (!access.isLocal(request.rank)) continue;
+    auto src = inputOf(access, request);
+    if (!src.isOk()) return failed(r, src.status());
+    in.add(fusion_.data() + input_offset[i], *src, request.length);
+  }
+  in.run(*pool_);
+  Status status = access.crossNodeAllgather(fusion_.data(), owned);
+  if (!status.isOk()) return failed(r, status);
+  ResponseResult result = failed(r, okStatus());
+  std::vector<uint64_t> bytes(n);
+  std::vector<std::vector<int64_t>> shapes(n);
+  for (size_t j = 0; j < n; ++j) {
+    int64_t rows = 0;
+    for (size_t i = 0; i < n; ++i) {
+      result.members[j].received_splits.push_back(r.requests[i]->splits[j]);
+      rows += r.requests[i]->splits[j];
+    }
+    bytes[j] = rows * row;
+    shapes[j] = withFirstDim(r.first().shape, rows);
+    result.members[j].output_shape = shapes[j];
+  }
+  auto outputs = access.requestOutputs(r, bytes, shapes);
+  if (!outputs.isOk()) return failed(r, outputs.status());
+  CopyPlan out;
+  for (size_t j = 0; j < n; ++j) {
+    if ((*outputs)[j] == nullptr) continue;  // another node's rank
+    size_t written = 0;
+    for (size_t i = 0; i < n; ++i) {
+      size_t skip = 0;
+      for (size_t k = 0; k < j; ++k) skip += r.requests[i]->splits[k] * row;
+      const size_t len = r.requests[i]->splits[j] * row;
+      out.add((*outputs)[j] + written, fusion_.data() + input_offset[i] + skip, len);
+      written += len;
+    }
+  }
+  out.run(*pool_);
+  return result;
+}
+
 ResponseResult LocalExecutor::multiNodeAllgather(const Response& r, RankAccess& access) {
   const size_t row = rowBytes(r.first());
   std::vector<std::vector<collective::Range>> owned(access.nodeCount());
@@ -317,7 +417,7 @@ ResponseResult LocalExecutor::multiNodeReducescatter(const Response& r, RankAcce
   gather[0].args.prescale = first.prescale;
   gather[0].count = gather[0].inputs.empty() ? 0 : count;
   gather[0].bind();
-  if (gather[0].inputs.empty()) std::memset(fusion_.data(), 0, first.length);
+  if (gather[0].inputs.empty()) fillIdentity(fusion_.data(), count, first.dtype, first.op);
   runReductions(gather, *pool_);
   Status status = access.crossNodeAllreduce(fusion_.data(), count, first.dtype,
                                             first.op == v1::AVERAGE ? v1::SUM : first.op);

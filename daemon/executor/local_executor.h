@@ -74,6 +74,7 @@ class LocalExecutor {
   ResponseResult multiNodeBroadcast(const Response& r, RankAccess& access);
   ResponseResult multiNodeAllgather(const Response& r, RankAccess& access);
   ResponseResult multiNodeReducescatter(const Response& r, RankAccess& access);
+  ResponseResult multiNodeAlltoall(const Response& r, RankAccess& access);
   ResponseResult broadcast(const Response& r, RankAccess& access);
   ResponseResult allgather(const Response& r, RankAccess& access);
   ResponseResult alltoall(const Response& r, RankAccess& access);

@@ -80,9 +80,9 @@ TEST_F(MultiDaemonTest, UnevenPlacementTwoPlusOne) {
   EXPECT_TRUE(allSucceed(ranks, kTimeout, &report)) << report << logs();
 }
 
-TEST_F(MultiDaemonTest, BroadcastAllgatherReducescatterAcrossDaemons) {
+TEST_F(MultiDaemonTest, EveryOtherCollectiveAcrossDaemons) {
   startDaemons(2);
-  for (const char* scenario : {"broadcast", "allgather", "reducescatter"}) {
+  for (const char* scenario : {"broadcast", "allgather", "reducescatter", "alltoall", "barrier_grouped_fusion"}) {
     auto even = launch(std::string("even-") + scenario, scenario, {0, 1});
     auto uneven = launch(std::string("uneven-") + scenario, scenario, {0, 1, 0});  // interleaved placement
     std::string report;
@@ -91,13 +91,16 @@ TEST_F(MultiDaemonTest, BroadcastAllgatherReducescatterAcrossDaemons) {
   }
 }
 
-TEST_F(MultiDaemonTest, ThreeDaemonsJoinAndMismatch) {
+TEST_F(MultiDaemonTest, ThreeDaemonsJoinMismatchAndProcessSets) {
   startDaemons(3);
   auto join = launch("three-join", "join", {0, 1, 2});
   std::string report;
   EXPECT_TRUE(allSucceed(join, kTimeout, &report)) << report << logs();
   auto mismatch = launch("three-mismatch", "mismatch_allreduce", {2, 0, 1});
   EXPECT_TRUE(allSucceed(mismatch, kTimeout, &report)) << report << logs();
+  // Process set {0, 2}: the daemon of rank 1 holds no member of it.
+  auto sets = launch("three-sets", "process_sets", {0, 1, 2});
+  EXPECT_TRUE(allSucceed(sets, kTimeout, &report)) << report << logs();
 }
 
 TEST_F(MultiDaemonTest, KilledDaemonFailsPendingWorkOnSurvivorsWithinTenSeconds) {
