@@ -4,6 +4,9 @@
 // of a daemon.
 #include <signal.h>
 
+#include <unistd.h>
+
+#include <cstdlib>
 #include <regex>
 
 #include "gtest/gtest.h"
@@ -160,6 +163,60 @@ TEST_F(MultiDaemonTest, WrongTokenAtTheLeaderIsRefused) {
   std::vector<Process> ranks;
   ranks.push_back(daemons_[0]->spawnRank("token-job", 0, 2, {"join_failure", "unused"}, env0));
   ranks.push_back(daemons_[1]->spawnRank("token-job", 1, 2, {"join_failure", "token does not match"}, env1));
+  std::string report;
+  EXPECT_TRUE(allSucceed(ranks, kTimeout, &report)) << report << logs();
+}
+
+// Two "hosts": network namespaces joined by a veth pair (10.77.0.1/24 and
+// 10.77.0.2/24), each with its own daemon; ranks reach their daemon through
+// its Unix socket (file system, not network). Skipped where namespaces
+// cannot be made (not root, no iproute2).
+class NetnsTest : public MultiDaemonTest {
+ protected:
+  void SetUp() override {
+    const std::string suffix = std::to_string(::getpid() % 100000);
+    ns_ = {"gsa" + suffix, "gsb" + suffix};
+    veth_ = {"gva" + suffix, "gvb" + suffix};
+    if (!sh("ip netns add " + ns_[0]) || !sh("ip netns add " + ns_[1])) {
+      GTEST_SKIP() << "cannot create network namespaces here (needs root and iproute2)";
+    }
+    created_ = true;
+    ASSERT_TRUE(sh("ip link add " + veth_[0] + " type veth peer name " + veth_[1]));
+    for (int i = 0; i < 2; ++i) {
+      ASSERT_TRUE(sh("ip link set " + veth_[i] + " netns " + ns_[i]));
+      ASSERT_TRUE(sh("ip -n " + ns_[i] + " addr add 10.77.0." + std::to_string(i + 1) + "/24 dev " + veth_[i]));
+      ASSERT_TRUE(sh("ip -n " + ns_[i] + " link set " + veth_[i] + " up"));
+      ASSERT_TRUE(sh("ip -n " + ns_[i] + " link set lo up"));
+    }
+  }
+  void TearDown() override {
+    daemons_.clear();  // stop the daemons before their namespaces go
+    if (created_) {
+      sh("ip netns del " + ns_[0]);
+      sh("ip netns del " + ns_[1]);
+    }
+  }
+  static bool sh(const std::string& command) { return std::system((command + " 2>/dev/null").c_str()) == 0; }
+
+  std::vector<std::string> ns_, veth_;
+  bool created_ = false;
+};
+
+TEST_F(NetnsTest, AllreduceBetweenTwoNamespaces) {
+  daemons_.resize(2);
+  for (int i = 0; i < 2; ++i) {
+    daemons_[i] = std::make_unique<DaemonFixture>();
+    std::string error;
+    ASSERT_TRUE(daemons_[i]->startWrapped({"/usr/sbin/ip", "netns", "exec", ns_[i]},
+                                          {{"UCX_TLS", "tcp"}, {"UCX_NET_DEVICES", veth_[i]}},
+                                          {"--peer-address", "10.77.0." + std::to_string(i + 1) + ":0",
+                                           "--join-timeout-seconds", "10"},
+                                          &error))
+        << error;
+  }
+  const std::string leader = peerAddressOf(*daemons_[0]);
+  ASSERT_EQ(leader.rfind("10.77.0.1:", 0), 0u) << daemons_[0]->log();
+  auto ranks = launch("netns-job", "allreduce", {0, 1});
   std::string report;
   EXPECT_TRUE(allSucceed(ranks, kTimeout, &report)) << report << logs();
 }

@@ -24,10 +24,16 @@ bool accepts(const std::string& path) {
 }  // namespace
 
 bool DaemonFixture::start(const std::vector<std::string>& extra_flags, std::string* error) {
+  return startWrapped({}, {}, extra_flags, error);
+}
+
+bool DaemonFixture::startWrapped(const std::vector<std::string>& wrapper, const std::map<std::string, std::string>& env,
+                                 const std::vector<std::string>& extra_flags, std::string* error) {
   socket_ = dir_.path() + "/d.sock";
-  std::vector<std::string> argv = {runfile("daemon/exe/gradsyncd"), "--socket-path", socket_};
+  std::vector<std::string> argv = wrapper;
+  for (const std::string& a : {runfile("daemon/exe/gradsyncd"), std::string("--socket-path"), socket_}) argv.push_back(a);
   argv.insert(argv.end(), extra_flags.begin(), extra_flags.end());
-  process_ = Process::spawn(argv, {}, dir_.path() + "/daemon.log");
+  process_ = Process::spawn(argv, env, dir_.path() + "/daemon.log");
   running_ = waitFor([&] { return accepts(socket_); },
                      std::chrono::seconds(10));
   if (!running_ && error) *error = "gradsyncd did not start:\n" + process_.log();

@@ -16,6 +16,10 @@ class DaemonFixture {
   // Starts gradsyncd with `extra_flags`; returns false (and the log in
   // `error`) when its socket does not accept connections within 10 s.
   bool start(const std::vector<std::string>& extra_flags, std::string* error);
+  // The same, run under `wrapper` (e.g. {"ip", "netns", "exec", "ns"}) with
+  // `env` added to its environment.
+  bool startWrapped(const std::vector<std::string>& wrapper, const std::map<std::string, std::string>& env,
+                    const std::vector<std::string>& extra_flags, std::string* error);
   // SIGTERM; returns the exit code (0 on a clean shutdown).
   int stop();
   ~DaemonFixture();
