@@ -143,6 +143,7 @@ grpc::Status CrossNode::serveFollower(grpc::ServerContext* context, LeaderStream
     follower->last_heard_ms = nowMs(CrossClock::now());
     followers_[cross_rank] = follower;
   }
+  formed_cv_.notify_all();  // broadcast() waits for every follower
   v1::FollowerMessage message;
   while (stream->Read(&message)) {
     follower->last_heard_ms = nowMs(CrossClock::now());
@@ -176,19 +177,30 @@ grpc::Status CrossNode::serveFollower(grpc::ServerContext* context, LeaderStream
   return grpc::Status::OK;
 }
 
-void CrossNode::broadcast(const std::vector<coordinator::Response>& batch, uint64_t sequence) {
+Status CrossNode::broadcast(const std::vector<coordinator::Response>& batch, uint64_t sequence) {
   v1::LeaderMessage message;
   message.mutable_batch()->set_sequence(sequence);
   for (const auto& r : batch) *message.mutable_batch()->add_responses() = toProto(r);
   std::vector<std::shared_ptr<Follower>> followers;
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    // Every node must see every batch (a process set's ring still spans all
+    // nodes), so wait until every follower's stream is attached: a batch of
+    // ranks on some nodes can be ready before the others have connected.
+    std::unique_lock<std::mutex> lock(mutex_);
+    const bool attached = formed_cv_.wait_for(lock, options_.join_timeout, [&] {
+      return stopping_ || (!members_.empty() && followers_.size() + 1 == members_.size());
+    });
+    if (stopping_) return cancelled("job stopped");
+    if (!attached) {
+      return deadlineExceeded("job '" + options_.job_id + "': not every node opened its coordination stream in time");
+    }
     for (auto& [rank, f] : followers_) followers.push_back(f);
   }
   for (auto& f : followers) {
     std::lock_guard<std::mutex> lock(f->write_mutex);
     if (f->stream) f->stream->Write(message);
   }
+  return okStatus();
 }
 
 void CrossNode::sendError(const coordinator::Request& request, const Status& status) {
@@ -292,7 +304,7 @@ void CrossNode::tick(CrossClock::time_point now) {
   }
 }
 
-void CrossNode::describe(v1::JobInfo* info, CrossClock::time_point now) const {
+void CrossNode::describe(v1::JobInfo* info, CrossClock::time_point now, double busy_seconds) const {
   std::lock_guard<std::mutex> lock(mutex_);
   info->set_epoch(members_.empty() ? 0 : 1);
   const int64_t now_ms = nowMs(now);
@@ -314,6 +326,18 @@ void CrossNode::describe(v1::JobInfo* info, CrossClock::time_point now) const {
       age = now_ms - leader_heard_ms_.load();
     }
     out->set_heartbeat_age_ms(age);
+    transport::PeerStats stats;
+    if (node.cross_rank() == left_node_ && left_) stats = left_->stats();
+    if (node.cross_rank() == right_node_ && right_ && right_node_ != left_node_) {
+      const auto more = right_->stats();
+      stats.bytes_sent += more.bytes_sent;
+      stats.bytes_received += more.bytes_received;
+      stats.failed_transfers += more.failed_transfers;
+    }
+    out->set_bytes_sent(stats.bytes_sent);
+    out->set_bytes_received(stats.bytes_received);
+    out->set_failed_transfers(stats.failed_transfers);
+    if (busy_seconds > 0) out->set_throughput_gbps((stats.bytes_sent + stats.bytes_received) / busy_seconds / 1e9);
   }
 }
 
@@ -334,10 +358,16 @@ StatusOr<collective::RingContext> CrossNode::ring(uint64_t sequence, CrossClock:
   const int n = static_cast<int>(members.size());
   const int left = (self - 1 + n) % n, right = (self + 1) % n;
   if (!left_) {
-    ASSIGN_OR_RETURN(left_, transport_->connect(members[left].ucx_address(), members[left].ranks(0)));
+    ASSIGN_OR_RETURN(auto left_peer, transport_->connect(members[left].ucx_address(), members[left].ranks(0)));
+    transport::PeerPtr right_peer;
     if (right != left) {
-      ASSIGN_OR_RETURN(right_, transport_->connect(members[right].ucx_address(), members[right].ranks(0)));
+      ASSIGN_OR_RETURN(right_peer, transport_->connect(members[right].ucx_address(), members[right].ranks(0)));
     }
+    std::lock_guard<std::mutex> lock(mutex_);
+    left_ = std::move(left_peer);
+    right_ = std::move(right_peer);
+    left_node_ = left;
+    right_node_ = right;
   }
   collective::RingContext ring;
   ring.transport = transport_.get();

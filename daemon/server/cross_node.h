@@ -70,8 +70,9 @@ class CrossNode {
 
   // Follower: forwards a local rank's request to the leader.
   void forward(int rank, const v1::Enqueue& enqueue);
-  // Leader: sends a batch to every follower, before executing it.
-  void broadcast(const std::vector<coordinator::Response>& batch, uint64_t sequence);
+  // Leader: sends a batch to every follower, before executing it; waits
+  // (up to the join timeout) until every follower is attached.
+  Status broadcast(const std::vector<coordinator::Response>& batch, uint64_t sequence);
   // Leader: the request of a rank on another node failed on its own.
   void sendError(const coordinator::Request& request, const Status& status);
   // Tells the other nodes that the job failed (once).
@@ -84,8 +85,9 @@ class CrossNode {
   // Heartbeats (every second) and silence checks: a node not heard from for
   // kSilenceLimit is declared lost. Called from the daemon's housekeeping.
   void tick(CrossClock::time_point now);
-  // Membership with roles and heartbeat ages, for gradsyncctl.
-  void describe(v1::JobInfo* info, CrossClock::time_point now) const;
+  // Membership with roles, heartbeat ages and neighbour traffic, for
+  // gradsyncctl. `busy_seconds`: time spent in cross-node transfers.
+  void describe(v1::JobInfo* info, CrossClock::time_point now, double busy_seconds) const;
 
  private:
   struct Follower {
@@ -125,8 +127,9 @@ class CrossNode {
   CrossClock::time_point last_heartbeat_;      // housekeeping thread only
   std::thread follower_thread_;
 
-  // Data plane (executor thread only).
+  // Data plane (created by the executor thread; stats read under mutex_).
   transport::PeerPtr left_, right_;
+  int left_node_ = -1, right_node_ = -1;
 };
 
 // Conversions between negotiated responses and their wire form.

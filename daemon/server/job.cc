@@ -309,7 +309,7 @@ v1::JobInfo Job::info() const {
   info.set_fused_responses(fused_responses_);
   info.set_stall_warnings(stall_warnings_);
   info.set_healthy(failure_.empty() && !stopping_);
-  if (cross_) cross_->describe(&info, Clock::now());
+  if (cross_) cross_->describe(&info, Clock::now(), ring_busy_ns_.load() / 1e9);
   return info;
 }
 

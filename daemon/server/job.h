@@ -4,6 +4,7 @@
 // reduce pool; one job can only reach the arenas of its own sessions.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <map>
@@ -161,6 +162,7 @@ class Job : private executor::RankAccess {
   std::deque<std::pair<uint64_t, std::vector<coordinator::Response>>> remote_batches_;  // follower
   uint64_t batch_sequence_ = 0;       // leader
   uint64_t ring_sequence_ = 0;        // executor thread only
+  std::atomic<uint64_t> ring_busy_ns_{0};  // time in cross-node transfers
   std::vector<uint8_t> ring_scratch_;  // executor thread only
 
   // Sessions of the batch being executed (executor thread only).

@@ -90,8 +90,24 @@ void Job::failJob(const std::string& cause, bool node_lost) {
   if (cross_) cross_->announceFailure(cause, node_lost);
 }
 
+namespace {
+// Adds the time until destruction to a nanosecond counter.
+class BusyTimer {
+ public:
+  explicit BusyTimer(std::atomic<uint64_t>* total) : total_(total), start_(Clock::now()) {}
+  ~BusyTimer() {
+    total_->fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start_).count());
+  }
+
+ private:
+  std::atomic<uint64_t>* total_;
+  Clock::time_point start_;
+};
+}  // namespace
+
 Status Job::crossNodeAllreduce(void* data, size_t count, DataType dtype, ReduceOp op) {
   ASSIGN_OR_RETURN(auto ring, cross_->ring(ring_sequence_, Clock::now() + limits_.transfer_timeout));
+  BusyTimer busy(&ring_busy_ns_);
   Status status = collective::ringAllreduce(ring, data, count, dtype, op, &ring_scratch_);
   if (!status.isOk()) failJob(status.message(), /*node_lost=*/true);
   return status;
@@ -110,6 +126,7 @@ int Job::nodeCount() const { return static_cast<int>(cross_->members().size()); 
 
 Status Job::crossNodeBroadcast(void* data, size_t bytes, int root_rank) {
   ASSIGN_OR_RETURN(auto ring, cross_->ring(ring_sequence_, Clock::now() + limits_.transfer_timeout));
+  BusyTimer busy(&ring_busy_ns_);
   Status status = collective::ringBroadcast(ring, data, bytes, nodeOf(root_rank));
   if (!status.isOk()) failJob(status.message(), /*node_lost=*/true);
   return status;
@@ -117,6 +134,7 @@ Status Job::crossNodeBroadcast(void* data, size_t bytes, int root_rank) {
 
 Status Job::crossNodeAllgather(uint8_t* buffer, const std::vector<std::vector<collective::Range>>& owned) {
   ASSIGN_OR_RETURN(auto ring, cross_->ring(ring_sequence_, Clock::now() + limits_.transfer_timeout));
+  BusyTimer busy(&ring_busy_ns_);
   Status status = collective::ringAllgather(ring, buffer, owned);
   if (!status.isOk()) failJob(status.message(), /*node_lost=*/true);
   return status;

@@ -37,7 +37,13 @@ void Job::executorLoop() {
       }
       batch = takeBatchLocked();
     }
-    if (lead) cross_->broadcast(batch, sequence);
+    if (lead) {
+      Status sent = cross_->broadcast(batch, sequence);
+      if (!sent.isOk()) {
+        for (auto& r : batch) r.status = sent;  // fails them on this node; the job fails below
+        failJob(sent.message(), /*node_lost=*/true);
+      }
+    }
     runBatch(std::move(batch), sequence);
     std::lock_guard<std::mutex> lock(mutex_);
     executing_ = false;

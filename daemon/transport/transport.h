@@ -29,6 +29,13 @@ class Request {
 };
 using RequestPtr = std::unique_ptr<Request>;
 
+// Counters of one connection (readable from any thread).
+struct PeerStats {
+  uint64_t bytes_sent = 0;
+  uint64_t bytes_received = 0;
+  uint64_t failed_transfers = 0;
+};
+
 // A connection to one remote daemon.
 class Peer {
  public:
@@ -40,6 +47,7 @@ class Peer {
   virtual RequestPtr irecv(void* data, size_t bytes, uint64_t tag) = 0;
   // Rank of the peer given at connect(), for error messages.
   virtual int rank() const = 0;
+  virtual PeerStats stats() const = 0;
 };
 using PeerPtr = std::unique_ptr<Peer>;
 

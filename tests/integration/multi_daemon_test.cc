@@ -120,6 +120,7 @@ TEST_F(MultiDaemonTest, KilledDaemonFailsPendingWorkOnSurvivorsWithinTenSeconds)
   EXPECT_NE(members.find("epoch 1"), std::string::npos) << members;
   EXPECT_NE(members.find("0 (self)  leader"), std::string::npos) << members;
   EXPECT_NE(members.find("follower"), std::string::npos) << members;
+  EXPECT_NE(members.find("RECEIVED"), std::string::npos) << members;
   EXPECT_NE(members.find(peerAddressOf(*daemons_[1])), std::string::npos) << members;
 
   const auto killed_at = std::chrono::steady_clock::now();

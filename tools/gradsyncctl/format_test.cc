@@ -196,5 +196,36 @@ TEST(FormatJson, StatusPrintsZeroFields) {
   EXPECT_THAT(*json, HasSubstr("\"reduce_threads\":0"));
 }
 
+TEST(FormatTest, MembersShowRolesHeartbeatsAndTraffic) {
+  v1::ListJobsResponse jobs;
+  v1::JobInfo* job = jobs.add_jobs();
+  job->set_job_id("wide");
+  job->set_size(2);
+  job->set_local_size(1);
+  job->set_epoch(1);
+  v1::NodeStatus* self = job->add_nodes();
+  self->set_cross_rank(0);
+  self->set_self(true);
+  self->set_leader(true);
+  self->set_peer_address("10.0.0.1:7731");
+  self->add_ranks(0);
+  v1::NodeStatus* other = job->add_nodes();
+  other->set_cross_rank(1);
+  other->set_peer_address("10.0.0.2:7731");
+  other->add_ranks(1);
+  other->set_heartbeat_age_ms(250);
+  other->set_bytes_sent(3 << 20);
+  other->set_throughput_gbps(1.5);
+  const std::string text = formatMembers(jobs);
+  EXPECT_THAT(text, HasSubstr("job wide  epoch 1"));
+  EXPECT_THAT(text, HasSubstr("0 (self)"));
+  EXPECT_THAT(text, HasSubstr("leader"));
+  EXPECT_THAT(text, HasSubstr("follower"));
+  EXPECT_THAT(text, HasSubstr("10.0.0.2:7731"));
+  EXPECT_THAT(text, HasSubstr("250 ms"));
+  EXPECT_THAT(text, HasSubstr("3.00 MiB"));
+  EXPECT_THAT(text, HasSubstr("1.50"));
+}
+
 }  // namespace
 }  // namespace gradsync::ctl

@@ -3,6 +3,8 @@
 
 #include <poll.h>
 
+#include <atomic>
+
 #include <vector>
 
 namespace gradsync::transport {
@@ -15,13 +17,14 @@ Status ucxError(const std::string& what, ucs_status_t status) {
 // A UCX request, or an operation that completed at once (request == null).
 class UcxRequest final : public Request {
  public:
-  UcxRequest(ucp_worker_h worker, ucs_status_ptr_t request, std::string what)
-      : worker_(worker), what_(std::move(what)) {
+  UcxRequest(ucp_worker_h worker, ucs_status_ptr_t request, std::string what, std::atomic<uint64_t>* failures)
+      : worker_(worker), what_(std::move(what)), failures_(failures) {
     if (request == nullptr) {
       done_ = true;
     } else if (UCS_PTR_IS_ERR(request)) {
       done_ = true;
       status_ = ucxError(what_, UCS_PTR_STATUS(request));
+      failures_->fetch_add(1);
     } else {
       request_ = request;
     }
@@ -38,7 +41,10 @@ class UcxRequest final : public Request {
     const ucs_status_t s = ucp_request_check_status(request_);
     if (s == UCS_INPROGRESS) return false;
     done_ = true;
-    if (s != UCS_OK) status_ = ucxError(what_, s);
+    if (s != UCS_OK) {
+      status_ = ucxError(what_, s);
+      failures_->fetch_add(1);
+    }
     return true;
   }
   Status status() const override { return status_; }
@@ -47,6 +53,7 @@ class UcxRequest final : public Request {
   ucp_worker_h worker_;
   void* request_ = nullptr;
   std::string what_;
+  std::atomic<uint64_t>* failures_;
   bool done_ = false;
   Status status_;
 };
@@ -69,22 +76,28 @@ class UcxPeer final : public Peer {
   }
   RequestPtr isend(const void* data, size_t bytes, uint64_t tag) override {
     ucp_request_param_t param{};
+    sent_.fetch_add(bytes);
     return std::make_unique<UcxRequest>(worker_, ucp_tag_send_nbx(endpoint_, data, bytes, tag, &param),
-                                        "send to daemon of rank " + std::to_string(rank_));
+                                        "send to daemon of rank " + std::to_string(rank_), &failures_);
   }
   RequestPtr irecv(void* data, size_t bytes, uint64_t tag) override {
     ucp_request_param_t param{};
     // Tags carry the sender in their low bits (see ring_allreduce.cc), so a
     // full mask matches this peer only.
+    received_.fetch_add(bytes);
     return std::make_unique<UcxRequest>(worker_, ucp_tag_recv_nbx(worker_, data, bytes, tag, ~uint64_t{0}, &param),
-                                        "receive from daemon of rank " + std::to_string(rank_));
+                                        "receive from daemon of rank " + std::to_string(rank_), &failures_);
   }
   int rank() const override { return rank_; }
+  PeerStats stats() const override { return {sent_.load(), received_.load(), failures_.load()}; }
 
  private:
   ucp_worker_h worker_;
   ucp_ep_h endpoint_;
   int rank_;
+  std::atomic<uint64_t> sent_{0};
+  std::atomic<uint64_t> received_{0};
+  std::atomic<uint64_t> failures_{0};
 };
 
 }  // namespace
