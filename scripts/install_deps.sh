@@ -12,7 +12,8 @@ PACKAGES=(
   libspdlog-dev libfmt-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   systemd                    # systemd-analyze verify, for the unit-file test
-  iproute2
+  iproute2                   # network-namespace tests
+  openssl                    # certificates for the peer TLS tests
 )
 
 missing=()

@@ -11,6 +11,7 @@
 
 #include "daemon/common/logging.h"
 #include "daemon/gpu/cuda_probe.h"
+#include "daemon/peer/tls.h"
 
 namespace gradsync::exe {
 namespace {
@@ -115,13 +116,15 @@ Status Daemon::startServers() {
 
 StatusOr<std::string> Daemon::startPeerServer() {
   if (config_.peer_address().empty()) return std::string();
+  ASSIGN_OR_RETURN(auto credentials, peer::loadPeerCredentials(config_));
+  registry_->setPeerCredentials(credentials.client);
   const std::string& wanted = config_.peer_address();
   const size_t colon = wanted.rfind(':');
   if (colon == std::string::npos) return invalidArgument("peer_address '" + wanted + "' is not host:port");
   peer_ = std::make_unique<server::PeerService>(registry_.get());
   grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort(wanted, grpc::InsecureServerCredentials(), &port);
+  builder.AddListeningPort(wanted, credentials.server, &port);
   builder.RegisterService(peer_.get());
   builder.SetMaxReceiveMessageSize(static_cast<int>(config_.max_message_bytes()));
   // Notice a silent follower as the follower notices a silent leader.
@@ -134,7 +137,7 @@ StatusOr<std::string> Daemon::startPeerServer() {
   std::string host = wanted.substr(0, colon);
   if (host.empty() || host == "0.0.0.0" || host == "[::]") host = hostName();
   const std::string address = host + ":" + std::to_string(port);
-  GS_LOG(main, info, "peer service on {}", address);
+  GS_LOG(main, info, "peer service on {}{}", address, credentials.tls ? " (mutual TLS)" : "");
   return address;
 }
 

@@ -81,6 +81,9 @@ const std::map<std::string, Setter>& setters() {
       {"--max-message-bytes", number<uint32_t>("--max-message-bytes", &C::set_max_message_bytes)},
       {"--peer-address", text(&C::set_peer_address)},
       {"--join-timeout-seconds", number<uint32_t>("--join-timeout-seconds", &C::set_join_timeout_seconds)},
+      {"--peer-tls-cert", [](C* c, const std::string& v) { c->mutable_peer_tls()->set_cert_path(v); return okStatus(); }},
+      {"--peer-tls-key", [](C* c, const std::string& v) { c->mutable_peer_tls()->set_key_path(v); return okStatus(); }},
+      {"--peer-tls-ca", [](C* c, const std::string& v) { c->mutable_peer_tls()->set_ca_path(v); return okStatus(); }},
   };
   return *table;
 }
@@ -150,6 +153,12 @@ Status applyDefaultsAndValidate(v1::DaemonConfig* c) {
     return invalidArgument("stall_deadline_seconds (" + std::to_string(c->stall_deadline_seconds()) +
                            ") must be at least stall_warning_seconds (" +
                            std::to_string(c->stall_warning_seconds()) + ")");
+  }
+  if (c->has_peer_tls()) {
+    const auto& tls = c->peer_tls();
+    const int set = !tls.cert_path().empty() + !tls.key_path().empty() + !tls.ca_path().empty();
+    if (set != 3) return invalidArgument("peer_tls needs cert_path, key_path and ca_path together");
+    if (c->peer_address().empty()) return invalidArgument("peer_tls is set but peer_address is not");
   }
   const std::string& level = c->log_level();
   if (level != "off" && spdlog::level::from_str(level) == spdlog::level::off) {

@@ -40,6 +40,7 @@ struct CrossNodeOptions {
   std::string leader_address;  // the ranks' GRADSYNC_LEADER
   std::string hostname;
   CrossClock::duration join_timeout = std::chrono::seconds(30);
+  std::shared_ptr<grpc::ChannelCredentials> credentials;  // null: plaintext
 };
 
 class CrossNode {

@@ -17,7 +17,8 @@ Status CrossNode::joinLeader(const v1::NodeInfo& self) {
   args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 3000);  // within about 4 s
   args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
-  channel_ = grpc::CreateCustomChannel(options_.leader_address, grpc::InsecureChannelCredentials(), args);
+  channel_ = grpc::CreateCustomChannel(
+      options_.leader_address, options_.credentials ? options_.credentials : grpc::InsecureChannelCredentials(), args);
   auto stub = v1::Peer::NewStub(channel_);
   v1::JoinJobRequest request;
   request.set_job_id(options_.job_id);

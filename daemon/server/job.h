@@ -43,6 +43,7 @@ struct JobLimits {
   // Multi-node jobs: this daemon's peer address and host, and how long a
   // follower tries to join its leader.
   std::string peer_address;
+  std::shared_ptr<grpc::ChannelCredentials> peer_credentials;  // null: plaintext
   std::string hostname;
   Clock::duration join_timeout = std::chrono::seconds(30);
   Clock::duration transfer_timeout = std::chrono::seconds(60);

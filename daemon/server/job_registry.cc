@@ -221,6 +221,11 @@ void JobRegistry::setPeerAddress(const std::string& address) {
   limits_.job.peer_address = address;
 }
 
+void JobRegistry::setPeerCredentials(std::shared_ptr<grpc::ChannelCredentials> credentials) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  limits_.job.peer_credentials = std::move(credentials);
+}
+
 size_t JobRegistry::jobCount() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return jobs_.size();

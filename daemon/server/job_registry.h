@@ -48,6 +48,8 @@ class JobRegistry {
   // The peer service's bound address, known once it listens (before any
   // job registers).
   void setPeerAddress(const std::string& address);
+  // Credentials for calls to other daemons (TLS when configured).
+  void setPeerCredentials(std::shared_ptr<grpc::ChannelCredentials> credentials);
   size_t jobCount() const;
 
  private:

@@ -168,6 +168,59 @@ TEST_F(MultiDaemonTest, WrongTokenAtTheLeaderIsRefused) {
   EXPECT_TRUE(allSucceed(ranks, kTimeout, &report)) << report << logs();
 }
 
+// Makes a CA and a certificate for 127.0.0.1 signed by it, in `dir`
+// (ca.pem, node.pem, node.key), with openssl.
+bool makeCertificates(const std::string& dir) {
+  const std::string q = "'" + dir + "'";
+  const std::string script =
+      "set -e; cd " + q + "; "
+      "openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.pem -days 2 -subj /CN=gradsync-test-ca; "
+      "openssl req -newkey rsa:2048 -nodes -keyout node.key -out node.csr -subj /CN=gradsync-node; "
+      "printf 'subjectAltName=IP:127.0.0.1\\nextendedKeyUsage=serverAuth,clientAuth\\n' > ext.cnf; "
+      "openssl x509 -req -in node.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out node.pem -days 2 -extfile ext.cnf";
+  return std::system(("(" + script + ") >/dev/null 2>&1").c_str()) == 0;
+}
+
+std::vector<std::string> tlsFlags(const std::string& dir, const std::string& ca_dir) {
+  return {"--peer-tls-cert", dir + "/node.pem", "--peer-tls-key", dir + "/node.key", "--peer-tls-ca", ca_dir + "/ca.pem"};
+}
+
+TEST_F(MultiDaemonTest, MutualTlsBetweenDaemonsAndABadCertificateIsRefused) {
+  TempDir good, rogue;
+  ASSERT_TRUE(makeCertificates(good.path())) << "openssl failed";
+  ASSERT_TRUE(makeCertificates(rogue.path())) << "openssl failed";
+  // Daemons 0 and 1 share the good CA; daemon 2 has a certificate of another CA.
+  daemons_.resize(3);
+  const std::vector<std::string> base = {"--peer-address", "127.0.0.1:0", "--join-timeout-seconds", "3",
+                                         "--stall-warning-seconds", "1", "--stall-deadline-seconds", "3"};
+  for (int i = 0; i < 3; ++i) {
+    daemons_[i] = std::make_unique<DaemonFixture>();
+    auto flags = base;
+    const auto tls = i < 2 ? tlsFlags(good.path(), good.path()) : tlsFlags(rogue.path(), rogue.path());
+    flags.insert(flags.end(), tls.begin(), tls.end());
+    std::string error;
+    ASSERT_TRUE(daemons_[i]->start(flags, &error)) << error;
+  }
+  EXPECT_NE(daemons_[0]->log().find("(mutual TLS)"), std::string::npos) << daemons_[0]->log();
+  auto ok = launch("tls-job", "allreduce", {0, 1});
+  std::string report;
+  EXPECT_TRUE(allSucceed(ok, kTimeout, &report)) << report << logs();
+
+  // Rank 1 on the daemon with the rogue certificate: its daemon cannot join.
+  std::vector<Process> bad;
+  const std::string leader = peerAddressOf(*daemons_[0]);
+  auto env0 = daemons_[0]->rankEnv("tls-bad", 0, 2);
+  env0["GRADSYNC_LOCAL_SIZE"] = "1";
+  env0["GRADSYNC_LEADER"] = leader;
+  auto env1 = daemons_[2]->rankEnv("tls-bad", 1, 2);
+  env1["GRADSYNC_LOCAL_RANK"] = "0";
+  env1["GRADSYNC_LOCAL_SIZE"] = "1";
+  env1["GRADSYNC_LEADER"] = leader;
+  bad.push_back(daemons_[0]->spawnRank("tls-bad", 0, 2, {"join_failure", "unused"}, env0));
+  bad.push_back(daemons_[2]->spawnRank("tls-bad", 1, 2, {"join_failure", "cannot join the leader"}, env1));
+  EXPECT_TRUE(allSucceed(bad, kTimeout, &report)) << report << logs();
+}
+
 // Two "hosts": network namespaces joined by a veth pair (10.77.0.1/24 and
 // 10.77.0.2/24), each with its own daemon; ranks reach their daemon through
 // its Unix socket (file system, not network). Skipped where namespaces
