@@ -63,6 +63,7 @@ inline Status unauthenticated(std::string m) { return {StatusCode::kUnauthentica
 inline Status resourceExhausted(std::string m) { return {StatusCode::kResourceExhausted, std::move(m)}; }
 inline Status unimplemented(std::string m) { return {StatusCode::kUnimplemented, std::move(m)}; }
 inline Status cancelled(std::string m) { return {StatusCode::kCancelled, std::move(m)}; }
+inline Status dataLoss(std::string m) { return {StatusCode::kDataLoss, std::move(m)}; }
 
 // Holds either a value or a non-OK Status.
 template <typename T>

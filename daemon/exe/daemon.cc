@@ -76,6 +76,7 @@ Status Daemon::startServers() {
   limits.job.hostname = hostName();
   limits.job.join_timeout = std::chrono::seconds(config_.join_timeout_seconds());
   limits.job.cycle_time = std::chrono::milliseconds(config_.cycle_time_ms());
+  limits.job.response_cache_capacity = config_.response_cache_capacity();
   registry_ = std::make_unique<server::JobRegistry>(limits, pool_.get());
   ASSIGN_OR_RETURN(const std::string peer_address, startPeerServer());
   registry_->setPeerAddress(peer_address);

@@ -32,7 +32,76 @@ bool sameProcessSets(const v1::JoinJobRequest& request, const std::vector<std::v
 
 }  // namespace
 
-CrossNode::CrossNode(CrossNodeOptions options, Hooks hooks) : options_(std::move(options)), hooks_(std::move(hooks)) {}
+CrossNode::CrossNode(CrossNodeOptions options, Hooks hooks)
+    : options_(std::move(options)), hooks_(std::move(hooks)), cache_(options_.response_cache_capacity) {}
+
+v1::NegotiatedResponse CrossNode::encode(const coordinator::Response& response) {
+  std::pair<uint64_t, bool> id;
+  {
+    std::lock_guard<std::mutex> lock(cache_mutex_);
+    id = cache_.assign(response);
+  }
+  if (id.first == 0 || id.second) {
+    v1::NegotiatedResponse full = toProto(response);
+    full.set_cache_id(id.first);
+    return full;
+  }
+  cache_hits_.fetch_add(1);
+  v1::NegotiatedResponse cached;
+  cached.set_cache_id(id.first);
+  cached.set_cached(true);
+  for (size_t i = 0; i < response.ranks.size(); ++i) {
+    auto* r = cached.add_requests();
+    r->set_rank(response.ranks[i]);
+    r->set_present(response.requests[i].has_value());
+    if (response.requests[i]) {
+      r->set_handle(response.requests[i]->handle);
+      r->set_offset(response.requests[i]->offset);
+    }
+  }
+  return cached;
+}
+
+StatusOr<coordinator::Response> CrossNode::decode(const v1::NegotiatedResponse& in) {
+  std::lock_guard<std::mutex> lock(cache_mutex_);
+  if (!in.cached()) {
+    coordinator::Response response = fromProto(in);
+    cache_.remember(in.cache_id(), response);
+    return response;
+  }
+  const coordinator::Response* base = cache_.find(in.cache_id());
+  if (base == nullptr || static_cast<int>(base->requests.size()) != in.requests_size()) {
+    return dataLoss("job '" + options_.job_id + "': the leader referred to unknown cached response " +
+                    std::to_string(in.cache_id()));
+  }
+  cache_hits_.fetch_add(1);
+  coordinator::Response response = *base;
+  for (int i = 0; i < in.requests_size(); ++i) {
+    auto& request = response.requests[i];
+    if (!request) continue;
+    request->handle = in.requests(i).handle();
+    request->offset = in.requests(i).offset();
+  }
+  return response;
+}
+
+StatusOr<v1::Enqueue> CrossNode::expand(const v1::FollowerMessage::Request& in) {
+  if (in.cache_id() == 0) return in.enqueue();
+  std::lock_guard<std::mutex> lock(cache_mutex_);
+  const coordinator::Response* base = cache_.find(in.cache_id());
+  if (base != nullptr) {
+    for (const auto& request : base->requests) {
+      if (!request || request->rank != in.rank()) continue;
+      coordinator::Request copy = *request;
+      copy.handle = in.handle();
+      copy.offset = in.offset();
+      cache_hits_.fetch_add(1);
+      return enqueueOf(copy);
+    }
+  }
+  return dataLoss("job '" + options_.job_id + "': a follower referred to unknown cached request " +
+                  std::to_string(in.cache_id()) + " of rank " + std::to_string(in.rank()));
+}
 
 CrossNode::~CrossNode() {
   {
@@ -147,8 +216,15 @@ grpc::Status CrossNode::serveFollower(grpc::ServerContext* context, LeaderStream
   v1::FollowerMessage message;
   while (stream->Read(&message)) {
     follower->last_heard_ms = nowMs(CrossClock::now());
+    bytes_received_.fetch_add(message.ByteSizeLong());
+    messages_.fetch_add(1);
     if (message.has_request()) {
-      hooks_.on_remote_request(message.request().rank(), message.request().enqueue());
+      auto enqueue = expand(message.request());
+      if (!enqueue.isOk()) {
+        hooks_.on_failure(enqueue.status().message(), true);
+        continue;
+      }
+      hooks_.on_remote_request(message.request().rank(), *enqueue);
     } else if (message.has_failure()) {
       // Job::failJob then announces it to every follower.
       hooks_.on_failure(message.failure().message(), message.failure().node_lost());
@@ -180,7 +256,6 @@ grpc::Status CrossNode::serveFollower(grpc::ServerContext* context, LeaderStream
 Status CrossNode::broadcast(const std::vector<coordinator::Response>& batch, uint64_t sequence) {
   v1::LeaderMessage message;
   message.mutable_batch()->set_sequence(sequence);
-  for (const auto& r : batch) *message.mutable_batch()->add_responses() = toProto(r);
   std::vector<std::shared_ptr<Follower>> followers;
   {
     // Every node must see every batch (a process set's ring still spans all
@@ -196,9 +271,14 @@ Status CrossNode::broadcast(const std::vector<coordinator::Response>& batch, uin
     }
     for (auto& [rank, f] : followers_) followers.push_back(f);
   }
+  // Encoded once every follower is attached: all of them learn new cache ids.
+  for (const auto& r : batch) *message.mutable_batch()->add_responses() = encode(r);
+  const size_t bytes = message.ByteSizeLong();
   for (auto& f : followers) {
     std::lock_guard<std::mutex> lock(f->write_mutex);
     if (f->stream) f->stream->Write(message);
+    bytes_sent_.fetch_add(bytes);
+    messages_.fetch_add(1);
   }
   return okStatus();
 }
@@ -307,6 +387,10 @@ void CrossNode::tick(CrossClock::time_point now) {
 void CrossNode::describe(v1::JobInfo* info, CrossClock::time_point now, double busy_seconds) const {
   std::lock_guard<std::mutex> lock(mutex_);
   info->set_epoch(members_.empty() ? 0 : 1);
+  info->set_coordination_bytes_sent(bytes_sent_.load());
+  info->set_coordination_bytes_received(bytes_received_.load());
+  info->set_coordination_messages(messages_.load());
+  info->set_cache_hits(cache_hits_.load());
   const int64_t now_ms = nowMs(now);
   for (const auto& node : members_) {
     v1::NodeStatus* out = info->add_nodes();

@@ -22,6 +22,7 @@
 #include "daemon/collective/ring_allreduce.h"
 #include "daemon/coordinator/request.h"
 #include "daemon/peer/membership.h"
+#include "daemon/peer/response_cache.h"
 #include "daemon/transport/ucx/ucx_transport.h"
 #include "proto/gradsync/v1/admin.pb.h"
 #include "proto/gradsync/v1/peer.grpc.pb.h"
@@ -41,6 +42,7 @@ struct CrossNodeOptions {
   std::string hostname;
   CrossClock::duration join_timeout = std::chrono::seconds(30);
   std::shared_ptr<grpc::ChannelCredentials> credentials;  // null: plaintext
+  size_t response_cache_capacity = 4096;
 };
 
 class CrossNode {
@@ -127,6 +129,14 @@ class CrossNode {
   std::atomic<int64_t> leader_heard_ms_{0};    // follower: last message from the leader
   CrossClock::time_point last_heartbeat_;      // housekeeping thread only
   std::thread follower_thread_;
+
+  // Response cache and coordination traffic counters.
+  v1::NegotiatedResponse encode(const coordinator::Response& response);  // leader
+  StatusOr<coordinator::Response> decode(const v1::NegotiatedResponse& response);  // follower
+  StatusOr<v1::Enqueue> expand(const v1::FollowerMessage::Request& request);  // leader
+  mutable std::mutex cache_mutex_;
+  peer::ResponseCache cache_;
+  std::atomic<uint64_t> bytes_sent_{0}, bytes_received_{0}, messages_{0}, cache_hits_{0};
 
   // Data plane (created by the executor thread; stats read under mutex_).
   transport::PeerPtr left_, right_;

@@ -80,9 +80,18 @@ void CrossNode::readLeader() {
   while (stream_->Read(&message)) {
     leader_heard_ms_ =
         std::chrono::duration_cast<std::chrono::milliseconds>(CrossClock::now().time_since_epoch()).count();
+    bytes_received_.fetch_add(message.ByteSizeLong());
+    messages_.fetch_add(1);
     if (message.has_batch()) {
       std::vector<coordinator::Response> batch;
-      for (const auto& r : message.batch().responses()) batch.push_back(fromProto(r));
+      for (const auto& r : message.batch().responses()) {
+        auto response = decode(r);
+        if (!response.isOk()) {
+          hooks_.on_failure(response.status().message(), true);
+          break;
+        }
+        batch.push_back(std::move(response).value());
+      }
       hooks_.on_batch(std::move(batch), message.batch().sequence());
     } else if (message.has_failure()) {
       hooks_.on_failure(message.failure().message(), message.failure().node_lost());
@@ -110,6 +119,8 @@ void CrossNode::readLeader() {
 }
 
 bool CrossNode::writeToLeader(const v1::FollowerMessage& message) {
+  bytes_sent_.fetch_add(message.ByteSizeLong());
+  messages_.fetch_add(1);
   std::lock_guard<std::mutex> lock(stream_mutex_);
   if (!stream_) {
     backlog_.push_back(message);
@@ -120,8 +131,21 @@ bool CrossNode::writeToLeader(const v1::FollowerMessage& message) {
 
 void CrossNode::forward(int rank, const v1::Enqueue& enqueue) {
   v1::FollowerMessage message;
-  message.mutable_request()->set_rank(rank);
-  *message.mutable_request()->mutable_enqueue() = enqueue;
+  auto* request = message.mutable_request();
+  request->set_rank(rank);
+  uint64_t id;
+  {
+    std::lock_guard<std::mutex> lock(cache_mutex_);
+    id = cache_.idFor(requestOf(rank, enqueue));
+  }
+  if (id != 0) {
+    cache_hits_.fetch_add(1);
+    request->set_cache_id(id);
+    request->set_handle(enqueue.handle());
+    request->set_offset(enqueue.offset());
+  } else {
+    *request->mutable_enqueue() = enqueue;
+  }
   writeToLeader(message);
 }
 

@@ -51,6 +51,7 @@ struct JobLimits {
   // ready ones wait up to this long to be fused into one batch (one ring
   // instead of many). Nothing waits when nothing else is pending.
   Clock::duration cycle_time = std::chrono::milliseconds(1);
+  size_t response_cache_capacity = 4096;
 };
 
 class Job : private executor::RankAccess {

@@ -173,7 +173,11 @@ void JobRegistry::sessionLost(uint64_t session_id, const std::string& cause) {
     auto it = jobs_.find(job->spec().job_id);
     if (it != jobs_.end() && it->second == job) {
       jobs_.erase(it);
-      GS_LOG(control, info, "job '{}' ended", job->spec().job_id);
+      const v1::JobInfo info = job->info();
+      GS_LOG(control, info, "job '{}' ended: {} operations, {} bytes; coordination {} messages, {} bytes sent, {} "
+             "received, {} response-cache hits", info.job_id(), info.operations_done(), info.bytes_done(),
+             info.coordination_messages(), info.coordination_bytes_sent(), info.coordination_bytes_received(),
+             info.cache_hits());
     }
   }
   // `job` may be the last reference: its destructor joins its executor here,

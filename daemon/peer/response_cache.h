@@ -1,0 +1,48 @@
+// SPDX-License-Identifier: Apache-2.0
+// The response cache of multi-node jobs (Horovod's idea, adapted to the
+// forwarding protocol): the leader gives every successful negotiated
+// response an id; both sides keep the response's metadata under it. Later
+// requests and responses with the same metadata travel as the id plus the
+// per-step handle and offset. Bounded: past `capacity` entries nothing new
+// is cached (steady-state training repeats the same tensors).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <unordered_map>
+
+#include "daemon/coordinator/request.h"
+
+namespace gradsync::peer {
+
+class ResponseCache {
+ public:
+  explicit ResponseCache(size_t capacity) : capacity_(capacity) {}
+
+  // Leader: the id of `response`'s metadata, and whether it was new (then
+  // followers learn it from the full response). 0 when not cacheable.
+  std::pair<uint64_t, bool> assign(const coordinator::Response& response);
+  // Follower: remembers a response the leader sent in full with `id`.
+  void remember(uint64_t id, const coordinator::Response& response);
+  // The response stored under `id`, or null.
+  const coordinator::Response* find(uint64_t id) const;
+  // Follower: the id under which the leader holds a response containing a
+  // request of `request.rank` with `request`'s metadata, or 0.
+  uint64_t idFor(const coordinator::Request& request) const;
+
+  // Metadata of one request, without its per-step handle and offset.
+  static std::string signature(const coordinator::Request& request);
+
+ private:
+  static std::string signature(const coordinator::Response& response);
+
+  const size_t capacity_;
+  uint64_t next_id_ = 1;
+  std::unordered_map<std::string, uint64_t> by_signature_;  // leader
+  std::map<uint64_t, coordinator::Response> responses_;
+  std::unordered_map<std::string, uint64_t> by_request_;  // rank + request signature -> id
+};
+
+}  // namespace gradsync::peer
