@@ -76,6 +76,22 @@ TEST_F(MultiDaemonTest, AllreduceEveryDtypeTwoDaemonsOneRankEach) {
   EXPECT_TRUE(allSucceed(ranks, kTimeout, &report)) << report << logs();
 }
 
+TEST_F(MultiDaemonTest, SteadyStateStepsHitTheResponseCache) {
+  startDaemons(2);
+  auto ranks = launch("cache-job", "repeat_allreduce", {0, 1});
+  std::string report;
+  ASSERT_TRUE(allSucceed(ranks, kTimeout, &report)) << report << logs();
+  // The leader logs its counters when the job ends: 19 repeated steps give
+  // 19 cached responses and 19 cached forwarded requests.
+  std::smatch match;
+  std::string log;
+  ASSERT_TRUE(waitFor([&] {
+    log = daemons_[0]->log();
+    return std::regex_search(log, match, std::regex("job 'cache-job' ended.* ([0-9]+) response-cache hits"));
+  }, std::chrono::seconds(10))) << log;
+  EXPECT_GE(std::stoi(match[1].str()), 38) << log;
+}
+
 TEST_F(MultiDaemonTest, UnevenPlacementTwoPlusOne) {
   startDaemons(2);
   auto ranks = launch("two-plus-one", "allreduce", {0, 0, 1});

@@ -237,6 +237,18 @@ int joinFailure(Client& c, const std::vector<std::string>& args) {
   return expectFailure(c, allreduceOp("never", data, shape), GRADSYNC_ABORTED, args[0]);
 }
 
+// The same tensor, step after step (what the response cache is for).
+int repeatAllreduce(Client& c, const std::vector<std::string>&) {
+  std::vector<float> data(64);
+  for (int step = 0; step < 20; ++step) {
+    std::fill(data.begin(), data.end(), static_cast<float>(c.rank() + step));
+    WORKER_OK(c.allreduce("w.grad", data.data(), GRADSYNC_FLOAT32, {64}));
+    const float want = c.size() * step + c.size() * (c.size() - 1) / 2.0f;
+    WORKER_CHECK(data[63] == want, "step %d: %g, want %g", step, data[63], want);
+  }
+  return 0;
+}
+
 }  // namespace
 
 const std::map<std::string, Scenario>& moreScenarios() {
@@ -244,6 +256,7 @@ const std::map<std::string, Scenario>& moreScenarios() {
       {"process_sets", processSets}, {"join", join},        {"mismatch", mismatch},
       {"duplicate", duplicate},      {"kill_victim", killVictim}, {"stall", stall},
       {"mismatch_allreduce", mismatchAllreduce}, {"join_failure", joinFailure},
+      {"repeat_allreduce", repeatAllreduce},
   };
   return scenarios;
 }
