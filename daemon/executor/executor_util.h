@@ -1,0 +1,59 @@
+// SPDX-License-Identifier: Apache-2.0
+// Helpers shared by the executor's single-node and multi-node paths.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "daemon/collective/reduce/cpu_reduce.h"
+#include "daemon/executor/local_executor.h"
+
+namespace gradsync::executor {
+
+using coordinator::Request;
+
+// One reduction with its own pointer arrays (ReduceArgs points into them;
+// call bind() once the arrays are final).
+struct Reduction {
+  std::vector<const void*> inputs;
+  std::vector<void*> outputs;
+  reduce::ReduceArgs args;
+  size_t count = 0;
+
+  void bind() {
+    args.inputs = inputs.data();
+    args.num_inputs = static_cast<int>(inputs.size());
+    args.outputs = outputs.data();
+    args.num_outputs = static_cast<int>(outputs.size());
+  }
+};
+
+// Runs the reductions, split across the pool when they are large.
+void runReductions(std::vector<Reduction>& reductions, ReducePool& pool);
+// The bytes of `request` in its rank's arena (bounds-checked).
+StatusOr<uint8_t*> inputOf(RankAccess& access, const Request& request);
+// Bytes of one row (dimension 0 entry) of the request's tensor.
+size_t rowBytes(const Request& r);
+std::vector<int64_t> withFirstDim(const std::vector<int64_t>& shape, int64_t rows);
+// A result for every member of `r` with `status`.
+ResponseResult failed(const Response& r, Status status);
+// Fills `count` elements with the identity of `op` (what a node without
+// contributing ranks adds to a ring: 0 for sums, 1 for products, the largest
+// value for MIN, the smallest for MAX).
+void fillIdentity(void* data, size_t count, DataType dtype, ReduceOp op);
+
+// Output sizes and shapes of every member of a collective.
+struct OutputLayout {
+  std::vector<uint64_t> bytes;
+  std::vector<std::vector<int64_t>> shapes;
+};
+// ALLTOALL: what each member receives; fills received splits and output
+// shapes of `result`.
+OutputLayout alltoallLayout(const Response& r, ResponseResult* result);
+// REDUCESCATTER: rows of each member (Horovod's rule: the first dim0 % n
+// members get one extra); fills output shapes of `result`.
+std::vector<int64_t> reducescatterRows(const Response& r);
+OutputLayout reducescatterLayout(const Response& r, const std::vector<int64_t>& rows, ResponseResult* result);
+
+}  // namespace gradsync::executor

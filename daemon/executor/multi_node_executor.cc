@@ -1,0 +1,255 @@
+// SPDX-License-Identifier: Apache-2.0
+// LocalExecutor, multi-node paths: the local part of each collective around
+// the ring among the job's daemons (RankAccess::crossNode*).
+#include <cstring>
+
+#include "daemon/common/dtype.h"
+#include "daemon/executor/copy_plan.h"
+#include "daemon/executor/executor_util.h"
+#include "daemon/executor/local_executor.h"
+
+namespace gradsync::executor {
+
+Status LocalExecutor::hierarchicalAllreduce(const std::vector<const Response*>& responses, RankAccess& access) {
+  const Request& first = responses.front()->first();
+  const size_t esize = elementSize(first.dtype);
+  if (responses.size() == 1) {
+    // One tensor held by one local rank: run the ring on its buffer in place
+    // (no copies through the fusion buffer).
+    const Request* only = nullptr;
+    int local = 0;
+    for (const auto& request : responses.front()->requests) {
+      if (request && access.isLocal(request->rank)) {
+        only = &*request;
+        ++local;
+      }
+    }
+    if (local == 1) return inPlaceAllreduce(*responses.front(), *only, access);
+  }
+  size_t total = 0;
+  for (const Response* r : responses) total += r->first().length / esize;
+  if (fusion_.size() < total * esize) fusion_.resize(total * esize);
+  // 1. Local ranks into the fusion buffer (prescale applied, no average yet).
+  std::vector<Reduction> gather(responses.size());
+  std::vector<Reduction> scatter(responses.size());
+  size_t offset = 0;
+  for (size_t t = 0; t < responses.size(); ++t) {
+    const Response& r = *responses[t];
+    const size_t count = r.first().length / esize;
+    uint8_t* slot = fusion_.data() + offset * esize;
+    for (const auto& request : r.requests) {
+      if (!request || !access.isLocal(request->rank)) continue;
+      ASSIGN_OR_RETURN(uint8_t * data, inputOf(access, *request));
+      gather[t].inputs.push_back(data);
+      scatter[t].outputs.push_back(data);
+    }
+    // No contributing local rank (all joined, or none in the process set).
+    if (gather[t].inputs.empty()) fillIdentity(slot, count, first.dtype, first.op);
+    gather[t].outputs.push_back(slot);
+    gather[t].args.dtype = first.dtype;
+    gather[t].args.op = first.op == v1::AVERAGE ? v1::SUM : first.op;
+    gather[t].args.prescale = first.prescale;
+    gather[t].count = gather[t].inputs.empty() ? 0 : count;
+    gather[t].bind();
+    // 3. Back to the local ranks, with the average and postscale.
+    scatter[t].inputs.push_back(slot);
+    scatter[t].args.dtype = first.dtype;
+    scatter[t].args.op = first.op;
+    scatter[t].args.postscale = first.postscale;
+    scatter[t].args.average_divisor = static_cast<int>(r.ranks.size());
+    scatter[t].count = scatter[t].outputs.empty() ? 0 : count;
+    scatter[t].bind();
+    offset += count;
+  }
+  runReductions(gather, *pool_);
+  // 2. Among the nodes.
+  RETURN_IF_ERROR(access.crossNodeAllreduce(fusion_.data(), total, first.dtype,
+                                            first.op == v1::AVERAGE ? v1::SUM : first.op));
+  runReductions(scatter, *pool_);
+  return okStatus();
+}
+
+Status LocalExecutor::inPlaceAllreduce(const Response& response, const Request& request, RankAccess& access) {
+  ASSIGN_OR_RETURN(uint8_t * data, inputOf(access, request));
+  const size_t count = request.length / elementSize(request.dtype);
+  auto scale = [&](ReduceOp op, double prescale, double postscale, int divisor) {
+    std::vector<Reduction> one(1);
+    one[0].inputs.push_back(data);
+    one[0].outputs.push_back(data);
+    one[0].args.dtype = request.dtype;
+    one[0].args.op = op;
+    one[0].args.prescale = prescale;
+    one[0].args.postscale = postscale;
+    one[0].args.average_divisor = divisor;
+    one[0].count = count;
+    one[0].bind();
+    runReductions(one, *pool_);
+  };
+  if (request.prescale != 1.0) scale(v1::SUM, request.prescale, 1.0, 1);
+  RETURN_IF_ERROR(access.crossNodeAllreduce(data, count, request.dtype, request.op == v1::AVERAGE ? v1::SUM : request.op));
+  if (request.op == v1::AVERAGE || request.postscale != 1.0) {
+    scale(request.op == v1::AVERAGE ? v1::AVERAGE : v1::SUM, 1.0, request.postscale, static_cast<int>(response.ranks.size()));
+  }
+  return okStatus();
+}
+
+ResponseResult LocalExecutor::multiNodeBroadcast(const Response& r, RankAccess& access) {
+  const Request& first = r.first();
+  std::vector<uint8_t*> local;
+  uint8_t* landing = nullptr;
+  for (const auto& request : r.requests) {
+    if (!request || !access.isLocal(request->rank)) continue;
+    auto data = inputOf(access, *request);
+    if (!data.isOk()) return failed(r, data.status());
+    local.push_back(*data);
+    if (request->rank == first.root_rank) landing = *data;  // the root's own buffer
+  }
+  if (local.empty()) return failed(r, okStatus());
+  if (landing == nullptr) landing = local.front();
+  Status status = access.crossNodeBroadcast(landing, first.length, first.root_rank);
+  if (!status.isOk()) return failed(r, status);
+  CopyPlan plan;
+  for (uint8_t* dst : local) plan.add(dst, landing, first.length);
+  plan.run(*pool_);
+  return failed(r, okStatus());
+}
+
+// Every rank's input is gathered on every node, then each local rank picks
+// the blocks sent to it: n_nodes times the traffic of a pairwise exchange,
+// kept simple for now (the result is exact).
+ResponseResult LocalExecutor::multiNodeAlltoall(const Response& r, RankAccess& access) {
+  const size_t n = r.ranks.size();
+  const size_t row = rowBytes(r.first());
+  std::vector<size_t> input_offset(n);
+  size_t total = 0;
+  for (size_t i = 0; i < n; ++i) {
+    input_offset[i] = total;
+    total += r.requests[i]->length;
+  }
+  if (fusion_.size() < total) fusion_.resize(total);
+  std::vector<std::vector<collective::Range>> owned(access.nodeCount());
+  CopyPlan in;
+  for (size_t i = 0; i < n; ++i) {
+    const Request& request = *r.requests[i];
+    owned[access.nodeOf(request.rank)].push_back({input_offset[i], request.length});
+    if (!access.isLocal(request.rank)) continue;
+    auto src = inputOf(access, request);
+    if (!src.isOk()) return failed(r, src.status());
+    in.add(fusion_.data() + input_offset[i], *src, request.length);
+  }
+  in.run(*pool_);
+  Status status = access.crossNodeAllgather(fusion_.data(), owned);
+  if (!status.isOk()) return failed(r, status);
+  ResponseResult result = failed(r, okStatus());
+  const OutputLayout layout = alltoallLayout(r, &result);
+  auto outputs = access.requestOutputs(r, layout.bytes, layout.shapes);
+  if (!outputs.isOk()) return failed(r, outputs.status());
+  CopyPlan out;
+  for (size_t j = 0; j < n; ++j) {
+    if ((*outputs)[j] == nullptr) continue;  // another node's rank
+    size_t written = 0;
+    for (size_t i = 0; i < n; ++i) {
+      size_t skip = 0;
+      for (size_t k = 0; k < j; ++k) skip += r.requests[i]->splits[k] * row;
+      const size_t len = r.requests[i]->splits[j] * row;
+      out.add((*outputs)[j] + written, fusion_.data() + input_offset[i] + skip, len);
+      written += len;
+    }
+  }
+  out.run(*pool_);
+  return result;
+}
+
+ResponseResult LocalExecutor::multiNodeAllgather(const Response& r, RankAccess& access) {
+  const size_t row = rowBytes(r.first());
+  std::vector<std::vector<collective::Range>> owned(access.nodeCount());
+  std::vector<std::pair<const Request*, size_t>> local;  // request, offset
+  size_t offset = 0;
+  int64_t total_rows = 0;
+  for (const auto& request : r.requests) {
+    owned[access.nodeOf(request->rank)].push_back({offset, request->length});
+    if (access.isLocal(request->rank)) local.emplace_back(&*request, offset);
+    offset += request->length;
+    total_rows += request->shape.empty() ? 1 : request->shape[0];
+  }
+  if (fusion_.size() < offset) fusion_.resize(offset);
+  CopyPlan in;
+  for (const auto& [request, at] : local) {
+    auto src = inputOf(access, *request);
+    if (!src.isOk()) return failed(r, src.status());
+    in.add(fusion_.data() + at, *src, request->length);
+  }
+  in.run(*pool_);
+  Status status = access.crossNodeAllgather(fusion_.data(), owned);
+  if (!status.isOk()) return failed(r, status);
+  const auto shape = withFirstDim(r.first().shape, total_rows);
+  const size_t members = r.ranks.size();
+  auto outputs = access.requestOutputs(r, std::vector<uint64_t>(members, total_rows * row),
+                                       std::vector<std::vector<int64_t>>(members, shape));
+  if (!outputs.isOk()) return failed(r, outputs.status());
+  CopyPlan out;
+  for (uint8_t* dst : *outputs) {
+    if (dst != nullptr) out.add(dst, fusion_.data(), offset);
+  }
+  out.run(*pool_);
+  ResponseResult result = failed(r, okStatus());
+  for (auto& m : result.members) m.output_shape = shape;
+  return result;
+}
+
+// Reduce-scatter across nodes as a full allreduce into the fusion buffer
+// (inputs stay untouched), then each local rank takes its rows: twice the
+// ring traffic of a true ring reduce-scatter, kept simple for now.
+ResponseResult LocalExecutor::multiNodeReducescatter(const Response& r, RankAccess& access) {
+  const Request& first = r.first();
+  const size_t esize = elementSize(first.dtype);
+  const size_t count = first.length / esize;
+  if (fusion_.size() < first.length) fusion_.resize(first.length);
+  std::vector<Reduction> gather(1);
+  for (const auto& request : r.requests) {
+    if (!request || !access.isLocal(request->rank)) continue;
+    auto data = inputOf(access, *request);
+    if (!data.isOk()) return failed(r, data.status());
+    gather[0].inputs.push_back(*data);
+  }
+  gather[0].outputs.push_back(fusion_.data());
+  gather[0].args.dtype = first.dtype;
+  gather[0].args.op = first.op == v1::AVERAGE ? v1::SUM : first.op;
+  gather[0].args.prescale = first.prescale;
+  gather[0].count = gather[0].inputs.empty() ? 0 : count;
+  gather[0].bind();
+  if (gather[0].inputs.empty()) fillIdentity(fusion_.data(), count, first.dtype, first.op);
+  runReductions(gather, *pool_);
+  Status status = access.crossNodeAllreduce(fusion_.data(), count, first.dtype,
+                                            first.op == v1::AVERAGE ? v1::SUM : first.op);
+  if (!status.isOk()) return failed(r, status);
+  const size_t n = r.ranks.size();
+  const size_t row = rowBytes(first);
+  const std::vector<int64_t> rows = reducescatterRows(r);
+  ResponseResult result = failed(r, okStatus());
+  const OutputLayout layout = reducescatterLayout(r, rows, &result);
+  auto outputs = access.requestOutputs(r, layout.bytes, layout.shapes);
+  if (!outputs.isOk()) return failed(r, outputs.status());
+  std::vector<Reduction> scatter;
+  size_t start = 0;
+  for (size_t j = 0; j < n; ++j) {
+    if ((*outputs)[j] != nullptr && rows[j] > 0) {
+      Reduction out;
+      out.inputs.push_back(fusion_.data() + start * row);
+      out.outputs.push_back((*outputs)[j]);
+      out.args.dtype = first.dtype;
+      out.args.op = first.op;
+      out.args.postscale = first.postscale;
+      out.args.average_divisor = static_cast<int>(n);
+      out.count = rows[j] * row / esize;
+      scatter.push_back(std::move(out));
+    }
+    start += rows[j];
+  }
+  for (auto& s : scatter) s.bind();  // after the vector stopped growing
+  runReductions(scatter, *pool_);
+  return result;
+}
+
+
+}  // namespace gradsync::executor
