@@ -47,7 +47,7 @@ grpc::Status ControlService::Session(grpc::ServerContext* context, SessionStream
   }
   auto job = registry_->jobOf(*session);
   if (!job) return grpc::Status(grpc::StatusCode::NOT_FOUND, "session ended");
-  if (!session->attachStream(stream)) {
+  if (!session->attachStream(stream, context)) {
     return grpc::Status(grpc::StatusCode::ALREADY_EXISTS, "the session already has a stream");
   }
   v1::DaemonMessage ack;

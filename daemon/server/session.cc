@@ -40,29 +40,68 @@ int64_t Session::pid() const {
   return pid_;
 }
 
-bool Session::attachStream(SessionStream* stream) {
+bool Session::attachStream(SessionStream* stream, grpc::ServerContext* context) {
   std::lock_guard<std::mutex> lock(write_mutex_);
-  if (stream_ != nullptr) return false;
+  if (stream_ != nullptr || writer_.joinable()) return false;
   stream_ = stream;
+  context_ = context;
+  writer_stop_ = writer_done_ = false;
   stream_attached_.store(true);
+  writer_ = std::thread([this] { writerLoop(); });
   return true;
 }
 
-void Session::detachStream() {
+void Session::writerLoop() {
+  for (;;) {
+    v1::DaemonMessage message;
+    {
+      std::unique_lock<std::mutex> lock(write_mutex_);
+      write_cv_.wait(lock, [&] { return writer_stop_ || !queue_.empty(); });
+      if (queue_.empty()) break;  // stopping, everything written
+      message = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    if (!stream_->Write(message)) break;  // the call ended
+  }
   std::lock_guard<std::mutex> lock(write_mutex_);
-  stream_ = nullptr;
+  queue_.clear();
+  writer_done_ = true;
+  write_cv_.notify_all();
+}
+
+void Session::detachStream() {
+  std::unique_lock<std::mutex> lock(write_mutex_);
+  if (!writer_.joinable()) return;
+  writer_stop_ = true;
   stream_attached_.store(false);
+  write_cv_.notify_all();
+  if (!write_cv_.wait_for(lock, std::chrono::seconds(1), [&] { return writer_done_; })) {
+    context_->TryCancel();  // the client does not read: unblock the writer
+  }
+  lock.unlock();
+  writer_.join();
+  lock.lock();
+  stream_ = nullptr;
+  context_ = nullptr;
 }
 
 bool Session::streamAttached() const { return stream_attached_.load(); }
 
 bool Session::send(const v1::DaemonMessage& message) {
   std::lock_guard<std::mutex> lock(write_mutex_);
-  if (complete_ring_ && message.has_done() && stream_ != nullptr) {
+  if (stream_ == nullptr || writer_stop_ || writer_done_) return false;
+  if (complete_ring_ && message.has_done()) {
     if (complete_ring_->push(message.done().SerializeAsString())) return true;
   }
-  if (stream_ == nullptr) return false;
-  return stream_->Write(message);
+  if (queue_.size() >= kMaxQueued) {
+    // The client stopped reading its stream: end its session rather than
+    // let the queue grow.
+    context_->TryCancel();
+    return false;
+  }
+  queue_.push_back(message);
+  write_cv_.notify_all();
+  return true;
 }
 
 std::string Session::describe() const {

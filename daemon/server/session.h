@@ -11,7 +11,10 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <condition_variable>
+#include <deque>
 #include <set>
+#include <thread>
 #include <string>
 
 #include "daemon/handoff/ring.h"
@@ -53,10 +56,15 @@ class Session {
   const handoff::ShmArena* arena() const;
   int64_t pid() const;
 
-  // The stream's writer, set by the Session RPC while it runs. False when
-  // another stream is attached already.
-  bool attachStream(SessionStream* stream);
+  // The stream, set by the Session RPC while it runs (false when another
+  // stream is attached already). Messages for it are queued and written by a
+  // thread of the session's own, so a client that stops reading blocks only
+  // that thread; past kMaxQueued waiting messages its session is cancelled.
+  bool attachStream(SessionStream* stream, grpc::ServerContext* context);
+  // Flushes what is queued (cancelling the call if the client does not take
+  // it within a second) and stops the writer. Call before the RPC returns.
   void detachStream();
+  static constexpr size_t kMaxQueued = 4096;
   bool streamAttached() const;
   // Delivers one message: a Done through the arena's completion ring when the
   // client offered rings and it fits, anything else over the stream. False
@@ -87,9 +95,16 @@ class Session {
   std::unique_ptr<handoff::RingConsumer> submit_ring_;
   std::unique_ptr<handoff::RingProducer> complete_ring_;  // guarded by write_mutex_
 
-  mutable std::mutex write_mutex_;
-  SessionStream* stream_ = nullptr;  // guarded by write_mutex_
-  // Readable without write_mutex_, which a slow client's blocked Write holds.
+  void writerLoop();
+
+  mutable std::mutex write_mutex_;   // the completion ring and the queue below
+  std::condition_variable write_cv_;
+  SessionStream* stream_ = nullptr;  // written by writer_ only
+  grpc::ServerContext* context_ = nullptr;
+  std::deque<v1::DaemonMessage> queue_;
+  bool writer_stop_ = false;
+  bool writer_done_ = false;
+  std::thread writer_;
   std::atomic<bool> stream_attached_{false};
 };
 

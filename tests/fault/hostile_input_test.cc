@@ -253,6 +253,36 @@ TEST_F(HostileInputTest, CorruptDoorbellRingEndsOnlyThatSession) {
   EXPECT_NE(daemon_.log().find("corrupt submission ring"), std::string::npos) << daemon_.log();
 }
 
+TEST_F(HostileInputTest, ClientThatNeverReadsLosesOnlyItsSession) {
+  grpc::ClientContext context;
+  UniqueFd handoff_fd;
+  auto stream = openSession("no-reader", &context, &handoff_fd);
+  // Every bad enqueue is answered by an error Done that this client never
+  // reads: the daemon must neither block nor queue without bound.
+  v1::ClientMessage bad;
+  bad.mutable_enqueue()->set_name("bad");
+  bad.mutable_enqueue()->set_type(v1::ALLREDUCE);
+  bad.mutable_enqueue()->set_dtype(static_cast<v1::DataType>(99));
+  int written = 0;
+  for (; written < 100000; ++written) {
+    bad.mutable_enqueue()->set_handle(written + 1);
+    if (!stream->Write(bad)) break;
+  }
+  EXPECT_LT(written, 100000) << "the daemon never gave up on a client that does not read";
+  EXPECT_TRUE(alive());
+  // Another job is served meanwhile.
+  grpc::ClientContext other_context;
+  UniqueFd other_fd;
+  auto other = openSession("other-job", &other_context, &other_fd);
+  v1::Enqueue e;
+  e.set_handle(1);
+  e.set_type(v1::BARRIER);
+  EXPECT_EQ(roundTrip(other.get(), e).code(), 0);
+  other->WritesDone();
+  EXPECT_TRUE(other->Finish().ok());
+  context.TryCancel();
+}
+
 TEST_F(HostileInputTest, OversizedMessageIsRejected) {
   grpc::ClientContext context;
   UniqueFd handoff_fd;
