@@ -8,14 +8,6 @@
 namespace gradsync::coordinator {
 namespace {
 
-std::string ranksString(const std::vector<int>& ranks) {
-  std::ostringstream s;
-  s << "[";
-  for (size_t i = 0; i < ranks.size(); ++i) s << (i ? ", " : "") << ranks[i];
-  s << "]";
-  return s.str();
-}
-
 using Describe = std::function<std::string(const Request&)>;
 
 // Groups the present requests by `describe(request)`; when more than one

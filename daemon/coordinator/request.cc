@@ -17,4 +17,10 @@ int Response::activeCount() const {
   return n;
 }
 
+std::string ranksString(const std::vector<int>& ranks) {
+  std::string s = "[";
+  for (size_t i = 0; i < ranks.size(); ++i) s += (i ? ", " : "") + std::to_string(ranks[i]);
+  return s + "]";
+}
+
 }  // namespace gradsync::coordinator

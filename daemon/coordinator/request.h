@@ -53,4 +53,7 @@ struct Response {
   int activeCount() const;
 };
 
+// "[0, 2, 5]", for error messages.
+std::string ranksString(const std::vector<int>& ranks);
+
 }  // namespace gradsync::coordinator

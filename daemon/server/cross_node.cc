@@ -8,12 +8,6 @@
 namespace gradsync::server {
 namespace {
 
-std::string ranksOf(const v1::NodeInfo& node) {
-  std::string s = "[";
-  for (int i = 0; i < node.ranks_size(); ++i) s += (i ? ", " : "") + std::to_string(node.ranks(i));
-  return s + "]";
-}
-
 constexpr auto kHeartbeatPeriod = std::chrono::seconds(1);
 constexpr int64_t kSilenceLimitMs = 6000;
 
@@ -132,7 +126,7 @@ CrossNode::~CrossNode() {
 }
 
 std::string CrossNode::describeNode(const v1::NodeInfo& node) const {
-  return "node " + node.peer_address() + " (host " + node.hostname() + ", ranks " + ranksOf(node) + ")";
+  return "node " + node.peer_address() + " (host " + node.hostname() + ", ranks " + coordinator::ranksString({node.ranks().begin(), node.ranks().end()}) + ")";
 }
 
 void CrossNode::start(const std::vector<int>& local_ranks, const std::vector<int64_t>& pids) {

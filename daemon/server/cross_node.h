@@ -23,6 +23,7 @@
 #include "daemon/coordinator/request.h"
 #include "daemon/peer/membership.h"
 #include "daemon/peer/response_cache.h"
+#include "daemon/server/enqueue_validation.h"
 #include "daemon/transport/ucx/ucx_transport.h"
 #include "proto/gradsync/v1/admin.pb.h"
 #include "proto/gradsync/v1/peer.grpc.pb.h"
@@ -146,7 +147,5 @@ class CrossNode {
 // Conversions between negotiated responses and their wire form.
 v1::NegotiatedResponse toProto(const coordinator::Response& response);
 coordinator::Response fromProto(const v1::NegotiatedResponse& response);
-v1::Enqueue enqueueOf(const coordinator::Request& request);
-coordinator::Request requestOf(int rank, const v1::Enqueue& enqueue);
 
 }  // namespace gradsync::server

@@ -25,8 +25,6 @@ Status checkName(const v1::Enqueue& e, const EnqueueContext& c) {
   return okStatus();
 }
 
-double scaleOrOne(double factor) { return factor == 0.0 ? 1.0 : factor; }
-
 Status checkReduction(const std::string& prefix, const v1::Enqueue& e) {
   if (!reduceOpAllowed(e.dtype(), e.op())) {
     return invalidArgument(prefix + "reduce op " + reduceOpName(e.op()) + " is not allowed on " + dataTypeName(e.dtype()));
@@ -120,23 +118,8 @@ Status checkData(const std::string& prefix, const v1::Enqueue& e, Request& r, co
 StatusOr<Request> validateEnqueue(const v1::Enqueue& e, const EnqueueContext& c) {
   RETURN_IF_ERROR(checkName(e, c));
   const std::string prefix = "tensor '" + e.name() + "' of rank " + std::to_string(c.rank) + ": ";
-  Request r;
-  r.rank = c.rank;
-  r.handle = e.handle();
-  r.name = e.type() == v1::BARRIER && e.name().empty() ? "barrier" : e.name();
-  r.type = e.type();
-  r.dtype = e.dtype();
-  r.shape.assign(e.shape().begin(), e.shape().end());
-  r.op = e.op();
-  r.prescale = scaleOrOne(e.prescale());
-  r.postscale = scaleOrOne(e.postscale());
-  r.root_rank = e.root_rank();
-  r.process_set_id = e.process_set_id();
-  r.splits.assign(e.splits().begin(), e.splits().end());
-  r.offset = e.offset();
-  r.length = e.length();
-  r.group_id = e.group_id();
-  r.group_size = e.group_size();
+  Request r = requestOf(c.rank, e);
+  if (r.type == v1::BARRIER && r.name.empty()) r.name = "barrier";
   if (r.process_set_id < 0 || r.process_set_id >= static_cast<int>(c.process_set_sizes.size())) {
     return invalidArgument(prefix + "unknown process set " + std::to_string(r.process_set_id));
   }
@@ -145,6 +128,47 @@ StatusOr<Request> validateEnqueue(const v1::Enqueue& e, const EnqueueContext& c)
   }
   RETURN_IF_ERROR(checkData(prefix, e, r, c));
   RETURN_IF_ERROR(checkTypeRules(prefix, e, r, c));
+  return r;
+}
+
+v1::Enqueue enqueueOf(const coordinator::Request& r) {
+  v1::Enqueue e;
+  e.set_handle(r.handle);
+  e.set_name(r.name);
+  e.set_type(r.type);
+  e.set_dtype(r.dtype);
+  for (int64_t d : r.shape) e.add_shape(d);
+  e.set_op(r.op);
+  e.set_prescale(r.prescale);
+  e.set_postscale(r.postscale);
+  e.set_root_rank(r.root_rank);
+  e.set_process_set_id(r.process_set_id);
+  for (int64_t s : r.splits) e.add_splits(s);
+  e.set_offset(r.offset);
+  e.set_length(r.length);
+  e.set_group_id(r.group_id);
+  e.set_group_size(r.group_size);
+  return e;
+}
+
+coordinator::Request requestOf(int rank, const v1::Enqueue& e) {
+  coordinator::Request r;
+  r.rank = rank;
+  r.handle = e.handle();
+  r.name = e.name();
+  r.type = e.type();
+  r.dtype = e.dtype();
+  r.shape.assign(e.shape().begin(), e.shape().end());
+  r.op = e.op();
+  r.prescale = e.prescale() == 0 ? 1.0 : e.prescale();
+  r.postscale = e.postscale() == 0 ? 1.0 : e.postscale();
+  r.root_rank = e.root_rank();
+  r.process_set_id = e.process_set_id();
+  r.splits.assign(e.splits().begin(), e.splits().end());
+  r.offset = e.offset();
+  r.length = e.length();
+  r.group_id = e.group_id();
+  r.group_size = e.group_size();
   return r;
 }
 

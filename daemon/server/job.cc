@@ -9,25 +9,6 @@
 namespace gradsync::server {
 namespace {
 
-std::string ranksString(const std::vector<int>& ranks) {
-  std::string s = "[";
-  for (size_t i = 0; i < ranks.size(); ++i) s += (i ? ", " : "") + std::to_string(ranks[i]);
-  return s + "]";
-}
-
-v1::DaemonMessage doneMessage(const std::string& job_id, const coordinator::Request& request, const Status& status) {
-  v1::DaemonMessage message;
-  v1::Done* done = message.mutable_done();
-  done->set_handle(request.handle);
-  done->set_code(static_cast<int>(status.code()));
-  done->set_message(status.message());
-  if (!status.isOk()) {
-    done->mutable_detail()->set_job_id(job_id);
-    done->mutable_detail()->set_tensor_name(request.name);
-  }
-  return message;
-}
-
 // Collectives that never wait for output grants may run on a session's
 // reader thread (a grant arrives on a reader thread: waiting there could
 // deadlock).
@@ -48,6 +29,19 @@ uint64_t bytesOf(const std::deque<coordinator::Response>& responses) {
 }
 
 }  // namespace
+
+v1::DaemonMessage Job::doneMessage(const std::string& job_id, const coordinator::Request& request, const Status& status) {
+  v1::DaemonMessage message;
+  v1::Done* done = message.mutable_done();
+  done->set_handle(request.handle);
+  done->set_code(static_cast<int>(status.code()));
+  done->set_message(status.message());
+  if (!status.isOk()) {
+    done->mutable_detail()->set_job_id(job_id);
+    done->mutable_detail()->set_tensor_name(request.name);
+  }
+  return message;
+}
 
 Job::Job(JobSpec spec, JobLimits limits, executor::ReducePool* pool)
     : spec_(std::move(spec)),
@@ -112,14 +106,7 @@ bool Job::removeSession(const Session& session, const std::string& cause) {
 }
 
 void Job::submit(const std::shared_ptr<Session>& session, const v1::Enqueue& enqueue) {
-  EnqueueContext context;
-  context.rank = session->rank();
-  context.job_size = spec_.size;
-  context.process_set_sizes.push_back(spec_.size);
-  for (const auto& set : spec_.process_sets) context.process_set_sizes.push_back(static_cast<int>(set.size()));
-  context.max_name_length = limits_.max_name_length;
-  context.arena = session->arena();
-  auto request = validateEnqueue(enqueue, context);
+  auto request = validateEnqueue(enqueue, enqueueContext(session->rank(), session->arena()));
 
   Outbox outbox;
   std::vector<coordinator::Response> inline_batch;
@@ -152,6 +139,18 @@ void Job::submit(const std::shared_ptr<Session>& session, const v1::Enqueue& enq
     executing_ = false;
     if (!ready_.empty()) ready_cv_.notify_one();
   }
+}
+
+EnqueueContext Job::enqueueContext(int rank, const handoff::ShmArena* arena, bool remote) const {
+  EnqueueContext context;
+  context.rank = rank;
+  context.job_size = spec_.size;
+  context.process_set_sizes.push_back(spec_.size);
+  for (const auto& set : spec_.process_sets) context.process_set_sizes.push_back(static_cast<int>(set.size()));
+  context.max_name_length = limits_.max_name_length;
+  context.arena = arena;
+  context.remote = remote;
+  return context;
 }
 
 void Job::submitToCoordinator(const std::shared_ptr<Session>& session, coordinator::Request request, Outbox* outbox,
@@ -248,8 +247,8 @@ void Job::housekeeping(Clock::time_point now) {
                    (it != sessions_.end() ? it->second->describe() : "rank " + std::to_string(rank) + " (not connected)");
       }
       const std::string what = "job '" + spec_.job_id + "': collective '" + stall.name + "' has waited " +
-                               std::to_string(seconds) + " s for ranks " + ranksString(stall.missing_ranks) + " [" +
-                               missing + "]; ranks " + ranksString(stall.submitted_ranks) + " submitted it";
+                               std::to_string(seconds) + " s for ranks " + coordinator::ranksString(stall.missing_ranks) + " [" +
+                               missing + "]; ranks " + coordinator::ranksString(stall.submitted_ranks) + " submitted it";
       if (limits_.stall_deadline.count() > 0 && stall.age >= limits_.stall_deadline) {
         GS_LOG(coordinator, err, "{}: deadline passed, failing it", what);
         for (const auto& request : negotiator_.take(stall.name)) {

@@ -18,6 +18,7 @@
 #include "daemon/coordinator/negotiator.h"
 #include "daemon/executor/local_executor.h"
 #include "daemon/server/cross_node.h"
+#include "daemon/server/enqueue_validation.h"
 #include "daemon/server/session.h"
 #include "proto/gradsync/v1/admin.pb.h"
 
@@ -103,6 +104,10 @@ class Job : private executor::RankAccess {
   Status crossNodeBroadcast(void* data, size_t bytes, int root_rank) override;
   Status crossNodeAllgather(uint8_t* buffer, const std::vector<std::vector<collective::Range>>& owned) override;
 
+  // What validateEnqueue needs to check a request of `rank` (`remote`: a
+  // rank on another node, whose range that node checked).
+  EnqueueContext enqueueContext(int rank, const handoff::ShmArena* arena, bool remote = false) const;
+
   // Multi-node plumbing (job_cross.cc).
   void submitToCoordinator(const std::shared_ptr<Session>& session, coordinator::Request request, Outbox* outbox,
                            std::vector<coordinator::Response>* inline_batch);
@@ -124,6 +129,9 @@ class Job : private executor::RankAccess {
   // have completed them already).
   void failAllLocked(const Status& status, Outbox* outbox, bool keep_negotiated = false);
   static void flush(Outbox* outbox);
+  // The Done answering `request` with `status` (error detail filled in).
+  static v1::DaemonMessage doneMessage(const std::string& job_id, const coordinator::Request& request,
+                                       const Status& status);
   Status grantToPointer(const Session& session, const v1::OutputGrant& grant, uint64_t expected, uint8_t** out);
 
   const JobSpec spec_;

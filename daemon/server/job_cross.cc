@@ -34,14 +34,8 @@ void Job::startCrossNodeIfComplete() {
 }
 
 void Job::submitRemote(int rank, const v1::Enqueue& enqueue) {
-  EnqueueContext context;
-  context.rank = rank;
-  context.job_size = spec_.size;
-  context.process_set_sizes.push_back(spec_.size);
-  for (const auto& set : spec_.process_sets) context.process_set_sizes.push_back(static_cast<int>(set.size()));
-  context.max_name_length = limits_.max_name_length;
-  context.remote = true;  // its arena lives on the other node, which checked the range
-  auto request = validateEnqueue(enqueue, context);
+  // Its arena lives on the other node, which checked the range.
+  auto request = validateEnqueue(enqueue, enqueueContext(rank, nullptr, /*remote=*/true));
   Outbox outbox;
   std::vector<coordinator::Response> unused;
   {

@@ -101,13 +101,9 @@ void Job::complete(const coordinator::Response& response, const executor::Respon
     if (it == sessions_.end()) continue;
     it->second->removeHandle(request->handle);
     forwarded_.erase(std::make_pair(request->rank, request->handle));
-    v1::DaemonMessage message;
+    v1::DaemonMessage message = doneMessage(spec_.job_id, *request, result.status);
     v1::Done* done = message.mutable_done();
-    done->set_handle(request->handle);
-    done->set_code(static_cast<int>(result.status.code()));
-    done->set_message(result.status.message());
     if (!result.status.isOk()) {
-      done->mutable_detail()->set_job_id(spec_.job_id);
       done->mutable_detail()->set_tensor_name(response.name);
       for (int rank : response.ranks) done->mutable_detail()->add_ranks(rank);
     } else {
