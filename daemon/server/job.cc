@@ -48,6 +48,8 @@ Job::Job(JobSpec spec, JobLimits limits, executor::ReducePool* pool)
       limits_(limits),
       executor_(pool),
       negotiator_(spec_.job_id, spec_.size, spec_.process_sets) {
+  process_set_sizes_.push_back(spec_.size);
+  for (const auto& set : spec_.process_sets) process_set_sizes_.push_back(static_cast<int>(set.size()));
   if (spec_.local_size < spec_.size) {
     CrossNodeOptions options{spec_.job_id,       spec_.token,      spec_.size,           spec_.process_sets,
                              limits_.peer_address, spec_.leader_address, limits_.hostname, limits_.join_timeout,
@@ -145,8 +147,7 @@ EnqueueContext Job::enqueueContext(int rank, const handoff::ShmArena* arena, boo
   EnqueueContext context;
   context.rank = rank;
   context.job_size = spec_.size;
-  context.process_set_sizes.push_back(spec_.size);
-  for (const auto& set : spec_.process_sets) context.process_set_sizes.push_back(static_cast<int>(set.size()));
+  context.process_set_sizes = process_set_sizes_;
   context.max_name_length = limits_.max_name_length;
   context.arena = arena;
   context.remote = remote;

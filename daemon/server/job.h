@@ -136,6 +136,7 @@ class Job : private executor::RankAccess {
 
   const JobSpec spec_;
   const JobLimits limits_;
+  std::vector<int> process_set_sizes_;  // index = process set id; computed once
   executor::LocalExecutor executor_;
 
   mutable std::mutex mutex_;
