@@ -1,0 +1,213 @@
+# SPDX-License-Identifier: Apache-2.0
+"""ctypes binding of libgradsync's C ABI (client/include/gradsync/gradsync.h).
+
+Only this module knows the C structs; everything above it speaks Python.
+The library is found through $GRADSYNC_LIBRARY, then beside this package,
+then in the Bazel output tree of a source checkout.
+"""
+import ctypes
+import os
+
+from gradsync.errors import GradsyncError
+
+CONFIG_VERSION = 1
+MAX_DIMS = 16
+
+# Collectives, reductions and element types: the values of gradsync.h.
+ALLREDUCE, ALLGATHER, BROADCAST, ALLTOALL, REDUCESCATTER, BARRIER, JOIN = range(1, 8)
+SUM, AVERAGE, MIN, MAX, PRODUCT = range(1, 6)
+UINT8, INT8, UINT16, INT16, INT32, INT64, FLOAT16, BFLOAT16, FLOAT32, FLOAT64, BOOL = range(1, 12)
+DEADLINE_EXCEEDED = 4
+
+
+class Config(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", ctypes.c_uint32),
+        ("version", ctypes.c_uint32),
+        ("socket_path", ctypes.c_char_p),
+        ("job_id", ctypes.c_char_p),
+        ("token", ctypes.c_char_p),
+        ("rank", ctypes.c_int32),
+        ("world_size", ctypes.c_int32),
+        ("local_rank", ctypes.c_int32),
+        ("local_size", ctypes.c_int32),
+        ("arena_bytes", ctypes.c_uint64),
+        ("connect_timeout_seconds", ctypes.c_double),
+        ("num_process_sets", ctypes.c_int32),
+        ("process_set_sizes", ctypes.POINTER(ctypes.c_int32)),
+        ("process_set_ranks", ctypes.POINTER(ctypes.POINTER(ctypes.c_int32))),
+    ]
+
+
+class Op(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", ctypes.c_uint32),
+        ("collective", ctypes.c_int32),
+        ("name", ctypes.c_char_p),
+        ("dtype", ctypes.c_int32),
+        ("ndim", ctypes.c_int32),
+        ("shape", ctypes.POINTER(ctypes.c_int64)),
+        ("data", ctypes.c_void_p),
+        ("reduce_op", ctypes.c_int32),
+        ("prescale", ctypes.c_double),
+        ("postscale", ctypes.c_double),
+        ("root_rank", ctypes.c_int32),
+        ("process_set", ctypes.c_int32),
+        ("splits", ctypes.POINTER(ctypes.c_int64)),
+        ("num_splits", ctypes.c_int32),
+    ]
+
+
+class Result(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", ctypes.c_uint32),
+        ("data", ctypes.c_void_p),
+        ("bytes", ctypes.c_uint64),
+        ("ndim", ctypes.c_int32),
+        ("shape", ctypes.c_int64 * MAX_DIMS),
+        ("num_received_splits", ctypes.c_int32),
+        ("received_splits", ctypes.POINTER(ctypes.c_int64)),
+        ("last_joined_rank", ctypes.c_int32),
+    ]
+
+
+def _candidates():
+    env = os.environ.get("GRADSYNC_LIBRARY")
+    if env:
+        yield env
+    here = os.path.dirname(os.path.abspath(__file__))
+    yield os.path.join(here, "libgradsync.so")
+    # Source checkout: client/python/gradsync -> <root>/bazel-bin/client.
+    root = os.path.dirname(os.path.dirname(os.path.dirname(here)))
+    yield os.path.join(root, "bazel-bin", "client", "libgradsync.so")
+
+
+def load_library():
+    tried = []
+    for path in _candidates():
+        if os.path.exists(path):
+            return _declare(ctypes.CDLL(path))
+        tried.append(path)
+    raise GradsyncError(
+        "cannot find libgradsync.so (tried %s); set GRADSYNC_LIBRARY to its path" % ", ".join(tried))
+
+
+def _declare(lib):
+    c = ctypes
+    client = c.c_void_p
+    signatures = {
+        "gradsync_version": (c.c_char_p, []),
+        "gradsync_last_error": (c.c_char_p, []),
+        "gradsync_config_init": (c.c_int32, [c.POINTER(Config)]),
+        "gradsync_op_init": (c.c_int32, [c.POINTER(Op)]),
+        "gradsync_init": (c.c_int32, [c.POINTER(Config), c.POINTER(client)]),
+        "gradsync_shutdown": (c.c_int32, [client]),
+        "gradsync_rank": (c.c_int32, [client]),
+        "gradsync_size": (c.c_int32, [client]),
+        "gradsync_local_rank": (c.c_int32, [client]),
+        "gradsync_local_size": (c.c_int32, [client]),
+        "gradsync_alloc": (c.c_void_p, [client, c.c_uint64]),
+        "gradsync_free": (c.c_int32, [client, c.c_void_p]),
+        "gradsync_enqueue": (c.c_int32, [client, c.POINTER(Op), c.POINTER(c.c_uint64)]),
+        "gradsync_enqueue_group": (c.c_int32, [client, c.POINTER(Op), c.c_int32, c.POINTER(c.c_uint64)]),
+        "gradsync_poll": (c.c_int32, [client, c.c_uint64, c.POINTER(c.c_int32)]),
+        "gradsync_wait": (c.c_int32, [client, c.c_uint64, c.c_double]),
+        "gradsync_result": (c.c_int32, [client, c.c_uint64, c.POINTER(Result)]),
+        "gradsync_release": (c.c_int32, [client, c.c_uint64]),
+    }
+    for name, (restype, argtypes) in signatures.items():
+        fn = getattr(lib, name)
+        fn.restype = restype
+        fn.argtypes = argtypes
+    return lib
+
+
+class Client:
+    """One rank's connection to its daemon (gradsync_client_t)."""
+
+    def __init__(self, lib, config):
+        self._lib = lib
+        self._handle = ctypes.c_void_p()
+        self._check(lib.gradsync_init(ctypes.byref(config), ctypes.byref(self._handle)), "init")
+
+    def _check(self, status, what):
+        if status != 0:
+            message = self._lib.gradsync_last_error().decode("utf-8", "replace")
+            raise GradsyncError("%s failed: %s" % (what, message), code=status)
+
+    @property
+    def rank(self):
+        return self._lib.gradsync_rank(self._handle)
+
+    @property
+    def size(self):
+        return self._lib.gradsync_size(self._handle)
+
+    @property
+    def local_rank(self):
+        return self._lib.gradsync_local_rank(self._handle)
+
+    @property
+    def local_size(self):
+        return self._lib.gradsync_local_size(self._handle)
+
+    def shutdown(self):
+        if self._handle:
+            status = self._lib.gradsync_shutdown(self._handle)
+            self._handle = ctypes.c_void_p()
+            self._check(status, "shutdown")
+
+    def alloc(self, nbytes):
+        """Address of `nbytes` in the shared arena, or None when it is full."""
+        return self._lib.gradsync_alloc(self._handle, nbytes)
+
+    def free(self, address):
+        self._check(self._lib.gradsync_free(self._handle, address), "free")
+
+    def enqueue(self, op, what):
+        handle = ctypes.c_uint64()
+        self._check(self._lib.gradsync_enqueue(self._handle, ctypes.byref(op), ctypes.byref(handle)), what)
+        return handle.value
+
+    def enqueue_group(self, ops, what):
+        handles = (ctypes.c_uint64 * len(ops))()
+        array = (Op * len(ops))(*ops)
+        self._check(self._lib.gradsync_enqueue_group(self._handle, array, len(ops), handles), what)
+        return list(handles)
+
+    def poll(self, handle):
+        done = ctypes.c_int32()
+        self._check(self._lib.gradsync_poll(self._handle, handle, ctypes.byref(done)), "poll")
+        return bool(done.value)
+
+    def wait(self, handle, what):
+        # Short slices keep Ctrl-C working: Python handles signals between them.
+        while True:
+            status = self._lib.gradsync_wait(self._handle, handle, 0.5)
+            if status != DEADLINE_EXCEEDED or self.poll(handle):
+                self._check(status, what)
+                return
+
+    def result(self, handle):
+        result = Result()
+        result.struct_size = ctypes.sizeof(Result)
+        self._check(self._lib.gradsync_result(self._handle, handle, ctypes.byref(result)), "result")
+        return result
+
+    def release(self, handle):
+        self._check(self._lib.gradsync_release(self._handle, handle), "release")
+
+
+def new_config(lib):
+    config = Config()
+    config.struct_size = ctypes.sizeof(Config)
+    config.version = CONFIG_VERSION
+    lib.gradsync_config_init(ctypes.byref(config))
+    return config
+
+
+def new_op(lib):
+    op = Op()
+    op.struct_size = ctypes.sizeof(Op)
+    lib.gradsync_op_init(ctypes.byref(op))
+    return op

@@ -1,0 +1,82 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The node's gradsyncd for a run: the system one when it answers, else a
+private one started for the run and stopped after it."""
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+
+DEFAULT_SOCKET = "/run/gradsync/gradsyncd.sock"
+
+
+def answers(path):
+    """True when a daemon accepts connections on the Unix socket `path`."""
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(1.0)
+    try:
+        s.connect(path)
+        return True
+    except OSError:
+        return False
+    finally:
+        s.close()
+
+
+def find_binary(name, explicit=None, env_var=None):
+    """An executable: explicit path, $env_var, PATH, or the Bazel output of a checkout."""
+    for candidate in (explicit, os.environ.get(env_var) if env_var else None):
+        if candidate:
+            return candidate
+    on_path = shutil.which(name)
+    if on_path:
+        return on_path
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
+        os.path.abspath(__file__))))))
+    for relative in ("daemon/exe/" + name, "tools/gradsyncctl/" + name):
+        path = os.path.join(root, "bazel-bin", relative)
+        if os.path.exists(path):
+            return path
+    return None
+
+
+class PrivateDaemon:
+    """A gradsyncd owned by this run, in a fresh temporary directory."""
+
+    def __init__(self, binary, extra_args=(), start_timeout=30.0):
+        if binary is None:
+            raise RuntimeError("no gradsyncd running and none to start: put gradsyncd on PATH, "
+                               "set GRADSYNC_DAEMON or pass --daemon")
+        self.directory = tempfile.mkdtemp(prefix="gradsyncrun-")
+        self.socket_path = os.path.join(self.directory, "gradsyncd.sock")
+        self.log_path = os.path.join(self.directory, "gradsyncd.log")
+        self._log = open(self.log_path, "w")
+        self._process = subprocess.Popen([binary, "--socket-path", self.socket_path, *extra_args],
+                                         stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True)
+        deadline = time.monotonic() + start_timeout
+        while not answers(self.socket_path):
+            if self._process.poll() is not None:
+                raise RuntimeError("private gradsyncd exited with %d:\n%s" % (self._process.returncode,
+                                                                               self.log_text()))
+            if time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError("private gradsyncd did not answer within %.0f s" % start_timeout)
+            time.sleep(0.05)
+
+    def log_text(self):
+        with open(self.log_path) as f:
+            return f.read()
+
+    def stop(self, timeout=10.0):
+        """SIGTERM, then SIGKILL after `timeout`; removes the directory."""
+        if self._process.poll() is None:
+            self._process.send_signal(signal.SIGTERM)
+            try:
+                self._process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self._process.kill()
+                self._process.wait()
+        self._log.close()
+        shutil.rmtree(self.directory, ignore_errors=True)

@@ -1,0 +1,200 @@
+# SPDX-License-Identifier: Apache-2.0
+"""gradsyncrun: runs one job's ranks, like horovodrun.
+
+  gradsyncrun -np 4 python train.py             # this node; private daemon if none runs
+  gradsyncrun -np 4 -H a:2,b:2 python train.py  # over ssh, daemons already running there
+
+Each rank gets GRADSYNC_* identity variables, a fresh job id and token; its
+output lines are prefixed with its rank; the exit code is that of the first
+rank to fail; Ctrl-C (or SIGTERM) stops every rank.
+"""
+import argparse
+import json
+import os
+import secrets
+import shlex
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+from gradsync.runner import daemon as daemons
+from gradsync.runner.hosts import assign_ranks, is_local, parse_hostfile, parse_hosts
+
+PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(prog="gradsyncrun", description=__doc__.split("\n\n")[0])
+    p.add_argument("-np", "--num-proc", type=int, required=True, help="number of ranks")
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("-H", "--hosts", help="host:slots,... (default: localhost:np)")
+    where.add_argument("--hostfile", help="file of 'host slots=N' lines")
+    p.add_argument("--socket", help="gradsyncd socket (default: $GRADSYNC_SOCKET or " + daemons.DEFAULT_SOCKET + ")")
+    p.add_argument("--daemon", help="gradsyncd binary for a private daemon (default: $GRADSYNC_DAEMON, PATH)")
+    p.add_argument("--daemon-arg", action="append", default=[], help="extra flag for a private gradsyncd")
+    p.add_argument("--private-daemon", action="store_true", help="always start a private gradsyncd")
+    p.add_argument("--leader", help="peer address (host:port) of rank 0's daemon, for multi-host jobs")
+    p.add_argument("--ssh", default=os.environ.get("GRADSYNC_SSH", "ssh -o BatchMode=yes"),
+                   help="remote shell command (default: $GRADSYNC_SSH or ssh -o BatchMode=yes)")
+    p.add_argument("--job-id", help="job id (default: a fresh one)")
+    p.add_argument("--grace", type=float, default=10.0,
+                   help="seconds the other ranks get to finish after one fails (default 10)")
+    p.add_argument("--no-prefix", action="store_true", help="do not prefix output lines with the rank")
+    p.add_argument("command", nargs=argparse.REMAINDER, help="the program each rank runs")
+    args = p.parse_args(argv)
+    if args.command and args.command[0] == "--":
+        args.command = args.command[1:]
+    if not args.command:
+        p.error("no command to run")
+    if args.num_proc < 1:
+        p.error("-np must be at least 1")
+    return args
+
+
+def _leader_of(host, args):
+    """Peer address of `host`'s daemon, asked with gradsyncctl."""
+    if args.leader:
+        return args.leader
+    ctl = daemons.find_binary("gradsyncctl", env_var="GRADSYNC_CTL") or "gradsyncctl"
+    command = [ctl, "status", "--json"] + (["--socket", args.socket] if args.socket else [])
+    if not is_local(host):
+        command = shlex.split(args.ssh) + [host, " ".join(shlex.quote(c) for c in command)]
+    out = subprocess.run(command, capture_output=True, text=True, timeout=30)
+    if out.returncode != 0:
+        raise RuntimeError("cannot ask %s's gradsyncd for its peer address (%s); pass --leader"
+                           % (host, out.stderr.strip() or out.stdout.strip()))
+    status = json.loads(out.stdout)
+    address = status.get("peerAddress") or status.get("peer_address")
+    if not address:
+        raise RuntimeError("%s's gradsyncd has no peer address (start it with --peer-address)" % host)
+    bound_host, _, port = address.rpartition(":")
+    return "%s:%s" % (host if bound_host in ("0.0.0.0", "[::]", "") else bound_host, port)
+
+
+class Job:
+    """The ranks of one run and their output pumps."""
+
+    def __init__(self, args, placement, socket_path, leader):
+        self.args = args
+        self.processes = []
+        self.first_failure = None  # (rank, exit code)
+        self._lock = threading.Lock()
+        self._pumps = []
+        job_id = args.job_id or "gradsyncrun-%s" % secrets.token_hex(6)
+        token = secrets.token_hex(16)
+        cross_size = len({host for host, _, _, _ in placement})
+        for rank, (host, local_rank, local_size, cross_rank) in enumerate(placement):
+            env = {"GRADSYNC_JOB_ID": job_id, "GRADSYNC_TOKEN": token, "GRADSYNC_RANK": str(rank),
+                   "GRADSYNC_SIZE": str(len(placement)), "GRADSYNC_LOCAL_RANK": str(local_rank),
+                   "GRADSYNC_LOCAL_SIZE": str(local_size), "GRADSYNC_CROSS_RANK": str(cross_rank),
+                   "GRADSYNC_CROSS_SIZE": str(cross_size)}
+            if socket_path:
+                env["GRADSYNC_SOCKET"] = socket_path
+            if leader:
+                env["GRADSYNC_LEADER"] = leader
+            self._start(rank, host, env)
+
+    def _start(self, rank, host, env):
+        if is_local(host):
+            full = dict(os.environ, **env)
+            full["PYTHONPATH"] = os.pathsep.join(filter(None, [PACKAGE_ROOT, os.environ.get("PYTHONPATH")]))
+            command = self.args.command
+        else:
+            full = dict(os.environ)
+            assignments = " ".join("%s=%s" % (k, shlex.quote(v)) for k, v in env.items())
+            remote = "cd %s && env %s %s" % (shlex.quote(os.getcwd()), assignments,
+                                              " ".join(shlex.quote(c) for c in self.args.command))
+            command = shlex.split(self.args.ssh) + [host, remote]
+        process = subprocess.Popen(command, env=full, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                   stdin=subprocess.DEVNULL, start_new_session=True)
+        self.processes.append(process)
+        for stream, label, sink in ((process.stdout, "stdout", sys.stdout), (process.stderr, "stderr", sys.stderr)):
+            pump = threading.Thread(target=self._pump, args=(rank, stream, label, sink), daemon=True)
+            pump.start()
+            self._pumps.append(pump)
+
+    def _pump(self, rank, stream, label, sink):
+        prefix = b"" if self.args.no_prefix else ("[%d]<%s>: " % (rank, label)).encode()
+        out = sink.buffer
+        for line in iter(stream.readline, b""):
+            with self._lock:
+                out.write(prefix + line if line.endswith(b"\n") else prefix + line + b"\n")
+                out.flush()
+
+    def signal_all(self, signum):
+        for process in self.processes:
+            if process.poll() is None:
+                try:
+                    os.killpg(process.pid, signum)
+                except ProcessLookupError:
+                    pass
+
+    def wait(self, interrupted):
+        """Exit code of the first failing rank (0 when all succeed)."""
+        deadline = None
+        while True:
+            running = False
+            for rank, process in enumerate(self.processes):
+                code = process.poll()
+                if code is None:
+                    running = True
+                elif code != 0 and self.first_failure is None:
+                    self.first_failure = (rank, code if code > 0 else 128 - code)
+                    deadline = time.monotonic() + self.args.grace
+            if not running:
+                break
+            if interrupted.is_set() and deadline is None:
+                deadline = time.monotonic() + 5
+                self.signal_all(signal.SIGTERM)
+            if deadline is not None and time.monotonic() > deadline:
+                self.signal_all(signal.SIGTERM if not interrupted.is_set() else signal.SIGKILL)
+                deadline = time.monotonic() + 5
+                interrupted.set()
+            time.sleep(0.05)
+        for pump in self._pumps:
+            pump.join(timeout=5)
+        if self.first_failure is not None:
+            rank, code = self.first_failure
+            sys.stderr.write("gradsyncrun: rank %d exited with code %d\n" % (rank, code))
+            return code
+        return 130 if interrupted.is_set() else 0
+
+
+def main(argv=None):
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    try:
+        hosts = parse_hostfile(args.hostfile) if args.hostfile else parse_hosts(args.hosts or
+                                                                                "localhost:%d" % args.num_proc)
+        placement = assign_ranks(hosts, args.num_proc)
+    except (OSError, ValueError) as e:
+        sys.stderr.write("gradsyncrun: %s\n" % e)
+        return 2
+    multi_host = len({host for host, _, _, _ in placement}) > 1
+    private = None
+    socket_path = args.socket or os.environ.get("GRADSYNC_SOCKET")
+    try:
+        if not multi_host and is_local(placement[0][0]) and (
+                args.private_daemon or not daemons.answers(socket_path or daemons.DEFAULT_SOCKET)):
+            private = daemons.PrivateDaemon(daemons.find_binary("gradsyncd", args.daemon, "GRADSYNC_DAEMON"),
+                                            args.daemon_arg)
+            socket_path = private.socket_path
+        leader = _leader_of(placement[0][0], args) if multi_host else None
+    except (OSError, RuntimeError, subprocess.SubprocessError, ValueError) as e:
+        sys.stderr.write("gradsyncrun: %s\n" % e)
+        return 2
+    interrupted = threading.Event()
+    previous = {s: signal.signal(s, lambda *_: interrupted.set()) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        job = Job(args, placement, socket_path, leader)
+        return job.wait(interrupted)
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+        if private is not None:
+            private.stop()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,53 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The state behind gradsync.torch's module-level API (Horovod's API is
+module-level by design): the client of this process and its pending
+operations. Everything else in gradsync.torch reaches it through current()."""
+import threading
+
+from gradsync.errors import GradsyncError
+
+
+class Context:
+    def __init__(self, client, lib, process_sets, cross_rank, cross_size):
+        self.client = client
+        self.lib = lib
+        self.process_sets = process_sets  # id -> ProcessSet, 0 is the global one
+        self.cross_rank = cross_rank
+        self.cross_size = cross_size
+        self._lock = threading.Lock()
+        self._next_handle = 1
+        self._names = {}
+        self.pending = {}
+
+    def new_handle(self):
+        with self._lock:
+            handle = self._next_handle
+            self._next_handle += 1
+            return handle
+
+    def auto_name(self, kind):
+        """A name for an unnamed tensor: ranks calling in the same order agree."""
+        with self._lock:
+            n = self._names.get(kind, 0)
+            self._names[kind] = n + 1
+            return "%s.noname.%d" % (kind, n)
+
+
+_current = None
+
+
+def current():
+    if _current is None:
+        raise ValueError("gradsync has not been initialized; use gradsync.torch.init().")
+    return _current
+
+
+def is_set():
+    return _current is not None
+
+
+def set_current(context):
+    global _current
+    if context is not None and _current is not None:
+        raise GradsyncError("gradsync.torch is already initialized; call shutdown() first")
+    _current = context

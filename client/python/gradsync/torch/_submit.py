@@ -1,0 +1,106 @@
+# SPDX-License-Identifier: Apache-2.0
+"""From torch tensors to gradsync_op_t and back: the handle table behind
+the async API (each handle: native handles, the objects they point into, and
+how to build the output once they complete)."""
+import ctypes
+
+import torch
+
+from gradsync import _native as native
+from gradsync.errors import GradsyncError
+from gradsync.torch import _context
+
+_DTYPES = {
+    torch.uint8: native.UINT8, torch.int8: native.INT8, torch.int16: native.INT16, torch.int32: native.INT32,
+    torch.int64: native.INT64, torch.float16: native.FLOAT16, torch.bfloat16: native.BFLOAT16,
+    torch.float32: native.FLOAT32, torch.float64: native.FLOAT64, torch.bool: native.BOOL,
+}
+
+
+class _Pending:
+    __slots__ = ("natives", "keep", "finish", "what")
+
+    def __init__(self, natives, keep, finish, what):
+        self.natives = natives
+        self.keep = keep
+        self.finish = finish
+        self.what = what
+
+
+def check_tensor(tensor, what):
+    if not isinstance(tensor, torch.Tensor):
+        raise TypeError("%s: expected a torch.Tensor, got %s" % (what, type(tensor).__name__))
+    if tensor.device.type != "cpu":
+        raise GradsyncError("%s: tensor is on %s; gradsync.torch moves CPU tensors only" % (what, tensor.device))
+    if tensor.dtype not in _DTYPES:
+        raise GradsyncError("%s: dtype %s is not supported" % (what, tensor.dtype))
+
+
+def make_op(collective, tensor, name, process_set, keep, **fields):
+    """A gradsync_op_t over contiguous `tensor`; what it points to goes to `keep`."""
+    ctx = _context.current()
+    if process_set.process_set_id not in ctx.process_sets:
+        raise GradsyncError("process set %s was not given to init()" % (process_set,))
+    op = native.new_op(ctx.lib)
+    op.collective = collective
+    encoded = name.encode()
+    shape = (ctypes.c_int64 * max(1, tensor.dim()))(*tensor.shape)
+    keep.extend([encoded, shape, tensor])
+    op.name = encoded
+    op.dtype = _DTYPES[tensor.dtype]
+    op.ndim = tensor.dim()
+    op.shape = ctypes.cast(shape, ctypes.POINTER(ctypes.c_int64))
+    op.data = tensor.data_ptr() if tensor.numel() else None
+    op.process_set = process_set.process_set_id
+    for key, value in fields.items():
+        setattr(op, key, value)
+    return op
+
+
+def submit(ops, keep, finish, what):
+    """Enqueues `ops` (several: a group) and returns the Python handle."""
+    ctx = _context.current()
+    natives = ctx.client.enqueue_group(ops, what) if len(ops) > 1 else [ctx.client.enqueue(ops[0], what)]
+    handle = ctx.new_handle()
+    ctx.pending[handle] = _Pending(natives, keep, finish, what)
+    return handle
+
+
+def poll(handle):
+    """True when the operation of `handle` has completed."""
+    ctx = _context.current()
+    pending = ctx.pending.get(handle)
+    if pending is None:
+        raise ValueError("unknown or already synchronized handle %s" % handle)
+    return all(ctx.client.poll(n) for n in pending.natives)
+
+
+def synchronize(handle):
+    """Waits for `handle` and returns its output (raises GradsyncError)."""
+    ctx = _context.current()
+    pending = ctx.pending.pop(handle, None)
+    if pending is None:
+        raise ValueError("unknown or already synchronized handle %s" % handle)
+    try:
+        for n in pending.natives:
+            ctx.client.wait(n, pending.what)
+        return pending.finish([ctx.client.result(n) for n in pending.natives])
+    finally:
+        for n in pending.natives:
+            ctx.client.release(n)
+
+
+def tensor_from_result(result, dtype, what):
+    """Copies a library-owned output (gradsync_result_t) into a new tensor."""
+    shape = [result.shape[i] for i in range(result.ndim)]
+    out = torch.empty(shape, dtype=dtype)
+    expected = out.numel() * out.element_size()
+    if result.bytes != expected:
+        raise GradsyncError("%s: daemon returned %d bytes for shape %s" % (what, result.bytes, shape))
+    if expected:
+        ctypes.memmove(out.data_ptr(), result.data, expected)
+    return out
+
+
+def received_splits(result):
+    return torch.tensor([result.received_splits[i] for i in range(result.num_received_splits)], dtype=torch.int32)

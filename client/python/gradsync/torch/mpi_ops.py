@@ -1,0 +1,416 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Horovod's collective API on gradsync: sync, async (handle) and in-place
+variants, with autograd support. Module name kept from horovod.torch so that
+code importing from it keeps working."""
+import ctypes
+import warnings
+
+import torch
+
+from gradsync import _native as native
+from gradsync.errors import GradsyncError
+from gradsync.torch import _context
+from gradsync.torch._submit import (check_tensor, make_op, poll, received_splits, submit, synchronize,
+                                    tensor_from_result)
+from gradsync.torch.compression import Compression
+from gradsync.torch.process_sets import global_process_set
+
+# Reduction ops (Horovod's names); values are libgradsync's.
+Sum = native.SUM
+Average = native.AVERAGE
+Min = native.MIN
+Max = native.MAX
+Product = native.PRODUCT
+Adasum = 100  # accepted by name, refused when used
+
+HorovodInternalError = GradsyncError
+
+
+def _resolve_op(average, op, default=Average):
+    if op is not None and average is not None:
+        raise ValueError("The op parameter supersedes average; use op only.")
+    if average is not None:
+        warnings.warn("Parameter `average` has been replaced with `op` and will be removed.", DeprecationWarning)
+        return Average if average else Sum
+    op = default if op is None else op
+    if op == Adasum:
+        raise NotImplementedError("gradsync does not implement Adasum")
+    if op not in (Sum, Average, Min, Max, Product):
+        raise ValueError("unknown reduction op %r" % (op,))
+    return op
+
+
+def _name(name, kind):
+    return name if name is not None else _context.current().auto_name(kind)
+
+
+def _scale(value):
+    return float(value) if value is not None else 1.0
+
+
+# -- allreduce --------------------------------------------------------------
+
+def _allreduce_into(target, name, op, prescale_factor, postscale_factor, process_set, result):
+    """Enqueues an allreduce in place on contiguous `target`; `result()` builds the output."""
+    what = "allreduce of '%s'" % name
+    check_tensor(target, what)
+    keep = []
+    native_op = make_op(native.ALLREDUCE, target, name, process_set, keep, reduce_op=op,
+                        prescale=_scale(prescale_factor), postscale=_scale(postscale_factor))
+    return submit([native_op], keep, lambda _results: result(), what)
+
+
+def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
+                     process_set=global_process_set):
+    """Starts an in-place allreduce of `tensor`; synchronize(handle) returns it."""
+    op = _resolve_op(average, op)
+    target = tensor if tensor.is_contiguous() else tensor.contiguous()
+
+    def result():
+        if target is not tensor:
+            tensor.copy_(target)
+        return tensor
+
+    return _allreduce_into(target, _name(name, "allreduce"), op, prescale_factor, postscale_factor, process_set,
+                           result)
+
+
+def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
+                    process_set=global_process_set):
+    """Starts an allreduce; synchronize(handle) returns a new tensor."""
+    output = tensor.detach().clone(memory_format=torch.contiguous_format)
+    return allreduce_async_(output, average, name, op, prescale_factor, postscale_factor, process_set)
+
+
+class _Allreduce(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor, name, op, prescale_factor, postscale_factor, process_set):
+        ctx.args = (op, prescale_factor, postscale_factor, process_set)
+        return synchronize(allreduce_async(tensor, None, name, op, prescale_factor, postscale_factor, process_set))
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        op, pre, post, process_set = ctx.args
+        return (allreduce(grad_output, op=op, prescale_factor=pre, postscale_factor=post, process_set=process_set),
+                None, None, None, None, None)
+
+
+def allreduce(tensor, average=None, name=None, compression=Compression.none, op=None, prescale_factor=1.0,
+              postscale_factor=1.0, process_set=global_process_set):
+    """Reduces `tensor` over the ranks of `process_set` (default: average) and
+    returns the result as a new tensor; differentiable."""
+    op = _resolve_op(average, op)
+    compressed, cctx = compression.compress(tensor)
+    summed = _Allreduce.apply(compressed, _name(name, "allreduce"), op, prescale_factor, postscale_factor,
+                              process_set)
+    return compression.decompress(summed, cctx)
+
+
+def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
+               process_set=global_process_set):
+    """In-place allreduce; returns `tensor`."""
+    return synchronize(allreduce_async_(tensor, average, name, op, prescale_factor, postscale_factor, process_set))
+
+
+# -- grouped allreduce ------------------------------------------------------
+
+def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
+                             process_set=global_process_set):
+    """Starts allreduces of `tensors` negotiated and run together, in place."""
+    op = _resolve_op(average, op)
+    base = _name(name, "grouped_allreduce")
+    targets = [t if t.is_contiguous() else t.contiguous() for t in tensors]
+    keep, ops = [], []
+    for i, target in enumerate(targets):
+        what = "grouped allreduce of '%s.%d'" % (base, i)
+        check_tensor(target, what)
+        ops.append(make_op(native.ALLREDUCE, target, "%s.%d" % (base, i), process_set, keep, reduce_op=op,
+                           prescale=_scale(prescale_factor), postscale=_scale(postscale_factor)))
+
+    def finish(_results):
+        for tensor, target in zip(tensors, targets):
+            if target is not tensor:
+                tensor.copy_(target)
+        return list(tensors)
+
+    if not ops:
+        raise ValueError("grouped_allreduce needs at least one tensor")
+    return submit(ops, keep, finish, "grouped allreduce '%s'" % base)
+
+
+def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
+                            process_set=global_process_set):
+    outputs = [t.detach().clone(memory_format=torch.contiguous_format) for t in tensors]
+    return grouped_allreduce_async_(outputs, average, name, op, prescale_factor, postscale_factor, process_set)
+
+
+class _GroupedAllreduce(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, name, op, prescale_factor, postscale_factor, process_set, *tensors):
+        ctx.args = (op, prescale_factor, postscale_factor, process_set)
+        return tuple(synchronize(grouped_allreduce_async(list(tensors), None, name, op, prescale_factor,
+                                                         postscale_factor, process_set)))
+
+    @staticmethod
+    def backward(ctx, *grad_outputs):
+        op, pre, post, process_set = ctx.args
+        grads = grouped_allreduce([g.contiguous() for g in grad_outputs], op=op, prescale_factor=pre,
+                                  postscale_factor=post, process_set=process_set)
+        return (None, None, None, None, None) + tuple(grads)
+
+
+def grouped_allreduce(tensors, average=None, name=None, compression=Compression.none, op=None,
+                      prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set):
+    """Allreduce of a list of tensors as one negotiated group; differentiable."""
+    op = _resolve_op(average, op)
+    pairs = [compression.compress(t) for t in tensors]
+    summed = _GroupedAllreduce.apply(_name(name, "grouped_allreduce"), op, prescale_factor, postscale_factor,
+                                     process_set, *[p[0] for p in pairs])
+    return [compression.decompress(s, p[1]) for s, p in zip(summed, pairs)]
+
+
+def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
+                       process_set=global_process_set):
+    return synchronize(grouped_allreduce_async_(tensors, average, name, op, prescale_factor, postscale_factor,
+                                                process_set))
+
+
+# -- allgather --------------------------------------------------------------
+
+def _output_op(collective, kind, tensor, name, process_set, finish_one, **fields):
+    name = _name(name, kind)
+    what = "%s of '%s'" % (kind, name)
+    check_tensor(tensor, what)
+    source = tensor.detach().contiguous()
+    keep = []
+    op = make_op(collective, source, name, process_set, keep, **fields)
+    return submit([op], keep, lambda results: finish_one(results[0], what), what)
+
+
+def allgather_async(tensor, name=None, process_set=global_process_set):
+    """Starts an allgather along dim 0 (sizes may differ by rank)."""
+    return _output_op(native.ALLGATHER, "allgather", tensor, name, process_set,
+                      lambda result, what: tensor_from_result(result, tensor.dtype, what))
+
+
+class _Allgather(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor, name, process_set):
+        ctx.rows = tensor.shape[0] if tensor.dim() else 1
+        ctx.process_set = process_set
+        return synchronize(allgather_async(tensor, name, process_set))
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        process_set = ctx.process_set
+        grad_reduced = allreduce(grad_output.contiguous(), op=Sum, process_set=process_set)
+        rows = allgather(torch.tensor([ctx.rows], dtype=torch.int64), process_set=process_set)
+        offset = int(rows[:process_set.rank()].sum().item())
+        return grad_reduced.narrow(0, offset, ctx.rows), None, None
+
+
+def allgather(tensor, name=None, process_set=global_process_set):
+    """Concatenation of every rank's `tensor` along dim 0; differentiable."""
+    return _Allgather.apply(tensor, _name(name, "allgather"), process_set)
+
+
+def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
+    base = _name(name, "grouped_allgather")
+    handles = [allgather_async(t, "%s.%d" % (base, i), process_set) for i, t in enumerate(tensors)]
+    return _GroupHandle(handles)
+
+
+def grouped_allgather(tensors, name=None, process_set=global_process_set):
+    base = _name(name, "grouped_allgather")
+    return [allgather(t, "%s.%d" % (base, i), process_set) for i, t in enumerate(tensors)]
+
+
+# -- broadcast --------------------------------------------------------------
+
+def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_set):
+    """Starts an in-place broadcast from `root_rank`."""
+    name = _name(name, "broadcast")
+    what = "broadcast of '%s'" % name
+    check_tensor(tensor, what)
+    target = tensor if tensor.is_contiguous() else tensor.contiguous()
+    keep = []
+    op = make_op(native.BROADCAST, target, name, process_set, keep, root_rank=int(root_rank))
+
+    def finish(_results):
+        if target is not tensor:
+            tensor.copy_(target)
+        return tensor
+
+    return submit([op], keep, finish, what)
+
+
+def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set):
+    output = tensor.detach().clone(memory_format=torch.contiguous_format)
+    return broadcast_async_(output, root_rank, name, process_set)
+
+
+class _Broadcast(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor, root_rank, name, process_set):
+        ctx.root_rank = root_rank
+        ctx.process_set = process_set
+        return synchronize(broadcast_async(tensor, root_rank, name, process_set))
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        grad_reduced = allreduce(grad_output.contiguous(), op=Average, process_set=ctx.process_set)
+        if _context.current().client.rank != ctx.root_rank:
+            grad_reduced = grad_reduced * 0
+        return grad_reduced, None, None, None
+
+
+def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
+    """`root_rank`'s `tensor` on every rank, as a new tensor; differentiable."""
+    return _Broadcast.apply(tensor, root_rank, _name(name, "broadcast"), process_set)
+
+
+def broadcast_(tensor, root_rank, name=None, process_set=global_process_set):
+    return synchronize(broadcast_async_(tensor, root_rank, name, process_set))
+
+
+# -- alltoall ---------------------------------------------------------------
+
+def _splits_array(splits):
+    if splits is None:
+        return None, 0
+    values = splits.tolist() if isinstance(splits, torch.Tensor) else list(splits)
+    array = (ctypes.c_int64 * max(1, len(values)))(*[int(v) for v in values])
+    return array, len(values)
+
+
+def alltoall_async(tensor, splits=None, name=None, process_set=global_process_set):
+    """Starts an alltoall: rows splits[i] go to rank i of the set (even split
+    when None); synchronize returns (output, received_splits)."""
+    array, count = _splits_array(splits)
+    fields = {}
+    if array is not None:
+        fields = {"splits": ctypes.cast(array, ctypes.POINTER(ctypes.c_int64)), "num_splits": count}
+    handle = _output_op(native.ALLTOALL, "alltoall", tensor, name, process_set,
+                        lambda result, what: (tensor_from_result(result, tensor.dtype, what),
+                                              received_splits(result)), **fields)
+    if array is not None:
+        _context.current().pending[handle].keep.append(array)
+    return handle
+
+
+class _Alltoall(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor, splits, name, process_set):
+        output, received = synchronize(alltoall_async(tensor, splits, name, process_set))
+        ctx.received = received
+        ctx.process_set = process_set
+        ctx.mark_non_differentiable(received)
+        return output, received
+
+    @staticmethod
+    def backward(ctx, grad_output, _grad_received):
+        grad, _ = alltoall(grad_output.contiguous(), splits=ctx.received, process_set=ctx.process_set)
+        return grad, None, None, None
+
+
+def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
+    """Scatters rows of `tensor` to the ranks of the set and gathers what they
+    send; returns (output, received_splits); differentiable."""
+    return _Alltoall.apply(tensor, splits, _name(name, "alltoall"), process_set)
+
+
+# -- reducescatter ----------------------------------------------------------
+
+def reducescatter_async(tensor, name=None, op=Average, process_set=global_process_set, prescale_factor=1.0,
+                        postscale_factor=1.0):
+    """Starts a reducescatter along dim 0 (the first ranks get one extra row
+    when the rows do not divide evenly)."""
+    op = _resolve_op(None, op)
+    return _output_op(native.REDUCESCATTER, "reducescatter", tensor, name, process_set,
+                      lambda result, what: tensor_from_result(result, tensor.dtype, what), reduce_op=op,
+                      prescale=_scale(prescale_factor), postscale=_scale(postscale_factor))
+
+
+class _Reducescatter(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor, name, op, process_set, prescale_factor, postscale_factor):
+        ctx.args = (op, process_set, prescale_factor, postscale_factor)
+        return synchronize(reducescatter_async(tensor, name, op, process_set, prescale_factor, postscale_factor))
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        op, process_set, pre, post = ctx.args
+        grad = allgather(grad_output.contiguous(), process_set=process_set)
+        scale = pre * post / (process_set.size() if op == Average else 1)
+        return (grad * scale if scale != 1 else grad), None, None, None, None, None
+
+
+def reducescatter(tensor, name=None, compression=Compression.none, op=Average, process_set=global_process_set,
+                  prescale_factor=1.0, postscale_factor=1.0):
+    """Reduces `tensor` over the set and returns this rank's slice of dim 0; differentiable."""
+    compressed, cctx = compression.compress(tensor)
+    out = _Reducescatter.apply(compressed, _name(name, "reducescatter"), op, process_set, prescale_factor,
+                               postscale_factor)
+    return compression.decompress(out, cctx)
+
+
+def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=global_process_set,
+                                prescale_factor=1.0, postscale_factor=1.0):
+    base = _name(name, "grouped_reducescatter")
+    return _GroupHandle([reducescatter_async(t, "%s.%d" % (base, i), op, process_set, prescale_factor,
+                                             postscale_factor) for i, t in enumerate(tensors)])
+
+
+def grouped_reducescatter(tensors, name=None, compression=Compression.none, op=Average,
+                          process_set=global_process_set, prescale_factor=1.0, postscale_factor=1.0):
+    base = _name(name, "grouped_reducescatter")
+    return [reducescatter(t, "%s.%d" % (base, i), compression, op, process_set, prescale_factor, postscale_factor)
+            for i, t in enumerate(tensors)]
+
+
+# -- group handles, barrier, join -------------------------------------------
+
+class _GroupHandle:
+    """Handle of a group of independent operations (grouped allgather and
+    reducescatter run as separate, concurrently negotiated collectives)."""
+
+    def __init__(self, handles):
+        self.handles = handles
+
+
+def _synchronize(handle):
+    if isinstance(handle, _GroupHandle):
+        return [synchronize(h) for h in handle.handles]
+    return synchronize(handle)
+
+
+def _poll(handle):
+    if isinstance(handle, _GroupHandle):
+        return all(poll(h) for h in handle.handles)
+    return poll(handle)
+
+
+def barrier(process_set=global_process_set):
+    """Returns when every rank of the set has called barrier."""
+    ctx = _context.current()
+    op = native.new_op(ctx.lib)
+    op.collective = native.BARRIER
+    op.process_set = process_set.process_set_id
+    synchronize(submit([op], [], lambda _results: None, "barrier"))
+
+
+def join(device=-1):
+    """Marks this rank as out of data: until every rank has joined, it
+    contributes nothing to others' allreduces. Returns the last rank to join."""
+    ctx = _context.current()
+    op = native.new_op(ctx.lib)
+    op.collective = native.JOIN
+    return synchronize(submit([op], [], lambda results: int(results[0].last_joined_rank), "join"))
+
+
+__all__ = ["Sum", "Average", "Min", "Max", "Product", "Adasum", "allreduce", "allreduce_", "allreduce_async",
+           "allreduce_async_", "grouped_allreduce", "grouped_allreduce_", "grouped_allreduce_async",
+           "grouped_allreduce_async_", "allgather", "allgather_async", "grouped_allgather",
+           "grouped_allgather_async", "broadcast", "broadcast_", "broadcast_async", "broadcast_async_", "alltoall",
+           "alltoall_async", "reducescatter", "reducescatter_async", "grouped_reducescatter",
+           "grouped_reducescatter_async", "barrier", "join", "HorovodInternalError"]

@@ -1,0 +1,267 @@
+# SPDX-License-Identifier: Apache-2.0
+"""DistributedOptimizer: allreduces each gradient as soon as autograd has
+produced it, and waits for all of them before the wrapped optimizer steps."""
+import contextlib
+import ctypes
+import warnings
+
+import torch
+
+from gradsync.errors import GradsyncError
+from gradsync.torch import _context
+from gradsync.torch.compression import Compression
+from gradsync.torch.mpi_ops import Adasum, Average, allreduce_async_, grouped_allreduce_async_
+from gradsync.torch._submit import synchronize
+from gradsync.torch.process_sets import global_process_set
+
+
+class GradientArena:
+    """Gradients of a set of parameters placed in the rank's shared arena
+    (like DDP's gradient_as_bucket_view): autograd accumulates where the
+    daemon reads, so no copy precedes or follows the allreduce."""
+
+    ALIGN = 64
+
+    def __init__(self, params):
+        ctx = _context.current()
+        self._client = ctx.client
+        offsets, total = [], 0
+        for p in params:
+            offsets.append(total)
+            total += -(-p.numel() * p.element_size() // self.ALIGN) * self.ALIGN
+        self._address = self._client.alloc(max(total, self.ALIGN))
+        if not self._address:
+            raise GradsyncError("gradient arena: %d bytes do not fit in the shared arena "
+                                "(raise GRADSYNC_ARENA_BYTES)" % total)
+        storage = (ctypes.c_uint8 * max(total, self.ALIGN)).from_address(self._address)
+        flat = torch.frombuffer(storage, dtype=torch.uint8)
+        self.views = {}
+        for p, offset in zip(params, offsets):
+            nbytes = p.numel() * p.element_size()
+            self.views[p] = flat[offset:offset + nbytes].view(p.dtype).view(p.shape)
+            self.views[p].zero_()
+
+    def attach(self, p):
+        """Makes p.grad the arena view (copying a gradient made elsewhere)."""
+        view = self.views[p]
+        if p.grad is None:
+            view.zero_()
+        elif p.grad.data_ptr() != view.data_ptr():
+            view.copy_(p.grad)
+        p.grad = view
+
+    def close(self):
+        if self._address:
+            address, self._address = self._address, None
+            if _context.is_set():
+                self._client.free(address)
+
+
+class _DistributedOptimizer(torch.optim.Optimizer):
+    def __init__(self, params, named_parameters, compression, backward_passes_per_step, op,
+                 gradient_predivide_factor, groups, sparse_as_dense, process_set, zero_copy):
+        super(self.__class__, self).__init__(params)
+        self._compression = compression
+        self._op = op
+        self._process_set = process_set
+        self._sparse_as_dense = sparse_as_dense
+        self._predivide = gradient_predivide_factor
+        self.backward_passes_per_step = backward_passes_per_step
+        all_params = [p for group in self.param_groups for p in group["params"]]
+        self._parameter_names = self._names_of(named_parameters, all_params)
+        self._requires_update = [p for p in all_params if p.requires_grad]
+        self._group_of = self._groups_of(groups)
+        self._allreduce_delay = {p: backward_passes_per_step for p in self._requires_update}
+        self._handles = {}
+        self._group_ready = {}
+        self._grad_accs = []
+        self._synchronized = False
+        self._should_synchronize = True
+        self._arena = None
+        if zero_copy and compression is Compression.none and not sparse_as_dense:
+            self._arena = GradientArena(self._requires_update)
+            for p in self._requires_update:
+                self._arena.attach(p)
+        if _context.current().client.size > 1 or process_set is not global_process_set:
+            self._register_hooks()
+
+    @staticmethod
+    def _names_of(named_parameters, all_params):
+        if named_parameters is None:
+            return {p: "allreduce.noname.%d" % i for i, p in enumerate(all_params)}
+        named = list(named_parameters)
+        if any(not isinstance(p, tuple) for p in named):
+            raise ValueError("named_parameters should be a sequence of (name, parameter) tuples, "
+                             "usually produced by model.named_parameters()")
+        names = [n for n, _ in named]
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise ValueError("Parameter names in named_parameters must be unique. Found duplicates: %s"
+                             % ", ".join(duplicates))
+        by_param = {p: "allreduce." + n for n, p in named}
+        missing = [p for p in all_params if p not in by_param]
+        if missing:
+            raise ValueError("named_parameters was specified, but %d model parameters were not named. Python "
+                             "object ids: %s" % (len(missing), ", ".join(str(id(p)) for p in missing)))
+        return by_param
+
+    def _groups_of(self, groups):
+        """Parameter -> group index, for groups given as lists of parameters or as a count."""
+        if groups is None or groups == 0:
+            return {}
+        if isinstance(groups, int):
+            params = self._requires_update
+            per = -(-len(params) // groups)
+            groups = [params[i:i + per] for i in range(0, len(params), per)]
+        group_of = {}
+        for index, group in enumerate(groups):
+            for p in group:
+                if p in group_of:
+                    raise ValueError("a parameter appears in more than one group")
+                group_of[p] = index
+        self._groups = [list(g) for g in groups]
+        return group_of
+
+    def _register_hooks(self):
+        for p in self._requires_update:
+            accumulator = p.expand_as(p).grad_fn.next_functions[0][0]
+            accumulator.register_hook(self._make_hook(p))
+            self._grad_accs.append(accumulator)
+
+    def _scales(self):
+        if self._op == Average:
+            return 1.0 / self._predivide, self._predivide
+        return 1.0, 1.0
+
+    def _gradient_of(self, p):
+        if p.grad is None:
+            p.grad = torch.zeros_like(p)
+        if p.grad.is_sparse:
+            if not self._sparse_as_dense:
+                raise GradsyncError("sparse gradient of '%s': use DistributedOptimizer(sparse_as_dense=True)"
+                                    % self._parameter_names[p])
+            p.grad = p.grad.to_dense()
+        if self._arena is not None:
+            self._arena.attach(p)
+        return p.grad
+
+    def _allreduce_grad_async(self, p):
+        prescale, postscale = self._scales()
+        compressed, ctx = self._compression.compress(self._gradient_of(p))
+        handle = allreduce_async_(compressed, name=self._parameter_names[p], op=self._op, prescale_factor=prescale,
+                                  postscale_factor=postscale, process_set=self._process_set)
+        return handle, (compressed, ctx)
+
+    def _grouped_allreduce_async(self, index):
+        prescale, postscale = self._scales()
+        params = self._groups[index]
+        pairs = [self._compression.compress(self._gradient_of(p)) for p in params]
+        handle = grouped_allreduce_async_([c for c, _ in pairs], name="grouped_allreduce.group%d" % index,
+                                          op=self._op, prescale_factor=prescale, postscale_factor=postscale,
+                                          process_set=self._process_set)
+        for p, pair in zip(params, pairs):
+            self._handles[p] = (handle, pair)
+
+    def _make_hook(self, p):
+        def hook(*_ignored):
+            if self._handles.get(p, (None,))[0] is not None and self._allreduce_delay[p] <= 0:
+                raise AssertionError("Gradients were computed more than backward_passes_per_step times before "
+                                     "call to step(). Increase backward_passes_per_step to accumulate gradients "
+                                     "locally.")
+            self._allreduce_delay[p] -= 1
+            if self._allreduce_delay[p] > 0:
+                self._handles.setdefault(p, (None, None))
+                return
+            if p in self._group_of:
+                index = self._group_of[p]
+                ready = self._group_ready.setdefault(index, set())
+                ready.add(p)
+                self._handles[p] = (None, None)
+                if len(ready) == len(self._groups[index]):
+                    self._group_ready.pop(index)
+                    self._grouped_allreduce_async(index)
+                return
+            self._handles[p] = self._allreduce_grad_async(p)
+
+        return hook
+
+    def synchronize(self):
+        """Waits for every gradient's allreduce (starting those whose hooks did
+        not fire, e.g. parameters unused in this step) and writes the results
+        into p.grad."""
+        if _context.current().client.size == 1 and self._process_set is global_process_set:
+            self._synchronized = True
+            return
+        for p in self._requires_update:
+            if self._handles.get(p, (None,))[0] is None and p not in self._group_of:
+                self._handles[p] = self._allreduce_grad_async(p)
+        for index in range(len(getattr(self, "_groups", []))):
+            if any(self._handles.get(p, (None,))[0] is None for p in self._groups[index]):
+                self._group_ready.pop(index, None)
+                self._grouped_allreduce_async(index)
+        done = {}
+        for p, (handle, (compressed, ctx)) in self._handles.items():
+            if handle not in done:
+                done[handle] = synchronize(handle)
+            self._allreduce_delay[p] = self.backward_passes_per_step
+            output = self._compression.decompress(compressed, ctx)
+            if output.data_ptr() != p.grad.data_ptr():
+                p.grad.copy_(output)
+        self._handles.clear()
+        self._synchronized = True
+
+    @contextlib.contextmanager
+    def skip_synchronize(self):
+        """Inside it, step() does not synchronize (call synchronize() first)."""
+        self._should_synchronize = False
+        try:
+            yield
+        finally:
+            self._should_synchronize = True
+
+    def step(self, closure=None):
+        if self._should_synchronize:
+            if self._synchronized:
+                warnings.warn("optimizer.step() called without a loss.backward() call in between, or after "
+                              "optimizer.synchronize() outside skip_synchronize(); results may be wrong.")
+            self.synchronize()
+        self._synchronized = False
+        return super(self.__class__, self).step(closure)
+
+    def zero_grad(self, set_to_none=None):
+        if self._handles:
+            raise AssertionError("optimizer.zero_grad() was called after loss.backward() but before "
+                                 "optimizer.step() or optimizer.synchronize(). This is prohibited as it can "
+                                 "cause a race condition.")
+        if self._arena is not None:
+            # Arena gradients stay where they are: zeroed, not dropped.
+            for p in self._requires_update:
+                self._arena.attach(p)
+                p.grad.zero_()
+            return None
+        if set_to_none is None:
+            return super(self.__class__, self).zero_grad()
+        return super(self.__class__, self).zero_grad(set_to_none=set_to_none)
+
+
+def DistributedOptimizer(optimizer, named_parameters=None, compression=Compression.none, backward_passes_per_step=1,
+                         op=Average, gradient_predivide_factor=1.0, num_groups=0, groups=None,
+                         sparse_as_dense=False, process_set=global_process_set, zero_copy_gradients=False):
+    """Wraps `optimizer` so that step() applies gradients averaged (or reduced
+    with `op`) over the ranks of `process_set`.
+
+    zero_copy_gradients (gradsync's own): gradients live in the shared arena,
+    so the daemon reduces them in place without copies.
+    """
+    if op == Adasum:
+        raise NotImplementedError("gradsync does not implement Adasum")
+    if gradient_predivide_factor != 1.0 and op != Average:
+        raise ValueError("gradient_predivide_factor not supported with op != Average")
+    if num_groups and groups is not None:
+        raise ValueError("use groups or num_groups, not both")
+    if backward_passes_per_step < 1:
+        raise ValueError("backward_passes_per_step must be >= 1")
+    cls = type(optimizer.__class__.__name__, (optimizer.__class__,), dict(_DistributedOptimizer.__dict__))
+    return cls(optimizer.param_groups, named_parameters, compression, backward_passes_per_step, op,
+               gradient_predivide_factor, groups if groups is not None else num_groups, sparse_as_dense,
+               process_set, zero_copy_gradients)
