@@ -25,12 +25,14 @@ class Context:
             self._next_handle += 1
             return handle
 
-    def auto_name(self, kind):
-        """A name for an unnamed tensor: ranks calling in the same order agree."""
+    def auto_name(self, kind, process_set_id=0):
+        """A name for an unnamed tensor: the ranks of a process set calling in
+        the same order agree (counted per set, as ranks outside it skip the call)."""
         with self._lock:
-            n = self._names.get(kind, 0)
-            self._names[kind] = n + 1
-            return "%s.noname.%d" % (kind, n)
+            key = (kind, process_set_id)
+            n = self._names.get(key, 0)
+            self._names[key] = n + 1
+            return "%s.noname.%d" % (kind, n) if process_set_id == 0 else "%s.set%d.noname.%d" % (kind, process_set_id, n)
 
 
 _current = None

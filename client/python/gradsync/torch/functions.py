@@ -46,7 +46,7 @@ def _loads(tensor):
 
 def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set):
     """root_rank's `obj` (anything picklable) on every rank of the set."""
-    name = name or _context.current().auto_name("broadcast_object")
+    name = name or _context.current().auto_name("broadcast_object", process_set.process_set_id)
     ctx = _context.current()
     data = _dumps(obj) if ctx.client.rank == root_rank else torch.empty(0, dtype=torch.uint8)
     length = torch.tensor([data.numel()], dtype=torch.int64)
@@ -59,7 +59,7 @@ def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set
 
 def allgather_object(obj, name=None, process_set=global_process_set):
     """List of every rank's `obj`, in rank order of the set."""
-    name = name or _context.current().auto_name("allgather_object")
+    name = name or _context.current().auto_name("allgather_object", process_set.process_set_id)
     data = _dumps(obj)
     sizes = allgather(torch.tensor([data.numel()], dtype=torch.int64), name + ".sizes", process_set)
     gathered = allgather(data, name + ".data", process_set)

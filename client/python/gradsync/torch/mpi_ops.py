@@ -40,8 +40,8 @@ def _resolve_op(average, op, default=Average):
     return op
 
 
-def _name(name, kind):
-    return name if name is not None else _context.current().auto_name(kind)
+def _name(name, kind, process_set=global_process_set):
+    return name if name is not None else _context.current().auto_name(kind, process_set.process_set_id or 0)
 
 
 def _scale(value):
@@ -71,7 +71,7 @@ def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1
             tensor.copy_(target)
         return tensor
 
-    return _allreduce_into(target, _name(name, "allreduce"), op, prescale_factor, postscale_factor, process_set,
+    return _allreduce_into(target, _name(name, "allreduce", process_set), op, prescale_factor, postscale_factor, process_set,
                            result)
 
 
@@ -101,7 +101,7 @@ def allreduce(tensor, average=None, name=None, compression=Compression.none, op=
     returns the result as a new tensor; differentiable."""
     op = _resolve_op(average, op)
     compressed, cctx = compression.compress(tensor)
-    summed = _Allreduce.apply(compressed, _name(name, "allreduce"), op, prescale_factor, postscale_factor,
+    summed = _Allreduce.apply(compressed, _name(name, "allreduce", process_set), op, prescale_factor, postscale_factor,
                               process_set)
     return compression.decompress(summed, cctx)
 
@@ -118,7 +118,7 @@ def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale
                              process_set=global_process_set):
     """Starts allreduces of `tensors` negotiated and run together, in place."""
     op = _resolve_op(average, op)
-    base = _name(name, "grouped_allreduce")
+    base = _name(name, "grouped_allreduce", process_set)
     targets = [t if t.is_contiguous() else t.contiguous() for t in tensors]
     keep, ops = [], []
     for i, target in enumerate(targets):
@@ -164,7 +164,7 @@ def grouped_allreduce(tensors, average=None, name=None, compression=Compression.
     """Allreduce of a list of tensors as one negotiated group; differentiable."""
     op = _resolve_op(average, op)
     pairs = [compression.compress(t) for t in tensors]
-    summed = _GroupedAllreduce.apply(_name(name, "grouped_allreduce"), op, prescale_factor, postscale_factor,
+    summed = _GroupedAllreduce.apply(_name(name, "grouped_allreduce", process_set), op, prescale_factor, postscale_factor,
                                      process_set, *[p[0] for p in pairs])
     return [compression.decompress(s, p[1]) for s, p in zip(summed, pairs)]
 
@@ -178,7 +178,7 @@ def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_facto
 # -- allgather --------------------------------------------------------------
 
 def _output_op(collective, kind, tensor, name, process_set, finish_one, **fields):
-    name = _name(name, kind)
+    name = _name(name, kind, process_set)
     what = "%s of '%s'" % (kind, name)
     check_tensor(tensor, what)
     source = tensor.detach().contiguous()
@@ -203,7 +203,7 @@ class _Allgather(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_output):
         process_set = ctx.process_set
-        grad_reduced = allreduce(grad_output.contiguous(), op=Sum, process_set=process_set)
+        grad_reduced = allreduce(grad_output.contiguous(), op=Average, process_set=process_set)
         rows = allgather(torch.tensor([ctx.rows], dtype=torch.int64), process_set=process_set)
         offset = int(rows[:process_set.rank()].sum().item())
         return grad_reduced.narrow(0, offset, ctx.rows), None, None
@@ -211,17 +211,17 @@ class _Allgather(torch.autograd.Function):
 
 def allgather(tensor, name=None, process_set=global_process_set):
     """Concatenation of every rank's `tensor` along dim 0; differentiable."""
-    return _Allgather.apply(tensor, _name(name, "allgather"), process_set)
+    return _Allgather.apply(tensor, _name(name, "allgather", process_set), process_set)
 
 
 def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
-    base = _name(name, "grouped_allgather")
+    base = _name(name, "grouped_allgather", process_set)
     handles = [allgather_async(t, "%s.%d" % (base, i), process_set) for i, t in enumerate(tensors)]
     return _GroupHandle(handles)
 
 
 def grouped_allgather(tensors, name=None, process_set=global_process_set):
-    base = _name(name, "grouped_allgather")
+    base = _name(name, "grouped_allgather", process_set)
     return [allgather(t, "%s.%d" % (base, i), process_set) for i, t in enumerate(tensors)]
 
 
@@ -229,7 +229,7 @@ def grouped_allgather(tensors, name=None, process_set=global_process_set):
 
 def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_set):
     """Starts an in-place broadcast from `root_rank`."""
-    name = _name(name, "broadcast")
+    name = _name(name, "broadcast", process_set)
     what = "broadcast of '%s'" % name
     check_tensor(tensor, what)
     target = tensor if tensor.is_contiguous() else tensor.contiguous()
@@ -266,7 +266,7 @@ class _Broadcast(torch.autograd.Function):
 
 def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
     """`root_rank`'s `tensor` on every rank, as a new tensor; differentiable."""
-    return _Broadcast.apply(tensor, root_rank, _name(name, "broadcast"), process_set)
+    return _Broadcast.apply(tensor, root_rank, _name(name, "broadcast", process_set), process_set)
 
 
 def broadcast_(tensor, root_rank, name=None, process_set=global_process_set):
@@ -315,8 +315,10 @@ class _Alltoall(torch.autograd.Function):
 
 def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
     """Scatters rows of `tensor` to the ranks of the set and gathers what they
-    send; returns (output, received_splits); differentiable."""
-    return _Alltoall.apply(tensor, splits, _name(name, "alltoall"), process_set)
+    send; returns the output, and with `splits` given (output,
+    received_splits), as Horovod does; differentiable."""
+    output, received = _Alltoall.apply(tensor, splits, _name(name, "alltoall", process_set), process_set)
+    return output if splits is None else (output, received)
 
 
 # -- reducescatter ----------------------------------------------------------
@@ -340,30 +342,31 @@ class _Reducescatter(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_output):
         op, process_set, pre, post = ctx.args
-        grad = allgather(grad_output.contiguous(), process_set=process_set)
-        scale = pre * post / (process_set.size() if op == Average else 1)
-        return (grad * scale if scale != 1 else grad), None, None, None, None, None
+        # Horovod's rule: Sum scales by the set size, Average does not.
+        scale = pre * post * (process_set.size() if op == Sum else 1)
+        grad = grad_output.contiguous() * scale if scale != 1 else grad_output.contiguous()
+        return allgather(grad, process_set=process_set), None, None, None, None, None
 
 
 def reducescatter(tensor, name=None, compression=Compression.none, op=Average, process_set=global_process_set,
                   prescale_factor=1.0, postscale_factor=1.0):
     """Reduces `tensor` over the set and returns this rank's slice of dim 0; differentiable."""
     compressed, cctx = compression.compress(tensor)
-    out = _Reducescatter.apply(compressed, _name(name, "reducescatter"), op, process_set, prescale_factor,
+    out = _Reducescatter.apply(compressed, _name(name, "reducescatter", process_set), op, process_set, prescale_factor,
                                postscale_factor)
     return compression.decompress(out, cctx)
 
 
 def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=global_process_set,
                                 prescale_factor=1.0, postscale_factor=1.0):
-    base = _name(name, "grouped_reducescatter")
+    base = _name(name, "grouped_reducescatter", process_set)
     return _GroupHandle([reducescatter_async(t, "%s.%d" % (base, i), op, process_set, prescale_factor,
                                              postscale_factor) for i, t in enumerate(tensors)])
 
 
 def grouped_reducescatter(tensors, name=None, compression=Compression.none, op=Average,
                           process_set=global_process_set, prescale_factor=1.0, postscale_factor=1.0):
-    base = _name(name, "grouped_reducescatter")
+    base = _name(name, "grouped_reducescatter", process_set)
     return [reducescatter(t, "%s.%d" % (base, i), compression, op, process_set, prescale_factor, postscale_factor)
             for i, t in enumerate(tensors)]
 

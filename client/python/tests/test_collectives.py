@@ -1,0 +1,166 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Every collective against a reference computed from every rank's input."""
+import pytest
+import torch
+
+import gradsync.torch as hvd
+from conftest import EVEN_RANKS, FIRST_TWO
+
+NUMERIC = [torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16, torch.bfloat16,
+           torch.float32, torch.float64]
+ALL_DTYPES = NUMERIC + [torch.bool]
+OPS = {hvd.Sum: lambda xs: sum(xs), hvd.Min: lambda xs: torch.stack(xs).min(0).values,
+       hvd.Max: lambda xs: torch.stack(xs).max(0).values, hvd.Product: lambda xs: torch.stack(xs).prod(0)}
+
+
+def contribution(rank, shape, dtype):
+    """Rank's input: small values (products stay in int8), different per rank."""
+    values = torch.arange(int(torch.tensor(shape).prod()), dtype=torch.float64).reshape(shape)
+    values = values % 3 + rank % 2 + 1 + (rank // 2)
+    if dtype == torch.bool:
+        return (values.long() % 2).bool()
+    return values.to(dtype)
+
+
+def close(actual, expected, dtype):
+    if dtype in (torch.float16, torch.bfloat16):
+        torch.testing.assert_close(actual.double(), expected.double(), rtol=2e-2, atol=2e-2)
+    else:
+        assert torch.equal(actual, expected.to(dtype)), (actual, expected)
+
+
+@pytest.mark.parametrize("dtype", NUMERIC, ids=str)
+@pytest.mark.parametrize("op", [hvd.Sum, hvd.Min, hvd.Max, hvd.Product], ids=["sum", "min", "max", "product"])
+def test_allreduce_each_dtype_and_op(rank, size, dtype, op):
+    shape = (3, 17)
+    result = hvd.allreduce(contribution(rank, shape, dtype), op=op)
+    expected = OPS[op]([contribution(r, shape, torch.float64) for r in range(size)])
+    close(result, expected, dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.int32], ids=str)
+def test_allreduce_average_is_default(rank, size, dtype):
+    result = hvd.allreduce(contribution(rank, (64,), dtype))
+    total = sum(contribution(r, (64,), torch.float64) for r in range(size))
+    expected = total / size if dtype.is_floating_point else torch.div(total, size, rounding_mode="trunc")
+    close(result, expected, dtype)
+
+
+def test_allreduce_scaling_in_place_and_async(rank, size):
+    x = torch.full((1000,), float(rank + 1))
+    handle = hvd.allreduce_async_(x, op=hvd.Sum, prescale_factor=2.0, postscale_factor=0.5, name="scaled")
+    assert hvd.synchronize(handle) is x
+    assert torch.allclose(x, torch.full((1000,), float(size * (size + 1) / 2)))
+    y = torch.ones(10)
+    h = hvd.allreduce_async(y, op=hvd.Sum)
+    while not hvd.poll(h):
+        pass
+    assert torch.equal(hvd.synchronize(h), torch.full((10,), float(size)))
+    assert torch.equal(y, torch.ones(10)), "allreduce_async must not modify its input"
+    z = torch.ones(2, 3).t()  # not contiguous
+    hvd.allreduce_(z, op=hvd.Sum)
+    assert torch.equal(z, torch.full((3, 2), float(size)))
+
+
+def test_average_keyword_still_accepted(size):
+    with pytest.warns(DeprecationWarning):
+        assert torch.equal(hvd.allreduce(torch.ones(3), average=False), torch.full((3,), float(size)))
+    with pytest.raises(ValueError):
+        hvd.allreduce(torch.ones(3), average=True, op=hvd.Sum)
+
+
+def test_grouped_allreduce(rank, size):
+    tensors = [torch.full((n,), float(rank + 1)) for n in (1, 100, 10000)]
+    results = hvd.grouped_allreduce(tensors, op=hvd.Sum)
+    for n, r in zip((1, 100, 10000), results):
+        assert torch.equal(r, torch.full((n,), float(size * (size + 1) / 2)))
+    hvd.grouped_allreduce_(tensors, op=hvd.Max)
+    assert all(torch.equal(t, torch.full_like(t, float(size))) for t in tensors)
+
+
+def test_allreduce_on_process_sets(rank, size):
+    if EVEN_RANKS.included():
+        result = hvd.allreduce(torch.tensor([float(rank)]), op=hvd.Sum, process_set=EVEN_RANKS)
+        assert result.item() == sum(range(0, size, 2))
+    if FIRST_TWO.included():
+        result = hvd.allreduce(torch.tensor([rank + 1]), op=hvd.Product, process_set=FIRST_TWO)
+        assert result.item() == (2 if size > 1 else 1)
+    hvd.barrier()
+
+
+@pytest.mark.parametrize("dtype", ALL_DTYPES, ids=str)
+def test_allgather_ragged(rank, size, dtype):
+    result = hvd.allgather(contribution(rank, (rank + 1, 3), dtype))
+    expected = torch.cat([contribution(r, (r + 1, 3), dtype) for r in range(size)])
+    assert torch.equal(result, expected)
+
+
+def test_grouped_allgather_and_process_set(rank, size):
+    a, b = hvd.grouped_allgather([torch.tensor([rank]), torch.tensor([[rank, rank]])])
+    assert a.tolist() == list(range(size)) and b.shape == (size, 2)
+    if EVEN_RANKS.included():
+        out = hvd.allgather(torch.tensor([rank]), process_set=EVEN_RANKS)
+        assert out.tolist() == list(range(0, size, 2))
+    hvd.barrier()
+
+
+@pytest.mark.parametrize("dtype", ALL_DTYPES, ids=str)
+def test_broadcast(rank, size, dtype):
+    root = size - 1
+    x = contribution(rank, (4, 5), dtype)
+    result = hvd.broadcast(x, root_rank=root)
+    assert torch.equal(result, contribution(root, (4, 5), dtype))
+    assert torch.equal(x, contribution(rank, (4, 5), dtype))
+    hvd.broadcast_(x, root_rank=0)
+    assert torch.equal(x, contribution(0, (4, 5), dtype))
+
+
+def test_alltoall_even_and_with_splits(rank, size):
+    x = torch.arange(size * 2, dtype=torch.float32) + 100 * rank
+    out = hvd.alltoall(x)
+    expected = torch.cat([torch.arange(2 * rank, 2 * rank + 2, dtype=torch.float32) + 100 * r for r in range(size)])
+    assert torch.equal(out, expected)
+    # Rank r sends r + 1 rows of width 2 to every rank.
+    splits = [rank + 1] * size
+    y = torch.full((sum(splits), 2), float(rank))
+    out, received = hvd.alltoall(y, splits=splits)
+    assert received.tolist() == [r + 1 for r in range(size)]
+    assert torch.equal(out, torch.cat([torch.full((r + 1, 2), float(r)) for r in range(size)]))
+
+
+def test_reducescatter(rank, size):
+    rows = 2 * size + 1  # uneven: the first rank gets one extra row
+    x = torch.arange(rows * 3, dtype=torch.float32).reshape(rows, 3) + rank
+    out = hvd.reducescatter(x, op=hvd.Sum)
+    total = sum(torch.arange(rows * 3, dtype=torch.float32).reshape(rows, 3) + r for r in range(size))
+    counts = [rows // size + (1 if r < rows % size else 0) for r in range(size)]
+    begin = sum(counts[:rank])
+    assert torch.equal(out, total[begin:begin + counts[rank]])
+    avg = hvd.reducescatter(x)
+    assert torch.allclose(avg, total[begin:begin + counts[rank]] / size)
+    a, b = hvd.grouped_reducescatter([x, x * 2], op=hvd.Sum)
+    assert torch.equal(a, out) and torch.equal(b, out * 2)
+
+
+def test_join_with_uneven_data(rank, size):
+    # Rank r has r + 1 batches; joined ranks no longer contribute.
+    for step in range(rank + 1):
+        result = hvd.allreduce(torch.ones(4), op=hvd.Sum, name="uneven.%d" % step)
+        assert torch.equal(result, torch.full((4,), float(size - step)))
+    assert hvd.join() == size - 1
+
+
+def test_barrier_and_objects(rank, size):
+    hvd.barrier()
+    assert hvd.broadcast_object({"from": rank, "list": [1, 2]}, root_rank=size - 1) == {"from": size - 1,
+                                                                                         "list": [1, 2]}
+    assert hvd.allgather_object("r%d" % rank) == ["r%d" % r for r in range(size)]
+
+
+def test_fp16_compression_round_trip(rank, size):
+    x = torch.full((100,), 0.5 + rank, dtype=torch.float32)
+    result = hvd.allreduce(x, op=hvd.Sum, compression=hvd.Compression.fp16)
+    assert result.dtype == torch.float32
+    assert torch.allclose(result, torch.full((100,), sum(0.5 + r for r in range(size))))
+    ints = hvd.allreduce(torch.ones(3, dtype=torch.int32), op=hvd.Sum, compression=hvd.Compression.fp16)
+    assert ints.dtype == torch.int32

@@ -1,0 +1,111 @@
+# SPDX-License-Identifier: Apache-2.0
+"""DistributedOptimizer: N ranks with batch b equal one process with batch N*b."""
+import pytest
+import torch
+
+import gradsync.torch as hvd
+
+
+def make_model(seed):
+    torch.manual_seed(seed)
+    return torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 1))
+
+
+def global_batch(step, size, per_rank):
+    g = torch.Generator().manual_seed(1000 + step)
+    x = torch.randn(size * per_rank, 8, generator=g)
+    return x, x.sum(1, keepdim=True).sin()
+
+
+def train(model, optimizer, steps, size, rank, per_rank, shard):
+    for step in range(steps):
+        x, y = global_batch(step, size, per_rank)
+        if shard:
+            x, y = x[rank * per_rank:(rank + 1) * per_rank], y[rank * per_rank:(rank + 1) * per_rank]
+        optimizer.zero_grad()
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        optimizer.step()
+
+
+@pytest.mark.parametrize("zero_copy", [False, True], ids=["copy", "zero_copy"])
+@pytest.mark.parametrize("make_optimizer", [
+    lambda params: torch.optim.SGD(params, lr=0.1, momentum=0.9),
+    lambda params: torch.optim.Adam(params, lr=0.01)], ids=["sgd", "adam"])
+def test_data_parallel_equals_big_batch(rank, size, zero_copy, make_optimizer):
+    reference = make_model(seed=1)
+    train(reference, make_optimizer(reference.parameters()), 5, size, rank, 4, shard=False)
+    model = make_model(seed=100 + rank)  # different on purpose: broadcast fixes it
+    optimizer = hvd.DistributedOptimizer(make_optimizer(model.parameters()),
+                                         named_parameters=model.named_parameters(), zero_copy_gradients=zero_copy)
+    hvd.broadcast_parameters(make_model(seed=1).state_dict() if rank == 0 else model.state_dict(), root_rank=0)
+    if rank == 0:
+        model.load_state_dict(make_model(seed=1).state_dict())
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    train(model, optimizer, 5, size, rank, 4, shard=True)
+    for (name, p), q in zip(model.named_parameters(), reference.parameters()):
+        torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6, msg=lambda m: "%s: %s" % (name, m))
+
+
+def test_broadcast_optimizer_state(rank, size):
+    model = make_model(seed=7)
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.001 * (rank + 1))
+    if rank == 0:
+        model(torch.ones(2, 8)).sum().backward()
+        optimizer.step()
+    hvd.broadcast_optimizer_state(optimizer, root_rank=0)
+    assert optimizer.param_groups[0]["lr"] == pytest.approx(0.001)
+    state = optimizer.state_dict()["state"]
+    assert len(state) == 4 and all(int(s["step"]) == 1 for s in state.values())
+    exp_avg = hvd.allgather(state[0]["exp_avg"].unsqueeze(0))
+    assert torch.equal(exp_avg[0], exp_avg[-1])
+
+
+def test_backward_passes_per_step_and_skip_synchronize(rank, size):
+    model = torch.nn.Linear(2, 1, bias=False)
+    torch.nn.init.zeros_(model.weight)
+    optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=1.0),
+                                         named_parameters=model.named_parameters(), backward_passes_per_step=2,
+                                         op=hvd.Sum)
+    for _ in range(2):
+        (model(torch.full((1, 2), float(rank + 1)))).sum().backward()
+    optimizer.synchronize()
+    with optimizer.skip_synchronize():
+        optimizer.step()
+    # Gradient per pass on rank r: r + 1; two passes, summed over ranks.
+    expected = -2.0 * sum(r + 1 for r in range(size))
+    assert torch.allclose(model.weight, torch.full((1, 2), expected))
+
+
+def test_groups_and_fp16_compression(rank, size):
+    model = make_model(seed=3)
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                         named_parameters=model.named_parameters(), num_groups=2,
+                                         compression=hvd.Compression.fp16)
+    x = torch.full((2, 8), float(rank))
+    optimizer.zero_grad()
+    model(x).sum().backward()
+    optimizer.synchronize()
+    grads = [p.grad.clone() for p in model.parameters()]
+    for g in grads:
+        gathered = hvd.allgather(g.unsqueeze(0))
+        assert torch.allclose(gathered[0], gathered[-1])
+    with optimizer.skip_synchronize():
+        optimizer.step()
+
+
+def test_zero_grad_between_backward_and_step_is_refused(rank):
+    model = torch.nn.Linear(2, 1)
+    optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                         named_parameters=model.named_parameters())
+    model(torch.ones(1, 2)).sum().backward()
+    with pytest.raises(AssertionError, match="zero_grad"):
+        optimizer.zero_grad()
+    optimizer.step()
+
+
+def test_duplicate_parameter_names_refused():
+    model = torch.nn.Linear(2, 1)
+    named = [("w", model.weight), ("w", model.bias)]
+    with pytest.raises(ValueError, match="unique"):
+        hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1), named_parameters=named)
