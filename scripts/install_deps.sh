@@ -14,6 +14,7 @@ PACKAGES=(
   systemd                    # systemd-analyze verify, for the unit-file test
   iproute2                   # network-namespace tests
   openssl                    # certificates for the peer TLS tests
+  python3-torch python3-pytest  # gradsync.torch and its tests (PyTorch 1.13, CPU)
 )
 
 missing=()

@@ -39,7 +39,7 @@ constexpr char kUsage[] =
     "  help            this text\n"
     "\n"
     "options:\n"
-    "  --socket PATH       the daemon's socket (default /run/gradsync/gradsyncd.sock)\n"
+    "  --socket PATH       the daemon's socket (default $GRADSYNC_SOCKET, else /run/gradsync/gradsyncd.sock)\n"
     "  --timeout SECONDS   budget for connecting plus the request (default 5)\n"
     "  --json              print the response as JSON, nothing else\n"
     "  -h, --help          this text\n"
@@ -72,6 +72,10 @@ bool parseTimeout(const std::string& text, double* seconds) {
 // Options may come before or after the command; "--" ends them. Returns
 // an empty string on success, else the usage error.
 std::string parseArgs(int argc, char** argv, Options* options) {
+  // As for the client library, $GRADSYNC_SOCKET names the daemon by default.
+  if (const char* env = std::getenv("GRADSYNC_SOCKET"); env != nullptr && *env != '\0') {
+    options->client.socket_path = env;
+  }
   bool options_done = false;
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];

@@ -50,6 +50,9 @@ class PrivateDaemon:
             raise RuntimeError("no gradsyncd running and none to start: put gradsyncd on PATH, "
                                "set GRADSYNC_DAEMON or pass --daemon")
         self.directory = tempfile.mkdtemp(prefix="gradsyncrun-")
+        if len(self.directory) > 80:  # Unix socket paths are limited to 107 bytes
+            shutil.rmtree(self.directory)
+            self.directory = tempfile.mkdtemp(prefix="gradsyncrun-", dir="/tmp")
         self.socket_path = os.path.join(self.directory, "gradsyncd.sock")
         self.log_path = os.path.join(self.directory, "gradsyncd.log")
         self._log = open(self.log_path, "w")

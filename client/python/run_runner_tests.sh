@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# Runs the gradsyncrun tests (client/python/runner_tests) with the built binaries.
+set -euo pipefail
+root="$TEST_SRCDIR/${TEST_WORKSPACE:-gradsync}"
+export GRADSYNC_LIBRARY="$root/client/libgradsync.so" GRADSYNC_DAEMON="$root/daemon/exe/gradsyncd"
+export GRADSYNC_CTL="$root/tools/gradsyncctl/gradsyncctl" GRADSYNCRUN="$root/client/python/bin/gradsyncrun"
+export PYTHONDONTWRITEBYTECODE=1 PYTHONPATH="$root/client/python"
+exec timeout 240 /usr/bin/python3 -m pytest -q -p no:cacheprovider "$root/client/python/runner_tests"
