@@ -168,3 +168,21 @@ def test_torchrun_style_identity(tmp_path):
     finally:
         daemon.terminate()
         daemon.wait(timeout=15)
+
+
+def test_examples_run(tmp_path):
+    """The PyTorch examples train (and resume from rank 0's checkpoint) under gradsyncrun."""
+    pytest.importorskip("torch")
+    examples = os.environ["GRADSYNC_EXAMPLES"]
+    checkpoint = str(tmp_path / "ckpt.pt")
+    for epochs in (1, 2):
+        out = run(["-np", "2", "--private-daemon", "/usr/bin/python3", os.path.join(examples, "train_convnet.py"),
+                   "--epochs", str(epochs), "--samples", "512", "--checkpoint", checkpoint])
+        assert out.returncode == 0, out.stdout + out.stderr
+        assert "[0]<stdout>: epoch %d: loss" % (epochs - 1) in out.stdout
+        assert "epoch 0" not in out.stdout or epochs == 1, "the second run resumes after epoch 0"
+    out = run(["-np", "2", "--private-daemon", "/usr/bin/python3",
+               os.path.join(examples, "pytorch_synthetic_benchmark.py"), "--model", "mlp", "--num-iters", "2",
+               "--num-batches-per-iter", "1", "--num-warmup-batches", "1", "--zero-copy"])
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "img/sec per rank" in out.stdout and "waiting for gradients" in out.stdout
