@@ -2,6 +2,7 @@
 """Model/optimizer state and Python objects across ranks (Horovod's
 broadcast_parameters, broadcast_optimizer_state, broadcast_object,
 allgather_object)."""
+import ctypes
 import io
 import pickle
 
@@ -41,7 +42,8 @@ def _dumps(obj):
 
 
 def _loads(tensor):
-    return pickle.loads(tensor.numpy().tobytes())
+    tensor = tensor.contiguous()
+    return pickle.loads(ctypes.string_at(tensor.data_ptr(), tensor.numel()))
 
 
 def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set):
