@@ -50,29 +50,27 @@ def _scale(value):
 
 # -- allreduce --------------------------------------------------------------
 
-def _allreduce_into(target, name, op, prescale_factor, postscale_factor, process_set, result):
-    """Enqueues an allreduce in place on contiguous `target`; `result()` builds the output."""
-    what = "allreduce of '%s'" % name
-    check_tensor(target, what)
-    keep = []
-    native_op = make_op(native.ALLREDUCE, target, name, process_set, keep, reduce_op=op,
-                        prescale=_scale(prescale_factor), postscale=_scale(postscale_factor))
-    return submit([native_op], keep, lambda _results: result(), what)
+def _in_place_target(tensor):
+    """A contiguous tensor to hand over for an in-place collective on
+    `tensor`, and the function that writes its result back into `tensor`."""
+    if tensor.is_contiguous():
+        return tensor, lambda: tensor
+    target = tensor.contiguous()
+    return target, lambda: tensor.copy_(target)
 
 
 def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
                      process_set=global_process_set):
     """Starts an in-place allreduce of `tensor`; synchronize(handle) returns it."""
     op = _resolve_op(average, op)
-    target = tensor if tensor.is_contiguous() else tensor.contiguous()
-
-    def result():
-        if target is not tensor:
-            tensor.copy_(target)
-        return tensor
-
-    return _allreduce_into(target, _name(name, "allreduce", process_set), op, prescale_factor, postscale_factor, process_set,
-                           result)
+    name = _name(name, "allreduce", process_set)
+    what = "allreduce of '%s'" % name
+    check_tensor(tensor, what)
+    target, write_back = _in_place_target(tensor)
+    keep = []
+    native_op = make_op(native.ALLREDUCE, target, name, process_set, keep, reduce_op=op,
+                        prescale=_scale(prescale_factor), postscale=_scale(postscale_factor))
+    return submit([native_op], keep, lambda _results: write_back(), what)
 
 
 def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
@@ -119,7 +117,7 @@ def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale
     """Starts allreduces of `tensors` negotiated and run together, in place."""
     op = _resolve_op(average, op)
     base = _name(name, "grouped_allreduce", process_set)
-    targets = [t if t.is_contiguous() else t.contiguous() for t in tensors]
+    targets, write_backs = zip(*[_in_place_target(t) for t in tensors]) if tensors else ((), ())
     keep, ops = [], []
     for i, target in enumerate(targets):
         what = "grouped allreduce of '%s.%d'" % (base, i)
@@ -128,10 +126,7 @@ def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale
                            prescale=_scale(prescale_factor), postscale=_scale(postscale_factor)))
 
     def finish(_results):
-        for tensor, target in zip(tensors, targets):
-            if target is not tensor:
-                tensor.copy_(target)
-        return list(tensors)
+        return [write_back() for write_back in write_backs]
 
     if not ops:
         raise ValueError("grouped_allreduce needs at least one tensor")
@@ -232,16 +227,10 @@ def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_se
     name = _name(name, "broadcast", process_set)
     what = "broadcast of '%s'" % name
     check_tensor(tensor, what)
-    target = tensor if tensor.is_contiguous() else tensor.contiguous()
+    target, write_back = _in_place_target(tensor)
     keep = []
     op = make_op(native.BROADCAST, target, name, process_set, keep, root_rank=int(root_rank))
-
-    def finish(_results):
-        if target is not tensor:
-            tensor.copy_(target)
-        return tensor
-
-    return submit([op], keep, finish, what)
+    return submit([op], keep, lambda _results: write_back(), what)
 
 
 def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set):

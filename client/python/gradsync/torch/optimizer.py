@@ -70,7 +70,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         all_params = [p for group in self.param_groups for p in group["params"]]
         self._parameter_names = self._names_of(named_parameters, all_params)
         self._requires_update = [p for p in all_params if p.requires_grad]
-        self._group_of = self._groups_of(groups)
+        self._groups = self._groups_of(groups)
+        self._group_of = {p: index for index, group in enumerate(self._groups) for p in group}
         self._allreduce_delay = {p: backward_passes_per_step for p in self._requires_update}
         self._handles = {}
         self._group_ready = {}
@@ -106,21 +107,18 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         return by_param
 
     def _groups_of(self, groups):
-        """Parameter -> group index, for groups given as lists of parameters or as a count."""
+        """Parameter groups allreduced together, given as lists of parameters or as a count."""
         if groups is None or groups == 0:
-            return {}
+            return []
         if isinstance(groups, int):
             params = self._requires_update
             per = -(-len(params) // groups)
             groups = [params[i:i + per] for i in range(0, len(params), per)]
-        group_of = {}
-        for index, group in enumerate(groups):
-            for p in group:
-                if p in group_of:
-                    raise ValueError("a parameter appears in more than one group")
-                group_of[p] = index
-        self._groups = [list(g) for g in groups]
-        return group_of
+        groups = [list(g) for g in groups]
+        members = [p for g in groups for p in g]
+        if len(set(members)) != len(members):
+            raise ValueError("a parameter appears in more than one group")
+        return groups
 
     def _register_hooks(self):
         for p in self._requires_update:
@@ -195,8 +193,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         for p in self._requires_update:
             if self._handles.get(p, (None,))[0] is None and p not in self._group_of:
                 self._handles[p] = self._allreduce_grad_async(p)
-        for index in range(len(getattr(self, "_groups", []))):
-            if any(self._handles.get(p, (None,))[0] is None for p in self._groups[index]):
+        for index, group in enumerate(self._groups):
+            if any(self._handles.get(p, (None,))[0] is None for p in group):
                 self._group_ready.pop(index, None)
                 self._grouped_allreduce_async(index)
         done = {}
