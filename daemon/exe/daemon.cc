@@ -7,10 +7,11 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <cstring>
 
 #include "daemon/common/logging.h"
-#include "daemon/gpu/cuda_probe.h"
+#include "daemon/gpu/gpu_inventory.h"
 #include "daemon/peer/tls.h"
 
 namespace gradsync::exe {
@@ -84,11 +85,22 @@ Status Daemon::startServers() {
   server::ControlInfo control_info{kVersion, config_.max_arena_bytes(), limits.job.max_name_length,
                                    config_.handoff_socket_path()};
   control_ = std::make_unique<server::ControlService>(registry_.get(), control_info);
-  const gpu::CudaProbe cuda = gpu::probeCuda();
-  GS_LOG(main, info, "CUDA devices: {}{}; NCCL {}", cuda.devices, cuda.note.empty() ? "" : " (" + cuda.note + ")",
-         cuda.nccl_version);
-  server::DaemonFacts facts{kVersion,          hostName(), static_cast<int64_t>(::getpid()), cuda.devices,
-                            cuda.nccl_version, peer_address, config_, std::chrono::steady_clock::now()};
+  server::DaemonFacts facts;
+  facts.version = kVersion;
+  facts.hostname = hostName();
+  facts.pid = static_cast<int64_t>(::getpid());
+  facts.gpus = gpu::probeGpus();
+  facts.peer_address = peer_address;
+  facts.config = config_;
+  facts.started = std::chrono::steady_clock::now();
+  loadNccl(&facts);
+  GS_LOG(main, info, "GPUs: {}{}; MPS {}; NCCL {}", facts.gpus.gpus.size(),
+         facts.gpus.note.empty() ? "" : " (" + facts.gpus.note + ")", facts.gpus.mps ? "on" : "off",
+         nccl_ ? gpu::ncclVersionString(facts.nccl_version) + " from " + facts.nccl_library : facts.nccl_note);
+  for (const auto& g : facts.gpus.gpus) {
+    GS_LOG(main, info, "GPU {}: {} {} ({} MiB, compute mode {}, PCI {})", g.index, g.uuid, g.name,
+           g.total_memory_bytes >> 20, g.compute_mode, g.pci_bus_id);
+  }
   admin_ = std::make_unique<server::AdminService>(registry_.get(), facts);
 
   handoff_ = std::make_unique<server::HandoffServer>(registry_.get(), config_.max_arena_bytes());
@@ -113,6 +125,18 @@ Status Daemon::startServers() {
   GS_LOG(main, info, "gradsyncd {} serving on unix:{} (hand-off {}), {} reduce threads", kVersion,
          config_.socket_path(), config_.handoff_socket_path(), config_.reduce_threads());
   return okStatus();
+}
+
+void Daemon::loadNccl(server::DaemonFacts* facts) {
+  const char* path = std::getenv("GRADSYNC_NCCL_LIBRARY");
+  auto nccl = gpu::NcclLibrary::load(path != nullptr ? path : "");
+  if (!nccl.isOk()) {
+    facts->nccl_note = nccl.status().message();
+    return;
+  }
+  nccl_ = std::move(*nccl);
+  facts->nccl_version = nccl_->version();
+  facts->nccl_library = nccl_->path();
 }
 
 StatusOr<std::string> Daemon::startPeerServer() {

@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "daemon/executor/reduce_pool.h"
+#include "daemon/gpu/nccl_library.h"
 #include "daemon/server/admin_service.h"
 #include "daemon/server/control_service.h"
 #include "daemon/server/handoff_server.h"
@@ -38,8 +39,12 @@ class Daemon {
   // Binds the peer service (TCP) when configured; returns its address.
   StatusOr<std::string> startPeerServer();
   void housekeepingLoop();
+  // Loads NCCL (GRADSYNC_NCCL_LIBRARY, else the loader's libnccl.so.2); a
+  // node without it runs everything but GPU collectives.
+  void loadNccl(server::DaemonFacts* facts);
 
   const v1::DaemonConfig config_;
+  std::unique_ptr<gpu::NcclLibrary> nccl_;
   std::unique_ptr<executor::ReducePool> pool_;
   std::unique_ptr<server::JobRegistry> registry_;
   std::unique_ptr<server::ControlService> control_;

@@ -12,8 +12,23 @@ grpc::Status AdminService::GetStatus(grpc::ServerContext*, const v1::GetStatusRe
   response->set_hostname(facts_.hostname);
   *response->mutable_config() = facts_.config;
   response->set_jobs(static_cast<int>(registry_->jobCount()));
-  response->set_cuda_devices(facts_.cuda_devices);
+  response->set_cuda_devices(static_cast<int>(facts_.gpus.gpus.size()));
+  for (const auto& gpu : facts_.gpus.gpus) {
+    v1::GpuInfo* info = response->add_gpus();
+    info->set_index(gpu.index);
+    info->set_uuid(gpu.uuid);
+    info->set_name(gpu.name);
+    info->set_total_memory_bytes(gpu.total_memory_bytes);
+    info->set_compute_mode(gpu.compute_mode);
+    info->set_pci_bus_id(gpu.pci_bus_id);
+  }
+  response->set_gpu_note(facts_.gpus.note);
+  response->set_cuda_driver_version(facts_.gpus.driver_version);
+  response->set_mps(facts_.gpus.mps);
+  response->set_mps_pipe_directory(facts_.gpus.mps_pipe);
   response->set_nccl_version(facts_.nccl_version);
+  response->set_nccl_library(facts_.nccl_library);
+  response->set_nccl_note(facts_.nccl_note);
   response->set_peer_address(facts_.peer_address);
   return grpc::Status::OK;
 }

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <functional>
 
+#include "daemon/gpu/gpu_inventory.h"
 #include "daemon/server/job_registry.h"
 #include "proto/gradsync/v1/admin.grpc.pb.h"
 
@@ -14,8 +15,10 @@ struct DaemonFacts {
   std::string version;
   std::string hostname;
   int64_t pid = 0;
-  int cuda_devices = 0;
-  int nccl_version = 0;
+  gpu::GpuInventory gpus;
+  int nccl_version = 0;      // 0: NCCL could not be loaded (nccl_note says why)
+  std::string nccl_library;  // the file loaded
+  std::string nccl_note;
   std::string peer_address;
   v1::DaemonConfig config;
   std::chrono::steady_clock::time_point started;

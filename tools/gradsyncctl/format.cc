@@ -31,7 +31,7 @@ std::string printfString(const char* format, ...) {
 }
 
 // Columns where values start, past the longest label.
-constexpr size_t kStatusWidth = 15;  // "cuda devices:  "
+constexpr size_t kStatusWidth = 14;  // "cuda driver:  "
 constexpr size_t kJobWidth = 22;     // "  tensors in flight:  "
 
 const char* yesNo(bool value) { return value ? "yes" : "no"; }
@@ -188,11 +188,22 @@ std::string formatStatus(const v1::GetStatusResponse& status, const std::string&
   line("hostname", status.hostname());
   line("socket", socket_path);
   line("peer", status.peer_address().empty() ? std::string("disabled (single-node jobs only)") : status.peer_address());
-  line("cuda devices", std::to_string(status.cuda_devices()));
+  line("gpus", status.gpus().empty() ? "none" + (status.gpu_note().empty() ? std::string() : " (" + status.gpu_note() + ")")
+                                      : std::to_string(status.gpus_size()));
+  for (const auto& gpu : status.gpus()) {
+    out += printfString("  %d  %s  %s  %s  compute mode %s  PCI %s\n", gpu.index(), gpu.uuid().c_str(),
+                        gpu.name().c_str(), formatBytes(gpu.total_memory_bytes()).c_str(),
+                        gpu.compute_mode().c_str(), gpu.pci_bus_id().c_str());
+  }
+  if (status.cuda_driver_version() > 0) {
+    line("cuda driver", std::to_string(status.cuda_driver_version() / 1000) + "." +
+                            std::to_string(status.cuda_driver_version() % 1000 / 10));
+  }
+  line("mps", status.mps() ? "on (" + status.mps_pipe_directory() + ")" : std::string("off"));
   const int nccl = status.nccl_version();
-  line("nccl", nccl == 0 ? std::string("unavailable")
+  line("nccl", nccl == 0 ? "unavailable" + (status.nccl_note().empty() ? std::string() : " (" + status.nccl_note() + ")")
                          : std::to_string(nccl / 10000) + "." + std::to_string(nccl / 100 % 100) + "." +
-                               std::to_string(nccl % 100));
+                               std::to_string(nccl % 100) + " (" + status.nccl_library() + ")");
   line("jobs", std::to_string(status.jobs()));
   out += "config:\n";
   out += formatConfig(status.config());

@@ -23,8 +23,19 @@ v1::GetStatusResponse makeStatus() {
   status.set_pid(4242);
   status.set_hostname("node-a");
   status.set_jobs(2);
-  status.set_cuda_devices(8);
+  status.set_cuda_devices(1);
+  v1::GpuInfo* gpu = status.add_gpus();
+  gpu->set_index(0);
+  gpu->set_uuid("GPU-8e0b1977-1fa4-2c3e-9100-abcdef012345");
+  gpu->set_name("NVIDIA H100 80GB HBM3");
+  gpu->set_total_memory_bytes(85ull << 30);
+  gpu->set_compute_mode("default");
+  gpu->set_pci_bus_id("0000:18:00.0");
+  status.set_cuda_driver_version(13000);
+  status.set_mps(true);
+  status.set_mps_pipe_directory("/tmp/nvidia-mps");
   status.set_nccl_version(22807);
+  status.set_nccl_library("/opt/nccl/libnccl.so.2");
   v1::DaemonConfig* config = status.mutable_config();
   config->set_socket_path("/run/gradsync/gradsyncd.sock");
   config->set_handoff_socket_path("/run/gradsync/gradsyncd.sock.handoff");
@@ -104,8 +115,12 @@ TEST(FormatStatus, ShowsIdentityAndEveryConfigField) {
   EXPECT_THAT(text, HasSubstr("4242"));
   EXPECT_THAT(text, HasSubstr("node-a"));
   EXPECT_THAT(text, HasSubstr("/tmp/x.sock"));
-  EXPECT_THAT(text, HasSubstr("cuda devices:"));
-  EXPECT_THAT(text, HasSubstr("2.28.7"));
+  EXPECT_THAT(text, HasSubstr("gpus:         1\n"));
+  EXPECT_THAT(text, HasSubstr("  0  GPU-8e0b1977-1fa4-2c3e-9100-abcdef012345  NVIDIA H100 80GB HBM3  85.0 GiB  "
+                              "compute mode default  PCI 0000:18:00.0\n"));
+  EXPECT_THAT(text, HasSubstr("cuda driver:  13.0\n"));
+  EXPECT_THAT(text, HasSubstr("mps:          on (/tmp/nvidia-mps)\n"));
+  EXPECT_THAT(text, HasSubstr("2.28.7 (/opt/nccl/libnccl.so.2)"));
   EXPECT_THAT(text, HasSubstr("jobs:"));
   // Every DaemonConfig field appears by name, even those at zero or empty.
   const auto* descriptor = v1::DaemonConfig::descriptor();
@@ -119,6 +134,22 @@ TEST(FormatStatus, ShowsIdentityAndEveryConfigField) {
   EXPECT_THAT(text, HasSubstr("67108864 (64.0 MiB)"));
   EXPECT_THAT(text, HasSubstr("68719476736 (64.0 GiB)"));
   EXPECT_THAT(text, HasSubstr("\"/run/gradsync/gradsyncd.sock\""));
+}
+
+TEST(FormatStatus, SaysWhyThereAreNoGpus) {
+  v1::GetStatusResponse status = makeStatus();
+  status.clear_gpus();
+  status.set_cuda_devices(0);
+  status.set_cuda_driver_version(0);
+  status.set_gpu_note("no CUDA driver (cudaErrorInsufficientDriver, 35)");
+  status.set_mps(false);
+  status.set_nccl_version(0);
+  status.set_nccl_note("cannot load NCCL: libnccl.so.2: cannot open shared object file");
+  std::string text = formatStatus(status, "/tmp/x.sock");
+  EXPECT_THAT(text, HasSubstr("gpus:         none (no CUDA driver (cudaErrorInsufficientDriver, 35))\n"));
+  EXPECT_THAT(text, Not(HasSubstr("cuda driver:")));
+  EXPECT_THAT(text, HasSubstr("mps:          off\n"));
+  EXPECT_THAT(text, HasSubstr("nccl:         unavailable (cannot load NCCL: libnccl.so.2"));
 }
 
 TEST(FormatConfig, EmptyConfigStillListsEveryField) {

@@ -1,0 +1,93 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "daemon/gpu/gpu_inventory.h"
+
+#include <cuda_runtime_api.h>
+#include <sys/stat.h>
+
+#include <cstdio>
+#include <cstdlib>
+
+namespace gradsync::gpu {
+namespace {
+
+std::string computeModeName(int mode) {
+  switch (mode) {
+    case cudaComputeModeDefault:
+      return "default";
+    case cudaComputeModeExclusiveProcess:
+      return "exclusive-process";
+    case cudaComputeModeProhibited:
+      return "prohibited";
+    default:
+      return "mode " + std::to_string(mode);
+  }
+}
+
+std::string whyNone(cudaError_t err, int driver_version) {
+  const std::string code = std::string(cudaGetErrorName(err)) + ", " + std::to_string(static_cast<int>(err));
+  switch (err) {
+    case cudaErrorNoDevice:
+      return "no CUDA device (" + code + ")";
+    case cudaErrorInsufficientDriver:
+      return driver_version <= 0 ? "no CUDA driver (" + code + ")" : "CUDA driver too old (" + code + ")";
+    case cudaErrorStubLibrary:
+      return "the CUDA driver stub library was loaded instead of a driver (" + code + ")";
+    default:
+      return std::string(cudaGetErrorString(err)) + " (" + code + ")";
+  }
+}
+
+// MPS: a control daemon listens on a named pipe in its pipe directory.
+void probeMps(GpuInventory* inventory) {
+  const char* dir = std::getenv("CUDA_MPS_PIPE_DIRECTORY");
+  inventory->mps_pipe = (dir != nullptr && dir[0] != '\0') ? dir : "/tmp/nvidia-mps";
+  struct stat st {};
+  inventory->mps = ::stat((inventory->mps_pipe + "/control").c_str(), &st) == 0;
+}
+
+}  // namespace
+
+std::string formatGpuUuid(const unsigned char b[16]) {
+  char text[64];
+  std::snprintf(text, sizeof(text),
+                "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0], b[1], b[2], b[3],
+                b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]);
+  return text;
+}
+
+GpuInventory probeGpus() {
+  GpuInventory inventory;
+  probeMps(&inventory);
+  int driver = 0;
+  if (cudaDriverGetVersion(&driver) == cudaSuccess) inventory.driver_version = driver;
+  int count = 0;
+  const cudaError_t err = cudaGetDeviceCount(&count);
+  if (err != cudaSuccess) {
+    (void)cudaGetLastError();  // clear the sticky error
+    inventory.note = whyNone(err, driver);
+    return inventory;
+  }
+  if (count == 0) inventory.note = "no CUDA device";
+  for (int i = 0; i < count; ++i) {
+    cudaDeviceProp prop{};
+    const cudaError_t perr = cudaGetDeviceProperties(&prop, i);
+    if (perr != cudaSuccess) {
+      inventory.note += (inventory.note.empty() ? "" : "; ") + std::string("device ") + std::to_string(i) + ": " +
+                        cudaGetErrorString(perr);
+      continue;
+    }
+    GpuInfo info;
+    info.index = i;
+    info.uuid = formatGpuUuid(reinterpret_cast<const unsigned char*>(prop.uuid.bytes));
+    info.name = prop.name;
+    info.total_memory_bytes = prop.totalGlobalMem;
+    int mode = 0;
+    if (cudaDeviceGetAttribute(&mode, cudaDevAttrComputeMode, i) == cudaSuccess) info.compute_mode = computeModeName(mode);
+    char bus[32] = {0};
+    if (cudaDeviceGetPCIBusId(bus, sizeof(bus), i) == cudaSuccess) info.pci_bus_id = bus;
+    inventory.gpus.push_back(std::move(info));
+  }
+  return inventory;
+}
+
+}  // namespace gradsync::gpu
