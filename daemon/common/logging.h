@@ -20,6 +20,7 @@ namespace gradsync {
   X(fusion)                  \
   X(handoff)                 \
   X(executor)                \
+  X(gpu)                     \
   X(client)
 
 enum class LoggerId {

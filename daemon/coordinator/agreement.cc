@@ -45,6 +45,7 @@ std::vector<std::pair<const char*, Describe>> checksFor(CollectiveType type) {
   std::vector<std::pair<const char*, Describe>> checks = {
       {"collective", [](const Request& r) { return collectiveName(r.type); }},
       {"dtype", [](const Request& r) { return dataTypeName(r.dtype); }},
+      {"device", [](const Request& r) { return std::string(r.onCuda() ? "cuda" : "cpu"); }},
       {"group", [](const Request& r) { return std::to_string(r.group_id) + "/" + std::to_string(r.group_size); }},
   };
   auto shape = [](const Request& r) { return shapeString(r.shape); };

@@ -56,6 +56,16 @@ TEST_F(NegotiatorTest, DtypeMismatchNamesTensorRanksAndValues) {
   EXPECT_THAT(m, HasSubstr("dtype: float32 on ranks [0, 2]; int32 on ranks [1]"));
 }
 
+TEST_F(NegotiatorTest, DeviceMismatchNamesRanks) {
+  Request on_gpu = allreduce(1, "d");
+  on_gpu.cuda = coordinator::CudaRef{7, 0, 0};
+  submit(allreduce(0, "d"));
+  submit(on_gpu);
+  auto ready = submit(allreduce(2, "d"));
+  ASSERT_EQ(ready.size(), 1u);
+  EXPECT_THAT(ready[0].status.message(), HasSubstr("device: cpu on ranks [0, 2]; cuda on ranks [1]"));
+}
+
 TEST_F(NegotiatorTest, ShapeOpRootAndScaleMismatches) {
   submit(allreduce(0, "s"));
   submit(allreduce(1, "s", v1::FLOAT32, {5}));

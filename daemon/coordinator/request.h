@@ -13,8 +13,16 @@
 
 namespace gradsync::coordinator {
 
+// A CUDA tensor: `length` bytes at `offset` of an allocation the rank's
+// client exported once (see control.proto CudaTensorRef).
+struct CudaRef {
+  uint64_t buffer_id = 0;
+  uint64_t offset = 0;
+  uint32_t event_slot = 0;
+};
+
 // One rank's request, already checked on its own (sizes match the shape, the
-// range lies inside the rank's arena).
+// range lies inside the rank's arena or its exported CUDA allocation).
 struct Request {
   int rank = -1;
   uint64_t handle = 0;
@@ -32,6 +40,9 @@ struct Request {
   uint64_t length = 0;
   uint64_t group_id = 0;        // grouped allreduce; 0: not grouped
   uint32_t group_size = 0;
+  std::optional<CudaRef> cuda;  // set: device memory, `offset` unused
+
+  bool onCuda() const { return cuda.has_value(); }
 };
 
 // A negotiated collective. `requests[i]` belongs to `ranks[i]`; it is empty

@@ -19,7 +19,7 @@ struct FusedResponse {
 };
 
 // Whether two responses may share one fused pass: both successful allreduces
-// with the same dtype, op, scale factors, process set and joined ranks.
+// with the same dtype, device (CPU or CUDA), op, scale factors, process set and joined ranks.
 bool fusable(const Response& a, const Response& b);
 
 // Plans `ready` (in execution order) into fused responses. A bucket starts at

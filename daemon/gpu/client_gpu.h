@@ -1,0 +1,77 @@
+// SPDX-License-Identifier: Apache-2.0
+// One rank's CUDA state inside the daemon: the GPU it uses, its pool of
+// ready/done event pairs, and the allocations it exported, each mapped once
+// (cudaIpcOpenMemHandle costs milliseconds) and closed when the rank forgets
+// it or goes away, so that a dead client's memory is released.
+//
+// Every lookup checks the buffer id, the byte range against the allocation's
+// size (overflow-safe) and the event slot: a client can only name memory it
+// exported itself. Thread-safe: the hand-off thread adds and removes
+// allocations while executor threads look them up.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "daemon/gpu/gpu_backend.h"
+#include "proto/gradsync/v1/control.pb.h"
+
+namespace gradsync::gpu {
+
+// Most event pairs one session may have, and allocations one session may
+// keep mapped at once.
+constexpr int kMaxEventSlots = 1024;
+constexpr size_t kMaxBuffersPerClient = 65536;
+
+class ClientGpu {
+ public:
+  // Opens the client's ready events and creates as many done events; on
+  // failure everything made so far is released.
+  static StatusOr<std::unique_ptr<ClientGpu>> attach(GpuBackend* backend, int device, const std::string& device_uuid,
+                                                     const v1::CudaAttach& request, const std::string& who);
+  ~ClientGpu();
+  ClientGpu(const ClientGpu&) = delete;
+  ClientGpu& operator=(const ClientGpu&) = delete;
+
+  int device() const { return device_; }
+  const std::string& deviceUuid() const { return device_uuid_; }
+  int eventSlots() const { return static_cast<int>(ready_.size()); }
+  // Handles of the done events, for the attach reply.
+  std::vector<std::string> doneEventHandles() const;
+
+  // Maps an allocation (idempotent for the same id, size and handle).
+  Status addBuffer(const v1::CudaBufferExport& request);
+  // Unmaps an allocation after the device's streams are idle.
+  Status removeBuffer(uint64_t buffer_id);
+  size_t bufferCount() const;
+
+  // Checks a tensor reference; the device address of its first byte.
+  StatusOr<uint8_t*> address(uint64_t buffer_id, uint64_t offset, uint64_t length) const;
+  Status checkSlot(uint32_t slot) const;
+  void* readyEvent(uint32_t slot) const { return ready_[slot]; }
+  void* doneEvent(uint32_t slot) const { return done_[slot].event; }
+
+ private:
+  struct Buffer {
+    void* address = nullptr;
+    uint64_t bytes = 0;
+    std::string handle;
+  };
+  ClientGpu(GpuBackend* backend, int device, std::string uuid, std::string who)
+      : backend_(backend), device_(device), device_uuid_(std::move(uuid)), who_(std::move(who)) {}
+  void releaseAll();
+
+  GpuBackend* const backend_;
+  const int device_;
+  const std::string device_uuid_;
+  const std::string who_;  // "rank 1 (pid 42, host h)", for messages
+  std::vector<void*> ready_;
+  std::vector<SharedEvent> done_;
+  mutable std::mutex mutex_;
+  std::map<uint64_t, Buffer> buffers_;
+};
+
+}  // namespace gradsync::gpu

@@ -1,0 +1,123 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "daemon/gpu/client_gpu.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "daemon/gpu/fake_gpu_backend.h"
+
+namespace gradsync::gpu {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr const char* kUuid = "GPU-00000000-0000-0000-0000-000000000001";
+
+v1::CudaAttach attachRequest(int events) {
+  v1::CudaAttach request;
+  request.set_device_uuid(kUuid);
+  for (int i = 0; i < events; ++i) request.add_ready_events(std::string(kIpcHandleBytes, static_cast<char>(i)));
+  return request;
+}
+
+v1::CudaBufferExport exportRequest(uint64_t id, uint64_t bytes, char fill = 'h') {
+  v1::CudaBufferExport request;
+  request.set_buffer_id(id);
+  request.set_bytes(bytes);
+  request.set_ipc_handle(std::string(kIpcHandleBytes, fill));
+  request.set_device_uuid(kUuid);
+  return request;
+}
+
+class ClientGpuTest : public ::testing::Test {
+ protected:
+  std::unique_ptr<ClientGpu> attach(int events = 4) {
+    auto client = ClientGpu::attach(&backend_, 0, kUuid, attachRequest(events), "rank 1 (pid 7, host h)");
+    EXPECT_TRUE(client.isOk()) << client.status().toString();
+    return client.isOk() ? std::move(client).value() : nullptr;
+  }
+  FakeGpuBackend backend_;
+};
+
+TEST_F(ClientGpuTest, AttachOpensEveryReadyEventAndCreatesDoneEvents) {
+  auto client = attach(4);
+  EXPECT_EQ(client->eventSlots(), 4);
+  EXPECT_EQ(client->doneEventHandles().size(), 4u);
+  for (const auto& handle : client->doneEventHandles()) EXPECT_EQ(handle.size(), kIpcHandleBytes);
+  EXPECT_EQ(backend_.live_events.size(), 8u);
+  client.reset();
+  EXPECT_TRUE(backend_.live_events.empty());
+}
+
+TEST_F(ClientGpuTest, AttachRejectsBadEventLists) {
+  EXPECT_FALSE(ClientGpu::attach(&backend_, 0, kUuid, attachRequest(0), "r").isOk());
+  EXPECT_FALSE(ClientGpu::attach(&backend_, 0, kUuid, attachRequest(kMaxEventSlots + 1), "r").isOk());
+  auto bad = attachRequest(2);
+  bad.set_ready_events(1, "short");
+  auto client = ClientGpu::attach(&backend_, 0, kUuid, bad, "rank 3");
+  ASSERT_FALSE(client.isOk());
+  EXPECT_THAT(client.status().message(), HasSubstr("rank 3: ready event 1 has 5 bytes"));
+  EXPECT_TRUE(backend_.live_events.empty());  // what was opened before the error is released
+}
+
+TEST_F(ClientGpuTest, EachAllocationIsMappedOnce) {
+  auto client = attach();
+  ASSERT_TRUE(client->addBuffer(exportRequest(11, 1 << 20)).isOk());
+  ASSERT_TRUE(client->addBuffer(exportRequest(11, 1 << 20)).isOk());  // a resend: no second open
+  EXPECT_EQ(backend_.memory_opens, 1);
+  auto other = client->addBuffer(exportRequest(11, 2 << 20));
+  EXPECT_EQ(other.code(), StatusCode::kAlreadyExists);
+  ASSERT_TRUE(client->addBuffer(exportRequest(12, 4096, 'g')).isOk());
+  EXPECT_EQ(backend_.memory_opens, 2);
+  EXPECT_EQ(client->bufferCount(), 2u);
+}
+
+TEST_F(ClientGpuTest, LookupsAreBoundsChecked) {
+  auto client = attach();
+  ASSERT_TRUE(client->addBuffer(exportRequest(5, 1024)).isOk());
+  auto base = client->address(5, 0, 1024);
+  ASSERT_TRUE(base.isOk());
+  auto inside = client->address(5, 1000, 24);
+  ASSERT_TRUE(inside.isOk());
+  EXPECT_EQ(*inside - *base, 1000);
+  EXPECT_EQ(client->address(5, 1000, 25).status().code(), StatusCode::kOutOfRange);
+  EXPECT_EQ(client->address(5, 1025, 0).status().code(), StatusCode::kOutOfRange);
+  EXPECT_EQ(client->address(5, 8, ~uint64_t{0}).status().code(), StatusCode::kOutOfRange);  // wraps
+  EXPECT_EQ(client->address(~uint64_t{0}, 8, 8).status().code(), StatusCode::kInvalidArgument);
+  auto unknown = client->address(6, 0, 4);
+  EXPECT_EQ(unknown.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(unknown.status().message(), HasSubstr("CUDA buffer 6 was never exported"));
+  EXPECT_TRUE(client->checkSlot(3).isOk());
+  EXPECT_FALSE(client->checkSlot(4).isOk());
+}
+
+TEST_F(ClientGpuTest, ExportsAreCheckedBeforeMapping) {
+  auto client = attach();
+  auto wrong_gpu = exportRequest(1, 64);
+  wrong_gpu.set_device_uuid("GPU-other");
+  EXPECT_THAT(client->addBuffer(wrong_gpu).message(), HasSubstr("is on GPU-other"));
+  auto short_handle = exportRequest(1, 64);
+  short_handle.set_ipc_handle("x");
+  EXPECT_FALSE(client->addBuffer(short_handle).isOk());
+  EXPECT_FALSE(client->addBuffer(exportRequest(1, 0)).isOk());
+  backend_.fail_open = true;
+  auto failed = client->addBuffer(exportRequest(2, 64));
+  EXPECT_THAT(failed.message(), HasSubstr("cannot map: cudaErrorMapBufferObjectFailed"));
+  EXPECT_EQ(backend_.open_memory.size(), 0u);
+}
+
+TEST_F(ClientGpuTest, RemovingOrDisconnectingUnmapsAfterTheDeviceIsIdle) {
+  auto client = attach();
+  ASSERT_TRUE(client->addBuffer(exportRequest(1, 64)).isOk());
+  ASSERT_TRUE(client->addBuffer(exportRequest(2, 64)).isOk());
+  ASSERT_TRUE(client->removeBuffer(1).isOk());
+  EXPECT_EQ(backend_.synchronizations, 1);
+  EXPECT_EQ(backend_.open_memory.size(), 1u);
+  EXPECT_EQ(client->removeBuffer(1).code(), StatusCode::kNotFound);
+  client.reset();  // the rank went away
+  EXPECT_EQ(backend_.synchronizations, 2);
+  EXPECT_TRUE(backend_.open_memory.empty());
+}
+
+}  // namespace
+}  // namespace gradsync::gpu

@@ -1,0 +1,54 @@
+// SPDX-License-Identifier: Apache-2.0
+// A GpuBackend that records what it was asked to do, for tests on machines
+// without a GPU. Handles are "opened" into fake addresses.
+#pragma once
+
+#include <map>
+#include <string>
+
+#include "daemon/gpu/gpu_backend.h"
+
+namespace gradsync::gpu {
+
+class FakeGpuBackend : public GpuBackend {
+ public:
+  StatusOr<void*> openMemory(int device, const std::string& handle) override {
+    ++memory_opens;
+    if (fail_open) return internalError("cudaErrorMapBufferObjectFailed");
+    void* address = reinterpret_cast<void*>(next_address_);
+    next_address_ += uint64_t{1} << 32;
+    open_memory[address] = handle;
+    return address;
+  }
+  Status closeMemory(int device, void* address) override {
+    if (open_memory.erase(address) == 0) return internalError("closing an address that is not open");
+    return okStatus();
+  }
+  StatusOr<void*> openEvent(int device, const std::string& handle) override {
+    void* event = reinterpret_cast<void*>(next_event_++);
+    live_events[event] = "opened";
+    return event;
+  }
+  StatusOr<SharedEvent> createSharedEvent(int device) override {
+    void* event = reinterpret_cast<void*>(next_event_++);
+    live_events[event] = "created";
+    return SharedEvent{event, std::string(kIpcHandleBytes, static_cast<char>(next_event_ & 0xff))};
+  }
+  void destroyEvent(int device, void* event) override { live_events.erase(event); }
+  Status synchronize(int device) override {
+    ++synchronizations;
+    return okStatus();
+  }
+
+  int memory_opens = 0;
+  int synchronizations = 0;
+  bool fail_open = false;
+  std::map<void*, std::string> open_memory;
+  std::map<void*, std::string> live_events;
+
+ private:
+  uint64_t next_address_ = uint64_t{1} << 40;
+  uint64_t next_event_ = 0x1000;
+};
+
+}  // namespace gradsync::gpu
