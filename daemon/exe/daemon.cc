@@ -67,6 +67,25 @@ Status Daemon::startServers() {
   RETURN_IF_ERROR(claimSocketPath(config_.socket_path()));
   RETURN_IF_ERROR(claimSocketPath(config_.handoff_socket_path()));
 
+  server::DaemonFacts facts;
+  facts.version = kVersion;
+  facts.hostname = hostName();
+  facts.pid = static_cast<int64_t>(::getpid());
+  facts.gpus = gpu::probeGpus();
+  facts.config = config_;
+  facts.started = std::chrono::steady_clock::now();
+  loadNccl(&facts);
+  GS_LOG(main, info, "GPUs: {}{}; MPS {}; NCCL {}", facts.gpus.gpus.size(),
+         facts.gpus.note.empty() ? "" : " (" + facts.gpus.note + ")", facts.gpus.mps ? "on" : "off",
+         nccl_ ? gpu::ncclVersionString(facts.nccl_version) + " from " + facts.nccl_library : facts.nccl_note);
+  for (const auto& g : facts.gpus.gpus) {
+    GS_LOG(main, info, "GPU {}: {} {} ({} MiB, compute mode {}, PCI {})", g.index, g.uuid, g.name,
+           g.total_memory_bytes >> 20, g.compute_mode, g.pci_bus_id);
+  }
+  gpus_ = gpu::GpuNode::create(facts.gpus);
+  const std::string no_gpu_reason =
+      "gradsyncd on host " + facts.hostname + " has no GPU" + (facts.gpus.note.empty() ? "" : " (" + facts.gpus.note + ")");
+
   pool_ = std::make_unique<executor::ReducePool>(static_cast<int>(config_.reduce_threads()));
   server::RegistryLimits limits;
   limits.job.fusion_threshold_bytes = config_.fusion_threshold_bytes();
@@ -78,32 +97,20 @@ Status Daemon::startServers() {
   limits.job.join_timeout = std::chrono::seconds(config_.join_timeout_seconds());
   limits.job.cycle_time = std::chrono::milliseconds(config_.cycle_time_ms());
   limits.job.response_cache_capacity = config_.response_cache_capacity();
+  limits.job.gpus = gpus_.get();
+  limits.job.no_gpu_reason = no_gpu_reason;
   registry_ = std::make_unique<server::JobRegistry>(limits, pool_.get());
   ASSIGN_OR_RETURN(const std::string peer_address, startPeerServer());
   registry_->setPeerAddress(peer_address);
 
   server::ControlInfo control_info{kVersion, config_.max_arena_bytes(), limits.job.max_name_length,
-                                   config_.handoff_socket_path()};
+                                   config_.handoff_socket_path(), gpus_ ? gpus_->uuids() : std::vector<std::string>()};
   control_ = std::make_unique<server::ControlService>(registry_.get(), control_info);
-  server::DaemonFacts facts;
-  facts.version = kVersion;
-  facts.hostname = hostName();
-  facts.pid = static_cast<int64_t>(::getpid());
-  facts.gpus = gpu::probeGpus();
   facts.peer_address = peer_address;
-  facts.config = config_;
-  facts.started = std::chrono::steady_clock::now();
-  loadNccl(&facts);
-  GS_LOG(main, info, "GPUs: {}{}; MPS {}; NCCL {}", facts.gpus.gpus.size(),
-         facts.gpus.note.empty() ? "" : " (" + facts.gpus.note + ")", facts.gpus.mps ? "on" : "off",
-         nccl_ ? gpu::ncclVersionString(facts.nccl_version) + " from " + facts.nccl_library : facts.nccl_note);
-  for (const auto& g : facts.gpus.gpus) {
-    GS_LOG(main, info, "GPU {}: {} {} ({} MiB, compute mode {}, PCI {})", g.index, g.uuid, g.name,
-           g.total_memory_bytes >> 20, g.compute_mode, g.pci_bus_id);
-  }
   admin_ = std::make_unique<server::AdminService>(registry_.get(), facts);
 
-  handoff_ = std::make_unique<server::HandoffServer>(registry_.get(), config_.max_arena_bytes());
+  handoff_ = std::make_unique<server::HandoffServer>(registry_.get(), config_.max_arena_bytes(), gpus_.get(),
+                                                     no_gpu_reason);
   RETURN_IF_ERROR(handoff_->start(config_.handoff_socket_path(), config_.socket_mode(), gid));
 
   grpc::ServerBuilder builder;

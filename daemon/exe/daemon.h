@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "daemon/executor/reduce_pool.h"
+#include "daemon/gpu/gpu_node.h"
 #include "daemon/gpu/nccl_library.h"
 #include "daemon/server/admin_service.h"
 #include "daemon/server/control_service.h"
@@ -45,6 +46,7 @@ class Daemon {
 
   const v1::DaemonConfig config_;
   std::unique_ptr<gpu::NcclLibrary> nccl_;
+  std::unique_ptr<gpu::GpuNode> gpus_;  // null without GPUs
   std::unique_ptr<executor::ReducePool> pool_;
   std::unique_ptr<server::JobRegistry> registry_;
   std::unique_ptr<server::ControlService> control_;

@@ -10,6 +10,16 @@ namespace gradsync::executor {
 std::vector<ResponseResult> LocalExecutor::run(const fusion::FusedResponse& fused, RankAccess& access) {
   std::vector<ResponseResult> results;
   const Response& head = fused.responses.front();
+  if (head.status.isOk() && head.activeCount() > 0 && head.first().onCuda()) {
+    // Fusion never mixes devices: the whole bucket is CUDA.
+    if (gpu_ == nullptr) {
+      for (const auto& r : fused.responses) {
+        results.push_back(failed(r, failedPrecondition("tensor '" + r.name + "': this daemon has no GPU")));
+      }
+      return results;
+    }
+    return gpu_->run(fused, access);
+  }
   if (head.status.isOk() && head.type == v1::ALLREDUCE) {
     std::vector<const Response*> all;
     for (const auto& r : fused.responses) all.push_back(&r);

@@ -10,6 +10,7 @@
 #include "daemon/common/status.h"
 #include "daemon/executor/reduce_pool.h"
 #include "daemon/fusion/fusion_planner.h"
+#include "daemon/gpu/client_gpu.h"
 #include "daemon/handoff/shm_arena.h"
 
 namespace gradsync::executor {
@@ -56,11 +57,22 @@ class RankAccess {
   virtual Status crossNodeAllgather(uint8_t* buffer, const std::vector<std::vector<collective::Range>>& owned) {
     return unimplemented("single-node job");
   }
+  // The GPU state of a local `rank` that attached one (null otherwise). The
+  // reference keeps its mappings open while the caller uses them.
+  virtual std::shared_ptr<gpu::ClientGpu> gpuOf(int rank) { return nullptr; }
+};
+
+// Runs fused responses whose tensors live on a device (CUDA).
+class DeviceExecutor {
+ public:
+  virtual ~DeviceExecutor() = default;
+  virtual std::vector<ResponseResult> run(const fusion::FusedResponse& fused, RankAccess& access) = 0;
 };
 
 class LocalExecutor {
  public:
-  explicit LocalExecutor(ReducePool* pool) : pool_(pool) {}
+  // `gpu` (null on a node without GPUs) takes the responses of CUDA tensors.
+  explicit LocalExecutor(ReducePool* pool, DeviceExecutor* gpu = nullptr) : pool_(pool), gpu_(gpu) {}
 
   // Executes every response of `fused`; results are parallel to
   // fused.responses. Responses that carry an error are returned as is.
@@ -81,6 +93,7 @@ class LocalExecutor {
   ResponseResult reducescatter(const Response& r, RankAccess& access);
 
   ReducePool* pool_;
+  DeviceExecutor* gpu_;
   std::vector<uint8_t> fusion_;  // grown once, reused (never re-faulted per call)
 };
 

@@ -92,6 +92,32 @@ Status recvWithFd(int sock, void* data, size_t len, UniqueFd* fd, std::chrono::m
   return okStatus();
 }
 
+Status recvMessage(int sock, std::string* out, size_t max, std::chrono::milliseconds timeout) {
+  RETURN_IF_ERROR(waitReadable(sock, timeout));
+  out->resize(max);
+  iovec iov{out->data(), max};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * 4)] = {};
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof(control);
+  ssize_t n;
+  do {
+    n = ::recvmsg(sock, &msg, MSG_CMSG_CLOEXEC);
+  } while (n < 0 && errno == EINTR);
+  if (n < 0) {
+    out->clear();
+    return unavailable(std::string("recvmsg: ") + std::strerror(errno));
+  }
+  for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
+    if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) closeAll(c);
+  }
+  out->resize(static_cast<size_t>(n));
+  if (msg.msg_flags & MSG_TRUNC) return invalidArgument("hand-off message longer than " + std::to_string(max) + " bytes");
+  return okStatus();
+}
+
 Status recvExact(int sock, void* data, size_t len, std::chrono::milliseconds timeout) {
   UniqueFd unexpected;
   RETURN_IF_ERROR(recvWithFd(sock, data, len, &unexpected, timeout));

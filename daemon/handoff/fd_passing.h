@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <string>
 
 #include "daemon/common/status.h"
 #include "daemon/common/unique_fd.h"
@@ -17,6 +18,11 @@ Status sendWithFd(int sock, const void* data, size_t len, int fd);
 // at most `timeout`. Extra descriptors are closed; a short message, a
 // truncated control message or a timeout are errors.
 Status recvWithFd(int sock, void* data, size_t len, UniqueFd* fd, std::chrono::milliseconds timeout);
+
+// Receives one whole message (SOCK_SEQPACKET) of at most `max` bytes into
+// `out` within `timeout`; descriptors that come with it are closed. OK with
+// an empty `out` means the peer closed the connection.
+Status recvMessage(int sock, std::string* out, size_t max, std::chrono::milliseconds timeout);
 
 // Receives exactly `len` bytes (no descriptor) within `timeout`.
 Status recvExact(int sock, void* data, size_t len, std::chrono::milliseconds timeout);

@@ -5,8 +5,10 @@
 //   client -> daemon: HandoffHello (exactly sizeof bytes) with the arena memfd
 //                     attached as SCM_RIGHTS.
 //   daemon -> client: HandoffReply (exactly sizeof bytes).
-// The connection then stays open, silent, until the session ends; its closing
-// tells the daemon that the rank is gone.
+// The connection then stays open until the session ends; its closing tells
+// the daemon that the rank is gone. Meanwhile the client may send frames
+// (FrameHeader + a serialized v1::HandoffRequest, one message each), and the
+// daemon answers each with one frame holding a v1::HandoffResponse.
 #pragma once
 
 #include <cstdint>
@@ -24,6 +26,14 @@ struct HandoffHello {
   uint32_t version;
   uint64_t session_id;
   uint8_t secret[kSessionSecretBytes];
+};
+
+constexpr uint32_t kFrameMagic = 0x47534632;    // "GSF2"
+constexpr uint32_t kMaxFramePayload = 1 << 17;  // 1024 event handles fit with room to spare
+
+struct FrameHeader {
+  uint32_t magic;
+  uint32_t length;  // payload bytes that follow
 };
 
 struct HandoffReply {

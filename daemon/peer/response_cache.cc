@@ -9,7 +9,7 @@ std::string ResponseCache::signature(const coordinator::Request& r) {
   std::ostringstream s;
   s << r.rank << '|' << r.name << '|' << r.type << '|' << r.dtype << '|' << r.op << '|' << r.prescale << '|'
     << r.postscale << '|' << r.root_rank << '|' << r.process_set_id << '|' << r.length << '|' << r.group_id << '/'
-    << r.group_size << '|';
+    << r.group_size << '|' << (r.onCuda() ? "cuda" : "cpu") << '|';
   for (int64_t d : r.shape) s << d << ',';
   s << '|';
   for (int64_t x : r.splits) s << x << ',';

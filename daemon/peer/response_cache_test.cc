@@ -49,6 +49,9 @@ TEST(ResponseCacheTest, ChangedMetadataIsNotAHit) {
   EXPECT_TRUE(reshaped.second);
   coordinator::Request other = response("w", 10, 1).requests[0].value();
   EXPECT_EQ(cache.idFor(other), 0u);
+  auto on_gpu = response("w", 8, 10);
+  for (auto& q : on_gpu.requests) q->cuda = coordinator::CudaRef{1, 0, 0};
+  EXPECT_NE(cache.assign(on_gpu).first, first.first);  // same tensor, other device
 }
 
 TEST(ResponseCacheTest, FailedResponsesAreNotCachedAndCapacityHolds) {

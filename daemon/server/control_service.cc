@@ -28,6 +28,7 @@ grpc::Status ControlService::Register(grpc::ServerContext*, const v1::RegisterRe
   response->set_max_arena_bytes(info_.max_arena_bytes);
   response->set_max_name_length(info_.max_name_length);
   response->set_handoff_socket_path(info_.handoff_socket_path);
+  for (const auto& uuid : info_.gpu_uuids) response->add_gpu_uuids(uuid);
   return grpc::Status::OK;
 }
 

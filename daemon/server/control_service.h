@@ -12,6 +12,7 @@ struct ControlInfo {
   uint64_t max_arena_bytes = 0;
   uint32_t max_name_length = 256;
   std::string handoff_socket_path;
+  std::vector<std::string> gpu_uuids;  // told to clients at Register
 };
 
 class ControlService final : public v1::Control::Service {

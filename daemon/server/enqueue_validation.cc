@@ -88,6 +88,15 @@ Status checkTypeRules(const std::string& prefix, const v1::Enqueue& e, Request& 
   }
 }
 
+Status checkCuda(const std::string& prefix, const v1::Enqueue& e, const EnqueueContext& c) {
+  if (!c.gpus_present) return failedPrecondition(prefix + "is a CUDA tensor, but " + c.no_gpu_reason);
+  if (c.gpu == nullptr) {
+    return failedPrecondition(prefix + "is a CUDA tensor, but the rank has not attached its GPU (hand-off CudaAttach)");
+  }
+  RETURN_IF_ERROR(c.gpu->checkSlot(e.cuda().event_slot()));
+  return c.gpu->address(e.cuda().buffer_id(), e.cuda().offset(), e.length()).status();
+}
+
 Status checkData(const std::string& prefix, const v1::Enqueue& e, Request& r, const EnqueueContext& c) {
   if (isDataless(e.type())) {
     r.shape.clear();
@@ -105,6 +114,7 @@ Status checkData(const std::string& prefix, const v1::Enqueue& e, Request& r, co
                            std::to_string(count * static_cast<int64_t>(esize)) + " bytes)");
   }
   if (c.remote) return okStatus();
+  if (e.has_cuda()) return checkCuda(prefix, e, c);
   if (c.arena == nullptr) return failedPrecondition(prefix + "no arena handed over yet");
   if (!c.arena->contains(e.offset(), e.length())) {
     return outOfRange(prefix + "range [" + std::to_string(e.offset()) + ", +" + std::to_string(e.length()) +
@@ -148,6 +158,11 @@ v1::Enqueue enqueueOf(const coordinator::Request& r) {
   e.set_length(r.length);
   e.set_group_id(r.group_id);
   e.set_group_size(r.group_size);
+  if (r.cuda) {
+    e.mutable_cuda()->set_buffer_id(r.cuda->buffer_id);
+    e.mutable_cuda()->set_offset(r.cuda->offset);
+    e.mutable_cuda()->set_event_slot(r.cuda->event_slot);
+  }
   return e;
 }
 
@@ -169,6 +184,7 @@ coordinator::Request requestOf(int rank, const v1::Enqueue& e) {
   r.length = e.length();
   r.group_id = e.group_id();
   r.group_size = e.group_size();
+  if (e.has_cuda()) r.cuda = coordinator::CudaRef{e.cuda().buffer_id(), e.cuda().offset(), e.cuda().event_slot()};
   return r;
 }
 

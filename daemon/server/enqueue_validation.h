@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "daemon/coordinator/request.h"
+#include "daemon/gpu/client_gpu.h"
 #include "daemon/handoff/shm_arena.h"
 #include "proto/gradsync/v1/control.pb.h"
 
@@ -22,9 +23,16 @@ struct EnqueueContext {
   const handoff::ShmArena* arena = nullptr;
   // A request forwarded from another node: its range was checked there.
   bool remote = false;
+  // CUDA tensors: the rank's GPU state (null before it attached), whether
+  // this daemon has GPUs at all, and if not, why (the error's text).
+  const gpu::ClientGpu* gpu = nullptr;
+  bool gpus_present = false;
+  std::string no_gpu_reason;
 };
 
-// INVALID_ARGUMENT (bad values) or OUT_OF_RANGE (range outside the arena),
+// INVALID_ARGUMENT (bad values), OUT_OF_RANGE (range outside the arena or
+// the CUDA allocation), FAILED_PRECONDITION (a CUDA tensor where there is no
+// GPU, or before the rank attached its GPU),
 // with the tensor name and the offending value in the message.
 StatusOr<coordinator::Request> validateEnqueue(const v1::Enqueue& enqueue, const EnqueueContext& context);
 

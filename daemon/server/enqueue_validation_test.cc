@@ -7,6 +7,7 @@
 
 #include <cmath>
 
+#include "daemon/gpu/fake_gpu_backend.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -136,6 +137,54 @@ TEST_F(EnqueueValidationTest, BarrierNeedsNoData) {
   ASSERT_TRUE(r.isOk()) << r.status().toString();
   EXPECT_EQ(r->name, "barrier");
   EXPECT_EQ(r->length, 0u);
+}
+
+TEST_F(EnqueueValidationTest, CudaTensorOnADaemonWithoutGpus) {
+  auto e = allreduce();
+  e.mutable_cuda()->set_buffer_id(1);
+  context_.gpus_present = false;
+  context_.no_gpu_reason = "gradsyncd on host n1 has no GPU (no CUDA driver (cudaErrorInsufficientDriver, 35))";
+  Status status = check(e);
+  EXPECT_EQ(status.code(), StatusCode::kFailedPrecondition);
+  EXPECT_THAT(status.message(), HasSubstr("tensor 'grad' of rank 1: is a CUDA tensor, but gradsyncd on host n1 has no "
+                                          "GPU (no CUDA driver"));
+}
+
+TEST_F(EnqueueValidationTest, CudaTensorsAreCheckedAgainstTheRanksExports) {
+  gpu::FakeGpuBackend backend;
+  v1::CudaAttach attach;
+  attach.set_device_uuid("GPU-1");
+  for (int i = 0; i < 2; ++i) attach.add_ready_events(std::string(gpu::kIpcHandleBytes, 'e'));
+  auto client = gpu::ClientGpu::attach(&backend, 0, "GPU-1", attach, "rank 1");
+  ASSERT_TRUE(client.isOk());
+  v1::CudaBufferExport exported;
+  exported.set_buffer_id(9);
+  exported.set_bytes(128);
+  exported.set_ipc_handle(std::string(gpu::kIpcHandleBytes, 'm'));
+  exported.set_device_uuid("GPU-1");
+  ASSERT_TRUE((*client)->addBuffer(exported).isOk());
+  context_.gpus_present = true;
+  auto e = allreduce();  // 64 bytes
+  e.mutable_cuda()->set_buffer_id(9);
+  e.mutable_cuda()->set_offset(64);
+  e.mutable_cuda()->set_event_slot(1);
+  EXPECT_THAT(check(e).message(), HasSubstr("has not attached its GPU"));
+  context_.gpu = client->get();
+  auto r = validateEnqueue(e, context_);
+  ASSERT_TRUE(r.isOk()) << r.status().toString();
+  ASSERT_TRUE(r->onCuda());
+  EXPECT_EQ(r->cuda->buffer_id, 9u);
+  EXPECT_EQ(r->cuda->offset, 64u);
+  EXPECT_EQ(r->cuda->event_slot, 1u);
+  EXPECT_EQ(enqueueOf(*r).cuda().offset(), 64u);  // survives forwarding
+  e.mutable_cuda()->set_offset(65);
+  EXPECT_EQ(check(e).code(), StatusCode::kOutOfRange);
+  e.mutable_cuda()->set_offset(0);
+  e.mutable_cuda()->set_event_slot(2);
+  EXPECT_THAT(check(e).message(), HasSubstr("event slot 2 outside [0, 2)"));
+  e.mutable_cuda()->set_event_slot(0);
+  e.mutable_cuda()->set_buffer_id(10);
+  EXPECT_THAT(check(e).message(), HasSubstr("never exported"));
 }
 
 }  // namespace

@@ -117,9 +117,9 @@ void HandoffServer::onReadable(int fd) {
   if (it == connections_.end()) return;
   Connection& connection = it->second;
   if (connection.session_id != 0) {
-    // After the hello the client never writes: readable means closed (or a
-    // protocol violation, which ends the session all the same).
-    closeConnection(fd, "disconnected (hand-off connection closed: the process exited or was killed)");
+    if (!handleFrame(connection)) {
+      closeConnection(fd, "disconnected (hand-off connection closed: the process exited or was killed)");
+    }
     return;
   }
   Status status = handleHello(connection);
@@ -164,7 +164,11 @@ void HandoffServer::closeConnection(int fd, const std::string& cause) {
   const uint64_t session_id = it->second.session_id;
   ::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_DEL, fd, nullptr);
   connections_.erase(it);
-  if (session_id != 0 && !cause.empty()) registry_->sessionLost(session_id, cause);
+  if (session_id == 0) return;
+  // A gone rank's GPU mappings are released now, not when its job ends: its
+  // memory must not stay pinned by the daemon.
+  if (auto session = registry_->findSession(session_id)) session->releaseGpu();
+  if (!cause.empty()) registry_->sessionLost(session_id, cause);
 }
 
 void HandoffServer::expireSilent() {

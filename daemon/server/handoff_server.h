@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // The hand-off socket: receives each session's arena (memfd over
-// SCM_RIGHTS), then watches the connection; its end means the rank is gone.
+// SCM_RIGHTS), then serves the session's CUDA frames (attach, exports,
+// releases) and watches the connection: its end means the rank is gone.
 #pragma once
 
 #include <sys/types.h>
@@ -12,13 +13,20 @@
 #include <thread>
 
 #include "daemon/common/unique_fd.h"
+#include "daemon/gpu/gpu_node.h"
 #include "daemon/server/job_registry.h"
 
 namespace gradsync::server {
 
 class HandoffServer {
  public:
-  HandoffServer(JobRegistry* registry, uint64_t max_arena_bytes) : registry_(registry), max_arena_bytes_(max_arena_bytes) {}
+  // `gpus` is null on a node without GPUs; `no_gpu_reason` then says why
+  // (it ends every CUDA request from a client).
+  HandoffServer(JobRegistry* registry, uint64_t max_arena_bytes, gpu::GpuNode* gpus, std::string no_gpu_reason)
+      : registry_(registry),
+        max_arena_bytes_(max_arena_bytes),
+        gpus_(gpus),
+        no_gpu_reason_(std::move(no_gpu_reason)) {}
   ~HandoffServer();
 
   // Binds and listens on a SOCK_SEQPACKET Unix socket at `path` with
@@ -36,11 +44,17 @@ class HandoffServer {
   void acceptOne();
   void onReadable(int fd);
   Status handleHello(Connection& connection);
+  // A frame after the hello; false when the connection ended.
+  bool handleFrame(Connection& connection);
+  v1::HandoffResponse handleRequest(Session& session, const v1::HandoffRequest& request);
+  Status attachGpu(Session& session, const v1::CudaAttach& request, v1::HandoffResponse* response);
   void closeConnection(int fd, const std::string& cause);
   void expireSilent();
 
   JobRegistry* registry_;
   const uint64_t max_arena_bytes_;
+  gpu::GpuNode* const gpus_;
+  const std::string no_gpu_reason_;
   std::string path_;
   UniqueFd listen_fd_;
   UniqueFd epoll_fd_;

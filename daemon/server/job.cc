@@ -46,7 +46,8 @@ v1::DaemonMessage Job::doneMessage(const std::string& job_id, const coordinator:
 Job::Job(JobSpec spec, JobLimits limits, executor::ReducePool* pool)
     : spec_(std::move(spec)),
       limits_(limits),
-      executor_(pool),
+      gpu_executor_(limits_.gpus ? std::make_unique<executor::GpuExecutor>(&limits_.gpus->backend()) : nullptr),
+      executor_(pool, gpu_executor_.get()),
       negotiator_(spec_.job_id, spec_.size, spec_.process_sets) {
   process_set_sizes_.push_back(spec_.size);
   for (const auto& set : spec_.process_sets) process_set_sizes_.push_back(static_cast<int>(set.size()));
@@ -108,7 +109,10 @@ bool Job::removeSession(const Session& session, const std::string& cause) {
 }
 
 void Job::submit(const std::shared_ptr<Session>& session, const v1::Enqueue& enqueue) {
-  auto request = validateEnqueue(enqueue, enqueueContext(session->rank(), session->arena()));
+  const std::shared_ptr<gpu::ClientGpu> gpu = enqueue.has_cuda() ? session->gpu() : nullptr;
+  EnqueueContext context = enqueueContext(session->rank(), session->arena());
+  context.gpu = gpu.get();
+  auto request = validateEnqueue(enqueue, context);
 
   Outbox outbox;
   std::vector<coordinator::Response> inline_batch;
@@ -151,6 +155,8 @@ EnqueueContext Job::enqueueContext(int rank, const handoff::ShmArena* arena, boo
   context.max_name_length = limits_.max_name_length;
   context.arena = arena;
   context.remote = remote;
+  context.gpus_present = limits_.gpus != nullptr;
+  context.no_gpu_reason = limits_.no_gpu_reason;
   return context;
 }
 

@@ -16,7 +16,9 @@
 #include <vector>
 
 #include "daemon/coordinator/negotiator.h"
+#include "daemon/executor/gpu_executor.h"
 #include "daemon/executor/local_executor.h"
+#include "daemon/gpu/gpu_node.h"
 #include "daemon/server/cross_node.h"
 #include "daemon/server/enqueue_validation.h"
 #include "daemon/server/session.h"
@@ -53,6 +55,10 @@ struct JobLimits {
   // instead of many). Nothing waits when nothing else is pending.
   Clock::duration cycle_time = std::chrono::milliseconds(1);
   size_t response_cache_capacity = 4096;
+  // The node's GPUs (null without any; `no_gpu_reason` then ends every CUDA
+  // tensor with a message saying why).
+  gpu::GpuNode* gpus = nullptr;
+  std::string no_gpu_reason = "gradsyncd has no GPU";
 };
 
 class Job : private executor::RankAccess {
@@ -93,6 +99,7 @@ class Job : private executor::RankAccess {
 
   // RankAccess, used by the executor thread with the batch's snapshot.
   const handoff::ShmArena* arena(int rank) override;
+  std::shared_ptr<gpu::ClientGpu> gpuOf(int rank) override;
   StatusOr<std::vector<uint8_t*>> requestOutputs(const coordinator::Response& response,
                                                  const std::vector<uint64_t>& bytes,
                                                  const std::vector<std::vector<int64_t>>& shapes) override;
@@ -137,6 +144,7 @@ class Job : private executor::RankAccess {
   const JobSpec spec_;
   const JobLimits limits_;
   std::vector<int> process_set_sizes_;  // index = process set id; computed once
+  std::unique_ptr<executor::GpuExecutor> gpu_executor_;  // null without GPUs
   executor::LocalExecutor executor_;
 
   mutable std::mutex mutex_;

@@ -123,6 +123,11 @@ const handoff::ShmArena* Job::arena(int rank) {
   return it == batch_sessions_.end() ? nullptr : it->second->arena();
 }
 
+std::shared_ptr<gpu::ClientGpu> Job::gpuOf(int rank) {
+  auto it = batch_sessions_.find(rank);
+  return it == batch_sessions_.end() ? nullptr : it->second->gpu();
+}
+
 Status Job::grantToPointer(const Session& session, const v1::OutputGrant& grant, uint64_t expected, uint8_t** out) {
   if (!grant.error().empty()) {
     return resourceExhausted(session.describe() + " could not reserve " + std::to_string(expected) +

@@ -30,6 +30,27 @@ Status Session::attachArena(std::unique_ptr<handoff::ShmArena> arena, int64_t pi
   return okStatus();
 }
 
+Status Session::attachGpu(std::shared_ptr<gpu::ClientGpu> gpu) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (gpu_) return failedPrecondition("rank " + std::to_string(identity_.rank) + " attached its GPU already");
+  gpu_ = std::move(gpu);
+  return okStatus();
+}
+
+std::shared_ptr<gpu::ClientGpu> Session::gpu() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return gpu_;
+}
+
+void Session::releaseGpu() {
+  std::shared_ptr<gpu::ClientGpu> gone;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    gone = std::move(gpu_);
+  }
+  // `gone` unmaps here, outside the lock, unless an executor still holds it.
+}
+
 const handoff::ShmArena* Session::arena() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return arena_.get();

@@ -17,6 +17,7 @@
 #include <thread>
 #include <string>
 
+#include "daemon/gpu/client_gpu.h"
 #include "daemon/handoff/ring.h"
 #include "daemon/handoff/shm_arena.h"
 #include "daemon/handoff/shm_layout.h"
@@ -78,6 +79,13 @@ class Session {
   // "rank 1 (pid 4242, host node-a)", for error messages.
   std::string describe() const;
 
+  // CUDA: the rank's GPU state, set once by the hand-off's CudaAttach (null
+  // before, and after releaseGpu). Executors hold their own reference while
+  // they use it, so a release while work runs unmaps only after that work.
+  Status attachGpu(std::shared_ptr<gpu::ClientGpu> gpu);
+  std::shared_ptr<gpu::ClientGpu> gpu() const;
+  void releaseGpu();
+
   // Handles of this session's collectives in flight (for duplicate checks).
   bool addHandle(uint64_t handle);
   void removeHandle(uint64_t handle);
@@ -90,6 +98,7 @@ class Session {
   mutable std::mutex mutex_;
   std::unique_ptr<handoff::ShmArena> arena_;
   int64_t pid_ = 0;
+  std::shared_ptr<gpu::ClientGpu> gpu_;
   std::set<uint64_t> handles_;
   handoff::ArenaControl* control_ = nullptr;  // inside the arena; set once at hand-off
   std::unique_ptr<handoff::RingConsumer> submit_ring_;

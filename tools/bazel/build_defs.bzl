@@ -52,3 +52,18 @@ def gradsync_proto_library(name, srcs, deps = [], grpc = False, visibility = Non
         deps = deps + ["@grpc_sys//:grpc"],
         visibility = visibility,
     )
+
+def gradsync_cuda_object(name, src, hdrs = []):
+    """Compiles one .cu file with the CUDA toolkit's nvcc into a PIC object
+    (`name`.o) for a cc_library's srcs. sm_90 machine code for H100/H200 and
+    compute_90 PTX that newer GPUs compile at load time; no FMA contraction,
+    so results match the CPU kernels bit for bit."""
+    native.genrule(
+        name = name,
+        srcs = [src] + hdrs,
+        outs = [name + ".o"],
+        cmd = ("/usr/local/cuda/bin/nvcc -c -std=c++17 -O3 --fmad=false --expt-relaxed-constexpr " +
+               "-Xcompiler -fPIC -Xcompiler -Wall -I. " +
+               "-gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90 " +
+               "-o $@ $(location " + src + ")"),
+    )

@@ -1,0 +1,45 @@
+// SPDX-License-Identifier: Apache-2.0
+// Collectives on CUDA tensors of the ranks of one node that share a GPU.
+// Nothing waits on the host: the daemon's stream waits on each rank's "ready"
+// event, the kernels reduce or copy between the ranks' mapped allocations,
+// and the stream records each rank's "done" event, which the rank's own
+// stream waits on. Done messages go out as soon as the work is enqueued.
+//
+// Not yet: several GPUs in one node, jobs across nodes (NCCL between
+// daemons), and the collectives whose output size is negotiated (allgather,
+// alltoall, reducescatter): those fail with UNIMPLEMENTED naming the tensor.
+#pragma once
+
+#include "daemon/executor/local_executor.h"
+#include "daemon/gpu/cuda_backend.h"
+
+namespace gradsync::executor {
+
+class GpuExecutor : public DeviceExecutor {
+ public:
+  explicit GpuExecutor(gpu::CudaBackend* backend) : backend_(backend) {}
+  std::vector<ResponseResult> run(const fusion::FusedResponse& fused, RankAccess& access) override;
+
+ private:
+  // The present members of a response, resolved to device addresses.
+  struct Member {
+    std::shared_ptr<gpu::ClientGpu> gpu;
+    uint8_t* data = nullptr;
+    uint32_t slot = 0;
+    int rank = -1;
+  };
+  struct Members {
+    std::vector<Member> list;
+    int device = -1;
+    void* stream = nullptr;  // cudaStream_t
+  };
+  StatusOr<Members> resolve(const Response& r, RankAccess& access);
+  Status waitReady(const Members& m);
+  Status recordDone(const Members& m);
+  Status allreduce(const Response& r, RankAccess& access);
+  Status broadcast(const Response& r, RankAccess& access);
+
+  gpu::CudaBackend* backend_;
+};
+
+}  // namespace gradsync::executor
