@@ -1,0 +1,185 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "client/src/cuda/cuda_driver.h"
+
+#include <cuda.h>
+#include <dlfcn.h>
+
+#include <cstdio>
+#include <cstring>
+
+namespace gradsync::client {
+namespace {
+
+using GetProcAddress = CUresult (*)(const char*, void**, int, cuuint64_t, CUdriverProcAddressQueryResult*);
+
+struct DriverApi {
+  CUresult (*getErrorName)(CUresult, const char**) = nullptr;
+  CUresult (*pointerGetAttributes)(unsigned, CUpointer_attribute*, void**, CUdeviceptr) = nullptr;
+  CUresult (*deviceGet)(CUdevice*, int) = nullptr;
+  CUresult (*deviceGetUuid)(CUuuid*, CUdevice) = nullptr;
+  CUresult (*ipcGetMemHandle)(CUipcMemHandle*, CUdeviceptr) = nullptr;
+  CUresult (*eventCreate)(CUevent*, unsigned) = nullptr;
+  CUresult (*ipcGetEventHandle)(CUipcEventHandle*, CUevent) = nullptr;
+  CUresult (*ipcOpenEventHandle)(CUevent*, CUipcEventHandle) = nullptr;
+  CUresult (*eventRecord)(CUevent, CUstream) = nullptr;
+  CUresult (*streamWaitEvent)(CUstream, CUevent, unsigned) = nullptr;
+  CUresult (*eventDestroy)(CUevent) = nullptr;
+  CUresult (*ctxPushCurrent)(CUcontext) = nullptr;
+  CUresult (*ctxPopCurrent)(CUcontext*) = nullptr;
+};
+
+std::string formatUuid(const CUuuid& u) {
+  const auto* b = reinterpret_cast<const unsigned char*>(u.bytes);
+  char text[64];
+  std::snprintf(text, sizeof(text), "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0],
+                b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]);
+  return text;
+}
+
+class RealCudaDriver : public CudaDriver {
+ public:
+  explicit RealCudaDriver(DriverApi api) : api_(api) {}
+
+  StatusOr<PointerInfo> pointerInfo(const void* pointer) override {
+    CUpointer_attribute attributes[] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE, CU_POINTER_ATTRIBUTE_BUFFER_ID,
+                                        CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, CU_POINTER_ATTRIBUTE_RANGE_SIZE,
+                                        CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE,
+                                        CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, CU_POINTER_ATTRIBUTE_CONTEXT};
+    unsigned int memory_type = 0;
+    unsigned long long buffer_id = 0;
+    CUdeviceptr start = 0;
+    size_t size = 0;
+    int legacy = 0;
+    int ordinal = -1;
+    CUcontext context = nullptr;
+    void* data[] = {&memory_type, &buffer_id, &start, &size, &legacy, &ordinal, &context};
+    RETURN_IF_ERROR(check(api_.pointerGetAttributes(7, attributes, data, reinterpret_cast<CUdeviceptr>(pointer)),
+                          "cuPointerGetAttributes"));
+    PointerInfo info;
+    info.device_memory = memory_type == CU_MEMORYTYPE_DEVICE;
+    if (!info.device_memory) return info;
+    info.buffer_id = buffer_id;
+    info.base = static_cast<uint64_t>(start);
+    info.size = size;
+    info.legacy_ipc = legacy != 0;
+    info.context = context;
+    CUdevice device = 0;
+    RETURN_IF_ERROR(check(api_.deviceGet(&device, ordinal), "cuDeviceGet"));
+    CUuuid uuid{};
+    RETURN_IF_ERROR(check(api_.deviceGetUuid(&uuid, device), "cuDeviceGetUuid"));
+    info.device_uuid = formatUuid(uuid);
+    return info;
+  }
+
+  StatusOr<std::string> exportMemory(void* context, uint64_t base) override {
+    Scoped scoped(this, context);
+    CUipcMemHandle handle{};
+    RETURN_IF_ERROR(check(api_.ipcGetMemHandle(&handle, static_cast<CUdeviceptr>(base)), "cuIpcGetMemHandle"));
+    return std::string(handle.reserved, sizeof(handle.reserved));
+  }
+
+  StatusOr<void*> createIpcEvent(void* context, std::string* handle) override {
+    Scoped scoped(this, context);
+    CUevent event = nullptr;
+    RETURN_IF_ERROR(check(api_.eventCreate(&event, CU_EVENT_DISABLE_TIMING | CU_EVENT_INTERPROCESS), "cuEventCreate"));
+    CUipcEventHandle h{};
+    Status got = check(api_.ipcGetEventHandle(&h, event), "cuIpcGetEventHandle");
+    if (!got.isOk()) {
+      api_.eventDestroy(event);
+      return got;
+    }
+    handle->assign(h.reserved, sizeof(h.reserved));
+    return static_cast<void*>(event);
+  }
+
+  StatusOr<void*> openIpcEvent(void* context, const std::string& handle) override {
+    Scoped scoped(this, context);
+    CUipcEventHandle h{};
+    if (handle.size() != sizeof(h.reserved)) return invalidArgument("event handle of wrong size from gradsyncd");
+    std::memcpy(h.reserved, handle.data(), sizeof(h.reserved));
+    CUevent event = nullptr;
+    RETURN_IF_ERROR(check(api_.ipcOpenEventHandle(&event, h), "cuIpcOpenEventHandle"));
+    return static_cast<void*>(event);
+  }
+
+  Status recordEvent(void* context, void* event, void* stream) override {
+    Scoped scoped(this, context);
+    return check(api_.eventRecord(static_cast<CUevent>(event), static_cast<CUstream>(stream)), "cuEventRecord");
+  }
+
+  Status streamWaitEvent(void* context, void* stream, void* event) override {
+    Scoped scoped(this, context);
+    return check(api_.streamWaitEvent(static_cast<CUstream>(stream), static_cast<CUevent>(event), 0),
+                 "cuStreamWaitEvent");
+  }
+
+  void destroyEvent(void* context, void* event) override {
+    Scoped scoped(this, context);
+    (void)api_.eventDestroy(static_cast<CUevent>(event));
+  }
+
+ private:
+  // Makes the allocation's context current for the calls in its scope (the
+  // calling thread may have none, e.g. a fresh Python thread).
+  struct Scoped {
+    Scoped(RealCudaDriver* d, void* context) : driver(d), pushed(context != nullptr) {
+      if (pushed) pushed = d->api_.ctxPushCurrent(static_cast<CUcontext>(context)) == CUDA_SUCCESS;
+    }
+    ~Scoped() {
+      CUcontext popped = nullptr;
+      if (pushed) (void)driver->api_.ctxPopCurrent(&popped);
+    }
+    RealCudaDriver* driver;
+    bool pushed;
+  };
+
+  Status check(CUresult result, const char* what) {
+    if (result == CUDA_SUCCESS) return okStatus();
+    const char* name = nullptr;
+    if (api_.getErrorName == nullptr || api_.getErrorName(result, &name) != CUDA_SUCCESS) name = "unknown";
+    return internalError(std::string(what) + " failed: " + name + " (" + std::to_string(static_cast<int>(result)) + ")");
+  }
+
+  DriverApi api_;
+};
+
+template <typename Fn>
+Status resolve(GetProcAddress get, const char* symbol, Fn* out) {
+  void* address = nullptr;
+  CUdriverProcAddressQueryResult found{};
+  if (get(symbol, &address, 12000, CU_GET_PROC_ADDRESS_DEFAULT, &found) != CUDA_SUCCESS || address == nullptr) {
+    return failedPrecondition(std::string("the CUDA driver lacks ") + symbol);
+  }
+  *out = reinterpret_cast<Fn>(address);
+  return okStatus();
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<CudaDriver>> loadCudaDriver() {
+  // Only a driver the process has loaded already: a process without one
+  // holds no CUDA memory.
+  void* handle = ::dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+  if (handle == nullptr) {
+    return failedPrecondition("no CUDA driver is loaded in this process (libcuda.so.1), so no pointer can be CUDA memory");
+  }
+  auto get = reinterpret_cast<GetProcAddress>(::dlsym(handle, "cuGetProcAddress_v2"));
+  if (get == nullptr) return failedPrecondition("the CUDA driver is older than CUDA 12 (no cuGetProcAddress_v2)");
+  DriverApi api;
+  RETURN_IF_ERROR(resolve(get, "cuGetErrorName", &api.getErrorName));
+  RETURN_IF_ERROR(resolve(get, "cuPointerGetAttributes", &api.pointerGetAttributes));
+  RETURN_IF_ERROR(resolve(get, "cuDeviceGet", &api.deviceGet));
+  RETURN_IF_ERROR(resolve(get, "cuDeviceGetUuid", &api.deviceGetUuid));
+  RETURN_IF_ERROR(resolve(get, "cuIpcGetMemHandle", &api.ipcGetMemHandle));
+  RETURN_IF_ERROR(resolve(get, "cuEventCreate", &api.eventCreate));
+  RETURN_IF_ERROR(resolve(get, "cuIpcGetEventHandle", &api.ipcGetEventHandle));
+  RETURN_IF_ERROR(resolve(get, "cuIpcOpenEventHandle", &api.ipcOpenEventHandle));
+  RETURN_IF_ERROR(resolve(get, "cuEventRecord", &api.eventRecord));
+  RETURN_IF_ERROR(resolve(get, "cuStreamWaitEvent", &api.streamWaitEvent));
+  RETURN_IF_ERROR(resolve(get, "cuEventDestroy", &api.eventDestroy));
+  RETURN_IF_ERROR(resolve(get, "cuCtxPushCurrent", &api.ctxPushCurrent));
+  RETURN_IF_ERROR(resolve(get, "cuCtxPopCurrent", &api.ctxPopCurrent));
+  return std::unique_ptr<CudaDriver>(new RealCudaDriver(api));
+}
+
+}  // namespace gradsync::client

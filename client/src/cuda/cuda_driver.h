@@ -1,0 +1,46 @@
+// SPDX-License-Identifier: Apache-2.0
+// The CUDA driver calls the client library makes, behind an interface. The
+// real one (loadCudaDriver) reaches the driver that the training process has
+// already loaded (PyTorch did, if it holds CUDA tensors) with
+// dlopen(RTLD_NOLOAD) and cuGetProcAddress: the client adds no CUDA runtime
+// of its own to the process and never loads CUDA when no CUDA tensor is seen.
+// Tests use a fake.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "daemon/common/status.h"
+
+namespace gradsync::client {
+
+// What the driver says about a pointer.
+struct PointerInfo {
+  bool device_memory = false;  // CU_MEMORYTYPE_DEVICE
+  uint64_t buffer_id = 0;      // unique within the process, never reused
+  uint64_t base = 0;           // start of the allocation holding the pointer
+  uint64_t size = 0;           // bytes of that allocation
+  bool legacy_ipc = false;     // exportable with cuIpcGetMemHandle (cudaMalloc)
+  std::string device_uuid;     // "GPU-..."
+  void* context = nullptr;     // CUcontext the allocation belongs to
+};
+
+class CudaDriver {
+ public:
+  virtual ~CudaDriver() = default;
+  virtual StatusOr<PointerInfo> pointerInfo(const void* pointer) = 0;
+  // cuIpcGetMemHandle of an allocation's base: 64 bytes.
+  virtual StatusOr<std::string> exportMemory(void* context, uint64_t base) = 0;
+  // An interprocess event (DisableTiming) and its 64-byte handle.
+  virtual StatusOr<void*> createIpcEvent(void* context, std::string* handle) = 0;
+  virtual StatusOr<void*> openIpcEvent(void* context, const std::string& handle) = 0;
+  virtual Status recordEvent(void* context, void* event, void* stream) = 0;
+  virtual Status streamWaitEvent(void* context, void* stream, void* event) = 0;
+  virtual void destroyEvent(void* context, void* event) = 0;
+};
+
+// FAILED_PRECONDITION when the process has no CUDA driver loaded.
+StatusOr<std::unique_ptr<CudaDriver>> loadCudaDriver();
+
+}  // namespace gradsync::client

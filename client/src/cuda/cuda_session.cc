@@ -1,0 +1,202 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "client/src/cuda/cuda_session.h"
+
+#include <algorithm>
+
+namespace gradsync::client {
+namespace {
+
+Status fromResponse(const v1::HandoffResponse& response) {
+  if (response.code() == 0) return okStatus();
+  return Status(static_cast<StatusCode>(response.code()), response.message());
+}
+
+std::string joined(const std::vector<std::string>& items) {
+  std::string out;
+  for (const auto& item : items) out += (out.empty() ? "" : ", ") + item;
+  return out;
+}
+
+}  // namespace
+
+CudaSession::CudaSession(CudaSessionOptions options, DriverLoader loader, HandoffChannel channel)
+    : options_(std::move(options)), loader_(std::move(loader)), channel_(std::move(channel)) {}
+
+CudaSession::~CudaSession() {
+  if (!driver_) return;
+  for (void* event : ready_) driver_->destroyEvent(context_, event);
+  for (void* event : done_) driver_->destroyEvent(context_, event);
+}
+
+StatusOr<CudaSession::Prepared> CudaSession::prepare(const std::string& name, const void* data, uint64_t bytes,
+                                                     void* stream) {
+  const std::string prefix = "CUDA tensor '" + name + "': ";
+  // A daemon without GPUs: say so before touching CUDA at all.
+  if (options_.daemon_gpus.empty()) {
+    return failedPrecondition(prefix + options_.daemon_name + " has no GPU; reduce CPU tensors or use a daemon "
+                                       "on a GPU node");
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!driver_) {
+    auto driver = loader_();
+    if (!driver.isOk()) return Status(driver.status().code(), prefix + driver.status().message());
+    driver_ = std::move(driver).value();
+  }
+  auto info = driver_->pointerInfo(data);
+  if (!info.isOk()) return Status(info.status().code(), prefix + info.status().message());
+  if (!info->device_memory) return invalidArgument(prefix + "the pointer is not CUDA device memory");
+  const uint64_t start = reinterpret_cast<uint64_t>(data);
+  if (start < info->base || bytes > info->size || start - info->base > info->size - bytes) {
+    return outOfRange(prefix + std::to_string(bytes) + " bytes at offset " + std::to_string(start - info->base) +
+                      " run past the end of their allocation of " + std::to_string(info->size) + " bytes");
+  }
+  if (device_uuid_.empty()) RETURN_IF_ERROR(attachLocked(*info));
+  if (info->device_uuid != device_uuid_) {
+    return unimplemented(prefix + "is on " + info->device_uuid + ", but this rank's earlier CUDA tensors were on " +
+                         device_uuid_ + " (one GPU per rank)");
+  }
+  ASSIGN_OR_RETURN(uint64_t buffer_id, exportLocked(name, *info));
+  if (free_slots_.empty()) {
+    return resourceExhausted(prefix + std::to_string(ready_.size()) +
+                             " CUDA operations of this rank are in flight already; wait for some first");
+  }
+  const uint32_t slot = free_slots_.back();
+  Status recorded = driver_->recordEvent(context_, ready_[slot], stream);
+  if (!recorded.isOk()) return Status(recorded.code(), prefix + recorded.message());
+  free_slots_.pop_back();
+  Prepared prepared;
+  prepared.ref.set_buffer_id(buffer_id);
+  prepared.ref.set_offset(start - info->base);
+  prepared.ref.set_event_slot(slot);
+  prepared.stream = stream;
+  return prepared;
+}
+
+Status CudaSession::attachLocked(const PointerInfo& info) {
+  if (std::find(options_.daemon_gpus.begin(), options_.daemon_gpus.end(), info.device_uuid) ==
+      options_.daemon_gpus.end()) {
+    return failedPrecondition("the tensor is on " + info.device_uuid + ", which " + options_.daemon_name +
+                              " does not serve (it has " + joined(options_.daemon_gpus) + ")");
+  }
+  context_ = info.context;
+  v1::HandoffRequest request;
+  v1::CudaAttach* attach = request.mutable_cuda_attach();
+  attach->set_device_uuid(info.device_uuid);
+  std::vector<void*> ready;
+  auto destroyAll = [&] {
+    for (void* event : ready) driver_->destroyEvent(context_, event);
+  };
+  for (int i = 0; i < options_.event_slots; ++i) {
+    std::string handle;
+    auto event = driver_->createIpcEvent(context_, &handle);
+    if (!event.isOk()) {
+      destroyAll();
+      return event.status();
+    }
+    ready.push_back(*event);
+    attach->add_ready_events(handle);
+  }
+  v1::HandoffResponse response;
+  Status sent = channel_(request, &response);
+  if (sent.isOk()) sent = fromResponse(response);
+  if (sent.isOk() && response.done_events_size() != options_.event_slots) {
+    sent = internalError("gradsyncd answered the GPU attach with " + std::to_string(response.done_events_size()) +
+                         " done events for " + std::to_string(options_.event_slots) + " slots");
+  }
+  std::vector<void*> done;
+  for (int i = 0; sent.isOk() && i < response.done_events_size(); ++i) {
+    auto event = driver_->openIpcEvent(context_, response.done_events(i));
+    if (event.isOk()) {
+      done.push_back(*event);
+    } else {
+      sent = event.status();
+    }
+  }
+  if (!sent.isOk()) {
+    destroyAll();
+    for (void* event : done) driver_->destroyEvent(context_, event);
+    return Status(sent.code(), "attaching GPU " + info.device_uuid + ": " + sent.message());
+  }
+  ready_ = std::move(ready);
+  done_ = std::move(done);
+  free_slots_.clear();
+  for (int i = options_.event_slots - 1; i >= 0; --i) free_slots_.push_back(static_cast<uint32_t>(i));
+  device_uuid_ = info.device_uuid;
+  return okStatus();
+}
+
+StatusOr<uint64_t> CudaSession::exportLocked(const std::string& name, const PointerInfo& info) {
+  auto it = exports_.find(info.buffer_id);
+  if (it != exports_.end()) {
+    it->second.last_use = ++use_clock_;
+    return info.buffer_id;
+  }
+  const std::string prefix = "CUDA tensor '" + name + "': ";
+  if (!info.legacy_ipc) {
+    return unimplemented(prefix + "its memory comes from a cuMem/VMM allocator (PyTorch's expandable_segments or "
+                                  "cudaMallocAsync), which CUDA IPC cannot export yet; use the default caching "
+                                  "allocator (PYTORCH_CUDA_ALLOC_CONF without expandable_segments:True)");
+  }
+  auto handle = driver_->exportMemory(info.context, info.base);
+  if (!handle.isOk()) return Status(handle.status().code(), prefix + handle.status().message());
+  v1::HandoffRequest request;
+  v1::CudaBufferExport* exported = request.mutable_buffer_export();
+  exported->set_buffer_id(info.buffer_id);
+  exported->set_bytes(info.size);
+  exported->set_ipc_handle(*handle);
+  exported->set_device_uuid(info.device_uuid);
+  v1::HandoffResponse response;
+  Status sent = channel_(request, &response);
+  if (sent.isOk()) sent = fromResponse(response);
+  if (!sent.isOk()) return Status(sent.code(), prefix + sent.message());
+  if (exports_.size() >= options_.max_cached_buffers) evictLocked();
+  exports_[info.buffer_id] = Export{info.base, info.size, ++use_clock_};
+  return info.buffer_id;
+}
+
+void CudaSession::evictLocked() {
+  auto oldest = std::min_element(exports_.begin(), exports_.end(),
+                                 [](const auto& a, const auto& b) { return a.second.last_use < b.second.last_use; });
+  if (oldest == exports_.end()) return;
+  v1::HandoffRequest request;
+  request.mutable_buffer_release()->set_buffer_id(oldest->first);
+  v1::HandoffResponse response;
+  (void)channel_(request, &response);  // best effort: the daemon unmaps at the session's end anyway
+  exports_.erase(oldest);
+}
+
+Status CudaSession::complete(const Prepared& prepared, bool ok) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const uint32_t slot = prepared.ref.event_slot();
+  if (slot >= done_.size()) return internalError("CUDA event slot out of range");
+  Status waited = ok ? driver_->streamWaitEvent(context_, prepared.stream, done_[slot]) : okStatus();
+  free_slots_.push_back(slot);
+  return waited;
+}
+
+Status CudaSession::releaseExports() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  Status first = okStatus();
+  for (const auto& [id, entry] : exports_) {
+    v1::HandoffRequest request;
+    request.mutable_buffer_release()->set_buffer_id(id);
+    v1::HandoffResponse response;
+    Status sent = channel_(request, &response);
+    if (sent.isOk()) sent = fromResponse(response);
+    if (!sent.isOk() && first.isOk()) first = sent;
+  }
+  exports_.clear();
+  return first;
+}
+
+size_t CudaSession::cachedBuffers() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return exports_.size();
+}
+
+int CudaSession::freeSlots() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return static_cast<int>(free_slots_.size());
+}
+
+}  // namespace gradsync::client

@@ -1,0 +1,85 @@
+// SPDX-License-Identifier: Apache-2.0
+// A rank's CUDA side: attaches its GPU to the daemon once (event pairs),
+// exports each allocation once (a cache keyed by the driver's buffer id, so
+// nothing is exported or opened per step), and orders every operation on the
+// GPU: the rank's stream records a "ready" event that the daemon's stream
+// waits on; the daemon records a "done" event that the rank's stream waits on
+// in wait(). No host synchronisation on either side.
+//
+// Only legacy (cudaMalloc) allocations can be exported; memory from
+// cuMem/VMM allocators (PyTorch's expandable segments, cudaMallocAsync) is
+// refused with an error saying so. Thread-safe.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "client/src/cuda/cuda_driver.h"
+#include "proto/gradsync/v1/control.pb.h"
+
+namespace gradsync::client {
+
+// Sends one hand-off request and returns the daemon's response.
+using HandoffChannel = std::function<Status(const v1::HandoffRequest&, v1::HandoffResponse*)>;
+using DriverLoader = std::function<StatusOr<std::unique_ptr<CudaDriver>>()>;
+
+struct CudaSessionOptions {
+  std::vector<std::string> daemon_gpus;  // from RegisterResponse; empty: the daemon has none
+  std::string daemon_name;               // "gradsyncd at /run/gradsync/gradsyncd.sock", for messages
+  int event_slots = 256;                 // operations one rank can have in flight on the GPU
+  size_t max_cached_buffers = 4096;      // past this, the least recently used export is released
+};
+
+class CudaSession {
+ public:
+  CudaSession(CudaSessionOptions options, DriverLoader loader, HandoffChannel channel);
+  ~CudaSession();
+
+  struct Prepared {
+    v1::CudaTensorRef ref;
+    void* stream = nullptr;
+  };
+  // Makes `bytes` at `data` (device memory) usable by the daemon: attaches,
+  // exports the allocation if new, takes an event slot and records the ready
+  // event on `stream`. Errors name the tensor.
+  StatusOr<Prepared> prepare(const std::string& name, const void* data, uint64_t bytes, void* stream);
+  // After the operation's Done: `stream` waits for the daemon's done event
+  // (ok == false: the daemon failed it and may never record it), and the
+  // slot is free again.
+  Status complete(const Prepared& prepared, bool ok);
+  // Forgets every export (the daemon unmaps them): call before the
+  // allocator returns memory to the driver (torch.cuda.empty_cache()).
+  Status releaseExports();
+
+  size_t cachedBuffers() const;
+  int freeSlots() const;
+
+ private:
+  struct Export {
+    uint64_t base = 0;
+    uint64_t size = 0;
+    uint64_t last_use = 0;
+  };
+  Status attachLocked(const PointerInfo& info);
+  StatusOr<uint64_t> exportLocked(const std::string& name, const PointerInfo& info);
+  void evictLocked();
+
+  const CudaSessionOptions options_;
+  DriverLoader loader_;
+  HandoffChannel channel_;
+  mutable std::mutex mutex_;
+  std::unique_ptr<CudaDriver> driver_;
+  std::string device_uuid_;
+  void* context_ = nullptr;
+  std::vector<void*> ready_;
+  std::vector<void*> done_;
+  std::vector<uint32_t> free_slots_;
+  std::map<uint64_t, Export> exports_;  // by buffer id
+  uint64_t use_clock_ = 0;
+};
+
+}  // namespace gradsync::client

@@ -1,0 +1,211 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "client/src/cuda/cuda_session.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+namespace gradsync::client {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr const char* kGpu = "GPU-11111111-2222-3333-4444-555555555555";
+
+// Allocations of the fake process: [base, base + size) with a buffer id.
+struct FakeAllocation {
+  uint64_t base;
+  uint64_t size;
+  uint64_t id;
+  bool legacy = true;
+  std::string uuid = kGpu;
+};
+
+class FakeDriver : public CudaDriver {
+ public:
+  explicit FakeDriver(std::vector<FakeAllocation>* allocations, std::vector<std::string>* log)
+      : allocations_(allocations), log_(log) {}
+  StatusOr<PointerInfo> pointerInfo(const void* pointer) override {
+    const auto p = reinterpret_cast<uint64_t>(pointer);
+    PointerInfo info;
+    for (const auto& a : *allocations_) {
+      if (p >= a.base && p < a.base + a.size) {
+        info.device_memory = true;
+        info.buffer_id = a.id;
+        info.base = a.base;
+        info.size = a.size;
+        info.legacy_ipc = a.legacy;
+        info.device_uuid = a.uuid;
+      }
+    }
+    return info;
+  }
+  StatusOr<std::string> exportMemory(void*, uint64_t base) override {
+    log_->push_back("export " + std::to_string(base));
+    return std::string(64, 'm');
+  }
+  StatusOr<void*> createIpcEvent(void*, std::string* handle) override {
+    *handle = std::string(64, 'r');
+    return reinterpret_cast<void*>(++events_);
+  }
+  StatusOr<void*> openIpcEvent(void*, const std::string& handle) override {
+    return reinterpret_cast<void*>(1000 + ++events_);
+  }
+  Status recordEvent(void*, void* event, void* stream) override {
+    log_->push_back("record " + std::to_string(reinterpret_cast<uint64_t>(event)) + " on " +
+                    std::to_string(reinterpret_cast<uint64_t>(stream)));
+    return okStatus();
+  }
+  Status streamWaitEvent(void*, void* stream, void* event) override {
+    log_->push_back("wait " + std::to_string(reinterpret_cast<uint64_t>(stream)) + " for " +
+                    std::to_string(reinterpret_cast<uint64_t>(event)));
+    return okStatus();
+  }
+  void destroyEvent(void*, void*) override { ++destroyed; }
+  int destroyed = 0;
+
+ private:
+  std::vector<FakeAllocation>* allocations_;
+  std::vector<std::string>* log_;
+  uint64_t events_ = 0;
+};
+
+class CudaSessionTest : public ::testing::Test {
+ protected:
+  std::unique_ptr<CudaSession> makeSession(std::vector<std::string> daemon_gpus = {kGpu}) {
+    CudaSessionOptions options;
+    options.daemon_gpus = std::move(daemon_gpus);
+    options.daemon_name = "gradsyncd at /tmp/s";
+    options.event_slots = 2;
+    options.max_cached_buffers = 2;
+    auto loader = [this]() -> StatusOr<std::unique_ptr<CudaDriver>> {
+      ++driver_loads_;
+      if (!driver_available_) return failedPrecondition("no CUDA driver is loaded in this process");
+      return std::unique_ptr<CudaDriver>(new FakeDriver(&allocations_, &log_));
+    };
+    auto channel = [this](const v1::HandoffRequest& request, v1::HandoffResponse* response) {
+      requests_.push_back(request);
+      if (request.has_cuda_attach()) {
+        for (int i = 0; i < request.cuda_attach().ready_events_size(); ++i) {
+          response->add_done_events(std::string(64, 'd'));
+        }
+      }
+      if (reject_exports_ && request.has_buffer_export()) {
+        response->set_code(9);
+        response->set_message("rank 0: CUDA buffer 7: cannot map");
+      }
+      return okStatus();
+    };
+    return std::make_unique<CudaSession>(options, loader, channel);
+  }
+  static const void* at(uint64_t address) { return reinterpret_cast<const void*>(address); }
+  int countRequests(v1::HandoffRequest::MsgCase kind) const {
+    return static_cast<int>(std::count_if(requests_.begin(), requests_.end(),
+                                          [&](const auto& r) { return r.msg_case() == kind; }));
+  }
+
+  std::vector<FakeAllocation> allocations_ = {{0x10000, 0x1000, 7}, {0x20000, 0x1000, 8}, {0x30000, 0x1000, 9}};
+  std::vector<std::string> log_;
+  std::vector<v1::HandoffRequest> requests_;
+  bool driver_available_ = true;
+  bool reject_exports_ = false;
+  int driver_loads_ = 0;
+};
+
+TEST_F(CudaSessionTest, DaemonWithoutGpusFailsBeforeAnyCudaCall) {
+  auto session = makeSession({});
+  auto prepared = session->prepare("w", at(0x10000), 64, nullptr);
+  ASSERT_FALSE(prepared.isOk());
+  EXPECT_EQ(prepared.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_THAT(prepared.status().message(), HasSubstr("CUDA tensor 'w': gradsyncd at /tmp/s has no GPU"));
+  EXPECT_EQ(driver_loads_, 0);
+  EXPECT_TRUE(requests_.empty());
+}
+
+TEST_F(CudaSessionTest, AttachesOnceExportsEachAllocationOnceAndComputesOffsets) {
+  auto session = makeSession();
+  auto a = session->prepare("a", at(0x10040), 64, reinterpret_cast<void*>(5));
+  ASSERT_TRUE(a.isOk()) << a.status().toString();
+  EXPECT_EQ(a->ref.buffer_id(), 7u);
+  EXPECT_EQ(a->ref.offset(), 0x40u);
+  ASSERT_TRUE(session->complete(*a, true).isOk());
+  auto b = session->prepare("b", at(0x10100), 64, reinterpret_cast<void*>(5));  // same allocation
+  ASSERT_TRUE(b.isOk());
+  EXPECT_EQ(b->ref.offset(), 0x100u);
+  EXPECT_EQ(countRequests(v1::HandoffRequest::kCudaAttach), 1);
+  EXPECT_EQ(countRequests(v1::HandoffRequest::kBufferExport), 1);
+  EXPECT_EQ(requests_[0].cuda_attach().device_uuid(), kGpu);
+  EXPECT_EQ(requests_[0].cuda_attach().ready_events_size(), 2);
+  EXPECT_EQ(requests_[1].buffer_export().bytes(), 0x1000u);
+  EXPECT_EQ(requests_[1].buffer_export().buffer_id(), 7u);
+  EXPECT_EQ(driver_loads_, 1);
+}
+
+TEST_F(CudaSessionTest, ReadyIsRecordedOnTheTensorsStreamAndDoneAwaitedThere) {
+  auto session = makeSession();
+  auto a = session->prepare("a", at(0x10000), 64, reinterpret_cast<void*>(42));
+  ASSERT_TRUE(a.isOk());
+  EXPECT_THAT(log_.back(), HasSubstr("on 42"));
+  ASSERT_TRUE(session->complete(*a, true).isOk());
+  EXPECT_THAT(log_.back(), HasSubstr("wait 42 for"));
+  auto b = session->prepare("b", at(0x10000), 64, reinterpret_cast<void*>(43));
+  ASSERT_TRUE(b.isOk());
+  const size_t before = log_.size();
+  ASSERT_TRUE(session->complete(*b, false).isOk());  // failed: nothing to wait for
+  EXPECT_EQ(log_.size(), before);
+}
+
+TEST_F(CudaSessionTest, SlotsAreReusedOnlyAfterCompletion) {
+  auto session = makeSession();
+  auto a = session->prepare("a", at(0x10000), 4, nullptr);
+  auto b = session->prepare("b", at(0x10004), 4, nullptr);
+  ASSERT_TRUE(a.isOk() && b.isOk());
+  EXPECT_NE(a->ref.event_slot(), b->ref.event_slot());
+  auto c = session->prepare("c", at(0x10008), 4, nullptr);
+  ASSERT_FALSE(c.isOk());
+  EXPECT_EQ(c.status().code(), StatusCode::kResourceExhausted);
+  ASSERT_TRUE(session->complete(*a, true).isOk());
+  auto d = session->prepare("d", at(0x10008), 4, nullptr);
+  ASSERT_TRUE(d.isOk());
+  EXPECT_EQ(d->ref.event_slot(), a->ref.event_slot());
+}
+
+TEST_F(CudaSessionTest, ErrorsNameTheTensorAndTheCause) {
+  auto session = makeSession();
+  EXPECT_THAT(session->prepare("host", at(0x5), 4, nullptr).status().message(),
+              HasSubstr("'host': the pointer is not CUDA device memory"));
+  EXPECT_EQ(session->prepare("past", at(0x10ff0), 32, nullptr).status().code(), StatusCode::kOutOfRange);
+  allocations_.push_back({0x40000, 0x1000, 10, /*legacy=*/false});
+  EXPECT_THAT(session->prepare("vmm", at(0x40000), 4, nullptr).status().message(),
+              HasSubstr("expandable_segments"));
+  allocations_.push_back({0x50000, 0x1000, 11, true, "GPU-other"});
+  EXPECT_THAT(session->prepare("other", at(0x50000), 4, nullptr).status().message(),
+              HasSubstr("is on GPU-other"));
+  reject_exports_ = true;
+  EXPECT_THAT(session->prepare("rejected", at(0x20000), 4, nullptr).status().message(),
+              HasSubstr("'rejected': rank 0: CUDA buffer 7: cannot map"));
+  EXPECT_EQ(session->cachedBuffers(), 0u);
+}
+
+TEST_F(CudaSessionTest, NoDriverIsAClearError) {
+  driver_available_ = false;
+  auto session = makeSession();
+  EXPECT_THAT(session->prepare("w", at(0x10000), 4, nullptr).status().message(),
+              HasSubstr("CUDA tensor 'w': no CUDA driver is loaded"));
+}
+
+TEST_F(CudaSessionTest, CacheIsBoundedAndReleasesWhatItForgets) {
+  auto session = makeSession();
+  for (uint64_t base : {0x10000, 0x20000, 0x30000}) {
+    auto p = session->prepare("t", at(base), 4, nullptr);
+    ASSERT_TRUE(p.isOk()) << p.status().toString();
+    ASSERT_TRUE(session->complete(*p, true).isOk());
+  }
+  EXPECT_EQ(session->cachedBuffers(), 2u);
+  ASSERT_EQ(countRequests(v1::HandoffRequest::kBufferRelease), 1);
+  ASSERT_TRUE(session->releaseExports().isOk());
+  EXPECT_EQ(session->cachedBuffers(), 0u);
+  EXPECT_EQ(countRequests(v1::HandoffRequest::kBufferRelease), 3);
+}
+
+}  // namespace
+}  // namespace gradsync::client
