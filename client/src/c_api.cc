@@ -2,6 +2,7 @@
 // The C ABI boundary: no exception and no Status crosses it. Every entry
 // point catches everything and turns it into a code plus the thread's last
 // error text.
+#include <cstddef>
 #include <cstring>
 #include <exception>
 #include <string>
@@ -75,7 +76,8 @@ gradsync::StatusOr<ClientOptions> optionsFrom(const gradsync_config_t* c) {
 }
 
 gradsync::StatusOr<OpSpec> specFrom(const gradsync_op_t* op) {
-  if (op == nullptr || op->struct_size < sizeof(gradsync_op_t)) {
+  // Structs from callers built against the 0.1 header end before `device`.
+  if (op == nullptr || op->struct_size < offsetof(gradsync_op_t, device)) {
     return gradsync::invalidArgument("gradsync_op_t not initialised with gradsync_op_init");
   }
   if (op->ndim < 0 || op->ndim > GRADSYNC_MAX_DIMS || (op->ndim > 0 && op->shape == nullptr)) {
@@ -96,6 +98,13 @@ gradsync::StatusOr<OpSpec> specFrom(const gradsync_op_t* op) {
   spec.root_rank = op->root_rank;
   spec.process_set = op->process_set;
   if (op->num_splits > 0) spec.splits.assign(op->splits, op->splits + op->num_splits);
+  if (op->struct_size >= sizeof(gradsync_op_t)) {
+    if (op->device != GRADSYNC_DEVICE_CPU && op->device != GRADSYNC_DEVICE_CUDA) {
+      return gradsync::invalidArgument("unknown device " + std::to_string(op->device));
+    }
+    spec.cuda = op->device == GRADSYNC_DEVICE_CUDA;
+    spec.stream = op->stream;
+  }
   return spec;
 }
 
@@ -232,6 +241,11 @@ gradsync_status_t gradsync_result(gradsync_client_t* client, gradsync_handle_t h
 gradsync_status_t gradsync_release(gradsync_client_t* client, gradsync_handle_t handle) {
   if (client == nullptr) return invalid("client is NULL");
   return guarded([&] { return client->impl->release(handle); });
+}
+
+gradsync_status_t gradsync_release_cuda_exports(gradsync_client_t* client) {
+  if (client == nullptr) return invalid("client is NULL");
+  return guarded([&] { return client->impl->releaseCudaExports(); });
 }
 
 }  // extern "C"

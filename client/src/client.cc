@@ -9,6 +9,7 @@
 
 #include "daemon/common/dtype.h"
 #include "daemon/handoff/fd_passing.h"
+#include "daemon/handoff/frame.h"
 #include "daemon/handoff/shm_layout.h"
 
 namespace gradsync::client {
@@ -50,6 +51,31 @@ StatusOr<std::unique_ptr<Client>> Client::connect(const ClientOptions& options) 
 
 Client::~Client() { shutdown(); }
 
+CudaSession& Client::cuda() {
+  std::call_once(cuda_once_, [this] {
+    CudaSessionOptions options;
+    options.daemon_gpus = daemon_gpus_;
+    options.daemon_name = "gradsyncd at " + options_.socket_path;
+    cuda_ = std::make_unique<CudaSession>(
+        options, [] { return loadCudaDriver(); },
+        [this](const v1::HandoffRequest& request, v1::HandoffResponse* response) {
+          return exchangeHandoff(request, response);
+        });
+  });
+  return *cuda_;
+}
+
+Status Client::exchangeHandoff(const v1::HandoffRequest& request, v1::HandoffResponse* response) {
+  std::lock_guard<std::mutex> lock(handoff_mutex_);
+  if (!handoff_fd_.valid()) return failedPrecondition("the hand-off connection is closed");
+  return handoff::exchangeFrames(handoff_fd_.get(), request, response, toMillis(options_.connect_timeout_seconds));
+}
+
+Status Client::releaseCudaExports() {
+  if (!cuda_) return okStatus();  // nothing was exported
+  return cuda_->releaseExports();
+}
+
 Status Client::registerRank() {
   v1::RegisterRequest request;
   request.set_job_id(options_.job_id);
@@ -82,6 +108,7 @@ Status Client::registerRank() {
   submit_ring_ = std::make_unique<handoff::RingProducer>(&control->submit, control->submit_slots);
   complete_ring_ = std::make_unique<handoff::RingConsumer>(&control->complete, control->complete_slots);
   handoff_path_ = response.handoff_socket_path();
+  daemon_gpus_.assign(response.gpu_uuids().begin(), response.gpu_uuids().end());
   return okStatus();
 }
 

@@ -11,11 +11,13 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "client/src/arena.h"
+#include "client/src/cuda/cuda_session.h"
 #include "daemon/handoff/ring.h"
 #include "daemon/common/unique_fd.h"
 #include "proto/gradsync/v1/control.grpc.pb.h"
@@ -49,6 +51,8 @@ struct OpSpec {
   int root_rank = 0;
   int process_set = 0;
   std::vector<int64_t> splits;
+  bool cuda = false;        // `data` is CUDA device memory
+  void* stream = nullptr;   // CUDA: the stream the tensor is produced and consumed on
 };
 
 struct OpResult {
@@ -80,6 +84,8 @@ class Client {
   const int64_t* receivedSplits(uint64_t handle);
   // Closes the session; operations in flight fail. Idempotent.
   void shutdown();
+  // The daemon unmaps every CUDA allocation this rank exported.
+  Status releaseCudaExports();
 
  private:
   struct Operation {
@@ -90,6 +96,7 @@ class Client {
     uint64_t input_offset = 0;
     uint64_t length = 0;
     bool owns_input = false;
+    std::optional<CudaSession::Prepared> cuda;  // CUDA: its event slot and stream
     bool has_output = false;
     uint64_t output_offset = 0;
     uint64_t output_length = 0;
@@ -118,6 +125,9 @@ class Client {
   // input slot. Runs without mutex_ (copies can be large).
   void finish(Operation& op);
   bool send(const v1::ClientMessage& message);
+  // The CUDA side, made on the first CUDA tensor.
+  CudaSession& cuda();
+  Status exchangeHandoff(const v1::HandoffRequest& request, v1::HandoffResponse* response);
 
   const ClientOptions options_;
   std::shared_ptr<grpc::Channel> channel_;
@@ -129,6 +139,10 @@ class Client {
   std::unique_ptr<handoff::RingProducer> submit_ring_;    // guarded by write_mutex_
   std::unique_ptr<handoff::RingConsumer> complete_ring_;  // pop guarded by mutex_
   UniqueFd handoff_fd_;
+  std::mutex handoff_mutex_;                 // one hand-off exchange at a time
+  std::vector<std::string> daemon_gpus_;     // from Register
+  std::once_flag cuda_once_;
+  std::unique_ptr<CudaSession> cuda_;
   grpc::ClientContext stream_context_;
   std::unique_ptr<grpc::ClientReaderWriter<v1::ClientMessage, v1::DaemonMessage>> stream_;
   std::thread reader_;

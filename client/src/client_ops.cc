@@ -55,7 +55,10 @@ StatusOr<uint64_t> Client::enqueueOne(const OpSpec& spec, uint64_t group_id, uin
   auto op = std::make_unique<Operation>();
   op->type = spec.type;
   op->length = bytes;
-  if (bytes > 0 && arena_->contains(spec.data, bytes, &op->input_offset)) {
+  if (spec.cuda && bytes > 0) {
+    ASSIGN_OR_RETURN(auto prepared, cuda().prepare(spec.name, spec.data, bytes, spec.stream));
+    op->cuda = std::move(prepared);
+  } else if (bytes > 0 && arena_->contains(spec.data, bytes, &op->input_offset)) {
     // Zero copy: the tensor already lives in the arena.
   } else if (bytes > 0) {
     ASSIGN_OR_RETURN(op->input_offset, arena_->allocate(bytes));
@@ -66,10 +69,13 @@ StatusOr<uint64_t> Client::enqueueOne(const OpSpec& spec, uint64_t group_id, uin
   v1::ClientMessage message;
   v1::Enqueue* e = message.mutable_enqueue();
   const uint64_t input_offset = op->input_offset;
+  const std::optional<v1::CudaTensorRef> cuda_ref =
+      op->cuda ? std::optional<v1::CudaTensorRef>(op->cuda->ref) : std::nullopt;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (!broken_.isOk() || shut_down_) {
       if (op->owns_input) (void)arena_->release(op->input_offset);
+      if (op->cuda) (void)cuda_->complete(*op->cuda, false);
       return broken_.isOk() ? failedPrecondition("client is shut down") : broken_;
     }
     op->handle = next_handle_++;
@@ -93,6 +99,7 @@ StatusOr<uint64_t> Client::enqueueOne(const OpSpec& spec, uint64_t group_id, uin
   e->set_length(bytes);
   e->set_group_id(group_id);
   e->set_group_size(group_size);
+  if (cuda_ref) *e->mutable_cuda() = *cuda_ref;
   bool sent = false;
   {
     std::lock_guard<std::mutex> lock(write_mutex_);
@@ -113,6 +120,13 @@ StatusOr<uint64_t> Client::enqueueOne(const OpSpec& spec, uint64_t group_id, uin
 
 void Client::finish(Operation& op) {
   // Runs with mutex_ released: copies can be large.
+  if (op.cuda) {
+    // The caller's stream waits for the daemon's done event: the result is
+    // ordered before whatever the caller queues there next.
+    Status waited = cuda_->complete(*op.cuda, op.status.isOk());
+    if (!waited.isOk() && op.status.isOk()) op.status = waited;
+    op.cuda.reset();
+  }
   if (op.copy_back_to != nullptr && op.status.isOk()) {
     fastCopy(op.copy_back_to, arena_->base() + op.input_offset, op.length);
   }
@@ -207,6 +221,7 @@ Status Client::release(uint64_t handle) {
   }
   if (op->owns_input) (void)arena_->release(op->input_offset);
   if (op->has_output) (void)arena_->release(op->output_offset);
+  if (op->cuda) (void)cuda_->complete(*op->cuda, op->status.isOk());  // never waited for: free its slot
   return okStatus();
 }
 

@@ -14,6 +14,7 @@
 #include <random>
 
 #include "daemon/handoff/fd_passing.h"
+#include "daemon/handoff/frame.h"
 #include "daemon/handoff/shm_layout.h"
 #include "gtest/gtest.h"
 #include "proto/gradsync/v1/admin.grpc.pb.h"
@@ -235,6 +236,72 @@ TEST_F(HostileInputTest, OutOfRangeOffsetsAndBadEnqueuesGetErrors) {
   EXPECT_EQ(done.code(), 0) << done.message();
   stream->WritesDone();
   EXPECT_TRUE(stream->Finish().ok());
+}
+
+// This machine has no GPU (CI): every CUDA request gets the daemon's reason,
+// on the hand-off socket and on the session stream, and the session goes on.
+TEST_F(HostileInputTest, CudaRequestsOnADaemonWithoutGpus) {
+  grpc::ClientContext context;
+  UniqueFd handoff_fd;
+  auto stream = openSession("nogpu", &context, &handoff_fd);
+  v1::HandoffRequest attach;
+  attach.mutable_cuda_attach()->set_device_uuid("GPU-00000000-0000-0000-0000-000000000000");
+  attach.mutable_cuda_attach()->add_ready_events(std::string(64, 'e'));
+  v1::HandoffResponse response;
+  ASSERT_TRUE(handoff::exchangeFrames(handoff_fd.get(), attach, &response, std::chrono::seconds(5)).isOk());
+  EXPECT_EQ(response.code(), static_cast<int>(grpc::StatusCode::FAILED_PRECONDITION));
+  EXPECT_NE(response.message().find("rank 0 (pid"), std::string::npos) << response.message();
+  EXPECT_NE(response.message().find("has no GPU"), std::string::npos) << response.message();
+  v1::Enqueue e;
+  e.set_handle(1);
+  e.set_name("gpu.grad");
+  e.set_type(v1::ALLREDUCE);
+  e.set_dtype(v1::FLOAT32);
+  e.add_shape(16);
+  e.set_op(v1::SUM);
+  e.set_length(64);
+  e.mutable_cuda()->set_buffer_id(1);
+  v1::Done done = roundTrip(stream.get(), e);
+  EXPECT_EQ(done.code(), static_cast<int>(grpc::StatusCode::FAILED_PRECONDITION)) << done.message();
+  EXPECT_NE(done.message().find("tensor 'gpu.grad' of rank 0: is a CUDA tensor, but gradsyncd on host"),
+            std::string::npos)
+      << done.message();
+  e.clear_cuda();  // the same tensor on the CPU works
+  e.set_handle(2);
+  EXPECT_EQ(roundTrip(stream.get(), e).code(), 0);
+  stream->WritesDone();
+  EXPECT_TRUE(stream->Finish().ok());
+}
+
+TEST_F(HostileInputTest, MalformedHandoffFramesGetErrorsAndTheSessionGoesOn) {
+  grpc::ClientContext context;
+  UniqueFd handoff_fd;
+  auto stream = openSession("frames", &context, &handoff_fd);
+  std::mt19937 rng(7);
+  std::string unparsable = handoff::encodeFrame(v1::HandoffRequest()) + "\xff\xff\xff";
+  unparsable[4] = 3;  // the header says 3 bytes follow: they do, and do not parse
+  const std::vector<std::string> frames = {
+      unparsable,
+      std::string("abc"),                                               // shorter than a header
+      std::string(8, '\xff'),                                           // bad magic
+      handoff::encodeFrame(v1::HandoffRequest()).substr(0, 6),          // truncated header
+      handoff::encodeFrame(v1::HandoffRequest()) + "tail",              // length disagrees
+      handoff::encodeFrame(v1::HandoffRequest()),                       // empty request
+  };
+  for (const std::string& frame : frames) {
+    ASSERT_TRUE(handoff::sendWithFd(handoff_fd.get(), frame.data(), frame.size(), -1).isOk());
+    std::string reply;
+    ASSERT_TRUE(handoff::recvMessage(handoff_fd.get(), &reply, 1 << 18, std::chrono::seconds(5)).isOk());
+    v1::HandoffResponse response;
+    ASSERT_TRUE(handoff::decodeFrame(reply, &response).isOk());
+    EXPECT_NE(response.code(), 0);
+  }
+  std::string junk(200000, '\0');  // longer than any frame
+  for (auto& c : junk) c = static_cast<char>(rng());
+  ::send(handoff_fd.get(), junk.data(), junk.size(), MSG_NOSIGNAL);
+  EXPECT_TRUE(alive());
+  stream->WritesDone();
+  stream->Finish();
 }
 
 TEST_F(HostileInputTest, CorruptDoorbellRingEndsOnlyThatSession) {

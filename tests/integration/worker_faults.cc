@@ -249,6 +249,29 @@ int repeatAllreduce(Client& c, const std::vector<std::string>&) {
   return 0;
 }
 
+// The daemon of this test has no GPU: a CUDA tensor fails at once in the
+// client, before any CUDA call (there is no driver here either), and the job
+// goes on with CPU tensors.
+int cudaWithoutGpu(Client& c, const std::vector<std::string>&) {
+  std::vector<float> data(8, 1.0f);
+  gradsync_op_t op = allreduceOp("gpu.w", data, shape8());
+  op.device = GRADSYNC_DEVICE_CUDA;
+  Operation h;
+  Result r = c.start(op, &h);
+  WORKER_CHECK(r.code == GRADSYNC_FAILED_PRECONDITION && r.message.find("CUDA tensor 'gpu.w': gradsyncd at ") == 0 &&
+                   r.message.find("has no GPU") != std::string::npos,
+               "CUDA tensor on a GPU-less daemon gave %d: %s", r.code, r.message.c_str());
+  op.device = 7;
+  r = c.start(op, &h);
+  WORKER_CHECK(r.code == GRADSYNC_INVALID_ARGUMENT && r.message.find("unknown device 7") != std::string::npos,
+               "device 7 gave %d: %s", r.code, r.message.c_str());
+  op.device = GRADSYNC_DEVICE_CPU;
+  WORKER_OK(c.start(op, &h));
+  WORKER_OK(h.wait(30));
+  WORKER_CHECK(data[0] == static_cast<float>(c.size()), "CPU allreduce after the refusal: %g", data[0]);
+  return 0;
+}
+
 }  // namespace
 
 const std::map<std::string, Scenario>& moreScenarios() {
@@ -256,7 +279,7 @@ const std::map<std::string, Scenario>& moreScenarios() {
       {"process_sets", processSets}, {"join", join},        {"mismatch", mismatch},
       {"duplicate", duplicate},      {"kill_victim", killVictim}, {"stall", stall},
       {"mismatch_allreduce", mismatchAllreduce}, {"join_failure", joinFailure},
-      {"repeat_allreduce", repeatAllreduce},
+      {"repeat_allreduce", repeatAllreduce}, {"cuda_without_gpu", cudaWithoutGpu},
   };
   return scenarios;
 }

@@ -67,6 +67,9 @@ enum {
 /* Reductions (same values as gradsync.v1.ReduceOp). */
 enum { GRADSYNC_SUM = 1, GRADSYNC_AVERAGE = 2, GRADSYNC_MIN = 3, GRADSYNC_MAX = 4, GRADSYNC_PRODUCT = 5 };
 
+/* Where a tensor's `data` lives. */
+enum { GRADSYNC_DEVICE_CPU = 0, GRADSYNC_DEVICE_CUDA = 1 };
+
 /* Collectives (same values as gradsync.v1.CollectiveType). */
 enum {
   GRADSYNC_ALLREDUCE = 1,     /* in place on `data` */
@@ -123,6 +126,16 @@ typedef struct gradsync_op {
   int32_t process_set;     /* 0: all ranks */
   const int64_t* splits;   /* ALLTOALL: rows for each rank of the set, or NULL (even split) */
   int32_t num_splits;
+  /* Added in 0.2 (callers built against an older header pass a smaller
+   * struct_size and get CPU). GRADSYNC_DEVICE_CUDA: `data` is CUDA device
+   * memory of a cudaMalloc allocation (PyTorch's default caching
+   * allocator), reduced by gradsyncd in place through CUDA IPC; `stream`
+   * (a cudaStream_t, NULL for the legacy default stream) is where the
+   * tensor was produced: the daemon starts after the work queued there so
+   * far, and gradsync_wait makes `stream` wait for the result (no host
+   * synchronisation). ALLREDUCE, BROADCAST, BARRIER and JOIN so far. */
+  int32_t device;
+  void* stream;
 } gradsync_op_t;
 
 typedef struct gradsync_result {
@@ -174,6 +187,11 @@ gradsync_status_t gradsync_wait(gradsync_client_t* client, gradsync_handle_t han
 gradsync_status_t gradsync_result(gradsync_client_t* client, gradsync_handle_t handle, gradsync_result_t* result);
 /* Forgets a completed handle and frees its output. */
 gradsync_status_t gradsync_release(gradsync_client_t* client, gradsync_handle_t handle);
+/* Makes gradsyncd unmap every CUDA allocation this rank exported. Call it
+ * before the allocator returns memory to the driver (e.g. before
+ * torch.cuda.empty_cache()): the daemon must not hold mappings of freed
+ * memory. Later operations export again as needed. */
+gradsync_status_t gradsync_release_cuda_exports(gradsync_client_t* client);
 
 #ifdef __cplusplus
 }
