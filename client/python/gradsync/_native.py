@@ -17,6 +17,7 @@ MAX_DIMS = 16
 ALLREDUCE, ALLGATHER, BROADCAST, ALLTOALL, REDUCESCATTER, BARRIER, JOIN = range(1, 8)
 SUM, AVERAGE, MIN, MAX, PRODUCT = range(1, 6)
 UINT8, INT8, UINT16, INT16, INT32, INT64, FLOAT16, BFLOAT16, FLOAT32, FLOAT64, BOOL = range(1, 12)
+DEVICE_CPU, DEVICE_CUDA = 0, 1
 DEADLINE_EXCEEDED = 4
 
 
@@ -55,6 +56,8 @@ class Op(ctypes.Structure):
         ("process_set", ctypes.c_int32),
         ("splits", ctypes.POINTER(ctypes.c_int64)),
         ("num_splits", ctypes.c_int32),
+        ("device", ctypes.c_int32),
+        ("stream", ctypes.c_void_p),
     ]
 
 
@@ -114,6 +117,7 @@ def _declare(lib):
         "gradsync_wait": (c.c_int32, [client, c.c_uint64, c.c_double]),
         "gradsync_result": (c.c_int32, [client, c.c_uint64, c.POINTER(Result)]),
         "gradsync_release": (c.c_int32, [client, c.c_uint64]),
+        "gradsync_release_cuda_exports": (c.c_int32, [client]),
     }
     for name, (restype, argtypes) in signatures.items():
         fn = getattr(lib, name)
@@ -196,6 +200,9 @@ class Client:
 
     def release(self, handle):
         self._check(self._lib.gradsync_release(self._handle, handle), "release")
+
+    def release_cuda_exports(self):
+        self._check(self._lib.gradsync_release_cuda_exports(self._handle), "release_cuda_exports")
 
 
 def new_config(lib):

@@ -2,13 +2,15 @@
 """gradsync.torch: Horovod's PyTorch API over the node's gradsyncd.
 
 A Horovod training script runs on gradsync by changing its import to
-`import gradsync.torch as hvd`. Tensors must live on the CPU; the daemon
-moves them through a shared-memory arena.
+`import gradsync.torch as hvd`. CPU tensors travel through a shared-memory
+arena; CUDA tensors are reduced in place by the daemon through CUDA IPC
+(allreduce, broadcast and their grouped/async forms so far).
 """
 from gradsync.errors import GradsyncError
 from gradsync.torch.basics import (cross_rank, cross_size, gloo_built, gloo_enabled, init, is_initialized,
                                    local_rank, local_size, mpi_built, mpi_enabled, mpi_threads_supported,
-                                   nccl_built, rank, shutdown, size, start_timeline, stop_timeline)
+                                   nccl_built, rank, release_cuda_exports, shutdown, size, start_timeline,
+                                   stop_timeline)
 from gradsync.torch.compression import Compression
 from gradsync.torch.functions import (allgather_object, broadcast_object, broadcast_optimizer_state,
                                       broadcast_parameters)

@@ -30,8 +30,8 @@ class _Pending:
 def check_tensor(tensor, what):
     if not isinstance(tensor, torch.Tensor):
         raise TypeError("%s: expected a torch.Tensor, got %s" % (what, type(tensor).__name__))
-    if tensor.device.type != "cpu":
-        raise GradsyncError("%s: tensor is on %s; gradsync.torch moves CPU tensors only" % (what, tensor.device))
+    if tensor.device.type not in ("cpu", "cuda"):
+        raise GradsyncError("%s: tensor is on %s; gradsync.torch moves CPU and CUDA tensors" % (what, tensor.device))
     if tensor.dtype not in _DTYPES:
         raise GradsyncError("%s: dtype %s is not supported" % (what, tensor.dtype))
 
@@ -52,6 +52,11 @@ def make_op(collective, tensor, name, process_set, keep, **fields):
     op.shape = ctypes.cast(shape, ctypes.POINTER(ctypes.c_int64))
     op.data = tensor.data_ptr() if tensor.numel() else None
     op.process_set = process_set.process_set_id
+    if tensor.is_cuda:
+        # The daemon starts after the work queued so far on the current
+        # stream, and synchronize() makes that stream wait for the result.
+        op.device = native.DEVICE_CUDA
+        op.stream = torch.cuda.current_stream(tensor.device).cuda_stream or None
     for key, value in fields.items():
         setattr(op, key, value)
     return op

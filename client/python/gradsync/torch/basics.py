@@ -133,6 +133,13 @@ def nccl_built():
     return False
 
 
+def release_cuda_exports():
+    """gradsync's own: the daemon unmaps every CUDA allocation this rank has
+    handed over. Call it before torch.cuda.empty_cache() (or anything else
+    that returns CUDA memory to the driver); later operations export again."""
+    _context.current().client.release_cuda_exports()
+
+
 def start_timeline(file_path, mark_cycles=False):
     raise NotImplementedError("gradsyncd has no timeline yet; start_timeline is not available")
 

@@ -79,7 +79,10 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._synchronized = False
         self._should_synchronize = True
         self._arena = None
-        if zero_copy and compression is Compression.none and not sparse_as_dense:
+        # CUDA gradients are reduced where they are already (CUDA IPC): the
+        # arena is for CPU parameters only.
+        on_cpu = all(p.device.type == "cpu" for p in self._requires_update)
+        if zero_copy and on_cpu and compression is Compression.none and not sparse_as_dense:
             self._arena = GradientArena(self._requires_update)
             for p in self._requires_update:
                 self._arena.attach(p)
