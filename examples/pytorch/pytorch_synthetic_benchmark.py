@@ -6,7 +6,10 @@ pytorch_synthetic_benchmark.py. Run under gradsyncrun:
   gradsyncrun -np 2 python3 examples/pytorch/pytorch_synthetic_benchmark.py --backend ddp-gloo
 
 --backend ddp-gloo runs the same model and batch with PyTorch DDP over Gloo
-(ranks from gradsyncrun's GRADSYNC_RANK/SIZE), for comparison.
+(ranks from gradsyncrun's GRADSYNC_RANK/SIZE), for comparison; --backend
+single runs one process without any synchronisation (run it without
+gradsyncrun), the baseline for ranks sharing one GPU. --cuda trains on the
+GPU (rank r uses device r % device_count).
 """
 import argparse
 import os
@@ -27,7 +30,7 @@ def build_model(name, num_classes=10):
         return nn.Sequential(nn.Flatten(), nn.Linear(3 * 32 * 32, 1024), nn.ReLU(), nn.Linear(1024, 1024),
                              nn.ReLU(), nn.Linear(1024, num_classes))
     import torchvision.models  # e.g. resnet18, resnet50 when torchvision is installed
-    return getattr(torchvision.models, name)(num_classes=num_classes)
+    return getattr(torchvision.models, name)(num_classes=1000)
 
 
 def parse_args():
@@ -38,7 +41,8 @@ def parse_args():
     p.add_argument("--num-warmup-batches", type=int, default=5)
     p.add_argument("--num-batches-per-iter", type=int, default=5)
     p.add_argument("--num-iters", type=int, default=10)
-    p.add_argument("--backend", choices=["gradsync", "ddp-gloo"], default="gradsync")
+    p.add_argument("--backend", choices=["gradsync", "ddp-gloo", "single"], default="gradsync")
+    p.add_argument("--cuda", action="store_true", help="train on the GPU")
     p.add_argument("--fp16-allreduce", action="store_true")
     p.add_argument("--zero-copy", action="store_true", help="gradients in the shared arena (gradsync only)")
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads per rank")
@@ -72,6 +76,21 @@ class Gradsync:
         return self.hvd.allgather_object(value)
 
 
+class Single:
+    def __init__(self, args, model):
+        self.model, self.rank, self.size = model, 0, 1
+        self.optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+        self.wait_seconds = 0.0
+
+    def step(self, data, target):
+        self.optimizer.zero_grad()
+        F.cross_entropy(self.model(data), target).backward()
+        self.optimizer.step()
+
+    def gather(self, value):
+        return [value]
+
+
 class DdpGloo:
     def __init__(self, args, model):
         import torch.distributed as dist
@@ -99,18 +118,29 @@ def main():
     args = parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
-    model = build_model(args.model)
-    runner = (Gradsync if args.backend == "gradsync" else DdpGloo)(args, model)
-    data = torch.randn(args.batch_size, 3, args.image_size, args.image_size)
-    target = torch.randint(0, 10, (args.batch_size,))
+    device = torch.device("cpu")
+    if args.cuda:
+        device = torch.device("cuda", int(os.environ.get("GRADSYNC_LOCAL_RANK", "0")) % torch.cuda.device_count())
+        torch.cuda.set_device(device)
+    model = build_model(args.model).to(device)
+    runner = {"gradsync": Gradsync, "ddp-gloo": DdpGloo, "single": Single}[args.backend](args, model)
+    data = torch.randn(args.batch_size, 3, args.image_size, args.image_size, device=device)
+    target = torch.randint(0, 10, (args.batch_size,), device=device)
+
+    def sync():
+        if args.cuda:
+            torch.cuda.synchronize(device)
+
     for _ in range(args.num_warmup_batches):
         runner.step(data, target)
+    sync()
     rates, waits = [], []
     for _ in range(args.num_iters):
         runner.wait_seconds = 0.0
         start = time.perf_counter()
         for _ in range(args.num_batches_per_iter):
             runner.step(data, target)
+        sync()
         elapsed = time.perf_counter() - start
         rates.append(args.batch_size * args.num_batches_per_iter / elapsed)
         waits.append(runner.wait_seconds / args.num_batches_per_iter)
@@ -122,8 +152,9 @@ def main():
         print("model %s (%.2f M params), batch %d per rank, %d ranks, backend %s%s%s" % (
             args.model, params / 1e6, args.batch_size, runner.size, args.backend,
             ", fp16 allreduce" if args.fp16_allreduce else "", ", zero-copy gradients" if args.zero_copy else ""))
-        print("img/sec per rank: %.1f (median of %d iterations); total: %.1f" % (
-            statistics.median(r for r, _ in gathered), args.num_iters, sum(r for r, _ in gathered)))
+        print("img/sec per rank: %.1f (median of %d iterations); total: %.1f; step time %.1f ms" % (
+            statistics.median(r for r, _ in gathered), args.num_iters, sum(r for r, _ in gathered),
+            1e3 * args.batch_size / statistics.median(r for r, _ in gathered)))
         if args.backend == "gradsync":
             print("waiting for gradients per step: %.2f ms (median, rank 0)" % wait_ms)
 

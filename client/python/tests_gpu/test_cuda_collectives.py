@@ -1,0 +1,154 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Every supported collective on CUDA tensors against a reference computed on
+the CPU from every rank's input."""
+import pytest
+import torch
+
+import gradsync.torch as hvd
+from gradsync.errors import GradsyncError
+
+NUMERIC = [torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16, torch.bfloat16,
+           torch.float32, torch.float64]
+OPS = {hvd.Sum: lambda xs: sum(xs), hvd.Min: lambda xs: torch.stack(xs).min(0).values,
+       hvd.Max: lambda xs: torch.stack(xs).max(0).values, hvd.Product: lambda xs: torch.stack(xs).prod(0)}
+
+
+def contribution(rank, shape, dtype):
+    values = torch.arange(int(torch.tensor(shape).prod()), dtype=torch.float64).reshape(shape)
+    values = values % 3 + rank % 2 + 1 + (rank // 2)
+    if dtype == torch.bool:
+        return (values.long() % 2).bool()
+    return values.to(dtype)
+
+
+def close(actual, expected, dtype):
+    actual = actual.cpu()
+    if dtype in (torch.float16, torch.bfloat16):
+        torch.testing.assert_close(actual.double(), expected.double(), rtol=2e-2, atol=2e-2)
+    else:
+        assert torch.equal(actual, expected.to(dtype)), (actual, expected)
+
+
+@pytest.mark.parametrize("dtype", NUMERIC, ids=str)
+@pytest.mark.parametrize("op", [hvd.Sum, hvd.Min, hvd.Max, hvd.Product], ids=["sum", "min", "max", "product"])
+def test_allreduce_each_dtype_and_op(rank, size, device, dtype, op):
+    shape = (3, 17)
+    result = hvd.allreduce(contribution(rank, shape, dtype).to(device), op=op)
+    assert result.device == device
+    expected = OPS[op]([contribution(r, shape, torch.float64) for r in range(size)])
+    close(result, expected, dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int32], ids=str)
+def test_allreduce_average(rank, size, device, dtype):
+    result = hvd.allreduce(contribution(rank, (64,), dtype).to(device))
+    total = sum(contribution(r, (64,), torch.float64) for r in range(size))
+    expected = total / size if dtype.is_floating_point else torch.div(total, size, rounding_mode="trunc")
+    close(result, expected, dtype)
+
+
+@pytest.mark.parametrize("op", [hvd.Min, hvd.Max], ids=["and", "or"])
+def test_allreduce_bool(rank, size, device, op):
+    result = hvd.allreduce(contribution(rank, (33,), torch.bool).to(device), op=op)
+    stack = torch.stack([contribution(r, (33,), torch.bool) for r in range(size)])
+    expected = stack.all(0) if op == hvd.Min else stack.any(0)
+    assert torch.equal(result.cpu(), expected)
+
+
+def test_scaling_in_place_async_and_poll(rank, size, device):
+    x = torch.full((1000,), float(rank + 1), device=device)
+    handle = hvd.allreduce_async_(x, op=hvd.Sum, prescale_factor=2.0, postscale_factor=0.5, name="cuda.scaled")
+    assert hvd.synchronize(handle) is x
+    torch.testing.assert_close(x.cpu(), torch.full((1000,), float(size * (size + 1) / 2)))
+    y = torch.ones(10, device=device)
+    h = hvd.allreduce_async(y, op=hvd.Sum)
+    while not hvd.poll(h):
+        pass
+    assert torch.equal(hvd.synchronize(h).cpu(), torch.full((10,), float(size)))
+    assert torch.equal(y.cpu(), torch.ones(10))
+    z = torch.ones(4, 3, device=device).t()  # not contiguous
+    hvd.allreduce_(z, op=hvd.Sum)
+    assert torch.equal(z.cpu(), torch.full((3, 4), float(size)))
+
+
+def test_the_result_is_ordered_on_the_current_stream(rank, size, device):
+    # Produce the input with a kernel queued just before the enqueue, consume
+    # the output right after synchronize: no explicit torch.cuda.synchronize.
+    for step in range(20):
+        x = torch.full((1 << 20,), float(rank + step), device=device) * 1.0
+        hvd.allreduce_(x, op=hvd.Sum, name="cuda.order")
+        y = x + 1
+        want = sum(float(r + step) for r in range(size)) + 1
+        assert float(y[-1].item()) == want
+
+
+def test_side_stream(rank, size, device):
+    stream = torch.cuda.Stream(device=device)
+    with torch.cuda.stream(stream):
+        x = torch.full((4096,), float(rank), device=device)
+        hvd.allreduce_(x, op=hvd.Sum, name="cuda.side")
+        total = x.sum()
+    stream.synchronize()
+    assert float(total.item()) == 4096 * sum(range(size))
+
+
+def test_large_tensor(rank, size, device):
+    x = torch.full((16 << 20,), float(rank + 1), device=device)  # 64 MiB
+    hvd.allreduce_(x, op=hvd.Sum, name="cuda.large")
+    assert float(x.min().item()) == float(x.max().item()) == size * (size + 1) / 2
+
+
+def test_many_tensors_of_one_and_of_several_allocations(rank, size, device):
+    block = torch.zeros(64 * 1024, device=device)
+    views = [block[i * 1024:(i + 1) * 1024] for i in range(64)]
+    separate = [torch.full((257,), float(i), device=device) for i in range(32)]
+    for i, v in enumerate(views):
+        v.fill_(float(rank * 100 + i))
+    handles = [hvd.allreduce_async_(v, op=hvd.Sum, name="cuda.view.%d" % i) for i, v in enumerate(views)]
+    handles += [hvd.allreduce_async_(t, op=hvd.Max, name="cuda.sep.%d" % i) for i, t in enumerate(separate)]
+    for h in handles:
+        hvd.synchronize(h)
+    for i, v in enumerate(views):
+        assert float(v[0].item()) == sum(r * 100 + i for r in range(size))
+    for i, t in enumerate(separate):
+        assert float(t[-1].item()) == float(i)
+
+
+def test_grouped_allreduce(rank, size, device):
+    tensors = [torch.full((n,), float(rank + 1), device=device) for n in (1, 100, 10000)]
+    results = hvd.grouped_allreduce(tensors, op=hvd.Sum, name="cuda.group")
+    for r in results:
+        assert r.device == device
+        assert float(r.min().item()) == size * (size + 1) / 2
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.int64, torch.uint8], ids=str)
+def test_broadcast_from_every_root(rank, size, device, dtype):
+    for root in range(size):
+        x = contribution(rank, (5, 7), dtype).to(device)
+        hvd.broadcast_(x, root_rank=root, name="cuda.bcast.%s.%d" % (dtype, root))
+        assert torch.equal(x.cpu(), contribution(root, (5, 7), dtype))
+
+
+def test_cpu_and_cuda_tensors_in_one_job(rank, size, device):
+    on_gpu = hvd.allreduce(torch.ones(8, device=device), op=hvd.Sum, name="mixed.gpu")
+    on_cpu = hvd.allreduce(torch.ones(8), op=hvd.Sum, name="mixed.cpu")
+    assert on_gpu.device == device and on_cpu.device.type == "cpu"
+    assert torch.equal(on_gpu.cpu(), on_cpu)
+
+
+def test_not_yet_implemented_collectives_say_so(rank, size, device):
+    with pytest.raises(GradsyncError, match="not implemented yet"):
+        hvd.allgather(torch.ones(2, 3, device=device), name="cuda.gather")
+    # The job goes on.
+    assert float(hvd.allreduce(torch.ones(1, device=device), op=hvd.Sum).item()) == size
+
+
+def test_release_cuda_exports_then_continue(rank, size, device):
+    x = torch.ones(100, device=device)
+    hvd.allreduce_(x, op=hvd.Sum, name="cuda.before_release")
+    hvd.release_cuda_exports()
+    torch.cuda.empty_cache()
+    y = torch.ones(100, device=device)
+    hvd.allreduce_(y, op=hvd.Sum, name="cuda.after_release")
+    assert float(y[0].item()) == size

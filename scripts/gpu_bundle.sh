@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# Builds what the GPU test machine runs and gathers it in .gpu_bundle/ (git
+# ignored): gradsyncd, gradsyncctl, gradsync_bench, libgradsync.so, and the
+# shared libraries `ldd` names that such a machine lacks (gRPC, protobuf,
+# abseil, UCX, spdlog, fmt, ...). glibc, libstdc++ and libgcc_s stay behind:
+# the machine's own are newer, and PyTorch there needs them. NCCL stays
+# behind too (over 200 MB): gradsyncd loads the one PyTorch brings there.
+# The device tool carries the folder (limit 64 MiB with the working tree):
+#   run(command="scripts/gpu_check.sh tests", carry=[".gpu_bundle"])
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bazel build //:gradsyncd //:gradsyncctl //:libgradsync //:gradsync_bench
+out=.gpu_bundle
+rm -rf "$out"
+mkdir -p "$out/bin" "$out/lib"
+cp bazel-bin/daemon/exe/gradsyncd bazel-bin/tools/gradsyncctl/gradsyncctl bazel-bin/tools/bench/gradsync_bench "$out/bin/"
+cp bazel-bin/client/libgradsync.so "$out/lib/"
+chmod u+w "$out"/bin/* "$out"/lib/*
+strip --strip-debug "$out"/bin/* "$out"/lib/libgradsync.so
+skip='^(linux-vdso|ld-linux|libc\.so|libm\.so|libpthread|libdl\.so|librt\.so|libstdc\+\+|libgcc_s)'
+for binary in "$out"/bin/* "$out"/lib/libgradsync.so; do
+  ldd "$binary" | awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}' | while read -r soname path; do
+    [[ "$soname" =~ $skip ]] && continue
+    [[ -e "$out/lib/$soname" ]] || cp -L "$path" "$out/lib/$soname"
+  done
+done
+git rev-parse HEAD > "$out/COMMIT"
+size=$(du -sb "$out" | cut -f1)
+echo "gpu_bundle: $out holds $(ls "$out/lib" | wc -l) libraries, $((size / 1048576)) MiB (limit 64 MiB with the tree)"
+if (( size > 60 * 1048576 )); then
+  echo "gpu_bundle: too large to travel" >&2
+  exit 1
+fi

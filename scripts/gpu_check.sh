@@ -1,0 +1,151 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# The GPU suite, run on the GPU test machine from the repository root with
+# .gpu_bundle/ carried along (made here by scripts/gpu_bundle.sh):
+#
+#   scripts/gpu_check.sh tests    facts, gradsyncctl status, the CUDA pytest suite with 2 and 4 ranks on one
+#                                 GPU, the kill check                                             (~3 min)
+#   scripts/gpu_check.sh bench    the CUDA allreduce sweep and ResNet-50 gradient set with 1, 2, 4 ranks (~3 min)
+#   scripts/gpu_check.sh resnet   ResNet-50 training steps: 1 process batch 128 against 2 ranks batch 64,
+#                                 MPS off and (when it starts) on                                  (~5 min)
+#
+# Output goes to stdout and to $OUT/gpu_check-<stage>.log when $OUT is set.
+# Exit code: the number of failed steps (0: all passed).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+stage=${1:-tests}
+bundle=$(pwd)/.gpu_bundle
+log=${OUT:-/tmp}/gpu_check-$stage.log
+exec > >(tee "$log") 2>&1
+failures=0
+step() {  # step NAME COMMAND...: runs it, reports, counts failures
+  local name=$1
+  shift
+  echo "=== $name: $*"
+  local start=$SECONDS
+  "$@"
+  local rc=$?
+  echo "=== $name: $([[ $rc == 0 ]] && echo PASSED || echo "FAILED (exit $rc)") in $((SECONDS - start)) s"
+  [[ $rc == 0 ]] || failures=$((failures + 1))
+  return 0
+}
+
+[[ -x $bundle/bin/gradsyncd ]] || { echo "no $bundle: run scripts/gpu_bundle.sh here and carry .gpu_bundle"; exit 100; }
+echo "bundle built from $(cat "$bundle/COMMIT"); tree at $(git rev-parse HEAD 2>/dev/null || echo '?')"
+python=${PYTHON:-python3}
+nccl=$($python - <<'PY'
+import os
+try:
+    import nvidia.nccl as n
+    for d in list(getattr(n, "__path__", [])):
+        p = os.path.join(d, "lib", "libnccl.so.2")
+        if os.path.exists(p):
+            print(p)
+            break
+except ImportError:
+    pass
+PY
+)
+export GRADSYNC_NCCL_LIBRARY=$nccl
+export GRADSYNC_LIBRARY=$bundle/lib/libgradsync.so
+export PYTHONPATH=$(pwd)/client/python${PYTHONPATH:+:$PYTHONPATH}
+export PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
+# Our binaries find their libraries here; the ranks (Python with PyTorch) get
+# it too, for libgradsync.so's dependencies.
+export LD_LIBRARY_PATH=$bundle/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+
+echo "--- machine"
+nvidia-smi --query-gpu=index,uuid,name,memory.total,compute_mode,driver_version --format=csv 2>&1 | head -5
+$python -c "import torch, sys; print('python', sys.version.split()[0], 'torch', torch.__version__, 'cuda', torch.version.cuda, 'nccl (torch)', torch.cuda.nccl.version(), 'devices', torch.cuda.device_count())"
+echo "NCCL library for gradsyncd: ${nccl:-none found}"
+uname -a
+
+workdir=$(mktemp -d /tmp/gpu_check.XXXXXX)
+socket=$workdir/gs.sock
+daemon_pid=
+start_daemon() {
+  "$bundle/bin/gradsyncd" --socket-path "$socket" --log-level info --stall-warning-seconds 10 \
+    --stall-deadline-seconds 60 > "$workdir/gradsyncd.log" 2>&1 &
+  daemon_pid=$!
+  for _ in $(seq 100); do
+    [[ -S $socket ]] && "$bundle/bin/gradsyncctl" --socket "$socket" status > /dev/null 2>&1 && return 0
+    sleep 0.1
+  done
+  echo "gradsyncd did not start:"; cat "$workdir/gradsyncd.log"; return 1
+}
+stop_daemon() {
+  [[ -n $daemon_pid ]] || return 0
+  kill -TERM "$daemon_pid" 2>/dev/null
+  local rc=0
+  wait "$daemon_pid" || rc=$?
+  daemon_pid=
+  echo "--- gradsyncd log (exit $rc)"
+  tail -n 60 "$workdir/gradsyncd.log"
+  return $rc
+}
+trap 'stop_daemon > /dev/null 2>&1; rm -rf "$workdir"' EXIT
+run_ranks() {  # run_ranks N COMMAND...
+  local n=$1
+  shift
+  timeout 280 "$(pwd)/client/python/bin/gradsyncrun" --socket "$socket" -np "$n" "$@"
+}
+has_gpu_and_nccl() {
+  "$bundle/bin/gradsyncctl" --socket "$socket" status --json > "$workdir/status.json" || return 1
+  $python - "$workdir/status.json" <<'PY'
+import json, sys
+s = json.load(open(sys.argv[1]))
+gpus = s.get("gpus", [])
+print("gradsyncd sees %d GPU(s): %s; NCCL %s (%s)" % (len(gpus), [g.get("name") for g in gpus],
+      s.get("ncclVersion", 0), s.get("ncclLibrary") or s.get("ncclNote")))
+sys.exit(0 if gpus and s.get("ncclVersion", 0) > 0 else 1)
+PY
+}
+
+step "start gradsyncd" start_daemon
+step "gradsyncctl status" "$bundle/bin/gradsyncctl" --socket "$socket" status
+step "gradsyncd sees the GPU and loaded NCCL" has_gpu_and_nccl
+
+case $stage in
+  tests)
+    for n in 2 4; do
+      step "CUDA suite, $n ranks on one GPU" run_ranks "$n" $python -m pytest -q -x -p no:cacheprovider \
+        client/python/tests_gpu
+    done
+    step "rank killed mid-collective" timeout 200 $python client/python/tests_gpu/kill_check.py "$socket"
+    step "gradsyncctl jobs" "$bundle/bin/gradsyncctl" --socket "$socket" jobs
+    ;;
+  bench)
+    for n in 1 2 4; do
+      step "CUDA allreduce bench, $n ranks" run_ranks "$n" $python examples/pytorch/cuda_allreduce_bench.py
+    done
+    ;;
+  resnet)
+    resnet() {  # resnet LABEL
+      echo "--- $1"
+      timeout 200 $python examples/pytorch/pytorch_synthetic_benchmark.py --cuda --backend single --model resnet50 \
+        --batch-size 128 --image-size 224 --num-iters 5 --num-batches-per-iter 3 --threads 4 || return 1
+      run_ranks 2 $python examples/pytorch/pytorch_synthetic_benchmark.py --cuda --model resnet50 --batch-size 64 \
+        --image-size 224 --num-iters 5 --num-batches-per-iter 3 --threads 4
+    }
+    step "ResNet-50, MPS off" resnet "MPS off"
+    if command -v nvidia-cuda-mps-control > /dev/null; then
+      stop_daemon > /dev/null
+      export CUDA_MPS_PIPE_DIRECTORY=$workdir/mps CUDA_MPS_LOG_DIRECTORY=$workdir/mps-log
+      mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+      if nvidia-cuda-mps-control -d; then
+        step "start gradsyncd under MPS" start_daemon
+        step "ResNet-50, MPS on" resnet "MPS on"
+        stop_daemon > /dev/null
+        echo quit | nvidia-cuda-mps-control
+      else
+        echo "MPS control daemon did not start: MPS on not measured"
+      fi
+    else
+      echo "no nvidia-cuda-mps-control: MPS on not measured"
+    fi
+    ;;
+  *) echo "unknown stage $stage (tests, bench, resnet)"; exit 100 ;;
+esac
+step "gradsyncd exits cleanly" stop_daemon
+echo "gpu_check $stage: $failures step(s) failed"
+exit "$failures"
