@@ -56,7 +56,7 @@ export LD_LIBRARY_PATH=$bundle/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 
 echo "--- machine"
 nvidia-smi --query-gpu=index,uuid,name,memory.total,compute_mode,driver_version --format=csv 2>&1 | head -5
-$python -c "import torch, sys; print('python', sys.version.split()[0], 'torch', torch.__version__, 'cuda', torch.version.cuda, 'nccl (torch)', torch.cuda.nccl.version(), 'devices', torch.cuda.device_count())"
+$python -c "import torch, sys; print('python', sys.version.split()[0], 'torch', torch.__version__, 'cuda', torch.version.cuda, 'devices', torch.cuda.device_count()); print('nccl (torch):', torch.cuda.nccl.version() if torch.cuda.is_available() else 'n/a')"
 echo "NCCL library for gradsyncd: ${nccl:-none found}"
 uname -a
 
@@ -96,8 +96,8 @@ import json, sys
 s = json.load(open(sys.argv[1]))
 gpus = s.get("gpus", [])
 print("gradsyncd sees %d GPU(s): %s; NCCL %s (%s)" % (len(gpus), [g.get("name") for g in gpus],
-      s.get("ncclVersion", 0), s.get("ncclLibrary") or s.get("ncclNote")))
-sys.exit(0 if gpus and s.get("ncclVersion", 0) > 0 else 1)
+      s.get("nccl_version", 0), s.get("nccl_library") or s.get("nccl_note")))
+sys.exit(0 if gpus and s.get("nccl_version", 0) > 0 else 1)
 PY
 }
 
