@@ -112,6 +112,8 @@ case $stage in
         client/python/tests_gpu
     done
     step "rank killed mid-collective" timeout 200 $python client/python/tests_gpu/kill_check.py "$socket"
+    step "two daemons on one GPU (host staging + UCX ring)" timeout 280 $python \
+      client/python/tests_gpu/two_daemons_check.py "$bundle/bin/gradsyncd" "$bundle/bin/gradsyncctl" "$workdir"
     step "gradsyncctl jobs" "$bundle/bin/gradsyncctl" --socket "$socket" jobs
     ;;
   bench)

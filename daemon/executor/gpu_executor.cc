@@ -19,20 +19,24 @@ Status cudaStatus(cudaError_t err, const std::string& what) {
 
 std::vector<ResponseResult> GpuExecutor::run(const fusion::FusedResponse& fused, RankAccess& access) {
   std::vector<ResponseResult> results;
+  const Response& head = fused.responses.front();
+  if (access.multiNode() && head.status.isOk() && head.type == v1::ALLREDUCE) {
+    std::vector<const Response*> all;
+    for (const auto& r : fused.responses) all.push_back(&r);
+    const Status status = stagedAllreduce(all, access);
+    for (const auto& r : fused.responses) results.push_back(failed(r, status));
+    return results;
+  }
   for (const auto& r : fused.responses) {
     if (!r.status.isOk()) {
       results.push_back(failed(r, r.status));
       continue;
     }
-    const bool dataless = r.type == v1::BARRIER || r.type == v1::JOIN;
-    if (access.multiNode() && !dataless) {
-      results.push_back(failed(r, unimplemented("tensor '" + r.name + "': CUDA tensors in jobs across nodes are not " +
-                                                "implemented yet (NCCL between daemons)")));
-      continue;
-    }
     switch (r.type) {
       case v1::ALLREDUCE: results.push_back(failed(r, allreduce(r, access))); break;
-      case v1::BROADCAST: results.push_back(failed(r, broadcast(r, access))); break;
+      case v1::BROADCAST:
+        results.push_back(failed(r, access.multiNode() ? stagedBroadcast(r, access) : broadcast(r, access)));
+        break;
       case v1::BARRIER:
       case v1::JOIN: results.push_back(failed(r, okStatus())); break;
       default:
@@ -46,7 +50,7 @@ std::vector<ResponseResult> GpuExecutor::run(const fusion::FusedResponse& fused,
 StatusOr<GpuExecutor::Members> GpuExecutor::resolve(const Response& r, RankAccess& access) {
   Members m;
   for (const auto& request : r.requests) {
-    if (!request) continue;
+    if (!request || !access.isLocal(request->rank)) continue;
     Member member;
     member.rank = request->rank;
     member.gpu = access.gpuOf(request->rank);
@@ -65,11 +69,11 @@ StatusOr<GpuExecutor::Members> GpuExecutor::resolve(const Response& r, RankAcces
     }
     m.list.push_back(std::move(member));
   }
-  if (m.list.empty()) return invalidArgument("tensor '" + r.name + "': no rank contributes data");
   if (m.list.size() > static_cast<size_t>(cuda::kMaxLocalBuffers)) {
     return unimplemented("tensor '" + r.name + "': " + std::to_string(m.list.size()) + " ranks on one GPU (at most " +
                          std::to_string(cuda::kMaxLocalBuffers) + ")");
   }
+  if (m.list.empty()) return m;  // no local member: the caller relays only
   ASSIGN_OR_RETURN(cudaStream_t stream, backend_->stream(m.device));
   m.stream = stream;
   return m;
@@ -97,6 +101,7 @@ Status GpuExecutor::recordDone(const Members& m) {
 
 Status GpuExecutor::allreduce(const Response& r, RankAccess& access) {
   ASSIGN_OR_RETURN(Members m, resolve(r, access));
+  if (m.list.empty()) return invalidArgument("tensor '" + r.name + "': no rank contributes data");
   const Request& first = r.first();
   reduce::ReduceArgs check;
   check.dtype = first.dtype;
@@ -126,6 +131,7 @@ Status GpuExecutor::allreduce(const Response& r, RankAccess& access) {
 
 Status GpuExecutor::broadcast(const Response& r, RankAccess& access) {
   ASSIGN_OR_RETURN(Members m, resolve(r, access));
+  if (m.list.empty()) return invalidArgument("tensor '" + r.name + "': no rank contributes data");
   const int root = r.first().root_rank;
   const uint8_t* source = nullptr;
   for (const auto& member : m.list) {
@@ -140,6 +146,111 @@ Status GpuExecutor::broadcast(const Response& r, RankAccess& access) {
                                "tensor '" + r.name + "': copy to rank " + std::to_string(member.rank)));
   }
   return recordDone(m);
+}
+
+Status GpuExecutor::stagedAllreduce(const std::vector<const Response*>& responses, RankAccess& access) {
+  const Request& first = responses.front()->first();
+  const size_t esize = elementSize(first.dtype);
+  const ReduceOp ring_op = first.op == v1::AVERAGE ? v1::SUM : first.op;
+  std::vector<Members> members;
+  std::vector<size_t> offsets;  // elements before each response in the fused buffer
+  size_t total = 0;
+  int device = -1;
+  for (const Response* r : responses) {
+    ASSIGN_OR_RETURN(Members m, resolve(*r, access));
+    if (!m.list.empty()) {
+      if (device >= 0 && m.device != device) return unimplemented("tensor '" + r->name + "': several GPUs on one node");
+      device = m.device;
+    }
+    offsets.push_back(total);
+    total += r->first().length / esize;
+    members.push_back(std::move(m));
+  }
+  ASSIGN_OR_RETURN(void* host, backend_->pinnedHost(std::max<size_t>(total * esize, 1)));
+  auto* staging = static_cast<uint8_t*>(host);
+  if (device < 0) {
+    // No local rank takes part (process sets, joins): add identities only.
+    fillIdentity(staging, total, first.dtype, ring_op);
+    return access.crossNodeAllreduce(staging, total, first.dtype, ring_op);
+  }
+  ASSIGN_OR_RETURN(void* scratch, backend_->scratch(device, total * esize));
+  ASSIGN_OR_RETURN(cudaStream_t stream, backend_->stream(device));
+  auto* fused = static_cast<uint8_t*>(scratch);
+  // 1. Local ranks into the device's fusion buffer (prescale, no average).
+  for (size_t t = 0; t < responses.size(); ++t) {
+    if (members[t].list.empty()) continue;
+    RETURN_IF_ERROR(waitReady(members[t]));
+    cuda::LocalReduceArgs gather;
+    gather.dtype = static_cast<cuda::Dtype>(first.dtype);
+    gather.op = static_cast<cuda::Op>(ring_op);
+    for (size_t k = 0; k < members[t].list.size(); ++k) gather.inputs[k] = members[t].list[k].data;
+    gather.num_inputs = static_cast<int>(members[t].list.size());
+    gather.outputs[0] = fused + offsets[t] * esize;
+    gather.num_outputs = 1;
+    gather.count = responses[t]->first().length / esize;
+    gather.prescale = first.prescale;
+    const std::string launched = cuda::launchLocalReduce(gather, stream);
+    if (!launched.empty()) return internalError("tensor '" + responses[t]->name + "': " + launched);
+  }
+  RETURN_IF_ERROR(cudaStatus(cudaMemcpyAsync(staging, fused, total * esize, cudaMemcpyDeviceToHost, stream),
+                             "copy to the staging buffer"));
+  RETURN_IF_ERROR(cudaStatus(cudaStreamSynchronize(stream), "waiting for the local reduction"));
+  for (size_t t = 0; t < responses.size(); ++t) {
+    if (members[t].list.empty()) {
+      fillIdentity(staging + offsets[t] * esize, responses[t]->first().length / esize, first.dtype, ring_op);
+    }
+  }
+  // 2. Among the nodes.
+  RETURN_IF_ERROR(access.crossNodeAllreduce(staging, total, first.dtype, ring_op));
+  // 3. Back to every local rank, with the average and postscale.
+  RETURN_IF_ERROR(cudaStatus(cudaMemcpyAsync(fused, staging, total * esize, cudaMemcpyHostToDevice, stream),
+                             "copy from the staging buffer"));
+  // The staging buffer is the node's: free for the next batch only once read.
+  RETURN_IF_ERROR(cudaStatus(cudaStreamSynchronize(stream), "waiting for the copy from the staging buffer"));
+  for (size_t t = 0; t < responses.size(); ++t) {
+    if (members[t].list.empty()) continue;
+    cuda::LocalReduceArgs scatter;
+    scatter.dtype = static_cast<cuda::Dtype>(first.dtype);
+    scatter.op = static_cast<cuda::Op>(first.op);
+    scatter.inputs[0] = fused + offsets[t] * esize;
+    scatter.num_inputs = 1;
+    for (size_t k = 0; k < members[t].list.size(); ++k) scatter.outputs[k] = members[t].list[k].data;
+    scatter.num_outputs = static_cast<int>(members[t].list.size());
+    scatter.count = responses[t]->first().length / esize;
+    scatter.postscale = first.postscale;
+    scatter.average_divisor = static_cast<int>(responses[t]->ranks.size());
+    const std::string launched = cuda::launchLocalReduce(scatter, stream);
+    if (!launched.empty()) return internalError("tensor '" + responses[t]->name + "': " + launched);
+    RETURN_IF_ERROR(recordDone(members[t]));
+  }
+  return okStatus();
+}
+
+Status GpuExecutor::stagedBroadcast(const Response& r, RankAccess& access) {
+  ASSIGN_OR_RETURN(Members m, resolve(r, access));
+  if (m.list.empty()) return okStatus();  // this node holds no member of the set
+  const Request& first = r.first();
+  const uint8_t* root = nullptr;
+  for (const auto& member : m.list) {
+    if (member.rank == first.root_rank) root = member.data;
+  }
+  ASSIGN_OR_RETURN(void* host, backend_->pinnedHost(std::max<uint64_t>(first.length, 1)));
+  auto stream = static_cast<cudaStream_t>(m.stream);
+  RETURN_IF_ERROR(waitReady(m));
+  if (root != nullptr) {
+    RETURN_IF_ERROR(cudaStatus(cudaMemcpyAsync(host, root, first.length, cudaMemcpyDeviceToHost, stream),
+                               "tensor '" + r.name + "': copy of the root's tensor to the staging buffer"));
+    RETURN_IF_ERROR(cudaStatus(cudaStreamSynchronize(stream), "waiting for the root's tensor"));
+  }
+  RETURN_IF_ERROR(access.crossNodeBroadcast(host, first.length, first.root_rank));
+  for (const auto& member : m.list) {
+    if (member.data == root) continue;
+    RETURN_IF_ERROR(cudaStatus(cudaMemcpyAsync(member.data, host, first.length, cudaMemcpyHostToDevice, stream),
+                               "tensor '" + r.name + "': copy to rank " + std::to_string(member.rank)));
+  }
+  RETURN_IF_ERROR(recordDone(m));
+  // The staging buffer is the node's: free for the next batch only once read.
+  return cudaStatus(cudaStreamSynchronize(stream), "waiting for the copies from the staging buffer");
 }
 
 }  // namespace gradsync::executor

@@ -5,9 +5,15 @@
 // and the stream records each rank's "done" event, which the rank's own
 // stream waits on. Done messages go out as soon as the work is enqueued.
 //
-// Not yet: several GPUs in one node, jobs across nodes (NCCL between
-// daemons), and the collectives whose output size is negotiated (allgather,
-// alltoall, reducescatter): those fail with UNIMPLEMENTED naming the tensor.
+// Jobs across nodes stage through host memory: the local ranks' tensors are
+// reduced on the GPU into the device's fusion buffer, copied to pinned host
+// memory, combined among the daemons by the same ring as CPU tensors (UCX),
+// copied back and written to every local rank's tensor. NCCL between the
+// daemons' GPUs is the faster path still to come.
+//
+// Not yet: several GPUs in one node, and the collectives whose output size
+// is negotiated (allgather, alltoall, reducescatter): those fail with
+// UNIMPLEMENTED naming the tensor.
 #pragma once
 
 #include "daemon/executor/local_executor.h"
@@ -38,6 +44,9 @@ class GpuExecutor : public DeviceExecutor {
   Status recordDone(const Members& m);
   Status allreduce(const Response& r, RankAccess& access);
   Status broadcast(const Response& r, RankAccess& access);
+  // Across nodes, through host memory and the daemons' ring.
+  Status stagedAllreduce(const std::vector<const Response*>& responses, RankAccess& access);
+  Status stagedBroadcast(const Response& r, RankAccess& access);
 
   gpu::CudaBackend* backend_;
 };

@@ -12,12 +12,7 @@ std::vector<ResponseResult> LocalExecutor::run(const fusion::FusedResponse& fuse
   const Response& head = fused.responses.front();
   if (head.status.isOk() && head.activeCount() > 0 && head.first().onCuda()) {
     // Fusion never mixes devices: the whole bucket is CUDA.
-    if (gpu_ == nullptr) {
-      for (const auto& r : fused.responses) {
-        results.push_back(failed(r, failedPrecondition("tensor '" + r.name + "': this daemon has no GPU")));
-      }
-      return results;
-    }
+    if (gpu_ == nullptr) return relayWithoutGpu(fused, access);
     return gpu_->run(fused, access);
   }
   if (head.status.isOk() && head.type == v1::ALLREDUCE) {
@@ -58,6 +53,30 @@ std::vector<ResponseResult> LocalExecutor::run(const fusion::FusedResponse& fuse
       default: results.push_back(failed(r, okStatus())); break;  // BARRIER, JOIN: no data
     }
   }
+  return results;
+}
+
+// CUDA tensors reach a daemon without GPUs only from other nodes (its own
+// ranks' were refused at enqueue): it still takes its part in the rings,
+// adding identities to allreduces, as for a process set without local ranks.
+std::vector<ResponseResult> LocalExecutor::relayWithoutGpu(const fusion::FusedResponse& fused, RankAccess& access) {
+  std::vector<ResponseResult> results;
+  const Response& head = fused.responses.front();
+  Status status = okStatus();
+  if (!access.multiNode()) {
+    status = failedPrecondition("tensor '" + head.name + "': CUDA tensors on a daemon without GPU");
+  } else if (head.type == v1::ALLREDUCE) {
+    const Request& first = head.first();
+    const ReduceOp ring_op = first.op == v1::AVERAGE ? v1::SUM : first.op;
+    size_t total = 0;
+    for (const auto& r : fused.responses) total += r.first().length / elementSize(first.dtype);
+    if (fusion_.size() < total * elementSize(first.dtype)) fusion_.resize(total * elementSize(first.dtype));
+    fillIdentity(fusion_.data(), total, first.dtype, ring_op);
+    status = access.crossNodeAllreduce(fusion_.data(), total, first.dtype, ring_op);
+  } else if (head.type != v1::BROADCAST && head.type != v1::BARRIER && head.type != v1::JOIN) {
+    status = unimplemented("tensor '" + head.name + "': " + collectiveName(head.type) + " of CUDA tensors");
+  }
+  for (const auto& r : fused.responses) results.push_back(failed(r, r.status.isOk() ? status : r.status));
   return results;
 }
 

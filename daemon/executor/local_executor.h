@@ -80,6 +80,7 @@ class LocalExecutor {
 
  private:
   Status allreduce(const std::vector<const Response*>& responses, RankAccess& access);
+  std::vector<ResponseResult> relayWithoutGpu(const fusion::FusedResponse& fused, RankAccess& access);
   // Multi-node allreduce: local ranks -> fusion buffer -> ring -> local ranks.
   Status hierarchicalAllreduce(const std::vector<const Response*>& responses, RankAccess& access);
   Status inPlaceAllreduce(const Response& response, const coordinator::Request& request, RankAccess& access);

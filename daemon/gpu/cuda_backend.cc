@@ -30,6 +30,7 @@ CudaBackend::~CudaBackend() {
     }
     if (devices_[d].scratch != nullptr) (void)cudaFree(devices_[d].scratch);
   }
+  if (pinned_ != nullptr) (void)cudaFreeHost(pinned_);
 }
 
 Status CudaBackend::select(int device) {
@@ -118,6 +119,24 @@ StatusOr<void*> CudaBackend::scratch(int device, size_t bytes) {
   RETURN_IF_ERROR(check(cudaMalloc(&d.scratch, bytes), "cudaMalloc of the fusion buffer"));
   d.scratch_bytes = bytes;
   return d.scratch;
+}
+
+}  // namespace gradsync::gpu
+
+namespace gradsync::gpu {
+
+StatusOr<void*> CudaBackend::pinnedHost(size_t bytes) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (pinned_bytes_ >= bytes) return pinned_;
+  if (pinned_ != nullptr) {
+    // Staging is synchronous (the caller waited for its copies): safe to free.
+    RETURN_IF_ERROR(check(cudaFreeHost(pinned_), "cudaFreeHost"));
+    pinned_ = nullptr;
+    pinned_bytes_ = 0;
+  }
+  RETURN_IF_ERROR(check(cudaMallocHost(&pinned_, bytes), "cudaMallocHost of the staging buffer"));
+  pinned_bytes_ = bytes;
+  return pinned_;
 }
 
 }  // namespace gradsync::gpu

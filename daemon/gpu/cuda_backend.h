@@ -33,6 +33,9 @@ class CudaBackend : public GpuBackend {
   // At least `bytes` of device memory on `device`, reused across calls (the
   // caller serialises its use on the device's stream).
   StatusOr<void*> scratch(int device, size_t bytes);
+  // At least `bytes` of pinned host memory for staging transfers between
+  // daemons, reused likewise (one buffer for the node).
+  StatusOr<void*> pinnedHost(size_t bytes);
 
  private:
   struct Device {
@@ -43,6 +46,8 @@ class CudaBackend : public GpuBackend {
   Status select(int device);
   std::mutex mutex_;
   std::vector<Device> devices_;
+  void* pinned_ = nullptr;
+  size_t pinned_bytes_ = 0;
 };
 
 }  // namespace gradsync::gpu

@@ -1,0 +1,76 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Two gradsyncd on one GPU as the stand-in for two nodes: the CUDA suite
+with 2 ranks per daemon, the daemons joined over loopback (CUDA tensors
+between daemons go through host staging and the UCX ring; NCCL between the
+daemons is not built yet).
+
+  python3 two_daemons_check.py GRADSYNCD GRADSYNCCTL WORKDIR
+Exit code 0 when every rank passed.
+"""
+import json
+import os
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def start_daemon(binary, ctl, workdir, name):
+    socket = os.path.join(workdir, name + ".sock")
+    log = open(os.path.join(workdir, name + ".log"), "w")
+    process = subprocess.Popen([binary, "--socket-path", socket, "--peer-address", "127.0.0.1:0",
+                                "--stall-deadline-seconds", "60"], stdout=log, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        status = subprocess.run([ctl, "--socket", socket, "status", "--json"], capture_output=True, text=True)
+        if status.returncode == 0:
+            return process, socket, json.loads(status.stdout)["peer_address"]
+        time.sleep(0.2)
+    raise RuntimeError("gradsyncd %s did not start" % name)
+
+
+def main():
+    binary, ctl, workdir = sys.argv[1:4]
+    os.environ.setdefault("UCX_TLS", "tcp,self")
+    daemons = [start_daemon(binary, ctl, workdir, name) for name in ("node0", "node1")]
+    leader = daemons[0][2]
+    per_node, size = 2, 4
+    ranks = []
+    for rank in range(size):
+        node = rank // per_node
+        env = dict(os.environ, GRADSYNC_SOCKET=daemons[node][1], GRADSYNC_JOB_ID="two-daemons",
+                   GRADSYNC_TOKEN="two-daemons", GRADSYNC_RANK=str(rank), GRADSYNC_SIZE=str(size),
+                   GRADSYNC_LOCAL_RANK=str(rank % per_node), GRADSYNC_LOCAL_SIZE=str(per_node),
+                   GRADSYNC_LEADER=leader)
+        log = open(os.path.join(workdir, "rank%d.log" % rank), "w")
+        ranks.append((subprocess.Popen([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
+                                        os.path.join(HERE, "test_cuda_collectives.py"),
+                                        os.path.join(HERE, "test_cuda_optimizer.py")],
+                                       cwd=HERE, env=env, stdout=log, stderr=subprocess.STDOUT), log.name))
+    codes = []
+    for process, _ in ranks:
+        try:
+            codes.append(process.wait(timeout=240))
+        except subprocess.TimeoutExpired:
+            process.kill()
+            codes.append("timeout")
+    for process, _, _ in daemons:
+        process.terminate()
+        process.wait(timeout=15)
+    for rank, (_, path) in enumerate(ranks):
+        lines = open(path).read().splitlines()
+        print("rank %d (exit %s): %s" % (rank, codes[rank], " | ".join(lines[-3:])))
+    if any(code != 0 for code in codes):
+        for rank, (_, path) in enumerate(ranks):
+            if codes[rank] != 0:
+                print("---- rank %d log tail" % rank)
+                print("\n".join(open(path).read().splitlines()[-40:]))
+        for name in ("node0", "node1"):
+            print("---- %s log tail" % name)
+            print("\n".join(open(os.path.join(workdir, name + ".log")).read().splitlines()[-30:]))
+    sys.exit(0 if all(code == 0 for code in codes) else 1)
+
+
+if __name__ == "__main__":
+    main()
