@@ -49,7 +49,7 @@ PY
 export GRADSYNC_NCCL_LIBRARY=$nccl
 export GRADSYNC_LIBRARY=$bundle/lib/libgradsync.so
 export PYTHONPATH=$(pwd)/client/python${PYTHONPATH:+:$PYTHONPATH}
-export PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
+export PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 GRADSYNC_REQUIRE_CUDA=1
 # Our binaries find their libraries here; the ranks (Python with PyTorch) get
 # it too, for libgradsync.so's dependencies.
 export LD_LIBRARY_PATH=$bundle/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}

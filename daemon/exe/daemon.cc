@@ -98,6 +98,7 @@ Status Daemon::startServers() {
   limits.job.cycle_time = std::chrono::milliseconds(config_.cycle_time_ms());
   limits.job.response_cache_capacity = config_.response_cache_capacity();
   limits.job.gpus = gpus_.get();
+  limits.job.nccl = nccl_.get();
   limits.job.no_gpu_reason = no_gpu_reason;
   registry_ = std::make_unique<server::JobRegistry>(limits, pool_.get());
   ASSIGN_OR_RETURN(const std::string peer_address, startPeerServer());

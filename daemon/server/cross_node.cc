@@ -2,6 +2,7 @@
 #include "daemon/server/cross_node.h"
 
 #include <algorithm>
+#include <cstdio>
 
 #include "daemon/common/logging.h"
 
@@ -10,6 +11,18 @@ namespace {
 
 constexpr auto kHeartbeatPeriod = std::chrono::seconds(1);
 constexpr int64_t kSilenceLimitMs = 6000;
+
+// FNV-1a 64 in hex: enough to see that every node holds the same id.
+std::string digest(const std::string& bytes) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : bytes) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  char text[17];
+  std::snprintf(text, sizeof(text), "%016llx", static_cast<unsigned long long>(h));
+  return text;
+}
 
 int64_t nowMs(CrossClock::time_point t) {
   return std::chrono::duration_cast<std::chrono::milliseconds>(t.time_since_epoch()).count();
@@ -143,6 +156,7 @@ void CrossNode::start(const std::vector<int>& local_ranks, const std::vector<int
   for (int r : local_ranks) self.add_ranks(r);
   for (int64_t p : pids) self.add_pids(p);
   self.set_ucx_address(transport_->address());
+  for (const auto& uuid : options_.gpu_uuids) self.add_gpu_uuids(uuid);
   if (leader_) {
     std::lock_guard<std::mutex> lock(mutex_);
     builder_.emplace(options_.job_id, options_.size);
@@ -162,6 +176,16 @@ void CrossNode::start(const std::vector<int>& local_ranks, const std::vector<int
   });
 }
 
+void CrossNode::makeNcclIdLocked() {
+  if (!options_.make_nccl_id) return;
+  auto id = options_.make_nccl_id();
+  if (!id.isOk()) {
+    GS_LOG(control, warn, "job '{}': no NCCL id for the daemons' GPUs: {}", options_.job_id, id.status().message());
+    return;
+  }
+  nccl_id_ = std::move(id).value();
+}
+
 StatusOr<v1::JoinJobResponse> CrossNode::acceptJoin(const v1::JoinJobRequest& request) {
   std::unique_lock<std::mutex> lock(mutex_);
   if (!leader_ || !builder_) return unavailable("job '" + options_.job_id + "' is not led by this daemon (yet)");
@@ -174,6 +198,7 @@ StatusOr<v1::JoinJobResponse> CrossNode::acceptJoin(const v1::JoinJobRequest& re
     RETURN_IF_ERROR(builder_->add(request.node()));
     if (builder_->complete()) {
       members_ = builder_->ordered();
+      makeNcclIdLocked();
       GS_LOG(control, info, "job '{}': all {} nodes joined", options_.job_id, members_.size());
       formed_cv_.notify_all();
     }
@@ -188,6 +213,7 @@ StatusOr<v1::JoinJobResponse> CrossNode::acceptJoin(const v1::JoinJobRequest& re
   v1::JoinJobResponse response;
   response.set_epoch(1);
   for (const auto& node : members_) *response.add_nodes() = node;
+  response.set_nccl_unique_id(nccl_id_);
   return response;
 }
 
@@ -385,6 +411,7 @@ void CrossNode::describe(v1::JobInfo* info, CrossClock::time_point now, double b
   info->set_coordination_bytes_received(bytes_received_.load());
   info->set_coordination_messages(messages_.load());
   info->set_cache_hits(cache_hits_.load());
+  if (!nccl_id_.empty()) info->set_nccl_id_digest(digest(nccl_id_));
   const int64_t now_ms = nowMs(now);
   for (const auto& node : members_) {
     v1::NodeStatus* out = info->add_nodes();
@@ -394,6 +421,7 @@ void CrossNode::describe(v1::JobInfo* info, CrossClock::time_point now, double b
     for (int r : node.ranks()) out->add_ranks(r);
     out->set_self(node.peer_address() == options_.self_address);
     out->set_leader(node.cross_rank() == 0);
+    out->set_gpus(node.gpu_uuids_size());
     int64_t age = -1;
     if (out->self()) {
       age = 0;

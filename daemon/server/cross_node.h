@@ -44,6 +44,9 @@ struct CrossNodeOptions {
   CrossClock::duration join_timeout = std::chrono::seconds(30);
   std::shared_ptr<grpc::ChannelCredentials> credentials;  // null: plaintext
   size_t response_cache_capacity = 4096;
+  std::vector<std::string> gpu_uuids;  // this daemon's GPUs, told to the others
+  // Makes the job's ncclUniqueId on the leader (null: this daemon has no NCCL).
+  std::function<StatusOr<std::string>()> make_nccl_id;
 };
 
 class CrossNode {
@@ -94,6 +97,8 @@ class CrossNode {
   void describe(v1::JobInfo* info, CrossClock::time_point now, double busy_seconds) const;
 
  private:
+  // Leader, once the job formed: the job's ncclUniqueId. Needs mutex_.
+  void makeNcclIdLocked();
   struct Follower {
     LeaderStream* stream = nullptr;
     std::mutex write_mutex;
@@ -114,6 +119,7 @@ class CrossNode {
   std::condition_variable formed_cv_;
   std::optional<peer::MembershipBuilder> builder_;  // leader
   std::vector<v1::NodeInfo> members_;              // set once formed
+  std::string nccl_id_;                            // set with members_ (empty: no NCCL at the leader)
   int self_cross_rank_ = -1;
   bool stopping_ = false;
   bool failure_announced_ = false;

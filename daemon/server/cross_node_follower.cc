@@ -44,6 +44,7 @@ Status CrossNode::joinLeader(const v1::NodeInfo& self) {
     if (last.ok()) {
       std::lock_guard<std::mutex> lock(mutex_);
       members_.assign(response.nodes().begin(), response.nodes().end());
+      nccl_id_ = response.nccl_unique_id();
       for (const auto& node : members_) {
         if (node.peer_address() == options_.self_address) self_cross_rank_ = node.cross_rank();
       }

@@ -54,7 +54,10 @@ Job::Job(JobSpec spec, JobLimits limits, executor::ReducePool* pool)
   if (spec_.local_size < spec_.size) {
     CrossNodeOptions options{spec_.job_id,       spec_.token,      spec_.size,           spec_.process_sets,
                              limits_.peer_address, spec_.leader_address, limits_.hostname, limits_.join_timeout,
-                             limits_.peer_credentials, limits_.response_cache_capacity};
+                             limits_.peer_credentials, limits_.response_cache_capacity,
+                             limits_.gpus ? limits_.gpus->uuids() : std::vector<std::string>(),
+                             nullptr};
+    if (limits_.nccl) options.make_nccl_id = [nccl = limits_.nccl] { return nccl->uniqueId(); };
     CrossNode::Hooks hooks;
     hooks.on_batch = [this](std::vector<coordinator::Response> batch, uint64_t sequence) {
       onRemoteBatch(std::move(batch), sequence);

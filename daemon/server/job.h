@@ -19,6 +19,7 @@
 #include "daemon/executor/gpu_executor.h"
 #include "daemon/executor/local_executor.h"
 #include "daemon/gpu/gpu_node.h"
+#include "daemon/gpu/nccl_library.h"
 #include "daemon/server/cross_node.h"
 #include "daemon/server/enqueue_validation.h"
 #include "daemon/server/session.h"
@@ -59,6 +60,9 @@ struct JobLimits {
   // tensor with a message saying why).
   gpu::GpuNode* gpus = nullptr;
   std::string no_gpu_reason = "gradsyncd has no GPU";
+  // NCCL, when loaded: a multi-node job's leader makes the id of the
+  // daemons' communicator with it.
+  const gpu::NcclLibrary* nccl = nullptr;
 };
 
 class Job : private executor::RankAccess {

@@ -259,16 +259,18 @@ std::string formatMembers(const v1::ListJobsResponse& jobs) {
   std::string out;
   for (const auto& job : jobs.jobs()) {
     if (job.nodes_size() == 0 && job.size() == job.local_size()) continue;
-    out += "job " + job.job_id() + "  epoch " + std::to_string(job.epoch()) + (job.nodes_size() ? "" : "  (forming)") + "\n";
+    out += "job " + job.job_id() + "  epoch " + std::to_string(job.epoch()) + (job.nodes_size() ? "" : "  (forming)") +
+           (job.nccl_id_digest().empty() ? "" : "  nccl id " + job.nccl_id_digest()) + "\n";
     std::vector<std::vector<std::string>> rows;
-    rows.push_back({"NODE", "ROLE", "ADDRESS", "HOST", "RANKS", "HEARTBEAT AGE", "SENT", "RECEIVED", "GB/S", "FAILED"});
+    rows.push_back(
+        {"NODE", "ROLE", "ADDRESS", "HOST", "RANKS", "GPUS", "HEARTBEAT AGE", "SENT", "RECEIVED", "GB/S", "FAILED"});
     for (const auto& node : job.nodes()) {
       std::string ranks;
       for (int r : node.ranks()) ranks += (ranks.empty() ? "" : ",") + std::to_string(r);
       const int64_t age = node.heartbeat_age_ms();
       rows.push_back({std::to_string(node.cross_rank()) + (node.self() ? " (self)" : ""),
                       node.leader() ? "leader" : "follower", node.peer_address(), node.hostname(), ranks,
-                      age < 0 ? "-" : std::to_string(age) + " ms", formatBytes(node.bytes_sent()),
+                      std::to_string(node.gpus()), age < 0 ? "-" : std::to_string(age) + " ms", formatBytes(node.bytes_sent()),
                       formatBytes(node.bytes_received()), gbps(node.throughput_gbps()),
                       std::to_string(node.failed_transfers())});
     }

@@ -247,7 +247,11 @@ TEST(FormatTest, MembersShowRolesHeartbeatsAndTraffic) {
   other->set_heartbeat_age_ms(250);
   other->set_bytes_sent(3 << 20);
   other->set_throughput_gbps(1.5);
+  other->set_gpus(8);
+  job->set_nccl_id_digest("0123456789abcdef");
   const std::string text = formatMembers(jobs);
+  EXPECT_THAT(text, HasSubstr("nccl id 0123456789abcdef"));
+  EXPECT_THAT(text, HasSubstr("GPUS"));
   EXPECT_THAT(text, HasSubstr("job wide  epoch 1"));
   EXPECT_THAT(text, HasSubstr("0 (self)"));
   EXPECT_THAT(text, HasSubstr("leader"));

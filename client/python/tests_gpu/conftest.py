@@ -20,6 +20,8 @@ def pytest_unconfigure(config):
 
 def pytest_collection_modifyitems(config, items):
     if not torch.cuda.is_available():
+        if os.environ.get("GRADSYNC_REQUIRE_CUDA") == "1":
+            raise pytest.UsageError("GRADSYNC_REQUIRE_CUDA=1 but torch sees no CUDA device")
         skip = pytest.mark.skip(reason="no CUDA device in this process")
         for item in items:
             item.add_marker(skip)
