@@ -2,6 +2,7 @@
 // The C ABI boundary: no exception and no Status crosses it. Every entry
 // point catches everything and turns it into a code plus the thread's last
 // error text.
+#include <algorithm>
 #include <cstddef>
 #include <cstring>
 #include <exception>
@@ -104,6 +105,8 @@ gradsync::StatusOr<OpSpec> specFrom(const gradsync_op_t* op) {
     }
     spec.cuda = op->device == GRADSYNC_DEVICE_CUDA;
     spec.stream = op->stream;
+    spec.output = op->output;
+    spec.output_bytes = op->output_bytes;
   }
   return spec;
 }
@@ -124,14 +127,23 @@ gradsync_status_t gradsync_config_init(gradsync_config_t* config) {
   return report(gradsync::okStatus());
 }
 
-gradsync_status_t gradsync_op_init(gradsync_op_t* op) {
+gradsync_status_t gradsync_op_init_sized(gradsync_op_t* op, uint32_t struct_size) {
   if (op == nullptr) return invalid("op is NULL");
-  std::memset(op, 0, sizeof(*op));
-  op->struct_size = sizeof(*op);
+  if (struct_size < offsetof(gradsync_op_t, device)) return invalid("gradsync_op_t smaller than its 0.1 layout");
+  const size_t size = std::min<size_t>(struct_size, sizeof(*op));
+  std::memset(op, 0, size);
+  op->struct_size = static_cast<uint32_t>(size);
   op->collective = GRADSYNC_ALLREDUCE;
   op->dtype = GRADSYNC_FLOAT32;
   op->reduce_op = GRADSYNC_SUM;
   return report(gradsync::okStatus());
+}
+
+// The 0.1 ABI's initialiser (no size argument), for binaries built against
+// that header: it knew only the fields before `device`.
+#undef gradsync_op_init
+extern "C" gradsync_status_t gradsync_op_init(gradsync_op_t* op) {
+  return gradsync_op_init_sized(op, static_cast<uint32_t>(offsetof(gradsync_op_t, device)));
 }
 
 gradsync_status_t gradsync_init(const gradsync_config_t* config, gradsync_client_t** client) {

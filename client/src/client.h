@@ -53,6 +53,8 @@ struct OpSpec {
   std::vector<int64_t> splits;
   bool cuda = false;        // `data` is CUDA device memory
   void* stream = nullptr;   // CUDA: the stream the tensor is produced and consumed on
+  void* output = nullptr;   // CUDA allgather/alltoall/reducescatter: the caller's output
+  uint64_t output_bytes = 0;
 };
 
 struct OpResult {
@@ -97,6 +99,7 @@ class Client {
     uint64_t length = 0;
     bool owns_input = false;
     std::optional<CudaSession::Prepared> cuda;  // CUDA: its event slot and stream
+    void* cuda_output = nullptr;                // CUDA: the caller's output buffer
     bool has_output = false;
     uint64_t output_offset = 0;
     uint64_t output_length = 0;

@@ -55,9 +55,22 @@ StatusOr<uint64_t> Client::enqueueOne(const OpSpec& spec, uint64_t group_id, uin
   auto op = std::make_unique<Operation>();
   op->type = spec.type;
   op->length = bytes;
+  std::optional<v1::CudaTensorRef> output_ref;
+  if (spec.cuda && spec.output != nullptr && spec.output_bytes > 0) {
+    ASSIGN_OR_RETURN(output_ref, cuda().prepareOutput(spec.name, spec.output, spec.output_bytes));
+    op->cuda_output = spec.output;
+    op->output_length = spec.output_bytes;
+  }
   if (spec.cuda && bytes > 0) {
     ASSIGN_OR_RETURN(auto prepared, cuda().prepare(spec.name, spec.data, bytes, spec.stream));
     op->cuda = std::move(prepared);
+    const bool has_output = spec.type == v1::ALLGATHER || spec.type == v1::ALLTOALL || spec.type == v1::REDUCESCATTER;
+    if (has_output && !output_ref) {
+      // An empty result (e.g. no rows of a reducescatter for this rank):
+      // any exported location with length 0 will do.
+      output_ref = op->cuda->ref;
+      output_ref->clear_event_slot();
+    }
   } else if (bytes > 0 && arena_->contains(spec.data, bytes, &op->input_offset)) {
     // Zero copy: the tensor already lives in the arena.
   } else if (bytes > 0) {
@@ -100,6 +113,10 @@ StatusOr<uint64_t> Client::enqueueOne(const OpSpec& spec, uint64_t group_id, uin
   e->set_group_id(group_id);
   e->set_group_size(group_size);
   if (cuda_ref) *e->mutable_cuda() = *cuda_ref;
+  if (output_ref) {
+    *e->mutable_cuda_output() = *output_ref;
+    e->set_output_length(spec.output_bytes);
+  }
   bool sent = false;
   {
     std::lock_guard<std::mutex> lock(write_mutex_);
@@ -193,6 +210,9 @@ StatusOr<OpResult> Client::result(uint64_t handle) {
   OpResult result;
   if (op.has_output) {
     result.data = arena_->base() + op.output_offset;
+    result.bytes = op.output_length;
+  } else if (op.cuda_output != nullptr) {
+    result.data = op.cuda_output;
     result.bytes = op.output_length;
   }
   result.shape = op.output_shape;

@@ -41,6 +41,10 @@ struct Request {
   uint64_t group_id = 0;        // grouped allreduce; 0: not grouped
   uint32_t group_size = 0;
   std::optional<CudaRef> cuda;  // set: device memory, `offset` unused
+  // CUDA collectives with an output of their own (allgather, alltoall,
+  // reducescatter): where it goes and its size, given by the caller.
+  std::optional<CudaRef> cuda_output;
+  uint64_t output_length = 0;
 
   bool onCuda() const { return cuda.has_value(); }
 };

@@ -39,6 +39,20 @@ std::vector<ResponseResult> GpuExecutor::run(const fusion::FusedResponse& fused,
         break;
       case v1::BARRIER:
       case v1::JOIN: results.push_back(failed(r, okStatus())); break;
+      case v1::ALLGATHER:
+      case v1::ALLTOALL:
+      case v1::REDUCESCATTER:
+        if (access.multiNode()) {
+          results.push_back(failed(r, unimplemented("tensor '" + r.name + "': " + collectiveName(r.type) +
+                                                    " of CUDA tensors across nodes is not implemented yet")));
+        } else if (r.type == v1::ALLGATHER) {
+          results.push_back(allgather(r, access));
+        } else if (r.type == v1::ALLTOALL) {
+          results.push_back(alltoall(r, access));
+        } else {
+          results.push_back(reducescatter(r, access));
+        }
+        break;
       default:
         results.push_back(failed(r, unimplemented("tensor '" + r.name + "': " + collectiveName(r.type) +
                                                   " of CUDA tensors is not implemented yet")));
@@ -60,6 +74,11 @@ StatusOr<GpuExecutor::Members> GpuExecutor::resolve(const Response& r, RankAcces
     }
     ASSIGN_OR_RETURN(member.data, member.gpu->address(request->cuda->buffer_id, request->cuda->offset, request->length));
     member.slot = request->cuda->event_slot;
+    if (request->cuda_output) {
+      ASSIGN_OR_RETURN(member.output, member.gpu->address(request->cuda_output->buffer_id,
+                                                          request->cuda_output->offset, request->output_length));
+      member.output_length = request->output_length;
+    }
     RETURN_IF_ERROR(member.gpu->checkSlot(member.slot));
     if (m.device < 0) m.device = member.gpu->device();
     if (member.gpu->device() != m.device) {
@@ -251,6 +270,109 @@ Status GpuExecutor::stagedBroadcast(const Response& r, RankAccess& access) {
   RETURN_IF_ERROR(recordDone(m));
   // The staging buffer is the node's: free for the next batch only once read.
   return cudaStatus(cudaStreamSynchronize(stream), "waiting for the copies from the staging buffer");
+}
+
+Status GpuExecutor::checkOutputs(const Response& r, const Members& m, const std::vector<uint64_t>& bytes) {
+  if (m.list.size() != bytes.size()) return internalError("tensor '" + r.name + "': members and outputs differ");
+  for (size_t j = 0; j < bytes.size(); ++j) {
+    if (m.list[j].output == nullptr || m.list[j].output_length != bytes[j]) {
+      return invalidArgument("tensor '" + r.name + "': rank " + std::to_string(m.list[j].rank) + " gave an output of " +
+                             std::to_string(m.list[j].output_length) + " bytes; the result has " +
+                             std::to_string(bytes[j]));
+    }
+  }
+  return okStatus();
+}
+
+ResponseResult GpuExecutor::allgather(const Response& r, RankAccess& access) {
+  auto resolved = resolve(r, access);
+  if (!resolved.isOk()) return failed(r, resolved.status());
+  const Members& m = *resolved;
+  const size_t row = rowBytes(r.first());
+  int64_t total_rows = 0;
+  for (const auto& request : r.requests) total_rows += request->shape.empty() ? 1 : request->shape[0];
+  const auto shape = withFirstDim(r.first().shape, total_rows);
+  Status status = checkOutputs(r, m, std::vector<uint64_t>(m.list.size(), total_rows * row));
+  if (status.isOk()) status = waitReady(m);
+  auto stream = static_cast<cudaStream_t>(m.stream);
+  for (size_t j = 0; status.isOk() && j < m.list.size(); ++j) {
+    size_t offset = 0;
+    for (size_t i = 0; status.isOk() && i < m.list.size(); ++i) {
+      const uint64_t length = r.requests[i]->length;
+      status = cudaStatus(cudaMemcpyAsync(m.list[j].output + offset, m.list[i].data, length, cudaMemcpyDeviceToDevice,
+                                          stream),
+                          "tensor '" + r.name + "': copy to rank " + std::to_string(m.list[j].rank));
+      offset += length;
+    }
+  }
+  if (status.isOk()) status = recordDone(m);
+  ResponseResult result = failed(r, status);
+  if (status.isOk()) {
+    for (auto& member : result.members) member.output_shape = shape;
+  }
+  return result;
+}
+
+ResponseResult GpuExecutor::alltoall(const Response& r, RankAccess& access) {
+  auto resolved = resolve(r, access);
+  if (!resolved.isOk()) return failed(r, resolved.status());
+  const Members& m = *resolved;
+  const size_t n = m.list.size();
+  const size_t row = rowBytes(r.first());
+  ResponseResult result = failed(r, okStatus());
+  const OutputLayout layout = alltoallLayout(r, &result);
+  Status status = checkOutputs(r, m, layout.bytes);
+  if (status.isOk()) status = waitReady(m);
+  auto stream = static_cast<cudaStream_t>(m.stream);
+  std::vector<size_t> written(n, 0);
+  for (size_t i = 0; status.isOk() && i < n; ++i) {
+    size_t read = 0;
+    for (size_t j = 0; status.isOk() && j < n; ++j) {
+      const size_t length = r.requests[i]->splits[j] * row;
+      if (length > 0) {
+        status = cudaStatus(cudaMemcpyAsync(m.list[j].output + written[j], m.list[i].data + read, length,
+                                            cudaMemcpyDeviceToDevice, stream),
+                            "tensor '" + r.name + "': copy to rank " + std::to_string(m.list[j].rank));
+      }
+      written[j] += length;
+      read += length;
+    }
+  }
+  if (status.isOk()) status = recordDone(m);
+  return status.isOk() ? result : failed(r, status);
+}
+
+ResponseResult GpuExecutor::reducescatter(const Response& r, RankAccess& access) {
+  auto resolved = resolve(r, access);
+  if (!resolved.isOk()) return failed(r, resolved.status());
+  const Members& m = *resolved;
+  const Request& first = r.first();
+  const size_t row = rowBytes(first);
+  const size_t esize = elementSize(first.dtype);
+  const std::vector<int64_t> rows = reducescatterRows(r);
+  ResponseResult result = failed(r, okStatus());
+  const OutputLayout layout = reducescatterLayout(r, rows, &result);
+  Status status = checkOutputs(r, m, layout.bytes);
+  if (status.isOk()) status = waitReady(m);
+  size_t start_row = 0;
+  for (size_t j = 0; status.isOk() && j < m.list.size(); ++j) {
+    cuda::LocalReduceArgs args;
+    args.dtype = static_cast<cuda::Dtype>(first.dtype);
+    args.op = static_cast<cuda::Op>(first.op);
+    for (size_t k = 0; k < m.list.size(); ++k) args.inputs[k] = m.list[k].data + start_row * row;
+    args.num_inputs = static_cast<int>(m.list.size());
+    args.outputs[0] = m.list[j].output;
+    args.num_outputs = 1;
+    args.count = rows[j] * row / esize;
+    args.prescale = first.prescale;
+    args.postscale = first.postscale;
+    args.average_divisor = static_cast<int>(r.ranks.size());
+    const std::string launched = cuda::launchLocalReduce(args, m.stream);
+    if (!launched.empty()) status = internalError("tensor '" + r.name + "': " + launched);
+    start_row += rows[j];
+  }
+  if (status.isOk()) status = recordDone(m);
+  return status.isOk() ? result : failed(r, status);
 }
 
 }  // namespace gradsync::executor

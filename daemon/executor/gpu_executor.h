@@ -11,9 +11,12 @@
 // copied back and written to every local rank's tensor. NCCL between the
 // daemons' GPUs is the faster path still to come.
 //
-// Not yet: several GPUs in one node, and the collectives whose output size
-// is negotiated (allgather, alltoall, reducescatter): those fail with
-// UNIMPLEMENTED naming the tensor.
+// Allgather, alltoall and reducescatter write into an output buffer the
+// caller sized beforehand (Enqueue.cuda_output); its size is checked against
+// the negotiated result.
+//
+// Not yet: several GPUs in one node, and allgather/alltoall/reducescatter of
+// CUDA tensors across nodes: those fail with UNIMPLEMENTED naming the tensor.
 #pragma once
 
 #include "daemon/executor/local_executor.h"
@@ -31,6 +34,8 @@ class GpuExecutor : public DeviceExecutor {
   struct Member {
     std::shared_ptr<gpu::ClientGpu> gpu;
     uint8_t* data = nullptr;
+    uint8_t* output = nullptr;  // allgather, alltoall, reducescatter
+    uint64_t output_length = 0;
     uint32_t slot = 0;
     int rank = -1;
   };
@@ -47,6 +52,11 @@ class GpuExecutor : public DeviceExecutor {
   // Across nodes, through host memory and the daemons' ring.
   Status stagedAllreduce(const std::vector<const Response*>& responses, RankAccess& access);
   Status stagedBroadcast(const Response& r, RankAccess& access);
+  // One node: into the callers' output buffers (sizes checked first).
+  ResponseResult allgather(const Response& r, RankAccess& access);
+  ResponseResult alltoall(const Response& r, RankAccess& access);
+  ResponseResult reducescatter(const Response& r, RankAccess& access);
+  Status checkOutputs(const Response& r, const Members& m, const std::vector<uint64_t>& bytes);
 
   gpu::CudaBackend* backend_;
 };

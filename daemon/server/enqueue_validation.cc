@@ -94,7 +94,14 @@ Status checkCuda(const std::string& prefix, const v1::Enqueue& e, const EnqueueC
     return failedPrecondition(prefix + "is a CUDA tensor, but the rank has not attached its GPU (hand-off CudaAttach)");
   }
   RETURN_IF_ERROR(c.gpu->checkSlot(e.cuda().event_slot()));
-  return c.gpu->address(e.cuda().buffer_id(), e.cuda().offset(), e.length()).status();
+  RETURN_IF_ERROR(c.gpu->address(e.cuda().buffer_id(), e.cuda().offset(), e.length()).status());
+  const bool has_output = e.type() == v1::ALLGATHER || e.type() == v1::ALLTOALL || e.type() == v1::REDUCESCATTER;
+  if (has_output != e.has_cuda_output()) {
+    return invalidArgument(prefix + (has_output ? "a CUDA " + collectiveName(e.type()) + " needs its output buffer"
+                                                : "only allgather, alltoall and reducescatter take an output buffer"));
+  }
+  if (!has_output) return okStatus();
+  return c.gpu->address(e.cuda_output().buffer_id(), e.cuda_output().offset(), e.output_length()).status();
 }
 
 Status checkData(const std::string& prefix, const v1::Enqueue& e, Request& r, const EnqueueContext& c) {
@@ -113,6 +120,7 @@ Status checkData(const std::string& prefix, const v1::Enqueue& e, Request& r, co
                            shapeString(r.shape) + " of " + dataTypeName(e.dtype()) + " (" +
                            std::to_string(count * static_cast<int64_t>(esize)) + " bytes)");
   }
+  if (e.has_cuda_output() && !e.has_cuda()) return invalidArgument(prefix + "a CUDA output for a CPU tensor");
   if (c.remote) return okStatus();
   if (e.has_cuda()) return checkCuda(prefix, e, c);
   if (c.arena == nullptr) return failedPrecondition(prefix + "no arena handed over yet");
@@ -158,6 +166,11 @@ v1::Enqueue enqueueOf(const coordinator::Request& r) {
   e.set_length(r.length);
   e.set_group_id(r.group_id);
   e.set_group_size(r.group_size);
+  if (r.cuda_output) {
+    e.mutable_cuda_output()->set_buffer_id(r.cuda_output->buffer_id);
+    e.mutable_cuda_output()->set_offset(r.cuda_output->offset);
+    e.set_output_length(r.output_length);
+  }
   if (r.cuda) {
     e.mutable_cuda()->set_buffer_id(r.cuda->buffer_id);
     e.mutable_cuda()->set_offset(r.cuda->offset);
@@ -185,6 +198,10 @@ coordinator::Request requestOf(int rank, const v1::Enqueue& e) {
   r.group_id = e.group_id();
   r.group_size = e.group_size();
   if (e.has_cuda()) r.cuda = coordinator::CudaRef{e.cuda().buffer_id(), e.cuda().offset(), e.cuda().event_slot()};
+  if (e.has_cuda_output()) {
+    r.cuda_output = coordinator::CudaRef{e.cuda_output().buffer_id(), e.cuda_output().offset(), 0};
+    r.output_length = e.output_length();
+  }
   return r;
 }
 

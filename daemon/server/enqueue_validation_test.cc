@@ -185,6 +185,25 @@ TEST_F(EnqueueValidationTest, CudaTensorsAreCheckedAgainstTheRanksExports) {
   e.mutable_cuda()->set_event_slot(0);
   e.mutable_cuda()->set_buffer_id(10);
   EXPECT_THAT(check(e).message(), HasSubstr("never exported"));
+  // Collectives with an output of their own name it, checked likewise.
+  e.mutable_cuda()->set_buffer_id(9);
+  e.set_type(v1::ALLGATHER);
+  EXPECT_THAT(check(e).message(), HasSubstr("a CUDA allgather needs its output buffer"));
+  e.mutable_cuda_output()->set_buffer_id(9);
+  e.mutable_cuda_output()->set_offset(64);
+  e.set_output_length(64);
+  auto gather = validateEnqueue(e, context_);
+  ASSERT_TRUE(gather.isOk()) << gather.status().toString();
+  EXPECT_EQ(gather->cuda_output->offset, 64u);
+  EXPECT_EQ(gather->output_length, 64u);
+  EXPECT_EQ(enqueueOf(*gather).output_length(), 64u);
+  e.set_output_length(65);
+  EXPECT_EQ(check(e).code(), StatusCode::kOutOfRange);
+  e.set_type(v1::ALLREDUCE);
+  e.set_output_length(64);
+  EXPECT_THAT(check(e).message(), HasSubstr("only allgather, alltoall and reducescatter take an output buffer"));
+  e.clear_cuda();
+  EXPECT_THAT(check(e).message(), HasSubstr("a CUDA output for a CPU tensor"));
 }
 
 }  // namespace

@@ -133,9 +133,15 @@ typedef struct gradsync_op {
    * (a cudaStream_t, NULL for the legacy default stream) is where the
    * tensor was produced: the daemon starts after the work queued there so
    * far, and gradsync_wait makes `stream` wait for the result (no host
-   * synchronisation). ALLREDUCE, BROADCAST, BARRIER and JOIN so far. */
+   * synchronisation). */
   int32_t device;
   void* stream;
+  /* CUDA ALLGATHER / ALLTOALL / REDUCESCATTER: the caller's output buffer
+   * (CUDA memory, same rules as `data`) and its size, which must equal the
+   * result's (the caller learns output sizes beforehand, e.g. with a CPU
+   * allgather of the first dimensions); gradsync_result then reports it. */
+  void* output;
+  uint64_t output_bytes;
 } gradsync_op_t;
 
 typedef struct gradsync_result {
@@ -155,7 +161,12 @@ const char* gradsync_version(void);
 const char* gradsync_last_error(void);
 
 gradsync_status_t gradsync_config_init(gradsync_config_t* config);
-gradsync_status_t gradsync_op_init(gradsync_op_t* op);
+/* Fills the first `struct_size` bytes of *op with defaults (no more than
+ * this library's gradsync_op_t) and records that size: a caller compiled
+ * against an older, smaller gradsync_op_t is never written past its end.
+ * gradsync_op_init(op) passes the size the caller was compiled with. */
+gradsync_status_t gradsync_op_init_sized(gradsync_op_t* op, uint32_t struct_size);
+#define gradsync_op_init(op) gradsync_op_init_sized((op), (uint32_t)sizeof(*(op)))
 
 /* Connects, registers the rank and hands over its arena. */
 gradsync_status_t gradsync_init(const gradsync_config_t* config, gradsync_client_t** client);

@@ -58,6 +58,8 @@ class Op(ctypes.Structure):
         ("num_splits", ctypes.c_int32),
         ("device", ctypes.c_int32),
         ("stream", ctypes.c_void_p),
+        ("output", ctypes.c_void_p),
+        ("output_bytes", ctypes.c_uint64),
     ]
 
 
@@ -102,7 +104,7 @@ def _declare(lib):
         "gradsync_version": (c.c_char_p, []),
         "gradsync_last_error": (c.c_char_p, []),
         "gradsync_config_init": (c.c_int32, [c.POINTER(Config)]),
-        "gradsync_op_init": (c.c_int32, [c.POINTER(Op)]),
+        "gradsync_op_init_sized": (c.c_int32, [c.POINTER(Op), c.c_uint32]),
         "gradsync_init": (c.c_int32, [c.POINTER(Config), c.POINTER(client)]),
         "gradsync_shutdown": (c.c_int32, [client]),
         "gradsync_rank": (c.c_int32, [client]),
@@ -215,6 +217,5 @@ def new_config(lib):
 
 def new_op(lib):
     op = Op()
-    op.struct_size = ctypes.sizeof(Op)
-    lib.gradsync_op_init(ctypes.byref(op))
+    lib.gradsync_op_init_sized(ctypes.byref(op), ctypes.sizeof(Op))
     return op

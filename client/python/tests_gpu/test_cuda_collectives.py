@@ -137,10 +137,63 @@ def test_cpu_and_cuda_tensors_in_one_job(rank, size, device):
     assert torch.equal(on_gpu.cpu(), on_cpu)
 
 
-def test_not_yet_implemented_collectives_say_so(rank, size, device):
-    with pytest.raises(GradsyncError, match="not implemented yet"):
-        hvd.allgather(torch.ones(2, 3, device=device), name="cuda.gather")
-    # The job goes on.
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int64, torch.bool], ids=str)
+def test_allgather_ragged(rank, size, device, dtype):
+    result = hvd.allgather(contribution(rank, (rank + 1, 3), dtype).to(device))
+    assert result.device == device
+    expected = torch.cat([contribution(r, (r + 1, 3), dtype) for r in range(size)])
+    assert torch.equal(result.cpu(), expected)
+
+
+def test_alltoall_even_and_with_splits(rank, size, device):
+    x = (torch.arange(size * 2, dtype=torch.float32) + 100 * rank).to(device)
+    out = hvd.alltoall(x)
+    expected = torch.cat([torch.arange(2 * rank, 2 * rank + 2, dtype=torch.float32) + 100 * r for r in range(size)])
+    assert torch.equal(out.cpu(), expected)
+    splits = [rank + 1] * size
+    y = torch.full((sum(splits), 2), float(rank), device=device)
+    out, received = hvd.alltoall(y, splits=splits)
+    assert received.tolist() == [r + 1 for r in range(size)]
+    assert torch.equal(out.cpu(), torch.cat([torch.full((r + 1, 2), float(r)) for r in range(size)]))
+
+
+def test_reducescatter(rank, size, device):
+    rows = 2 * size + 1  # uneven: the first rank gets one extra row
+    x = (torch.arange(rows * 3, dtype=torch.float32).reshape(rows, 3) + rank).to(device)
+    out = hvd.reducescatter(x, op=hvd.Sum)
+    total = sum(torch.arange(rows * 3, dtype=torch.float32).reshape(rows, 3) + r for r in range(size))
+    counts = [rows // size + (1 if r < rows % size else 0) for r in range(size)]
+    begin = sum(counts[:rank])
+    assert out.device == device
+    assert torch.equal(out.cpu(), total[begin:begin + counts[rank]])
+    avg = hvd.reducescatter(x)
+    assert torch.allclose(avg.cpu(), total[begin:begin + counts[rank]] / size)
+
+
+def test_autograd_through_cuda_allreduce_and_allgather(rank, size, device):
+    x = torch.full((4,), float(rank + 1), device=device, requires_grad=True)
+    y = hvd.allreduce(x, op=hvd.Sum)
+    (y * 2).sum().backward()
+    assert torch.equal(x.grad.cpu(), torch.full((4,), 2.0 * size))
+    g = torch.ones(2, 2, device=device, requires_grad=True)
+    hvd.allgather(g).sum().backward()
+    assert g.grad.device == device
+
+
+def test_wrong_output_size_is_refused_by_the_daemon(rank, size, device):
+    # Through the C ABI's output fields, as another client might fill them.
+    import ctypes
+    from gradsync import _native as native
+    from gradsync.torch import _context, _submit
+    x = torch.ones(2, 3, device=device)
+    out = torch.empty(1, 3, device=device)  # too small for size * 2 rows
+    keep = []
+    op = _submit.make_op(native.ALLGATHER, x, "cuda.bad_output", hvd.global_process_set, keep)
+    op.output = out.data_ptr()
+    op.output_bytes = out.numel() * 4
+    handle = _submit.submit([op], keep + [out], lambda results: None, "bad output")
+    with pytest.raises(GradsyncError, match="gave an output of 12 bytes; the result has"):
+        hvd.synchronize(handle)
     assert float(hvd.allreduce(torch.ones(1, device=device), op=hvd.Sum).item()) == size
 
 

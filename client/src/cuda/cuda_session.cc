@@ -30,13 +30,36 @@ CudaSession::~CudaSession() {
 
 StatusOr<CudaSession::Prepared> CudaSession::prepare(const std::string& name, const void* data, uint64_t bytes,
                                                      void* stream) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  ASSIGN_OR_RETURN(v1::CudaTensorRef ref, locateLocked(name, data, bytes));
+  const std::string prefix = "CUDA tensor '" + name + "': ";
+  if (free_slots_.empty()) {
+    return resourceExhausted(prefix + std::to_string(ready_.size()) +
+                             " CUDA operations of this rank are in flight already; wait for some first");
+  }
+  const uint32_t slot = free_slots_.back();
+  Status recorded = driver_->recordEvent(context_, ready_[slot], stream);
+  if (!recorded.isOk()) return Status(recorded.code(), prefix + recorded.message());
+  free_slots_.pop_back();
+  Prepared prepared;
+  prepared.ref = ref;
+  prepared.ref.set_event_slot(slot);
+  prepared.stream = stream;
+  return prepared;
+}
+
+StatusOr<v1::CudaTensorRef> CudaSession::prepareOutput(const std::string& name, const void* data, uint64_t bytes) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return locateLocked(name + " (output)", data, bytes);
+}
+
+StatusOr<v1::CudaTensorRef> CudaSession::locateLocked(const std::string& name, const void* data, uint64_t bytes) {
   const std::string prefix = "CUDA tensor '" + name + "': ";
   // A daemon without GPUs: say so before touching CUDA at all.
   if (options_.daemon_gpus.empty()) {
     return failedPrecondition(prefix + options_.daemon_name + " has no GPU; reduce CPU tensors or use a daemon "
                                        "on a GPU node");
   }
-  std::lock_guard<std::mutex> lock(mutex_);
   if (!driver_) {
     auto driver = loader_();
     if (!driver.isOk()) return Status(driver.status().code(), prefix + driver.status().message());
@@ -56,20 +79,10 @@ StatusOr<CudaSession::Prepared> CudaSession::prepare(const std::string& name, co
                          device_uuid_ + " (one GPU per rank)");
   }
   ASSIGN_OR_RETURN(uint64_t buffer_id, exportLocked(name, *info));
-  if (free_slots_.empty()) {
-    return resourceExhausted(prefix + std::to_string(ready_.size()) +
-                             " CUDA operations of this rank are in flight already; wait for some first");
-  }
-  const uint32_t slot = free_slots_.back();
-  Status recorded = driver_->recordEvent(context_, ready_[slot], stream);
-  if (!recorded.isOk()) return Status(recorded.code(), prefix + recorded.message());
-  free_slots_.pop_back();
-  Prepared prepared;
-  prepared.ref.set_buffer_id(buffer_id);
-  prepared.ref.set_offset(start - info->base);
-  prepared.ref.set_event_slot(slot);
-  prepared.stream = stream;
-  return prepared;
+  v1::CudaTensorRef ref;
+  ref.set_buffer_id(buffer_id);
+  ref.set_offset(start - info->base);
+  return ref;
 }
 
 Status CudaSession::attachLocked(const PointerInfo& info) {

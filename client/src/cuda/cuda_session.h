@@ -47,6 +47,9 @@ class CudaSession {
   // exports the allocation if new, takes an event slot and records the ready
   // event on `stream`. Errors name the tensor.
   StatusOr<Prepared> prepare(const std::string& name, const void* data, uint64_t bytes, void* stream);
+  // The caller's output buffer of a CUDA allgather/alltoall/reducescatter:
+  // exported like an input (no event slot: the input's orders both).
+  StatusOr<v1::CudaTensorRef> prepareOutput(const std::string& name, const void* data, uint64_t bytes);
   // After the operation's Done: `stream` waits for the daemon's done event
   // (ok == false: the daemon failed it and may never record it), and the
   // slot is free again.
@@ -64,6 +67,9 @@ class CudaSession {
     uint64_t size = 0;
     uint64_t last_use = 0;
   };
+  // Checks `bytes` at `data` against its allocation and this rank's GPU
+  // (attaching on the first CUDA tensor); exports the allocation if new.
+  StatusOr<v1::CudaTensorRef> locateLocked(const std::string& name, const void* data, uint64_t bytes);
   Status attachLocked(const PointerInfo& info);
   StatusOr<uint64_t> exportLocked(const std::string& name, const PointerInfo& info);
   void evictLocked();

@@ -172,20 +172,54 @@ def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_facto
 
 # -- allgather --------------------------------------------------------------
 
-def _output_op(collective, kind, tensor, name, process_set, finish_one, **fields):
+def _output_op(collective, kind, tensor, name, process_set, finish_one, split_list=None, **fields):
     name = _name(name, kind, process_set)
     what = "%s of '%s'" % (kind, name)
     check_tensor(tensor, what)
     source = tensor.detach().contiguous()
     keep = []
     op = make_op(collective, source, name, process_set, keep, **fields)
-    return submit([op], keep, lambda results: finish_one(results[0], what), what)
+    if source.is_cuda:
+        output = _cuda_output(collective, source, name, process_set, split_list)
+        keep.append(output)
+        op.output = output.data_ptr() if output.numel() else None
+        op.output_bytes = output.numel() * output.element_size()
+        return submit([op], keep, lambda results: finish_one(results[0], what, output), what)
+    return submit([op], keep, lambda results: finish_one(results[0], what, None), what)
+
+
+def _cuda_output(collective, source, name, process_set, splits):
+    """The output tensor of a CUDA allgather/alltoall/reducescatter, sized
+    beforehand: the daemon writes the result straight into it. Allgather and
+    alltoall first learn the other ranks' row counts with a small CPU
+    collective (named after the tensor), so every rank must reach this call;
+    a CUDA allgather_async therefore returns only once all ranks called it."""
+    rows = source.shape[0] if source.dim() else 1
+    if collective == native.ALLGATHER:
+        counts = synchronize(allgather_async(torch.tensor([rows], dtype=torch.int64), name + ".rows", process_set))
+        out_rows = int(counts.sum().item())
+    elif collective == native.ALLTOALL:
+        n = process_set.size()
+        mine = list(splits) if splits is not None else [rows // n] * n
+        received, _ = synchronize(alltoall_async(torch.tensor(mine, dtype=torch.int64), None, name + ".splits",
+                                                 process_set))
+        out_rows = int(received.sum().item())
+    else:  # REDUCESCATTER: Horovod's rule, known locally
+        n, me = process_set.size(), process_set.rank()
+        out_rows = rows // n + (1 if me < rows % n else 0)
+    return torch.empty((out_rows,) + tuple(source.shape[1:]), dtype=source.dtype, device=source.device)
+
+
+def _output_of(result, dtype, what, output):
+    """The finished output: the CUDA tensor the daemon wrote, or a copy of the
+    library-owned CPU result."""
+    return output if output is not None else tensor_from_result(result, dtype, what)
 
 
 def allgather_async(tensor, name=None, process_set=global_process_set):
     """Starts an allgather along dim 0 (sizes may differ by rank)."""
     return _output_op(native.ALLGATHER, "allgather", tensor, name, process_set,
-                      lambda result, what: tensor_from_result(result, tensor.dtype, what))
+                      lambda result, what, output: _output_of(result, tensor.dtype, what, output))
 
 
 class _Allgather(torch.autograd.Function):
@@ -280,8 +314,10 @@ def alltoall_async(tensor, splits=None, name=None, process_set=global_process_se
     if array is not None:
         fields = {"splits": ctypes.cast(array, ctypes.POINTER(ctypes.c_int64)), "num_splits": count}
     handle = _output_op(native.ALLTOALL, "alltoall", tensor, name, process_set,
-                        lambda result, what: (tensor_from_result(result, tensor.dtype, what),
-                                              received_splits(result)), **fields)
+                        lambda result, what, output: (_output_of(result, tensor.dtype, what, output),
+                                                      received_splits(result)),
+                        split_list=None if splits is None else [int(v) for v in (
+                            splits.tolist() if isinstance(splits, torch.Tensor) else splits)], **fields)
     if array is not None:
         _context.current().pending[handle].keep.append(array)
     return handle
@@ -318,7 +354,7 @@ def reducescatter_async(tensor, name=None, op=Average, process_set=global_proces
     when the rows do not divide evenly)."""
     op = _resolve_op(None, op)
     return _output_op(native.REDUCESCATTER, "reducescatter", tensor, name, process_set,
-                      lambda result, what: tensor_from_result(result, tensor.dtype, what), reduce_op=op,
+                      lambda result, what, output: _output_of(result, tensor.dtype, what, output), reduce_op=op,
                       prescale=_scale(prescale_factor), postscale=_scale(postscale_factor))
 
 
