@@ -5,7 +5,8 @@
 #
 #   scripts/gpu_check.sh tests    facts, gradsyncctl status, the CUDA pytest suite with 2 and 4 ranks on one
 #                                 GPU, the kill check                                             (~3 min)
-#   scripts/gpu_check.sh bench    the CUDA allreduce sweep and ResNet-50 gradient set with 1, 2, 4 ranks (~3 min)
+#   scripts/gpu_check.sh bench    gradsync_bench --device cuda (sweep, ResNet-50 gradient set) with 1, 2, 4 ranks,
+#                                 then the PyTorch bench with the references (D2D copy, NCCL 1 rank)  (~4 min)
 #   scripts/gpu_check.sh resnet   ResNet-50 training steps: 1 process batch 128 against 2 ranks batch 64,
 #                                 MPS off and (when it starts) on                                  (~5 min)
 #
@@ -118,8 +119,13 @@ case $stage in
     ;;
   bench)
     for n in 1 2 4; do
-      step "CUDA allreduce bench, $n ranks" run_ranks "$n" $python examples/pytorch/cuda_allreduce_bench.py
+      step "gradsync_bench --device cuda, $n ranks" timeout 200 "$bundle/bin/gradsync_bench" --socket "$socket" \
+        -np "$n" --device cuda --min-time 0.5
+      step "gradsync_bench --device cuda --resnet, $n ranks" timeout 100 "$bundle/bin/gradsync_bench" \
+        --socket "$socket" -np "$n" --device cuda --resnet
     done
+    step "PyTorch CUDA allreduce bench with references (D2D copy, NCCL 1 rank), 2 ranks" \
+      run_ranks 2 $python examples/pytorch/cuda_allreduce_bench.py --iters 30
     ;;
   resnet)
     resnet() {  # resnet LABEL

@@ -4,7 +4,7 @@
 // each a real client process of one job.
 //
 //   gradsync_bench --socket PATH [-np 2] [--collective allreduce|broadcast|allgather]
-//                  [--min-bytes 4] [--max-bytes 256M] [--copy] [--min-time 1] [--resnet]
+//                  [--min-bytes 4] [--max-bytes 256M] [--copy] [--device cpu|cuda] [--min-time 1] [--resnet]
 //
 // Per size: a correctness check (inputs rank+1, result checked everywhere),
 // then timed iterations of barrier; t0; collective; t1 until at least
@@ -45,7 +45,7 @@ int usage() {
   std::fprintf(stderr,
                "usage: gradsync_bench --socket PATH[,PATH...] [--leader HOST:PORT] [-np N]\n"
                "                      [--collective allreduce|broadcast|allgather]\n"
-               "                      [--min-bytes B] [--max-bytes B] [--step-factor F] [--copy]\n"
+               "                      [--min-bytes B] [--max-bytes B] [--step-factor F] [--copy] [--device cpu|cuda]\n"
                "                      [--min-time S] [--min-iters N] [--resnet] [--steps N]\n");
   return 64;
 }
@@ -62,13 +62,14 @@ bool parse(int argc, char** argv, BenchOptions* o) {
     else if (a == "--max-bytes") o->max_bytes = parseBytes(next());
     else if (a == "--step-factor") o->step_factor = std::atoi(next().c_str());
     else if (a == "--copy") o->zero_copy = false;
+    else if (a == "--device") o->device = next();
     else if (a == "--min-time") o->min_time = std::atof(next().c_str());
     else if (a == "--min-iters") o->min_iters = std::atoi(next().c_str());
     else if (a == "--resnet") o->resnet = true;
     else if (a == "--steps") o->steps = std::atoi(next().c_str());
     else return false;
   }
-  return !o->socket.empty() && o->ranks >= 1 && (o->step_factor == 0 || o->step_factor >= 2) && o->min_bytes > 0;
+  return !o->socket.empty() && o->ranks >= 1 && (o->device == "cpu" || o->device == "cuda") && (o->step_factor == 0 || o->step_factor >= 2) && o->min_bytes > 0;
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "gradsync/gradsync.hpp"
+#include "tools/bench/bench_memory.h"
 #include "tools/bench/resnet50_shapes.h"
 
 namespace gradsync::bench {
@@ -20,6 +21,9 @@ struct Ctx {
   Client& client;
   const BenchOptions& options;
   int rank, size;
+  BenchMemory& memory;
+  float* gather_output = nullptr;  // CUDA allgather: the caller-sized output
+  uint64_t gather_bytes = 0;
 };
 
 gradsync_op_t opFor(const Ctx& c, const std::string& name, void* data, const int64_t* shape) {
@@ -33,6 +37,11 @@ gradsync_op_t opFor(const Ctx& c, const std::string& name, void* data, const int
   op.reduce_op = GRADSYNC_SUM;
   if (c.options.collective == "broadcast") op.collective = GRADSYNC_BROADCAST;
   if (c.options.collective == "allgather") op.collective = GRADSYNC_ALLGATHER;
+  op.device = c.memory.device();
+  if (op.device == GRADSYNC_DEVICE_CUDA && op.collective == GRADSYNC_ALLGATHER) {
+    op.output = c.gather_output;
+    op.output_bytes = c.gather_bytes * static_cast<uint64_t>(c.size);
+  }
   return op;
 }
 
@@ -44,6 +53,7 @@ bool runOnce(Ctx& c, const gradsync_op_t& op, const float** output = nullptr) {
     std::fprintf(stderr, "[rank %d] %s failed: %s\n", c.rank, op.name, r.message.c_str());
     return false;
   }
+  if (op.device == GRADSYNC_DEVICE_CUDA) c.memory.finish();  // the result is there once the stream ran
   if (output) {
     gradsync_result_t out;
     h.output(&out);
@@ -67,21 +77,28 @@ bool maxOverRanks(Ctx& c, std::vector<double>& values, const std::string& name) 
 }
 
 bool check(Ctx& c, float* buf, size_t count, const int64_t* shape, const std::string& name) {
-  std::fill(buf, buf + count, static_cast<float>(c.rank + 1));
-  const float* gathered = nullptr;
-  if (!runOnce(c, opFor(c, name, buf, shape), &gathered)) return false;
+  c.memory.fill(buf, count, static_cast<float>(c.rank + 1));
+  const float* gathered_at = nullptr;
+  c.gather_bytes = count * 4;
+  if (!runOnce(c, opFor(c, name, buf, shape), &gathered_at)) return false;
   const int n = c.size;
-  for (size_t i = 0; i < count; ++i) {
-    if (c.options.collective == "allgather") {
+  if (c.options.collective == "allgather") {
+    const std::vector<float> gathered = c.memory.read(gathered_at, count * n);
+    for (size_t i = 0; i < count; ++i) {
       for (int r = 0; r < n; ++r) {
         if (gathered[r * count + i] != r + 1) return false;
       }
-    } else {
-      const float want = c.options.collective == "broadcast" ? 1.0f : n * (n + 1) / 2.0f;
-      if (buf[i] != want) return false;
     }
+    return true;
   }
-  return true;
+  const std::vector<float> result = c.memory.read(buf, count);
+  const float want = c.options.collective == "broadcast" ? 1.0f : n * (n + 1) / 2.0f;
+  return std::all_of(result.begin(), result.end(), [&](float v) { return v == want; });
+}
+
+const char* pathName(const Ctx& c) {
+  if (c.memory.device() == GRADSYNC_DEVICE_CUDA) return "cuda";
+  return c.options.zero_copy ? "zerocopy" : "copy";
 }
 
 double busFactor(const std::string& collective, int n) {
@@ -95,7 +112,7 @@ bool timeSize(Ctx& c, float* buf, uint64_t bytes) {
   const int64_t shape[1] = {static_cast<int64_t>(count)};
   const std::string name = "bench." + std::to_string(bytes);
   const bool ok = check(c, buf, count, shape, name + ".check");
-  std::fill(buf, buf + count, 0.0f);
+  c.memory.fill(buf, count, 0.0f);
   const gradsync_op_t op = opFor(c, name, buf, shape);
   for (int i = 0; i < 5; ++i) runOnce(c, op);
   std::vector<double> times;
@@ -125,7 +142,7 @@ bool timeSize(Ctx& c, float* buf, uint64_t bytes) {
     std::printf("%12llu %10zu %8zu %12.1f %12.1f %12.1f %9.3f %9.3f  %s\n", static_cast<unsigned long long>(count * 4),
                 count, times.size(), median * 1e6, times[times.size() / 10] * 1e6, times[times.size() * 9 / 10] * 1e6,
                 algbw, busbw, ok ? "OK" : "WRONG");
-    std::printf("CSV,gradsync-%s,%s,%d,%zu,%zu,%.3f,%.3f,%.3f,%s\n", c.options.zero_copy ? "zerocopy" : "copy",
+    std::printf("CSV,gradsync-%s,%s,%d,%zu,%zu,%.3f,%.3f,%.3f,%s\n", pathName(c),
                 c.options.collective.c_str(), c.size, count * 4, times.size(), median * 1e6, algbw, busbw,
                 ok ? "OK" : "WRONG");
     std::fflush(stdout);
@@ -133,23 +150,16 @@ bool timeSize(Ctx& c, float* buf, uint64_t bytes) {
   return ok;
 }
 
-float* allocate(Ctx& c, uint64_t bytes, std::vector<float>* heap) {
-  if (c.options.zero_copy) return static_cast<float*>(c.client.alloc(bytes));
-  heap->assign(bytes / 4 + 1, 0.0f);
-  return heap->data();
-}
-
 int runSweep(Ctx& c) {
-  std::vector<float> heap;
-  float* buf = allocate(c, std::max<uint64_t>(c.options.max_bytes, 4), &heap);
-  if (buf == nullptr) {
-    std::fprintf(stderr, "cannot allocate %llu bytes in the arena (GRADSYNC_ARENA_BYTES)\n",
-                 static_cast<unsigned long long>(c.options.max_bytes));
-    return 1;
+  float* buf = c.memory.allocate(std::max<uint64_t>(c.options.max_bytes, 4));
+  if (buf == nullptr) return 1;
+  if (c.options.collective == "allgather" && c.memory.device() == GRADSYNC_DEVICE_CUDA) {
+    c.gather_output = c.memory.allocate(std::max<uint64_t>(c.options.max_bytes, 4) * c.size);
+    if (c.gather_output == nullptr) return 1;
   }
   if (c.rank == 0) {
     std::printf("# gradsync_bench %s, %d ranks, float32 sum, %s path\n", c.options.collective.c_str(), c.size,
-                c.options.zero_copy ? "zero-copy (tensors in the arena)" : "copy (client copies in and out)");
+                c.memory.describe());
     std::printf("%12s %10s %8s %12s %12s %12s %9s %9s  %s\n", "bytes", "count", "iters", "median_us", "p10_us",
                 "p90_us", "algbw", "busbw", "check");
   }
@@ -168,7 +178,6 @@ int runSweep(Ctx& c) {
 
 int runResnet(Ctx& c) {
   const auto shapes = resnet50Shapes();
-  std::vector<std::vector<float>> heaps(shapes.size());
   std::vector<float*> tensors;
   std::vector<size_t> counts;
   size_t total = 0;
@@ -177,13 +186,15 @@ int runResnet(Ctx& c) {
     for (int64_t d : shapes[t]) count *= static_cast<size_t>(d);
     counts.push_back(count);
     total += count;
-    tensors.push_back(allocate(c, count * 4, &heaps[t]));
+    tensors.push_back(c.memory.allocate(count * 4));
     if (!tensors.back()) return 1;
   }
   std::vector<double> times;
   bool ok = true;
   for (int step = 0; step < c.options.steps + 3; ++step) {
-    for (size_t t = 0; t < shapes.size(); ++t) std::fill(tensors[t], tensors[t] + counts[t], step == 0 ? c.rank + 1.0f : 0.0f);
+    if (step <= 1) {  // inputs for the check, then zeros (as the peers' harness)
+      for (size_t t = 0; t < shapes.size(); ++t) c.memory.fill(tensors[t], counts[t], step == 0 ? c.rank + 1.0f : 0.0f);
+    }
     if (!c.client.barrier().ok()) return 1;
     const auto t0 = Clock::now();
     std::vector<Operation> handles(shapes.size());
@@ -197,12 +208,16 @@ int runResnet(Ctx& c) {
       op.data = tensors[t];
       op.ndim = static_cast<int32_t>(shapes[t].size());
       op.shape = shapes[t].data();
+      op.device = c.memory.device();
       if (!c.client.start(op, &handles[t]).ok()) return 1;
     }
     for (auto& h : handles) ok &= h.wait().ok();
+    c.memory.finish();
     if (step >= 3) times.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
     if (step == 0) {
-      for (size_t t = 0; t < shapes.size(); ++t) ok &= tensors[t][counts[t] - 1] == c.size * (c.size + 1) / 2.0f;
+      for (size_t t = 0; t < shapes.size(); ++t) {
+        ok &= c.memory.read(tensors[t] + counts[t] - 1, 1)[0] == c.size * (c.size + 1) / 2.0f;
+      }
     }
   }
   if (!maxOverRanks(c, times, "resnet.times")) return 1;
@@ -210,11 +225,11 @@ int runResnet(Ctx& c) {
   if (c.rank == 0) {
     const double median = times[times.size() / 2];
     std::printf("# ResNet-50 gradients: %zu tensors, %.1f MiB, %d ranks, %s path\n", shapes.size(), total * 4 / 1048576.0,
-                c.size, c.options.zero_copy ? "zero-copy" : "copy");
+                c.size, c.memory.describe());
     std::printf("steps %zu  median %.2f ms  fastest %.2f ms  slowest %.2f ms  eff. busbw %.3f GB/s  check %s\n",
                 times.size(), median * 1e3, times.front() * 1e3, times.back() * 1e3,
                 total * 4.0 * 2 * (c.size - 1) / c.size / median / 1e9, ok ? "OK" : "WRONG");
-    std::printf("CSV,gradsync-%s,resnet50,%d,%.3f\n", c.options.zero_copy ? "zerocopy" : "copy", c.size, median * 1e3);
+    std::printf("CSV,gradsync-%s,resnet50,%d,%.3f\n", pathName(c), c.size, median * 1e3);
   }
   return ok ? 0 : 1;
 }
@@ -228,7 +243,10 @@ int runRank(const BenchOptions& options) {
     std::fprintf(stderr, "gradsync_bench: connect failed: %s\n", r.message.c_str());
     return 2;
   }
-  Ctx c{client, options, client.rank(), client.size()};
+  const std::string kind = options.device == "cuda" ? "cuda" : options.zero_copy ? "arena" : "heap";
+  auto memory = makeBenchMemory(kind, client, client.localRank());
+  if (!memory) return 2;
+  Ctx c{client, options, client.rank(), client.size(), *memory};
   return options.resnet ? runResnet(c) : runSweep(c);
 }
 

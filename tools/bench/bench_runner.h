@@ -21,6 +21,7 @@ struct BenchOptions {
   // otherwise min_bytes * step_factor^k.
   int step_factor = 0;
   bool zero_copy = true;
+  std::string device = "cpu";  // "cuda": tensors in device memory, reduced by the daemon on the GPU
   double min_time = 1.0;
   int min_iters = 10;
   bool resnet = false;
