@@ -213,7 +213,7 @@ Status GpuExecutor::stagedAllreduce(const std::vector<const Response*>& response
   }
   RETURN_IF_ERROR(cudaStatus(cudaMemcpyAsync(staging, fused, total * esize, cudaMemcpyDeviceToHost, stream),
                              "copy to the staging buffer"));
-  RETURN_IF_ERROR(cudaStatus(cudaStreamSynchronize(stream), "waiting for the local reduction"));
+  RETURN_IF_ERROR(gpu::waitForStream(stream, gpu::kStreamWaitLimit, "waiting for the local reduction"));
   for (size_t t = 0; t < responses.size(); ++t) {
     if (members[t].list.empty()) {
       fillIdentity(staging + offsets[t] * esize, responses[t]->first().length / esize, first.dtype, ring_op);
@@ -225,7 +225,7 @@ Status GpuExecutor::stagedAllreduce(const std::vector<const Response*>& response
   RETURN_IF_ERROR(cudaStatus(cudaMemcpyAsync(fused, staging, total * esize, cudaMemcpyHostToDevice, stream),
                              "copy from the staging buffer"));
   // The staging buffer is the node's: free for the next batch only once read.
-  RETURN_IF_ERROR(cudaStatus(cudaStreamSynchronize(stream), "waiting for the copy from the staging buffer"));
+  RETURN_IF_ERROR(gpu::waitForStream(stream, gpu::kStreamWaitLimit, "waiting for the copy from the staging buffer"));
   for (size_t t = 0; t < responses.size(); ++t) {
     if (members[t].list.empty()) continue;
     cuda::LocalReduceArgs scatter;
@@ -259,7 +259,7 @@ Status GpuExecutor::stagedBroadcast(const Response& r, RankAccess& access) {
   if (root != nullptr) {
     RETURN_IF_ERROR(cudaStatus(cudaMemcpyAsync(host, root, first.length, cudaMemcpyDeviceToHost, stream),
                                "tensor '" + r.name + "': copy of the root's tensor to the staging buffer"));
-    RETURN_IF_ERROR(cudaStatus(cudaStreamSynchronize(stream), "waiting for the root's tensor"));
+    RETURN_IF_ERROR(gpu::waitForStream(stream, gpu::kStreamWaitLimit, "waiting for the root's tensor"));
   }
   RETURN_IF_ERROR(access.crossNodeBroadcast(host, first.length, first.root_rank));
   for (const auto& member : m.list) {
@@ -269,7 +269,7 @@ Status GpuExecutor::stagedBroadcast(const Response& r, RankAccess& access) {
   }
   RETURN_IF_ERROR(recordDone(m));
   // The staging buffer is the node's: free for the next batch only once read.
-  return cudaStatus(cudaStreamSynchronize(stream), "waiting for the copies from the staging buffer");
+  return gpu::waitForStream(stream, gpu::kStreamWaitLimit, "waiting for the copies from the staging buffer");
 }
 
 Status GpuExecutor::checkOutputs(const Response& r, const Members& m, const std::vector<uint64_t>& bytes) {

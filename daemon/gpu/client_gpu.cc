@@ -40,7 +40,16 @@ void ClientGpu::releaseAll() {
   // Kernels of this client's last operations may still run: wait for them
   // before unmapping (closing a mapping in use is undefined behaviour).
   const Status idle = backend_->synchronize(device_);
-  if (!idle.isOk()) GS_LOG(gpu, warn, "{}: device {} not idle at release: {}", who_, device_, idle.message());
+  if (!idle.isOk()) {
+    // Unmapping memory that queued work still touches could fault the
+    // daemon's context: keep the mappings (a leak, logged) rather than that.
+    GS_LOG(gpu, err, "{}: device {} not idle at release ({}); leaving {} mapping(s) open", who_, device_,
+           idle.message(), buffers_.size());
+    buffers_.clear();
+    ready_.clear();
+    done_.clear();
+    return;
+  }
   for (auto& [id, buffer] : buffers_) {
     const Status closed = backend_->closeMemory(device_, buffer.address);
     if (!closed.isOk()) GS_LOG(gpu, warn, "{}: closing buffer {}: {}", who_, id, closed.message());

@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "daemon/gpu/cuda_backend.h"
 
+#include <algorithm>
 #include <cstring>
+#include <thread>
 
 namespace gradsync::gpu {
 
@@ -19,13 +21,29 @@ Status check(cudaError_t err, const char* what) {
 
 }  // namespace
 
+Status waitForStream(cudaStream_t stream, std::chrono::milliseconds limit, const std::string& what) {
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  for (auto pause = std::chrono::microseconds(20);; pause = std::min(pause * 2, std::chrono::microseconds(1000))) {
+    const cudaError_t err = cudaStreamQuery(stream);
+    if (err == cudaSuccess) return okStatus();
+    if (err != cudaErrorNotReady) return internalError(what + ": " + cudaErrorText(err));
+    if (std::chrono::steady_clock::now() > deadline) {
+      return deadlineExceeded(what + ": the GPU did not finish within " +
+                              std::to_string(std::chrono::duration_cast<std::chrono::seconds>(limit).count()) +
+                              " s (work waiting on a client that died?)");
+    }
+    std::this_thread::sleep_for(pause);
+  }
+}
+
 CudaBackend::CudaBackend(int device_count) : devices_(static_cast<size_t>(device_count)) {}
 
 CudaBackend::~CudaBackend() {
   for (size_t d = 0; d < devices_.size(); ++d) {
     if (cudaSetDevice(static_cast<int>(d)) != cudaSuccess) continue;
     if (devices_[d].stream != nullptr) {
-      (void)cudaStreamSynchronize(devices_[d].stream);
+      // Bounded: the daemon exits promptly even if queued work never ends.
+      if (!waitForStream(devices_[d].stream, kStreamWaitLimit, "shutdown").isOk()) continue;
       (void)cudaStreamDestroy(devices_[d].stream);
     }
     if (devices_[d].scratch != nullptr) (void)cudaFree(devices_[d].scratch);
@@ -88,7 +106,7 @@ Status CudaBackend::synchronize(int device) {
   std::lock_guard<std::mutex> lock(mutex_);
   cudaStream_t s = devices_[static_cast<size_t>(device)].stream;
   if (s == nullptr) return okStatus();
-  return check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
+  return waitForStream(s, kStreamWaitLimit, "device " + std::to_string(device));
 }
 
 StatusOr<cudaStream_t> CudaBackend::stream(int device) {
@@ -111,7 +129,7 @@ StatusOr<void*> CudaBackend::scratch(int device, size_t bytes) {
   if (d.scratch_bytes >= bytes) return d.scratch;
   if (d.scratch != nullptr) {
     // The old buffer may still be read by queued work: wait for it.
-    if (d.stream != nullptr) RETURN_IF_ERROR(check(cudaStreamSynchronize(d.stream), "cudaStreamSynchronize"));
+    if (d.stream != nullptr) RETURN_IF_ERROR(waitForStream(d.stream, kStreamWaitLimit, "growing the fusion buffer"));
     RETURN_IF_ERROR(check(cudaFree(d.scratch), "cudaFree"));
     d.scratch = nullptr;
     d.scratch_bytes = 0;

@@ -6,6 +6,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <chrono>
 #include <mutex>
 #include <vector>
 
@@ -15,6 +16,15 @@ namespace gradsync::gpu {
 
 // "cudaErrorInvalidValue (1): invalid argument" for messages.
 std::string cudaErrorText(cudaError_t err);
+
+// How long the daemon waits for its own stream before giving up: work that
+// waits on an event of a client that died may never finish, and no daemon
+// thread may hang on it.
+constexpr std::chrono::seconds kStreamWaitLimit{10};
+
+// Waits for `stream` to drain, polling, at most `limit`; DEADLINE_EXCEEDED
+// past it (the caller then leaves mappings open rather than hang).
+Status waitForStream(cudaStream_t stream, std::chrono::milliseconds limit, const std::string& what);
 
 class CudaBackend : public GpuBackend {
  public:
