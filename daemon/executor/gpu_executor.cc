@@ -4,6 +4,7 @@
 #include <cuda_runtime_api.h>
 
 #include "daemon/collective/cuda/local_reduce.h"
+#include "daemon/common/logging.h"
 #include "daemon/common/dtype.h"
 #include "daemon/executor/executor_util.h"
 
@@ -16,6 +17,27 @@ Status cudaStatus(cudaError_t err, const std::string& what) {
 }
 
 }  // namespace
+
+GpuExecutor::~GpuExecutor() {
+  for (const auto& [device, stream] : streams_) {
+    const Status released = backend_->releaseStream(device, stream);
+    if (!released.isOk()) GS_LOG(gpu, err, "a job's stream on device {} left undestroyed: {}", device, released.message());
+  }
+}
+
+StatusOr<cudaStream_t> GpuExecutor::streamFor(int device) {
+  auto it = streams_.find(device);
+  if (it != streams_.end()) return it->second;
+  ASSIGN_OR_RETURN(cudaStream_t stream, backend_->newStream(device));
+  streams_[device] = stream;
+  return stream;
+}
+
+gpu::GrowingBuffer& GpuExecutor::fusionFor(int device) {
+  auto& buffer = fusion_[device];
+  if (!buffer) buffer = std::make_unique<gpu::GrowingBuffer>(/*pinned_host=*/false, device);
+  return *buffer;
+}
 
 std::vector<ResponseResult> GpuExecutor::run(const fusion::FusedResponse& fused, RankAccess& access) {
   std::vector<ResponseResult> results;
@@ -93,7 +115,8 @@ StatusOr<GpuExecutor::Members> GpuExecutor::resolve(const Response& r, RankAcces
                          std::to_string(cuda::kMaxLocalBuffers) + ")");
   }
   if (m.list.empty()) return m;  // no local member: the caller relays only
-  ASSIGN_OR_RETURN(cudaStream_t stream, backend_->stream(m.device));
+  ASSIGN_OR_RETURN(cudaStream_t stream, streamFor(m.device));
+  RETURN_IF_ERROR(backend_->select(m.device));
   m.stream = stream;
   return m;
 }
@@ -185,16 +208,15 @@ Status GpuExecutor::stagedAllreduce(const std::vector<const Response*>& response
     total += r->first().length / esize;
     members.push_back(std::move(m));
   }
-  ASSIGN_OR_RETURN(void* host, backend_->pinnedHost(std::max<size_t>(total * esize, 1)));
-  auto* staging = static_cast<uint8_t*>(host);
+  // The previous batch read the staging buffer before it returned (waited).
+  ASSIGN_OR_RETURN(uint8_t * staging, staging_.reserve(total * esize, nullptr));
   if (device < 0) {
     // No local rank takes part (process sets, joins): add identities only.
     fillIdentity(staging, total, first.dtype, ring_op);
     return access.crossNodeAllreduce(staging, total, first.dtype, ring_op);
   }
-  ASSIGN_OR_RETURN(void* scratch, backend_->scratch(device, total * esize));
-  ASSIGN_OR_RETURN(cudaStream_t stream, backend_->stream(device));
-  auto* fused = static_cast<uint8_t*>(scratch);
+  ASSIGN_OR_RETURN(cudaStream_t stream, streamFor(device));
+  ASSIGN_OR_RETURN(uint8_t * fused, fusionFor(device).reserve(total * esize, stream));
   // 1. Local ranks into the device's fusion buffer (prescale, no average).
   for (size_t t = 0; t < responses.size(); ++t) {
     if (members[t].list.empty()) continue;
@@ -253,7 +275,7 @@ Status GpuExecutor::stagedBroadcast(const Response& r, RankAccess& access) {
   for (const auto& member : m.list) {
     if (member.rank == first.root_rank) root = member.data;
   }
-  ASSIGN_OR_RETURN(void* host, backend_->pinnedHost(std::max<uint64_t>(first.length, 1)));
+  ASSIGN_OR_RETURN(uint8_t * host, staging_.reserve(first.length, nullptr));
   auto stream = static_cast<cudaStream_t>(m.stream);
   RETURN_IF_ERROR(waitReady(m));
   if (root != nullptr) {

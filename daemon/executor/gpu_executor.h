@@ -19,14 +19,22 @@
 // CUDA tensors across nodes: those fail with UNIMPLEMENTED naming the tensor.
 #pragma once
 
+#include <map>
+#include <memory>
+
 #include "daemon/executor/local_executor.h"
 #include "daemon/gpu/cuda_backend.h"
 
 namespace gradsync::executor {
 
+// One per job: its own stream per device, fusion buffer per device and
+// pinned staging buffer, so that jobs sharing a GPU never wait on each other.
 class GpuExecutor : public DeviceExecutor {
  public:
   explicit GpuExecutor(gpu::CudaBackend* backend) : backend_(backend) {}
+  ~GpuExecutor() override;
+  GpuExecutor(const GpuExecutor&) = delete;
+  GpuExecutor& operator=(const GpuExecutor&) = delete;
   std::vector<ResponseResult> run(const fusion::FusedResponse& fused, RankAccess& access) override;
 
  private:
@@ -58,7 +66,14 @@ class GpuExecutor : public DeviceExecutor {
   ResponseResult reducescatter(const Response& r, RankAccess& access);
   Status checkOutputs(const Response& r, const Members& m, const std::vector<uint64_t>& bytes);
 
+  // This job's stream and fusion buffer on `device` (made on first use).
+  StatusOr<cudaStream_t> streamFor(int device);
+  gpu::GrowingBuffer& fusionFor(int device);
+
   gpu::CudaBackend* backend_;
+  std::map<int, cudaStream_t> streams_;
+  std::map<int, std::unique_ptr<gpu::GrowingBuffer>> fusion_;
+  gpu::GrowingBuffer staging_{/*pinned_host=*/true, -1};
 };
 
 }  // namespace gradsync::executor

@@ -36,23 +36,18 @@ Status waitForStream(cudaStream_t stream, std::chrono::milliseconds limit, const
   }
 }
 
-CudaBackend::CudaBackend(int device_count) : devices_(static_cast<size_t>(device_count)) {}
+CudaBackend::CudaBackend(int device_count) : streams_(static_cast<size_t>(device_count)) {}
 
 CudaBackend::~CudaBackend() {
-  for (size_t d = 0; d < devices_.size(); ++d) {
-    if (cudaSetDevice(static_cast<int>(d)) != cudaSuccess) continue;
-    if (devices_[d].stream != nullptr) {
-      // Bounded: the daemon exits promptly even if queued work never ends.
-      if (!waitForStream(devices_[d].stream, kStreamWaitLimit, "shutdown").isOk()) continue;
-      (void)cudaStreamDestroy(devices_[d].stream);
-    }
-    if (devices_[d].scratch != nullptr) (void)cudaFree(devices_[d].scratch);
+  // Jobs release their streams; anything left is destroyed once drained
+  // (bounded: the daemon exits promptly even if queued work never ends).
+  for (size_t d = 0; d < streams_.size(); ++d) {
+    for (cudaStream_t s : std::vector<cudaStream_t>(streams_[d])) (void)releaseStream(static_cast<int>(d), s);
   }
-  if (pinned_ != nullptr) (void)cudaFreeHost(pinned_);
 }
 
 Status CudaBackend::select(int device) {
-  if (device < 0 || device >= static_cast<int>(devices_.size())) {
+  if (device < 0 || device >= static_cast<int>(streams_.size())) {
     return invalidArgument("no CUDA device " + std::to_string(device));
   }
   return check(cudaSetDevice(device), "cudaSetDevice");
@@ -103,58 +98,63 @@ void CudaBackend::destroyEvent(int device, void* event) {
 
 Status CudaBackend::synchronize(int device) {
   RETURN_IF_ERROR(select(device));
-  std::lock_guard<std::mutex> lock(mutex_);
-  cudaStream_t s = devices_[static_cast<size_t>(device)].stream;
-  if (s == nullptr) return okStatus();
-  return waitForStream(s, kStreamWaitLimit, "device " + std::to_string(device));
+  std::vector<cudaStream_t> streams;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    streams = streams_[static_cast<size_t>(device)];
+  }
+  for (cudaStream_t s : streams) {
+    RETURN_IF_ERROR(waitForStream(s, kStreamWaitLimit, "device " + std::to_string(device)));
+  }
+  return okStatus();
 }
 
-StatusOr<cudaStream_t> CudaBackend::stream(int device) {
+StatusOr<cudaStream_t> CudaBackend::newStream(int device) {
   RETURN_IF_ERROR(select(device));
+  int least = 0, greatest = 0;
+  RETURN_IF_ERROR(check(cudaDeviceGetStreamPriorityRange(&least, &greatest), "cudaDeviceGetStreamPriorityRange"));
+  cudaStream_t stream = nullptr;
+  RETURN_IF_ERROR(
+      check(cudaStreamCreateWithPriority(&stream, cudaStreamNonBlocking, greatest), "cudaStreamCreateWithPriority"));
   std::lock_guard<std::mutex> lock(mutex_);
-  Device& d = devices_[static_cast<size_t>(device)];
-  if (d.stream == nullptr) {
-    int least = 0, greatest = 0;
-    RETURN_IF_ERROR(check(cudaDeviceGetStreamPriorityRange(&least, &greatest), "cudaDeviceGetStreamPriorityRange"));
-    RETURN_IF_ERROR(check(cudaStreamCreateWithPriority(&d.stream, cudaStreamNonBlocking, greatest),
-                          "cudaStreamCreateWithPriority"));
-  }
-  return d.stream;
+  streams_[static_cast<size_t>(device)].push_back(stream);
+  return stream;
 }
 
-StatusOr<void*> CudaBackend::scratch(int device, size_t bytes) {
+Status CudaBackend::releaseStream(int device, cudaStream_t stream) {
   RETURN_IF_ERROR(select(device));
-  std::lock_guard<std::mutex> lock(mutex_);
-  Device& d = devices_[static_cast<size_t>(device)];
-  if (d.scratch_bytes >= bytes) return d.scratch;
-  if (d.scratch != nullptr) {
-    // The old buffer may still be read by queued work: wait for it.
-    if (d.stream != nullptr) RETURN_IF_ERROR(waitForStream(d.stream, kStreamWaitLimit, "growing the fusion buffer"));
-    RETURN_IF_ERROR(check(cudaFree(d.scratch), "cudaFree"));
-    d.scratch = nullptr;
-    d.scratch_bytes = 0;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto& list = streams_[static_cast<size_t>(device)];
+    list.erase(std::remove(list.begin(), list.end(), stream), list.end());
   }
-  RETURN_IF_ERROR(check(cudaMalloc(&d.scratch, bytes), "cudaMalloc of the fusion buffer"));
-  d.scratch_bytes = bytes;
-  return d.scratch;
+  RETURN_IF_ERROR(waitForStream(stream, kStreamWaitLimit, "releasing a stream of device " + std::to_string(device)));
+  return check(cudaStreamDestroy(stream), "cudaStreamDestroy");
 }
 
-}  // namespace gradsync::gpu
-
-namespace gradsync::gpu {
-
-StatusOr<void*> CudaBackend::pinnedHost(size_t bytes) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  if (pinned_bytes_ >= bytes) return pinned_;
-  if (pinned_ != nullptr) {
-    // Staging is synchronous (the caller waited for its copies): safe to free.
-    RETURN_IF_ERROR(check(cudaFreeHost(pinned_), "cudaFreeHost"));
-    pinned_ = nullptr;
-    pinned_bytes_ = 0;
+GrowingBuffer::~GrowingBuffer() {
+  if (data_ == nullptr) return;
+  if (pinned_host_) {
+    (void)cudaFreeHost(data_);
+  } else if (cudaSetDevice(device_) == cudaSuccess) {
+    (void)cudaFree(data_);
   }
-  RETURN_IF_ERROR(check(cudaMallocHost(&pinned_, bytes), "cudaMallocHost of the staging buffer"));
-  pinned_bytes_ = bytes;
-  return pinned_;
+}
+
+StatusOr<uint8_t*> GrowingBuffer::reserve(size_t bytes, cudaStream_t users) {
+  bytes = std::max<size_t>(bytes, 64);
+  if (bytes <= bytes_) return static_cast<uint8_t*>(data_);
+  if (data_ != nullptr) {
+    if (users != nullptr) RETURN_IF_ERROR(waitForStream(users, kStreamWaitLimit, "growing a buffer"));
+    RETURN_IF_ERROR(check(pinned_host_ ? cudaFreeHost(data_) : cudaFree(data_), "freeing a buffer to grow it"));
+    data_ = nullptr;
+    bytes_ = 0;
+  }
+  if (!pinned_host_) RETURN_IF_ERROR(check(cudaSetDevice(device_), "cudaSetDevice"));
+  RETURN_IF_ERROR(check(pinned_host_ ? cudaMallocHost(&data_, bytes) : cudaMalloc(&data_, bytes),
+                        pinned_host_ ? "cudaMallocHost of the staging buffer" : "cudaMalloc of the fusion buffer"));
+  bytes_ = bytes;
+  return static_cast<uint8_t*>(data_);
 }
 
 }  // namespace gradsync::gpu

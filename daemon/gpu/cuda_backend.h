@@ -36,28 +36,41 @@ class CudaBackend : public GpuBackend {
   StatusOr<void*> openEvent(int device, const std::string& handle) override;
   StatusOr<SharedEvent> createSharedEvent(int device) override;
   void destroyEvent(int device, void* event) override;
+  // Waits (bounded) for every stream the daemon has on `device`.
   Status synchronize(int device) override;
 
-  // The daemon's stream on `device` (created on first use).
-  StatusOr<cudaStream_t> stream(int device);
-  // At least `bytes` of device memory on `device`, reused across calls (the
-  // caller serialises its use on the device's stream).
-  StatusOr<void*> scratch(int device, size_t bytes);
-  // At least `bytes` of pinned host memory for staging transfers between
-  // daemons, reused likewise (one buffer for the node).
-  StatusOr<void*> pinnedHost(size_t bytes);
+  // A new high-priority non-blocking stream on `device` (one per job and
+  // device: jobs sharing a GPU run side by side, and one stuck on a dead
+  // client's event holds up only itself). Tracked until released.
+  StatusOr<cudaStream_t> newStream(int device);
+  // Waits (bounded) for the stream, then destroys it; a stream that does not
+  // drain is left alone (logged by the caller).
+  Status releaseStream(int device, cudaStream_t stream);
+  // Makes `device` current on the calling thread.
+  Status select(int device);
 
  private:
-  struct Device {
-    cudaStream_t stream = nullptr;
-    void* scratch = nullptr;
-    size_t scratch_bytes = 0;
-  };
-  Status select(int device);
   std::mutex mutex_;
-  std::vector<Device> devices_;
-  void* pinned_ = nullptr;
-  size_t pinned_bytes_ = 0;
+  std::vector<std::vector<cudaStream_t>> streams_;  // per device
+};
+
+// Device memory (cudaMalloc) or pinned host memory (cudaMallocHost) that
+// only grows: allocated once, reused for every batch of one job.
+class GrowingBuffer {
+ public:
+  GrowingBuffer(bool pinned_host, int device) : pinned_host_(pinned_host), device_(device) {}
+  ~GrowingBuffer();
+  GrowingBuffer(const GrowingBuffer&) = delete;
+  GrowingBuffer& operator=(const GrowingBuffer&) = delete;
+  // At least `bytes`. Growing frees the old buffer once `users` (a stream
+  // that may still read it; null: none) drained, within the bounded wait.
+  StatusOr<uint8_t*> reserve(size_t bytes, cudaStream_t users);
+
+ private:
+  const bool pinned_host_;
+  const int device_;
+  void* data_ = nullptr;
+  size_t bytes_ = 0;
 };
 
 }  // namespace gradsync::gpu
