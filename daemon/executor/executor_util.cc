@@ -116,6 +116,18 @@ ResponseResult failed(const Response& r, Status status) {
   return result;
 }
 
+std::vector<const Response*> responsesOf(const fusion::FusedResponse& fused) {
+  std::vector<const Response*> all;
+  for (const auto& r : fused.responses) all.push_back(&r);
+  return all;
+}
+
+std::vector<ResponseResult> allWith(const fusion::FusedResponse& fused, const Status& status) {
+  std::vector<ResponseResult> results;
+  for (const auto& r : fused.responses) results.push_back(failed(r, status));
+  return results;
+}
+
 OutputLayout alltoallLayout(const Response& r, ResponseResult* result) {
   const size_t n = r.ranks.size();
   const size_t row = rowBytes(r.first());

@@ -38,6 +38,9 @@ size_t rowBytes(const Request& r);
 std::vector<int64_t> withFirstDim(const std::vector<int64_t>& shape, int64_t rows);
 // A result for every member of `r` with `status`.
 ResponseResult failed(const Response& r, Status status);
+// The responses of a fused batch, and one result per response with `status`.
+std::vector<const Response*> responsesOf(const fusion::FusedResponse& fused);
+std::vector<ResponseResult> allWith(const fusion::FusedResponse& fused, const Status& status);
 // Fills `count` elements with the identity of `op` (what a node without
 // contributing ranks adds to a ring: 0 for sums, 1 for products, the largest
 // value for MIN, the smallest for MAX).

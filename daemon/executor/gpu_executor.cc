@@ -43,11 +43,7 @@ std::vector<ResponseResult> GpuExecutor::run(const fusion::FusedResponse& fused,
   std::vector<ResponseResult> results;
   const Response& head = fused.responses.front();
   if (access.multiNode() && head.status.isOk() && head.type == v1::ALLREDUCE) {
-    std::vector<const Response*> all;
-    for (const auto& r : fused.responses) all.push_back(&r);
-    const Status status = stagedAllreduce(all, access);
-    for (const auto& r : fused.responses) results.push_back(failed(r, status));
-    return results;
+    return allWith(fused, stagedAllreduce(responsesOf(fused), access));
   }
   for (const auto& r : fused.responses) {
     if (!r.status.isOk()) {

@@ -16,11 +16,8 @@ std::vector<ResponseResult> LocalExecutor::run(const fusion::FusedResponse& fuse
     return gpu_->run(fused, access);
   }
   if (head.status.isOk() && head.type == v1::ALLREDUCE) {
-    std::vector<const Response*> all;
-    for (const auto& r : fused.responses) all.push_back(&r);
-    Status status = access.multiNode() ? hierarchicalAllreduce(all, access) : allreduce(all, access);
-    for (const auto& r : fused.responses) results.push_back(failed(r, status));
-    return results;
+    const auto all = responsesOf(fused);
+    return allWith(fused, access.multiNode() ? hierarchicalAllreduce(all, access) : allreduce(all, access));
   }
   for (const auto& r : fused.responses) {
     if (!r.status.isOk()) {

@@ -3,10 +3,12 @@
 
 #include <poll.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
 #include <string>
+#include <vector>
 
 namespace gradsync::handoff {
 namespace {
@@ -22,15 +24,6 @@ Status waitReadable(int sock, std::chrono::milliseconds timeout) {
   return okStatus();
 }
 
-void closeAll(cmsghdr* cmsg) {
-  size_t n = (cmsg->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-  int* fds = reinterpret_cast<int*>(CMSG_DATA(cmsg));
-  for (size_t i = 0; i < n; ++i) {
-    int fd;
-    std::memcpy(&fd, fds + i, sizeof(int));
-    ::close(fd);
-  }
-}
 
 }  // namespace
 
@@ -58,8 +51,11 @@ Status sendWithFd(int sock, const void* data, size_t len, int fd) {
   return okStatus();
 }
 
-Status recvWithFd(int sock, void* data, size_t len, UniqueFd* fd, std::chrono::milliseconds timeout) {
-  RETURN_IF_ERROR(waitReadable(sock, timeout));
+namespace {
+
+// One recvmsg of at most `len` bytes; every descriptor that came with it is
+// returned in `fds` (the caller owns them). -1 and errno on failure.
+ssize_t receive(int sock, void* data, size_t len, int flags, std::vector<int>* fds, int* msg_flags) {
   iovec iov{data, len};
   msghdr msg{};
   msg.msg_iov = &iov;
@@ -69,23 +65,39 @@ Status recvWithFd(int sock, void* data, size_t len, UniqueFd* fd, std::chrono::m
   msg.msg_controllen = sizeof(control);
   ssize_t n;
   do {
-    n = ::recvmsg(sock, &msg, MSG_CMSG_CLOEXEC | MSG_WAITALL);
+    n = ::recvmsg(sock, &msg, MSG_CMSG_CLOEXEC | flags);
   } while (n < 0 && errno == EINTR);
-  if (n < 0) return unavailable(std::string("recvmsg: ") + std::strerror(errno));
-  bool got_fd = false;
+  if (n < 0) return n;
   for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
     if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
-    if (!got_fd && c->cmsg_len == CMSG_LEN(sizeof(int))) {
-      int received;
-      std::memcpy(&received, CMSG_DATA(c), sizeof(int));
-      fd->reset(received);
-      got_fd = true;
-    } else {
-      closeAll(c);
+    const size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+    for (size_t i = 0; i < count; ++i) {
+      int fd;
+      std::memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+      fds->push_back(fd);
     }
   }
-  if (msg.msg_flags & MSG_CTRUNC) return invalidArgument("hand-off message carried too many descriptors");
-  if (msg.msg_flags & MSG_TRUNC) return invalidArgument("hand-off message longer than " + std::to_string(len) + " bytes");
+  *msg_flags = msg.msg_flags;
+  return n;
+}
+
+}  // namespace
+
+Status recvWithFd(int sock, void* data, size_t len, UniqueFd* fd, std::chrono::milliseconds timeout) {
+  RETURN_IF_ERROR(waitReadable(sock, timeout));
+  std::vector<int> fds;
+  int flags = 0;
+  const ssize_t n = receive(sock, data, len, MSG_WAITALL, &fds, &flags);
+  if (n < 0) return unavailable(std::string("recvmsg: ") + std::strerror(errno));
+  for (size_t i = 0; i < fds.size(); ++i) {
+    if (i == 0) {
+      fd->reset(fds[i]);
+    } else {
+      ::close(fds[i]);  // at most one descriptor is expected
+    }
+  }
+  if (flags & MSG_CTRUNC) return invalidArgument("hand-off message carried too many descriptors");
+  if (flags & MSG_TRUNC) return invalidArgument("hand-off message longer than " + std::to_string(len) + " bytes");
   if (static_cast<size_t>(n) != len) {
     return invalidArgument("hand-off message of " + std::to_string(n) + " bytes, expected " + std::to_string(len));
   }
@@ -95,26 +107,16 @@ Status recvWithFd(int sock, void* data, size_t len, UniqueFd* fd, std::chrono::m
 Status recvMessage(int sock, std::string* out, size_t max, std::chrono::milliseconds timeout) {
   RETURN_IF_ERROR(waitReadable(sock, timeout));
   out->resize(max);
-  iovec iov{out->data(), max};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * 4)] = {};
-  msg.msg_control = control;
-  msg.msg_controllen = sizeof(control);
-  ssize_t n;
-  do {
-    n = ::recvmsg(sock, &msg, MSG_CMSG_CLOEXEC);
-  } while (n < 0 && errno == EINTR);
+  std::vector<int> fds;
+  int flags = 0;
+  const ssize_t n = receive(sock, out->data(), max, 0, &fds, &flags);
+  for (int fd : fds) ::close(fd);  // frames carry no descriptors yet
   if (n < 0) {
     out->clear();
     return unavailable(std::string("recvmsg: ") + std::strerror(errno));
   }
-  for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
-    if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) closeAll(c);
-  }
   out->resize(static_cast<size_t>(n));
-  if (msg.msg_flags & MSG_TRUNC) return invalidArgument("hand-off message longer than " + std::to_string(max) + " bytes");
+  if (flags & MSG_TRUNC) return invalidArgument("hand-off message longer than " + std::to_string(max) + " bytes");
   return okStatus();
 }
 
