@@ -29,6 +29,7 @@ TEST(OptionsTest, DefaultsAreFilledIn) {
   EXPECT_EQ(c.fusion_threshold_bytes(), 64u << 20);
   EXPECT_EQ(c.stall_warning_seconds(), 60u);
   EXPECT_EQ(c.cycle_time_ms(), 1u);
+  EXPECT_EQ(c.gpu_cross_node(), "auto");
 }
 
 TEST(OptionsTest, TextFileThenFlagsOverride) {
@@ -66,6 +67,11 @@ TEST(OptionsTest, ValidationErrors) {
   EXPECT_THAT(parseOptions({"--stall-warning-seconds", "10", "--stall-deadline-seconds", "5"}).status().message(),
               HasSubstr("stall_deadline_seconds (5)"));
   EXPECT_THAT(parseOptions({"--log-level", "loud"}).status().message(), HasSubstr("log_level 'loud'"));
+  EXPECT_THAT(parseOptions({"--gpu-cross-node", "pigeon"}).status().message(),
+              HasSubstr("gpu_cross_node 'pigeon' is not one of auto, staging"));
+  auto staging = parseOptions({"--gpu-cross-node", "staging"});
+  ASSERT_TRUE(staging.isOk());
+  EXPECT_EQ(staging->config.gpu_cross_node(), "staging");
   EXPECT_THAT(parseOptions({"--reduce-threads", "-1"}).status().message(), HasSubstr("not a non-negative integer"));
   EXPECT_THAT(parseOptions({"--bogus", "1"}).status().message(), HasSubstr("unknown flag --bogus"));
   EXPECT_THAT(parseOptions({"--socket-path"}).status().message(), HasSubstr("needs a value"));

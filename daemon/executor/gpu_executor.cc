@@ -33,6 +33,31 @@ StatusOr<cudaStream_t> GpuExecutor::streamFor(int device) {
   return stream;
 }
 
+StatusOr<gpu::NcclComm*> GpuExecutor::ncclFor(RankAccess& access, int device, DataType dtype) {
+  ncclDataType_t type;
+  if (nccl_ == nullptr || nccl_failed_ || !gpu::ncclTypeOf(dtype, &type)) return nullptr;
+  if (comm_) {
+    if (device != comm_device_) {
+      return unimplemented("this node's ranks use GPU " + std::to_string(device) + " and " +
+                           std::to_string(comm_device_) + "; one GPU per node is supported so far");
+    }
+    return comm_.get();
+  }
+  const RankAccess::NcclPeers peers = access.ncclPeers();
+  if (peers.id.empty()) return nullptr;
+  auto comm = gpu::NcclComm::create(*nccl_, peers.id, peers.nranks, peers.rank, device, std::chrono::seconds(30));
+  if (!comm.isOk()) {
+    nccl_failed_ = true;
+    GS_LOG(gpu, warn, "no NCCL among the daemons ({}); CUDA tensors go through host memory", comm.status().message());
+    return nullptr;
+  }
+  GS_LOG(gpu, info, "NCCL communicator among {} daemons formed (this node rank {}, GPU {})", peers.nranks, peers.rank,
+         device);
+  comm_ = std::move(comm).value();
+  comm_device_ = device;
+  return comm_.get();
+}
+
 gpu::GrowingBuffer& GpuExecutor::fusionFor(int device) {
   auto& buffer = fusion_[device];
   if (!buffer) buffer = std::make_unique<gpu::GrowingBuffer>(/*pinned_host=*/false, device);
@@ -206,11 +231,15 @@ Status GpuExecutor::stagedAllreduce(const std::vector<const Response*>& response
   }
   // The previous batch read the staging buffer before it returned (waited).
   ASSIGN_OR_RETURN(uint8_t * staging, staging_.reserve(total * esize, nullptr));
-  if (device < 0) {
+  // Every node decides alike: same membership, same batch, same dtype.
+  ASSIGN_OR_RETURN(gpu::NcclComm * comm,
+                   ncclFor(access, device >= 0 ? device : std::max(comm_device_, 0), first.dtype));
+  if (device < 0 && comm == nullptr) {
     // No local rank takes part (process sets, joins): add identities only.
     fillIdentity(staging, total, first.dtype, ring_op);
     return access.crossNodeAllreduce(staging, total, first.dtype, ring_op);
   }
+  if (device < 0) device = comm_device_;
   ASSIGN_OR_RETURN(cudaStream_t stream, streamFor(device));
   ASSIGN_OR_RETURN(uint8_t * fused, fusionFor(device).reserve(total * esize, stream));
   // 1. Local ranks into the device's fusion buffer (prescale, no average).
@@ -229,21 +258,38 @@ Status GpuExecutor::stagedAllreduce(const std::vector<const Response*>& response
     const std::string launched = cuda::launchLocalReduce(gather, stream);
     if (!launched.empty()) return internalError("tensor '" + responses[t]->name + "': " + launched);
   }
-  RETURN_IF_ERROR(cudaStatus(cudaMemcpyAsync(staging, fused, total * esize, cudaMemcpyDeviceToHost, stream),
-                             "copy to the staging buffer"));
-  RETURN_IF_ERROR(gpu::waitForStream(stream, gpu::kStreamWaitLimit, "waiting for the local reduction"));
-  for (size_t t = 0; t < responses.size(); ++t) {
-    if (members[t].list.empty()) {
-      fillIdentity(staging + offsets[t] * esize, responses[t]->first().length / esize, first.dtype, ring_op);
+  // 2. Among the nodes: NCCL between the GPUs, or through host memory and
+  // the daemons' ring.
+  if (comm != nullptr) {
+    for (size_t t = 0; t < responses.size(); ++t) {  // identities where no local rank contributes
+      if (!members[t].list.empty()) continue;
+      const size_t bytes = responses[t]->first().length;
+      fillIdentity(staging + offsets[t] * esize, bytes / esize, first.dtype, ring_op);
+      RETURN_IF_ERROR(cudaStatus(cudaMemcpyAsync(fused + offsets[t] * esize, staging + offsets[t] * esize, bytes,
+                                                 cudaMemcpyHostToDevice, stream),
+                                 "identity values to the fusion buffer"));
     }
+    Status reduced = comm->allReduce(fused, total, first.dtype, ring_op, stream, gpu::kStreamWaitLimit);
+    if (!reduced.isOk()) {
+      nccl_failed_ = true;  // aborted: the rest of the job stages through host memory
+      return reduced;
+    }
+  } else {
+    RETURN_IF_ERROR(cudaStatus(cudaMemcpyAsync(staging, fused, total * esize, cudaMemcpyDeviceToHost, stream),
+                               "copy to the staging buffer"));
+    RETURN_IF_ERROR(gpu::waitForStream(stream, gpu::kStreamWaitLimit, "waiting for the local reduction"));
+    for (size_t t = 0; t < responses.size(); ++t) {
+      if (members[t].list.empty()) {
+        fillIdentity(staging + offsets[t] * esize, responses[t]->first().length / esize, first.dtype, ring_op);
+      }
+    }
+    RETURN_IF_ERROR(access.crossNodeAllreduce(staging, total, first.dtype, ring_op));
+    RETURN_IF_ERROR(cudaStatus(cudaMemcpyAsync(fused, staging, total * esize, cudaMemcpyHostToDevice, stream),
+                               "copy from the staging buffer"));
+    // The staging buffer is the job's: free for the next batch only once read.
+    RETURN_IF_ERROR(gpu::waitForStream(stream, gpu::kStreamWaitLimit, "waiting for the copy from the staging buffer"));
   }
-  // 2. Among the nodes.
-  RETURN_IF_ERROR(access.crossNodeAllreduce(staging, total, first.dtype, ring_op));
   // 3. Back to every local rank, with the average and postscale.
-  RETURN_IF_ERROR(cudaStatus(cudaMemcpyAsync(fused, staging, total * esize, cudaMemcpyHostToDevice, stream),
-                             "copy from the staging buffer"));
-  // The staging buffer is the node's: free for the next batch only once read.
-  RETURN_IF_ERROR(gpu::waitForStream(stream, gpu::kStreamWaitLimit, "waiting for the copy from the staging buffer"));
   for (size_t t = 0; t < responses.size(); ++t) {
     if (members[t].list.empty()) continue;
     cuda::LocalReduceArgs scatter;

@@ -24,6 +24,7 @@
 
 #include "daemon/executor/local_executor.h"
 #include "daemon/gpu/cuda_backend.h"
+#include "daemon/gpu/nccl_comm.h"
 
 namespace gradsync::executor {
 
@@ -31,7 +32,9 @@ namespace gradsync::executor {
 // pinned staging buffer, so that jobs sharing a GPU never wait on each other.
 class GpuExecutor : public DeviceExecutor {
  public:
-  explicit GpuExecutor(gpu::CudaBackend* backend) : backend_(backend) {}
+  // `nccl` (null: none, or disabled) carries CUDA tensors between daemons
+  // when every node has a GPU; host staging otherwise.
+  GpuExecutor(gpu::CudaBackend* backend, const gpu::NcclLibrary* nccl) : backend_(backend), nccl_(nccl) {}
   ~GpuExecutor() override;
   GpuExecutor(const GpuExecutor&) = delete;
   GpuExecutor& operator=(const GpuExecutor&) = delete;
@@ -70,7 +73,16 @@ class GpuExecutor : public DeviceExecutor {
   StatusOr<cudaStream_t> streamFor(int device);
   gpu::GrowingBuffer& fusionFor(int device);
 
+  // The daemons' NCCL communicator for a batch, formed on first use; null
+  // when this job cannot use one (then host staging). A failure to form it
+  // (or an aborted one) falls back to staging for the rest of the job.
+  StatusOr<gpu::NcclComm*> ncclFor(RankAccess& access, int device, DataType dtype);
+
   gpu::CudaBackend* backend_;
+  const gpu::NcclLibrary* nccl_;
+  std::unique_ptr<gpu::NcclComm> comm_;
+  int comm_device_ = -1;
+  bool nccl_failed_ = false;
   std::map<int, cudaStream_t> streams_;
   std::map<int, std::unique_ptr<gpu::GrowingBuffer>> fusion_;
   gpu::GrowingBuffer staging_{/*pinned_host=*/true, -1};

@@ -60,6 +60,15 @@ class RankAccess {
   // The GPU state of a local `rank` that attached one (null otherwise). The
   // reference keeps its mappings open while the caller uses them.
   virtual std::shared_ptr<gpu::ClientGpu> gpuOf(int rank) { return nullptr; }
+  // Multi-node jobs whose every node has a GPU: what the daemons' NCCL
+  // communicator forms from (the leader's id, this node's rank among the
+  // nodes, their number). An empty id: no NCCL among these daemons.
+  struct NcclPeers {
+    std::string id;
+    int rank = -1;
+    int nranks = 0;
+  };
+  virtual NcclPeers ncclPeers() const { return {}; }
 };
 
 // Runs fused responses whose tensors live on a device (CUDA).

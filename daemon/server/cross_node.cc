@@ -360,6 +360,16 @@ std::vector<v1::NodeInfo> CrossNode::members() const {
   return members_;
 }
 
+std::string CrossNode::ncclId() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return nccl_id_;
+}
+
+int CrossNode::selfCrossRank() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return leader_ ? 0 : self_cross_rank_;
+}
+
 void CrossNode::tick(CrossClock::time_point now) {
   const bool send = now - last_heartbeat_ >= kHeartbeatPeriod;
   if (send) last_heartbeat_ = now;

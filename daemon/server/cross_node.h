@@ -89,6 +89,10 @@ class CrossNode {
   // Waits for the membership until `deadline`.
   StatusOr<collective::RingContext> ring(uint64_t sequence, CrossClock::time_point deadline);
   std::vector<v1::NodeInfo> members() const;
+  // The job's ncclUniqueId (empty: the leader has no NCCL) and this node's
+  // position in the ring; valid once the job formed.
+  std::string ncclId() const;
+  int selfCrossRank() const;
   // Heartbeats (every second) and silence checks: a node not heard from for
   // kSilenceLimit is declared lost. Called from the daemon's housekeeping.
   void tick(CrossClock::time_point now);

@@ -46,7 +46,9 @@ v1::DaemonMessage Job::doneMessage(const std::string& job_id, const coordinator:
 Job::Job(JobSpec spec, JobLimits limits, executor::ReducePool* pool)
     : spec_(std::move(spec)),
       limits_(limits),
-      gpu_executor_(limits_.gpus ? std::make_unique<executor::GpuExecutor>(&limits_.gpus->backend()) : nullptr),
+      gpu_executor_(limits_.gpus ? std::make_unique<executor::GpuExecutor>(
+                                       &limits_.gpus->backend(), limits_.nccl_between_daemons ? limits_.nccl : nullptr)
+                                 : nullptr),
       executor_(pool, gpu_executor_.get()),
       negotiator_(spec_.job_id, spec_.size, spec_.process_sets) {
   process_set_sizes_.push_back(spec_.size);

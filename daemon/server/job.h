@@ -61,8 +61,10 @@ struct JobLimits {
   gpu::GpuNode* gpus = nullptr;
   std::string no_gpu_reason = "gradsyncd has no GPU";
   // NCCL, when loaded: a multi-node job's leader makes the id of the
-  // daemons' communicator with it.
+  // daemons' communicator with it, and CUDA tensors go between the daemons
+  // through it (unless `nccl_between_daemons` is off: host staging then).
   const gpu::NcclLibrary* nccl = nullptr;
+  bool nccl_between_daemons = true;
 };
 
 class Job : private executor::RankAccess {
@@ -104,6 +106,7 @@ class Job : private executor::RankAccess {
   // RankAccess, used by the executor thread with the batch's snapshot.
   const handoff::ShmArena* arena(int rank) override;
   std::shared_ptr<gpu::ClientGpu> gpuOf(int rank) override;
+  NcclPeers ncclPeers() const override;
   StatusOr<std::vector<uint8_t*>> requestOutputs(const coordinator::Response& response,
                                                  const std::vector<uint64_t>& bytes,
                                                  const std::vector<std::vector<int64_t>>& shapes) override;

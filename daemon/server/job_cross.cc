@@ -118,6 +118,19 @@ int Job::nodeOf(int rank) const {
 
 int Job::nodeCount() const { return static_cast<int>(cross_->members().size()); }
 
+executor::RankAccess::NcclPeers Job::ncclPeers() const {
+  NcclPeers peers;
+  if (!cross_) return peers;
+  const auto members = cross_->members();
+  for (const auto& node : members) {
+    if (node.gpu_uuids_size() == 0) return peers;  // a node without GPU: staging through host memory
+  }
+  peers.id = cross_->ncclId();
+  peers.rank = cross_->selfCrossRank();
+  peers.nranks = static_cast<int>(members.size());
+  return peers;
+}
+
 Status Job::crossNodeBroadcast(void* data, size_t bytes, int root_rank) {
   ASSIGN_OR_RETURN(auto ring, cross_->ring(ring_sequence_, Clock::now() + limits_.transfer_timeout));
   BusyTimer busy(&ring_busy_ns_);
