@@ -113,8 +113,12 @@ case $stage in
         client/python/tests_gpu
     done
     step "rank killed mid-collective" timeout 200 $python client/python/tests_gpu/kill_check.py "$socket"
-    step "two daemons on one GPU (host staging + UCX ring)" timeout 280 $python \
-      client/python/tests_gpu/two_daemons_check.py "$bundle/bin/gradsyncd" "$bundle/bin/gradsyncctl" "$workdir"
+    step "two daemons on one GPU, host staging + UCX ring" timeout 280 $python \
+      client/python/tests_gpu/two_daemons_check.py "$bundle/bin/gradsyncd" "$bundle/bin/gradsyncctl" "$workdir" staging
+    # Two NCCL ranks on one GPU need NCCL >= 2.30 and its opt-in flag.
+    step "two daemons on one GPU, NCCL between them where it can form" env NCCL_MULTI_RANK_GPU_ENABLE=1 \
+      timeout 280 $python client/python/tests_gpu/two_daemons_check.py "$bundle/bin/gradsyncd" \
+      "$bundle/bin/gradsyncctl" "$workdir" auto
     step "gradsyncctl jobs" "$bundle/bin/gradsyncctl" --socket "$socket" jobs
     ;;
   bench)

@@ -1,10 +1,12 @@
 # SPDX-License-Identifier: Apache-2.0
 """Two gradsyncd on one GPU as the stand-in for two nodes: the CUDA suite
-with 2 ranks per daemon, the daemons joined over loopback (CUDA tensors
-between daemons go through host staging and the UCX ring; NCCL between the
-daemons is not built yet).
+with 2 ranks per daemon, the daemons joined over loopback. CUDA tensors go
+between the daemons through NCCL (--gpu-cross-node auto: needs NCCL >= 2.30
+and NCCL_MULTI_RANK_GPU_ENABLE=1 for two ranks on one GPU; otherwise the
+daemons fall back) or through host memory and the UCX ring (staging). The
+daemons' logs say which ran; this script prints those lines.
 
-  python3 two_daemons_check.py GRADSYNCD GRADSYNCCTL WORKDIR
+  python3 two_daemons_check.py GRADSYNCD GRADSYNCCTL WORKDIR [auto|staging]
 Exit code 0 when every rank passed.
 """
 import json
@@ -16,11 +18,12 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def start_daemon(binary, ctl, workdir, name):
+def start_daemon(binary, ctl, workdir, name, transport):
     socket = os.path.join(workdir, name + ".sock")
     log = open(os.path.join(workdir, name + ".log"), "w")
     process = subprocess.Popen([binary, "--socket-path", socket, "--peer-address", "127.0.0.1:0",
-                                "--stall-deadline-seconds", "60"], stdout=log, stderr=subprocess.STDOUT)
+                                "--stall-deadline-seconds", "60", "--gpu-cross-node", transport],
+                               stdout=log, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
         status = subprocess.run([ctl, "--socket", socket, "status", "--json"], capture_output=True, text=True)
@@ -32,8 +35,11 @@ def start_daemon(binary, ctl, workdir, name):
 
 def main():
     binary, ctl, workdir = sys.argv[1:4]
+    transport = sys.argv[4] if len(sys.argv) > 4 else "auto"
+    workdir = os.path.join(workdir, "two-daemons-" + transport)
+    os.makedirs(workdir, exist_ok=True)
     os.environ.setdefault("UCX_TLS", "tcp,self")
-    daemons = [start_daemon(binary, ctl, workdir, name) for name in ("node0", "node1")]
+    daemons = [start_daemon(binary, ctl, workdir, name, transport) for name in ("node0", "node1")]
     leader = daemons[0][2]
     per_node, size = 2, 4
     ranks = []
@@ -61,6 +67,10 @@ def main():
     for rank, (_, path) in enumerate(ranks):
         lines = open(path).read().splitlines()
         print("rank %d (exit %s): %s" % (rank, codes[rank], " | ".join(lines[-3:])))
+    for name in ("node0", "node1"):
+        for line in open(os.path.join(workdir, name + ".log")):
+            if "NCCL" in line and ("communicator" in line or "no NCCL" in line):
+                print("%s: %s" % (name, line.rstrip()))
     if any(code != 0 for code in codes):
         for rank, (_, path) in enumerate(ranks):
             if codes[rank] != 0:
