@@ -16,6 +16,19 @@ Status cudaStatus(cudaError_t err, const std::string& what) {
   return internalError(what + ": " + gpu::cudaErrorText(err));
 }
 
+// The CPU kernels' rules on dtype, op and scale factors (the kernels assume
+// them; enqueue validation checked most already).
+Status checkReduction(const std::string& name, const Request& first) {
+  if (!reduceOpAllowed(first.dtype, first.op)) {
+    return invalidArgument("tensor '" + name + "': " + reduceOpName(first.op) + " is not allowed on " +
+                           dataTypeName(first.dtype));
+  }
+  if (first.dtype == v1::BOOL && (first.prescale != 1.0 || first.postscale != 1.0)) {
+    return invalidArgument("tensor '" + name + "': bool tensors take no scale factors");
+  }
+  return okStatus();
+}
+
 }  // namespace
 
 GpuExecutor::~GpuExecutor() {
@@ -166,14 +179,7 @@ Status GpuExecutor::allreduce(const Response& r, RankAccess& access) {
   ASSIGN_OR_RETURN(Members m, resolve(r, access));
   if (m.list.empty()) return invalidArgument("tensor '" + r.name + "': no rank contributes data");
   const Request& first = r.first();
-  reduce::ReduceArgs check;
-  check.dtype = first.dtype;
-  check.op = first.op;
-  check.num_inputs = check.num_outputs = static_cast<int>(m.list.size());
-  check.prescale = first.prescale;
-  check.postscale = first.postscale;
-  check.average_divisor = static_cast<int>(r.ranks.size());
-  RETURN_IF_ERROR(reduce::validateReduceArgs(check));
+  RETURN_IF_ERROR(checkReduction(r.name, first));
   cuda::LocalReduceArgs args;
   args.dtype = static_cast<cuda::Dtype>(first.dtype);
   args.op = static_cast<cuda::Op>(first.op);
@@ -213,6 +219,7 @@ Status GpuExecutor::broadcast(const Response& r, RankAccess& access) {
 
 Status GpuExecutor::stagedAllreduce(const std::vector<const Response*>& responses, RankAccess& access) {
   const Request& first = responses.front()->first();
+  RETURN_IF_ERROR(checkReduction(responses.front()->name, first));
   const size_t esize = elementSize(first.dtype);
   const ReduceOp ring_op = first.op == v1::AVERAGE ? v1::SUM : first.op;
   std::vector<Members> members;
@@ -414,6 +421,7 @@ ResponseResult GpuExecutor::reducescatter(const Response& r, RankAccess& access)
   const size_t row = rowBytes(first);
   const size_t esize = elementSize(first.dtype);
   const std::vector<int64_t> rows = reducescatterRows(r);
+  if (Status valid = checkReduction(r.name, first); !valid.isOk()) return failed(r, valid);
   ResponseResult result = failed(r, okStatus());
   const OutputLayout layout = reducescatterLayout(r, rows, &result);
   Status status = checkOutputs(r, m, layout.bytes);
