@@ -1,8 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "daemon/executor/gpu_executor.h"
 
-#include <cuda_runtime_api.h>
-
 #include "daemon/collective/cuda/local_reduce.h"
 #include "daemon/common/logging.h"
 #include "daemon/common/dtype.h"
@@ -11,9 +9,10 @@
 namespace gradsync::executor {
 namespace {
 
-Status cudaStatus(cudaError_t err, const std::string& what) {
-  if (err == cudaSuccess) return okStatus();
-  return internalError(what + ": " + gpu::cudaErrorText(err));
+// `status` with `what` in front of its message.
+Status context(Status status, const std::string& what) {
+  if (status.isOk()) return status;
+  return Status(status.code(), what + ": " + status.message());
 }
 
 // The CPU kernels' rules on dtype, op and scale factors (the kernels assume
@@ -33,15 +32,15 @@ Status checkReduction(const std::string& name, const Request& first) {
 
 GpuExecutor::~GpuExecutor() {
   for (const auto& [device, stream] : streams_) {
-    const Status released = backend_->releaseStream(device, stream);
+    const Status released = ops_->releaseStream(device, stream);
     if (!released.isOk()) GS_LOG(gpu, err, "a job's stream on device {} left undestroyed: {}", device, released.message());
   }
 }
 
-StatusOr<cudaStream_t> GpuExecutor::streamFor(int device) {
+StatusOr<void*> GpuExecutor::streamFor(int device) {
   auto it = streams_.find(device);
   if (it != streams_.end()) return it->second;
-  ASSIGN_OR_RETURN(cudaStream_t stream, backend_->newStream(device));
+  ASSIGN_OR_RETURN(void* stream, ops_->newStream(device));
   streams_[device] = stream;
   return stream;
 }
@@ -73,7 +72,7 @@ StatusOr<gpu::NcclComm*> GpuExecutor::ncclFor(RankAccess& access, int device, Da
 
 gpu::GrowingBuffer& GpuExecutor::fusionFor(int device) {
   auto& buffer = fusion_[device];
-  if (!buffer) buffer = std::make_unique<gpu::GrowingBuffer>(/*pinned_host=*/false, device);
+  if (!buffer) buffer = std::make_unique<gpu::GrowingBuffer>(ops_, /*pinned_host=*/false, device);
   return *buffer;
 }
 
@@ -149,28 +148,24 @@ StatusOr<GpuExecutor::Members> GpuExecutor::resolve(const Response& r, RankAcces
                          std::to_string(cuda::kMaxLocalBuffers) + ")");
   }
   if (m.list.empty()) return m;  // no local member: the caller relays only
-  ASSIGN_OR_RETURN(cudaStream_t stream, streamFor(m.device));
-  RETURN_IF_ERROR(backend_->select(m.device));
+  ASSIGN_OR_RETURN(void* stream, streamFor(m.device));
+  RETURN_IF_ERROR(ops_->select(m.device));
   m.stream = stream;
   return m;
 }
 
 Status GpuExecutor::waitReady(const Members& m) {
-  auto stream = static_cast<cudaStream_t>(m.stream);
   for (const auto& member : m.list) {
-    auto event = static_cast<cudaEvent_t>(member.gpu->readyEvent(member.slot));
-    RETURN_IF_ERROR(cudaStatus(cudaStreamWaitEvent(stream, event, 0),
-                               "waiting for rank " + std::to_string(member.rank) + "'s ready event"));
+    RETURN_IF_ERROR(context(ops_->waitEvent(m.stream, member.gpu->readyEvent(member.slot)),
+                            "waiting for rank " + std::to_string(member.rank) + "'s ready event"));
   }
   return okStatus();
 }
 
 Status GpuExecutor::recordDone(const Members& m) {
-  auto stream = static_cast<cudaStream_t>(m.stream);
   for (const auto& member : m.list) {
-    auto event = static_cast<cudaEvent_t>(member.gpu->doneEvent(member.slot));
-    RETURN_IF_ERROR(cudaStatus(cudaEventRecord(event, stream), "recording rank " + std::to_string(member.rank) +
-                                                                   "'s done event"));
+    RETURN_IF_ERROR(context(ops_->recordEvent(member.gpu->doneEvent(member.slot), m.stream),
+                            "recording rank " + std::to_string(member.rank) + "'s done event"));
   }
   return okStatus();
 }
@@ -193,8 +188,7 @@ Status GpuExecutor::allreduce(const Response& r, RankAccess& access) {
   args.postscale = first.postscale;
   args.average_divisor = static_cast<int>(r.ranks.size());
   RETURN_IF_ERROR(waitReady(m));
-  const std::string launched = cuda::launchLocalReduce(args, m.stream);
-  if (!launched.empty()) return internalError("tensor '" + r.name + "': " + launched);
+  RETURN_IF_ERROR(context(ops_->reduce(args, m.stream), "tensor '" + r.name + "'"));
   return recordDone(m);
 }
 
@@ -208,11 +202,10 @@ Status GpuExecutor::broadcast(const Response& r, RankAccess& access) {
   }
   if (source == nullptr) return failedPrecondition("tensor '" + r.name + "': broadcast root " + std::to_string(root) + " is not on this node");
   RETURN_IF_ERROR(waitReady(m));
-  auto stream = static_cast<cudaStream_t>(m.stream);
   for (const auto& member : m.list) {
     if (member.data == source) continue;
-    RETURN_IF_ERROR(cudaStatus(cudaMemcpyAsync(member.data, source, r.first().length, cudaMemcpyDeviceToDevice, stream),
-                               "tensor '" + r.name + "': copy to rank " + std::to_string(member.rank)));
+    RETURN_IF_ERROR(context(ops_->copy(member.data, source, r.first().length, gpu::CopyKind::kDeviceToDevice, m.stream),
+                            "tensor '" + r.name + "': copy to rank " + std::to_string(member.rank)));
   }
   return recordDone(m);
 }
@@ -247,7 +240,7 @@ Status GpuExecutor::stagedAllreduce(const std::vector<const Response*>& response
     return access.crossNodeAllreduce(staging, total, first.dtype, ring_op);
   }
   if (device < 0) device = comm_device_;
-  ASSIGN_OR_RETURN(cudaStream_t stream, streamFor(device));
+  ASSIGN_OR_RETURN(void* stream, streamFor(device));
   ASSIGN_OR_RETURN(uint8_t * fused, fusionFor(device).reserve(total * esize, stream));
   // 1. Local ranks into the device's fusion buffer (prescale, no average).
   for (size_t t = 0; t < responses.size(); ++t) {
@@ -262,8 +255,7 @@ Status GpuExecutor::stagedAllreduce(const std::vector<const Response*>& response
     gather.num_outputs = 1;
     gather.count = responses[t]->first().length / esize;
     gather.prescale = first.prescale;
-    const std::string launched = cuda::launchLocalReduce(gather, stream);
-    if (!launched.empty()) return internalError("tensor '" + responses[t]->name + "': " + launched);
+    RETURN_IF_ERROR(context(ops_->reduce(gather, stream), "tensor '" + responses[t]->name + "'"));
   }
   // 2. Among the nodes: NCCL between the GPUs, or through host memory and
   // the daemons' ring.
@@ -272,29 +264,30 @@ Status GpuExecutor::stagedAllreduce(const std::vector<const Response*>& response
       if (!members[t].list.empty()) continue;
       const size_t bytes = responses[t]->first().length;
       fillIdentity(staging + offsets[t] * esize, bytes / esize, first.dtype, ring_op);
-      RETURN_IF_ERROR(cudaStatus(cudaMemcpyAsync(fused + offsets[t] * esize, staging + offsets[t] * esize, bytes,
-                                                 cudaMemcpyHostToDevice, stream),
-                                 "identity values to the fusion buffer"));
+      RETURN_IF_ERROR(context(ops_->copy(fused + offsets[t] * esize, staging + offsets[t] * esize, bytes,
+                                         gpu::CopyKind::kHostToDevice, stream),
+                              "identity values to the fusion buffer"));
     }
-    Status reduced = comm->allReduce(fused, total, first.dtype, ring_op, stream, gpu::kStreamWaitLimit);
+    Status reduced =
+        comm->allReduce(fused, total, first.dtype, ring_op, static_cast<cudaStream_t>(stream), gpu::kStreamWaitLimit);
     if (!reduced.isOk()) {
       nccl_failed_ = true;  // aborted: the rest of the job stages through host memory
       return reduced;
     }
   } else {
-    RETURN_IF_ERROR(cudaStatus(cudaMemcpyAsync(staging, fused, total * esize, cudaMemcpyDeviceToHost, stream),
-                               "copy to the staging buffer"));
-    RETURN_IF_ERROR(gpu::waitForStream(stream, gpu::kStreamWaitLimit, "waiting for the local reduction"));
+    RETURN_IF_ERROR(context(ops_->copy(staging, fused, total * esize, gpu::CopyKind::kDeviceToHost, stream),
+                            "copy to the staging buffer"));
+    RETURN_IF_ERROR(ops_->waitStream(stream, "waiting for the local reduction"));
     for (size_t t = 0; t < responses.size(); ++t) {
       if (members[t].list.empty()) {
         fillIdentity(staging + offsets[t] * esize, responses[t]->first().length / esize, first.dtype, ring_op);
       }
     }
     RETURN_IF_ERROR(access.crossNodeAllreduce(staging, total, first.dtype, ring_op));
-    RETURN_IF_ERROR(cudaStatus(cudaMemcpyAsync(fused, staging, total * esize, cudaMemcpyHostToDevice, stream),
-                               "copy from the staging buffer"));
+    RETURN_IF_ERROR(context(ops_->copy(fused, staging, total * esize, gpu::CopyKind::kHostToDevice, stream),
+                            "copy from the staging buffer"));
     // The staging buffer is the job's: free for the next batch only once read.
-    RETURN_IF_ERROR(gpu::waitForStream(stream, gpu::kStreamWaitLimit, "waiting for the copy from the staging buffer"));
+    RETURN_IF_ERROR(ops_->waitStream(stream, "waiting for the copy from the staging buffer"));
   }
   // 3. Back to every local rank, with the average and postscale.
   for (size_t t = 0; t < responses.size(); ++t) {
@@ -309,8 +302,7 @@ Status GpuExecutor::stagedAllreduce(const std::vector<const Response*>& response
     scatter.count = responses[t]->first().length / esize;
     scatter.postscale = first.postscale;
     scatter.average_divisor = static_cast<int>(responses[t]->ranks.size());
-    const std::string launched = cuda::launchLocalReduce(scatter, stream);
-    if (!launched.empty()) return internalError("tensor '" + responses[t]->name + "': " + launched);
+    RETURN_IF_ERROR(context(ops_->reduce(scatter, stream), "tensor '" + responses[t]->name + "'"));
     RETURN_IF_ERROR(recordDone(members[t]));
   }
   return okStatus();
@@ -325,22 +317,21 @@ Status GpuExecutor::stagedBroadcast(const Response& r, RankAccess& access) {
     if (member.rank == first.root_rank) root = member.data;
   }
   ASSIGN_OR_RETURN(uint8_t * host, staging_.reserve(first.length, nullptr));
-  auto stream = static_cast<cudaStream_t>(m.stream);
   RETURN_IF_ERROR(waitReady(m));
   if (root != nullptr) {
-    RETURN_IF_ERROR(cudaStatus(cudaMemcpyAsync(host, root, first.length, cudaMemcpyDeviceToHost, stream),
-                               "tensor '" + r.name + "': copy of the root's tensor to the staging buffer"));
-    RETURN_IF_ERROR(gpu::waitForStream(stream, gpu::kStreamWaitLimit, "waiting for the root's tensor"));
+    RETURN_IF_ERROR(context(ops_->copy(host, root, first.length, gpu::CopyKind::kDeviceToHost, m.stream),
+                            "tensor '" + r.name + "': copy of the root's tensor to the staging buffer"));
+    RETURN_IF_ERROR(ops_->waitStream(m.stream, "waiting for the root's tensor"));
   }
   RETURN_IF_ERROR(access.crossNodeBroadcast(host, first.length, first.root_rank));
   for (const auto& member : m.list) {
     if (member.data == root) continue;
-    RETURN_IF_ERROR(cudaStatus(cudaMemcpyAsync(member.data, host, first.length, cudaMemcpyHostToDevice, stream),
-                               "tensor '" + r.name + "': copy to rank " + std::to_string(member.rank)));
+    RETURN_IF_ERROR(context(ops_->copy(member.data, host, first.length, gpu::CopyKind::kHostToDevice, m.stream),
+                            "tensor '" + r.name + "': copy to rank " + std::to_string(member.rank)));
   }
   RETURN_IF_ERROR(recordDone(m));
-  // The staging buffer is the node's: free for the next batch only once read.
-  return gpu::waitForStream(stream, gpu::kStreamWaitLimit, "waiting for the copies from the staging buffer");
+  // The staging buffer is the job's: free for the next batch only once read.
+  return ops_->waitStream(m.stream, "waiting for the copies from the staging buffer");
 }
 
 Status GpuExecutor::checkOutputs(const Response& r, const Members& m, const std::vector<uint64_t>& bytes) {
@@ -365,14 +356,13 @@ ResponseResult GpuExecutor::allgather(const Response& r, RankAccess& access) {
   const auto shape = withFirstDim(r.first().shape, total_rows);
   Status status = checkOutputs(r, m, std::vector<uint64_t>(m.list.size(), total_rows * row));
   if (status.isOk()) status = waitReady(m);
-  auto stream = static_cast<cudaStream_t>(m.stream);
   for (size_t j = 0; status.isOk() && j < m.list.size(); ++j) {
     size_t offset = 0;
     for (size_t i = 0; status.isOk() && i < m.list.size(); ++i) {
       const uint64_t length = r.requests[i]->length;
-      status = cudaStatus(cudaMemcpyAsync(m.list[j].output + offset, m.list[i].data, length, cudaMemcpyDeviceToDevice,
-                                          stream),
-                          "tensor '" + r.name + "': copy to rank " + std::to_string(m.list[j].rank));
+      status = context(ops_->copy(m.list[j].output + offset, m.list[i].data, length, gpu::CopyKind::kDeviceToDevice,
+                                  m.stream),
+                       "tensor '" + r.name + "': copy to rank " + std::to_string(m.list[j].rank));
       offset += length;
     }
   }
@@ -394,16 +384,15 @@ ResponseResult GpuExecutor::alltoall(const Response& r, RankAccess& access) {
   const OutputLayout layout = alltoallLayout(r, &result);
   Status status = checkOutputs(r, m, layout.bytes);
   if (status.isOk()) status = waitReady(m);
-  auto stream = static_cast<cudaStream_t>(m.stream);
   std::vector<size_t> written(n, 0);
   for (size_t i = 0; status.isOk() && i < n; ++i) {
     size_t read = 0;
     for (size_t j = 0; status.isOk() && j < n; ++j) {
       const size_t length = r.requests[i]->splits[j] * row;
       if (length > 0) {
-        status = cudaStatus(cudaMemcpyAsync(m.list[j].output + written[j], m.list[i].data + read, length,
-                                            cudaMemcpyDeviceToDevice, stream),
-                            "tensor '" + r.name + "': copy to rank " + std::to_string(m.list[j].rank));
+        status = context(ops_->copy(m.list[j].output + written[j], m.list[i].data + read, length,
+                                    gpu::CopyKind::kDeviceToDevice, m.stream),
+                         "tensor '" + r.name + "': copy to rank " + std::to_string(m.list[j].rank));
       }
       written[j] += length;
       read += length;
@@ -439,8 +428,7 @@ ResponseResult GpuExecutor::reducescatter(const Response& r, RankAccess& access)
     args.prescale = first.prescale;
     args.postscale = first.postscale;
     args.average_divisor = static_cast<int>(r.ranks.size());
-    const std::string launched = cuda::launchLocalReduce(args, m.stream);
-    if (!launched.empty()) status = internalError("tensor '" + r.name + "': " + launched);
+    status = context(ops_->reduce(args, m.stream), "tensor '" + r.name + "'");
     start_row += rows[j];
   }
   if (status.isOk()) status = recordDone(m);

@@ -23,7 +23,7 @@
 #include <memory>
 
 #include "daemon/executor/local_executor.h"
-#include "daemon/gpu/cuda_backend.h"
+#include "daemon/gpu/device_ops.h"
 #include "daemon/gpu/nccl_comm.h"
 
 namespace gradsync::executor {
@@ -34,7 +34,7 @@ class GpuExecutor : public DeviceExecutor {
  public:
   // `nccl` (null: none, or disabled) carries CUDA tensors between daemons
   // when every node has a GPU; host staging otherwise.
-  GpuExecutor(gpu::CudaBackend* backend, const gpu::NcclLibrary* nccl) : backend_(backend), nccl_(nccl) {}
+  GpuExecutor(gpu::DeviceOps* ops, const gpu::NcclLibrary* nccl) : ops_(ops), nccl_(nccl) {}
   ~GpuExecutor() override;
   GpuExecutor(const GpuExecutor&) = delete;
   GpuExecutor& operator=(const GpuExecutor&) = delete;
@@ -70,7 +70,7 @@ class GpuExecutor : public DeviceExecutor {
   Status checkOutputs(const Response& r, const Members& m, const std::vector<uint64_t>& bytes);
 
   // This job's stream and fusion buffer on `device` (made on first use).
-  StatusOr<cudaStream_t> streamFor(int device);
+  StatusOr<void*> streamFor(int device);
   gpu::GrowingBuffer& fusionFor(int device);
 
   // The daemons' NCCL communicator for a batch, formed on first use; null
@@ -78,14 +78,14 @@ class GpuExecutor : public DeviceExecutor {
   // (or an aborted one) falls back to staging for the rest of the job.
   StatusOr<gpu::NcclComm*> ncclFor(RankAccess& access, int device, DataType dtype);
 
-  gpu::CudaBackend* backend_;
+  gpu::DeviceOps* ops_;
   const gpu::NcclLibrary* nccl_;
   std::unique_ptr<gpu::NcclComm> comm_;
   int comm_device_ = -1;
   bool nccl_failed_ = false;
-  std::map<int, cudaStream_t> streams_;
+  std::map<int, void*> streams_;
   std::map<int, std::unique_ptr<gpu::GrowingBuffer>> fusion_;
-  gpu::GrowingBuffer staging_{/*pinned_host=*/true, -1};
+  gpu::GrowingBuffer staging_{ops_, /*pinned_host=*/true, -1};
 };
 
 }  // namespace gradsync::executor

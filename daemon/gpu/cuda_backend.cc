@@ -42,7 +42,9 @@ CudaBackend::~CudaBackend() {
   // Jobs release their streams; anything left is destroyed once drained
   // (bounded: the daemon exits promptly even if queued work never ends).
   for (size_t d = 0; d < streams_.size(); ++d) {
-    for (cudaStream_t s : std::vector<cudaStream_t>(streams_[d])) (void)releaseStream(static_cast<int>(d), s);
+    for (cudaStream_t s : std::vector<cudaStream_t>(streams_[d])) {
+      (void)releaseStream(static_cast<int>(d), static_cast<void*>(s));
+    }
   }
 }
 
@@ -109,7 +111,7 @@ Status CudaBackend::synchronize(int device) {
   return okStatus();
 }
 
-StatusOr<cudaStream_t> CudaBackend::newStream(int device) {
+StatusOr<void*> CudaBackend::newStream(int device) {
   RETURN_IF_ERROR(select(device));
   int least = 0, greatest = 0;
   RETURN_IF_ERROR(check(cudaDeviceGetStreamPriorityRange(&least, &greatest), "cudaDeviceGetStreamPriorityRange"));
@@ -118,11 +120,12 @@ StatusOr<cudaStream_t> CudaBackend::newStream(int device) {
       check(cudaStreamCreateWithPriority(&stream, cudaStreamNonBlocking, greatest), "cudaStreamCreateWithPriority"));
   std::lock_guard<std::mutex> lock(mutex_);
   streams_[static_cast<size_t>(device)].push_back(stream);
-  return stream;
+  return static_cast<void*>(stream);
 }
 
-Status CudaBackend::releaseStream(int device, cudaStream_t stream) {
+Status CudaBackend::releaseStream(int device, void* handle) {
   RETURN_IF_ERROR(select(device));
+  auto stream = static_cast<cudaStream_t>(handle);
   {
     std::lock_guard<std::mutex> lock(mutex_);
     auto& list = streams_[static_cast<size_t>(device)];
@@ -132,29 +135,49 @@ Status CudaBackend::releaseStream(int device, cudaStream_t stream) {
   return check(cudaStreamDestroy(stream), "cudaStreamDestroy");
 }
 
-GrowingBuffer::~GrowingBuffer() {
-  if (data_ == nullptr) return;
-  if (pinned_host_) {
-    (void)cudaFreeHost(data_);
-  } else if (cudaSetDevice(device_) == cudaSuccess) {
-    (void)cudaFree(data_);
-  }
+Status CudaBackend::waitEvent(void* stream, void* event) {
+  return check(cudaStreamWaitEvent(static_cast<cudaStream_t>(stream), static_cast<cudaEvent_t>(event), 0),
+               "cudaStreamWaitEvent");
 }
 
-StatusOr<uint8_t*> GrowingBuffer::reserve(size_t bytes, cudaStream_t users) {
-  bytes = std::max<size_t>(bytes, 64);
-  if (bytes <= bytes_) return static_cast<uint8_t*>(data_);
-  if (data_ != nullptr) {
-    if (users != nullptr) RETURN_IF_ERROR(waitForStream(users, kStreamWaitLimit, "growing a buffer"));
-    RETURN_IF_ERROR(check(pinned_host_ ? cudaFreeHost(data_) : cudaFree(data_), "freeing a buffer to grow it"));
-    data_ = nullptr;
-    bytes_ = 0;
+Status CudaBackend::recordEvent(void* event, void* stream) {
+  return check(cudaEventRecord(static_cast<cudaEvent_t>(event), static_cast<cudaStream_t>(stream)), "cudaEventRecord");
+}
+
+Status CudaBackend::copy(void* dst, const void* src, size_t bytes, CopyKind kind, void* stream) {
+  const cudaMemcpyKind k = kind == CopyKind::kDeviceToDevice ? cudaMemcpyDeviceToDevice
+                           : kind == CopyKind::kDeviceToHost ? cudaMemcpyDeviceToHost
+                                                             : cudaMemcpyHostToDevice;
+  return check(cudaMemcpyAsync(dst, src, bytes, k, static_cast<cudaStream_t>(stream)), "cudaMemcpyAsync");
+}
+
+Status CudaBackend::reduce(const cuda::LocalReduceArgs& args, void* stream) {
+  const std::string launched = cuda::launchLocalReduce(args, stream);
+  if (!launched.empty()) return internalError(launched);
+  return okStatus();
+}
+
+Status CudaBackend::waitStream(void* stream, const std::string& what) {
+  return waitForStream(static_cast<cudaStream_t>(stream), kStreamWaitLimit, what);
+}
+
+StatusOr<void*> CudaBackend::allocate(int device, size_t bytes, bool pinned_host) {
+  void* data = nullptr;
+  if (pinned_host) {
+    RETURN_IF_ERROR(check(cudaMallocHost(&data, bytes), "cudaMallocHost of the staging buffer"));
+    return data;
   }
-  if (!pinned_host_) RETURN_IF_ERROR(check(cudaSetDevice(device_), "cudaSetDevice"));
-  RETURN_IF_ERROR(check(pinned_host_ ? cudaMallocHost(&data_, bytes) : cudaMalloc(&data_, bytes),
-                        pinned_host_ ? "cudaMallocHost of the staging buffer" : "cudaMalloc of the fusion buffer"));
-  bytes_ = bytes;
-  return static_cast<uint8_t*>(data_);
+  RETURN_IF_ERROR(select(device));
+  RETURN_IF_ERROR(check(cudaMalloc(&data, bytes), "cudaMalloc of the fusion buffer"));
+  return data;
+}
+
+void CudaBackend::release(int device, void* data, bool pinned_host) {
+  if (pinned_host) {
+    (void)cudaFreeHost(data);
+  } else if (select(device).isOk()) {
+    (void)cudaFree(data);
+  }
 }
 
 }  // namespace gradsync::gpu

@@ -3,6 +3,7 @@
 // without a GPU. Handles are "opened" into fake addresses.
 #pragma once
 
+#include <cstring>
 #include <map>
 #include <string>
 
@@ -17,6 +18,7 @@ class FakeGpuBackend : public GpuBackend {
     if (fail_open) return internalError("cudaErrorMapBufferObjectFailed");
     void* address = reinterpret_cast<void*>(next_address_);
     next_address_ += uint64_t{1} << 32;
+    if (map_host_pointers) std::memcpy(&address, handle.data(), sizeof(address));  // the handle names host memory
     open_memory[address] = handle;
     return address;
   }
@@ -43,6 +45,9 @@ class FakeGpuBackend : public GpuBackend {
   int memory_opens = 0;
   int synchronizations = 0;
   bool fail_open = false;
+  // Handles carry a host pointer in their first bytes, and "opening" one
+  // gives that pointer (tests of the executor on host memory).
+  bool map_host_pointers = false;
   std::map<void*, std::string> open_memory;
   std::map<void*, std::string> live_events;
 

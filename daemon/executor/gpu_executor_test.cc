@@ -1,0 +1,380 @@
+// SPDX-License-Identifier: Apache-2.0
+// The GPU executor's logic on host memory (FakeDeviceOps runs the CPU
+// kernels, FakeGpuBackend "maps" clients' buffers to host pointers): every
+// collective's layout and offsets, output checks, the staged path across
+// nodes, and the order of event waits and records.
+#include "daemon/executor/gpu_executor.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <functional>
+#include <set>
+
+#include "daemon/collective/reduce/cpu_reduce.h"
+#include "daemon/executor/executor_util.h"
+#include "daemon/gpu/fake_device_ops.h"
+#include "daemon/gpu/fake_gpu_backend.h"
+
+namespace gradsync::executor {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr uint64_t kBufferBytes = 1 << 16;
+constexpr uint64_t kBufferId = 77;
+
+// One rank: its "device" memory and its GPU state in the daemon.
+struct FakeRank {
+  std::vector<uint8_t> memory = std::vector<uint8_t>(kBufferBytes);
+  std::shared_ptr<gpu::ClientGpu> gpu;
+  uint8_t* at(uint64_t offset) { return memory.data() + offset; }
+};
+
+class FakeAccess : public RankAccess {
+ public:
+  const handoff::ShmArena* arena(int) override { return nullptr; }
+  StatusOr<std::vector<uint8_t*>> requestOutputs(const Response&, const std::vector<uint64_t>&,
+                                                 const std::vector<std::vector<int64_t>>&) override {
+    return unimplemented("CUDA collectives never ask for outputs");
+  }
+  bool multiNode() const override { return multi; }
+  bool isLocal(int rank) const override { return !multi || local.count(rank) > 0; }
+  Status crossNodeAllreduce(void* data, size_t count, DataType dtype, ReduceOp op) override {
+    return cross_allreduce(data, count, dtype, op);
+  }
+  Status crossNodeBroadcast(void* data, size_t bytes, int root) override { return cross_broadcast(data, bytes, root); }
+  std::shared_ptr<gpu::ClientGpu> gpuOf(int rank) override {
+    auto it = gpus.find(rank);
+    return it == gpus.end() ? nullptr : it->second;
+  }
+
+  std::map<int, std::shared_ptr<gpu::ClientGpu>> gpus;
+  bool multi = false;
+  std::set<int> local;
+  std::function<Status(void*, size_t, DataType, ReduceOp)> cross_allreduce;
+  std::function<Status(void*, size_t, int)> cross_broadcast;
+};
+
+class GpuExecutorTest : public ::testing::Test {
+ protected:
+  void makeRanks(int n) {
+    backend_.map_host_pointers = true;
+    ranks_.resize(n);
+    for (int r = 0; r < n; ++r) {
+      v1::CudaAttach attach;
+      attach.set_device_uuid("GPU-test");
+      for (int i = 0; i < 8; ++i) attach.add_ready_events(std::string(gpu::kIpcHandleBytes, 'e'));
+      auto gpu = gpu::ClientGpu::attach(&backend_, 0, "GPU-test", attach, "rank " + std::to_string(r));
+      ASSERT_TRUE(gpu.isOk()) << gpu.status().toString();
+      ranks_[r].gpu = std::move(gpu).value();
+      v1::CudaBufferExport exported;
+      exported.set_buffer_id(kBufferId);
+      exported.set_bytes(kBufferBytes);
+      std::string handle(gpu::kIpcHandleBytes, '\0');
+      void* base = ranks_[r].memory.data();
+      std::memcpy(handle.data(), &base, sizeof(base));
+      exported.set_ipc_handle(handle);
+      exported.set_device_uuid("GPU-test");
+      ASSERT_TRUE(ranks_[r].gpu->addBuffer(exported).isOk());
+      access_.gpus[r] = ranks_[r].gpu;
+    }
+  }
+  // A request of `rank` for `bytes` at `offset`, its output (if any) at `output_offset`.
+  Request request(int rank, const std::string& name, CollectiveType type, DataType dtype, std::vector<int64_t> shape,
+                  uint64_t offset, ReduceOp op = v1::SUM) {
+    Request q;
+    q.rank = rank;
+    q.name = name;
+    q.type = type;
+    q.dtype = dtype;
+    q.shape = std::move(shape);
+    q.op = op;
+    q.length = static_cast<uint64_t>(elementCount(q.shape, int64_t{1} << 40)) * elementSize(dtype);
+    q.cuda = coordinator::CudaRef{kBufferId, offset, static_cast<uint32_t>(rank % 8)};
+    return q;
+  }
+  static void withOutput(Request* q, uint64_t offset, uint64_t length) {
+    q->cuda_output = coordinator::CudaRef{kBufferId, offset, 0};
+    q->output_length = length;
+  }
+  static Response response(const std::string& name, std::vector<Request> requests) {
+    Response r;
+    r.name = name;
+    r.type = requests.front().type;
+    for (auto& q : requests) {
+      r.ranks.push_back(q.rank);
+      r.requests.emplace_back(std::move(q));
+    }
+    return r;
+  }
+  std::vector<ResponseResult> run(std::vector<Response> responses) {
+    fusion::FusedResponse fused;
+    fused.responses = std::move(responses);
+    return executor_.run(fused, access_);
+  }
+  // Position of `entry` in the device log (-1: absent).
+  int logged(const std::string& entry) const {
+    auto it = std::find(ops_.log.begin(), ops_.log.end(), entry);
+    return it == ops_.log.end() ? -1 : static_cast<int>(it - ops_.log.begin());
+  }
+  std::string ready(int rank, uint32_t slot) const { return gpu::FakeDeviceOps::name(ranks_[rank].gpu->readyEvent(slot)); }
+  std::string done(int rank, uint32_t slot) const { return gpu::FakeDeviceOps::name(ranks_[rank].gpu->doneEvent(slot)); }
+
+  gpu::FakeGpuBackend backend_;
+  gpu::FakeDeviceOps ops_;
+  GpuExecutor executor_{&ops_, nullptr};
+  FakeAccess access_;
+  std::vector<FakeRank> ranks_;
+};
+
+template <typename T>
+void fill(FakeRank& rank, uint64_t offset, size_t count, std::function<T(size_t)> value) {
+  auto* p = reinterpret_cast<T*>(rank.at(offset));
+  for (size_t i = 0; i < count; ++i) p[i] = value(i);
+}
+
+template <typename T>
+T element(FakeRank& rank, uint64_t offset, size_t i) {
+  return reinterpret_cast<T*>(rank.at(offset))[i];
+}
+
+TEST_F(GpuExecutorTest, AllreduceOfEveryDtypeAndOpMatchesTheCpuKernels) {
+  makeRanks(3);
+  const std::vector<DataType> dtypes = {v1::UINT8, v1::INT8,     v1::UINT16,  v1::INT16,   v1::INT32, v1::INT64,
+                                        v1::FLOAT16, v1::BFLOAT16, v1::FLOAT32, v1::FLOAT64, v1::BOOL};
+  const std::vector<ReduceOp> ops = {v1::SUM, v1::AVERAGE, v1::MIN, v1::MAX, v1::PRODUCT};
+  const size_t count = 37;
+  for (DataType dtype : dtypes) {
+    for (ReduceOp op : ops) {
+      if (!reduceOpAllowed(dtype, op)) continue;
+      const size_t bytes = count * elementSize(dtype);
+      // Inputs: deterministic bytes per rank; reference on copies.
+      std::vector<std::vector<uint8_t>> inputs(3, std::vector<uint8_t>(bytes));
+      for (int r = 0; r < 3; ++r) {
+        for (size_t b = 0; b < bytes; ++b) inputs[r][b] = static_cast<uint8_t>((b * 7 + r * 13) % 5);
+        std::memcpy(ranks_[r].at(128), inputs[r].data(), bytes);
+      }
+      std::vector<uint8_t> expected(bytes);
+      const void* in[3] = {inputs[0].data(), inputs[1].data(), inputs[2].data()};
+      void* out[1] = {expected.data()};
+      reduce::ReduceArgs args;
+      args.dtype = dtype;
+      args.op = op;
+      args.inputs = in;
+      args.num_inputs = 3;
+      args.outputs = out;
+      args.num_outputs = 1;
+      args.average_divisor = 3;
+      ASSERT_TRUE(reduce::validateReduceArgs(args).isOk());
+      reduce::reduceRange(args, 0, count);
+      const std::string name = "t." + dataTypeName(dtype) + "." + reduceOpName(op);
+      std::vector<Request> requests;
+      for (int r = 0; r < 3; ++r) requests.push_back(request(r, name, v1::ALLREDUCE, dtype, {int64_t(count)}, 128, op));
+      auto results = run({response(name, requests)});
+      ASSERT_TRUE(results[0].status.isOk()) << name << ": " << results[0].status.toString();
+      for (int r = 0; r < 3; ++r) {
+        EXPECT_EQ(std::memcmp(ranks_[r].at(128), expected.data(), bytes), 0) << name << " rank " << r;
+      }
+    }
+  }
+}
+
+TEST_F(GpuExecutorTest, EveryRanksReadyEventIsAwaitedBeforeItsTensorIsTouchedAndDoneRecordedAfter) {
+  makeRanks(2);
+  fill<float>(ranks_[0], 0, 4, [](size_t) { return 1.0f; });
+  fill<float>(ranks_[1], 0, 4, [](size_t) { return 2.0f; });
+  auto results = run({response("w", {request(0, "w", v1::ALLREDUCE, v1::FLOAT32, {4}, 0),
+                                     request(1, "w", v1::ALLREDUCE, v1::FLOAT32, {4}, 0)})});
+  ASSERT_TRUE(results[0].status.isOk()) << results[0].status.toString();
+  EXPECT_EQ(element<float>(ranks_[1], 0, 3), 3.0f);
+  const int reduce_at = logged("reduce");
+  for (int r = 0; r < 2; ++r) {
+    const uint32_t slot = static_cast<uint32_t>(r % 8);
+    ASSERT_GE(logged("wait " + ready(r, slot)), 0) << r;
+    EXPECT_LT(logged("wait " + ready(r, slot)), reduce_at) << r;
+    EXPECT_GT(logged("record " + done(r, slot)), reduce_at) << r;
+  }
+}
+
+TEST_F(GpuExecutorTest, PrescalePostscaleAndAverageOverTheWholeSet) {
+  makeRanks(2);
+  fill<float>(ranks_[0], 64, 8, [](size_t i) { return float(i); });
+  fill<float>(ranks_[1], 64, 8, [](size_t i) { return float(2 * i); });
+  Request a = request(0, "s", v1::ALLREDUCE, v1::FLOAT32, {8}, 64, v1::AVERAGE);
+  Request b = request(1, "s", v1::ALLREDUCE, v1::FLOAT32, {8}, 64, v1::AVERAGE);
+  a.prescale = b.prescale = 2.0;
+  a.postscale = b.postscale = 0.5;
+  Response r = response("s", {a, b});
+  r.ranks.push_back(2);  // a joined rank: no data, still counted by AVERAGE
+  r.requests.emplace_back();
+  auto results = run({r});
+  ASSERT_TRUE(results[0].status.isOk()) << results[0].status.toString();
+  for (size_t i = 0; i < 8; ++i) EXPECT_FLOAT_EQ(element<float>(ranks_[0], 64, i), (2 * i + 4 * i) / 3.0f * 0.5f);
+}
+
+TEST_F(GpuExecutorTest, BroadcastCopiesTheRootsTensorToEveryRank) {
+  makeRanks(3);
+  for (int r = 0; r < 3; ++r) fill<int64_t>(ranks_[r], 256, 5, [r](size_t i) { return int64_t(r * 100 + i); });
+  std::vector<Request> requests;
+  for (int r = 0; r < 3; ++r) {
+    requests.push_back(request(r, "b", v1::BROADCAST, v1::INT64, {5}, 256));
+    requests.back().root_rank = 1;
+  }
+  auto results = run({response("b", requests)});
+  ASSERT_TRUE(results[0].status.isOk()) << results[0].status.toString();
+  for (int r = 0; r < 3; ++r) EXPECT_EQ(element<int64_t>(ranks_[r], 256, 4), 104) << r;
+}
+
+TEST_F(GpuExecutorTest, RaggedAllgatherIntoCallerSizedOutputs) {
+  makeRanks(3);
+  std::vector<Request> requests;
+  for (int r = 0; r < 3; ++r) {
+    fill<int32_t>(ranks_[r], 0, (r + 1) * 2, [r](size_t i) { return int32_t(r * 10 + i); });
+    requests.push_back(request(r, "g", v1::ALLGATHER, v1::INT32, {r + 1, 2}, 0));
+    withOutput(&requests.back(), 4096, 6 * 2 * 4);
+  }
+  auto results = run({response("g", requests)});
+  ASSERT_TRUE(results[0].status.isOk()) << results[0].status.toString();
+  const std::vector<int32_t> want = {0, 1, 10, 11, 12, 13, 20, 21, 22, 23, 24, 25};
+  for (int r = 0; r < 3; ++r) {
+    for (size_t i = 0; i < want.size(); ++i) EXPECT_EQ(element<int32_t>(ranks_[r], 4096, i), want[i]) << r << " " << i;
+    EXPECT_EQ(results[0].members[r].output_shape, (std::vector<int64_t>{6, 2}));
+  }
+}
+
+TEST_F(GpuExecutorTest, AlltoallWithSplits) {
+  makeRanks(2);
+  // Rank r sends r + 1 rows to each rank: rows are r*100 + row index.
+  std::vector<Request> requests;
+  for (int r = 0; r < 2; ++r) {
+    fill<float>(ranks_[r], 0, 2 * (r + 1), [r](size_t i) { return float(r * 100 + i); });
+    requests.push_back(request(r, "a", v1::ALLTOALL, v1::FLOAT32, {2 * (r + 1)}, 0));
+    requests.back().splits = {r + 1, r + 1};
+    withOutput(&requests.back(), 8192, (1 + 2) * 4);
+  }
+  auto results = run({response("a", requests)});
+  ASSERT_TRUE(results[0].status.isOk()) << results[0].status.toString();
+  // Rank 0 gets row 0 of rank 0, then rows 0-1 of rank 1; rank 1 gets row 1 of rank 0, rows 2-3 of rank 1.
+  EXPECT_EQ(element<float>(ranks_[0], 8192, 0), 0.0f);
+  EXPECT_EQ(element<float>(ranks_[0], 8192, 2), 101.0f);
+  EXPECT_EQ(element<float>(ranks_[1], 8192, 0), 1.0f);
+  EXPECT_EQ(element<float>(ranks_[1], 8192, 2), 103.0f);
+  EXPECT_EQ(results[0].members[1].received_splits, (std::vector<int64_t>{1, 2}));
+}
+
+TEST_F(GpuExecutorTest, ReducescatterGivesTheFirstRanksTheExtraRow) {
+  makeRanks(2);
+  std::vector<Request> requests;
+  for (int r = 0; r < 2; ++r) {
+    fill<double>(ranks_[r], 0, 5 * 2, [r](size_t i) { return double(i + r); });
+    requests.push_back(request(r, "rs", v1::REDUCESCATTER, v1::FLOAT64, {5, 2}, 0));
+    withOutput(&requests.back(), 1024, (r == 0 ? 3 : 2) * 2 * 8);
+  }
+  auto results = run({response("rs", requests)});
+  ASSERT_TRUE(results[0].status.isOk()) << results[0].status.toString();
+  EXPECT_EQ(element<double>(ranks_[0], 1024, 0), 1.0);   // row 0: 0+1
+  EXPECT_EQ(element<double>(ranks_[0], 1024, 5), 11.0);  // row 2, col 1: 5+6
+  EXPECT_EQ(element<double>(ranks_[1], 1024, 0), 13.0);  // row 3: 6+7
+  EXPECT_EQ(results[0].members[1].output_shape, (std::vector<int64_t>{2, 2}));
+}
+
+TEST_F(GpuExecutorTest, AnOutputOfTheWrongSizeIsRefusedNamingTheRank) {
+  makeRanks(2);
+  std::vector<Request> requests;
+  for (int r = 0; r < 2; ++r) {
+    requests.push_back(request(r, "g", v1::ALLGATHER, v1::FLOAT32, {4}, 0));
+    withOutput(&requests.back(), 4096, r == 0 ? 32 : 16);
+  }
+  auto results = run({response("g", requests)});
+  EXPECT_EQ(results[0].status.code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(results[0].status.message(), HasSubstr("rank 1 gave an output of 16 bytes; the result has 32"));
+}
+
+TEST_F(GpuExecutorTest, ARankThatLeftFailsTheCollectiveNamingIt) {
+  makeRanks(2);
+  access_.gpus.erase(1);
+  auto results = run({response("w", {request(0, "w", v1::ALLREDUCE, v1::FLOAT32, {4}, 0),
+                                     request(1, "w", v1::ALLREDUCE, v1::FLOAT32, {4}, 0)})});
+  EXPECT_EQ(results[0].status.code(), StatusCode::kFailedPrecondition);
+  EXPECT_THAT(results[0].status.message(), HasSubstr("rank 1 has no GPU attached"));
+}
+
+// Across nodes without NCCL: local reduce, host staging, the ring (faked:
+// another node adds its contribution), then every local rank's result.
+TEST_F(GpuExecutorTest, StagedAllreduceAcrossNodesWithAFusedBucket) {
+  makeRanks(2);
+  access_.multi = true;
+  access_.local = {0, 1};
+  fill<float>(ranks_[0], 0, 4, [](size_t) { return 1.0f; });
+  fill<float>(ranks_[1], 0, 4, [](size_t) { return 2.0f; });
+  std::vector<float> seen;
+  access_.cross_allreduce = [&](void* data, size_t count, DataType dtype, ReduceOp op) {
+    EXPECT_EQ(op, v1::SUM);  // AVERAGE sums among the nodes, divides after
+    auto* f = static_cast<float*>(data);
+    seen.assign(f, f + count);
+    for (size_t i = 0; i < count; ++i) f[i] += 10.0f;  // the other node (rank 2)
+    return okStatus();
+  };
+  Request a0 = request(0, "a", v1::ALLREDUCE, v1::FLOAT32, {4}, 0, v1::AVERAGE);
+  Request a1 = request(1, "a", v1::ALLREDUCE, v1::FLOAT32, {4}, 0, v1::AVERAGE);
+  Request a2 = request(2, "a", v1::ALLREDUCE, v1::FLOAT32, {4}, 0, v1::AVERAGE);  // remote
+  // A second tensor only the remote rank holds (a process set): identities here.
+  Request b2 = request(2, "b", v1::ALLREDUCE, v1::FLOAT32, {2}, 0, v1::AVERAGE);
+  auto results = run({response("a", {a0, a1, a2}), response("b", {b2})});
+  ASSERT_TRUE(results[0].status.isOk()) << results[0].status.toString();
+  ASSERT_EQ(seen.size(), 6u);
+  EXPECT_EQ(seen[0], 3.0f);  // 1 + 2 from the local ranks
+  EXPECT_EQ(seen[4], 0.0f);  // identity of SUM for "b"
+  for (int r = 0; r < 2; ++r) EXPECT_FLOAT_EQ(element<float>(ranks_[r], 0, 3), 13.0f / 3) << r;
+}
+
+TEST_F(GpuExecutorTest, StagedBroadcastFromARootOnAnotherNode) {
+  makeRanks(2);
+  access_.multi = true;
+  access_.local = {0, 1};
+  access_.cross_broadcast = [&](void* data, size_t bytes, int root) {
+    EXPECT_EQ(root, 2);
+    std::memset(data, 0x2a, bytes);
+    return okStatus();
+  };
+  std::vector<Request> requests;
+  for (int r = 0; r < 3; ++r) {
+    requests.push_back(request(r, "bc", v1::BROADCAST, v1::UINT8, {16}, 512));
+    requests.back().root_rank = 2;
+  }
+  auto results = run({response("bc", requests)});
+  ASSERT_TRUE(results[0].status.isOk()) << results[0].status.toString();
+  for (int r = 0; r < 2; ++r) EXPECT_EQ(element<uint8_t>(ranks_[r], 512, 15), 0x2a) << r;
+}
+
+TEST_F(GpuExecutorTest, CollectivesWithOutputsAcrossNodesSayTheyAreNotBuilt) {
+  makeRanks(1);
+  access_.multi = true;
+  access_.local = {0};
+  Request q = request(0, "g", v1::ALLGATHER, v1::FLOAT32, {4}, 0);
+  withOutput(&q, 4096, 32);
+  Request remote = request(1, "g", v1::ALLGATHER, v1::FLOAT32, {4}, 0);
+  auto results = run({response("g", {q, remote})});
+  EXPECT_EQ(results[0].status.code(), StatusCode::kUnimplemented);
+  EXPECT_THAT(results[0].status.message(), HasSubstr("across nodes is not implemented yet"));
+}
+
+TEST_F(GpuExecutorTest, OneStreamPerJobAndDeviceReleasedWithTheExecutor) {
+  makeRanks(2);
+  {
+    GpuExecutor executor(&ops_, nullptr);
+    fusion::FusedResponse fused;
+    fused.responses = {response("w", {request(0, "w", v1::ALLREDUCE, v1::FLOAT32, {4}, 0),
+                                      request(1, "w", v1::ALLREDUCE, v1::FLOAT32, {4}, 0)})};
+    ASSERT_TRUE(executor.run(fused, access_)[0].status.isOk());
+    ASSERT_TRUE(executor.run(fused, access_)[0].status.isOk());
+    EXPECT_EQ(ops_.streams_made, 1);
+  }
+  EXPECT_EQ(ops_.streams_released, 1);
+}
+
+}  // namespace
+}  // namespace gradsync::executor

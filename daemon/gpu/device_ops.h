@@ -1,0 +1,81 @@
+// SPDX-License-Identifier: Apache-2.0
+// What the GPU executor asks of a device, as an interface: CudaBackend
+// (cuda_backend.h) does it on a GPU; a fake that does the same on host
+// memory (fake_device_ops.h) lets the executor's logic (layouts, offsets,
+// output checks, staging, event order) be tested on machines without one.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "daemon/collective/cuda/local_reduce.h"
+#include "daemon/common/status.h"
+
+namespace gradsync::gpu {
+
+// How long the daemon waits for its own stream before giving up: work that
+// waits on an event of a client that died may never finish, and no daemon
+// thread may hang on it.
+constexpr std::chrono::seconds kStreamWaitLimit{10};
+
+enum class CopyKind { kDeviceToDevice, kDeviceToHost, kHostToDevice };
+
+// Streams and events are opaque handles (cudaStream_t, cudaEvent_t).
+class DeviceOps {
+ public:
+  virtual ~DeviceOps() = default;
+  // Makes `device` current on the calling thread.
+  virtual Status select(int device) = 0;
+  virtual StatusOr<void*> newStream(int device) = 0;
+  // Waits (bounded) for the stream, then destroys it.
+  virtual Status releaseStream(int device, void* stream) = 0;
+  // The stream waits for the event's latest record (no host wait).
+  virtual Status waitEvent(void* stream, void* event) = 0;
+  virtual Status recordEvent(void* event, void* stream) = 0;
+  virtual Status copy(void* dst, const void* src, size_t bytes, CopyKind kind, void* stream) = 0;
+  // The element-wise reduction of local_reduce.h, enqueued on `stream`.
+  virtual Status reduce(const cuda::LocalReduceArgs& args, void* stream) = 0;
+  // Host waits for the stream to drain, at most kStreamWaitLimit.
+  virtual Status waitStream(void* stream, const std::string& what) = 0;
+  // Device memory on `device`, or pinned host memory when `pinned_host`.
+  virtual StatusOr<void*> allocate(int device, size_t bytes, bool pinned_host) = 0;
+  virtual void release(int device, void* data, bool pinned_host) = 0;
+};
+
+// Device memory or pinned host memory that only grows: allocated once,
+// reused for every batch of one job.
+class GrowingBuffer {
+ public:
+  GrowingBuffer(DeviceOps* ops, bool pinned_host, int device) : ops_(ops), pinned_host_(pinned_host), device_(device) {}
+  ~GrowingBuffer() {
+    if (data_ != nullptr) ops_->release(device_, data_, pinned_host_);
+  }
+  GrowingBuffer(const GrowingBuffer&) = delete;
+  GrowingBuffer& operator=(const GrowingBuffer&) = delete;
+  // At least `bytes`. Growing frees the old buffer once `users` (a stream
+  // that may still read it; null: none) drained, within the bounded wait.
+  StatusOr<uint8_t*> reserve(size_t bytes, void* users) {
+    bytes = bytes < 64 ? 64 : bytes;
+    if (bytes <= bytes_) return static_cast<uint8_t*>(data_);
+    if (data_ != nullptr) {
+      if (users != nullptr) RETURN_IF_ERROR(ops_->waitStream(users, "growing a buffer"));
+      ops_->release(device_, data_, pinned_host_);
+      data_ = nullptr;
+      bytes_ = 0;
+    }
+    ASSIGN_OR_RETURN(data_, ops_->allocate(device_, bytes, pinned_host_));
+    bytes_ = bytes;
+    return static_cast<uint8_t*>(data_);
+  }
+
+ private:
+  DeviceOps* const ops_;
+  const bool pinned_host_;
+  const int device_;
+  void* data_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+}  // namespace gradsync::gpu

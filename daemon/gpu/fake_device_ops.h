@@ -1,0 +1,76 @@
+// SPDX-License-Identifier: Apache-2.0
+// DeviceOps on host memory, for tests of the GPU executor on machines
+// without a GPU: "device" memory is host memory, kernels are the CPU
+// kernels (same semantics), copies are memcpy, everything runs at once.
+// Event waits and records are logged in order, so tests can check that a
+// rank's ready event is waited for before anything touches its tensor and
+// its done event recorded after.
+#pragma once
+
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "daemon/collective/reduce/cpu_reduce.h"
+#include "daemon/gpu/device_ops.h"
+
+namespace gradsync::gpu {
+
+class FakeDeviceOps : public DeviceOps {
+ public:
+  Status select(int device) override { return okStatus(); }
+  StatusOr<void*> newStream(int device) override {
+    ++streams_made;
+    return reinterpret_cast<void*>(static_cast<uintptr_t>(0x5000 + streams_made));
+  }
+  Status releaseStream(int device, void* stream) override {
+    ++streams_released;
+    return okStatus();
+  }
+  Status waitEvent(void* stream, void* event) override {
+    log.push_back("wait " + name(event));
+    return okStatus();
+  }
+  Status recordEvent(void* event, void* stream) override {
+    log.push_back("record " + name(event));
+    return okStatus();
+  }
+  Status copy(void* dst, const void* src, size_t bytes, CopyKind kind, void* stream) override {
+    std::memmove(dst, src, bytes);
+    log.push_back("copy");
+    return okStatus();
+  }
+  Status reduce(const cuda::LocalReduceArgs& args, void* stream) override {
+    reduce::ReduceArgs cpu;
+    cpu.dtype = static_cast<DataType>(args.dtype);
+    cpu.op = static_cast<ReduceOp>(args.op);
+    cpu.inputs = args.inputs;
+    cpu.num_inputs = args.num_inputs;
+    cpu.outputs = args.outputs;
+    cpu.num_outputs = args.num_outputs;
+    cpu.prescale = args.prescale;
+    cpu.postscale = args.postscale;
+    cpu.average_divisor = args.average_divisor;
+    RETURN_IF_ERROR(reduce::validateReduceArgs(cpu));
+    reduce::reduceRange(cpu, 0, args.count);
+    log.push_back("reduce");
+    return okStatus();
+  }
+  Status waitStream(void* stream, const std::string& what) override { return okStatus(); }
+  StatusOr<void*> allocate(int device, size_t bytes, bool pinned_host) override {
+    ++allocations;
+    return std::calloc(bytes, 1);
+  }
+  void release(int device, void* data, bool pinned_host) override { std::free(data); }
+
+  // Events are named by the test (ClientGpu's fake backend makes them).
+  static std::string name(void* event) { return std::to_string(reinterpret_cast<uintptr_t>(event)); }
+
+  std::vector<std::string> log;
+  int streams_made = 0;
+  int streams_released = 0;
+  int allocations = 0;
+};
+
+}  // namespace gradsync::gpu
