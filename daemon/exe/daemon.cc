@@ -53,11 +53,9 @@ std::string hostName() {
 
 }  // namespace
 
-Daemon::Daemon(const v1::DaemonConfig& config) : config_(config) {}
-
-StatusOr<std::unique_ptr<Daemon>> Daemon::start(const v1::DaemonConfig& config) {
+StatusOr<std::unique_ptr<Daemon>> Daemon::start(const v1::DaemonConfig& config, GpuFactory make_gpus) {
   RETURN_IF_ERROR(setLogLevel(config.log_level()));
-  std::unique_ptr<Daemon> daemon(new Daemon(config));
+  std::unique_ptr<Daemon> daemon(new Daemon(config, std::move(make_gpus)));
   RETURN_IF_ERROR(daemon->startServers());
   return daemon;
 }
@@ -72,6 +70,7 @@ Status Daemon::startServers() {
   facts.hostname = hostName();
   facts.pid = static_cast<int64_t>(::getpid());
   facts.gpus = gpu::probeGpus();
+  gpus_ = make_gpus_ ? make_gpus_(&facts.gpus) : gpu::GpuNode::create(facts.gpus);
   facts.config = config_;
   facts.started = std::chrono::steady_clock::now();
   loadNccl(&facts);
@@ -82,7 +81,7 @@ Status Daemon::startServers() {
     GS_LOG(main, info, "GPU {}: {} {} ({} MiB, compute mode {}, PCI {})", g.index, g.uuid, g.name,
            g.total_memory_bytes >> 20, g.compute_mode, g.pci_bus_id);
   }
-  gpus_ = gpu::GpuNode::create(facts.gpus);
+
   const std::string no_gpu_reason =
       "gradsyncd on host " + facts.hostname + " has no GPU" + (facts.gpus.note.empty() ? "" : " (" + facts.gpus.note + ")");
 

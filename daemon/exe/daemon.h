@@ -5,6 +5,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include <condition_variable>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -23,11 +24,16 @@ namespace gradsync::exe {
 
 constexpr const char* kVersion = "0.1.0";
 
+// Makes the node's GPUs from the inventory the daemon probed (which it may
+// amend); null: none. Default: the real GPUs through CUDA (tests of the GPU
+// path on machines without one give host-memory doubles).
+using GpuFactory = std::function<std::unique_ptr<gpu::GpuNode>(gpu::GpuInventory* inventory)>;
+
 class Daemon {
  public:
   // Binds both sockets and starts serving. Errors: the socket is in use by a
   // running daemon, a path cannot be bound, the group does not exist.
-  static StatusOr<std::unique_ptr<Daemon>> start(const v1::DaemonConfig& config);
+  static StatusOr<std::unique_ptr<Daemon>> start(const v1::DaemonConfig& config, GpuFactory make_gpus = nullptr);
   ~Daemon();
 
   // Fails every job in flight ("daemon shutting down"), stops the servers
@@ -35,7 +41,7 @@ class Daemon {
   void shutdown();
 
  private:
-  explicit Daemon(const v1::DaemonConfig& config);
+  Daemon(const v1::DaemonConfig& config, GpuFactory make_gpus) : config_(config), make_gpus_(std::move(make_gpus)) {}
   Status startServers();
   // Binds the peer service (TCP) when configured; returns its address.
   StatusOr<std::string> startPeerServer();
@@ -45,6 +51,7 @@ class Daemon {
   void loadNccl(server::DaemonFacts* facts);
 
   const v1::DaemonConfig config_;
+  const GpuFactory make_gpus_;
   std::unique_ptr<gpu::NcclLibrary> nccl_;
   std::unique_ptr<gpu::GpuNode> gpus_;  // null without GPUs
   std::unique_ptr<executor::ReducePool> pool_;

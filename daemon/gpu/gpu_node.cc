@@ -1,15 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "daemon/gpu/gpu_node.h"
 
+#include "daemon/gpu/cuda_backend.h"
+
 namespace gradsync::gpu {
 
 std::unique_ptr<GpuNode> GpuNode::create(const GpuInventory& inventory) {
   if (inventory.gpus.empty()) return nullptr;
-  return std::unique_ptr<GpuNode>(new GpuNode(inventory));
+  return withBackend(inventory.gpus, std::make_unique<CudaBackend>(static_cast<int>(inventory.gpus.size())));
 }
-
-GpuNode::GpuNode(const GpuInventory& inventory)
-    : gpus_(inventory.gpus), backend_(std::make_unique<CudaBackend>(static_cast<int>(inventory.gpus.size()))) {}
 
 StatusOr<int> GpuNode::deviceOf(const std::string& uuid) const {
   std::string known;

@@ -1,32 +1,48 @@
 // SPDX-License-Identifier: Apache-2.0
 // The daemon's GPUs, found by UUID (never by ordinal: CUDA_VISIBLE_DEVICES
-// differs from process to process), and the backend that imports clients'
-// memory on them. Absent (null) on a node without GPUs.
+// differs from process to process), with what imports clients' memory on
+// them (GpuBackend) and what runs collectives on them (DeviceOps). Absent
+// (null) on a node without GPUs.
 #pragma once
 
 #include <memory>
 #include <string>
 #include <vector>
 
-#include "daemon/gpu/cuda_backend.h"
+#include "daemon/gpu/device_ops.h"
+#include "daemon/gpu/gpu_backend.h"
 #include "daemon/gpu/gpu_inventory.h"
 
 namespace gradsync::gpu {
 
 class GpuNode {
  public:
-  // Null when the inventory lists no GPU.
+  // The node's real GPUs through the CUDA runtime; null when the inventory
+  // lists none.
   static std::unique_ptr<GpuNode> create(const GpuInventory& inventory);
+  // `gpus` served by one object that is both backends (tests use host-memory
+  // doubles of them).
+  template <typename Backend>
+  static std::unique_ptr<GpuNode> withBackend(std::vector<GpuInfo> gpus, std::unique_ptr<Backend> backend) {
+    std::unique_ptr<GpuNode> node(new GpuNode(std::move(gpus)));
+    node->backend_ = backend.get();
+    node->ops_ = backend.get();
+    node->owned_ = std::shared_ptr<void>(backend.release(), [](void* p) { delete static_cast<Backend*>(p); });
+    return node;
+  }
 
-  CudaBackend& backend() { return *backend_; }
+  GpuBackend& backend() { return *backend_; }
+  DeviceOps& ops() { return *ops_; }
   // The ordinal of the GPU with `uuid`; NOT_FOUND names the GPUs there are.
   StatusOr<int> deviceOf(const std::string& uuid) const;
   std::vector<std::string> uuids() const;
 
  private:
-  explicit GpuNode(const GpuInventory& inventory);
+  explicit GpuNode(std::vector<GpuInfo> gpus) : gpus_(std::move(gpus)) {}
   std::vector<GpuInfo> gpus_;
-  std::unique_ptr<CudaBackend> backend_;
+  GpuBackend* backend_ = nullptr;
+  DeviceOps* ops_ = nullptr;
+  std::shared_ptr<void> owned_;
 };
 
 }  // namespace gradsync::gpu

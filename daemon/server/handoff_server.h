@@ -14,6 +14,7 @@
 
 #include "daemon/common/unique_fd.h"
 #include "daemon/gpu/gpu_node.h"
+#include "proto/gradsync/v1/control.pb.h"
 #include "daemon/server/job_registry.h"
 
 namespace gradsync::server {

@@ -47,7 +47,7 @@ Job::Job(JobSpec spec, JobLimits limits, executor::ReducePool* pool)
     : spec_(std::move(spec)),
       limits_(limits),
       gpu_executor_(limits_.gpus ? std::make_unique<executor::GpuExecutor>(
-                                       &limits_.gpus->backend(), limits_.nccl_between_daemons ? limits_.nccl : nullptr)
+                                       &limits_.gpus->ops(), limits_.nccl_between_daemons ? limits_.nccl : nullptr)
                                  : nullptr),
       executor_(pool, gpu_executor_.get()),
       negotiator_(spec_.job_id, spec_.size, spec_.process_sets) {
