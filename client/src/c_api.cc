@@ -107,6 +107,9 @@ gradsync::StatusOr<OpSpec> specFrom(const gradsync_op_t* op) {
     spec.stream = op->stream;
     spec.output = op->output;
     spec.output_bytes = op->output_bytes;
+    if (spec.output == nullptr && spec.output_bytes > 0) {
+      return gradsync::invalidArgument("output_bytes without an output buffer");
+    }
   }
   return spec;
 }

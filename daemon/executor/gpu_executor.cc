@@ -162,6 +162,14 @@ Status GpuExecutor::waitReady(const Members& m) {
   return okStatus();
 }
 
+Status GpuExecutor::recordDoneAfter(const Members& m, Status status) {
+  // Once the stream waited for the ranks' ready events, their done events
+  // are recorded whatever happened since: the ranks' streams wait on them
+  // before reusing their tensors.
+  Status recorded = recordDone(m);
+  return status.isOk() ? recorded : status;
+}
+
 Status GpuExecutor::recordDone(const Members& m) {
   for (const auto& member : m.list) {
     RETURN_IF_ERROR(context(ops_->recordEvent(member.gpu->doneEvent(member.slot), m.stream),
@@ -188,8 +196,7 @@ Status GpuExecutor::allreduce(const Response& r, RankAccess& access) {
   args.postscale = first.postscale;
   args.average_divisor = static_cast<int>(r.ranks.size());
   RETURN_IF_ERROR(waitReady(m));
-  RETURN_IF_ERROR(context(ops_->reduce(args, m.stream), "tensor '" + r.name + "'"));
-  return recordDone(m);
+  return recordDoneAfter(m, context(ops_->reduce(args, m.stream), "tensor '" + r.name + "'"));
 }
 
 Status GpuExecutor::broadcast(const Response& r, RankAccess& access) {
@@ -202,12 +209,13 @@ Status GpuExecutor::broadcast(const Response& r, RankAccess& access) {
   }
   if (source == nullptr) return failedPrecondition("tensor '" + r.name + "': broadcast root " + std::to_string(root) + " is not on this node");
   RETURN_IF_ERROR(waitReady(m));
+  Status status = okStatus();
   for (const auto& member : m.list) {
-    if (member.data == source) continue;
-    RETURN_IF_ERROR(context(ops_->copy(member.data, source, r.first().length, gpu::CopyKind::kDeviceToDevice, m.stream),
-                            "tensor '" + r.name + "': copy to rank " + std::to_string(member.rank)));
+    if (member.data == source || !status.isOk()) continue;
+    status = context(ops_->copy(member.data, source, r.first().length, gpu::CopyKind::kDeviceToDevice, m.stream),
+                     "tensor '" + r.name + "': copy to rank " + std::to_string(member.rank));
   }
-  return recordDone(m);
+  return recordDoneAfter(m, status);
 }
 
 Status GpuExecutor::stagedAllreduce(const std::vector<const Response*>& responses, RankAccess& access) {
@@ -242,10 +250,13 @@ Status GpuExecutor::stagedAllreduce(const std::vector<const Response*>& response
   if (device < 0) device = comm_device_;
   ASSIGN_OR_RETURN(void* stream, streamFor(device));
   ASSIGN_OR_RETURN(uint8_t * fused, fusionFor(device).reserve(total * esize, stream));
+  std::vector<const Members*> waited;  // their done events are recorded whatever happens next
+  Status status = [&]() -> Status {
   // 1. Local ranks into the device's fusion buffer (prescale, no average).
   for (size_t t = 0; t < responses.size(); ++t) {
     if (members[t].list.empty()) continue;
     RETURN_IF_ERROR(waitReady(members[t]));
+    waited.push_back(&members[t]);
     cuda::LocalReduceArgs gather;
     gather.dtype = static_cast<cuda::Dtype>(first.dtype);
     gather.op = static_cast<cuda::Op>(ring_op);
@@ -303,9 +314,11 @@ Status GpuExecutor::stagedAllreduce(const std::vector<const Response*>& response
     scatter.postscale = first.postscale;
     scatter.average_divisor = static_cast<int>(responses[t]->ranks.size());
     RETURN_IF_ERROR(context(ops_->reduce(scatter, stream), "tensor '" + responses[t]->name + "'"));
-    RETURN_IF_ERROR(recordDone(members[t]));
   }
   return okStatus();
+  }();
+  for (const Members* m : waited) status = recordDoneAfter(*m, status);
+  return status;
 }
 
 Status GpuExecutor::stagedBroadcast(const Response& r, RankAccess& access) {
@@ -318,18 +331,21 @@ Status GpuExecutor::stagedBroadcast(const Response& r, RankAccess& access) {
   }
   ASSIGN_OR_RETURN(uint8_t * host, staging_.reserve(first.length, nullptr));
   RETURN_IF_ERROR(waitReady(m));
-  if (root != nullptr) {
-    RETURN_IF_ERROR(context(ops_->copy(host, root, first.length, gpu::CopyKind::kDeviceToHost, m.stream),
-                            "tensor '" + r.name + "': copy of the root's tensor to the staging buffer"));
-    RETURN_IF_ERROR(ops_->waitStream(m.stream, "waiting for the root's tensor"));
-  }
-  RETURN_IF_ERROR(access.crossNodeBroadcast(host, first.length, first.root_rank));
-  for (const auto& member : m.list) {
-    if (member.data == root) continue;
-    RETURN_IF_ERROR(context(ops_->copy(member.data, host, first.length, gpu::CopyKind::kHostToDevice, m.stream),
-                            "tensor '" + r.name + "': copy to rank " + std::to_string(member.rank)));
-  }
-  RETURN_IF_ERROR(recordDone(m));
+  Status status = [&]() -> Status {
+    if (root != nullptr) {
+      RETURN_IF_ERROR(context(ops_->copy(host, root, first.length, gpu::CopyKind::kDeviceToHost, m.stream),
+                              "tensor '" + r.name + "': copy of the root's tensor to the staging buffer"));
+      RETURN_IF_ERROR(ops_->waitStream(m.stream, "waiting for the root's tensor"));
+    }
+    RETURN_IF_ERROR(access.crossNodeBroadcast(host, first.length, first.root_rank));
+    for (const auto& member : m.list) {
+      if (member.data == root) continue;
+      RETURN_IF_ERROR(context(ops_->copy(member.data, host, first.length, gpu::CopyKind::kHostToDevice, m.stream),
+                              "tensor '" + r.name + "': copy to rank " + std::to_string(member.rank)));
+    }
+    return okStatus();
+  }();
+  RETURN_IF_ERROR(recordDoneAfter(m, status));
   // The staging buffer is the job's: free for the next batch only once read.
   return ops_->waitStream(m.stream, "waiting for the copies from the staging buffer");
 }
@@ -355,7 +371,11 @@ ResponseResult GpuExecutor::allgather(const Response& r, RankAccess& access) {
   for (const auto& request : r.requests) total_rows += request->shape.empty() ? 1 : request->shape[0];
   const auto shape = withFirstDim(r.first().shape, total_rows);
   Status status = checkOutputs(r, m, std::vector<uint64_t>(m.list.size(), total_rows * row));
-  if (status.isOk()) status = waitReady(m);
+  bool waited = false;
+  if (status.isOk()) {
+    status = waitReady(m);
+    waited = status.isOk();
+  }
   for (size_t j = 0; status.isOk() && j < m.list.size(); ++j) {
     size_t offset = 0;
     for (size_t i = 0; status.isOk() && i < m.list.size(); ++i) {
@@ -366,7 +386,7 @@ ResponseResult GpuExecutor::allgather(const Response& r, RankAccess& access) {
       offset += length;
     }
   }
-  if (status.isOk()) status = recordDone(m);
+  if (waited) status = recordDoneAfter(m, status);
   ResponseResult result = failed(r, status);
   if (status.isOk()) {
     for (auto& member : result.members) member.output_shape = shape;
@@ -383,7 +403,11 @@ ResponseResult GpuExecutor::alltoall(const Response& r, RankAccess& access) {
   ResponseResult result = failed(r, okStatus());
   const OutputLayout layout = alltoallLayout(r, &result);
   Status status = checkOutputs(r, m, layout.bytes);
-  if (status.isOk()) status = waitReady(m);
+  bool waited = false;
+  if (status.isOk()) {
+    status = waitReady(m);
+    waited = status.isOk();
+  }
   std::vector<size_t> written(n, 0);
   for (size_t i = 0; status.isOk() && i < n; ++i) {
     size_t read = 0;
@@ -398,7 +422,7 @@ ResponseResult GpuExecutor::alltoall(const Response& r, RankAccess& access) {
       read += length;
     }
   }
-  if (status.isOk()) status = recordDone(m);
+  if (waited) status = recordDoneAfter(m, status);
   return status.isOk() ? result : failed(r, status);
 }
 
@@ -414,7 +438,11 @@ ResponseResult GpuExecutor::reducescatter(const Response& r, RankAccess& access)
   ResponseResult result = failed(r, okStatus());
   const OutputLayout layout = reducescatterLayout(r, rows, &result);
   Status status = checkOutputs(r, m, layout.bytes);
-  if (status.isOk()) status = waitReady(m);
+  bool waited = false;
+  if (status.isOk()) {
+    status = waitReady(m);
+    waited = status.isOk();
+  }
   size_t start_row = 0;
   for (size_t j = 0; status.isOk() && j < m.list.size(); ++j) {
     cuda::LocalReduceArgs args;
@@ -431,7 +459,7 @@ ResponseResult GpuExecutor::reducescatter(const Response& r, RankAccess& access)
     status = context(ops_->reduce(args, m.stream), "tensor '" + r.name + "'");
     start_row += rows[j];
   }
-  if (status.isOk()) status = recordDone(m);
+  if (waited) status = recordDoneAfter(m, status);
   return status.isOk() ? result : failed(r, status);
 }
 

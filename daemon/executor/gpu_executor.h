@@ -58,6 +58,7 @@ class GpuExecutor : public DeviceExecutor {
   StatusOr<Members> resolve(const Response& r, RankAccess& access);
   Status waitReady(const Members& m);
   Status recordDone(const Members& m);
+  Status recordDoneAfter(const Members& m, Status status);
   Status allreduce(const Response& r, RankAccess& access);
   Status broadcast(const Response& r, RankAccess& access);
   // Across nodes, through host memory and the daemons' ring.

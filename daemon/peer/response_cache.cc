@@ -27,6 +27,11 @@ std::string ResponseCache::signature(const coordinator::Response& response) {
 
 std::pair<uint64_t, bool> ResponseCache::assign(const coordinator::Response& response) {
   if (!response.status.isOk()) return {0, false};
+  // CUDA requests carry per-step references (allocation, offset, event slot,
+  // output) that a cache id would not: they always travel in full.
+  for (const auto& request : response.requests) {
+    if (request && request->onCuda()) return {0, false};
+  }
   const std::string key = signature(response);
   auto it = by_signature_.find(key);
   if (it != by_signature_.end()) return {it->second, false};
@@ -51,6 +56,7 @@ const coordinator::Response* ResponseCache::find(uint64_t id) const {
 }
 
 uint64_t ResponseCache::idFor(const coordinator::Request& request) const {
+  if (request.onCuda()) return 0;
   auto it = by_request_.find(signature(request));
   return it == by_request_.end() ? 0 : it->second;
 }

@@ -4,7 +4,8 @@
 // response an id; both sides keep the response's metadata under it. Later
 // requests and responses with the same metadata travel as the id plus the
 // per-step handle and offset. Bounded: past `capacity` entries nothing new
-// is cached (steady-state training repeats the same tensors).
+// is cached (steady-state training repeats the same tensors). CUDA requests
+// are never cached: their allocation, offset and event slot change per step.
 #pragma once
 
 #include <cstdint>

@@ -51,7 +51,8 @@ TEST(ResponseCacheTest, ChangedMetadataIsNotAHit) {
   EXPECT_EQ(cache.idFor(other), 0u);
   auto on_gpu = response("w", 8, 10);
   for (auto& q : on_gpu.requests) q->cuda = coordinator::CudaRef{1, 0, 0};
-  EXPECT_NE(cache.assign(on_gpu).first, first.first);  // same tensor, other device
+  EXPECT_EQ(cache.assign(on_gpu).first, 0u);  // CUDA requests carry per-step references: never cached
+  EXPECT_EQ(cache.idFor(on_gpu.requests[0].value()), 0u);
 }
 
 TEST(ResponseCacheTest, FailedResponsesAreNotCachedAndCapacityHolds) {

@@ -94,6 +94,11 @@ Status checkCuda(const std::string& prefix, const v1::Enqueue& e, const EnqueueC
     return failedPrecondition(prefix + "is a CUDA tensor, but the rank has not attached its GPU (hand-off CudaAttach)");
   }
   RETURN_IF_ERROR(c.gpu->checkSlot(e.cuda().event_slot()));
+  // The kernels load whole elements: a misaligned one would fault the GPU.
+  const uint64_t esize = elementSize(e.dtype());
+  if (e.cuda().offset() % esize != 0 || (e.has_cuda_output() && e.cuda_output().offset() % esize != 0)) {
+    return invalidArgument(prefix + "CUDA offset not aligned to its " + std::to_string(esize) + "-byte elements");
+  }
   RETURN_IF_ERROR(c.gpu->address(e.cuda().buffer_id(), e.cuda().offset(), e.length()).status());
   const bool has_output = e.type() == v1::ALLGATHER || e.type() == v1::ALLTOALL || e.type() == v1::REDUCESCATTER;
   if (has_output != e.has_cuda_output()) {

@@ -177,7 +177,9 @@ TEST_F(EnqueueValidationTest, CudaTensorsAreCheckedAgainstTheRanksExports) {
   EXPECT_EQ(r->cuda->offset, 64u);
   EXPECT_EQ(r->cuda->event_slot, 1u);
   EXPECT_EQ(enqueueOf(*r).cuda().offset(), 64u);  // survives forwarding
-  e.mutable_cuda()->set_offset(65);
+  e.mutable_cuda()->set_offset(66);
+  EXPECT_THAT(check(e).message(), HasSubstr("not aligned to its 4-byte elements"));
+  e.mutable_cuda()->set_offset(68);
   EXPECT_EQ(check(e).code(), StatusCode::kOutOfRange);
   e.mutable_cuda()->set_offset(0);
   e.mutable_cuda()->set_event_slot(2);

@@ -182,7 +182,12 @@ Status CudaSession::complete(const Prepared& prepared, bool ok) {
   std::lock_guard<std::mutex> lock(mutex_);
   const uint32_t slot = prepared.ref.event_slot();
   if (slot >= done_.size()) return internalError("CUDA event slot out of range");
-  Status waited = ok ? driver_->streamWaitEvent(context_, prepared.stream, done_[slot]) : okStatus();
+  // Even a failed operation may have queued work on the daemon's stream
+  // before it failed (the daemon records done once it waited for ready):
+  // the caller's stream waits either way. A done event never recorded for
+  // this operation holds its earlier, completed record: no wait then.
+  (void)ok;
+  Status waited = driver_->streamWaitEvent(context_, prepared.stream, done_[slot]);
   free_slots_.push_back(slot);
   return waited;
 }

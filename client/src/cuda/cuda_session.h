@@ -51,8 +51,8 @@ class CudaSession {
   // exported like an input (no event slot: the input's orders both).
   StatusOr<v1::CudaTensorRef> prepareOutput(const std::string& name, const void* data, uint64_t bytes);
   // After the operation's Done: `stream` waits for the daemon's done event
-  // (ok == false: the daemon failed it and may never record it), and the
-  // slot is free again.
+  // (also when it failed: work it queued first must finish before the
+  // caller reuses its tensors), and the slot is free again.
   Status complete(const Prepared& prepared, bool ok);
   // Forgets every export (the daemon unmaps them): call before the
   // allocator returns memory to the driver (torch.cuda.empty_cache()).

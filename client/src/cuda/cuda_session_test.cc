@@ -150,8 +150,9 @@ TEST_F(CudaSessionTest, ReadyIsRecordedOnTheTensorsStreamAndDoneAwaitedThere) {
   auto b = session->prepare("b", at(0x10000), 64, reinterpret_cast<void*>(43));
   ASSERT_TRUE(b.isOk());
   const size_t before = log_.size();
-  ASSERT_TRUE(session->complete(*b, false).isOk());  // failed: nothing to wait for
-  EXPECT_EQ(log_.size(), before);
+  ASSERT_TRUE(session->complete(*b, false).isOk());  // failed: still waited for
+  EXPECT_EQ(log_.size(), before + 1);
+  EXPECT_THAT(log_.back(), HasSubstr("wait 43 for"));
 }
 
 TEST_F(CudaSessionTest, SlotsAreReusedOnlyAfterCompletion) {
