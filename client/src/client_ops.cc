@@ -58,12 +58,17 @@ StatusOr<uint64_t> Client::enqueueOne(const OpSpec& spec, uint64_t group_id, uin
   std::optional<v1::CudaTensorRef> output_ref;
   if (spec.cuda && spec.output != nullptr && spec.output_bytes > 0) {
     ASSIGN_OR_RETURN(output_ref, cuda().prepareOutput(spec.name, spec.output, spec.output_bytes));
+    op->cuda_output_ref = output_ref;
     op->cuda_output = spec.output;
     op->output_length = spec.output_bytes;
   }
   if (spec.cuda && bytes > 0) {
-    ASSIGN_OR_RETURN(auto prepared, cuda().prepare(spec.name, spec.data, bytes, spec.stream));
-    op->cuda = std::move(prepared);
+    auto prepared = cuda().prepare(spec.name, spec.data, bytes, spec.stream);
+    if (!prepared.isOk()) {
+      if (output_ref) cuda().releaseOutput(*output_ref);
+      return prepared.status();
+    }
+    op->cuda = std::move(prepared).value();
     const bool has_output = spec.type == v1::ALLGATHER || spec.type == v1::ALLTOALL || spec.type == v1::REDUCESCATTER;
     if (has_output && !output_ref) {
       // An empty result (e.g. no rows of a reducescatter for this rank):
@@ -89,6 +94,7 @@ StatusOr<uint64_t> Client::enqueueOne(const OpSpec& spec, uint64_t group_id, uin
     if (!broken_.isOk() || shut_down_) {
       if (op->owns_input) (void)arena_->release(op->input_offset);
       if (op->cuda) (void)cuda_->complete(*op->cuda, false);
+      if (op->cuda_output_ref) cuda_->releaseOutput(*op->cuda_output_ref);
       return broken_.isOk() ? failedPrecondition("client is shut down") : broken_;
     }
     op->handle = next_handle_++;
@@ -143,6 +149,10 @@ void Client::finish(Operation& op) {
     Status waited = cuda_->complete(*op.cuda, op.status.isOk());
     if (!waited.isOk() && op.status.isOk()) op.status = waited;
     op.cuda.reset();
+  }
+  if (op.cuda_output_ref) {
+    cuda_->releaseOutput(*op.cuda_output_ref);
+    op.cuda_output_ref.reset();
   }
   if (op.copy_back_to != nullptr && op.status.isOk()) {
     fastCopy(op.copy_back_to, arena_->base() + op.input_offset, op.length);
@@ -242,6 +252,7 @@ Status Client::release(uint64_t handle) {
   if (op->owns_input) (void)arena_->release(op->input_offset);
   if (op->has_output) (void)arena_->release(op->output_offset);
   if (op->cuda) (void)cuda_->complete(*op->cuda, op->status.isOk());  // never waited for: free its slot
+  if (op->cuda_output_ref) cuda_->releaseOutput(*op->cuda_output_ref);
   return okStatus();
 }
 

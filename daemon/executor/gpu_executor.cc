@@ -127,11 +127,16 @@ StatusOr<GpuExecutor::Members> GpuExecutor::resolve(const Response& r, RankAcces
       return failedPrecondition("tensor '" + r.name + "': rank " + std::to_string(request->rank) +
                                 " has no GPU attached any more (it disconnected)");
     }
-    ASSIGN_OR_RETURN(member.data, member.gpu->address(request->cuda->buffer_id, request->cuda->offset, request->length));
+    ASSIGN_OR_RETURN(gpu::Located input,
+                     member.gpu->locate(request->cuda->buffer_id, request->cuda->offset, request->length));
+    member.data = input.data;
+    member.data_mapping = std::move(input.mapping);
     member.slot = request->cuda->event_slot;
     if (request->cuda_output) {
-      ASSIGN_OR_RETURN(member.output, member.gpu->address(request->cuda_output->buffer_id,
-                                                          request->cuda_output->offset, request->output_length));
+      ASSIGN_OR_RETURN(gpu::Located output, member.gpu->locate(request->cuda_output->buffer_id,
+                                                               request->cuda_output->offset, request->output_length));
+      member.output = output.data;
+      member.output_mapping = std::move(output.mapping);
       member.output_length = request->output_length;
     }
     RETURN_IF_ERROR(member.gpu->checkSlot(member.slot));
@@ -174,6 +179,10 @@ Status GpuExecutor::recordDone(const Members& m) {
   for (const auto& member : m.list) {
     RETURN_IF_ERROR(context(ops_->recordEvent(member.gpu->doneEvent(member.slot), m.stream),
                             "recording rank " + std::to_string(member.rank) + "'s done event"));
+    // A mapping is unmapped only after the work queued on it so far.
+    for (const auto* mapping : {member.data_mapping.get(), member.output_mapping.get()}) {
+      if (mapping != nullptr) RETURN_IF_ERROR(ops_->recordEvent(mapping->lastUse(), m.stream));
+    }
   }
   return okStatus();
 }
@@ -252,70 +261,70 @@ Status GpuExecutor::stagedAllreduce(const std::vector<const Response*>& response
   ASSIGN_OR_RETURN(uint8_t * fused, fusionFor(device).reserve(total * esize, stream));
   std::vector<const Members*> waited;  // their done events are recorded whatever happens next
   Status status = [&]() -> Status {
-  // 1. Local ranks into the device's fusion buffer (prescale, no average).
-  for (size_t t = 0; t < responses.size(); ++t) {
-    if (members[t].list.empty()) continue;
-    RETURN_IF_ERROR(waitReady(members[t]));
-    waited.push_back(&members[t]);
-    cuda::LocalReduceArgs gather;
-    gather.dtype = static_cast<cuda::Dtype>(first.dtype);
-    gather.op = static_cast<cuda::Op>(ring_op);
-    for (size_t k = 0; k < members[t].list.size(); ++k) gather.inputs[k] = members[t].list[k].data;
-    gather.num_inputs = static_cast<int>(members[t].list.size());
-    gather.outputs[0] = fused + offsets[t] * esize;
-    gather.num_outputs = 1;
-    gather.count = responses[t]->first().length / esize;
-    gather.prescale = first.prescale;
-    RETURN_IF_ERROR(context(ops_->reduce(gather, stream), "tensor '" + responses[t]->name + "'"));
-  }
-  // 2. Among the nodes: NCCL between the GPUs, or through host memory and
-  // the daemons' ring.
-  if (comm != nullptr) {
-    for (size_t t = 0; t < responses.size(); ++t) {  // identities where no local rank contributes
-      if (!members[t].list.empty()) continue;
-      const size_t bytes = responses[t]->first().length;
-      fillIdentity(staging + offsets[t] * esize, bytes / esize, first.dtype, ring_op);
-      RETURN_IF_ERROR(context(ops_->copy(fused + offsets[t] * esize, staging + offsets[t] * esize, bytes,
-                                         gpu::CopyKind::kHostToDevice, stream),
-                              "identity values to the fusion buffer"));
-    }
-    Status reduced =
-        comm->allReduce(fused, total, first.dtype, ring_op, static_cast<cudaStream_t>(stream), gpu::kStreamWaitLimit);
-    if (!reduced.isOk()) {
-      nccl_failed_ = true;  // aborted: the rest of the job stages through host memory
-      return reduced;
-    }
-  } else {
-    RETURN_IF_ERROR(context(ops_->copy(staging, fused, total * esize, gpu::CopyKind::kDeviceToHost, stream),
-                            "copy to the staging buffer"));
-    RETURN_IF_ERROR(ops_->waitStream(stream, "waiting for the local reduction"));
+    // 1. Local ranks into the device's fusion buffer (prescale, no average).
     for (size_t t = 0; t < responses.size(); ++t) {
-      if (members[t].list.empty()) {
-        fillIdentity(staging + offsets[t] * esize, responses[t]->first().length / esize, first.dtype, ring_op);
-      }
+      if (members[t].list.empty()) continue;
+      RETURN_IF_ERROR(waitReady(members[t]));
+      waited.push_back(&members[t]);
+      cuda::LocalReduceArgs gather;
+      gather.dtype = static_cast<cuda::Dtype>(first.dtype);
+      gather.op = static_cast<cuda::Op>(ring_op);
+      for (size_t k = 0; k < members[t].list.size(); ++k) gather.inputs[k] = members[t].list[k].data;
+      gather.num_inputs = static_cast<int>(members[t].list.size());
+      gather.outputs[0] = fused + offsets[t] * esize;
+      gather.num_outputs = 1;
+      gather.count = responses[t]->first().length / esize;
+      gather.prescale = first.prescale;
+      RETURN_IF_ERROR(context(ops_->reduce(gather, stream), "tensor '" + responses[t]->name + "'"));
     }
-    RETURN_IF_ERROR(access.crossNodeAllreduce(staging, total, first.dtype, ring_op));
-    RETURN_IF_ERROR(context(ops_->copy(fused, staging, total * esize, gpu::CopyKind::kHostToDevice, stream),
-                            "copy from the staging buffer"));
-    // The staging buffer is the job's: free for the next batch only once read.
-    RETURN_IF_ERROR(ops_->waitStream(stream, "waiting for the copy from the staging buffer"));
-  }
-  // 3. Back to every local rank, with the average and postscale.
-  for (size_t t = 0; t < responses.size(); ++t) {
-    if (members[t].list.empty()) continue;
-    cuda::LocalReduceArgs scatter;
-    scatter.dtype = static_cast<cuda::Dtype>(first.dtype);
-    scatter.op = static_cast<cuda::Op>(first.op);
-    scatter.inputs[0] = fused + offsets[t] * esize;
-    scatter.num_inputs = 1;
-    for (size_t k = 0; k < members[t].list.size(); ++k) scatter.outputs[k] = members[t].list[k].data;
-    scatter.num_outputs = static_cast<int>(members[t].list.size());
-    scatter.count = responses[t]->first().length / esize;
-    scatter.postscale = first.postscale;
-    scatter.average_divisor = static_cast<int>(responses[t]->ranks.size());
-    RETURN_IF_ERROR(context(ops_->reduce(scatter, stream), "tensor '" + responses[t]->name + "'"));
-  }
-  return okStatus();
+    // 2. Among the nodes: NCCL between the GPUs, or through host memory and
+    // the daemons' ring.
+    if (comm != nullptr) {
+      for (size_t t = 0; t < responses.size(); ++t) {  // identities where no local rank contributes
+        if (!members[t].list.empty()) continue;
+        const size_t bytes = responses[t]->first().length;
+        fillIdentity(staging + offsets[t] * esize, bytes / esize, first.dtype, ring_op);
+        RETURN_IF_ERROR(context(ops_->copy(fused + offsets[t] * esize, staging + offsets[t] * esize, bytes,
+                                           gpu::CopyKind::kHostToDevice, stream),
+                                "identity values to the fusion buffer"));
+      }
+      Status reduced =
+          comm->allReduce(fused, total, first.dtype, ring_op, static_cast<cudaStream_t>(stream), gpu::kStreamWaitLimit);
+      if (!reduced.isOk()) {
+        nccl_failed_ = true;  // aborted: the rest of the job stages through host memory
+        return reduced;
+      }
+    } else {
+      RETURN_IF_ERROR(context(ops_->copy(staging, fused, total * esize, gpu::CopyKind::kDeviceToHost, stream),
+                              "copy to the staging buffer"));
+      RETURN_IF_ERROR(ops_->waitStream(stream, "waiting for the local reduction"));
+      for (size_t t = 0; t < responses.size(); ++t) {
+        if (members[t].list.empty()) {
+          fillIdentity(staging + offsets[t] * esize, responses[t]->first().length / esize, first.dtype, ring_op);
+        }
+      }
+      RETURN_IF_ERROR(access.crossNodeAllreduce(staging, total, first.dtype, ring_op));
+      RETURN_IF_ERROR(context(ops_->copy(fused, staging, total * esize, gpu::CopyKind::kHostToDevice, stream),
+                              "copy from the staging buffer"));
+      // The staging buffer is the job's: free for the next batch only once read.
+      RETURN_IF_ERROR(ops_->waitStream(stream, "waiting for the copy from the staging buffer"));
+    }
+    // 3. Back to every local rank, with the average and postscale.
+    for (size_t t = 0; t < responses.size(); ++t) {
+      if (members[t].list.empty()) continue;
+      cuda::LocalReduceArgs scatter;
+      scatter.dtype = static_cast<cuda::Dtype>(first.dtype);
+      scatter.op = static_cast<cuda::Op>(first.op);
+      scatter.inputs[0] = fused + offsets[t] * esize;
+      scatter.num_inputs = 1;
+      for (size_t k = 0; k < members[t].list.size(); ++k) scatter.outputs[k] = members[t].list[k].data;
+      scatter.num_outputs = static_cast<int>(members[t].list.size());
+      scatter.count = responses[t]->first().length / esize;
+      scatter.postscale = first.postscale;
+      scatter.average_divisor = static_cast<int>(responses[t]->ranks.size());
+      RETURN_IF_ERROR(context(ops_->reduce(scatter, stream), "tensor '" + responses[t]->name + "'"));
+    }
+    return okStatus();
   }();
   for (const Members* m : waited) status = recordDoneAfter(*m, status);
   return status;

@@ -46,6 +46,10 @@ class GpuExecutor : public DeviceExecutor {
     std::shared_ptr<gpu::ClientGpu> gpu;
     uint8_t* data = nullptr;
     uint8_t* output = nullptr;  // allgather, alltoall, reducescatter
+    // Kept open while this batch's work on them is queued; their last-use
+    // events are recorded with the done events.
+    std::shared_ptr<gpu::Mapping> data_mapping;
+    std::shared_ptr<gpu::Mapping> output_mapping;
     uint64_t output_length = 0;
     uint32_t slot = 0;
     int rank = -1;

@@ -33,28 +33,27 @@ StatusOr<std::unique_ptr<ClientGpu>> ClientGpu::attach(GpuBackend* backend, int 
   return client;
 }
 
+Mapping::~Mapping() {
+  const Status idle = backend_->waitEventDone(device_, last_use_, kStreamWaitLimit);
+  if (!idle.isOk()) {
+    GS_LOG(gpu, err, "{}: its last work did not finish ({}); leaving the mapping open", what_, idle.message());
+  } else {
+    const Status closed = backend_->closeMemory(device_, memory_.address);
+    if (!closed.isOk()) GS_LOG(gpu, warn, "{}: unmapping: {}", what_, closed.message());
+  }
+  backend_->destroyEvent(device_, last_use_);
+}
+
 ClientGpu::~ClientGpu() { releaseAll(); }
 
 void ClientGpu::releaseAll() {
-  std::lock_guard<std::mutex> lock(mutex_);
-  // Kernels of this client's last operations may still run: wait for them
-  // before unmapping (closing a mapping in use is undefined behaviour).
-  const Status idle = backend_->synchronize(device_);
-  if (!idle.isOk()) {
-    // Unmapping memory that queued work still touches could fault the
-    // daemon's context: keep the mappings (a leak, logged) rather than that.
-    GS_LOG(gpu, err, "{}: device {} not idle at release ({}); leaving {} mapping(s) open", who_, device_,
-           idle.message(), buffers_.size());
-    buffers_.clear();
-    ready_.clear();
-    done_.clear();
-    return;
+  std::map<uint64_t, Buffer> gone;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    gone.swap(buffers_);
   }
-  for (auto& [id, buffer] : buffers_) {
-    const Status closed = backend_->closeMemory(device_, buffer.address);
-    if (!closed.isOk()) GS_LOG(gpu, warn, "{}: closing buffer {}: {}", who_, id, closed.message());
-  }
-  buffers_.clear();
+  gone.clear();  // each mapping closes once no executor holds it (after its last work)
+  // Events with work still queued are released by the driver once it completes.
   for (void* event : ready_) backend_->destroyEvent(device_, event);
   for (auto& event : done_) backend_->destroyEvent(device_, event.event);
   ready_.clear();
@@ -85,23 +84,33 @@ Status ClientGpu::addBuffer(const v1::CudaBufferExport& request) {
   if (buffers_.size() >= kMaxBuffersPerClient) {
     return resourceExhausted(what + ": already " + std::to_string(buffers_.size()) + " allocations mapped");
   }
-  auto address = backend_->openMemory(device_, request.ipc_handle());
-  if (!address.isOk()) {
-    return Status(address.status().code(), what + " (" + std::to_string(request.bytes()) +
-                                               " bytes): cannot map: " + address.status().message());
+  auto memory = backend_->openMemory(device_, request.ipc_handle());
+  if (!memory.isOk()) {
+    return Status(memory.status().code(), what + " (" + std::to_string(request.bytes()) +
+                                              " bytes): cannot map: " + memory.status().message());
   }
-  buffers_[request.buffer_id()] = Buffer{*address, request.bytes(), request.ipc_handle()};
+  auto last_use = backend_->createEvent(device_);
+  if (!last_use.isOk() || request.bytes() > memory->bytes) {
+    (void)backend_->closeMemory(device_, memory->address);
+    if (!last_use.isOk()) return Status(last_use.status().code(), what + ": " + last_use.status().message());
+    return invalidArgument(what + " claims " + std::to_string(request.bytes()) + " bytes, but the allocation holds " +
+                           std::to_string(memory->bytes));
+  }
+  auto mapping = std::make_shared<Mapping>(backend_, device_, *memory, *last_use, what);
+  buffers_[request.buffer_id()] = Buffer{std::move(mapping), request.bytes(), request.ipc_handle()};
   return okStatus();
 }
 
 Status ClientGpu::removeBuffer(uint64_t buffer_id) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  auto it = buffers_.find(buffer_id);
-  if (it == buffers_.end()) return notFound(who_ + ": unknown CUDA buffer " + std::to_string(buffer_id));
-  RETURN_IF_ERROR(backend_->synchronize(device_));
-  Status closed = backend_->closeMemory(device_, it->second.address);
-  buffers_.erase(it);
-  return closed;
+  std::shared_ptr<Mapping> gone;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = buffers_.find(buffer_id);
+    if (it == buffers_.end()) return notFound(who_ + ": unknown CUDA buffer " + std::to_string(buffer_id));
+    gone = std::move(it->second.mapping);
+    buffers_.erase(it);
+  }
+  return okStatus();  // `gone` unmaps here, or with the last executor using it
 }
 
 size_t ClientGpu::bufferCount() const {
@@ -109,7 +118,7 @@ size_t ClientGpu::bufferCount() const {
   return buffers_.size();
 }
 
-StatusOr<uint8_t*> ClientGpu::address(uint64_t buffer_id, uint64_t offset, uint64_t length) const {
+StatusOr<Located> ClientGpu::locate(uint64_t buffer_id, uint64_t offset, uint64_t length) const {
   std::lock_guard<std::mutex> lock(mutex_);
   auto it = buffers_.find(buffer_id);
   if (it == buffers_.end()) {
@@ -121,7 +130,7 @@ StatusOr<uint8_t*> ClientGpu::address(uint64_t buffer_id, uint64_t offset, uint6
                       ") lies outside CUDA buffer " + std::to_string(buffer_id) + " of " + std::to_string(size) +
                       " bytes");
   }
-  return static_cast<uint8_t*>(it->second.address) + offset;
+  return Located{it->second.mapping->base() + offset, it->second.mapping};
 }
 
 Status ClientGpu::checkSlot(uint32_t slot) const {

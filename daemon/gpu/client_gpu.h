@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -25,6 +26,37 @@ namespace gradsync::gpu {
 // keep mapped at once.
 constexpr int kMaxEventSlots = 1024;
 constexpr size_t kMaxBuffersPerClient = 65536;
+
+// One mapped allocation of a client. Shared by the client's table and by
+// the executors using it; the last owner waits (bounded) for the last work
+// that used it (the `last_use` event the executor records after that work),
+// then unmaps it. If that work never finishes, the mapping is left open and
+// logged: unmapping memory a kernel may still touch would fault the GPU.
+class Mapping {
+ public:
+  Mapping(GpuBackend* backend, int device, MappedMemory memory, void* last_use, std::string what)
+      : backend_(backend), device_(device), memory_(memory), last_use_(last_use), what_(std::move(what)) {}
+  ~Mapping();
+  Mapping(const Mapping&) = delete;
+  Mapping& operator=(const Mapping&) = delete;
+
+  uint8_t* base() const { return static_cast<uint8_t*>(memory_.address); }
+  void* lastUse() const { return last_use_; }
+
+ private:
+  GpuBackend* const backend_;
+  const int device_;
+  const MappedMemory memory_;
+  void* const last_use_;
+  const std::string what_;
+};
+
+// A checked tensor reference: its first byte, and the mapping that must
+// stay open while work on it is queued.
+struct Located {
+  uint8_t* data = nullptr;
+  std::shared_ptr<Mapping> mapping;
+};
 
 class ClientGpu {
  public:
@@ -42,22 +74,26 @@ class ClientGpu {
   // Handles of the done events, for the attach reply.
   std::vector<std::string> doneEventHandles() const;
 
-  // Maps an allocation (idempotent for the same id, size and handle).
+  // Maps an allocation (idempotent for the same id, size and handle). The
+  // size the client states must not exceed what the driver reports.
   Status addBuffer(const v1::CudaBufferExport& request);
-  // Unmaps an allocation after the device's streams are idle.
+  // Forgets an allocation: it is unmapped once no queued work uses it.
   Status removeBuffer(uint64_t buffer_id);
   size_t bufferCount() const;
 
-  // Checks a tensor reference; the device address of its first byte.
-  StatusOr<uint8_t*> address(uint64_t buffer_id, uint64_t offset, uint64_t length) const;
+  // Checks a tensor reference (id, range within the allocation).
+  StatusOr<Located> locate(uint64_t buffer_id, uint64_t offset, uint64_t length) const;
+  Status check(uint64_t buffer_id, uint64_t offset, uint64_t length) const {
+    return locate(buffer_id, offset, length).status();
+  }
   Status checkSlot(uint32_t slot) const;
   void* readyEvent(uint32_t slot) const { return ready_[slot]; }
   void* doneEvent(uint32_t slot) const { return done_[slot].event; }
 
  private:
   struct Buffer {
-    void* address = nullptr;
-    uint64_t bytes = 0;
+    std::shared_ptr<Mapping> mapping;
+    uint64_t bytes = 0;  // as exported (checked against the driver's size)
     std::string handle;
   };
   ClientGpu(GpuBackend* backend, int device, std::string uuid, std::string who)

@@ -75,18 +75,18 @@ TEST_F(ClientGpuTest, EachAllocationIsMappedOnce) {
 TEST_F(ClientGpuTest, LookupsAreBoundsChecked) {
   auto client = attach();
   ASSERT_TRUE(client->addBuffer(exportRequest(5, 1024)).isOk());
-  auto base = client->address(5, 0, 1024);
+  auto base = client->locate(5, 0, 1024);
   ASSERT_TRUE(base.isOk());
-  auto inside = client->address(5, 1000, 24);
+  auto inside = client->locate(5, 1000, 24);
   ASSERT_TRUE(inside.isOk());
-  EXPECT_EQ(*inside - *base, 1000);
-  EXPECT_EQ(client->address(5, 1000, 25).status().code(), StatusCode::kOutOfRange);
-  EXPECT_EQ(client->address(5, 1025, 0).status().code(), StatusCode::kOutOfRange);
-  EXPECT_EQ(client->address(5, 8, ~uint64_t{0}).status().code(), StatusCode::kOutOfRange);  // wraps
-  EXPECT_EQ(client->address(~uint64_t{0}, 8, 8).status().code(), StatusCode::kInvalidArgument);
-  auto unknown = client->address(6, 0, 4);
-  EXPECT_EQ(unknown.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_THAT(unknown.status().message(), HasSubstr("CUDA buffer 6 was never exported"));
+  EXPECT_EQ(inside->data - base->data, 1000);
+  EXPECT_EQ(client->check(5, 1000, 25).code(), StatusCode::kOutOfRange);
+  EXPECT_EQ(client->check(5, 1025, 0).code(), StatusCode::kOutOfRange);
+  EXPECT_EQ(client->check(5, 8, ~uint64_t{0}).code(), StatusCode::kOutOfRange);  // wraps
+  EXPECT_EQ(client->check(~uint64_t{0}, 8, 8).code(), StatusCode::kInvalidArgument);
+  auto unknown = client->check(6, 0, 4);
+  EXPECT_EQ(unknown.code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(unknown.message(), HasSubstr("CUDA buffer 6 was never exported"));
   EXPECT_TRUE(client->checkSlot(3).isOk());
   EXPECT_FALSE(client->checkSlot(4).isOk());
 }
@@ -106,17 +106,40 @@ TEST_F(ClientGpuTest, ExportsAreCheckedBeforeMapping) {
   EXPECT_EQ(backend_.open_memory.size(), 0u);
 }
 
-TEST_F(ClientGpuTest, RemovingOrDisconnectingUnmapsAfterTheDeviceIsIdle) {
+TEST_F(ClientGpuTest, AnExportLargerThanTheDriverSaysIsRefused) {
+  auto client = attach();
+  backend_.mapped_bytes = 4096;
+  auto lying = client->addBuffer(exportRequest(1, 8192));
+  EXPECT_EQ(lying.code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(lying.message(), HasSubstr("claims 8192 bytes, but the allocation holds 4096"));
+  EXPECT_TRUE(backend_.open_memory.empty());
+  EXPECT_TRUE(client->addBuffer(exportRequest(1, 4096)).isOk());
+}
+
+TEST_F(ClientGpuTest, AMappingInUseIsClosedOnlyAfterItsLastWork) {
   auto client = attach();
   ASSERT_TRUE(client->addBuffer(exportRequest(1, 64)).isOk());
   ASSERT_TRUE(client->addBuffer(exportRequest(2, 64)).isOk());
+  auto in_use = client->locate(1, 0, 64);  // an executor holds it
+  ASSERT_TRUE(in_use.isOk());
   ASSERT_TRUE(client->removeBuffer(1).isOk());
-  EXPECT_EQ(backend_.synchronizations, 1);
-  EXPECT_EQ(backend_.open_memory.size(), 1u);
   EXPECT_EQ(client->removeBuffer(1).code(), StatusCode::kNotFound);
+  EXPECT_EQ(client->bufferCount(), 1u);
+  EXPECT_EQ(backend_.open_memory.size(), 2u);  // still mapped: work may be queued on it
+  in_use = Status(StatusCode::kCancelled, "done");   // the executor let go
+  EXPECT_EQ(backend_.open_memory.size(), 1u);
+  EXPECT_EQ(backend_.event_waits, 1);           // after waiting for its last-use event
   client.reset();  // the rank went away
-  EXPECT_EQ(backend_.synchronizations, 2);
   EXPECT_TRUE(backend_.open_memory.empty());
+  EXPECT_TRUE(backend_.live_events.empty());
+}
+
+TEST_F(ClientGpuTest, AMappingWhoseLastWorkNeverFinishesIsLeftOpenNotClosedUnderIt) {
+  auto client = attach();
+  ASSERT_TRUE(client->addBuffer(exportRequest(1, 64)).isOk());
+  backend_.stuck = true;
+  client.reset();
+  EXPECT_EQ(backend_.open_memory.size(), 1u);
 }
 
 }  // namespace

@@ -2,6 +2,8 @@
 #include "daemon/gpu/cuda_backend.h"
 
 #include <algorithm>
+#include <cuda.h>
+
 #include <cstring>
 #include <thread>
 
@@ -17,6 +19,25 @@ namespace {
 Status check(cudaError_t err, const char* what) {
   if (err == cudaSuccess) return okStatus();
   return internalError(std::string(what) + ": " + cudaErrorText(err));
+}
+
+using AddressRange = CUresult (*)(CUdeviceptr*, size_t*, CUdeviceptr);
+
+// cuMemGetAddressRange through the runtime's entry-point lookup (no link to
+// the driver: the daemon starts on machines without one).
+StatusOr<AddressRange> driverAddressRange() {
+  static AddressRange fn = [] {
+    void* address = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    if (cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", &address, 12000, cudaEnableDefault, &found) !=
+            cudaSuccess ||
+        found != cudaDriverEntryPointSuccess) {
+      return static_cast<AddressRange>(nullptr);
+    }
+    return reinterpret_cast<AddressRange>(address);
+  }();
+  if (fn == nullptr) return failedPrecondition("the CUDA driver lacks cuMemGetAddressRange");
+  return fn;
 }
 
 }  // namespace
@@ -55,14 +76,32 @@ Status CudaBackend::select(int device) {
   return check(cudaSetDevice(device), "cudaSetDevice");
 }
 
-StatusOr<void*> CudaBackend::openMemory(int device, const std::string& handle) {
+StatusOr<MappedMemory> CudaBackend::openMemory(int device, const std::string& handle) {
   RETURN_IF_ERROR(select(device));
   if (handle.size() != sizeof(cudaIpcMemHandle_t)) return invalidArgument("IPC memory handle of wrong size");
   cudaIpcMemHandle_t h;
   std::memcpy(&h, handle.data(), sizeof(h));
   void* address = nullptr;
   RETURN_IF_ERROR(check(cudaIpcOpenMemHandle(&address, h, cudaIpcMemLazyEnablePeerAccess), "cudaIpcOpenMemHandle"));
-  return address;
+  // The allocation's true extent, from the driver (cuMemGetAddressRange).
+  Status sized = okStatus();
+  auto range = driverAddressRange();
+  CUdeviceptr base = 0;
+  size_t bytes = 0;
+  if (!range.isOk()) {
+    sized = range.status();
+  } else {
+    const CUresult got = (*range)(&base, &bytes, reinterpret_cast<CUdeviceptr>(address));
+    if (got != CUDA_SUCCESS) sized = internalError("cuMemGetAddressRange failed (" + std::to_string(got) + ")");
+    if (sized.isOk() && reinterpret_cast<void*>(base) != address) {
+      sized = internalError("the mapping does not start at its allocation's base");
+    }
+  }
+  if (!sized.isOk()) {
+    (void)cudaIpcCloseMemHandle(address);
+    return sized;
+  }
+  return MappedMemory{address, static_cast<uint64_t>(bytes)};
 }
 
 Status CudaBackend::closeMemory(int device, void* address) {
@@ -98,17 +137,23 @@ void CudaBackend::destroyEvent(int device, void* event) {
   if (select(device).isOk()) (void)cudaEventDestroy(static_cast<cudaEvent_t>(event));
 }
 
-Status CudaBackend::synchronize(int device) {
+StatusOr<void*> CudaBackend::createEvent(int device) {
   RETURN_IF_ERROR(select(device));
-  std::vector<cudaStream_t> streams;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    streams = streams_[static_cast<size_t>(device)];
+  cudaEvent_t event = nullptr;
+  RETURN_IF_ERROR(check(cudaEventCreateWithFlags(&event, cudaEventDisableTiming), "cudaEventCreateWithFlags"));
+  return static_cast<void*>(event);
+}
+
+Status CudaBackend::waitEventDone(int device, void* event, std::chrono::milliseconds limit) {
+  RETURN_IF_ERROR(select(device));
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  for (auto pause = std::chrono::microseconds(20);; pause = std::min(pause * 2, std::chrono::microseconds(1000))) {
+    const cudaError_t err = cudaEventQuery(static_cast<cudaEvent_t>(event));
+    if (err == cudaSuccess) return okStatus();
+    if (err != cudaErrorNotReady) return internalError("cudaEventQuery: " + cudaErrorText(err));
+    if (std::chrono::steady_clock::now() > deadline) return deadlineExceeded("the GPU work did not finish in time");
+    std::this_thread::sleep_for(pause);
   }
-  for (cudaStream_t s : streams) {
-    RETURN_IF_ERROR(waitForStream(s, kStreamWaitLimit, "device " + std::to_string(device)));
-  }
-  return okStatus();
 }
 
 StatusOr<void*> CudaBackend::newStream(int device) {

@@ -28,13 +28,13 @@ class CudaBackend : public GpuBackend, public DeviceOps {
   ~CudaBackend() override;
 
   // GpuBackend: importing clients' memory and events.
-  StatusOr<void*> openMemory(int device, const std::string& handle) override;
+  StatusOr<MappedMemory> openMemory(int device, const std::string& handle) override;
   Status closeMemory(int device, void* address) override;
   StatusOr<void*> openEvent(int device, const std::string& handle) override;
   StatusOr<SharedEvent> createSharedEvent(int device) override;
   void destroyEvent(int device, void* event) override;
-  // Waits (bounded) for every stream the daemon has on `device`.
-  Status synchronize(int device) override;
+  StatusOr<void*> createEvent(int device) override;
+  Status waitEventDone(int device, void* event, std::chrono::milliseconds limit) override;
 
   // DeviceOps. Streams are high-priority and non-blocking, one per job and
   // device (jobs sharing a GPU run side by side, and one stuck on a dead

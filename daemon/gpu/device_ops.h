@@ -12,13 +12,9 @@
 
 #include "daemon/collective/cuda/local_reduce.h"
 #include "daemon/common/status.h"
+#include "daemon/gpu/gpu_backend.h"
 
 namespace gradsync::gpu {
-
-// How long the daemon waits for its own stream before giving up: work that
-// waits on an event of a client that died may never finish, and no daemon
-// thread may hang on it.
-constexpr std::chrono::seconds kStreamWaitLimit{10};
 
 enum class CopyKind { kDeviceToDevice, kDeviceToHost, kHostToDevice };
 

@@ -13,14 +13,14 @@ namespace gradsync::gpu {
 
 class FakeGpuBackend : public GpuBackend {
  public:
-  StatusOr<void*> openMemory(int device, const std::string& handle) override {
+  StatusOr<MappedMemory> openMemory(int device, const std::string& handle) override {
     ++memory_opens;
     if (fail_open) return internalError("cudaErrorMapBufferObjectFailed");
     void* address = reinterpret_cast<void*>(next_address_);
     next_address_ += uint64_t{1} << 32;
     if (map_host_pointers) std::memcpy(&address, handle.data(), sizeof(address));  // the handle names host memory
     open_memory[address] = handle;
-    return address;
+    return MappedMemory{address, mapped_bytes};
   }
   Status closeMemory(int device, void* address) override {
     if (open_memory.erase(address) == 0) return internalError("closing an address that is not open");
@@ -37,14 +37,21 @@ class FakeGpuBackend : public GpuBackend {
     return SharedEvent{event, std::string(kIpcHandleBytes, static_cast<char>(next_event_ & 0xff))};
   }
   void destroyEvent(int device, void* event) override { live_events.erase(event); }
-  Status synchronize(int device) override {
-    ++synchronizations;
-    return okStatus();
+  StatusOr<void*> createEvent(int device) override {
+    void* event = reinterpret_cast<void*>(next_event_++);
+    live_events[event] = "plain";
+    return event;
+  }
+  Status waitEventDone(int device, void* event, std::chrono::milliseconds limit) override {
+    ++event_waits;
+    return stuck ? deadlineExceeded("stuck") : okStatus();
   }
 
   int memory_opens = 0;
-  int synchronizations = 0;
+  int event_waits = 0;
   bool fail_open = false;
+  bool stuck = false;                    // waits for a mapping's last use time out
+  uint64_t mapped_bytes = uint64_t{1} << 40;  // what the "driver" says an allocation holds
   // Handles carry a host pointer in their first bytes, and "opening" one
   // gives that pointer (tests of the executor on host memory).
   bool map_host_pointers = false;

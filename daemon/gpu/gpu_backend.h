@@ -4,14 +4,28 @@
 // bookkeeping around it (client_gpu.h) use a fake and run anywhere.
 #pragma once
 
+#include <chrono>
+#include <cstdint>
 #include <string>
 
 #include "daemon/common/status.h"
 
 namespace gradsync::gpu {
 
+// How long the daemon waits for its own GPU work before giving up: work that
+// waits on an event of a client that died may never finish, and no daemon
+// thread may hang on it.
+constexpr std::chrono::seconds kStreamWaitLimit{10};
+
 // cudaIpcMemHandle_t and cudaIpcEventHandle_t are both 64 opaque bytes.
 constexpr size_t kIpcHandleBytes = 64;
+
+// One opened allocation: where it is mapped and how large the driver says
+// it is (the client's word for its size is never trusted).
+struct MappedMemory {
+  void* address = nullptr;
+  uint64_t bytes = 0;
+};
 
 struct SharedEvent {
   void* event = nullptr;  // cudaEvent_t
@@ -22,16 +36,17 @@ class GpuBackend {
  public:
   virtual ~GpuBackend() = default;
   // Maps another process's allocation (cudaIpcOpenMemHandle); milliseconds.
-  virtual StatusOr<void*> openMemory(int device, const std::string& handle) = 0;
+  virtual StatusOr<MappedMemory> openMemory(int device, const std::string& handle) = 0;
   virtual Status closeMemory(int device, void* address) = 0;
   // Opens another process's interprocess event.
   virtual StatusOr<void*> openEvent(int device, const std::string& handle) = 0;
   // Creates an interprocess event (DisableTiming) and exports it.
   virtual StatusOr<SharedEvent> createSharedEvent(int device) = 0;
   virtual void destroyEvent(int device, void* event) = 0;
-  // Waits until every stream of the daemon on `device` is idle: nothing still
-  // reads or writes memory about to be unmapped.
-  virtual Status synchronize(int device) = 0;
+  // A plain event (DisableTiming), recorded by the executor after the last
+  // work that used a mapping; and a bounded host wait for it.
+  virtual StatusOr<void*> createEvent(int device) = 0;
+  virtual Status waitEventDone(int device, void* event, std::chrono::milliseconds limit) = 0;
 };
 
 }  // namespace gradsync::gpu

@@ -99,14 +99,14 @@ Status checkCuda(const std::string& prefix, const v1::Enqueue& e, const EnqueueC
   if (e.cuda().offset() % esize != 0 || (e.has_cuda_output() && e.cuda_output().offset() % esize != 0)) {
     return invalidArgument(prefix + "CUDA offset not aligned to its " + std::to_string(esize) + "-byte elements");
   }
-  RETURN_IF_ERROR(c.gpu->address(e.cuda().buffer_id(), e.cuda().offset(), e.length()).status());
+  RETURN_IF_ERROR(c.gpu->check(e.cuda().buffer_id(), e.cuda().offset(), e.length()));
   const bool has_output = e.type() == v1::ALLGATHER || e.type() == v1::ALLTOALL || e.type() == v1::REDUCESCATTER;
   if (has_output != e.has_cuda_output()) {
     return invalidArgument(prefix + (has_output ? "a CUDA " + collectiveName(e.type()) + " needs its output buffer"
                                                 : "only allgather, alltoall and reducescatter take an output buffer"));
   }
   if (!has_output) return okStatus();
-  return c.gpu->address(e.cuda_output().buffer_id(), e.cuda_output().offset(), e.output_length()).status();
+  return c.gpu->check(e.cuda_output().buffer_id(), e.cuda_output().offset(), e.output_length());
 }
 
 Status checkData(const std::string& prefix, const v1::Enqueue& e, Request& r, const EnqueueContext& c) {

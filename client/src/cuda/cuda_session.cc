@@ -45,12 +45,21 @@ StatusOr<CudaSession::Prepared> CudaSession::prepare(const std::string& name, co
   prepared.ref = ref;
   prepared.ref.set_event_slot(slot);
   prepared.stream = stream;
+  ++exports_[ref.buffer_id()].in_flight;
   return prepared;
 }
 
 StatusOr<v1::CudaTensorRef> CudaSession::prepareOutput(const std::string& name, const void* data, uint64_t bytes) {
   std::lock_guard<std::mutex> lock(mutex_);
-  return locateLocked(name + " (output)", data, bytes);
+  ASSIGN_OR_RETURN(v1::CudaTensorRef ref, locateLocked(name + " (output)", data, bytes));
+  ++exports_[ref.buffer_id()].in_flight;
+  return ref;
+}
+
+void CudaSession::releaseOutput(const v1::CudaTensorRef& ref) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = exports_.find(ref.buffer_id());
+  if (it != exports_.end() && it->second.in_flight > 0) --it->second.in_flight;
 }
 
 StatusOr<v1::CudaTensorRef> CudaSession::locateLocked(const std::string& name, const void* data, uint64_t bytes) {
@@ -168,9 +177,13 @@ StatusOr<uint64_t> CudaSession::exportLocked(const std::string& name, const Poin
 }
 
 void CudaSession::evictLocked() {
-  auto oldest = std::min_element(exports_.begin(), exports_.end(),
-                                 [](const auto& a, const auto& b) { return a.second.last_use < b.second.last_use; });
-  if (oldest == exports_.end()) return;
+  auto oldest = exports_.end();
+  for (auto it = exports_.begin(); it != exports_.end(); ++it) {
+    if (it->second.in_flight == 0 && (oldest == exports_.end() || it->second.last_use < oldest->second.last_use)) {
+      oldest = it;
+    }
+  }
+  if (oldest == exports_.end()) return;  // all in use: the cache grows past its bound for now
   v1::HandoffRequest request;
   request.mutable_buffer_release()->set_buffer_id(oldest->first);
   v1::HandoffResponse response;
@@ -189,13 +202,21 @@ Status CudaSession::complete(const Prepared& prepared, bool ok) {
   (void)ok;
   Status waited = driver_->streamWaitEvent(context_, prepared.stream, done_[slot]);
   free_slots_.push_back(slot);
+  auto it = exports_.find(prepared.ref.buffer_id());
+  if (it != exports_.end() && it->second.in_flight > 0) --it->second.in_flight;
   return waited;
 }
 
 Status CudaSession::releaseExports() {
   std::lock_guard<std::mutex> lock(mutex_);
   Status first = okStatus();
-  for (const auto& [id, entry] : exports_) {
+  for (auto it = exports_.begin(); it != exports_.end();) {
+    if (it->second.in_flight > 0) {  // still used: released by a later call
+      ++it;
+      continue;
+    }
+    const uint64_t id = it->first;
+    it = exports_.erase(it);
     v1::HandoffRequest request;
     request.mutable_buffer_release()->set_buffer_id(id);
     v1::HandoffResponse response;
@@ -203,7 +224,6 @@ Status CudaSession::releaseExports() {
     if (sent.isOk()) sent = fromResponse(response);
     if (!sent.isOk() && first.isOk()) first = sent;
   }
-  exports_.clear();
   return first;
 }
 

@@ -50,12 +50,15 @@ class CudaSession {
   // The caller's output buffer of a CUDA allgather/alltoall/reducescatter:
   // exported like an input (no event slot: the input's orders both).
   StatusOr<v1::CudaTensorRef> prepareOutput(const std::string& name, const void* data, uint64_t bytes);
+  // The operation that took `ref` with prepareOutput finished.
+  void releaseOutput(const v1::CudaTensorRef& ref);
   // After the operation's Done: `stream` waits for the daemon's done event
   // (also when it failed: work it queued first must finish before the
   // caller reuses its tensors), and the slot is free again.
   Status complete(const Prepared& prepared, bool ok);
-  // Forgets every export (the daemon unmaps them): call before the
-  // allocator returns memory to the driver (torch.cuda.empty_cache()).
+  // Forgets every export no operation in flight uses (the daemon unmaps
+  // them): call before the allocator returns memory to the driver
+  // (torch.cuda.empty_cache()).
   Status releaseExports();
 
   size_t cachedBuffers() const;
@@ -66,6 +69,7 @@ class CudaSession {
     uint64_t base = 0;
     uint64_t size = 0;
     uint64_t last_use = 0;
+    int in_flight = 0;  // operations referencing it: never evicted meanwhile
   };
   // Checks `bytes` at `data` against its allocation and this rank's GPU
   // (attaching on the first CUDA tensor); exports the allocation if new.

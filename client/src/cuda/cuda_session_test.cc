@@ -208,5 +208,22 @@ TEST_F(CudaSessionTest, CacheIsBoundedAndReleasesWhatItForgets) {
   EXPECT_EQ(countRequests(v1::HandoffRequest::kBufferRelease), 3);
 }
 
+TEST_F(CudaSessionTest, ExportsInUseAreNeitherEvictedNorReleased) {
+  auto session = makeSession();
+  auto a = session->prepare("a", at(0x10000), 4, nullptr);  // in flight on buffer 7
+  auto out = session->prepareOutput("a", at(0x20000), 4);    // its output on buffer 8
+  ASSERT_TRUE(a.isOk() && out.isOk());
+  auto c = session->prepare("c", at(0x30000), 4, nullptr);  // past the bound of 2: nothing evictable
+  ASSERT_TRUE(c.isOk());
+  EXPECT_EQ(countRequests(v1::HandoffRequest::kBufferRelease), 0);
+  ASSERT_TRUE(session->releaseExports().isOk());
+  EXPECT_EQ(session->cachedBuffers(), 3u);  // all still used
+  ASSERT_TRUE(session->complete(*a, true).isOk());
+  session->releaseOutput(*out);
+  ASSERT_TRUE(session->releaseExports().isOk());
+  EXPECT_EQ(session->cachedBuffers(), 1u);  // "c" is still in flight
+  EXPECT_EQ(countRequests(v1::HandoffRequest::kBufferRelease), 2);
+}
+
 }  // namespace
 }  // namespace gradsync::client
