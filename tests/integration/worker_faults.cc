@@ -279,7 +279,7 @@ const std::map<std::string, Scenario>& moreScenarios() {
       {"process_sets", processSets}, {"join", join},        {"mismatch", mismatch},
       {"duplicate", duplicate},      {"kill_victim", killVictim}, {"stall", stall},
       {"mismatch_allreduce", mismatchAllreduce}, {"join_failure", joinFailure},
-      {"repeat_allreduce", repeatAllreduce}, {"cuda_without_gpu", cudaWithoutGpu},
+      {"repeat_allreduce", repeatAllreduce}, {"cuda_without_gpu", cudaWithoutGpu}, {"fake_cuda", fakeCuda},
   };
   return scenarios;
 }

@@ -97,5 +97,7 @@ inline gradsync_op_t makeOp(int collective, const char* name, void* data, int dt
 using Scenario = int (*)(Client&, const std::vector<std::string>&);
 // Scenarios about process sets, join, errors and failures (worker_faults.cc).
 const std::map<std::string, Scenario>& moreScenarios();
+// CUDA tensors through the fake CUDA driver of tests/fakegpu (worker_cuda.cc).
+int fakeCuda(Client& c, const std::vector<std::string>& args);
 
 }  // namespace gradsync::worker

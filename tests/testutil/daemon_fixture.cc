@@ -31,7 +31,7 @@ bool DaemonFixture::startWrapped(const std::vector<std::string>& wrapper, const 
                                  const std::vector<std::string>& extra_flags, std::string* error) {
   socket_ = dir_.path() + "/d.sock";
   std::vector<std::string> argv = wrapper;
-  for (const std::string& a : {runfile("daemon/exe/gradsyncd"), std::string("--socket-path"), socket_}) argv.push_back(a);
+  for (const std::string& a : {runfile(binary_), std::string("--socket-path"), socket_}) argv.push_back(a);
   argv.insert(argv.end(), extra_flags.begin(), extra_flags.end());
   process_ = Process::spawn(argv, env, dir_.path() + "/daemon.log");
   running_ = waitFor([&] { return accepts(socket_); },

@@ -20,6 +20,8 @@ class DaemonFixture {
   // `env` added to its environment.
   bool startWrapped(const std::vector<std::string>& wrapper, const std::map<std::string, std::string>& env,
                     const std::vector<std::string>& extra_flags, std::string* error);
+  // The daemon binary to start (a runfiles path), before start().
+  void useBinary(std::string runfile_path) { binary_ = std::move(runfile_path); }
   // SIGTERM; returns the exit code (0 on a clean shutdown).
   int stop();
   ~DaemonFixture();
@@ -38,6 +40,7 @@ class DaemonFixture {
 
  private:
   TempDir dir_;
+  std::string binary_ = "daemon/exe/gradsyncd";
   std::string socket_;
   Process process_;
   bool running_ = false;

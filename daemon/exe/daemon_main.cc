@@ -1,0 +1,62 @@
+// SPDX-License-Identifier: Apache-2.0
+// gradsyncd's process: options, signals, the daemon's life.
+#include "daemon/exe/daemon_main.h"
+
+#include <google/protobuf/text_format.h>
+#include <signal.h>
+
+#include <cstdio>
+
+#include "daemon/common/logging.h"
+#include "daemon/exe/daemon.h"
+#include "daemon/exe/options.h"
+
+namespace gradsync::exe {
+
+int daemonMain(int argc, char** argv, GpuFactory make_gpus) {
+  auto options = exe::parseOptions(std::vector<std::string>(argv + 1, argv + argc));
+  if (!options.isOk()) {
+    std::fprintf(stderr, "gradsyncd: %s\n", options.status().message().c_str());
+    return 64;
+  }
+  if (options->show_help) {
+    std::fputs(exe::usage().c_str(), stdout);
+    return 0;
+  }
+  if (options->show_version) {
+    std::printf("gradsyncd %s\n", exe::kVersion);
+    return 0;
+  }
+  if (options->check_config) {
+    std::string text;
+    google::protobuf::TextFormat::PrintToString(options->config, &text);
+    std::printf("# configuration OK\n%s", text.c_str());
+    return 0;
+  }
+  // Signals are taken synchronously by this thread; every thread started
+  // from here on inherits the mask.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGHUP);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  auto daemon = exe::Daemon::start(options->config, std::move(make_gpus));
+  if (!daemon.isOk()) {
+    GS_LOG(main, critical, "cannot start: {}", daemon.status().toString());
+    return 1;
+  }
+  int signo = 0;
+  do {
+    sigwait(&signals, &signo);
+    if (signo == SIGHUP) GS_LOG(main, info, "SIGHUP ignored (restart the daemon to change its configuration)");
+  } while (signo == SIGHUP);
+  GS_LOG(main, info, "received signal {}", signo);
+  (*daemon)->shutdown();
+  GS_LOG(main, info, "stopped");
+  return 0;
+}
+
+}  // namespace gradsync::exe

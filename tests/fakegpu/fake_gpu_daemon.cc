@@ -1,0 +1,85 @@
+// SPDX-License-Identifier: Apache-2.0
+// gradsyncd over one fake GPU, for end-to-end tests of the CUDA path on
+// machines without one: clients' "device memory" (fake_libcuda.cc) is mapped
+// through /proc/<pid>/fd/<fd>, collectives run on it with the CPU kernels
+// (FakeDeviceOps). Everything else is the real daemon.
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <map>
+#include <mutex>
+
+#include "daemon/exe/daemon_main.h"
+#include "daemon/gpu/fake_device_ops.h"
+#include "daemon/gpu/gpu_node.h"
+#include "tests/fakegpu/fake_ipc.h"
+
+namespace gradsync::fakegpu {
+namespace {
+
+class FakeProcessGpu : public gpu::FakeDeviceOps, public gpu::GpuBackend {
+ public:
+  StatusOr<gpu::MappedMemory> openMemory(int device, const std::string& handle) override {
+    Handle h{};
+    if (handle.size() < sizeof(h)) return invalidArgument("fake IPC handle too short");
+    std::memcpy(&h, handle.data(), sizeof(h));
+    if (std::memcmp(h.magic, kHandleMagic, sizeof(h.magic)) != 0) return invalidArgument("not a fake IPC handle");
+    const std::string path = "/proc/" + std::to_string(h.pid) + "/fd/" + std::to_string(h.fd);
+    const int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+    if (fd < 0) return unavailable("cannot open " + path + ": " + std::strerror(errno));
+    const off_t size = ::lseek(fd, 0, SEEK_END);
+    void* p = size > 0 ? ::mmap(nullptr, static_cast<size_t>(size), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)
+                       : MAP_FAILED;
+    ::close(fd);
+    if (p == MAP_FAILED) return internalError("cannot map " + path);
+    std::lock_guard<std::mutex> lock(mutex_);
+    sizes_[p] = static_cast<size_t>(size);
+    return gpu::MappedMemory{p, static_cast<uint64_t>(size)};  // the true size, as the driver reports it
+  }
+  Status closeMemory(int device, void* address) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = sizes_.find(address);
+    if (it == sizes_.end()) return internalError("unmapping an unknown address");
+    ::munmap(address, it->second);
+    sizes_.erase(it);
+    return okStatus();
+  }
+  StatusOr<void*> openEvent(int device, const std::string& handle) override { return nextEvent(); }
+  StatusOr<gpu::SharedEvent> createSharedEvent(int device) override {
+    void* event = nextEvent();
+    std::string handle(gpu::kIpcHandleBytes, '\0');
+    std::memcpy(handle.data(), &event, sizeof(event));
+    return gpu::SharedEvent{event, handle};
+  }
+  void destroyEvent(int device, void* event) override {}
+  StatusOr<void*> createEvent(int device) override { return nextEvent(); }
+  Status waitEventDone(int device, void* event, std::chrono::milliseconds limit) override { return okStatus(); }
+
+ private:
+  void* nextEvent() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return reinterpret_cast<void*>(next_event_++);
+  }
+  std::mutex mutex_;
+  std::map<void*, size_t> sizes_;
+  uintptr_t next_event_ = 0x9000;
+};
+
+std::unique_ptr<gpu::GpuNode> fakeGpus(gpu::GpuInventory* inventory) {
+  gpu::GpuInfo info;
+  info.index = 0;
+  info.uuid = kUuidText;
+  info.name = "fake GPU (host memory, tests only)";
+  info.total_memory_bytes = uint64_t{1} << 30;
+  info.compute_mode = "default";
+  inventory->gpus = {info};
+  inventory->note.clear();
+  return gpu::GpuNode::withBackend(inventory->gpus, std::make_unique<FakeProcessGpu>());
+}
+
+}  // namespace
+}  // namespace gradsync::fakegpu
+
+int main(int argc, char** argv) { return gradsync::exe::daemonMain(argc, argv, gradsync::fakegpu::fakeGpus); }

@@ -1,0 +1,174 @@
+// SPDX-License-Identifier: Apache-2.0
+// A stand-in for the CUDA driver (libcuda.so.1) for tests on machines
+// without a GPU: the client library finds it exactly as it finds the real
+// one (dlopen RTLD_NOLOAD + cuGetProcAddress_v2) once a test process has
+// loaded it. "Device memory" comes from gradsync_fake_cuda_malloc: memfd
+// pages mapped shared, exportable to the fake daemon (fake_gpu_daemon.cc).
+// Streams and events do nothing: the fake daemon runs everything at once.
+#include <cuda.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "tests/fakegpu/fake_ipc.h"
+
+namespace {
+
+struct Allocation {
+  uintptr_t base;
+  size_t bytes;
+  int fd;
+  unsigned long long id;
+};
+
+std::mutex g_mutex;
+std::vector<Allocation> g_allocations;
+unsigned long long g_next_id = 1;
+uintptr_t g_next_event = 0x7000;
+CUcontext const kContext = reinterpret_cast<CUcontext>(0xC0);
+
+const Allocation* find(uintptr_t p) {
+  for (const auto& a : g_allocations) {
+    if (p >= a.base && p < a.base + a.bytes) return &a;
+  }
+  return nullptr;
+}
+
+CUresult getErrorName(CUresult, const char** out) {
+  *out = "FAKE_CUDA_ERROR";
+  return CUDA_SUCCESS;
+}
+
+CUresult pointerGetAttributes(unsigned n, CUpointer_attribute* attributes, void** data, CUdeviceptr ptr) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  const Allocation* a = find(static_cast<uintptr_t>(ptr));
+  for (unsigned i = 0; i < n; ++i) {
+    switch (attributes[i]) {
+      case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
+        *static_cast<unsigned*>(data[i]) = a ? CU_MEMORYTYPE_DEVICE : CU_MEMORYTYPE_HOST;
+        break;
+      case CU_POINTER_ATTRIBUTE_BUFFER_ID:
+        *static_cast<unsigned long long*>(data[i]) = a ? a->id : 0;
+        break;
+      case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
+        *static_cast<CUdeviceptr*>(data[i]) = a ? a->base : 0;
+        break;
+      case CU_POINTER_ATTRIBUTE_RANGE_SIZE:
+        *static_cast<size_t*>(data[i]) = a ? a->bytes : 0;
+        break;
+      case CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE:
+        *static_cast<int*>(data[i]) = a ? 1 : 0;
+        break;
+      case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL:
+        *static_cast<int*>(data[i]) = 0;
+        break;
+      case CU_POINTER_ATTRIBUTE_CONTEXT:
+        *static_cast<CUcontext*>(data[i]) = a ? kContext : nullptr;
+        break;
+      default:
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+  }
+  return CUDA_SUCCESS;
+}
+
+CUresult deviceGet(CUdevice* device, int ordinal) {
+  if (ordinal != 0) return CUDA_ERROR_INVALID_DEVICE;
+  *device = 0;
+  return CUDA_SUCCESS;
+}
+
+CUresult deviceGetUuid(CUuuid* uuid, CUdevice) {
+  std::memcpy(uuid->bytes, gradsync::fakegpu::kUuid, sizeof(uuid->bytes));
+  return CUDA_SUCCESS;
+}
+
+CUresult ipcGetMemHandle(CUipcMemHandle* handle, CUdeviceptr ptr) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  const Allocation* a = find(static_cast<uintptr_t>(ptr));
+  if (a == nullptr || a->base != ptr) return CUDA_ERROR_INVALID_VALUE;
+  gradsync::fakegpu::Handle h{};
+  std::memcpy(h.magic, gradsync::fakegpu::kHandleMagic, sizeof(h.magic));
+  h.pid = ::getpid();
+  h.fd = a->fd;
+  h.bytes = a->bytes;
+  std::memset(handle->reserved, 0, sizeof(handle->reserved));
+  std::memcpy(handle->reserved, &h, sizeof(h));
+  return CUDA_SUCCESS;
+}
+
+CUresult eventCreate(CUevent* event, unsigned) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  *event = reinterpret_cast<CUevent>(g_next_event++);
+  return CUDA_SUCCESS;
+}
+
+CUresult ipcGetEventHandle(CUipcEventHandle* handle, CUevent event) {
+  std::memset(handle->reserved, 0, sizeof(handle->reserved));
+  std::memcpy(handle->reserved, &event, sizeof(event));
+  return CUDA_SUCCESS;
+}
+
+CUresult ipcOpenEventHandle(CUevent* event, CUipcEventHandle) { return eventCreate(event, 0); }
+CUresult eventRecord(CUevent, CUstream) { return CUDA_SUCCESS; }
+CUresult streamWaitEvent(CUstream, CUevent, unsigned) { return CUDA_SUCCESS; }
+CUresult eventDestroy(CUevent) { return CUDA_SUCCESS; }
+CUresult ctxPushCurrent(CUcontext) { return CUDA_SUCCESS; }
+CUresult ctxPopCurrent(CUcontext* ctx) {
+  *ctx = kContext;
+  return CUDA_SUCCESS;
+}
+
+struct Entry {
+  const char* name;
+  void* fn;
+};
+
+}  // namespace
+
+extern "C" {
+
+// Test helper: `bytes` of fake device memory (zeroed), or null.
+void* gradsync_fake_cuda_malloc(size_t bytes) {
+  const int fd = ::memfd_create("fake-cuda", MFD_CLOEXEC);
+  if (fd < 0 || ::ftruncate(fd, static_cast<off_t>(bytes)) != 0) return nullptr;
+  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED) return nullptr;
+  std::lock_guard<std::mutex> lock(g_mutex);
+  g_allocations.push_back({reinterpret_cast<uintptr_t>(p), bytes, fd, g_next_id++});
+  return p;
+}
+
+CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int, cuuint64_t, CUdriverProcAddressQueryResult* status) {
+  static const Entry table[] = {
+      {"cuGetErrorName", reinterpret_cast<void*>(&getErrorName)},
+      {"cuPointerGetAttributes", reinterpret_cast<void*>(&pointerGetAttributes)},
+      {"cuDeviceGet", reinterpret_cast<void*>(&deviceGet)},
+      {"cuDeviceGetUuid", reinterpret_cast<void*>(&deviceGetUuid)},
+      {"cuIpcGetMemHandle", reinterpret_cast<void*>(&ipcGetMemHandle)},
+      {"cuEventCreate", reinterpret_cast<void*>(&eventCreate)},
+      {"cuIpcGetEventHandle", reinterpret_cast<void*>(&ipcGetEventHandle)},
+      {"cuIpcOpenEventHandle", reinterpret_cast<void*>(&ipcOpenEventHandle)},
+      {"cuEventRecord", reinterpret_cast<void*>(&eventRecord)},
+      {"cuStreamWaitEvent", reinterpret_cast<void*>(&streamWaitEvent)},
+      {"cuEventDestroy", reinterpret_cast<void*>(&eventDestroy)},
+      {"cuCtxPushCurrent", reinterpret_cast<void*>(&ctxPushCurrent)},
+      {"cuCtxPopCurrent", reinterpret_cast<void*>(&ctxPopCurrent)},
+  };
+  for (const auto& e : table) {
+    if (std::strcmp(e.name, symbol) == 0) {
+      *pfn = e.fn;
+      if (status) *status = CU_GET_PROC_ADDRESS_SUCCESS;
+      return CUDA_SUCCESS;
+    }
+  }
+  *pfn = nullptr;
+  if (status) *status = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+  return CUDA_ERROR_NOT_FOUND;
+}
+
+}  // extern "C"

@@ -1,0 +1,132 @@
+// SPDX-License-Identifier: Apache-2.0
+// Worker scenario for the CUDA path end to end without a GPU: tensors live
+// in "device memory" of the fake CUDA driver (tests/fakegpu), which this
+// process loads first ($GRADSYNC_TEST_FAKE_LIBCUDA), and go to a gradsyncd
+// over a host-memory GPU. Every collective, checked by reading the memory.
+#include <dlfcn.h>
+
+#include <cstdlib>
+
+#include "tests/integration/worker_util.h"
+
+namespace gradsync::worker {
+namespace {
+
+using FakeMalloc = void* (*)(size_t);
+
+FakeMalloc loadFakeDriver() {
+  const char* path = std::getenv("GRADSYNC_TEST_FAKE_LIBCUDA");
+  if (path == nullptr) return nullptr;
+  void* handle = ::dlopen(path, RTLD_NOW | RTLD_GLOBAL);
+  if (handle == nullptr) {
+    std::fprintf(stderr, "cannot load %s: %s\n", path, ::dlerror());
+    return nullptr;
+  }
+  return reinterpret_cast<FakeMalloc>(::dlsym(handle, "gradsync_fake_cuda_malloc"));
+}
+
+// `shape` must outlive the operation's start (the op points into it).
+gradsync_op_t cudaOp(int collective, const char* name, void* data, int dtype, const std::vector<int64_t>& shape) {
+  gradsync_op_t op = makeOp(collective, name, data, dtype, shape);
+  op.device = GRADSYNC_DEVICE_CUDA;
+  op.stream = nullptr;
+  return op;
+}
+
+int run(Client& c, gradsync_op_t op) {
+  Operation h;
+  WORKER_OK(c.start(op, &h));
+  WORKER_OK(h.wait(30));
+  return 0;
+}
+
+}  // namespace
+
+int fakeCuda(Client& c, const std::vector<std::string>&) {
+  FakeMalloc fake_malloc = loadFakeDriver();
+  WORKER_CHECK(fake_malloc != nullptr, "no fake CUDA driver ($GRADSYNC_TEST_FAKE_LIBCUDA)");
+  const int n = c.size(), me = c.rank();
+  auto* a = static_cast<uint8_t*>(fake_malloc(1 << 20));  // one allocation, several tensors
+  auto* b = static_cast<uint8_t*>(fake_malloc(1 << 16));  // another
+  WORKER_CHECK(a != nullptr && b != nullptr, "fake cudaMalloc failed");
+
+  // Allreduce, float32 sum, at an offset inside the allocation.
+  auto* x = reinterpret_cast<float*>(a + 4096);
+  for (int i = 0; i < 1000; ++i) x[i] = static_cast<float>(me + 1 + i % 7);
+  const std::vector<int64_t> s1000 = {1000}, s16 = {16}, s_mine = {me + 1, 2}, s_n = {n}, s_rows = {2 * n + 1, 3};
+  if (run(c, cudaOp(GRADSYNC_ALLREDUCE, "cuda.sum", x, GRADSYNC_FLOAT32, s1000))) return 1;
+  for (int i = 0; i < 1000; ++i) {
+    const float want = n * (n + 1) / 2.0f + n * (i % 7);
+    WORKER_CHECK(x[i] == want, "sum element %d: %g, want %g", i, x[i], want);
+  }
+  // Allreduce, int64 max, in the other allocation.
+  auto* y = reinterpret_cast<int64_t*>(b);
+  for (int i = 0; i < 16; ++i) y[i] = me * 100 + i;
+  gradsync_op_t max = cudaOp(GRADSYNC_ALLREDUCE, "cuda.max", y, GRADSYNC_INT64, s16);
+  max.reduce_op = GRADSYNC_MAX;
+  if (run(c, max)) return 1;
+  WORKER_CHECK(y[15] == (n - 1) * 100 + 15, "max: %lld", static_cast<long long>(y[15]));
+
+  // Broadcast from the last rank.
+  auto* d = reinterpret_cast<double*>(a + 65536);
+  for (int i = 0; i < 16; ++i) d[i] = me * 1000.0 + i;
+  gradsync_op_t bcast = cudaOp(GRADSYNC_BROADCAST, "cuda.bcast", d, GRADSYNC_FLOAT64, s16);
+  bcast.root_rank = n - 1;
+  if (run(c, bcast)) return 1;
+  WORKER_CHECK(d[3] == (n - 1) * 1000.0 + 3, "broadcast: %g", d[3]);
+
+  // Ragged allgather into a caller-sized output.
+  auto* mine = reinterpret_cast<int32_t*>(a + 131072);
+  for (int i = 0; i < 2 * (me + 1); ++i) mine[i] = me * 10 + i;
+  const int64_t total_rows = n * (n + 1) / 2;
+  auto* gathered = reinterpret_cast<int32_t*>(b + 4096);
+  gradsync_op_t gather = cudaOp(GRADSYNC_ALLGATHER, "cuda.gather", mine, GRADSYNC_INT32, s_mine);
+  gather.output = gathered;
+  gather.output_bytes = static_cast<uint64_t>(total_rows) * 2 * 4;
+  if (run(c, gather)) return 1;
+  for (int r = 0, row = 0; r < n; ++r) {
+    for (int i = 0; i < 2 * (r + 1); ++i) {
+      WORKER_CHECK(gathered[row * 2 + i] == r * 10 + i, "allgather from rank %d element %d: %d", r, i,
+                   gathered[row * 2 + i]);
+    }
+    row += r + 1;
+  }
+
+  // Alltoall, even split: rank r sends element j to rank j.
+  auto* send = reinterpret_cast<float*>(a + 196608);
+  auto* receive = reinterpret_cast<float*>(b + 16384);
+  for (int j = 0; j < n; ++j) send[j] = static_cast<float>(me * 100 + j);
+  gradsync_op_t a2a = cudaOp(GRADSYNC_ALLTOALL, "cuda.alltoall", send, GRADSYNC_FLOAT32, s_n);
+  a2a.output = receive;
+  a2a.output_bytes = static_cast<uint64_t>(n) * 4;
+  if (run(c, a2a)) return 1;
+  for (int r = 0; r < n; ++r) WORKER_CHECK(receive[r] == r * 100 + me, "alltoall from %d: %g", r, receive[r]);
+
+  // Reducescatter of 2n+1 rows of 3: the first rank gets the extra row.
+  const int rows = 2 * n + 1;
+  auto* full = reinterpret_cast<float*>(a + 262144);
+  for (int i = 0; i < rows * 3; ++i) full[i] = static_cast<float>(i + me);
+  const int my_rows = rows / n + (me < rows % n ? 1 : 0);
+  int start = 0;
+  for (int r = 0; r < me; ++r) start += rows / n + (r < rows % n ? 1 : 0);
+  auto* slice = reinterpret_cast<float*>(b + 32768);
+  gradsync_op_t rs = cudaOp(GRADSYNC_REDUCESCATTER, "cuda.rs", full, GRADSYNC_FLOAT32, s_rows);
+  rs.reduce_op = GRADSYNC_SUM;
+  rs.output = slice;
+  rs.output_bytes = static_cast<uint64_t>(my_rows) * 3 * 4;
+  if (run(c, rs)) return 1;
+  for (int i = 0; i < my_rows * 3; ++i) {
+    const float want = static_cast<float>(n * (start * 3 + i) + n * (n - 1) / 2);
+    WORKER_CHECK(slice[i] == want, "reducescatter element %d: %g, want %g", i, slice[i], want);
+  }
+
+  // The daemon forgets the exports; the next operation exports again.
+  WORKER_CHECK(gradsync_release_cuda_exports(c.raw()) == GRADSYNC_OK, "release: %s", gradsync_last_error());
+  for (int i = 0; i < 1000; ++i) x[i] = 1.0f;
+  if (run(c, cudaOp(GRADSYNC_ALLREDUCE, "cuda.after_release", x, GRADSYNC_FLOAT32, s1000))) return 1;
+  WORKER_CHECK(x[999] == static_cast<float>(n), "after release: %g", x[999]);
+  std::fprintf(stderr, "[rank %d] fake CUDA collectives OK\n", me);
+  return 0;
+}
+
+}  // namespace gradsync::worker
