@@ -51,9 +51,6 @@ export GRADSYNC_NCCL_LIBRARY=$nccl
 export GRADSYNC_LIBRARY=$bundle/lib/libgradsync.so
 export PYTHONPATH=$(pwd)/client/python${PYTHONPATH:+:$PYTHONPATH}
 export PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 GRADSYNC_REQUIRE_CUDA=1
-# Our binaries find their libraries here; the ranks (Python with PyTorch) get
-# it too, for libgradsync.so's dependencies.
-export LD_LIBRARY_PATH=$bundle/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 
 echo "--- machine"
 nvidia-smi --query-gpu=index,uuid,name,memory.total,compute_mode,driver_version --format=csv 2>&1 | head -5
@@ -62,14 +59,24 @@ echo "NCCL library for gradsyncd: ${nccl:-none found}"
 uname -a
 
 workdir=$(mktemp -d /tmp/gpu_check.XXXXXX)
+# Our binaries find their libraries in the bundle through these wrappers;
+# libgradsync.so finds them by its RPATH ($ORIGIN), so the ranks (Python with
+# PyTorch) run without LD_LIBRARY_PATH and keep their own libraries.
+mkdir -p "$workdir/bin"
+for tool in gradsyncd gradsyncctl gradsync_bench; do
+  printf '#!/bin/sh\nLD_LIBRARY_PATH=%s/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} exec %s/bin/%s "$@"\n' \
+    "$bundle" "$bundle" "$tool" > "$workdir/bin/$tool"
+  chmod +x "$workdir/bin/$tool"
+done
+tools=$workdir/bin
 socket=$workdir/gs.sock
 daemon_pid=
 start_daemon() {
-  "$bundle/bin/gradsyncd" --socket-path "$socket" --log-level info --stall-warning-seconds 10 \
+  "$tools/gradsyncd" --socket-path "$socket" --log-level info --stall-warning-seconds 10 \
     --stall-deadline-seconds 60 > "$workdir/gradsyncd.log" 2>&1 &
   daemon_pid=$!
   for _ in $(seq 100); do
-    [[ -S $socket ]] && "$bundle/bin/gradsyncctl" --socket "$socket" status > /dev/null 2>&1 && return 0
+    [[ -S $socket ]] && "$tools/gradsyncctl" --socket "$socket" status > /dev/null 2>&1 && return 0
     sleep 0.1
   done
   echo "gradsyncd did not start:"; cat "$workdir/gradsyncd.log"; return 1
@@ -91,7 +98,7 @@ run_ranks() {  # run_ranks N COMMAND...
   timeout 280 "$(pwd)/client/python/bin/gradsyncrun" --socket "$socket" -np "$n" "$@"
 }
 has_gpu_and_nccl() {
-  "$bundle/bin/gradsyncctl" --socket "$socket" status --json > "$workdir/status.json" || return 1
+  "$tools/gradsyncctl" --socket "$socket" status --json > "$workdir/status.json" || return 1
   $python - "$workdir/status.json" <<'PY'
 import json, sys
 s = json.load(open(sys.argv[1]))
@@ -103,7 +110,7 @@ PY
 }
 
 step "start gradsyncd" start_daemon
-step "gradsyncctl status" "$bundle/bin/gradsyncctl" --socket "$socket" status
+step "gradsyncctl status" "$tools/gradsyncctl" --socket "$socket" status
 step "gradsyncd sees the GPU and loaded NCCL" has_gpu_and_nccl
 
 case $stage in
@@ -114,18 +121,18 @@ case $stage in
     done
     step "rank killed mid-collective" timeout 200 $python client/python/tests_gpu/kill_check.py "$socket"
     step "two daemons on one GPU, host staging + UCX ring" timeout 280 $python \
-      client/python/tests_gpu/two_daemons_check.py "$bundle/bin/gradsyncd" "$bundle/bin/gradsyncctl" "$workdir" staging
+      client/python/tests_gpu/two_daemons_check.py "$tools/gradsyncd" "$tools/gradsyncctl" "$workdir" staging
     # Two NCCL ranks on one GPU need NCCL >= 2.30 and its opt-in flag.
     step "two daemons on one GPU, NCCL between them where it can form" env NCCL_MULTI_RANK_GPU_ENABLE=1 \
-      timeout 280 $python client/python/tests_gpu/two_daemons_check.py "$bundle/bin/gradsyncd" \
-      "$bundle/bin/gradsyncctl" "$workdir" auto
-    step "gradsyncctl jobs" "$bundle/bin/gradsyncctl" --socket "$socket" jobs
+      timeout 280 $python client/python/tests_gpu/two_daemons_check.py "$tools/gradsyncd" \
+      "$tools/gradsyncctl" "$workdir" auto
+    step "gradsyncctl jobs" "$tools/gradsyncctl" --socket "$socket" jobs
     ;;
   bench)
     for n in 1 2 4; do
-      step "gradsync_bench --device cuda, $n ranks" timeout 200 "$bundle/bin/gradsync_bench" --socket "$socket" \
+      step "gradsync_bench --device cuda, $n ranks" timeout 200 "$tools/gradsync_bench" --socket "$socket" \
         -np "$n" --device cuda --min-time 0.5
-      step "gradsync_bench --device cuda --resnet, $n ranks" timeout 100 "$bundle/bin/gradsync_bench" \
+      step "gradsync_bench --device cuda --resnet, $n ranks" timeout 100 "$tools/gradsync_bench" \
         --socket "$socket" -np "$n" --device cuda --resnet
     done
     step "PyTorch CUDA allreduce bench with references (D2D copy, NCCL 1 rank), 2 ranks" \
