@@ -216,7 +216,9 @@ Status GpuExecutor::broadcast(const Response& r, RankAccess& access) {
   for (const auto& member : m.list) {
     if (member.rank == root) source = member.data;
   }
-  if (source == nullptr) return failedPrecondition("tensor '" + r.name + "': broadcast root " + std::to_string(root) + " is not on this node");
+  if (source == nullptr) {
+    return failedPrecondition("tensor '" + r.name + "': broadcast root " + std::to_string(root) + " is not on this node");
+  }
   RETURN_IF_ERROR(waitReady(m));
   Status status = okStatus();
   for (const auto& member : m.list) {
@@ -354,9 +356,11 @@ Status GpuExecutor::stagedBroadcast(const Response& r, RankAccess& access) {
     }
     return okStatus();
   }();
-  RETURN_IF_ERROR(recordDoneAfter(m, status));
-  // The staging buffer is the job's: free for the next batch only once read.
-  return ops_->waitStream(m.stream, "waiting for the copies from the staging buffer");
+  status = recordDoneAfter(m, status);
+  // The staging buffer is the job's: free for the next batch only once read
+  // (also after an error: copies from it may be queued).
+  const Status drained = ops_->waitStream(m.stream, "waiting for the copies from the staging buffer");
+  return status.isOk() ? drained : status;
 }
 
 Status GpuExecutor::checkOutputs(const Response& r, const Members& m, const std::vector<uint64_t>& bytes) {
