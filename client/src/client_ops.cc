@@ -56,26 +56,23 @@ StatusOr<uint64_t> Client::enqueueOne(const OpSpec& spec, uint64_t group_id, uin
   op->type = spec.type;
   op->length = bytes;
   std::optional<v1::CudaTensorRef> output_ref;
-  if (spec.cuda && spec.output != nullptr && spec.output_bytes > 0) {
+  const bool has_output = spec.type == v1::ALLGATHER || spec.type == v1::ALLTOALL || spec.type == v1::REDUCESCATTER;
+  if (spec.cuda && has_output) {
     ASSIGN_OR_RETURN(output_ref, cuda().prepareOutput(spec.name, spec.output, spec.output_bytes));
     op->cuda_output_ref = output_ref;
     op->cuda_output = spec.output;
     op->output_length = spec.output_bytes;
   }
-  if (spec.cuda && bytes > 0) {
-    auto prepared = cuda().prepare(spec.name, spec.data, bytes, spec.stream);
+  if (spec.cuda && !isDataless(spec.type)) {
+    // A tensor without elements still travels as CUDA (the ranks agree on
+    // the device); it takes events only when this rank gets an output.
+    auto prepared = bytes > 0 ? cuda().prepare(spec.name, spec.data, bytes, spec.stream)
+                              : cuda().prepareEmpty(spec.name, spec.stream, has_output && spec.output_bytes > 0);
     if (!prepared.isOk()) {
       if (output_ref) cuda().releaseOutput(*output_ref);
       return prepared.status();
     }
     op->cuda = std::move(prepared).value();
-    const bool has_output = spec.type == v1::ALLGATHER || spec.type == v1::ALLTOALL || spec.type == v1::REDUCESCATTER;
-    if (has_output && !output_ref) {
-      // An empty result (e.g. no rows of a reducescatter for this rank):
-      // any exported location with length 0 will do.
-      output_ref = op->cuda->ref;
-      output_ref->clear_event_slot();
-    }
   } else if (bytes > 0 && arena_->contains(spec.data, bytes, &op->input_offset)) {
     // Zero copy: the tensor already lives in the arena.
   } else if (bytes > 0) {

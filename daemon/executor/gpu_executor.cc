@@ -123,6 +123,13 @@ StatusOr<GpuExecutor::Members> GpuExecutor::resolve(const Response& r, RankAcces
     Member member;
     member.rank = request->rank;
     member.gpu = access.gpuOf(request->rank);
+    const bool empty = request->cuda && request->cuda->buffer_id == gpu::kNoBuffer &&
+                       request->cuda->event_slot == gpu::kNoEventSlot && request->length == 0 && !request->cuda_output;
+    if (empty) {  // no elements, no events: nothing of this rank's to touch
+      member.slot = gpu::kNoEventSlot;
+      m.list.push_back(std::move(member));
+      continue;
+    }
     if (!member.gpu || !request->cuda) {
       return failedPrecondition("tensor '" + r.name + "': rank " + std::to_string(request->rank) +
                                 " has no GPU attached any more (it disconnected)");
@@ -152,7 +159,7 @@ StatusOr<GpuExecutor::Members> GpuExecutor::resolve(const Response& r, RankAcces
     return unimplemented("tensor '" + r.name + "': " + std::to_string(m.list.size()) + " ranks on one GPU (at most " +
                          std::to_string(cuda::kMaxLocalBuffers) + ")");
   }
-  if (m.list.empty()) return m;  // no local member: the caller relays only
+  if (m.device < 0) return m;  // no local member with memory: nothing to queue here
   ASSIGN_OR_RETURN(void* stream, streamFor(m.device));
   RETURN_IF_ERROR(ops_->select(m.device));
   m.stream = stream;
@@ -161,6 +168,7 @@ StatusOr<GpuExecutor::Members> GpuExecutor::resolve(const Response& r, RankAcces
 
 Status GpuExecutor::waitReady(const Members& m) {
   for (const auto& member : m.list) {
+    if (member.slot == gpu::kNoEventSlot) continue;
     RETURN_IF_ERROR(context(ops_->waitEvent(m.stream, member.gpu->readyEvent(member.slot)),
                             "waiting for rank " + std::to_string(member.rank) + "'s ready event"));
   }
@@ -177,6 +185,7 @@ Status GpuExecutor::recordDoneAfter(const Members& m, Status status) {
 
 Status GpuExecutor::recordDone(const Members& m) {
   for (const auto& member : m.list) {
+    if (member.slot == gpu::kNoEventSlot) continue;
     RETURN_IF_ERROR(context(ops_->recordEvent(member.gpu->doneEvent(member.slot), m.stream),
                             "recording rank " + std::to_string(member.rank) + "'s done event"));
     // A mapping is unmapped only after the work queued on it so far.
@@ -189,9 +198,9 @@ Status GpuExecutor::recordDone(const Members& m) {
 
 Status GpuExecutor::allreduce(const Response& r, RankAccess& access) {
   ASSIGN_OR_RETURN(Members m, resolve(r, access));
-  if (m.list.empty()) return invalidArgument("tensor '" + r.name + "': no rank contributes data");
   const Request& first = r.first();
   RETURN_IF_ERROR(checkReduction(r.name, first));
+  if (m.device < 0 || first.length == 0) return okStatus();  // no elements
   cuda::LocalReduceArgs args;
   args.dtype = static_cast<cuda::Dtype>(first.dtype);
   args.op = static_cast<cuda::Op>(first.op);
@@ -210,7 +219,7 @@ Status GpuExecutor::allreduce(const Response& r, RankAccess& access) {
 
 Status GpuExecutor::broadcast(const Response& r, RankAccess& access) {
   ASSIGN_OR_RETURN(Members m, resolve(r, access));
-  if (m.list.empty()) return invalidArgument("tensor '" + r.name + "': no rank contributes data");
+  if (m.device < 0 || r.first().length == 0) return okStatus();  // no elements
   const int root = r.first().root_rank;
   const uint8_t* source = nullptr;
   for (const auto& member : m.list) {
@@ -240,10 +249,11 @@ Status GpuExecutor::stagedAllreduce(const std::vector<const Response*>& response
   int device = -1;
   for (const Response* r : responses) {
     ASSIGN_OR_RETURN(Members m, resolve(*r, access));
-    if (!m.list.empty()) {
+    if (m.device >= 0) {
       if (device >= 0 && m.device != device) return unimplemented("tensor '" + r->name + "': several GPUs on one node");
       device = m.device;
     }
+    if (r->first().length == 0) m.list.clear();  // no elements: contributes an empty range
     offsets.push_back(total);
     total += r->first().length / esize;
     members.push_back(std::move(m));
@@ -366,7 +376,7 @@ Status GpuExecutor::stagedBroadcast(const Response& r, RankAccess& access) {
 Status GpuExecutor::checkOutputs(const Response& r, const Members& m, const std::vector<uint64_t>& bytes) {
   if (m.list.size() != bytes.size()) return internalError("tensor '" + r.name + "': members and outputs differ");
   for (size_t j = 0; j < bytes.size(); ++j) {
-    if (m.list[j].output == nullptr || m.list[j].output_length != bytes[j]) {
+    if ((m.list[j].output == nullptr && bytes[j] > 0) || m.list[j].output_length != bytes[j]) {
       return invalidArgument("tensor '" + r.name + "': rank " + std::to_string(m.list[j].rank) + " gave an output of " +
                              std::to_string(m.list[j].output_length) + " bytes; the result has " +
                              std::to_string(bytes[j]));
@@ -393,9 +403,11 @@ ResponseResult GpuExecutor::allgather(const Response& r, RankAccess& access) {
     size_t offset = 0;
     for (size_t i = 0; status.isOk() && i < m.list.size(); ++i) {
       const uint64_t length = r.requests[i]->length;
-      status = context(ops_->copy(m.list[j].output + offset, m.list[i].data, length, gpu::CopyKind::kDeviceToDevice,
-                                  m.stream),
-                       "tensor '" + r.name + "': copy to rank " + std::to_string(m.list[j].rank));
+      if (length > 0) {
+        status = context(ops_->copy(m.list[j].output + offset, m.list[i].data, length,
+                                    gpu::CopyKind::kDeviceToDevice, m.stream),
+                         "tensor '" + r.name + "': copy to rank " + std::to_string(m.list[j].rank));
+      }
       offset += length;
     }
   }
@@ -469,7 +481,7 @@ ResponseResult GpuExecutor::reducescatter(const Response& r, RankAccess& access)
     args.prescale = first.prescale;
     args.postscale = first.postscale;
     args.average_divisor = static_cast<int>(r.ranks.size());
-    status = context(ops_->reduce(args, m.stream), "tensor '" + r.name + "'");
+    if (args.count > 0) status = context(ops_->reduce(args, m.stream), "tensor '" + r.name + "'");
     start_row += rows[j];
   }
   if (waited) status = recordDoneAfter(m, status);

@@ -245,6 +245,36 @@ TEST_F(GpuExecutorTest, RaggedAllgatherIntoCallerSizedOutputs) {
   }
 }
 
+TEST_F(GpuExecutorTest, RanksWithoutElementsTakePart) {
+  makeRanks(3);
+  // Allgather where rank 1 has no rows: it still receives everyone's.
+  std::vector<Request> requests;
+  for (int r = 0; r < 3; ++r) {
+    const int rows = r == 1 ? 0 : 2;
+    fill<float>(ranks_[r], 0, rows, [r](size_t i) { return float(r * 10 + i); });
+    requests.push_back(request(r, "g0", v1::ALLGATHER, v1::FLOAT32, {rows}, 0));
+    if (rows == 0) requests.back().cuda = coordinator::CudaRef{gpu::kNoBuffer, 0, requests.back().cuda->event_slot};
+    withOutput(&requests.back(), 4096, 4 * 4);
+  }
+  auto results = run({response("g0", requests)});
+  ASSERT_TRUE(results[0].status.isOk()) << results[0].status.toString();
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_EQ(element<float>(ranks_[r], 4096, 0), 0.0f) << r;
+    EXPECT_EQ(element<float>(ranks_[r], 4096, 2), 20.0f) << r;
+  }
+  // An allreduce of no elements, from ranks that send no events.
+  std::vector<Request> empty;
+  for (int r = 0; r < 3; ++r) {
+    empty.push_back(request(r, "e", v1::ALLREDUCE, v1::FLOAT32, {0}, 0));
+    empty.back().cuda = coordinator::CudaRef{gpu::kNoBuffer, 0, gpu::kNoEventSlot};
+  }
+  access_.gpus.erase(2);  // even one that never attached a GPU
+  const size_t logged_before = ops_.log.size();
+  results = run({response("e", empty)});
+  ASSERT_TRUE(results[0].status.isOk()) << results[0].status.toString();
+  EXPECT_EQ(ops_.log.size(), logged_before);  // nothing queued
+}
+
 TEST_F(GpuExecutorTest, AlltoallWithSplits) {
   makeRanks(2);
   // Rank r sends r + 1 rows to each rank: rows are r*100 + row index.

@@ -119,6 +119,10 @@ size_t ClientGpu::bufferCount() const {
 }
 
 StatusOr<Located> ClientGpu::locate(uint64_t buffer_id, uint64_t offset, uint64_t length) const {
+  if (buffer_id == kNoBuffer) {
+    if (offset != 0 || length != 0) return invalidArgument(who_ + ": " + std::to_string(length) + " bytes in no buffer");
+    return Located{};
+  }
   std::lock_guard<std::mutex> lock(mutex_);
   auto it = buffers_.find(buffer_id);
   if (it == buffers_.end()) {
@@ -134,6 +138,7 @@ StatusOr<Located> ClientGpu::locate(uint64_t buffer_id, uint64_t offset, uint64_
 }
 
 Status ClientGpu::checkSlot(uint32_t slot) const {
+  if (slot == kNoEventSlot) return okStatus();
   if (slot >= ready_.size()) {
     return invalidArgument(who_ + ": event slot " + std::to_string(slot) + " outside [0, " +
                            std::to_string(ready_.size()) + ")");

@@ -22,6 +22,11 @@
 
 namespace gradsync::gpu {
 
+// A reference to no memory (a tensor without elements), and an operation
+// without events (one that writes nothing of this rank's).
+constexpr uint64_t kNoBuffer = 0;
+constexpr uint32_t kNoEventSlot = 0xffffffffu;
+
 // Most event pairs one session may have, and allocations one session may
 // keep mapped at once.
 constexpr int kMaxEventSlots = 1024;
@@ -87,6 +92,7 @@ class ClientGpu {
     return locate(buffer_id, offset, length).status();
   }
   Status checkSlot(uint32_t slot) const;
+  // Slots checked with checkSlot, other than kNoEventSlot.
   void* readyEvent(uint32_t slot) const { return ready_[slot]; }
   void* doneEvent(uint32_t slot) const { return done_[slot].event; }
 

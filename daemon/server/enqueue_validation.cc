@@ -90,7 +90,10 @@ Status checkTypeRules(const std::string& prefix, const v1::Enqueue& e, Request& 
 
 Status checkCuda(const std::string& prefix, const v1::Enqueue& e, const EnqueueContext& c) {
   if (!c.gpus_present) return failedPrecondition(prefix + "is a CUDA tensor, but " + c.no_gpu_reason);
+  const bool empty = e.cuda().buffer_id() == gpu::kNoBuffer && e.cuda().event_slot() == gpu::kNoEventSlot &&
+                     e.cuda().offset() == 0 && e.length() == 0 && !e.has_cuda_output();
   if (c.gpu == nullptr) {
+    if (empty) return okStatus();  // no memory, no events: nothing to attach for
     return failedPrecondition(prefix + "is a CUDA tensor, but the rank has not attached its GPU (hand-off CudaAttach)");
   }
   RETURN_IF_ERROR(c.gpu->checkSlot(e.cuda().event_slot()));

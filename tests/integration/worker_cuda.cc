@@ -92,6 +92,21 @@ int fakeCuda(Client& c, const std::vector<std::string>&) {
     row += r + 1;
   }
 
+  // Allgather in which rank 0 has no rows: it travels as an empty CUDA tensor.
+  const std::vector<int64_t> s_none_or_two = {me == 0 ? 0 : 2};
+  auto* part = reinterpret_cast<float*>(a + 140000);
+  for (int i = 0; i < 2; ++i) part[i] = static_cast<float>(me * 10 + i);
+  auto* all_parts = reinterpret_cast<float*>(b + 8192);
+  gradsync_op_t ragged = cudaOp(GRADSYNC_ALLGATHER, "cuda.gather_empty", me == 0 ? nullptr : part, GRADSYNC_FLOAT32,
+                                s_none_or_two);
+  ragged.output = all_parts;
+  ragged.output_bytes = static_cast<uint64_t>(n - 1) * 2 * 4;
+  if (run(c, ragged)) return 1;
+  for (int r = 1; r < n; ++r) {
+    WORKER_CHECK(all_parts[(r - 1) * 2 + 1] == r * 10 + 1, "allgather with an empty rank, from %d: %g", r,
+                 all_parts[(r - 1) * 2 + 1]);
+  }
+
   // Alltoall, even split: rank r sends element j to rank j.
   auto* send = reinterpret_cast<float*>(a + 196608);
   auto* receive = reinterpret_cast<float*>(b + 16384);

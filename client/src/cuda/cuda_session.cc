@@ -6,6 +6,10 @@
 namespace gradsync::client {
 namespace {
 
+// The protocol's "no memory" and "no events" (control.proto CudaTensorRef).
+constexpr uint64_t kEmptyBuffer = 0;
+constexpr uint32_t kNoEventSlot = 0xffffffffu;
+
 Status fromResponse(const v1::HandoffResponse& response) {
   if (response.code() == 0) return okStatus();
   return Status(static_cast<StatusCode>(response.code()), response.message());
@@ -49,8 +53,33 @@ StatusOr<CudaSession::Prepared> CudaSession::prepare(const std::string& name, co
   return prepared;
 }
 
+StatusOr<CudaSession::Prepared> CudaSession::prepareEmpty(const std::string& name, void* stream, bool with_events) {
+  Prepared prepared;
+  prepared.ref.set_buffer_id(kEmptyBuffer);
+  prepared.ref.set_event_slot(kNoEventSlot);
+  prepared.stream = stream;
+  if (!with_events) return prepared;
+  std::lock_guard<std::mutex> lock(mutex_);
+  const std::string prefix = "CUDA tensor '" + name + "': ";
+  if (device_uuid_.empty()) {
+    return failedPrecondition(prefix + "an empty tensor as this rank's first CUDA tensor: its GPU is unknown");
+  }
+  if (free_slots_.empty()) return resourceExhausted(prefix + "too many CUDA operations of this rank in flight");
+  const uint32_t slot = free_slots_.back();
+  Status recorded = driver_->recordEvent(context_, ready_[slot], stream);
+  if (!recorded.isOk()) return Status(recorded.code(), prefix + recorded.message());
+  free_slots_.pop_back();
+  prepared.ref.set_event_slot(slot);
+  return prepared;
+}
+
 StatusOr<v1::CudaTensorRef> CudaSession::prepareOutput(const std::string& name, const void* data, uint64_t bytes) {
   std::lock_guard<std::mutex> lock(mutex_);
+  if (bytes == 0) {
+    v1::CudaTensorRef empty;
+    empty.set_buffer_id(kEmptyBuffer);
+    return empty;
+  }
   ASSIGN_OR_RETURN(v1::CudaTensorRef ref, locateLocked(name + " (output)", data, bytes));
   ++exports_[ref.buffer_id()].in_flight;
   return ref;
@@ -58,6 +87,7 @@ StatusOr<v1::CudaTensorRef> CudaSession::prepareOutput(const std::string& name, 
 
 void CudaSession::releaseOutput(const v1::CudaTensorRef& ref) {
   std::lock_guard<std::mutex> lock(mutex_);
+  if (ref.buffer_id() == kEmptyBuffer) return;
   auto it = exports_.find(ref.buffer_id());
   if (it != exports_.end() && it->second.in_flight > 0) --it->second.in_flight;
 }
@@ -194,6 +224,7 @@ void CudaSession::evictLocked() {
 Status CudaSession::complete(const Prepared& prepared, bool ok) {
   std::lock_guard<std::mutex> lock(mutex_);
   const uint32_t slot = prepared.ref.event_slot();
+  if (slot == kNoEventSlot) return okStatus();  // an empty tensor without events
   if (slot >= done_.size()) return internalError("CUDA event slot out of range");
   // Even a failed operation may have queued work on the daemon's stream
   // before it failed (the daemon records done once it waited for ready):

@@ -47,6 +47,10 @@ class CudaSession {
   // exports the allocation if new, takes an event slot and records the ready
   // event on `stream`. Errors name the tensor.
   StatusOr<Prepared> prepare(const std::string& name, const void* data, uint64_t bytes, void* stream);
+  // A tensor without elements (no memory). With `with_events` (the
+  // operation writes an output of this rank's) it takes an event slot like
+  // any tensor; without, it needs neither GPU nor events.
+  StatusOr<Prepared> prepareEmpty(const std::string& name, void* stream, bool with_events);
   // The caller's output buffer of a CUDA allgather/alltoall/reducescatter:
   // exported like an input (no event slot: the input's orders both).
   StatusOr<v1::CudaTensorRef> prepareOutput(const std::string& name, const void* data, uint64_t bytes);

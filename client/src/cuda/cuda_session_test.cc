@@ -187,6 +187,26 @@ TEST_F(CudaSessionTest, ErrorsNameTheTensorAndTheCause) {
   EXPECT_EQ(session->cachedBuffers(), 0u);
 }
 
+TEST_F(CudaSessionTest, EmptyTensorsTakeEventsOnlyWhenTheyGetAnOutput) {
+  auto session = makeSession();
+  auto bare = session->prepareEmpty("e", nullptr, false);
+  ASSERT_TRUE(bare.isOk());
+  EXPECT_EQ(bare->ref.buffer_id(), 0u);
+  EXPECT_EQ(bare->ref.event_slot(), 0xffffffffu);
+  EXPECT_EQ(driver_loads_, 0);  // no CUDA needed at all
+  EXPECT_TRUE(session->complete(*bare, true).isOk());
+  EXPECT_THAT(session->prepareEmpty("g", nullptr, true).status().message(), HasSubstr("its GPU is unknown"));
+  auto out = session->prepareOutput("g", at(0x10000), 16);  // attaches
+  ASSERT_TRUE(out.isOk());
+  auto with_events = session->prepareEmpty("g", reinterpret_cast<void*>(9), true);
+  ASSERT_TRUE(with_events.isOk());
+  EXPECT_LT(with_events->ref.event_slot(), 2u);
+  EXPECT_EQ(session->freeSlots(), 1);
+  ASSERT_TRUE(session->complete(*with_events, true).isOk());
+  EXPECT_EQ(session->freeSlots(), 2);
+  EXPECT_EQ(session->prepareOutput("g", nullptr, 0)->buffer_id(), 0u);
+}
+
 TEST_F(CudaSessionTest, NoDriverIsAClearError) {
   driver_available_ = false;
   auto session = makeSession();
