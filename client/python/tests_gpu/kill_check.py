@@ -3,8 +3,14 @@
 an error naming it within 10 s, and the GPU memory the daemon had mapped from
 the dead rank is released (free memory returns to its level before the job).
 
+Then the harder case: a rank that enqueues an allreduce behind a second of
+GPU work on its stream and dies at once, so its ready event is recorded but
+never reached. Whether the driver completes such an event is not documented;
+the survivors must not hang (they finish or fail within 20 s), and the daemon
+must serve a new job afterwards.
+
   python3 kill_check.py SOCKET      (a gradsyncd with a GPU serves SOCKET)
-Exit code 0 when both hold; prints what it measured.
+Exit code 0 when all of it holds; prints what it measured.
 """
 import os
 import signal
@@ -21,13 +27,19 @@ hvd.init()
 device = torch.device("cuda", 0)
 x = torch.ones(256 << 20, device=device)          # 1 GiB, exported to the daemon
 hvd.allreduce_(x, op=hvd.Sum, name="first")
-if hvd.rank() == hvd.size() - 1 and os.environ.get("KILL") == "1":
+victim = hvd.rank() == hvd.size() - 1
+if victim and os.environ.get("KILL") == "queued":
+    torch.cuda._sleep(int(3e9))                  # about a second of GPU work ahead of the ready event
+    hvd.allreduce_async_(x, op=hvd.Sum, name="second")
+    os.kill(os.getpid(), signal.SIGKILL)
+if victim and os.environ.get("KILL") == "1":
     time.sleep(1.0)
     os.kill(os.getpid(), signal.SIGKILL)
 start = time.monotonic()
 try:
     hvd.allreduce_(x, op=hvd.Sum, name="second")
-    print("rank %d: second allreduce succeeded" % hvd.rank())
+    torch.cuda.synchronize()                      # the result is really there (or this hangs)
+    print("rank %d: second allreduce succeeded after %.2f s" % (hvd.rank(), time.monotonic() - start))
     sys.exit(0 if os.environ.get("KILL") != "1" else 2)
 except Exception as e:
     elapsed = time.monotonic() - start
@@ -37,17 +49,17 @@ except Exception as e:
 """
 
 
-def run_job(socket, job, size, kill):
+def run_job(socket, job, size, kill, timeout=60):
     procs = []
     for rank in range(size):
         env = dict(os.environ, GRADSYNC_SOCKET=socket, GRADSYNC_JOB_ID=job, GRADSYNC_TOKEN="kill-check",
                    GRADSYNC_RANK=str(rank), GRADSYNC_SIZE=str(size), GRADSYNC_LOCAL_RANK=str(rank),
-                   GRADSYNC_LOCAL_SIZE=str(size), KILL="1" if kill else "0")
+                   GRADSYNC_LOCAL_SIZE=str(size), KILL=kill if isinstance(kill, str) else ("1" if kill else "0"))
         procs.append(subprocess.Popen([sys.executable, "-c", RANK_CODE], env=env))
     codes = []
     for p in procs:
         try:
-            codes.append(p.wait(timeout=60))
+            codes.append(p.wait(timeout=timeout))
         except subprocess.TimeoutExpired:
             p.kill()
             codes.append("timeout")
@@ -76,8 +88,18 @@ def main():
     print("warm-up job exit codes %s; job exit codes %s (want [0, 0, -9])" % (warm, codes))
     print("free GPU memory: %.0f MiB before the job, %.0f MiB after (difference %.0f MiB, allowed 64)" % (
         baseline / 2**20, after / 2**20, (baseline - after) / 2**20))
-    print("kill check:", "PASSED" if survivors_ok and memory_ok else "FAILED")
-    sys.exit(0 if survivors_ok and memory_ok else 1)
+    # The victim dies with its ready event recorded behind queued GPU work.
+    started = time.monotonic()
+    queued = run_job(socket, "kill-check-queued", 3, kill="queued", timeout=20)
+    queued_ok = "timeout" not in queued and queued[-1] == -signal.SIGKILL
+    print("rank killed with its ready event queued: exit codes %s after %.1f s (want no timeout; survivors 0 "
+          "or 3)" % (queued, time.monotonic() - started))
+    after_all = run_job(socket, "kill-check-after", 2, kill=False)
+    serves_ok = after_all == [0, 0]
+    print("a new job afterwards: exit codes %s" % after_all)
+    ok = survivors_ok and memory_ok and queued_ok and serves_ok
+    print("kill check:", "PASSED" if ok else "FAILED")
+    sys.exit(0 if ok else 1)
 
 
 if __name__ == "__main__":
