@@ -164,3 +164,25 @@ def test_fp16_compression_round_trip(rank, size):
     assert torch.allclose(result, torch.full((100,), sum(0.5 + r for r in range(size))))
     ints = hvd.allreduce(torch.ones(3, dtype=torch.int32), op=hvd.Sum, compression=hvd.Compression.fp16)
     assert ints.dtype == torch.int32
+
+
+def test_deferred_operation_starts_when_its_first_completes(rank, size):
+    # The mechanism behind CUDA allgather/alltoall (their output is sized by
+    # a CPU exchange first), exercised here with CPU operations.
+    from gradsync.torch import _submit
+    first = hvd.allgather_async(torch.tensor([rank + 1]), name="deferred.sizes")
+    started = []
+
+    def start(counts):
+        started.append(int(counts.sum().item()))
+        return hvd.allreduce_async(torch.ones(started[0]), op=hvd.Sum, name="deferred.main")
+
+    handle = _submit.defer(first, start)
+    while not hvd.poll(handle):
+        pass
+    assert started == [size * (size + 1) // 2]
+    result = hvd.synchronize(handle)
+    assert torch.equal(result, torch.full((started[0],), float(size)))
+    assert len(started) == 1  # started once
+    with pytest.raises(ValueError):
+        hvd.synchronize(handle)

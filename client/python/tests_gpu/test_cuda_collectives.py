@@ -166,6 +166,20 @@ def test_alltoall_even_and_with_splits(rank, size, device, across_nodes):
     assert torch.equal(out.cpu(), torch.cat([torch.full((r + 1, 2), float(r)) for r in range(size)]))
 
 
+def test_async_allgathers_started_in_different_orders(rank, size, device, across_nodes):
+    if across_nodes:
+        return
+    # Horovod lets ranks start named collectives in any order: the CUDA
+    # allgather's size exchange must not make that deadlock.
+    names = ["order.a", "order.b"]
+    if rank % 2:
+        names.reverse()
+    handles = {n: hvd.allgather_async(torch.full((rank + 1,), float(rank), device=device), name=n) for n in names}
+    for n in sorted(handles):
+        out = hvd.synchronize(handles[n])
+        assert out.numel() == size * (size + 1) // 2
+
+
 def test_reducescatter(rank, size, device, across_nodes):
     if across_nodes:
         return refused_across_nodes(lambda: hvd.reducescatter(torch.ones(size, device=device)))

@@ -62,6 +62,33 @@ def make_op(collective, tensor, name, process_set, keep, **fields):
     return op
 
 
+class _Deferred:
+    """An operation that starts once another completes (a CUDA allgather or
+    alltoall, whose output is sized by a small CPU exchange first): started
+    by poll() or synchronize(), whichever sees the first one done."""
+    __slots__ = ("first", "start", "second")
+
+    def __init__(self, first, start):
+        self.first = first
+        self.start = start
+        self.second = None
+
+
+def defer(first, start):
+    """A handle for `start(result of first)`, which returns the handle of
+    the operation it starts."""
+    ctx = _context.current()
+    handle = ctx.new_handle()
+    ctx.pending[handle] = _Deferred(first, start)
+    return handle
+
+
+def _started(deferred):
+    if deferred.second is None:
+        deferred.second = deferred.start(synchronize(deferred.first))
+    return deferred.second
+
+
 def submit(ops, keep, finish, what):
     """Enqueues `ops` (several: a group) and returns the Python handle."""
     ctx = _context.current()
@@ -77,6 +104,10 @@ def poll(handle):
     pending = ctx.pending.get(handle)
     if pending is None:
         raise ValueError("unknown or already synchronized handle %s" % handle)
+    if isinstance(pending, _Deferred):
+        if pending.second is None and not poll(pending.first):
+            return False
+        return poll(_started(pending))
     return all(ctx.client.poll(n) for n in pending.natives)
 
 
@@ -86,6 +117,8 @@ def synchronize(handle):
     pending = ctx.pending.pop(handle, None)
     if pending is None:
         raise ValueError("unknown or already synchronized handle %s" % handle)
+    if isinstance(pending, _Deferred):
+        return synchronize(_started(pending))
     try:
         for n in pending.natives:
             ctx.client.wait(n, pending.what)

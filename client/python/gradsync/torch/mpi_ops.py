@@ -10,7 +10,7 @@ import torch
 from gradsync import _native as native
 from gradsync.errors import GradsyncError
 from gradsync.torch import _context
-from gradsync.torch._submit import (check_tensor, make_op, poll, received_splits, submit, synchronize,
+from gradsync.torch._submit import (check_tensor, defer, make_op, poll, received_splits, submit, synchronize,
                                     tensor_from_result)
 from gradsync.torch.compression import Compression
 from gradsync.torch.process_sets import global_process_set
@@ -172,42 +172,39 @@ def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_facto
 
 # -- allgather --------------------------------------------------------------
 
-def _output_op(collective, kind, tensor, name, process_set, finish_one, split_list=None, **fields):
+def _output_op(collective, kind, tensor, name, process_set, finish_one, split_list=None, keep_alive=(), **fields):
     name = _name(name, kind, process_set)
     what = "%s of '%s'" % (kind, name)
     check_tensor(tensor, what)
     source = tensor.detach().contiguous()
-    keep = []
+    keep = list(keep_alive)  # what `fields` point into
     op = make_op(collective, source, name, process_set, keep, **fields)
-    if source.is_cuda:
-        output = _cuda_output(collective, source, name, process_set, split_list)
+    if not source.is_cuda:
+        return submit([op], keep, lambda results: finish_one(results[0], what, None), what)
+
+    def start(out_rows):
+        # The daemon writes the CUDA result straight into this tensor.
+        output = torch.empty((out_rows,) + tuple(source.shape[1:]), dtype=source.dtype, device=source.device)
         keep.append(output)
         op.output = output.data_ptr() if output.numel() else None
         op.output_bytes = output.numel() * output.element_size()
         return submit([op], keep, lambda results: finish_one(results[0], what, output), what)
-    return submit([op], keep, lambda results: finish_one(results[0], what, None), what)
 
-
-def _cuda_output(collective, source, name, process_set, splits):
-    """The output tensor of a CUDA allgather/alltoall/reducescatter, sized
-    beforehand: the daemon writes the result straight into it. Allgather and
-    alltoall first learn the other ranks' row counts with a small CPU
-    collective (named after the tensor), so every rank must reach this call;
-    a CUDA allgather_async therefore returns only once all ranks called it."""
     rows = source.shape[0] if source.dim() else 1
-    if collective == native.ALLGATHER:
-        counts = synchronize(allgather_async(torch.tensor([rows], dtype=torch.int64), name + ".rows", process_set))
-        out_rows = int(counts.sum().item())
-    elif collective == native.ALLTOALL:
-        n = process_set.size()
-        mine = list(splits) if splits is not None else [rows // n] * n
-        received, _ = synchronize(alltoall_async(torch.tensor(mine, dtype=torch.int64), None, name + ".splits",
-                                                 process_set))
-        out_rows = int(received.sum().item())
-    else:  # REDUCESCATTER: Horovod's rule, known locally
+    if collective == native.REDUCESCATTER:  # Horovod's rule, known locally
         n, me = process_set.size(), process_set.rank()
-        out_rows = rows // n + (1 if me < rows % n else 0)
-    return torch.empty((out_rows,) + tuple(source.shape[1:]), dtype=source.dtype, device=source.device)
+        return start(rows // n + (1 if me < rows % n else 0))
+    # Allgather and alltoall learn the other ranks' row counts first, with a
+    # small CPU collective named after the tensor; the CUDA one starts once
+    # that completes (at poll or synchronize), so ranks may start them in
+    # any order, as in Horovod.
+    if collective == native.ALLGATHER:
+        sizes = allgather_async(torch.tensor([rows], dtype=torch.int64), name + ".rows", process_set)
+        return defer(sizes, lambda counts: start(int(counts.sum().item())))
+    n = process_set.size()
+    mine = list(split_list) if split_list is not None else [rows // n] * n
+    sizes = alltoall_async(torch.tensor(mine, dtype=torch.int64), None, name + ".splits", process_set)
+    return defer(sizes, lambda received: start(int(received[0].sum().item())))
 
 
 def _output_of(result, dtype, what, output):
@@ -313,14 +310,11 @@ def alltoall_async(tensor, splits=None, name=None, process_set=global_process_se
     fields = {}
     if array is not None:
         fields = {"splits": ctypes.cast(array, ctypes.POINTER(ctypes.c_int64)), "num_splits": count}
-    handle = _output_op(native.ALLTOALL, "alltoall", tensor, name, process_set,
-                        lambda result, what, output: (_output_of(result, tensor.dtype, what, output),
-                                                      received_splits(result)),
-                        split_list=None if splits is None else [int(v) for v in (
-                            splits.tolist() if isinstance(splits, torch.Tensor) else splits)], **fields)
-    if array is not None:
-        _context.current().pending[handle].keep.append(array)
-    return handle
+    return _output_op(native.ALLTOALL, "alltoall", tensor, name, process_set,
+                      lambda result, what, output: (_output_of(result, tensor.dtype, what, output),
+                                                    received_splits(result)),
+                      split_list=None if array is None else list(array)[:count],
+                      keep_alive=() if array is None else (array,), **fields)
 
 
 class _Alltoall(torch.autograd.Function):
