@@ -31,6 +31,7 @@ Status checkReduction(const std::string& name, const Request& first) {
 }  // namespace
 
 GpuExecutor::~GpuExecutor() {
+  fusion_.clear();  // freed in stream order, before the streams go
   for (const auto& [device, stream] : streams_) {
     const Status released = ops_->releaseStream(device, stream);
     if (!released.isOk()) GS_LOG(gpu, err, "a job's stream on device {} left undestroyed: {}", device, released.message());
@@ -70,10 +71,18 @@ StatusOr<gpu::NcclComm*> GpuExecutor::ncclFor(RankAccess& access, int device, Da
   return comm_.get();
 }
 
-gpu::GrowingBuffer& GpuExecutor::fusionFor(int device) {
+StatusOr<gpu::GrowingBuffer*> GpuExecutor::fusionFor(int device) {
   auto& buffer = fusion_[device];
-  if (!buffer) buffer = std::make_unique<gpu::GrowingBuffer>(ops_, /*pinned_host=*/false, device);
-  return *buffer;
+  if (!buffer) {
+    ASSIGN_OR_RETURN(void* stream, streamFor(device));
+    buffer = std::make_unique<gpu::GrowingBuffer>(ops_, device, stream);
+  }
+  return buffer.get();
+}
+
+uint8_t* GpuExecutor::staging(size_t bytes) {
+  if (staging_.size() < bytes) staging_.resize(bytes);
+  return staging_.data();
 }
 
 std::vector<ResponseResult> GpuExecutor::run(const fusion::FusedResponse& fused, RankAccess& access) {
@@ -259,7 +268,7 @@ Status GpuExecutor::stagedAllreduce(const std::vector<const Response*>& response
     members.push_back(std::move(m));
   }
   // The previous batch read the staging buffer before it returned (waited).
-  ASSIGN_OR_RETURN(uint8_t * staging, staging_.reserve(total * esize, nullptr));
+  uint8_t* staging = this->staging(total * esize);
   // Every node decides alike: same membership, same batch, same dtype.
   ASSIGN_OR_RETURN(gpu::NcclComm * comm,
                    ncclFor(access, device >= 0 ? device : std::max(comm_device_, 0), first.dtype));
@@ -270,7 +279,8 @@ Status GpuExecutor::stagedAllreduce(const std::vector<const Response*>& response
   }
   if (device < 0) device = comm_device_;
   ASSIGN_OR_RETURN(void* stream, streamFor(device));
-  ASSIGN_OR_RETURN(uint8_t * fused, fusionFor(device).reserve(total * esize, stream));
+  ASSIGN_OR_RETURN(gpu::GrowingBuffer * fusion, fusionFor(device));
+  ASSIGN_OR_RETURN(uint8_t * fused, fusion->reserve(total * esize));
   std::vector<const Members*> waited;  // their done events are recorded whatever happens next
   Status status = [&]() -> Status {
     // 1. Local ranks into the device's fusion buffer (prescale, no average).
@@ -350,7 +360,7 @@ Status GpuExecutor::stagedBroadcast(const Response& r, RankAccess& access) {
   for (const auto& member : m.list) {
     if (member.rank == first.root_rank) root = member.data;
   }
-  ASSIGN_OR_RETURN(uint8_t * host, staging_.reserve(first.length, nullptr));
+  uint8_t* host = staging(first.length);
   RETURN_IF_ERROR(waitReady(m));
   Status status = [&]() -> Status {
     if (root != nullptr) {

@@ -21,6 +21,7 @@
 
 #include <map>
 #include <memory>
+#include <vector>
 
 #include "daemon/executor/local_executor.h"
 #include "daemon/gpu/device_ops.h"
@@ -76,7 +77,10 @@ class GpuExecutor : public DeviceExecutor {
 
   // This job's stream and fusion buffer on `device` (made on first use).
   StatusOr<void*> streamFor(int device);
-  gpu::GrowingBuffer& fusionFor(int device);
+  StatusOr<gpu::GrowingBuffer*> fusionFor(int device);
+  // The staging buffer, at least `bytes` (no copy from it is in flight
+  // between batches: the staged paths wait for theirs).
+  uint8_t* staging(size_t bytes);
 
   // The daemons' NCCL communicator for a batch, formed on first use; null
   // when this job cannot use one (then host staging). A failure to form it
@@ -90,7 +94,9 @@ class GpuExecutor : public DeviceExecutor {
   bool nccl_failed_ = false;
   std::map<int, void*> streams_;
   std::map<int, std::unique_ptr<gpu::GrowingBuffer>> fusion_;
-  gpu::GrowingBuffer staging_{ops_, /*pinned_host=*/true, -1};
+  // Host memory for transfers between daemons (pageable: they go at network
+  // speed, and freeing pinned memory would wait for the whole device).
+  std::vector<uint8_t> staging_;
 };
 
 }  // namespace gradsync::executor

@@ -206,23 +206,16 @@ Status CudaBackend::waitStream(void* stream, const std::string& what) {
   return waitForStream(static_cast<cudaStream_t>(stream), kStreamWaitLimit, what);
 }
 
-StatusOr<void*> CudaBackend::allocate(int device, size_t bytes, bool pinned_host) {
-  void* data = nullptr;
-  if (pinned_host) {
-    RETURN_IF_ERROR(check(cudaMallocHost(&data, bytes), "cudaMallocHost of the staging buffer"));
-    return data;
-  }
+StatusOr<void*> CudaBackend::allocate(int device, size_t bytes, void* stream) {
   RETURN_IF_ERROR(select(device));
-  RETURN_IF_ERROR(check(cudaMalloc(&data, bytes), "cudaMalloc of the fusion buffer"));
+  void* data = nullptr;
+  RETURN_IF_ERROR(
+      check(cudaMallocAsync(&data, bytes, static_cast<cudaStream_t>(stream)), "cudaMallocAsync of the fusion buffer"));
   return data;
 }
 
-void CudaBackend::release(int device, void* data, bool pinned_host) {
-  if (pinned_host) {
-    (void)cudaFreeHost(data);
-  } else if (select(device).isOk()) {
-    (void)cudaFree(data);
-  }
+void CudaBackend::release(int device, void* data, void* stream) {
+  if (select(device).isOk()) (void)cudaFreeAsync(data, static_cast<cudaStream_t>(stream));
 }
 
 }  // namespace gradsync::gpu

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// GpuBackend on the CUDA runtime (linked statically), plus what the GPU
-// executor needs per device: one high-priority non-blocking stream, and a
-// scratch buffer allocated once and only grown.
+// GpuBackend and DeviceOps on the CUDA runtime (linked statically): importing
+// clients' memory and events, and the streams, copies, kernels and
+// stream-ordered allocations the GPU executor runs.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -47,8 +47,8 @@ class CudaBackend : public GpuBackend, public DeviceOps {
   Status copy(void* dst, const void* src, size_t bytes, CopyKind kind, void* stream) override;
   Status reduce(const cuda::LocalReduceArgs& args, void* stream) override;
   Status waitStream(void* stream, const std::string& what) override;
-  StatusOr<void*> allocate(int device, size_t bytes, bool pinned_host) override;
-  void release(int device, void* data, bool pinned_host) override;
+  StatusOr<void*> allocate(int device, size_t bytes, void* stream) override;
+  void release(int device, void* data, void* stream) override;
 
  private:
   std::mutex mutex_;

@@ -35,41 +35,42 @@ class DeviceOps {
   virtual Status reduce(const cuda::LocalReduceArgs& args, void* stream) = 0;
   // Host waits for the stream to drain, at most kStreamWaitLimit.
   virtual Status waitStream(void* stream, const std::string& what) = 0;
-  // Device memory on `device`, or pinned host memory when `pinned_host`.
-  virtual StatusOr<void*> allocate(int device, size_t bytes, bool pinned_host) = 0;
-  virtual void release(int device, void* data, bool pinned_host) = 0;
+  // Device memory on `device`, ordered on `stream` (cudaMallocAsync /
+  // cudaFreeAsync): neither call waits for the device, so a stream stuck on
+  // a dead client's event elsewhere never blocks them.
+  virtual StatusOr<void*> allocate(int device, size_t bytes, void* stream) = 0;
+  virtual void release(int device, void* data, void* stream) = 0;
 };
 
-// Device memory or pinned host memory that only grows: allocated once,
-// reused for every batch of one job.
+// Device memory that only grows, allocated and freed on one stream: reused
+// for every batch of one job.
 class GrowingBuffer {
  public:
-  GrowingBuffer(DeviceOps* ops, bool pinned_host, int device) : ops_(ops), pinned_host_(pinned_host), device_(device) {}
+  GrowingBuffer(DeviceOps* ops, int device, void* stream) : ops_(ops), device_(device), stream_(stream) {}
   ~GrowingBuffer() {
-    if (data_ != nullptr) ops_->release(device_, data_, pinned_host_);
+    if (data_ != nullptr) ops_->release(device_, data_, stream_);
   }
   GrowingBuffer(const GrowingBuffer&) = delete;
   GrowingBuffer& operator=(const GrowingBuffer&) = delete;
-  // At least `bytes`. Growing frees the old buffer once `users` (a stream
-  // that may still read it; null: none) drained, within the bounded wait.
-  StatusOr<uint8_t*> reserve(size_t bytes, void* users) {
+  // At least `bytes`. Growing frees the old buffer after the work queued on
+  // the stream so far (stream order), without waiting.
+  StatusOr<uint8_t*> reserve(size_t bytes) {
     bytes = bytes < 64 ? 64 : bytes;
     if (bytes <= bytes_) return static_cast<uint8_t*>(data_);
     if (data_ != nullptr) {
-      if (users != nullptr) RETURN_IF_ERROR(ops_->waitStream(users, "growing a buffer"));
-      ops_->release(device_, data_, pinned_host_);
+      ops_->release(device_, data_, stream_);
       data_ = nullptr;
       bytes_ = 0;
     }
-    ASSIGN_OR_RETURN(data_, ops_->allocate(device_, bytes, pinned_host_));
+    ASSIGN_OR_RETURN(data_, ops_->allocate(device_, bytes, stream_));
     bytes_ = bytes;
     return static_cast<uint8_t*>(data_);
   }
 
  private:
   DeviceOps* const ops_;
-  const bool pinned_host_;
   const int device_;
+  void* const stream_;
   void* data_ = nullptr;
   size_t bytes_ = 0;
 };

@@ -58,11 +58,11 @@ class FakeDeviceOps : public DeviceOps {
     return okStatus();
   }
   Status waitStream(void* stream, const std::string& what) override { return okStatus(); }
-  StatusOr<void*> allocate(int device, size_t bytes, bool pinned_host) override {
+  StatusOr<void*> allocate(int device, size_t bytes, void* stream) override {
     ++allocations;
     return std::calloc(bytes, 1);
   }
-  void release(int device, void* data, bool pinned_host) override { std::free(data); }
+  void release(int device, void* data, void* stream) override { std::free(data); }
 
   // Events are named by the test (ClientGpu's fake backend makes them).
   static std::string name(void* event) { return std::to_string(reinterpret_cast<uintptr_t>(event)); }
