@@ -157,6 +157,7 @@ void CrossNode::start(const std::vector<int>& local_ranks, const std::vector<int
   for (int64_t p : pids) self.add_pids(p);
   self.set_ucx_address(transport_->address());
   for (const auto& uuid : options_.gpu_uuids) self.add_gpu_uuids(uuid);
+  self.set_nccl(options_.nccl);
   if (leader_) {
     std::lock_guard<std::mutex> lock(mutex_);
     builder_.emplace(options_.job_id, options_.size);

@@ -45,6 +45,7 @@ struct CrossNodeOptions {
   std::shared_ptr<grpc::ChannelCredentials> credentials;  // null: plaintext
   size_t response_cache_capacity = 4096;
   std::vector<std::string> gpu_uuids;  // this daemon's GPUs, told to the others
+  bool nccl = false;                   // this daemon can join the daemons' NCCL communicator
   // Makes the job's ncclUniqueId on the leader (null: this daemon has no NCCL).
   std::function<StatusOr<std::string>()> make_nccl_id;
 };

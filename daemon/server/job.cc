@@ -58,6 +58,7 @@ Job::Job(JobSpec spec, JobLimits limits, executor::ReducePool* pool)
                              limits_.peer_address, spec_.leader_address, limits_.hostname, limits_.join_timeout,
                              limits_.peer_credentials, limits_.response_cache_capacity,
                              limits_.gpus ? limits_.gpus->uuids() : std::vector<std::string>(),
+                             limits_.gpus != nullptr && limits_.nccl != nullptr && limits_.nccl_between_daemons,
                              nullptr};
     if (limits_.nccl) options.make_nccl_id = [nccl = limits_.nccl] { return nccl->uniqueId(); };
     CrossNode::Hooks hooks;

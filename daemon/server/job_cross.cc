@@ -123,7 +123,9 @@ executor::RankAccess::NcclPeers Job::ncclPeers() const {
   if (!cross_) return peers;
   const auto members = cross_->members();
   for (const auto& node : members) {
-    if (node.gpu_uuids_size() == 0) return peers;  // a node without GPU: staging through host memory
+    // A node without GPU, or one that cannot join NCCL: every node stages
+    // through host memory (all of them see the same membership).
+    if (node.gpu_uuids_size() == 0 || !node.nccl()) return peers;
   }
   peers.id = cross_->ncclId();
   peers.rank = cross_->selfCrossRank();

@@ -3,6 +3,8 @@
 // processes whose "device memory" comes from a stand-in CUDA driver, a real
 // gradsyncd (over a host-memory GPU) reached through the same hand-off
 // frames, validation, executor and completion as on a GPU.
+#include <regex>
+
 #include "gtest/gtest.h"
 #include "tests/testutil/daemon_fixture.h"
 
@@ -39,6 +41,47 @@ TEST_F(FakeGpuTest, EveryCollectiveOnCudaTensorsWithTwoAndThreeRanks) {
   const std::string log = daemon_.log();
   EXPECT_NE(log.find("attached GPU GPU-fa4e0000-0000-0000-0000-000000000001"), std::string::npos) << log;
 }
+
+// Two daemons over host-memory GPUs: CUDA tensors between them. With
+// "staging" they go through host memory and the UCX ring; with "auto" the
+// daemons first try NCCL among their GPUs, which cannot form here (no
+// device), and fall back to the same staging together.
+class FakeGpuAcrossDaemonsTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(FakeGpuAcrossDaemonsTest, AllreduceAndBroadcastBetweenDaemons) {
+  std::vector<std::unique_ptr<DaemonFixture>> daemons(2);
+  for (auto& d : daemons) {
+    d = std::make_unique<DaemonFixture>();
+    d->useBinary("tests/fakegpu/gradsyncd_fakegpu");
+    std::string error;
+    ASSERT_TRUE(d->start({"--peer-address", "127.0.0.1:0", "--gpu-cross-node", GetParam()}, &error)) << error;
+  }
+  std::smatch match;
+  const std::string leader_log = daemons[0]->log();
+  ASSERT_TRUE(std::regex_search(leader_log, match, std::regex("peer service on ([0-9.]+:[0-9]+)"))) << leader_log;
+  const std::string leader = match[1].str();
+  const std::vector<int> placement = {0, 0, 1};  // two ranks here, one there
+  std::vector<Process> ranks;
+  for (int r = 0; r < 3; ++r) {
+    auto env = daemons[placement[r]]->rankEnv("across", r, 3);
+    env["GRADSYNC_LOCAL_RANK"] = std::to_string(r == 2 ? 0 : r);
+    env["GRADSYNC_LOCAL_SIZE"] = std::to_string(r == 2 ? 1 : 2);
+    env["GRADSYNC_LEADER"] = leader;
+    env["GRADSYNC_TEST_FAKE_LIBCUDA"] = runfile("tests/fakegpu/libcuda.so.1");
+    ranks.push_back(daemons[placement[r]]->spawnRank("across", r, 3, {"fake_cuda_across"}, env));
+  }
+  std::string report;
+  EXPECT_TRUE(allSucceed(ranks, kTimeout, &report))
+      << report << "--- leader:\n" << daemons[0]->log() << "--- follower:\n" << daemons[1]->log();
+  if (GetParam() == "auto") {
+    for (auto& d : daemons) {  // both tried NCCL (the leader's id reached them) and fell back
+      EXPECT_NE(d->log().find("no NCCL among the daemons"), std::string::npos) << d->log();
+    }
+  }
+  for (auto& d : daemons) EXPECT_EQ(d->stop(), 0) << d->log();
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, FakeGpuAcrossDaemonsTest, ::testing::Values("staging", "auto"));
 
 }  // namespace
 }  // namespace gradsync::testutil

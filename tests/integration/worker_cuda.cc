@@ -144,4 +144,53 @@ int fakeCuda(Client& c, const std::vector<std::string>&) {
   return 0;
 }
 
+// Ranks on several daemons: CUDA allreduce (a fused bucket of several
+// tensors, every reduction kind) and broadcast go between the daemons; the
+// collectives with outputs say they are not built there yet.
+int fakeCudaAcross(Client& c, const std::vector<std::string>&) {
+  FakeMalloc fake_malloc = loadFakeDriver();
+  WORKER_CHECK(fake_malloc != nullptr, "no fake CUDA driver ($GRADSYNC_TEST_FAKE_LIBCUDA)");
+  const int n = c.size(), me = c.rank();
+  auto* a = static_cast<uint8_t*>(fake_malloc(1 << 20));
+  WORKER_CHECK(a != nullptr, "fake cudaMalloc failed");
+  const std::vector<int64_t> s256 = {256}, s7 = {7};
+  auto* sum = reinterpret_cast<float*>(a);
+  auto* avg = reinterpret_cast<double*>(a + 4096);
+  auto* mx = reinterpret_cast<int32_t*>(a + 8192);
+  for (int i = 0; i < 256; ++i) {
+    sum[i] = static_cast<float>(me + i);
+    avg[i] = static_cast<double>(2 * me);
+    mx[i] = me * 3 + i;
+  }
+  gradsync_op_t ops[3] = {cudaOp(GRADSYNC_ALLREDUCE, "x.sum", sum, GRADSYNC_FLOAT32, s256),
+                          cudaOp(GRADSYNC_ALLREDUCE, "x.avg", avg, GRADSYNC_FLOAT64, s256),
+                          cudaOp(GRADSYNC_ALLREDUCE, "x.max", mx, GRADSYNC_INT32, s256)};
+  ops[1].reduce_op = GRADSYNC_AVERAGE;
+  ops[2].reduce_op = GRADSYNC_MAX;
+  Operation handles[3];
+  for (int k = 0; k < 3; ++k) WORKER_OK(c.start(ops[k], &handles[k]));
+  for (auto& h : handles) WORKER_OK(h.wait(60));
+  for (int i = 0; i < 256; ++i) {
+    WORKER_CHECK(sum[i] == static_cast<float>(n * (n - 1) / 2 + n * i), "sum %d: %g", i, sum[i]);
+    WORKER_CHECK(avg[i] == static_cast<double>(n - 1), "average %d: %g", i, avg[i]);
+    WORKER_CHECK(mx[i] == (n - 1) * 3 + i, "max %d: %d", i, mx[i]);
+  }
+  auto* b = reinterpret_cast<int64_t*>(a + 16384);
+  for (int i = 0; i < 7; ++i) b[i] = me * 100 + i;
+  gradsync_op_t bcast = cudaOp(GRADSYNC_BROADCAST, "x.bcast", b, GRADSYNC_INT64, s7);
+  bcast.root_rank = n - 1;  // on another daemon than rank 0
+  if (run(c, bcast)) return 1;
+  WORKER_CHECK(b[6] == (n - 1) * 100 + 6, "broadcast: %lld", static_cast<long long>(b[6]));
+  gradsync_op_t gather = cudaOp(GRADSYNC_ALLGATHER, "x.gather", sum, GRADSYNC_FLOAT32, s7);
+  gather.output = a + 65536;
+  gather.output_bytes = static_cast<uint64_t>(n) * 7 * 4;
+  Operation h;
+  WORKER_OK(c.start(gather, &h));
+  Result r = h.wait(60);
+  WORKER_CHECK(r.code == GRADSYNC_UNIMPLEMENTED && r.message.find("across nodes") != std::string::npos,
+               "allgather across daemons gave %d: %s", r.code, r.message.c_str());
+  std::fprintf(stderr, "[rank %d] fake CUDA across daemons OK\n", me);
+  return 0;
+}
+
 }  // namespace gradsync::worker
