@@ -44,6 +44,22 @@ def test_allreduce_each_dtype_and_op(rank, size, device, dtype, op):
     close(result, expected, dtype)
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64], ids=str)
+@pytest.mark.parametrize("op", [hvd.Sum, hvd.Average, hvd.Min, hvd.Max], ids=["sum", "avg", "min", "max"])
+@pytest.mark.parametrize("misaligned", [False, True], ids=["aligned", "misaligned"])
+def test_allreduce_vector_path_and_tail(rank, size, device, dtype, op, misaligned):
+    # 16-byte vectors for most elements, scalars for the tail; a view one
+    # element in takes the scalar kernel all the way.
+    count = 4099
+    base = contribution(rank, (count + 1,), dtype).to(device)
+    x = base[1:] if misaligned else base[:count]
+    result = hvd.allreduce(x, op=op, name="vec.%s.%s.%s" % (dtype, op, misaligned))
+    inputs = [contribution(r, (count + 1,), torch.float64)[1:] if misaligned else
+              contribution(r, (count + 1,), torch.float64)[:count] for r in range(size)]
+    expected = (sum(inputs) / size) if op == hvd.Average else OPS[op](inputs)
+    close(result, expected, dtype)
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int32], ids=str)
 def test_allreduce_average(rank, size, device, dtype):
     result = hvd.allreduce(contribution(rank, (64,), dtype).to(device))

@@ -20,7 +20,8 @@ struct Params {
   void* outputs[kMaxLocalBuffers];
   int num_inputs;
   int num_outputs;
-  uint64_t count;
+  uint64_t start;  // first element this launch covers (the scalar tail after a vector pass)
+  uint64_t count;  // one past the last
   double prescale;
   double postscale;
   int divisor;  // 1 unless AVERAGE
@@ -51,7 +52,7 @@ __global__ void floatKernel(Params p) {
   const C post = static_cast<C>(p.postscale);
   const C divisor = static_cast<C>(p.divisor);
   const uint64_t stride = static_cast<uint64_t>(gridDim.x) * blockDim.x;
-  for (uint64_t i = blockIdx.x * static_cast<uint64_t>(blockDim.x) + threadIdx.x; i < p.count; i += stride) {
+  for (uint64_t i = p.start + blockIdx.x * static_cast<uint64_t>(blockDim.x) + threadIdx.x; i < p.count; i += stride) {
     C acc = widen(static_cast<const T*>(p.inputs[0])[i]);
     if (p.pre_on) acc = acc * pre;  // built with --fmad=false: no contraction, as on the CPU
     for (int k = 1; k < p.num_inputs; ++k) {
@@ -66,6 +67,52 @@ __global__ void floatKernel(Params p) {
     if (p.post_on) acc = acc * post;
     const T out = narrow<T>(acc);
     for (int j = 0; j < p.num_outputs; ++j) static_cast<T*>(p.outputs[j])[i] = out;
+  }
+}
+
+// The same in 16-byte vectors (4 floats, 8 halves, 2 doubles per load and
+// store), for buffers all 16-byte aligned: the same arithmetic per element,
+// fewer memory transactions. Elements [0, vectors * V); the scalar kernel
+// does the rest.
+template <typename T, Op kOp>
+__global__ void floatKernelVector(Params p, uint64_t vectors) {
+  using C = typename Wide<T>::type;
+  constexpr int V = 16 / sizeof(T);
+  const C pre = static_cast<C>(p.prescale);
+  const C post = static_cast<C>(p.postscale);
+  const C divisor = static_cast<C>(p.divisor);
+  const uint64_t stride = static_cast<uint64_t>(gridDim.x) * blockDim.x;
+  for (uint64_t v = blockIdx.x * static_cast<uint64_t>(blockDim.x) + threadIdx.x; v < vectors; v += stride) {
+    C acc[V];
+    {
+      const uint4 raw = static_cast<const uint4*>(p.inputs[0])[v];
+      const T* e = reinterpret_cast<const T*>(&raw);
+#pragma unroll
+      for (int j = 0; j < V; ++j) acc[j] = p.pre_on ? widen(e[j]) * pre : widen(e[j]);
+    }
+    for (int k = 1; k < p.num_inputs; ++k) {
+      const uint4 raw = static_cast<const uint4*>(p.inputs[k])[v];
+      const T* e = reinterpret_cast<const T*>(&raw);
+#pragma unroll
+      for (int j = 0; j < V; ++j) {
+        C x = widen(e[j]);
+        if (p.pre_on) x = x * pre;
+        if constexpr (kOp == Op::kSum || kOp == Op::kAverage) acc[j] = acc[j] + x;
+        else if constexpr (kOp == Op::kProduct) acc[j] = acc[j] * x;
+        else if constexpr (kOp == Op::kMin) acc[j] = nanMin(acc[j], x);
+        else acc[j] = nanMax(acc[j], x);
+      }
+    }
+    uint4 packed;
+    T* out = reinterpret_cast<T*>(&packed);
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      C r = acc[j];
+      if (kOp == Op::kAverage && p.divisor != 1) r = r / divisor;
+      if (p.post_on) r = r * post;
+      out[j] = narrow<T>(r);
+    }
+    for (int o = 0; o < p.num_outputs; ++o) static_cast<uint4*>(p.outputs[o])[v] = packed;
   }
 }
 
@@ -85,7 +132,7 @@ __global__ void intKernel(Params p) {
   using U = std::make_unsigned_t<T>;
   using Wide64 = std::conditional_t<std::is_signed_v<T>, int64_t, uint64_t>;
   const uint64_t stride = static_cast<uint64_t>(gridDim.x) * blockDim.x;
-  for (uint64_t i = blockIdx.x * static_cast<uint64_t>(blockDim.x) + threadIdx.x; i < p.count; i += stride) {
+  for (uint64_t i = p.start + blockIdx.x * static_cast<uint64_t>(blockDim.x) + threadIdx.x; i < p.count; i += stride) {
     T out;
     if constexpr (kOp == Op::kAverage) {
       uint64_t sum = 0;  // wraps at 2^64, as on the CPU
@@ -116,7 +163,7 @@ __global__ void intKernel(Params p) {
 template <bool kAnd>
 __global__ void boolKernel(Params p) {
   const uint64_t stride = static_cast<uint64_t>(gridDim.x) * blockDim.x;
-  for (uint64_t i = blockIdx.x * static_cast<uint64_t>(blockDim.x) + threadIdx.x; i < p.count; i += stride) {
+  for (uint64_t i = p.start + blockIdx.x * static_cast<uint64_t>(blockDim.x) + threadIdx.x; i < p.count; i += stride) {
     bool acc = static_cast<const uint8_t*>(p.inputs[0])[i] != 0;
     for (int k = 1; k < p.num_inputs; ++k) {
       const bool x = static_cast<const uint8_t*>(p.inputs[k])[i] != 0;
@@ -126,14 +173,32 @@ __global__ void boolKernel(Params p) {
   }
 }
 
+template <typename T, Op kOp>
+void launchFloatOp(Params p, dim3 block, cudaStream_t s) {
+  constexpr uint64_t V = 16 / sizeof(T);
+  bool aligned = true;
+  for (int k = 0; k < p.num_inputs; ++k) aligned &= reinterpret_cast<uintptr_t>(p.inputs[k]) % 16 == 0;
+  for (int j = 0; j < p.num_outputs; ++j) aligned &= reinterpret_cast<uintptr_t>(p.outputs[j]) % 16 == 0;
+  const uint64_t vectors = aligned ? p.count / V : 0;
+  if (vectors > 0) {
+    const uint64_t blocks = (vectors + block.x - 1) / block.x;
+    floatKernelVector<T, kOp><<<dim3(static_cast<unsigned>(blocks < 8192 ? blocks : 8192)), block, 0, s>>>(p, vectors);
+    p.start = vectors * V;
+  }
+  if (p.start < p.count) {
+    const uint64_t blocks = (p.count - p.start + block.x - 1) / block.x;
+    floatKernel<T, kOp><<<dim3(static_cast<unsigned>(blocks < 8192 ? blocks : 8192)), block, 0, s>>>(p);
+  }
+}
+
 template <typename T>
 void launchFloat(Op op, const Params& p, dim3 grid, dim3 block, cudaStream_t s) {
   switch (op) {
-    case Op::kSum: floatKernel<T, Op::kSum><<<grid, block, 0, s>>>(p); break;
-    case Op::kAverage: floatKernel<T, Op::kAverage><<<grid, block, 0, s>>>(p); break;
-    case Op::kMin: floatKernel<T, Op::kMin><<<grid, block, 0, s>>>(p); break;
-    case Op::kMax: floatKernel<T, Op::kMax><<<grid, block, 0, s>>>(p); break;
-    case Op::kProduct: floatKernel<T, Op::kProduct><<<grid, block, 0, s>>>(p); break;
+    case Op::kSum: launchFloatOp<T, Op::kSum>(p, block, s); break;
+    case Op::kAverage: launchFloatOp<T, Op::kAverage>(p, block, s); break;
+    case Op::kMin: launchFloatOp<T, Op::kMin>(p, block, s); break;
+    case Op::kMax: launchFloatOp<T, Op::kMax>(p, block, s); break;
+    case Op::kProduct: launchFloatOp<T, Op::kProduct>(p, block, s); break;
   }
 }
 
@@ -161,6 +226,7 @@ std::string launchLocalReduce(const LocalReduceArgs& args, void* stream) {
   for (int j = 0; j < args.num_outputs; ++j) p.outputs[j] = args.outputs[j];
   p.num_inputs = args.num_inputs;
   p.num_outputs = args.num_outputs;
+  p.start = 0;
   p.count = args.count;
   p.prescale = args.prescale;
   p.postscale = args.postscale;
