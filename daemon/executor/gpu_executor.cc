@@ -132,8 +132,10 @@ StatusOr<GpuExecutor::Members> GpuExecutor::resolve(const Response& r, RankAcces
     Member member;
     member.rank = request->rank;
     member.gpu = access.gpuOf(request->rank);
+    const bool no_output = !request->cuda_output ||
+                           (request->cuda_output->buffer_id == gpu::kNoBuffer && request->output_length == 0);
     const bool empty = request->cuda && request->cuda->buffer_id == gpu::kNoBuffer &&
-                       request->cuda->event_slot == gpu::kNoEventSlot && request->length == 0 && !request->cuda_output;
+                       request->cuda->event_slot == gpu::kNoEventSlot && request->length == 0 && no_output;
     if (empty) {  // no elements, no events: nothing of this rank's to touch
       member.slot = gpu::kNoEventSlot;
       m.list.push_back(std::move(member));
@@ -193,16 +195,25 @@ Status GpuExecutor::recordDoneAfter(const Members& m, Status status) {
 }
 
 Status GpuExecutor::recordDone(const Members& m) {
+  // Every event is recorded even after one fails: a mapping whose last-use
+  // event is missing could be unmapped under queued work.
+  Status first = okStatus();
   for (const auto& member : m.list) {
+    for (const auto& mapping : {member.data_mapping, member.output_mapping}) {
+      if (!mapping) continue;
+      Status used = ops_->recordEvent(mapping->lastUse(), m.stream);
+      if (!used.isOk()) {
+        mapping->keepMapped();  // its last use is unknown: never unmap it
+        if (first.isOk()) first = context(used, "recording a last use of rank " + std::to_string(member.rank));
+      }
+    }
     if (member.slot == gpu::kNoEventSlot) continue;
-    RETURN_IF_ERROR(context(ops_->recordEvent(member.gpu->doneEvent(member.slot), m.stream),
-                            "recording rank " + std::to_string(member.rank) + "'s done event"));
-    // A mapping is unmapped only after the work queued on it so far.
-    for (const auto* mapping : {member.data_mapping.get(), member.output_mapping.get()}) {
-      if (mapping != nullptr) RETURN_IF_ERROR(ops_->recordEvent(mapping->lastUse(), m.stream));
+    Status done = ops_->recordEvent(member.gpu->doneEvent(member.slot), m.stream);
+    if (!done.isOk() && first.isOk()) {
+      first = context(done, "recording rank " + std::to_string(member.rank) + "'s done event");
     }
   }
-  return okStatus();
+  return first;
 }
 
 Status GpuExecutor::allreduce(const Response& r, RankAccess& access) {
@@ -302,9 +313,14 @@ Status GpuExecutor::stagedAllreduce(const std::vector<const Response*>& response
     // 2. Among the nodes: NCCL between the GPUs, or through host memory and
     // the daemons' ring.
     if (comm != nullptr) {
+      bool waited_for_inputs = false;
       for (size_t t = 0; t < responses.size(); ++t) {  // identities where no local rank contributes
         if (!members[t].list.empty()) continue;
         const size_t bytes = responses[t]->first().length;
+        if (!waited_for_inputs) {  // a copy from pageable memory waits for the stream: bound it first
+          RETURN_IF_ERROR(ops_->waitStream(stream, "waiting for the local reduction"));
+          waited_for_inputs = true;
+        }
         fillIdentity(staging + offsets[t] * esize, bytes / esize, first.dtype, ring_op);
         RETURN_IF_ERROR(context(ops_->copy(fused + offsets[t] * esize, staging + offsets[t] * esize, bytes,
                                            gpu::CopyKind::kHostToDevice, stream),
@@ -317,9 +333,11 @@ Status GpuExecutor::stagedAllreduce(const std::vector<const Response*>& response
         return reduced;
       }
     } else {
+      // Bounded wait first: a copy to pageable memory blocks the host until
+      // the stream reaches it, and the stream waits on the ranks' events.
+      RETURN_IF_ERROR(ops_->waitStream(stream, "waiting for the local reduction"));
       RETURN_IF_ERROR(context(ops_->copy(staging, fused, total * esize, gpu::CopyKind::kDeviceToHost, stream),
                               "copy to the staging buffer"));
-      RETURN_IF_ERROR(ops_->waitStream(stream, "waiting for the local reduction"));
       for (size_t t = 0; t < responses.size(); ++t) {
         if (members[t].list.empty()) {
           fillIdentity(staging + offsets[t] * esize, responses[t]->first().length / esize, first.dtype, ring_op);
@@ -355,6 +373,10 @@ Status GpuExecutor::stagedAllreduce(const std::vector<const Response*>& response
 Status GpuExecutor::stagedBroadcast(const Response& r, RankAccess& access) {
   ASSIGN_OR_RETURN(Members m, resolve(r, access));
   if (m.list.empty()) return okStatus();  // this node holds no member of the set
+  if (m.device < 0) {  // local members without elements: the ring still runs
+    std::vector<uint8_t> none(1);
+    return access.crossNodeBroadcast(none.data(), 0, r.first().root_rank);
+  }
   const Request& first = r.first();
   const uint8_t* root = nullptr;
   for (const auto& member : m.list) {
@@ -364,9 +386,11 @@ Status GpuExecutor::stagedBroadcast(const Response& r, RankAccess& access) {
   RETURN_IF_ERROR(waitReady(m));
   Status status = [&]() -> Status {
     if (root != nullptr) {
+      // Bounded wait first: a copy to pageable memory blocks the host until
+      // the stream reaches it, and the stream waits on the ranks' events.
+      RETURN_IF_ERROR(ops_->waitStream(m.stream, "waiting for the root's tensor"));
       RETURN_IF_ERROR(context(ops_->copy(host, root, first.length, gpu::CopyKind::kDeviceToHost, m.stream),
                               "tensor '" + r.name + "': copy of the root's tensor to the staging buffer"));
-      RETURN_IF_ERROR(ops_->waitStream(m.stream, "waiting for the root's tensor"));
     }
     RETURN_IF_ERROR(access.crossNodeBroadcast(host, first.length, first.root_rank));
     for (const auto& member : m.list) {

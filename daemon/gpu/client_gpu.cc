@@ -34,14 +34,11 @@ StatusOr<std::unique_ptr<ClientGpu>> ClientGpu::attach(GpuBackend* backend, int 
 }
 
 Mapping::~Mapping() {
-  const Status idle = backend_->waitEventDone(device_, last_use_, kStreamWaitLimit);
-  if (!idle.isOk()) {
-    GS_LOG(gpu, err, "{}: its last work did not finish ({}); leaving the mapping open", what_, idle.message());
-  } else {
-    const Status closed = backend_->closeMemory(device_, memory_.address);
-    if (!closed.isOk()) GS_LOG(gpu, warn, "{}: unmapping: {}", what_, closed.message());
+  if (keep_.load()) {
+    GS_LOG(gpu, err, "{}: its last use is unknown; leaving it mapped", what_);
+    return;
   }
-  backend_->destroyEvent(device_, last_use_);
+  backend_->closeWhenIdle(device_, memory_.address, last_use_, what_);
 }
 
 ClientGpu::~ClientGpu() { releaseAll(); }

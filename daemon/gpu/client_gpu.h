@@ -10,6 +10,7 @@
 // allocations while executor threads look them up.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -33,10 +34,11 @@ constexpr int kMaxEventSlots = 1024;
 constexpr size_t kMaxBuffersPerClient = 65536;
 
 // One mapped allocation of a client. Shared by the client's table and by
-// the executors using it; the last owner waits (bounded) for the last work
-// that used it (the `last_use` event the executor records after that work),
-// then unmaps it. If that work never finishes, the mapping is left open and
-// logged: unmapping memory a kernel may still touch would fault the GPU.
+// the executors using it; when the last owner lets go, the backend unmaps it
+// once the last work that used it finished (the `last_use` event the
+// executor records after that work), without blocking anyone. If that work
+// never finishes the mapping stays: unmapping memory a kernel may still
+// touch would fault the GPU.
 class Mapping {
  public:
   Mapping(GpuBackend* backend, int device, MappedMemory memory, void* last_use, std::string what)
@@ -47,6 +49,8 @@ class Mapping {
 
   uint8_t* base() const { return static_cast<uint8_t*>(memory_.address); }
   void* lastUse() const { return last_use_; }
+  // The last use could not be recorded: never unmap (a logged leak).
+  void keepMapped() { keep_.store(true); }
 
  private:
   GpuBackend* const backend_;
@@ -54,6 +58,7 @@ class Mapping {
   const MappedMemory memory_;
   void* const last_use_;
   const std::string what_;
+  std::atomic<bool> keep_{false};
 };
 
 // A checked tensor reference: its first byte, and the mapping that must

@@ -128,7 +128,7 @@ TEST_F(ClientGpuTest, AMappingInUseIsClosedOnlyAfterItsLastWork) {
   EXPECT_EQ(backend_.open_memory.size(), 2u);  // still mapped: work may be queued on it
   in_use = Status(StatusCode::kCancelled, "done");   // the executor let go
   EXPECT_EQ(backend_.open_memory.size(), 1u);
-  EXPECT_EQ(backend_.event_waits, 1);           // after waiting for its last-use event
+  EXPECT_EQ(backend_.deferred_closes, 1);       // handed to the reaper with its last-use event
   client.reset();  // the rank went away
   EXPECT_TRUE(backend_.open_memory.empty());
   EXPECT_TRUE(backend_.live_events.empty());
@@ -140,6 +140,18 @@ TEST_F(ClientGpuTest, AMappingWhoseLastWorkNeverFinishesIsLeftOpenNotClosedUnder
   backend_.stuck = true;
   client.reset();
   EXPECT_EQ(backend_.open_memory.size(), 1u);
+}
+
+TEST_F(ClientGpuTest, AMappingWhoseLastUseWasNotRecordedIsNeverUnmapped) {
+  auto client = attach();
+  ASSERT_TRUE(client->addBuffer(exportRequest(1, 64)).isOk());
+  auto located = client->locate(1, 0, 64);
+  ASSERT_TRUE(located.isOk());
+  located->mapping->keepMapped();
+  located = Status(StatusCode::kCancelled, "done");
+  client.reset();
+  EXPECT_EQ(backend_.open_memory.size(), 1u);
+  EXPECT_EQ(backend_.deferred_closes, 0);
 }
 
 }  // namespace

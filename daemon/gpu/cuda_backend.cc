@@ -1,11 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "daemon/gpu/cuda_backend.h"
 
-#include <algorithm>
 #include <cuda.h>
 
+#include <algorithm>
 #include <cstring>
 #include <thread>
+
+#include "daemon/common/logging.h"
 
 namespace gradsync::gpu {
 
@@ -57,9 +59,16 @@ Status waitForStream(cudaStream_t stream, std::chrono::milliseconds limit, const
   }
 }
 
-CudaBackend::CudaBackend(int device_count) : streams_(static_cast<size_t>(device_count)) {}
+CudaBackend::CudaBackend(int device_count)
+    : streams_(static_cast<size_t>(device_count)), pools_configured_(static_cast<size_t>(device_count), false) {}
 
 CudaBackend::~CudaBackend() {
+  {
+    std::lock_guard<std::mutex> lock(reap_mutex_);
+    stopping_ = true;  // mappings still pending stay mapped: the process ends
+  }
+  reap_cv_.notify_one();
+  if (reaper_.joinable()) reaper_.join();
   // Jobs release their streams; anything left is destroyed once drained
   // (bounded: the daemon exits promptly even if queued work never ends).
   for (size_t d = 0; d < streams_.size(); ++d) {
@@ -144,15 +153,37 @@ StatusOr<void*> CudaBackend::createEvent(int device) {
   return static_cast<void*>(event);
 }
 
-Status CudaBackend::waitEventDone(int device, void* event, std::chrono::milliseconds limit) {
-  RETURN_IF_ERROR(select(device));
-  const auto deadline = std::chrono::steady_clock::now() + limit;
-  for (auto pause = std::chrono::microseconds(20);; pause = std::min(pause * 2, std::chrono::microseconds(1000))) {
-    const cudaError_t err = cudaEventQuery(static_cast<cudaEvent_t>(event));
-    if (err == cudaSuccess) return okStatus();
-    if (err != cudaErrorNotReady) return internalError("cudaEventQuery: " + cudaErrorText(err));
-    if (std::chrono::steady_clock::now() > deadline) return deadlineExceeded("the GPU work did not finish in time");
-    std::this_thread::sleep_for(pause);
+void CudaBackend::closeWhenIdle(int device, void* address, void* last_use, const std::string& what) {
+  std::lock_guard<std::mutex> lock(reap_mutex_);
+  pending_.push_back(PendingClose{device, address, last_use, what, std::chrono::steady_clock::now()});
+  if (!reaper_.joinable()) reaper_ = std::thread([this] { reapLoop(); });
+  reap_cv_.notify_one();
+}
+
+void CudaBackend::reapLoop() {
+  std::unique_lock<std::mutex> lock(reap_mutex_);
+  while (!stopping_) {
+    reap_cv_.wait_for(lock, std::chrono::milliseconds(5), [&] { return stopping_; });
+    for (auto it = pending_.begin(); it != pending_.end();) {
+      if (!select(it->device).isOk()) {
+        ++it;
+        continue;
+      }
+      const cudaError_t state = cudaEventQuery(static_cast<cudaEvent_t>(it->last_use));
+      if (state == cudaErrorNotReady) {
+        if (!it->warned && std::chrono::steady_clock::now() - it->since > kStreamWaitLimit) {
+          it->warned = true;  // stays pending: never unmapped under queued work
+          GS_LOG(gpu, err, "{}: its last work has not finished after {} s; unmapping waits", it->what,
+                 kStreamWaitLimit.count());
+        }
+        ++it;
+        continue;
+      }
+      const cudaError_t closed = cudaIpcCloseMemHandle(it->address);
+      if (closed != cudaSuccess) GS_LOG(gpu, warn, "{}: unmapping: {}", it->what, cudaErrorText(closed));
+      (void)cudaEventDestroy(static_cast<cudaEvent_t>(it->last_use));
+      it = pending_.erase(it);
+    }
   }
 }
 
@@ -208,6 +239,19 @@ Status CudaBackend::waitStream(void* stream, const std::string& what) {
 
 StatusOr<void*> CudaBackend::allocate(int device, size_t bytes, void* stream) {
   RETURN_IF_ERROR(select(device));
+  {
+    // The default pool may hand one stream memory another freed by making it
+    // wait on that stream: jobs must never wait on each other.
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!pools_configured_[static_cast<size_t>(device)]) {
+      cudaMemPool_t pool = nullptr;
+      RETURN_IF_ERROR(check(cudaDeviceGetDefaultMemPool(&pool, device), "cudaDeviceGetDefaultMemPool"));
+      int no = 0;
+      RETURN_IF_ERROR(check(cudaMemPoolSetAttribute(pool, cudaMemPoolReuseAllowInternalDependencies, &no),
+                            "cudaMemPoolSetAttribute"));
+      pools_configured_[static_cast<size_t>(device)] = true;
+    }
+  }
   void* data = nullptr;
   RETURN_IF_ERROR(
       check(cudaMallocAsync(&data, bytes, static_cast<cudaStream_t>(stream)), "cudaMallocAsync of the fusion buffer"));

@@ -7,7 +7,9 @@
 #include <cuda_runtime_api.h>
 
 #include <chrono>
+#include <condition_variable>
 #include <mutex>
+#include <thread>
 #include <vector>
 
 #include "daemon/gpu/device_ops.h"
@@ -34,7 +36,7 @@ class CudaBackend : public GpuBackend, public DeviceOps {
   StatusOr<SharedEvent> createSharedEvent(int device) override;
   void destroyEvent(int device, void* event) override;
   StatusOr<void*> createEvent(int device) override;
-  Status waitEventDone(int device, void* event, std::chrono::milliseconds limit) override;
+  void closeWhenIdle(int device, void* address, void* last_use, const std::string& what) override;
 
   // DeviceOps. Streams are high-priority and non-blocking, one per job and
   // device (jobs sharing a GPU run side by side, and one stuck on a dead
@@ -51,8 +53,25 @@ class CudaBackend : public GpuBackend, public DeviceOps {
   void release(int device, void* data, void* stream) override;
 
  private:
+  // Mappings waiting for their last use to finish, polled by reaper_.
+  struct PendingClose {
+    int device;
+    void* address;
+    void* last_use;
+    std::string what;
+    std::chrono::steady_clock::time_point since;
+    bool warned = false;
+  };
+  void reapLoop();
+
   std::mutex mutex_;
   std::vector<std::vector<cudaStream_t>> streams_;  // per device
+  std::mutex reap_mutex_;
+  std::condition_variable reap_cv_;
+  std::vector<PendingClose> pending_;
+  std::vector<bool> pools_configured_;  // per device; guarded by mutex_
+  bool stopping_ = false;
+  std::thread reaper_;
 };
 
 }  // namespace gradsync::gpu

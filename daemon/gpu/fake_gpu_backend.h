@@ -42,13 +42,15 @@ class FakeGpuBackend : public GpuBackend {
     live_events[event] = "plain";
     return event;
   }
-  Status waitEventDone(int device, void* event, std::chrono::milliseconds limit) override {
-    ++event_waits;
-    return stuck ? deadlineExceeded("stuck") : okStatus();
+  void closeWhenIdle(int device, void* address, void* last_use, const std::string& what) override {
+    ++deferred_closes;
+    if (stuck) return;  // its last work never finishes: stays mapped
+    (void)closeMemory(device, address);
+    destroyEvent(device, last_use);
   }
 
   int memory_opens = 0;
-  int event_waits = 0;
+  int deferred_closes = 0;
   bool fail_open = false;
   bool stuck = false;                    // waits for a mapping's last use time out
   uint64_t mapped_bytes = uint64_t{1} << 40;  // what the "driver" says an allocation holds

@@ -44,9 +44,12 @@ class GpuBackend {
   virtual StatusOr<SharedEvent> createSharedEvent(int device) = 0;
   virtual void destroyEvent(int device, void* event) = 0;
   // A plain event (DisableTiming), recorded by the executor after the last
-  // work that used a mapping; and a bounded host wait for it.
+  // work that used a mapping.
   virtual StatusOr<void*> createEvent(int device) = 0;
-  virtual Status waitEventDone(int device, void* event, std::chrono::milliseconds limit) = 0;
+  // Unmaps `address` and destroys `last_use` once that event completed,
+  // without blocking the caller (a reaper polls); work that never finishes
+  // keeps the mapping (memory leaked, never unmapped under a kernel).
+  virtual void closeWhenIdle(int device, void* address, void* last_use, const std::string& what) = 0;
 };
 
 }  // namespace gradsync::gpu

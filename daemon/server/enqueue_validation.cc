@@ -90,10 +90,21 @@ Status checkTypeRules(const std::string& prefix, const v1::Enqueue& e, Request& 
 
 Status checkCuda(const std::string& prefix, const v1::Enqueue& e, const EnqueueContext& c) {
   if (!c.gpus_present) return failedPrecondition(prefix + "is a CUDA tensor, but " + c.no_gpu_reason);
-  const bool empty = e.cuda().buffer_id() == gpu::kNoBuffer && e.cuda().event_slot() == gpu::kNoEventSlot &&
-                     e.cuda().offset() == 0 && e.length() == 0 && !e.has_cuda_output();
+  // "No events" only for an operation that touches nothing of this rank's:
+  // an empty input and no (or an empty) output.
+  const bool no_output = !e.has_cuda_output() || (e.cuda_output().buffer_id() == gpu::kNoBuffer &&
+                                                  e.cuda_output().offset() == 0 && e.output_length() == 0);
+  const bool empty = e.cuda().buffer_id() == gpu::kNoBuffer && e.cuda().offset() == 0 && e.length() == 0 && no_output;
+  if (e.cuda().event_slot() == gpu::kNoEventSlot && !empty) {
+    return invalidArgument(prefix + "a CUDA tensor with memory needs an event slot");
+  }
+  if (empty && e.cuda().event_slot() == gpu::kNoEventSlot) {
+    if (e.has_cuda_output() && e.type() != v1::ALLGATHER && e.type() != v1::ALLTOALL && e.type() != v1::REDUCESCATTER) {
+      return invalidArgument(prefix + "only allgather, alltoall and reducescatter take an output buffer");
+    }
+    return okStatus();  // no memory, no events: nothing to attach for
+  }
   if (c.gpu == nullptr) {
-    if (empty) return okStatus();  // no memory, no events: nothing to attach for
     return failedPrecondition(prefix + "is a CUDA tensor, but the rank has not attached its GPU (hand-off CudaAttach)");
   }
   RETURN_IF_ERROR(c.gpu->checkSlot(e.cuda().event_slot()));

@@ -184,6 +184,8 @@ TEST_F(EnqueueValidationTest, CudaTensorsAreCheckedAgainstTheRanksExports) {
   e.mutable_cuda()->set_offset(0);
   e.mutable_cuda()->set_event_slot(2);
   EXPECT_THAT(check(e).message(), HasSubstr("event slot 2 outside [0, 2)"));
+  e.mutable_cuda()->set_event_slot(gpu::kNoEventSlot);  // "no events" is only for tensors without memory
+  EXPECT_THAT(check(e).message(), HasSubstr("a CUDA tensor with memory needs an event slot"));
   e.mutable_cuda()->set_event_slot(0);
   e.mutable_cuda()->set_buffer_id(10);
   EXPECT_THAT(check(e).message(), HasSubstr("never exported"));

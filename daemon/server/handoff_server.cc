@@ -165,10 +165,12 @@ void HandoffServer::closeConnection(int fd, const std::string& cause) {
   ::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_DEL, fd, nullptr);
   connections_.erase(it);
   if (session_id == 0) return;
-  // A gone rank's GPU mappings are released now, not when its job ends: its
-  // memory must not stay pinned by the daemon.
-  if (auto session = registry_->findSession(session_id)) session->releaseGpu();
+  auto session = registry_->findSession(session_id);
+  // The job learns first (the other ranks get the error at once); then the
+  // gone rank's mappings are released (unmapped once their last work is
+  // done, without blocking this thread): its memory must not stay pinned.
   if (!cause.empty()) registry_->sessionLost(session_id, cause);
+  if (session) session->releaseGpu();
 }
 
 void HandoffServer::expireSilent() {
