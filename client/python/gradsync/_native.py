@@ -186,13 +186,19 @@ class Client:
         self._check(self._lib.gradsync_poll(self._handle, handle, ctypes.byref(done)), "poll")
         return bool(done.value)
 
-    def wait(self, handle, what):
-        # Short slices keep Ctrl-C working: Python handles signals between them.
+    def wait(self, handle, what, between=None):
+        """Waits in short slices (Ctrl-C works: Python handles signals between
+        them), calling `between()` after each slice that ended unfinished."""
         while True:
-            status = self._lib.gradsync_wait(self._handle, handle, 0.5)
-            if status != DEADLINE_EXCEEDED or self.poll(handle):
+            status = self._lib.gradsync_wait(self._handle, handle, 0.5 if between is None else 0.05)
+            if status == DEADLINE_EXCEEDED and self.poll(handle):
+                # Done just after the slice ended: its own status, not the slice's.
+                status = self._lib.gradsync_wait(self._handle, handle, 0)
+            if status != DEADLINE_EXCEEDED:
                 self._check(status, what)
                 return
+            if between is not None:
+                between()
 
     def result(self, handle):
         result = Result()

@@ -186,3 +186,35 @@ def test_deferred_operation_starts_when_its_first_completes(rank, size):
     assert len(started) == 1  # started once
     with pytest.raises(ValueError):
         hvd.synchronize(handle)
+
+
+def test_deferred_operations_waited_on_in_different_orders(rank, size):
+    # Rank-dependent order of synchronize: a wait starts the other deferred
+    # operation once its first one is done, so neither rank waits forever.
+    from gradsync.torch import _submit
+
+    def deferred(name):
+        first = hvd.allgather_async(torch.tensor([1]), name=name + ".sizes")
+        return _submit.defer(first, lambda counts: hvd.allreduce_async(torch.ones(3), op=hvd.Sum, name=name))
+
+    handles = {"d.a": deferred("d.a"), "d.b": deferred("d.b")}
+    order = ["d.a", "d.b"] if rank % 2 == 0 else ["d.b", "d.a"]
+    for name in order:
+        assert torch.equal(hvd.synchronize(handles[name]), torch.full((3,), float(size)))
+
+
+def test_a_deferred_operation_that_cannot_start_reports_why(rank, size):
+    from gradsync.torch import _submit
+    first = hvd.allgather_async(torch.tensor([1]), name="d.broken.sizes")
+
+    def start(counts):
+        raise RuntimeError("cannot start")
+
+    handle = _submit.defer(first, start)
+    with pytest.raises(RuntimeError, match="cannot start"):
+        while not hvd.poll(handle):
+            pass
+    with pytest.raises(RuntimeError, match="cannot start"):
+        hvd.synchronize(handle)
+    with pytest.raises(ValueError):
+        hvd.synchronize(handle)

@@ -64,14 +64,17 @@ def make_op(collective, tensor, name, process_set, keep, **fields):
 
 class _Deferred:
     """An operation that starts once another completes (a CUDA allgather or
-    alltoall, whose output is sized by a small CPU exchange first): started
-    by poll() or synchronize(), whichever sees the first one done."""
-    __slots__ = ("first", "start", "second")
+    alltoall, whose output is sized by a small CPU exchange first). Started
+    by poll() or synchronize() of it, or by any wait that finds its first
+    operation done: ranks that wait on several in different orders then
+    never wait on each other."""
+    __slots__ = ("first", "start", "second", "error")
 
     def __init__(self, first, start):
         self.first = first
         self.start = start
         self.second = None
+        self.error = None
 
 
 def defer(first, start):
@@ -84,9 +87,29 @@ def defer(first, start):
 
 
 def _started(deferred):
+    """The handle of the started operation (starting it now if needed); a
+    failure to start is kept and raised to every later caller."""
+    if deferred.error is not None:
+        raise deferred.error
     if deferred.second is None:
-        deferred.second = deferred.start(synchronize(deferred.first))
+        try:
+            deferred.second = deferred.start(synchronize(deferred.first, start_others=False))
+        except Exception as error:  # e.g. the size exchange failed: kept for synchronize
+            deferred.error = error
+            raise
     return deferred.second
+
+
+def start_ready():
+    """Starts every deferred operation whose first operation has completed."""
+    ctx = _context.current()
+    for pending in list(ctx.pending.values()):
+        if isinstance(pending, _Deferred) and pending.second is None and pending.error is None:
+            try:
+                if poll(pending.first):
+                    _started(pending)
+            except Exception:  # kept in the deferred, raised by its synchronize
+                pass
 
 
 def submit(ops, keep, finish, what):
@@ -105,23 +128,25 @@ def poll(handle):
     if pending is None:
         raise ValueError("unknown or already synchronized handle %s" % handle)
     if isinstance(pending, _Deferred):
-        if pending.second is None and not poll(pending.first):
+        if pending.error is None and pending.second is None and not poll(pending.first):
             return False
         return poll(_started(pending))
     return all(ctx.client.poll(n) for n in pending.natives)
 
 
-def synchronize(handle):
-    """Waits for `handle` and returns its output (raises GradsyncError)."""
+def synchronize(handle, start_others=True):
+    """Waits for `handle` and returns its output (raises GradsyncError).
+    While it waits, deferred operations whose first operation completed are
+    started (`start_others`)."""
     ctx = _context.current()
     pending = ctx.pending.pop(handle, None)
     if pending is None:
         raise ValueError("unknown or already synchronized handle %s" % handle)
     if isinstance(pending, _Deferred):
-        return synchronize(_started(pending))
+        return synchronize(_started(pending), start_others)
     try:
         for n in pending.natives:
-            ctx.client.wait(n, pending.what)
+            ctx.client.wait(n, pending.what, between=start_ready if start_others and ctx.pending else None)
         return pending.finish([ctx.client.result(n) for n in pending.natives])
     finally:
         for n in pending.natives:
