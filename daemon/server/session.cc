@@ -48,7 +48,8 @@ void Session::releaseGpu() {
     std::lock_guard<std::mutex> lock(mutex_);
     gone = std::move(gpu_);
   }
-  // `gone` unmaps here, outside the lock, unless an executor still holds it.
+  // `gone` goes here, outside the lock (unless an executor still holds it):
+  // its mappings pass to the reaper, which unmaps each after its last work.
 }
 
 const handoff::ShmArena* Session::arena() const {
