@@ -378,9 +378,27 @@ Status GpuExecutor::stagedBroadcast(const Response& r, RankAccess& access) {
     return access.crossNodeBroadcast(none.data(), 0, r.first().root_rank);
   }
   const Request& first = r.first();
-  const uint8_t* root = nullptr;
+  uint8_t* root = nullptr;
   for (const auto& member : m.list) {
     if (member.rank == first.root_rank) root = member.data;
+  }
+  // NCCL among the daemons' GPUs when every node takes part (the whole job;
+  // process sets would need communicator splits): every node decides alike.
+  if (r.process_set_id == 0) {
+    ASSIGN_OR_RETURN(gpu::NcclComm * comm, ncclFor(access, m.device, v1::UINT8));
+    if (comm != nullptr) {
+      RETURN_IF_ERROR(waitReady(m));
+      uint8_t* landing = root != nullptr ? root : m.list.front().data;
+      Status status = comm->broadcast(landing, first.length, access.nodeOf(first.root_rank),
+                                      static_cast<cudaStream_t>(m.stream), gpu::kStreamWaitLimit);
+      if (!status.isOk()) nccl_failed_ = true;  // aborted: the rest of the job stages through host memory
+      for (const auto& member : m.list) {
+        if (!status.isOk() || member.data == landing) continue;
+        status = context(ops_->copy(member.data, landing, first.length, gpu::CopyKind::kDeviceToDevice, m.stream),
+                         "tensor '" + r.name + "': copy to rank " + std::to_string(member.rank));
+      }
+      return recordDoneAfter(m, status);
+    }
   }
   uint8_t* host = staging(first.length);
   RETURN_IF_ERROR(waitReady(m));

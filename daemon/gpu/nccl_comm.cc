@@ -97,6 +97,17 @@ Status NcclComm::waitDone(cudaStream_t stream, std::chrono::milliseconds timeout
   }
 }
 
+Status NcclComm::broadcast(void* data, size_t bytes, int root, cudaStream_t stream,
+                           std::chrono::milliseconds timeout) {
+  if (aborted_) return failedPrecondition("the daemons' NCCL communicator was aborted");
+  const ncclResult_t issued = nccl_.api().broadcast(data, data, bytes, ncclUint8, root, comm_, stream);
+  if (issued != ncclSuccess && issued != ncclInProgress) {
+    abort();
+    return internalError("ncclBroadcast: " + nccl_.errorText(issued));
+  }
+  return waitDone(stream, timeout, "ncclBroadcast among the daemons");
+}
+
 Status NcclComm::allReduce(void* data, size_t count, DataType dtype, ReduceOp op, cudaStream_t stream,
                            std::chrono::milliseconds timeout) {
   if (aborted_) return failedPrecondition("the daemons' NCCL communicator was aborted");

@@ -34,6 +34,8 @@ class NcclComm {
   // after which the communicator is aborted and unusable).
   Status allReduce(void* data, size_t count, DataType dtype, ReduceOp op, cudaStream_t stream,
                    std::chrono::milliseconds timeout);
+  // `bytes` from the node with rank `root` to every node, in place.
+  Status broadcast(void* data, size_t bytes, int root, cudaStream_t stream, std::chrono::milliseconds timeout);
   bool aborted() const { return aborted_; }
 
  private:
