@@ -137,6 +137,33 @@ case $stage in
     done
     step "PyTorch CUDA allreduce bench with references (D2D copy, NCCL 1 rank), 2 ranks" \
       run_ranks 2 $python examples/pytorch/cuda_allreduce_bench.py --iters 30
+    # Two daemons on one GPU as the stand-in for two nodes, one rank each.
+    two_daemon_bench() {  # two_daemon_bench staging|auto
+      local dir=$workdir/bench-$1 pids=() leader
+      mkdir -p "$dir"
+      for node in 0 1; do
+        "$tools/gradsyncd" --socket-path "$dir/n$node.sock" --peer-address 127.0.0.1:0 --gpu-cross-node "$1" \
+          > "$dir/n$node.log" 2>&1 &
+        pids+=($!)
+      done
+      for _ in $(seq 100); do
+        leader=$("$tools/gradsyncctl" --socket "$dir/n0.sock" status --json 2>/dev/null |
+          $python -c 'import json,sys; print(json.load(sys.stdin)["peer_address"])' 2>/dev/null) && [[ -n $leader ]] &&
+          "$tools/gradsyncctl" --socket "$dir/n1.sock" status > /dev/null 2>&1 && break
+        sleep 0.1
+      done
+      local rc=0
+      UCX_TLS=tcp,self NCCL_MULTI_RANK_GPU_ENABLE=1 timeout 150 "$tools/gradsync_bench" \
+        --socket "$dir/n0.sock,$dir/n1.sock" --leader "$leader" -np 2 --device cuda --min-time 0.5 || rc=$?
+      UCX_TLS=tcp,self NCCL_MULTI_RANK_GPU_ENABLE=1 timeout 100 "$tools/gradsync_bench" \
+        --socket "$dir/n0.sock,$dir/n1.sock" --leader "$leader" -np 2 --device cuda --resnet || rc=$?
+      kill -TERM "${pids[@]}" 2>/dev/null
+      wait "${pids[@]}"
+      grep -h "NCCL communicator\|no NCCL among" "$dir"/n*.log
+      return $rc
+    }
+    step "gradsync_bench --device cuda, 2 daemons x 1 rank, host staging" two_daemon_bench staging
+    step "gradsync_bench --device cuda, 2 daemons x 1 rank, NCCL where it forms" two_daemon_bench auto
     ;;
   resnet)
     resnet() {  # resnet LABEL
