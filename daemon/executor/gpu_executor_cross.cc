@@ -1,0 +1,207 @@
+// SPDX-License-Identifier: Apache-2.0
+// GpuExecutor across nodes: the node's ranks reduced on its GPU, then NCCL
+// among the daemons' GPUs or host staging through the daemons' ring.
+#include <algorithm>
+
+#include "daemon/collective/cuda/local_reduce.h"
+#include "daemon/common/dtype.h"
+#include "daemon/common/logging.h"
+#include "daemon/executor/executor_util.h"
+#include "daemon/executor/gpu_executor.h"
+#include "daemon/executor/gpu_executor_util.h"
+
+namespace gradsync::executor {
+
+StatusOr<gpu::NcclComm*> GpuExecutor::ncclFor(RankAccess& access, int device, DataType dtype) {
+  ncclDataType_t type;
+  if (nccl_ == nullptr || nccl_failed_ || !gpu::ncclTypeOf(dtype, &type)) return nullptr;
+  if (comm_) {
+    if (device != comm_device_) {
+      return unimplemented("this node's ranks use GPU " + std::to_string(device) + " and " +
+                           std::to_string(comm_device_) + "; one GPU per node is supported so far");
+    }
+    return comm_.get();
+  }
+  const RankAccess::NcclPeers peers = access.ncclPeers();
+  if (peers.id.empty()) return nullptr;
+  auto comm = gpu::NcclComm::create(*nccl_, peers.id, peers.nranks, peers.rank, device, std::chrono::seconds(30));
+  if (!comm.isOk()) {
+    nccl_failed_ = true;
+    GS_LOG(gpu, warn, "no NCCL among the daemons ({}); CUDA tensors go through host memory", comm.status().message());
+    return nullptr;
+  }
+  GS_LOG(gpu, info, "NCCL communicator among {} daemons formed (this node rank {}, GPU {})", peers.nranks, peers.rank,
+         device);
+  comm_ = std::move(comm).value();
+  comm_device_ = device;
+  return comm_.get();
+}
+
+Status GpuExecutor::stagedAllreduce(const std::vector<const Response*>& responses, RankAccess& access) {
+  const Request& first = responses.front()->first();
+  RETURN_IF_ERROR(checkReduction(responses.front()->name, first));
+  const size_t esize = elementSize(first.dtype);
+  const ReduceOp ring_op = first.op == v1::AVERAGE ? v1::SUM : first.op;
+  std::vector<Members> members;
+  std::vector<size_t> offsets;  // elements before each response in the fused buffer
+  size_t total = 0;
+  int device = -1;
+  for (const Response* r : responses) {
+    ASSIGN_OR_RETURN(Members m, resolve(*r, access));
+    if (m.device >= 0) {
+      if (device >= 0 && m.device != device) return unimplemented("tensor '" + r->name + "': several GPUs on one node");
+      device = m.device;
+    }
+    if (r->first().length == 0) m.list.clear();  // no elements: contributes an empty range
+    offsets.push_back(total);
+    total += r->first().length / esize;
+    members.push_back(std::move(m));
+  }
+  // The previous batch read the staging buffer before it returned (waited).
+  uint8_t* staging = this->staging(total * esize);
+  // Every node decides alike: same membership, same batch, same dtype.
+  ASSIGN_OR_RETURN(gpu::NcclComm * comm,
+                   ncclFor(access, device >= 0 ? device : std::max(comm_device_, 0), first.dtype));
+  if (device < 0 && comm == nullptr) {
+    // No local rank takes part (process sets, joins): add identities only.
+    fillIdentity(staging, total, first.dtype, ring_op);
+    return access.crossNodeAllreduce(staging, total, first.dtype, ring_op);
+  }
+  if (device < 0) device = comm_device_;
+  ASSIGN_OR_RETURN(void* stream, streamFor(device));
+  ASSIGN_OR_RETURN(gpu::GrowingBuffer * fusion, fusionFor(device));
+  ASSIGN_OR_RETURN(uint8_t * fused, fusion->reserve(total * esize));
+  std::vector<const Members*> waited;  // their done events are recorded whatever happens next
+  Status status = [&]() -> Status {
+    // 1. Local ranks into the device's fusion buffer (prescale, no average).
+    for (size_t t = 0; t < responses.size(); ++t) {
+      if (members[t].list.empty()) continue;
+      RETURN_IF_ERROR(waitReady(members[t]));
+      waited.push_back(&members[t]);
+      cuda::LocalReduceArgs gather;
+      gather.dtype = static_cast<cuda::Dtype>(first.dtype);
+      gather.op = static_cast<cuda::Op>(ring_op);
+      for (size_t k = 0; k < members[t].list.size(); ++k) gather.inputs[k] = members[t].list[k].data;
+      gather.num_inputs = static_cast<int>(members[t].list.size());
+      gather.outputs[0] = fused + offsets[t] * esize;
+      gather.num_outputs = 1;
+      gather.count = responses[t]->first().length / esize;
+      gather.prescale = first.prescale;
+      RETURN_IF_ERROR(context(ops_->reduce(gather, stream), "tensor '" + responses[t]->name + "'"));
+    }
+    // 2. Among the nodes: NCCL between the GPUs, or through host memory and
+    // the daemons' ring.
+    if (comm != nullptr) {
+      bool waited_for_inputs = false;
+      for (size_t t = 0; t < responses.size(); ++t) {  // identities where no local rank contributes
+        if (!members[t].list.empty()) continue;
+        const size_t bytes = responses[t]->first().length;
+        if (!waited_for_inputs) {  // a copy from pageable memory waits for the stream: bound it first
+          RETURN_IF_ERROR(ops_->waitStream(stream, "waiting for the local reduction"));
+          waited_for_inputs = true;
+        }
+        fillIdentity(staging + offsets[t] * esize, bytes / esize, first.dtype, ring_op);
+        RETURN_IF_ERROR(context(ops_->copy(fused + offsets[t] * esize, staging + offsets[t] * esize, bytes,
+                                           gpu::CopyKind::kHostToDevice, stream),
+                                "identity values to the fusion buffer"));
+      }
+      Status reduced =
+          comm->allReduce(fused, total, first.dtype, ring_op, static_cast<cudaStream_t>(stream), gpu::kStreamWaitLimit);
+      if (!reduced.isOk()) {
+        nccl_failed_ = true;  // aborted: the rest of the job stages through host memory
+        return reduced;
+      }
+    } else {
+      // Bounded wait first: a copy to pageable memory blocks the host until
+      // the stream reaches it, and the stream waits on the ranks' events.
+      RETURN_IF_ERROR(ops_->waitStream(stream, "waiting for the local reduction"));
+      RETURN_IF_ERROR(context(ops_->copy(staging, fused, total * esize, gpu::CopyKind::kDeviceToHost, stream),
+                              "copy to the staging buffer"));
+      for (size_t t = 0; t < responses.size(); ++t) {
+        if (members[t].list.empty()) {
+          fillIdentity(staging + offsets[t] * esize, responses[t]->first().length / esize, first.dtype, ring_op);
+        }
+      }
+      RETURN_IF_ERROR(access.crossNodeAllreduce(staging, total, first.dtype, ring_op));
+      RETURN_IF_ERROR(context(ops_->copy(fused, staging, total * esize, gpu::CopyKind::kHostToDevice, stream),
+                              "copy from the staging buffer"));
+      // The staging buffer is the job's: free for the next batch only once read.
+      RETURN_IF_ERROR(ops_->waitStream(stream, "waiting for the copy from the staging buffer"));
+    }
+    // 3. Back to every local rank, with the average and postscale.
+    for (size_t t = 0; t < responses.size(); ++t) {
+      if (members[t].list.empty()) continue;
+      cuda::LocalReduceArgs scatter;
+      scatter.dtype = static_cast<cuda::Dtype>(first.dtype);
+      scatter.op = static_cast<cuda::Op>(first.op);
+      scatter.inputs[0] = fused + offsets[t] * esize;
+      scatter.num_inputs = 1;
+      for (size_t k = 0; k < members[t].list.size(); ++k) scatter.outputs[k] = members[t].list[k].data;
+      scatter.num_outputs = static_cast<int>(members[t].list.size());
+      scatter.count = responses[t]->first().length / esize;
+      scatter.postscale = first.postscale;
+      scatter.average_divisor = static_cast<int>(responses[t]->ranks.size());
+      RETURN_IF_ERROR(context(ops_->reduce(scatter, stream), "tensor '" + responses[t]->name + "'"));
+    }
+    return okStatus();
+  }();
+  for (const Members* m : waited) status = recordDoneAfter(*m, status);
+  return status;
+}
+
+Status GpuExecutor::stagedBroadcast(const Response& r, RankAccess& access) {
+  ASSIGN_OR_RETURN(Members m, resolve(r, access));
+  if (m.list.empty()) return okStatus();  // this node holds no member of the set
+  if (m.device < 0) {  // local members without elements: the ring still runs
+    std::vector<uint8_t> none(1);
+    return access.crossNodeBroadcast(none.data(), 0, r.first().root_rank);
+  }
+  const Request& first = r.first();
+  uint8_t* root = nullptr;
+  for (const auto& member : m.list) {
+    if (member.rank == first.root_rank) root = member.data;
+  }
+  // NCCL among the daemons' GPUs when every node takes part (the whole job;
+  // process sets would need communicator splits): every node decides alike.
+  if (r.process_set_id == 0) {
+    ASSIGN_OR_RETURN(gpu::NcclComm * comm, ncclFor(access, m.device, v1::UINT8));
+    if (comm != nullptr) {
+      RETURN_IF_ERROR(waitReady(m));
+      uint8_t* landing = root != nullptr ? root : m.list.front().data;
+      Status status = comm->broadcast(landing, first.length, access.nodeOf(first.root_rank),
+                                      static_cast<cudaStream_t>(m.stream), gpu::kStreamWaitLimit);
+      if (!status.isOk()) nccl_failed_ = true;  // aborted: the rest of the job stages through host memory
+      for (const auto& member : m.list) {
+        if (!status.isOk() || member.data == landing) continue;
+        status = context(ops_->copy(member.data, landing, first.length, gpu::CopyKind::kDeviceToDevice, m.stream),
+                         "tensor '" + r.name + "': copy to rank " + std::to_string(member.rank));
+      }
+      return recordDoneAfter(m, status);
+    }
+  }
+  uint8_t* host = staging(first.length);
+  RETURN_IF_ERROR(waitReady(m));
+  Status status = [&]() -> Status {
+    if (root != nullptr) {
+      // Bounded wait first: a copy to pageable memory blocks the host until
+      // the stream reaches it, and the stream waits on the ranks' events.
+      RETURN_IF_ERROR(ops_->waitStream(m.stream, "waiting for the root's tensor"));
+      RETURN_IF_ERROR(context(ops_->copy(host, root, first.length, gpu::CopyKind::kDeviceToHost, m.stream),
+                              "tensor '" + r.name + "': copy of the root's tensor to the staging buffer"));
+    }
+    RETURN_IF_ERROR(access.crossNodeBroadcast(host, first.length, first.root_rank));
+    for (const auto& member : m.list) {
+      if (member.data == root) continue;
+      RETURN_IF_ERROR(context(ops_->copy(member.data, host, first.length, gpu::CopyKind::kHostToDevice, m.stream),
+                              "tensor '" + r.name + "': copy to rank " + std::to_string(member.rank)));
+    }
+    return okStatus();
+  }();
+  status = recordDoneAfter(m, status);
+  // The staging buffer is the job's: free for the next batch only once read
+  // (also after an error: copies from it may be queued).
+  const Status drained = ops_->waitStream(m.stream, "waiting for the copies from the staging buffer");
+  return status.isOk() ? drained : status;
+}
+
+}  // namespace gradsync::executor
