@@ -42,6 +42,19 @@ TEST_F(FakeGpuTest, EveryCollectiveOnCudaTensorsWithTwoAndThreeRanks) {
   EXPECT_NE(log.find("attached GPU GPU-fa4e0000-0000-0000-0000-000000000001"), std::string::npos) << log;
 }
 
+TEST_F(FakeGpuTest, ARankKilledMidCollectiveIsNamedAndTheDaemonGoesOn) {
+  std::vector<Process> ranks;
+  for (int r = 0; r < 3; ++r) ranks.push_back(daemon_.spawnRank("cuda-kill", r, 3, {"fake_cuda_kill"}, fakeDriver()));
+  for (int r = 0; r < 2; ++r) EXPECT_EQ(ranks[r].wait(kTimeout), 0) << ranks[r].log() << daemon_.log();
+  EXPECT_NE(ranks[2].wait(kTimeout), 0);  // killed itself
+  // A new job runs on the same daemon (the dead rank's mappings went to the
+  // reaper; client_gpu_test checks that they are unmapped after last use).
+  std::vector<Process> next;
+  for (int r = 0; r < 2; ++r) next.push_back(daemon_.spawnRank("after-kill", r, 2, {"fake_cuda"}, fakeDriver()));
+  std::string report;
+  EXPECT_TRUE(allSucceed(next, kTimeout, &report)) << report << daemon_.log();
+}
+
 // Two daemons over host-memory GPUs: CUDA tensors between them. With
 // "staging" they go through host memory and the UCX ring; with "auto" the
 // daemons first try NCCL among their GPUs, which cannot form here (no

@@ -4,6 +4,7 @@
 // process loads first ($GRADSYNC_TEST_FAKE_LIBCUDA), and go to a gradsyncd
 // over a host-memory GPU. Every collective, checked by reading the memory.
 #include <dlfcn.h>
+#include <signal.h>
 
 #include <cstdlib>
 
@@ -190,6 +191,28 @@ int fakeCudaAcross(Client& c, const std::vector<std::string>&) {
   WORKER_CHECK(r.code == GRADSYNC_UNIMPLEMENTED && r.message.find("across nodes") != std::string::npos,
                "allgather across daemons gave %d: %s", r.code, r.message.c_str());
   std::fprintf(stderr, "[rank %d] fake CUDA across daemons OK\n", me);
+  return 0;
+}
+
+// The last rank dies (SIGKILL) after its GPU is attached and its memory
+// exported, while the others wait in a CUDA allreduce: they get the error
+// naming it, and the daemon unmaps the dead rank's memory.
+int fakeCudaKill(Client& c, const std::vector<std::string>&) {
+  FakeMalloc fake_malloc = loadFakeDriver();
+  WORKER_CHECK(fake_malloc != nullptr, "no fake CUDA driver ($GRADSYNC_TEST_FAKE_LIBCUDA)");
+  const int n = c.size(), me = c.rank();
+  auto* x = static_cast<float*>(fake_malloc(1 << 16));
+  const std::vector<int64_t> shape = {1024};
+  for (int i = 0; i < 1024; ++i) x[i] = 1.0f;
+  if (run(c, cudaOp(GRADSYNC_ALLREDUCE, "k.first", x, GRADSYNC_FLOAT32, shape))) return 1;
+  if (me == n - 1) ::raise(SIGKILL);
+  Operation pending;
+  WORKER_OK(c.start(cudaOp(GRADSYNC_ALLREDUCE, "k.second", x, GRADSYNC_FLOAT32, shape), &pending));
+  Result r = pending.wait(20);
+  const std::string victim = "rank " + std::to_string(n - 1);
+  WORKER_CHECK(r.code == GRADSYNC_ABORTED && r.message.find(victim) != std::string::npos,
+               "the CUDA allreduce a dead rank never joined ended with %d: %s", r.code, r.message.c_str());
+  std::fprintf(stderr, "[rank %d] named error: %s\n", me, r.message.c_str());
   return 0;
 }
 

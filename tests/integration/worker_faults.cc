@@ -280,7 +280,7 @@ const std::map<std::string, Scenario>& moreScenarios() {
       {"duplicate", duplicate},      {"kill_victim", killVictim}, {"stall", stall},
       {"mismatch_allreduce", mismatchAllreduce}, {"join_failure", joinFailure},
       {"repeat_allreduce", repeatAllreduce}, {"cuda_without_gpu", cudaWithoutGpu}, {"fake_cuda", fakeCuda},
-      {"fake_cuda_across", fakeCudaAcross},
+      {"fake_cuda_across", fakeCudaAcross}, {"fake_cuda_kill", fakeCudaKill},
   };
   return scenarios;
 }

@@ -100,5 +100,6 @@ const std::map<std::string, Scenario>& moreScenarios();
 // CUDA tensors through the fake CUDA driver of tests/fakegpu (worker_cuda.cc).
 int fakeCuda(Client& c, const std::vector<std::string>& args);
 int fakeCudaAcross(Client& c, const std::vector<std::string>& args);
+int fakeCudaKill(Client& c, const std::vector<std::string>& args);
 
 }  // namespace gradsync::worker
