@@ -192,8 +192,10 @@ class Client:
         while True:
             status = self._lib.gradsync_wait(self._handle, handle, 0.5 if between is None else 0.05)
             if status == DEADLINE_EXCEEDED and self.poll(handle):
-                # Done just after the slice ended: its own status, not the slice's.
-                status = self._lib.gradsync_wait(self._handle, handle, 0)
+                # Done: its own status (a stall deadline is DEADLINE_EXCEEDED
+                # too), with its message (poll cleared the last error).
+                self._check(self._lib.gradsync_wait(self._handle, handle, 0), what)
+                return
             if status != DEADLINE_EXCEEDED:
                 self._check(status, what)
                 return

@@ -186,3 +186,40 @@ def test_examples_run(tmp_path):
                "--num-batches-per-iter", "1", "--num-warmup-batches", "1", "--zero-copy"])
     assert out.returncode == 0, out.stdout + out.stderr
     assert "img/sec per rank" in out.stdout and "waiting for gradients" in out.stdout
+
+
+# Rank 0 waits in an allreduce that rank 1 never joins; the daemon's stall
+# deadline fails it. The error that reaches Python must carry the daemon's
+# message (it once arrived empty: the wait loop read the text after a poll
+# had cleared it).
+STALL_RANK = r"""
+import ctypes, sys, time
+from gradsync import _native as n
+from gradsync.errors import GradsyncError
+lib = n.load_library()
+client = n.Client(lib, n.new_config(lib))
+if client.rank == 1:
+    time.sleep(6)
+    client.shutdown()
+    sys.exit(0)
+value = (ctypes.c_float * 1)(1.0)
+shape = (ctypes.c_int64 * 1)(1)
+op = n.new_op(lib)
+op.collective, op.name, op.dtype, op.ndim = n.ALLREDUCE, b"never.joined", n.FLOAT32, 1
+op.shape, op.data, op.reduce_op = shape, ctypes.addressof(value), n.SUM
+h = client.enqueue(op, "allreduce of 'never.joined'")
+try:
+    client.wait(h, "allreduce of 'never.joined'")
+    print("UNEXPECTED SUCCESS")
+except GradsyncError as e:
+    print("ERROR:", e)
+client.shutdown()
+"""
+
+
+def test_a_stalled_collective_fails_with_the_daemons_message():
+    out = run(["--private-daemon", "--daemon-arg=--stall-warning-seconds=1", "--daemon-arg=--stall-deadline-seconds=2",
+               "-np", "2", PY, "-c", STALL_RANK])
+    assert out.returncode == 0, out.stdout + out.stderr
+    line = next(l for l in out.stdout.splitlines() if "ERROR:" in l)
+    assert "never.joined" in line and "ranks [1]" in line, line
