@@ -47,3 +47,16 @@ def test_unsupported_inputs_refused_before_the_daemon():
         hvd.allreduce(torch.ones(2, dtype=torch.complex64))
     with pytest.raises(NotImplementedError, match="Adasum"):
         hvd.allreduce(torch.ones(2), op=hvd.Adasum)
+
+
+def test_a_failed_group_raises_its_error_and_releases_its_members(rank, size):
+    # The first member fails at once on every rank (bool cannot be summed);
+    # the other is left waiting for a group that never completes. The error
+    # is raised at once and nothing complains about handles still in flight
+    # (issue 9: "operation 'gr0.1' is still in flight").
+    bad = torch.ones(4, dtype=torch.bool)
+    with pytest.raises(hvd.GradsyncError, match="not allowed on bool"):
+        hvd.grouped_allreduce([bad, torch.ones(4)], op=hvd.Sum, name="gr.broken")
+    from gradsync.torch import _context
+    assert len(_context.current().orphans) <= 1
+    hvd.barrier()

@@ -18,6 +18,10 @@ class Context:
         self._next_handle = 1
         self._names = {}
         self.pending = {}
+        # Native handles of failed groups whose other members were still in
+        # flight: released once they end (they end: the daemon fails or
+        # times out the rest of a broken group).
+        self.orphans = []
 
     def new_handle(self):
         with self._lock:

@@ -149,8 +149,28 @@ def synchronize(handle, start_others=True):
             ctx.client.wait(n, pending.what, between=start_ready if start_others and ctx.pending else None)
         return pending.finish([ctx.client.result(n) for n in pending.natives])
     finally:
+        # After an error other members of a group may still be in flight:
+        # the first error is raised now, and they are released once they end.
         for n in pending.natives:
+            if ctx.client.poll(n):
+                ctx.client.release(n)
+            else:
+                ctx.orphans.append(n)
+        _release_ended_orphans(ctx)
+
+
+def _release_ended_orphans(ctx):
+    still = []
+    for n in ctx.orphans:
+        try:
+            done = ctx.client.poll(n)
+        except GradsyncError:
+            continue  # unknown to the client any more
+        if done:
             ctx.client.release(n)
+        else:
+            still.append(n)
+    ctx.orphans = still
 
 
 def tensor_from_result(result, dtype, what):
