@@ -19,14 +19,15 @@
 #include <vector>
 
 #include "daemon/gpu/gpu_backend.h"
+#include "daemon/handoff/shm_layout.h"
 #include "proto/gradsync/v1/control.pb.h"
 
 namespace gradsync::gpu {
 
 // A reference to no memory (a tensor without elements), and an operation
 // without events (one that writes nothing of this rank's).
-constexpr uint64_t kNoBuffer = 0;
-constexpr uint32_t kNoEventSlot = 0xffffffffu;
+constexpr uint64_t kNoBuffer = handoff::kNoCudaBuffer;
+constexpr uint32_t kNoEventSlot = handoff::kNoEventSlot;
 
 // Most event pairs one session may have, and allocations one session may
 // keep mapped at once.

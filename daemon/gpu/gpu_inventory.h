@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "daemon/common/gpu_uuid.h"
+
 namespace gradsync::gpu {
 
 struct GpuInfo {
@@ -28,8 +30,5 @@ struct GpuInventory {
 };
 
 GpuInventory probeGpus();
-
-// "GPU-" + 8-4-4-4-12 hex digits of 16 raw UUID bytes.
-std::string formatGpuUuid(const unsigned char bytes[16]);
 
 }  // namespace gradsync::gpu

@@ -28,6 +28,11 @@ struct HandoffHello {
   uint8_t secret[kSessionSecretBytes];
 };
 
+// CudaTensorRef values with a meaning of their own (control.proto): a tensor
+// without elements (no memory), and an operation without events.
+constexpr uint64_t kNoCudaBuffer = 0;
+constexpr uint32_t kNoEventSlot = 0xffffffffu;
+
 constexpr uint32_t kFrameMagic = 0x47534632;    // "GSF2"
 constexpr uint32_t kMaxFramePayload = 1 << 17;  // 1024 event handles fit with room to spare
 

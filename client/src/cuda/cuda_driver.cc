@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "client/src/cuda/cuda_driver.h"
 
+#include "daemon/common/gpu_uuid.h"
+
 #include <cuda.h>
 #include <dlfcn.h>
 
@@ -27,14 +29,6 @@ struct DriverApi {
   CUresult (*ctxPushCurrent)(CUcontext) = nullptr;
   CUresult (*ctxPopCurrent)(CUcontext*) = nullptr;
 };
-
-std::string formatUuid(const CUuuid& u) {
-  const auto* b = reinterpret_cast<const unsigned char*>(u.bytes);
-  char text[64];
-  std::snprintf(text, sizeof(text), "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0],
-                b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]);
-  return text;
-}
 
 class RealCudaDriver : public CudaDriver {
  public:
@@ -67,7 +61,7 @@ class RealCudaDriver : public CudaDriver {
     RETURN_IF_ERROR(check(api_.deviceGet(&device, ordinal), "cuDeviceGet"));
     CUuuid uuid{};
     RETURN_IF_ERROR(check(api_.deviceGetUuid(&uuid, device), "cuDeviceGetUuid"));
-    info.device_uuid = formatUuid(uuid);
+    info.device_uuid = formatGpuUuid(reinterpret_cast<const unsigned char*>(uuid.bytes));
     return info;
   }
 

@@ -3,12 +3,13 @@
 
 #include <algorithm>
 
+#include "daemon/handoff/shm_layout.h"
+
 namespace gradsync::client {
 namespace {
 
-// The protocol's "no memory" and "no events" (control.proto CudaTensorRef).
-constexpr uint64_t kEmptyBuffer = 0;
-constexpr uint32_t kNoEventSlot = 0xffffffffu;
+using handoff::kNoCudaBuffer;
+using handoff::kNoEventSlot;
 
 Status fromResponse(const v1::HandoffResponse& response) {
   if (response.code() == 0) return okStatus();
@@ -36,15 +37,7 @@ StatusOr<CudaSession::Prepared> CudaSession::prepare(const std::string& name, co
                                                      void* stream) {
   std::lock_guard<std::mutex> lock(mutex_);
   ASSIGN_OR_RETURN(v1::CudaTensorRef ref, locateLocked(name, data, bytes));
-  const std::string prefix = "CUDA tensor '" + name + "': ";
-  if (free_slots_.empty()) {
-    return resourceExhausted(prefix + std::to_string(ready_.size()) +
-                             " CUDA operations of this rank are in flight already; wait for some first");
-  }
-  const uint32_t slot = free_slots_.back();
-  Status recorded = driver_->recordEvent(context_, ready_[slot], stream);
-  if (!recorded.isOk()) return Status(recorded.code(), prefix + recorded.message());
-  free_slots_.pop_back();
+  ASSIGN_OR_RETURN(const uint32_t slot, takeSlotLocked(name, stream));
   Prepared prepared;
   prepared.ref = ref;
   prepared.ref.set_event_slot(slot);
@@ -55,29 +48,38 @@ StatusOr<CudaSession::Prepared> CudaSession::prepare(const std::string& name, co
 
 StatusOr<CudaSession::Prepared> CudaSession::prepareEmpty(const std::string& name, void* stream, bool with_events) {
   Prepared prepared;
-  prepared.ref.set_buffer_id(kEmptyBuffer);
+  prepared.ref.set_buffer_id(kNoCudaBuffer);
   prepared.ref.set_event_slot(kNoEventSlot);
   prepared.stream = stream;
   if (!with_events) return prepared;
   std::lock_guard<std::mutex> lock(mutex_);
-  const std::string prefix = "CUDA tensor '" + name + "': ";
   if (device_uuid_.empty()) {
-    return failedPrecondition(prefix + "an empty tensor as this rank's first CUDA tensor: its GPU is unknown");
+    return failedPrecondition("CUDA tensor '" + name +
+                              "': an empty tensor as this rank's first CUDA tensor: its GPU is unknown");
   }
-  if (free_slots_.empty()) return resourceExhausted(prefix + "too many CUDA operations of this rank in flight");
+  ASSIGN_OR_RETURN(const uint32_t slot, takeSlotLocked(name, stream));
+  prepared.ref.set_event_slot(slot);
+  return prepared;
+}
+
+StatusOr<uint32_t> CudaSession::takeSlotLocked(const std::string& name, void* stream) {
+  const std::string prefix = "CUDA tensor '" + name + "': ";
+  if (free_slots_.empty()) {
+    return resourceExhausted(prefix + std::to_string(ready_.size()) +
+                             " CUDA operations of this rank are in flight already; wait for some first");
+  }
   const uint32_t slot = free_slots_.back();
   Status recorded = driver_->recordEvent(context_, ready_[slot], stream);
   if (!recorded.isOk()) return Status(recorded.code(), prefix + recorded.message());
   free_slots_.pop_back();
-  prepared.ref.set_event_slot(slot);
-  return prepared;
+  return slot;
 }
 
 StatusOr<v1::CudaTensorRef> CudaSession::prepareOutput(const std::string& name, const void* data, uint64_t bytes) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (bytes == 0) {
     v1::CudaTensorRef empty;
-    empty.set_buffer_id(kEmptyBuffer);
+    empty.set_buffer_id(kNoCudaBuffer);
     return empty;
   }
   ASSIGN_OR_RETURN(v1::CudaTensorRef ref, locateLocked(name + " (output)", data, bytes));
@@ -87,7 +89,7 @@ StatusOr<v1::CudaTensorRef> CudaSession::prepareOutput(const std::string& name, 
 
 void CudaSession::releaseOutput(const v1::CudaTensorRef& ref) {
   std::lock_guard<std::mutex> lock(mutex_);
-  if (ref.buffer_id() == kEmptyBuffer) return;
+  if (ref.buffer_id() == kNoCudaBuffer) return;
   auto it = exports_.find(ref.buffer_id());
   if (it != exports_.end() && it->second.in_flight > 0) --it->second.in_flight;
 }

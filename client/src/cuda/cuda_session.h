@@ -78,6 +78,8 @@ class CudaSession {
   // Checks `bytes` at `data` against its allocation and this rank's GPU
   // (attaching on the first CUDA tensor); exports the allocation if new.
   StatusOr<v1::CudaTensorRef> locateLocked(const std::string& name, const void* data, uint64_t bytes);
+  // A free event slot whose ready event is now recorded on `stream`.
+  StatusOr<uint32_t> takeSlotLocked(const std::string& name, void* stream);
   Status attachLocked(const PointerInfo& info);
   StatusOr<uint64_t> exportLocked(const std::string& name, const PointerInfo& info);
   void evictLocked();
