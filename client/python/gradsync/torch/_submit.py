@@ -102,14 +102,17 @@ def _started(deferred):
 
 def start_ready():
     """Starts every deferred operation whose first operation has completed."""
-    ctx = _context.current()
-    for pending in list(ctx.pending.values()):
-        if isinstance(pending, _Deferred) and pending.second is None and pending.error is None:
-            try:
-                if poll(pending.first):
-                    _started(pending)
-            except Exception:  # kept in the deferred, raised by its synchronize
-                pass
+    for pending in _unstarted(_context.current()):
+        try:
+            if poll(pending.first):
+                _started(pending)
+        except Exception:  # kept in the deferred, raised by its synchronize
+            pass
+
+
+def _unstarted(ctx):
+    """The deferred operations not started yet (and not failed)."""
+    return [p for p in ctx.pending.values() if isinstance(p, _Deferred) and p.second is None and p.error is None]
 
 
 def submit(ops, keep, finish, what):
@@ -144,9 +147,11 @@ def synchronize(handle, start_others=True):
         raise ValueError("unknown or already synchronized handle %s" % handle)
     if isinstance(pending, _Deferred):
         return synchronize(_started(pending), start_others)
+    # Waits in short slices only while some deferred operation may need starting.
+    between = start_ready if start_others and _unstarted(ctx) else None
     try:
         for n in pending.natives:
-            ctx.client.wait(n, pending.what, between=start_ready if start_others and ctx.pending else None)
+            ctx.client.wait(n, pending.what, between=between)
         return pending.finish([ctx.client.result(n) for n in pending.natives])
     finally:
         # After an error other members of a group may still be in flight:
