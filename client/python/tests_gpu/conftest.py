@@ -3,11 +3,15 @@
 machine (scripts/gpu_check.sh); every rank runs the same tests in the same
 order. All ranks share the GPU(s) the daemon serves."""
 import os
+import sys
 
 import pytest
 import torch
 
 import gradsync.torch as hvd
+
+# The reference inputs and results of the CPU suite (tests/reference.py).
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
 
 
 def pytest_configure(config):

@@ -6,32 +6,12 @@ import torch
 
 import gradsync.torch as hvd
 from gradsync.errors import GradsyncError
-
-NUMERIC = [torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16, torch.bfloat16,
-           torch.float32, torch.float64]
-OPS = {hvd.Sum: lambda xs: sum(xs), hvd.Min: lambda xs: torch.stack(xs).min(0).values,
-       hvd.Max: lambda xs: torch.stack(xs).max(0).values, hvd.Product: lambda xs: torch.stack(xs).prod(0)}
-
-
-def contribution(rank, shape, dtype):
-    values = torch.arange(int(torch.tensor(shape).prod()), dtype=torch.float64).reshape(shape)
-    values = values % 3 + rank % 2 + 1 + (rank // 2)
-    if dtype == torch.bool:
-        return (values.long() % 2).bool()
-    return values.to(dtype)
+from reference import NUMERIC, OPS, close, contribution
 
 
 def refused_across_nodes(call):
     with pytest.raises(GradsyncError, match="across nodes is not implemented yet"):
         call()
-
-
-def close(actual, expected, dtype):
-    actual = actual.cpu()
-    if dtype in (torch.float16, torch.bfloat16):
-        torch.testing.assert_close(actual.double(), expected.double(), rtol=2e-2, atol=2e-2)
-    else:
-        assert torch.equal(actual, expected.to(dtype)), (actual, expected)
 
 
 @pytest.mark.parametrize("dtype", NUMERIC, ids=str)
@@ -227,9 +207,8 @@ def test_wrong_output_size_is_refused_by_the_daemon(rank, size, device, across_n
     if across_nodes:
         return
     # Through the C ABI's output fields, as another client might fill them.
-    import ctypes
     from gradsync import _native as native
-    from gradsync.torch import _context, _submit
+    from gradsync.torch import _submit
     x = torch.ones(2, 3, device=device)
     out = torch.empty(1, 3, device=device)  # too small for size * 2 rows
     keep = []
