@@ -114,6 +114,7 @@ CrossNode::~CrossNode() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     stopping_ = true;
+    if (join_call_ != nullptr) join_call_->TryCancel();
   }
   formed_cv_.notify_all();
   {
@@ -149,7 +150,11 @@ void CrossNode::start(const std::vector<int>& local_ranks, const std::vector<int
     hooks_.on_failure("cannot start the UCX data plane: " + transport.status().message(), true);
     return;
   }
-  transport_ = std::move(transport).value();
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    transport_ = std::move(transport).value();
+    if (!transfers_aborted_.empty()) transport_->abort(transfers_aborted_);
+  }
   v1::NodeInfo self;
   self.set_peer_address(options_.self_address);
   self.set_hostname(options_.hostname);
@@ -189,7 +194,8 @@ void CrossNode::makeNcclIdLocked() {
 
 StatusOr<v1::JoinJobResponse> CrossNode::acceptJoin(const v1::JoinJobRequest& request) {
   std::unique_lock<std::mutex> lock(mutex_);
-  if (!leader_ || !builder_) return unavailable("job '" + options_.job_id + "' is not led by this daemon (yet)");
+  // NOT_FOUND: the follower retries (this daemon's ranks may register later).
+  if (!leader_ || !builder_) return notFound("job '" + options_.job_id + "' is not led by this daemon (yet)");
   if (request.token() != options_.token) return unauthenticated("job '" + options_.job_id + "': token does not match");
   if (request.size() != options_.size || !sameProcessSets(request, options_.process_sets)) {
     return failedPrecondition("job '" + options_.job_id + "': " + describeNode(request.node()) +
@@ -284,9 +290,10 @@ Status CrossNode::broadcast(const std::vector<coordinator::Response>& batch, uin
     // ranks on some nodes can be ready before the others have connected.
     std::unique_lock<std::mutex> lock(mutex_);
     const bool attached = formed_cv_.wait_for(lock, options_.join_timeout, [&] {
-      return stopping_ || (!members_.empty() && followers_.size() + 1 == members_.size());
+      return stopping_ || !transfers_aborted_.empty() || (!members_.empty() && followers_.size() + 1 == members_.size());
     });
     if (stopping_) return cancelled("job stopped");
+    if (!transfers_aborted_.empty()) return aborted("job '" + options_.job_id + "': " + transfers_aborted_);
     if (!attached) {
       return deadlineExceeded("job '" + options_.job_id + "': not every node opened its coordination stream in time");
     }
@@ -354,6 +361,27 @@ void CrossNode::announceFailure(const std::string& text, bool node_lost) {
     message.mutable_failure()->set_node_lost(node_lost);
     writeToLeader(message);
   }
+}
+
+void CrossNode::abortTransfers(const std::string& reason) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (transfers_aborted_.empty()) transfers_aborted_ = reason;
+    if (transport_) transport_->abort(reason);
+    if (join_call_ != nullptr) join_call_->TryCancel();
+  }
+  formed_cv_.notify_all();
+}
+
+bool CrossNode::formed() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return !members_.empty();
+}
+
+std::vector<int> CrossNode::missingRanks() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!builder_ || !members_.empty()) return {};
+  return builder_->missingRanks();
 }
 
 std::vector<v1::NodeInfo> CrossNode::members() const {
@@ -463,9 +491,12 @@ StatusOr<collective::RingContext> CrossNode::ring(uint64_t sequence, CrossClock:
   int self = -1;
   {
     std::unique_lock<std::mutex> lock(mutex_);
-    if (!formed_cv_.wait_until(lock, deadline, [&] { return !members_.empty() || stopping_; }) || stopping_) {
+    if (!formed_cv_.wait_until(lock, deadline,
+                               [&] { return !members_.empty() || stopping_ || !transfers_aborted_.empty(); }) ||
+        stopping_) {
       return deadlineExceeded("job '" + options_.job_id + "': the nodes never formed a ring");
     }
+    if (!transfers_aborted_.empty()) return aborted("job '" + options_.job_id + "': " + transfers_aborted_);
     members = members_;
     for (const auto& node : members_) {
       if (node.peer_address() == options_.self_address) self = node.cross_rank();

@@ -85,6 +85,13 @@ class CrossNode {
   void sendError(const coordinator::Request& request, const Status& status);
   // Tells the other nodes that the job failed (once).
   void announceFailure(const std::string& message, bool node_lost);
+  // Ends every data-plane wait of this job now and from now on (a node was
+  // lost, the job stops), and a join to the leader in progress.
+  void abortTransfers(const std::string& reason);
+  // True once every node joined (the membership is known).
+  bool formed() const;
+  // Leader: the ranks whose nodes have not joined yet (empty elsewhere).
+  std::vector<int> missingRanks() const;
 
   // The ring for one collective (connects the UCX endpoints on first use).
   // Waits for the membership until `deadline`.
@@ -130,6 +137,8 @@ class CrossNode {
   bool failure_announced_ = false;
   bool node_lost_announced_ = false;
   bool reader_done_ = false;  // follower: the leader's stream ended
+  std::string transfers_aborted_;              // abortTransfers' reason
+  grpc::ClientContext* join_call_ = nullptr;   // follower: the JoinJob call in progress
   std::map<int, std::shared_ptr<Follower>> followers_;  // leader: by cross rank
 
   // Follower side.

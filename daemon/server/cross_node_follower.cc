@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // CrossNode, follower side: joining the leader and the coordination stream.
-#include <thread>
+#include <algorithm>
 
 #include "daemon/common/logging.h"
 #include "daemon/server/cross_node.h"
@@ -32,17 +32,30 @@ Status CrossNode::joinLeader(const v1::NodeInfo& self) {
   const auto deadline = CrossClock::now() + options_.join_timeout;
   grpc::Status last;
   while (CrossClock::now() < deadline) {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      if (stopping_) return cancelled("job stopped while joining");
-    }
+    // Connected first: a call that then breaks off (UNAVAILABLE) means the
+    // leader's daemon died or was cut off while the job was forming, which
+    // is final; one that cannot connect yet is retried until the deadline.
+    const bool connected = channel_->WaitForConnected(
+        std::chrono::system_clock::now() +
+        std::min<std::chrono::milliseconds>(std::chrono::seconds(1), std::chrono::duration_cast<std::chrono::milliseconds>(
+                                                                         deadline - CrossClock::now())));
     grpc::ClientContext context;
     context.set_deadline(std::chrono::system_clock::now() +
                          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - CrossClock::now()));
-    v1::JoinJobResponse response;
-    last = stub->JoinJob(&context, request, &response);
-    if (last.ok()) {
+    {
       std::lock_guard<std::mutex> lock(mutex_);
+      if (stopping_) return cancelled("job stopped while joining");
+      if (!transfers_aborted_.empty()) {
+        return cancelled("job '" + options_.job_id + "' failed while joining: " + transfers_aborted_);
+      }
+      join_call_ = &context;
+    }
+    v1::JoinJobResponse response;
+    last = connected ? stub->JoinJob(&context, request, &response)
+                     : grpc::Status(grpc::StatusCode::UNAVAILABLE, "its peer service accepts no connection");
+    std::unique_lock<std::mutex> lock(mutex_);
+    join_call_ = nullptr;
+    if (last.ok()) {
       members_.assign(response.nodes().begin(), response.nodes().end());
       nccl_id_ = response.nccl_unique_id();
       for (const auto& node : members_) {
@@ -51,9 +64,16 @@ Status CrossNode::joinLeader(const v1::NodeInfo& self) {
       formed_cv_.notify_all();
       break;
     }
+    if (connected && last.error_code() == grpc::StatusCode::UNAVAILABLE) {
+      return unavailable("job '" + options_.job_id + "': lost the leader at " + options_.leader_address +
+                         " while the job was forming: " + last.error_message());
+    }
     // The leader may not know the job yet (its ranks register later): retry.
     if (last.error_code() != grpc::StatusCode::UNAVAILABLE && last.error_code() != grpc::StatusCode::NOT_FOUND) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    if (last.error_code() == grpc::StatusCode::NOT_FOUND) {
+      formed_cv_.wait_for(lock, std::chrono::milliseconds(100),
+                          [&] { return stopping_ || !transfers_aborted_.empty(); });
+    }
   }
   if (!last.ok()) {
     return unavailable("job '" + options_.job_id + "': cannot join the leader at " + options_.leader_address + ": " +

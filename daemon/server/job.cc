@@ -88,7 +88,42 @@ Status Job::addSession(std::shared_ptr<Session> session) {
                          " is already connected as " + it->second->describe());
   }
   local_ranks_.insert(session->rank());
+  local_rank_ids_.insert(session->identity().local_rank);
   return okStatus();
+}
+
+void Job::checkFormation(Clock::time_point now) {
+  std::string cause;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (formed_ || !failure_.empty() || stopping_) return;
+    const bool local_complete = static_cast<int>(local_ranks_.size()) >= spec_.local_size;
+    if (local_complete && (!cross_ || cross_->formed())) {
+      formed_ = true;
+      return;
+    }
+    // A follower's join has the same deadline and says why it failed.
+    if (now - created_ < limits_.join_timeout || (local_complete && !cross_->isLeader())) return;
+    const auto seconds = std::chrono::duration_cast<std::chrono::seconds>(limits_.join_timeout).count();
+    cause = "job '" + spec_.job_id + "' did not form within " + std::to_string(seconds) + " s: ";
+    if (!local_complete) {
+      // Which ranks were meant for this node is known only as local ranks
+      // on a multi-node job; on one node they are the job's ranks.
+      const bool single = spec_.local_size == spec_.size;
+      const std::set<int>& arrived = single ? local_ranks_ : local_rank_ids_;
+      std::vector<int> missing;
+      for (int r = 0; r < spec_.local_size; ++r) {
+        if (!arrived.count(r)) missing.push_back(r);
+      }
+      cause += std::string(single ? "ranks " : "local ranks ") + coordinator::ranksString(missing) +
+               " never registered with gradsyncd on host " + limits_.hostname + " (" +
+               std::to_string(local_ranks_.size()) + " of " + std::to_string(spec_.local_size) + " did)";
+    } else {
+      cause += "the nodes of ranks " + coordinator::ranksString(cross_->missingRanks()) + " never joined the leader on host " +
+               limits_.hostname;
+    }
+  }
+  failJob(cause, /*node_lost=*/true);
 }
 
 bool Job::removeSession(const Session& session, const std::string& cause) {
@@ -247,6 +282,7 @@ void Job::flush(Outbox* outbox) {
 
 void Job::housekeeping(Clock::time_point now) {
   if (cross_) cross_->tick(now);
+  checkFormation(now);
   Outbox outbox;
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -291,6 +327,7 @@ void Job::stop(const std::string& reason, bool daemon_stopping) {
   ready_cv_.notify_all();
   grant_cv_.notify_all();
   flush(&outbox);
+  if (cross_) cross_->abortTransfers(reason);  // the executor thread is joined next
   // The other nodes cannot run anything with this daemon gone.
   if (cross_ && daemon_stopping) {
     cross_->announceFailure("job '" + spec_.job_id + "' stopped on " + limits_.peer_address + ": " + reason, true);

@@ -128,6 +128,9 @@ class Job : private executor::RankAccess {
   void submitRemote(int rank, const v1::Enqueue& enqueue);
   void onRemoteBatch(std::vector<coordinator::Response> batch, uint64_t sequence);
   void failJob(const std::string& cause, bool node_lost);
+  // Fails the job once the join timeout passed before it formed (every
+  // local rank registered, every node joined), naming who never came.
+  void checkFormation(Clock::time_point now);
 
   void executorLoop();
   // Takes everything in ready_ as the next batch; needs mutex_ and !executing_.
@@ -182,6 +185,9 @@ class Job : private executor::RankAccess {
   // Multi-node state (guarded by mutex_ unless noted).
   std::unique_ptr<CrossNode> cross_;
   std::set<int> local_ranks_;         // ranks that registered here (never shrinks)
+  std::set<int> local_rank_ids_;      // their local ranks
+  const Clock::time_point created_ = Clock::now();
+  bool formed_ = false;               // every local rank registered, every node joined
   bool cross_started_ = false;
   std::vector<std::pair<std::shared_ptr<Session>, coordinator::Request>> early_;  // before the role is known
   std::map<std::pair<int, uint64_t>, coordinator::Request> forwarded_;          // follower: awaiting the leader

@@ -81,7 +81,10 @@ void Job::failJob(const std::string& cause, bool node_lost) {
   }
   grant_cv_.notify_all();
   flush(&outbox);
-  if (cross_) cross_->announceFailure(cause, node_lost);
+  if (!cross_) return;
+  // Transfers with a lost node would otherwise wait for the transfer timeout.
+  if (node_lost) cross_->abortTransfers(cause);
+  cross_->announceFailure(cause, node_lost);
 }
 
 namespace {

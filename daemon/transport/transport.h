@@ -2,8 +2,10 @@
 // The daemon-to-daemon data plane, seen by the collective algorithms (gloo's
 // Device/Pair/UnboundBuffer shape): a Transport publishes an address, connects
 // to peers by theirs, and moves tagged byte ranges asynchronously. Every wait
-// takes a deadline. Implementations: ucx/ (UCX tag matching). Not thread-safe:
-// one collective thread drives a transport and its peers.
+// takes a deadline and ends early once the transport is aborted or a peer's
+// connection fails. Implementations: ucx/ (UCX tag matching). Not
+// thread-safe, except abort(): one collective thread drives a transport and
+// its peers.
 #pragma once
 
 #include <chrono>
@@ -62,8 +64,14 @@ class Transport {
   // Drives transfers until every one of `requests` has completed or
   // the deadline passes (DEADLINE_EXCEEDED naming `what`); returns the first
   // failed request's status otherwise.
+  // Returns at once (UNAVAILABLE, naming the cause) once abort() was called
+  // or a peer's connection failed, whichever came first.
   virtual Status waitAll(Request* const* requests, size_t count, Clock::time_point deadline,
                          const std::string& what) = 0;
+  // Ends the wait in progress, and every later one, with `reason` (the job
+  // failed: a node was lost, the daemon stops). Thread-safe; the first
+  // reason is kept.
+  virtual void abort(const std::string& reason) = 0;
 };
 using TransportPtr = std::unique_ptr<Transport>;
 

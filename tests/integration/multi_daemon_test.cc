@@ -17,13 +17,6 @@ namespace {
 
 constexpr auto kTimeout = std::chrono::seconds(90);
 
-std::string peerAddressOf(const DaemonFixture& daemon) {
-  std::smatch match;
-  const std::string log = daemon.log();
-  static const std::regex pattern("peer service on ([0-9.]+:[0-9]+)");
-  return std::regex_search(log, match, pattern) ? match[1].str() : "";
-}
-
 class MultiDaemonTest : public ::testing::Test {
  protected:
   void startDaemons(int count, std::vector<std::string> extra = {}) {
@@ -35,29 +28,14 @@ class MultiDaemonTest : public ::testing::Test {
       std::string error;
       ASSERT_TRUE(d->start(flags, &error)) << error;
     }
-    leader_ = peerAddressOf(*daemons_[0]);
+    leader_ = daemons_[0]->peerAddress();
     ASSERT_FALSE(leader_.empty()) << daemons_[0]->log();
   }
   // Starts `scenario` with ranks placed on daemons by `placement[rank]`.
   std::vector<Process> launch(const std::string& job, const std::string& scenario, const std::vector<int>& placement) {
-    const int size = static_cast<int>(placement.size());
-    const std::string leader = peerAddressOf(*daemons_[placement[0]]);  // the daemon of rank 0 leads
-    std::vector<Process> ranks;
-    for (int r = 0; r < size; ++r) {
-      const DaemonFixture& d = *daemons_[placement[r]];
-      int local_rank = 0, local_size = 0;
-      for (int q = 0; q < size; ++q) {
-        if (placement[q] != placement[r]) continue;
-        if (q < r) ++local_rank;
-        ++local_size;
-      }
-      auto env = d.rankEnv(job, r, size);
-      env["GRADSYNC_LOCAL_RANK"] = std::to_string(local_rank);
-      env["GRADSYNC_LOCAL_SIZE"] = std::to_string(local_size);
-      env["GRADSYNC_LEADER"] = leader;
-      ranks.push_back(d.spawnRank(job, r, size, {scenario}, env));
-    }
-    return ranks;
+    std::vector<const DaemonFixture*> daemons;
+    for (const auto& d : daemons_) daemons.push_back(d.get());
+    return launchAcross(daemons, job, {scenario}, placement);
   }
   std::string logs() const {
     std::string all;
@@ -137,7 +115,7 @@ TEST_F(MultiDaemonTest, KilledDaemonFailsPendingWorkOnSurvivorsWithinTenSeconds)
   EXPECT_NE(members.find("0 (self)  leader"), std::string::npos) << members;
   EXPECT_NE(members.find("follower"), std::string::npos) << members;
   EXPECT_NE(members.find("RECEIVED"), std::string::npos) << members;
-  EXPECT_NE(members.find(peerAddressOf(*daemons_[1])), std::string::npos) << members;
+  EXPECT_NE(members.find(daemons_[1]->peerAddress()), std::string::npos) << members;
   // The leader made the job's ncclUniqueId when it formed (NCCL answers
   // without a GPU) and sent it over gRPC: the follower holds the same one.
   Process follower_ctl = Process::spawn({runfile("tools/gradsyncctl/gradsyncctl"), "--socket",
@@ -183,7 +161,7 @@ TEST_F(MultiDaemonTest, FollowerThatCannotReachTheLeaderFailsWithTheReason) {
 
 TEST_F(MultiDaemonTest, WrongTokenAtTheLeaderIsRefused) {
   startDaemons(2, {"--stall-warning-seconds", "1", "--stall-deadline-seconds", "3"});
-  const std::string leader = peerAddressOf(*daemons_[0]);
+  const std::string leader = daemons_[0]->peerAddress();
   auto env0 = daemons_[0]->rankEnv("token-job", 0, 2);
   env0["GRADSYNC_LOCAL_SIZE"] = "1";
   env0["GRADSYNC_LEADER"] = leader;
@@ -238,7 +216,7 @@ TEST_F(MultiDaemonTest, MutualTlsBetweenDaemonsAndABadCertificateIsRefused) {
 
   // Rank 1 on the daemon with the rogue certificate: its daemon cannot join.
   std::vector<Process> bad;
-  const std::string leader = peerAddressOf(*daemons_[0]);
+  const std::string leader = daemons_[0]->peerAddress();
   auto env0 = daemons_[0]->rankEnv("tls-bad", 0, 2);
   env0["GRADSYNC_LOCAL_SIZE"] = "1";
   env0["GRADSYNC_LEADER"] = leader;
@@ -298,7 +276,7 @@ TEST_F(NetnsTest, AllreduceBetweenTwoNamespaces) {
                                           &error))
         << error;
   }
-  const std::string leader = peerAddressOf(*daemons_[0]);
+  const std::string leader = daemons_[0]->peerAddress();
   ASSERT_EQ(leader.rfind("10.77.0.1:", 0), 0u) << daemons_[0]->log();
   auto ranks = launch("netns-job", "allreduce", {0, 1});
   std::string report;

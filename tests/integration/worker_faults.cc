@@ -3,6 +3,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 
 #include "tests/integration/worker_util.h"
@@ -237,6 +238,38 @@ int joinFailure(Client& c, const std::vector<std::string>& args) {
   return expectFailure(c, allreduceOp("never", data, shape), GRADSYNC_ABORTED, args[0]);
 }
 
+// The fault campaign's job (tests/fault/fault_campaign_test.cc): a large
+// allreduce (ring transfers in chunks), a small one and a broadcast, step
+// after step, until one fails: it prints "ERROR code: message" and exits 3.
+// Prints RUNNING once the first step completed.
+int campaignLoop(Client& c, const std::vector<std::string>&) {
+  const std::vector<int64_t> big_shape = {1 << 18};
+  std::vector<float> big(1 << 18), small(8);
+  for (int step = 0;; ++step) {
+    std::fill(big.begin(), big.end(), static_cast<float>(c.rank()));
+    std::fill(small.begin(), small.end(), static_cast<float>(step));
+    gradsync_op_t ops[3] = {allreduceOp("campaign.big", big, big_shape), allreduceOp("campaign.small", small, shape8()),
+                            makeOp(GRADSYNC_BROADCAST, "campaign.bcast", small.data(), GRADSYNC_FLOAT32, shape8())};
+    ops[2].root_rank = step % c.size();
+    for (const gradsync_op_t& op : ops) {
+      Operation h;
+      Result r = c.start(op, &h);
+      if (r.ok()) r = h.wait(120);  // far past every bound the campaign checks
+      if (!r.ok()) {
+        std::printf("ERROR %d: %s\n", r.code, r.message.c_str());
+        std::fflush(stdout);
+        return 3;
+      }
+    }
+    const float want = c.size() * (c.size() - 1) / 2.0f;
+    WORKER_CHECK(big[0] == want && big.back() == want, "step %d: allreduce gave %g, want %g", step, big[0], want);
+    if (step == 0) {
+      std::printf("RUNNING\n");
+      std::fflush(stdout);
+    }
+  }
+}
+
 // The same tensor, step after step (what the response cache is for).
 int repeatAllreduce(Client& c, const std::vector<std::string>&) {
   std::vector<float> data(64);
@@ -279,7 +312,7 @@ const std::map<std::string, Scenario>& moreScenarios() {
       {"process_sets", processSets}, {"join", join},        {"mismatch", mismatch},
       {"duplicate", duplicate},      {"kill_victim", killVictim}, {"stall", stall},
       {"mismatch_allreduce", mismatchAllreduce}, {"join_failure", joinFailure},
-      {"repeat_allreduce", repeatAllreduce}, {"cuda_without_gpu", cudaWithoutGpu}, {"fake_cuda", fakeCuda},
+      {"repeat_allreduce", repeatAllreduce}, {"campaign_loop", campaignLoop}, {"cuda_without_gpu", cudaWithoutGpu}, {"fake_cuda", fakeCuda},
       {"fake_cuda_across", fakeCudaAcross}, {"fake_cuda_kill", fakeCudaKill},
   };
   return scenarios;

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <regex>
 
 namespace gradsync::testutil {
 namespace {
@@ -68,6 +69,35 @@ Process DaemonFixture::spawnRank(const std::string& job, int rank, int size, con
   std::vector<std::string> argv = {runfile("tests/integration/worker")};
   argv.insert(argv.end(), args.begin(), args.end());
   return Process::spawn(argv, env, dir_.path() + "/" + job + ".rank" + std::to_string(rank) + ".log");
+}
+
+std::string DaemonFixture::peerAddress() const {
+  std::smatch match;
+  const std::string text = log();
+  static const std::regex pattern("peer service on ([0-9.]+:[0-9]+)");
+  return std::regex_search(text, match, pattern) ? match[1].str() : "";
+}
+
+std::vector<Process> launchAcross(const std::vector<const DaemonFixture*>& daemons, const std::string& job,
+                                  const std::vector<std::string>& args, const std::vector<int>& placement) {
+  const int size = static_cast<int>(placement.size());
+  const std::string leader = daemons[placement[0]]->peerAddress();
+  std::vector<Process> ranks;
+  for (int r = 0; r < size; ++r) {
+    const DaemonFixture& d = *daemons[placement[r]];
+    int local_rank = 0, local_size = 0;
+    for (int q = 0; q < size; ++q) {
+      if (placement[q] != placement[r]) continue;
+      if (q < r) ++local_rank;
+      ++local_size;
+    }
+    auto env = d.rankEnv(job, r, size);
+    env["GRADSYNC_LOCAL_RANK"] = std::to_string(local_rank);
+    env["GRADSYNC_LOCAL_SIZE"] = std::to_string(local_size);
+    env["GRADSYNC_LEADER"] = leader;
+    ranks.push_back(d.spawnRank(job, r, size, args, env));
+  }
+  return ranks;
 }
 
 bool allSucceed(std::vector<Process>& processes, std::chrono::milliseconds timeout, std::string* report) {

@@ -30,6 +30,8 @@ class DaemonFixture {
   const std::string& dir() const { return dir_.path(); }
   std::string log() const { return process_.log(); }
   Process& process() { return process_; }
+  // The peer service address the daemon logged ("" when it serves none).
+  std::string peerAddress() const;
 
   // Environment for rank `rank` of `size` of job `job`.
   std::map<std::string, std::string> rankEnv(const std::string& job, int rank, int size,
@@ -45,6 +47,11 @@ class DaemonFixture {
   Process process_;
   bool running_ = false;
 };
+
+// Starts worker `args` as the ranks of `job`, rank r on
+// daemons[placement[r]] (local ranks in rank order); rank 0's daemon leads.
+std::vector<Process> launchAcross(const std::vector<const DaemonFixture*>& daemons, const std::string& job,
+                                  const std::vector<std::string>& args, const std::vector<int>& placement);
 
 // Waits for every process; true when all exited 0. Appends their logs to
 // `report` otherwise.

@@ -4,8 +4,9 @@
 #include <poll.h>
 
 #include <atomic>
-
 #include <vector>
+
+#include "daemon/common/logging.h"
 
 namespace gradsync::transport {
 namespace {
@@ -58,9 +59,27 @@ class UcxRequest final : public Request {
   Status status_;
 };
 
+// What an endpoint's error handler needs; lives as long as its UcxPeer.
+struct EndpointErrorTarget {
+  Transport* transport;
+  int rank;
+};
+
+// UCX calls this (from ucp_worker_progress) when the connection to a peer
+// fails: the peer's daemon died or the network dropped it. Receives are
+// posted on the worker, not the endpoint, so only this tells the waits.
+void onEndpointError(void* arg, ucp_ep_h, ucs_status_t status) {
+  auto* target = static_cast<EndpointErrorTarget*>(arg);
+  const std::string reason = "lost the data-plane connection to the daemon of rank " + std::to_string(target->rank) +
+                             ": " + ucs_status_string(status);
+  GS_LOG(executor, warn, "{}", reason);
+  target->transport->abort(reason);
+}
+
 class UcxPeer final : public Peer {
  public:
-  UcxPeer(ucp_worker_h worker, ucp_ep_h endpoint, int rank) : worker_(worker), endpoint_(endpoint), rank_(rank) {}
+  UcxPeer(ucp_worker_h worker, ucp_ep_h endpoint, int rank, std::unique_ptr<EndpointErrorTarget> error_target)
+      : worker_(worker), endpoint_(endpoint), rank_(rank), error_target_(std::move(error_target)) {}
   ~UcxPeer() override {
     ucp_request_param_t param{};
     param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
@@ -95,6 +114,7 @@ class UcxPeer final : public Peer {
   ucp_worker_h worker_;
   ucp_ep_h endpoint_;
   int rank_;
+  std::unique_ptr<EndpointErrorTarget> error_target_;  // the endpoint's error handler argument
   std::atomic<uint64_t> sent_{0};
   std::atomic<uint64_t> received_{0};
   std::atomic<uint64_t> failures_{0};
@@ -146,13 +166,24 @@ UcxTransport::~UcxTransport() {
 StatusOr<PeerPtr> UcxTransport::connect(const std::string& address, int rank) {
   if (address.empty()) return invalidArgument("empty UCX address for rank " + std::to_string(rank));
   ucp_ep_params_t params{};
-  params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
+  auto error_target = std::make_unique<EndpointErrorTarget>(EndpointErrorTarget{this, rank});
+  params.field_mask =
+      UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER;
   params.address = reinterpret_cast<const ucp_address_t*>(address.data());
   params.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+  params.err_handler.cb = onEndpointError;
+  params.err_handler.arg = error_target.get();
   ucp_ep_h endpoint = nullptr;
   const ucs_status_t s = ucp_ep_create(worker_, &params, &endpoint);
   if (s != UCS_OK) return ucxError("connecting to the daemon of rank " + std::to_string(rank), s);
-  return PeerPtr(new UcxPeer(worker_, endpoint, rank));
+  return PeerPtr(new UcxPeer(worker_, endpoint, rank, std::move(error_target)));
+}
+
+void UcxTransport::abort(const std::string& reason) {
+  std::lock_guard<std::mutex> lock(failure_mutex_);
+  if (failed_.load()) return;
+  failure_ = reason;
+  failed_.store(true);
 }
 
 Status UcxTransport::waitAll(Request* const* requests, size_t count, Clock::time_point deadline,
@@ -161,6 +192,10 @@ Status UcxTransport::waitAll(Request* const* requests, size_t count, Clock::time
   // its event fd (two daemons busy-polling two cores starve the TCP stack).
   int idle = 0;
   for (uint64_t spins = 0;; ++spins) {
+    if (failed_.load(std::memory_order_relaxed)) {
+      std::lock_guard<std::mutex> lock(failure_mutex_);
+      return unavailable(what + ": " + failure_);
+    }
     bool all = true;
     for (size_t i = 0; i < count; ++i) {
       if (!requests[i]->test()) {

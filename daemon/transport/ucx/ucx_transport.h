@@ -6,6 +6,9 @@
 
 #include <ucp/api/ucp.h>
 
+#include <atomic>
+#include <mutex>
+
 #include "daemon/transport/transport.h"
 
 namespace gradsync::transport {
@@ -19,6 +22,7 @@ class UcxTransport final : public Transport {
   StatusOr<PeerPtr> connect(const std::string& address, int rank) override;
   Status waitAll(Request* const* requests, size_t count, Clock::time_point deadline,
                  const std::string& what) override;
+  void abort(const std::string& reason) override;
 
   ucp_worker_h worker() const { return worker_; }
 
@@ -30,6 +34,10 @@ class UcxTransport final : public Transport {
   ucp_worker_h worker_;
   std::string address_;
   int efd_ = -1;  // the worker's event fd (owned by UCX), for sleeping when idle
+  // The first abort() or endpoint error; `failed_` is read on every spin.
+  std::atomic<bool> failed_{false};
+  std::mutex failure_mutex_;
+  std::string failure_;
 };
 
 }  // namespace gradsync::transport
