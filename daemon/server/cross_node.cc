@@ -135,6 +135,7 @@ CrossNode::~CrossNode() {
     if (stream_ && !reader_done_) stream_context_.TryCancel();
   }
   if (follower_thread_.joinable()) follower_thread_.join();
+  waitForAbortNotices();  // before the data plane closes: they carry the cause
   left_.reset();
   right_.reset();
 }
@@ -359,6 +360,8 @@ void CrossNode::announceFailure(const std::string& text, bool node_lost) {
     v1::FollowerMessage message;
     message.mutable_failure()->set_message(text);
     message.mutable_failure()->set_node_lost(node_lost);
+    // The leader relays it, unless the leader is what was lost.
+    if (node_lost) tellOtherFollowers(message.failure());
     writeToLeader(message);
   }
 }

@@ -85,6 +85,9 @@ class CrossNode {
   void sendError(const coordinator::Request& request, const Status& status);
   // Tells the other nodes that the job failed (once).
   void announceFailure(const std::string& message, bool node_lost);
+  // A follower's AbortJob: the job failed on that node since a node was
+  // lost; fails it here too (through on_failure).
+  Status acceptAbort(const v1::AbortJobRequest& request);
   // Ends every data-plane wait of this job now and from now on (a node was
   // lost, the job stops), and a join to the leader in progress.
   void abortTransfers(const std::string& reason);
@@ -120,6 +123,12 @@ class CrossNode {
   Status joinLeader(const v1::NodeInfo& self);
   void readLeader();
   bool writeToLeader(const v1::FollowerMessage& message);
+  // Follower: sends AbortJob to every other follower (asynchronously; the
+  // destructor waits for the answers, each bounded by a short deadline).
+  void tellOtherFollowers(const v1::JobFailure& failure);
+  void waitForAbortNotices();
+  struct AbortNotices;
+  std::shared_ptr<AbortNotices> abort_notices_;  // set once, under mutex_
   std::string describeNode(const v1::NodeInfo& node) const;
 
   const CrossNodeOptions options_;

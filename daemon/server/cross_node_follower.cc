@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // CrossNode, follower side: joining the leader and the coordination stream.
 #include <algorithm>
+#include <condition_variable>
 
 #include "daemon/common/logging.h"
 #include "daemon/server/cross_node.h"
@@ -31,6 +32,7 @@ Status CrossNode::joinLeader(const v1::NodeInfo& self) {
   *request.mutable_node() = self;
   const auto deadline = CrossClock::now() + options_.join_timeout;
   grpc::Status last;
+  bool reached = false;  // the leader's daemon accepted a connection once
   while (CrossClock::now() < deadline) {
     // Connected first: a call that then breaks off (UNAVAILABLE) means the
     // leader's daemon died or was cut off while the job was forming, which
@@ -39,6 +41,11 @@ Status CrossNode::joinLeader(const v1::NodeInfo& self) {
         std::chrono::system_clock::now() +
         std::min<std::chrono::milliseconds>(std::chrono::seconds(1), std::chrono::duration_cast<std::chrono::milliseconds>(
                                                                          deadline - CrossClock::now())));
+    if (reached && !connected) {
+      return unavailable("job '" + options_.job_id + "': lost the leader at " + options_.leader_address +
+                         " while the job was forming: its daemon no longer accepts connections");
+    }
+    reached = reached || connected;
     grpc::ClientContext context;
     context.set_deadline(std::chrono::system_clock::now() +
                          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - CrossClock::now()));
@@ -168,6 +175,68 @@ void CrossNode::forward(int rank, const v1::Enqueue& enqueue) {
     *request->mutable_enqueue() = enqueue;
   }
   writeToLeader(message);
+}
+
+// AbortJob calls in flight: what each needs until its callback ran.
+struct CrossNode::AbortNotices {
+  struct Call {
+    std::unique_ptr<v1::Peer::Stub> stub;
+    grpc::ClientContext context;
+    v1::AbortJobResponse response;
+  };
+  v1::AbortJobRequest request;
+  std::vector<std::unique_ptr<Call>> calls;
+  std::mutex mutex;
+  std::condition_variable done_cv;
+  size_t done = 0;
+
+  void wait() {
+    std::unique_lock<std::mutex> lock(mutex);
+    done_cv.wait(lock, [&] { return done == calls.size(); });  // each call has a deadline
+  }
+};
+
+void CrossNode::tellOtherFollowers(const v1::JobFailure& failure) {
+  auto notices = std::make_shared<AbortNotices>();
+  notices->request.set_job_id(options_.job_id);
+  notices->request.set_token(options_.token);
+  *notices->request.mutable_failure() = failure;
+  notices->request.set_from_peer_address(options_.self_address);
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (abort_notices_ || stopping_) return;
+    abort_notices_ = notices;
+    for (const auto& node : members_) {
+      if (node.cross_rank() == 0 || node.peer_address() == options_.self_address) continue;
+      auto call = std::make_unique<AbortNotices::Call>();
+      call->stub = v1::Peer::NewStub(grpc::CreateChannel(
+          node.peer_address(), options_.credentials ? options_.credentials : grpc::InsecureChannelCredentials()));
+      call->context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
+      notices->calls.push_back(std::move(call));
+    }
+  }
+  for (auto& call : notices->calls) {
+    call->stub->async()->AbortJob(&call->context, &notices->request, &call->response, [notices](grpc::Status) {
+      std::lock_guard<std::mutex> lock(notices->mutex);
+      ++notices->done;
+      notices->done_cv.notify_all();
+    });
+  }
+}
+
+void CrossNode::waitForAbortNotices() {
+  std::shared_ptr<AbortNotices> notices;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    notices = abort_notices_;
+  }
+  if (notices) notices->wait();
+}
+
+Status CrossNode::acceptAbort(const v1::AbortJobRequest& request) {
+  if (request.token() != options_.token) return unauthenticated("job '" + options_.job_id + "': token does not match");
+  hooks_.on_failure(request.failure().message(), request.failure().node_lost());
+  return okStatus();
 }
 
 }  // namespace gradsync::server

@@ -144,8 +144,9 @@ bool Job::removeSession(const Session& session, const std::string& cause) {
     empty = sessions_.empty();
   }
   grant_cv_.notify_all();
-  flush(&outbox);
+  // The other nodes first: the local ranks told next may exit at once.
   if (cross_) cross_->announceFailure("job '" + spec_.job_id + "': " + session.describe() + " " + cause, false);
+  flush(&outbox);
   return empty;
 }
 

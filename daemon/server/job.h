@@ -128,6 +128,10 @@ class Job : private executor::RankAccess {
   void submitRemote(int rank, const v1::Enqueue& enqueue);
   void onRemoteBatch(std::vector<coordinator::Response> batch, uint64_t sequence);
   void failJob(const std::string& cause, bool node_lost);
+  // A cross-node transfer failed with `status`: fails the job (node lost)
+  // and returns the error led by the job's earlier failure, if any (the
+  // likely reason the other node left the ring).
+  Status ringFailed(const Status& status);
   // Fails the job once the join timeout passed before it formed (every
   // local rank registered, every node joined), naming who never came.
   void checkFormation(Clock::time_point now);
@@ -188,6 +192,7 @@ class Job : private executor::RankAccess {
   std::set<int> local_rank_ids_;      // their local ranks
   const Clock::time_point created_ = Clock::now();
   bool formed_ = false;               // every local rank registered, every node joined
+  bool cross_starting_ = false;        // claimed by the thread that starts it
   bool cross_started_ = false;
   std::vector<std::pair<std::shared_ptr<Session>, coordinator::Request>> early_;  // before the role is known
   std::map<std::pair<int, uint64_t>, coordinator::Request> forwarded_;          // follower: awaiting the leader

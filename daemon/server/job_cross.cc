@@ -14,7 +14,9 @@ void Job::startCrossNodeIfComplete() {
   std::vector<int64_t> pids;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (!cross_ || cross_started_ || static_cast<int>(sessions_.size()) < spec_.local_size) return;
+    // Claimed here: the last two ranks may register at the same moment.
+    if (!cross_ || cross_starting_ || static_cast<int>(sessions_.size()) < spec_.local_size) return;
+    cross_starting_ = true;
     for (const auto& [rank, session] : sessions_) {
       ranks.push_back(rank);
       pids.push_back(session->pid());
@@ -80,14 +82,19 @@ void Job::failJob(const std::string& cause, bool node_lost) {
     failAllLocked(aborted("job '" + spec_.job_id + "': " + cause), &outbox, /*keep_negotiated=*/!node_lost);
   }
   grant_cv_.notify_all();
+  if (cross_) {
+    // Transfers with a lost node would otherwise wait for the transfer
+    // timeout. The other nodes hear the cause before the local ranks do:
+    // those may exit at once, closing this node's part of the ring.
+    if (node_lost) cross_->abortTransfers(cause);
+    cross_->announceFailure(cause, node_lost);
+  }
   flush(&outbox);
-  if (!cross_) return;
-  // Transfers with a lost node would otherwise wait for the transfer timeout.
-  if (node_lost) cross_->abortTransfers(cause);
-  cross_->announceFailure(cause, node_lost);
 }
 
 namespace {
+constexpr auto kRingCauseGrace = std::chrono::milliseconds(500);
+
 // Adds the time until destruction to a nanosecond counter.
 class BusyTimer {
  public:
@@ -102,12 +109,26 @@ class BusyTimer {
 };
 }  // namespace
 
+Status Job::ringFailed(const Status& status) {
+  std::string cause;
+  {
+    // The node that broke the ring usually says why through the peer
+    // service at about the same moment (a rank of it died, it lost the
+    // leader): give that message a moment to arrive.
+    std::unique_lock<std::mutex> lock(mutex_);
+    grant_cv_.wait_for(lock, kRingCauseGrace, [&] { return !failure_.empty() || stopping_; });
+    cause = failure_;
+  }
+  failJob(status.message(), /*node_lost=*/true);
+  if (cause.empty() || status.message().find(cause) != std::string::npos) return status;
+  return Status(status.code(), cause + " (then " + status.message() + ")");
+}
+
 Status Job::crossNodeAllreduce(void* data, size_t count, DataType dtype, ReduceOp op) {
   ASSIGN_OR_RETURN(auto ring, cross_->ring(ring_sequence_, Clock::now() + limits_.transfer_timeout));
   BusyTimer busy(&ring_busy_ns_);
   Status status = collective::ringAllreduce(ring, data, count, dtype, op, &ring_scratch_);
-  if (!status.isOk()) failJob(status.message(), /*node_lost=*/true);
-  return status;
+  return status.isOk() ? status : ringFailed(status);
 }
 
 int Job::nodeOf(int rank) const {
@@ -140,16 +161,14 @@ Status Job::crossNodeBroadcast(void* data, size_t bytes, int root_rank) {
   ASSIGN_OR_RETURN(auto ring, cross_->ring(ring_sequence_, Clock::now() + limits_.transfer_timeout));
   BusyTimer busy(&ring_busy_ns_);
   Status status = collective::ringBroadcast(ring, data, bytes, nodeOf(root_rank));
-  if (!status.isOk()) failJob(status.message(), /*node_lost=*/true);
-  return status;
+  return status.isOk() ? status : ringFailed(status);
 }
 
 Status Job::crossNodeAllgather(uint8_t* buffer, const std::vector<std::vector<collective::Range>>& owned) {
   ASSIGN_OR_RETURN(auto ring, cross_->ring(ring_sequence_, Clock::now() + limits_.transfer_timeout));
   BusyTimer busy(&ring_busy_ns_);
   Status status = collective::ringAllgather(ring, buffer, owned);
-  if (!status.isOk()) failJob(status.message(), /*node_lost=*/true);
-  return status;
+  return status.isOk() ? status : ringFailed(status);
 }
 
 }  // namespace gradsync::server

@@ -19,6 +19,14 @@ grpc::Status PeerService::JoinJob(grpc::ServerContext*, const v1::JoinJobRequest
   return grpc::Status::OK;
 }
 
+grpc::Status PeerService::AbortJob(grpc::ServerContext*, const v1::AbortJobRequest* request, v1::AbortJobResponse*) {
+  auto job = registry_->findJob(request->job_id());
+  if (!job || !job->crossNode()) {
+    return grpc::Status(grpc::StatusCode::NOT_FOUND, "no multi-node job '" + request->job_id() + "' here");
+  }
+  return toGrpc(job->crossNode()->acceptAbort(*request));
+}
+
 grpc::Status PeerService::Coordinate(grpc::ServerContext* context, LeaderStream* stream) {
   v1::FollowerMessage hello;
   if (!stream->Read(&hello) || !hello.has_hello()) {

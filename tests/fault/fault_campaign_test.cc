@@ -68,6 +68,16 @@ bool namesRank(const std::string& text, int rank) {
          std::regex_search(text, std::regex("ranks \\[([0-9]+, )*" + r + "(, [0-9]+)*\\]"));
 }
 
+// True when `text` names daemon `d` of the job: its peer address, "leader"
+// for daemon 0, or one of the ranks it holds.
+bool namesDaemon(const std::string& text, int d, const std::string& address, const std::vector<int>& placement) {
+  if (text.find(address) != std::string::npos || (d == 0 && text.find("leader") != std::string::npos)) return true;
+  for (int r = 0; r < static_cast<int>(placement.size()); ++r) {
+    if (placement[r] == d && namesRank(text, r)) return true;
+  }
+  return false;
+}
+
 class FaultCampaignTest : public ::testing::Test {
  protected:
   void ensureDaemons(size_t count) {
@@ -153,9 +163,7 @@ TEST_F(FaultCampaignTest, EveryFaultEndsEverySurvivorWithANamedErrorInBoundedTim
       if (code == -1) ++hangs;
       EXPECT_EQ(code, 3) << what << ": rank " << r << " did not end with an error within " << kBound.count() << " s\n"
                          << ranks[r].log() << logs();
-      const bool named = rank_fault ? namesRank(message, victim_rank)
-                                    : message.find(victim_address) != std::string::npos ||
-                                          (victim_daemon == 0 && message.find("leader") != std::string::npos);
+      const bool named = rank_fault ? namesRank(message, victim_rank) : namesDaemon(message, victim_daemon, victim_address, placement);
       if (code == 3 && !named) ++unnamed;
       EXPECT_TRUE(named) << what << ": rank " << r << "'s error does not name the cause: " << message;
     }

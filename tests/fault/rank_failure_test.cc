@@ -40,6 +40,21 @@ TEST(RankFailureTest, KilledRankFailsPendingCollectivesWithinFiveSeconds) {
   EXPECT_EQ(daemon.stop(), 0) << daemon.log();
 }
 
+TEST(RankFailureTest, RankThatNeverRegistersFailsTheJobAtTheJoinTimeoutNamingIt) {
+  DaemonFixture daemon;
+  std::string error;
+  ASSERT_TRUE(daemon.start({"--join-timeout-seconds", "3"}, &error)) << error;
+  const auto started = std::chrono::steady_clock::now();
+  std::vector<Process> ranks;
+  for (int r = 0; r < 2; ++r) {  // rank 2 of 3 never comes
+    ranks.push_back(daemon.spawnRank("half-formed", r, 3, {"aborted_with", "ranks [2] never registered"}));
+  }
+  std::string report;
+  EXPECT_TRUE(allSucceed(ranks, std::chrono::seconds(20), &report)) << report << daemon.log();
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count(), 10.0);
+  EXPECT_EQ(daemon.stop(), 0) << daemon.log();
+}
+
 TEST(RankFailureTest, StalledCollectiveWarnsThenFailsNamingMissingRanks) {
   DaemonFixture daemon;
   std::string error;

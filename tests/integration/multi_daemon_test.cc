@@ -8,6 +8,7 @@
 
 #include <cstdlib>
 #include <regex>
+#include <thread>
 
 #include "gtest/gtest.h"
 #include "tests/testutil/daemon_fixture.h"
@@ -157,6 +158,42 @@ TEST_F(MultiDaemonTest, FollowerThatCannotReachTheLeaderFailsWithTheReason) {
   env["GRADSYNC_LEADER"] = "127.0.0.1:1";  // nothing listens there
   Process rank1 = daemons_[0]->spawnRank("no-leader", 1, 2, {"join_failure", "cannot join the leader at 127.0.0.1:1"}, env);
   EXPECT_EQ(rank1.wait(std::chrono::seconds(30)), 0) << rank1.log() << logs();
+}
+
+TEST_F(MultiDaemonTest, JobThatNeverFormsFailsOnEveryNodeNamingWhoNeverCame) {
+  startDaemons(2, {"--join-timeout-seconds", "3"});
+  // Ranks 0 and 1 on the leader's daemon, 2 and 3 on the follower's; rank 3
+  // never starts: the follower names its missing local rank, and the leader
+  // the ranks whose node never joined.
+  const auto started = std::chrono::steady_clock::now();
+  auto leader_side = launchAcross({daemons_[0].get(), daemons_[1].get()}, "unformed",
+                                  {"aborted_with", "the nodes of ranks [2, 3] never joined the leader"}, {0, 0, 1, 1},
+                                  {2, 3});
+  auto follower_side = launchAcross({daemons_[0].get(), daemons_[1].get()}, "unformed",
+                                    {"aborted_with", "local ranks [1] never registered"}, {0, 0, 1, 1}, {0, 1, 3});
+  std::string report;
+  EXPECT_TRUE(allSucceed(leader_side, kTimeout, &report)) << report << logs();
+  EXPECT_TRUE(allSucceed(follower_side, kTimeout, &report)) << report << logs();
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count(), 10.0);
+}
+
+TEST_F(MultiDaemonTest, FollowerFailsAtOnceWhenTheLeaderDiesWhileTheJobForms) {
+  startDaemons(2, {"--join-timeout-seconds", "30"});
+  // Rank 1 (on the leader's daemon) never comes, so the job cannot form;
+  // the follower keeps asking the leader until its daemon dies.
+  auto follower_side = launchAcross({daemons_[0].get(), daemons_[1].get()}, "orphaned",
+                                    {"aborted_with", "lost the leader at " + leader_}, {0, 0, 1}, {0, 1});
+  auto leader_side = launchAcross({daemons_[0].get(), daemons_[1].get()}, "orphaned", {"campaign_loop"}, {0, 0, 1},
+                                  {1, 2});
+  ASSERT_TRUE(waitFor([&] { return daemons_[1]->log().find("'orphaned'") != std::string::npos; },
+                      std::chrono::seconds(20)))
+      << logs();
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  const auto killed_at = std::chrono::steady_clock::now();
+  daemons_[0]->process().kill(SIGKILL);
+  std::string report;
+  EXPECT_TRUE(allSucceed(follower_side, kTimeout, &report)) << report << logs();
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - killed_at).count(), 5.0);
 }
 
 TEST_F(MultiDaemonTest, WrongTokenAtTheLeaderIsRefused) {

@@ -228,14 +228,29 @@ int stall(Client& c, const std::vector<std::string>& args) {
 }
 
 // Multi-node joins that fail: the follower's ranks (rank != 0) learn why at
-// once; rank 0, if present, sees its collective fail at the stall deadline
-// naming the ranks that never came.
+// once; rank 0, if present, sees its collective fail naming the ranks that
+// never came: at the stall deadline ("for ranks [1]") or at the join timeout
+// ("the nodes of ranks [1] never joined"), whichever is first.
 int joinFailure(Client& c, const std::vector<std::string>& args) {
   WORKER_CHECK(args.size() == 1, "usage: join_failure EXPECTED_TEXT");
   std::vector<float> data(4, 1.0f);
   const std::vector<int64_t> shape = {4};
-  if (c.rank() == 0) return expectFailure(c, allreduceOp("never", data, shape), GRADSYNC_DEADLINE_EXCEEDED, "for ranks [1]");
-  return expectFailure(c, allreduceOp("never", data, shape), GRADSYNC_ABORTED, args[0]);
+  if (c.rank() != 0) return expectFailure(c, allreduceOp("never", data, shape), GRADSYNC_ABORTED, args[0]);
+  Operation h;
+  WORKER_OK(c.start(allreduceOp("never", data, shape), &h));
+  Result r = h.wait(30);
+  WORKER_CHECK((r.code == GRADSYNC_DEADLINE_EXCEEDED || r.code == GRADSYNC_ABORTED) &&
+                   r.message.find("ranks [1]") != std::string::npos,
+               "'never' got %d: %s", r.code, r.message.c_str());
+  return 0;
+}
+
+// An allreduce that must fail ABORTED with TEXT in its message (a job that
+// never formed, a leader lost while forming).
+int abortedWith(Client& c, const std::vector<std::string>& args) {
+  WORKER_CHECK(args.size() == 1, "usage: aborted_with TEXT");
+  std::vector<float> data(8, 1.0f);
+  return expectFailure(c, allreduceOp("formation", data, shape8()), GRADSYNC_ABORTED, args[0]);
 }
 
 // The fault campaign's job (tests/fault/fault_campaign_test.cc): a large
@@ -312,7 +327,8 @@ const std::map<std::string, Scenario>& moreScenarios() {
       {"process_sets", processSets}, {"join", join},        {"mismatch", mismatch},
       {"duplicate", duplicate},      {"kill_victim", killVictim}, {"stall", stall},
       {"mismatch_allreduce", mismatchAllreduce}, {"join_failure", joinFailure},
-      {"repeat_allreduce", repeatAllreduce}, {"campaign_loop", campaignLoop}, {"cuda_without_gpu", cudaWithoutGpu}, {"fake_cuda", fakeCuda},
+      {"repeat_allreduce", repeatAllreduce}, {"campaign_loop", campaignLoop},
+      {"aborted_with", abortedWith}, {"cuda_without_gpu", cudaWithoutGpu}, {"fake_cuda", fakeCuda},
       {"fake_cuda_across", fakeCudaAcross}, {"fake_cuda_kill", fakeCudaKill},
   };
   return scenarios;

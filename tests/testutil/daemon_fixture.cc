@@ -79,11 +79,13 @@ std::string DaemonFixture::peerAddress() const {
 }
 
 std::vector<Process> launchAcross(const std::vector<const DaemonFixture*>& daemons, const std::string& job,
-                                  const std::vector<std::string>& args, const std::vector<int>& placement) {
+                                  const std::vector<std::string>& args, const std::vector<int>& placement,
+                                  const std::set<int>& absent) {
   const int size = static_cast<int>(placement.size());
   const std::string leader = daemons[placement[0]]->peerAddress();
   std::vector<Process> ranks;
   for (int r = 0; r < size; ++r) {
+    if (absent.count(r)) continue;
     const DaemonFixture& d = *daemons[placement[r]];
     int local_rank = 0, local_size = 0;
     for (int q = 0; q < size; ++q) {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -50,8 +51,10 @@ class DaemonFixture {
 
 // Starts worker `args` as the ranks of `job`, rank r on
 // daemons[placement[r]] (local ranks in rank order); rank 0's daemon leads.
+// Ranks in `absent` are not started (ranks that never come).
 std::vector<Process> launchAcross(const std::vector<const DaemonFixture*>& daemons, const std::string& job,
-                                  const std::vector<std::string>& args, const std::vector<int>& placement);
+                                  const std::vector<std::string>& args, const std::vector<int>& placement,
+                                  const std::set<int>& absent = {});
 
 // Waits for every process; true when all exited 0. Appends their logs to
 // `report` otherwise.
