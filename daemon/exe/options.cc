@@ -105,19 +105,22 @@ StatusOr<v1::DaemonConfig> loadConfigFile(const std::string& path) {
   if (!in) return notFound("cannot read config file " + path);
   std::stringstream buffer;
   buffer << in.rdbuf();
-  const std::string content = buffer.str();
+  return parseConfig(buffer.str(), "config file " + path);
+}
+
+StatusOr<v1::DaemonConfig> parseConfig(const std::string& content, const std::string& origin) {
   v1::DaemonConfig config;
   const size_t first = content.find_first_not_of(" \t\r\n");
   if (first != std::string::npos && content[first] == '{') {
     auto status = google::protobuf::util::JsonStringToMessage(content, &config);
-    if (!status.ok()) return invalidArgument("config file " + path + " (JSON): " + std::string(status.message()));
+    if (!status.ok()) return invalidArgument(origin + " (JSON): " + std::string(status.message()));
     return config;
   }
   google::protobuf::TextFormat::Parser parser;
   CollectErrors errors;
   parser.RecordErrorsTo(&errors);
   if (!parser.ParseFromString(content, &config)) {
-    return invalidArgument("config file " + path + " (text format): " + errors.first);
+    return invalidArgument(origin + " (text format): " + errors.first);
   }
   return config;
 }

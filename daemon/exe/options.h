@@ -22,6 +22,8 @@ struct Options {
 // Reads a DaemonConfig from `path`: JSON when the file starts with '{',
 // protobuf text format otherwise. Errors name the file, line and column.
 StatusOr<v1::DaemonConfig> loadConfigFile(const std::string& path);
+// The same from the file's `content`; `origin` names it in errors.
+StatusOr<v1::DaemonConfig> parseConfig(const std::string& content, const std::string& origin);
 
 // Parses the command line (--flag=value or --flag value); loads
 // --config-path first, then applies the other flags over it, then fills

@@ -67,3 +67,26 @@ def gradsync_cuda_object(name, src, hdrs = []):
                "-gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90 " +
                "-o $@ $(location " + src + ")"),
     )
+
+def gradsync_fuzz_target(name, srcs, deps = []):
+    """A libFuzzer target `name` (built with --config=fuzz: clang, ASan and
+    UBSan; tagged manual, so not part of //...) and `name`_regression_test,
+    which replays corpus/`name`/ (the seeds, and every input that once
+    crashed the target, named crash-*) with the normal toolchain."""
+    native.cc_binary(
+        name = name,
+        srcs = srcs,
+        copts = GS_COPTS,
+        linkopts = ["-fsanitize=fuzzer"],
+        deps = deps,
+        tags = ["manual", "fuzz"],
+    )
+    native.cc_test(
+        name = name + "_regression_test",
+        size = "small",
+        srcs = srcs,
+        copts = GS_COPTS,
+        args = ["tests/fuzz/corpus/" + name],
+        data = native.glob(["corpus/" + name + "/*"]),
+        deps = deps + [":replay_main"],
+    )
