@@ -28,7 +28,12 @@ std::string describe(const ReduceArgs& args) {
 // The block copies go through the C library's memcpy (AVX2 and ERMS aware):
 // inlined, GCC expands a copy of a size it can bound into `rep movsq`, which
 // is several times slower on Zen 3. noipa keeps it from learning the bound.
-__attribute__((noipa)) void copyBytes(void* dst, const void* src, size_t bytes) { std::memcpy(dst, src, bytes); }
+#if defined(__clang__)
+__attribute__((noinline))  // clang (fuzz builds only) has no noipa
+#else
+__attribute__((noipa))
+#endif
+void copyBytes(void* dst, const void* src, size_t bytes) { std::memcpy(dst, src, bytes); }
 
 }  // namespace
 
@@ -73,6 +78,9 @@ namespace baseline {
 #undef GS_REDUCE_AVX2
 }  // namespace baseline
 
+// The AVX2 kernels are GCC-only (its target pragmas); clang builds (the
+// fuzz targets) use the baseline kernels everywhere.
+#if !defined(__clang__)
 #pragma GCC push_options
 #pragma GCC target("avx2,f16c,fma")
 namespace avx2 {
@@ -81,6 +89,7 @@ namespace avx2 {
 #undef GS_REDUCE_AVX2
 }  // namespace avx2
 #pragma GCC pop_options
+#endif
 
 namespace internal {
 
@@ -89,16 +98,24 @@ void reduceRangeBaseline(const ReduceArgs& args, size_t begin, size_t end) {
 }
 
 void reduceRangeAvx2(const ReduceArgs& args, size_t begin, size_t end) {
+#if defined(__clang__)
+  reduceRangeBaseline(args, begin, end);
+#else
   if (begin < end) avx2::reduceRangeImpl(args, begin, end);
+#endif
 }
 
 bool cpuSupportsAvx2() {
+#if defined(__clang__)
+  return false;
+#else
   static const bool supported = [] {
     __builtin_cpu_init();
     return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c") &&
            __builtin_cpu_supports("fma");
   }();
   return supported;
+#endif
 }
 
 }  // namespace internal
