@@ -4,6 +4,7 @@
 set -euo pipefail
 root="$TEST_SRCDIR/${TEST_WORKSPACE:-gradsync}"
 export GRADSYNC_LIBRARY="$root/client/libgradsync.so" GRADSYNC_DAEMON="$root/daemon/exe/gradsyncd"
+source "$root/client/python/sanitizer_env.sh"
 export GRADSYNC_CTL="$root/tools/gradsyncctl/gradsyncctl" GRADSYNCRUN="$root/client/python/bin/gradsyncrun"
 export PYTHONDONTWRITEBYTECODE=1 PYTHONPATH="$root/client/python" GRADSYNC_EXAMPLES="$root/examples/pytorch"
 exec timeout 240 /usr/bin/python3 -m pytest -q -p no:cacheprovider "$root/client/python/runner_tests"

@@ -9,6 +9,7 @@ if ! "$python" -c "import torch, pytest" 2>/dev/null; then
   exit 1
 fi
 export GRADSYNC_LIBRARY="$root/client/libgradsync.so" GRADSYNC_DAEMON="$root/daemon/exe/gradsyncd"
+source "$root/client/python/sanitizer_env.sh"
 export PYTHONDONTWRITEBYTECODE=1
 exec timeout 240 "$root/client/python/bin/gradsyncrun" --private-daemon \
   --daemon-arg=--stall-warning-seconds=10 --daemon-arg=--stall-deadline-seconds=30 -np "$1" \

@@ -73,7 +73,8 @@ class PrivateDaemon:
             return f.read()
 
     def stop(self, timeout=10.0):
-        """SIGTERM, then SIGKILL after `timeout`; removes the directory."""
+        """SIGTERM, then SIGKILL after `timeout`; removes the directory.
+        Returns the daemon's exit code (0: a clean shutdown) and its log."""
         if self._process.poll() is None:
             self._process.send_signal(signal.SIGTERM)
             try:
@@ -82,4 +83,6 @@ class PrivateDaemon:
                 self._process.kill()
                 self._process.wait()
         self._log.close()
+        log = self.log_text()
         shutil.rmtree(self.directory, ignore_errors=True)
+        return self._process.returncode, log

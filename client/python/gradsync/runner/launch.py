@@ -186,14 +186,22 @@ def main(argv=None):
         return 2
     interrupted = threading.Event()
     previous = {s: signal.signal(s, lambda *_: interrupted.set()) for s in (signal.SIGINT, signal.SIGTERM)}
+    daemon_code, daemon_log = 0, ""
     try:
         job = Job(args, placement, socket_path, leader)
-        return job.wait(interrupted)
+        result = job.wait(interrupted)
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
         if private is not None:
-            private.stop()
+            daemon_code, daemon_log = private.stop()
+    if daemon_code != 0:
+        # A private daemon that crashed or did not shut down cleanly fails
+        # the run, with its log (a sanitizer's report ends up here too).
+        sys.stderr.write("gradsyncrun: the private gradsyncd exited with %d; its log:\n%s" %
+                         (daemon_code, daemon_log[-20000:]))
+        return result or 1
+    return result
 
 
 if __name__ == "__main__":

@@ -1,0 +1,137 @@
+// SPDX-License-Identifier: Apache-2.0
+// Many short jobs through one daemon (a third succeed, a third fail
+// collectives on disagreements, a third lose a rank to SIGKILL): afterwards
+// the daemon's file descriptors, threads, memory mappings and resident
+// memory are back at their baseline. GRADSYNC_SOAK_JOBS sets the number of
+// jobs (default 2,000: about a minute here).
+#include <dirent.h>
+#include <signal.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <string>
+#include <thread>
+
+#include "gtest/gtest.h"
+#include "tests/testutil/daemon_fixture.h"
+
+namespace gradsync::testutil {
+namespace {
+
+constexpr int kRanks = 3;        // the disagreement scenario needs three
+constexpr int kConcurrent = 4;  // jobs at a time
+
+struct Usage {
+  int fds = 0, threads = 0, mappings = 0;
+  long rss_kib = 0;
+};
+
+int entries(const std::string& dir) {
+  DIR* d = ::opendir(dir.c_str());
+  if (d == nullptr) return -1;
+  int n = 0;
+  while (dirent* e = ::readdir(d)) n += e->d_name[0] != '.';
+  ::closedir(d);
+  return n;
+}
+
+Usage usageOf(pid_t pid) {
+  const std::string proc = "/proc/" + std::to_string(pid);
+  Usage u;
+  u.fds = entries(proc + "/fd");
+  u.threads = entries(proc + "/task");
+  std::ifstream maps(proc + "/maps");
+  for (std::string line; std::getline(maps, line);) ++u.mappings;
+  std::ifstream status(proc + "/status");
+  for (std::string line; std::getline(status, line);) {
+    if (line.rfind("VmRSS:", 0) == 0) u.rss_kib = std::atol(line.c_str() + 6);
+  }
+  return u;
+}
+
+std::string describe(const Usage& u) {
+  return std::to_string(u.fds) + " fds, " + std::to_string(u.threads) + " threads, " + std::to_string(u.mappings) +
+         " mappings, " + std::to_string(u.rss_kib / 1024) + " MiB resident";
+}
+
+// Starts job `i`: kind i % 3 picks success, failed collectives, or a rank
+// killed mid-job.
+std::vector<Process> startJob(const DaemonFixture& daemon, int i) {
+  const std::string job = "soak-" + std::to_string(i);
+  const int kind = i % 3;
+  const char* scenario = kind == 0 ? "repeat_allreduce" : kind == 1 ? "mismatch_allreduce" : "campaign_loop";
+  std::vector<Process> ranks;
+  for (int r = 0; r < kRanks; ++r) ranks.push_back(daemon.spawnRank(job, r, kRanks, {scenario}));
+  return ranks;
+}
+
+// Waits for job `i`'s ranks; kills one rank of a kind-2 job once it runs.
+// Returns an empty string or what went wrong.
+std::string finishJob(std::vector<Process>& ranks, int i) {
+  if (i % 3 == 2) {
+    if (!waitFor([&] { return ranks[0].log().find("RUNNING") != std::string::npos; }, std::chrono::seconds(30))) {
+      return "job " + std::to_string(i) + " never ran: " + ranks[0].log();
+    }
+    ranks[1].kill(SIGKILL);
+  }
+  for (int r = 0; r < kRanks; ++r) {
+    const int code = ranks[r].wait(std::chrono::seconds(30));
+    const int want = i % 3 != 2 ? 0 : r == 1 ? 128 + SIGKILL : 3;
+    if (code != want) {
+      return "job " + std::to_string(i) + " rank " + std::to_string(r) + " exited " + std::to_string(code) +
+             " (want " + std::to_string(want) + "): " + ranks[r].log();
+    }
+  }
+  return "";
+}
+
+std::string runJobs(const DaemonFixture& daemon, int first, int count) {
+  for (int i = first; i < first + count; i += kConcurrent) {
+    std::vector<std::vector<Process>> running;
+    for (int j = i; j < std::min(first + count, i + kConcurrent); ++j) running.push_back(startJob(daemon, j));
+    for (size_t k = 0; k < running.size(); ++k) {
+      const std::string error = finishJob(running[k], i + static_cast<int>(k));
+      if (!error.empty()) return error;
+    }
+  }
+  return "";
+}
+
+TEST(SoakTest, ShortJobsLeaveNoDescriptorsThreadsMappingsOrMemoryBehind) {
+  const char* configured = std::getenv("GRADSYNC_SOAK_JOBS");
+  const int jobs = configured != nullptr ? std::atoi(configured) : 2000;
+  DaemonFixture daemon;
+  std::string error;
+  ASSERT_TRUE(daemon.start({"--stall-warning-seconds", "5", "--stall-deadline-seconds", "20"}, &error)) << error;
+  const pid_t pid = daemon.process().pid();
+  // Warm-up (thread pools, allocator arenas, gRPC's own state), then the
+  // baseline with no job left.
+  ASSERT_EQ(runJobs(daemon, 0, 2 * kConcurrent), "") << daemon.log();
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  const Usage baseline = usageOf(pid);
+
+  const auto started = std::chrono::steady_clock::now();
+  ASSERT_EQ(runJobs(daemon, 2 * kConcurrent, jobs), "") << daemon.log();
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+
+  // Sessions and jobs end asynchronously once their ranks exit: allow a
+  // moment, then compare. Descriptors and mappings must return exactly
+  // (give or take the allocator's per-thread arenas); threads too, give or
+  // take a gRPC worker; resident memory within what the allocator keeps.
+  Usage after;
+  waitFor([&] {
+    after = usageOf(pid);
+    return after.fds <= baseline.fds && after.threads <= baseline.threads + 2;
+  }, std::chrono::seconds(10));
+  std::printf("soak: %d jobs in %.1f s; baseline %s; after %s\n", jobs, seconds, describe(baseline).c_str(),
+              describe(after).c_str());
+  EXPECT_LE(after.fds, baseline.fds) << describe(after);
+  EXPECT_LE(after.threads, baseline.threads + 2) << describe(after);
+  EXPECT_LE(after.mappings, baseline.mappings + 16) << describe(after);
+  EXPECT_LE(after.rss_kib, baseline.rss_kib + 64 * 1024) << describe(after);
+  EXPECT_EQ(daemon.stop(), 0) << daemon.log();
+}
+
+}  // namespace
+}  // namespace gradsync::testutil
