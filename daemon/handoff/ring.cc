@@ -33,9 +33,11 @@ bool RingProducer::push(const std::string& bytes) {
   slot.length = static_cast<uint32_t>(bytes.size());
   std::memcpy(slot.bytes, bytes.data(), bytes.size());
   ++tail_;
-  atom(indices_->tail).store(tail_, std::memory_order_release);
-  std::atomic_thread_fence(std::memory_order_seq_cst);
-  if (atom(indices_->waiting).load(std::memory_order_relaxed) != 0) futexWake(&indices_->tail);
+  // seq_cst store and load (not release + fence): with the consumer's
+  // seq_cst increment and load in wait(), either it sees the new tail or
+  // we see it waiting; and ThreadSanitizer understands it (not fences).
+  atom(indices_->tail).store(tail_, std::memory_order_seq_cst);
+  if (atom(indices_->waiting).load(std::memory_order_seq_cst) != 0) futexWake(&indices_->tail);
   return true;
 }
 
@@ -58,10 +60,9 @@ Status RingConsumer::pop(std::string* out, bool* got) {
 
 void RingConsumer::wait(std::chrono::milliseconds timeout) {
   // A count, not a flag: several client threads may wait at once.
-  atom(indices_->waiting).fetch_add(1, std::memory_order_relaxed);
-  std::atomic_thread_fence(std::memory_order_seq_cst);
+  atom(indices_->waiting).fetch_add(1, std::memory_order_seq_cst);
   const uint32_t head = head_.load(std::memory_order_relaxed);
-  if (atom(indices_->tail).load(std::memory_order_acquire) == head) futexWait(&indices_->tail, head, timeout);
+  if (atom(indices_->tail).load(std::memory_order_seq_cst) == head) futexWait(&indices_->tail, head, timeout);
   atom(indices_->waiting).fetch_sub(1, std::memory_order_relaxed);
 }
 

@@ -133,7 +133,7 @@ class CrossNode {
 
   const CrossNodeOptions options_;
   const Hooks hooks_;
-  bool leader_ = false;
+  std::atomic<bool> leader_{false};  // set by start(); read by housekeeping and peer calls
   std::unique_ptr<transport::UcxTransport> transport_;
 
   mutable std::mutex mutex_;

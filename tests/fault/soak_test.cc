@@ -100,7 +100,11 @@ std::string runJobs(const DaemonFixture& daemon, int first, int count) {
 
 TEST(SoakTest, ShortJobsLeaveNoDescriptorsThreadsMappingsOrMemoryBehind) {
   const char* configured = std::getenv("GRADSYNC_SOAK_JOBS");
-  const int jobs = configured != nullptr ? std::atoi(configured) : 2000;
+  // Under a sanitizer (set by --config=asan/tsan) jobs are several times
+  // slower and the sanitizer's own memory grows with them: fewer jobs, and
+  // only descriptors and threads are compared.
+  const bool sanitized = std::getenv("GRADSYNC_SANITIZER") != nullptr;
+  const int jobs = configured != nullptr ? std::atoi(configured) : sanitized ? 300 : 2000;
   DaemonFixture daemon;
   std::string error;
   ASSERT_TRUE(daemon.start({"--stall-warning-seconds", "5", "--stall-deadline-seconds", "20"}, &error)) << error;
@@ -128,8 +132,10 @@ TEST(SoakTest, ShortJobsLeaveNoDescriptorsThreadsMappingsOrMemoryBehind) {
               describe(after).c_str());
   EXPECT_LE(after.fds, baseline.fds) << describe(after);
   EXPECT_LE(after.threads, baseline.threads + 2) << describe(after);
-  EXPECT_LE(after.mappings, baseline.mappings + 16) << describe(after);
-  EXPECT_LE(after.rss_kib, baseline.rss_kib + 64 * 1024) << describe(after);
+  if (!sanitized) {
+    EXPECT_LE(after.mappings, baseline.mappings + 16) << describe(after);
+    EXPECT_LE(after.rss_kib, baseline.rss_kib + 64 * 1024) << describe(after);
+  }
   EXPECT_EQ(daemon.stop(), 0) << daemon.log();
 }
 

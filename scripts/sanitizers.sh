@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# The whole test suite under sanitizers: `asan` (AddressSanitizer,
+# LeakSanitizer, UBSan), `tsan` (ThreadSanitizer, with the suppressions of
+# tools/sanitizers/tsan.supp for uninstrumented system libraries), or both
+# (default). Extra arguments go to bazel test. The Python tests are not in
+# the TSan pass: the uninstrumented interpreter and PyTorch's threads would
+# need TSan preloaded into Python, which it does not support.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+which="${1:-all}"
+shift || true
+scripts/install_deps.sh
+if [ "$which" = asan ] || [ "$which" = all ]; then
+  bazel test --config=asan //... "$@"
+fi
+if [ "$which" = tsan ] || [ "$which" = all ]; then
+  bazel test --config=tsan \
+    --test_env=TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/tools/sanitizers/tsan.supp" \
+    "$@" -- //... -//client/python/...
+fi
