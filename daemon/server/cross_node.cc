@@ -136,6 +136,10 @@ CrossNode::~CrossNode() {
   }
   if (follower_thread_.joinable()) follower_thread_.join();
   waitForAbortNotices();  // before the data plane closes: they carry the cause
+  // The executor thread has ended: this thread may drive the transport. A
+  // node that finished its part of the last collective may still hold
+  // bytes its neighbours wait for.
+  if (transport_ && (left_ || right_)) transport_->flush(std::chrono::milliseconds(500));
   left_.reset();
   right_.reset();
 }

@@ -11,15 +11,40 @@
 namespace gradsync::transport {
 namespace {
 
+constexpr auto kCloseTimeout = std::chrono::seconds(1);
+
 Status ucxError(const std::string& what, ucs_status_t status) {
   return unavailable(what + ": " + ucs_status_string(status));
+}
+
+// A peer's connection state, written by the endpoint's error handler and
+// read by waits on its requests; lives as long as its UcxPeer.
+struct EndpointState {
+  int rank;
+  std::atomic<bool> failed{false};
+  std::string reason;  // written once, before `failed`
+};
+
+// UCX calls this (from ucp_worker_progress) when the connection to a peer
+// fails: the peer's daemon died, was cut off, or closed the job. Receives are
+// posted on the worker, not the endpoint, so waits on this peer's requests
+// learn of it here. Waits on other peers go on: a neighbour that finished
+// its part and left breaks nothing still needed.
+void onEndpointError(void* arg, ucp_ep_h, ucs_status_t status) {
+  auto* state = static_cast<EndpointState*>(arg);
+  if (state->failed.load()) return;
+  state->reason = "lost the data-plane connection to the daemon of rank " + std::to_string(state->rank) + ": " +
+                  ucs_status_string(status);
+  GS_LOG(executor, warn, "{}", state->reason);
+  state->failed.store(true);
 }
 
 // A UCX request, or an operation that completed at once (request == null).
 class UcxRequest final : public Request {
  public:
-  UcxRequest(ucp_worker_h worker, ucs_status_ptr_t request, std::string what, std::atomic<uint64_t>* failures)
-      : worker_(worker), what_(std::move(what)), failures_(failures) {
+  UcxRequest(ucp_worker_h worker, ucs_status_ptr_t request, std::string what, std::atomic<uint64_t>* failures,
+             const EndpointState* peer)
+      : worker_(worker), what_(std::move(what)), failures_(failures), peer_(peer) {
     if (request == nullptr) {
       done_ = true;
     } else if (UCS_PTR_IS_ERR(request)) {
@@ -49,45 +74,33 @@ class UcxRequest final : public Request {
     return true;
   }
   Status status() const override { return status_; }
+  // The peer's connection failed: why (null while it is healthy).
+  const std::string* peerFailure() const { return peer_->failed.load() ? &peer_->reason : nullptr; }
 
  private:
   ucp_worker_h worker_;
   void* request_ = nullptr;
   std::string what_;
   std::atomic<uint64_t>* failures_;
+  const EndpointState* peer_;
   bool done_ = false;
   Status status_;
 };
 
-// What an endpoint's error handler needs; lives as long as its UcxPeer.
-struct EndpointErrorTarget {
-  Transport* transport;
-  int rank;
-};
-
-// UCX calls this (from ucp_worker_progress) when the connection to a peer
-// fails: the peer's daemon died or the network dropped it. Receives are
-// posted on the worker, not the endpoint, so only this tells the waits.
-void onEndpointError(void* arg, ucp_ep_h, ucs_status_t status) {
-  auto* target = static_cast<EndpointErrorTarget*>(arg);
-  const std::string reason = "lost the data-plane connection to the daemon of rank " + std::to_string(target->rank) +
-                             ": " + ucs_status_string(status);
-  GS_LOG(executor, warn, "{}", reason);
-  target->transport->abort(reason);
-}
-
 class UcxPeer final : public Peer {
  public:
-  UcxPeer(ucp_worker_h worker, ucp_ep_h endpoint, int rank, std::unique_ptr<EndpointErrorTarget> error_target)
-      : worker_(worker), endpoint_(endpoint), rank_(rank), error_target_(std::move(error_target)) {}
+  UcxPeer(ucp_worker_h worker, ucp_ep_h endpoint, int rank, std::unique_ptr<EndpointState> state)
+      : worker_(worker), endpoint_(endpoint), rank_(rank), state_(std::move(state)) {}
   ~UcxPeer() override {
+    // Forced: completes locally. The owner flushes the worker first
+    // (UcxTransport::flush), so what was sent is not dropped.
     ucp_request_param_t param{};
     param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
     param.flags = UCP_EP_CLOSE_FLAG_FORCE;
     ucs_status_ptr_t request = ucp_ep_close_nbx(endpoint_, &param);
     if (request != nullptr && !UCS_PTR_IS_ERR(request)) {
-      // Forced close completes locally; bound the wait all the same.
-      for (int i = 0; i < 100000 && ucp_request_check_status(request) == UCS_INPROGRESS; ++i) {
+      const auto until = Clock::now() + kCloseTimeout;
+      while (ucp_request_check_status(request) == UCS_INPROGRESS && Clock::now() < until) {
         ucp_worker_progress(worker_);
       }
       ucp_request_free(request);
@@ -97,7 +110,7 @@ class UcxPeer final : public Peer {
     ucp_request_param_t param{};
     sent_.fetch_add(bytes);
     return std::make_unique<UcxRequest>(worker_, ucp_tag_send_nbx(endpoint_, data, bytes, tag, &param),
-                                        "send to daemon of rank " + std::to_string(rank_), &failures_);
+                                        "send to daemon of rank " + std::to_string(rank_), &failures_, state_.get());
   }
   RequestPtr irecv(void* data, size_t bytes, uint64_t tag) override {
     ucp_request_param_t param{};
@@ -105,7 +118,7 @@ class UcxPeer final : public Peer {
     // full mask matches this peer only.
     received_.fetch_add(bytes);
     return std::make_unique<UcxRequest>(worker_, ucp_tag_recv_nbx(worker_, data, bytes, tag, ~uint64_t{0}, &param),
-                                        "receive from daemon of rank " + std::to_string(rank_), &failures_);
+                                        "receive from daemon of rank " + std::to_string(rank_), &failures_, state_.get());
   }
   int rank() const override { return rank_; }
   PeerStats stats() const override { return {sent_.load(), received_.load(), failures_.load()}; }
@@ -114,7 +127,7 @@ class UcxPeer final : public Peer {
   ucp_worker_h worker_;
   ucp_ep_h endpoint_;
   int rank_;
-  std::unique_ptr<EndpointErrorTarget> error_target_;  // the endpoint's error handler argument
+  std::unique_ptr<EndpointState> state_;  // the endpoint's error handler argument
   std::atomic<uint64_t> sent_{0};
   std::atomic<uint64_t> received_{0};
   std::atomic<uint64_t> failures_{0};
@@ -166,17 +179,27 @@ UcxTransport::~UcxTransport() {
 StatusOr<PeerPtr> UcxTransport::connect(const std::string& address, int rank) {
   if (address.empty()) return invalidArgument("empty UCX address for rank " + std::to_string(rank));
   ucp_ep_params_t params{};
-  auto error_target = std::make_unique<EndpointErrorTarget>(EndpointErrorTarget{this, rank});
+  auto state = std::make_unique<EndpointState>();
+  state->rank = rank;
   params.field_mask =
       UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER;
   params.address = reinterpret_cast<const ucp_address_t*>(address.data());
   params.err_mode = UCP_ERR_HANDLING_MODE_PEER;
   params.err_handler.cb = onEndpointError;
-  params.err_handler.arg = error_target.get();
+  params.err_handler.arg = state.get();
   ucp_ep_h endpoint = nullptr;
   const ucs_status_t s = ucp_ep_create(worker_, &params, &endpoint);
   if (s != UCS_OK) return ucxError("connecting to the daemon of rank " + std::to_string(rank), s);
-  return PeerPtr(new UcxPeer(worker_, endpoint, rank, std::move(error_target)));
+  return PeerPtr(new UcxPeer(worker_, endpoint, rank, std::move(state)));
+}
+
+void UcxTransport::flush(Clock::duration timeout) {
+  ucp_request_param_t param{};
+  ucs_status_ptr_t request = ucp_worker_flush_nbx(worker_, &param);
+  if (request == nullptr || UCS_PTR_IS_ERR(request)) return;
+  const auto until = Clock::now() + timeout;
+  while (ucp_request_check_status(request) == UCS_INPROGRESS && Clock::now() < until) ucp_worker_progress(worker_);
+  ucp_request_free(request);
 }
 
 void UcxTransport::abort(const std::string& reason) {
@@ -198,10 +221,11 @@ Status UcxTransport::waitAll(Request* const* requests, size_t count, Clock::time
     }
     bool all = true;
     for (size_t i = 0; i < count; ++i) {
-      if (!requests[i]->test()) {
-        all = false;
-        break;
+      if (requests[i]->test()) continue;
+      if (const std::string* failure = static_cast<UcxRequest*>(requests[i])->peerFailure()) {
+        return unavailable(what + ": " + *failure);
       }
+      all = false;
     }
     if (all) break;
     if (ucp_worker_progress(worker_) != 0) {
