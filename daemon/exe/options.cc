@@ -78,6 +78,7 @@ const std::map<std::string, Setter>& setters() {
       {"--max-arena-bytes", number<uint64_t>("--max-arena-bytes", &C::set_max_arena_bytes)},
       {"--max-jobs", number<uint32_t>("--max-jobs", &C::set_max_jobs)},
       {"--max-local-ranks", number<uint32_t>("--max-local-ranks", &C::set_max_local_ranks)},
+      {"--max-inflight-per-rank", number<uint32_t>("--max-inflight-per-rank", &C::set_max_inflight_per_rank)},
       {"--max-message-bytes", number<uint32_t>("--max-message-bytes", &C::set_max_message_bytes)},
       {"--peer-address", text(&C::set_peer_address)},
       {"--join-timeout-seconds", number<uint32_t>("--join-timeout-seconds", &C::set_join_timeout_seconds)},
@@ -138,6 +139,7 @@ Status applyDefaultsAndValidate(v1::DaemonConfig* c) {
   if (c->max_arena_bytes() == 0) c->set_max_arena_bytes(uint64_t{64} << 30);
   if (c->max_jobs() == 0) c->set_max_jobs(64);
   if (c->max_local_ranks() == 0) c->set_max_local_ranks(256);
+  if (c->max_inflight_per_rank() == 0) c->set_max_inflight_per_rank(16384);
   if (c->max_message_bytes() == 0) c->set_max_message_bytes(4 << 20);
   if (c->join_timeout_seconds() == 0) c->set_join_timeout_seconds(30);
   if (c->response_cache_capacity() == 0) c->set_response_cache_capacity(4096);
@@ -158,6 +160,7 @@ Status applyDefaultsAndValidate(v1::DaemonConfig* c) {
   RETURN_IF_ERROR(checkRange("reduce_threads", c->reduce_threads(), 1, 256));
   RETURN_IF_ERROR(checkRange("max_jobs", c->max_jobs(), 1, 100000));
   RETURN_IF_ERROR(checkRange("max_local_ranks", c->max_local_ranks(), 1, 65536));
+  RETURN_IF_ERROR(checkRange("max_inflight_per_rank", c->max_inflight_per_rank(), 1, 1 << 20));
   RETURN_IF_ERROR(checkRange("max_message_bytes", c->max_message_bytes(), 4096, 1 << 30));
   if (c->stall_deadline_seconds() < c->stall_warning_seconds()) {
     return invalidArgument("stall_deadline_seconds (" + std::to_string(c->stall_deadline_seconds()) +

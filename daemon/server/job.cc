@@ -167,6 +167,13 @@ void Job::submit(const std::shared_ptr<Session>& session, const v1::Enqueue& enq
     if (!request.isOk()) {
       failRequestLocked(minimal, Status(request.status().code(), "job '" + spec_.job_id + "' " + request.status().message()),
                         &outbox);
+    } else if (session->handlesInFlight() >= limits_.max_inflight_per_rank) {
+      ++errors_;
+      outbox.emplace_back(session, doneMessage(spec_.job_id, minimal,
+                                               resourceExhausted(session->describe() + " has " +
+                                                                 std::to_string(session->handlesInFlight()) +
+                                                                 " operations in flight, the most allowed "
+                                                                 "(max_inflight_per_rank): wait for some first")));
     } else if (!session->addHandle(enqueue.handle())) {
       // Not failRequestLocked: that would end the original operation too.
       ++errors_;

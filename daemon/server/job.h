@@ -44,6 +44,7 @@ struct JobLimits {
   Clock::duration stall_deadline = std::chrono::seconds(300);  // zero: never
   Clock::duration output_grant_timeout = std::chrono::seconds(30);
   uint32_t max_name_length = 256;
+  uint32_t max_inflight_per_rank = 16384;  // operations submitted, not yet done
   // Multi-node jobs: this daemon's peer address and host, and how long a
   // follower tries to join its leader.
   std::string peer_address;

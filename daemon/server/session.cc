@@ -139,6 +139,11 @@ bool Session::addHandle(uint64_t handle) {
   return handles_.insert(handle).second;
 }
 
+size_t Session::handlesInFlight() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return handles_.size();
+}
+
 void Session::removeHandle(uint64_t handle) {
   std::lock_guard<std::mutex> lock(mutex_);
   handles_.erase(handle);

@@ -88,6 +88,7 @@ class Session {
 
   // Handles of this session's collectives in flight (for duplicate checks).
   bool addHandle(uint64_t handle);
+  size_t handlesInFlight() const;
   void removeHandle(uint64_t handle);
 
  private:

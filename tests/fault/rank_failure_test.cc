@@ -71,6 +71,17 @@ TEST(RankFailureTest, StalledCollectiveWarnsThenFailsNamingMissingRanks) {
   EXPECT_EQ(daemon.stop(), 0);
 }
 
+TEST(RankFailureTest, OperationsInFlightPastTheLimitFailAtOnce) {
+  DaemonFixture daemon;
+  std::string error;
+  ASSERT_TRUE(daemon.start({"--max-inflight-per-rank", "4"}, &error)) << error;
+  std::vector<Process> ranks;
+  for (int r = 0; r < 2; ++r) ranks.push_back(daemon.spawnRank("inflight-job", r, 2, {"inflight_limit"}));
+  std::string report;
+  EXPECT_TRUE(allSucceed(ranks, std::chrono::seconds(30), &report)) << report << daemon.log();
+  EXPECT_EQ(daemon.stop(), 0);
+}
+
 TEST(RankFailureTest, DaemonShutdownFailsPendingWorkAndExitsCleanly) {
   DaemonFixture daemon;
   std::string error;

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <thread>
 
 #include "tests/integration/worker_util.h"
 
@@ -245,6 +246,25 @@ int joinFailure(Client& c, const std::vector<std::string>& args) {
   return 0;
 }
 
+// Run with --max-inflight-per-rank 4: rank 0's fifth operation in flight
+// fails at once; the four complete once rank 1 (1.5 s later) joins them.
+int inflightLimit(Client& c, const std::vector<std::string>&) {
+  std::vector<std::vector<float>> data(5, std::vector<float>(8, 1.0f));
+  const char* names[] = {"in.0", "in.1", "in.2", "in.3", "in.4"};
+  const int count = c.rank() == 0 ? 5 : 4;
+  if (c.rank() != 0) std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  std::vector<Operation> ops(count);
+  for (int i = 0; i < count; ++i) WORKER_OK(c.start(allreduceOp(names[i], data[i], shape8()), &ops[i]));
+  if (c.rank() == 0) {
+    Result r = ops[4].wait(10);
+    WORKER_CHECK(r.code == GRADSYNC_RESOURCE_EXHAUSTED && r.message.find("max_inflight_per_rank") != std::string::npos,
+                 "fifth operation got %d: %s", r.code, r.message.c_str());
+  }
+  for (int i = 0; i < 4; ++i) WORKER_OK(ops[i].wait(30));
+  WORKER_CHECK(data[3][0] == 2.0f, "in.3 = %g", data[3][0]);
+  return 0;
+}
+
 // An allreduce that must fail ABORTED with TEXT in its message (a job that
 // never formed, a leader lost while forming).
 int abortedWith(Client& c, const std::vector<std::string>& args) {
@@ -328,7 +348,7 @@ const std::map<std::string, Scenario>& moreScenarios() {
       {"duplicate", duplicate},      {"kill_victim", killVictim}, {"stall", stall},
       {"mismatch_allreduce", mismatchAllreduce}, {"join_failure", joinFailure},
       {"repeat_allreduce", repeatAllreduce}, {"campaign_loop", campaignLoop},
-      {"aborted_with", abortedWith}, {"cuda_without_gpu", cudaWithoutGpu}, {"fake_cuda", fakeCuda},
+      {"aborted_with", abortedWith}, {"inflight_limit", inflightLimit}, {"cuda_without_gpu", cudaWithoutGpu}, {"fake_cuda", fakeCuda},
       {"fake_cuda_across", fakeCudaAcross}, {"fake_cuda_kill", fakeCudaKill},
   };
   return scenarios;
