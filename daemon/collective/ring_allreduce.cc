@@ -41,7 +41,7 @@ class Step {
     for (size_t c = 0; c * chunk_elements_ < send.count; ++c) {
       const size_t n = std::min(chunk_elements_, send.count - c * chunk_elements_);
       sends.push_back(ring_.right->isend(data_ + (send.begin + c * chunk_elements_) * esize_, n * esize_,
-                                         ringTag(ring_.sequence, phase, step, c)));
+                                         ringTag(ring_.tag_key, ring_.sequence, phase, step, c)));
     }
     const size_t chunks = (recv.count + chunk_elements_ - 1) / chunk_elements_;
     RequestPtr pending = chunks > 0 ? postRecv(phase, step, recv, 0) : nullptr;
@@ -64,7 +64,7 @@ class Step {
     const size_t n = std::min(chunk_elements_, recv.count - c * chunk_elements_);
     uint8_t* target = phase == 0 ? scratch_ + (c % 2) * chunk_elements_ * esize_
                                  : data_ + (recv.begin + c * chunk_elements_) * esize_;
-    return ring_.left->irecv(target, n * esize_, ringTag(ring_.sequence, phase, step, c));
+    return ring_.left->irecv(target, n * esize_, ringTag(ring_.tag_key, ring_.sequence, phase, step, c));
   }
 
   void reduceChunk(const Segment& recv, size_t c) {
@@ -94,9 +94,10 @@ class Step {
 
 }  // namespace
 
-uint64_t ringTag(uint64_t sequence, int phase, int step, size_t chunk) {
-  return (sequence << 32) | (static_cast<uint64_t>(phase & 1) << 31) | (static_cast<uint64_t>(step & 0x7fff) << 16) |
-         (chunk & 0xffff);
+uint64_t ringTag(const SipKey& key, uint64_t sequence, int phase, int step, size_t chunk) {
+  const uint64_t plain = (sequence << 32) | (static_cast<uint64_t>(phase & 1) << 31) |
+                         (static_cast<uint64_t>(step & 0x7fff) << 16) | (chunk & 0xffff);
+  return sipHash24(key, &plain, sizeof(plain));
 }
 
 Status ringAllreduce(const RingContext& ring, void* data, size_t count, DataType dtype, ReduceOp op,

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "daemon/common/dtype.h"
+#include "daemon/common/siphash.h"
 #include "daemon/transport/transport.h"
 
 namespace gradsync::collective {
@@ -21,6 +22,9 @@ struct RingContext {
   int rank = 0;                      // position in the ring
   int size = 1;
   uint64_t sequence = 0;             // distinguishes collectives: part of every tag
+  // Keys the tags (derived from the job's secret): a transfer from outside
+  // the job cannot match a receive, so it is never reduced.
+  SipKey tag_key;
   transport::Clock::time_point deadline;
   size_t chunk_bytes = 1 << 20;
 };
@@ -32,7 +36,8 @@ struct RingContext {
 Status ringAllreduce(const RingContext& ring, void* data, size_t count, DataType dtype, ReduceOp op,
                      std::vector<uint8_t>* scratch);
 
-// The tag of one chunk: unique per (sequence, phase, step, chunk).
-uint64_t ringTag(uint64_t sequence, int phase, int step, size_t chunk);
+// The tag of one chunk: a keyed hash (SipHash-2-4) of (sequence, phase,
+// step, chunk), so that only holders of the key can produce it.
+uint64_t ringTag(const SipKey& key, uint64_t sequence, int phase, int step, size_t chunk);
 
 }  // namespace gradsync::collective

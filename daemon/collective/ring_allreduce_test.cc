@@ -64,6 +64,53 @@ TEST_P(RingAllreduceTest, IntMaxHalfSumAndTinyCounts) {
   }
 }
 
+// A third worker that knows node 0's address but not the job's key sends
+// messages with the tags of the collective computed without the key (and a
+// guessed key): none is reduced, and node 0 drops and counts them after.
+TEST(RingAllreduceSecurityTest, TransfersWithoutTheJobsKeyAreNeverReduced) {
+  auto nodes = makeRing(2);
+  const SipKey key = deriveSipKey("job secret", "test tags");
+  auto intruder_transport = UcxTransport::create();
+  ASSERT_TRUE(intruder_transport.isOk());
+  auto intruder = std::move(intruder_transport).value();
+  auto target = intruder->connect(nodes[0].transport->address(), 0);
+  ASSERT_TRUE(target.isOk());
+  std::vector<float> poison(256, 1e6f);
+  std::vector<transport::RequestPtr> sends;
+  for (const SipKey& guess : {SipKey{}, deriveSipKey("guessed", "test tags")}) {
+    for (int step = 0; step < 2; ++step) {
+      sends.push_back((*target)->isend(poison.data(), poison.size() * sizeof(float), ringTag(guess, 7, 0, step, 0)));
+    }
+  }
+  // The intruder's connection completes only while node 0 drives its
+  // worker: its sends go on beside the collective.
+  Status intruded;
+  std::thread intrusion([&] {
+    std::vector<transport::Request*> raw;
+    for (auto& s : sends) raw.push_back(s.get());
+    intruded = intruder->waitAll(raw.data(), raw.size(), transport::Clock::now() + std::chrono::seconds(20), "intrude");
+  });
+
+  std::vector<std::vector<float>> data(2, std::vector<float>(256, 1.0f));
+  auto statuses = onEveryNode(nodes, [&](int r, Node& node) {
+    std::vector<uint8_t> scratch;
+    RingContext ring = contextFor(r, 2, node, 7, 64 << 10);
+    ring.tag_key = key;
+    return ringAllreduce(ring, data[r].data(), data[r].size(), v1::FLOAT32, v1::SUM, &scratch);
+  });
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_TRUE(statuses[r].isOk()) << statuses[r].toString();
+    for (float v : data[r]) ASSERT_EQ(v, 2.0f) << "rank " << r;
+  }
+  size_t dropped = 0;
+  const auto until = transport::Clock::now() + std::chrono::seconds(20);
+  while (dropped < 4 && transport::Clock::now() < until) dropped += nodes[0].transport->dropStrays();
+  intrusion.join();
+  EXPECT_TRUE(intruded.isOk()) << intruded.toString();
+  EXPECT_EQ(dropped, 4u);
+  EXPECT_EQ(nodes[1].transport->dropStrays(), 0u);
+}
+
 TEST(RingAllreduceFailureTest, MissingPeerTimesOutNamingIt) {
   auto nodes = makeRing(2);
   std::vector<float> data(1000, 1.0f);

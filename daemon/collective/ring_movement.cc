@@ -34,7 +34,7 @@ Status ringBroadcast(const RingContext& ring, void* data, size_t bytes, int root
   std::vector<RequestPtr> sends;
   for (size_t c = 0, off = 0; off < bytes; ++c, off += chunk) {
     const size_t n = std::min(chunk, bytes - off);
-    const uint64_t tag = ringTag(ring.sequence, 0, 0, c);
+    const uint64_t tag = ringTag(ring.tag_key, ring.sequence, 0, 0, c);
     if (!is_root) {
       RequestPtr recv = ring.left->irecv(base + off, n, tag);
       transport::Request* one[] = {recv.get()};
@@ -55,12 +55,12 @@ Status ringAllgather(const RingContext& ring, uint8_t* buffer, const std::vector
     std::vector<RequestPtr> requests;
     size_t index = 0;
     for (const Range& r : owned[recv_node]) {
-      if (r.bytes > 0) requests.push_back(ring.left->irecv(buffer + r.offset, r.bytes, ringTag(ring.sequence, 1, step, index)));
+      if (r.bytes > 0) requests.push_back(ring.left->irecv(buffer + r.offset, r.bytes, ringTag(ring.tag_key, ring.sequence, 1, step, index)));
       ++index;
     }
     index = 0;
     for (const Range& r : owned[send_node]) {
-      if (r.bytes > 0) requests.push_back(ring.right->isend(buffer + r.offset, r.bytes, ringTag(ring.sequence, 1, step, index)));
+      if (r.bytes > 0) requests.push_back(ring.right->isend(buffer + r.offset, r.bytes, ringTag(ring.tag_key, ring.sequence, 1, step, index)));
       ++index;
     }
     RETURN_IF_ERROR(waitAll(ring, requests, what));

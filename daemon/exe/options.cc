@@ -79,6 +79,7 @@ const std::map<std::string, Setter>& setters() {
       {"--max-jobs", number<uint32_t>("--max-jobs", &C::set_max_jobs)},
       {"--max-local-ranks", number<uint32_t>("--max-local-ranks", &C::set_max_local_ranks)},
       {"--max-inflight-per-rank", number<uint32_t>("--max-inflight-per-rank", &C::set_max_inflight_per_rank)},
+      {"--data-plane-devices", text(&C::set_data_plane_devices)},
       {"--max-message-bytes", number<uint32_t>("--max-message-bytes", &C::set_max_message_bytes)},
       {"--peer-address", text(&C::set_peer_address)},
       {"--join-timeout-seconds", number<uint32_t>("--join-timeout-seconds", &C::set_join_timeout_seconds)},

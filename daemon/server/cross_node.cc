@@ -40,7 +40,10 @@ bool sameProcessSets(const v1::JoinJobRequest& request, const std::vector<std::v
 }  // namespace
 
 CrossNode::CrossNode(CrossNodeOptions options, Hooks hooks)
-    : options_(std::move(options)), hooks_(std::move(hooks)), cache_(options_.response_cache_capacity) {}
+    : options_(std::move(options)),
+      hooks_(std::move(hooks)),
+      tag_key_(deriveSipKey(options_.token + '\0' + options_.job_id + "\0epoch 1", "gradsync data-plane tags v1")),
+      cache_(options_.response_cache_capacity) {}
 
 v1::NegotiatedResponse CrossNode::encode(const coordinator::Response& response) {
   std::pair<uint64_t, bool> id;
@@ -140,6 +143,15 @@ CrossNode::~CrossNode() {
   // node that finished its part of the last collective may still hold
   // bytes its neighbours wait for.
   if (transport_ && (left_ || right_)) transport_->flush(std::chrono::milliseconds(500));
+  if (transport_) {
+    const size_t strays = transport_->dropStrays();
+    if (strays > 0) {
+      GS_LOG(executor, warn,
+             "job '{}': dropped {} data-plane messages that matched no transfer of the job (from outside it, "
+             "forged, or left over from a failed collective)",
+             options_.job_id, strays);
+    }
+  }
   left_.reset();
   right_.reset();
 }
@@ -150,7 +162,7 @@ std::string CrossNode::describeNode(const v1::NodeInfo& node) const {
 
 void CrossNode::start(const std::vector<int>& local_ranks, const std::vector<int64_t>& pids) {
   leader_ = std::find(local_ranks.begin(), local_ranks.end(), 0) != local_ranks.end();
-  auto transport = transport::UcxTransport::create();
+  auto transport = transport::UcxTransport::create(options_.data_plane_devices);
   if (!transport.isOk()) {
     hooks_.on_failure("cannot start the UCX data plane: " + transport.status().message(), true);
     return;
@@ -531,6 +543,7 @@ StatusOr<collective::RingContext> CrossNode::ring(uint64_t sequence, CrossClock:
   ring.rank = self;
   ring.size = n;
   ring.sequence = sequence;
+  ring.tag_key = tag_key_;
   ring.deadline = deadline;
   return ring;
 }

@@ -48,6 +48,7 @@ struct CrossNodeOptions {
   bool nccl = false;                   // this daemon can join the daemons' NCCL communicator
   // Makes the job's ncclUniqueId on the leader (null: this daemon has no NCCL).
   std::function<StatusOr<std::string>()> make_nccl_id;
+  std::string data_plane_devices;  // UCX_NET_DEVICES for this job's transport (empty: all)
 };
 
 class CrossNode {
@@ -133,6 +134,7 @@ class CrossNode {
 
   const CrossNodeOptions options_;
   const Hooks hooks_;
+  const SipKey tag_key_;  // the data plane's tags, from the job's token
   std::atomic<bool> leader_{false};  // set by start(); read by housekeeping and peer calls
   std::unique_ptr<transport::UcxTransport> transport_;
 

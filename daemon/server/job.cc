@@ -59,7 +59,7 @@ Job::Job(JobSpec spec, JobLimits limits, executor::ReducePool* pool)
                              limits_.peer_credentials, limits_.response_cache_capacity,
                              limits_.gpus ? limits_.gpus->uuids() : std::vector<std::string>(),
                              limits_.gpus != nullptr && limits_.nccl != nullptr && limits_.nccl_between_daemons,
-                             nullptr};
+                             nullptr, limits_.data_plane_devices};
     if (limits_.nccl) options.make_nccl_id = [nccl = limits_.nccl] { return nccl->uniqueId(); };
     CrossNode::Hooks hooks;
     hooks.on_batch = [this](std::vector<coordinator::Response> batch, uint64_t sequence) {

@@ -307,9 +307,9 @@ TEST_F(NetnsTest, AllreduceBetweenTwoNamespaces) {
     daemons_[i] = std::make_unique<DaemonFixture>();
     std::string error;
     ASSERT_TRUE(daemons_[i]->startWrapped({"/usr/sbin/ip", "netns", "exec", ns_[i]},
-                                          {{"UCX_TLS", "tcp"}, {"UCX_NET_DEVICES", veth_[i]}},
+                                          {{"UCX_TLS", "tcp"}},
                                           {"--peer-address", "10.77.0." + std::to_string(i + 1) + ":0",
-                                           "--join-timeout-seconds", "10"},
+                                           "--join-timeout-seconds", "10", "--data-plane-devices", veth_[i]},
                                           &error))
         << error;
   }

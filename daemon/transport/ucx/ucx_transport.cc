@@ -114,8 +114,8 @@ class UcxPeer final : public Peer {
   }
   RequestPtr irecv(void* data, size_t bytes, uint64_t tag) override {
     ucp_request_param_t param{};
-    // Tags carry the sender in their low bits (see ring_allreduce.cc), so a
-    // full mask matches this peer only.
+    // Tags are keyed hashes, unique per collective, step and chunk (see
+    // ring_allreduce.cc): a full mask matches the one message meant for it.
     received_.fetch_add(bytes);
     return std::make_unique<UcxRequest>(worker_, ucp_tag_recv_nbx(worker_, data, bytes, tag, ~uint64_t{0}, &param),
                                         "receive from daemon of rank " + std::to_string(rank_), &failures_, state_.get());
@@ -135,10 +135,14 @@ class UcxPeer final : public Peer {
 
 }  // namespace
 
-StatusOr<std::unique_ptr<UcxTransport>> UcxTransport::create() {
+StatusOr<std::unique_ptr<UcxTransport>> UcxTransport::create(const std::string& net_devices) {
   ucp_config_t* config = nullptr;
   ucs_status_t s = ucp_config_read(nullptr, nullptr, &config);
   if (s != UCS_OK) return ucxError("ucp_config_read", s);
+  if (!net_devices.empty() && (s = ucp_config_modify(config, "NET_DEVICES", net_devices.c_str())) != UCS_OK) {
+    ucp_config_release(config);
+    return ucxError("data_plane_devices '" + net_devices + "'", s);
+  }
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES;
   params.features = UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP;
@@ -200,6 +204,30 @@ void UcxTransport::flush(Clock::duration timeout) {
   const auto until = Clock::now() + timeout;
   while (ucp_request_check_status(request) == UCS_INPROGRESS && Clock::now() < until) ucp_worker_progress(worker_);
   ucp_request_free(request);
+}
+
+size_t UcxTransport::dropStrays() {
+  // A fixed sink: a larger message is truncated, and consumed all the same.
+  std::vector<uint8_t> sink(64 << 10);
+  size_t dropped = 0;
+  for (int rounds = 0; rounds < 100000; ++rounds) {
+    ucp_tag_recv_info_t info{};
+    ucp_tag_message_h message = ucp_tag_probe_nb(worker_, 0, 0, /*remove=*/1, &info);
+    if (message == nullptr) {
+      if (ucp_worker_progress(worker_) == 0) break;
+      continue;
+    }
+    ucp_request_param_t param{};
+    ucs_status_ptr_t request = ucp_tag_msg_recv_nbx(worker_, sink.data(), sink.size(), message, &param);
+    if (request != nullptr && !UCS_PTR_IS_ERR(request)) {
+      const auto until = Clock::now() + std::chrono::milliseconds(100);
+      while (ucp_request_check_status(request) == UCS_INPROGRESS && Clock::now() < until) ucp_worker_progress(worker_);
+      if (ucp_request_check_status(request) == UCS_INPROGRESS) ucp_request_cancel(worker_, request);
+      ucp_request_free(request);
+    }
+    ++dropped;
+  }
+  return dropped;
 }
 
 void UcxTransport::abort(const std::string& reason) {

@@ -15,7 +15,9 @@ namespace gradsync::transport {
 
 class UcxTransport final : public Transport {
  public:
-  static StatusOr<std::unique_ptr<UcxTransport>> create();
+  // `net_devices`: UCX_NET_DEVICES for this transport (empty: UCX's default,
+  // or the environment's UCX_NET_DEVICES).
+  static StatusOr<std::unique_ptr<UcxTransport>> create(const std::string& net_devices = "");
   ~UcxTransport() override;
 
   std::string address() const override { return address_; }
@@ -27,6 +29,10 @@ class UcxTransport final : public Transport {
   // eager send completes while still queued here), at most `timeout`; call
   // before closing peers. Same thread as the transfers.
   void flush(Clock::duration timeout);
+  // Receives and discards every message that arrived but matched no receive
+  // (a transfer from outside the job, a forged or stale tag, or what was
+  // left of an aborted collective); returns how many. Same thread.
+  size_t dropStrays();
 
   ucp_worker_h worker() const { return worker_; }
 
