@@ -325,9 +325,12 @@ TEST_F(HostileInputTest, ClientThatNeverReadsLosesOnlyItsSession) {
   UniqueFd handoff_fd;
   auto stream = openSession("no-reader", &context, &handoff_fd);
   // Every bad enqueue is answered by an error Done that this client never
-  // reads: the daemon must neither block nor queue without bound.
+  // reads: the daemon must neither block nor queue without bound. A long
+  // name makes each Done carry it (about 500 bytes): 100,000 of them are far
+  // more than gRPC's flow-control windows can absorb on the client's side,
+  // however fast or slow the daemon (ASan) drains its end.
   v1::ClientMessage bad;
-  bad.mutable_enqueue()->set_name("bad");
+  bad.mutable_enqueue()->set_name(std::string(200, 'b'));
   bad.mutable_enqueue()->set_type(v1::ALLREDUCE);
   bad.mutable_enqueue()->set_dtype(static_cast<v1::DataType>(99));
   int written = 0;
