@@ -181,7 +181,7 @@ void Job::submit(const std::shared_ptr<Session>& session, const v1::Enqueue& enq
                                                invalidArgument("handle " + std::to_string(enqueue.handle()) +
                                                                " is already in flight")));
     } else if (!failure_.empty() || stopping_) {
-      failRequestLocked(*request, aborted("job '" + spec_.job_id + "': " + (failure_.empty() ? "stopping" : failure_)),
+      failRequestLocked(*request, aborted("job '" + spec_.job_id + "': " + (failure_.empty() ? stop_reason_ : failure_)),
                         &outbox);
     } else {
       submitToCoordinator(session, std::move(request).value(), &outbox, &inline_batch);
@@ -330,6 +330,7 @@ void Job::stop(const std::string& reason, bool daemon_stopping) {
     std::lock_guard<std::mutex> lock(mutex_);
     if (stopping_) return;
     stopping_ = true;
+    stop_reason_ = reason;
     failAllLocked(unavailable(reason), &outbox);
   }
   ready_cv_.notify_all();

@@ -174,6 +174,7 @@ class Job : private executor::RankAccess {
   std::set<std::string> stall_warned_;
   std::string failure_;  // non-empty once the job has failed
   bool stopping_ = false;
+  std::string stop_reason_;  // why stop() was called (e.g. the daemon shuts down)
   // One batch executes at a time: on the executor thread, or inline on the
   // thread whose submission completed it (saves a thread wake-up per
   // collective) when it needs no output grants.
