@@ -48,11 +48,6 @@ const char* faultName(Fault f) {
   return "?";
 }
 
-int envInt(const char* name, int fallback) {
-  const char* value = std::getenv(name);
-  return value != nullptr && *value != '\0' ? std::atoi(value) : fallback;
-}
-
 // The "ERROR code: message" line a campaign_loop rank printed ("" if none).
 std::string errorLine(const Process& rank) {
   std::smatch match;

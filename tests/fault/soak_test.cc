@@ -99,12 +99,11 @@ std::string runJobs(const DaemonFixture& daemon, int first, int count) {
 }
 
 TEST(SoakTest, ShortJobsLeaveNoDescriptorsThreadsMappingsOrMemoryBehind) {
-  const char* configured = std::getenv("GRADSYNC_SOAK_JOBS");
   // Under a sanitizer (set by --config=asan/tsan) jobs are several times
   // slower and the sanitizer's own memory grows with them: fewer jobs, and
   // only descriptors and threads are compared.
   const bool sanitized = std::getenv("GRADSYNC_SANITIZER") != nullptr;
-  const int jobs = configured != nullptr ? std::atoi(configured) : sanitized ? 300 : 2000;
+  const int jobs = envInt("GRADSYNC_SOAK_JOBS", sanitized ? 300 : 2000);
   DaemonFixture daemon;
   std::string error;
   ASSERT_TRUE(daemon.start({"--stall-warning-seconds", "5", "--stall-deadline-seconds", "20"}, &error)) << error;

@@ -118,4 +118,9 @@ bool waitFor(const std::function<bool()>& predicate, std::chrono::milliseconds t
   return true;
 }
 
+int envInt(const char* name, int fallback) {
+  const char* value = std::getenv(name);
+  return value != nullptr && *value != '\0' ? std::atoi(value) : fallback;
+}
+
 }  // namespace gradsync::testutil

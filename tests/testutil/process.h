@@ -53,6 +53,9 @@ class TempDir {
 // Path of a data dependency given as "package/target".
 std::string runfile(const std::string& relative);
 
+// The integer in environment variable `name`, or `fallback` when unset.
+int envInt(const char* name, int fallback);
+
 // Polls `predicate` every millisecond until it holds or `timeout` passes.
 bool waitFor(const std::function<bool()>& predicate, std::chrono::milliseconds timeout);
 

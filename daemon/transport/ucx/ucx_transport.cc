@@ -13,6 +13,17 @@ namespace {
 
 constexpr auto kCloseTimeout = std::chrono::seconds(1);
 
+// Drives `worker` until `request` (not null, not an error) completes or
+// `timeout` passes; true when it completed. The caller frees it.
+bool progressUntilDone(ucp_worker_h worker, void* request, Clock::duration timeout) {
+  const auto until = Clock::now() + timeout;
+  while (ucp_request_check_status(request) == UCS_INPROGRESS) {
+    if (Clock::now() >= until) return false;
+    ucp_worker_progress(worker);
+  }
+  return true;
+}
+
 Status ucxError(const std::string& what, ucs_status_t status) {
   return unavailable(what + ": " + ucs_status_string(status));
 }
@@ -99,10 +110,7 @@ class UcxPeer final : public Peer {
     param.flags = UCP_EP_CLOSE_FLAG_FORCE;
     ucs_status_ptr_t request = ucp_ep_close_nbx(endpoint_, &param);
     if (request != nullptr && !UCS_PTR_IS_ERR(request)) {
-      const auto until = Clock::now() + kCloseTimeout;
-      while (ucp_request_check_status(request) == UCS_INPROGRESS && Clock::now() < until) {
-        ucp_worker_progress(worker_);
-      }
+      progressUntilDone(worker_, request, kCloseTimeout);
       ucp_request_free(request);
     }
   }
@@ -201,8 +209,7 @@ void UcxTransport::flush(Clock::duration timeout) {
   ucp_request_param_t param{};
   ucs_status_ptr_t request = ucp_worker_flush_nbx(worker_, &param);
   if (request == nullptr || UCS_PTR_IS_ERR(request)) return;
-  const auto until = Clock::now() + timeout;
-  while (ucp_request_check_status(request) == UCS_INPROGRESS && Clock::now() < until) ucp_worker_progress(worker_);
+  progressUntilDone(worker_, request, timeout);
   ucp_request_free(request);
 }
 
@@ -220,9 +227,7 @@ size_t UcxTransport::dropStrays() {
     ucp_request_param_t param{};
     ucs_status_ptr_t request = ucp_tag_msg_recv_nbx(worker_, sink.data(), sink.size(), message, &param);
     if (request != nullptr && !UCS_PTR_IS_ERR(request)) {
-      const auto until = Clock::now() + std::chrono::milliseconds(100);
-      while (ucp_request_check_status(request) == UCS_INPROGRESS && Clock::now() < until) ucp_worker_progress(worker_);
-      if (ucp_request_check_status(request) == UCS_INPROGRESS) ucp_request_cancel(worker_, request);
+      if (!progressUntilDone(worker_, request, std::chrono::milliseconds(100))) ucp_request_cancel(worker_, request);
       ucp_request_free(request);
     }
     ++dropped;
