@@ -21,6 +21,10 @@ namespace {
 
 constexpr int kRanks = 3;        // the disagreement scenario needs three
 constexpr int kConcurrent = 4;  // jobs at a time
+// gRPC's synchronous server keeps a few more polling threads after busy
+// moments (seen: +1 to +3 over 2,000 jobs); a leak of one per job would
+// show thousands.
+constexpr int kSpareThreads = 8;
 
 struct Usage {
   int fds = 0, threads = 0, mappings = 0;
@@ -121,16 +125,16 @@ TEST(SoakTest, ShortJobsLeaveNoDescriptorsThreadsMappingsOrMemoryBehind) {
   // Sessions and jobs end asynchronously once their ranks exit: allow a
   // moment, then compare. Descriptors and mappings must return exactly
   // (give or take the allocator's per-thread arenas); threads too, give or
-  // take a gRPC worker; resident memory within what the allocator keeps.
+  // take gRPC's spare pollers; resident memory within what the allocator keeps.
   Usage after;
   waitFor([&] {
     after = usageOf(pid);
-    return after.fds <= baseline.fds && after.threads <= baseline.threads + 2;
+    return after.fds <= baseline.fds && after.threads <= baseline.threads + kSpareThreads;
   }, std::chrono::seconds(10));
   std::printf("soak: %d jobs in %.1f s; baseline %s; after %s\n", jobs, seconds, describe(baseline).c_str(),
               describe(after).c_str());
   EXPECT_LE(after.fds, baseline.fds) << describe(after);
-  EXPECT_LE(after.threads, baseline.threads + 2) << describe(after);
+  EXPECT_LE(after.threads, baseline.threads + kSpareThreads) << describe(after);
   if (!sanitized) {
     EXPECT_LE(after.mappings, baseline.mappings + 16) << describe(after);
     EXPECT_LE(after.rss_kib, baseline.rss_kib + 64 * 1024) << describe(after);
