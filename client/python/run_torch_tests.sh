@@ -11,6 +11,6 @@ fi
 export GRADSYNC_LIBRARY="$root/client/libgradsync.so" GRADSYNC_DAEMON="$root/daemon/exe/gradsyncd"
 source "$root/client/python/sanitizer_env.sh"
 export PYTHONDONTWRITEBYTECODE=1
-exec timeout 240 "$root/client/python/bin/gradsyncrun" --private-daemon \
+exec timeout 240 "$python" "$root/client/python/bin/gradsyncrun" --private-daemon \
   --daemon-arg=--stall-warning-seconds=10 --daemon-arg=--stall-deadline-seconds=30 -np "$1" \
   "$python" -m pytest -q -p no:cacheprovider "$root/client/python/tests"
