@@ -13,6 +13,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   systemd                    # systemd-analyze verify, for the unit-file test
   iproute2                   # network-namespace tests
+  nftables                   # packet loss in the fault campaign
   openssl                    # certificates for the peer TLS tests
   python3-torch python3-pytest  # gradsync.torch and its tests (PyTorch 1.13, CPU)
 )

@@ -92,6 +92,7 @@ Status Daemon::startServers() {
   limits.job.stall_deadline = std::chrono::seconds(config_.stall_deadline_seconds());
   limits.max_jobs = config_.max_jobs();
   limits.max_local_ranks = config_.max_local_ranks();
+  limits.max_job_size = config_.max_job_size();
   limits.job.max_inflight_per_rank = config_.max_inflight_per_rank();
   limits.job.data_plane_devices = config_.data_plane_devices();
   limits.job.hostname = hostName();
@@ -112,8 +113,11 @@ Status Daemon::startServers() {
   facts.peer_address = peer_address;
   admin_ = std::make_unique<server::AdminService>(registry_.get(), facts);
 
-  handoff_ = std::make_unique<server::HandoffServer>(registry_.get(), config_.max_arena_bytes(), gpus_.get(),
-                                                     no_gpu_reason);
+  arena_budget_ = std::make_unique<Budget>("arena bytes", config_.max_total_arena_bytes());
+  ipc_budget_ = std::make_unique<Budget>("CUDA IPC mappings", config_.max_ipc_mappings());
+  const server::HandoffLimits handoff_limits{config_.max_arena_bytes(), arena_budget_.get(),
+                                             config_.max_ipc_mappings_per_rank(), ipc_budget_.get()};
+  handoff_ = std::make_unique<server::HandoffServer>(registry_.get(), handoff_limits, gpus_.get(), no_gpu_reason);
   RETURN_IF_ERROR(handoff_->start(config_.handoff_socket_path(), config_.socket_mode(), gid));
 
   grpc::ServerBuilder builder;

@@ -10,6 +10,7 @@
 #include <mutex>
 #include <thread>
 
+#include "daemon/common/budget.h"
 #include "daemon/executor/reduce_pool.h"
 #include "daemon/gpu/gpu_node.h"
 #include "daemon/gpu/nccl_library.h"
@@ -55,6 +56,8 @@ class Daemon {
   std::unique_ptr<gpu::NcclLibrary> nccl_;
   std::unique_ptr<gpu::GpuNode> gpus_;  // null without GPUs
   std::unique_ptr<executor::ReducePool> pool_;
+  // Before the registry: sessions hold leases on them until they go.
+  std::unique_ptr<Budget> arena_budget_, ipc_budget_;
   std::unique_ptr<server::JobRegistry> registry_;
   std::unique_ptr<server::ControlService> control_;
   std::unique_ptr<server::AdminService> admin_;

@@ -79,6 +79,10 @@ const std::map<std::string, Setter>& setters() {
       {"--max-jobs", number<uint32_t>("--max-jobs", &C::set_max_jobs)},
       {"--max-local-ranks", number<uint32_t>("--max-local-ranks", &C::set_max_local_ranks)},
       {"--max-inflight-per-rank", number<uint32_t>("--max-inflight-per-rank", &C::set_max_inflight_per_rank)},
+      {"--max-total-arena-bytes", number<uint64_t>("--max-total-arena-bytes", &C::set_max_total_arena_bytes)},
+      {"--max-job-size", number<uint32_t>("--max-job-size", &C::set_max_job_size)},
+      {"--max-ipc-mappings-per-rank", number<uint32_t>("--max-ipc-mappings-per-rank", &C::set_max_ipc_mappings_per_rank)},
+      {"--max-ipc-mappings", number<uint32_t>("--max-ipc-mappings", &C::set_max_ipc_mappings)},
       {"--data-plane-devices", text(&C::set_data_plane_devices)},
       {"--max-message-bytes", number<uint32_t>("--max-message-bytes", &C::set_max_message_bytes)},
       {"--peer-address", text(&C::set_peer_address)},
@@ -141,6 +145,10 @@ Status applyDefaultsAndValidate(v1::DaemonConfig* c) {
   if (c->max_jobs() == 0) c->set_max_jobs(64);
   if (c->max_local_ranks() == 0) c->set_max_local_ranks(256);
   if (c->max_inflight_per_rank() == 0) c->set_max_inflight_per_rank(16384);
+  if (c->max_total_arena_bytes() == 0) c->set_max_total_arena_bytes(uint64_t{1} << 40);
+  if (c->max_job_size() == 0) c->set_max_job_size(65536);
+  if (c->max_ipc_mappings_per_rank() == 0) c->set_max_ipc_mappings_per_rank(65536);
+  if (c->max_ipc_mappings() == 0) c->set_max_ipc_mappings(262144);
   if (c->max_message_bytes() == 0) c->set_max_message_bytes(4 << 20);
   if (c->join_timeout_seconds() == 0) c->set_join_timeout_seconds(30);
   if (c->response_cache_capacity() == 0) c->set_response_cache_capacity(4096);
@@ -163,6 +171,9 @@ Status applyDefaultsAndValidate(v1::DaemonConfig* c) {
   RETURN_IF_ERROR(checkRange("max_local_ranks", c->max_local_ranks(), 1, 65536));
   RETURN_IF_ERROR(checkRange("max_inflight_per_rank", c->max_inflight_per_rank(), 1, 1 << 20));
   RETURN_IF_ERROR(checkRange("max_message_bytes", c->max_message_bytes(), 4096, 1 << 30));
+  RETURN_IF_ERROR(checkRange("max_job_size", c->max_job_size(), 1, 1 << 20));
+  RETURN_IF_ERROR(checkRange("max_ipc_mappings_per_rank", c->max_ipc_mappings_per_rank(), 1, 1 << 20));
+  RETURN_IF_ERROR(checkRange("max_ipc_mappings", c->max_ipc_mappings(), 1, 1 << 24));
   if (c->stall_deadline_seconds() < c->stall_warning_seconds()) {
     return invalidArgument("stall_deadline_seconds (" + std::to_string(c->stall_deadline_seconds()) +
                            ") must be at least stall_warning_seconds (" +

@@ -7,13 +7,14 @@ namespace gradsync::gpu {
 
 StatusOr<std::unique_ptr<ClientGpu>> ClientGpu::attach(GpuBackend* backend, int device,
                                                        const std::string& device_uuid,
-                                                       const v1::CudaAttach& request, const std::string& who) {
+                                                       const v1::CudaAttach& request, const std::string& who,
+                                                       MappingLimits limits) {
   const int slots = request.ready_events_size();
   if (slots < 1 || slots > kMaxEventSlots) {
     return invalidArgument(who + ": " + std::to_string(slots) + " ready events (1.." +
                            std::to_string(kMaxEventSlots) + " allowed)");
   }
-  std::unique_ptr<ClientGpu> client(new ClientGpu(backend, device, device_uuid, who));
+  std::unique_ptr<ClientGpu> client(new ClientGpu(backend, device, device_uuid, who, limits));
   for (int i = 0; i < slots; ++i) {
     const std::string& handle = request.ready_events(i);
     if (handle.size() != kIpcHandleBytes) {
@@ -78,8 +79,15 @@ Status ClientGpu::addBuffer(const v1::CudaBufferExport& request) {
     if (it->second.bytes == request.bytes() && it->second.handle == request.ipc_handle()) return okStatus();
     return alreadyExists(what + " was exported before with another size or handle (buffer ids are never reused)");
   }
-  if (buffers_.size() >= kMaxBuffersPerClient) {
-    return resourceExhausted(what + ": already " + std::to_string(buffers_.size()) + " allocations mapped");
+  if (buffers_.size() >= limits_.per_client) {
+    return resourceExhausted(what + ": already " + std::to_string(buffers_.size()) +
+                             " allocations mapped, the most one rank may have (max_ipc_mappings_per_rank)");
+  }
+  Budget::Lease lease;
+  if (limits_.daemon != nullptr) {
+    auto taken = limits_.daemon->acquire(1, what);
+    if (!taken.isOk()) return Status(taken.status().code(), taken.status().message() + " (max_ipc_mappings)");
+    lease = std::move(*taken);
   }
   auto memory = backend_->openMemory(device_, request.ipc_handle());
   if (!memory.isOk()) {
@@ -93,7 +101,7 @@ Status ClientGpu::addBuffer(const v1::CudaBufferExport& request) {
     return invalidArgument(what + " claims " + std::to_string(request.bytes()) + " bytes, but the allocation holds " +
                            std::to_string(memory->bytes));
   }
-  auto mapping = std::make_shared<Mapping>(backend_, device_, *memory, *last_use, what);
+  auto mapping = std::make_shared<Mapping>(backend_, device_, *memory, *last_use, what, std::move(lease));
   buffers_[request.buffer_id()] = Buffer{std::move(mapping), request.bytes(), request.ipc_handle()};
   return okStatus();
 }

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "daemon/common/budget.h"
 #include "daemon/gpu/gpu_backend.h"
 #include "daemon/handoff/shm_layout.h"
 #include "proto/gradsync/v1/control.pb.h"
@@ -29,10 +30,15 @@ namespace gradsync::gpu {
 constexpr uint64_t kNoBuffer = handoff::kNoCudaBuffer;
 constexpr uint32_t kNoEventSlot = handoff::kNoEventSlot;
 
-// Most event pairs one session may have, and allocations one session may
-// keep mapped at once.
+// Most event pairs one session may have.
 constexpr int kMaxEventSlots = 1024;
-constexpr size_t kMaxBuffersPerClient = 65536;
+
+// Most allocations one client may keep mapped at once, and the daemon's
+// budget of mappings of all clients together (null: no daemon-wide limit).
+struct MappingLimits {
+  size_t per_client = 65536;
+  Budget* daemon = nullptr;
+};
 
 // One mapped allocation of a client. Shared by the client's table and by
 // the executors using it; when the last owner lets go, the backend unmaps it
@@ -42,8 +48,13 @@ constexpr size_t kMaxBuffersPerClient = 65536;
 // touch would fault the GPU.
 class Mapping {
  public:
-  Mapping(GpuBackend* backend, int device, MappedMemory memory, void* last_use, std::string what)
-      : backend_(backend), device_(device), memory_(memory), last_use_(last_use), what_(std::move(what)) {}
+  Mapping(GpuBackend* backend, int device, MappedMemory memory, void* last_use, std::string what, Budget::Lease lease)
+      : backend_(backend),
+        device_(device),
+        memory_(memory),
+        last_use_(last_use),
+        what_(std::move(what)),
+        lease_(std::move(lease)) {}
   ~Mapping();
   Mapping(const Mapping&) = delete;
   Mapping& operator=(const Mapping&) = delete;
@@ -59,6 +70,7 @@ class Mapping {
   const MappedMemory memory_;
   void* const last_use_;
   const std::string what_;
+  const Budget::Lease lease_;  // one of the daemon's mappings
   std::atomic<bool> keep_{false};
 };
 
@@ -74,7 +86,8 @@ class ClientGpu {
   // Opens the client's ready events and creates as many done events; on
   // failure everything made so far is released.
   static StatusOr<std::unique_ptr<ClientGpu>> attach(GpuBackend* backend, int device, const std::string& device_uuid,
-                                                     const v1::CudaAttach& request, const std::string& who);
+                                                     const v1::CudaAttach& request, const std::string& who,
+                                                     MappingLimits limits = {});
   ~ClientGpu();
   ClientGpu(const ClientGpu&) = delete;
   ClientGpu& operator=(const ClientGpu&) = delete;
@@ -108,14 +121,15 @@ class ClientGpu {
     uint64_t bytes = 0;  // as exported (checked against the driver's size)
     std::string handle;
   };
-  ClientGpu(GpuBackend* backend, int device, std::string uuid, std::string who)
-      : backend_(backend), device_(device), device_uuid_(std::move(uuid)), who_(std::move(who)) {}
+  ClientGpu(GpuBackend* backend, int device, std::string uuid, std::string who, MappingLimits limits)
+      : backend_(backend), device_(device), device_uuid_(std::move(uuid)), who_(std::move(who)), limits_(limits) {}
   void releaseAll();
 
   GpuBackend* const backend_;
   const int device_;
   const std::string device_uuid_;
   const std::string who_;  // "rank 1 (pid 42, host h)", for messages
+  const MappingLimits limits_;
   std::vector<void*> ready_;
   std::vector<SharedEvent> done_;
   mutable std::mutex mutex_;

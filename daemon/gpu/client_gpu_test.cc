@@ -72,6 +72,29 @@ TEST_F(ClientGpuTest, EachAllocationIsMappedOnce) {
   EXPECT_EQ(client->bufferCount(), 2u);
 }
 
+TEST_F(ClientGpuTest, MappingsAreBoundedPerClientAndForTheDaemon) {
+  Budget daemon("CUDA IPC mappings", 3);
+  auto a = ClientGpu::attach(&backend_, 0, kUuid, attachRequest(1), "rank 0", {2, &daemon});
+  auto b = ClientGpu::attach(&backend_, 0, kUuid, attachRequest(1), "rank 1", {2, &daemon});
+  ASSERT_TRUE(a.isOk() && b.isOk());
+  ASSERT_TRUE((*a)->addBuffer(exportRequest(1, 4096)).isOk());
+  ASSERT_TRUE((*a)->addBuffer(exportRequest(2, 4096)).isOk());
+  const Status third = (*a)->addBuffer(exportRequest(3, 4096));
+  EXPECT_EQ(third.code(), StatusCode::kResourceExhausted);
+  EXPECT_THAT(third.message(), HasSubstr("already 2 allocations mapped, the most one rank may have"));
+  ASSERT_TRUE((*b)->addBuffer(exportRequest(1, 4096)).isOk());
+  const Status over = (*b)->addBuffer(exportRequest(2, 4096));
+  EXPECT_EQ(over.code(), StatusCode::kResourceExhausted);
+  EXPECT_THAT(over.message(), HasSubstr("max_ipc_mappings"));
+  EXPECT_EQ(backend_.memory_opens, 3);  // refused before the driver is asked
+  ASSERT_TRUE((*a)->removeBuffer(1).isOk());
+  EXPECT_EQ(daemon.used(), 2u);  // an unmapped allocation gives its place back
+  EXPECT_TRUE((*b)->addBuffer(exportRequest(2, 4096)).isOk());
+  a->reset();
+  b->reset();
+  EXPECT_EQ(daemon.used(), 0u);
+}
+
 TEST_F(ClientGpuTest, LookupsAreBoundsChecked) {
   auto client = attach();
   ASSERT_TRUE(client->addBuffer(exportRequest(5, 1024)).isOk());

@@ -74,7 +74,8 @@ Status HandoffServer::attachGpu(Session& session, const v1::CudaAttach& request,
   auto device = gpus_->deviceOf(request.device_uuid());
   if (!device.isOk()) return Status(device.status().code(), who + ": " + device.status().message());
   ASSIGN_OR_RETURN(std::shared_ptr<gpu::ClientGpu> client,
-                   gpu::ClientGpu::attach(&gpus_->backend(), *device, request.device_uuid(), request, who));
+                   gpu::ClientGpu::attach(&gpus_->backend(), *device, request.device_uuid(), request, who,
+                                          {limits_.max_ipc_mappings_per_rank, limits_.ipc_budget}));
   for (const auto& handle : client->doneEventHandles()) response->add_done_events(handle);
   const int slots = client->eventSlots();
   RETURN_IF_ERROR(session.attachGpu(std::move(client)));

@@ -149,9 +149,12 @@ Status HandoffServer::handleHello(Connection& connection) {
   if (::getsockopt(connection.fd.get(), SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
     return internalError(errnoText("SO_PEERCRED"));
   }
-  ASSIGN_OR_RETURN(auto arena, handoff::ShmArena::map(std::move(memfd), max_arena_bytes_, next_color_++));
+  ASSIGN_OR_RETURN(auto arena, handoff::ShmArena::map(std::move(memfd), limits_.max_arena_bytes, next_color_++));
   const uint64_t arena_bytes = arena->size();
-  RETURN_IF_ERROR(session->attachArena(std::move(arena), cred.pid));
+  ASSIGN_OR_RETURN(Budget::Lease lease, limits_.arena_budget->acquire(arena_bytes, "job '" + session->identity().job_id +
+                                                                                      "': " + session->describe() +
+                                                                                      "'s arena (max_total_arena_bytes)"));
+  RETURN_IF_ERROR(session->attachArena(std::move(arena), std::move(lease), cred.pid));
   connection.session_id = hello.session_id;
   GS_LOG(handoff, info, "job '{}': {} handed over an arena of {} bytes ({})", session->identity().job_id,
          session->describe(), arena_bytes, session->submitRing() ? "with doorbell rings" : "stream only");

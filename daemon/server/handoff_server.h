@@ -12,6 +12,7 @@
 #include <string>
 #include <thread>
 
+#include "daemon/common/budget.h"
 #include "daemon/common/unique_fd.h"
 #include "daemon/gpu/gpu_node.h"
 #include "proto/gradsync/v1/control.pb.h"
@@ -19,15 +20,23 @@
 
 namespace gradsync::server {
 
+// What clients may hand over: arena bytes (one client's, and all clients'
+// together through `arena_budget`), CUDA IPC mappings (one client's, and
+// all together through `ipc_budget`). The budgets outlive the server and
+// every session.
+struct HandoffLimits {
+  uint64_t max_arena_bytes = uint64_t{64} << 30;
+  Budget* arena_budget = nullptr;
+  uint32_t max_ipc_mappings_per_rank = 65536;
+  Budget* ipc_budget = nullptr;
+};
+
 class HandoffServer {
  public:
   // `gpus` is null on a node without GPUs; `no_gpu_reason` then says why
   // (it ends every CUDA request from a client).
-  HandoffServer(JobRegistry* registry, uint64_t max_arena_bytes, gpu::GpuNode* gpus, std::string no_gpu_reason)
-      : registry_(registry),
-        max_arena_bytes_(max_arena_bytes),
-        gpus_(gpus),
-        no_gpu_reason_(std::move(no_gpu_reason)) {}
+  HandoffServer(JobRegistry* registry, HandoffLimits limits, gpu::GpuNode* gpus, std::string no_gpu_reason)
+      : registry_(registry), limits_(limits), gpus_(gpus), no_gpu_reason_(std::move(no_gpu_reason)) {}
   ~HandoffServer();
 
   // Binds and listens on a SOCK_SEQPACKET Unix socket at `path` with
@@ -53,7 +62,7 @@ class HandoffServer {
   void expireSilent();
 
   JobRegistry* registry_;
-  const uint64_t max_arena_bytes_;
+  const HandoffLimits limits_;
   gpu::GpuNode* const gpus_;
   const std::string no_gpu_reason_;
   std::string path_;

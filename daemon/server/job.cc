@@ -291,6 +291,17 @@ void Job::flush(Outbox* outbox) {
 void Job::housekeeping(Clock::time_point now) {
   if (cross_) cross_->tick(now);
   checkFormation(now);
+  // Who holds the ranks of other nodes, for stall messages (taken before
+  // mutex_: the cross-node state has its own lock).
+  const std::vector<v1::NodeInfo> nodes = cross_ ? cross_->members() : std::vector<v1::NodeInfo>{};
+  const auto describeAbsent = [&](int rank) {
+    for (const auto& node : nodes) {
+      if (std::find(node.ranks().begin(), node.ranks().end(), rank) != node.ranks().end()) {
+        return "rank " + std::to_string(rank) + " (on node " + node.peer_address() + ", host " + node.hostname() + ")";
+      }
+    }
+    return "rank " + std::to_string(rank) + " (not connected)";
+  };
   Outbox outbox;
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -301,7 +312,7 @@ void Job::housekeeping(Clock::time_point now) {
       for (int rank : stall.missing_ranks) {
         auto it = sessions_.find(rank);
         missing += (missing.empty() ? "" : ", ") +
-                   (it != sessions_.end() ? it->second->describe() : "rank " + std::to_string(rank) + " (not connected)");
+                   (it != sessions_.end() ? it->second->describe() : describeAbsent(rank));
       }
       const std::string what = "job '" + spec_.job_id + "': collective '" + stall.name + "' has waited " +
                                std::to_string(seconds) + " s for ranks " + coordinator::ranksString(stall.missing_ranks) + " [" +

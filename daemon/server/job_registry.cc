@@ -8,13 +8,17 @@
 namespace gradsync::server {
 namespace {
 
-Status checkIdentity(const v1::RegisterRequest& r, uint32_t max_local_ranks) {
+Status checkIdentity(const v1::RegisterRequest& r, uint32_t max_local_ranks, uint32_t max_job_size) {
   if (r.job_id().empty() || r.job_id().size() > 128) return invalidArgument("job id must have 1..128 characters");
   for (char c : r.job_id()) {
     if (c < 0x21 || c > 0x7e) return invalidArgument("job id must be printable ASCII without spaces");
   }
   if (r.token().empty() || r.token().size() > 1024) return invalidArgument("job token must have 1..1024 bytes");
-  if (r.size() < 1 || r.size() > (1 << 20)) return invalidArgument("size " + std::to_string(r.size()) + " out of range");
+  if (r.size() < 1) return invalidArgument("size " + std::to_string(r.size()) + " out of range");
+  if (static_cast<uint32_t>(r.size()) > max_job_size) {
+    return resourceExhausted("a job of " + std::to_string(r.size()) + " ranks: this daemon serves jobs of at most " +
+                             std::to_string(max_job_size) + " (max_job_size)");
+  }
   if (r.rank() < 0 || r.rank() >= r.size()) {
     return invalidArgument("rank " + std::to_string(r.rank()) + " outside [0, " + std::to_string(r.size()) + ")");
   }
@@ -114,7 +118,7 @@ std::shared_ptr<Job> JobRegistry::findJob(const std::string& job_id) const {
 }
 
 StatusOr<std::shared_ptr<Session>> JobRegistry::registerLocked(const v1::RegisterRequest& request) {
-  RETURN_IF_ERROR(checkIdentity(request, limits_.max_local_ranks));
+  RETURN_IF_ERROR(checkIdentity(request, limits_.max_local_ranks, limits_.max_job_size));
   uint64_t id = 0;
   SessionSecret secret{};
   RETURN_IF_ERROR(randomBytes(&id, sizeof(id)));

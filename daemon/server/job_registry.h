@@ -19,6 +19,7 @@ struct RegistryLimits {
   JobLimits job;
   uint32_t max_jobs = 64;
   uint32_t max_local_ranks = 256;
+  uint32_t max_job_size = 65536;  // ranks of a job, all nodes
   // A registered session whose hand-off has not arrived by then is dropped.
   Clock::duration handoff_timeout = std::chrono::seconds(30);
 };

@@ -10,10 +10,11 @@ bool Session::secretMatches(const uint8_t* secret, size_t len) const {
   return diff == 0;
 }
 
-Status Session::attachArena(std::unique_ptr<handoff::ShmArena> arena, int64_t pid) {
+Status Session::attachArena(std::unique_ptr<handoff::ShmArena> arena, Budget::Lease lease, int64_t pid) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (arena_) return failedPrecondition("session " + std::to_string(id_) + " already has an arena");
   arena_ = std::move(arena);
+  arena_lease_ = std::move(lease);
   pid_ = pid;
   auto control = arena_->range(0, sizeof(handoff::ArenaControl));
   if (control.isOk() && arena_->size() >= handoff::kControlBytes) {

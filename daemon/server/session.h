@@ -17,6 +17,7 @@
 #include <thread>
 #include <string>
 
+#include "daemon/common/budget.h"
 #include "daemon/gpu/client_gpu.h"
 #include "daemon/handoff/ring.h"
 #include "daemon/handoff/shm_arena.h"
@@ -51,7 +52,9 @@ class Session {
   void copySecret(uint8_t* out) const { std::copy(secret_.begin(), secret_.end(), out); }
 
   // Hand-off: at most once. FAILED_PRECONDITION when already attached.
-  Status attachArena(std::unique_ptr<handoff::ShmArena> arena, int64_t pid);
+  // `lease`: the arena's bytes in the daemon's arena budget, returned when
+  // the session (and its arena) goes.
+  Status attachArena(std::unique_ptr<handoff::ShmArena> arena, Budget::Lease lease, int64_t pid);
   // Null until the hand-off; then stable for the life of the session (the
   // arena stays mapped while anyone holds the session).
   const handoff::ShmArena* arena() const;
@@ -98,6 +101,7 @@ class Session {
 
   mutable std::mutex mutex_;
   std::unique_ptr<handoff::ShmArena> arena_;
+  Budget::Lease arena_lease_;
   int64_t pid_ = 0;
   std::shared_ptr<gpu::ClientGpu> gpu_;
   std::set<uint64_t> handles_;

@@ -4,6 +4,8 @@
 // the daemon keeps serving other jobs.
 #include <signal.h>
 
+#include <cstdio>
+
 #include "gtest/gtest.h"
 #include "tests/testutil/daemon_fixture.h"
 
@@ -79,6 +81,44 @@ TEST(RankFailureTest, OperationsInFlightPastTheLimitFailAtOnce) {
   for (int r = 0; r < 2; ++r) ranks.push_back(daemon.spawnRank("inflight-job", r, 2, {"inflight_limit"}));
   std::string report;
   EXPECT_TRUE(allSucceed(ranks, std::chrono::seconds(30), &report)) << report << daemon.log();
+  EXPECT_EQ(daemon.stop(), 0);
+}
+
+// The daemon's arena budget (--max-total-arena-bytes) holds 1.5 arenas of
+// 4 MiB: while one job's rank holds its arena, another job's rank is
+// refused at hand-off with an error naming the limit; once the first job
+// ended the budget is whole again.
+TEST(RankFailureTest, ArenasPastTheDaemonBudgetAreRefusedAndTheBudgetReturns) {
+  DaemonFixture daemon;
+  std::string error;
+  ASSERT_TRUE(daemon.start({"--max-total-arena-bytes", "6291456"}, &error)) << error;
+  const std::map<std::string, std::string> small_arena = {{"GRADSYNC_ARENA_BYTES", "4194304"}};
+  const std::string stop_file = daemon.dir() + "/holder.stop";
+  Process holder = daemon.spawnRank("holder", 0, 1, {"campaign_loop", stop_file}, small_arena);
+  ASSERT_TRUE(waitFor([&] { return holder.log().find("RUNNING") != std::string::npos; }, std::chrono::seconds(20)))
+      << holder.log() << daemon.log();
+  Process refused = daemon.spawnRank("refused", 0, 1, {"allreduce"}, small_arena);
+  EXPECT_EQ(refused.wait(std::chrono::seconds(20)), 3) << refused.log();
+  EXPECT_NE(refused.log().find("max_total_arena_bytes"), std::string::npos) << refused.log();
+  EXPECT_NE(refused.log().find("4194304 of the daemon's limit of 6291456"), std::string::npos) << refused.log();
+  std::fclose(std::fopen(stop_file.c_str(), "w"));
+  EXPECT_EQ(holder.wait(std::chrono::seconds(20)), 0) << holder.log();
+  std::vector<Process> next;
+  next.push_back(daemon.spawnRank("next", 0, 1, {"allreduce"}, small_arena));
+  std::string report;
+  EXPECT_TRUE(allSucceed(next, std::chrono::seconds(30), &report)) << report << daemon.log();
+  EXPECT_EQ(daemon.stop(), 0);
+}
+
+// Jobs larger than --max-job-size are refused at registration.
+TEST(RankFailureTest, JobsLargerThanTheLimitAreRefused) {
+  DaemonFixture daemon;
+  std::string error;
+  ASSERT_TRUE(daemon.start({"--max-job-size", "2"}, &error)) << error;
+  Process rank = daemon.spawnRank("too-big", 0, 3, {"allreduce"});
+  EXPECT_EQ(rank.wait(std::chrono::seconds(20)), 3) << rank.log();
+  EXPECT_NE(rank.log().find("a job of 3 ranks: this daemon serves jobs of at most 2 (max_job_size)"), std::string::npos)
+      << rank.log();
   EXPECT_EQ(daemon.stop(), 0);
 }
 

@@ -12,6 +12,7 @@
 
 #include "gtest/gtest.h"
 #include "tests/testutil/daemon_fixture.h"
+#include "tests/testutil/network_lab.h"
 
 namespace gradsync::testutil {
 namespace {
@@ -266,39 +267,17 @@ TEST_F(MultiDaemonTest, MutualTlsBetweenDaemonsAndABadCertificateIsRefused) {
   EXPECT_TRUE(allSucceed(bad, kTimeout, &report)) << report << logs();
 }
 
-// Two "hosts": network namespaces joined by a veth pair (10.77.0.1/24 and
-// 10.77.0.2/24), each with its own daemon; ranks reach their daemon through
-// its Unix socket (file system, not network). Skipped where namespaces
-// cannot be made (not root, no iproute2).
+// Two "hosts" of a NetworkLab (network namespaces on one bridge), each with
+// its own daemon; ranks reach their daemon through its Unix socket (file
+// system, not network). Skipped where namespaces cannot be made.
 class NetnsTest : public MultiDaemonTest {
  protected:
   void SetUp() override {
-    const std::string suffix = std::to_string(::getpid() % 100000);
-    ns_ = {"gsa" + suffix, "gsb" + suffix};
-    veth_ = {"gva" + suffix, "gvb" + suffix};
-    if (!sh("ip netns add " + ns_[0]) || !sh("ip netns add " + ns_[1])) {
-      GTEST_SKIP() << "cannot create network namespaces here (needs root and iproute2)";
-    }
-    created_ = true;
-    ASSERT_TRUE(sh("ip link add " + veth_[0] + " type veth peer name " + veth_[1]));
-    for (int i = 0; i < 2; ++i) {
-      ASSERT_TRUE(sh("ip link set " + veth_[i] + " netns " + ns_[i]));
-      ASSERT_TRUE(sh("ip -n " + ns_[i] + " addr add 10.77.0." + std::to_string(i + 1) + "/24 dev " + veth_[i]));
-      ASSERT_TRUE(sh("ip -n " + ns_[i] + " link set " + veth_[i] + " up"));
-      ASSERT_TRUE(sh("ip -n " + ns_[i] + " link set lo up"));
-    }
+    if (!lab_.available()) GTEST_SKIP() << lab_.unavailableReason();
   }
-  void TearDown() override {
-    daemons_.clear();  // stop the daemons before their namespaces go
-    if (created_) {
-      sh("ip netns del " + ns_[0]);
-      sh("ip netns del " + ns_[1]);
-    }
-  }
-  static bool sh(const std::string& command) { return std::system((command + " 2>/dev/null").c_str()) == 0; }
+  void TearDown() override { daemons_.clear(); }  // stop the daemons before their namespaces go
 
-  std::vector<std::string> ns_, veth_;
-  bool created_ = false;
+  NetworkLab lab_{2};
 };
 
 TEST_F(NetnsTest, AllreduceBetweenTwoNamespaces) {
@@ -306,15 +285,14 @@ TEST_F(NetnsTest, AllreduceBetweenTwoNamespaces) {
   for (int i = 0; i < 2; ++i) {
     daemons_[i] = std::make_unique<DaemonFixture>();
     std::string error;
-    ASSERT_TRUE(daemons_[i]->startWrapped({"/usr/sbin/ip", "netns", "exec", ns_[i]},
-                                          {{"UCX_TLS", "tcp"}},
-                                          {"--peer-address", "10.77.0." + std::to_string(i + 1) + ":0",
-                                           "--join-timeout-seconds", "10", "--data-plane-devices", veth_[i]},
+    ASSERT_TRUE(daemons_[i]->startWrapped(lab_.wrapper(i), {{"UCX_TLS", "tcp"}},
+                                          {"--peer-address", lab_.address(i) + ":0", "--join-timeout-seconds", "10",
+                                           "--data-plane-devices", lab_.device(i)},
                                           &error))
         << error;
   }
   const std::string leader = daemons_[0]->peerAddress();
-  ASSERT_EQ(leader.rfind("10.77.0.1:", 0), 0u) << daemons_[0]->log();
+  ASSERT_EQ(leader.rfind(lab_.address(0) + ":", 0), 0u) << daemons_[0]->log();
   auto ranks = launch("netns-job", "allreduce", {0, 1});
   std::string report;
   EXPECT_TRUE(allSucceed(ranks, kTimeout, &report)) << report << logs();

@@ -277,14 +277,22 @@ int abortedWith(Client& c, const std::vector<std::string>& args) {
 // allreduce (ring transfers in chunks), a small one and a broadcast, step
 // after step, until one fails: it prints "ERROR code: message" and exits 3.
 // Prints RUNNING once the first step completed.
-int campaignLoop(Client& c, const std::vector<std::string>&) {
+// Collectives in a loop until they fail (prints "ERROR code: message",
+// exits 3) or, with a file path in args[0], until that file exists on any
+// rank (all ranks agree through an allreduce, print "DONE", exit 0). Prints
+// "RUNNING" after the first step and "STEP n" after each.
+int campaignLoop(Client& c, const std::vector<std::string>& args) {
+  const std::string stop_file = args.empty() ? "" : args[0];
   const std::vector<int64_t> big_shape = {1 << 18};
-  std::vector<float> big(1 << 18), small(8);
+  const std::vector<int64_t> one = {1};
+  std::vector<float> big(1 << 18), small(8), stop(1);
   for (int step = 0;; ++step) {
     std::fill(big.begin(), big.end(), static_cast<float>(c.rank()));
     std::fill(small.begin(), small.end(), static_cast<float>(step));
-    gradsync_op_t ops[3] = {allreduceOp("campaign.big", big, big_shape), allreduceOp("campaign.small", small, shape8()),
-                            makeOp(GRADSYNC_BROADCAST, "campaign.bcast", small.data(), GRADSYNC_FLOAT32, shape8())};
+    stop[0] = !stop_file.empty() && ::access(stop_file.c_str(), F_OK) == 0 ? 1.0f : 0.0f;
+    gradsync_op_t ops[4] = {allreduceOp("campaign.big", big, big_shape), allreduceOp("campaign.small", small, shape8()),
+                            makeOp(GRADSYNC_BROADCAST, "campaign.bcast", small.data(), GRADSYNC_FLOAT32, shape8()),
+                            allreduceOp("campaign.stop", stop, one)};
     ops[2].root_rank = step % c.size();
     for (const gradsync_op_t& op : ops) {
       Operation h;
@@ -298,9 +306,12 @@ int campaignLoop(Client& c, const std::vector<std::string>&) {
     }
     const float want = c.size() * (c.size() - 1) / 2.0f;
     WORKER_CHECK(big[0] == want && big.back() == want, "step %d: allreduce gave %g, want %g", step, big[0], want);
-    if (step == 0) {
-      std::printf("RUNNING\n");
-      std::fflush(stdout);
+    if (step == 0) std::printf("RUNNING\n");
+    std::printf("STEP %d\n", step);
+    std::fflush(stdout);
+    if (stop[0] > 0) {
+      std::printf("DONE after %d steps\n", step + 1);
+      return 0;
     }
   }
 }

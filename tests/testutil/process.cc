@@ -61,17 +61,19 @@ Process::~Process() {
   }
 }
 
+bool Process::reaped() {
+  if (pid_ <= 0) return true;
+  int status = 0;
+  if (::waitpid(pid_, &status, WNOHANG) != pid_) return false;
+  pid_ = -1;
+  status_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return true;
+}
+
 int Process::wait(std::chrono::milliseconds timeout) {
-  if (pid_ <= 0) return status_;
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   for (;;) {
-    int status = 0;
-    pid_t r = ::waitpid(pid_, &status, WNOHANG);
-    if (r == pid_) {
-      pid_ = -1;
-      status_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-      return status_;
-    }
+    if (reaped()) return status_;
     if (std::chrono::steady_clock::now() > deadline) {
       kill(SIGKILL);
       ::waitpid(pid_, nullptr, 0);

@@ -29,10 +29,14 @@ class Process {
   // Waits for exit; returns the exit code, 128 + signal when killed, or -1
   // when still running at the deadline (the child is then killed).
   int wait(std::chrono::milliseconds timeout);
+  // True while the child runs (it is reaped, and its code kept, once not).
+  bool running() { return !reaped(); }
   void kill(int signo);
   std::string log() const;
 
  private:
+  bool reaped();  // waits without blocking; true once the child is gone
+
   pid_t pid_ = -1;
   std::string log_path_;
   int status_ = -1;
