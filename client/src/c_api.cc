@@ -221,6 +221,24 @@ gradsync_status_t gradsync_enqueue_group(gradsync_client_t* client, const gradsy
   });
 }
 
+gradsync_status_t gradsync_abandon(gradsync_client_t* client, const gradsync_op_t* op, const char* reason,
+                                   gradsync_handle_t* handle) {
+  if (client == nullptr || op == nullptr || reason == nullptr || handle == nullptr) {
+    return invalid("client, op, reason and handle must not be NULL");
+  }
+  if (op->struct_size < offsetof(gradsync_op_t, device)) {
+    return invalid("gradsync_op_t not initialised with gradsync_op_init");
+  }
+  return guarded([&]() -> Status {
+    OpSpec spec;
+    spec.type = static_cast<gradsync::v1::CollectiveType>(op->collective);
+    spec.name = op->name ? op->name : "";
+    spec.process_set = op->process_set;
+    ASSIGN_OR_RETURN(*handle, client->impl->abandon(spec, reason));
+    return gradsync::okStatus();
+  });
+}
+
 gradsync_status_t gradsync_poll(gradsync_client_t* client, gradsync_handle_t handle, int32_t* done) {
   if (client == nullptr || done == nullptr) return invalid("client and done must not be NULL");
   return guarded([&]() -> Status {

@@ -55,6 +55,7 @@ struct OpSpec {
   void* stream = nullptr;   // CUDA: the stream the tensor is produced and consumed on
   void* output = nullptr;   // CUDA allgather/alltoall/reducescatter: the caller's output
   uint64_t output_bytes = 0;
+  std::string abandoned;    // see Client::abandon
 };
 
 struct OpResult {
@@ -77,6 +78,11 @@ class Client {
 
   StatusOr<uint64_t> enqueue(const OpSpec& spec);
   StatusOr<std::vector<uint64_t>> enqueueGroup(const std::vector<OpSpec>& specs);
+  // Takes part, without data, in the collective `spec` names (its type, name
+  // and process set) that this rank failed at the call for `reason`: the
+  // other ranks' same collective fails at once naming this rank, instead of
+  // waiting for it. The handle completes with that error; release it.
+  StatusOr<uint64_t> abandon(const OpSpec& spec, const std::string& reason);
   StatusOr<bool> poll(uint64_t handle);
   // timeout_seconds <= 0: no client-side limit.
   Status wait(uint64_t handle, double timeout_seconds);
@@ -159,7 +165,6 @@ class Client {
   bool reader_done_ = false;
   Status broken_;  // non-OK once the session ended
   uint64_t next_handle_ = 1;
-  uint64_t next_group_ = 1;
   uint64_t next_barrier_ = 1;
   std::atomic<bool> shut_down_{false};
 };

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // Client: starting, waiting for and releasing operations.
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 
@@ -26,16 +27,28 @@ StatusOr<uint64_t> bytesOf(const OpSpec& spec) {
   return static_cast<uint64_t>(count) * esize;
 }
 
+// A group's id is a hash of its members' names (in name order), so every
+// rank derives the same id whatever order it submits its groups in, and the
+// daemon matches a group by its names, as Horovod does. Never 0 (no group).
+uint64_t groupIdOf(const std::vector<OpSpec>& specs) {
+  std::vector<const std::string*> names;
+  for (const auto& spec : specs) names.push_back(&spec.name);
+  std::sort(names.begin(), names.end(), [](const std::string* a, const std::string* b) { return *a < *b; });
+  uint64_t hash = 14695981039346656037ull;  // FNV-1a, 64 bits, over (length, bytes) of each name
+  const auto mix = [&](unsigned char c) { hash = (hash ^ c) * 1099511628211ull; };
+  for (const std::string* name : names) {
+    for (int shift = 0; shift < 64; shift += 8) mix(static_cast<unsigned char>(name->size() >> shift));
+    for (unsigned char c : *name) mix(c);
+  }
+  return hash == 0 ? 1 : hash;
+}
+
 }  // namespace
 
 StatusOr<uint64_t> Client::enqueue(const OpSpec& spec) { return enqueueOne(spec, 0, 0); }
 
 StatusOr<std::vector<uint64_t>> Client::enqueueGroup(const std::vector<OpSpec>& specs) {
-  uint64_t group;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    group = next_group_++;
-  }
+  const uint64_t group = groupIdOf(specs);
   std::vector<uint64_t> handles;
   for (const auto& spec : specs) {
     if (spec.type != v1::ALLREDUCE) return invalidArgument("grouped operations must be allreduces");
@@ -50,8 +63,19 @@ StatusOr<std::vector<uint64_t>> Client::enqueueGroup(const std::vector<OpSpec>& 
   return handles;
 }
 
+StatusOr<uint64_t> Client::abandon(const OpSpec& spec, const std::string& reason) {
+  if (reason.empty()) return invalidArgument("abandoning '" + spec.name + "' needs a reason");
+  OpSpec bare;
+  bare.type = spec.type;
+  bare.name = spec.name;
+  bare.process_set = spec.process_set;
+  bare.abandoned = reason.substr(0, 1024);
+  return enqueueOne(bare, 0, 0);
+}
+
 StatusOr<uint64_t> Client::enqueueOne(const OpSpec& spec, uint64_t group_id, uint32_t group_size) {
-  ASSIGN_OR_RETURN(uint64_t bytes, bytesOf(spec));
+  // An abandoned collective carries no data (and no CUDA state).
+  ASSIGN_OR_RETURN(uint64_t bytes, spec.abandoned.empty() ? bytesOf(spec) : StatusOr<uint64_t>(uint64_t{0}));
   auto op = std::make_unique<Operation>();
   op->type = spec.type;
   op->length = bytes;
@@ -115,6 +139,7 @@ StatusOr<uint64_t> Client::enqueueOne(const OpSpec& spec, uint64_t group_id, uin
   e->set_length(bytes);
   e->set_group_id(group_id);
   e->set_group_size(group_size);
+  if (!spec.abandoned.empty()) e->set_abandoned(spec.abandoned);
   if (cuda_ref) *e->mutable_cuda() = *cuda_ref;
   if (output_ref) {
     *e->mutable_cuda_output() = *output_ref;

@@ -111,6 +111,13 @@ Status checkCollectiveRules(const std::string& prefix, const Response& response)
 
 Status checkAgreement(const std::string& job_id, const Response& response) {
   const std::string prefix = "job '" + job_id + "' tensor '" + response.name + "': ";
+  // A rank that failed the call itself: the others fail with its reason.
+  for (const auto& r : response.requests) {
+    if (r && !r->abandoned.empty()) {
+      return failedPrecondition(prefix + "rank " + std::to_string(r->rank) + " failed its " +
+                                collectiveName(r->type) + " at the call: " + r->abandoned);
+    }
+  }
   for (const auto& [what, describe] : checksFor(response.first().type)) {
     if (auto message = differs(response, what, describe)) return failedPrecondition(prefix + *message);
   }

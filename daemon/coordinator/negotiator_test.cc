@@ -56,6 +56,21 @@ TEST_F(NegotiatorTest, DtypeMismatchNamesTensorRanksAndValues) {
   EXPECT_THAT(m, HasSubstr("dtype: float32 on ranks [0, 2]; int32 on ranks [1]"));
 }
 
+TEST_F(NegotiatorTest, AnAbandonedRequestFailsTheCollectiveNamingItsRank) {
+  Request abandoned;
+  abandoned.rank = 1;
+  abandoned.name = "a";
+  abandoned.type = v1::ALLREDUCE;  // no dtype, shape or data: nothing else is compared
+  abandoned.abandoned = "ValueError: splits sum to 5";
+  submit(allreduce(0, "a"));
+  submit(abandoned);
+  auto ready = submit(allreduce(2, "a"));
+  ASSERT_EQ(ready.size(), 1u);
+  EXPECT_EQ(ready[0].status.code(), StatusCode::kFailedPrecondition);
+  EXPECT_THAT(ready[0].status.message(),
+              HasSubstr("tensor 'a': rank 1 failed its allreduce at the call: ValueError: splits sum to 5"));
+}
+
 TEST_F(NegotiatorTest, DeviceMismatchNamesRanks) {
   Request on_gpu = allreduce(1, "d");
   on_gpu.cuda = coordinator::CudaRef{7, 0, 0};

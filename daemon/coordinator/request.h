@@ -45,6 +45,9 @@ struct Request {
   // reducescatter): where it goes and its size, given by the caller.
   std::optional<CudaRef> cuda_output;
   uint64_t output_length = 0;
+  // Non-empty: the rank failed this collective at the call, for this reason
+  // (it carries no data; the negotiated response fails on every rank).
+  std::string abandoned;
 
   bool onCuda() const { return cuda.has_value(); }
 };

@@ -56,7 +56,7 @@ const coordinator::Response* ResponseCache::find(uint64_t id) const {
 }
 
 uint64_t ResponseCache::idFor(const coordinator::Request& request) const {
-  if (request.onCuda()) return 0;
+  if (request.onCuda() || !request.abandoned.empty()) return 0;
   auto it = by_request_.find(signature(request));
   return it == by_request_.end() ? 0 : it->second;
 }

@@ -163,6 +163,17 @@ StatusOr<Request> validateEnqueue(const v1::Enqueue& e, const EnqueueContext& c)
   if ((r.group_id == 0) != (r.group_size == 0) || r.group_size > 65536) {
     return invalidArgument(prefix + "group id and group size must both be set (size <= 65536) or both be 0");
   }
+  if (!r.abandoned.empty()) {
+    // No data to check: the response fails on every rank.
+    if (r.abandoned.size() > 1024) return invalidArgument(prefix + "abandon reason longer than 1024 bytes");
+    if (r.type == v1::JOIN || r.type == v1::COLLECTIVE_TYPE_UNSPECIFIED || !v1::CollectiveType_IsValid(r.type)) {
+      return invalidArgument(prefix + "only a collective can be abandoned");
+    }
+    r.offset = r.length = 0;
+    r.cuda.reset();
+    r.cuda_output.reset();
+    return r;
+  }
   RETURN_IF_ERROR(checkData(prefix, e, r, c));
   RETURN_IF_ERROR(checkTypeRules(prefix, e, r, c));
   return r;
@@ -185,6 +196,7 @@ v1::Enqueue enqueueOf(const coordinator::Request& r) {
   e.set_length(r.length);
   e.set_group_id(r.group_id);
   e.set_group_size(r.group_size);
+  e.set_abandoned(r.abandoned);
   if (r.cuda_output) {
     e.mutable_cuda_output()->set_buffer_id(r.cuda_output->buffer_id);
     e.mutable_cuda_output()->set_offset(r.cuda_output->offset);
@@ -216,6 +228,7 @@ coordinator::Request requestOf(int rank, const v1::Enqueue& e) {
   r.length = e.length();
   r.group_id = e.group_id();
   r.group_size = e.group_size();
+  r.abandoned = e.abandoned();
   if (e.has_cuda()) r.cuda = coordinator::CudaRef{e.cuda().buffer_id(), e.cuda().offset(), e.cuda().event_slot()};
   if (e.has_cuda_output()) {
     r.cuda_output = coordinator::CudaRef{e.cuda_output().buffer_id(), e.cuda_output().offset(), 0};

@@ -57,6 +57,29 @@ TEST_F(EnqueueValidationTest, AcceptsWellFormedAllreduce) {
   EXPECT_EQ(r->shape, (std::vector<int64_t>{2, 8}));
 }
 
+TEST_F(EnqueueValidationTest, AnAbandonedRequestCarriesNoDataAndIsBounded) {
+  v1::Enqueue e;
+  e.set_handle(3);
+  e.set_name("w");
+  e.set_type(v1::ALLREDUCE);
+  e.set_offset(1ull << 60);  // ignored: no data
+  e.set_length(12345);
+  e.set_abandoned("ValueError: bad splits");
+  auto r = validateEnqueue(e, context_);
+  ASSERT_TRUE(r.isOk()) << r.status().toString();
+  EXPECT_EQ(r->abandoned, "ValueError: bad splits");
+  EXPECT_EQ(r->length, 0u);
+  EXPECT_EQ(r->offset, 0u);
+  e.set_abandoned(std::string(1025, 'x'));
+  EXPECT_THAT(check(e).message(), HasSubstr("abandon reason longer than 1024 bytes"));
+  e.set_abandoned("x");
+  e.set_type(v1::JOIN);
+  EXPECT_THAT(check(e).message(), HasSubstr("only a collective can be abandoned"));
+  e.set_type(v1::ALLREDUCE);
+  e.set_process_set_id(7);
+  EXPECT_THAT(check(e).message(), HasSubstr("unknown process set"));
+}
+
 TEST_F(EnqueueValidationTest, RangeOutsideArenaIsOutOfRange) {
   EXPECT_EQ(check(allreduce(4033)).code(), StatusCode::kOutOfRange);
   auto huge = allreduce(UINT64_MAX - 8);

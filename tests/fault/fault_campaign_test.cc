@@ -3,7 +3,7 @@
 // on 2 or 3 daemons and one fault is injected at a random moment: SIGKILL
 // or SIGSTOP of a rank, of a follower's daemon or of the leader's daemon,
 // or, with the daemons on the hosts of a NetworkLab (network namespaces on
-// a bridge), a cut link, 10% packet loss or a 20 Mbit/s link at one daemon.
+// a bridge), a cut link, 5% packet loss or a 20 Mbit/s link at one daemon.
 // Every round checks that every rank not targeted ends within kBound with
 // an error naming the cause (a cut link: a daemon across the cut), or, for
 // loss and a slow link, that the job goes on and ends cleanly when asked;
@@ -57,7 +57,7 @@ const char* faultName(Fault f) {
     case Fault::kLeaderDaemonKill: return "SIGKILL leader daemon";
     case Fault::kLeaderDaemonStop: return "SIGSTOP leader daemon";
     case Fault::kLinkCut: return "cut the link of daemon";
-    case Fault::kPacketLoss: return "10% packet loss at daemon";
+    case Fault::kPacketLoss: return "5% packet loss at daemon";
     case Fault::kSlowLink: return "20 Mbit/s link at daemon";
   }
   return "?";
@@ -229,7 +229,7 @@ TEST_F(FaultCampaignTest, EveryFaultEndsEverySurvivorWithANamedErrorInBoundedTim
     } else if (fault == Fault::kLinkCut) {
       ASSERT_TRUE(lab_.cut(victim)) << what;
     } else if (fault == Fault::kPacketLoss) {
-      ASSERT_TRUE(lab_.dropPercent(victim, 10)) << what;
+      ASSERT_TRUE(lab_.dropPercent(victim, 5)) << what;
     } else if (fault == Fault::kSlowLink) {
       ASSERT_TRUE(lab_.throttle(victim, "20mbit")) << what;
     } else {

@@ -57,6 +57,8 @@ TEST_F(CollectivesTest, DisagreementFailsOnEveryRankAndJobGoesOn) { runJob("mism
 
 TEST_F(CollectivesTest, DuplicateNamesAndBadRequestsFailAlone) { runJob("dup", "duplicate", 2); }
 
+TEST_F(CollectivesTest, AnAbandonedCollectiveFailsEveryRankAtOnce) { runJob("abandon", "abandoned", 3); }
+
 TEST_F(CollectivesTest, CudaTensorOnADaemonWithoutGpusFailsClearly) { runJob("nogpu", "cuda_without_gpu", 2); }
 
 TEST_F(CollectivesTest, TwoJobsAtOnceStayApart) {

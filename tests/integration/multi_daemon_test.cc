@@ -79,6 +79,15 @@ TEST_F(MultiDaemonTest, UnevenPlacementTwoPlusOne) {
   EXPECT_TRUE(allSucceed(ranks, kTimeout, &report)) << report << logs();
 }
 
+// The abandoning rank is on the follower: its data-less request crosses to
+// the leader (never through the response cache) and fails every rank's.
+TEST_F(MultiDaemonTest, AnAbandonedCollectiveFailsOnEveryNodeAtOnce) {
+  startDaemons(2);
+  auto ranks = launch("abandon-job", "abandoned", {0, 0, 1});
+  std::string report;
+  EXPECT_TRUE(allSucceed(ranks, kTimeout, &report)) << report << logs();
+}
+
 TEST_F(MultiDaemonTest, EveryOtherCollectiveAcrossDaemons) {
   startDaemons(2);
   for (const char* scenario : {"broadcast", "allgather", "reducescatter", "alltoall", "barrier_grouped_fusion"}) {

@@ -316,6 +316,30 @@ int campaignLoop(Client& c, const std::vector<std::string>& args) {
   }
 }
 
+// The last rank cannot start 'ab.x' (say its arguments were wrong) and
+// abandons it: every rank's 'ab.x' fails at once with the reason, naming
+// it, and the job goes on.
+int abandoned(Client& c, const std::vector<std::string>&) {
+  std::vector<float> data(8, 1.0f);
+  gradsync_op_t op = allreduceOp("ab.x", data, shape8());
+  Operation h;
+  const auto started = std::chrono::steady_clock::now();
+  if (c.rank() == c.size() - 1) {
+    WORKER_OK(c.abandon(op, "ValueError: bad splits", &h));
+  } else {
+    WORKER_OK(c.start(op, &h));
+  }
+  Result r = h.wait(30);
+  const std::string want = "rank " + std::to_string(c.size() - 1) + " failed its allreduce at the call: ValueError";
+  WORKER_CHECK(r.code == GRADSYNC_FAILED_PRECONDITION && r.message.find(want) != std::string::npos,
+               "ab.x got %d: %s", r.code, r.message.c_str());
+  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  WORKER_CHECK(waited < 5, "ab.x failed only after %.1f s", waited);
+  WORKER_OK(c.allreduce("ab.after", data.data(), GRADSYNC_FLOAT32, shape8()));
+  WORKER_CHECK(data[0] == c.size(), "after: %g", data[0]);
+  return 0;
+}
+
 // The same tensor, step after step (what the response cache is for).
 int repeatAllreduce(Client& c, const std::vector<std::string>&) {
   std::vector<float> data(64);
@@ -358,7 +382,7 @@ const std::map<std::string, Scenario>& moreScenarios() {
       {"process_sets", processSets}, {"join", join},        {"mismatch", mismatch},
       {"duplicate", duplicate},      {"kill_victim", killVictim}, {"stall", stall},
       {"mismatch_allreduce", mismatchAllreduce}, {"join_failure", joinFailure},
-      {"repeat_allreduce", repeatAllreduce}, {"campaign_loop", campaignLoop},
+      {"repeat_allreduce", repeatAllreduce}, {"campaign_loop", campaignLoop}, {"abandoned", abandoned},
       {"aborted_with", abortedWith}, {"inflight_limit", inflightLimit}, {"cuda_without_gpu", cudaWithoutGpu}, {"fake_cuda", fakeCuda},
       {"fake_cuda_across", fakeCudaAcross}, {"fake_cuda_kill", fakeCudaKill},
   };

@@ -188,6 +188,13 @@ gradsync_status_t gradsync_enqueue(gradsync_client_t* client, const gradsync_op_
 /* Starts n allreduces negotiated and executed together (grouped allreduce). */
 gradsync_status_t gradsync_enqueue_group(gradsync_client_t* client, const gradsync_op_t* ops, int32_t n,
                                          gradsync_handle_t* handles);
+/* Takes part, without data, in a collective this rank could not start (its
+ * own arguments were wrong): the other ranks' same collective fails at once
+ * with `reason`, naming this rank, instead of waiting for it. Reads
+ * op->collective, name and process_set only. The handle completes with that
+ * error like any other; release it. */
+gradsync_status_t gradsync_abandon(gradsync_client_t* client, const gradsync_op_t* op, const char* reason,
+                                   gradsync_handle_t* handle);
 /* *done = 1 when the operation has completed (successfully or not). */
 gradsync_status_t gradsync_poll(gradsync_client_t* client, gradsync_handle_t handle, int32_t* done);
 /* Waits for completion and returns the operation's status. timeout_seconds

@@ -106,6 +106,14 @@ class Client {
     if (r.ok()) *out = Operation(client_, handle);
     return r;
   }
+  // This rank's data-less part in a collective it could not start (see
+  // gradsync_abandon): the others fail at once with `reason`.
+  Result abandon(const gradsync_op_t& op, const char* reason, Operation* out) {
+    gradsync_handle_t handle = 0;
+    Result r = Result::fromCode(gradsync_abandon(client_, &op, reason, &handle));
+    if (r.ok()) *out = Operation(client_, handle);
+    return r;
+  }
   Result startGroup(const std::vector<gradsync_op_t>& ops, std::vector<Operation>* out) {
     std::vector<gradsync_handle_t> handles(ops.size());
     Result r = Result::fromCode(

@@ -115,6 +115,7 @@ def _declare(lib):
         "gradsync_free": (c.c_int32, [client, c.c_void_p]),
         "gradsync_enqueue": (c.c_int32, [client, c.POINTER(Op), c.POINTER(c.c_uint64)]),
         "gradsync_enqueue_group": (c.c_int32, [client, c.POINTER(Op), c.c_int32, c.POINTER(c.c_uint64)]),
+        "gradsync_abandon": (c.c_int32, [client, c.POINTER(Op), c.c_char_p, c.POINTER(c.c_uint64)]),
         "gradsync_poll": (c.c_int32, [client, c.c_uint64, c.POINTER(c.c_int32)]),
         "gradsync_wait": (c.c_int32, [client, c.c_uint64, c.c_double]),
         "gradsync_result": (c.c_int32, [client, c.c_uint64, c.POINTER(Result)]),
@@ -180,6 +181,14 @@ class Client:
         array = (Op * len(ops))(*ops)
         self._check(self._lib.gradsync_enqueue_group(self._handle, array, len(ops), handles), what)
         return list(handles)
+
+    def abandon(self, op, reason):
+        """The handle of this rank's data-less part in a collective it failed
+        at the call (the others fail at once with `reason`)."""
+        handle = ctypes.c_uint64()
+        self._check(self._lib.gradsync_abandon(self._handle, ctypes.byref(op), reason.encode("utf-8", "replace")[:1024],
+                                               ctypes.byref(handle)), "abandon")
+        return handle.value
 
     def poll(self, handle):
         done = ctypes.c_int32()

@@ -1,10 +1,14 @@
 # SPDX-License-Identifier: Apache-2.0
 """Mismatches raise GradsyncError with the daemon's explanation on every
-rank, and the job goes on."""
+rank, errors in a rank's own arguments raise at the call (Horovod's types),
+and the job goes on."""
+import time
+
 import pytest
 import torch
 
 import gradsync.torch as hvd
+from conftest import EVEN_RANKS
 
 
 def test_shape_mismatch(rank):
@@ -26,37 +30,95 @@ def test_broadcast_root_mismatch(rank):
 
 def test_duplicate_name_in_flight(rank, size):
     # Rank 0 submits 'err.dup' twice while the others wait at a barrier, so
-    # the first is surely still in flight.
+    # the first is surely still in flight: ValueError at the call, as Horovod.
     if rank == 0:
         first = hvd.allreduce_async(torch.ones(3), name="err.dup", op=hvd.Sum)
-        with pytest.raises(hvd.GradsyncError, match=r"err\.dup"):
-            hvd.synchronize(hvd.allreduce_async(torch.ones(3), name="err.dup", op=hvd.Sum))
+        with pytest.raises(ValueError, match=r"same name as another tensor.*err\.dup"):
+            hvd.allreduce_async(torch.ones(3), name="err.dup", op=hvd.Sum)
     hvd.barrier()
     if rank != 0:
         first = hvd.allreduce_async(torch.ones(3), name="err.dup", op=hvd.Sum)
     assert hvd.synchronize(first).tolist() == [size] * 3
 
 
-def test_alltoall_bad_splits(size):
-    with pytest.raises(hvd.GradsyncError, match="split"):
-        hvd.alltoall(torch.ones(4), splits=[5] * size, name="err.splits")
+@pytest.mark.parametrize("splits, match", [
+    ([5, 5, 5], "splits sum to"), ([-1, 5, 0], "must not be negative"), ([4], "splits for a process set"),
+    ([1.0, 3.0, 0.0], "must be integers"), (torch.tensor([1.5, 2.5, 0.0]), "must be integers"),
+], ids=["sum", "negative", "length", "floats", "float-tensor"])
+def test_alltoall_bad_splits_raise_at_the_call(size, splits, match):
+    values = splits[:size] if not isinstance(splits, torch.Tensor) else splits[:size]
+    if match == "splits for a process set":
+        values = [4] + [0] * size  # one too many
+    with pytest.raises(ValueError, match=match):
+        hvd.alltoall(torch.ones(4), splits=values)
+    hvd.barrier()
 
 
-def test_unsupported_inputs_refused_before_the_daemon():
-    with pytest.raises(hvd.GradsyncError, match="dtype"):
+def test_unsupported_inputs_raise_at_the_call():
+    with pytest.raises(ValueError, match="tensor type"):
         hvd.allreduce(torch.ones(2, dtype=torch.complex64))
+    with pytest.raises(ValueError, match="bool tensor reduces only with Min or Max"):
+        hvd.allreduce(torch.ones(2, dtype=torch.bool), op=hvd.Sum)
+    with pytest.raises(TypeError, match="expected a torch.Tensor"):
+        hvd.allreduce([1.0, 2.0])
     with pytest.raises(NotImplementedError, match="Adasum"):
         hvd.allreduce(torch.ones(2), op=hvd.Adasum)
-
-
-def test_a_failed_group_raises_its_error_and_releases_its_members(rank, size):
-    # The first member fails at once on every rank (bool cannot be summed);
-    # the other is left waiting for a group that never completes. The error
-    # is raised at once and nothing complains about handles still in flight
-    # (issue 9: "operation 'gr0.1' is still in flight").
-    bad = torch.ones(4, dtype=torch.bool)
-    with pytest.raises(hvd.GradsyncError, match="not allowed on bool"):
-        hvd.grouped_allreduce([bad, torch.ones(4)], op=hvd.Sum, name="gr.broken")
-    from gradsync.torch import _context
-    assert len(_context.current().orphans) <= 1
     hvd.barrier()
+
+
+def test_a_process_set_without_this_rank_raises_value_error(rank):
+    if rank in EVEN_RANKS.ranks:
+        assert hvd.allreduce(torch.ones(2), op=hvd.Sum, process_set=EVEN_RANKS).tolist() == [len(EVEN_RANKS.ranks)] * 2
+    else:
+        with pytest.raises(ValueError, match="not a member of process set"):
+            hvd.allreduce(torch.ones(2), op=hvd.Sum, process_set=EVEN_RANKS)
+
+
+def test_a_local_error_on_one_rank_fails_the_others_at_once_and_later_unnamed_calls_run(rank, size):
+    # The last rank passes splits that do not sum to its first dimension: it
+    # raises at the call; the others' same (unnamed) alltoall fails at once
+    # naming it, not at the stall deadline (30 s here); then unnamed
+    # collectives of every kind pair up again on every rank.
+    bad = rank == size - 1
+    splits = [4] + [0] * (size - 1)
+    started = time.monotonic()
+    if bad:
+        with pytest.raises(ValueError, match="splits sum to 5"):
+            hvd.alltoall(torch.ones(4), splits=[5] + [0] * (size - 1))
+    else:
+        with pytest.raises(hvd.GradsyncError, match=r"rank %d failed its alltoall at the call: ValueError" % (size - 1)):
+            hvd.alltoall(torch.ones(4), splits=splits)
+    assert time.monotonic() - started < 10
+    for step in range(3):
+        assert hvd.allreduce(torch.full((3,), float(rank)), op=hvd.Sum).tolist() == [size * (size - 1) / 2] * 3
+        assert hvd.broadcast(torch.tensor([rank + step]), root_rank=0).tolist() == [step]
+        assert hvd.allgather(torch.tensor([rank])).tolist() == list(range(size))
+
+
+def test_a_local_error_in_a_group_fails_the_whole_group_everywhere(rank, size):
+    # Rank 0's second member is a bool tensor with Sum: ValueError at the
+    # call; on the other ranks the group fails naming rank 0; the job goes on
+    # and nothing complains about handles still in flight.
+    second = torch.ones(4, dtype=torch.bool) if rank == 0 else torch.ones(4)
+    if rank == 0:
+        with pytest.raises(ValueError, match="bool tensor"):
+            hvd.grouped_allreduce([torch.ones(4), second], op=hvd.Sum, name="gr.broken")
+    else:
+        with pytest.raises(hvd.GradsyncError, match="rank 0 failed its allreduce at the call"):
+            hvd.grouped_allreduce([torch.ones(4), second], op=hvd.Sum, name="gr.broken")
+    assert hvd.allreduce(torch.ones(2), op=hvd.Sum).tolist() == [size] * 2
+
+
+def test_named_groups_match_by_name_whatever_the_submission_order(rank, size):
+    # Hooks may fire in another order on each rank: odd ranks submit the
+    # groups in the opposite order, and a third plain op in between.
+    groups = {"ga": [torch.full((3,), 1.0), torch.full((2,), 2.0)], "gb": [torch.full((5,), 3.0)]}
+    order = ["ga", "gb"] if rank % 2 == 0 else ["gb", "ga"]
+    handles = {}
+    for group in order:
+        handles[group] = hvd.grouped_allreduce_async(groups[group], op=hvd.Sum, name="order." + group)
+    plain = hvd.allreduce_async(torch.ones(1), op=hvd.Sum, name="order.plain")
+    results = {group: hvd.synchronize(handles[group]) for group in ("gb", "ga")}
+    assert [t.tolist() for t in results["ga"]] == [[size * 1.0] * 3, [size * 2.0] * 2]
+    assert results["gb"][0].tolist() == [size * 3.0] * 5
+    assert hvd.synchronize(plain).tolist() == [size]

@@ -2,6 +2,7 @@
 """From torch tensors to gradsync_op_t and back: the handle table behind
 the async API (each handle: native handles, the objects they point into, and
 how to build the output once they complete)."""
+import contextlib
 import ctypes
 
 import torch
@@ -17,30 +18,72 @@ _DTYPES = {
 }
 
 
-class _Pending:
-    __slots__ = ("natives", "keep", "finish", "what")
+_KINDS = {native.ALLREDUCE: "allreduce", native.ALLGATHER: "allgather", native.BROADCAST: "broadcast",
+          native.ALLTOALL: "alltoall", native.REDUCESCATTER: "reducescatter"}
 
-    def __init__(self, natives, keep, finish, what):
+
+class _Pending:
+    __slots__ = ("natives", "keep", "finish", "what", "names")
+
+    def __init__(self, natives, keep, finish, what, names):
         self.natives = natives
         self.keep = keep
         self.finish = finish
         self.what = what
+        self.names = names
 
 
 def check_tensor(tensor, what):
+    """Raises where Horovod does: TypeError for a non-tensor, ValueError for
+    a tensor type gradsync does not move."""
     if not isinstance(tensor, torch.Tensor):
         raise TypeError("%s: expected a torch.Tensor, got %s" % (what, type(tensor).__name__))
     if tensor.device.type not in ("cpu", "cuda"):
-        raise GradsyncError("%s: tensor is on %s; gradsync.torch moves CPU and CUDA tensors" % (what, tensor.device))
+        raise ValueError("%s: tensor is on %s; gradsync.torch moves CPU and CUDA tensors" % (what, tensor.device))
     if tensor.dtype not in _DTYPES:
-        raise GradsyncError("%s: dtype %s is not supported" % (what, tensor.dtype))
+        raise ValueError("%s: tensor type %s is not supported" % (what, tensor.dtype))
 
+
+@contextlib.contextmanager
+def taking_part(collective, names, process_set):
+    """Around the start of collectives `names`: when it fails on this rank
+    (its own arguments, its client), this rank still takes part without data
+    (gradsync_abandon), so that the other ranks' same collectives fail at once
+    naming it instead of waiting for it, and the error is raised. Automatic
+    names were drawn before, so later unnamed calls stay in step."""
+    try:
+        yield
+    except Exception as error:
+        done = getattr(error, "_gradsync_abandoned", set())  # by an inner call, or in flight already
+        left = [n for n in names if n not in done]
+        error._gradsync_abandoned = done | set(left)
+        if left:
+            _abandon(collective, left, process_set, "%s: %s" % (type(error).__name__, error))
+        raise
+
+
+def _abandon(collective, names, process_set, reason):
+    ctx = _context.current()
+    if process_set.process_set_id not in ctx.process_sets or not process_set.included():
+        return  # the set's ranks do not wait for this rank
+    for name in names:
+        op = native.new_op(ctx.lib)
+        op.collective = collective
+        op.name = name.encode()
+        op.process_set = process_set.process_set_id
+        try:
+            ctx.orphans.append(ctx.client.abandon(op, reason))  # released once the daemon answered
+        except GradsyncError:
+            pass  # the client is broken: the others learn it from the daemon
 
 def make_op(collective, tensor, name, process_set, keep, **fields):
     """A gradsync_op_t over contiguous `tensor`; what it points to goes to `keep`."""
     ctx = _context.current()
     if process_set.process_set_id not in ctx.process_sets:
-        raise GradsyncError("process set %s was not given to init()" % (process_set,))
+        raise ValueError("process set %s was not given to init()" % (process_set,))
+    if not process_set.included():
+        raise ValueError("%s: rank %d is not a member of process set %d %s" % (
+            name, ctx.client.rank, process_set.process_set_id, process_set.ranks))
     op = native.new_op(ctx.lib)
     op.collective = collective
     encoded = name.encode()
@@ -116,11 +159,21 @@ def _unstarted(ctx):
 
 
 def submit(ops, keep, finish, what):
-    """Enqueues `ops` (several: a group) and returns the Python handle."""
+    """Enqueues `ops` (several: a group) and returns the Python handle. A
+    name this rank has in flight already raises ValueError, as in Horovod."""
     ctx = _context.current()
+    names = [op.name.decode() for op in ops if op.name]
+    for name in names:
+        if name in ctx.in_flight:
+            error = ValueError("Requested to %s a tensor with the same name as another tensor that is currently "
+                               "being processed ('%s'). If you want to request another tensor, use a different "
+                               "tensor name." % (_KINDS.get(ops[0].collective, "run"), name))
+            error._gradsync_abandoned = {name}  # the first one stays: the others must not fail it
+            raise error
     natives = ctx.client.enqueue_group(ops, what) if len(ops) > 1 else [ctx.client.enqueue(ops[0], what)]
     handle = ctx.new_handle()
-    ctx.pending[handle] = _Pending(natives, keep, finish, what)
+    ctx.pending[handle] = _Pending(natives, keep, finish, what, names)
+    ctx.in_flight.update(names)
     return handle
 
 
@@ -149,6 +202,7 @@ def synchronize(handle, start_others=True):
         return synchronize(_started(pending), start_others)
     # Waits in short slices only while some deferred operation may need starting.
     between = start_ready if start_others and _unstarted(ctx) else None
+    ctx.in_flight.difference_update(pending.names)
     try:
         for n in pending.natives:
             ctx.client.wait(n, pending.what, between=between)

@@ -3,6 +3,7 @@
 variants, with autograd support. Module name kept from horovod.torch so that
 code importing from it keeps working."""
 import ctypes
+import numbers
 import warnings
 
 import torch
@@ -11,7 +12,7 @@ from gradsync import _native as native
 from gradsync.errors import GradsyncError
 from gradsync.torch import _context
 from gradsync.torch._submit import (check_tensor, defer, make_op, poll, received_splits, submit, synchronize,
-                                    tensor_from_result)
+                                    taking_part, tensor_from_result)
 from gradsync.torch.compression import Compression
 from gradsync.torch.process_sets import global_process_set
 
@@ -41,7 +42,20 @@ def _resolve_op(average, op, default=Average):
 
 
 def _name(name, kind, process_set=global_process_set):
+    """The collective's name. Every public call draws it first, before any
+    check that can raise, so automatic names stay equal across ranks."""
     return name if name is not None else _context.current().auto_name(kind, process_set.process_set_id or 0)
+
+
+def _member_names(base, tensors):
+    return ["%s.%d" % (base, i) for i in range(len(tensors))]
+
+
+def _check_reduction(tensor, op, prescale_factor, postscale_factor, what):
+    """bool tensors reduce only with Min and Max (logical and, or), unscaled."""
+    if tensor.dtype == torch.bool and (op not in (Min, Max) or _scale(prescale_factor) != 1.0
+                                       or _scale(postscale_factor) != 1.0):
+        raise ValueError("%s: a bool tensor reduces only with Min or Max and no scaling" % what)
 
 
 def _scale(value):
@@ -62,22 +76,27 @@ def _in_place_target(tensor):
 def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
                      process_set=global_process_set):
     """Starts an in-place allreduce of `tensor`; synchronize(handle) returns it."""
-    op = _resolve_op(average, op)
     name = _name(name, "allreduce", process_set)
-    what = "allreduce of '%s'" % name
-    check_tensor(tensor, what)
-    target, write_back = _in_place_target(tensor)
-    keep = []
-    native_op = make_op(native.ALLREDUCE, target, name, process_set, keep, reduce_op=op,
-                        prescale=_scale(prescale_factor), postscale=_scale(postscale_factor))
-    return submit([native_op], keep, lambda _results: write_back(), what)
+    with taking_part(native.ALLREDUCE, [name], process_set):
+        op = _resolve_op(average, op)
+        what = "allreduce of '%s'" % name
+        check_tensor(tensor, what)
+        _check_reduction(tensor, op, prescale_factor, postscale_factor, what)
+        target, write_back = _in_place_target(tensor)
+        keep = []
+        native_op = make_op(native.ALLREDUCE, target, name, process_set, keep, reduce_op=op,
+                            prescale=_scale(prescale_factor), postscale=_scale(postscale_factor))
+        return submit([native_op], keep, lambda _results: write_back(), what)
 
 
 def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
                     process_set=global_process_set):
     """Starts an allreduce; synchronize(handle) returns a new tensor."""
-    output = tensor.detach().clone(memory_format=torch.contiguous_format)
-    return allreduce_async_(output, average, name, op, prescale_factor, postscale_factor, process_set)
+    name = _name(name, "allreduce", process_set)
+    with taking_part(native.ALLREDUCE, [name], process_set):
+        check_tensor(tensor, "allreduce of '%s'" % name)
+        output = tensor.detach().clone(memory_format=torch.contiguous_format)
+        return allreduce_async_(output, average, name, op, prescale_factor, postscale_factor, process_set)
 
 
 class _Allreduce(torch.autograd.Function):
@@ -97,10 +116,12 @@ def allreduce(tensor, average=None, name=None, compression=Compression.none, op=
               postscale_factor=1.0, process_set=global_process_set):
     """Reduces `tensor` over the ranks of `process_set` (default: average) and
     returns the result as a new tensor; differentiable."""
-    op = _resolve_op(average, op)
-    compressed, cctx = compression.compress(tensor)
-    summed = _Allreduce.apply(compressed, _name(name, "allreduce", process_set), op, prescale_factor, postscale_factor,
-                              process_set)
+    name = _name(name, "allreduce", process_set)
+    with taking_part(native.ALLREDUCE, [name], process_set):
+        op = _resolve_op(average, op)
+        check_tensor(tensor, "allreduce of '%s'" % name)
+        compressed, cctx = compression.compress(tensor)
+    summed = _Allreduce.apply(compressed, name, op, prescale_factor, postscale_factor, process_set)
     return compression.decompress(summed, cctx)
 
 
@@ -115,28 +136,32 @@ def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0, po
 def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
                              process_set=global_process_set):
     """Starts allreduces of `tensors` negotiated and run together, in place."""
-    op = _resolve_op(average, op)
     base = _name(name, "grouped_allreduce", process_set)
-    targets, write_backs = zip(*[_in_place_target(t) for t in tensors]) if tensors else ((), ())
-    keep, ops = [], []
-    for i, target in enumerate(targets):
-        what = "grouped allreduce of '%s.%d'" % (base, i)
-        check_tensor(target, what)
-        ops.append(make_op(native.ALLREDUCE, target, "%s.%d" % (base, i), process_set, keep, reduce_op=op,
-                           prescale=_scale(prescale_factor), postscale=_scale(postscale_factor)))
-
-    def finish(_results):
-        return [write_back() for write_back in write_backs]
-
-    if not ops:
-        raise ValueError("grouped_allreduce needs at least one tensor")
-    return submit(ops, keep, finish, "grouped allreduce '%s'" % base)
+    names = _member_names(base, tensors)
+    with taking_part(native.ALLREDUCE, names, process_set):
+        op = _resolve_op(average, op)
+        if not names:
+            raise ValueError("grouped_allreduce needs at least one tensor")
+        for member, tensor in zip(names, tensors):
+            check_tensor(tensor, "grouped allreduce of '%s'" % member)
+            _check_reduction(tensor, op, prescale_factor, postscale_factor, "grouped allreduce of '%s'" % member)
+        targets, write_backs = zip(*[_in_place_target(t) for t in tensors])
+        keep = []
+        ops = [make_op(native.ALLREDUCE, target, member, process_set, keep, reduce_op=op,
+                       prescale=_scale(prescale_factor), postscale=_scale(postscale_factor))
+               for member, target in zip(names, targets)]
+        return submit(ops, keep, lambda _results: [write_back() for write_back in write_backs],
+                      "grouped allreduce '%s'" % base)
 
 
 def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
                             process_set=global_process_set):
-    outputs = [t.detach().clone(memory_format=torch.contiguous_format) for t in tensors]
-    return grouped_allreduce_async_(outputs, average, name, op, prescale_factor, postscale_factor, process_set)
+    base = _name(name, "grouped_allreduce", process_set)
+    with taking_part(native.ALLREDUCE, _member_names(base, tensors), process_set):
+        for member, tensor in zip(_member_names(base, tensors), tensors):
+            check_tensor(tensor, "grouped allreduce of '%s'" % member)
+        outputs = [t.detach().clone(memory_format=torch.contiguous_format) for t in tensors]
+        return grouped_allreduce_async_(outputs, average, base, op, prescale_factor, postscale_factor, process_set)
 
 
 class _GroupedAllreduce(torch.autograd.Function):
@@ -157,10 +182,13 @@ class _GroupedAllreduce(torch.autograd.Function):
 def grouped_allreduce(tensors, average=None, name=None, compression=Compression.none, op=None,
                       prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set):
     """Allreduce of a list of tensors as one negotiated group; differentiable."""
-    op = _resolve_op(average, op)
-    pairs = [compression.compress(t) for t in tensors]
-    summed = _GroupedAllreduce.apply(_name(name, "grouped_allreduce", process_set), op, prescale_factor, postscale_factor,
-                                     process_set, *[p[0] for p in pairs])
+    base = _name(name, "grouped_allreduce", process_set)
+    with taking_part(native.ALLREDUCE, _member_names(base, tensors), process_set):
+        op = _resolve_op(average, op)
+        for member, tensor in zip(_member_names(base, tensors), tensors):
+            check_tensor(tensor, "grouped allreduce of '%s'" % member)
+        pairs = [compression.compress(t) for t in tensors]
+    summed = _GroupedAllreduce.apply(base, op, prescale_factor, postscale_factor, process_set, *[p[0] for p in pairs])
     return [compression.decompress(s, p[1]) for s, p in zip(summed, pairs)]
 
 
@@ -173,7 +201,12 @@ def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_facto
 # -- allgather --------------------------------------------------------------
 
 def _output_op(collective, kind, tensor, name, process_set, finish_one, split_list=None, keep_alive=(), **fields):
-    name = _name(name, kind, process_set)
+    with taking_part(collective, [name], process_set):
+        return _start_output_op(collective, kind, tensor, name, process_set, finish_one, split_list, keep_alive,
+                                **fields)
+
+
+def _start_output_op(collective, kind, tensor, name, process_set, finish_one, split_list, keep_alive, **fields):
     what = "%s of '%s'" % (kind, name)
     check_tensor(tensor, what)
     source = tensor.detach().contiguous()
@@ -215,6 +248,7 @@ def _output_of(result, dtype, what, output):
 
 def allgather_async(tensor, name=None, process_set=global_process_set):
     """Starts an allgather along dim 0 (sizes may differ by rank)."""
+    name = _name(name, "allgather", process_set)
     return _output_op(native.ALLGATHER, "allgather", tensor, name, process_set,
                       lambda result, what, output: _output_of(result, tensor.dtype, what, output))
 
@@ -241,14 +275,17 @@ def allgather(tensor, name=None, process_set=global_process_set):
 
 
 def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
-    base = _name(name, "grouped_allgather", process_set)
-    handles = [allgather_async(t, "%s.%d" % (base, i), process_set) for i, t in enumerate(tensors)]
-    return _GroupHandle(handles)
+    names = _member_names(_name(name, "grouped_allgather", process_set), tensors)
+    with taking_part(native.ALLGATHER, names, process_set):
+        return _GroupHandle([allgather_async(t, member, process_set) for member, t in zip(names, tensors)])
 
 
 def grouped_allgather(tensors, name=None, process_set=global_process_set):
-    base = _name(name, "grouped_allgather", process_set)
-    return [allgather(t, "%s.%d" % (base, i), process_set) for i, t in enumerate(tensors)]
+    names = _member_names(_name(name, "grouped_allgather", process_set), tensors)
+    with taking_part(native.ALLGATHER, names, process_set):
+        for member, tensor in zip(names, tensors):
+            check_tensor(tensor, "allgather of '%s'" % member)
+    return [allgather(t, member, process_set) for member, t in zip(names, tensors)]
 
 
 # -- broadcast --------------------------------------------------------------
@@ -256,17 +293,21 @@ def grouped_allgather(tensors, name=None, process_set=global_process_set):
 def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_set):
     """Starts an in-place broadcast from `root_rank`."""
     name = _name(name, "broadcast", process_set)
-    what = "broadcast of '%s'" % name
-    check_tensor(tensor, what)
-    target, write_back = _in_place_target(tensor)
-    keep = []
-    op = make_op(native.BROADCAST, target, name, process_set, keep, root_rank=int(root_rank))
-    return submit([op], keep, lambda _results: write_back(), what)
+    with taking_part(native.BROADCAST, [name], process_set):
+        what = "broadcast of '%s'" % name
+        check_tensor(tensor, what)
+        target, write_back = _in_place_target(tensor)
+        keep = []
+        op = make_op(native.BROADCAST, target, name, process_set, keep, root_rank=int(root_rank))
+        return submit([op], keep, lambda _results: write_back(), what)
 
 
 def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set):
-    output = tensor.detach().clone(memory_format=torch.contiguous_format)
-    return broadcast_async_(output, root_rank, name, process_set)
+    name = _name(name, "broadcast", process_set)
+    with taking_part(native.BROADCAST, [name], process_set):
+        check_tensor(tensor, "broadcast of '%s'" % name)
+        output = tensor.detach().clone(memory_format=torch.contiguous_format)
+        return broadcast_async_(output, root_rank, name, process_set)
 
 
 class _Broadcast(torch.autograd.Function):
@@ -295,10 +336,29 @@ def broadcast_(tensor, root_rank, name=None, process_set=global_process_set):
 
 # -- alltoall ---------------------------------------------------------------
 
-def _splits_array(splits):
+def _splits_array(splits, tensor, process_set, what):
+    """The splits as a C array, checked as far as this rank can: integers,
+    one per rank of the set, none negative, summing to the first dimension
+    (ValueError otherwise, as Horovod raises at the call)."""
     if splits is None:
         return None, 0
-    values = splits.tolist() if isinstance(splits, torch.Tensor) else list(splits)
+    if isinstance(splits, torch.Tensor):
+        if splits.dtype.is_floating_point or splits.dtype.is_complex or splits.dtype == torch.bool:
+            raise ValueError("%s: splits must be integers, got a %s tensor" % (what, splits.dtype))
+        if splits.dim() > 1:
+            raise ValueError("%s: splits must be a 1-D tensor, got shape %s" % (what, list(splits.shape)))
+        values = [int(v) for v in splits.reshape(-1).tolist()]
+    else:
+        values = list(splits)
+        if not all(isinstance(v, numbers.Integral) and not isinstance(v, bool) for v in values):
+            raise ValueError("%s: splits must be integers, got %s" % (what, values))
+    if len(values) != process_set.size():
+        raise ValueError("%s: %d splits for a process set of %d ranks" % (what, len(values), process_set.size()))
+    if any(v < 0 for v in values):
+        raise ValueError("%s: splits must not be negative, got %s" % (what, values))
+    rows = tensor.shape[0] if tensor.dim() else 1
+    if sum(values) != rows:
+        raise ValueError("%s: splits sum to %d, but the tensor's first dimension is %d" % (what, sum(values), rows))
     array = (ctypes.c_int64 * max(1, len(values)))(*[int(v) for v in values])
     return array, len(values)
 
@@ -306,10 +366,13 @@ def _splits_array(splits):
 def alltoall_async(tensor, splits=None, name=None, process_set=global_process_set):
     """Starts an alltoall: rows splits[i] go to rank i of the set (even split
     when None); synchronize returns (output, received_splits)."""
-    array, count = _splits_array(splits)
-    fields = {}
-    if array is not None:
-        fields = {"splits": ctypes.cast(array, ctypes.POINTER(ctypes.c_int64)), "num_splits": count}
+    name = _name(name, "alltoall", process_set)
+    with taking_part(native.ALLTOALL, [name], process_set):
+        check_tensor(tensor, "alltoall of '%s'" % name)
+        array, count = _splits_array(splits, tensor, process_set, "alltoall of '%s'" % name)
+        fields = {}
+        if array is not None:
+            fields = {"splits": ctypes.cast(array, ctypes.POINTER(ctypes.c_int64)), "num_splits": count}
     return _output_op(native.ALLTOALL, "alltoall", tensor, name, process_set,
                       lambda result, what, output: (_output_of(result, tensor.dtype, what, output),
                                                     received_splits(result)),
@@ -346,7 +409,11 @@ def reducescatter_async(tensor, name=None, op=Average, process_set=global_proces
                         postscale_factor=1.0):
     """Starts a reducescatter along dim 0 (the first ranks get one extra row
     when the rows do not divide evenly)."""
-    op = _resolve_op(None, op)
+    name = _name(name, "reducescatter", process_set)
+    with taking_part(native.REDUCESCATTER, [name], process_set):
+        op = _resolve_op(None, op)
+        check_tensor(tensor, "reducescatter of '%s'" % name)
+        _check_reduction(tensor, op, prescale_factor, postscale_factor, "reducescatter of '%s'" % name)
     return _output_op(native.REDUCESCATTER, "reducescatter", tensor, name, process_set,
                       lambda result, what, output: _output_of(result, tensor.dtype, what, output), reduce_op=op,
                       prescale=_scale(prescale_factor), postscale=_scale(postscale_factor))
@@ -370,24 +437,30 @@ class _Reducescatter(torch.autograd.Function):
 def reducescatter(tensor, name=None, compression=Compression.none, op=Average, process_set=global_process_set,
                   prescale_factor=1.0, postscale_factor=1.0):
     """Reduces `tensor` over the set and returns this rank's slice of dim 0; differentiable."""
-    compressed, cctx = compression.compress(tensor)
-    out = _Reducescatter.apply(compressed, _name(name, "reducescatter", process_set), op, process_set, prescale_factor,
-                               postscale_factor)
+    name = _name(name, "reducescatter", process_set)
+    with taking_part(native.REDUCESCATTER, [name], process_set):
+        check_tensor(tensor, "reducescatter of '%s'" % name)
+        compressed, cctx = compression.compress(tensor)
+    out = _Reducescatter.apply(compressed, name, op, process_set, prescale_factor, postscale_factor)
     return compression.decompress(out, cctx)
 
 
 def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=global_process_set,
                                 prescale_factor=1.0, postscale_factor=1.0):
-    base = _name(name, "grouped_reducescatter", process_set)
-    return _GroupHandle([reducescatter_async(t, "%s.%d" % (base, i), op, process_set, prescale_factor,
-                                             postscale_factor) for i, t in enumerate(tensors)])
+    names = _member_names(_name(name, "grouped_reducescatter", process_set), tensors)
+    with taking_part(native.REDUCESCATTER, names, process_set):
+        return _GroupHandle([reducescatter_async(t, member, op, process_set, prescale_factor, postscale_factor)
+                             for member, t in zip(names, tensors)])
 
 
 def grouped_reducescatter(tensors, name=None, compression=Compression.none, op=Average,
                           process_set=global_process_set, prescale_factor=1.0, postscale_factor=1.0):
-    base = _name(name, "grouped_reducescatter", process_set)
-    return [reducescatter(t, "%s.%d" % (base, i), compression, op, process_set, prescale_factor, postscale_factor)
-            for i, t in enumerate(tensors)]
+    names = _member_names(_name(name, "grouped_reducescatter", process_set), tensors)
+    with taking_part(native.REDUCESCATTER, names, process_set):
+        for member, tensor in zip(names, tensors):
+            check_tensor(tensor, "reducescatter of '%s'" % member)
+    return [reducescatter(t, member, compression, op, process_set, prescale_factor, postscale_factor)
+            for member, t in zip(names, tensors)]
 
 
 # -- group handles, barrier, join -------------------------------------------
