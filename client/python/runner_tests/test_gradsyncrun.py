@@ -188,6 +188,19 @@ def test_examples_run(tmp_path):
     assert "img/sec per rank" in out.stdout and "waiting for gradients" in out.stdout
 
 
+def test_quick_start_digits_train_to_identical_weights():
+    """The Quick start's main job: real digits, accuracy per epoch, identical weights."""
+    pytest.importorskip("sklearn")
+    out = run(["-np", "2", "--private-daemon", "/usr/bin/python3",
+               os.path.join(os.environ["GRADSYNC_EXAMPLES"], "train_digits.py"), "--epochs", "4",
+               "--min-accuracy", "0.85"])
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "[0]<stdout>: epoch 4: loss" in out.stdout
+    for r in range(2):
+        assert "[%d]<stdout>: rank %d: test accuracy" % (r, r) in out.stdout
+    assert out.stdout.count("weights identical on all 2 ranks: True") == 2
+
+
 # Rank 0 waits in an allreduce that rank 1 never joins; the daemon's stall
 # deadline fails it. The error that reaches Python must carry the daemon's
 # message (it once arrived empty: the wait loop read the text after a poll

@@ -199,3 +199,35 @@ def test_a_deferred_operation_that_cannot_start_reports_why(rank, size):
         hvd.synchronize(handle)
     with pytest.raises(ValueError):
         hvd.synchronize(handle)
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64, torch.int8, torch.uint8], ids=str)
+def test_integer_scaling_truncates_per_rank_and_after_the_sum_as_horovod(rank, size, dtype):
+    # Horovod scales integers in float64 and truncates toward zero: the
+    # prescale on each rank's input before the sum, the postscale after it.
+    import math
+    values = [3 * r + 1 for r in range(size)]
+    if dtype == torch.int8:
+        values = [-v for v in values]
+    x = torch.tensor([values[rank]] * 5, dtype=dtype)
+    result = hvd.allreduce(x, op=hvd.Sum, prescale_factor=0.5, postscale_factor=0.3)
+    expected = math.trunc(sum(math.trunc(v * 0.5) for v in values) * 0.3)
+    assert result.tolist() == [expected] * 5
+
+
+def test_float16_scaling_happens_in_float32(rank, size):
+    # Each input widened to float32 and prescaled there, summed and
+    # postscaled in float32, rounded to float16 once at the end.
+    x = torch.full((4,), 1.0, dtype=torch.float16)
+    result = hvd.allreduce(x, op=hvd.Sum, prescale_factor=1.5, postscale_factor=1.0 / 3.0)
+    expected = (torch.tensor([1.5 * size], dtype=torch.float32) * torch.tensor(1.0 / 3.0, dtype=torch.float32))
+    assert torch.equal(result, expected.to(torch.float16).expand(4))
+
+
+def test_grouped_reducescatter_with_scaling_equals_separate_calls(rank, size):
+    a = torch.arange(2 * size * 3, dtype=torch.float32).reshape(2 * size, 3) + rank
+    b = torch.arange(size * 2, dtype=torch.int32).reshape(size, 2) * (rank + 1)
+    grouped = hvd.grouped_reducescatter([a, b], op=hvd.Sum, prescale_factor=0.5, postscale_factor=3.0)
+    separate = [hvd.reducescatter(t, op=hvd.Sum, prescale_factor=0.5, postscale_factor=3.0) for t in (a, b)]
+    for g, s in zip(grouped, separate):
+        assert torch.equal(g, s)

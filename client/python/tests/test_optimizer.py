@@ -109,3 +109,61 @@ def test_duplicate_parameter_names_refused():
     named = [("w", model.weight), ("w", model.bias)]
     with pytest.raises(ValueError, match="unique"):
         hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1), named_parameters=named)
+
+
+@pytest.mark.parametrize("op", [hvd.Sum, hvd.Average], ids=["sum", "average"])
+def test_sparse_allreduce_gathers_indices_and_values(rank, size, op):
+    # Rank r holds rows r and r+1 of a 5 x 2 matrix, valued r + 1.
+    rows = torch.tensor([[rank, rank + 1]])
+    sparse = torch.sparse_coo_tensor(rows, torch.full((2, 2), float(rank + 1)), (size + 1, 2))
+    result = hvd.synchronize(hvd.sparse_allreduce_async(sparse, name="sparse.m", op=op))
+    assert result.is_sparse
+    expected = sum(torch.sparse_coo_tensor(torch.tensor([[r, r + 1]]), torch.full((2, 2), float(r + 1)),
+                                           (size + 1, 2)).to_dense() for r in range(size))
+    if op == hvd.Average:
+        expected = expected / size
+    assert torch.allclose(result.to_dense(), expected)
+
+
+class EmbeddingBag(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embedding = torch.nn.Embedding(50, 4, sparse=True)
+        self.head = torch.nn.Linear(4, 1)
+
+    def forward(self, ids):
+        return self.head(self.embedding(ids).mean(1))
+
+
+def sparse_batch(step, size, per_rank):
+    g = torch.Generator().manual_seed(2000 + step)
+    ids = torch.randint(0, 50, (size * per_rank, 3), generator=g)
+    return ids, ids.float().mean(1, keepdim=True).div(50)
+
+
+def test_sparse_embedding_trains_to_the_weights_of_one_process(rank, size):
+    # sparse_as_dense=False (the default): the embedding's sparse gradients
+    # travel as allgathered indices and values; N ranks with 4 samples each
+    # end where one process with 4N samples does.
+    torch.manual_seed(3)
+    reference = EmbeddingBag()
+    torch.manual_seed(300 + rank)
+    model = EmbeddingBag()
+    make = lambda params: torch.optim.SGD(params, lr=0.5)  # noqa: E731 (SGD takes sparse gradients)
+    optimizer = hvd.DistributedOptimizer(make(model.parameters()), named_parameters=model.named_parameters())
+    ref_optimizer = make(reference.parameters())
+    hvd.broadcast_parameters(reference.state_dict() if rank == 0 else model.state_dict(), root_rank=0)
+    if rank == 0:
+        model.load_state_dict(reference.state_dict())
+    for step in range(6):
+        ids, y = sparse_batch(step, size, 4)
+        ref_optimizer.zero_grad()
+        torch.nn.functional.mse_loss(reference(ids), y).backward()
+        ref_optimizer.step()
+        optimizer.zero_grad()
+        mine = slice(rank * 4, (rank + 1) * 4)
+        torch.nn.functional.mse_loss(model(ids[mine]), y[mine]).backward()
+        assert model.embedding.weight.grad.is_sparse
+        optimizer.step()
+    for p, q in zip(model.parameters(), reference.parameters()):
+        assert torch.allclose(p, q, atol=1e-6), (p - q).abs().max()

@@ -120,7 +120,7 @@ __global__ void floatKernelVector(Params p, uint64_t vectors) {
 
 template <typename T>
 __device__ __forceinline__ T scaleInteger(T v, double factor) {
-  const double x = rint(static_cast<double>(v) * factor);
+  const double x = trunc(static_cast<double>(v) * factor);  // Horovod: truncated toward zero
   if (x != x) return 0;
   if (x <= static_cast<double>(std::numeric_limits<T>::min())) return std::numeric_limits<T>::min();
   if (x >= static_cast<double>(std::numeric_limits<T>::max())) return std::numeric_limits<T>::max();

@@ -17,7 +17,7 @@
 //    MIN / MAX as usual; AVERAGE sums in 64 bits (wrapping at 2^64), divides
 //    by average_divisor truncating toward zero, and wraps into the type (which
 //    only matters when average_divisor < num_inputs). A prescale or postscale
-//    other than 1 is applied as round-to-nearest-even(double(v) * factor),
+//    other than 1 is applied as trunc(double(v) * factor), as Horovod does,
 //    saturated to the type's range (NaN gives 0); int64 values above 2^53 lose
 //    precision in that step.
 //  * BOOL: MIN = logical AND, MAX = logical OR; any non-zero byte is true and

@@ -20,7 +20,7 @@ from gradsync.torch.mpi_ops import (Adasum, Average, HorovodInternalError, Max, 
                                     broadcast_async_, grouped_allgather, grouped_allgather_async, grouped_allreduce,
                                     grouped_allreduce_, grouped_allreduce_async, grouped_allreduce_async_,
                                     grouped_reducescatter, grouped_reducescatter_async, join, reducescatter,
-                                    reducescatter_async)
+                                    reducescatter_async, sparse_allreduce_async)
 from gradsync.torch.mpi_ops import _poll as poll
 from gradsync.torch.mpi_ops import _synchronize as synchronize
 from gradsync.torch.optimizer import DistributedOptimizer

@@ -473,13 +473,41 @@ class _GroupHandle:
         self.handles = handles
 
 
+def sparse_allreduce_async(tensor, name, op, process_set=global_process_set):
+    """Starts a sparse allreduce as Horovod does it: an allgather of the
+    indices and one of the values, rebuilt into a sparse tensor of the
+    concatenated entries (duplicates are summed when it is coalesced or
+    used); Average divides the values by the set's size. Returns a handle
+    for synchronize() (a callable, as in Horovod)."""
+    if not isinstance(tensor, torch.Tensor) or not tensor.is_sparse:
+        raise ValueError("sparse_allreduce_async needs a sparse COO tensor")
+    if op not in (Average, Sum):
+        raise ValueError("sparse allreduce supports Average and Sum only")
+    indices_handle = allgather_async(tensor._indices().transpose(0, 1).contiguous(), name="%s.indices" % name,
+                                     process_set=process_set)
+    values_handle = allgather_async(tensor._values(), name="%s.values" % name, process_set=process_set)
+
+    def handle():
+        values = synchronize(values_handle)
+        indices = synchronize(indices_handle)
+        if op == Average:
+            values = values / process_set.size()
+        return torch.sparse_coo_tensor(indices.transpose(0, 1), values, tensor.size())
+
+    return handle
+
+
 def _synchronize(handle):
+    if callable(handle):  # a sparse allreduce
+        return handle()
     if isinstance(handle, _GroupHandle):
         return [synchronize(h) for h in handle.handles]
     return synchronize(handle)
 
 
 def _poll(handle):
+    if callable(handle):
+        raise ValueError("a sparse allreduce handle cannot be polled; synchronize it")
     if isinstance(handle, _GroupHandle):
         return all(poll(h) for h in handle.handles)
     return poll(handle)
@@ -508,4 +536,4 @@ __all__ = ["Sum", "Average", "Min", "Max", "Product", "Adasum", "allreduce", "al
            "grouped_allreduce_async_", "allgather", "allgather_async", "grouped_allgather",
            "grouped_allgather_async", "broadcast", "broadcast_", "broadcast_async", "broadcast_async_", "alltoall",
            "alltoall_async", "reducescatter", "reducescatter_async", "grouped_reducescatter",
-           "grouped_reducescatter_async", "barrier", "join", "HorovodInternalError"]
+           "grouped_reducescatter_async", "sparse_allreduce_async", "barrier", "join", "HorovodInternalError"]

@@ -10,8 +10,8 @@ import torch
 from gradsync.errors import GradsyncError
 from gradsync.torch import _context
 from gradsync.torch.compression import Compression
-from gradsync.torch.mpi_ops import Adasum, Average, allreduce_async_, grouped_allreduce_async_
-from gradsync.torch._submit import synchronize
+from gradsync.torch.mpi_ops import (Adasum, Average, _synchronize, allreduce_async_, grouped_allreduce_async_,
+                                    sparse_allreduce_async)
 from gradsync.torch.process_sets import global_process_set
 
 
@@ -137,18 +137,22 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     def _gradient_of(self, p):
         if p.grad is None:
             p.grad = torch.zeros_like(p)
-        if p.grad.is_sparse:
-            if not self._sparse_as_dense:
-                raise GradsyncError("sparse gradient of '%s': use DistributedOptimizer(sparse_as_dense=True)"
-                                    % self._parameter_names[p])
+        if p.grad.is_sparse and self._sparse_as_dense:
             p.grad = p.grad.to_dense()
-        if self._arena is not None:
+        if self._arena is not None and not p.grad.is_sparse:
             self._arena.attach(p)
         return p.grad
 
     def _allreduce_grad_async(self, p):
         prescale, postscale = self._scales()
-        compressed, ctx = self._compression.compress(self._gradient_of(p))
+        gradient = self._gradient_of(p)
+        if gradient.is_sparse:  # indices and values allgathered, as Horovod
+            if prescale != 1.0 or postscale != 1.0:
+                raise ValueError("gradient_predivide_factor is not supported with sparse gradients")
+            handle = sparse_allreduce_async(gradient, name=self._parameter_names[p], op=self._op,
+                                            process_set=self._process_set)
+            return handle, (None, None)
+        compressed, ctx = self._compression.compress(gradient)
         handle = allreduce_async_(compressed, name=self._parameter_names[p], op=self._op, prescale_factor=prescale,
                                   postscale_factor=postscale, process_set=self._process_set)
         return handle, (compressed, ctx)
@@ -156,7 +160,10 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     def _grouped_allreduce_async(self, index):
         prescale, postscale = self._scales()
         params = self._groups[index]
-        pairs = [self._compression.compress(self._gradient_of(p)) for p in params]
+        gradients = [self._gradient_of(p) for p in params]
+        if any(g.is_sparse for g in gradients):
+            raise ValueError("grouped allreduce of sparse gradients: use sparse_as_dense=True or no groups")
+        pairs = [self._compression.compress(g) for g in gradients]
         handle = grouped_allreduce_async_([c for c, _ in pairs], name="grouped_allreduce.group%d" % index,
                                           op=self._op, prescale_factor=prescale, postscale_factor=postscale,
                                           process_set=self._process_set)
@@ -203,8 +210,11 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         done = {}
         for p, (handle, (compressed, ctx)) in self._handles.items():
             if handle not in done:
-                done[handle] = synchronize(handle)
+                done[handle] = _synchronize(handle)
             self._allreduce_delay[p] = self.backward_passes_per_step
+            if callable(handle):  # sparse: the result replaces the gradient
+                p.grad = done[handle]
+                continue
             output = self._compression.decompress(compressed, ctx)
             if output.data_ptr() != p.grad.data_ptr():
                 p.grad.copy_(output)
