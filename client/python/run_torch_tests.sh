@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
-# Runs client/python/tests under gradsyncrun with $1 ranks and a private daemon.
+# Runs client/python/tests (or only the file $2 of it) under gradsyncrun with
+# $1 ranks and a private daemon.
 set -euo pipefail
 root="$TEST_SRCDIR/${TEST_WORKSPACE:-gradsync}"
 python=/usr/bin/python3
@@ -13,4 +14,4 @@ source "$root/client/python/sanitizer_env.sh"
 export PYTHONDONTWRITEBYTECODE=1
 exec timeout 240 "$python" "$root/client/python/bin/gradsyncrun" --private-daemon \
   --daemon-arg=--stall-warning-seconds=10 --daemon-arg=--stall-deadline-seconds=30 -np "$1" \
-  "$python" -m pytest -q -p no:cacheprovider "$root/client/python/tests"
+  "$python" -m pytest -q -p no:cacheprovider "$root/client/python/tests${2:+/$2}"

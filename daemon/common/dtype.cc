@@ -37,6 +37,7 @@ std::string reduceOpName(ReduceOp op) {
     case v1::MIN: return "min";
     case v1::MAX: return "max";
     case v1::PRODUCT: return "product";
+    case v1::ADASUM: return "adasum";
     default: return "unknown(" + std::to_string(static_cast<int>(op)) + ")";
   }
 }
@@ -59,6 +60,8 @@ bool reduceOpAllowed(DataType dtype, ReduceOp op) {
   switch (op) {
     case v1::MIN: case v1::MAX: return true;
     case v1::SUM: case v1::AVERAGE: case v1::PRODUCT: return dtype != v1::BOOL;
+    case v1::ADASUM:
+      return dtype == v1::FLOAT16 || dtype == v1::BFLOAT16 || dtype == v1::FLOAT32 || dtype == v1::FLOAT64;
     default: return false;
   }
 }

@@ -95,6 +95,17 @@ Status checkCollectiveRules(const std::string& prefix, const Response& response)
       }
     }
   }
+  if (first.type == v1::ALLREDUCE && first.op == v1::ADASUM) {
+    const size_t n = response.ranks.size();
+    if ((n & (n - 1)) != 0) {
+      return failedPrecondition(prefix + "Adasum needs a power-of-two number of ranks, the process set has " +
+                                std::to_string(n));
+    }
+    if (response.activeCount() != static_cast<int>(n)) {
+      return failedPrecondition(prefix + "Adasum does not run with joined ranks");
+    }
+    if (first.onCuda()) return failedPrecondition(prefix + "Adasum on CUDA tensors is not implemented");
+  }
   if (first.type != v1::ALLREDUCE && first.type != v1::BARRIER && first.type != v1::JOIN &&
       response.activeCount() != static_cast<int>(response.ranks.size())) {
     std::vector<int> joined;

@@ -15,6 +15,10 @@ std::vector<ResponseResult> LocalExecutor::run(const fusion::FusedResponse& fuse
     if (gpu_ == nullptr) return relayWithoutGpu(fused, access);
     return gpu_->run(fused, access);
   }
+  if (head.status.isOk() && head.type == v1::ALLREDUCE && head.first().op == v1::ADASUM) {
+    for (const auto& r : fused.responses) results.push_back(adasumAllreduce(r, access));  // one op per bucket
+    return results;
+  }
   if (head.status.isOk() && head.type == v1::ALLREDUCE) {
     const auto all = responsesOf(fused);
     return allWith(fused, access.multiNode() ? hierarchicalAllreduce(all, access) : allreduce(all, access));

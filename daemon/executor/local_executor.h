@@ -95,6 +95,9 @@ class LocalExecutor {
   Status inPlaceAllreduce(const Response& response, const coordinator::Request& request, RankAccess& access);
   ResponseResult multiNodeBroadcast(const Response& r, RankAccess& access);
   ResponseResult multiNodeAllgather(const Response& r, RankAccess& access);
+  // Adasum: every rank's tensor (across nodes: allgathered first) combined
+  // in rank order by reduce::adasum, the result written to the local ranks.
+  ResponseResult adasumAllreduce(const Response& r, RankAccess& access);
   ResponseResult multiNodeReducescatter(const Response& r, RankAccess& access);
   ResponseResult multiNodeAlltoall(const Response& r, RankAccess& access);
   ResponseResult broadcast(const Response& r, RankAccess& access);

@@ -3,6 +3,7 @@
 // the ring among the job's daemons (RankAccess::crossNode*).
 #include <cstring>
 
+#include "daemon/collective/reduce/adasum.h"
 #include "daemon/common/dtype.h"
 #include "daemon/executor/copy_plan.h"
 #include "daemon/executor/executor_util.h"
@@ -195,6 +196,41 @@ ResponseResult LocalExecutor::multiNodeAllgather(const Response& r, RankAccess& 
   ResponseResult result = failed(r, okStatus());
   for (auto& m : result.members) m.output_shape = shape;
   return result;
+}
+
+ResponseResult LocalExecutor::adasumAllreduce(const Response& r, RankAccess& access) {
+  const Request& first = r.first();
+  const size_t bytes = first.length;
+  std::vector<const uint8_t*> inputs;
+  std::vector<uint8_t*> outputs;
+  if (!access.multiNode()) {
+    for (const auto& request : r.requests) {
+      auto data = inputOf(access, *request);
+      if (!data.isOk()) return failed(r, data.status());
+      inputs.push_back(*data);
+      outputs.push_back(*data);
+    }
+  } else {
+    // Every node needs every rank's tensor (the tree spans the nodes).
+    if (fusion_.size() < bytes * r.requests.size()) fusion_.resize(bytes * r.requests.size());
+    std::vector<std::vector<collective::Range>> owned(access.nodeCount());
+    CopyPlan in;
+    for (size_t i = 0; i < r.requests.size(); ++i) {
+      const Request& request = *r.requests[i];
+      owned[access.nodeOf(request.rank)].push_back({i * bytes, bytes});
+      inputs.push_back(fusion_.data() + i * bytes);
+      if (!access.isLocal(request.rank)) continue;
+      auto data = inputOf(access, request);
+      if (!data.isOk()) return failed(r, data.status());
+      in.add(fusion_.data() + i * bytes, *data, bytes);
+      outputs.push_back(*data);
+    }
+    in.run(*pool_);
+    Status moved = access.crossNodeAllgather(fusion_.data(), owned);
+    if (!moved.isOk()) return failed(r, moved);
+  }
+  return failed(r, reduce::adasum(inputs, bytes / elementSize(first.dtype), first.dtype, first.prescale,
+                                  first.postscale, outputs));
 }
 
 // Reduce-scatter across nodes as a full allreduce into the fusion buffer

@@ -67,6 +67,7 @@ Status checkTypeRules(const std::string& prefix, const v1::Enqueue& e, Request& 
       return checkReduction(prefix, e);
     case v1::REDUCESCATTER:
       if (r.shape.empty()) return invalidArgument(prefix + "reducescatter needs at least one dimension");
+      if (e.op() == v1::ADASUM) return invalidArgument(prefix + "Adasum is an allreduce only");
       return checkReduction(prefix, e);
     case v1::ALLGATHER:
       if (r.shape.empty()) return invalidArgument(prefix + "allgather needs at least one dimension");

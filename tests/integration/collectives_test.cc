@@ -59,6 +59,8 @@ TEST_F(CollectivesTest, DuplicateNamesAndBadRequestsFailAlone) { runJob("dup", "
 
 TEST_F(CollectivesTest, AnAbandonedCollectiveFailsEveryRankAtOnce) { runJob("abandon", "abandoned", 3); }
 
+TEST_F(CollectivesTest, AdasumOfFourRanksMatchesTheReference) { runJob("adasum", "adasum", 4); }
+
 TEST_F(CollectivesTest, CudaTensorOnADaemonWithoutGpusFailsClearly) { runJob("nogpu", "cuda_without_gpu", 2); }
 
 TEST_F(CollectivesTest, TwoJobsAtOnceStayApart) {

@@ -88,6 +88,14 @@ TEST_F(MultiDaemonTest, AnAbandonedCollectiveFailsOnEveryNodeAtOnce) {
   EXPECT_TRUE(allSucceed(ranks, kTimeout, &report)) << report << logs();
 }
 
+// Adasum spans the daemons: the tree pairs ranks of different nodes.
+TEST_F(MultiDaemonTest, AdasumAcrossDaemonsMatchesTheReference) {
+  startDaemons(2);
+  auto ranks = launch("adasum-job", "adasum", {0, 1, 1, 0});
+  std::string report;
+  EXPECT_TRUE(allSucceed(ranks, kTimeout, &report)) << report << logs();
+}
+
 TEST_F(MultiDaemonTest, EveryOtherCollectiveAcrossDaemons) {
   startDaemons(2);
   for (const char* scenario : {"broadcast", "allgather", "reducescatter", "alltoall", "barrier_grouped_fusion"}) {

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <thread>
 
 #include "tests/integration/worker_util.h"
@@ -340,6 +341,36 @@ int abandoned(Client& c, const std::vector<std::string>&) {
   return 0;
 }
 
+// Adasum of float64 tensors x_r[i] = sin(r + 1 + i) against a direct
+// reference: the tree of pairwise combinations in rank order.
+int adasum(Client& c, const std::vector<std::string>&) {
+  const int n = 33;
+  auto input = [](int r, int i) { return std::sin(r + 1.0 + i); };
+  std::vector<std::vector<double>> v(c.size(), std::vector<double>(n));
+  for (int r = 0; r < c.size(); ++r) {
+    for (int i = 0; i < n; ++i) v[r][i] = input(r, i);
+  }
+  for (int level = 1; level < c.size(); level *= 2) {
+    for (int r = 0; r < c.size(); r += 2 * level) {
+      double dot = 0, aa = 0, bb = 0;
+      for (int i = 0; i < n; ++i) dot += v[r][i] * v[r + level][i], aa += v[r][i] * v[r][i], bb += v[r + level][i] * v[r + level][i];
+      for (int i = 0; i < n; ++i) v[r][i] = (1 - dot / (2 * aa)) * v[r][i] + (1 - dot / (2 * bb)) * v[r + level][i];
+    }
+  }
+  std::vector<double> mine(n);
+  for (int i = 0; i < n; ++i) mine[i] = input(c.rank(), i);
+  const std::vector<int64_t> shape = {n};  // makeOp keeps a pointer to it
+  gradsync_op_t op = makeOp(GRADSYNC_ALLREDUCE, "adasum.x", mine.data(), GRADSYNC_FLOAT64, shape);
+  op.reduce_op = GRADSYNC_ADASUM;
+  Operation h;
+  WORKER_OK(c.start(op, &h));
+  WORKER_OK(h.wait(30));
+  for (int i = 0; i < n; ++i) {
+    WORKER_CHECK(std::fabs(mine[i] - v[0][i]) < 1e-12, "element %d: %.17g, want %.17g", i, mine[i], v[0][i]);
+  }
+  return 0;
+}
+
 // The same tensor, step after step (what the response cache is for).
 int repeatAllreduce(Client& c, const std::vector<std::string>&) {
   std::vector<float> data(64);
@@ -382,7 +413,7 @@ const std::map<std::string, Scenario>& moreScenarios() {
       {"process_sets", processSets}, {"join", join},        {"mismatch", mismatch},
       {"duplicate", duplicate},      {"kill_victim", killVictim}, {"stall", stall},
       {"mismatch_allreduce", mismatchAllreduce}, {"join_failure", joinFailure},
-      {"repeat_allreduce", repeatAllreduce}, {"campaign_loop", campaignLoop}, {"abandoned", abandoned},
+      {"repeat_allreduce", repeatAllreduce}, {"campaign_loop", campaignLoop}, {"abandoned", abandoned}, {"adasum", adasum},
       {"aborted_with", abortedWith}, {"inflight_limit", inflightLimit}, {"cuda_without_gpu", cudaWithoutGpu}, {"fake_cuda", fakeCuda},
       {"fake_cuda_across", fakeCudaAcross}, {"fake_cuda_kill", fakeCudaKill},
   };

@@ -65,7 +65,10 @@ enum {
 };
 
 /* Reductions (same values as gradsync.v1.ReduceOp). */
-enum { GRADSYNC_SUM = 1, GRADSYNC_AVERAGE = 2, GRADSYNC_MIN = 3, GRADSYNC_MAX = 4, GRADSYNC_PRODUCT = 5 };
+/* GRADSYNC_ADASUM: Horovod's Adasum (see types.proto), floating-point CPU
+ * allreduces over a power-of-two number of ranks. */
+enum { GRADSYNC_SUM = 1, GRADSYNC_AVERAGE = 2, GRADSYNC_MIN = 3, GRADSYNC_MAX = 4, GRADSYNC_PRODUCT = 5,
+       GRADSYNC_ADASUM = 6 };
 
 /* Where a tensor's `data` lives. */
 enum { GRADSYNC_DEVICE_CPU = 0, GRADSYNC_DEVICE_CUDA = 1 };

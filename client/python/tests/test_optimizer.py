@@ -80,7 +80,7 @@ def test_groups_and_fp16_compression(rank, size):
     model = make_model(seed=3)
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
     optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
-                                         named_parameters=model.named_parameters(), num_groups=2,
+                                         named_parameters=model.named_parameters(), groups=2,
                                          compression=hvd.Compression.fp16)
     x = torch.full((2, 8), float(rank))
     optimizer.zero_grad()
@@ -167,3 +167,76 @@ def test_sparse_embedding_trains_to_the_weights_of_one_process(rank, size):
         optimizer.step()
     for p, q in zip(model.parameters(), reference.parameters()):
         assert torch.allclose(p, q, atol=1e-6), (p - q).abs().max()
+
+
+def _optimizers():
+    """Every optimizer of torch.optim that takes dense gradients (LBFGS
+    cannot be broadcast, as in Horovod; SparseAdam is tested apart)."""
+    names = ["SGD", "Adam", "AdamW", "Adamax", "Adagrad", "Adadelta", "ASGD", "NAdam", "RAdam", "RMSprop", "Rprop"]
+    return [getattr(torch.optim, n) for n in names if hasattr(torch.optim, n)]
+
+
+def _states_equal(a, b):
+    if isinstance(a, torch.Tensor):
+        return isinstance(b, torch.Tensor) and torch.equal(a, b)
+    if isinstance(a, dict):
+        return isinstance(b, dict) and a.keys() == b.keys() and all(_states_equal(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)):
+        return len(a) == len(b) and all(_states_equal(x, y) for x, y in zip(a, b))
+    return a == b
+
+
+@pytest.mark.parametrize("optimizer_class", _optimizers(), ids=lambda c: c.__name__)
+def test_broadcast_optimizer_state_of_every_optimizer(rank, optimizer_class):
+    # Each rank steps on its own data (different states, and a different
+    # learning rate), then takes rank 0's state: hyper-parameters and
+    # per-parameter buffers equal everywhere.
+    torch.manual_seed(rank)
+    model = torch.nn.Linear(4, 2)
+    optimizer = optimizer_class(model.parameters(), lr=0.01 * (rank + 1))
+    for _ in range(2):
+        optimizer.zero_grad()
+        model(torch.randn(3, 4)).pow(2).sum().backward()
+        optimizer.step()
+    hvd.broadcast_optimizer_state(optimizer, root_rank=0)
+    states = hvd.allgather_object(optimizer.state_dict())
+    assert all(_states_equal(states[0], s) for s in states), optimizer_class.__name__
+    assert optimizer.param_groups[0]["lr"] == 0.01
+
+
+def test_broadcast_from_a_root_without_gradients_yet(rank, size):
+    # Rank 0's optimizer never stepped (its parameters have no gradient, no
+    # state): the others, which stepped, drop their state for rank 0's, and
+    # the parameters (one frozen, without gradient) become rank 0's.
+    torch.manual_seed(10 + rank)
+    model = torch.nn.Sequential(torch.nn.Linear(3, 3), torch.nn.Linear(3, 1))
+    model[0].bias.requires_grad_(False)
+    optimizer = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=0.1)
+    if rank != 0:
+        model(torch.ones(2, 3)).sum().backward()
+        optimizer.step()
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    hvd.broadcast_optimizer_state(optimizer, root_rank=0)
+    assert optimizer.state_dict()["state"] == {}
+    weights = hvd.allgather_object([p.detach().clone() for p in model.state_dict().values()])
+    assert all(_states_equal(weights[0], w) for w in weights)
+
+
+def test_lbfgs_state_cannot_be_broadcast():
+    model = torch.nn.Linear(2, 1)
+    with pytest.raises(ValueError, match="cannot broadcast torch.optim.LBFGS state"):
+        hvd.broadcast_optimizer_state(torch.optim.LBFGS(model.parameters()), root_rank=0)
+
+
+def test_horovods_warnings(rank):
+    model = torch.nn.Linear(2, 1)
+    optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                         named_parameters=model.named_parameters())
+    model(torch.ones(1, 2)).sum().backward()
+    optimizer.synchronize()
+    with pytest.warns(UserWarning, match=r"optimizer.step\(\) called without optimizer.skip_synchronize\(\) "
+                                         r"context after optimizer.synchronize\(\)"):
+        optimizer.step()
+    with pytest.warns(DeprecationWarning, match="`num_groups` has been replaced by `groups`"):
+        hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                 named_parameters=model.named_parameters(), num_groups=1)

@@ -41,8 +41,8 @@ Status validateReduceArgs(const ReduceArgs& args) {
   if (elementSize(args.dtype) == 0) {
     return invalidArgument("reduce: unknown dtype" + describe(args));
   }
-  if (!reduceOpAllowed(args.dtype, args.op)) {
-    return invalidArgument("reduce: op not allowed for this dtype" + describe(args));
+  if (!reduceOpAllowed(args.dtype, args.op) || args.op == v1::ADASUM) {
+    return invalidArgument("reduce: op not allowed for this dtype (Adasum is not element-wise)" + describe(args));
   }
   if (args.num_inputs < 1 || args.inputs == nullptr) {
     return invalidArgument("reduce: need at least one input, got num_inputs " +

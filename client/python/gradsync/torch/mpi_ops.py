@@ -22,7 +22,7 @@ Average = native.AVERAGE
 Min = native.MIN
 Max = native.MAX
 Product = native.PRODUCT
-Adasum = 100  # accepted by name, refused when used
+Adasum = native.ADASUM
 
 HorovodInternalError = GradsyncError
 
@@ -34,9 +34,7 @@ def _resolve_op(average, op, default=Average):
         warnings.warn("Parameter `average` has been replaced with `op` and will be removed.", DeprecationWarning)
         return Average if average else Sum
     op = default if op is None else op
-    if op == Adasum:
-        raise NotImplementedError("gradsync does not implement Adasum")
-    if op not in (Sum, Average, Min, Max, Product):
+    if op not in (Sum, Average, Min, Max, Product, Adasum):
         raise ValueError("unknown reduction op %r" % (op,))
     return op
 
@@ -51,8 +49,23 @@ def _member_names(base, tensors):
     return ["%s.%d" % (base, i) for i in range(len(tensors))]
 
 
-def _check_reduction(tensor, op, prescale_factor, postscale_factor, what):
+def _check_adasum(tensor, process_set, what):
+    """Horovod's rules for Adasum: a power-of-two number of ranks
+    (NotImplementedError, Horovod's text), floating-point tensors (ValueError
+    at the call; Horovod fails them later), CPU tensors."""
+    n = process_set.size()
+    if n & (n - 1):
+        raise NotImplementedError("Running Adasum with non-power of 2 ranks is not supported yet.")
+    if not tensor.dtype.is_floating_point:
+        raise ValueError("%s: Adasum needs a floating-point tensor, got %s" % (what, tensor.dtype))
+    if tensor.is_cuda:
+        raise NotImplementedError("%s: gradsync runs Adasum on CPU tensors only" % what)
+
+
+def _check_reduction(tensor, op, prescale_factor, postscale_factor, what, process_set=global_process_set):
     """bool tensors reduce only with Min and Max (logical and, or), unscaled."""
+    if op == Adasum:
+        _check_adasum(tensor, process_set, what)
     if tensor.dtype == torch.bool and (op not in (Min, Max) or _scale(prescale_factor) != 1.0
                                        or _scale(postscale_factor) != 1.0):
         raise ValueError("%s: a bool tensor reduces only with Min or Max and no scaling" % what)
@@ -81,7 +94,7 @@ def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1
         op = _resolve_op(average, op)
         what = "allreduce of '%s'" % name
         check_tensor(tensor, what)
-        _check_reduction(tensor, op, prescale_factor, postscale_factor, what)
+        _check_reduction(tensor, op, prescale_factor, postscale_factor, what, process_set)
         target, write_back = _in_place_target(tensor)
         keep = []
         native_op = make_op(native.ALLREDUCE, target, name, process_set, keep, reduce_op=op,
@@ -144,7 +157,8 @@ def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale
             raise ValueError("grouped_allreduce needs at least one tensor")
         for member, tensor in zip(names, tensors):
             check_tensor(tensor, "grouped allreduce of '%s'" % member)
-            _check_reduction(tensor, op, prescale_factor, postscale_factor, "grouped allreduce of '%s'" % member)
+            _check_reduction(tensor, op, prescale_factor, postscale_factor, "grouped allreduce of '%s'" % member,
+                             process_set)
         targets, write_backs = zip(*[_in_place_target(t) for t in tensors])
         keep = []
         ops = [make_op(native.ALLREDUCE, target, member, process_set, keep, reduce_op=op,
@@ -412,6 +426,8 @@ def reducescatter_async(tensor, name=None, op=Average, process_set=global_proces
     name = _name(name, "reducescatter", process_set)
     with taking_part(native.REDUCESCATTER, [name], process_set):
         op = _resolve_op(None, op)
+        if op == Adasum:
+            raise NotImplementedError("Adasum is an allreduce; reducescatter does not take it")
         check_tensor(tensor, "reducescatter of '%s'" % name)
         _check_reduction(tensor, op, prescale_factor, postscale_factor, "reducescatter of '%s'" % name)
     return _output_op(native.REDUCESCATTER, "reducescatter", tensor, name, process_set,

@@ -57,6 +57,13 @@ class GradientArena:
                 self._client.free(address)
 
 
+# Horovod's messages.
+_TOO_MANY_PASSES = ("Gradients were computed more than backward_passes_per_step times before call to step(). "
+                    "Increase backward_passes_per_step to accumulate gradients locally.")
+_ZERO_GRAD_RACE = ("optimizer.zero_grad() was called after loss.backward() but before optimizer.step() or "
+                   "optimizer.synchronize(). This is prohibited as it can cause a race condition.")
+
+
 class _DistributedOptimizer(torch.optim.Optimizer):
     def __init__(self, params, named_parameters, compression, backward_passes_per_step, op,
                  gradient_predivide_factor, groups, sparse_as_dense, process_set, zero_copy):
@@ -95,8 +102,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             return {p: "allreduce.noname.%d" % i for i, p in enumerate(all_params)}
         named = list(named_parameters)
         if any(not isinstance(p, tuple) for p in named):
-            raise ValueError("named_parameters should be a sequence of (name, parameter) tuples, "
-                             "usually produced by model.named_parameters()")
+            raise ValueError("named_parameters should be a sequence of tuples (name, parameter), usually "
+                             "produced by model.named_parameters().")
         names = [n for n, _ in named]
         duplicates = sorted({n for n in names if names.count(n) > 1})
         if duplicates:
@@ -105,8 +112,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         by_param = {p: "allreduce." + n for n, p in named}
         missing = [p for p in all_params if p not in by_param]
         if missing:
-            raise ValueError("named_parameters was specified, but %d model parameters were not named. Python "
-                             "object ids: %s" % (len(missing), ", ".join(str(id(p)) for p in missing)))
+            raise ValueError("named_parameters was specified, but one or more model parameters were not named. "
+                             "Python object ids: %s" % ", ".join(str(id(p)) for p in missing))
         return by_param
 
     def _groups_of(self, groups):
@@ -120,7 +127,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         groups = [list(g) for g in groups]
         members = [p for g in groups for p in g]
         if len(set(members)) != len(members):
-            raise ValueError("a parameter appears in more than one group")
+            raise ValueError("A parameter can only appear once in groups.")
         return groups
 
     def _register_hooks(self):
@@ -173,9 +180,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     def _make_hook(self, p):
         def hook(*_ignored):
             if self._handles.get(p, (None,))[0] is not None and self._allreduce_delay[p] <= 0:
-                raise AssertionError("Gradients were computed more than backward_passes_per_step times before "
-                                     "call to step(). Increase backward_passes_per_step to accumulate gradients "
-                                     "locally.")
+                raise AssertionError(_TOO_MANY_PASSES)
             self._allreduce_delay[p] -= 1
             if self._allreduce_delay[p] > 0:
                 self._handles.setdefault(p, (None, None))
@@ -233,23 +238,106 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     def step(self, closure=None):
         if self._should_synchronize:
             if self._synchronized:
-                warnings.warn("optimizer.step() called without a loss.backward() call in between, or after "
-                              "optimizer.synchronize() outside skip_synchronize(); results may be wrong.")
+                warnings.warn("optimizer.step() called without optimizer.skip_synchronize() context after "
+                              "optimizer.synchronize(). This can cause training slowdown. You may want to "
+                              "consider using optimizer.skip_synchronize() context if you use "
+                              "optimizer.synchronize() in your code.")
             self.synchronize()
         self._synchronized = False
         return super(self.__class__, self).step(closure)
 
     def zero_grad(self, set_to_none=None):
         if self._handles:
-            raise AssertionError("optimizer.zero_grad() was called after loss.backward() but before "
-                                 "optimizer.step() or optimizer.synchronize(). This is prohibited as it can "
-                                 "cause a race condition.")
+            raise AssertionError(_ZERO_GRAD_RACE)
         if self._arena is not None:
             # Arena gradients stay where they are: zeroed, not dropped.
             for p in self._requires_update:
                 self._arena.attach(p)
                 p.grad.zero_()
             return None
+        if set_to_none is None:
+            return super(self.__class__, self).zero_grad()
+        return super(self.__class__, self).zero_grad(set_to_none=set_to_none)
+
+
+class _DistributedAdasumOptimizer(torch.optim.Optimizer):
+    """Horovod's Adasum optimizer: each parameter's optimizer step runs
+    locally as soon as its gradient is ready, and the step's delta (not the
+    gradient) is combined across ranks with Adasum; step() applies the
+    combined delta to the parameter's value before the local step."""
+
+    def __init__(self, params, named_parameters, compression, backward_passes_per_step, process_set):
+        super(self.__class__, self).__init__(params)
+        self._compression = compression
+        self._process_set = process_set
+        self.backward_passes_per_step = backward_passes_per_step
+        all_params = [p for group in self.param_groups for p in group["params"]]
+        self._parameter_names = _DistributedOptimizer._names_of(named_parameters, all_params)
+        self._requires_update = [p for p in all_params if p.requires_grad]
+        self._starting_models = {p: torch.zeros_like(p, requires_grad=False) for p in self._requires_update}
+        self._allreduce_delay = {p: backward_passes_per_step for p in self._requires_update}
+        self._handles = {}
+        self._grad_accs = []
+        for p in self._requires_update:
+            accumulator = p.expand_as(p).grad_fn.next_functions[0][0]
+            accumulator.register_hook(self._make_hook(p))
+            self._grad_accs.append(accumulator)
+
+    def _allreduce_delta_async(self, p):
+        """The local step for `p` alone, then an Adasum allreduce of its delta."""
+        start = self._starting_models[p]
+        stashed = [group["params"] for group in self.param_groups]
+        for group in self.param_groups:
+            group["params"] = [p] if any(p is q for q in group["params"]) else []
+        try:
+            start.data.copy_(p)
+            super(self.__class__, self).step()
+        finally:
+            for group, params in zip(self.param_groups, stashed):
+                group["params"] = params
+        p.data.sub_(start)
+        compressed, ctx = self._compression.compress(p)
+        handle = allreduce_async_(compressed.data, name=self._parameter_names[p], op=Adasum,
+                                  process_set=self._process_set)
+        return handle, ctx
+
+    def _make_hook(self, p):
+        def hook(*_ignored):
+            if self._handles.get(p, (None,))[0] is not None and self._allreduce_delay[p] <= 0:
+                raise AssertionError(_TOO_MANY_PASSES)
+            self._allreduce_delay[p] -= 1
+            handle, ctx = (None, None)
+            if self._allreduce_delay[p] == 0:
+                handle, ctx = self._allreduce_delta_async(p)
+            self._handles[p] = (handle, ctx)
+
+        return hook
+
+    def synchronize(self):
+        pass
+
+    @contextlib.contextmanager
+    def skip_synchronize(self):
+        raise AssertionError("Skipping synchronization is not supported when using Adasum optimizer.")
+        yield  # noqa: unreachable (a context manager needs the yield)
+
+    def step(self, closure=None):
+        loss = closure() if closure is not None else None
+        for p, (handle, ctx) in list(self._handles.items()):
+            if handle is None:  # step() before backward_passes_per_step passes: reduce what there is
+                self._handles[p] = self._allreduce_delta_async(p)
+        for p, (handle, ctx) in self._handles.items():
+            delta = self._compression.decompress(_synchronize(handle), ctx)
+            start = self._starting_models[p]
+            start.data.add_(delta.data)
+            p.data.copy_(start)
+            self._allreduce_delay[p] = self.backward_passes_per_step
+        self._handles.clear()
+        return loss
+
+    def zero_grad(self, set_to_none=None):
+        if self._handles:
+            raise AssertionError(_ZERO_GRAD_RACE)
         if set_to_none is None:
             return super(self.__class__, self).zero_grad()
         return super(self.__class__, self).zero_grad(set_to_none=set_to_none)
@@ -264,15 +352,19 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     zero_copy_gradients (gradsync's own): gradients live in the shared arena,
     so the daemon reduces them in place without copies.
     """
-    if op == Adasum:
-        raise NotImplementedError("gradsync does not implement Adasum")
     if gradient_predivide_factor != 1.0 and op != Average:
         raise ValueError("gradient_predivide_factor not supported with op != Average")
-    if num_groups and groups is not None:
-        raise ValueError("use groups or num_groups, not both")
-    if backward_passes_per_step < 1:
-        raise ValueError("backward_passes_per_step must be >= 1")
+    if num_groups != 0:
+        warnings.warn("Parameter `num_groups` has been replaced by `groups` and will be removed in v0.23.0.",
+                      DeprecationWarning)
+        if groups is None:
+            groups = num_groups
+    if backward_passes_per_step <= 0:
+        raise ValueError("backward_passes_per_step must be > 0")
+    if op == Adasum and _context.current().client.size > 1:
+        cls = type(optimizer.__class__.__name__, (optimizer.__class__,), dict(_DistributedAdasumOptimizer.__dict__))
+        return cls(optimizer.param_groups, named_parameters, compression, backward_passes_per_step, process_set)
     cls = type(optimizer.__class__.__name__, (optimizer.__class__,), dict(_DistributedOptimizer.__dict__))
     return cls(optimizer.param_groups, named_parameters, compression, backward_passes_per_step, op,
-               gradient_predivide_factor, groups if groups is not None else num_groups, sparse_as_dense,
+               gradient_predivide_factor, groups, sparse_as_dense,
                process_set, zero_copy_gradients)
