@@ -239,6 +239,16 @@ gradsync_status_t gradsync_abandon(gradsync_client_t* client, const gradsync_op_
   });
 }
 
+gradsync_status_t gradsync_start_timeline(gradsync_client_t* client, const char* path, int32_t mark_cycles) {
+  if (client == nullptr || path == nullptr) return invalid("client and path must not be NULL");
+  return guarded([&]() -> Status { return client->impl->startTimeline(path, mark_cycles != 0); });
+}
+
+gradsync_status_t gradsync_stop_timeline(gradsync_client_t* client) {
+  if (client == nullptr) return invalid("client must not be NULL");
+  return guarded([&]() -> Status { return client->impl->stopTimeline(); });
+}
+
 gradsync_status_t gradsync_poll(gradsync_client_t* client, gradsync_handle_t handle, int32_t* done) {
   if (client == nullptr || done == nullptr) return invalid("client and done must not be NULL");
   return guarded([&]() -> Status {

@@ -1,8 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "client/src/client.h"
 
+#include <fcntl.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+
+#include <cerrno>
+#include <cstdlib>
 
 #include <chrono>
 #include <cstring>
@@ -46,7 +50,45 @@ StatusOr<std::unique_ptr<Client>> Client::connect(const ClientOptions& options) 
   RETURN_IF_ERROR(client->registerRank());
   RETURN_IF_ERROR(client->handOffArena());
   RETURN_IF_ERROR(client->openSession());
+  RETURN_IF_ERROR(client->startTimelineFromEnvironment());
   return client;
+}
+
+Status Client::startTimelineFromEnvironment() {
+  const char* path = std::getenv("GRADSYNC_TIMELINE");
+  if (path == nullptr || *path == '\0') path = std::getenv("HOROVOD_TIMELINE");
+  if (path == nullptr || *path == '\0' || options_.rank != 0) return okStatus();
+  const char* marks = std::getenv("GRADSYNC_TIMELINE_MARK_CYCLES");
+  if (marks == nullptr) marks = std::getenv("HOROVOD_TIMELINE_MARK_CYCLES");
+  return startTimeline(path, marks != nullptr && std::strcmp(marks, "") != 0 && std::strcmp(marks, "0") != 0);
+}
+
+Status Client::startTimeline(const std::string& path, bool mark_cycles) {
+  if (options_.rank != 0) return okStatus();  // rank 0's timeline is the job's, as in Horovod
+  UniqueFd file(::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644));
+  if (!file.valid()) return failedPrecondition("cannot open the timeline " + path + ": " + std::strerror(errno));
+  v1::HandoffRequest request;
+  request.mutable_timeline_start()->set_mark_cycles(mark_cycles);
+  return handoffCall(request, file.get(), "starting the timeline " + path);
+}
+
+Status Client::stopTimeline() {
+  if (options_.rank != 0) return okStatus();
+  v1::HandoffRequest request;
+  request.mutable_timeline_stop();
+  return handoffCall(request, -1, "stopping the timeline");
+}
+
+Status Client::handoffCall(const v1::HandoffRequest& request, int fd, const std::string& what) {
+  v1::HandoffResponse response;
+  {
+    std::lock_guard<std::mutex> lock(handoff_mutex_);
+    if (!handoff_fd_.valid()) return failedPrecondition(what + ": the hand-off connection is closed");
+    RETURN_IF_ERROR(
+        handoff::exchangeFrames(handoff_fd_.get(), request, &response, toMillis(options_.connect_timeout_seconds), fd));
+  }
+  if (response.code() != 0) return Status(static_cast<StatusCode>(response.code()), what + ": " + response.message());
+  return okStatus();
 }
 
 Client::~Client() { shutdown(); }

@@ -94,6 +94,11 @@ class Client {
   void shutdown();
   // The daemon unmaps every CUDA allocation this rank exported.
   Status releaseCudaExports();
+  // The job's timeline (rank 0's call; others return OK doing nothing, as in
+  // Horovod): the file is opened here, with this process's permissions, and
+  // handed to the daemon, which writes Chrome-trace JSON into it.
+  Status startTimeline(const std::string& path, bool mark_cycles);
+  Status stopTimeline();
 
  private:
   struct Operation {
@@ -138,6 +143,11 @@ class Client {
   // The CUDA side, made on the first CUDA tensor.
   CudaSession& cuda();
   Status exchangeHandoff(const v1::HandoffRequest& request, v1::HandoffResponse* response);
+  // One hand-off request (with `fd` attached when >= 0); a non-zero response
+  // code becomes the error, prefixed with `what`.
+  Status handoffCall(const v1::HandoffRequest& request, int fd, const std::string& what);
+  // GRADSYNC_TIMELINE / HOROVOD_TIMELINE (and *_MARK_CYCLES) at connect.
+  Status startTimelineFromEnvironment();
 
   const ClientOptions options_;
   std::shared_ptr<grpc::Channel> channel_;

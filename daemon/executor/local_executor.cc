@@ -102,6 +102,7 @@ Status LocalExecutor::allreduce(const std::vector<const Response*>& responses, R
     red.bind();
     RETURN_IF_ERROR(reduce::validateReduceArgs(red.args));
   }
+  PhaseScope phase(access, "REDUCE");
   runReductions(reductions, *pool_);
   return okStatus();
 }
@@ -121,6 +122,7 @@ ResponseResult LocalExecutor::broadcast(const Response& r, RankAccess& access) {
     if (!dst.isOk()) return failed(r, dst.status());
     plan.add(*dst, *src, root->length);
   }
+  PhaseScope phase(access, "MEMCPY");
   plan.run(*pool_);
   return failed(r, okStatus());
 }

@@ -69,6 +69,21 @@ class RankAccess {
     int nranks = 0;
   };
   virtual NcclPeers ncclPeers() const { return {}; }
+  // A phase of the collective running begins or ends (the job's timeline).
+  virtual void phase(const char* name, bool begin) {}
+};
+
+// A phase for RankAccess::phase, from construction to destruction.
+class PhaseScope {
+ public:
+  PhaseScope(RankAccess& access, const char* name) : access_(access), name_(name) { access_.phase(name_, true); }
+  ~PhaseScope() { access_.phase(name_, false); }
+  PhaseScope(const PhaseScope&) = delete;
+  PhaseScope& operator=(const PhaseScope&) = delete;
+
+ private:
+  RankAccess& access_;
+  const char* const name_;
 };
 
 // Runs fused responses whose tensors live on a device (CUDA).

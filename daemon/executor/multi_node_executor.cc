@@ -62,10 +62,14 @@ Status LocalExecutor::hierarchicalAllreduce(const std::vector<const Response*>& 
     scatter[t].bind();
     offset += count;
   }
-  runReductions(gather, *pool_);
+  {
+    PhaseScope phase(access, "REDUCE_LOCAL_INTO_FUSION_BUFFER");
+    runReductions(gather, *pool_);
+  }
   // 2. Among the nodes.
   RETURN_IF_ERROR(access.crossNodeAllreduce(fusion_.data(), total, first.dtype,
                                             first.op == v1::AVERAGE ? v1::SUM : first.op));
+  PhaseScope phase(access, "MEMCPY_OUT_FUSION_BUFFER");
   runReductions(scatter, *pool_);
   return okStatus();
 }
@@ -180,7 +184,10 @@ ResponseResult LocalExecutor::multiNodeAllgather(const Response& r, RankAccess& 
     if (!src.isOk()) return failed(r, src.status());
     in.add(fusion_.data() + at, *src, request->length);
   }
-  in.run(*pool_);
+  {
+    PhaseScope phase(access, "MEMCPY_IN_FUSION_BUFFER");
+    in.run(*pool_);
+  }
   Status status = access.crossNodeAllgather(fusion_.data(), owned);
   if (!status.isOk()) return failed(r, status);
   const auto shape = withFirstDim(r.first().shape, total_rows);
@@ -229,6 +236,7 @@ ResponseResult LocalExecutor::adasumAllreduce(const Response& r, RankAccess& acc
     Status moved = access.crossNodeAllgather(fusion_.data(), owned);
     if (!moved.isOk()) return failed(r, moved);
   }
+  PhaseScope phase(access, "ADASUM_COMBINE");
   return failed(r, reduce::adasum(inputs, bytes / elementSize(first.dtype), first.dtype, first.prescale,
                                   first.postscale, outputs));
 }

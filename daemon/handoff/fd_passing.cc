@@ -104,13 +104,19 @@ Status recvWithFd(int sock, void* data, size_t len, UniqueFd* fd, std::chrono::m
   return okStatus();
 }
 
-Status recvMessage(int sock, std::string* out, size_t max, std::chrono::milliseconds timeout) {
+Status recvMessage(int sock, std::string* out, size_t max, std::chrono::milliseconds timeout, UniqueFd* fd) {
   RETURN_IF_ERROR(waitReadable(sock, timeout));
   out->resize(max);
   std::vector<int> fds;
   int flags = 0;
   const ssize_t n = receive(sock, out->data(), max, 0, &fds, &flags);
-  for (int fd : fds) ::close(fd);  // frames carry no descriptors yet
+  for (size_t i = 0; i < fds.size(); ++i) {
+    if (i == 0 && fd != nullptr && n > 0) {
+      *fd = UniqueFd(fds[0]);
+    } else {
+      ::close(fds[i]);
+    }
+  }
   if (n < 0) {
     out->clear();
     return unavailable(std::string("recvmsg: ") + std::strerror(errno));

@@ -20,9 +20,11 @@ Status sendWithFd(int sock, const void* data, size_t len, int fd);
 Status recvWithFd(int sock, void* data, size_t len, UniqueFd* fd, std::chrono::milliseconds timeout);
 
 // Receives one whole message (SOCK_SEQPACKET) of at most `max` bytes into
-// `out` within `timeout`; descriptors that come with it are closed. OK with
-// an empty `out` means the peer closed the connection.
-Status recvMessage(int sock, std::string* out, size_t max, std::chrono::milliseconds timeout);
+// `out` within `timeout`; the first descriptor that comes with it goes to
+// `fd` when given, the others are closed. OK with an empty `out` means the
+// peer closed the connection.
+Status recvMessage(int sock, std::string* out, size_t max, std::chrono::milliseconds timeout,
+                   UniqueFd* fd = nullptr);
 
 // Receives exactly `len` bytes (no descriptor) within `timeout`.
 Status recvExact(int sock, void* data, size_t len, std::chrono::milliseconds timeout);

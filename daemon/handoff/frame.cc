@@ -36,10 +36,10 @@ Status decodeFrame(const std::string& bytes, google::protobuf::MessageLite* mess
 }
 
 Status exchangeFrames(int sock, const google::protobuf::MessageLite& request, google::protobuf::MessageLite* response,
-                      std::chrono::milliseconds timeout) {
+                      std::chrono::milliseconds timeout, int fd) {
   const std::string frame = encodeFrame(request);
   if (frame.size() > sizeof(FrameHeader) + kMaxFramePayload) return invalidArgument("hand-off request too large");
-  RETURN_IF_ERROR(sendWithFd(sock, frame.data(), frame.size(), -1));
+  RETURN_IF_ERROR(sendWithFd(sock, frame.data(), frame.size(), fd));
   std::string reply;
   RETURN_IF_ERROR(recvMessage(sock, &reply, sizeof(FrameHeader) + kMaxFramePayload, timeout));
   if (reply.empty()) return unavailable("gradsyncd closed the hand-off connection");

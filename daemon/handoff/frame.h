@@ -17,8 +17,9 @@ std::string encodeFrame(const google::protobuf::MessageLite& message);
 // an oversized payload or a payload that does not parse.
 Status decodeFrame(const std::string& bytes, google::protobuf::MessageLite* message);
 
-// One request, one response, bounded by `timeout` (client side).
+// One request, one response, bounded by `timeout` (client side); `fd`
+// (when >= 0) travels with the request.
 Status exchangeFrames(int sock, const google::protobuf::MessageLite& request, google::protobuf::MessageLite* response,
-                      std::chrono::milliseconds timeout);
+                      std::chrono::milliseconds timeout, int fd = -1);
 
 }  // namespace gradsync::handoff

@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // The hand-off socket's frames after the hello: a rank attaches its GPU and
-// exports (or forgets) the allocations its CUDA tensors live in. Each request
-// gets exactly one response; a malformed one gets an error and the session
-// goes on.
+// exports (or forgets) the allocations its CUDA tensors live in, or starts
+// and stops its job's timeline in a file it opened. Each request gets
+// exactly one response; a malformed one gets an error and the session goes
+// on.
 #include "daemon/common/logging.h"
 #include "daemon/handoff/fd_passing.h"
 #include "daemon/handoff/frame.h"
@@ -21,9 +22,10 @@ void setStatus(const Status& status, v1::HandoffResponse* response) {
 
 bool HandoffServer::handleFrame(Connection& connection) {
   std::string bytes;
+  UniqueFd attached;
   const Status received = handoff::recvMessage(connection.fd.get(), &bytes,
                                                sizeof(handoff::FrameHeader) + handoff::kMaxFramePayload,
-                                               std::chrono::milliseconds(0));
+                                               std::chrono::milliseconds(0), &attached);
   if (bytes.empty()) return false;  // end of the connection, or an error on it
   v1::HandoffResponse response;
   auto session = registry_->findSession(connection.session_id);
@@ -33,16 +35,21 @@ bool HandoffServer::handleFrame(Connection& connection) {
   if (!parsed.isOk()) {
     setStatus(Status(parsed.code(), session->describe() + ": " + parsed.message()), &response);
   } else {
-    response = handleRequest(*session, request);
+    response = handleRequest(*session, request, std::move(attached));
   }
   if (response.code() != 0) GS_LOG(handoff, warn, "job '{}': {}", session->identity().job_id, response.message());
   const std::string frame = handoff::encodeFrame(response);
   return handoff::sendWithFd(connection.fd.get(), frame.data(), frame.size(), -1).isOk();
 }
 
-v1::HandoffResponse HandoffServer::handleRequest(Session& session, const v1::HandoffRequest& request) {
+v1::HandoffResponse HandoffServer::handleRequest(Session& session, const v1::HandoffRequest& request, UniqueFd fd) {
   v1::HandoffResponse response;
   const std::string who = session.describe();
+  if (request.msg_case() == v1::HandoffRequest::kTimelineStart ||
+      request.msg_case() == v1::HandoffRequest::kTimelineStop) {
+    setStatus(controlTimeline(session, request, std::move(fd)), &response);
+    return response;
+  }
   if (gpus_ == nullptr) {
     setStatus(failedPrecondition(who + " sent a CUDA tensor, but " + no_gpu_reason_), &response);
     return response;
@@ -67,6 +74,21 @@ v1::HandoffResponse HandoffServer::handleRequest(Session& session, const v1::Han
       setStatus(invalidArgument(who + ": empty or unknown hand-off request"), &response);
       return response;
   }
+}
+
+Status HandoffServer::controlTimeline(Session& session, const v1::HandoffRequest& request, UniqueFd fd) {
+  auto job = registry_->jobOf(session);
+  if (!job) return failedPrecondition(session.describe() + ": its job is gone");
+  if (session.rank() != 0) return okStatus();  // as in Horovod, rank 0's timeline is the job's
+  if (request.msg_case() == v1::HandoffRequest::kTimelineStop) {
+    job->stopTimeline();
+    return okStatus();
+  }
+  auto timeline = timeline::Timeline::start(std::move(fd), request.timeline_start().mark_cycles());
+  if (!timeline.isOk()) return Status(timeline.status().code(), session.describe() + ": " + timeline.status().message());
+  job->startTimeline(std::move(timeline).value());
+  GS_LOG(handoff, info, "job '{}': {} started the timeline", session.identity().job_id, session.describe());
+  return okStatus();
 }
 
 Status HandoffServer::attachGpu(Session& session, const v1::CudaAttach& request, v1::HandoffResponse* response) {

@@ -14,6 +14,7 @@
 
 #include "daemon/common/budget.h"
 #include "daemon/common/unique_fd.h"
+#include "daemon/timeline/timeline.h"
 #include "daemon/gpu/gpu_node.h"
 #include "proto/gradsync/v1/control.pb.h"
 #include "daemon/server/job_registry.h"
@@ -56,7 +57,8 @@ class HandoffServer {
   Status handleHello(Connection& connection);
   // A frame after the hello; false when the connection ended.
   bool handleFrame(Connection& connection);
-  v1::HandoffResponse handleRequest(Session& session, const v1::HandoffRequest& request);
+  v1::HandoffResponse handleRequest(Session& session, const v1::HandoffRequest& request, UniqueFd fd);
+  Status controlTimeline(Session& session, const v1::HandoffRequest& request, UniqueFd fd);
   Status attachGpu(Session& session, const v1::CudaAttach& request, v1::HandoffResponse* response);
   void closeConnection(int fd, const std::string& cause);
   void expireSilent();

@@ -225,10 +225,17 @@ void Job::submitToCoordinator(const std::shared_ptr<Session>& session, coordinat
   minimal.rank = request.rank;
   minimal.handle = request.handle;
   minimal.name = request.name;
+  const auto type = request.type;
+  const auto tl = timeline();
+  if (tl) timelineRequestLocked(tl.get(), request);
   auto ready = negotiator_.submit(std::move(request), Clock::now());
   if (!ready.isOk()) {
+    if (tl) timelineNegotiatedLocked(tl.get(), minimal.name, type);
     failRequestLocked(minimal, ready.status(), outbox);
     return;
+  }
+  if (tl) {
+    for (const auto& r : *ready) timelineNegotiatedLocked(tl.get(), r.name, r.type);
   }
   if (ready->empty()) return;
   for (auto& r : *ready) ready_.push_back(std::move(r));

@@ -23,6 +23,7 @@
 #include "daemon/server/cross_node.h"
 #include "daemon/server/enqueue_validation.h"
 #include "daemon/server/session.h"
+#include "daemon/timeline/timeline.h"
 #include "proto/gradsync/v1/admin.pb.h"
 
 namespace gradsync::server {
@@ -100,8 +101,20 @@ class Job : private executor::RankAccess {
   // Multi-node jobs: once every local rank registered, takes up this node's
   // role (leader or follower). Idempotent; call without locks held.
   void startCrossNodeIfComplete();
+  // The job's timeline (job_timeline.cc): started in place of one that runs,
+  // or stopped. Negotiation is recorded where it happens (the leader), the
+  // execution phases on every node.
+  void startTimeline(std::shared_ptr<timeline::Timeline> timeline);
+  void stopTimeline();
 
  private:
+  std::shared_ptr<timeline::Timeline> timeline() const;
+  // Negotiation rows (mutex_ held): a rank's request arrives; responses are ready.
+  void timelineRequestLocked(timeline::Timeline* tl, const coordinator::Request& request);
+  void timelineNegotiatedLocked(timeline::Timeline* tl, const std::string& name, CollectiveType type);
+  // Execution rows of the fused response being run (executor thread).
+  void timelineExecution(const fusion::FusedResponse& fused, bool begin, const std::vector<executor::ResponseResult>* results);
+  void phase(const char* name, bool begin) override;  // RankAccess
   using Outbox = std::vector<std::pair<std::shared_ptr<Session>, v1::DaemonMessage>>;
   using SessionSnapshot = std::map<int, std::shared_ptr<Session>>;
 
@@ -207,6 +220,13 @@ class Job : private executor::RankAccess {
 
   // Sessions of the batch being executed (executor thread only).
   SessionSnapshot batch_sessions_;
+  // Timeline: the current one; the tensors with an open negotiation row
+  // (mutex_); the fused response running and its timeline (executor thread).
+  mutable std::mutex timeline_mutex_;
+  std::shared_ptr<timeline::Timeline> timeline_;
+  std::set<std::string> negotiating_;
+  std::shared_ptr<timeline::Timeline> executing_timeline_;
+  std::vector<std::string> executing_names_;
   std::thread executor_thread_;
 };
 

@@ -127,6 +127,7 @@ Status Job::ringFailed(const Status& status) {
 Status Job::crossNodeAllreduce(void* data, size_t count, DataType dtype, ReduceOp op) {
   ASSIGN_OR_RETURN(auto ring, cross_->ring(ring_sequence_, Clock::now() + limits_.transfer_timeout));
   BusyTimer busy(&ring_busy_ns_);
+  executor::PhaseScope phase(*this, "CROSS_NODE_ALLREDUCE");
   Status status = collective::ringAllreduce(ring, data, count, dtype, op, &ring_scratch_);
   return status.isOk() ? status : ringFailed(status);
 }
@@ -160,6 +161,7 @@ executor::RankAccess::NcclPeers Job::ncclPeers() const {
 Status Job::crossNodeBroadcast(void* data, size_t bytes, int root_rank) {
   ASSIGN_OR_RETURN(auto ring, cross_->ring(ring_sequence_, Clock::now() + limits_.transfer_timeout));
   BusyTimer busy(&ring_busy_ns_);
+  executor::PhaseScope phase(*this, "CROSS_NODE_BROADCAST");
   Status status = collective::ringBroadcast(ring, data, bytes, nodeOf(root_rank));
   return status.isOk() ? status : ringFailed(status);
 }
@@ -167,6 +169,7 @@ Status Job::crossNodeBroadcast(void* data, size_t bytes, int root_rank) {
 Status Job::crossNodeAllgather(uint8_t* buffer, const std::vector<std::vector<collective::Range>>& owned) {
   ASSIGN_OR_RETURN(auto ring, cross_->ring(ring_sequence_, Clock::now() + limits_.transfer_timeout));
   BusyTimer busy(&ring_busy_ns_);
+  executor::PhaseScope phase(*this, "CROSS_NODE_ALLGATHER");
   Status status = collective::ringAllgather(ring, buffer, owned);
   return status.isOk() ? status : ringFailed(status);
 }

@@ -71,7 +71,9 @@ void Job::runBatch(std::vector<coordinator::Response> batch, uint64_t sequence) 
   for (const auto& fused : fusion::planFusion(std::move(batch), limits_.fusion_threshold_bytes)) {
     ++ring_sequence_;
     const auto started = Clock::now();
+    timelineExecution(fused, true, nullptr);
     auto results = executor_.run(fused, *this);
+    timelineExecution(fused, false, &results);
     GS_LOG(executor, debug, "job '{}': fused response of {} collectives, {} bytes, in {} us", spec_.job_id,
            fused.responses.size(), fused.bytes,
            std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - started).count());
@@ -147,6 +149,7 @@ StatusOr<std::vector<uint8_t*>> Job::requestOutputs(const coordinator::Response&
                                                     const std::vector<uint64_t>& bytes,
                                                     const std::vector<std::vector<int64_t>>& shapes) {
   const std::string prefix = "job '" + spec_.job_id + "' tensor '" + response.name + "': ";
+  executor::PhaseScope phase(*this, "WAIT_FOR_OUTPUT_GRANTS");
   std::vector<std::pair<int, uint64_t>> keys;
   Outbox outbox;
   // In a multi-node job a rank that left elsewhere does not stop a

@@ -198,6 +198,13 @@ gradsync_status_t gradsync_enqueue_group(gradsync_client_t* client, const gradsy
  * error like any other; release it. */
 gradsync_status_t gradsync_abandon(gradsync_client_t* client, const gradsync_op_t* op, const char* reason,
                                    gradsync_handle_t* handle);
+/* The job's timeline: rank 0 opens `path` (created, 0644) and the daemon
+ * writes Chrome-trace JSON into it (one row per tensor: negotiation, the
+ * ranks' arrivals, execution phases, sizes), valid JSON after every event.
+ * Other ranks' calls do nothing. GRADSYNC_TIMELINE / HOROVOD_TIMELINE start
+ * it at gradsync_init. */
+gradsync_status_t gradsync_start_timeline(gradsync_client_t* client, const char* path, int32_t mark_cycles);
+gradsync_status_t gradsync_stop_timeline(gradsync_client_t* client);
 /* *done = 1 when the operation has completed (successfully or not). */
 gradsync_status_t gradsync_poll(gradsync_client_t* client, gradsync_handle_t handle, int32_t* done);
 /* Waits for completion and returns the operation's status. timeout_seconds

@@ -116,6 +116,8 @@ def _declare(lib):
         "gradsync_enqueue": (c.c_int32, [client, c.POINTER(Op), c.POINTER(c.c_uint64)]),
         "gradsync_enqueue_group": (c.c_int32, [client, c.POINTER(Op), c.c_int32, c.POINTER(c.c_uint64)]),
         "gradsync_abandon": (c.c_int32, [client, c.POINTER(Op), c.c_char_p, c.POINTER(c.c_uint64)]),
+        "gradsync_start_timeline": (c.c_int32, [client, c.c_char_p, c.c_int32]),
+        "gradsync_stop_timeline": (c.c_int32, [client]),
         "gradsync_poll": (c.c_int32, [client, c.c_uint64, c.POINTER(c.c_int32)]),
         "gradsync_wait": (c.c_int32, [client, c.c_uint64, c.c_double]),
         "gradsync_result": (c.c_int32, [client, c.c_uint64, c.POINTER(Result)]),
@@ -189,6 +191,13 @@ class Client:
         self._check(self._lib.gradsync_abandon(self._handle, ctypes.byref(op), reason.encode("utf-8", "replace")[:1024],
                                                ctypes.byref(handle)), "abandon")
         return handle.value
+
+    def start_timeline(self, path, mark_cycles):
+        self._check(self._lib.gradsync_start_timeline(self._handle, path.encode(), 1 if mark_cycles else 0),
+                    "start_timeline")
+
+    def stop_timeline(self):
+        self._check(self._lib.gradsync_stop_timeline(self._handle), "stop_timeline")
 
     def poll(self, handle):
         done = ctypes.c_int32()

@@ -2,6 +2,7 @@
 """gradsyncrun end to end: identities, output prefixes, exit codes, Ctrl-C,
 private daemon lifetime, several hosts (a fake ssh runs 'remote' ranks on
 this machine against a second daemon), and torchrun-style identities."""
+import json
 import os
 import signal
 import subprocess
@@ -186,6 +187,20 @@ def test_examples_run(tmp_path):
                "--num-batches-per-iter", "1", "--num-warmup-batches", "1", "--zero-copy"])
     assert out.returncode == 0, out.stdout + out.stderr
     assert "img/sec per rank" in out.stdout and "waiting for gradients" in out.stdout
+
+
+def test_timeline_from_the_environment(tmp_path):
+    """HOROVOD_TIMELINE at init: rank 0's daemon writes the job's timeline."""
+    script = tmp_path / "job.py"
+    script.write_text("import torch, gradsync.torch as hvd\nhvd.init()\nhvd.allreduce(torch.ones(3))\nhvd.shutdown()\n")
+    timeline = tmp_path / "timeline.json"
+    out = run(["-np", "2", "--private-daemon", "/usr/bin/python3", str(script)],
+              env=dict(os.environ, HOROVOD_TIMELINE=str(timeline)))
+    assert out.returncode == 0, out.stdout + out.stderr
+    events = json.loads(timeline.read_text())
+    names = {e["args"]["name"] for e in events if e.get("name") == "process_name"}
+    assert "allreduce.noname.0" in names
+    assert {"NEGOTIATE_ALLREDUCE", "ALLREDUCE"} <= {e["name"] for e in events}
 
 
 def test_quick_start_digits_train_to_identical_weights():

@@ -22,8 +22,6 @@ def test_process_sets_bound(rank, size):
     assert EVEN_RANKS.rank() == (rank // 2 if rank % 2 == 0 else -1)
 
 
-def test_dynamic_process_sets_and_timeline_say_not_implemented():
+def test_dynamic_process_sets_say_not_implemented():
     with pytest.raises(NotImplementedError, match="static process sets"):
         hvd.add_process_set([0])
-    with pytest.raises(NotImplementedError, match="timeline"):
-        hvd.start_timeline("/tmp/t.json")

@@ -141,11 +141,15 @@ def release_cuda_exports():
 
 
 def start_timeline(file_path, mark_cycles=False):
-    raise NotImplementedError("gradsyncd has no timeline yet; start_timeline is not available")
+    """Starts the job's timeline in `file_path` (Chrome-trace JSON, for
+    Perfetto or chrome://tracing), replacing one that runs. As in Horovod,
+    rank 0's call decides; the others' do nothing."""
+    _context.current().client.start_timeline(str(file_path), mark_cycles)
 
 
 def stop_timeline():
-    raise NotImplementedError("gradsyncd has no timeline yet; stop_timeline is not available")
+    """Stops the job's timeline; the file stays valid JSON."""
+    _context.current().client.stop_timeline()
 
 
 __all__ = ["init", "shutdown", "is_initialized", "size", "rank", "local_size", "local_rank", "cross_size",
