@@ -224,6 +224,7 @@ class Job : private executor::RankAccess {
   // (mutex_); the fused response running and its timeline (executor thread).
   mutable std::mutex timeline_mutex_;
   std::shared_ptr<timeline::Timeline> timeline_;
+  std::atomic<bool> timeline_on_{false};
   std::set<std::string> negotiating_;
   std::shared_ptr<timeline::Timeline> executing_timeline_;
   std::vector<std::string> executing_names_;

@@ -23,14 +23,17 @@ void Job::startTimeline(std::shared_ptr<timeline::Timeline> timeline) {
   negotiating_.clear();
   std::lock_guard<std::mutex> timeline_lock(timeline_mutex_);
   timeline_ = std::move(timeline);
+  timeline_on_.store(timeline_ != nullptr);
 }
 
 void Job::stopTimeline() {
   std::lock_guard<std::mutex> lock(timeline_mutex_);
   timeline_.reset();
+  timeline_on_.store(false);
 }
 
 std::shared_ptr<timeline::Timeline> Job::timeline() const {
+  if (!timeline_on_.load(std::memory_order_relaxed)) return nullptr;  // the common case: no lock
   std::lock_guard<std::mutex> lock(timeline_mutex_);
   return timeline_;
 }
