@@ -83,6 +83,7 @@ const std::map<std::string, Setter>& setters() {
       {"--max-job-size", number<uint32_t>("--max-job-size", &C::set_max_job_size)},
       {"--max-ipc-mappings-per-rank", number<uint32_t>("--max-ipc-mappings-per-rank", &C::set_max_ipc_mappings_per_rank)},
       {"--max-ipc-mappings", number<uint32_t>("--max-ipc-mappings", &C::set_max_ipc_mappings)},
+      {"--timeline-dir", text(&C::set_timeline_dir)},
       {"--data-plane-devices", text(&C::set_data_plane_devices)},
       {"--max-message-bytes", number<uint32_t>("--max-message-bytes", &C::set_max_message_bytes)},
       {"--peer-address", text(&C::set_peer_address)},
@@ -149,6 +150,7 @@ Status applyDefaultsAndValidate(v1::DaemonConfig* c) {
   if (c->max_job_size() == 0) c->set_max_job_size(65536);
   if (c->max_ipc_mappings_per_rank() == 0) c->set_max_ipc_mappings_per_rank(65536);
   if (c->max_ipc_mappings() == 0) c->set_max_ipc_mappings(262144);
+  if (c->timeline_dir().empty()) c->set_timeline_dir("/var/lib/gradsync/timelines");
   if (c->max_message_bytes() == 0) c->set_max_message_bytes(4 << 20);
   if (c->join_timeout_seconds() == 0) c->set_join_timeout_seconds(30);
   if (c->response_cache_capacity() == 0) c->set_response_cache_capacity(4096);

@@ -1,6 +1,16 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "daemon/server/admin_service.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "daemon/common/logging.h"
+#include "daemon/common/unique_fd.h"
+#include "daemon/timeline/timeline.h"
+
 namespace gradsync::server {
 
 grpc::Status AdminService::GetStatus(grpc::ServerContext*, const v1::GetStatusRequest*,
@@ -30,6 +40,39 @@ grpc::Status AdminService::GetStatus(grpc::ServerContext*, const v1::GetStatusRe
   response->set_nccl_library(facts_.nccl_library);
   response->set_nccl_note(facts_.nccl_note);
   response->set_peer_address(facts_.peer_address);
+  return grpc::Status::OK;
+}
+
+grpc::Status AdminService::ControlTimeline(grpc::ServerContext*, const v1::ControlTimelineRequest* request,
+                                           v1::ControlTimelineResponse* response) {
+  auto job = registry_->findJob(request->job_id());
+  if (!job) return grpc::Status(grpc::StatusCode::NOT_FOUND, "no job '" + request->job_id() + "' on this daemon");
+  if (!request->start()) {
+    job->stopTimeline();
+    return grpc::Status::OK;
+  }
+  const std::string& file = request->file();
+  if (file.empty() || file.size() > 255 || file.find('/') != std::string::npos || file == "." || file == "..") {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        "the timeline file must be a name inside the daemon's timeline_dir (" +
+                            facts_.config.timeline_dir() + "), without '/', got '" + file + "'");
+  }
+  const std::string& dir = facts_.config.timeline_dir();
+  if (::mkdir(dir.c_str(), 0750) != 0 && errno != EEXIST) {
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "cannot create timeline_dir " + dir + ": " + std::strerror(errno));
+  }
+  const std::string path = dir + "/" + file;
+  UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0640));
+  if (!fd.valid()) {
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "cannot open " + path + ": " + std::strerror(errno));
+  }
+  auto timeline = timeline::Timeline::start(std::move(fd), request->mark_cycles());
+  if (!timeline.isOk()) {
+    return grpc::Status(static_cast<grpc::StatusCode>(timeline.status().code()), timeline.status().message());
+  }
+  job->startTimeline(std::move(timeline).value());
+  GS_LOG(main, info, "job '{}': timeline started by gradsyncctl in {}", request->job_id(), path);
+  response->set_path(path);
   return grpc::Status::OK;
 }
 

@@ -31,6 +31,8 @@ class AdminService final : public v1::Admin::Service {
   grpc::Status GetStatus(grpc::ServerContext*, const v1::GetStatusRequest*, v1::GetStatusResponse* response) override;
   grpc::Status ListJobs(grpc::ServerContext*, const v1::ListJobsRequest* request,
                         v1::ListJobsResponse* response) override;
+  grpc::Status ControlTimeline(grpc::ServerContext*, const v1::ControlTimelineRequest* request,
+                               v1::ControlTimelineResponse* response) override;
 
  private:
   const JobRegistry* registry_;

@@ -2,7 +2,10 @@
 // gradsyncctl against a real daemon with a job in flight, and without one.
 #include <signal.h>
 
+#include <cstdio>
+#include <fstream>
 #include <regex>
+#include <sstream>
 
 #include "gtest/gtest.h"
 #include "tests/testutil/daemon_fixture.h"
@@ -49,6 +52,45 @@ TEST(GradsyncctlTest, StatusAndJobsOfARunningDaemon) {
   EXPECT_NE(json.output.find("\"tensors_in_flight\":2"), std::string::npos) << json.output;  // pending + only.rank1
   r1.kill(SIGKILL);
   EXPECT_EQ(r0.wait(std::chrono::seconds(10)), 0) << r0.log();
+  EXPECT_EQ(daemon.stop(), 0);
+}
+
+// An operator starts and stops a running job's timeline; the daemon writes
+// it into its timeline_dir (never elsewhere).
+TEST(GradsyncctlTest, TimelineOfARunningJob) {
+  DaemonFixture daemon;
+  std::string error;
+  TempDir timelines;
+  ASSERT_TRUE(daemon.start({"--timeline-dir", timelines.path()}, &error)) << error;
+  const std::string stop_file = daemon.dir() + "/loop.stop";
+  std::vector<Process> ranks;
+  for (int r = 0; r < 2; ++r) ranks.push_back(daemon.spawnRank("tl-job", r, 2, {"campaign_loop", stop_file}));
+  ASSERT_TRUE(waitFor([&] { return ranks[1].log().find("RUNNING") != std::string::npos; }, std::chrono::seconds(20)));
+  CtlRun outside = ctl(daemon.dir(), {"--socket", daemon.socketPath(), "timeline", "tl-job", "start", "../escape.json"});
+  EXPECT_EQ(outside.code, 1) << outside.output;
+  EXPECT_NE(outside.output.find("a name inside the daemon's timeline_dir"), std::string::npos) << outside.output;
+  CtlRun start = ctl(daemon.dir(), {"--socket", daemon.socketPath(), "timeline", "tl-job", "start", "t.json"});
+  EXPECT_EQ(start.code, 0) << start.output;
+  EXPECT_NE(start.output.find(timelines.path() + "/t.json"), std::string::npos) << start.output;
+  const auto steps = [&] { return ranks[0].log().size(); };
+  const size_t before = steps();
+  ASSERT_TRUE(waitFor([&] { return steps() > before + 200; }, std::chrono::seconds(20)));  // some steps recorded
+  CtlRun stop = ctl(daemon.dir(), {"--socket", daemon.socketPath(), "timeline", "tl-job", "stop"});
+  EXPECT_EQ(stop.code, 0) << stop.output;
+  std::fclose(std::fopen(stop_file.c_str(), "w"));
+  std::string report;
+  EXPECT_TRUE(allSucceed(ranks, std::chrono::seconds(20), &report)) << report;
+  std::ifstream in(timelines.path() + "/t.json");
+  std::stringstream text;
+  text << in.rdbuf();
+  const std::string json = text.str();
+  EXPECT_EQ(json.rfind("[\n", 0), 0u) << json.substr(0, 200);
+  EXPECT_EQ(json.back(), ']');
+  EXPECT_NE(json.find(R"("args":{"name":"campaign.big"})"), std::string::npos);
+  EXPECT_NE(json.find(R"("name":"NEGOTIATE_ALLREDUCE")"), std::string::npos);
+  EXPECT_NE(json.find(R"("name":"ALLREDUCE","ts":)"), std::string::npos);
+  CtlRun missing = ctl(daemon.dir(), {"--socket", daemon.socketPath(), "timeline", "no-such-job", "stop"});
+  EXPECT_EQ(missing.code, 1) << missing.output;
   EXPECT_EQ(daemon.stop(), 0);
 }
 

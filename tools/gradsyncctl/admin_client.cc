@@ -124,4 +124,13 @@ StatusOr<v1::ListJobsResponse> AdminClient::listJobs(const std::string& job_id) 
   return response;
 }
 
+StatusOr<v1::ControlTimelineResponse> AdminClient::controlTimeline(const v1::ControlTimelineRequest& request) {
+  RETURN_IF_ERROR(connect());
+  grpc::ClientContext context;
+  prepare(&context);
+  v1::ControlTimelineResponse response;
+  RETURN_IF_ERROR(fromGrpc(stub_->ControlTimeline(&context, request, &response), "ControlTimeline"));
+  return response;
+}
+
 }  // namespace gradsync::ctl

@@ -40,6 +40,7 @@ class AdminClient {
   StatusOr<v1::GetStatusResponse> getStatus();
   // All jobs, or only `job_id` when it is not empty.
   StatusOr<v1::ListJobsResponse> listJobs(const std::string& job_id);
+  StatusOr<v1::ControlTimelineResponse> controlTimeline(const v1::ControlTimelineRequest& request);
 
  private:
   // Checks the socket file, then opens the channel and waits until it is

@@ -36,6 +36,10 @@ constexpr char kUsage[] =
     "  status          daemon version, uptime, pid, host, jobs and the config in effect\n"
     "  jobs [JOB_ID]   jobs with their counters and ranks (only JOB_ID when given)\n"
     "  members [JOB_ID]  the nodes of multi-node jobs: role, address, ranks, heartbeat age\n"
+    "  timeline JOB start FILE [mark-cycles]\n"
+    "                  starts JOB's timeline (Chrome-trace JSON) in FILE, a name inside the\n"
+    "                  daemon's timeline_dir; replaces one that runs\n"
+    "  timeline JOB stop  stops it\n"
     "  help            this text\n"
     "\n"
     "options:\n"
@@ -157,6 +161,22 @@ int runJobs(AdminClient& client, const Options& options, const std::string& job_
   return rc;
 }
 
+int runTimeline(AdminClient& client, const std::string& job, bool start, const std::string& file, bool marks) {
+  v1::ControlTimelineRequest request;
+  request.set_job_id(job);
+  request.set_start(start);
+  request.set_file(file);
+  request.set_mark_cycles(marks);
+  auto response = client.controlTimeline(request);
+  if (!response.isOk()) return reportError(response.status());
+  if (start) {
+    std::printf("timeline of job '%s': %s\n", job.c_str(), response->path().c_str());
+  } else {
+    std::printf("timeline of job '%s' stopped\n", job.c_str());
+  }
+  return kExitOk;
+}
+
 int run(int argc, char** argv) {
   Options options;
   std::string error = parseArgs(argc, argv, &options);
@@ -176,6 +196,14 @@ int run(int argc, char** argv) {
   if (command == "jobs" || command == "members") {
     if (arguments > 1) return usageError(command + " takes at most one JOB_ID");
     return runJobs(client, options, arguments == 1 ? options.command[1] : std::string(), command == "members");
+  }
+  if (command == "timeline") {
+    const bool start = arguments >= 3 && options.command[2] == "start";
+    const bool marks = arguments == 4 && options.command[4] == "mark-cycles";
+    if (!(arguments == 2 && options.command[2] == "stop") && !(start && (arguments == 3 || marks))) {
+      return usageError("usage: timeline JOB start FILE [mark-cycles] | timeline JOB stop");
+    }
+    return runTimeline(client, options.command[1], start, start ? options.command[3] : "", marks);
   }
   return usageError("unknown command '" + command + "'");
 }
