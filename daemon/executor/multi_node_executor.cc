@@ -208,7 +208,7 @@ ResponseResult LocalExecutor::multiNodeAllgather(const Response& r, RankAccess& 
 ResponseResult LocalExecutor::adasumAllreduce(const Response& r, RankAccess& access) {
   const Request& first = r.first();
   const size_t bytes = first.length;
-  std::vector<const uint8_t*> inputs;
+  std::vector<uint8_t*> inputs;  // overwritten: in place on one node, fusion-buffer copies across nodes
   std::vector<uint8_t*> outputs;
   if (!access.multiNode()) {
     for (const auto& request : r.requests) {

@@ -7,9 +7,10 @@
 // a coefficient staying 1 when its squared norm is below sqrt(DBL_MIN), as
 // in Horovod. That is the result of Horovod's vector-halving,
 // distance-doubling Adasum (its dot products and norms are summed over the
-// whole tensor), computed here in float64 on whole arrays: prescale is
-// applied to every input first, postscale to the result, which is rounded
-// once into the dtype.
+// whole tensor). Computed in place, with no memory beyond the arrays: the
+// dot products and norms in float64, each combination written back in the
+// dtype (as Horovod does); prescale is applied to every input first,
+// postscale to the result.
 #pragma once
 
 #include <cstddef>
@@ -21,10 +22,10 @@
 
 namespace gradsync::reduce {
 
-// `inputs`: one array of `count` elements of `dtype` (FLOAT16, BFLOAT16,
-// FLOAT32, FLOAT64) per rank, a power-of-two number of them. The result
-// goes to every array of `outputs` (which may be the inputs).
-Status adasum(const std::vector<const uint8_t*>& inputs, size_t count, DataType dtype, double prescale,
-              double postscale, const std::vector<uint8_t*>& outputs);
+// `work`: one array of `count` elements of `dtype` (FLOAT16, BFLOAT16,
+// FLOAT32, FLOAT64) per rank, a power-of-two number of them, overwritten.
+// The result goes to every array of `outputs` (which may be among `work`).
+Status adasum(const std::vector<uint8_t*>& work, size_t count, DataType dtype, double prescale, double postscale,
+              const std::vector<uint8_t*>& outputs);
 
 }  // namespace gradsync::reduce

@@ -20,8 +20,8 @@ std::vector<double> pair(const std::vector<double>& a, const std::vector<double>
 }
 
 std::vector<double> run(std::vector<std::vector<double>> inputs, double pre = 1, double post = 1) {
-  std::vector<const uint8_t*> in;
-  for (auto& v : inputs) in.push_back(reinterpret_cast<const uint8_t*>(v.data()));
+  std::vector<uint8_t*> in;  // overwritten: these are copies
+  for (auto& v : inputs) in.push_back(reinterpret_cast<uint8_t*>(v.data()));
   std::vector<double> out(inputs[0].size());
   EXPECT_TRUE(adasum(in, out.size(), v1::FLOAT64, pre, post, {reinterpret_cast<uint8_t*>(out.data())}).isOk());
   return out;
@@ -43,6 +43,20 @@ TEST(AdasumTest, FourRanksCombineAsATreeInRankOrder) {
   for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(scaled[i], expected[i] * 0.5, 1e-12);
 }
 
+TEST(AdasumTest, EightRanksInPlaceAndPostscaleOnTheResultArrayLast) {
+  std::vector<std::vector<double>> v(8, std::vector<double>(5));
+  for (int r = 0; r < 8; ++r) {
+    for (int i = 0; i < 5; ++i) v[r][i] = std::sin(r * 5 + i + 1.0);
+  }
+  auto expected = pair(pair(pair(v[0], v[1]), pair(v[2], v[3])), pair(pair(v[4], v[5]), pair(v[6], v[7])));
+  std::vector<uint8_t*> work;
+  for (auto& x : v) work.push_back(reinterpret_cast<uint8_t*>(x.data()));
+  ASSERT_TRUE(adasum(work, 5, v1::FLOAT64, 1, 3.0, work).isOk());  // every rank's array gets the result
+  for (int r = 0; r < 8; ++r) {
+    for (int i = 0; i < 5; ++i) EXPECT_NEAR(v[r][i], 3.0 * expected[i], 1e-12) << r << "," << i;
+  }
+}
+
 TEST(AdasumTest, Float32InputsAndInPlaceOutputs) {
   std::vector<float> a = {1, 0, 0, 2}, b = {1, 1, 0, 0};
   ASSERT_TRUE(adasum({reinterpret_cast<uint8_t*>(a.data()), reinterpret_cast<uint8_t*>(b.data())}, 4, v1::FLOAT32, 1, 1,
@@ -57,7 +71,7 @@ TEST(AdasumTest, Float32InputsAndInPlaceOutputs) {
 
 TEST(AdasumTest, RefusesOtherRankCountsAndDtypes) {
   std::vector<double> x(2);
-  const auto* p = reinterpret_cast<const uint8_t*>(x.data());
+  auto* p = reinterpret_cast<uint8_t*>(x.data());
   EXPECT_THAT(adasum({p, p, p}, 2, v1::FLOAT64, 1, 1, {}).message(), HasSubstr("power-of-two"));
   EXPECT_THAT(adasum({p, p}, 2, v1::INT32, 1, 1, {}).message(), HasSubstr("floating-point"));
 }
