@@ -81,12 +81,8 @@ Status Client::stopTimeline() {
 
 Status Client::handoffCall(const v1::HandoffRequest& request, int fd, const std::string& what) {
   v1::HandoffResponse response;
-  {
-    std::lock_guard<std::mutex> lock(handoff_mutex_);
-    if (!handoff_fd_.valid()) return failedPrecondition(what + ": the hand-off connection is closed");
-    RETURN_IF_ERROR(
-        handoff::exchangeFrames(handoff_fd_.get(), request, &response, toMillis(options_.connect_timeout_seconds), fd));
-  }
+  Status exchanged = exchangeHandoff(request, &response, fd);
+  if (!exchanged.isOk()) return Status(exchanged.code(), what + ": " + exchanged.message());
   if (response.code() != 0) return Status(static_cast<StatusCode>(response.code()), what + ": " + response.message());
   return okStatus();
 }
@@ -107,10 +103,10 @@ CudaSession& Client::cuda() {
   return *cuda_;
 }
 
-Status Client::exchangeHandoff(const v1::HandoffRequest& request, v1::HandoffResponse* response) {
+Status Client::exchangeHandoff(const v1::HandoffRequest& request, v1::HandoffResponse* response, int fd) {
   std::lock_guard<std::mutex> lock(handoff_mutex_);
   if (!handoff_fd_.valid()) return failedPrecondition("the hand-off connection is closed");
-  return handoff::exchangeFrames(handoff_fd_.get(), request, response, toMillis(options_.connect_timeout_seconds));
+  return handoff::exchangeFrames(handoff_fd_.get(), request, response, toMillis(options_.connect_timeout_seconds), fd);
 }
 
 Status Client::releaseCudaExports() {

@@ -9,7 +9,6 @@
 
 #include "daemon/common/logging.h"
 #include "daemon/common/unique_fd.h"
-#include "daemon/timeline/timeline.h"
 
 namespace gradsync::server {
 
@@ -66,11 +65,8 @@ grpc::Status AdminService::ControlTimeline(grpc::ServerContext*, const v1::Contr
   if (!fd.valid()) {
     return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "cannot open " + path + ": " + std::strerror(errno));
   }
-  auto timeline = timeline::Timeline::start(std::move(fd), request->mark_cycles());
-  if (!timeline.isOk()) {
-    return grpc::Status(static_cast<grpc::StatusCode>(timeline.status().code()), timeline.status().message());
-  }
-  job->startTimeline(std::move(timeline).value());
+  Status started = job->startTimeline(std::move(fd), request->mark_cycles());
+  if (!started.isOk()) return grpc::Status(static_cast<grpc::StatusCode>(started.code()), started.message());
   GS_LOG(main, info, "job '{}': timeline started by gradsyncctl in {}", request->job_id(), path);
   response->set_path(path);
   return grpc::Status::OK;

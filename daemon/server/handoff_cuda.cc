@@ -84,9 +84,8 @@ Status HandoffServer::controlTimeline(Session& session, const v1::HandoffRequest
     job->stopTimeline();
     return okStatus();
   }
-  auto timeline = timeline::Timeline::start(std::move(fd), request.timeline_start().mark_cycles());
-  if (!timeline.isOk()) return Status(timeline.status().code(), session.describe() + ": " + timeline.status().message());
-  job->startTimeline(std::move(timeline).value());
+  Status started = job->startTimeline(std::move(fd), request.timeline_start().mark_cycles());
+  if (!started.isOk()) return Status(started.code(), session.describe() + ": " + started.message());
   GS_LOG(handoff, info, "job '{}': {} started the timeline", session.identity().job_id, session.describe());
   return okStatus();
 }

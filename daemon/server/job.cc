@@ -298,11 +298,12 @@ void Job::flush(Outbox* outbox) {
 void Job::housekeeping(Clock::time_point now) {
   if (cross_) cross_->tick(now);
   checkFormation(now);
-  // Who holds the ranks of other nodes, for stall messages (taken before
-  // mutex_: the cross-node state has its own lock).
-  const std::vector<v1::NodeInfo> nodes = cross_ ? cross_->members() : std::vector<v1::NodeInfo>{};
+  // Who holds the ranks of other nodes, for stall messages: the membership,
+  // fixed once the job formed, taken once (before mutex_: the cross-node
+  // state has its own lock).
+  if (cross_ && stall_nodes_.empty() && cross_->formed()) stall_nodes_ = cross_->members();
   const auto describeAbsent = [&](int rank) {
-    for (const auto& node : nodes) {
+    for (const auto& node : stall_nodes_) {
       if (std::find(node.ranks().begin(), node.ranks().end(), rank) != node.ranks().end()) {
         return "rank " + std::to_string(rank) + " (on node " + node.peer_address() + ", host " + node.hostname() + ")";
       }

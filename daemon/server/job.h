@@ -104,7 +104,8 @@ class Job : private executor::RankAccess {
   // The job's timeline (job_timeline.cc): started in place of one that runs,
   // or stopped. Negotiation is recorded where it happens (the leader), the
   // execution phases on every node.
-  void startTimeline(std::shared_ptr<timeline::Timeline> timeline);
+  // `file`: a regular file opened for writing (INVALID_ARGUMENT otherwise).
+  Status startTimeline(UniqueFd file, bool mark_cycles);
   void stopTimeline();
 
  private:
@@ -220,6 +221,8 @@ class Job : private executor::RankAccess {
 
   // Sessions of the batch being executed (executor thread only).
   SessionSnapshot batch_sessions_;
+  // The job's nodes, for stall messages (housekeeping thread only; set once formed).
+  std::vector<v1::NodeInfo> stall_nodes_;
   // Timeline: the current one; the tensors with an open negotiation row
   // (mutex_); the fused response running and its timeline (executor thread).
   mutable std::mutex timeline_mutex_;

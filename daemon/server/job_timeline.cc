@@ -18,12 +18,14 @@ std::string upper(std::string text) {
 
 }  // namespace
 
-void Job::startTimeline(std::shared_ptr<timeline::Timeline> timeline) {
+Status Job::startTimeline(UniqueFd file, bool mark_cycles) {
+  ASSIGN_OR_RETURN(std::unique_ptr<timeline::Timeline> timeline, timeline::Timeline::start(std::move(file), mark_cycles));
   std::lock_guard<std::mutex> lock(mutex_);  // negotiating_ belongs to the old one
   negotiating_.clear();
   std::lock_guard<std::mutex> timeline_lock(timeline_mutex_);
   timeline_ = std::move(timeline);
-  timeline_on_.store(timeline_ != nullptr);
+  timeline_on_.store(true);
+  return okStatus();
 }
 
 void Job::stopTimeline() {

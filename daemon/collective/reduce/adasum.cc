@@ -56,7 +56,7 @@ Status adasum(const std::vector<uint8_t*>& work, size_t count, DataType dtype, d
   if (n == 0 || (n & (n - 1)) != 0) {
     return invalidArgument("Adasum needs a power-of-two number of inputs, got " + std::to_string(n));
   }
-  if (dtype != v1::FLOAT16 && dtype != v1::BFLOAT16 && dtype != v1::FLOAT32 && dtype != v1::FLOAT64) {
+  if (!reduceOpAllowed(dtype, v1::ADASUM)) {
     return invalidArgument("Adasum needs a floating-point dtype, got " + dataTypeName(dtype));
   }
   if (prescale != 1.0) {

@@ -219,7 +219,10 @@ size_t UcxTransport::dropStrays() {
   // A fixed sink: a larger message is truncated, and consumed all the same.
   std::vector<uint8_t> sink(64 << 10);
   size_t dropped = 0;
-  for (int rounds = 0; rounds < 100000; ++rounds) {
+  // One deadline for the whole drain: a flood of strays must not hold the
+  // job's teardown (each receive is bounded too).
+  const auto deadline = Clock::now() + std::chrono::seconds(1);
+  for (int rounds = 0; rounds < 100000 && Clock::now() < deadline; ++rounds) {
     ucp_tag_recv_info_t info{};
     ucp_tag_message_h message = ucp_tag_probe_nb(worker_, 0, 0, /*remove=*/1, &info);
     if (message == nullptr) {

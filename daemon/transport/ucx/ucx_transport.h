@@ -31,7 +31,8 @@ class UcxTransport final : public Transport {
   void flush(Clock::duration timeout);
   // Receives and discards every message that arrived but matched no receive
   // (a transfer from outside the job, a forged or stale tag, or what was
-  // left of an aborted collective); returns how many. Same thread.
+  // left of an aborted collective), for at most a second; returns how many.
+  // Same thread.
   size_t dropStrays();
 
   ucp_worker_h worker() const { return worker_; }

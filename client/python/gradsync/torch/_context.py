@@ -18,7 +18,8 @@ class Context:
         self._next_handle = 1
         self._names = {}
         self.pending = {}
-        self.in_flight = set()  # names of this rank's collectives not synchronized yet
+        self.in_flight = set()  # names of this rank's collectives not synchronized yet (under `lock`)
+        self.lock = threading.Lock()
         # Native handles of failed groups whose other members were still in
         # flight: released once they end (they end: the daemon fails or
         # times out the rest of a broken group).

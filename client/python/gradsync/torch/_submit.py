@@ -163,17 +163,23 @@ def submit(ops, keep, finish, what):
     name this rank has in flight already raises ValueError, as in Horovod."""
     ctx = _context.current()
     names = [op.name.decode() for op in ops if op.name]
-    for name in names:
-        if name in ctx.in_flight:
-            error = ValueError("Requested to %s a tensor with the same name as another tensor that is currently "
-                               "being processed ('%s'). If you want to request another tensor, use a different "
-                               "tensor name." % (_KINDS.get(ops[0].collective, "run"), name))
-            error._gradsync_abandoned = {name}  # the first one stays: the others must not fail it
-            raise error
-    natives = ctx.client.enqueue_group(ops, what) if len(ops) > 1 else [ctx.client.enqueue(ops[0], what)]
+    with ctx.lock:  # autograd may run hooks on other threads
+        for name in names:
+            if name in ctx.in_flight:
+                error = ValueError("Requested to %s a tensor with the same name as another tensor that is "
+                                   "currently being processed ('%s'). If you want to request another tensor, use a "
+                                   "different tensor name." % (_KINDS.get(ops[0].collective, "run"), name))
+                error._gradsync_abandoned = {name}  # the first one stays: the others must not fail it
+                raise error
+        ctx.in_flight.update(names)
+    try:
+        natives = ctx.client.enqueue_group(ops, what) if len(ops) > 1 else [ctx.client.enqueue(ops[0], what)]
+    except Exception:
+        with ctx.lock:
+            ctx.in_flight.difference_update(names)
+        raise
     handle = ctx.new_handle()
     ctx.pending[handle] = _Pending(natives, keep, finish, what, names)
-    ctx.in_flight.update(names)
     return handle
 
 
@@ -202,7 +208,8 @@ def synchronize(handle, start_others=True):
         return synchronize(_started(pending), start_others)
     # Waits in short slices only while some deferred operation may need starting.
     between = start_ready if start_others and _unstarted(ctx) else None
-    ctx.in_flight.difference_update(pending.names)
+    with ctx.lock:
+        ctx.in_flight.difference_update(pending.names)
     try:
         for n in pending.natives:
             ctx.client.wait(n, pending.what, between=between)

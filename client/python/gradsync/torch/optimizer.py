@@ -64,25 +64,68 @@ _ZERO_GRAD_RACE = ("optimizer.zero_grad() was called after loss.backward() but b
                    "optimizer.synchronize(). This is prohibited as it can cause a race condition.")
 
 
+def _setup(optimizer, named_parameters, compression, backward_passes_per_step, process_set):
+    """What both distributed optimizers keep: parameter names, the parameters
+    to update and their countdown of backward passes, the pending handles."""
+    optimizer._compression = compression
+    optimizer._process_set = process_set
+    optimizer.backward_passes_per_step = backward_passes_per_step
+    all_params = [p for group in optimizer.param_groups for p in group["params"]]
+    optimizer._parameter_names = _names_of(named_parameters, all_params)
+    optimizer._requires_update = [p for p in all_params if p.requires_grad]
+    optimizer._allreduce_delay = {p: backward_passes_per_step for p in optimizer._requires_update}
+    optimizer._handles = {}
+    optimizer._grad_accs = []
+
+
+def _register_hooks(optimizer):
+    """optimizer._make_hook(p) runs once p's gradient is accumulated."""
+    for p in optimizer._requires_update:
+        accumulator = p.expand_as(p).grad_fn.next_functions[0][0]
+        accumulator.register_hook(optimizer._make_hook(p))
+        optimizer._grad_accs.append(accumulator)
+
+
+def _names_of(named_parameters, all_params):
+    if named_parameters is None:
+        return {p: "allreduce.noname.%d" % i for i, p in enumerate(all_params)}
+    named = list(named_parameters)
+    if any(not isinstance(p, tuple) for p in named):
+        raise ValueError("named_parameters should be a sequence of tuples (name, parameter), usually "
+                         "produced by model.named_parameters().")
+    names = [n for n, _ in named]
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        raise ValueError("Parameter names in named_parameters must be unique. Found duplicates: %s"
+                         % ", ".join(duplicates))
+    by_param = {p: "allreduce." + n for n, p in named}
+    missing = [p for p in all_params if p not in by_param]
+    if missing:
+        raise ValueError("named_parameters was specified, but one or more model parameters were not named. "
+                         "Python object ids: %s" % ", ".join(str(id(p)) for p in missing))
+    return by_param
+
+
+def _zero_grad(optimizer, base, set_to_none):
+    """torch's zero_grad, refused while reductions are pending (Horovod's rule)."""
+    if optimizer._handles:
+        raise AssertionError(_ZERO_GRAD_RACE)
+    if set_to_none is None:
+        return super(base, optimizer).zero_grad()
+    return super(base, optimizer).zero_grad(set_to_none=set_to_none)
+
+
 class _DistributedOptimizer(torch.optim.Optimizer):
     def __init__(self, params, named_parameters, compression, backward_passes_per_step, op,
                  gradient_predivide_factor, groups, sparse_as_dense, process_set, zero_copy):
         super(self.__class__, self).__init__(params)
-        self._compression = compression
+        _setup(self, named_parameters, compression, backward_passes_per_step, process_set)
         self._op = op
-        self._process_set = process_set
         self._sparse_as_dense = sparse_as_dense
         self._predivide = gradient_predivide_factor
-        self.backward_passes_per_step = backward_passes_per_step
-        all_params = [p for group in self.param_groups for p in group["params"]]
-        self._parameter_names = self._names_of(named_parameters, all_params)
-        self._requires_update = [p for p in all_params if p.requires_grad]
         self._groups = self._groups_of(groups)
         self._group_of = {p: index for index, group in enumerate(self._groups) for p in group}
-        self._allreduce_delay = {p: backward_passes_per_step for p in self._requires_update}
-        self._handles = {}
         self._group_ready = {}
-        self._grad_accs = []
         self._synchronized = False
         self._should_synchronize = True
         self._arena = None
@@ -94,27 +137,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             for p in self._requires_update:
                 self._arena.attach(p)
         if _context.current().client.size > 1 or process_set is not global_process_set:
-            self._register_hooks()
-
-    @staticmethod
-    def _names_of(named_parameters, all_params):
-        if named_parameters is None:
-            return {p: "allreduce.noname.%d" % i for i, p in enumerate(all_params)}
-        named = list(named_parameters)
-        if any(not isinstance(p, tuple) for p in named):
-            raise ValueError("named_parameters should be a sequence of tuples (name, parameter), usually "
-                             "produced by model.named_parameters().")
-        names = [n for n, _ in named]
-        duplicates = sorted({n for n in names if names.count(n) > 1})
-        if duplicates:
-            raise ValueError("Parameter names in named_parameters must be unique. Found duplicates: %s"
-                             % ", ".join(duplicates))
-        by_param = {p: "allreduce." + n for n, p in named}
-        missing = [p for p in all_params if p not in by_param]
-        if missing:
-            raise ValueError("named_parameters was specified, but one or more model parameters were not named. "
-                             "Python object ids: %s" % ", ".join(str(id(p)) for p in missing))
-        return by_param
+            _register_hooks(self)
 
     def _groups_of(self, groups):
         """Parameter groups allreduced together, given as lists of parameters or as a count."""
@@ -129,12 +152,6 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         if len(set(members)) != len(members):
             raise ValueError("A parameter can only appear once in groups.")
         return groups
-
-    def _register_hooks(self):
-        for p in self._requires_update:
-            accumulator = p.expand_as(p).grad_fn.next_functions[0][0]
-            accumulator.register_hook(self._make_hook(p))
-            self._grad_accs.append(accumulator)
 
     def _scales(self):
         if self._op == Average:
@@ -247,17 +264,15 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         return super(self.__class__, self).step(closure)
 
     def zero_grad(self, set_to_none=None):
+        if self._arena is None:
+            return _zero_grad(self, self.__class__, set_to_none)
         if self._handles:
             raise AssertionError(_ZERO_GRAD_RACE)
-        if self._arena is not None:
-            # Arena gradients stay where they are: zeroed, not dropped.
-            for p in self._requires_update:
-                self._arena.attach(p)
-                p.grad.zero_()
-            return None
-        if set_to_none is None:
-            return super(self.__class__, self).zero_grad()
-        return super(self.__class__, self).zero_grad(set_to_none=set_to_none)
+        # Arena gradients stay where they are: zeroed, not dropped.
+        for p in self._requires_update:
+            self._arena.attach(p)
+            p.grad.zero_()
+        return None
 
 
 class _DistributedAdasumOptimizer(torch.optim.Optimizer):
@@ -268,20 +283,9 @@ class _DistributedAdasumOptimizer(torch.optim.Optimizer):
 
     def __init__(self, params, named_parameters, compression, backward_passes_per_step, process_set):
         super(self.__class__, self).__init__(params)
-        self._compression = compression
-        self._process_set = process_set
-        self.backward_passes_per_step = backward_passes_per_step
-        all_params = [p for group in self.param_groups for p in group["params"]]
-        self._parameter_names = _DistributedOptimizer._names_of(named_parameters, all_params)
-        self._requires_update = [p for p in all_params if p.requires_grad]
+        _setup(self, named_parameters, compression, backward_passes_per_step, process_set)
         self._starting_models = {p: torch.zeros_like(p, requires_grad=False) for p in self._requires_update}
-        self._allreduce_delay = {p: backward_passes_per_step for p in self._requires_update}
-        self._handles = {}
-        self._grad_accs = []
-        for p in self._requires_update:
-            accumulator = p.expand_as(p).grad_fn.next_functions[0][0]
-            accumulator.register_hook(self._make_hook(p))
-            self._grad_accs.append(accumulator)
+        _register_hooks(self)
 
     def _allreduce_delta_async(self, p):
         """The local step for `p` alone, then an Adasum allreduce of its delta."""
@@ -336,11 +340,7 @@ class _DistributedAdasumOptimizer(torch.optim.Optimizer):
         return loss
 
     def zero_grad(self, set_to_none=None):
-        if self._handles:
-            raise AssertionError(_ZERO_GRAD_RACE)
-        if set_to_none is None:
-            return super(self.__class__, self).zero_grad()
-        return super(self.__class__, self).zero_grad(set_to_none=set_to_none)
+        return _zero_grad(self, self.__class__, set_to_none)
 
 
 def DistributedOptimizer(optimizer, named_parameters=None, compression=Compression.none, backward_passes_per_step=1,

@@ -51,6 +51,9 @@ class _GlobalProcessSet(ProcessSet):
         self.process_set_id = 0
         self._my_rank = my_rank
 
+    def included(self):
+        return self.process_set_id is not None  # every rank, without searching the list on every op
+
 
 global_process_set = _GlobalProcessSet()
 
