@@ -14,7 +14,6 @@ namespace {
 constexpr int64_t kMaxElements = int64_t{1} << 50;
 
 bool copiesBack(v1::CollectiveType type) { return type == v1::ALLREDUCE || type == v1::BROADCAST; }
-bool isDataless(v1::CollectiveType type) { return type == v1::BARRIER || type == v1::JOIN; }
 
 StatusOr<uint64_t> bytesOf(const OpSpec& spec) {
   if (isDataless(spec.type)) return uint64_t{0};

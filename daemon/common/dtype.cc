@@ -51,9 +51,15 @@ std::string collectiveName(CollectiveType type) {
     case v1::REDUCESCATTER: return "reducescatter";
     case v1::BARRIER: return "barrier";
     case v1::JOIN: return "join";
+    case v1::PROCESS_SET_ADD: return "process set add";
+    case v1::PROCESS_SET_REMOVE: return "process set remove";
     default: return "unknown(" + std::to_string(static_cast<int>(type)) + ")";
   }
 }
+
+bool changesProcessSets(CollectiveType type) { return type == v1::PROCESS_SET_ADD || type == v1::PROCESS_SET_REMOVE; }
+
+bool isDataless(CollectiveType type) { return type == v1::BARRIER || type == v1::JOIN || changesProcessSets(type); }
 
 bool reduceOpAllowed(DataType dtype, ReduceOp op) {
   if (elementSize(dtype) == 0) return false;

@@ -21,6 +21,10 @@ size_t elementSize(DataType dtype);
 std::string dataTypeName(DataType dtype);
 std::string reduceOpName(ReduceOp op);
 std::string collectiveName(CollectiveType type);
+// Collectives that carry no tensor (barrier, join, process set changes).
+bool isDataless(CollectiveType type);
+// PROCESS_SET_ADD and PROCESS_SET_REMOVE.
+bool changesProcessSets(CollectiveType type);
 // Whether `op` may be applied to `dtype` (BOOL only with MIN and MAX).
 bool reduceOpAllowed(DataType dtype, ReduceOp op);
 

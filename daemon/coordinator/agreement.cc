@@ -66,6 +66,12 @@ std::vector<std::pair<const char*, Describe>> checksFor(CollectiveType type) {
       checks.push_back({"shape beyond the first dimension",
                         [](const Request& r) { return shapeString(tail(r.shape)); }});
       break;
+    case v1::PROCESS_SET_ADD:
+      checks.push_back({"the ranks of the process set to add", [](const Request& r) { return ranksString(r.set_ranks); }});
+      break;
+    case v1::PROCESS_SET_REMOVE:
+      checks.push_back({"the process set to remove", [](const Request& r) { return std::to_string(r.target_set); }});
+      break;
     default:
       break;
   }

@@ -8,21 +8,16 @@
 namespace gradsync::coordinator {
 
 Negotiator::Negotiator(std::string job_id, int size, std::vector<std::vector<int>> process_sets)
-    : job_id_(std::move(job_id)) {
-  std::vector<int> all(size);
-  for (int i = 0; i < size; ++i) all[i] = i;
-  sets_.push_back(std::move(all));
-  for (auto& set : process_sets) sets_.push_back(std::move(set));
-}
+    : job_id_(std::move(job_id)), sets_(size, std::move(process_sets)) {}
 
 Status Negotiator::checkMembership(const Request& request) const {
   const std::string prefix = "job '" + job_id_ + "' tensor '" + request.name + "': ";
-  if (request.process_set_id < 0 || request.process_set_id >= processSetCount()) {
-    return invalidArgument(prefix + "unknown process set " + std::to_string(request.process_set_id) + " (job has " +
-                           std::to_string(processSetCount() - 1) + " static process sets)");
+  const std::vector<int>* set = sets_.find(request.process_set_id);
+  if (set == nullptr) {
+    return invalidArgument(prefix + "unknown process set " + std::to_string(request.process_set_id) +
+                           " (never added, or removed)");
   }
-  const auto& set = sets_[request.process_set_id];
-  if (!std::binary_search(set.begin(), set.end(), request.rank)) {
+  if (!std::binary_search(set->begin(), set->end(), request.rank)) {
     return invalidArgument(prefix + "rank " + std::to_string(request.rank) + " is not a member of process set " +
                            std::to_string(request.process_set_id));
   }
@@ -72,11 +67,11 @@ StatusOr<std::vector<Response>> Negotiator::submitJoin(Request request, Clock::t
   join_requests_.push_back(std::move(request));
   std::vector<Response> out;
   collectReady(&out);  // allreduces that waited only for this rank
-  if (static_cast<int>(joined_.size()) == static_cast<int>(sets_[0].size())) {
+  if (joined_.size() == membersOf(0).size()) {
     Response join;
     join.name = "join";
     join.type = v1::JOIN;
-    join.ranks = sets_[0];
+    join.ranks = membersOf(0);
     join.requests.resize(join.ranks.size());
     for (auto& r : join_requests_) join.requests[r.rank] = std::move(r);
     join.last_joined_rank = last_joined_rank_;
@@ -88,7 +83,7 @@ StatusOr<std::vector<Response>> Negotiator::submitJoin(Request request, Clock::t
 }
 
 bool Negotiator::isReady(const Entry& entry) const {
-  for (int rank : sets_[entry.process_set_id]) {
+  for (int rank : membersOf(entry.process_set_id)) {
     if (!entry.by_rank.count(rank) && !joined_.count(rank)) return false;
   }
   return true;
@@ -98,7 +93,7 @@ Response Negotiator::makeResponse(const std::string& name, Entry entry) const {
   Response response;
   response.name = name;
   response.process_set_id = entry.process_set_id;
-  response.ranks = sets_[entry.process_set_id];
+  response.ranks = membersOf(entry.process_set_id);
   response.requests.resize(response.ranks.size());
   for (size_t i = 0; i < response.ranks.size(); ++i) {
     auto found = entry.by_rank.find(response.ranks[i]);
@@ -129,9 +124,74 @@ void Negotiator::collectReady(std::vector<Response>* out) {
     table_.erase(it);
     if (response.activeCount() == 0) continue;  // every member joined: nothing to do
     response.status = checkAgreement(job_id_, response);
+    std::vector<Response> removed_work;
+    if (response.status.isOk() && changesProcessSets(response.type)) changeProcessSets(&response, &removed_work);
     responses.push_back(std::move(response));
+    for (auto& failed : removed_work) responses.push_back(std::move(failed));
   }
   releaseGroups(std::move(responses), out);
+}
+
+void Negotiator::changeProcessSets(Response* response, std::vector<Response>* failed) {
+  const Request& first = response->first();
+  const std::string prefix = "job '" + job_id_ + "' " + collectiveName(response->type) + " '" + response->name + "': ";
+  if (response->type == v1::PROCESS_SET_ADD) {
+    auto id = sets_.add(first.set_ranks);
+    if (!id.isOk()) {
+      response->status = Status(id.status().code(), prefix + id.status().message());
+      return;
+    }
+    response->changed_process_set = *id;
+    return;
+  }
+  const int id = first.target_set;
+  const std::vector<int>* members = sets_.find(id);
+  if (members == nullptr || id == 0) {
+    response->status = failedPrecondition(prefix + (id == 0 ? "the global process set (id 0) cannot be removed"
+                                                            : "there is no process set " + std::to_string(id)));
+    return;
+  }
+  const std::string why = "job '" + job_id_ + "': " + ProcessSetTable::describe(id, *members) +
+                          " was removed (by '" + response->name + "') while this collective waited for ranks ";
+  // What waits for ranks on that set will never complete: fail it, in
+  // submission order, before the set goes.
+  std::vector<std::pair<uint64_t, std::string>> doomed;
+  for (const auto& [name, entry] : table_) {
+    if (entry.process_set_id == id) doomed.emplace_back(entry.sequence, name);
+  }
+  std::sort(doomed.begin(), doomed.end());
+  for (const auto& [sequence, name] : doomed) {
+    auto it = table_.find(name);
+    Response r = makeResponse(name, std::move(it->second));
+    table_.erase(it);
+    std::vector<int> missing;
+    for (size_t i = 0; i < r.ranks.size(); ++i) {
+      if (!r.requests[i] && !joined_.count(r.ranks[i])) missing.push_back(r.ranks[i]);
+    }
+    r.status = failedPrecondition(why + ranksString(missing) + " (tensor '" + name + "')");
+    failed->push_back(std::move(r));
+  }
+  // Grouped members already agreed, held for the rest of their group.
+  for (auto it = groups_.begin(); it != groups_.end();) {
+    if (it->second.empty() || it->second.front().process_set_id != id) {
+      ++it;
+      continue;
+    }
+    for (auto& member : it->second) {
+      member.status = failedPrecondition(why + "(the rest of its group, tensor '" + member.name + "')");
+      failed->push_back(std::move(member));
+    }
+    it = groups_.erase(it);
+  }
+  response->changed_process_set = id;
+  (void)sets_.remove(id);
+}
+
+Status Negotiator::applyLeaderChange(const Response& response) {
+  if (response.type == v1::PROCESS_SET_ADD) {
+    return sets_.insert(response.changed_process_set, response.first().set_ranks);
+  }
+  return sets_.remove(response.changed_process_set);
 }
 
 void Negotiator::releaseGroups(std::vector<Response> ready, std::vector<Response>* out) {
@@ -158,7 +218,7 @@ std::vector<Stall> Negotiator::stalls(Clock::time_point now, Clock::duration thr
     Stall stall;
     stall.name = name;
     stall.age = now - entry.first_seen;
-    for (int rank : sets_[entry.process_set_id]) {
+    for (int rank : membersOf(entry.process_set_id)) {
       if (entry.by_rank.count(rank)) {
         stall.submitted_ranks.push_back(rank);
       } else if (!joined_.count(rank)) {

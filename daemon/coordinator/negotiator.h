@@ -16,6 +16,10 @@
 //     reset, as in Horovod.
 //  6. The caller (Job) hands ready responses to the executor in the order
 //     returned; the order is the same on every rank.
+//  7. PROCESS_SET_ADD / PROCESS_SET_REMOVE change the process sets when they
+//     are ready and agreed: ADD numbers the new set (ids are never reused);
+//     REMOVE fails the set's collectives still being negotiated, naming the
+//     removal, and later requests for it fail as an unknown set.
 // Not thread-safe: the Job serialises access.
 #pragma once
 
@@ -25,6 +29,7 @@
 #include <string>
 #include <vector>
 
+#include "daemon/coordinator/process_set_table.h"
 #include "daemon/coordinator/request.h"
 
 namespace gradsync::coordinator {
@@ -62,8 +67,10 @@ class Negotiator {
 
   size_t pendingCount() const { return table_.size(); }
   bool joined(int rank) const { return joined_.count(rank) > 0; }
-  const std::vector<int>& members(int process_set_id) const { return sets_[process_set_id]; }
-  int processSetCount() const { return static_cast<int>(sets_.size()); }
+  const ProcessSetTable& processSets() const { return sets_; }
+  // A follower applies the process set change its leader negotiated
+  // (`response`: a PROCESS_SET_ADD or _REMOVE that succeeded there).
+  Status applyLeaderChange(const Response& response);
 
  private:
   struct Entry {
@@ -80,9 +87,13 @@ class Negotiator {
   void collectReady(std::vector<Response>* out);
   void releaseGroups(std::vector<Response> ready, std::vector<Response>* out);
   StatusOr<std::vector<Response>> submitJoin(Request request, Clock::time_point now);
+  // Applies an agreed PROCESS_SET_ADD / _REMOVE (failing it when the table
+  // refuses); a removal appends the failures of the set's pending work.
+  void changeProcessSets(Response* response, std::vector<Response>* failed);
+  const std::vector<int>& membersOf(int process_set_id) const { return *sets_.find(process_set_id); }
 
   std::string job_id_;
-  std::vector<std::vector<int>> sets_;  // index = process set id
+  ProcessSetTable sets_;
   std::map<std::string, Entry> table_;
   std::set<int> joined_;
   std::vector<Request> join_requests_;

@@ -254,3 +254,113 @@ TEST_F(NegotiatorTest, TakeAllReturnsEveryPendingRequest) {
 
 }  // namespace
 }  // namespace gradsync::coordinator
+
+namespace gradsync::coordinator {
+namespace {
+
+Request setChange(int rank, const std::string& name, CollectiveType type, std::vector<int> ranks, int target = 0) {
+  Request r;
+  r.rank = rank;
+  r.handle = 500 + rank;
+  r.name = name;
+  r.type = type;
+  r.set_ranks = std::move(ranks);
+  r.target_set = target;
+  return r;
+}
+
+class ProcessSetChangeTest : public NegotiatorTest {
+ protected:
+  // Every rank of the job submits the change; returns what became ready.
+  std::vector<Response> everyRank(const std::string& name, CollectiveType type, std::vector<int> ranks, int target = 0) {
+    std::vector<Response> ready;
+    for (int rank = 0; rank < 3; ++rank) {
+      for (auto& r : submit(setChange(rank, name, type, ranks, target))) ready.push_back(std::move(r));
+    }
+    return ready;
+  }
+};
+
+TEST_F(ProcessSetChangeTest, AddNumbersSetsAfterTheStaticOnesAndNeverReusesIds) {
+  auto ready = everyRank("c0", v1::PROCESS_SET_ADD, {1, 2});
+  ASSERT_EQ(ready.size(), 1u);
+  ASSERT_TRUE(ready[0].status.isOk()) << ready[0].status.toString();
+  EXPECT_EQ(ready[0].changed_process_set, 2);  // static set 1 is {0, 2}
+  EXPECT_EQ(ready[0].ranks, (std::vector<int>{0, 1, 2}));
+  // The new set works at once: ready when its two members submitted.
+  Request a = allreduce(1, "w");
+  a.process_set_id = 2;
+  Request b = allreduce(2, "w");
+  b.process_set_id = 2;
+  EXPECT_TRUE(submit(a).empty());
+  ASSERT_EQ(submit(b).size(), 1u);
+
+  ready = everyRank("c1", v1::PROCESS_SET_REMOVE, {}, 2);
+  ASSERT_EQ(ready.size(), 1u);
+  EXPECT_TRUE(ready[0].status.isOk());
+  EXPECT_EQ(ready[0].changed_process_set, 2);
+  EXPECT_FALSE(negotiator_.processSets().contains(2));
+  ready = everyRank("c2", v1::PROCESS_SET_ADD, {1, 2});
+  ASSERT_EQ(ready.size(), 1u);
+  EXPECT_EQ(ready[0].changed_process_set, 3);
+  // A request naming the removed id fails as an unknown set.
+  a.name = "late";
+  auto late = negotiator_.submit(a, now_);
+  ASSERT_FALSE(late.isOk());
+  EXPECT_THAT(late.status().message(), HasSubstr("unknown process set 2"));
+}
+
+TEST_F(ProcessSetChangeTest, DuplicateSetsAndDisagreementFailOnEveryRank) {
+  auto ready = everyRank("c0", v1::PROCESS_SET_ADD, {0, 2});  // the static set
+  ASSERT_EQ(ready.size(), 1u);
+  EXPECT_EQ(ready[0].status.code(), StatusCode::kAlreadyExists);
+  EXPECT_THAT(ready[0].status.message(), HasSubstr("ranks [0, 2] exists already: id 1"));
+
+  submit(setChange(0, "c1", v1::PROCESS_SET_ADD, {0, 1}));
+  submit(setChange(1, "c1", v1::PROCESS_SET_ADD, {0, 1}));
+  ready = submit(setChange(2, "c1", v1::PROCESS_SET_ADD, {1, 2}));
+  ASSERT_EQ(ready.size(), 1u);
+  EXPECT_THAT(ready[0].status.message(),
+              HasSubstr("ranks disagree on the ranks of the process set to add: [0, 1] on ranks [0, 1]; [1, 2] on ranks [2]"));
+  EXPECT_EQ(negotiator_.processSets().count(), 2u);
+
+  ready = everyRank("c2", v1::PROCESS_SET_REMOVE, {}, 7);
+  ASSERT_EQ(ready.size(), 1u);
+  EXPECT_THAT(ready[0].status.message(), HasSubstr("there is no process set 7"));
+}
+
+TEST_F(ProcessSetChangeTest, RemovingASetFailsItsWorkInFlightNamingTheRemoval) {
+  Request waiting = allreduce(0, "w");
+  waiting.process_set_id = 1;  // {0, 2}: rank 2 never submits
+  EXPECT_TRUE(submit(waiting).empty());
+  Request other = allreduce(1, "elsewhere");  // the global set: untouched
+  EXPECT_TRUE(submit(other).empty());
+  auto ready = everyRank("c0", v1::PROCESS_SET_REMOVE, {}, 1);
+  ASSERT_EQ(ready.size(), 2u);
+  EXPECT_TRUE(ready[0].status.isOk());
+  EXPECT_EQ(ready[0].type, v1::PROCESS_SET_REMOVE);
+  EXPECT_EQ(ready[1].name, "w");
+  EXPECT_EQ(ready[1].status.code(), StatusCode::kFailedPrecondition);
+  EXPECT_THAT(ready[1].status.message(),
+              HasSubstr("process set 1 [0, 2] was removed (by 'c0') while this collective waited for ranks [2]"));
+  ASSERT_TRUE(ready[1].requests[0].has_value());
+  EXPECT_EQ(negotiator_.pendingCount(), 1u);  // "elsewhere"
+}
+
+TEST_F(ProcessSetChangeTest, AFollowerAppliesTheLeadersIds) {
+  Negotiator follower("job1", 3, {{0, 2}});
+  Response added;
+  added.type = v1::PROCESS_SET_ADD;
+  added.ranks = {0, 1, 2};
+  added.requests.emplace_back(setChange(0, "c0", v1::PROCESS_SET_ADD, {0, 1}));
+  added.changed_process_set = 5;
+  ASSERT_TRUE(follower.applyLeaderChange(added).isOk());
+  EXPECT_EQ(*follower.processSets().find(5), (std::vector<int>{0, 1}));
+  Response removed = added;
+  removed.type = v1::PROCESS_SET_REMOVE;
+  ASSERT_TRUE(follower.applyLeaderChange(removed).isOk());
+  EXPECT_FALSE(follower.processSets().contains(5));
+}
+
+}  // namespace
+}  // namespace gradsync::coordinator

@@ -48,6 +48,9 @@ struct Request {
   // Non-empty: the rank failed this collective at the call, for this reason
   // (it carries no data; the negotiated response fails on every rank).
   std::string abandoned;
+  // PROCESS_SET_ADD: the new set's ranks; PROCESS_SET_REMOVE: the set's id.
+  std::vector<int> set_ranks;
+  int target_set = 0;
 
   bool onCuda() const { return cuda.has_value(); }
 };
@@ -64,6 +67,9 @@ struct Response {
   Status status;
   // JOIN: the rank that joined last.
   int last_joined_rank = -1;
+  // PROCESS_SET_ADD / PROCESS_SET_REMOVE that succeeded: the set added (its
+  // new id) or removed.
+  int changed_process_set = 0;
 
   // The first present request (there is always one).
   const Request& first() const;

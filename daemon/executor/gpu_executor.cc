@@ -58,7 +58,9 @@ std::vector<ResponseResult> GpuExecutor::run(const fusion::FusedResponse& fused,
         results.push_back(failed(r, access.multiNode() ? stagedBroadcast(r, access) : broadcast(r, access)));
         break;
       case v1::BARRIER:
-      case v1::JOIN: results.push_back(failed(r, okStatus())); break;
+      case v1::JOIN:
+      case v1::PROCESS_SET_ADD:
+      case v1::PROCESS_SET_REMOVE: results.push_back(failed(r, okStatus())); break;
       case v1::ALLGATHER:
       case v1::ALLTOALL:
       case v1::REDUCESCATTER:

@@ -37,7 +37,7 @@ std::vector<ResponseResult> LocalExecutor::run(const fusion::FusedResponse& fuse
         results.push_back(multiNodeReducescatter(r, access));
       } else if (r.type == v1::ALLTOALL) {
         results.push_back(multiNodeAlltoall(r, access));
-      } else if (r.type == v1::BARRIER || r.type == v1::JOIN) {
+      } else if (isDataless(r.type)) {
         results.push_back(failed(r, okStatus()));  // the negotiation across all ranks was the synchronisation
       } else {
         results.push_back(failed(r, unimplemented("tensor '" + r.name + "': " + collectiveName(r.type) +
@@ -51,7 +51,7 @@ std::vector<ResponseResult> LocalExecutor::run(const fusion::FusedResponse& fuse
       case v1::ALLTOALL: results.push_back(alltoall(r, access)); break;
       case v1::REDUCESCATTER: results.push_back(reducescatter(r, access)); break;
       case v1::ALLREDUCE: results.push_back(failed(r, allreduce({&r}, access))); break;
-      default: results.push_back(failed(r, okStatus())); break;  // BARRIER, JOIN: no data
+      default: results.push_back(failed(r, okStatus())); break;  // no data (isDataless)
     }
   }
   return results;
@@ -74,7 +74,7 @@ std::vector<ResponseResult> LocalExecutor::relayWithoutGpu(const fusion::FusedRe
     if (fusion_.size() < total * elementSize(first.dtype)) fusion_.resize(total * elementSize(first.dtype));
     fillIdentity(fusion_.data(), total, first.dtype, ring_op);
     status = access.crossNodeAllreduce(fusion_.data(), total, first.dtype, ring_op);
-  } else if (head.type != v1::BROADCAST && head.type != v1::BARRIER && head.type != v1::JOIN) {
+  } else if (head.type != v1::BROADCAST && !isDataless(head.type)) {
     status = unimplemented("tensor '" + head.name + "': " + collectiveName(head.type) + " of CUDA tensors");
   }
   for (const auto& r : fused.responses) results.push_back(failed(r, r.status.isOk() ? status : r.status));

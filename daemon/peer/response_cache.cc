@@ -13,6 +13,8 @@ std::string ResponseCache::signature(const coordinator::Request& r) {
   for (int64_t d : r.shape) s << d << ',';
   s << '|';
   for (int64_t x : r.splits) s << x << ',';
+  s << '|' << r.target_set << '|';
+  for (int x : r.set_ranks) s << x << ',';
   return s.str();
 }
 
@@ -26,7 +28,8 @@ std::string ResponseCache::signature(const coordinator::Response& response) {
 }
 
 std::pair<uint64_t, bool> ResponseCache::assign(const coordinator::Response& response) {
-  if (!response.status.isOk()) return {0, false};
+  // Process set changes carry the set's id, which a cache id would not.
+  if (!response.status.isOk() || changesProcessSets(response.type)) return {0, false};
   // CUDA requests carry per-step references (allocation, offset, event slot,
   // output) that a cache id would not: they always travel in full.
   for (const auto& request : response.requests) {

@@ -19,6 +19,7 @@ v1::NegotiatedResponse toProto(const coordinator::Response& response) {
   out.set_code(static_cast<int>(response.status.code()));
   out.set_message(response.status.message());
   out.set_last_joined_rank(response.last_joined_rank);
+  out.set_changed_process_set(response.changed_process_set);
   return out;
 }
 
@@ -37,6 +38,7 @@ coordinator::Response fromProto(const v1::NegotiatedResponse& in) {
   }
   out.status = Status(static_cast<StatusCode>(in.code()), in.message());
   out.last_joined_rank = in.last_joined_rank();
+  out.changed_process_set = in.changed_process_set();
   return out;
 }
 

@@ -14,10 +14,10 @@ using coordinator::Request;
 // overflowing 64 bits.
 constexpr int64_t kMaxElements = int64_t{1} << 50;
 
-bool isDataless(CollectiveType type) { return type == v1::BARRIER || type == v1::JOIN; }
-
 Status checkName(const v1::Enqueue& e, const EnqueueContext& c) {
-  if (e.name().empty() && !isDataless(e.type())) return invalidArgument("collective without a name");
+  if (e.name().empty() && e.type() != v1::BARRIER && e.type() != v1::JOIN) {
+    return invalidArgument("collective without a name");
+  }
   if (e.name().size() > c.max_name_length) {
     return invalidArgument("collective name of " + std::to_string(e.name().size()) + " bytes (limit " +
                            std::to_string(c.max_name_length) + ")");
@@ -80,9 +80,16 @@ Status checkTypeRules(const std::string& prefix, const v1::Enqueue& e, Request& 
       return okStatus();
     case v1::ALLTOALL:
       if (r.shape.empty()) return invalidArgument(prefix + "alltoall needs at least one dimension");
-      return checkSplits(prefix, r, c.process_set_sizes[r.process_set_id]);
+      return checkSplits(prefix, r, static_cast<int>(c.process_sets->find(r.process_set_id)->size()));
     case v1::BARRIER:
     case v1::JOIN:
+      return okStatus();
+    case v1::PROCESS_SET_ADD: {
+      Status ranks = c.process_sets->checkRanks(r.set_ranks);
+      return ranks.isOk() ? ranks : invalidArgument(prefix + ranks.message());
+    }
+    case v1::PROCESS_SET_REMOVE:
+      if (r.target_set == 0) return invalidArgument(prefix + "the global process set (id 0) cannot be removed");
       return okStatus();
     default:
       return invalidArgument(prefix + "unknown collective type " + std::to_string(static_cast<int>(e.type())));
@@ -158,8 +165,14 @@ StatusOr<Request> validateEnqueue(const v1::Enqueue& e, const EnqueueContext& c)
   const std::string prefix = "tensor '" + e.name() + "' of rank " + std::to_string(c.rank) + ": ";
   Request r = requestOf(c.rank, e);
   if (r.type == v1::BARRIER && r.name.empty()) r.name = "barrier";
-  if (r.process_set_id < 0 || r.process_set_id >= static_cast<int>(c.process_set_sizes.size())) {
-    return invalidArgument(prefix + "unknown process set " + std::to_string(r.process_set_id));
+  if (!c.process_sets->contains(r.process_set_id)) {
+    return invalidArgument(prefix + "unknown process set " + std::to_string(r.process_set_id) + " (never added, or removed)");
+  }
+  if (r.type != v1::PROCESS_SET_ADD && !r.set_ranks.empty()) {
+    return invalidArgument(prefix + "only a process set add carries process set ranks");
+  }
+  if (changesProcessSets(r.type) && r.process_set_id != 0) {
+    return invalidArgument(prefix + "process sets are added and removed by every rank of the job (process set 0)");
   }
   if ((r.group_id == 0) != (r.group_size == 0) || r.group_size > 65536) {
     return invalidArgument(prefix + "group id and group size must both be set (size <= 65536) or both be 0");
@@ -198,6 +211,8 @@ v1::Enqueue enqueueOf(const coordinator::Request& r) {
   e.set_group_id(r.group_id);
   e.set_group_size(r.group_size);
   e.set_abandoned(r.abandoned);
+  for (int rank : r.set_ranks) e.add_process_set_ranks(rank);
+  e.set_target_process_set(r.target_set);
   if (r.cuda_output) {
     e.mutable_cuda_output()->set_buffer_id(r.cuda_output->buffer_id);
     e.mutable_cuda_output()->set_offset(r.cuda_output->offset);
@@ -230,6 +245,8 @@ coordinator::Request requestOf(int rank, const v1::Enqueue& e) {
   r.group_id = e.group_id();
   r.group_size = e.group_size();
   r.abandoned = e.abandoned();
+  r.set_ranks.assign(e.process_set_ranks().begin(), e.process_set_ranks().end());
+  r.target_set = e.target_process_set();
   if (e.has_cuda()) r.cuda = coordinator::CudaRef{e.cuda().buffer_id(), e.cuda().offset(), e.cuda().event_slot()};
   if (e.has_cuda_output()) {
     r.cuda_output = coordinator::CudaRef{e.cuda_output().buffer_id(), e.cuda_output().offset(), 0};

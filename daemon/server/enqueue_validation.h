@@ -5,8 +5,10 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
+#include "daemon/coordinator/process_set_table.h"
 #include "daemon/coordinator/request.h"
 #include "daemon/gpu/client_gpu.h"
 #include "daemon/handoff/shm_arena.h"
@@ -17,8 +19,8 @@ namespace gradsync::server {
 struct EnqueueContext {
   int rank = 0;
   int job_size = 0;
-  // Sizes of the job's process sets, index = id (0: the whole job).
-  std::vector<int> process_set_sizes;
+  // The job's process sets (never null in use; 0 is the whole job).
+  std::shared_ptr<const coordinator::ProcessSetTable> process_sets;
   uint32_t max_name_length = 256;
   const handoff::ShmArena* arena = nullptr;
   // A request forwarded from another node: its range was checked there.

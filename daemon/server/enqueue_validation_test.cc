@@ -27,7 +27,7 @@ class EnqueueValidationTest : public ::testing::Test {
     arena_ = std::move(arena).value();
     context_.rank = 1;
     context_.job_size = 4;
-    context_.process_set_sizes = {4, 2};
+    context_.process_sets = std::make_shared<coordinator::ProcessSetTable>(4, std::vector<std::vector<int>>{{1, 2}});
     context_.arena = arena_.get();
   }
   v1::Enqueue allreduce(uint64_t offset = 0) {
@@ -160,6 +160,41 @@ TEST_F(EnqueueValidationTest, BarrierNeedsNoData) {
   ASSERT_TRUE(r.isOk()) << r.status().toString();
   EXPECT_EQ(r->name, "barrier");
   EXPECT_EQ(r->length, 0u);
+}
+
+TEST_F(EnqueueValidationTest, ProcessSetChangesAreWholeJobCollectivesWithValidRanks) {
+  v1::Enqueue e;
+  e.set_handle(3);
+  e.set_name("process_set.change.0");
+  e.set_type(v1::PROCESS_SET_ADD);
+  e.add_process_set_ranks(0);
+  e.add_process_set_ranks(3);
+  e.set_offset(1 << 30);  // no data: ignored
+  auto r = validateEnqueue(e, context_);
+  ASSERT_TRUE(r.isOk()) << r.status().toString();
+  EXPECT_EQ(r->set_ranks, (std::vector<int>{0, 3}));
+  EXPECT_EQ(r->length, 0u);
+  e.set_process_set_id(1);
+  EXPECT_THAT(check(e).message(), HasSubstr("every rank of the job"));
+  e.set_process_set_id(0);
+  e.add_process_set_ranks(4);
+  EXPECT_THAT(check(e).message(), HasSubstr("rank 4 outside [0, 4)"));
+  e.clear_process_set_ranks();
+  e.add_process_set_ranks(2);
+  e.add_process_set_ranks(1);
+  EXPECT_THAT(check(e).message(), HasSubstr("not strictly increasing"));
+  e.clear_process_set_ranks();
+  EXPECT_THAT(check(e).message(), HasSubstr("at least one rank"));
+
+  e.set_type(v1::PROCESS_SET_REMOVE);
+  EXPECT_THAT(check(e).message(), HasSubstr("global process set (id 0) cannot be removed"));
+  e.set_target_process_set(1);
+  EXPECT_TRUE(check(e).isOk());
+  e.add_process_set_ranks(1);
+  EXPECT_THAT(check(e).message(), HasSubstr("only a process set add carries"));
+  e.clear_process_set_ranks();
+  e.set_name("");
+  EXPECT_THAT(check(e).message(), HasSubstr("without a name"));
 }
 
 TEST_F(EnqueueValidationTest, CudaTensorOnADaemonWithoutGpus) {

@@ -13,8 +13,7 @@ namespace {
 // reader thread (a grant arrives on a reader thread: waiting there could
 // deadlock).
 bool runsInline(const coordinator::Response& r) {
-  return !r.status.isOk() || r.type == v1::ALLREDUCE || r.type == v1::BROADCAST || r.type == v1::BARRIER ||
-         r.type == v1::JOIN;
+  return !r.status.isOk() || r.type == v1::ALLREDUCE || r.type == v1::BROADCAST || isDataless(r.type);
 }
 
 // Larger batches go to the executor thread: reducing them on a reader
@@ -50,9 +49,8 @@ Job::Job(JobSpec spec, JobLimits limits, executor::ReducePool* pool)
                                        &limits_.gpus->ops(), limits_.nccl_between_daemons ? limits_.nccl : nullptr)
                                  : nullptr),
       executor_(pool, gpu_executor_.get()),
-      negotiator_(spec_.job_id, spec_.size, spec_.process_sets) {
-  process_set_sizes_.push_back(spec_.size);
-  for (const auto& set : spec_.process_sets) process_set_sizes_.push_back(static_cast<int>(set.size()));
+      negotiator_(spec_.job_id, spec_.size, spec_.process_sets),
+      process_sets_(std::make_shared<const coordinator::ProcessSetTable>(negotiator_.processSets())) {
   if (spec_.local_size < spec_.size) {
     CrossNodeOptions options{spec_.job_id,       spec_.token,      spec_.size,           spec_.process_sets,
                              limits_.peer_address, spec_.leader_address, limits_.hostname, limits_.join_timeout,
@@ -200,7 +198,7 @@ EnqueueContext Job::enqueueContext(int rank, const handoff::ShmArena* arena, boo
   EnqueueContext context;
   context.rank = rank;
   context.job_size = spec_.size;
-  context.process_set_sizes = process_set_sizes_;
+  context.process_sets = std::atomic_load(&process_sets_);
   context.max_name_length = limits_.max_name_length;
   context.arena = arena;
   context.remote = remote;
@@ -238,12 +236,36 @@ void Job::submitToCoordinator(const std::shared_ptr<Session>& session, coordinat
     for (const auto& r : *ready) timelineNegotiatedLocked(tl.get(), r.name, r.type);
   }
   if (ready->empty()) return;
+  publishProcessSetsLocked(*ready, /*from_leader=*/false);
   for (auto& r : *ready) ready_.push_back(std::move(r));
   if (!cross_ && !executing_ && std::all_of(ready_.begin(), ready_.end(), runsInline) &&
       bytesOf(ready_) <= kInlineBytes) {
     *inline_batch = takeBatchLocked();
   } else {
     ready_cv_.notify_one();
+  }
+}
+
+void Job::publishProcessSetsLocked(const std::vector<coordinator::Response>& responses, bool from_leader) {
+  bool changed = false;
+  for (const auto& r : responses) {
+    if (!changesProcessSets(r.type) || !r.status.isOk()) continue;
+    if (from_leader) {
+      Status applied = negotiator_.applyLeaderChange(r);
+      if (!applied.isOk()) {
+        GS_LOG(control, err, "job '{}': the leader's {} '{}' does not apply here: {}", spec_.job_id,
+               collectiveName(r.type), r.name, applied.message());
+        continue;
+      }
+    }
+    changed = true;
+    GS_LOG(control, info, "job '{}': process set {} {} by '{}'", spec_.job_id, r.changed_process_set,
+           r.type == v1::PROCESS_SET_ADD ? "added, ranks " + coordinator::ranksString(r.first().set_ranks) : "removed",
+           r.name);
+  }
+  if (changed) {
+    std::atomic_store(&process_sets_,
+                      std::make_shared<const coordinator::ProcessSetTable>(negotiator_.processSets()));
   }
 }
 

@@ -158,6 +158,10 @@ class Job : private executor::RankAccess {
   uint64_t bytesReady() const;  // needs mutex_
   void runBatch(std::vector<coordinator::Response> batch, uint64_t sequence = 0);
   void complete(const coordinator::Response& response, const executor::ResponseResult& result, Outbox* outbox);
+  // After `responses` were negotiated here (or, `from_leader`, received
+  // from the leader): applies their process set changes and publishes the
+  // sets for enqueue checks. Needs mutex_.
+  void publishProcessSetsLocked(const std::vector<coordinator::Response>& responses, bool from_leader);
   // Fails `request` with `status`, queueing its Done in `outbox`. Needs mutex_.
   void failRequestLocked(const coordinator::Request& request, const Status& status, Outbox* outbox);
   // Fails what waits for ranks: pending negotiations (and, unless
@@ -173,7 +177,6 @@ class Job : private executor::RankAccess {
 
   const JobSpec spec_;
   const JobLimits limits_;
-  std::vector<int> process_set_sizes_;  // index = process set id; computed once
   std::unique_ptr<executor::GpuExecutor> gpu_executor_;  // null without GPUs
   executor::LocalExecutor executor_;
 
@@ -181,6 +184,9 @@ class Job : private executor::RankAccess {
   std::condition_variable ready_cv_;
   std::condition_variable grant_cv_;
   coordinator::Negotiator negotiator_;
+  // The process sets enqueues are checked against: read without mutex_
+  // (std::atomic_load), replaced under it when a set is added or removed.
+  std::shared_ptr<const coordinator::ProcessSetTable> process_sets_;
   SessionSnapshot sessions_;                         // by rank
   std::deque<coordinator::Response> ready_;
   std::map<std::pair<int, uint64_t>, v1::OutputGrant> grants_;  // (rank, handle)

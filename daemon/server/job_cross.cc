@@ -63,6 +63,9 @@ void Job::submitRemote(int rank, const v1::Enqueue& enqueue) {
 void Job::onRemoteBatch(std::vector<coordinator::Response> batch, uint64_t sequence) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (stopping_) return;  // negotiated work still runs after a rank left
+  // Before any Done of the batch: a local rank told a new set's id may use
+  // it at once, and its enqueue is checked here.
+  publishProcessSetsLocked(batch, /*from_leader=*/true);
   remote_batches_.emplace_back(sequence, std::move(batch));
   ready_cv_.notify_one();
 }

@@ -116,6 +116,7 @@ void Job::complete(const coordinator::Response& response, const executor::Respon
       for (int64_t s : result.members[i].received_splits) done->add_received_splits(s);
     }
     done->set_last_joined_rank(response.last_joined_rank);
+    if (response.type == v1::PROCESS_SET_ADD) done->set_process_set_id(response.changed_process_set);
     outbox->emplace_back(it->second, std::move(message));
   }
 }
