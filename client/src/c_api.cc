@@ -11,6 +11,7 @@
 #include "client/include/gradsync/gradsync.h"
 #include "client/src/client.h"
 #include "client/src/env.h"
+#include "daemon/common/dtype.h"
 
 struct gradsync_client {
   std::unique_ptr<gradsync::client::Client> impl;
@@ -89,6 +90,9 @@ gradsync::StatusOr<OpSpec> specFrom(const gradsync_op_t* op) {
   }
   OpSpec spec;
   spec.type = static_cast<gradsync::v1::CollectiveType>(op->collective);
+  if (gradsync::changesProcessSets(spec.type)) {
+    return gradsync::invalidArgument("process sets change through gradsync_add_process_set / _remove_process_set");
+  }
   spec.name = op->name ? op->name : "";
   spec.dtype = static_cast<gradsync::v1::DataType>(op->dtype);
   spec.shape.assign(op->shape, op->shape + op->ndim);
@@ -235,6 +239,37 @@ gradsync_status_t gradsync_abandon(gradsync_client_t* client, const gradsync_op_
     spec.name = op->name ? op->name : "";
     spec.process_set = op->process_set;
     ASSIGN_OR_RETURN(*handle, client->impl->abandon(spec, reason));
+    return gradsync::okStatus();
+  });
+}
+
+gradsync_status_t gradsync_add_process_set(gradsync_client_t* client, const int32_t* ranks, int32_t num_ranks,
+                                           double timeout_seconds, int32_t* process_set_id) {
+  if (client == nullptr || process_set_id == nullptr || num_ranks < 0 || (num_ranks > 0 && ranks == nullptr)) {
+    return invalid("client, process_set_id and (for num_ranks > 0) ranks must not be NULL; num_ranks >= 0");
+  }
+  return guarded([&]() -> Status {
+    ASSIGN_OR_RETURN(*process_set_id,
+                     client->impl->addProcessSet(std::vector<int>(ranks, ranks + num_ranks), timeout_seconds));
+    return gradsync::okStatus();
+  });
+}
+
+gradsync_status_t gradsync_remove_process_set(gradsync_client_t* client, int32_t process_set_id,
+                                              double timeout_seconds) {
+  if (client == nullptr) return invalid("client is NULL");
+  return guarded([&] { return client->impl->removeProcessSet(process_set_id, timeout_seconds); });
+}
+
+gradsync_status_t gradsync_process_set_ranks(gradsync_client_t* client, int32_t process_set_id, int32_t* ranks,
+                                             int32_t capacity, int32_t* num_ranks) {
+  if (client == nullptr || num_ranks == nullptr || capacity < 0 || (capacity > 0 && ranks == nullptr)) {
+    return invalid("client, num_ranks and (for capacity > 0) ranks must not be NULL; capacity >= 0");
+  }
+  return guarded([&]() -> Status {
+    ASSIGN_OR_RETURN(auto members, client->impl->processSetRanks(process_set_id));
+    *num_ranks = static_cast<int32_t>(members.size());
+    std::copy_n(members.begin(), std::min<size_t>(members.size(), static_cast<size_t>(capacity)), ranks);
     return gradsync::okStatus();
   });
 }

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "client/src/client.h"
 
+#include <algorithm>
+
 #include <fcntl.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -34,6 +36,14 @@ constexpr const char* kClientVersion = "0.1.0";
 }  // namespace
 
 
+
+Client::Client(const ClientOptions& options) : options_(options) {
+  std::vector<int> all(std::max(options.size, 0));
+  for (int i = 0; i < options.size; ++i) all[i] = i;
+  process_sets_.emplace(0, std::move(all));
+  int id = 1;
+  for (const auto& set : options.process_sets) process_sets_.emplace(id++, set);
+}
 
 StatusOr<std::unique_ptr<Client>> Client::connect(const ClientOptions& options) {
   std::unique_ptr<Client> client(new Client(options));
@@ -251,6 +261,7 @@ void Client::applyDoneLocked(const v1::Done& done) {
   op.output_shape.assign(done.output_shape().begin(), done.output_shape().end());
   op.received_splits.assign(done.received_splits().begin(), done.received_splits().end());
   op.last_joined_rank = done.last_joined_rank();
+  op.process_set_id = done.process_set_id();
   op.done = true;
 }
 

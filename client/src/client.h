@@ -56,6 +56,8 @@ struct OpSpec {
   void* output = nullptr;   // CUDA allgather/alltoall/reducescatter: the caller's output
   uint64_t output_bytes = 0;
   std::string abandoned;    // see Client::abandon
+  std::vector<int> set_ranks;  // PROCESS_SET_ADD (client_process_sets.cc)
+  int target_set = 0;          // PROCESS_SET_REMOVE
 };
 
 struct OpResult {
@@ -64,6 +66,7 @@ struct OpResult {
   std::vector<int64_t> shape;
   std::vector<int64_t> received_splits;
   int last_joined_rank = -1;
+  int process_set_id = 0;  // PROCESS_SET_ADD: the new set's id
 };
 
 class Client {
@@ -100,6 +103,21 @@ class Client {
   Status startTimeline(const std::string& path, bool mark_cycles);
   Status stopTimeline();
 
+  // Process sets (client_process_sets.cc). Adding and removing are
+  // collectives of every rank of the job, called in the same order on each;
+  // they return once every rank took part (or `timeout_seconds` passed:
+  // DEADLINE_EXCEEDED; <= 0 waits for the daemon, whose stall deadline
+  // bounds it). A call this rank's own arguments make invalid (ranks out
+  // of range or repeated: INVALID_ARGUMENT; a set of these ranks exists:
+  // ALREADY_EXISTS; an unknown or the global set: NOT_FOUND /
+  // INVALID_ARGUMENT) still takes part, so the other ranks fail at once
+  // naming this rank instead of waiting for it.
+  StatusOr<int> addProcessSet(std::vector<int> ranks, double timeout_seconds);
+  Status removeProcessSet(int id, double timeout_seconds);
+  // The ranks of set `id` (increasing) as this rank knows them; NOT_FOUND
+  // for an unknown id.
+  StatusOr<std::vector<int>> processSetRanks(int id);
+
  private:
   struct Operation {
     uint64_t handle = 0;
@@ -122,8 +140,9 @@ class Client {
     std::vector<int64_t> output_shape;
     std::vector<int64_t> received_splits;
     int last_joined_rank = -1;
+    int process_set_id = 0;
   };
-  explicit Client(const ClientOptions& options) : options_(options) {}
+  explicit Client(const ClientOptions& options);
   Status registerRank();
   Status handOffArena();
   Status openSession();
@@ -150,6 +169,9 @@ class Client {
   Status handoffCall(const v1::HandoffRequest& request, int fd, const std::string& what);
   // GRADSYNC_TIMELINE / HOROVOD_TIMELINE (and *_MARK_CYCLES) at connect.
   Status startTimelineFromEnvironment();
+  // Runs one process set change to its end: enqueued (or abandoned with
+  // `invalid`, when non-OK, which is then returned) and waited for.
+  StatusOr<OpResult> changeProcessSets(OpSpec spec, const Status& invalid, double timeout_seconds);
 
   const ClientOptions options_;
   std::shared_ptr<grpc::Channel> channel_;
@@ -178,6 +200,8 @@ class Client {
   Status broken_;  // non-OK once the session ended
   uint64_t next_handle_ = 1;
   uint64_t next_barrier_ = 1;
+  uint64_t next_set_change_ = 0;
+  std::map<int, std::vector<int>> process_sets_;  // known sets, 0 included
   std::atomic<bool> shut_down_{false};
 };
 

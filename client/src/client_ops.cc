@@ -69,6 +69,7 @@ StatusOr<uint64_t> Client::abandon(const OpSpec& spec, const std::string& reason
   bare.name = spec.name;
   bare.process_set = spec.process_set;
   bare.abandoned = reason.substr(0, 1024);
+  bare.target_set = spec.target_set;
   return enqueueOne(bare, 0, 0);
 }
 
@@ -139,6 +140,8 @@ StatusOr<uint64_t> Client::enqueueOne(const OpSpec& spec, uint64_t group_id, uin
   e->set_group_id(group_id);
   e->set_group_size(group_size);
   if (!spec.abandoned.empty()) e->set_abandoned(spec.abandoned);
+  for (int rank : spec.set_ranks) e->add_process_set_ranks(rank);
+  e->set_target_process_set(spec.target_set);
   if (cuda_ref) *e->mutable_cuda() = *cuda_ref;
   if (output_ref) {
     *e->mutable_cuda_output() = *output_ref;
@@ -249,6 +252,7 @@ StatusOr<OpResult> Client::result(uint64_t handle) {
   result.shape = op.output_shape;
   result.received_splits = op.received_splits;
   result.last_joined_rank = op.last_joined_rank;
+  result.process_set_id = op.process_set_id;
   return result;
 }
 

@@ -50,6 +50,7 @@ TEST_F(CollectivesTest, FourRanksAllreduceAndAlltoall) {
 }
 
 TEST_F(CollectivesTest, StaticProcessSets) { runJob("sets", "process_sets", 3); }
+TEST_F(CollectivesTest, DynamicProcessSets) { runJob("dynsets", "dynamic_process_sets", 3); }
 
 TEST_F(CollectivesTest, JoinWithUnevenData) { runJob("join", "join", 3); }
 

@@ -117,6 +117,10 @@ TEST_F(MultiDaemonTest, ThreeDaemonsJoinMismatchAndProcessSets) {
   // Process set {0, 2}: the daemon of rank 1 holds no member of it.
   auto sets = launch("three-sets", "process_sets", {0, 1, 2});
   EXPECT_TRUE(allSucceed(sets, kTimeout, &report)) << report << logs();
+  // Sets added and removed at run time: the leader numbers them, the
+  // followers check their ranks' requests against the leader's sets.
+  auto dynamic = launch("three-dynamic-sets", "dynamic_process_sets", {0, 1, 2});
+  EXPECT_TRUE(allSucceed(dynamic, kTimeout, &report)) << report << logs();
 }
 
 TEST_F(MultiDaemonTest, KilledDaemonFailsPendingWorkOnSurvivorsWithinTenSeconds) {

@@ -73,6 +73,76 @@ int processSets(Client& c, const std::vector<std::string>&) {
   return 0;
 }
 
+// Three ranks; static set 1 is {0, 2}. Sets added and removed at run time
+// through the C ABI, with the errors each rank must see.
+int dynamicProcessSets(Client& c, const std::vector<std::string>&) {
+  const int rank = c.rank();
+  int32_t id = -1;
+  WORKER_OK(c.addProcessSet({2, 1}, &id, 30));  // unsorted: the set is {1, 2}
+  WORKER_CHECK(id == 2, "first added set got id %d, want 2 (after static set 1)", id);
+  std::vector<float> data(8, static_cast<float>(rank + 1));
+  if (rank != 0) {
+    gradsync_op_t op = allreduceOp("dyn.sum", data, shape8());
+    op.process_set = id;
+    Operation h;
+    WORKER_OK(c.start(op, &h));
+    WORKER_OK(h.wait(30));
+    WORKER_CHECK(data[0] == 5.0f, "sum over the added set {1, 2} = %g, want 5", data[0]);
+  }
+  int32_t unused = -1;
+  Result r = c.addProcessSet({1, 2}, &unused, 30);
+  WORKER_CHECK(r.code == GRADSYNC_ALREADY_EXISTS && r.message.find("exists already: id 2") != std::string::npos,
+               "duplicate set: %d %s", r.code, r.message.c_str());
+  // One rank's bad argument fails everyone's call at once, naming it.
+  r = c.addProcessSet(rank == 0 ? std::vector<int32_t>{0, 7} : std::vector<int32_t>{0, 1}, &unused, 30);
+  if (rank == 0) {
+    WORKER_CHECK(r.code == GRADSYNC_INVALID_ARGUMENT && r.message.find("rank 7 outside [0, 3)") != std::string::npos,
+                 "bad ranks on rank 0: %d %s", r.code, r.message.c_str());
+  } else {
+    WORKER_CHECK(r.code == GRADSYNC_FAILED_PRECONDITION &&
+                     r.message.find("rank 0 failed its process set add at the call") != std::string::npos,
+                 "others after rank 0's bad call: %d %s", r.code, r.message.c_str());
+  }
+  // Removing a set fails its work still waiting for ranks (rank 2 never
+  // submits "dyn.doomed"), naming the removal.
+  Operation doomed;
+  std::vector<float> d(8, 1.0f);
+  if (rank == 1) {
+    gradsync_op_t op = allreduceOp("dyn.doomed", d, shape8());
+    op.process_set = id;
+    WORKER_OK(c.start(op, &doomed));
+  }
+  WORKER_OK(c.removeProcessSet(id, 30));
+  if (rank == 1) {
+    r = doomed.wait(30);
+    WORKER_CHECK(r.code == GRADSYNC_FAILED_PRECONDITION &&
+                     r.message.find("process set 2 [1, 2] was removed") != std::string::npos,
+                 "work in flight on the removed set: %d %s", r.code, r.message.c_str());
+  }
+  r = c.removeProcessSet(id, 30);
+  WORKER_CHECK(r.code == GRADSYNC_NOT_FOUND, "removing twice: %d %s", r.code, r.message.c_str());
+  if (rank != 0) {
+    gradsync_op_t op = allreduceOp("dyn.stale", data, shape8());
+    op.process_set = id;
+    Operation h;
+    WORKER_OK(c.start(op, &h));
+    r = h.wait(30);
+    WORKER_CHECK(r.code == GRADSYNC_INVALID_ARGUMENT && r.message.find("unknown process set 2") != std::string::npos,
+                 "the removed id: %d %s", r.code, r.message.c_str());
+  }
+  int32_t again = -1;
+  WORKER_OK(c.addProcessSet({1, 2}, &again, 30));
+  WORKER_CHECK(again == 3, "re-added set got id %d, want 3 (ids are not reused)", again);
+  int32_t members[4] = {0};
+  int32_t count = 0;
+  WORKER_OK(Result::fromCode(gradsync_process_set_ranks(c.raw(), again, members, 4, &count)));
+  WORKER_CHECK(count == 2 && members[0] == 1 && members[1] == 2, "ranks of set 3: %d", count);
+  std::vector<float> all(4, 1.0f);
+  WORKER_OK(c.allreduce("dyn.global_after", all.data(), GRADSYNC_FLOAT32, {4}));
+  WORKER_CHECK(all[0] == c.size(), "global allreduce = %g", all[0]);
+  return 0;
+}
+
 int join(Client& c, const std::vector<std::string>&) {
   // Rank r runs r + 1 steps, then joins; step k is reduced over ranks >= k.
   for (int k = 0; k <= c.rank(); ++k) {
@@ -410,7 +480,7 @@ int cudaWithoutGpu(Client& c, const std::vector<std::string>&) {
 
 const std::map<std::string, Scenario>& moreScenarios() {
   static const std::map<std::string, Scenario> scenarios = {
-      {"process_sets", processSets}, {"join", join},        {"mismatch", mismatch},
+      {"process_sets", processSets}, {"dynamic_process_sets", dynamicProcessSets}, {"join", join},        {"mismatch", mismatch},
       {"duplicate", duplicate},      {"kill_victim", killVictim}, {"stall", stall},
       {"mismatch_allreduce", mismatchAllreduce}, {"join_failure", joinFailure},
       {"repeat_allreduce", repeatAllreduce}, {"campaign_loop", campaignLoop}, {"abandoned", abandoned}, {"adasum", adasum},

@@ -203,6 +203,24 @@ gradsync_status_t gradsync_abandon(gradsync_client_t* client, const gradsync_op_
  * ranks' arrivals, execution phases, sizes), valid JSON after every event.
  * Other ranks' calls do nothing. GRADSYNC_TIMELINE / HOROVOD_TIMELINE start
  * it at gradsync_init. */
+/* Process sets at run time (Horovod's add_process_set/remove_process_set):
+ * collectives of every rank of the job, called in the same order on each,
+ * that return once all took part (timeout_seconds <= 0: until the daemon
+ * answers; its stall deadline bounds that). `ranks` need not be sorted.
+ * The new set's id goes to *process_set_id; ids are never reused. Removing
+ * a set fails its collectives still waiting for ranks. A call whose own
+ * arguments are wrong (INVALID_ARGUMENT: ranks out of range or repeated, id
+ * 0; ALREADY_EXISTS: a set of these ranks exists; NOT_FOUND: no such set)
+ * still takes part, so the other ranks fail at once naming this rank. */
+gradsync_status_t gradsync_add_process_set(gradsync_client_t* client, const int32_t* ranks, int32_t num_ranks,
+                                           double timeout_seconds, int32_t* process_set_id);
+gradsync_status_t gradsync_remove_process_set(gradsync_client_t* client, int32_t process_set_id,
+                                              double timeout_seconds);
+/* The ranks of a process set this rank knows (static or added): up to
+ * `capacity` go to `ranks`, their number to *num_ranks. NOT_FOUND for an
+ * unknown id. */
+gradsync_status_t gradsync_process_set_ranks(gradsync_client_t* client, int32_t process_set_id, int32_t* ranks,
+                                             int32_t capacity, int32_t* num_ranks);
 gradsync_status_t gradsync_start_timeline(gradsync_client_t* client, const char* path, int32_t mark_cycles);
 gradsync_status_t gradsync_stop_timeline(gradsync_client_t* client);
 /* *done = 1 when the operation has completed (successfully or not). */

@@ -146,6 +146,14 @@ class Client {
     Result r = start(op, &handle);
     return r.ok() ? handle.wait() : r;
   }
+  // Process sets at run time: collectives of every rank (see gradsync.h).
+  Result addProcessSet(const std::vector<int32_t>& ranks, int32_t* process_set_id, double timeout_seconds = 0) {
+    return Result::fromCode(gradsync_add_process_set(client_, ranks.data(), static_cast<int32_t>(ranks.size()),
+                                                     timeout_seconds, process_set_id));
+  }
+  Result removeProcessSet(int32_t process_set_id, double timeout_seconds = 0) {
+    return Result::fromCode(gradsync_remove_process_set(client_, process_set_id, timeout_seconds));
+  }
 
   gradsync_client_t* raw() const { return client_; }
 

@@ -18,7 +18,8 @@ ALLREDUCE, ALLGATHER, BROADCAST, ALLTOALL, REDUCESCATTER, BARRIER, JOIN = range(
 SUM, AVERAGE, MIN, MAX, PRODUCT, ADASUM = range(1, 7)
 UINT8, INT8, UINT16, INT16, INT32, INT64, FLOAT16, BFLOAT16, FLOAT32, FLOAT64, BOOL = range(1, 12)
 DEVICE_CPU, DEVICE_CUDA = 0, 1
-DEADLINE_EXCEEDED = 4
+# Status codes (gradsync_status_t) the Python layer tells apart.
+INVALID_ARGUMENT, DEADLINE_EXCEEDED, NOT_FOUND, ALREADY_EXISTS = 3, 4, 5, 6
 
 
 class Config(ctypes.Structure):
@@ -123,6 +124,9 @@ def _declare(lib):
         "gradsync_result": (c.c_int32, [client, c.c_uint64, c.POINTER(Result)]),
         "gradsync_release": (c.c_int32, [client, c.c_uint64]),
         "gradsync_release_cuda_exports": (c.c_int32, [client]),
+        "gradsync_add_process_set": (c.c_int32, [client, c.POINTER(c.c_int32), c.c_int32, c.c_double,
+                                                 c.POINTER(c.c_int32)]),
+        "gradsync_remove_process_set": (c.c_int32, [client, c.c_int32, c.c_double]),
     }
     for name, (restype, argtypes) in signatures.items():
         fn = getattr(lib, name)
@@ -191,6 +195,17 @@ class Client:
         self._check(self._lib.gradsync_abandon(self._handle, ctypes.byref(op), reason.encode("utf-8", "replace")[:1024],
                                                ctypes.byref(handle)), "abandon")
         return handle.value
+
+    def add_process_set(self, ranks):
+        """Collective of every rank: the new set's id (the daemon numbers it)."""
+        array = (ctypes.c_int32 * max(1, len(ranks)))(*ranks)
+        new_id = ctypes.c_int32(-1)
+        self._check(self._lib.gradsync_add_process_set(self._handle, array, len(ranks), 0, ctypes.byref(new_id)),
+                    "add_process_set")
+        return new_id.value
+
+    def remove_process_set(self, process_set_id):
+        self._check(self._lib.gradsync_remove_process_set(self._handle, process_set_id, 0), "remove_process_set")
 
     def start_timeline(self, path, mark_cycles):
         self._check(self._lib.gradsync_start_timeline(self._handle, path.encode(), 1 if mark_cycles else 0),

@@ -80,7 +80,8 @@ def make_op(collective, tensor, name, process_set, keep, **fields):
     """A gradsync_op_t over contiguous `tensor`; what it points to goes to `keep`."""
     ctx = _context.current()
     if process_set.process_set_id not in ctx.process_sets:
-        raise ValueError("process set %s was not given to init()" % (process_set,))
+        raise ValueError("process set %s is unknown: give it to init() or add_process_set() (a removed set "
+                         "cannot be used)" % (process_set,))
     if not process_set.included():
         raise ValueError("%s: rank %d is not a member of process set %d %s" % (
             name, ctx.client.rank, process_set.process_set_id, process_set.ranks))

@@ -1,0 +1,96 @@
+// SPDX-License-Identifier: Apache-2.0
+// Client: adding and removing process sets at run time (collectives of the
+// whole job, negotiated like any other; the daemon numbers the sets).
+#include <algorithm>
+
+#include "client/src/client.h"
+#include "daemon/common/dtype.h"
+
+namespace gradsync::client {
+namespace {
+
+std::string ranksText(const std::vector<int>& ranks) {
+  std::string s = "[";
+  for (size_t i = 0; i < ranks.size(); ++i) s += (i ? ", " : "") + std::to_string(ranks[i]);
+  return s + "]";
+}
+
+}  // namespace
+
+StatusOr<OpResult> Client::changeProcessSets(OpSpec spec, const Status& invalid, double timeout_seconds) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    // Every rank changes its sets in the same order: the names pair up.
+    spec.name = "process_set.change." + std::to_string(next_set_change_++);
+  }
+  auto handle = invalid.isOk() ? enqueue(spec) : abandon(spec, invalid.message());
+  if (!handle.isOk()) return handle.status();
+  Status waited = wait(*handle, timeout_seconds);
+  if (waited.code() == StatusCode::kDeadlineExceeded) {
+    auto done = poll(*handle);
+    if (!done.isOk() || !*done) {
+      // Still in flight: the handle stays with the client until it ends.
+      return Status(waited.code(), "process set change '" + spec.name + "': " + waited.message());
+    }
+  }
+  StatusOr<OpResult> outcome = waited.isOk() ? result(*handle) : StatusOr<OpResult>(waited);
+  (void)release(*handle);
+  if (!invalid.isOk()) return invalid;
+  return outcome;
+}
+
+StatusOr<int> Client::addProcessSet(std::vector<int> ranks, double timeout_seconds) {
+  std::sort(ranks.begin(), ranks.end());
+  Status invalid = okStatus();
+  if (ranks.empty()) invalid = invalidArgument("a process set needs at least one rank");
+  for (size_t i = 0; invalid.isOk() && i < ranks.size(); ++i) {
+    if (ranks[i] < 0 || ranks[i] >= options_.size) {
+      invalid = invalidArgument("process set rank " + std::to_string(ranks[i]) + " outside [0, " +
+                                std::to_string(options_.size) + ")");
+    } else if (i > 0 && ranks[i] == ranks[i - 1]) {
+      invalid = invalidArgument("process set rank " + std::to_string(ranks[i]) + " given twice");
+    }
+  }
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (const auto& [id, members] : process_sets_) {
+      if (invalid.isOk() && members == ranks) {
+        invalid = alreadyExists("a process set with ranks " + ranksText(ranks) + " exists already: id " +
+                                std::to_string(id));
+      }
+    }
+  }
+  OpSpec spec;
+  spec.type = v1::PROCESS_SET_ADD;
+  spec.set_ranks = ranks;
+  ASSIGN_OR_RETURN(OpResult result, changeProcessSets(std::move(spec), invalid, timeout_seconds));
+  std::lock_guard<std::mutex> lock(mutex_);
+  process_sets_[result.process_set_id] = std::move(ranks);
+  return result.process_set_id;
+}
+
+Status Client::removeProcessSet(int id, double timeout_seconds) {
+  Status invalid = okStatus();
+  if (id == 0) invalid = invalidArgument("the global process set (id 0) cannot be removed");
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (invalid.isOk() && !process_sets_.count(id)) invalid = notFound("there is no process set " + std::to_string(id));
+  }
+  OpSpec spec;
+  spec.type = v1::PROCESS_SET_REMOVE;
+  spec.target_set = id;
+  auto result = changeProcessSets(std::move(spec), invalid, timeout_seconds);
+  if (!result.isOk()) return result.status();
+  std::lock_guard<std::mutex> lock(mutex_);
+  process_sets_.erase(id);
+  return okStatus();
+}
+
+StatusOr<std::vector<int>> Client::processSetRanks(int id) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = process_sets_.find(id);
+  if (it == process_sets_.end()) return notFound("there is no process set " + std::to_string(id));
+  return it->second;
+}
+
+}  // namespace gradsync::client
