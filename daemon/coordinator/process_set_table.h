@@ -31,6 +31,8 @@ class ProcessSetTable {
   Status remove(int id);
   // Number of sets, the global one included.
   size_t count() const { return sets_.size(); }
+  // Every set by id, the global one (0) first.
+  const std::map<int, std::vector<int>>& all() const { return sets_; }
   // "process set 3 [0, 2]", for messages.
   static std::string describe(int id, const std::vector<int>& ranks);
   // INVALID_ARGUMENT unless `ranks` is non-empty, strictly increasing, in [0, size).

@@ -409,6 +409,12 @@ v1::JobInfo Job::info() const {
   info.set_fused_responses(fused_responses_);
   info.set_stall_warnings(stall_warnings_);
   info.set_healthy(failure_.empty() && !stopping_);
+  for (const auto& [id, ranks] : std::atomic_load(&process_sets_)->all()) {
+    if (id == 0) continue;
+    v1::ProcessSetStatus* set = info.add_process_sets();
+    set->set_id(id);
+    for (int r : ranks) set->add_ranks(r);
+  }
   if (cross_) cross_->describe(&info, Clock::now(), ring_busy_ns_.load() / 1e9);
   return info;
 }

@@ -241,6 +241,13 @@ std::string formatJobs(const v1::ListJobsResponse& jobs) {
     line("errors", std::to_string(job.errors()));
     line("last error", job.last_error().empty() ? "-" : job.last_error());
     line("stall warnings", std::to_string(job.stall_warnings()));
+    std::string sets;
+    for (const auto& set : job.process_sets()) {
+      std::string ranks;
+      for (int r : set.ranks()) ranks += (ranks.empty() ? "" : ",") + std::to_string(r);
+      sets += (sets.empty() ? "" : " ") + std::to_string(set.id()) + ":[" + ranks + "]";
+    }
+    line("process sets", sets.empty() ? "-" : sets);
     out += "  ranks (" + std::to_string(job.ranks_size()) + "):\n";
     out += formatRankTable(job);
   }

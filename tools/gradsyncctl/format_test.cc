@@ -67,6 +67,10 @@ v1::ListJobsResponse makeJobs() {
   job->set_last_error("rank 5 (host node-b, pid 99) died");
   job->set_fused_responses(678);
   job->set_stall_warnings(9);
+  v1::ProcessSetStatus* set = job->add_process_sets();
+  set->set_id(3);
+  set->add_ranks(0);
+  set->add_ranks(5);
   v1::RankInfo* rank = job->add_ranks();
   rank->set_rank(4);
   rank->set_local_rank(0);
@@ -168,7 +172,7 @@ TEST(FormatJobs, ShowsCountersAndRankTable) {
   for (const char* expected :
        {"job job-7f3a", "8 / 2", "healthy:", "no", "tensors in flight:", "3", "operations done:",
         "12345", "1610612736 (1.50 GiB)", "fused responses:", "678", "errors:",
-        "rank 5 (host node-b, pid 99) died", "stall warnings:", "9", "RANK", "LOCAL", "PID", "HOST",
+        "rank 5 (host node-b, pid 99) died", "stall warnings:", "9", "process sets:", "3:[0,5]", "RANK", "LOCAL", "PID", "HOST",
         "CONNECTED", "JOINED", "ARENA", "1001", "1002", "256 MiB", "512 B"}) {
     EXPECT_THAT(text, HasSubstr(expected)) << expected;
   }

@@ -21,7 +21,3 @@ def test_process_sets_bound(rank, size):
     assert EVEN_RANKS.included() == (rank % 2 == 0)
     assert EVEN_RANKS.rank() == (rank // 2 if rank % 2 == 0 else -1)
 
-
-def test_dynamic_process_sets_say_not_implemented():
-    with pytest.raises(NotImplementedError, match="static process sets"):
-        hvd.add_process_set([0])

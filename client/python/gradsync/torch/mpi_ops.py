@@ -534,8 +534,11 @@ def barrier(process_set=global_process_set):
     ctx = _context.current()
     op = native.new_op(ctx.lib)
     op.collective = native.BARRIER
+    # Counted per set: ranks outside a set skip its barriers.
+    name = ctx.auto_name("barrier", process_set.process_set_id).encode()
+    op.name = name
     op.process_set = process_set.process_set_id
-    synchronize(submit([op], [], lambda _results: None, "barrier"))
+    synchronize(submit([op], [name], lambda _results: None, "barrier"))
 
 
 def join(device=-1):
