@@ -16,6 +16,7 @@ PACKAGES=(
   nftables                   # packet loss in the fault campaign
   openssl                    # certificates for the peer TLS tests
   python3-torch python3-pytest  # gradsync.torch and its tests (PyTorch 1.13, CPU)
+  python3-venv               # the PyPI torch environment (scripts/pypi_torch_env.sh)
   python3-sklearn            # the handwritten digits of the Quick start's main job
 )
 

@@ -1,12 +1,18 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
 # The whole test suite: unit tests, multi-process integration and fault
-# tests against a real gradsyncd, config and deploy checks; then the
+# tests against a real gradsyncd, config and deploy checks, and the
+# gradsync.torch suite on Debian's torch and on PyPI's current one; then the
 # multi-process tests once more under ASan+UBSan (--config=asan).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install_deps.sh
 bazel test //... "$@"
+# The gradsync.torch suite on PyPI's current torch, from an environment
+# made once outside the checkout.
+torch_env="$(scripts/pypi_torch_env.sh)"
+bazel test //client/python:torch_pypi_np2_test //client/python:torch_pypi_np3_test \
+  //client/python:torch_pypi_adasum_np4_test --test_env=GRADSYNC_TORCH_ENV="$torch_env" "$@"
 # The multi-process, fault, fuzz-regression and Python tests again with
 # AddressSanitizer, LeakSanitizer and UBSan in the daemon, client and workers.
 bazel test --config=asan //tests/... //client/python/... "$@"
