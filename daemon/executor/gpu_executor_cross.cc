@@ -105,6 +105,8 @@ Status GpuExecutor::stagedAllreduce(const std::vector<const Response*>& response
                                            gpu::CopyKind::kHostToDevice, stream),
                                 "identity values to the fusion buffer"));
       }
+      // allReduce waits for the stream: the phase covers the local reduction too.
+      PhaseScope phase(access, "NCCL_ALLREDUCE");
       Status reduced =
           comm->allReduce(fused, total, first.dtype, ring_op, static_cast<cudaStream_t>(stream), gpu::kStreamWaitLimit);
       if (!reduced.isOk()) {
@@ -114,15 +116,22 @@ Status GpuExecutor::stagedAllreduce(const std::vector<const Response*>& response
     } else {
       // Bounded wait first: a copy to pageable memory blocks the host until
       // the stream reaches it, and the stream waits on the ranks' events.
-      RETURN_IF_ERROR(ops_->waitStream(stream, "waiting for the local reduction"));
-      RETURN_IF_ERROR(context(ops_->copy(staging, fused, total * esize, gpu::CopyKind::kDeviceToHost, stream),
-                              "copy to the staging buffer"));
+      {
+        PhaseScope phase(access, "WAIT_FOR_DATA_AND_LOCAL_REDUCE");
+        RETURN_IF_ERROR(ops_->waitStream(stream, "waiting for the local reduction"));
+      }
+      {
+        PhaseScope phase(access, "MEMCPY_DEVICE_TO_HOST");
+        RETURN_IF_ERROR(context(ops_->copy(staging, fused, total * esize, gpu::CopyKind::kDeviceToHost, stream),
+                                "copy to the staging buffer"));
+      }
       for (size_t t = 0; t < responses.size(); ++t) {
         if (members[t].list.empty()) {
           fillIdentity(staging + offsets[t] * esize, responses[t]->first().length / esize, first.dtype, ring_op);
         }
       }
       RETURN_IF_ERROR(access.crossNodeAllreduce(staging, total, first.dtype, ring_op));
+      PhaseScope phase(access, "MEMCPY_HOST_TO_DEVICE");
       RETURN_IF_ERROR(context(ops_->copy(fused, staging, total * esize, gpu::CopyKind::kHostToDevice, stream),
                               "copy from the staging buffer"));
       // The staging buffer is the job's: free for the next batch only once read.
