@@ -51,7 +51,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   server::EnqueueContext context;
   context.rank = 1;
   context.job_size = 4;
-  context.process_set_sizes = {4, 2};
+  context.process_sets = std::make_shared<coordinator::ProcessSetTable>(4, std::vector<std::vector<int>>{{1, 2}});
   context.arena = &fuzz::fuzzArena();
   std::string bytes;
   for (uint32_t i = 0; i <= handoff::kRingSlots; ++i) {

