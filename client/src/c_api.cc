@@ -62,6 +62,8 @@ gradsync::StatusOr<ClientOptions> optionsFrom(const gradsync_config_t* c) {
   o.arena_bytes = c->arena_bytes ? c->arena_bytes : env.arena_bytes.value_or(uint64_t{4} << 30);
   o.connect_timeout_seconds = c->connect_timeout_seconds > 0 ? c->connect_timeout_seconds : 30;
   o.leader_address = env.leader.value_or("");
+  o.elastic = env.elastic;
+  o.min_size = env.min_size.value_or(0);
   if (o.job_id.empty()) return gradsync::invalidArgument("no job id: set GRADSYNC_JOB_ID or config.job_id");
   if (o.token.empty()) return gradsync::invalidArgument("no job token: set GRADSYNC_TOKEN or config.token");
   if (o.rank < 0 || o.size <= 0) return gradsync::invalidArgument("no rank/size: set GRADSYNC_RANK and GRADSYNC_SIZE");
@@ -172,10 +174,11 @@ gradsync_status_t gradsync_shutdown(gradsync_client_t* client) {
   });
 }
 
-int32_t gradsync_rank(const gradsync_client_t* c) { return c ? c->impl->options().rank : -1; }
-int32_t gradsync_size(const gradsync_client_t* c) { return c ? c->impl->options().size : -1; }
-int32_t gradsync_local_rank(const gradsync_client_t* c) { return c ? c->impl->options().local_rank : -1; }
-int32_t gradsync_local_size(const gradsync_client_t* c) { return c ? c->impl->options().local_size : -1; }
+int32_t gradsync_rank(const gradsync_client_t* c) { return c ? c->impl->membership().rank : -1; }
+int32_t gradsync_size(const gradsync_client_t* c) { return c ? c->impl->membership().size : -1; }
+int32_t gradsync_local_rank(const gradsync_client_t* c) { return c ? c->impl->membership().local_rank : -1; }
+int32_t gradsync_local_size(const gradsync_client_t* c) { return c ? c->impl->membership().local_size : -1; }
+uint64_t gradsync_epoch(const gradsync_client_t* c) { return c ? c->impl->membership().epoch : 0; }
 
 void* gradsync_alloc(gradsync_client_t* client, uint64_t bytes) {
   if (client == nullptr) {
@@ -295,7 +298,16 @@ gradsync_status_t gradsync_poll(gradsync_client_t* client, gradsync_handle_t han
 
 gradsync_status_t gradsync_wait(gradsync_client_t* client, gradsync_handle_t handle, double timeout_seconds) {
   if (client == nullptr) return invalid("client is NULL");
-  return guarded([&] { return client->impl->wait(handle, timeout_seconds); });
+  const gradsync_status_t code = guarded([&] { return client->impl->wait(handle, timeout_seconds); });
+  if (code != GRADSYNC_OK && code != GRADSYNC_DEADLINE_EXCEEDED && client->impl->membershipChanged(handle)) {
+    return GRADSYNC_MEMBERSHIP_CHANGED;  // last_error keeps the daemon's message
+  }
+  return code;
+}
+
+gradsync_status_t gradsync_rejoin(gradsync_client_t* client, double timeout_seconds) {
+  if (client == nullptr) return invalid("client is NULL");
+  return guarded([&]() -> Status { return client->impl->rejoin(timeout_seconds).status(); });
 }
 
 gradsync_status_t gradsync_result(gradsync_client_t* client, gradsync_handle_t handle, gradsync_result_t* result) {

@@ -38,6 +38,8 @@ constexpr const char* kClientVersion = "0.1.0";
 
 
 Client::Client(const ClientOptions& options) : options_(options) {
+  membership_ = Membership{options.elastic ? uint64_t{1} : uint64_t{0}, options.rank, options.size, options.local_rank,
+                           options.local_size};
   std::vector<int> all(std::max(options.size, 0));
   for (int i = 0; i < options.size; ++i) all[i] = i;
   process_sets_.emplace(0, std::move(all));
@@ -67,14 +69,14 @@ StatusOr<std::unique_ptr<Client>> Client::connect(const ClientOptions& options) 
 Status Client::startTimelineFromEnvironment() {
   const char* path = std::getenv("GRADSYNC_TIMELINE");
   if (path == nullptr || *path == '\0') path = std::getenv("HOROVOD_TIMELINE");
-  if (path == nullptr || *path == '\0' || options_.rank != 0) return okStatus();
+  if (path == nullptr || *path == '\0' || membership().rank != 0) return okStatus();
   const char* marks = std::getenv("GRADSYNC_TIMELINE_MARK_CYCLES");
   if (marks == nullptr) marks = std::getenv("HOROVOD_TIMELINE_MARK_CYCLES");
   return startTimeline(path, marks != nullptr && std::strcmp(marks, "") != 0 && std::strcmp(marks, "0") != 0);
 }
 
 Status Client::startTimeline(const std::string& path, bool mark_cycles) {
-  if (options_.rank != 0) return okStatus();  // rank 0's timeline is the job's, as in Horovod
+  if (membership().rank != 0) return okStatus();  // rank 0's timeline is the job's, as in Horovod
   UniqueFd file(::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644));
   if (!file.valid()) return failedPrecondition("cannot open the timeline " + path + ": " + std::strerror(errno));
   v1::HandoffRequest request;
@@ -83,7 +85,7 @@ Status Client::startTimeline(const std::string& path, bool mark_cycles) {
 }
 
 Status Client::stopTimeline() {
-  if (options_.rank != 0) return okStatus();
+  if (membership().rank != 0) return okStatus();
   v1::HandoffRequest request;
   request.mutable_timeline_stop();
   return handoffCall(request, -1, "stopping the timeline");
@@ -132,6 +134,8 @@ Status Client::registerRank() {
   request.set_size(options_.size);
   request.set_local_rank(options_.local_rank);
   request.set_local_size(options_.local_size);
+  request.set_elastic(options_.elastic);
+  if (options_.elastic) request.set_min_size(options_.min_size > 0 ? options_.min_size : options_.size);
   for (const auto& set : options_.process_sets) {
     auto* spec = request.add_process_sets();
     for (int rank : set) spec->add_ranks(rank);
@@ -215,6 +219,7 @@ void Client::readerLoop() {
       }
       case v1::DaemonMessage::kDone: onDone(message.done()); break;
       case v1::DaemonMessage::kOutputRequest: onOutputRequest(message.output_request()); break;
+      case v1::DaemonMessage::kMembershipChange: onMembershipChange(message.membership_change()); break;
       default: break;
     }
   }
@@ -262,6 +267,7 @@ void Client::applyDoneLocked(const v1::Done& done) {
   op.received_splits.assign(done.received_splits().begin(), done.received_splits().end());
   op.last_joined_rank = done.last_joined_rank();
   op.process_set_id = done.process_set_id();
+  op.membership_changed = done.detail().membership_changed();
   op.done = true;
 }
 

@@ -36,6 +36,17 @@ struct ClientOptions {
   double connect_timeout_seconds = 30;
   std::vector<std::vector<int>> process_sets;
   std::string leader_address;  // multi-node jobs: peer address of rank 0's daemon
+  bool elastic = false;        // see RegisterRequest.elastic
+  int min_size = 0;            // elastic: 0 means size
+};
+
+// This rank's place in the job; elastic jobs move to new epochs.
+struct Membership {
+  uint64_t epoch = 0;  // 0: not elastic
+  int rank = 0;
+  int size = 1;
+  int local_rank = 0;
+  int local_size = 1;
 };
 
 // One collective as the caller describes it (see gradsync_op_t).
@@ -77,6 +88,17 @@ class Client {
   ~Client();
 
   const ClientOptions& options() const { return options_; }
+  // The current rank and sizes (an elastic job's change after rejoin()).
+  Membership membership() const;
+  // Elastic jobs: waits (up to timeout_seconds; <= 0: no limit) for the
+  // daemon's word on the job's next epoch, if not here yet, and takes up
+  // this rank's place in it: later collectives belong to the new epoch,
+  // automatic names and process sets start afresh. FAILED_PRECONDITION for
+  // a job that is not elastic; the session's error when it ended.
+  StatusOr<Membership> rejoin(double timeout_seconds);
+  // Whether operation `handle` failed because the job's membership changed
+  // (retriable after rejoin()).
+  bool membershipChanged(uint64_t handle);
   Arena& arena() { return *arena_; }
 
   StatusOr<uint64_t> enqueue(const OpSpec& spec);
@@ -141,6 +163,7 @@ class Client {
     std::vector<int64_t> received_splits;
     int last_joined_rank = -1;
     int process_set_id = 0;
+    bool membership_changed = false;
   };
   explicit Client(const ClientOptions& options);
   Status registerRank();
@@ -153,6 +176,7 @@ class Client {
   void drainCompletionsLocked();
   void wakeWaiters();
   void onOutputRequest(const v1::OutputRequest& request);
+  void onMembershipChange(const v1::MembershipChange& change);
   void failAllLocked(const Status& status);
   StatusOr<uint64_t> enqueueOne(const OpSpec& spec, uint64_t group_id, uint32_t group_size);
   // Copies an in-place result back to the caller's buffer and frees the
@@ -192,7 +216,7 @@ class Client {
   std::thread reader_;
 
   std::mutex write_mutex_;
-  std::mutex mutex_;
+  mutable std::mutex mutex_;
   std::condition_variable cv_;
   std::map<uint64_t, std::unique_ptr<Operation>> ops_;
   bool session_open_ = false;
@@ -202,6 +226,8 @@ class Client {
   uint64_t next_barrier_ = 1;
   uint64_t next_set_change_ = 0;
   std::map<int, std::vector<int>> process_sets_;  // known sets, 0 included
+  Membership membership_;                 // current (guarded by mutex_)
+  std::optional<Membership> next_membership_;  // announced, not yet taken up
   std::atomic<bool> shut_down_{false};
 };
 

@@ -124,6 +124,7 @@ StatusOr<uint64_t> Client::enqueueOne(const OpSpec& spec, uint64_t group_id, uin
     if (spec.type == v1::JOIN) op->name = "join";
     e->set_handle(op->handle);
     e->set_name(op->name);
+    e->set_epoch(membership_.epoch);
     ops_[op->handle] = std::move(op);
   }
   e->set_type(spec.type);

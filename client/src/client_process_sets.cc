@@ -44,9 +44,10 @@ StatusOr<int> Client::addProcessSet(std::vector<int> ranks, double timeout_secon
   Status invalid = okStatus();
   if (ranks.empty()) invalid = invalidArgument("a process set needs at least one rank");
   for (size_t i = 0; invalid.isOk() && i < ranks.size(); ++i) {
-    if (ranks[i] < 0 || ranks[i] >= options_.size) {
+    const int size = membership().size;
+    if (ranks[i] < 0 || ranks[i] >= size) {
       invalid = invalidArgument("process set rank " + std::to_string(ranks[i]) + " outside [0, " +
-                                std::to_string(options_.size) + ")");
+                                std::to_string(size) + ")");
     } else if (i > 0 && ranks[i] == ranks[i - 1]) {
       invalid = invalidArgument("process set rank " + std::to_string(ranks[i]) + " given twice");
     }

@@ -35,6 +35,10 @@ EnvIdentity readEnvIdentity() {
   env.local_size = number<int>("GRADSYNC_LOCAL_SIZE");
   env.arena_bytes = number<uint64_t>("GRADSYNC_ARENA_BYTES");
   env.leader = text("GRADSYNC_LEADER");
+  auto elastic = text("GRADSYNC_ELASTIC");
+  if (!elastic) elastic = text("HOROVOD_ELASTIC");
+  env.elastic = elastic && !elastic->empty() && *elastic != "0";
+  env.min_size = number<int>("GRADSYNC_MIN_SIZE");
   return env;
 }
 

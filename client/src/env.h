@@ -19,6 +19,11 @@ struct EnvIdentity {
   std::optional<int> local_size;           // GRADSYNC_LOCAL_SIZE
   std::optional<uint64_t> arena_bytes;     // GRADSYNC_ARENA_BYTES
   std::optional<std::string> leader;       // GRADSYNC_LEADER
+  // GRADSYNC_ELASTIC (or Horovod's HOROVOD_ELASTIC) non-empty and not "0":
+  // an elastic job, which goes on at GRADSYNC_MIN_SIZE ranks or more
+  // (default: its size) when ranks are lost.
+  bool elastic = false;
+  std::optional<int> min_size;             // GRADSYNC_MIN_SIZE
 };
 
 EnvIdentity readEnvIdentity();

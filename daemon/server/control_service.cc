@@ -78,9 +78,11 @@ grpc::Status ControlService::Session(grpc::ServerContext* context, SessionStream
   }
   ring_reader.reset();  // joins its thread: no submissions after this
   session->detachStream();
-  registry_->sessionLost(session->id(), context->IsCancelled()
-                                            ? "disconnected (session stream broken: the process exited or was killed)"
-                                            : "left the job (session closed)");
+  const bool crashed = context->IsCancelled();
+  registry_->sessionLost(session->id(),
+                         crashed ? "disconnected (session stream broken: the process exited or was killed)"
+                                 : "left the job (session closed)",
+                         crashed);
   return result;
 }
 

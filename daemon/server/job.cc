@@ -29,7 +29,8 @@ uint64_t bytesOf(const std::deque<coordinator::Response>& responses) {
 
 }  // namespace
 
-v1::DaemonMessage Job::doneMessage(const std::string& job_id, const coordinator::Request& request, const Status& status) {
+v1::DaemonMessage Job::doneMessage(const std::string& job_id, const coordinator::Request& request, const Status& status,
+                                   bool membership_changed) {
   v1::DaemonMessage message;
   v1::Done* done = message.mutable_done();
   done->set_handle(request.handle);
@@ -38,6 +39,7 @@ v1::DaemonMessage Job::doneMessage(const std::string& job_id, const coordinator:
   if (!status.isOk()) {
     done->mutable_detail()->set_job_id(job_id);
     done->mutable_detail()->set_tensor_name(request.name);
+    done->mutable_detail()->set_membership_changed(membership_changed);
   }
   return message;
 }
@@ -45,6 +47,7 @@ v1::DaemonMessage Job::doneMessage(const std::string& job_id, const coordinator:
 Job::Job(JobSpec spec, JobLimits limits, executor::ReducePool* pool)
     : spec_(std::move(spec)),
       limits_(limits),
+      size_(spec_.size),
       gpu_executor_(limits_.gpus ? std::make_unique<executor::GpuExecutor>(
                                        &limits_.gpus->ops(), limits_.nccl_between_daemons ? limits_.nccl : nullptr)
                                  : nullptr),
@@ -80,6 +83,10 @@ Status Job::addSession(std::shared_ptr<Session> session) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (!failure_.empty()) return failedPrecondition("job '" + spec_.job_id + "' has failed: " + failure_);
   if (stopping_) return unavailable("job '" + spec_.job_id + "' is stopping");
+  if (epoch_ > 1) {
+    return failedPrecondition("job '" + spec_.job_id + "' is elastic and at epoch " + std::to_string(epoch_) +
+                              ": ranks joining a running elastic job are not implemented yet");
+  }
   auto [it, inserted] = sessions_.emplace(session->rank(), session);
   if (!inserted) {
     return alreadyExists("job '" + spec_.job_id + "': rank " + std::to_string(session->rank()) +
@@ -124,16 +131,25 @@ void Job::checkFormation(Clock::time_point now) {
   failJob(cause, /*node_lost=*/true);
 }
 
-bool Job::removeSession(const Session& session, const std::string& cause) {
+bool Job::removeSession(const Session& session, const std::string& cause, bool crashed) {
   Outbox outbox;
   bool empty;
+  bool epoch_changed = false;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     auto it = sessions_.find(session.rank());
     if (it == sessions_.end() || it->second.get() != &session) return sessions_.empty();
     sessions_.erase(it);
-    if (failure_.empty() && !stopping_) {
+    const bool elastic_loss = spec_.elastic && crashed && !cross_ && failure_.empty() && !stopping_;
+    if (elastic_loss && static_cast<int>(sessions_.size()) >= spec_.min_size && !sessions_.empty()) {
+      changeEpochLocked(session.describe() + " " + cause, &outbox);
+      epoch_changed = true;
+    } else if (failure_.empty() && !stopping_) {
       failure_ = session.describe() + " " + cause;
+      if (elastic_loss) {
+        failure_ += "; " + std::to_string(sessions_.size()) + " ranks remain, fewer than the elastic job's minimum " +
+                    std::to_string(spec_.min_size);
+      }
       failAllLocked(aborted("job '" + spec_.job_id + "': " + failure_), &outbox, /*keep_negotiated=*/cross_ != nullptr);
       if (!outbox.empty()) {
         GS_LOG(control, warn, "job '{}': {}; failed {} collectives in flight", spec_.job_id, failure_, outbox.size());
@@ -143,7 +159,9 @@ bool Job::removeSession(const Session& session, const std::string& cause) {
   }
   grant_cv_.notify_all();
   // The other nodes first: the local ranks told next may exit at once.
-  if (cross_) cross_->announceFailure("job '" + spec_.job_id + "': " + session.describe() + " " + cause, false);
+  if (cross_ && !epoch_changed) {
+    cross_->announceFailure("job '" + spec_.job_id + "': " + session.describe() + " " + cause, false);
+  }
   flush(&outbox);
   return empty;
 }
@@ -181,7 +199,8 @@ void Job::submit(const std::shared_ptr<Session>& session, const v1::Enqueue& enq
     } else if (!failure_.empty() || stopping_) {
       failRequestLocked(*request, aborted("job '" + spec_.job_id + "': " + (failure_.empty() ? stop_reason_ : failure_)),
                         &outbox);
-    } else {
+    } else if (!refuseStaleEpochLocked(*session, enqueue, &outbox)) {
+      request->rank = session->rank();  // renumbered under this lock
       submitToCoordinator(session, std::move(request).value(), &outbox, &inline_batch);
     }
   }
@@ -197,7 +216,7 @@ void Job::submit(const std::shared_ptr<Session>& session, const v1::Enqueue& enq
 EnqueueContext Job::enqueueContext(int rank, const handoff::ShmArena* arena, bool remote) const {
   EnqueueContext context;
   context.rank = rank;
-  context.job_size = spec_.size;
+  context.job_size = size_.load();
   context.process_sets = std::atomic_load(&process_sets_);
   context.max_name_length = limits_.max_name_length;
   context.arena = arena;
@@ -281,7 +300,8 @@ void Job::grant(const Session& session, const v1::OutputGrant& grant) {
   grant_cv_.notify_all();
 }
 
-void Job::failRequestLocked(const coordinator::Request& request, const Status& status, Outbox* outbox) {
+void Job::failRequestLocked(const coordinator::Request& request, const Status& status, Outbox* outbox,
+                            bool membership_changed) {
   ++errors_;
   last_error_ = status.message();
   forwarded_.erase(std::make_pair(request.rank, request.handle));
@@ -291,25 +311,30 @@ void Job::failRequestLocked(const coordinator::Request& request, const Status& s
     return;
   }
   it->second->removeHandle(request.handle);
-  outbox->emplace_back(it->second, doneMessage(spec_.job_id, request, status));
+  outbox->emplace_back(it->second, doneMessage(spec_.job_id, request, status, membership_changed));
 }
 
-void Job::failAllLocked(const Status& status, Outbox* outbox, bool keep_negotiated) {
-  for (const auto& request : negotiator_.takeAll()) failRequestLocked(request, status, outbox);
+size_t Job::failAllLocked(const Status& status, Outbox* outbox, bool keep_negotiated, bool membership_changed) {
+  const size_t before = outbox->size();
+  const auto fail = [&](const coordinator::Request& request) {
+    failRequestLocked(request, status, outbox, membership_changed);
+  };
+  for (const auto& request : negotiator_.takeAll()) fail(request);
   auto early = std::move(early_);
   early_.clear();
-  for (const auto& [session, request] : early) failRequestLocked(request, status, outbox);
-  if (keep_negotiated) return;
+  for (const auto& [session, request] : early) fail(request);
+  if (keep_negotiated) return outbox->size() - before;
   auto forwarded = std::move(forwarded_);
   forwarded_.clear();
-  for (const auto& [key, request] : forwarded) failRequestLocked(request, status, outbox);
+  for (const auto& [key, request] : forwarded) fail(request);
   remote_batches_.clear();
   for (const auto& response : ready_) {
     for (const auto& request : response.requests) {
-      if (request) failRequestLocked(*request, status, outbox);
+      if (request) fail(*request);
     }
   }
   ready_.clear();
+  return outbox->size() - before;
 }
 
 void Job::flush(Outbox* outbox) {
@@ -388,8 +413,8 @@ v1::JobInfo Job::info() const {
   std::lock_guard<std::mutex> lock(mutex_);
   v1::JobInfo info;
   info.set_job_id(spec_.job_id);
-  info.set_size(spec_.size);
-  info.set_local_size(spec_.local_size);
+  info.set_size(size_.load());
+  info.set_local_size(spec_.elastic ? size_.load() : spec_.local_size);
   for (const auto& [rank, session] : sessions_) {
     v1::RankInfo* r = info.add_ranks();
     r->set_rank(rank);
@@ -409,6 +434,12 @@ v1::JobInfo Job::info() const {
   info.set_fused_responses(fused_responses_);
   info.set_stall_warnings(stall_warnings_);
   info.set_healthy(failure_.empty() && !stopping_);
+  if (spec_.elastic) {
+    info.set_elastic(true);
+    info.set_min_size(spec_.min_size);
+    info.set_epoch(epoch_);
+    for (const auto& change : history_) *info.add_history() = change;
+  }
   for (const auto& [id, ranks] : std::atomic_load(&process_sets_)->all()) {
     if (id == 0) continue;
     v1::ProcessSetStatus* set = info.add_process_sets();

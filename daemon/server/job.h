@@ -37,6 +37,8 @@ struct JobSpec {
   int local_size = 0;
   std::vector<std::vector<int>> process_sets;  // ids 1..n
   std::string leader_address;                  // multi-node jobs: rank 0's daemon
+  bool elastic = false;                        // a lost rank starts a new epoch (job_elastic.cc)
+  int min_size = 0;                            // elastic: the least size it goes on at
 };
 
 struct JobLimits {
@@ -83,9 +85,11 @@ class Job : private executor::RankAccess {
   // FAILED_PRECONDITION when the job has failed.
   Status addSession(std::shared_ptr<Session> session);
   // The rank's stream or hand-off connection ended: its collectives in flight,
-  // and every other rank's, fail naming it (the job is failed from now on).
+  // and every other rank's, fail naming it (the job is failed from now on);
+  // an elastic job whose rank `crashed` (did not leave cleanly) moves to a
+  // new epoch with the survivors instead, while at least min_size remain.
   // Returns true when the job has no sessions left. Idempotent.
-  bool removeSession(const Session& session, const std::string& cause);
+  bool removeSession(const Session& session, const std::string& cause, bool crashed = true);
   // Handles one Enqueue of `session`; answers errors with a Done at once.
   void submit(const std::shared_ptr<Session>& session, const v1::Enqueue& enqueue);
   // Handles the answer to an OutputRequest.
@@ -162,21 +166,33 @@ class Job : private executor::RankAccess {
   // from the leader): applies their process set changes and publishes the
   // sets for enqueue checks. Needs mutex_.
   void publishProcessSetsLocked(const std::vector<coordinator::Response>& responses, bool from_leader);
+  // Elastic jobs (job_elastic.cc): fails every collective of the current
+  // epoch (retriable), renumbers the survivors in rank order, starts the
+  // next epoch and tells each survivor its place. Needs mutex_.
+  void changeEpochLocked(const std::string& cause, Outbox* outbox);
+  // An elastic rank's enqueue of another epoch: fails it (retriable).
+  // Needs mutex_; true when it did.
+  bool refuseStaleEpochLocked(const Session& session, const v1::Enqueue& enqueue, Outbox* outbox);
   // Fails `request` with `status`, queueing its Done in `outbox`. Needs mutex_.
-  void failRequestLocked(const coordinator::Request& request, const Status& status, Outbox* outbox);
+  // `membership_changed`: the Done says the failure is retriable.
+  void failRequestLocked(const coordinator::Request& request, const Status& status, Outbox* outbox,
+                         bool membership_changed = false);
   // Fails what waits for ranks: pending negotiations (and, unless
   // keep_negotiated, collectives already negotiated but not executed: a
   // multi-node job keeps those when nodes are intact, since other nodes may
   // have completed them already).
-  void failAllLocked(const Status& status, Outbox* outbox, bool keep_negotiated = false);
+  // Returns how many it failed.
+  size_t failAllLocked(const Status& status, Outbox* outbox, bool keep_negotiated = false,
+                       bool membership_changed = false);
   static void flush(Outbox* outbox);
   // The Done answering `request` with `status` (error detail filled in).
   static v1::DaemonMessage doneMessage(const std::string& job_id, const coordinator::Request& request,
-                                       const Status& status);
+                                       const Status& status, bool membership_changed = false);
   Status grantToPointer(const Session& session, const v1::OutputGrant& grant, uint64_t expected, uint8_t** out);
 
   const JobSpec spec_;
   const JobLimits limits_;
+  std::atomic<int> size_;  // the job's size: spec_.size, smaller after elastic epoch changes
   std::unique_ptr<executor::GpuExecutor> gpu_executor_;  // null without GPUs
   executor::LocalExecutor executor_;
 
@@ -209,6 +225,10 @@ class Job : private executor::RankAccess {
   uint64_t stall_warnings_ = 0;
   std::string last_error_;
 
+  // Elastic state (guarded by mutex_).
+  uint64_t epoch_ = 1;
+  std::vector<v1::EpochChange> history_;
+
   // Multi-node state (guarded by mutex_ unless noted).
   std::unique_ptr<CrossNode> cross_;
   std::set<int> local_ranks_;         // ranks that registered here (never shrinks)
@@ -225,8 +245,9 @@ class Job : private executor::RankAccess {
   std::atomic<uint64_t> ring_busy_ns_{0};  // time in cross-node transfers
   std::vector<uint8_t> ring_scratch_;  // executor thread only
 
-  // Sessions of the batch being executed (executor thread only).
+  // Sessions of the batch being executed, and its epoch (executor thread only).
   SessionSnapshot batch_sessions_;
+  uint64_t batch_epoch_ = 0;
   // The job's nodes, for stall messages (housekeeping thread only; set once formed).
   std::vector<v1::NodeInfo> stall_nodes_;
   // Timeline: the current one; the tensors with an open negotiation row

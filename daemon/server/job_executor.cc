@@ -63,6 +63,7 @@ std::vector<coordinator::Response> Job::takeBatchLocked() {
   executing_ = true;
   in_flight_executing_ = static_cast<int>(batch.size());
   batch_sessions_ = sessions_;
+  batch_epoch_ = epoch_;
   return batch;
 }
 
@@ -99,11 +100,15 @@ void Job::complete(const coordinator::Response& response, const executor::Respon
   for (size_t i = 0; i < response.requests.size(); ++i) {
     const auto& request = response.requests[i];
     if (!request) continue;
-    auto it = sessions_.find(request->rank);
-    if (it == sessions_.end()) continue;
+    // The batch's own sessions: an elastic epoch change may have renumbered
+    // the job's since (a lost rank's session still takes its Done quietly).
+    auto it = batch_sessions_.find(request->rank);
+    if (it == batch_sessions_.end()) continue;
     it->second->removeHandle(request->handle);
     forwarded_.erase(std::make_pair(request->rank, request->handle));
-    v1::DaemonMessage message = doneMessage(spec_.job_id, *request, result.status);
+    // A failure in an epoch that has ended is the epoch change's doing: retriable.
+    v1::DaemonMessage message =
+        doneMessage(spec_.job_id, *request, result.status, !result.status.isOk() && batch_epoch_ != epoch_);
     v1::Done* done = message.mutable_done();
     if (!result.status.isOk()) {
       done->mutable_detail()->set_tensor_name(response.name);
@@ -183,8 +188,9 @@ StatusOr<std::vector<uint8_t*>> Job::requestOutputs(const coordinator::Response&
     }
     return true;
   };
+  const uint64_t epoch = epoch_;
   const bool granted = grant_cv_.wait_for(lock, limits_.output_grant_timeout, [&] {
-    return all_granted() || (abort_on_failure && !failure_.empty()) || stopping_;
+    return all_granted() || (abort_on_failure && !failure_.empty()) || stopping_ || epoch_ != epoch;
   });
   std::vector<v1::OutputGrant> answers;
   for (const auto& key : keys) {
@@ -195,6 +201,7 @@ StatusOr<std::vector<uint8_t*>> Job::requestOutputs(const coordinator::Response&
   }
   if (abort_on_failure && !failure_.empty()) return aborted(prefix + failure_);
   if (stopping_) return unavailable(prefix + "job stopping");
+  if (epoch_ != epoch) return aborted(prefix + "the elastic job moved to epoch " + std::to_string(epoch_));
   if (!granted || answers.size() != keys.size()) {
     return deadlineExceeded(prefix + "ranks did not answer the output request within the deadline");
   }

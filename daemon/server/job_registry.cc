@@ -36,6 +36,16 @@ Status checkIdentity(const v1::RegisterRequest& r, uint32_t max_local_ranks, uin
                            std::to_string(r.size()) + "): its leader's address is needed (GRADSYNC_LEADER)");
   }
   if (r.hostname().size() > 256 || r.client_version().size() > 256) return invalidArgument("hostname or version too long");
+  if (r.elastic()) {
+    if (r.min_size() < 1 || r.min_size() > r.size()) {
+      return invalidArgument("elastic job: min size " + std::to_string(r.min_size()) + " outside [1, " +
+                             std::to_string(r.size()) + "]");
+    }
+    if (r.local_size() < r.size()) {
+      return unimplemented("elastic jobs across daemons are not implemented yet (local size " +
+                           std::to_string(r.local_size()) + " < size " + std::to_string(r.size()) + ")");
+    }
+  }
   if (r.process_sets_size() > 4096) return invalidArgument("more than 4096 process sets");
   for (int i = 0; i < r.process_sets_size(); ++i) {
     const auto& ranks = r.process_sets(i).ranks();
@@ -65,6 +75,8 @@ StatusOr<JobSpec> specOf(const v1::RegisterRequest& r) {
   spec.local_size = r.local_size();
   for (const auto& set : r.process_sets()) spec.process_sets.emplace_back(set.ranks().begin(), set.ranks().end());
   spec.leader_address = r.leader_address();
+  spec.elastic = r.elastic();
+  spec.min_size = r.elastic() ? r.min_size() : 0;
   return spec;
 }
 
@@ -96,6 +108,10 @@ Status JobRegistry::checkJobMatches(const Job& job, const v1::RegisterRequest& r
   if (mine->leader_address != spec.leader_address) {
     return failedPrecondition("job '" + r.job_id() + "': rank " + std::to_string(r.rank()) + " names leader '" +
                               r.leader_address() + "', the ranks before it '" + spec.leader_address + "'");
+  }
+  if (mine->elastic != spec.elastic || mine->min_size != spec.min_size) {
+    return failedPrecondition("job '" + r.job_id() + "': rank " + std::to_string(r.rank()) +
+                              " registers a different elastic mode or minimum size than the ranks before it");
   }
   if (mine->process_sets != spec.process_sets) {
     return failedPrecondition("job '" + r.job_id() + "': rank " + std::to_string(r.rank()) +
@@ -159,7 +175,7 @@ std::shared_ptr<Job> JobRegistry::jobOf(const Session& session) const {
   return it == sessions_.end() ? nullptr : it->second.job;
 }
 
-void JobRegistry::sessionLost(uint64_t session_id, const std::string& cause) {
+void JobRegistry::sessionLost(uint64_t session_id, const std::string& cause, bool crashed) {
   std::shared_ptr<Job> job;
   std::shared_ptr<Session> session;
   {
@@ -171,7 +187,7 @@ void JobRegistry::sessionLost(uint64_t session_id, const std::string& cause) {
     sessions_.erase(it);
   }
   GS_LOG(control, info, "job '{}': {} left: {}", job->spec().job_id, session->describe(), cause);
-  const bool empty = job->removeSession(*session, cause);
+  const bool empty = job->removeSession(*session, cause, crashed);
   if (empty) {
     std::lock_guard<std::mutex> lock(mutex_);
     auto it = jobs_.find(job->spec().job_id);

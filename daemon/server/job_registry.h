@@ -39,7 +39,9 @@ class JobRegistry {
   std::shared_ptr<Job> findJob(const std::string& job_id) const;
   // The session's stream or hand-off connection ended; removes it (and its
   // job when empty). Idempotent.
-  void sessionLost(uint64_t session_id, const std::string& cause);
+  // `crashed`: the rank did not leave cleanly (an elastic job goes on
+  // without it; a clean leave ends the job as usual).
+  void sessionLost(uint64_t session_id, const std::string& cause, bool crashed = true);
   // Stall checks and hand-off timeouts.
   void housekeeping(Clock::time_point now);
   // Fails every job with `reason` (daemon shutdown).

@@ -33,7 +33,7 @@ Status Session::attachArena(std::unique_ptr<handoff::ShmArena> arena, Budget::Le
 
 Status Session::attachGpu(std::shared_ptr<gpu::ClientGpu> gpu) {
   std::lock_guard<std::mutex> lock(mutex_);
-  if (gpu_) return failedPrecondition("rank " + std::to_string(identity_.rank) + " attached its GPU already");
+  if (gpu_) return failedPrecondition("rank " + std::to_string(rank()) + " attached its GPU already");
   gpu_ = std::move(gpu);
   return okStatus();
 }
@@ -129,7 +129,7 @@ bool Session::send(const v1::DaemonMessage& message) {
 
 std::string Session::describe() const {
   int64_t pid = this->pid();
-  std::string s = "rank " + std::to_string(identity_.rank) + " (";
+  std::string s = "rank " + std::to_string(rank()) + " (";
   s += pid > 0 ? "pid " + std::to_string(pid) : std::string("pid unknown");
   if (!identity_.hostname.empty()) s += ", host " + identity_.hostname;
   return s + ")";

@@ -42,11 +42,14 @@ struct RankIdentity {
 class Session {
  public:
   Session(uint64_t id, const SessionSecret& secret, RankIdentity identity)
-      : id_(id), secret_(secret), identity_(std::move(identity)) {}
+      : id_(id), secret_(secret), identity_(std::move(identity)), rank_(identity_.rank) {}
 
   uint64_t id() const { return id_; }
+  // As registered; an elastic job's epoch changes renumber rank() only.
   const RankIdentity& identity() const { return identity_; }
-  int rank() const { return identity_.rank; }
+  int rank() const { return rank_.load(); }
+  // Elastic jobs: the rank's number in a new epoch (the job's lock held).
+  void renumber(int rank) { rank_.store(rank); }
   // Constant-time comparison with the secret handed out at registration.
   bool secretMatches(const uint8_t* secret, size_t len) const;
   void copySecret(uint8_t* out) const { std::copy(secret_.begin(), secret_.end(), out); }
@@ -98,6 +101,7 @@ class Session {
   const uint64_t id_;
   const SessionSecret secret_;
   const RankIdentity identity_;
+  std::atomic<int> rank_;
 
   mutable std::mutex mutex_;
   std::unique_ptr<handoff::ShmArena> arena_;

@@ -46,7 +46,12 @@ enum {
   GRADSYNC_INTERNAL = 13,
   GRADSYNC_UNAVAILABLE = 14,
   GRADSYNC_DATA_LOSS = 15,
-  GRADSYNC_UNAUTHENTICATED = 16
+  GRADSYNC_UNAUTHENTICATED = 16,
+  /* gradsync's own: an elastic job's membership changed (a rank was lost)
+   * while the operation was in flight, or it was started in an epoch that
+   * has ended. Retriable: gradsync_rejoin, restore the last committed
+   * state, and go on at the new rank and size. */
+  GRADSYNC_MEMBERSHIP_CHANGED = 100
 };
 
 /* Element types (same values as gradsync.v1.DataType). */
@@ -180,6 +185,15 @@ int32_t gradsync_rank(const gradsync_client_t* client);
 int32_t gradsync_size(const gradsync_client_t* client);
 int32_t gradsync_local_rank(const gradsync_client_t* client);
 int32_t gradsync_local_size(const gradsync_client_t* client);
+/* Elastic jobs (GRADSYNC_ELASTIC=1, GRADSYNC_MIN_SIZE): the current epoch
+ * (1 at the start; 0 when the job is not elastic). */
+uint64_t gradsync_epoch(const gradsync_client_t* client);
+/* Elastic jobs, after GRADSYNC_MEMBERSHIP_CHANGED: waits (up to
+ * timeout_seconds; <= 0: no limit) for the job's next epoch and takes up
+ * this rank's place in it; gradsync_rank/size then give the new values.
+ * Survivors keep their order. Automatic names restart, process sets other
+ * than the global one are gone. */
+gradsync_status_t gradsync_rejoin(gradsync_client_t* client, double timeout_seconds);
 
 /* Memory in the shared arena (64-byte aligned): tensors placed here are
  * reduced in place without copies. NULL when the arena is full. */

@@ -8,7 +8,7 @@ then in the Bazel output tree of a source checkout.
 import ctypes
 import os
 
-from gradsync.errors import GradsyncError
+from gradsync.errors import GradsyncError, MembershipChangedError
 
 CONFIG_VERSION = 1
 MAX_DIMS = 16
@@ -20,6 +20,7 @@ UINT8, INT8, UINT16, INT16, INT32, INT64, FLOAT16, BFLOAT16, FLOAT32, FLOAT64, B
 DEVICE_CPU, DEVICE_CUDA = 0, 1
 # Status codes (gradsync_status_t) the Python layer tells apart.
 INVALID_ARGUMENT, DEADLINE_EXCEEDED, NOT_FOUND, ALREADY_EXISTS = 3, 4, 5, 6
+MEMBERSHIP_CHANGED = 100  # gradsync's own (gradsync.h)
 
 
 class Config(ctypes.Structure):
@@ -127,6 +128,8 @@ def _declare(lib):
         "gradsync_add_process_set": (c.c_int32, [client, c.POINTER(c.c_int32), c.c_int32, c.c_double,
                                                  c.POINTER(c.c_int32)]),
         "gradsync_remove_process_set": (c.c_int32, [client, c.c_int32, c.c_double]),
+        "gradsync_epoch": (c.c_uint64, [client]),
+        "gradsync_rejoin": (c.c_int32, [client, c.c_double]),
     }
     for name, (restype, argtypes) in signatures.items():
         fn = getattr(lib, name)
@@ -146,7 +149,8 @@ class Client:
     def _check(self, status, what):
         if status != 0:
             message = self._lib.gradsync_last_error().decode("utf-8", "replace")
-            raise GradsyncError("%s failed: %s" % (what, message), code=status)
+            error = MembershipChangedError if status == MEMBERSHIP_CHANGED else GradsyncError
+            raise error("%s failed: %s" % (what, message), code=status)
 
     @property
     def rank(self):
@@ -195,6 +199,15 @@ class Client:
         self._check(self._lib.gradsync_abandon(self._handle, ctypes.byref(op), reason.encode("utf-8", "replace")[:1024],
                                                ctypes.byref(handle)), "abandon")
         return handle.value
+
+    @property
+    def epoch(self):
+        """Elastic jobs: the current epoch (0 when the job is not elastic)."""
+        return self._lib.gradsync_epoch(self._handle)
+
+    def rejoin(self, timeout_seconds=0):
+        """Elastic jobs: takes up this rank's place in the job's next epoch."""
+        self._check(self._lib.gradsync_rejoin(self._handle, timeout_seconds), "rejoin")
 
     def add_process_set(self, ranks):
         """Collective of every rank: the new set's id (the daemon numbers it)."""

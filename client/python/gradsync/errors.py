@@ -13,3 +13,13 @@ class GradsyncError(RuntimeError):
     def __init__(self, message, code=0):
         super().__init__(message)
         self.code = code
+
+
+class MembershipChangedError(GradsyncError):
+    """An elastic job's membership changed (a rank was lost) while the
+    collective was in flight, or it was started in an epoch that has ended.
+    The only retriable error: gradsync.torch.elastic.run restores the last
+    commit, rejoins the new epoch and goes on; every other GradsyncError
+    (a shape mismatch, a bad argument) escapes it."""
+
+    retriable = True

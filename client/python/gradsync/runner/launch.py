@@ -42,6 +42,11 @@ def parse_args(argv):
     p.add_argument("--grace", type=float, default=10.0,
                    help="seconds the other ranks get to finish after one fails (default 10)")
     p.add_argument("--no-prefix", action="store_true", help="do not prefix output lines with the rank")
+    elastic = p.add_argument_group("elastic (one host; ranks joining a running job are not implemented yet)")
+    elastic.add_argument("--min-np", "--min-num-proc", type=int,
+                         help="elastic job: when ranks die, the others go on while at least this many remain")
+    elastic.add_argument("--max-np", "--max-num-proc", type=int,
+                         help="elastic job: the most ranks (no more than -np while joins are not implemented)")
     p.add_argument("command", nargs=argparse.REMAINDER, help="the program each rank runs")
     args = p.parse_args(argv)
     if args.command and args.command[0] == "--":
@@ -50,6 +55,12 @@ def parse_args(argv):
         p.error("no command to run")
     if args.num_proc < 1:
         p.error("-np must be at least 1")
+    if args.max_np is not None and args.min_np is None:
+        args.min_np = args.num_proc
+    if args.min_np is not None and not 1 <= args.min_np <= args.num_proc:
+        p.error("--min-np must be in [1, -np]")
+    if args.max_np is not None and args.max_np < args.num_proc:
+        p.error("--max-np must be at least -np")
     return args
 
 
@@ -94,6 +105,8 @@ class Job:
                 env["GRADSYNC_SOCKET"] = socket_path
             if leader:
                 env["GRADSYNC_LEADER"] = leader
+            if args.min_np is not None:
+                env.update(GRADSYNC_ELASTIC="1", HOROVOD_ELASTIC="1", GRADSYNC_MIN_SIZE=str(args.min_np))
             self._start(rank, host, env)
 
     def _start(self, rank, host, env):
@@ -132,8 +145,11 @@ class Job:
                     pass
 
     def wait(self, interrupted):
-        """Exit code of the first failing rank (0 when all succeed)."""
+        """Exit code of the first failing rank (0 when all succeed). An
+        elastic job goes on when ranks fail: it succeeds when at least
+        --min-np ranks do."""
         deadline = None
+        elastic = self.args.min_np is not None
         while True:
             running = False
             for rank, process in enumerate(self.processes):
@@ -142,7 +158,11 @@ class Job:
                     running = True
                 elif code != 0 and self.first_failure is None:
                     self.first_failure = (rank, code if code > 0 else 128 - code)
-                    deadline = time.monotonic() + self.args.grace
+                    if elastic:
+                        sys.stderr.write("gradsyncrun: rank %d exited with code %d; the elastic job goes on\n"
+                                         % self.first_failure)
+                    else:
+                        deadline = time.monotonic() + self.args.grace
             if not running:
                 break
             if interrupted.is_set() and deadline is None:
@@ -155,6 +175,9 @@ class Job:
             time.sleep(0.05)
         for pump in self._pumps:
             pump.join(timeout=5)
+        succeeded = sum(1 for process in self.processes if process.returncode == 0)
+        if elastic and self.first_failure is not None and succeeded >= self.args.min_np and not interrupted.is_set():
+            return 0
         if self.first_failure is not None:
             rank, code = self.first_failure
             sys.stderr.write("gradsyncrun: rank %d exited with code %d\n" % (rank, code))
@@ -172,6 +195,9 @@ def main(argv=None):
         sys.stderr.write("gradsyncrun: %s\n" % e)
         return 2
     multi_host = len({host for host, _, _, _ in placement}) > 1
+    if multi_host and args.min_np is not None:
+        sys.stderr.write("gradsyncrun: elastic jobs across hosts are not implemented yet\n")
+        return 2
     private = None
     socket_path = args.socket or os.environ.get("GRADSYNC_SOCKET")
     try:

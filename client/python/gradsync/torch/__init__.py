@@ -9,7 +9,7 @@ arena; CUDA tensors are reduced in place by the daemon through CUDA IPC
 from gradsync.errors import GradsyncError
 from gradsync.torch.basics import (cross_rank, cross_size, gloo_built, gloo_enabled, init, is_initialized,
                                    local_rank, local_size, mpi_built, mpi_enabled, mpi_threads_supported,
-                                   nccl_built, rank, release_cuda_exports, shutdown, size, start_timeline,
+                                   nccl_built, rank, rejoin, release_cuda_exports, shutdown, size, start_timeline,
                                    stop_timeline)
 from gradsync.torch.compression import Compression
 from gradsync.torch.functions import (allgather_object, broadcast_object, broadcast_optimizer_state,
@@ -25,3 +25,5 @@ from gradsync.torch.mpi_ops import _poll as poll
 from gradsync.torch.mpi_ops import _synchronize as synchronize
 from gradsync.torch.optimizer import DistributedOptimizer
 from gradsync.torch.process_sets import ProcessSet, add_process_set, global_process_set, remove_process_set
+from gradsync.torch import elastic  # noqa: E402 (uses the modules above)
+from gradsync.errors import MembershipChangedError

@@ -25,6 +25,21 @@ class Context:
         # times out the rest of a broken group).
         self.orphans = []
 
+    def start_epoch(self, global_set):
+        """An elastic job's new epoch: automatic names start again on every
+        rank, process sets other than the global one are gone (they named
+        ranks of the old numbering), nothing of the old epoch is in flight."""
+        with self._lock:
+            self._names.clear()
+        with self.lock:
+            self.in_flight.clear()
+        for process_set_id, process_set in list(self.process_sets.items()):
+            if process_set_id != 0:
+                process_set._invalidate()
+        self.process_sets = {0: global_set}
+        global_set._bind(0, self.client.rank, self.client.size)
+        self.cross_rank, self.cross_size = 0, 1  # elastic jobs run on one node
+
     def new_handle(self):
         with self._lock:
             handle = self._next_handle

@@ -81,6 +81,21 @@ def shutdown():
 atexit.register(shutdown)
 
 
+def rejoin(timeout_seconds=600):
+    """Elastic jobs, after a MembershipChangedError: waits for the job's
+    next epoch and takes up this rank's place in it (rank() and size() then
+    give the new values). elastic.run() calls it; call it yourself only
+    when driving the recovery by hand."""
+    ctx = _context.current()
+    ctx.client.rejoin(timeout_seconds)
+    ctx.start_epoch(global_process_set)
+
+
+def epoch():
+    """An elastic job's current epoch (1 at the start; 0: not elastic)."""
+    return _context.current().client.epoch
+
+
 def is_initialized():
     return _context.is_set()
 
@@ -153,4 +168,4 @@ def stop_timeline():
 
 
 __all__ = ["init", "shutdown", "is_initialized", "size", "rank", "local_size", "local_rank", "cross_size",
-           "cross_rank", "ProcessSet", "start_timeline", "stop_timeline"]
+           "cross_rank", "ProcessSet", "start_timeline", "stop_timeline", "rejoin", "epoch"]

@@ -230,18 +230,37 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                 self._group_ready.pop(index, None)
                 self._grouped_allreduce_async(index)
         done = {}
-        for p, (handle, (compressed, ctx)) in self._handles.items():
-            if handle not in done:
-                done[handle] = _synchronize(handle)
-            self._allreduce_delay[p] = self.backward_passes_per_step
-            if callable(handle):  # sparse: the result replaces the gradient
-                p.grad = done[handle]
-                continue
-            output = self._compression.decompress(compressed, ctx)
-            if output.data_ptr() != p.grad.data_ptr():
-                p.grad.copy_(output)
+        try:
+            for p, (handle, (compressed, ctx)) in self._handles.items():
+                if handle not in done:
+                    done[handle] = _synchronize(handle)
+                self._allreduce_delay[p] = self.backward_passes_per_step
+                if callable(handle):  # sparse: the result replaces the gradient
+                    p.grad = done[handle]
+                    continue
+                output = self._compression.decompress(compressed, ctx)
+                if output.data_ptr() != p.grad.data_ptr():
+                    p.grad.copy_(output)
+        except Exception:
+            # The step is lost (an elastic job restores its last commit and
+            # goes on): end the rest of its allreduces, so the next step
+            # starts clean.
+            self._drop_handles(done)
+            raise
         self._handles.clear()
         self._synchronized = True
+
+    def _drop_handles(self, done):
+        for p, (handle, _) in self._handles.items():
+            self._allreduce_delay[p] = self.backward_passes_per_step
+            if handle is None or handle in done:
+                continue
+            done[handle] = None
+            try:
+                _synchronize(handle)
+            except Exception:  # noqa: BLE001 - the first error is the one raised
+                pass
+        self._handles.clear()
 
     @contextlib.contextmanager
     def skip_synchronize(self):

@@ -1,0 +1,68 @@
+# SPDX-License-Identifier: Apache-2.0
+"""An elastic training run with a known answer, for test_elastic.py.
+
+A linear "model" of float64 weights; at global step s, rank r's gradient is
+(s + 1) * (r + 1) / 4 in every element, so the average over n ranks is
+exact in binary and the final weights can be replayed exactly. One epoch of
+an ElasticSampler over 60 samples, 2 per rank per step; a commit after
+every step. With GRADSYNC_TEST_VICTIM=r, rank r starts a 16 MiB allreduce at
+step 5 and SIGKILLs itself while it runs. Each rank writes the sample
+indices of every committed step to $GRADSYNC_TEST_OUT/samples.<pid>, and
+at the end its weights and epoch to $GRADSYNC_TEST_OUT/result.<rank>.
+"""
+import json
+import os
+import signal
+
+import torch
+
+import gradsync.torch as hvd
+
+OUT = os.environ["GRADSYNC_TEST_OUT"]
+VICTIM = int(os.environ.get("GRADSYNC_TEST_VICTIM", "-1"))
+DIM = 8
+BATCH = 2
+
+hvd.init()
+FIRST_RANK = hvd.rank()  # the victim is named by its rank at the start
+model = torch.nn.Linear(DIM, 1, bias=False).double()
+with torch.no_grad():
+    model.weight.fill_(1.0)
+optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=1.0),
+                                     named_parameters=model.named_parameters())
+sampler = hvd.elastic.ElasticSampler(list(range(60)), shuffle=True, seed=7)
+resets = []
+
+
+@hvd.elastic.run
+def train(state):
+    for state.epoch in range(state.epoch, 1):
+        indices = list(iter(state.sampler))
+        start = 0
+        while start < len(indices):
+            batch = indices[start:start + BATCH]
+            if state.step == 5 and FIRST_RANK == VICTIM:
+                hvd.allreduce_async(torch.ones(4 << 20), name="big.%d" % state.step)
+                os.kill(os.getpid(), signal.SIGKILL)
+            if state.step == 5:
+                hvd.synchronize(hvd.allreduce_async(torch.ones(4 << 20), name="big.%d" % state.step))
+            optimizer.zero_grad()
+            x = torch.full((1, DIM), (state.step + 1) * (hvd.rank() + 1) / 4.0, dtype=torch.float64)
+            model(x).sum().backward()
+            optimizer.step()
+            state.sampler.record_batch(start // BATCH, BATCH)
+            state.step += 1
+            state.commit()
+            with open(os.path.join(OUT, "samples.%d" % os.getpid()), "a") as f:
+                f.write(" ".join(str(i) for i in batch) + "\n")
+            start += BATCH
+        state.sampler.set_epoch(state.epoch + 1)
+
+
+state = hvd.elastic.TorchState(model, optimizer, sampler=sampler, epoch=0, step=0)
+state.register_reset_callbacks([lambda: resets.append(hvd.size())])
+train(state)
+with open(os.path.join(OUT, "result.%d" % hvd.rank()), "w") as f:
+    json.dump({"weights": [w.hex() for w in model.weight.detach().view(-1).tolist()], "epoch": hvd.elastic.epoch(),
+               "size": hvd.size(), "steps": state.step, "resets": resets}, f)
+hvd.shutdown()

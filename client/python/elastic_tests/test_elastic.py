@@ -1,0 +1,67 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Elastic jobs end to end under gradsyncrun --min-np: a rank SIGKILLed in
+the middle of a large allreduce; the survivors go on from the last commit."""
+import glob
+import json
+import os
+import subprocess
+import sys
+
+RUN = os.environ["GRADSYNCRUN"]
+TRAIN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "elastic_train.py")
+DIM = 8
+
+
+def replay(schedule):
+    """Weights after the steps of `schedule` ((step, size) pairs), in one process."""
+    w = [1.0] * DIM
+    for step, size in schedule:
+        mean = sum((step + 1) * (r + 1) / 4.0 for r in range(size)) / size
+        w = [x - mean for x in w]
+    return w
+
+
+def run_job(tmp_path, np, min_np, victim):
+    env = dict(os.environ, GRADSYNC_TEST_OUT=str(tmp_path), GRADSYNC_TEST_VICTIM=str(victim))
+    return subprocess.run([RUN, "--private-daemon", "-np", str(np), "--min-np", str(min_np), sys.executable, TRAIN],
+                          capture_output=True, text=True, timeout=180, env=env)
+
+
+def results(tmp_path):
+    return {int(p.rsplit(".", 1)[1]): json.load(open(p)) for p in glob.glob(str(tmp_path / "result.*"))}
+
+
+def test_a_killed_rank_leaves_the_survivors_training_from_the_last_commit(tmp_path):
+    out = run_job(tmp_path, 3, 2, victim=1)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "rank 1 exited with code 137; the elastic job goes on" in out.stderr
+    done = results(tmp_path)
+    assert sorted(done) == [0, 1]  # the survivors, renumbered
+    # Steps 0-4 committed at size 3 (step 5 never committed: the victim died
+    # inside it), then the 30 samples left over 2 ranks, 2 each: 8 steps.
+    expected = [w.hex() for w in replay([(s, 3) for s in range(5)] + [(s, 2) for s in range(5, 13)])]
+    for rank, result in done.items():
+        assert result["weights"] == expected, (rank, result)
+        assert result["epoch"] == 2 and result["size"] == 2 and result["steps"] == 13 and result["resets"] == [2]
+    # Every sample of the epoch was committed exactly once, across the change.
+    committed = []
+    for path in glob.glob(str(tmp_path / "samples.*")):
+        committed += [int(i) for line in open(path) for i in line.split()]
+    assert sorted(committed) == list(range(60))
+
+
+def test_below_the_minimum_the_job_fails_with_a_named_error(tmp_path):
+    out = run_job(tmp_path, 2, 2, victim=1)
+    assert out.returncode != 0
+    assert "fewer than the elastic job's minimum 2" in out.stdout + out.stderr
+    assert results(tmp_path) == {}
+
+
+def test_without_elastic_mode_run_syncs_once_and_errors_escape(tmp_path):
+    env = dict(os.environ, GRADSYNC_TEST_OUT=str(tmp_path))
+    out = subprocess.run([RUN, "--private-daemon", "-np", "2", sys.executable, TRAIN], capture_output=True, text=True,
+                         timeout=180, env=env)
+    assert out.returncode == 0, out.stdout + out.stderr
+    done = results(tmp_path)
+    expected = [w.hex() for w in replay([(s, 2) for s in range(15)])]
+    assert done[0]["weights"] == expected and done[0]["epoch"] == 0 and done[0]["resets"] == []

@@ -1,0 +1,56 @@
+// SPDX-License-Identifier: Apache-2.0
+// Client: elastic jobs. The daemon announces a new epoch (MembershipChange)
+// when a rank is lost; this rank takes up its new place only when the
+// caller rejoins, so the collectives it starts before that belong to the
+// old epoch and are refused as retriable, never paired with the new one's.
+#include <chrono>
+
+#include "client/src/client.h"
+
+namespace gradsync::client {
+
+Membership Client::membership() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return membership_;
+}
+
+void Client::onMembershipChange(const v1::MembershipChange& change) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (change.epoch() <= membership_.epoch || (next_membership_ && change.epoch() <= next_membership_->epoch)) return;
+  next_membership_ = Membership{change.epoch(), change.rank(), change.size(), change.local_rank(), change.local_size()};
+  cv_.notify_all();
+}
+
+StatusOr<Membership> Client::rejoin(double timeout_seconds) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  if (!options_.elastic) return failedPrecondition("the job is not elastic (GRADSYNC_ELASTIC): nothing to rejoin");
+  const auto ready = [&] { return next_membership_.has_value() || !broken_.isOk() || shut_down_; };
+  if (timeout_seconds > 0) {
+    const auto limit = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::duration<double>(timeout_seconds));
+    if (!cv_.wait_for(lock, limit, ready)) {
+      return deadlineExceeded("no new epoch of elastic job '" + options_.job_id + "' within " +
+                              std::to_string(timeout_seconds) + " s");
+    }
+  } else {
+    cv_.wait(lock, ready);
+  }
+  if (!next_membership_) return broken_.isOk() ? failedPrecondition("client is shut down") : broken_;
+  membership_ = *next_membership_;
+  next_membership_.reset();
+  // The new epoch's collectives pair up afresh on every rank.
+  next_barrier_ = 1;
+  next_set_change_ = 0;
+  std::vector<int> all(membership_.size);
+  for (int i = 0; i < membership_.size; ++i) all[i] = i;
+  process_sets_.clear();
+  process_sets_.emplace(0, std::move(all));
+  return membership_;
+}
+
+bool Client::membershipChanged(uint64_t handle) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = ops_.find(handle);
+  return it != ops_.end() && it->second->membership_changed;
+}
+
+}  // namespace gradsync::client

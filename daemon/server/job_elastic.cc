@@ -1,0 +1,84 @@
+// SPDX-License-Identifier: Apache-2.0
+// Job, elastic side (single-node jobs): a lost rank moves the job to a new
+// epoch with the survivors. What was in flight fails as retriable
+// (ErrorDetail.membership_changed); the survivors keep their order and are
+// renumbered 0..n-1; each is told its place (MembershipChange) and takes
+// it up when its client rejoins (gradsync_rejoin), after which its
+// collectives carry the new epoch. Collectives of another epoch are refused,
+// so no rank's old-epoch call can pair with another's new-epoch one.
+#include <chrono>
+
+#include "daemon/common/logging.h"
+#include "daemon/server/job.h"
+
+namespace gradsync::server {
+
+void Job::changeEpochLocked(const std::string& cause, Outbox* outbox) {
+  const int before = size_.load();
+  const int after = static_cast<int>(sessions_.size());
+  const uint64_t next = epoch_ + 1;
+  const Status changed = aborted("job '" + spec_.job_id + "': membership changed (epoch " + std::to_string(epoch_) +
+                                 " -> " + std::to_string(next) + "): " + cause + "; the job goes on with " +
+                                 std::to_string(after) + " ranks");
+  const size_t failed = failAllLocked(changed, outbox, /*keep_negotiated=*/false, /*membership_changed=*/true);
+  // Survivors keep their order.
+  SessionSnapshot renumbered;
+  for (const auto& [rank, session] : sessions_) {
+    const int new_rank = static_cast<int>(renumbered.size());
+    session->renumber(new_rank);
+    renumbered.emplace(new_rank, session);
+  }
+  sessions_ = std::move(renumbered);
+  local_ranks_.clear();
+  for (const auto& [rank, session] : sessions_) local_ranks_.insert(rank);
+  size_.store(after);
+  // Process sets named ranks of the old numbering: only the global one stays.
+  negotiator_ = coordinator::Negotiator(spec_.job_id, after, {});
+  std::atomic_store(&process_sets_, std::make_shared<const coordinator::ProcessSetTable>(negotiator_.processSets()));
+  stall_warned_.clear();
+  grants_.clear();
+  expected_grants_.clear();
+  epoch_ = next;
+  grant_cv_.notify_all();  // an output wait of the old epoch ends now
+
+  v1::EpochChange record;
+  record.set_epoch(next);
+  record.set_cause(cause);
+  record.set_size_before(before);
+  record.set_size_after(after);
+  record.set_unix_ms(std::chrono::duration_cast<std::chrono::milliseconds>(
+                         std::chrono::system_clock::now().time_since_epoch())
+                         .count());
+  record.set_failed_collectives(static_cast<int>(failed));
+  history_.push_back(record);
+  GS_LOG(control, warn, "job '{}': epoch {} -> {}: {}; {} -> {} ranks, {} collectives failed (retriable)",
+         spec_.job_id, next - 1, next, cause, before, after, failed);
+
+  for (const auto& [rank, session] : sessions_) {
+    v1::DaemonMessage message;
+    v1::MembershipChange* change = message.mutable_membership_change();
+    change->set_epoch(next);
+    change->set_rank(rank);
+    change->set_size(after);
+    change->set_local_rank(rank);
+    change->set_local_size(after);
+    change->set_cause(cause);
+    outbox->emplace_back(session, std::move(message));
+  }
+}
+
+bool Job::refuseStaleEpochLocked(const Session& session, const v1::Enqueue& enqueue, Outbox* outbox) {
+  if (!spec_.elastic || enqueue.epoch() == epoch_) return false;
+  coordinator::Request request;
+  request.rank = session.rank();
+  request.handle = enqueue.handle();
+  request.name = enqueue.name();
+  failRequestLocked(request,
+                    aborted("job '" + spec_.job_id + "': " + session.describe() + "'s collective belongs to epoch " +
+                            std::to_string(enqueue.epoch()) + ", the job is at epoch " + std::to_string(epoch_) +
+                            " (rejoin first)"),
+                    outbox, /*membership_changed=*/true);
+  return true;
+}
+
+}  // namespace gradsync::server
