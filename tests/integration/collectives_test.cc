@@ -1,6 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // One real gradsyncd and 2-4 real client processes per test: every
 // collective, every dtype, process sets, join, disagreements, two jobs.
+#include <csignal>
+
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testutil/daemon_fixture.h"
 
@@ -53,6 +56,16 @@ TEST_F(CollectivesTest, StaticProcessSets) { runJob("sets", "process_sets", 3); 
 TEST_F(CollectivesTest, DynamicProcessSets) { runJob("dynsets", "dynamic_process_sets", 3); }
 
 TEST_F(CollectivesTest, JoinWithUnevenData) { runJob("join", "join", 3); }
+
+TEST_F(CollectivesTest, ElasticJobGoesOnWithTheSurvivorsOfAKilledRank) {
+  const std::map<std::string, std::string> elastic = {{"GRADSYNC_ELASTIC", "1"}, {"GRADSYNC_MIN_SIZE", "2"}};
+  std::vector<Process> ranks;
+  for (int r = 0; r < 3; ++r) ranks.push_back(daemon_.spawnRank("elastic", r, 3, {"elastic_shrink"}, elastic));
+  EXPECT_EQ(ranks[1].wait(kJobTimeout), 128 + SIGKILL) << ranks[1].log();
+  EXPECT_EQ(ranks[0].wait(kJobTimeout), 0) << ranks[0].log() << daemon_.log();
+  EXPECT_EQ(ranks[2].wait(kJobTimeout), 0) << ranks[2].log() << daemon_.log();
+  EXPECT_THAT(daemon_.log(), ::testing::HasSubstr("epoch 1 -> 2"));
+}
 
 TEST_F(CollectivesTest, DisagreementFailsOnEveryRankAndJobGoesOn) { runJob("mismatch", "mismatch", 3); }
 

@@ -143,6 +143,32 @@ int dynamicProcessSets(Client& c, const std::vector<std::string>&) {
   return 0;
 }
 
+// Elastic job (GRADSYNC_ELASTIC=1, GRADSYNC_MIN_SIZE=2) of three ranks: rank
+// 1 dies; the survivors see a retriable error, have their old-epoch
+// enqueues refused, rejoin at size 2 (old rank 2 is rank 1 now) and go on.
+int elasticShrink(Client& c, const std::vector<std::string>&) {
+  WORKER_CHECK(gradsync_epoch(c.raw()) == 1, "epoch %llu at the start", (unsigned long long)gradsync_epoch(c.raw()));
+  std::vector<float> data(8, 1.0f);
+  WORKER_OK(c.allreduce("el.before", data.data(), GRADSYNC_FLOAT32, {8}));
+  WORKER_CHECK(data[0] == 3.0f, "sum of three = %g", data[0]);
+  const int first_rank = c.rank();
+  if (first_rank == 1) raise(SIGKILL);
+  Result r = c.allreduce("el.lost", data.data(), GRADSYNC_FLOAT32, {8});
+  // In flight when rank 1 died, or started after (then refused as stale).
+  WORKER_CHECK(r.code == GRADSYNC_MEMBERSHIP_CHANGED, "the collective rank 1 never joined: %d %s", r.code, r.message.c_str());
+  r = c.allreduce("el.stale", data.data(), GRADSYNC_FLOAT32, {8});
+  WORKER_CHECK(r.code == GRADSYNC_MEMBERSHIP_CHANGED && r.message.find("belongs to epoch 1, the job is at epoch 2") != std::string::npos,
+               "an old-epoch enqueue: %d %s", r.code, r.message.c_str());
+  WORKER_OK(Result::fromCode(gradsync_rejoin(c.raw(), 30)));
+  WORKER_CHECK(gradsync_epoch(c.raw()) == 2 && c.size() == 2 && c.rank() == (first_rank == 0 ? 0 : 1),
+               "after rejoin: epoch %llu rank %d size %d", (unsigned long long)gradsync_epoch(c.raw()), c.rank(), c.size());
+  std::fill(data.begin(), data.end(), static_cast<float>(c.rank() + 1));
+  WORKER_OK(c.allreduce("el.after", data.data(), GRADSYNC_FLOAT32, {8}));
+  WORKER_CHECK(data[0] == 3.0f, "sum over the survivors = %g, want 1 + 2", data[0]);
+  WORKER_OK(c.barrier());
+  return 0;
+}
+
 int join(Client& c, const std::vector<std::string>&) {
   // Rank r runs r + 1 steps, then joins; step k is reduced over ranks >= k.
   for (int k = 0; k <= c.rank(); ++k) {
@@ -480,7 +506,7 @@ int cudaWithoutGpu(Client& c, const std::vector<std::string>&) {
 
 const std::map<std::string, Scenario>& moreScenarios() {
   static const std::map<std::string, Scenario> scenarios = {
-      {"process_sets", processSets}, {"dynamic_process_sets", dynamicProcessSets}, {"join", join},        {"mismatch", mismatch},
+      {"process_sets", processSets}, {"dynamic_process_sets", dynamicProcessSets}, {"elastic_shrink", elasticShrink}, {"join", join},        {"mismatch", mismatch},
       {"duplicate", duplicate},      {"kill_victim", killVictim}, {"stall", stall},
       {"mismatch_allreduce", mismatchAllreduce}, {"join_failure", joinFailure},
       {"repeat_allreduce", repeatAllreduce}, {"campaign_loop", campaignLoop}, {"abandoned", abandoned}, {"adasum", adasum},

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "tools/gradsyncctl/format.h"
 
+#include <ctime>
+
 #include <google/protobuf/descriptor.h>
 #include <google/protobuf/message.h>
 #include <google/protobuf/util/json_util.h>
@@ -248,6 +250,10 @@ std::string formatJobs(const v1::ListJobsResponse& jobs) {
       sets += (sets.empty() ? "" : " ") + std::to_string(set.id()) + ":[" + ranks + "]";
     }
     line("process sets", sets.empty() ? "-" : sets);
+    if (job.elastic()) {
+      line("elastic", "epoch " + std::to_string(job.epoch()) + ", min size " + std::to_string(job.min_size()) +
+                          ", resets " + std::to_string(job.history_size()));
+    }
     out += "  ranks (" + std::to_string(job.ranks_size()) + "):\n";
     out += formatRankTable(job);
   }
@@ -284,6 +290,29 @@ std::string formatMembers(const v1::ListJobsResponse& jobs) {
     out += formatTable(rows, "  ");
   }
   return out.empty() ? "no multi-node jobs\n" : out;
+}
+
+std::string formatHistory(const v1::ListJobsResponse& jobs) {
+  std::string out;
+  for (const auto& job : jobs.jobs()) {
+    if (!job.elastic()) continue;
+    out += "job " + job.job_id() + "  epoch " + std::to_string(job.epoch()) + "  min size " +
+           std::to_string(job.min_size()) + "\n";
+    std::vector<std::vector<std::string>> rows;
+    rows.push_back({"EPOCH", "WHEN (UTC)", "SIZE", "FAILED", "CAUSE"});
+    for (const auto& change : job.history()) {
+      const std::time_t seconds = static_cast<std::time_t>(change.unix_ms() / 1000);
+      std::tm utc{};
+      gmtime_r(&seconds, &utc);
+      char when[32];
+      std::strftime(when, sizeof(when), "%Y-%m-%d %H:%M:%S", &utc);
+      rows.push_back({std::to_string(change.epoch()), when,
+                      std::to_string(change.size_before()) + " -> " + std::to_string(change.size_after()),
+                      std::to_string(change.failed_collectives()), change.cause()});
+    }
+    out += rows.size() > 1 ? formatTable(rows, "  ") : "  no membership change yet\n";
+  }
+  return out.empty() ? "no elastic jobs\n" : out;
 }
 
 StatusOr<std::string> formatJson(const google::protobuf::Message& message) {

@@ -39,6 +39,8 @@ std::string formatJobs(const v1::ListJobsResponse& jobs);
 // The nodes of every multi-node job: cross rank, role, address, host, ranks,
 // heartbeat age.
 std::string formatMembers(const v1::ListJobsResponse& jobs);
+// The epochs of elastic jobs: when, why, size before and after.
+std::string formatHistory(const v1::ListJobsResponse& jobs);
 
 // The message as one line of JSON (proto field names, zero values included),
 // followed by a newline.

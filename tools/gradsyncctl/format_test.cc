@@ -268,3 +268,33 @@ TEST(FormatTest, MembersShowRolesHeartbeatsAndTraffic) {
 
 }  // namespace
 }  // namespace gradsync::ctl
+
+namespace gradsync::ctl {
+namespace {
+
+TEST(FormatHistoryTest, ListsEveryEpochChangeOfElasticJobs) {
+  v1::ListJobsResponse jobs;
+  jobs.add_jobs()->set_job_id("static");  // not elastic: left out
+  v1::JobInfo* job = jobs.add_jobs();
+  job->set_job_id("el");
+  job->set_elastic(true);
+  job->set_min_size(2);
+  job->set_epoch(2);
+  v1::EpochChange* change = job->add_history();
+  change->set_epoch(2);
+  change->set_cause("rank 1 (pid 4242, host h) disconnected");
+  change->set_size_before(3);
+  change->set_size_after(2);
+  change->set_unix_ms(1795000000000);  // 2026-11-18 11:06:40 UTC
+  change->set_failed_collectives(4);
+  const std::string text = formatHistory(jobs);
+  EXPECT_EQ(text.find("static"), std::string::npos);
+  for (const char* part : {"job el  epoch 2  min size 2", "EPOCH", "2026-11-18 11:06:40", "3 -> 2", "4",
+                           "rank 1 (pid 4242, host h) disconnected"}) {
+    EXPECT_NE(text.find(part), std::string::npos) << part << " in\n" << text;
+  }
+  EXPECT_EQ(formatHistory(v1::ListJobsResponse()), "no elastic jobs\n");
+}
+
+}  // namespace
+}  // namespace gradsync::ctl

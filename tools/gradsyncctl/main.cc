@@ -36,6 +36,7 @@ constexpr char kUsage[] =
     "  status          daemon version, uptime, pid, host, jobs and the config in effect\n"
     "  jobs [JOB_ID]   jobs with their counters and ranks (only JOB_ID when given)\n"
     "  members [JOB_ID]  the nodes of multi-node jobs: role, address, ranks, heartbeat age\n"
+    "  history [JOB_ID]  the epochs of elastic jobs: when, why, size before and after\n"
     "  timeline JOB start FILE [mark-cycles]\n"
     "                  starts JOB's timeline (Chrome-trace JSON) in FILE, a name inside the\n"
     "                  daemon's timeline_dir; replaces one that runs\n"
@@ -143,7 +144,9 @@ int runStatus(AdminClient& client, const Options& options) {
   return kExitOk;
 }
 
-int runJobs(AdminClient& client, const Options& options, const std::string& job_id, bool members) {
+enum class JobView { kJobs, kMembers, kHistory };
+
+int runJobs(AdminClient& client, const Options& options, const std::string& job_id, JobView view) {
   StatusOr<v1::ListJobsResponse> jobs = client.listJobs(job_id);
   if (!jobs.isOk()) return reportError(jobs.status());
   bool missing = !job_id.empty() && jobs->jobs_size() == 0;
@@ -151,7 +154,10 @@ int runJobs(AdminClient& client, const Options& options, const std::string& job_
   if (options.json) {
     rc = printJson(*jobs);
   } else if (!missing) {
-    std::fputs((members ? formatMembers(*jobs) : formatJobs(*jobs)).c_str(), stdout);
+    const std::string text = view == JobView::kMembers   ? formatMembers(*jobs)
+                             : view == JobView::kHistory ? formatHistory(*jobs)
+                                                         : formatJobs(*jobs);
+    std::fputs(text.c_str(), stdout);
   }
   if (rc == kExitOk && missing) {
     std::fprintf(stderr, "gradsyncctl: no job '%s' on gradsyncd at %s\n", job_id.c_str(),
@@ -193,9 +199,10 @@ int run(int argc, char** argv) {
     if (arguments != 0) return usageError("status takes no arguments");
     return runStatus(client, options);
   }
-  if (command == "jobs" || command == "members") {
+  if (command == "jobs" || command == "members" || command == "history") {
     if (arguments > 1) return usageError(command + " takes at most one JOB_ID");
-    return runJobs(client, options, arguments == 1 ? options.command[1] : std::string(), command == "members");
+    const JobView view = command == "members" ? JobView::kMembers : command == "history" ? JobView::kHistory : JobView::kJobs;
+    return runJobs(client, options, arguments == 1 ? options.command[1] : std::string(), view);
   }
   if (command == "timeline") {
     const bool start = arguments >= 3 && options.command[2] == "start";
