@@ -62,8 +62,10 @@ gradsync::StatusOr<ClientOptions> optionsFrom(const gradsync_config_t* c) {
   o.arena_bytes = c->arena_bytes ? c->arena_bytes : env.arena_bytes.value_or(uint64_t{4} << 30);
   o.connect_timeout_seconds = c->connect_timeout_seconds > 0 ? c->connect_timeout_seconds : 30;
   o.leader_address = env.leader.value_or("");
-  o.elastic = env.elastic;
+  o.elastic = env.elastic || env.elastic_join;
   o.min_size = env.min_size.value_or(0);
+  o.elastic_join = env.elastic_join;
+  o.elastic_timeout_seconds = env.elastic_timeout.value_or(600);
   if (o.job_id.empty()) return gradsync::invalidArgument("no job id: set GRADSYNC_JOB_ID or config.job_id");
   if (o.token.empty()) return gradsync::invalidArgument("no job token: set GRADSYNC_TOKEN or config.token");
   if (o.rank < 0 || o.size <= 0) return gradsync::invalidArgument("no rank/size: set GRADSYNC_RANK and GRADSYNC_SIZE");
@@ -303,6 +305,17 @@ gradsync_status_t gradsync_wait(gradsync_client_t* client, gradsync_handle_t han
     return GRADSYNC_MEMBERSHIP_CHANGED;  // last_error keeps the daemon's message
   }
   return code;
+}
+
+gradsync_status_t gradsync_commit_barrier(gradsync_client_t* client, double timeout_seconds, int32_t* epoch_changed) {
+  if (client == nullptr || epoch_changed == nullptr) return invalid("client and epoch_changed must not be NULL");
+  bool retriable = false;
+  const gradsync_status_t code = guarded([&]() -> Status {
+    ASSIGN_OR_RETURN(bool changed, client->impl->commitBarrier(timeout_seconds, &retriable));
+    *epoch_changed = changed ? 1 : 0;
+    return gradsync::okStatus();
+  });
+  return code != GRADSYNC_OK && retriable ? GRADSYNC_MEMBERSHIP_CHANGED : code;
 }
 
 gradsync_status_t gradsync_rejoin(gradsync_client_t* client, double timeout_seconds) {

@@ -38,8 +38,8 @@ constexpr const char* kClientVersion = "0.1.0";
 
 
 Client::Client(const ClientOptions& options) : options_(options) {
-  membership_ = Membership{options.elastic ? uint64_t{1} : uint64_t{0}, options.rank, options.size, options.local_rank,
-                           options.local_size};
+  membership_ = Membership{options.elastic && !options.elastic_join ? uint64_t{1} : uint64_t{0}, options.rank,
+                           options.size, options.local_rank, options.local_size};
   std::vector<int> all(std::max(options.size, 0));
   for (int i = 0; i < options.size; ++i) all[i] = i;
   process_sets_.emplace(0, std::move(all));
@@ -62,6 +62,11 @@ StatusOr<std::unique_ptr<Client>> Client::connect(const ClientOptions& options) 
   RETURN_IF_ERROR(client->registerRank());
   RETURN_IF_ERROR(client->handOffArena());
   RETURN_IF_ERROR(client->openSession());
+  if (options.elastic_join) {
+    // A joiner has no place until the job's next commit admits it.
+    ASSIGN_OR_RETURN(Membership admitted, client->rejoin(options.elastic_timeout_seconds));
+    (void)admitted;
+  }
   RETURN_IF_ERROR(client->startTimelineFromEnvironment());
   return client;
 }
@@ -135,6 +140,7 @@ Status Client::registerRank() {
   request.set_local_rank(options_.local_rank);
   request.set_local_size(options_.local_size);
   request.set_elastic(options_.elastic);
+  request.set_elastic_join(options_.elastic_join);
   if (options_.elastic) request.set_min_size(options_.min_size > 0 ? options_.min_size : options_.size);
   for (const auto& set : options_.process_sets) {
     auto* spec = request.add_process_sets();
@@ -268,6 +274,7 @@ void Client::applyDoneLocked(const v1::Done& done) {
   op.last_joined_rank = done.last_joined_rank();
   op.process_set_id = done.process_set_id();
   op.membership_changed = done.detail().membership_changed();
+  op.epoch_changed = done.epoch_changed();
   op.done = true;
 }
 

@@ -38,6 +38,8 @@ struct ClientOptions {
   std::string leader_address;  // multi-node jobs: peer address of rank 0's daemon
   bool elastic = false;        // see RegisterRequest.elastic
   int min_size = 0;            // elastic: 0 means size
+  bool elastic_join = false;   // a new rank for a running elastic job (RegisterRequest.elastic_join)
+  double elastic_timeout_seconds = 600;  // how long a joiner waits to be admitted
 };
 
 // This rank's place in the job; elastic jobs move to new epochs.
@@ -67,6 +69,7 @@ struct OpSpec {
   void* output = nullptr;   // CUDA allgather/alltoall/reducescatter: the caller's output
   uint64_t output_bytes = 0;
   std::string abandoned;    // see Client::abandon
+  bool commit = false;      // BARRIER: an elastic job's commit (Client::commitBarrier)
   std::vector<int> set_ranks;  // PROCESS_SET_ADD (client_process_sets.cc)
   int target_set = 0;          // PROCESS_SET_REMOVE
 };
@@ -99,6 +102,11 @@ class Client {
   // Whether operation `handle` failed because the job's membership changed
   // (retriable after rejoin()).
   bool membershipChanged(uint64_t handle);
+  // Elastic jobs: the barrier of a state commit, where ranks waiting to join
+  // are admitted; true when they were (the job moved to a new epoch: rejoin,
+  // then send them the state). A plain barrier for other jobs. On failure,
+  // *retriable says whether the job's membership changed under it.
+  StatusOr<bool> commitBarrier(double timeout_seconds, bool* retriable);
   Arena& arena() { return *arena_; }
 
   StatusOr<uint64_t> enqueue(const OpSpec& spec);
@@ -164,6 +172,7 @@ class Client {
     int last_joined_rank = -1;
     int process_set_id = 0;
     bool membership_changed = false;
+    bool epoch_changed = false;
   };
   explicit Client(const ClientOptions& options);
   Status registerRank();
@@ -228,6 +237,8 @@ class Client {
   std::map<int, std::vector<int>> process_sets_;  // known sets, 0 included
   Membership membership_;                 // current (guarded by mutex_)
   std::optional<Membership> next_membership_;  // announced, not yet taken up
+  std::string join_refused_;              // a joiner's refusal (MembershipChange.refused)
+  uint64_t next_commit_ = 0;              // names of commit barriers, per epoch
   std::atomic<bool> shut_down_{false};
 };
 

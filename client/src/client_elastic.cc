@@ -16,6 +16,11 @@ Membership Client::membership() const {
 
 void Client::onMembershipChange(const v1::MembershipChange& change) {
   std::lock_guard<std::mutex> lock(mutex_);
+  if (change.refused()) {
+    join_refused_ = change.cause();
+    cv_.notify_all();
+    return;
+  }
   if (change.epoch() <= membership_.epoch || (next_membership_ && change.epoch() <= next_membership_->epoch)) return;
   next_membership_ = Membership{change.epoch(), change.rank(), change.size(), change.local_rank(), change.local_size()};
   cv_.notify_all();
@@ -24,7 +29,9 @@ void Client::onMembershipChange(const v1::MembershipChange& change) {
 StatusOr<Membership> Client::rejoin(double timeout_seconds) {
   std::unique_lock<std::mutex> lock(mutex_);
   if (!options_.elastic) return failedPrecondition("the job is not elastic (GRADSYNC_ELASTIC): nothing to rejoin");
-  const auto ready = [&] { return next_membership_.has_value() || !broken_.isOk() || shut_down_; };
+  const auto ready = [&] {
+    return next_membership_.has_value() || !join_refused_.empty() || !broken_.isOk() || shut_down_;
+  };
   if (timeout_seconds > 0) {
     const auto limit = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::duration<double>(timeout_seconds));
     if (!cv_.wait_for(lock, limit, ready)) {
@@ -34,12 +41,16 @@ StatusOr<Membership> Client::rejoin(double timeout_seconds) {
   } else {
     cv_.wait(lock, ready);
   }
-  if (!next_membership_) return broken_.isOk() ? failedPrecondition("client is shut down") : broken_;
+  if (!next_membership_) {
+    if (!join_refused_.empty()) return failedPrecondition(join_refused_);
+    return broken_.isOk() ? failedPrecondition("client is shut down") : broken_;
+  }
   membership_ = *next_membership_;
   next_membership_.reset();
   // The new epoch's collectives pair up afresh on every rank.
   next_barrier_ = 1;
   next_set_change_ = 0;
+  next_commit_ = 0;
   std::vector<int> all(membership_.size);
   for (int i = 0; i < membership_.size; ++i) all[i] = i;
   process_sets_.clear();
@@ -51,6 +62,33 @@ bool Client::membershipChanged(uint64_t handle) {
   std::lock_guard<std::mutex> lock(mutex_);
   auto it = ops_.find(handle);
   return it != ops_.end() && it->second->membership_changed;
+}
+
+StatusOr<bool> Client::commitBarrier(double timeout_seconds, bool* retriable) {
+  *retriable = false;
+  OpSpec spec;
+  spec.type = v1::BARRIER;
+  spec.commit = true;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    spec.name = "elastic.commit." + std::to_string(next_commit_++);
+  }
+  ASSIGN_OR_RETURN(uint64_t handle, enqueue(spec));
+  Status waited = wait(handle, timeout_seconds);
+  if (waited.code() == StatusCode::kDeadlineExceeded) {
+    auto done = poll(handle);
+    if (!done.isOk() || !*done) return Status(waited.code(), "commit barrier '" + spec.name + "': " + waited.message());
+  }
+  bool changed = false;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = ops_.find(handle);
+    changed = it != ops_.end() && it->second->epoch_changed;
+    *retriable = it != ops_.end() && it->second->membership_changed;
+  }
+  (void)release(handle);
+  if (!waited.isOk()) return waited;
+  return changed;
 }
 
 }  // namespace gradsync::client

@@ -142,6 +142,7 @@ StatusOr<uint64_t> Client::enqueueOne(const OpSpec& spec, uint64_t group_id, uin
   e->set_group_size(group_size);
   if (!spec.abandoned.empty()) e->set_abandoned(spec.abandoned);
   for (int rank : spec.set_ranks) e->add_process_set_ranks(rank);
+  e->set_commit(spec.commit);
   e->set_target_process_set(spec.target_set);
   if (cuda_ref) *e->mutable_cuda() = *cuda_ref;
   if (output_ref) {

@@ -39,6 +39,15 @@ EnvIdentity readEnvIdentity() {
   if (!elastic) elastic = text("HOROVOD_ELASTIC");
   env.elastic = elastic && !elastic->empty() && *elastic != "0";
   env.min_size = number<int>("GRADSYNC_MIN_SIZE");
+  auto join = text("GRADSYNC_ELASTIC_JOIN");
+  env.elastic_join = join && !join->empty() && *join != "0";
+  auto timeout = text("GRADSYNC_ELASTIC_TIMEOUT");
+  if (!timeout) timeout = text("HOROVOD_ELASTIC_TIMEOUT");
+  if (timeout) {
+    char* end = nullptr;
+    const double seconds = std::strtod(timeout->c_str(), &end);
+    if (end != timeout->c_str() && *end == '\0' && seconds > 0) env.elastic_timeout = seconds;
+  }
   return env;
 }
 

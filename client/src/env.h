@@ -24,6 +24,12 @@ struct EnvIdentity {
   // (default: its size) when ranks are lost.
   bool elastic = false;
   std::optional<int> min_size;             // GRADSYNC_MIN_SIZE
+  // GRADSYNC_ELASTIC_JOIN=1: a new rank joining a running elastic job
+  // (gradsyncrun sets it when it starts a replacement).
+  bool elastic_join = false;
+  // GRADSYNC_ELASTIC_TIMEOUT (or HOROVOD_ELASTIC_TIMEOUT): seconds a joiner
+  // waits to be admitted.
+  std::optional<double> elastic_timeout;
 };
 
 EnvIdentity readEnvIdentity();

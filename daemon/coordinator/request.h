@@ -51,6 +51,7 @@ struct Request {
   // PROCESS_SET_ADD: the new set's ranks; PROCESS_SET_REMOVE: the set's id.
   std::vector<int> set_ranks;
   int target_set = 0;
+  bool commit = false;  // BARRIER: an elastic job's commit point (joiners admitted)
 
   bool onCuda() const { return cuda.has_value(); }
 };

@@ -137,8 +137,13 @@ bool Job::removeSession(const Session& session, const std::string& cause, bool c
   bool epoch_changed = false;
   {
     std::lock_guard<std::mutex> lock(mutex_);
+    auto joiner = std::find_if(joiners_.begin(), joiners_.end(), [&](const auto& j) { return j.get() == &session; });
+    if (joiner != joiners_.end()) {  // left before it was admitted: nothing of it is in the job
+      joiners_.erase(joiner);
+      return sessions_.empty() && joiners_.empty();
+    }
     auto it = sessions_.find(session.rank());
-    if (it == sessions_.end() || it->second.get() != &session) return sessions_.empty();
+    if (it == sessions_.end() || it->second.get() != &session) return sessions_.empty() && joiners_.empty();
     sessions_.erase(it);
     const bool elastic_loss = spec_.elastic && crashed && !cross_ && failure_.empty() && !stopping_;
     if (elastic_loss && static_cast<int>(sessions_.size()) >= spec_.min_size && !sessions_.empty()) {
@@ -155,6 +160,8 @@ bool Job::removeSession(const Session& session, const std::string& cause, bool c
         GS_LOG(control, warn, "job '{}': {}; failed {} collectives in flight", spec_.job_id, failure_, outbox.size());
       }
     }
+    if (!failure_.empty()) refuseJoinersLocked(failure_, &outbox);
+    if (sessions_.empty()) refuseJoinersLocked("every rank of the job left", &outbox);
     empty = sessions_.empty();
   }
   grant_cv_.notify_all();
@@ -199,7 +206,7 @@ void Job::submit(const std::shared_ptr<Session>& session, const v1::Enqueue& enq
     } else if (!failure_.empty() || stopping_) {
       failRequestLocked(*request, aborted("job '" + spec_.job_id + "': " + (failure_.empty() ? stop_reason_ : failure_)),
                         &outbox);
-    } else if (!refuseStaleEpochLocked(*session, enqueue, &outbox)) {
+    } else if (!refuseStaleEpochLocked(session, enqueue, &outbox)) {
       request->rank = session->rank();  // renumbered under this lock
       submitToCoordinator(session, std::move(request).value(), &outbox, &inline_batch);
     }
@@ -398,6 +405,7 @@ void Job::stop(const std::string& reason, bool daemon_stopping) {
     stopping_ = true;
     stop_reason_ = reason;
     failAllLocked(unavailable(reason), &outbox);
+    refuseJoinersLocked(reason, &outbox);
   }
   ready_cv_.notify_all();
   grant_cv_.notify_all();

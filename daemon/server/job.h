@@ -84,6 +84,9 @@ class Job : private executor::RankAccess {
   // Adds a registered rank. ALREADY_EXISTS when the rank is taken,
   // FAILED_PRECONDITION when the job has failed.
   Status addSession(std::shared_ptr<Session> session);
+  // Elastic jobs: a new rank waiting to be admitted at the next commit
+  // barrier (job_elastic.cc). FAILED_PRECONDITION for other jobs.
+  Status addJoiner(std::shared_ptr<Session> session);
   // The rank's stream or hand-off connection ended: its collectives in flight,
   // and every other rank's, fail naming it (the job is failed from now on);
   // an elastic job whose rank `crashed` (did not leave cleanly) moves to a
@@ -169,10 +172,16 @@ class Job : private executor::RankAccess {
   // Elastic jobs (job_elastic.cc): fails every collective of the current
   // epoch (retriable), renumbers the survivors in rank order, starts the
   // next epoch and tells each survivor its place. Needs mutex_.
-  void changeEpochLocked(const std::string& cause, Outbox* outbox);
-  // An elastic rank's enqueue of another epoch: fails it (retriable).
-  // Needs mutex_; true when it did.
-  bool refuseStaleEpochLocked(const Session& session, const v1::Enqueue& enqueue, Outbox* outbox);
+  // `admit`: the waiting joiners become ranks too, after the survivors.
+  void changeEpochLocked(const std::string& cause, Outbox* outbox, bool admit = false);
+  // An elastic rank's enqueue of another epoch (or of a joiner not yet
+  // admitted): fails it (retriable). Needs mutex_; true when it did.
+  bool refuseStaleEpochLocked(const std::shared_ptr<Session>& session, const v1::Enqueue& enqueue, Outbox* outbox);
+  // A commit barrier completed in the current epoch with joiners waiting:
+  // true (the Dones say so), and the caller admits them. Needs mutex_.
+  bool admitsJoinersLocked(const coordinator::Response& response, const executor::ResponseResult& result) const;
+  // Tells the ranks waiting to join that the job will not take them. Needs mutex_.
+  void refuseJoinersLocked(const std::string& cause, Outbox* outbox);
   // Fails `request` with `status`, queueing its Done in `outbox`. Needs mutex_.
   // `membership_changed`: the Done says the failure is retriable.
   void failRequestLocked(const coordinator::Request& request, const Status& status, Outbox* outbox,
@@ -228,6 +237,7 @@ class Job : private executor::RankAccess {
   // Elastic state (guarded by mutex_).
   uint64_t epoch_ = 1;
   std::vector<v1::EpochChange> history_;
+  std::vector<std::shared_ptr<Session>> joiners_;  // registered, waiting for a commit
 
   // Multi-node state (guarded by mutex_ unless noted).
   std::unique_ptr<CrossNode> cross_;

@@ -13,8 +13,49 @@
 
 namespace gradsync::server {
 
-void Job::changeEpochLocked(const std::string& cause, Outbox* outbox) {
+Status Job::addJoiner(std::shared_ptr<Session> session) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!spec_.elastic) return failedPrecondition("job '" + spec_.job_id + "' is not elastic: it takes no new ranks");
+  if (!failure_.empty()) return failedPrecondition("job '" + spec_.job_id + "' has failed: " + failure_);
+  if (stopping_) return unavailable("job '" + spec_.job_id + "' is stopping");
+  if (sessions_.empty()) return failedPrecondition("job '" + spec_.job_id + "' has no ranks left to join");
+  joiners_.push_back(std::move(session));
+  GS_LOG(control, info, "job '{}': a rank waits to join at the next commit ({} waiting)", spec_.job_id,
+         joiners_.size());
+  return okStatus();
+}
+
+void Job::refuseJoinersLocked(const std::string& cause, Outbox* outbox) {
+  for (const auto& joiner : joiners_) {
+    v1::DaemonMessage message;
+    message.mutable_membership_change()->set_refused(true);
+    message.mutable_membership_change()->set_cause("job '" + spec_.job_id + "' takes no new rank: " + cause);
+    outbox->emplace_back(joiner, std::move(message));
+  }
+  joiners_.clear();
+}
+
+bool Job::admitsJoinersLocked(const coordinator::Response& response, const executor::ResponseResult& result) const {
+  if (!spec_.elastic || joiners_.empty() || response.type != v1::BARRIER || !result.status.isOk() ||
+      batch_epoch_ != epoch_ || !failure_.empty() || stopping_) {
+    return false;
+  }
+  for (const auto& request : response.requests) {
+    if (!request || !request->commit) return false;
+  }
+  return true;
+}
+
+void Job::changeEpochLocked(const std::string& cause, Outbox* outbox, bool admit) {
   const int before = size_.load();
+  if (admit) {
+    for (auto& joiner : joiners_) {
+      const int rank = sessions_.empty() ? 0 : sessions_.rbegin()->first + 1;  // after the survivors
+      joiner->renumber(rank);
+      sessions_.emplace(rank, std::move(joiner));
+    }
+    joiners_.clear();
+  }
   const int after = static_cast<int>(sessions_.size());
   const uint64_t next = epoch_ + 1;
   const Status changed = aborted("job '" + spec_.job_id + "': membership changed (epoch " + std::to_string(epoch_) +
@@ -67,17 +108,21 @@ void Job::changeEpochLocked(const std::string& cause, Outbox* outbox) {
   }
 }
 
-bool Job::refuseStaleEpochLocked(const Session& session, const v1::Enqueue& enqueue, Outbox* outbox) {
+bool Job::refuseStaleEpochLocked(const std::shared_ptr<Session>& session, const v1::Enqueue& enqueue,
+                                 Outbox* outbox) {
   if (!spec_.elastic || enqueue.epoch() == epoch_) return false;
   coordinator::Request request;
-  request.rank = session.rank();
+  request.rank = session->rank();
   request.handle = enqueue.handle();
   request.name = enqueue.name();
-  failRequestLocked(request,
-                    aborted("job '" + spec_.job_id + "': " + session.describe() + "'s collective belongs to epoch " +
-                            std::to_string(enqueue.epoch()) + ", the job is at epoch " + std::to_string(epoch_) +
-                            " (rejoin first)"),
-                    outbox, /*membership_changed=*/true);
+  ++errors_;
+  session->removeHandle(enqueue.handle());
+  // Straight to the session: a joiner not yet admitted is not among the ranks.
+  outbox->emplace_back(session, doneMessage(spec_.job_id, request,
+                                            aborted("job '" + spec_.job_id + "': " + session->describe() +
+                                                    "'s collective belongs to epoch " + std::to_string(enqueue.epoch()) +
+                                                    ", the job is at epoch " + std::to_string(epoch_) + " (rejoin first)"),
+                                            /*membership_changed=*/true));
   return true;
 }
 

@@ -91,6 +91,7 @@ void Job::runBatch(std::vector<coordinator::Response> batch, uint64_t sequence) 
 }
 
 void Job::complete(const coordinator::Response& response, const executor::ResponseResult& result, Outbox* outbox) {
+  const bool admit = admitsJoinersLocked(response, result);
   if (result.status.isOk()) {
     ++operations_done_;
   } else {
@@ -122,8 +123,11 @@ void Job::complete(const coordinator::Response& response, const executor::Respon
     }
     done->set_last_joined_rank(response.last_joined_rank);
     if (response.type == v1::PROCESS_SET_ADD) done->set_process_set_id(response.changed_process_set);
+    done->set_epoch_changed(admit);
     outbox->emplace_back(it->second, std::move(message));
   }
+  if (admit) changeEpochLocked("admitted " + std::to_string(joiners_.size()) + " new ranks at the commit '" +
+                               response.name + "'", outbox, /*admit=*/true);
 }
 
 const handoff::ShmArena* Job::arena(int rank) {

@@ -144,6 +144,19 @@ StatusOr<std::shared_ptr<Session>> JobRegistry::registerLocked(const v1::Registe
   while (id == 0 || sessions_.count(id)) ++id;
   auto it = jobs_.find(request.job_id());
   std::shared_ptr<Job> job;
+  if (request.elastic_join()) {
+    // A new rank for a running elastic job: admitted at its next commit.
+    if (it == jobs_.end()) return notFound("no job '" + request.job_id() + "' on this daemon to join");
+    if (!constantTimeEqual(it->second->spec().token, request.token())) {
+      return unauthenticated("job '" + request.job_id() + "': token does not match the job's token");
+    }
+    RankIdentity identity{request.job_id(), -1, 0, -1, 0, request.hostname(), request.client_version()};
+    auto session = std::make_shared<Session>(id, secret, std::move(identity));
+    RETURN_IF_ERROR(it->second->addJoiner(session));
+    sessions_[id] = SessionEntry{session, it->second, Clock::now()};
+    GS_LOG(control, info, "job '{}': a rank registered to join (session {})", request.job_id(), id);
+    return session;
+  }
   if (it == jobs_.end()) {
     if (jobs_.size() >= limits_.max_jobs) {
       return resourceExhausted("daemon serves " + std::to_string(jobs_.size()) + " jobs already (max_jobs)");

@@ -194,6 +194,11 @@ uint64_t gradsync_epoch(const gradsync_client_t* client);
  * Survivors keep their order. Automatic names restart, process sets other
  * than the global one are gone. */
 gradsync_status_t gradsync_rejoin(gradsync_client_t* client, double timeout_seconds);
+/* Elastic jobs: the barrier of a state commit (every rank, in the same
+ * order). Ranks waiting to join (GRADSYNC_ELASTIC_JOIN=1) are admitted at
+ * it: *epoch_changed is then 1, and every rank rejoins and sends the state
+ * to the new ones. A plain barrier for other jobs. */
+gradsync_status_t gradsync_commit_barrier(gradsync_client_t* client, double timeout_seconds, int32_t* epoch_changed);
 
 /* Memory in the shared arena (64-byte aligned): tensors placed here are
  * reduced in place without copies. NULL when the arena is full. */

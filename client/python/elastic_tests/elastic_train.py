@@ -6,13 +6,16 @@ A linear "model" of float64 weights; at global step s, rank r's gradient is
 exact in binary and the final weights can be replayed exactly. One epoch of
 an ElasticSampler over 60 samples, 2 per rank per step; a commit after
 every step. With GRADSYNC_TEST_VICTIM=r, rank r starts a 16 MiB allreduce at
-step 5 and SIGKILLs itself while it runs. Each rank writes the sample
+step 5 and SIGKILLs itself while it runs; with GRADSYNC_TEST_WAIT_FOR=n, the
+survivors then commit until the job is back at n ranks (gradsyncrun starts a
+replacement that joins at a commit) before going on. Each rank writes the sample
 indices of every committed step to $GRADSYNC_TEST_OUT/samples.<pid>, and
 at the end its weights and epoch to $GRADSYNC_TEST_OUT/result.<rank>.
 """
 import json
 import os
 import signal
+import time
 
 import torch
 
@@ -20,6 +23,7 @@ import gradsync.torch as hvd
 
 OUT = os.environ["GRADSYNC_TEST_OUT"]
 VICTIM = int(os.environ.get("GRADSYNC_TEST_VICTIM", "-1"))
+WAIT_FOR = int(os.environ.get("GRADSYNC_TEST_WAIT_FOR", "0"))
 DIM = 8
 BATCH = 2
 
@@ -40,6 +44,9 @@ def train(state):
         indices = list(iter(state.sampler))
         start = 0
         while start < len(indices):
+            while hvd.size() < WAIT_FOR:  # admitted at a commit: HostsUpdatedInterrupt, sync, again
+                state.commit()
+                time.sleep(0.05)
             batch = indices[start:start + BATCH]
             if state.step == 5 and FIRST_RANK == VICTIM:
                 hvd.allreduce_async(torch.ones(4 << 20), name="big.%d" % state.step)

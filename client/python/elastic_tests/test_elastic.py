@@ -21,10 +21,17 @@ def replay(schedule):
     return w
 
 
-def run_job(tmp_path, np, min_np, victim):
-    env = dict(os.environ, GRADSYNC_TEST_OUT=str(tmp_path), GRADSYNC_TEST_VICTIM=str(victim))
-    return subprocess.run([RUN, "--private-daemon", "-np", str(np), "--min-np", str(min_np), sys.executable, TRAIN],
-                          capture_output=True, text=True, timeout=180, env=env)
+def run_job(tmp_path, np, min_np, victim, *flags, **env):
+    env = dict(os.environ, GRADSYNC_TEST_OUT=str(tmp_path), GRADSYNC_TEST_VICTIM=str(victim), **env)
+    return subprocess.run([RUN, "--private-daemon", "-np", str(np), "--min-np", str(min_np), *flags, sys.executable,
+                           TRAIN], capture_output=True, text=True, timeout=180, env=env)
+
+
+def committed_samples(tmp_path):
+    committed = []
+    for path in glob.glob(str(tmp_path / "samples.*")):
+        committed += [int(i) for line in open(path) for i in line.split()]
+    return sorted(committed)
 
 
 def results(tmp_path):
@@ -32,7 +39,7 @@ def results(tmp_path):
 
 
 def test_a_killed_rank_leaves_the_survivors_training_from_the_last_commit(tmp_path):
-    out = run_job(tmp_path, 3, 2, victim=1)
+    out = run_job(tmp_path, 3, 2, 1, "--on-rank-failure", "blacklist-host")
     assert out.returncode == 0, out.stdout + out.stderr
     assert "rank 1 exited with code 137; the elastic job goes on" in out.stderr
     done = results(tmp_path)
@@ -44,14 +51,27 @@ def test_a_killed_rank_leaves_the_survivors_training_from_the_last_commit(tmp_pa
         assert result["weights"] == expected, (rank, result)
         assert result["epoch"] == 2 and result["size"] == 2 and result["steps"] == 13 and result["resets"] == [2]
     # Every sample of the epoch was committed exactly once, across the change.
-    committed = []
-    for path in glob.glob(str(tmp_path / "samples.*")):
-        committed += [int(i) for line in open(path) for i in line.split()]
-    assert sorted(committed) == list(range(60))
+    assert committed_samples(tmp_path) == list(range(60))
+
+
+def test_a_replacement_joins_at_a_commit_and_receives_the_state(tmp_path):
+    out = run_job(tmp_path, 3, 2, 1, GRADSYNC_TEST_WAIT_FOR="3")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "starting [3] to replace [1]; it joins at the next commit" in out.stderr
+    done = results(tmp_path)
+    assert sorted(done) == [0, 1, 2]  # old ranks 0 and 2, and the replacement
+    # The survivors waited at step 5 for the replacement: 10 steps at size 3,
+    # exactly as if no rank had died.
+    expected = [w.hex() for w in replay([(s, 3) for s in range(10)])]
+    for rank, result in done.items():
+        assert result["weights"] == expected, (rank, result)
+        assert result["epoch"] == 3 and result["size"] == 3 and result["steps"] == 10
+    assert done[0]["resets"] == [2, 3] and done[1]["resets"] == [2, 3] and done[2]["resets"] == []
+    assert committed_samples(tmp_path) == list(range(60))
 
 
 def test_below_the_minimum_the_job_fails_with_a_named_error(tmp_path):
-    out = run_job(tmp_path, 2, 2, victim=1)
+    out = run_job(tmp_path, 2, 2, 1)
     assert out.returncode != 0
     assert "fewer than the elastic job's minimum 2" in out.stdout + out.stderr
     assert results(tmp_path) == {}

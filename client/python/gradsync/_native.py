@@ -130,6 +130,7 @@ def _declare(lib):
         "gradsync_remove_process_set": (c.c_int32, [client, c.c_int32, c.c_double]),
         "gradsync_epoch": (c.c_uint64, [client]),
         "gradsync_rejoin": (c.c_int32, [client, c.c_double]),
+        "gradsync_commit_barrier": (c.c_int32, [client, c.c_double, c.POINTER(c.c_int32)]),
     }
     for name, (restype, argtypes) in signatures.items():
         fn = getattr(lib, name)
@@ -208,6 +209,14 @@ class Client:
     def rejoin(self, timeout_seconds=0):
         """Elastic jobs: takes up this rank's place in the job's next epoch."""
         self._check(self._lib.gradsync_rejoin(self._handle, timeout_seconds), "rejoin")
+
+    def commit_barrier(self, timeout_seconds=0):
+        """Elastic jobs: the barrier of a state commit; True when new ranks
+        were admitted at it (the job moved to a new epoch)."""
+        changed = ctypes.c_int32(0)
+        self._check(self._lib.gradsync_commit_barrier(self._handle, timeout_seconds, ctypes.byref(changed)),
+                    "commit")
+        return bool(changed.value)
 
     def add_process_set(self, ranks):
         """Collective of every rank: the new set's id (the daemon numbers it)."""

@@ -34,8 +34,9 @@ class State:
     Args:
         bcast_object: broadcasts a picklable object from rank 0.
         get_rank: returns this process's current rank.
-        barrier: negotiated barrier of every rank, for commit() (None: commit
-            is one-phase, as in Horovod).
+        barrier: negotiated barrier of every rank, for commit(); returns True
+            when new ranks were admitted at it (None: commit is one-phase,
+            as in Horovod).
     """
 
     def __init__(self, bcast_object, get_rank, barrier=None):
@@ -69,15 +70,17 @@ class State:
             self.save()
         finally:
             self._in_commit = False
-        if self._barrier is not None:
-            self._barrier()
+        admitted = self._barrier() if self._barrier is not None else False
         self._acknowledge()
+        if admitted:  # new ranks joined at this commit: every rank syncs them now
+            raise HostsUpdatedInterrupt(skip_sync=False)
         self.check_host_updates()
 
     def check_host_updates(self):
-        """Raises HostsUpdatedInterrupt when hosts were added or removed.
-        gradsync has no host discovery yet: nothing is ever announced, so
-        this checks nothing and, unlike Horovod's, runs no collective."""
+        """Raises HostsUpdatedInterrupt for host updates announced through
+        on_hosts_updated. gradsync admits new ranks at commit() instead
+        (the daemon says so in the commit barrier's answer, the same on every
+        rank), so this runs no collective, unlike Horovod's."""
         if not self._host_updates:
             return
         update = HostUpdateResult.no_update

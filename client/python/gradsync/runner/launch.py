@@ -42,11 +42,16 @@ def parse_args(argv):
     p.add_argument("--grace", type=float, default=10.0,
                    help="seconds the other ranks get to finish after one fails (default 10)")
     p.add_argument("--no-prefix", action="store_true", help="do not prefix output lines with the rank")
-    elastic = p.add_argument_group("elastic (one host; ranks joining a running job are not implemented yet)")
+    elastic = p.add_argument_group("elastic (one host for now)")
     elastic.add_argument("--min-np", "--min-num-proc", type=int,
                          help="elastic job: when ranks die, the others go on while at least this many remain")
     elastic.add_argument("--max-np", "--max-num-proc", type=int,
-                         help="elastic job: the most ranks (no more than -np while joins are not implemented)")
+                         help="elastic job: the most ranks (default -np)")
+    elastic.add_argument("--on-rank-failure", choices=("respawn", "blacklist-host"), default="respawn",
+                         help="elastic job: start a replacement for a rank that died (it joins at the next "
+                              "commit), or go on without (default respawn; Horovod blacklists the host)")
+    elastic.add_argument("--reset-limit", type=int,
+                         help="elastic job: stop the job when ranks fail more often than this")
     p.add_argument("command", nargs=argparse.REMAINDER, help="the program each rank runs")
     args = p.parse_args(argv)
     if args.command and args.command[0] == "--":
@@ -90,6 +95,8 @@ class Job:
     def __init__(self, args, placement, socket_path, leader):
         self.args = args
         self.processes = []
+        self._starts = []  # (host, env) of each process, for replacements
+        self.resets = 0
         self.first_failure = None  # (rank, exit code)
         self._lock = threading.Lock()
         self._pumps = []
@@ -109,7 +116,16 @@ class Job:
                 env.update(GRADSYNC_ELASTIC="1", HOROVOD_ELASTIC="1", GRADSYNC_MIN_SIZE=str(args.min_np))
             self._start(rank, host, env)
 
+    def _replace(self, index):
+        """Starts a replacement for process `index`: a new rank that joins
+        the running elastic job at its next commit."""
+        host, env = self._starts[index]
+        rank = len(self.processes)
+        sys.stderr.write("gradsyncrun: starting [%d] to replace [%d]; it joins at the next commit\n" % (rank, index))
+        self._start(rank, host, dict(env, GRADSYNC_ELASTIC_JOIN="1"))
+
     def _start(self, rank, host, env):
+        self._starts.append((host, env))
         if is_local(host):
             full = dict(os.environ, **env)
             full["PYTHONPATH"] = os.pathsep.join(filter(None, [PACKAGE_ROOT, os.environ.get("PYTHONPATH")]))
@@ -144,24 +160,47 @@ class Job:
                 except ProcessLookupError:
                     pass
 
+    def _elastic_failure(self, failure, interrupted):
+        """A rank of an elastic job failed: the others go on; a replacement
+        starts unless the job is over, respawning is off, or the reset limit
+        is passed (then the job stops: returns the deadline to stop it by)."""
+        self.resets += 1
+        sys.stderr.write("gradsyncrun: rank %d exited with code %d; the elastic job goes on\n" % failure)
+        limit = self.args.reset_limit
+        if limit is not None and self.resets > limit:
+            sys.stderr.write("gradsyncrun: stopping the job: ranks failed %d times, more than --reset-limit %d\n"
+                             % (self.resets, limit))
+            interrupted.set()
+            self.signal_all(signal.SIGTERM)
+            return time.monotonic() + 5
+        finished = any(p.poll() == 0 for p in self.processes)
+        running = sum(1 for p in self.processes if p.poll() is None)
+        most = self.args.max_np or self.args.num_proc
+        # Fewer than --min-np alive: the daemon has failed the job; no replacement.
+        if self.args.on_rank_failure == "respawn" and not finished and self.args.min_np <= running < most:
+            self._replace(failure[0])
+        return None
+
     def wait(self, interrupted):
         """Exit code of the first failing rank (0 when all succeed). An
         elastic job goes on when ranks fail: it succeeds when at least
         --min-np ranks do."""
         deadline = None
         elastic = self.args.min_np is not None
+        self._failed = set()
         while True:
             running = False
             for rank, process in enumerate(self.processes):
                 code = process.poll()
                 if code is None:
                     running = True
-                elif code != 0 and self.first_failure is None:
-                    self.first_failure = (rank, code if code > 0 else 128 - code)
-                    if elastic:
-                        sys.stderr.write("gradsyncrun: rank %d exited with code %d; the elastic job goes on\n"
-                                         % self.first_failure)
-                    else:
+                elif code != 0 and rank not in self._failed:
+                    self._failed.add(rank)
+                    failure = (rank, code if code > 0 else 128 - code)
+                    self.first_failure = self.first_failure or failure
+                    if elastic and not interrupted.is_set():
+                        deadline = self._elastic_failure(failure, interrupted)
+                    elif deadline is None:
                         deadline = time.monotonic() + self.args.grace
             if not running:
                 break

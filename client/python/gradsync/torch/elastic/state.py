@@ -7,10 +7,9 @@ import copy
 import torch
 
 from gradsync.common.elastic import ObjectState
-from gradsync.torch import basics
+from gradsync.torch import _context, basics
 from gradsync.torch.elastic.sampler import ElasticSampler
 from gradsync.torch.functions import broadcast_object, broadcast_optimizer_state, broadcast_parameters
-from gradsync.torch.mpi_ops import barrier
 
 
 class StateHandler:
@@ -97,6 +96,10 @@ def _handler_for(value):
     return None
 
 
+def _commit_barrier():
+    return _context.current().client.commit_barrier()
+
+
 class TorchState(ObjectState):
     """The state of a PyTorch training process: `model`, `optimizer` and
     keyword arguments (a registered type gets its handler; anything else is
@@ -114,7 +117,7 @@ class TorchState(ObjectState):
         self._handlers = handlers
         for name, handler in handlers.items():
             setattr(self, name, handler.value)
-        super().__init__(bcast_object=broadcast_object, get_rank=basics.rank, barrier=barrier, **plain)
+        super().__init__(bcast_object=broadcast_object, get_rank=basics.rank, barrier=_commit_barrier, **plain)
 
     def save(self):
         for handler in self._handlers.values():
