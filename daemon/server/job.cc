@@ -85,7 +85,7 @@ Status Job::addSession(std::shared_ptr<Session> session) {
   if (stopping_) return unavailable("job '" + spec_.job_id + "' is stopping");
   if (epoch_ > 1) {
     return failedPrecondition("job '" + spec_.job_id + "' is elastic and at epoch " + std::to_string(epoch_) +
-                              ": ranks joining a running elastic job are not implemented yet");
+                              ": a new rank joins it with GRADSYNC_ELASTIC_JOIN=1 (admitted at its next commit)");
   }
   auto [it, inserted] = sessions_.emplace(session->rank(), session);
   if (!inserted) {
@@ -426,7 +426,7 @@ v1::JobInfo Job::info() const {
   for (const auto& [rank, session] : sessions_) {
     v1::RankInfo* r = info.add_ranks();
     r->set_rank(rank);
-    r->set_local_rank(session->identity().local_rank);
+    r->set_local_rank(spec_.elastic ? rank : session->identity().local_rank);  // elastic jobs: one node
     r->set_pid(session->pid());
     r->set_hostname(session->identity().hostname);
     r->set_connected(session->streamAttached());
