@@ -38,9 +38,4 @@ struct EnqueueContext {
 // with the tensor name and the offending value in the message.
 StatusOr<coordinator::Request> validateEnqueue(const v1::Enqueue& enqueue, const EnqueueContext& context);
 
-// Field-by-field conversions between the wire request and the coordinator's
-// (no checks; a zero scale factor reads as 1).
-v1::Enqueue enqueueOf(const coordinator::Request& request);
-coordinator::Request requestOf(int rank, const v1::Enqueue& enqueue);
-
 }  // namespace gradsync::server

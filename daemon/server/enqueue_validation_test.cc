@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "daemon/server/enqueue_validation.h"
 
+#include "daemon/coordinator/request_wire.h"
+
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -234,7 +236,7 @@ TEST_F(EnqueueValidationTest, CudaTensorsAreCheckedAgainstTheRanksExports) {
   EXPECT_EQ(r->cuda->buffer_id, 9u);
   EXPECT_EQ(r->cuda->offset, 64u);
   EXPECT_EQ(r->cuda->event_slot, 1u);
-  EXPECT_EQ(enqueueOf(*r).cuda().offset(), 64u);  // survives forwarding
+  EXPECT_EQ(coordinator::enqueueOf(*r).cuda().offset(), 64u);  // survives forwarding
   e.mutable_cuda()->set_offset(66);
   EXPECT_THAT(check(e).message(), HasSubstr("not aligned to its 4-byte elements"));
   e.mutable_cuda()->set_offset(68);
@@ -258,7 +260,7 @@ TEST_F(EnqueueValidationTest, CudaTensorsAreCheckedAgainstTheRanksExports) {
   ASSERT_TRUE(gather.isOk()) << gather.status().toString();
   EXPECT_EQ(gather->cuda_output->offset, 64u);
   EXPECT_EQ(gather->output_length, 64u);
-  EXPECT_EQ(enqueueOf(*gather).output_length(), 64u);
+  EXPECT_EQ(coordinator::enqueueOf(*gather).output_length(), 64u);
   e.set_output_length(65);
   EXPECT_EQ(check(e).code(), StatusCode::kOutOfRange);
   e.set_type(v1::ALLREDUCE);

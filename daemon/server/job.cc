@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
+#include "daemon/coordinator/request_wire.h"
 #include "daemon/server/job.h"
 
 #include <algorithm>
@@ -55,20 +56,20 @@ Job::Job(JobSpec spec, JobLimits limits, executor::ReducePool* pool)
       negotiator_(spec_.job_id, spec_.size, spec_.process_sets),
       process_sets_(std::make_shared<const coordinator::ProcessSetTable>(negotiator_.processSets())) {
   if (spec_.local_size < spec_.size) {
-    CrossNodeOptions options{spec_.job_id,       spec_.token,      spec_.size,           spec_.process_sets,
+    peer::CrossNodeOptions options{spec_.job_id,       spec_.token,      spec_.size,           spec_.process_sets,
                              limits_.peer_address, spec_.leader_address, limits_.hostname, limits_.join_timeout,
                              limits_.peer_credentials, limits_.response_cache_capacity,
                              limits_.gpus ? limits_.gpus->uuids() : std::vector<std::string>(),
                              limits_.gpus != nullptr && limits_.nccl != nullptr && limits_.nccl_between_daemons,
                              nullptr, limits_.data_plane_devices};
     if (limits_.nccl) options.make_nccl_id = [nccl = limits_.nccl] { return nccl->uniqueId(); };
-    CrossNode::Hooks hooks;
+    peer::CrossNode::Hooks hooks;
     hooks.on_batch = [this](std::vector<coordinator::Response> batch, uint64_t sequence) {
       onRemoteBatch(std::move(batch), sequence);
     };
     hooks.on_remote_request = [this](int rank, const v1::Enqueue& enqueue) { submitRemote(rank, enqueue); };
     hooks.on_failure = [this](const std::string& cause, bool node_lost) { failJob(cause, node_lost); };
-    cross_ = std::make_unique<CrossNode>(std::move(options), std::move(hooks));
+    cross_ = std::make_unique<peer::CrossNode>(std::move(options), std::move(hooks));
   }
   executor_thread_ = std::thread([this] { executorLoop(); });
 }
@@ -241,7 +242,7 @@ void Job::submitToCoordinator(const std::shared_ptr<Session>& session, coordinat
   }
   if (cross_ && !cross_->isLeader()) {
     const auto key = std::make_pair(request.rank, request.handle);
-    cross_->forward(request.rank, enqueueOf(request));
+    cross_->forward(request.rank, coordinator::enqueueOf(request));
     forwarded_.emplace(key, std::move(request));
     return;
   }

@@ -20,7 +20,7 @@
 #include "daemon/executor/local_executor.h"
 #include "daemon/gpu/gpu_node.h"
 #include "daemon/gpu/nccl_library.h"
-#include "daemon/server/cross_node.h"
+#include "daemon/peer/cross_node.h"
 #include "daemon/server/enqueue_validation.h"
 #include "daemon/server/session.h"
 #include "daemon/timeline/timeline.h"
@@ -104,7 +104,7 @@ class Job : private executor::RankAccess {
   void stop(const std::string& reason, bool daemon_stopping = false);
   v1::JobInfo info() const;
   // The multi-node part (null for single-node jobs).
-  CrossNode* crossNode() { return cross_.get(); }
+  peer::CrossNode* crossNode() { return cross_.get(); }
   // Multi-node jobs: once every local rank registered, takes up this node's
   // role (leader or follower). Idempotent; call without locks held.
   void startCrossNodeIfComplete();
@@ -240,7 +240,7 @@ class Job : private executor::RankAccess {
   std::vector<std::shared_ptr<Session>> joiners_;  // registered, waiting for a commit
 
   // Multi-node state (guarded by mutex_ unless noted).
-  std::unique_ptr<CrossNode> cross_;
+  std::unique_ptr<peer::CrossNode> cross_;
   std::set<int> local_ranks_;         // ranks that registered here (never shrinks)
   std::set<int> local_rank_ids_;      // their local ranks
   const Clock::time_point created_ = Clock::now();

@@ -5,6 +5,7 @@
 #include "daemon/common/logging.h"
 #include "daemon/server/enqueue_validation.h"
 #include "daemon/collective/ring_movement.h"
+#include "daemon/coordinator/request_wire.h"
 #include "daemon/server/job.h"
 
 namespace gradsync::server {
@@ -47,7 +48,7 @@ void Job::submitRemote(int rank, const v1::Enqueue& enqueue) {
              spec_.job_id, rank);
       return;
     }
-    coordinator::Request minimal = requestOf(rank, enqueue);
+    coordinator::Request minimal = coordinator::requestOf(rank, enqueue);
     if (!request.isOk()) {
       failRequestLocked(minimal, Status(request.status().code(), "job '" + spec_.job_id + "' " + request.status().message()),
                         &outbox);

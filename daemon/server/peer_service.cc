@@ -27,7 +27,7 @@ grpc::Status PeerService::AbortJob(grpc::ServerContext*, const v1::AbortJobReque
   return toGrpc(job->crossNode()->acceptAbort(*request));
 }
 
-grpc::Status PeerService::Coordinate(grpc::ServerContext* context, LeaderStream* stream) {
+grpc::Status PeerService::Coordinate(grpc::ServerContext* context, peer::LeaderStream* stream) {
   v1::FollowerMessage hello;
   if (!stream->Read(&hello) || !hello.has_hello()) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "the first message must be hello");

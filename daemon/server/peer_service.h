@@ -14,7 +14,7 @@ class PeerService final : public v1::Peer::Service {
 
   grpc::Status JoinJob(grpc::ServerContext* context, const v1::JoinJobRequest* request,
                        v1::JoinJobResponse* response) override;
-  grpc::Status Coordinate(grpc::ServerContext* context, LeaderStream* stream) override;
+  grpc::Status Coordinate(grpc::ServerContext* context, peer::LeaderStream* stream) override;
   grpc::Status AbortJob(grpc::ServerContext* context, const v1::AbortJobRequest* request,
                         v1::AbortJobResponse* response) override;
 

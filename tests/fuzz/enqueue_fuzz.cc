@@ -3,6 +3,7 @@
 // as a local rank with an arena, as a remote rank, and as a CUDA tensor on a
 // daemon without GPUs. The first byte picks the case; the rest is the
 // serialized message.
+#include "daemon/coordinator/request_wire.h"
 #include "daemon/server/enqueue_validation.h"
 #include "tests/fuzz/fuzz_arena.h"
 
@@ -25,8 +26,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto request = server::validateEnqueue(enqueue, context);
   if (request.isOk()) {
     // What a follower forwards must survive the round trip unchanged.
-    const v1::Enqueue again = server::enqueueOf(*request);
-    (void)server::requestOf(context.rank, again);
+    const v1::Enqueue again = coordinator::enqueueOf(*request);
+    (void)coordinator::requestOf(context.rank, again);
   }
   return 0;
 }

@@ -6,7 +6,7 @@
 // cache. The first byte picks the message; the rest is its serialized form.
 #include "daemon/peer/membership.h"
 #include "daemon/peer/response_cache.h"
-#include "daemon/server/cross_node.h"
+#include "daemon/peer/cross_node.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace gradsync;
@@ -31,7 +31,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     peer::ResponseCache cache(4);
     for (const auto& wire : message.batch().responses()) {
       if (!wire.cached()) {
-        cache.remember(wire.cache_id(), server::fromProto(wire));
+        cache.remember(wire.cache_id(), peer::fromProto(wire));
         continue;
       }
       const coordinator::Response* base = cache.find(wire.cache_id());
@@ -43,7 +43,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (!message.ParseFromArray(bytes, length) || !message.has_request()) return 0;
     peer::ResponseCache cache(4);
     const auto& request = message.request();
-    const coordinator::Request forwarded = server::requestOf(request.rank(), request.enqueue());
+    const coordinator::Request forwarded = coordinator::requestOf(request.rank(), request.enqueue());
     coordinator::Response response;
     response.name = forwarded.name;
     response.ranks = {forwarded.rank};

@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
-// The multi-node side of a Job (see proto/gradsync/v1/peer.proto): forming
-// the membership (leader collects JoinJob calls; a follower joins its
-// leader), the coordination streams (followers forward requests, the leader
-// streams back ordered batches), failure announcements, and the UCX ring
-// the executor uses.
+// The multi-node side of a Job (see proto/gradsync/v1/peer.proto and this
+// package's README.md: a collective across nodes, and what happens when a
+// node is lost): forming the membership (leader collects JoinJob calls; a
+// follower joins its leader), the coordination streams (followers forward
+// requests, the leader streams back ordered batches), failure
+// announcements, and the UCX ring the executor uses.
 #pragma once
 
 #include <grpcpp/grpcpp.h>
@@ -21,14 +22,14 @@
 
 #include "daemon/collective/ring_allreduce.h"
 #include "daemon/coordinator/request.h"
+#include "daemon/coordinator/request_wire.h"
 #include "daemon/peer/membership.h"
 #include "daemon/peer/response_cache.h"
-#include "daemon/server/enqueue_validation.h"
 #include "daemon/transport/ucx/ucx_transport.h"
 #include "proto/gradsync/v1/admin.pb.h"
 #include "proto/gradsync/v1/peer.grpc.pb.h"
 
-namespace gradsync::server {
+namespace gradsync::peer {
 
 using LeaderStream = grpc::ServerReaderWriter<v1::LeaderMessage, v1::FollowerMessage>;
 using CrossClock = std::chrono::steady_clock;
@@ -140,7 +141,7 @@ class CrossNode {
 
   mutable std::mutex mutex_;
   std::condition_variable formed_cv_;
-  std::optional<peer::MembershipBuilder> builder_;  // leader
+  std::optional<MembershipBuilder> builder_;  // leader
   std::vector<v1::NodeInfo> members_;              // set once formed
   std::string nccl_id_;                            // set with members_ (empty: no NCCL at the leader)
   int self_cross_rank_ = -1;
@@ -167,7 +168,7 @@ class CrossNode {
   StatusOr<coordinator::Response> decode(const v1::NegotiatedResponse& response);  // follower
   StatusOr<v1::Enqueue> expand(const v1::FollowerMessage::Request& request);  // leader
   mutable std::mutex cache_mutex_;
-  peer::ResponseCache cache_;
+  ResponseCache cache_;
   std::atomic<uint64_t> bytes_sent_{0}, bytes_received_{0}, messages_{0}, cache_hits_{0};
 
   // Data plane (created by the executor thread; stats read under mutex_).
@@ -179,4 +180,4 @@ class CrossNode {
 v1::NegotiatedResponse toProto(const coordinator::Response& response);
 coordinator::Response fromProto(const v1::NegotiatedResponse& response);
 
-}  // namespace gradsync::server
+}  // namespace gradsync::peer

@@ -4,9 +4,9 @@
 #include <condition_variable>
 
 #include "daemon/common/logging.h"
-#include "daemon/server/cross_node.h"
+#include "daemon/peer/cross_node.h"
 
-namespace gradsync::server {
+namespace gradsync::peer {
 
 Status CrossNode::joinLeader(const v1::NodeInfo& self) {
   if (options_.leader_address.empty()) {
@@ -164,7 +164,7 @@ void CrossNode::forward(int rank, const v1::Enqueue& enqueue) {
   uint64_t id;
   {
     std::lock_guard<std::mutex> lock(cache_mutex_);
-    id = cache_.idFor(requestOf(rank, enqueue));
+    id = cache_.idFor(coordinator::requestOf(rank, enqueue));
   }
   if (id != 0) {
     cache_hits_.fetch_add(1);
@@ -239,4 +239,4 @@ Status CrossNode::acceptAbort(const v1::AbortJobRequest& request) {
   return okStatus();
 }
 
-}  // namespace gradsync::server
+}  // namespace gradsync::peer

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // Wire conversions of negotiated collectives (peer.proto <-> coordinator).
-#include "daemon/server/cross_node.h"
+#include "daemon/peer/cross_node.h"
 
-namespace gradsync::server {
+namespace gradsync::peer {
 
 v1::NegotiatedResponse toProto(const coordinator::Response& response) {
   v1::NegotiatedResponse out;
@@ -14,7 +14,7 @@ v1::NegotiatedResponse toProto(const coordinator::Response& response) {
     auto* r = out.add_requests();
     r->set_rank(response.ranks[i]);
     r->set_present(response.requests[i].has_value());
-    if (response.requests[i]) *r->mutable_enqueue() = enqueueOf(*response.requests[i]);
+    if (response.requests[i]) *r->mutable_enqueue() = coordinator::enqueueOf(*response.requests[i]);
   }
   out.set_code(static_cast<int>(response.status.code()));
   out.set_message(response.status.message());
@@ -31,7 +31,7 @@ coordinator::Response fromProto(const v1::NegotiatedResponse& in) {
   for (const auto& r : in.requests()) {
     out.ranks.push_back(r.rank());
     if (r.present()) {
-      out.requests.push_back(requestOf(r.rank(), r.enqueue()));
+      out.requests.push_back(coordinator::requestOf(r.rank(), r.enqueue()));
     } else {
       out.requests.emplace_back();
     }
@@ -42,4 +42,4 @@ coordinator::Response fromProto(const v1::NegotiatedResponse& in) {
   return out;
 }
 
-}  // namespace gradsync::server
+}  // namespace gradsync::peer

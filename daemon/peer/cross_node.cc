@@ -1,12 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "daemon/server/cross_node.h"
+#include "daemon/peer/cross_node.h"
 
 #include <algorithm>
 #include <cstdio>
 
 #include "daemon/common/logging.h"
 
-namespace gradsync::server {
+namespace gradsync::peer {
 namespace {
 
 constexpr auto kHeartbeatPeriod = std::chrono::seconds(1);
@@ -106,7 +106,7 @@ StatusOr<v1::Enqueue> CrossNode::expand(const v1::FollowerMessage::Request& in) 
       copy.handle = in.handle();
       copy.offset = in.offset();
       cache_hits_.fetch_add(1);
-      return enqueueOf(copy);
+      return coordinator::enqueueOf(copy);
     }
   }
   return dataLoss("job '" + options_.job_id + "': a follower referred to unknown cached request " +
@@ -548,4 +548,4 @@ StatusOr<collective::RingContext> CrossNode::ring(uint64_t sequence, CrossClock:
   return ring;
 }
 
-}  // namespace gradsync::server
+}  // namespace gradsync::peer
