@@ -6,6 +6,7 @@
 // it up when its client rejoins (gradsync_rejoin), after which its
 // collectives carry the new epoch. Collectives of another epoch are refused,
 // so no rank's old-epoch call can pair with another's new-epoch one.
+#include <algorithm>
 #include <chrono>
 
 #include "daemon/common/logging.h"
@@ -36,8 +37,11 @@ void Job::refuseJoinersLocked(const std::string& cause, Outbox* outbox) {
 }
 
 bool Job::admitsJoinersLocked(const coordinator::Response& response, const executor::ResponseResult& result) const {
-  if (!spec_.elastic || joiners_.empty() || response.type != v1::BARRIER || !result.status.isOk() ||
-      batch_epoch_ != epoch_ || !failure_.empty() || stopping_) {
+  // Only joiners whose session stream is open: the word of their place goes
+  // over it (a message to a session without one would be lost).
+  const bool ready = std::any_of(joiners_.begin(), joiners_.end(), [](const auto& j) { return j->streamAttached(); });
+  if (!spec_.elastic || !ready || response.type != v1::BARRIER || !result.status.isOk() || batch_epoch_ != epoch_ ||
+      !failure_.empty() || stopping_) {
     return false;
   }
   for (const auto& request : response.requests) {
@@ -49,12 +53,17 @@ bool Job::admitsJoinersLocked(const coordinator::Response& response, const execu
 void Job::changeEpochLocked(const std::string& cause, Outbox* outbox, bool admit) {
   const int before = size_.load();
   if (admit) {
+    std::vector<std::shared_ptr<Session>> waiting;
     for (auto& joiner : joiners_) {
+      if (!joiner->streamAttached()) {  // the next commit takes it
+        waiting.push_back(std::move(joiner));
+        continue;
+      }
       const int rank = sessions_.empty() ? 0 : sessions_.rbegin()->first + 1;  // after the survivors
       joiner->renumber(rank);
       sessions_.emplace(rank, std::move(joiner));
     }
-    joiners_.clear();
+    joiners_ = std::move(waiting);
   }
   const int after = static_cast<int>(sessions_.size());
   const uint64_t next = epoch_ + 1;

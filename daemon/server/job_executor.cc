@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // The executor side of Job: the thread that runs ready collectives, and the
 // RankAccess it gives the local executor.
+#include <algorithm>
+
 #include "daemon/common/logging.h"
 #include "daemon/fusion/fusion_planner.h"
 #include "daemon/server/job.h"
@@ -126,8 +128,11 @@ void Job::complete(const coordinator::Response& response, const executor::Respon
     done->set_epoch_changed(admit);
     outbox->emplace_back(it->second, std::move(message));
   }
-  if (admit) changeEpochLocked("admitted " + std::to_string(joiners_.size()) + " new ranks at the commit '" +
-                               response.name + "'", outbox, /*admit=*/true);
+  if (admit) {
+    const auto ready = std::count_if(joiners_.begin(), joiners_.end(), [](const auto& j) { return j->streamAttached(); });
+    changeEpochLocked("admitted " + std::to_string(ready) + " new ranks at the commit '" + response.name + "'", outbox,
+                      /*admit=*/true);
+  }
 }
 
 const handoff::ShmArena* Job::arena(int rank) {

@@ -38,6 +38,11 @@ sampler = hvd.elastic.ElasticSampler(list(range(60)), shuffle=True, seed=7)
 resets = []
 
 
+def log_samples(batch):
+    with open(os.path.join(OUT, "samples.%d" % os.getpid()), "a") as f:
+        f.write(" ".join(str(i) for i in batch) + "\n")
+
+
 @hvd.elastic.run
 def train(state):
     for state.epoch in range(state.epoch, 1):
@@ -59,9 +64,12 @@ def train(state):
             optimizer.step()
             state.sampler.record_batch(start // BATCH, BATCH)
             state.step += 1
-            state.commit()
-            with open(os.path.join(OUT, "samples.%d" % os.getpid()), "a") as f:
-                f.write(" ".join(str(i) for i in batch) + "\n")
+            try:
+                state.commit()
+            except hvd.elastic.HostsUpdatedInterrupt:
+                log_samples(batch)  # committed: ranks were admitted at this commit
+                raise
+            log_samples(batch)
             start += BATCH
         state.sampler.set_epoch(state.epoch + 1)
 
