@@ -141,6 +141,7 @@ Status Client::registerRank() {
   request.set_local_size(options_.local_size);
   request.set_elastic(options_.elastic);
   request.set_elastic_join(options_.elastic_join);
+  if (options_.elastic) request.set_elastic_timeout_seconds(options_.elastic_timeout_seconds);
   if (options_.elastic) request.set_min_size(options_.min_size > 0 ? options_.min_size : options_.size);
   for (const auto& set : options_.process_sets) {
     auto* spec = request.add_process_sets();

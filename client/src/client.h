@@ -39,7 +39,9 @@ struct ClientOptions {
   bool elastic = false;        // see RegisterRequest.elastic
   int min_size = 0;            // elastic: 0 means size
   bool elastic_join = false;   // a new rank for a running elastic job (RegisterRequest.elastic_join)
-  double elastic_timeout_seconds = 600;  // how long a joiner waits to be admitted
+  // Elastic: how long the job waits below min_size for new ranks (told to
+  // the daemon), and how long a joiner waits to be admitted.
+  double elastic_timeout_seconds = 600;
 };
 
 // This rank's place in the job; elastic jobs move to new epochs.

@@ -147,15 +147,14 @@ bool Job::removeSession(const Session& session, const std::string& cause, bool c
     if (it == sessions_.end() || it->second.get() != &session) return sessions_.empty() && joiners_.empty();
     sessions_.erase(it);
     const bool elastic_loss = spec_.elastic && crashed && !cross_ && failure_.empty() && !stopping_;
-    if (elastic_loss && static_cast<int>(sessions_.size()) >= spec_.min_size && !sessions_.empty()) {
-      changeEpochLocked(session.describe() + " " + cause, &outbox);
+    if (elastic_loss && !sessions_.empty()) {
+      // Below min_size the new epoch waits for new ranks (housekeeping).
+      const bool full = static_cast<int>(sessions_.size()) >= spec_.min_size;
+      changeEpochLocked(session.describe() + " " + cause, &outbox, /*admit=*/false, /*announce=*/full);
+      if (!full && !below_min_since_) below_min_since_ = Clock::now();
       epoch_changed = true;
     } else if (failure_.empty() && !stopping_) {
       failure_ = session.describe() + " " + cause;
-      if (elastic_loss) {
-        failure_ += "; " + std::to_string(sessions_.size()) + " ranks remain, fewer than the elastic job's minimum " +
-                    std::to_string(spec_.min_size);
-      }
       failAllLocked(aborted("job '" + spec_.job_id + "': " + failure_), &outbox, /*keep_negotiated=*/cross_ != nullptr);
       if (!outbox.empty()) {
         GS_LOG(control, warn, "job '{}': {}; failed {} collectives in flight", spec_.job_id, failure_, outbox.size());
@@ -353,6 +352,14 @@ void Job::flush(Outbox* outbox) {
 void Job::housekeeping(Clock::time_point now) {
   if (cross_) cross_->tick(now);
   checkFormation(now);
+  if (spec_.elastic) {
+    Outbox outbox;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      fillEpochLocked(now, &outbox);
+    }
+    flush(&outbox);
+  }
   // Who holds the ranks of other nodes, for stall messages: the membership,
   // fixed once the job formed, taken once (before mutex_: the cross-node
   // state has its own lock).

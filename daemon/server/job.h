@@ -10,6 +10,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -39,6 +40,7 @@ struct JobSpec {
   std::string leader_address;                  // multi-node jobs: rank 0's daemon
   bool elastic = false;                        // a lost rank starts a new epoch (job_elastic.cc)
   int min_size = 0;                            // elastic: the least size it goes on at
+  Clock::duration elastic_timeout = std::chrono::seconds(600);  // elastic: the longest wait below min_size
 };
 
 struct JobLimits {
@@ -173,7 +175,14 @@ class Job : private executor::RankAccess {
   // epoch (retriable), renumbers the survivors in rank order, starts the
   // next epoch and tells each survivor its place. Needs mutex_.
   // `admit`: the waiting joiners become ranks too, after the survivors.
-  void changeEpochLocked(const std::string& cause, Outbox* outbox, bool admit = false);
+  // `announce` false: the new epoch forms below min_size and is announced
+  // once joiners fill it (housekeeping), or fails after elastic_timeout.
+  void changeEpochLocked(const std::string& cause, Outbox* outbox, bool admit = false, bool announce = true);
+  // Tells every rank its place in the current epoch. Needs mutex_.
+  void announceEpochLocked(const std::string& cause, Outbox* outbox);
+  // Below min_size: admits joiners whose stream is open; announces the
+  // epoch once it is full, or fails the job after elastic_timeout.
+  void fillEpochLocked(Clock::time_point now, Outbox* outbox);
   // An elastic rank's enqueue of another epoch (or of a joiner not yet
   // admitted): fails it (retriable). Needs mutex_; true when it did.
   bool refuseStaleEpochLocked(const std::shared_ptr<Session>& session, const v1::Enqueue& enqueue, Outbox* outbox);
@@ -238,6 +247,7 @@ class Job : private executor::RankAccess {
   uint64_t epoch_ = 1;
   std::vector<v1::EpochChange> history_;
   std::vector<std::shared_ptr<Session>> joiners_;  // registered, waiting for a commit
+  std::optional<Clock::time_point> below_min_since_;  // the current epoch waits for joiners
 
   // Multi-node state (guarded by mutex_ unless noted).
   std::unique_ptr<peer::CrossNode> cross_;

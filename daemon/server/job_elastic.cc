@@ -50,7 +50,7 @@ bool Job::admitsJoinersLocked(const coordinator::Response& response, const execu
   return true;
 }
 
-void Job::changeEpochLocked(const std::string& cause, Outbox* outbox, bool admit) {
+void Job::changeEpochLocked(const std::string& cause, Outbox* outbox, bool admit, bool announce) {
   const int before = size_.load();
   if (admit) {
     std::vector<std::shared_ptr<Session>> waiting;
@@ -101,18 +101,73 @@ void Job::changeEpochLocked(const std::string& cause, Outbox* outbox, bool admit
                          .count());
   record.set_failed_collectives(static_cast<int>(failed));
   history_.push_back(record);
-  GS_LOG(control, warn, "job '{}': epoch {} -> {}: {}; {} -> {} ranks, {} collectives failed (retriable)",
-         spec_.job_id, next - 1, next, cause, before, after, failed);
+  GS_LOG(control, warn, "job '{}': epoch {} -> {}: {}; {} -> {} ranks, {} collectives failed (retriable){}",
+         spec_.job_id, next - 1, next, cause, before, after, failed,
+         announce ? "" : "; waiting for new ranks up to the elastic timeout (below the minimum " +
+                             std::to_string(spec_.min_size) + ")");
+  if (announce) announceEpochLocked(cause, outbox);
+}
 
+void Job::announceEpochLocked(const std::string& cause, Outbox* outbox) {
   for (const auto& [rank, session] : sessions_) {
     v1::DaemonMessage message;
     v1::MembershipChange* change = message.mutable_membership_change();
-    change->set_epoch(next);
+    change->set_epoch(epoch_);
     change->set_rank(rank);
-    change->set_size(after);
+    change->set_size(static_cast<int>(sessions_.size()));
     change->set_local_rank(rank);
-    change->set_local_size(after);
+    change->set_local_size(static_cast<int>(sessions_.size()));
     change->set_cause(cause);
+    outbox->emplace_back(session, std::move(message));
+  }
+}
+
+void Job::fillEpochLocked(Clock::time_point now, Outbox* outbox) {
+  if (!below_min_since_ || !failure_.empty() || stopping_) return;
+  int admitted = 0;
+  for (auto it = joiners_.begin(); it != joiners_.end();) {
+    if (!(*it)->streamAttached()) {
+      ++it;
+      continue;
+    }
+    const int rank = sessions_.empty() ? 0 : sessions_.rbegin()->first + 1;
+    (*it)->renumber(rank);
+    sessions_.emplace(rank, std::move(*it));
+    it = joiners_.erase(it);
+    ++admitted;
+  }
+  const int size = static_cast<int>(sessions_.size());
+  if (admitted > 0) {
+    // The epoch that waited grows before anyone used it: new size, new tables.
+    size_.store(size);
+    local_ranks_.clear();
+    for (const auto& [rank, session] : sessions_) local_ranks_.insert(rank);
+    negotiator_ = coordinator::Negotiator(spec_.job_id, size, {});
+    std::atomic_store(&process_sets_, std::make_shared<const coordinator::ProcessSetTable>(negotiator_.processSets()));
+    v1::EpochChange& record = history_.back();
+    record.set_size_after(size);
+    record.set_cause(record.cause() + "; then admitted " + std::to_string(admitted) + " new ranks");
+  }
+  if (size >= spec_.min_size) {
+    below_min_since_.reset();
+    GS_LOG(control, warn, "job '{}': epoch {} has {} ranks again (minimum {}): it goes on", spec_.job_id, epoch_, size,
+           spec_.min_size);
+    announceEpochLocked(history_.back().cause(), outbox);
+    return;
+  }
+  if (now - *below_min_since_ < spec_.elastic_timeout) return;
+  const auto waited = std::chrono::duration_cast<std::chrono::seconds>(now - *below_min_since_).count();
+  failure_ = "the elastic job stayed below its minimum of " + std::to_string(spec_.min_size) + " ranks for " +
+             std::to_string(waited) + " s (" + std::to_string(size) + " ranks, no new rank came; last loss: " +
+             history_.back().cause() + ")";
+  GS_LOG(control, warn, "job '{}' failed: {}", spec_.job_id, failure_);
+  failAllLocked(aborted("job '" + spec_.job_id + "': " + failure_), outbox);
+  refuseJoinersLocked(failure_, outbox);
+  // The survivors wait in rejoin: the refusal ends it with the cause.
+  for (const auto& [rank, session] : sessions_) {
+    v1::DaemonMessage message;
+    message.mutable_membership_change()->set_refused(true);
+    message.mutable_membership_change()->set_cause("job '" + spec_.job_id + "': " + failure_);
     outbox->emplace_back(session, std::move(message));
   }
 }

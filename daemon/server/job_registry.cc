@@ -77,6 +77,10 @@ StatusOr<JobSpec> specOf(const v1::RegisterRequest& r) {
   spec.leader_address = r.leader_address();
   spec.elastic = r.elastic();
   spec.min_size = r.elastic() ? r.min_size() : 0;
+  if (r.elastic_timeout_seconds() > 0) {
+    spec.elastic_timeout = std::chrono::duration_cast<Clock::duration>(
+        std::chrono::duration<double>(std::min(r.elastic_timeout_seconds(), 86400.0)));
+  }
   return spec;
 }
 

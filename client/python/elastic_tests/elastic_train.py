@@ -28,7 +28,8 @@ DIM = 8
 BATCH = 2
 
 hvd.init()
-FIRST_RANK = hvd.rank()  # the victim is named by its rank at the start
+FIRST_RANK = hvd.rank()  # the victim is named by its rank at the start (a replacement is not it)
+REPLACEMENT = bool(os.environ.get("GRADSYNC_ELASTIC_JOIN"))
 model = torch.nn.Linear(DIM, 1, bias=False).double()
 with torch.no_grad():
     model.weight.fill_(1.0)
@@ -53,7 +54,7 @@ def train(state):
                 state.commit()
                 time.sleep(0.05)
             batch = indices[start:start + BATCH]
-            if state.step == 5 and FIRST_RANK == VICTIM:
+            if state.step == 5 and FIRST_RANK == VICTIM and not REPLACEMENT:
                 hvd.allreduce_async(torch.ones(4 << 20), name="big.%d" % state.step)
                 os.kill(os.getpid(), signal.SIGKILL)
             if state.step == 5:

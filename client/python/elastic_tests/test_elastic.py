@@ -70,10 +70,23 @@ def test_a_replacement_joins_at_a_commit_and_receives_the_state(tmp_path):
     assert committed_samples(tmp_path) == list(range(60))
 
 
-def test_below_the_minimum_the_job_fails_with_a_named_error(tmp_path):
+def test_below_the_minimum_the_job_waits_for_a_replacement(tmp_path):
+    # Two ranks, minimum two: the survivor waits (horovod#3494: no deadlock)
+    # until the replacement joins, then both go on from the last commit.
     out = run_job(tmp_path, 2, 2, 1)
+    assert out.returncode == 0, out.stdout + out.stderr
+    done = results(tmp_path)
+    expected = [w.hex() for w in replay([(s, 2) for s in range(15)])]
+    assert sorted(done) == [0, 1]
+    for result in done.values():
+        assert result["weights"] == expected and result["epoch"] == 2 and result["size"] == 2
+    assert committed_samples(tmp_path) == list(range(60))
+
+
+def test_below_the_minimum_without_a_replacement_the_job_fails_after_the_timeout(tmp_path):
+    out = run_job(tmp_path, 2, 2, 1, "--on-rank-failure", "blacklist-host", "--elastic-timeout", "2")
     assert out.returncode != 0
-    assert "fewer than the elastic job's minimum 2" in out.stdout + out.stderr
+    assert "stayed below its minimum of 2 ranks for 2 s" in out.stdout + out.stderr
     assert results(tmp_path) == {}
 
 

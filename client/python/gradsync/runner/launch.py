@@ -50,6 +50,9 @@ def parse_args(argv):
     elastic.add_argument("--on-rank-failure", choices=("respawn", "blacklist-host"), default="respawn",
                          help="elastic job: start a replacement for a rank that died (it joins at the next "
                               "commit), or go on without (default respawn; Horovod blacklists the host)")
+    elastic.add_argument("--elastic-timeout", type=float,
+                         help="elastic job: seconds it waits for new ranks when fewer than --min-np remain "
+                              "(default $GRADSYNC_ELASTIC_TIMEOUT or 600), then fails naming what it lost")
     elastic.add_argument("--reset-limit", type=int,
                          help="elastic job: stop the job when ranks fail more often than this")
     p.add_argument("command", nargs=argparse.REMAINDER, help="the program each rank runs")
@@ -114,6 +117,8 @@ class Job:
                 env["GRADSYNC_LEADER"] = leader
             if args.min_np is not None:
                 env.update(GRADSYNC_ELASTIC="1", HOROVOD_ELASTIC="1", GRADSYNC_MIN_SIZE=str(args.min_np))
+                if args.elastic_timeout is not None:
+                    env["GRADSYNC_ELASTIC_TIMEOUT"] = str(args.elastic_timeout)
             self._start(rank, host, env)
 
     def _replace(self, index):
@@ -176,8 +181,8 @@ class Job:
         finished = any(p.poll() == 0 for p in self.processes)
         running = sum(1 for p in self.processes if p.poll() is None)
         most = self.args.max_np or self.args.num_proc
-        # Fewer than --min-np alive: the daemon has failed the job; no replacement.
-        if self.args.on_rank_failure == "respawn" and not finished and self.args.min_np <= running < most:
+        # Below --min-np the job waits (up to --elastic-timeout) for the replacement.
+        if self.args.on_rank_failure == "respawn" and not finished and 0 < running < most:
             self._replace(failure[0])
         return None
 

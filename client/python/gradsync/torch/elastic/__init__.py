@@ -33,7 +33,9 @@ def run(func):
 
 def _reset():
     timeout = float(os.environ.get("GRADSYNC_ELASTIC_TIMEOUT", os.environ.get("HOROVOD_ELASTIC_TIMEOUT", "600")))
-    basics.rejoin(timeout)
+    # The daemon decides within `timeout` (the job below its minimum waits
+    # that long for new ranks, then fails naming why): wait a little longer.
+    basics.rejoin(timeout + 30)
 
 
 def epoch():
