@@ -178,6 +178,12 @@ class Job : private executor::RankAccess {
   // `announce` false: the new epoch forms below min_size and is announced
   // once joiners fill it (housekeeping), or fails after elastic_timeout.
   void changeEpochLocked(const std::string& cause, Outbox* outbox, bool admit = false, bool announce = true);
+  // Joiners whose session stream is open become ranks, after the others;
+  // returns how many. Needs mutex_.
+  int admitReadyJoinersLocked();
+  // Size, local ranks, negotiator and process sets for the sessions there
+  // are now (only the global process set). Needs mutex_.
+  void resizeLocked();
   // Tells every rank its place in the current epoch. Needs mutex_.
   void announceEpochLocked(const std::string& cause, Outbox* outbox);
   // Below min_size: admits joiners whose stream is open; announces the

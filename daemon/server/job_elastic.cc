@@ -50,21 +50,35 @@ bool Job::admitsJoinersLocked(const coordinator::Response& response, const execu
   return true;
 }
 
+int Job::admitReadyJoinersLocked() {
+  int admitted = 0;
+  for (auto it = joiners_.begin(); it != joiners_.end();) {
+    if (!(*it)->streamAttached()) {  // a later chance takes it
+      ++it;
+      continue;
+    }
+    const int rank = sessions_.empty() ? 0 : sessions_.rbegin()->first + 1;  // after the ranks there are
+    (*it)->renumber(rank);
+    sessions_.emplace(rank, std::move(*it));
+    it = joiners_.erase(it);
+    ++admitted;
+  }
+  return admitted;
+}
+
+void Job::resizeLocked() {
+  const int size = static_cast<int>(sessions_.size());
+  size_.store(size);
+  local_ranks_.clear();
+  for (const auto& [rank, session] : sessions_) local_ranks_.insert(rank);
+  // Process sets named ranks of the old numbering: only the global one stays.
+  negotiator_ = coordinator::Negotiator(spec_.job_id, size, {});
+  std::atomic_store(&process_sets_, std::make_shared<const coordinator::ProcessSetTable>(negotiator_.processSets()));
+}
+
 void Job::changeEpochLocked(const std::string& cause, Outbox* outbox, bool admit, bool announce) {
   const int before = size_.load();
-  if (admit) {
-    std::vector<std::shared_ptr<Session>> waiting;
-    for (auto& joiner : joiners_) {
-      if (!joiner->streamAttached()) {  // the next commit takes it
-        waiting.push_back(std::move(joiner));
-        continue;
-      }
-      const int rank = sessions_.empty() ? 0 : sessions_.rbegin()->first + 1;  // after the survivors
-      joiner->renumber(rank);
-      sessions_.emplace(rank, std::move(joiner));
-    }
-    joiners_ = std::move(waiting);
-  }
+  if (admit) admitReadyJoinersLocked();
   const int after = static_cast<int>(sessions_.size());
   const uint64_t next = epoch_ + 1;
   const Status changed = aborted("job '" + spec_.job_id + "': membership changed (epoch " + std::to_string(epoch_) +
@@ -79,12 +93,7 @@ void Job::changeEpochLocked(const std::string& cause, Outbox* outbox, bool admit
     renumbered.emplace(new_rank, session);
   }
   sessions_ = std::move(renumbered);
-  local_ranks_.clear();
-  for (const auto& [rank, session] : sessions_) local_ranks_.insert(rank);
-  size_.store(after);
-  // Process sets named ranks of the old numbering: only the global one stays.
-  negotiator_ = coordinator::Negotiator(spec_.job_id, after, {});
-  std::atomic_store(&process_sets_, std::make_shared<const coordinator::ProcessSetTable>(negotiator_.processSets()));
+  resizeLocked();
   stall_warned_.clear();
   grants_.clear();
   expected_grants_.clear();
@@ -124,26 +133,10 @@ void Job::announceEpochLocked(const std::string& cause, Outbox* outbox) {
 
 void Job::fillEpochLocked(Clock::time_point now, Outbox* outbox) {
   if (!below_min_since_ || !failure_.empty() || stopping_) return;
-  int admitted = 0;
-  for (auto it = joiners_.begin(); it != joiners_.end();) {
-    if (!(*it)->streamAttached()) {
-      ++it;
-      continue;
-    }
-    const int rank = sessions_.empty() ? 0 : sessions_.rbegin()->first + 1;
-    (*it)->renumber(rank);
-    sessions_.emplace(rank, std::move(*it));
-    it = joiners_.erase(it);
-    ++admitted;
-  }
+  const int admitted = admitReadyJoinersLocked();
   const int size = static_cast<int>(sessions_.size());
   if (admitted > 0) {
-    // The epoch that waited grows before anyone used it: new size, new tables.
-    size_.store(size);
-    local_ranks_.clear();
-    for (const auto& [rank, session] : sessions_) local_ranks_.insert(rank);
-    negotiator_ = coordinator::Negotiator(spec_.job_id, size, {});
-    std::atomic_store(&process_sets_, std::make_shared<const coordinator::ProcessSetTable>(negotiator_.processSets()));
+    resizeLocked();  // the epoch that waited grows before anyone used it
     v1::EpochChange& record = history_.back();
     record.set_size_after(size);
     record.set_cause(record.cause() + "; then admitted " + std::to_string(admitted) + " new ranks");

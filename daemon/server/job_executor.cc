@@ -131,7 +131,7 @@ void Job::complete(const coordinator::Response& response, const executor::Respon
   if (admit) {
     const auto ready = std::count_if(joiners_.begin(), joiners_.end(), [](const auto& j) { return j->streamAttached(); });
     changeEpochLocked("admitted " + std::to_string(ready) + " new ranks at the commit '" + response.name + "'", outbox,
-                      /*admit=*/true);
+                      /*admit=*/true);  // admits the same joiners: both under mutex_
   }
 }
 
