@@ -65,6 +65,7 @@ gradsync::StatusOr<ClientOptions> optionsFrom(const gradsync_config_t* c) {
   o.elastic = env.elastic || env.elastic_join;
   o.min_size = env.min_size.value_or(0);
   o.elastic_join = env.elastic_join;
+  o.join_marker = env.join_marker.value_or("");
   o.elastic_timeout_seconds = env.elastic_timeout.value_or(600);
   if (o.job_id.empty()) return gradsync::invalidArgument("no job id: set GRADSYNC_JOB_ID or config.job_id");
   if (o.token.empty()) return gradsync::invalidArgument("no job token: set GRADSYNC_TOKEN or config.token");

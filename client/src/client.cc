@@ -66,6 +66,10 @@ StatusOr<std::unique_ptr<Client>> Client::connect(const ClientOptions& options) 
     // A joiner has no place until the job's next commit admits it.
     ASSIGN_OR_RETURN(Membership admitted, client->rejoin(options.elastic_timeout_seconds));
     (void)admitted;
+    if (!options.join_marker.empty()) {
+      UniqueFd marker(::open(options.join_marker.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644));
+      (void)marker;  // best effort: the launcher only decides whether to replace this rank
+    }
   }
   RETURN_IF_ERROR(client->startTimelineFromEnvironment());
   return client;

@@ -39,6 +39,7 @@ struct ClientOptions {
   bool elastic = false;        // see RegisterRequest.elastic
   int min_size = 0;            // elastic: 0 means size
   bool elastic_join = false;   // a new rank for a running elastic job (RegisterRequest.elastic_join)
+  std::string join_marker;     // elastic_join: a file created once admitted (empty: none)
   // Elastic: how long the job waits below min_size for new ranks (told to
   // the daemon), and how long a joiner waits to be admitted.
   double elastic_timeout_seconds = 600;

@@ -41,6 +41,7 @@ EnvIdentity readEnvIdentity() {
   env.min_size = number<int>("GRADSYNC_MIN_SIZE");
   auto join = text("GRADSYNC_ELASTIC_JOIN");
   env.elastic_join = join && !join->empty() && *join != "0";
+  env.join_marker = text("GRADSYNC_JOIN_MARKER");
   auto timeout = text("GRADSYNC_ELASTIC_TIMEOUT");
   if (!timeout) timeout = text("HOROVOD_ELASTIC_TIMEOUT");
   if (timeout) {

@@ -27,6 +27,9 @@ struct EnvIdentity {
   // GRADSYNC_ELASTIC_JOIN=1: a new rank joining a running elastic job
   // (gradsyncrun sets it when it starts a replacement).
   bool elastic_join = false;
+  // GRADSYNC_JOIN_MARKER: a file a joiner creates once admitted (gradsyncrun
+  // replaces only ranks that were).
+  std::optional<std::string> join_marker;
   // GRADSYNC_ELASTIC_TIMEOUT (or HOROVOD_ELASTIC_TIMEOUT): seconds a joiner
   // waits to be admitted.
   std::optional<double> elastic_timeout;

@@ -16,6 +16,7 @@ import shlex
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 
@@ -99,6 +100,7 @@ class Job:
         self.args = args
         self.processes = []
         self._starts = []  # (host, env) of each process, for replacements
+        self._markers = {}  # replacement index -> the file its client creates once admitted
         self.resets = 0
         self.first_failure = None  # (rank, exit code)
         self._lock = threading.Lock()
@@ -127,7 +129,22 @@ class Job:
         host, env = self._starts[index]
         rank = len(self.processes)
         sys.stderr.write("gradsyncrun: starting [%d] to replace [%d]; it joins at the next commit\n" % (rank, index))
-        self._start(rank, host, dict(env, GRADSYNC_ELASTIC_JOIN="1"))
+        marker = os.path.join(tempfile.gettempdir(), "gradsyncrun-%d-joined-%d" % (os.getpid(), rank))
+        self._markers[rank] = marker
+        self._start(rank, host, dict(env, GRADSYNC_ELASTIC_JOIN="1", GRADSYNC_JOIN_MARKER=marker))
+
+    def admitted(self, index):
+        """Whether process `index` is (or was) a rank: an original one, or a
+        replacement the job admitted."""
+        marker = self._markers.get(index)
+        return marker is None or os.path.exists(marker)
+
+    def remove_markers(self):
+        for marker in self._markers.values():
+            try:
+                os.unlink(marker)
+            except OSError:
+                pass
 
     def _start(self, rank, host, env):
         self._starts.append((host, env))
@@ -182,7 +199,11 @@ class Job:
         running = sum(1 for p in self.processes if p.poll() is None)
         most = self.args.max_np or self.args.num_proc
         # Below --min-np the job waits (up to --elastic-timeout) for the replacement.
-        if self.args.on_rank_failure == "respawn" and not finished and 0 < running < most:
+        if not self.admitted(failure[0]):
+            # The job never took it (it failed or ended, or refused it):
+            # another replacement would fare no better.
+            sys.stderr.write("gradsyncrun: [%d] was never admitted to the job; not replacing it\n" % failure[0])
+        elif self.args.on_rank_failure == "respawn" and not finished and 0 < running < most:
             self._replace(failure[0])
         return None
 
@@ -219,6 +240,7 @@ class Job:
             time.sleep(0.05)
         for pump in self._pumps:
             pump.join(timeout=5)
+        self.remove_markers()
         succeeded = sum(1 for process in self.processes if process.returncode == 0)
         if elastic and self.first_failure is not None and succeeded >= self.args.min_np and not interrupted.is_set():
             return 0

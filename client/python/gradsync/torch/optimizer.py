@@ -136,7 +136,9 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             self._arena = GradientArena(self._requires_update)
             for p in self._requires_update:
                 self._arena.attach(p)
-        if _context.current().client.size > 1 or process_set is not global_process_set:
+        client = _context.current().client
+        # An elastic job (epoch > 0) may grow from one rank: hooks always.
+        if client.size > 1 or process_set is not global_process_set or client.epoch > 0:
             _register_hooks(self)
 
     def _groups_of(self, groups):
@@ -219,7 +221,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         """Waits for every gradient's allreduce (starting those whose hooks did
         not fire, e.g. parameters unused in this step) and writes the results
         into p.grad."""
-        if _context.current().client.size == 1 and self._process_set is global_process_set:
+        if _context.current().client.size == 1 and self._process_set is global_process_set and not self._handles:
             self._synchronized = True
             return
         for p in self._requires_update:
