@@ -98,3 +98,23 @@ def test_without_elastic_mode_run_syncs_once_and_errors_escape(tmp_path):
     done = results(tmp_path)
     expected = [w.hex() for w in replay([(s, 2) for s in range(15)])]
     assert done[0]["weights"] == expected and done[0]["epoch"] == 0 and done[0]["resets"] == []
+
+
+def test_host_discovery_adds_a_rank_that_joins_at_a_commit(tmp_path):
+    hosts = tmp_path / "hosts"
+    hosts.write_text("localhost:3\n")
+    script = tmp_path / "discover.sh"
+    script.write_text("#!/bin/sh\ncat %s\n" % hosts)
+    script.chmod(0o755)
+    # Two ranks start; the third slot's rank joins at a commit; training
+    # waits for it at step 0: 10 steps at 3 ranks.
+    out = run_job(tmp_path, 2, 2, -1, "--max-np", "3", "--host-discovery-script", str(script),
+                  GRADSYNC_TEST_WAIT_FOR="3")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "host discovery offers 3 slots here; starting a new rank" in out.stderr
+    done = results(tmp_path)
+    assert sorted(done) == [0, 1, 2]
+    expected = [w.hex() for w in replay([(s, 3) for s in range(10)])]
+    for result in done.values():
+        assert result["weights"] == expected and result["epoch"] == 2 and result["size"] == 3
+    assert committed_samples(tmp_path) == list(range(60))

@@ -51,6 +51,9 @@ def parse_args(argv):
     elastic.add_argument("--on-rank-failure", choices=("respawn", "blacklist-host"), default="respawn",
                          help="elastic job: start a replacement for a rank that died (it joins at the next "
                               "commit), or go on without (default respawn; Horovod blacklists the host)")
+    elastic.add_argument("--host-discovery-script",
+                         help="elastic job: a program printing 'host' or 'host:slots' lines, run every second; "
+                              "ranks are added (up to --max-np) when this host's slots exceed the ranks running")
     elastic.add_argument("--elastic-timeout", type=float,
                          help="elastic job: seconds it waits for new ranks when fewer than --min-np remain "
                               "(default $GRADSYNC_ELASTIC_TIMEOUT or 600), then fails naming what it lost")
@@ -64,7 +67,7 @@ def parse_args(argv):
         p.error("no command to run")
     if args.num_proc < 1:
         p.error("-np must be at least 1")
-    if args.max_np is not None and args.min_np is None:
+    if (args.max_np is not None or args.host_discovery_script) and args.min_np is None:
         args.min_np = args.num_proc
     if args.min_np is not None and not 1 <= args.min_np <= args.num_proc:
         p.error("--min-np must be in [1, -np]")
@@ -123,12 +126,13 @@ class Job:
                     env["GRADSYNC_ELASTIC_TIMEOUT"] = str(args.elastic_timeout)
             self._start(rank, host, env)
 
-    def _replace(self, index):
-        """Starts a replacement for process `index`: a new rank that joins
-        the running elastic job at its next commit."""
+    def _replace(self, index, why=None):
+        """Starts a new rank like process `index` (to replace it, or `why`)
+        that joins the running elastic job at its next commit."""
         host, env = self._starts[index]
         rank = len(self.processes)
-        sys.stderr.write("gradsyncrun: starting [%d] to replace [%d]; it joins at the next commit\n" % (rank, index))
+        sys.stderr.write("gradsyncrun: starting [%d] %s; it joins at the next commit\n" %
+                         (rank, why or "to replace [%d]" % index))
         marker = os.path.join(tempfile.gettempdir(), "gradsyncrun-%d-joined-%d" % (os.getpid(), rank))
         self._markers[rank] = marker
         self._start(rank, host, dict(env, GRADSYNC_ELASTIC_JOIN="1", GRADSYNC_JOIN_MARKER=marker))
@@ -182,6 +186,32 @@ class Job:
                 except ProcessLookupError:
                     pass
 
+    def discover(self):
+        """Runs --host-discovery-script (at most once a second) and starts
+        new ranks while this host offers more slots than there are ranks
+        (up to --max-np). Ranks only join: removal is not implemented."""
+        now = time.monotonic()
+        if not self.args.host_discovery_script or now < getattr(self, "_next_discovery", 0):
+            return
+        self._next_discovery = now + 1.0
+        try:
+            out = subprocess.run([self.args.host_discovery_script], capture_output=True, text=True, timeout=10)
+            hosts = parse_hosts(",".join(line.strip() for line in out.stdout.splitlines() if line.strip()))
+        except (OSError, subprocess.SubprocessError, ValueError) as e:
+            sys.stderr.write("gradsyncrun: host discovery failed: %s\n" % e)
+            return
+        if out.returncode != 0:
+            sys.stderr.write("gradsyncrun: host discovery exited with %d\n" % out.returncode)
+            return
+        slots = sum(n for host, n in hosts if is_local(host))
+        if any(p.poll() == 0 for p in self.processes):
+            return  # training is over
+        running = sum(1 for p in self.processes if p.poll() is None)
+        most = self.args.max_np or self.args.num_proc
+        for _ in range(max(0, min(slots, most) - running)):
+            sys.stderr.write("gradsyncrun: host discovery offers %d slots here; starting a new rank\n" % slots)
+            self._replace(0, "to add a rank")
+
     def _elastic_failure(self, failure, interrupted):
         """A rank of an elastic job failed: the others go on; a replacement
         starts unless the job is over, respawning is off, or the reset limit
@@ -230,6 +260,8 @@ class Job:
                         deadline = time.monotonic() + self.args.grace
             if not running:
                 break
+            if elastic and not interrupted.is_set():
+                self.discover()
             if interrupted.is_set() and deadline is None:
                 deadline = time.monotonic() + 5
                 self.signal_all(signal.SIGTERM)
