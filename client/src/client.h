@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -206,8 +207,14 @@ class Client {
   // GRADSYNC_TIMELINE / HOROVOD_TIMELINE (and *_MARK_CYCLES) at connect.
   Status startTimelineFromEnvironment();
   // Runs one process set change to its end: enqueued (or abandoned with
-  // `invalid`, when non-OK, which is then returned) and waited for.
-  StatusOr<OpResult> changeProcessSets(OpSpec spec, const Status& invalid, double timeout_seconds);
+  // `invalid`, when non-OK, which is then returned) and waited for; the id
+  // the daemon gave an added set.
+  StatusOr<int> changeProcessSets(OpSpec spec, const Status& invalid, double timeout_seconds);
+  // The end of a blocking call's collective: waits for `handle`, shows the
+  // finished operation to `read`, releases it. A handle still in flight at
+  // the timeout stays with the client (DEADLINE_EXCEEDED names `what`).
+  Status finishBlocking(uint64_t handle, double timeout_seconds, const std::string& what,
+                        const std::function<void(const Operation&)>& read);
 
   const ClientOptions options_;
   std::shared_ptr<grpc::Channel> channel_;

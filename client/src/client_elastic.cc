@@ -74,21 +74,28 @@ StatusOr<bool> Client::commitBarrier(double timeout_seconds, bool* retriable) {
     spec.name = "elastic.commit." + std::to_string(next_commit_++);
   }
   ASSIGN_OR_RETURN(uint64_t handle, enqueue(spec));
+  bool changed = false;
+  RETURN_IF_ERROR(finishBlocking(handle, timeout_seconds, "commit barrier '" + spec.name + "'", [&](const Operation& op) {
+    changed = op.epoch_changed;
+    *retriable = op.membership_changed;
+  }));
+  return changed;
+}
+
+Status Client::finishBlocking(uint64_t handle, double timeout_seconds, const std::string& what,
+                              const std::function<void(const Operation&)>& read) {
   Status waited = wait(handle, timeout_seconds);
   if (waited.code() == StatusCode::kDeadlineExceeded) {
     auto done = poll(handle);
-    if (!done.isOk() || !*done) return Status(waited.code(), "commit barrier '" + spec.name + "': " + waited.message());
+    if (!done.isOk() || !*done) return Status(waited.code(), what + ": " + waited.message());
   }
-  bool changed = false;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     auto it = ops_.find(handle);
-    changed = it != ops_.end() && it->second->epoch_changed;
-    *retriable = it != ops_.end() && it->second->membership_changed;
+    if (it != ops_.end()) read(*it->second);
   }
   (void)release(handle);
-  if (!waited.isOk()) return waited;
-  return changed;
+  return waited;
 }
 
 }  // namespace gradsync::client

@@ -17,7 +17,7 @@ std::string ranksText(const std::vector<int>& ranks) {
 
 }  // namespace
 
-StatusOr<OpResult> Client::changeProcessSets(OpSpec spec, const Status& invalid, double timeout_seconds) {
+StatusOr<int> Client::changeProcessSets(OpSpec spec, const Status& invalid, double timeout_seconds) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     // Every rank changes its sets in the same order: the names pair up.
@@ -25,18 +25,12 @@ StatusOr<OpResult> Client::changeProcessSets(OpSpec spec, const Status& invalid,
   }
   auto handle = invalid.isOk() ? enqueue(spec) : abandon(spec, invalid.message());
   if (!handle.isOk()) return handle.status();
-  Status waited = wait(*handle, timeout_seconds);
-  if (waited.code() == StatusCode::kDeadlineExceeded) {
-    auto done = poll(*handle);
-    if (!done.isOk() || !*done) {
-      // Still in flight: the handle stays with the client until it ends.
-      return Status(waited.code(), "process set change '" + spec.name + "': " + waited.message());
-    }
-  }
-  StatusOr<OpResult> outcome = waited.isOk() ? result(*handle) : StatusOr<OpResult>(waited);
-  (void)release(*handle);
+  int id = 0;
+  Status finished = finishBlocking(*handle, timeout_seconds, "process set change '" + spec.name + "'",
+                                   [&](const Operation& op) { id = op.process_set_id; });
   if (!invalid.isOk()) return invalid;
-  return outcome;
+  if (!finished.isOk()) return finished;
+  return id;
 }
 
 StatusOr<int> Client::addProcessSet(std::vector<int> ranks, double timeout_seconds) {
@@ -64,10 +58,10 @@ StatusOr<int> Client::addProcessSet(std::vector<int> ranks, double timeout_secon
   OpSpec spec;
   spec.type = v1::PROCESS_SET_ADD;
   spec.set_ranks = ranks;
-  ASSIGN_OR_RETURN(OpResult result, changeProcessSets(std::move(spec), invalid, timeout_seconds));
+  ASSIGN_OR_RETURN(int id, changeProcessSets(std::move(spec), invalid, timeout_seconds));
   std::lock_guard<std::mutex> lock(mutex_);
-  process_sets_[result.process_set_id] = std::move(ranks);
-  return result.process_set_id;
+  process_sets_[id] = std::move(ranks);
+  return id;
 }
 
 Status Client::removeProcessSet(int id, double timeout_seconds) {
@@ -80,8 +74,7 @@ Status Client::removeProcessSet(int id, double timeout_seconds) {
   OpSpec spec;
   spec.type = v1::PROCESS_SET_REMOVE;
   spec.target_set = id;
-  auto result = changeProcessSets(std::move(spec), invalid, timeout_seconds);
-  if (!result.isOk()) return result.status();
+  RETURN_IF_ERROR(changeProcessSets(std::move(spec), invalid, timeout_seconds).status());
   std::lock_guard<std::mutex> lock(mutex_);
   process_sets_.erase(id);
   return okStatus();

@@ -13,6 +13,17 @@
 #include "daemon/server/job.h"
 
 namespace gradsync::server {
+namespace {
+
+// To a rank waiting in its rejoin (or to join): the job will not take it.
+v1::DaemonMessage refusal(const std::string& cause) {
+  v1::DaemonMessage message;
+  message.mutable_membership_change()->set_refused(true);
+  message.mutable_membership_change()->set_cause(cause);
+  return message;
+}
+
+}  // namespace
 
 Status Job::addJoiner(std::shared_ptr<Session> session) {
   std::lock_guard<std::mutex> lock(mutex_);
@@ -28,10 +39,7 @@ Status Job::addJoiner(std::shared_ptr<Session> session) {
 
 void Job::refuseJoinersLocked(const std::string& cause, Outbox* outbox) {
   for (const auto& joiner : joiners_) {
-    v1::DaemonMessage message;
-    message.mutable_membership_change()->set_refused(true);
-    message.mutable_membership_change()->set_cause("job '" + spec_.job_id + "' takes no new rank: " + cause);
-    outbox->emplace_back(joiner, std::move(message));
+    outbox->emplace_back(joiner, refusal("job '" + spec_.job_id + "' takes no new rank: " + cause));
   }
   joiners_.clear();
 }
@@ -158,10 +166,7 @@ void Job::fillEpochLocked(Clock::time_point now, Outbox* outbox) {
   refuseJoinersLocked(failure_, outbox);
   // The survivors wait in rejoin: the refusal ends it with the cause.
   for (const auto& [rank, session] : sessions_) {
-    v1::DaemonMessage message;
-    message.mutable_membership_change()->set_refused(true);
-    message.mutable_membership_change()->set_cause("job '" + spec_.job_id + "': " + failure_);
-    outbox->emplace_back(session, std::move(message));
+    outbox->emplace_back(session, refusal("job '" + spec_.job_id + "': " + failure_));
   }
 }
 

@@ -11,13 +11,13 @@ import subprocess
 import sys
 import time
 
+from exact_model import replay
 from gradsync.runner.daemon import PrivateDaemon
 
 RUN = os.environ["GRADSYNCRUN"]
 CTL = os.environ["GRADSYNC_CTL"]
 TRAIN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "churn_train.py")
 CYCLES = int(os.environ.get("GRADSYNC_CHURN_CYCLES", "20"))
-DIM = 8
 
 
 def daemon_resources(pid):
@@ -58,13 +58,6 @@ def wait_until(predicate, timeout, what):
         assert time.monotonic() < deadline, "timed out waiting for " + what
         time.sleep(0.05)
 
-
-def replay(schedule):
-    w = [1.0] * DIM
-    for step, size in schedule:
-        mean = sum((step + 1) * (r + 1) / 4.0 for r in range(size)) / size
-        w = [x - mean for x in w]
-    return w
 
 
 def kill_and_replace(daemon, job, epochs, rng):
