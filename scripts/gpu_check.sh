@@ -85,6 +85,11 @@ stop_daemon() {
   [[ -n $daemon_pid ]] || return 0
   kill -TERM "$daemon_pid" 2>/dev/null
   local rc=0
+  for _ in $(seq 400); do kill -0 "$daemon_pid" 2>/dev/null || break; sleep 0.1; done
+  if kill -0 "$daemon_pid" 2>/dev/null; then
+    echo "gradsyncd did not exit within 40 s of SIGTERM: killed"
+    kill -KILL "$daemon_pid"
+  fi
   wait "$daemon_pid" || rc=$?
   daemon_pid=
   echo "--- gradsyncd log (exit $rc)"

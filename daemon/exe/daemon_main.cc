@@ -6,12 +6,37 @@
 #include <signal.h>
 
 #include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <thread>
 
 #include "daemon/common/logging.h"
 #include "daemon/exe/daemon.h"
 #include "daemon/exe/options.h"
 
 namespace gradsync::exe {
+namespace {
+
+// Shutdown fails every job and stops the servers within seconds. If anything
+// holds the process longer (a GPU stream that never drains, the driver's
+// teardown at exit), it ends anyway after this long, or at a second signal.
+constexpr int kShutdownLimitSeconds = 30;
+
+void endShutdownWithin(const sigset_t& signals) {
+  std::thread([signals] {
+    timespec limit{kShutdownLimitSeconds, 0};
+    siginfo_t info;
+    const int signo = sigtimedwait(&signals, &info, &limit);
+    if (signo > 0) {
+      GS_LOG(main, critical, "received signal {} while shutting down; exiting now", signo);
+    } else {
+      GS_LOG(main, critical, "shutdown did not finish within {} s; exiting now", kShutdownLimitSeconds);
+    }
+    std::_Exit(1);
+  }).detach();
+}
+
+}  // namespace
 
 int daemonMain(int argc, char** argv, GpuFactory make_gpus) {
   auto options = exe::parseOptions(std::vector<std::string>(argv + 1, argv + argc));
@@ -54,6 +79,7 @@ int daemonMain(int argc, char** argv, GpuFactory make_gpus) {
     if (signo == SIGHUP) GS_LOG(main, info, "SIGHUP ignored (restart the daemon to change its configuration)");
   } while (signo == SIGHUP);
   GS_LOG(main, info, "received signal {}", signo);
+  endShutdownWithin(signals);
   (*daemon)->shutdown();
   GS_LOG(main, info, "stopped");
   return 0;

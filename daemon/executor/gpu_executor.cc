@@ -3,6 +3,10 @@
 // node (the paths across nodes are in gpu_executor_cross.cc).
 #include "daemon/executor/gpu_executor.h"
 
+#include <algorithm>
+#include <chrono>
+#include <thread>
+
 #include "daemon/collective/cuda/local_reduce.h"
 #include "daemon/common/dtype.h"
 #include "daemon/common/logging.h"
@@ -136,12 +140,31 @@ StatusOr<GpuExecutor::Members> GpuExecutor::resolve(const Response& r, RankAcces
 }
 
 Status GpuExecutor::waitReady(const Members& m) {
+  // On the host, not on the stream: a stream told to wait for the event of a
+  // client that dies before reaching it would never run again, and every
+  // other rank's done event behind it would never come.
   for (const auto& member : m.list) {
     if (member.slot == gpu::kNoEventSlot) continue;
-    RETURN_IF_ERROR(context(ops_->waitEvent(m.stream, member.gpu->readyEvent(member.slot)),
-                            "waiting for rank " + std::to_string(member.rank) + "'s ready event"));
+    RETURN_IF_ERROR(waitForEvent(*member.gpu, member.gpu->readyEvent(member.slot)));
   }
   return okStatus();
+}
+
+Status GpuExecutor::waitForEvent(const gpu::ClientGpu& client, void* event) {
+  const auto start = std::chrono::steady_clock::now();
+  for (auto pause = std::chrono::microseconds(2);; pause = std::min(pause * 2, std::chrono::microseconds(500))) {
+    StatusOr<bool> done = ops_->eventDone(event);
+    if (!done.isOk()) return context(done.status(), "querying " + client.who() + "'s ready event");
+    if (*done) return okStatus();
+    if (!client.attached()) {
+      return unavailable(client.who() + " disconnected before the GPU work producing its tensor finished");
+    }
+    if (std::chrono::steady_clock::now() - start > kReadyWaitLimit) {
+      return deadlineExceeded("the GPU work of " + client.who() + " producing its tensor did not finish within " +
+                              std::to_string(kReadyWaitLimit.count()) + " s");
+    }
+    std::this_thread::sleep_for(pause);
+  }
 }
 
 Status GpuExecutor::recordDoneAfter(const Members& m, Status status) {

@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 // Collectives on CUDA tensors of the ranks of one node that share a GPU.
-// Nothing waits on the host: the daemon's stream waits on each rank's "ready"
-// event, the kernels reduce or copy between the ranks' mapped allocations,
-// and the stream records each rank's "done" event, which the rank's own
-// stream waits on. Done messages go out as soon as the work is enqueued.
+// The executor polls each rank's "ready" event on the host (a stream made to
+// wait on it would hang for good if the rank died first), the kernels reduce
+// or copy between the ranks' mapped allocations, and the stream records each
+// rank's "done" event, which the rank's own stream waits on. Done messages
+// go out as soon as the work is enqueued.
 //
 // Jobs across nodes stage through host memory: the local ranks' tensors are
 // reduced on the GPU into the device's fusion buffer, copied to pinned host
@@ -19,6 +20,7 @@
 // CUDA tensors across nodes: those fail with UNIMPLEMENTED naming the tensor.
 #pragma once
 
+#include <chrono>
 #include <map>
 #include <memory>
 #include <vector>
@@ -33,6 +35,10 @@ namespace gradsync::executor {
 // pinned staging buffer, so that jobs sharing a GPU never wait on each other.
 class GpuExecutor : public DeviceExecutor {
  public:
+  // How long a live rank's GPU work producing a tensor may take once every
+  // rank asked for the collective.
+  static constexpr std::chrono::seconds kReadyWaitLimit{60};
+
   // `nccl` (null: none, or disabled) carries CUDA tensors between daemons
   // when every node has a GPU; host staging otherwise.
   GpuExecutor(gpu::DeviceOps* ops, const gpu::NcclLibrary* nccl) : ops_(ops), nccl_(nccl) {}
@@ -61,7 +67,10 @@ class GpuExecutor : public DeviceExecutor {
     void* stream = nullptr;  // cudaStream_t
   };
   StatusOr<Members> resolve(const Response& r, RankAccess& access);
+  // Waits on the host until every member's ready event is reached; fails
+  // (naming the rank) when a rank disconnects first or kReadyWaitLimit passes.
   Status waitReady(const Members& m);
+  Status waitForEvent(const gpu::ClientGpu& client, void* event);
   Status recordDone(const Members& m);
   Status recordDoneAfter(const Members& m, Status status);
   Status allreduce(const Response& r, RankAccess& access);

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <functional>
 #include <set>
+#include <thread>
 
 #include "daemon/collective/reduce/cpu_reduce.h"
 #include "daemon/executor/executor_util.h"
@@ -330,6 +331,27 @@ TEST_F(GpuExecutorTest, ARankThatLeftFailsTheCollectiveNamingIt) {
                                      request(1, "w", v1::ALLREDUCE, v1::FLOAT32, {4}, 0)})});
   EXPECT_EQ(results[0].status.code(), StatusCode::kFailedPrecondition);
   EXPECT_THAT(results[0].status.message(), HasSubstr("rank 1 has no GPU attached"));
+}
+
+// A rank that died with its ready event recorded behind work that will
+// never run: the executor waits on the host, sees the rank go, and fails the
+// collective without touching a tensor or recording a done event.
+TEST_F(GpuExecutorTest, ARankThatDiesBeforeItsReadyEventFailsTheCollectiveAndNothingIsQueued) {
+  makeRanks(2);
+  ops_.never_done.insert(ranks_[1].gpu->readyEvent(1));
+  std::thread disconnect([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    ranks_[1].gpu->detach();
+  });
+  const auto start = std::chrono::steady_clock::now();
+  auto results = run({response("w", {request(0, "w", v1::ALLREDUCE, v1::FLOAT32, {4}, 0),
+                                     request(1, "w", v1::ALLREDUCE, v1::FLOAT32, {4}, 0)})});
+  disconnect.join();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+  EXPECT_EQ(results[0].status.code(), StatusCode::kUnavailable);
+  EXPECT_THAT(results[0].status.message(), HasSubstr("rank 1 disconnected before the GPU work"));
+  EXPECT_EQ(logged("reduce"), -1);
+  EXPECT_EQ(logged("record " + done(0, 0)), -1);
 }
 
 // Across nodes without NCCL: local reduce, host staging, the ring (faked:

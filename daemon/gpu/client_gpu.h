@@ -93,6 +93,10 @@ class ClientGpu {
   ClientGpu& operator=(const ClientGpu&) = delete;
 
   int device() const { return device_; }
+  const std::string& who() const { return who_; }
+  // The rank's connection closed: work waiting on its events ends.
+  void detach() { attached_.store(false); }
+  bool attached() const { return attached_.load(); }
   const std::string& deviceUuid() const { return device_uuid_; }
   int eventSlots() const { return static_cast<int>(ready_.size()); }
   // Handles of the done events, for the attach reply.
@@ -130,6 +134,7 @@ class ClientGpu {
   const std::string device_uuid_;
   const std::string who_;  // "rank 1 (pid 42, host h)", for messages
   const MappingLimits limits_;
+  std::atomic<bool> attached_{true};
   std::vector<void*> ready_;
   std::vector<SharedEvent> done_;
   mutable std::mutex mutex_;

@@ -211,9 +211,11 @@ Status CudaBackend::releaseStream(int device, void* handle) {
   return check(cudaStreamDestroy(stream), "cudaStreamDestroy");
 }
 
-Status CudaBackend::waitEvent(void* stream, void* event) {
-  return check(cudaStreamWaitEvent(static_cast<cudaStream_t>(stream), static_cast<cudaEvent_t>(event), 0),
-               "cudaStreamWaitEvent");
+StatusOr<bool> CudaBackend::eventDone(void* event) {
+  const cudaError_t err = cudaEventQuery(static_cast<cudaEvent_t>(event));
+  if (err == cudaSuccess) return true;
+  if (err == cudaErrorNotReady) return false;
+  return internalError(std::string("cudaEventQuery: ") + cudaErrorText(err));
 }
 
 Status CudaBackend::recordEvent(void* event, void* stream) {

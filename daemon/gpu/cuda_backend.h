@@ -44,7 +44,7 @@ class CudaBackend : public GpuBackend, public DeviceOps {
   Status select(int device) override;
   StatusOr<void*> newStream(int device) override;
   Status releaseStream(int device, void* stream) override;
-  Status waitEvent(void* stream, void* event) override;
+  StatusOr<bool> eventDone(void* event) override;
   Status recordEvent(void* event, void* stream) override;
   Status copy(void* dst, const void* src, size_t bytes, CopyKind kind, void* stream) override;
   Status reduce(const cuda::LocalReduceArgs& args, void* stream) override;

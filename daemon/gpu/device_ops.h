@@ -27,8 +27,9 @@ class DeviceOps {
   virtual StatusOr<void*> newStream(int device) = 0;
   // Waits (bounded) for the stream, then destroys it.
   virtual Status releaseStream(int device, void* stream) = 0;
-  // The stream waits for the event's latest record (no host wait).
-  virtual Status waitEvent(void* stream, void* event) = 0;
+  // Whether the work before the event's latest record has finished (a
+  // host query that never blocks: cudaEventQuery).
+  virtual StatusOr<bool> eventDone(void* event) = 0;
   virtual Status recordEvent(void* event, void* stream) = 0;
   virtual Status copy(void* dst, const void* src, size_t bytes, CopyKind kind, void* stream) = 0;
   // The element-wise reduction of local_reduce.h, enqueued on `stream`.

@@ -49,6 +49,7 @@ void Session::releaseGpu() {
     std::lock_guard<std::mutex> lock(mutex_);
     gone = std::move(gpu_);
   }
+  if (gone) gone->detach();
   // `gone` goes here, outside the lock (unless an executor still holds it):
   // its mappings pass to the reaper, which unmaps each after its last work.
 }
