@@ -140,6 +140,10 @@ case $stage in
       step "gradsync_bench --device cuda --resnet, $n ranks" timeout 100 "$tools/gradsync_bench" \
         --socket "$socket" -np "$n" --device cuda --resnet
     done
+    step "gradsync_bench --device cuda, 2 ranks, completion on the caller's stream" env GRADSYNC_CUDA_COMPLETION=stream \
+      timeout 100 "$tools/gradsync_bench" --socket "$socket" -np 2 --device cuda --min-time 0.3 --max-bytes 1M
+    step "gradsync_bench --device cpu, 2 ranks (this machine's CPU path, for the latency floor)" timeout 100 \
+      "$tools/gradsync_bench" --socket "$socket" -np 2 --device cpu --min-time 0.3 --max-bytes 1M
     step "PyTorch CUDA allreduce bench with references (D2D copy, NCCL 1 rank), 2 ranks" \
       run_ranks 2 $python examples/pytorch/cuda_allreduce_bench.py --iters 30
     # Two daemons on one GPU as the stand-in for two nodes, one rank each.

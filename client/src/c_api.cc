@@ -67,6 +67,7 @@ gradsync::StatusOr<ClientOptions> optionsFrom(const gradsync_config_t* c) {
   o.elastic_join = env.elastic_join;
   o.join_marker = env.join_marker.value_or("");
   o.elastic_timeout_seconds = env.elastic_timeout.value_or(600);
+  o.cuda_stream_completion = env.cuda_stream_completion;
   if (o.job_id.empty()) return gradsync::invalidArgument("no job id: set GRADSYNC_JOB_ID or config.job_id");
   if (o.token.empty()) return gradsync::invalidArgument("no job token: set GRADSYNC_TOKEN or config.token");
   if (o.rank < 0 || o.size <= 0) return gradsync::invalidArgument("no rank/size: set GRADSYNC_RANK and GRADSYNC_SIZE");

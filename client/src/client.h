@@ -7,6 +7,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <functional>
 #include <map>
@@ -24,6 +25,10 @@
 #include "proto/gradsync/v1/control.grpc.pb.h"
 
 namespace gradsync::client {
+
+// How long a CUDA operation's GPU work in the daemon may take once its Done
+// came, and how long a submission waits for an event slot.
+constexpr std::chrono::milliseconds kCudaDoneLimit{60000};
 
 struct ClientOptions {
   std::string socket_path;
@@ -44,6 +49,9 @@ struct ClientOptions {
   // Elastic: how long the job waits below min_size for new ranks (told to
   // the daemon), and how long a joiner waits to be admitted.
   double elastic_timeout_seconds = 600;
+  // CUDA operations complete on the caller's stream instead of on the host
+  // (see CudaSession::complete and completeOnHost).
+  bool cuda_stream_completion = false;
 };
 
 // This rank's place in the job; elastic jobs move to new epochs.
@@ -195,6 +203,12 @@ class Client {
   // Copies an in-place result back to the caller's buffer and frees the
   // input slot. Runs without mutex_ (copies can be large).
   void finish(Operation& op);
+  // Every CUDA event slot is taken: operations the daemon finished but the
+  // caller has not waited for give theirs back (their streams wait for
+  // their done events now instead of at wait()); otherwise this waits for
+  // the daemon to finish one, at most kCudaDoneLimit.
+  Status waitForCudaSlot(const std::string& name);
+  Status brokenStatus();
   bool send(const v1::ClientMessage& message);
   // The CUDA side, made on the first CUDA tensor.
   CudaSession& cuda();

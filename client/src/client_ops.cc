@@ -87,6 +87,12 @@ StatusOr<uint64_t> Client::enqueueOne(const OpSpec& spec, uint64_t group_id, uin
     op->cuda_output = spec.output;
     op->output_length = spec.output_bytes;
   }
+  if (spec.cuda && !isDataless(spec.type) && cuda().slotsExhausted()) {
+    if (Status slot = waitForCudaSlot(spec.name); !slot.isOk()) {
+      if (output_ref) cuda().releaseOutput(*output_ref);
+      return slot;
+    }
+  }
   if (spec.cuda && !isDataless(spec.type)) {
     // A tensor without elements still travels as CUDA (the ranks agree on
     // the device); it takes events only when this rank gets an output.
@@ -170,9 +176,11 @@ StatusOr<uint64_t> Client::enqueueOne(const OpSpec& spec, uint64_t group_id, uin
 void Client::finish(Operation& op) {
   // Runs with mutex_ released: copies can be large.
   if (op.cuda) {
-    // The caller's stream waits for the daemon's done event: the result is
-    // ordered before whatever the caller queues there next.
-    Status waited = cuda_->complete(*op.cuda, op.status.isOk());
+    // The result is ordered before whatever the caller queues next: this
+    // thread waits for the daemon's done event, or the caller's stream does.
+    Status waited = options_.cuda_stream_completion
+                        ? cuda_->complete(*op.cuda, op.status.isOk())
+                        : cuda_->completeOnHost(*op.cuda, op.name, [this] { return brokenStatus(); }, kCudaDoneLimit);
     if (!waited.isOk() && op.status.isOk()) op.status = waited;
     op.cuda.reset();
   }
@@ -185,6 +193,38 @@ void Client::finish(Operation& op) {
   }
   if (op.owns_input) (void)arena_->release(op.input_offset);
   op.owns_input = false;
+}
+
+Status Client::brokenStatus() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return broken_;
+}
+
+Status Client::waitForCudaSlot(const std::string& name) {
+  const auto deadline = std::chrono::steady_clock::now() + kCudaDoneLimit;
+  std::unique_lock<std::mutex> lock(mutex_);
+  for (;;) {
+    drainCompletionsLocked();
+    // Lock order mutex_, then the CUDA session's: as everywhere else.
+    bool freed = false;
+    for (auto& [handle, op] : ops_) {
+      if (!op->done || op->finishing || !op->cuda) continue;
+      Status waited = cuda_->complete(*op->cuda, op->status.isOk());
+      if (!waited.isOk() && op->status.isOk()) op->status = waited;
+      op->cuda.reset();
+      freed = true;
+    }
+    if (freed || !cuda_->slotsExhausted()) return okStatus();
+    if (!broken_.isOk()) return broken_;
+    if (std::chrono::steady_clock::now() > deadline) {
+      return resourceExhausted("CUDA tensor '" + name + "': every event slot is held by an operation in flight, " +
+                               "and none finished within " +
+                               std::to_string(kCudaDoneLimit.count() / 1000) + " s");
+    }
+    lock.unlock();
+    complete_ring_->wait(std::chrono::milliseconds(100));
+    lock.lock();
+  }
 }
 
 StatusOr<bool> Client::poll(uint64_t handle) {

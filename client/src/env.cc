@@ -49,6 +49,8 @@ EnvIdentity readEnvIdentity() {
     const double seconds = std::strtod(timeout->c_str(), &end);
     if (end != timeout->c_str() && *end == '\0' && seconds > 0) env.elastic_timeout = seconds;
   }
+  auto completion = text("GRADSYNC_CUDA_COMPLETION");
+  env.cuda_stream_completion = completion && *completion == "stream";
   return env;
 }
 

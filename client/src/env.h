@@ -33,6 +33,11 @@ struct EnvIdentity {
   // GRADSYNC_ELASTIC_TIMEOUT (or HOROVOD_ELASTIC_TIMEOUT): seconds a joiner
   // waits to be admitted.
   std::optional<double> elastic_timeout;
+  // GRADSYNC_CUDA_COMPLETION=stream: a CUDA operation completes by making
+  // the caller's stream wait for the daemon's done event (no host wait, as
+  // Horovod's HOROVOD_ENABLE_ASYNC_COMPLETION); default "host": wait() polls
+  // that event on the host.
+  bool cuda_stream_completion = false;
 };
 
 EnvIdentity readEnvIdentity();

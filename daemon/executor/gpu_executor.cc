@@ -152,7 +152,7 @@ Status GpuExecutor::waitReady(const Members& m) {
 
 Status GpuExecutor::waitForEvent(const gpu::ClientGpu& client, void* event) {
   const auto start = std::chrono::steady_clock::now();
-  for (auto pause = std::chrono::microseconds(2);; pause = std::min(pause * 2, std::chrono::microseconds(500))) {
+  for (auto pause = std::chrono::microseconds(10);; pause = std::min(pause * 2, std::chrono::microseconds(500))) {
     StatusOr<bool> done = ops_->eventDone(event);
     if (!done.isOk()) return context(done.status(), "querying " + client.who() + "'s ready event");
     if (*done) return okStatus();
@@ -163,7 +163,13 @@ Status GpuExecutor::waitForEvent(const gpu::ClientGpu& client, void* event) {
       return deadlineExceeded("the GPU work of " + client.who() + " producing its tensor did not finish within " +
                               std::to_string(kReadyWaitLimit.count()) + " s");
     }
-    std::this_thread::sleep_for(pause);
+    // Spin briefly first: a rank records its event just before it asks, so
+    // the work is usually done or microseconds away.
+    if (std::chrono::steady_clock::now() - start < std::chrono::microseconds(200)) {
+      std::this_thread::yield();
+    } else {
+      std::this_thread::sleep_for(pause);
+    }
   }
 }
 

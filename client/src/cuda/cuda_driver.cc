@@ -25,6 +25,7 @@ struct DriverApi {
   CUresult (*ipcOpenEventHandle)(CUevent*, CUipcEventHandle) = nullptr;
   CUresult (*eventRecord)(CUevent, CUstream) = nullptr;
   CUresult (*streamWaitEvent)(CUstream, CUevent, unsigned) = nullptr;
+  CUresult (*eventQuery)(CUevent) = nullptr;
   CUresult (*eventDestroy)(CUevent) = nullptr;
   CUresult (*ctxPushCurrent)(CUcontext) = nullptr;
   CUresult (*ctxPopCurrent)(CUcontext*) = nullptr;
@@ -107,6 +108,14 @@ class RealCudaDriver : public CudaDriver {
                  "cuStreamWaitEvent");
   }
 
+  StatusOr<bool> eventDone(void* context, void* event) override {
+    Scoped scoped(this, context);
+    const CUresult result = api_.eventQuery(static_cast<CUevent>(event));
+    if (result == CUDA_ERROR_NOT_READY) return false;
+    RETURN_IF_ERROR(check(result, "cuEventQuery"));
+    return true;
+  }
+
   void destroyEvent(void* context, void* event) override {
     Scoped scoped(this, context);
     (void)api_.eventDestroy(static_cast<CUevent>(event));
@@ -170,6 +179,7 @@ StatusOr<std::unique_ptr<CudaDriver>> loadCudaDriver() {
   RETURN_IF_ERROR(resolve(get, "cuIpcOpenEventHandle", &api.ipcOpenEventHandle));
   RETURN_IF_ERROR(resolve(get, "cuEventRecord", &api.eventRecord));
   RETURN_IF_ERROR(resolve(get, "cuStreamWaitEvent", &api.streamWaitEvent));
+  RETURN_IF_ERROR(resolve(get, "cuEventQuery", &api.eventQuery));
   RETURN_IF_ERROR(resolve(get, "cuEventDestroy", &api.eventDestroy));
   RETURN_IF_ERROR(resolve(get, "cuCtxPushCurrent", &api.ctxPushCurrent));
   RETURN_IF_ERROR(resolve(get, "cuCtxPopCurrent", &api.ctxPopCurrent));

@@ -37,6 +37,8 @@ class CudaDriver {
   virtual StatusOr<void*> openIpcEvent(void* context, const std::string& handle) = 0;
   virtual Status recordEvent(void* context, void* event, void* stream) = 0;
   virtual Status streamWaitEvent(void* context, void* stream, void* event) = 0;
+  // Whether the work before the event's latest record finished (cuEventQuery).
+  virtual StatusOr<bool> eventDone(void* context, void* event) = 0;
   virtual void destroyEvent(void* context, void* event) = 0;
 };
 

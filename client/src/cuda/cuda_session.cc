@@ -2,6 +2,7 @@
 #include "client/src/cuda/cuda_session.h"
 
 #include <algorithm>
+#include <thread>
 
 #include "daemon/handoff/shm_layout.h"
 
@@ -234,10 +235,55 @@ Status CudaSession::complete(const Prepared& prepared, bool ok) {
   // this operation holds its earlier, completed record: no wait then.
   (void)ok;
   Status waited = driver_->streamWaitEvent(context_, prepared.stream, done_[slot]);
-  free_slots_.push_back(slot);
+  releaseSlotLocked(prepared);
+  return waited;
+}
+
+Status CudaSession::completeOnHost(const Prepared& prepared, const std::string& name,
+                                   const std::function<Status()>& broken, std::chrono::milliseconds limit) {
+  const uint32_t slot = prepared.ref.event_slot();
+  if (slot == kNoEventSlot) return okStatus();
+  void* event = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (slot >= done_.size()) return internalError("CUDA event slot out of range");
+    event = done_[slot];
+  }
+  const auto start = std::chrono::steady_clock::now();
+  for (int polls = 0;; ++polls) {
+    StatusOr<bool> done = driver_->eventDone(context_, event);
+    if (!done.isOk()) break;  // the stream waits instead (below)
+    if (*done) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      releaseSlotLocked(prepared);
+      return okStatus();
+    }
+    if (Status gone = broken(); !gone.isOk()) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      releaseSlotLocked(prepared);  // the daemon and its work are gone
+      return gone;
+    }
+    const auto waited = std::chrono::steady_clock::now() - start;
+    if (waited > limit) {
+      Status ordered = complete(prepared, false);
+      return deadlineExceeded("CUDA tensor '" + name + "': the daemon's GPU work did not finish within " +
+                              std::to_string(limit.count() / 1000) + " s" +
+                              (ordered.isOk() ? std::string(" (the stream waits for it)") : ": " + ordered.message()));
+    }
+    // Spin briefly (the work is usually done within microseconds), then sleep.
+    if (waited < std::chrono::microseconds(200)) {
+      std::this_thread::yield();
+    } else {
+      std::this_thread::sleep_for(std::chrono::microseconds(polls < 64 ? 20 : 200));
+    }
+  }
+  return complete(prepared, true);
+}
+
+void CudaSession::releaseSlotLocked(const Prepared& prepared) {
+  free_slots_.push_back(prepared.ref.event_slot());
   auto it = exports_.find(prepared.ref.buffer_id());
   if (it != exports_.end() && it->second.in_flight > 0) --it->second.in_flight;
-  return waited;
 }
 
 Status CudaSession::releaseExports() {
@@ -263,6 +309,11 @@ Status CudaSession::releaseExports() {
 size_t CudaSession::cachedBuffers() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return exports_.size();
+}
+
+bool CudaSession::slotsExhausted() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return !ready_.empty() && free_slots_.empty();
 }
 
 int CudaSession::freeSlots() const {

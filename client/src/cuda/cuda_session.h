@@ -2,15 +2,16 @@
 // A rank's CUDA side: attaches its GPU to the daemon once (event pairs),
 // exports each allocation once (a cache keyed by the driver's buffer id, so
 // nothing is exported or opened per step), and orders every operation on the
-// GPU: the rank's stream records a "ready" event that the daemon's stream
-// waits on; the daemon records a "done" event that the rank's stream waits on
-// in wait(). No host synchronisation on either side.
+// GPU: the rank's stream records a "ready" event that the daemon awaits; the
+// daemon records a "done" event that wait() awaits on the host (or, with
+// complete(), that the rank's stream waits on).
 //
 // Only legacy (cudaMalloc) allocations can be exported; memory from
 // cuMem/VMM allocators (PyTorch's expandable segments, cudaMallocAsync) is
 // refused with an error saying so. Thread-safe.
 #pragma once
 
+#include <chrono>
 #include <functional>
 #include <map>
 #include <memory>
@@ -60,6 +61,15 @@ class CudaSession {
   // (also when it failed: work it queued first must finish before the
   // caller reuses its tensors), and the slot is free again.
   Status complete(const Prepared& prepared, bool ok);
+  // After the operation's Done: waits on the host until the daemon's done
+  // event is reached, then frees the slot; the caller's stream needs no wait
+  // (a stream left waiting on another process's event holds the GPU for its
+  // time slice while the daemon's work waits for its own: without MPS that
+  // costs hundreds of microseconds per rank and operation). `broken` is
+  // asked between polls: an error from it ends the wait (the daemon died).
+  // Past `limit` the stream waits instead and the call fails, naming `name`.
+  Status completeOnHost(const Prepared& prepared, const std::string& name, const std::function<Status()>& broken,
+                        std::chrono::milliseconds limit);
   // Forgets every export no operation in flight uses (the daemon unmaps
   // them): call before the allocator returns memory to the driver
   // (torch.cuda.empty_cache()).
@@ -67,6 +77,8 @@ class CudaSession {
 
   size_t cachedBuffers() const;
   int freeSlots() const;
+  // Attached, and every event slot taken by an operation in flight.
+  bool slotsExhausted() const;
 
  private:
   struct Export {
@@ -75,6 +87,8 @@ class CudaSession {
     uint64_t last_use = 0;
     int in_flight = 0;  // operations referencing it: never evicted meanwhile
   };
+  // The operation's event slot is free again; its export no longer in use.
+  void releaseSlotLocked(const Prepared& prepared);
   // Checks `bytes` at `data` against its allocation and this rank's GPU
   // (attaching on the first CUDA tensor); exports the allocation if new.
   StatusOr<v1::CudaTensorRef> locateLocked(const std::string& name, const void* data, uint64_t bytes);

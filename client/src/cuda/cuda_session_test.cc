@@ -4,6 +4,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <set>
+
 namespace gradsync::client {
 namespace {
 
@@ -61,6 +63,8 @@ class FakeDriver : public CudaDriver {
     return okStatus();
   }
   void destroyEvent(void*, void*) override { ++destroyed; }
+  StatusOr<bool> eventDone(void*, void* event) override { return pending.count(event) == 0; }
+  std::set<void*> pending;  // events whose work has not finished
   int destroyed = 0;
 
  private:
