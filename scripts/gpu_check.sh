@@ -171,6 +171,30 @@ case $stage in
       grep -h "NCCL communicator\|no NCCL among" "$dir"/n*.log
       return $rc
     }
+    # Without MPS the GPU switches between the daemon's and the ranks'
+    # contexts for every operation; with it their work shares the GPU.
+    if command -v nvidia-cuda-mps-control > /dev/null; then
+      stop_daemon > /dev/null
+      export CUDA_MPS_PIPE_DIRECTORY=$workdir/mps CUDA_MPS_LOG_DIRECTORY=$workdir/mps-log
+      mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+      if nvidia-cuda-mps-control -d; then
+        step "start gradsyncd under MPS" start_daemon
+        for n in 1 2 4; do
+          step "gradsync_bench --device cuda under MPS, $n ranks" timeout 100 "$tools/gradsync_bench" \
+            --socket "$socket" -np "$n" --device cuda --min-time 0.3
+          step "gradsync_bench --device cuda --resnet under MPS, $n ranks" timeout 100 "$tools/gradsync_bench" \
+            --socket "$socket" -np "$n" --device cuda --resnet
+        done
+        step "PyTorch CUDA allreduce bench under MPS, 2 ranks" run_ranks 2 $python \
+          examples/pytorch/cuda_allreduce_bench.py --iters 30
+        stop_daemon > /dev/null
+        echo quit | nvidia-cuda-mps-control
+        unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+      else
+        echo "MPS control daemon did not start: MPS not measured"
+      fi
+      step "start gradsyncd again (MPS off)" start_daemon
+    fi
     step "gradsync_bench --device cuda, 2 daemons x 1 rank, host staging" two_daemon_bench staging
     step "gradsync_bench --device cuda, 2 daemons x 1 rank, NCCL where it forms" two_daemon_bench auto
     ;;
