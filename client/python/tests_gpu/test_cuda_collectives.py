@@ -115,6 +115,18 @@ def test_many_tensors_of_one_and_of_several_allocations(rank, size, device):
         assert float(t[-1].item()) == float(i)
 
 
+def test_more_operations_in_flight_than_event_slots(rank, size, device):
+    # 600 > the 256 event pairs a rank has: submissions past that take back
+    # the slots of finished operations not waited for yet (as
+    # broadcast_parameters does for a large model).
+    tensors = [torch.full((8,), float(rank + i), device=device) for i in range(600)]
+    handles = [hvd.allreduce_async_(t, op=hvd.Sum, name="cuda.many.%d" % i) for i, t in enumerate(tensors)]
+    for h in handles:
+        hvd.synchronize(h)
+    for i, t in enumerate(tensors):
+        assert float(t[3].item()) == sum(r + i for r in range(size))
+
+
 def test_grouped_allreduce(rank, size, device):
     tensors = [torch.full((n,), float(rank + 1), device=device) for n in (1, 100, 10000)]
     results = hvd.grouped_allreduce(tensors, op=hvd.Sum, name="cuda.group")

@@ -63,8 +63,8 @@ class FakeDriver : public CudaDriver {
     return okStatus();
   }
   void destroyEvent(void*, void*) override { ++destroyed; }
-  StatusOr<bool> eventDone(void*, void* event) override { return pending.count(event) == 0; }
-  std::set<void*> pending;  // events whose work has not finished
+  StatusOr<bool> eventDone(void*, void*) override { return !pending; }
+  bool pending = false;  // no event's work has finished
   int destroyed = 0;
 
  private:
@@ -84,7 +84,9 @@ class CudaSessionTest : public ::testing::Test {
     auto loader = [this]() -> StatusOr<std::unique_ptr<CudaDriver>> {
       ++driver_loads_;
       if (!driver_available_) return failedPrecondition("no CUDA driver is loaded in this process");
-      return std::unique_ptr<CudaDriver>(new FakeDriver(&allocations_, &log_));
+      auto driver = std::make_unique<FakeDriver>(&allocations_, &log_);
+      driver_ = driver.get();
+      return std::unique_ptr<CudaDriver>(std::move(driver));
     };
     auto channel = [this](const v1::HandoffRequest& request, v1::HandoffResponse* response) {
       requests_.push_back(request);
@@ -109,6 +111,7 @@ class CudaSessionTest : public ::testing::Test {
 
   std::vector<FakeAllocation> allocations_ = {{0x10000, 0x1000, 7}, {0x20000, 0x1000, 8}, {0x30000, 0x1000, 9}};
   std::vector<std::string> log_;
+  FakeDriver* driver_ = nullptr;  // owned by the session
   std::vector<v1::HandoffRequest> requests_;
   bool driver_available_ = true;
   bool reject_exports_ = false;
@@ -247,6 +250,49 @@ TEST_F(CudaSessionTest, ExportsInUseAreNeitherEvictedNorReleased) {
   ASSERT_TRUE(session->releaseExports().isOk());
   EXPECT_EQ(session->cachedBuffers(), 1u);  // "c" is still in flight
   EXPECT_EQ(countRequests(v1::HandoffRequest::kBufferRelease), 2);
+}
+
+// wait() completes on the host: the done event is polled, the caller's
+// stream is not made to wait, and the slot is free again.
+TEST_F(CudaSessionTest, CompleteOnHostFreesTheSlotWithoutAStreamWait) {
+  auto session = makeSession();
+  auto a = session->prepare("a", at(0x10000), 64, reinterpret_cast<void*>(5));
+  ASSERT_TRUE(a.isOk());
+  auto b = session->prepare("b", at(0x10040), 64, reinterpret_cast<void*>(5));
+  ASSERT_TRUE(b.isOk());
+  EXPECT_TRUE(session->slotsExhausted());
+  log_.clear();
+  ASSERT_TRUE(session->completeOnHost(*a, "a", [] { return okStatus(); }, std::chrono::seconds(5)).isOk());
+  EXPECT_FALSE(session->slotsExhausted());
+  EXPECT_EQ(session->freeSlots(), 1);
+  for (const auto& entry : log_) EXPECT_EQ(entry.rfind("wait", 0), std::string::npos) << entry;
+}
+
+TEST_F(CudaSessionTest, CompleteOnHostEndsWhenTheSessionBreaks) {
+  auto session = makeSession();
+  auto a = session->prepare("a", at(0x10000), 64, nullptr);
+  ASSERT_TRUE(a.isOk());
+  driver_->pending = true;
+  int asked = 0;
+  auto broken = [&] { return ++asked < 3 ? okStatus() : unavailable("gradsyncd at /tmp/s closed the session"); };
+  Status done = session->completeOnHost(*a, "a", broken, std::chrono::seconds(5));
+  EXPECT_EQ(done.code(), StatusCode::kUnavailable);
+  EXPECT_THAT(done.message(), HasSubstr("closed the session"));
+  EXPECT_EQ(session->freeSlots(), 2);
+}
+
+TEST_F(CudaSessionTest, CompleteOnHostPastItsLimitLeavesTheStreamWaitingAndNamesTheTensor) {
+  auto session = makeSession();
+  auto a = session->prepare("grad.w", at(0x10000), 64, reinterpret_cast<void*>(5));
+  ASSERT_TRUE(a.isOk());
+  driver_->pending = true;
+  log_.clear();
+  Status done = session->completeOnHost(*a, "grad.w", [] { return okStatus(); }, std::chrono::milliseconds(20));
+  EXPECT_EQ(done.code(), StatusCode::kDeadlineExceeded);
+  EXPECT_THAT(done.message(), HasSubstr("CUDA tensor 'grad.w': the daemon's GPU work did not finish"));
+  ASSERT_EQ(log_.size(), 1u);
+  EXPECT_EQ(log_[0].rfind("wait 5 for", 0), 0u) << log_[0];
+  EXPECT_EQ(session->freeSlots(), 2);
 }
 
 }  // namespace
