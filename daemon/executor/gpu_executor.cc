@@ -69,8 +69,7 @@ std::vector<ResponseResult> GpuExecutor::run(const fusion::FusedResponse& fused,
       case v1::ALLTOALL:
       case v1::REDUCESCATTER:
         if (access.multiNode()) {
-          results.push_back(failed(r, unimplemented("tensor '" + r.name + "': " + collectiveName(r.type) +
-                                                    " of CUDA tensors across nodes is not implemented yet")));
+          results.push_back(r.type == v1::REDUCESCATTER ? stagedReducescatter(r, access) : stagedGatherLike(r, access));
         } else if (r.type == v1::ALLGATHER) {
           results.push_back(allgather(r, access));
         } else if (r.type == v1::ALLTOALL) {

@@ -16,8 +16,10 @@
 // caller sized beforehand (Enqueue.cuda_output); its size is checked against
 // the negotiated result.
 //
-// Not yet: several GPUs in one node, and allgather/alltoall/reducescatter of
-// CUDA tensors across nodes: those fail with UNIMPLEMENTED naming the tensor.
+// Allgather, alltoall and reducescatter across nodes stage through host
+// memory (gpu_executor_staged.cc); NCCL carries only allreduce and the
+// whole job's broadcast. Not yet: several GPUs in one node (UNIMPLEMENTED,
+// naming the tensor).
 #pragma once
 
 #include <chrono>
@@ -78,6 +80,20 @@ class GpuExecutor : public DeviceExecutor {
   // Across nodes, through host memory and the daemons' ring.
   Status stagedAllreduce(const std::vector<const Response*>& responses, RankAccess& access);
   Status stagedBroadcast(const Response& r, RankAccess& access);
+  // Allgather or alltoall across nodes: every rank's input through host
+  // memory and the ring's allgather, then each local rank's share back.
+  ResponseResult stagedGatherLike(const Response& r, RankAccess& access);
+  // Reducescatter across nodes: reduced on the GPU, allreduced among the
+  // nodes through host memory, each local rank's rows back.
+  ResponseResult stagedReducescatter(const Response& r, RankAccess& access);
+  // Copies the members' inputs to `host`, each at offset[its request].
+  Status stageInputs(const Response& r, const Members& m, const std::vector<size_t>& index,
+                     const std::vector<size_t>& offset, uint8_t* host);
+  // The index in r.requests of each member, and the entries of `all`
+  // (parallel to r.requests) that are the members'.
+  static std::vector<size_t> memberIndices(const Response& r, const Members& m);
+  static std::vector<uint64_t> localBytes(const Members& m, const std::vector<size_t>& index,
+                                          const std::vector<uint64_t>& all);
   // One node: into the callers' output buffers (sizes checked first).
   ResponseResult allgather(const Response& r, RankAccess& access);
   ResponseResult alltoall(const Response& r, RankAccess& access);

@@ -47,6 +47,12 @@ class FakeAccess : public RankAccess {
     return cross_allreduce(data, count, dtype, op);
   }
   Status crossNodeBroadcast(void* data, size_t bytes, int root) override { return cross_broadcast(data, bytes, root); }
+  // Ranks 0 and 1 on node 0, rank 2 on node 1.
+  int nodeOf(int rank) const override { return rank < 2 ? 0 : 1; }
+  int nodeCount() const override { return multi ? 2 : 1; }
+  Status crossNodeAllgather(uint8_t* buffer, const std::vector<std::vector<collective::Range>>& owned) override {
+    return cross_allgather(buffer, owned);
+  }
   std::shared_ptr<gpu::ClientGpu> gpuOf(int rank) override {
     auto it = gpus.find(rank);
     return it == gpus.end() ? nullptr : it->second;
@@ -57,6 +63,7 @@ class FakeAccess : public RankAccess {
   std::set<int> local;
   std::function<Status(void*, size_t, DataType, ReduceOp)> cross_allreduce;
   std::function<Status(void*, size_t, int)> cross_broadcast;
+  std::function<Status(uint8_t*, const std::vector<std::vector<collective::Range>>&)> cross_allgather;
 };
 
 class GpuExecutorTest : public ::testing::Test {
@@ -383,6 +390,87 @@ TEST_F(GpuExecutorTest, StagedAllreduceAcrossNodesWithAFusedBucket) {
   for (int r = 0; r < 2; ++r) EXPECT_FLOAT_EQ(element<float>(ranks_[r], 0, 3), 13.0f / 3) << r;
 }
 
+// Across nodes, allgather and alltoall stage every rank's input in host
+// memory for the ring's allgather (faked: node 1's rank 2 writes its range).
+class StagedGatherTest : public GpuExecutorTest {
+ protected:
+  void SetUp() override {
+    makeRanks(2);
+    access_.multi = true;
+    access_.local = {0, 1};
+    access_.cross_allgather = [&](uint8_t* buffer, const std::vector<std::vector<collective::Range>>& owned) {
+      EXPECT_EQ(owned.size(), 2u);
+      for (const auto& range : owned[1]) {
+        auto* f = reinterpret_cast<float*>(buffer + range.offset);
+        for (size_t i = 0; i < range.bytes / 4; ++i) f[i] = 20.0f + static_cast<float>(i);
+      }
+      return okStatus();
+    };
+  }
+};
+
+TEST_F(StagedGatherTest, RaggedAllgatherWithARankOnAnotherNode) {
+  fill<float>(ranks_[0], 0, 2, [](size_t i) { return 0.0f + i; });   // 1 row of 2
+  fill<float>(ranks_[1], 0, 4, [](size_t i) { return 10.0f + i; });  // 2 rows of 2
+  Request q0 = request(0, "g", v1::ALLGATHER, v1::FLOAT32, {1, 2}, 0);
+  Request q1 = request(1, "g", v1::ALLGATHER, v1::FLOAT32, {2, 2}, 0);
+  Request q2 = request(2, "g", v1::ALLGATHER, v1::FLOAT32, {3, 2}, 0);  // remote: 3 rows
+  withOutput(&q0, 1024, 6 * 2 * 4);
+  withOutput(&q1, 1024, 6 * 2 * 4);
+  auto results = run({response("g", {q0, q1, q2})});
+  ASSERT_TRUE(results[0].status.isOk()) << results[0].status.toString();
+  const std::vector<float> expected = {0, 1, 10, 11, 12, 13, 20, 21, 22, 23, 24, 25};
+  for (int r = 0; r < 2; ++r) {
+    for (size_t i = 0; i < expected.size(); ++i) EXPECT_EQ(element<float>(ranks_[r], 1024, i), expected[i]) << r << i;
+  }
+  EXPECT_EQ(results[0].members[0].output_shape, (std::vector<int64_t>{6, 2}));
+  EXPECT_LT(logged("wait " + ready(1, 1)), logged("record " + done(1, 1)));
+}
+
+TEST_F(StagedGatherTest, AlltoallWithSplitsAcrossNodes) {
+  // Each rank sends splits [1, 1, 1] rows of 1 float: rank r's row j is r*10+j.
+  for (int r = 0; r < 2; ++r) fill<float>(ranks_[r], 0, 3, [r](size_t j) { return r * 10.0f + j; });
+  std::vector<Request> requests;
+  for (int r = 0; r < 3; ++r) {
+    requests.push_back(request(r, "a2a", v1::ALLTOALL, v1::FLOAT32, {3, 1}, 0));
+    requests.back().splits = {1, 1, 1};
+    if (r < 2) withOutput(&requests.back(), 2048, 3 * 4);
+  }
+  auto results = run({response("a2a", requests)});
+  ASSERT_TRUE(results[0].status.isOk()) << results[0].status.toString();
+  // Rank j receives row j of every rank; node 1's rank 2 holds 20, 21, 22.
+  for (int j = 0; j < 2; ++j) {
+    EXPECT_EQ(element<float>(ranks_[j], 2048, 0), 0.0f + j);
+    EXPECT_EQ(element<float>(ranks_[j], 2048, 1), 10.0f + j);
+    EXPECT_EQ(element<float>(ranks_[j], 2048, 2), 20.0f + j);
+  }
+}
+
+TEST_F(StagedGatherTest, ReducescatterAcrossNodesAveragesOverEveryRank) {
+  // 3 rows of 2 among 3 ranks: one row each; rank 2 (remote) adds 30.
+  for (int r = 0; r < 2; ++r) fill<float>(ranks_[r], 0, 6, [r](size_t i) { return r + 1.0f + i; });
+  access_.cross_allreduce = [&](void* data, size_t count, DataType, ReduceOp op) {
+    EXPECT_EQ(op, v1::SUM);
+    auto* f = static_cast<float*>(data);
+    for (size_t i = 0; i < count; ++i) f[i] += 30.0f;
+    return okStatus();
+  };
+  std::vector<Request> requests;
+  for (int r = 0; r < 3; ++r) {
+    requests.push_back(request(r, "rs", v1::REDUCESCATTER, v1::FLOAT32, {3, 2}, 0, v1::AVERAGE));
+    if (r < 2) withOutput(&requests.back(), 4096, 2 * 4);
+  }
+  auto results = run({response("rs", requests)});
+  ASSERT_TRUE(results[0].status.isOk()) << results[0].status.toString();
+  for (int r = 0; r < 2; ++r) {
+    for (size_t i = 0; i < 2; ++i) {
+      const size_t element_index = r * 2 + i;  // rank r's row
+      const float sum = (1.0f + element_index) + (2.0f + element_index) + 30.0f;
+      EXPECT_FLOAT_EQ(element<float>(ranks_[r], 4096, i), sum / 3) << r << " " << i;
+    }
+  }
+}
+
 TEST_F(GpuExecutorTest, StagedBroadcastFromARootOnAnotherNode) {
   makeRanks(2);
   access_.multi = true;
@@ -400,18 +488,6 @@ TEST_F(GpuExecutorTest, StagedBroadcastFromARootOnAnotherNode) {
   auto results = run({response("bc", requests)});
   ASSERT_TRUE(results[0].status.isOk()) << results[0].status.toString();
   for (int r = 0; r < 2; ++r) EXPECT_EQ(element<uint8_t>(ranks_[r], 512, 15), 0x2a) << r;
-}
-
-TEST_F(GpuExecutorTest, CollectivesWithOutputsAcrossNodesSayTheyAreNotBuilt) {
-  makeRanks(1);
-  access_.multi = true;
-  access_.local = {0};
-  Request q = request(0, "g", v1::ALLGATHER, v1::FLOAT32, {4}, 0);
-  withOutput(&q, 4096, 32);
-  Request remote = request(1, "g", v1::ALLGATHER, v1::FLOAT32, {4}, 0);
-  auto results = run({response("g", {q, remote})});
-  EXPECT_EQ(results[0].status.code(), StatusCode::kUnimplemented);
-  EXPECT_THAT(results[0].status.message(), HasSubstr("across nodes is not implemented yet"));
 }
 
 TEST_F(GpuExecutorTest, OneStreamPerJobAndDeviceReleasedWithTheExecutor) {

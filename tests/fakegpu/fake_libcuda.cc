@@ -116,6 +116,7 @@ CUresult ipcGetEventHandle(CUipcEventHandle* handle, CUevent event) {
 CUresult ipcOpenEventHandle(CUevent* event, CUipcEventHandle) { return eventCreate(event, 0); }
 CUresult eventRecord(CUevent, CUstream) { return CUDA_SUCCESS; }
 CUresult streamWaitEvent(CUstream, CUevent, unsigned) { return CUDA_SUCCESS; }
+CUresult eventQuery(CUevent) { return CUDA_SUCCESS; }  // the host-memory "GPU" works at once
 CUresult eventDestroy(CUevent) { return CUDA_SUCCESS; }
 CUresult ctxPushCurrent(CUcontext) { return CUDA_SUCCESS; }
 CUresult ctxPopCurrent(CUcontext* ctx) {
@@ -155,6 +156,7 @@ CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int, cuuint64_t, CU
       {"cuIpcOpenEventHandle", reinterpret_cast<void*>(&ipcOpenEventHandle)},
       {"cuEventRecord", reinterpret_cast<void*>(&eventRecord)},
       {"cuStreamWaitEvent", reinterpret_cast<void*>(&streamWaitEvent)},
+      {"cuEventQuery", reinterpret_cast<void*>(&eventQuery)},
       {"cuEventDestroy", reinterpret_cast<void*>(&eventDestroy)},
       {"cuCtxPushCurrent", reinterpret_cast<void*>(&ctxPushCurrent)},
       {"cuCtxPopCurrent", reinterpret_cast<void*>(&ctxPopCurrent)},

@@ -146,8 +146,8 @@ int fakeCuda(Client& c, const std::vector<std::string>&) {
 }
 
 // Ranks on several daemons: CUDA allreduce (a fused bucket of several
-// tensors, every reduction kind) and broadcast go between the daemons; the
-// collectives with outputs say they are not built there yet.
+// tensors, every reduction kind), broadcast, allgather and reducescatter
+// go between the daemons (the last two staged through host memory).
 int fakeCudaAcross(Client& c, const std::vector<std::string>&) {
   FakeMalloc fake_malloc = loadFakeDriver();
   WORKER_CHECK(fake_malloc != nullptr, "no fake CUDA driver ($GRADSYNC_TEST_FAKE_LIBCUDA)");
@@ -182,14 +182,33 @@ int fakeCudaAcross(Client& c, const std::vector<std::string>&) {
   bcast.root_rank = n - 1;  // on another daemon than rank 0
   if (run(c, bcast)) return 1;
   WORKER_CHECK(b[6] == (n - 1) * 100 + 6, "broadcast: %lld", static_cast<long long>(b[6]));
-  gradsync_op_t gather = cudaOp(GRADSYNC_ALLGATHER, "x.gather", sum, GRADSYNC_FLOAT32, s7);
-  gather.output = a + 65536;
+  // Allgather and reducescatter stage through host memory across daemons.
+  auto* g = reinterpret_cast<float*>(a + 32768);
+  for (int i = 0; i < 7; ++i) g[i] = static_cast<float>(me * 10 + i);
+  gradsync_op_t gather = cudaOp(GRADSYNC_ALLGATHER, "x.gather", g, GRADSYNC_FLOAT32, s7);
+  auto* gathered = reinterpret_cast<float*>(a + 65536);
+  gather.output = gathered;
   gather.output_bytes = static_cast<uint64_t>(n) * 7 * 4;
-  Operation h;
-  WORKER_OK(c.start(gather, &h));
-  Result r = h.wait(60);
-  WORKER_CHECK(r.code == GRADSYNC_UNIMPLEMENTED && r.message.find("across nodes") != std::string::npos,
-               "allgather across daemons gave %d: %s", r.code, r.message.c_str());
+  if (run(c, gather)) return 1;
+  for (int r = 0; r < n; ++r) {
+    for (int i = 0; i < 7; ++i) {
+      WORKER_CHECK(gathered[r * 7 + i] == static_cast<float>(r * 10 + i), "allgather [%d][%d]: %g", r, i,
+                   gathered[r * 7 + i]);
+    }
+  }
+  auto* rs = reinterpret_cast<float*>(a + 98304);
+  for (int i = 0; i < 2 * n; ++i) rs[i] = static_cast<float>(me + i);
+  const std::vector<int64_t> rows = {2 * n};
+  gradsync_op_t scatter = cudaOp(GRADSYNC_REDUCESCATTER, "x.scatter", rs, GRADSYNC_FLOAT32, rows);
+  scatter.reduce_op = GRADSYNC_SUM;
+  auto* mine = reinterpret_cast<float*>(a + 131072);
+  scatter.output = mine;
+  scatter.output_bytes = 2 * 4;
+  if (run(c, scatter)) return 1;
+  for (int k = 0; k < 2; ++k) {
+    const float expected = static_cast<float>(n * (n - 1) / 2 + n * (2 * me + k));
+    WORKER_CHECK(mine[k] == expected, "reducescatter [%d]: %g, expected %g", k, mine[k], expected);
+  }
   std::fprintf(stderr, "[rank %d] fake CUDA across daemons OK\n", me);
   return 0;
 }

@@ -42,14 +42,6 @@ def size():
 
 
 @pytest.fixture
-def across_nodes():
-    """The ranks are spread over several daemons (two_daemons_check.py):
-    CUDA allgather, alltoall and reducescatter are not built there yet and
-    must say so."""
-    return os.environ.get("GRADSYNC_LOCAL_SIZE", "0") != os.environ.get("GRADSYNC_SIZE", "0")
-
-
-@pytest.fixture
 def device():
     # Several ranks share one GPU: the local rank picks among the visible ones.
     count = torch.cuda.device_count()

@@ -9,11 +9,6 @@ from gradsync.errors import GradsyncError
 from reference import NUMERIC, OPS, close, contribution
 
 
-def refused_across_nodes(call):
-    with pytest.raises(GradsyncError, match="across nodes is not implemented yet"):
-        call()
-
-
 @pytest.mark.parametrize("dtype", NUMERIC, ids=str)
 @pytest.mark.parametrize("op", [hvd.Sum, hvd.Min, hvd.Max, hvd.Product], ids=["sum", "min", "max", "product"])
 def test_allreduce_each_dtype_and_op(rank, size, device, dtype, op):
@@ -151,18 +146,14 @@ def test_cpu_and_cuda_tensors_in_one_job(rank, size, device):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int64, torch.bool], ids=str)
-def test_allgather_ragged(rank, size, device, dtype, across_nodes):
-    if across_nodes:
-        return refused_across_nodes(lambda: hvd.allgather(torch.ones(2, device=device, dtype=dtype)))
+def test_allgather_ragged(rank, size, device, dtype):
     result = hvd.allgather(contribution(rank, (rank + 1, 3), dtype).to(device))
     assert result.device == device
     expected = torch.cat([contribution(r, (r + 1, 3), dtype) for r in range(size)])
     assert torch.equal(result.cpu(), expected)
 
 
-def test_alltoall_even_and_with_splits(rank, size, device, across_nodes):
-    if across_nodes:
-        return refused_across_nodes(lambda: hvd.alltoall(torch.ones(size, device=device)))
+def test_alltoall_even_and_with_splits(rank, size, device):
     x = (torch.arange(size * 2, dtype=torch.float32) + 100 * rank).to(device)
     out = hvd.alltoall(x)
     expected = torch.cat([torch.arange(2 * rank, 2 * rank + 2, dtype=torch.float32) + 100 * r for r in range(size)])
@@ -174,9 +165,7 @@ def test_alltoall_even_and_with_splits(rank, size, device, across_nodes):
     assert torch.equal(out.cpu(), torch.cat([torch.full((r + 1, 2), float(r)) for r in range(size)]))
 
 
-def test_async_allgathers_started_in_different_orders(rank, size, device, across_nodes):
-    if across_nodes:
-        return
+def test_async_allgathers_started_in_different_orders(rank, size, device):
     # Horovod lets ranks start named collectives in any order: the CUDA
     # allgather's size exchange must not make that deadlock.
     names = ["order.a", "order.b"]
@@ -188,9 +177,7 @@ def test_async_allgathers_started_in_different_orders(rank, size, device, across
         assert out.numel() == size * (size + 1) // 2
 
 
-def test_reducescatter(rank, size, device, across_nodes):
-    if across_nodes:
-        return refused_across_nodes(lambda: hvd.reducescatter(torch.ones(size, device=device)))
+def test_reducescatter(rank, size, device):
     rows = 2 * size + 1  # uneven: the first rank gets one extra row
     x = (torch.arange(rows * 3, dtype=torch.float32).reshape(rows, 3) + rank).to(device)
     out = hvd.reducescatter(x, op=hvd.Sum)
@@ -203,21 +190,17 @@ def test_reducescatter(rank, size, device, across_nodes):
     assert torch.allclose(avg.cpu(), total[begin:begin + counts[rank]] / size)
 
 
-def test_autograd_through_cuda_allreduce_and_allgather(rank, size, device, across_nodes):
+def test_autograd_through_cuda_allreduce_and_allgather(rank, size, device):
     x = torch.full((4,), float(rank + 1), device=device, requires_grad=True)
     y = hvd.allreduce(x, op=hvd.Sum)
     (y * 2).sum().backward()
     assert torch.equal(x.grad.cpu(), torch.full((4,), 2.0 * size))
-    if across_nodes:
-        return
     g = torch.ones(2, 2, device=device, requires_grad=True)
     hvd.allgather(g).sum().backward()
     assert g.grad.device == device
 
 
-def test_wrong_output_size_is_refused_by_the_daemon(rank, size, device, across_nodes):
-    if across_nodes:
-        return
+def test_wrong_output_size_is_refused_by_the_daemon(rank, size, device):
     # Through the C ABI's output fields, as another client might fill them.
     from gradsync import _native as native
     from gradsync.torch import _submit

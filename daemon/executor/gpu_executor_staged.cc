@@ -1,0 +1,215 @@
+// SPDX-License-Identifier: Apache-2.0
+// GpuExecutor across nodes for allgather, alltoall and reducescatter of CUDA
+// tensors: through host memory and the daemons' ring, as the CPU executor
+// does them (multi_node_executor.cc), with the node's ranks copied out of
+// and back into their GPU memory. Exact results; NCCL for these is to come.
+#include <algorithm>
+#include <map>
+
+#include "daemon/collective/cuda/local_reduce.h"
+#include "daemon/common/dtype.h"
+#include "daemon/executor/executor_util.h"
+#include "daemon/executor/gpu_executor.h"
+#include "daemon/executor/gpu_executor_util.h"
+
+namespace gradsync::executor {
+namespace {
+
+// Where each request's input lies when every rank's input is laid end to
+// end (the ring's buffer), and which node owns which ranges of it.
+struct GatherLayout {
+  std::vector<size_t> offset;  // parallel to r.requests
+  size_t total = 0;
+  std::vector<std::vector<collective::Range>> owned;  // per node
+};
+
+GatherLayout gatherLayout(const Response& r, RankAccess& access) {
+  GatherLayout layout;
+  layout.owned.resize(access.nodeCount());
+  for (const auto& request : r.requests) {
+    layout.offset.push_back(layout.total);
+    layout.owned[access.nodeOf(request->rank)].push_back({layout.total, request->length});
+    layout.total += request->length;
+  }
+  return layout;
+}
+
+// The index in r.requests of each member (members are local ranks, in
+// request order).
+std::vector<size_t> requestIndices(const Response& r, const std::vector<int>& member_ranks) {
+  std::map<int, size_t> index;
+  for (size_t i = 0; i < r.requests.size(); ++i) index[r.requests[i]->rank] = i;
+  std::vector<size_t> out;
+  for (int rank : member_ranks) out.push_back(index.at(rank));
+  return out;
+}
+
+}  // namespace
+
+std::vector<uint64_t> GpuExecutor::localBytes(const Members& m, const std::vector<size_t>& index,
+                                              const std::vector<uint64_t>& all) {
+  std::vector<uint64_t> bytes;
+  for (size_t k = 0; k < m.list.size(); ++k) bytes.push_back(all[index[k]]);
+  return bytes;
+}
+
+std::vector<size_t> GpuExecutor::memberIndices(const Response& r, const Members& m) {
+  std::vector<int> ranks;
+  for (const auto& member : m.list) ranks.push_back(member.rank);
+  return requestIndices(r, ranks);
+}
+
+Status GpuExecutor::stageInputs(const Response& r, const Members& m, const std::vector<size_t>& index,
+                                const std::vector<size_t>& offset, uint8_t* host) {
+  if (m.stream == nullptr) return okStatus();  // no local rank holds memory
+  RETURN_IF_ERROR(ops_->waitStream(m.stream, "waiting for the job's stream"));
+  for (size_t k = 0; k < m.list.size(); ++k) {
+    const uint64_t length = r.requests[index[k]]->length;
+    if (length == 0) continue;
+    RETURN_IF_ERROR(context(ops_->copy(host + offset[index[k]], m.list[k].data, length, gpu::CopyKind::kDeviceToHost,
+                                       m.stream),
+                            "tensor '" + r.name + "': copy of rank " + std::to_string(m.list[k].rank) +
+                                "'s tensor to the staging buffer"));
+  }
+  return okStatus();
+}
+
+ResponseResult GpuExecutor::stagedGatherLike(const Response& r, RankAccess& access) {
+  auto resolved = resolve(r, access);
+  if (!resolved.isOk()) return failed(r, resolved.status());
+  const Members& m = *resolved;
+  const std::vector<size_t> index = memberIndices(r, m);
+  const GatherLayout layout = gatherLayout(r, access);
+  const size_t row = rowBytes(r.first());
+  ResponseResult result = failed(r, okStatus());
+  // What each member receives: allgather every row, alltoall its blocks.
+  std::vector<uint64_t> all_bytes;
+  std::vector<int64_t> gathered_shape;
+  if (r.type == v1::ALLGATHER) {
+    int64_t total_rows = 0;
+    for (const auto& request : r.requests) total_rows += request->shape.empty() ? 1 : request->shape[0];
+    gathered_shape = withFirstDim(r.first().shape, total_rows);
+    all_bytes.assign(r.requests.size(), total_rows * row);
+    for (auto& member : result.members) member.output_shape = gathered_shape;
+  } else {
+    all_bytes = alltoallLayout(r, &result).bytes;
+  }
+  Status status = checkOutputs(r, m, localBytes(m, index, all_bytes));
+  uint8_t* host = staging(std::max<size_t>(layout.total, 1));
+  bool waited = false;
+  if (status.isOk()) {
+    status = waitReady(m);
+    waited = status.isOk();
+  }
+  if (status.isOk()) {
+    PhaseScope phase(access, "MEMCPY_DEVICE_TO_HOST");
+    status = stageInputs(r, m, index, layout.offset, host);
+  }
+  if (status.isOk()) status = access.crossNodeAllgather(host, layout.owned);
+  PhaseScope phase(access, "MEMCPY_HOST_TO_DEVICE");
+  for (size_t k = 0; status.isOk() && k < m.list.size(); ++k) {
+    const std::string what = "tensor '" + r.name + "': copy to rank " + std::to_string(m.list[k].rank);
+    if (r.type == v1::ALLGATHER) {
+      if (layout.total > 0) {
+        status = context(ops_->copy(m.list[k].output, host, layout.total, gpu::CopyKind::kHostToDevice, m.stream), what);
+      }
+      continue;
+    }
+    const size_t j = index[k];  // this member's position among the ranks
+    size_t written = 0;
+    for (size_t i = 0; status.isOk() && i < r.requests.size(); ++i) {
+      size_t skip = 0;
+      for (size_t s = 0; s < j; ++s) skip += r.requests[i]->splits[s] * row;
+      const size_t length = r.requests[i]->splits[j] * row;
+      if (length > 0) {
+        status = context(ops_->copy(m.list[k].output + written, host + layout.offset[i] + skip, length,
+                                    gpu::CopyKind::kHostToDevice, m.stream),
+                         what);
+      }
+      written += length;
+    }
+  }
+  if (waited) status = recordDoneAfter(m, status);
+  if (m.stream != nullptr) {  // the staging buffer is the job's: read before the next batch
+    const Status drained = ops_->waitStream(m.stream, "waiting for the copies from the staging buffer");
+    if (status.isOk()) status = drained;
+  }
+  return status.isOk() ? result : failed(r, status);
+}
+
+ResponseResult GpuExecutor::stagedReducescatter(const Response& r, RankAccess& access) {
+  auto resolved = resolve(r, access);
+  if (!resolved.isOk()) return failed(r, resolved.status());
+  const Members& m = *resolved;
+  const Request& first = r.first();
+  if (Status valid = checkReduction(r.name, first); !valid.isOk()) return failed(r, valid);
+  const std::vector<size_t> index = memberIndices(r, m);
+  const size_t esize = elementSize(first.dtype);
+  const size_t row = rowBytes(first);
+  const size_t count = first.length / esize;
+  const ReduceOp ring_op = first.op == v1::AVERAGE ? v1::SUM : first.op;
+  const std::vector<int64_t> rows = reducescatterRows(r);
+  ResponseResult result = failed(r, okStatus());
+  const OutputLayout layout = reducescatterLayout(r, rows, &result);
+  Status status = checkOutputs(r, m, localBytes(m, index, layout.bytes));
+  uint8_t* host = staging(std::max<size_t>(first.length, 1));
+  if (status.isOk() && m.stream == nullptr) {  // no local rank holds memory: identities into the ring
+    fillIdentity(host, count, first.dtype, ring_op);
+    status = access.crossNodeAllreduce(host, count, first.dtype, ring_op);
+    return status.isOk() ? result : failed(r, status);
+  }
+  if (!status.isOk()) return failed(r, status);
+  status = waitReady(m);
+  if (!status.isOk()) return failed(r, status);
+  status = [&]() -> Status {
+    ASSIGN_OR_RETURN(gpu::GrowingBuffer * fusion, fusionFor(m.device));
+    ASSIGN_OR_RETURN(uint8_t * fused, fusion->reserve(first.length));
+    // 1. The node's ranks reduced on the GPU (prescale, no average yet).
+    cuda::LocalReduceArgs gather;
+    gather.dtype = static_cast<cuda::Dtype>(first.dtype);
+    gather.op = static_cast<cuda::Op>(ring_op);
+    for (size_t k = 0; k < m.list.size(); ++k) gather.inputs[k] = m.list[k].data;
+    gather.num_inputs = static_cast<int>(m.list.size());
+    gather.outputs[0] = fused;
+    gather.num_outputs = 1;
+    gather.count = count;
+    gather.prescale = first.prescale;
+    RETURN_IF_ERROR(context(ops_->reduce(gather, m.stream), "tensor '" + r.name + "'"));
+    {
+      PhaseScope phase(access, "MEMCPY_DEVICE_TO_HOST");
+      RETURN_IF_ERROR(ops_->waitStream(m.stream, "waiting for the local reduction"));
+      RETURN_IF_ERROR(context(ops_->copy(host, fused, first.length, gpu::CopyKind::kDeviceToHost, m.stream),
+                              "copy to the staging buffer"));
+    }
+    // 2. Among the nodes (the whole tensor: twice a true reduce-scatter's traffic).
+    RETURN_IF_ERROR(access.crossNodeAllreduce(host, count, first.dtype, ring_op));
+    PhaseScope phase(access, "MEMCPY_HOST_TO_DEVICE");
+    RETURN_IF_ERROR(context(ops_->copy(fused, host, first.length, gpu::CopyKind::kHostToDevice, m.stream),
+                            "copy from the staging buffer"));
+    // 3. Each local rank's rows, with the average and postscale.
+    std::vector<size_t> start_row(rows.size(), 0);
+    for (size_t j = 1; j < rows.size(); ++j) start_row[j] = start_row[j - 1] + rows[j - 1];
+    for (size_t k = 0; k < m.list.size(); ++k) {
+      const size_t j = index[k];
+      if (rows[j] == 0) continue;
+      cuda::LocalReduceArgs scatter;
+      scatter.dtype = static_cast<cuda::Dtype>(first.dtype);
+      scatter.op = static_cast<cuda::Op>(first.op);
+      scatter.inputs[0] = fused + start_row[j] * row;
+      scatter.num_inputs = 1;
+      scatter.outputs[0] = m.list[k].output;
+      scatter.num_outputs = 1;
+      scatter.count = rows[j] * row / esize;
+      scatter.postscale = first.postscale;
+      scatter.average_divisor = static_cast<int>(r.ranks.size());
+      RETURN_IF_ERROR(context(ops_->reduce(scatter, m.stream), "tensor '" + r.name + "'"));
+    }
+    return okStatus();
+  }();
+  status = recordDoneAfter(m, status);
+  const Status drained = ops_->waitStream(m.stream, "waiting for the copy from the staging buffer");
+  if (status.isOk()) status = drained;
+  return status.isOk() ? result : failed(r, status);
+}
+
+}  // namespace gradsync::executor
