@@ -5,6 +5,8 @@
 #include <google/protobuf/text_format.h>
 #include <signal.h>
 
+#include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
@@ -24,9 +26,16 @@ constexpr int kShutdownLimitSeconds = 30;
 
 void endShutdownWithin(const sigset_t& signals) {
   std::thread([signals] {
-    timespec limit{kShutdownLimitSeconds, 0};
-    siginfo_t info;
-    const int signo = sigtimedwait(&signals, &info, &limit);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(kShutdownLimitSeconds);
+    int signo = -1;
+    for (;;) {  // interruptions (a sanitizer stopping threads at exit) are not the end
+      const auto left = std::chrono::duration_cast<std::chrono::nanoseconds>(deadline - std::chrono::steady_clock::now());
+      if (left.count() <= 0) break;
+      timespec limit{static_cast<time_t>(left.count() / 1000000000), static_cast<long>(left.count() % 1000000000)};
+      siginfo_t info;
+      signo = sigtimedwait(&signals, &info, &limit);
+      if (signo > 0 || errno != EINTR) break;
+    }
     if (signo > 0) {
       GS_LOG(main, critical, "received signal {} while shutting down; exiting now", signo);
     } else {

@@ -151,7 +151,8 @@ Status GpuExecutor::waitReady(const Members& m) {
 
 Status GpuExecutor::waitForEvent(const gpu::ClientGpu& client, void* event) {
   const auto start = std::chrono::steady_clock::now();
-  for (auto pause = std::chrono::microseconds(10);; pause = std::min(pause * 2, std::chrono::microseconds(500))) {
+  auto pause = std::chrono::microseconds(10);
+  for (;;) {
     StatusOr<bool> done = ops_->eventDone(event);
     if (!done.isOk()) return context(done.status(), "querying " + client.who() + "'s ready event");
     if (*done) return okStatus();
@@ -168,6 +169,7 @@ Status GpuExecutor::waitForEvent(const gpu::ClientGpu& client, void* event) {
       std::this_thread::yield();
     } else {
       std::this_thread::sleep_for(pause);
+      pause = std::min(pause * 2, std::chrono::microseconds(500));
     }
   }
 }
