@@ -97,6 +97,27 @@ stop_daemon() {
   return $rc
 }
 trap 'stop_daemon > /dev/null 2>&1; rm -rf "$workdir"' EXIT
+# under_mps COMMAND...: stops gradsyncd, starts MPS and gradsyncd under it,
+# runs COMMAND, stops both. Returns 1 (gradsyncd untouched) without MPS tools.
+under_mps() {
+  if ! command -v nvidia-cuda-mps-control > /dev/null; then
+    echo "no nvidia-cuda-mps-control: MPS on not measured"
+    return 1
+  fi
+  stop_daemon > /dev/null
+  export CUDA_MPS_PIPE_DIRECTORY=$workdir/mps CUDA_MPS_LOG_DIRECTORY=$workdir/mps-log
+  mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+  if nvidia-cuda-mps-control -d; then
+    step "start gradsyncd under MPS" start_daemon
+    "$@"
+    stop_daemon > /dev/null
+    echo quit | nvidia-cuda-mps-control
+  else
+    echo "MPS control daemon did not start: MPS on not measured"
+  fi
+  unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+  return 0
+}
 run_ranks() {  # run_ranks N COMMAND...
   local n=$1
   shift
@@ -173,28 +194,17 @@ case $stage in
     }
     # Without MPS the GPU switches between the daemon's and the ranks'
     # contexts for every operation; with it their work shares the GPU.
-    if command -v nvidia-cuda-mps-control > /dev/null; then
-      stop_daemon > /dev/null
-      export CUDA_MPS_PIPE_DIRECTORY=$workdir/mps CUDA_MPS_LOG_DIRECTORY=$workdir/mps-log
-      mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
-      if nvidia-cuda-mps-control -d; then
-        step "start gradsyncd under MPS" start_daemon
-        for n in 1 2 4; do
-          step "gradsync_bench --device cuda under MPS, $n ranks" timeout 100 "$tools/gradsync_bench" \
-            --socket "$socket" -np "$n" --device cuda --min-time 0.3
-          step "gradsync_bench --device cuda --resnet under MPS, $n ranks" timeout 100 "$tools/gradsync_bench" \
-            --socket "$socket" -np "$n" --device cuda --resnet
-        done
-        step "PyTorch CUDA allreduce bench under MPS, 2 ranks" run_ranks 2 $python \
-          examples/pytorch/cuda_allreduce_bench.py --iters 30
-        stop_daemon > /dev/null
-        echo quit | nvidia-cuda-mps-control
-        unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
-      else
-        echo "MPS control daemon did not start: MPS not measured"
-      fi
-      step "start gradsyncd again (MPS off)" start_daemon
-    fi
+    mps_bench() {
+      for n in 1 2 4; do
+        step "gradsync_bench --device cuda under MPS, $n ranks" timeout 100 "$tools/gradsync_bench" \
+          --socket "$socket" -np "$n" --device cuda --min-time 0.3
+        step "gradsync_bench --device cuda --resnet under MPS, $n ranks" timeout 100 "$tools/gradsync_bench" \
+          --socket "$socket" -np "$n" --device cuda --resnet
+      done
+      step "PyTorch CUDA allreduce bench under MPS, 2 ranks" run_ranks 2 $python \
+        examples/pytorch/cuda_allreduce_bench.py --iters 30
+    }
+    under_mps mps_bench && step "start gradsyncd again (MPS off)" start_daemon
     step "gradsync_bench --device cuda, 2 daemons x 1 rank, host staging" two_daemon_bench staging
     step "gradsync_bench --device cuda, 2 daemons x 1 rank, NCCL where it forms" two_daemon_bench auto
     ;;
@@ -207,21 +217,7 @@ case $stage in
         --image-size 224 --num-iters 5 --num-batches-per-iter 3 --threads 4
     }
     step "ResNet-50, MPS off" resnet "MPS off"
-    if command -v nvidia-cuda-mps-control > /dev/null; then
-      stop_daemon > /dev/null
-      export CUDA_MPS_PIPE_DIRECTORY=$workdir/mps CUDA_MPS_LOG_DIRECTORY=$workdir/mps-log
-      mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
-      if nvidia-cuda-mps-control -d; then
-        step "start gradsyncd under MPS" start_daemon
-        step "ResNet-50, MPS on" resnet "MPS on"
-        stop_daemon > /dev/null
-        echo quit | nvidia-cuda-mps-control
-      else
-        echo "MPS control daemon did not start: MPS on not measured"
-      fi
-    else
-      echo "no nvidia-cuda-mps-control: MPS on not measured"
-    fi
+    under_mps step "ResNet-50, MPS on" resnet "MPS on"
     ;;
   *) echo "unknown stage $stage (tests, bench, resnet)"; exit 100 ;;
 esac
