@@ -10,7 +10,6 @@ namespace gradsync::peer {
 namespace {
 
 constexpr auto kHeartbeatPeriod = std::chrono::seconds(1);
-constexpr int64_t kSilenceLimitMs = 6000;
 
 // FNV-1a 64 in hex: enough to see that every node holds the same id.
 std::string digest(const std::string& bytes) {
@@ -42,7 +41,6 @@ bool sameProcessSets(const v1::JoinJobRequest& request, const std::vector<std::v
 CrossNode::CrossNode(CrossNodeOptions options, Hooks hooks)
     : options_(std::move(options)),
       hooks_(std::move(hooks)),
-      tag_key_(deriveSipKey(options_.token + '\0' + options_.job_id + "\0epoch 1", "gradsync data-plane tags v1")),
       cache_(options_.response_cache_capacity) {}
 
 v1::NegotiatedResponse CrossNode::encode(const coordinator::Response& response) {
@@ -218,6 +216,11 @@ StatusOr<v1::JoinJobResponse> CrossNode::acceptJoin(const v1::JoinJobRequest& re
     return failedPrecondition("job '" + options_.job_id + "': " + describeNode(request.node()) +
                               " disagrees on the job's size or process sets");
   }
+  if (epoch_ > 1) {
+    return failedPrecondition("job '" + options_.job_id + "' is at epoch " + std::to_string(epoch_) + ": " +
+                              describeNode(request.node()) +
+                              " cannot join a running elastic job (new nodes joining is not built yet)");
+  }
   if (members_.empty()) {
     RETURN_IF_ERROR(builder_->add(request.node()));
     if (builder_->complete()) {
@@ -262,7 +265,18 @@ grpc::Status CrossNode::serveFollower(grpc::ServerContext* context, LeaderStream
     follower->last_heard_ms = nowMs(CrossClock::now());
     bytes_received_.fetch_add(message.ByteSizeLong());
     messages_.fetch_add(1);
-    if (message.has_request()) {
+    if (refuseIfRemoved(follower.get())) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, follower->removed);
+    }
+    if (message.has_request() && message.request().epoch() != 0 && message.request().epoch() != epoch()) {
+      continue;  // of an epoch that ended: the follower fails it when it learns of the new one
+    }
+    if (message.has_rank_lost()) {
+      if (hooks_.on_ranks_lost) {
+        hooks_.on_ranks_lost({message.rank_lost().rank()}, message.rank_lost().epoch(), message.rank_lost().cause());
+      }
+    } else if (message.has_request()) {
       auto enqueue = expand(message.request());
       if (!enqueue.isOk()) {
         hooks_.on_failure(enqueue.status().message(), true);
@@ -279,27 +293,30 @@ grpc::Status CrossNode::serveFollower(grpc::ServerContext* context, LeaderStream
     follower->stream = nullptr;
   }
   bool stopping;
+  v1::NodeInfo node;
+  uint64_t epoch;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    stopping = stopping_;
+    stopping = stopping_ || !follower->removed.empty();  // a removed node's departure changes nothing
+    node = follower->node;
+    epoch = epoch_;
   }
   if (!stopping) {
     if (context->IsCancelled()) {
-      const std::string cause = "lost " + describeNode(follower->node) + ": the daemon died or was cut off";
-      hooks_.on_failure(cause, true);
-      announceFailure(cause, true);
+      nodeLost(node, epoch, "lost " + describeNode(node) + ": the daemon died or was cut off");
     } else {
       // A clean close: the node's ranks all finished. Only collectives that
       // would still need them fail.
-      hooks_.on_failure(describeNode(follower->node) + " left the job (its ranks finished)", false);
+      hooks_.on_failure(describeNode(node) + " left the job (its ranks finished)", false);
     }
   }
   return grpc::Status::OK;
 }
 
-Status CrossNode::broadcast(const std::vector<coordinator::Response>& batch, uint64_t sequence) {
+Status CrossNode::broadcast(const std::vector<coordinator::Response>& batch, uint64_t sequence, uint64_t epoch) {
   v1::LeaderMessage message;
   message.mutable_batch()->set_sequence(sequence);
+  message.mutable_batch()->set_epoch(epoch);
   std::vector<std::shared_ptr<Follower>> followers;
   {
     // Every node must see every batch (a process set's ring still spans all
@@ -346,6 +363,7 @@ void CrossNode::sendError(const coordinator::Request& request, const Status& sta
   if (!target) return;
   v1::LeaderMessage message;
   message.mutable_batch()->set_sequence(0);  // not executed: no ring
+  message.mutable_batch()->set_epoch(epoch());
   *message.mutable_batch()->add_responses() = toProto(response);
   std::lock_guard<std::mutex> lock(target->write_mutex);
   if (target->stream) target->stream->Write(message);
@@ -408,6 +426,12 @@ std::vector<v1::NodeInfo> CrossNode::members() const {
   return members_;
 }
 
+std::vector<v1::NodeInfo> CrossNode::members(uint64_t* epoch) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  *epoch = epoch_;
+  return members_;
+}
+
 std::string CrossNode::ncclId() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return nccl_id_;
@@ -422,25 +446,29 @@ void CrossNode::tick(CrossClock::time_point now) {
   const bool send = now - last_heartbeat_ >= kHeartbeatPeriod;
   if (send) last_heartbeat_ = now;
   const int64_t now_ms = nowMs(now);
+  const bool paused = selfPaused(now);
+  uint64_t current_epoch;
   if (leader_) {
-    std::vector<std::shared_ptr<Follower>> followers;
+    std::vector<std::pair<std::shared_ptr<Follower>, v1::NodeInfo>> followers;
     {
       std::lock_guard<std::mutex> lock(mutex_);
       if (stopping_) return;
-      for (auto& [rank, f] : followers_) followers.push_back(f);
+      current_epoch = epoch_;
+      for (auto& [rank, f] : followers_) followers.emplace_back(f, f->node);
     }
     v1::LeaderMessage beat;
     beat.mutable_heartbeat()->set_sent_ms(now_ms);
-    for (auto& f : followers) {
+    beat.mutable_heartbeat()->set_epoch(current_epoch);
+    for (auto& [f, node] : followers) {
       {
         std::lock_guard<std::mutex> lock(f->write_mutex);
         if (!f->stream) continue;
         if (send) f->stream->Write(beat);
       }
+      if (paused) f->last_heard_ms = now_ms;  // its silence was this daemon's pause
       if (now_ms - f->last_heard_ms > kSilenceLimitMs) {
-        const std::string cause = "lost " + describeNode(f->node) + ": silent for " +
-                                  std::to_string((now_ms - f->last_heard_ms) / 1000) + " s";
-        hooks_.on_failure(cause, true);
+        nodeLost(node, current_epoch, "lost " + describeNode(node) + ": silent for " +
+                           std::to_string((now_ms - f->last_heard_ms) / 1000) + " s");
       }
     }
     return;
@@ -449,11 +477,14 @@ void CrossNode::tick(CrossClock::time_point now) {
     std::lock_guard<std::mutex> lock(stream_mutex_);
     if (!stream_) return;
   }
+  current_epoch = epoch();
   if (send) {
     v1::FollowerMessage beat;
     beat.mutable_heartbeat()->set_sent_ms(now_ms);
+    beat.mutable_heartbeat()->set_epoch(current_epoch);
     writeToLeader(beat);
   }
+  if (paused) leader_heard_ms_ = now_ms;  // the leader's silence was this daemon's pause
   const int64_t heard = leader_heard_ms_.load();
   if (heard > 0 && now_ms - heard > kSilenceLimitMs) {
     hooks_.on_failure("lost the leader at " + options_.leader_address + ": silent for " +
@@ -464,7 +495,7 @@ void CrossNode::tick(CrossClock::time_point now) {
 
 void CrossNode::describe(v1::JobInfo* info, CrossClock::time_point now, double busy_seconds) const {
   std::lock_guard<std::mutex> lock(mutex_);
-  info->set_epoch(members_.empty() ? 0 : 1);
+  info->set_epoch(members_.empty() ? 0 : epoch_);
   info->set_coordination_bytes_sent(bytes_sent_.load());
   info->set_coordination_bytes_received(bytes_received_.load());
   info->set_coordination_messages(messages_.load());
@@ -505,9 +536,11 @@ void CrossNode::describe(v1::JobInfo* info, CrossClock::time_point now, double b
   }
 }
 
-StatusOr<collective::RingContext> CrossNode::ring(uint64_t sequence, CrossClock::time_point deadline) {
+StatusOr<collective::RingContext> CrossNode::ring(uint64_t sequence, CrossClock::time_point deadline,
+                                                 uint64_t epoch) {
   std::vector<v1::NodeInfo> members;
   int self = -1;
+  bool new_epoch = false;
   {
     std::unique_lock<std::mutex> lock(mutex_);
     if (!formed_cv_.wait_until(lock, deadline,
@@ -516,6 +549,17 @@ StatusOr<collective::RingContext> CrossNode::ring(uint64_t sequence, CrossClock:
       return deadlineExceeded("job '" + options_.job_id + "': the nodes never formed a ring");
     }
     if (!transfers_aborted_.empty()) return aborted("job '" + options_.job_id + "': " + transfers_aborted_);
+    if (epoch != epoch_) {
+      return aborted("job '" + options_.job_id + "': the membership changed (epoch " + std::to_string(epoch) +
+                     " is over, the job is at epoch " + std::to_string(epoch_) + ")");
+    }
+    // Checked and lifted under one lock: an interruption for a later epoch
+    // comes after this and ends this ring's waits.
+    if (ring_epoch_ != epoch_) {
+      new_epoch = true;
+      transport_->resume();
+      ring_epoch_ = epoch_;
+    }
     members = members_;
     for (const auto& node : members_) {
       if (node.peer_address() == options_.self_address) self = node.cross_rank();
@@ -524,6 +568,26 @@ StatusOr<collective::RingContext> CrossNode::ring(uint64_t sequence, CrossClock:
   if (self < 0) return internalError("this daemon is not in its job's membership");
   const int n = static_cast<int>(members.size());
   const int left = (self - 1 + n) % n, right = (self + 1) % n;
+  if (new_epoch) {
+    // The ring re-forms: other neighbours, the old epoch's strays dropped,
+    // tags keyed by the new epoch.
+    transport::PeerPtr old_left, old_right;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      old_left = std::move(left_);
+      old_right = std::move(right_);
+      left_node_ = right_node_ = -1;
+    }
+    tag_key_ = deriveSipKey(options_.token + '\0' + options_.job_id + '\0' + "epoch " + std::to_string(epoch),
+                            "gradsync data-plane tags v1");
+    if (old_left || old_right) {
+      old_left.reset();
+      old_right.reset();
+      const size_t strays = transport_->dropStrays();
+      GS_LOG(control, info, "job '{}': the ring re-forms for epoch {} ({} nodes; {} stray messages dropped)",
+             options_.job_id, epoch, n, strays);
+    }
+  }
   if (!left_) {
     ASSIGN_OR_RETURN(auto left_peer, transport_->connect(members[left].ucx_address(), members[left].ranks(0)));
     transport::PeerPtr right_peer;

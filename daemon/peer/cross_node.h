@@ -50,19 +50,30 @@ struct CrossNodeOptions {
   // Makes the job's ncclUniqueId on the leader (null: this daemon has no NCCL).
   std::function<StatusOr<std::string>()> make_nccl_id;
   std::string data_plane_devices;  // UCX_NET_DEVICES for this job's transport (empty: all)
+  bool elastic = false;            // a lost rank or node starts a new epoch (cross_node_elastic.cc)
 };
 
 class CrossNode {
  public:
   struct Hooks {
-    // Follower: a batch from the leader, to execute in arrival order.
-    std::function<void(std::vector<coordinator::Response>, uint64_t sequence)> on_batch;
+    // Follower: a batch of `epoch` from the leader, to execute in arrival
+    // order (0: errors only, never executed).
+    std::function<void(std::vector<coordinator::Response>, uint64_t sequence, uint64_t epoch)> on_batch;
     // Leader: a follower's rank submitted a request.
     std::function<void(int rank, const v1::Enqueue&)> on_remote_request;
     // The job failed elsewhere (a rank left or died: node_lost false), or a
     // node or the leader was lost (node_lost true).
     std::function<void(const std::string& cause, bool node_lost)> on_failure;
+    // Elastic jobs, leader: ranks (numbered as in `epoch`) were lost: a rank
+    // crashed on a follower, or a follower's node was lost or went silent.
+    std::function<void(const std::vector<int>& ranks, uint64_t epoch, const std::string& cause)> on_ranks_lost;
+    // Elastic jobs, follower: the leader started a new epoch (members() and
+    // epoch() tell it already).
+    std::function<void(const v1::NewEpoch& change)> on_new_epoch;
   };
+
+  // A node not heard from for this long is lost (heartbeats every second).
+  static constexpr int64_t kSilenceLimitMs = 6000;
 
   CrossNode(CrossNodeOptions options, Hooks hooks);
   ~CrossNode();  // closes streams and joins threads
@@ -78,11 +89,11 @@ class CrossNode {
   // `hello`, the caller has read) until it ends.
   grpc::Status serveFollower(grpc::ServerContext* context, LeaderStream* stream, const v1::FollowerMessage& hello);
 
-  // Follower: forwards a local rank's request to the leader.
-  void forward(int rank, const v1::Enqueue& enqueue);
-  // Leader: sends a batch to every follower, before executing it; waits
-  // (up to the join timeout) until every follower is attached.
-  Status broadcast(const std::vector<coordinator::Response>& batch, uint64_t sequence);
+  // Follower: forwards a local rank's request of `epoch` to the leader.
+  void forward(int rank, const v1::Enqueue& enqueue, uint64_t epoch);
+  // Leader: sends a batch of `epoch` to every follower, before executing
+  // it; waits (up to the join timeout) until every follower is attached.
+  Status broadcast(const std::vector<coordinator::Response>& batch, uint64_t sequence, uint64_t epoch = 1);
   // Leader: the request of a rank on another node failed on its own.
   void sendError(const coordinator::Request& request, const Status& status);
   // Tells the other nodes that the job failed (once).
@@ -98,10 +109,29 @@ class CrossNode {
   // Leader: the ranks whose nodes have not joined yet (empty elsewhere).
   std::vector<int> missingRanks() const;
 
-  // The ring for one collective (connects the UCX endpoints on first use).
-  // Waits for the membership until `deadline`.
-  StatusOr<collective::RingContext> ring(uint64_t sequence, CrossClock::time_point deadline);
+  // The ring for one collective of `epoch` (connects the UCX endpoints on
+  // first use, and again in each new epoch). Waits for the membership until
+  // `deadline`; ABORTED when `epoch` is over.
+  StatusOr<collective::RingContext> ring(uint64_t sequence, CrossClock::time_point deadline, uint64_t epoch = 1);
+
+  // Elastic jobs (cross_node_elastic.cc).
+  uint64_t epoch() const;
+  // Leader: starts the next epoch without `lost` (ranks numbered as in
+  // `epoch`, translated to the current numbering): survivors keep their
+  // order, nodes left without ranks are removed (and refused as stale from
+  // now on), the ring re-forms, the followers are told. Ends this node's
+  // transfers of the old epoch. Returns the change; NOT_FOUND when every
+  // lost rank is gone already; FAILED_PRECONDITION (nothing changed) when
+  // fewer than `min_size` ranks would remain or the leader would hold none.
+  StatusOr<v1::NewEpoch> beginEpoch(const std::vector<int>& lost, uint64_t epoch, const std::string& cause,
+                                    int min_size);
+  // Follower: a local rank of `epoch` crashed; the leader decides.
+  void reportRankLost(int rank, uint64_t epoch, const std::string& cause);
+  // Leader: whether the asking node is still in the job (CheckMember).
+  StatusOr<v1::CheckMemberResponse> checkMember(const v1::CheckMemberRequest& request) const;
   std::vector<v1::NodeInfo> members() const;
+  // The same, with the epoch they belong to.
+  std::vector<v1::NodeInfo> members(uint64_t* epoch) const;
   // The job's ncclUniqueId (empty: the leader has no NCCL) and this node's
   // position in the ring; valid once the job formed.
   std::string ncclId() const;
@@ -119,9 +149,30 @@ class CrossNode {
   struct Follower {
     LeaderStream* stream = nullptr;
     std::mutex write_mutex;
-    v1::NodeInfo node;
+    v1::NodeInfo node;                      // under CrossNode::mutex_ (renumbered by epochs)
     std::atomic<int64_t> last_heard_ms{0};  // steady clock
+    std::string removed;                    // elastic: why a new epoch left it out (under mutex_)
   };
+  // Elastic (cross_node_elastic.cc). Follower: applies the leader's epoch.
+  void applyNewEpoch(const v1::NewEpoch& change);
+  // Leader: a message from a follower the job has removed; answers that it
+  // is stale. True when `follower` was removed.
+  bool refuseIfRemoved(Follower* follower);
+  // Leader: tells a removed follower why (a JobFailure on its stream).
+  void tellStale(Follower* follower, const std::string& why);
+  // Follower whose stream from the leader broke: asks the leader whether
+  // this node was removed; returns why (empty: still a member, or no answer).
+  std::string askIfRemoved();
+  // Leader: `rank` of `epoch` in the current epoch's numbering (-1: gone).
+  int translateLocked(int rank, uint64_t epoch) const;
+  // A node's loss (`node` as in `epoch`): a new epoch (elastic) or the
+  // job's failure.
+  void nodeLost(const v1::NodeInfo& node, uint64_t epoch, const std::string& cause);
+  // The housekeeping thread was not scheduled for a while (this daemon was
+  // paused): peers' silence is then this daemon's own doing. Housekeeping
+  // thread only.
+  bool selfPaused(CrossClock::time_point now);
+
   Status joinLeader(const v1::NodeInfo& self);
   void readLeader();
   bool writeToLeader(const v1::FollowerMessage& message);
@@ -135,14 +186,20 @@ class CrossNode {
 
   const CrossNodeOptions options_;
   const Hooks hooks_;
-  const SipKey tag_key_;  // the data plane's tags, from the job's token
+  // The data plane's tags, from the job's token and the ring's epoch
+  // (executor thread only).
+  SipKey tag_key_;
+  uint64_t ring_epoch_ = 0;
   std::atomic<bool> leader_{false};  // set by start(); read by housekeeping and peer calls
   std::unique_ptr<transport::UcxTransport> transport_;
 
   mutable std::mutex mutex_;
   std::condition_variable formed_cv_;
   std::optional<MembershipBuilder> builder_;  // leader
-  std::vector<v1::NodeInfo> members_;              // set once formed
+  std::vector<v1::NodeInfo> members_;              // set once formed; replaced by each epoch
+  uint64_t epoch_ = 1;
+  std::map<uint64_t, std::vector<int>> survivors_;  // leader: epoch E -> the ranks of E kept in E + 1
+  std::map<std::string, std::string> removed_nodes_;  // leader: peer address -> why it was removed
   std::string nccl_id_;                            // set with members_ (empty: no NCCL at the leader)
   int self_cross_rank_ = -1;
   bool stopping_ = false;
@@ -161,6 +218,7 @@ class CrossNode {
   std::vector<v1::FollowerMessage> backlog_;  // requests before the stream opened
   std::atomic<int64_t> leader_heard_ms_{0};    // follower: last message from the leader
   CrossClock::time_point last_heartbeat_;      // housekeeping thread only
+  CrossClock::time_point last_tick_;           // housekeeping thread only
   std::thread follower_thread_;
 
   // Response cache and coordination traffic counters.

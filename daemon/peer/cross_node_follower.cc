@@ -120,9 +120,11 @@ void CrossNode::readLeader() {
         }
         batch.push_back(std::move(response).value());
       }
-      hooks_.on_batch(std::move(batch), message.batch().sequence());
+      hooks_.on_batch(std::move(batch), message.batch().sequence(), message.batch().epoch());
     } else if (message.has_failure()) {
       hooks_.on_failure(message.failure().message(), message.failure().node_lost());
+    } else if (message.has_new_epoch()) {
+      applyNewEpoch(message.new_epoch());
     }
   }
   const grpc::Status status = stream_->Finish();
@@ -138,7 +140,12 @@ void CrossNode::readLeader() {
     for (const auto& node : members()) {
       if (node.cross_rank() == 0) leader = describeNode(node);
     }
-    if (status.ok()) {
+    // An elastic job's leader may have removed this node (it was paused,
+    // say): then this node is what was lost, and it says so.
+    const std::string removed = status.ok() ? "" : askIfRemoved();
+    if (!removed.empty()) {
+      hooks_.on_failure(removed, true);
+    } else if (status.ok()) {
       hooks_.on_failure("the leader " + leader + " closed the job (its ranks finished)", false);
     } else {
       hooks_.on_failure("lost the leader " + leader + ": " + status.error_message(), true);
@@ -157,10 +164,11 @@ bool CrossNode::writeToLeader(const v1::FollowerMessage& message) {
   return stream_->Write(message);
 }
 
-void CrossNode::forward(int rank, const v1::Enqueue& enqueue) {
+void CrossNode::forward(int rank, const v1::Enqueue& enqueue, uint64_t epoch) {
   v1::FollowerMessage message;
   auto* request = message.mutable_request();
   request->set_rank(rank);
+  request->set_epoch(epoch);
   uint64_t id;
   {
     std::lock_guard<std::mutex> lock(cache_mutex_);
@@ -205,6 +213,7 @@ void CrossNode::tellOtherFollowers(const v1::JobFailure& failure) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (abort_notices_ || stopping_) return;
+    notices->request.set_epoch(epoch_);
     abort_notices_ = notices;
     for (const auto& node : members_) {
       if (node.cross_rank() == 0 || node.peer_address() == options_.self_address) continue;
@@ -235,6 +244,18 @@ void CrossNode::waitForAbortNotices() {
 
 Status CrossNode::acceptAbort(const v1::AbortJobRequest& request) {
   if (request.token() != options_.token) return unauthenticated("job '" + options_.job_id + "': token does not match");
+  if (options_.elastic) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const bool member = std::any_of(members_.begin(), members_.end(), [&](const v1::NodeInfo& node) {
+      return node.peer_address() == request.from_peer_address();
+    });
+    if (request.epoch() != epoch_ || !member) {
+      GS_LOG(control, warn, "job '{}': refused a stale abort notice from {} (its epoch {}, this node's {}): {}",
+             options_.job_id, request.from_peer_address(), request.epoch(), epoch_, request.failure().message());
+      return failedPrecondition("job '" + options_.job_id + "' is at epoch " + std::to_string(epoch_) + " without " +
+                                request.from_peer_address() + ": its notice is stale");
+    }
+  }
   hooks_.on_failure(request.failure().message(), request.failure().node_lost());
   return okStatus();
 }

@@ -63,10 +63,17 @@ Job::Job(JobSpec spec, JobLimits limits, executor::ReducePool* pool)
                              limits_.gpus != nullptr && limits_.nccl != nullptr && limits_.nccl_between_daemons,
                              nullptr, limits_.data_plane_devices};
     if (limits_.nccl) options.make_nccl_id = [nccl = limits_.nccl] { return nccl->uniqueId(); };
+    options.elastic = spec_.elastic;
     peer::CrossNode::Hooks hooks;
-    hooks.on_batch = [this](std::vector<coordinator::Response> batch, uint64_t sequence) {
-      onRemoteBatch(std::move(batch), sequence);
+    hooks.on_batch = [this](std::vector<coordinator::Response> batch, uint64_t sequence, uint64_t epoch) {
+      onRemoteBatch(std::move(batch), sequence, epoch);
     };
+    if (spec_.elastic) {
+      hooks.on_ranks_lost = [this](const std::vector<int>& ranks, uint64_t epoch, const std::string& cause) {
+        crossRanksLost(ranks, epoch, cause);
+      };
+      hooks.on_new_epoch = [this](const v1::NewEpoch& change) { onNewEpoch(change); };
+    }
     hooks.on_remote_request = [this](int rank, const v1::Enqueue& enqueue) { submitRemote(rank, enqueue); };
     hooks.on_failure = [this](const std::string& cause, bool node_lost) { failJob(cause, node_lost); };
     cross_ = std::make_unique<peer::CrossNode>(std::move(options), std::move(hooks));
@@ -136,6 +143,8 @@ bool Job::removeSession(const Session& session, const std::string& cause, bool c
   Outbox outbox;
   bool empty;
   bool epoch_changed = false;
+  std::string cross_failure;                        // the leader cannot go on
+  std::optional<std::pair<int, uint64_t>> report;  // a follower's lost rank, for the leader
   {
     std::lock_guard<std::mutex> lock(mutex_);
     auto joiner = std::find_if(joiners_.begin(), joiners_.end(), [&](const auto& j) { return j.get() == &session; });
@@ -146,8 +155,16 @@ bool Job::removeSession(const Session& session, const std::string& cause, bool c
     auto it = sessions_.find(session.rank());
     if (it == sessions_.end() || it->second.get() != &session) return sessions_.empty() && joiners_.empty();
     sessions_.erase(it);
-    const bool elastic_loss = spec_.elastic && crashed && !cross_ && failure_.empty() && !stopping_;
-    if (elastic_loss && !sessions_.empty()) {
+    const bool elastic_loss = spec_.elastic && crashed && failure_.empty() && !stopping_;
+    if (elastic_loss && cross_) {
+      // Across daemons the leader decides the next epoch.
+      if (cross_->isLeader()) {
+        cross_failure = leadEpochLocked({session.rank()}, epoch_, session.describe() + " " + cause, &outbox);
+      } else {
+        report.emplace(session.rank(), epoch_);
+      }
+      epoch_changed = true;
+    } else if (elastic_loss && !sessions_.empty()) {
       // Below min_size the new epoch waits for new ranks (housekeeping).
       const bool full = static_cast<int>(sessions_.size()) >= spec_.min_size;
       changeEpochLocked(session.describe() + " " + cause, &outbox, /*admit=*/false, /*announce=*/full);
@@ -165,6 +182,8 @@ bool Job::removeSession(const Session& session, const std::string& cause, bool c
     empty = sessions_.empty();
   }
   grant_cv_.notify_all();
+  if (report) cross_->reportRankLost(report->first, report->second, session.describe() + " " + cause);
+  if (!cross_failure.empty()) failJob(cross_failure, /*node_lost=*/true);
   // The other nodes first: the local ranks told next may exit at once.
   if (cross_ && !epoch_changed) {
     cross_->announceFailure("job '" + spec_.job_id + "': " + session.describe() + " " + cause, false);
@@ -241,7 +260,7 @@ void Job::submitToCoordinator(const std::shared_ptr<Session>& session, coordinat
   }
   if (cross_ && !cross_->isLeader()) {
     const auto key = std::make_pair(request.rank, request.handle);
-    cross_->forward(request.rank, coordinator::enqueueOf(request));
+    cross_->forward(request.rank, coordinator::enqueueOf(request), epoch_);
     forwarded_.emplace(key, std::move(request));
     return;
   }
@@ -314,7 +333,11 @@ void Job::failRequestLocked(const coordinator::Request& request, const Status& s
   forwarded_.erase(std::make_pair(request.rank, request.handle));
   auto it = sessions_.find(request.rank);
   if (it == sessions_.end()) {
-    if (cross_ && cross_->isLeader() && !isLocal(request.rank)) cross_->sendError(request, status);
+    // A membership change fails the followers' requests there, as each
+    // follower applies the new epoch.
+    if (cross_ && cross_->isLeader() && !local_ranks_.count(request.rank) && !membership_changed) {
+      cross_->sendError(request, status);
+    }
     return;
   }
   it->second->removeHandle(request.handle);
@@ -363,7 +386,10 @@ void Job::housekeeping(Clock::time_point now) {
   // Who holds the ranks of other nodes, for stall messages: the membership,
   // fixed once the job formed, taken once (before mutex_: the cross-node
   // state has its own lock).
-  if (cross_ && stall_nodes_.empty() && cross_->formed()) stall_nodes_ = cross_->members();
+  if (cross_ && cross_->formed() && (stall_nodes_.empty() || stall_nodes_epoch_ != cross_->epoch())) {
+    stall_nodes_epoch_ = cross_->epoch();
+    stall_nodes_ = cross_->members();
+  }
   const auto describeAbsent = [&](int rank) {
     for (const auto& node : stall_nodes_) {
       if (std::find(node.ranks().begin(), node.ranks().end(), rank) != node.ranks().end()) {
@@ -430,11 +456,12 @@ v1::JobInfo Job::info() const {
   v1::JobInfo info;
   info.set_job_id(spec_.job_id);
   info.set_size(size_.load());
-  info.set_local_size(spec_.elastic ? size_.load() : spec_.local_size);
+  info.set_local_size(spec_.elastic ? static_cast<int>(sessions_.size()) : spec_.local_size);
+  int local_rank = 0;  // elastic jobs renumber: this node's ranks in rank order
   for (const auto& [rank, session] : sessions_) {
     v1::RankInfo* r = info.add_ranks();
     r->set_rank(rank);
-    r->set_local_rank(spec_.elastic ? rank : session->identity().local_rank);  // elastic jobs: one node
+    r->set_local_rank(spec_.elastic ? local_rank++ : session->identity().local_rank);
     r->set_pid(session->pid());
     r->set_hostname(session->identity().hostname);
     r->set_connected(session->streamAttached());

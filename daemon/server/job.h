@@ -136,7 +136,7 @@ class Job : private executor::RankAccess {
                                                  const std::vector<uint64_t>& bytes,
                                                  const std::vector<std::vector<int64_t>>& shapes) override;
   bool multiNode() const override { return cross_ != nullptr; }
-  bool isLocal(int rank) const override { return local_ranks_.count(rank) > 0; }
+  bool isLocal(int rank) const override { return batch_local_ranks_.count(rank) > 0; }
   Status crossNodeAllreduce(void* data, size_t count, DataType dtype, ReduceOp op) override;
   int nodeOf(int rank) const override;
   int nodeCount() const override;
@@ -151,7 +151,7 @@ class Job : private executor::RankAccess {
   void submitToCoordinator(const std::shared_ptr<Session>& session, coordinator::Request request, Outbox* outbox,
                            std::vector<coordinator::Response>* inline_batch);
   void submitRemote(int rank, const v1::Enqueue& enqueue);
-  void onRemoteBatch(std::vector<coordinator::Response> batch, uint64_t sequence);
+  void onRemoteBatch(std::vector<coordinator::Response> batch, uint64_t sequence, uint64_t epoch);
   void failJob(const std::string& cause, bool node_lost);
   // A cross-node transfer failed with `status`: fails the job (node lost)
   // and returns the error led by the job's earlier failure, if any (the
@@ -178,12 +178,28 @@ class Job : private executor::RankAccess {
   // `announce` false: the new epoch forms below min_size and is announced
   // once joiners fill it (housekeeping), or fails after elastic_timeout.
   void changeEpochLocked(const std::string& cause, Outbox* outbox, bool admit = false, bool announce = true);
+  // Moves to epoch `next` with `survivors` (ranks of the current epoch, in
+  // order: a survivor's new rank is its index): fails what is in flight
+  // (retriable), renumbers the local sessions (a local session left out is
+  // refused), records the change and, with `announce`, tells each local
+  // rank its place. Needs mutex_.
+  void enterEpochLocked(uint64_t next, const std::vector<int>& survivors, int size_before, const std::string& cause,
+                        Outbox* outbox, bool announce);
+  // Elastic jobs across daemons (job_elastic_cross.cc). Leader: `ranks` of
+  // `epoch` were lost (a hook of the CrossNode, or a local rank); starts the
+  // next epoch everywhere, or fails the job when it cannot go on.
+  void crossRanksLost(const std::vector<int>& ranks, uint64_t epoch, const std::string& cause);
+  // Leader, needs mutex_: the next epoch without `ranks`. Returns why the
+  // job cannot go on (empty when it does; the caller then fails it).
+  std::string leadEpochLocked(const std::vector<int>& ranks, uint64_t epoch, const std::string& cause, Outbox* outbox);
+  // Follower: the leader's new epoch.
+  void onNewEpoch(const v1::NewEpoch& change);
   // Joiners whose session stream is open become ranks, after the others;
   // returns how many. Needs mutex_.
   int admitReadyJoinersLocked();
-  // Size, local ranks, negotiator and process sets for the sessions there
-  // are now (only the global process set). Needs mutex_.
-  void resizeLocked();
+  // Size (`size`), local ranks, negotiator and process sets for the
+  // sessions there are now (only the global process set). Needs mutex_.
+  void resizeLocked(int size);
   // Tells every rank its place in the current epoch. Needs mutex_.
   void announceEpochLocked(const std::string& cause, Outbox* outbox);
   // Below min_size: admits joiners whose stream is open; announces the
@@ -254,6 +270,7 @@ class Job : private executor::RankAccess {
   std::vector<v1::EpochChange> history_;
   std::vector<std::shared_ptr<Session>> joiners_;  // registered, waiting for a commit
   std::optional<Clock::time_point> below_min_since_;  // the current epoch waits for joiners
+  Clock::time_point epoch_started_ = Clock::now();     // for the history's recovery time
 
   // Multi-node state (guarded by mutex_ unless noted).
   std::unique_ptr<peer::CrossNode> cross_;
@@ -271,11 +288,17 @@ class Job : private executor::RankAccess {
   std::atomic<uint64_t> ring_busy_ns_{0};  // time in cross-node transfers
   std::vector<uint8_t> ring_scratch_;  // executor thread only
 
-  // Sessions of the batch being executed, and its epoch (executor thread only).
+  // Sessions of the batch being executed, its epoch, this node's ranks and
+  // the job's nodes in it (executor thread only).
   SessionSnapshot batch_sessions_;
   uint64_t batch_epoch_ = 0;
-  // The job's nodes, for stall messages (housekeeping thread only; set once formed).
+  std::set<int> batch_local_ranks_;
+  std::vector<v1::NodeInfo> batch_members_;
+  uint64_t batch_members_epoch_ = 0;
+  // The job's nodes, for stall messages (housekeeping thread only; set once
+  // formed, again in each epoch).
   std::vector<v1::NodeInfo> stall_nodes_;
+  uint64_t stall_nodes_epoch_ = 0;
   // Timeline: the current one; the tensors with an open negotiation row
   // (mutex_); the fused response running and its timeline (executor thread).
   mutable std::mutex timeline_mutex_;

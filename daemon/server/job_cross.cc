@@ -43,7 +43,7 @@ void Job::submitRemote(int rank, const v1::Enqueue& enqueue) {
   std::vector<coordinator::Response> unused;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (rank < 0 || rank >= spec_.size || isLocal(rank)) {
+    if (rank < 0 || rank >= size_.load() || local_ranks_.count(rank)) {
       GS_LOG(control, warn, "job '{}': a follower forwarded a request of rank {}, which it does not hold",
              spec_.job_id, rank);
       return;
@@ -61,9 +61,12 @@ void Job::submitRemote(int rank, const v1::Enqueue& enqueue) {
   flush(&outbox);
 }
 
-void Job::onRemoteBatch(std::vector<coordinator::Response> batch, uint64_t sequence) {
+void Job::onRemoteBatch(std::vector<coordinator::Response> batch, uint64_t sequence, uint64_t epoch) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (stopping_) return;  // negotiated work still runs after a rank left
+  // Sent before the leader changed the epoch; its requests failed with the
+  // change here (the leader, too, fails it).
+  if (spec_.elastic && epoch != epoch_) return;
   // Before any Done of the batch: a local rank told a new set's id may use
   // it at once, and its enqueue is checked here.
   publishProcessSetsLocked(batch, /*from_leader=*/true);
@@ -118,9 +121,16 @@ Status Job::ringFailed(const Status& status) {
   {
     // The node that broke the ring usually says why through the peer
     // service at about the same moment (a rank of it died, it lost the
-    // leader): give that message a moment to arrive.
+    // leader): give that message a moment to arrive. An elastic job's
+    // leader may take up to the silence limit to start the next epoch.
     std::unique_lock<std::mutex> lock(mutex_);
-    grant_cv_.wait_for(lock, kRingCauseGrace, [&] { return !failure_.empty() || stopping_; });
+    const auto grace = spec_.elastic ? std::chrono::milliseconds(peer::CrossNode::kSilenceLimitMs + 1000)
+                                     : std::chrono::duration_cast<std::chrono::milliseconds>(kRingCauseGrace);
+    grant_cv_.wait_for(lock, grace, [&] { return !failure_.empty() || stopping_ || epoch_ != batch_epoch_; });
+    if (spec_.elastic && failure_.empty() && !stopping_ && epoch_ != batch_epoch_) {
+      return aborted("job '" + spec_.job_id + "': the membership changed during the collective (epoch " +
+                     std::to_string(batch_epoch_) + " -> " + std::to_string(epoch_) + "): " + history_.back().cause());
+    }
     cause = failure_;
   }
   failJob(status.message(), /*node_lost=*/true);
@@ -129,7 +139,7 @@ Status Job::ringFailed(const Status& status) {
 }
 
 Status Job::crossNodeAllreduce(void* data, size_t count, DataType dtype, ReduceOp op) {
-  ASSIGN_OR_RETURN(auto ring, cross_->ring(ring_sequence_, Clock::now() + limits_.transfer_timeout));
+  ASSIGN_OR_RETURN(auto ring, cross_->ring(ring_sequence_, Clock::now() + limits_.transfer_timeout, batch_epoch_));
   BusyTimer busy(&ring_busy_ns_);
   executor::PhaseScope phase(*this, "CROSS_NODE_ALLREDUCE");
   Status status = collective::ringAllreduce(ring, data, count, dtype, op, &ring_scratch_);
@@ -137,7 +147,7 @@ Status Job::crossNodeAllreduce(void* data, size_t count, DataType dtype, ReduceO
 }
 
 int Job::nodeOf(int rank) const {
-  for (const auto& node : cross_->members()) {
+  for (const auto& node : batch_members_) {
     for (int r : node.ranks()) {
       if (r == rank) return node.cross_rank();
     }
@@ -145,11 +155,13 @@ int Job::nodeOf(int rank) const {
   return 0;
 }
 
-int Job::nodeCount() const { return static_cast<int>(cross_->members().size()); }
+int Job::nodeCount() const { return std::max<int>(1, static_cast<int>(batch_members_.size())); }
 
 executor::RankAccess::NcclPeers Job::ncclPeers() const {
   NcclPeers peers;
-  if (!cross_) return peers;
+  // Elastic jobs stage through host memory: the daemons' communicator would
+  // have to shrink with every epoch (not built).
+  if (!cross_ || spec_.elastic) return peers;
   const auto members = cross_->members();
   for (const auto& node : members) {
     // A node without GPU, or one that cannot join NCCL: every node stages
@@ -163,7 +175,7 @@ executor::RankAccess::NcclPeers Job::ncclPeers() const {
 }
 
 Status Job::crossNodeBroadcast(void* data, size_t bytes, int root_rank) {
-  ASSIGN_OR_RETURN(auto ring, cross_->ring(ring_sequence_, Clock::now() + limits_.transfer_timeout));
+  ASSIGN_OR_RETURN(auto ring, cross_->ring(ring_sequence_, Clock::now() + limits_.transfer_timeout, batch_epoch_));
   BusyTimer busy(&ring_busy_ns_);
   executor::PhaseScope phase(*this, "CROSS_NODE_BROADCAST");
   Status status = collective::ringBroadcast(ring, data, bytes, nodeOf(root_rank));
@@ -171,7 +183,7 @@ Status Job::crossNodeBroadcast(void* data, size_t bytes, int root_rank) {
 }
 
 Status Job::crossNodeAllgather(uint8_t* buffer, const std::vector<std::vector<collective::Range>>& owned) {
-  ASSIGN_OR_RETURN(auto ring, cross_->ring(ring_sequence_, Clock::now() + limits_.transfer_timeout));
+  ASSIGN_OR_RETURN(auto ring, cross_->ring(ring_sequence_, Clock::now() + limits_.transfer_timeout, batch_epoch_));
   BusyTimer busy(&ring_busy_ns_);
   executor::PhaseScope phase(*this, "CROSS_NODE_ALLGATHER");
   Status status = collective::ringAllgather(ring, buffer, owned);

@@ -28,6 +28,10 @@ v1::DaemonMessage refusal(const std::string& cause) {
 Status Job::addJoiner(std::shared_ptr<Session> session) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (!spec_.elastic) return failedPrecondition("job '" + spec_.job_id + "' is not elastic: it takes no new ranks");
+  if (cross_) {
+    return failedPrecondition("job '" + spec_.job_id + "' spans daemons: new ranks joining it are not built yet "
+                              "(only one node's elastic jobs take joiners)");
+  }
   if (!failure_.empty()) return failedPrecondition("job '" + spec_.job_id + "' has failed: " + failure_);
   if (stopping_) return unavailable("job '" + spec_.job_id + "' is stopping");
   if (sessions_.empty()) return failedPrecondition("job '" + spec_.job_id + "' has no ranks left to join");
@@ -74,8 +78,7 @@ int Job::admitReadyJoinersLocked() {
   return admitted;
 }
 
-void Job::resizeLocked() {
-  const int size = static_cast<int>(sessions_.size());
+void Job::resizeLocked(int size) {
   size_.store(size);
   local_ranks_.clear();
   for (const auto& [rank, session] : sessions_) local_ranks_.insert(rank);
@@ -87,8 +90,14 @@ void Job::resizeLocked() {
 void Job::changeEpochLocked(const std::string& cause, Outbox* outbox, bool admit, bool announce) {
   const int before = size_.load();
   if (admit) admitReadyJoinersLocked();
-  const int after = static_cast<int>(sessions_.size());
-  const uint64_t next = epoch_ + 1;
+  std::vector<int> survivors;  // one node holds them all: its sessions, joiners appended
+  for (const auto& [rank, session] : sessions_) survivors.push_back(rank);
+  enterEpochLocked(epoch_ + 1, survivors, before, cause, outbox, announce);
+}
+
+void Job::enterEpochLocked(uint64_t next, const std::vector<int>& survivors, int before, const std::string& cause,
+                           Outbox* outbox, bool announce) {
+  const int after = static_cast<int>(survivors.size());
   const Status changed = aborted("job '" + spec_.job_id + "': membership changed (epoch " + std::to_string(epoch_) +
                                  " -> " + std::to_string(next) + "): " + cause + "; the job goes on with " +
                                  std::to_string(after) + " ranks");
@@ -96,16 +105,23 @@ void Job::changeEpochLocked(const std::string& cause, Outbox* outbox, bool admit
   // Survivors keep their order.
   SessionSnapshot renumbered;
   for (const auto& [rank, session] : sessions_) {
-    const int new_rank = static_cast<int>(renumbered.size());
+    auto at = std::lower_bound(survivors.begin(), survivors.end(), rank);
+    if (at == survivors.end() || *at != rank) {
+      outbox->emplace_back(session, refusal("job '" + spec_.job_id + "' left " + session->describe() +
+                                            " out of epoch " + std::to_string(next) + ": " + cause));
+      continue;
+    }
+    const int new_rank = static_cast<int>(at - survivors.begin());
     session->renumber(new_rank);
     renumbered.emplace(new_rank, session);
   }
   sessions_ = std::move(renumbered);
-  resizeLocked();
+  resizeLocked(after);
   stall_warned_.clear();
   grants_.clear();
   expected_grants_.clear();
   epoch_ = next;
+  epoch_started_ = Clock::now();
   grant_cv_.notify_all();  // an output wait of the old epoch ends now
 
   v1::EpochChange record;
@@ -126,13 +142,14 @@ void Job::changeEpochLocked(const std::string& cause, Outbox* outbox, bool admit
 }
 
 void Job::announceEpochLocked(const std::string& cause, Outbox* outbox) {
+  int local_rank = 0;  // this node's ranks in rank order
   for (const auto& [rank, session] : sessions_) {
     v1::DaemonMessage message;
     v1::MembershipChange* change = message.mutable_membership_change();
     change->set_epoch(epoch_);
     change->set_rank(rank);
-    change->set_size(static_cast<int>(sessions_.size()));
-    change->set_local_rank(rank);
+    change->set_size(size_.load());
+    change->set_local_rank(local_rank++);
     change->set_local_size(static_cast<int>(sessions_.size()));
     change->set_cause(cause);
     outbox->emplace_back(session, std::move(message));
@@ -144,7 +161,7 @@ void Job::fillEpochLocked(Clock::time_point now, Outbox* outbox) {
   const int admitted = admitReadyJoinersLocked();
   const int size = static_cast<int>(sessions_.size());
   if (admitted > 0) {
-    resizeLocked();  // the epoch that waited grows before anyone used it
+    resizeLocked(size);  // the epoch that waited grows before anyone used it
     v1::EpochChange& record = history_.back();
     record.set_size_after(size);
     record.set_cause(record.cause() + "; then admitted " + std::to_string(admitted) + " new ranks");

@@ -40,7 +40,7 @@ void Job::executorLoop() {
       batch = takeBatchLocked();
     }
     if (lead) {
-      Status sent = cross_->broadcast(batch, sequence);
+      Status sent = cross_->broadcast(batch, sequence, batch_epoch_);
       if (!sent.isOk()) {
         for (auto& r : batch) r.status = sent;  // fails them on this node; the job fails below
         failJob(sent.message(), /*node_lost=*/true);
@@ -66,11 +66,17 @@ std::vector<coordinator::Response> Job::takeBatchLocked() {
   in_flight_executing_ = static_cast<int>(batch.size());
   batch_sessions_ = sessions_;
   batch_epoch_ = epoch_;
+  batch_local_ranks_ = local_ranks_;
   return batch;
 }
 
 void Job::runBatch(std::vector<coordinator::Response> batch, uint64_t sequence) {
   ring_sequence_ = sequence << 12;  // each fused response's ring gets its own tags
+  // The nodes of the batch's epoch (the job formed before any batch runs;
+  // one of an epoch that is over fails at its ring).
+  if (cross_ && (batch_members_.empty() || batch_members_epoch_ != batch_epoch_)) {
+    batch_members_ = cross_->members(&batch_members_epoch_);
+  }
   for (const auto& fused : fusion::planFusion(std::move(batch), limits_.fusion_threshold_bytes)) {
     ++ring_sequence_;
     const auto started = Clock::now();
@@ -127,6 +133,11 @@ void Job::complete(const coordinator::Response& response, const executor::Respon
     if (response.type == v1::PROCESS_SET_ADD) done->set_process_set_id(response.changed_process_set);
     done->set_epoch_changed(admit);
     outbox->emplace_back(it->second, std::move(message));
+  }
+  if (result.status.isOk() && !history_.empty() && history_.back().epoch() == batch_epoch_ &&
+      history_.back().recovery_ms() == 0) {
+    history_.back().set_recovery_ms(std::max<int64_t>(
+        1, std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - epoch_started_).count()));
   }
   if (admit) {
     const auto ready = std::count_if(joiners_.begin(), joiners_.end(), [](const auto& j) { return j->streamAttached(); });

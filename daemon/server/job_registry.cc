@@ -41,10 +41,6 @@ Status checkIdentity(const v1::RegisterRequest& r, uint32_t max_local_ranks, uin
       return invalidArgument("elastic job: min size " + std::to_string(r.min_size()) + " outside [1, " +
                              std::to_string(r.size()) + "]");
     }
-    if (r.local_size() < r.size()) {
-      return unimplemented("elastic jobs across daemons are not implemented yet (local size " +
-                           std::to_string(r.local_size()) + " < size " + std::to_string(r.size()) + ")");
-    }
   }
   if (r.process_sets_size() > 4096) return invalidArgument("more than 4096 process sets");
   for (int i = 0; i < r.process_sets_size(); ++i) {

@@ -27,6 +27,18 @@ grpc::Status PeerService::AbortJob(grpc::ServerContext*, const v1::AbortJobReque
   return toGrpc(job->crossNode()->acceptAbort(*request));
 }
 
+grpc::Status PeerService::CheckMember(grpc::ServerContext*, const v1::CheckMemberRequest* request,
+                                      v1::CheckMemberResponse* response) {
+  auto job = registry_->findJob(request->job_id());
+  if (!job || !job->crossNode() || !job->crossNode()->isLeader()) {
+    return grpc::Status(grpc::StatusCode::NOT_FOUND, "this daemon does not lead job '" + request->job_id() + "'");
+  }
+  auto answer = job->crossNode()->checkMember(*request);
+  if (!answer.isOk()) return toGrpc(answer.status());
+  *response = std::move(answer).value();
+  return grpc::Status::OK;
+}
+
 grpc::Status PeerService::Coordinate(grpc::ServerContext* context, peer::LeaderStream* stream) {
   v1::FollowerMessage hello;
   if (!stream->Read(&hello) || !hello.has_hello()) {

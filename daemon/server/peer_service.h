@@ -17,6 +17,8 @@ class PeerService final : public v1::Peer::Service {
   grpc::Status Coordinate(grpc::ServerContext* context, peer::LeaderStream* stream) override;
   grpc::Status AbortJob(grpc::ServerContext* context, const v1::AbortJobRequest* request,
                         v1::AbortJobResponse* response) override;
+  grpc::Status CheckMember(grpc::ServerContext* context, const v1::CheckMemberRequest* request,
+                           v1::CheckMemberResponse* response) override;
 
  private:
   JobRegistry* registry_;

@@ -72,6 +72,11 @@ class Transport {
   // failed: a node was lost, the daemon stops). Thread-safe; the first
   // reason is kept.
   virtual void abort(const std::string& reason) = 0;
+  // Lifts an abort() so that transfers can run again (an elastic job moved
+  // to a new epoch: the old epoch's waits ended, the new epoch's begin).
+  // Same thread as the transfers; the caller makes sure no abort meant to
+  // be final is lifted.
+  virtual void resume() = 0;
 };
 using TransportPtr = std::unique_ptr<Transport>;
 

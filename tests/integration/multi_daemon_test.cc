@@ -11,43 +11,13 @@
 #include <thread>
 
 #include "gtest/gtest.h"
-#include "tests/testutil/daemon_fixture.h"
+#include "tests/integration/multi_daemon_fixture.h"
 #include "tests/testutil/network_lab.h"
 
 namespace gradsync::testutil {
 namespace {
 
 constexpr auto kTimeout = std::chrono::seconds(90);
-
-class MultiDaemonTest : public ::testing::Test {
- protected:
-  void startDaemons(int count, std::vector<std::string> extra = {}) {
-    daemons_.resize(count);
-    std::vector<std::string> flags = {"--peer-address", "127.0.0.1:0", "--join-timeout-seconds", "10"};
-    flags.insert(flags.end(), extra.begin(), extra.end());
-    for (auto& d : daemons_) {
-      d = std::make_unique<DaemonFixture>();
-      std::string error;
-      ASSERT_TRUE(d->start(flags, &error)) << error;
-    }
-    leader_ = daemons_[0]->peerAddress();
-    ASSERT_FALSE(leader_.empty()) << daemons_[0]->log();
-  }
-  // Starts `scenario` with ranks placed on daemons by `placement[rank]`.
-  std::vector<Process> launch(const std::string& job, const std::string& scenario, const std::vector<int>& placement) {
-    std::vector<const DaemonFixture*> daemons;
-    for (const auto& d : daemons_) daemons.push_back(d.get());
-    return launchAcross(daemons, job, {scenario}, placement);
-  }
-  std::string logs() const {
-    std::string all;
-    for (size_t i = 0; i < daemons_.size(); ++i) all += "--- daemon " + std::to_string(i) + ":\n" + daemons_[i]->log();
-    return all;
-  }
-
-  std::vector<std::unique_ptr<DaemonFixture>> daemons_;
-  std::string leader_;
-};
 
 TEST_F(MultiDaemonTest, AllreduceEveryDtypeTwoDaemonsOneRankEach) {
   startDaemons(2);

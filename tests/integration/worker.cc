@@ -260,6 +260,8 @@ int main(int argc, char** argv) {
     fn = it->second;
   } else if (moreScenarios().count(name)) {
     fn = moreScenarios().at(name);
+  } else if (elasticScenarios().count(name)) {
+    fn = elasticScenarios().at(name);
   } else {
     std::fprintf(stderr, "unknown scenario %s\n", name.c_str());
     return 64;

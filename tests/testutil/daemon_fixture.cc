@@ -80,7 +80,7 @@ std::string DaemonFixture::peerAddress() const {
 
 std::vector<Process> launchAcross(const std::vector<const DaemonFixture*>& daemons, const std::string& job,
                                   const std::vector<std::string>& args, const std::vector<int>& placement,
-                                  const std::set<int>& absent) {
+                                  const std::set<int>& absent, const std::map<std::string, std::string>& extra_env) {
   const int size = static_cast<int>(placement.size());
   const std::string leader = daemons[placement[0]]->peerAddress();
   std::vector<Process> ranks;
@@ -97,6 +97,7 @@ std::vector<Process> launchAcross(const std::vector<const DaemonFixture*>& daemo
     env["GRADSYNC_LOCAL_RANK"] = std::to_string(local_rank);
     env["GRADSYNC_LOCAL_SIZE"] = std::to_string(local_size);
     env["GRADSYNC_LEADER"] = leader;
+    for (const auto& [key, value] : extra_env) env[key] = value;
     ranks.push_back(d.spawnRank(job, r, size, args, env));
   }
   return ranks;

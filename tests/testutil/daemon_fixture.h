@@ -51,10 +51,12 @@ class DaemonFixture {
 
 // Starts worker `args` as the ranks of `job`, rank r on
 // daemons[placement[r]] (local ranks in rank order); rank 0's daemon leads.
-// Ranks in `absent` are not started (ranks that never come).
+// Ranks in `absent` are not started (ranks that never come); `extra_env`
+// is added to every rank's environment.
 std::vector<Process> launchAcross(const std::vector<const DaemonFixture*>& daemons, const std::string& job,
                                   const std::vector<std::string>& args, const std::vector<int>& placement,
-                                  const std::set<int>& absent = {});
+                                  const std::set<int>& absent = {},
+                                  const std::map<std::string, std::string>& extra_env = {});
 
 // Waits for every process; true when all exited 0. Appends their logs to
 // `report` otherwise.

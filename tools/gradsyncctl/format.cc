@@ -299,7 +299,7 @@ std::string formatHistory(const v1::ListJobsResponse& jobs) {
     out += "job " + job.job_id() + "  epoch " + std::to_string(job.epoch()) + "  min size " +
            std::to_string(job.min_size()) + "\n";
     std::vector<std::vector<std::string>> rows;
-    rows.push_back({"EPOCH", "WHEN (UTC)", "SIZE", "FAILED", "CAUSE"});
+    rows.push_back({"EPOCH", "WHEN (UTC)", "SIZE", "FAILED", "RECOVERY", "CAUSE"});
     for (const auto& change : job.history()) {
       const std::time_t seconds = static_cast<std::time_t>(change.unix_ms() / 1000);
       std::tm utc{};
@@ -308,7 +308,8 @@ std::string formatHistory(const v1::ListJobsResponse& jobs) {
       std::strftime(when, sizeof(when), "%Y-%m-%d %H:%M:%S", &utc);
       rows.push_back({std::to_string(change.epoch()), when,
                       std::to_string(change.size_before()) + " -> " + std::to_string(change.size_after()),
-                      std::to_string(change.failed_collectives()), change.cause()});
+                      std::to_string(change.failed_collectives()),
+                      change.recovery_ms() > 0 ? std::to_string(change.recovery_ms()) + " ms" : "-", change.cause()});
     }
     out += rows.size() > 1 ? formatTable(rows, "  ") : "  no membership change yet\n";
   }

@@ -247,6 +247,12 @@ void UcxTransport::abort(const std::string& reason) {
   failed_.store(true);
 }
 
+void UcxTransport::resume() {
+  std::lock_guard<std::mutex> lock(failure_mutex_);
+  failure_.clear();
+  failed_.store(false);
+}
+
 Status UcxTransport::waitAll(Request* const* requests, size_t count, Clock::time_point deadline,
                              const std::string& what) {
   // Spin while progress is being made; when the worker goes quiet, sleep on

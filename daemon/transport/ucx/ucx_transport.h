@@ -25,6 +25,7 @@ class UcxTransport final : public Transport {
   Status waitAll(Request* const* requests, size_t count, Clock::time_point deadline,
                  const std::string& what) override;
   void abort(const std::string& reason) override;
+  void resume() override;
   // Drives the worker until everything sent has left this process (an
   // eager send completes while still queued here), at most `timeout`; call
   // before closing peers. Same thread as the transfers.

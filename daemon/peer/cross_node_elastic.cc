@@ -1,0 +1,245 @@
+// SPDX-License-Identifier: Apache-2.0
+// CrossNode, elastic jobs: what happens when a rank or a node of a job
+// spanning daemons is lost and the job goes on.
+//
+//  - A follower's rank crashes: the follower reports it (RankLost); the
+//    leader's own ranks go straight to the Job.
+//  - A follower's node is lost (its stream breaks, or it is silent for
+//    kSilenceLimitMs): the leader takes all its ranks as lost.
+//  - The leader decides the next epoch (beginEpoch): survivors keep their
+//    order and are renumbered, nodes left without ranks are removed, and
+//    every remaining follower is told (NewEpoch) before any batch of the
+//    new epoch. Every node interrupts its transfers of the old epoch; its
+//    next ring re-forms with the new neighbours and epoch-keyed tags.
+//  - A removed node that speaks again (it was paused, say) is told it is
+//    stale and its job fails there; its abort notices are refused by the
+//    others (acceptAbort), and its data-plane messages carry the old
+//    epoch's tags, which match nothing any more.
+//  - Losing the leader is not survived: the job fails on every node,
+//    naming the leader.
+#include <algorithm>
+
+#include "daemon/common/logging.h"
+#include "daemon/peer/cross_node.h"
+
+namespace gradsync::peer {
+namespace {
+
+std::vector<int> ranksOf(const v1::NodeInfo& node) { return {node.ranks().begin(), node.ranks().end()}; }
+
+}  // namespace
+
+uint64_t CrossNode::epoch() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return epoch_;
+}
+
+int CrossNode::translateLocked(int rank, uint64_t epoch) const {
+  if (epoch > epoch_) return -1;
+  for (uint64_t e = epoch; e < epoch_; ++e) {
+    auto it = survivors_.find(e);
+    if (it == survivors_.end()) return -1;
+    auto at = std::lower_bound(it->second.begin(), it->second.end(), rank);
+    if (at == it->second.end() || *at != rank) return -1;
+    rank = static_cast<int>(at - it->second.begin());
+  }
+  return rank;
+}
+
+StatusOr<v1::NewEpoch> CrossNode::beginEpoch(const std::vector<int>& lost, uint64_t epoch, const std::string& cause,
+                                             int min_size) {
+  v1::NewEpoch change;
+  std::vector<std::pair<std::shared_ptr<Follower>, std::string>> removed;
+  std::vector<std::shared_ptr<Follower>> kept;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (members_.empty()) return failedPrecondition("job '" + options_.job_id + "' has not formed yet");
+    std::vector<int> gone;
+    for (int rank : lost) {
+      const int now = translateLocked(rank, epoch);
+      if (now >= 0) gone.push_back(now);
+    }
+    if (gone.empty()) return notFound("job '" + options_.job_id + "': the lost ranks are gone already");
+    std::vector<int> all;
+    for (const auto& node : members_) all.insert(all.end(), node.ranks().begin(), node.ranks().end());
+    std::sort(all.begin(), all.end());
+    std::vector<int> survivors;
+    for (int rank : all) {
+      if (std::find(gone.begin(), gone.end(), rank) == gone.end()) survivors.push_back(rank);
+    }
+    if (static_cast<int>(survivors.size()) < min_size) {
+      return failedPrecondition(cause + "; only " + std::to_string(survivors.size()) + " of " +
+                                std::to_string(all.size()) + " ranks remain, fewer than the job's minimum of " +
+                                std::to_string(min_size));
+    }
+    const auto renumbered = [&](int rank) {
+      return static_cast<int>(std::lower_bound(survivors.begin(), survivors.end(), rank) - survivors.begin());
+    };
+    std::vector<v1::NodeInfo> nodes;
+    for (const auto& node : members_) {
+      v1::NodeInfo next = node;
+      next.clear_ranks();
+      next.clear_pids();
+      for (int i = 0; i < node.ranks_size(); ++i) {
+        if (std::find(gone.begin(), gone.end(), node.ranks(i)) != gone.end()) continue;
+        next.add_ranks(renumbered(node.ranks(i)));
+        next.add_pids(i < node.pids_size() ? node.pids(i) : 0);
+      }
+      if (next.ranks().empty()) {
+        if (node.cross_rank() == 0) {
+          return failedPrecondition(cause + "; the leader's node (" + options_.self_address +
+                                    ") would hold no rank, and the leader does not move");
+        }
+        continue;
+      }
+      nodes.push_back(std::move(next));
+    }
+    // The leader first, then by lowest rank: the ring order.
+    std::sort(nodes.begin() + 1, nodes.end(),
+              [](const v1::NodeInfo& a, const v1::NodeInfo& b) { return a.ranks(0) < b.ranks(0); });
+    for (size_t i = 0; i < nodes.size(); ++i) nodes[i].set_cross_rank(static_cast<int>(i));
+
+    survivors_[epoch_] = survivors;
+    ++epoch_;
+    change.set_epoch(epoch_);
+    change.set_cause(cause);
+    for (int rank : survivors) change.add_survivors(rank);
+    for (const auto& node : nodes) *change.add_nodes() = node;
+    members_ = std::move(nodes);
+    // The old epoch's transfers on this node end now (ring() lifts it).
+    if (transport_ && transfers_aborted_.empty()) transport_->abort("the job moved to epoch " + std::to_string(epoch_));
+
+    std::map<int, std::shared_ptr<Follower>> followers;
+    for (auto& [cross_rank, f] : followers_) {
+      auto it = std::find_if(members_.begin(), members_.end(),
+                             [&](const v1::NodeInfo& n) { return n.peer_address() == f->node.peer_address(); });
+      if (it == members_.end()) {
+        f->removed = describeNode(f->node) + " was removed from job '" + options_.job_id + "' at epoch " +
+                     std::to_string(epoch_) + " (" + cause + "); anything it sends is refused as stale";
+        removed.emplace_back(f, f->removed);
+        removed_nodes_[f->node.peer_address()] = f->removed;
+        continue;
+      }
+      f->node = *it;
+      followers[it->cross_rank()] = f;
+      kept.push_back(f);
+    }
+    followers_ = std::move(followers);
+  }
+  formed_cv_.notify_all();
+  v1::LeaderMessage message;
+  *message.mutable_new_epoch() = change;
+  for (auto& f : kept) {
+    std::lock_guard<std::mutex> lock(f->write_mutex);
+    if (f->stream) f->stream->Write(message);
+  }
+  for (auto& [f, why] : removed) {
+    GS_LOG(control, warn, "job '{}': {}", options_.job_id, why);
+    tellStale(f.get(), why);
+  }
+  return change;
+}
+
+void CrossNode::applyNewEpoch(const v1::NewEpoch& change) {
+  std::string removed;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (change.epoch() <= epoch_) return;
+    auto self = std::find_if(change.nodes().begin(), change.nodes().end(),
+                             [&](const v1::NodeInfo& n) { return n.peer_address() == options_.self_address; });
+    if (self == change.nodes().end()) {
+      removed = "this node was removed from job '" + options_.job_id + "' at epoch " + std::to_string(change.epoch()) +
+                " (" + change.cause() + ")";
+    } else {
+      epoch_ = change.epoch();
+      members_.assign(change.nodes().begin(), change.nodes().end());
+      self_cross_rank_ = self->cross_rank();
+      if (transport_ && transfers_aborted_.empty()) {
+        transport_->abort("the job moved to epoch " + std::to_string(epoch_));
+      }
+    }
+  }
+  formed_cv_.notify_all();
+  if (!removed.empty()) {
+    hooks_.on_failure(removed, true);
+    return;
+  }
+  if (hooks_.on_new_epoch) hooks_.on_new_epoch(change);
+}
+
+void CrossNode::reportRankLost(int rank, uint64_t epoch, const std::string& cause) {
+  v1::FollowerMessage message;
+  message.mutable_rank_lost()->set_rank(rank);
+  message.mutable_rank_lost()->set_epoch(epoch);
+  message.mutable_rank_lost()->set_cause(cause);
+  writeToLeader(message);
+}
+
+StatusOr<v1::CheckMemberResponse> CrossNode::checkMember(const v1::CheckMemberRequest& request) const {
+  if (request.token() != options_.token) return unauthenticated("job '" + options_.job_id + "': token does not match");
+  std::lock_guard<std::mutex> lock(mutex_);
+  v1::CheckMemberResponse response;
+  response.set_epoch(epoch_);
+  auto it = removed_nodes_.find(request.peer_address());
+  if (it != removed_nodes_.end()) {
+    response.set_removed(it->second);
+    return response;
+  }
+  response.set_member(std::any_of(members_.begin(), members_.end(), [&](const v1::NodeInfo& node) {
+    return node.peer_address() == request.peer_address();
+  }));
+  return response;
+}
+
+std::string CrossNode::askIfRemoved() {
+  if (!options_.elastic || !channel_) return "";
+  v1::CheckMemberRequest request;
+  request.set_job_id(options_.job_id);
+  request.set_token(options_.token);
+  request.set_peer_address(options_.self_address);
+  v1::CheckMemberResponse response;
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  const grpc::Status status = v1::Peer::NewStub(channel_)->CheckMember(&context, request, &response);
+  if (!status.ok() || response.member()) return "";
+  return response.removed().empty() ? "this node is no longer in job '" + options_.job_id + "' (the leader is at epoch " +
+                                          std::to_string(response.epoch()) + "): refused as stale"
+                                    : response.removed();
+}
+
+bool CrossNode::refuseIfRemoved(Follower* follower) {
+  std::string why;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (follower->removed.empty()) return false;
+    why = follower->removed;
+  }
+  tellStale(follower, why);
+  return true;
+}
+
+void CrossNode::tellStale(Follower* follower, const std::string& why) {
+  v1::LeaderMessage notice;
+  notice.mutable_failure()->set_message(why);
+  notice.mutable_failure()->set_node_lost(true);
+  std::lock_guard<std::mutex> lock(follower->write_mutex);
+  if (follower->stream) follower->stream->Write(notice);
+}
+
+void CrossNode::nodeLost(const v1::NodeInfo& node, uint64_t epoch, const std::string& cause) {
+  if (options_.elastic && hooks_.on_ranks_lost) {
+    hooks_.on_ranks_lost(ranksOf(node), epoch, cause);
+    return;
+  }
+  hooks_.on_failure(cause, true);
+  announceFailure(cause, true);
+}
+
+bool CrossNode::selfPaused(CrossClock::time_point now) {
+  const bool paused = last_tick_ != CrossClock::time_point() &&
+                      now - last_tick_ > std::chrono::milliseconds(kSilenceLimitMs / 2);
+  last_tick_ = now;
+  return paused;
+}
+
+}  // namespace gradsync::peer

@@ -1,0 +1,138 @@
+// SPDX-License-Identifier: Apache-2.0
+// Elastic jobs spanning daemons on this machine: a rank killed on the leader's
+// node or a follower's, a follower daemon killed (the ring re-forms among the
+// survivors), a daemon paused past the silence limit (removed, then refused
+// as stale when it wakes), and the leader's daemon killed (the job fails
+// everywhere, naming it). Recovery times are printed for the closing note.
+#include <signal.h>
+
+#include <chrono>
+#include <cstdio>
+#include <regex>
+#include <thread>
+
+#include "gtest/gtest.h"
+#include "tests/integration/multi_daemon_fixture.h"
+
+namespace gradsync::testutil {
+namespace {
+
+constexpr auto kTimeout = std::chrono::seconds(90);
+const std::map<std::string, std::string> kElastic = {{"GRADSYNC_ELASTIC", "1"}, {"GRADSYNC_MIN_SIZE", "2"}};
+
+int64_t unixMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+bool saysLooping(Process& p) { return p.log().find("LOOPING") != std::string::npos; }
+
+// "RECOVERED epoch E at MS": MS for `epoch`, or -1.
+int64_t recoveredAt(const std::string& log, int epoch) {
+  std::smatch m;
+  const std::regex pattern("RECOVERED epoch " + std::to_string(epoch) + " at ([0-9]+) size ([0-9]+)");
+  return std::regex_search(log, m, pattern) ? std::stoll(m[1]) : -1;
+}
+
+class ElasticAcrossDaemonsTest : public MultiDaemonTest {
+ protected:
+  // Kills the daemon `victim` and its ranks (SIGKILL) once every rank is
+  // looping; returns when it was killed (Unix ms).
+  int64_t killDaemonWhenLooping(std::vector<Process>& ranks, const std::vector<int>& placement, int victim) {
+    EXPECT_TRUE(waitFor([&] { return std::all_of(ranks.begin(), ranks.end(), saysLooping); }, std::chrono::seconds(30)))
+        << logs();
+    const int64_t at = unixMs();
+    daemons_[victim]->process().kill(SIGKILL);
+    for (size_t r = 0; r < placement.size(); ++r) {
+      if (placement[r] == victim) ranks[r].kill(SIGKILL);
+    }
+    return at;
+  }
+  // The survivors (ranks not on `victim`) finish; returns the recovery time
+  // of rank 0 (ms from `killed_at` to its first collective of epoch 2).
+  int64_t survivorsFinish(std::vector<Process>& ranks, const std::vector<int>& placement, int victim,
+                          int64_t killed_at) {
+    for (size_t r = 0; r < placement.size(); ++r) {
+      if (placement[r] == victim) continue;
+      EXPECT_EQ(ranks[r].wait(kTimeout), 0) << "rank " << r << ":\n" << ranks[r].log() << logs();
+      EXPECT_NE(ranks[r].log().find("size 2"), std::string::npos) << ranks[r].log();
+    }
+    const int64_t recovered = recoveredAt(ranks[0].log(), 2);
+    EXPECT_GT(recovered, 0) << ranks[0].log();
+    return recovered - killed_at;
+  }
+};
+
+// Horovod's shrink: survivors see a retriable error, their old-epoch
+// enqueues are refused, they rejoin at size 2 (old rank 2 is rank 1) and go
+// on. Rank 1 dies on a follower's node (the follower reports it to the
+// leader), then on the leader's node (the leader decides at once).
+TEST_F(ElasticAcrossDaemonsTest, RankKilledOnAFollowerOrTheLeadersNodeShrinksTheJob) {
+  startDaemons(2);
+  for (const auto& placement : {std::vector<int>{0, 1, 1}, std::vector<int>{0, 0, 1}}) {
+    const std::string job = placement[1] == 1 ? "el-follower-rank" : "el-leader-rank";
+    auto ranks = launchWith(job, {"elastic_shrink"}, placement, kElastic);
+    EXPECT_EQ(ranks[1].wait(kTimeout), 128 + SIGKILL) << job << ranks[1].log();
+    EXPECT_EQ(ranks[0].wait(kTimeout), 0) << job << ranks[0].log() << logs();
+    EXPECT_EQ(ranks[2].wait(kTimeout), 0) << job << ranks[2].log() << logs();
+  }
+}
+
+// Three daemons in a ring 0 -> 1 -> 2; daemon 1 dies in the middle of 4 MiB
+// allreduces: the ring re-forms as 0 -> 2 and the survivors go on at size 2.
+// With two daemons the follower's loss leaves the leader's two ranks.
+TEST_F(ElasticAcrossDaemonsTest, FollowerDaemonKilledTheSurvivorsGoOnAndTheRingReforms) {
+  for (const auto& placement : {std::vector<int>{0, 1, 2}, std::vector<int>{0, 0, 1}}) {
+    const int count = placement.back() + 1;
+    startDaemons(count);
+    auto ranks = launchWith("el-" + std::to_string(count), {"elastic_loop", "20", "0"}, placement, kElastic);
+    const int victim = 1;
+    const int64_t killed_at = killDaemonWhenLooping(ranks, placement, victim);
+    const int64_t recovery = survivorsFinish(ranks, placement, victim, killed_at);
+    std::printf("recovery (%d daemons, follower SIGKILL -> first collective of epoch 2): %lld ms\n", count,
+                static_cast<long long>(recovery));
+    EXPECT_LT(recovery, 10000);
+    if (count == 3) {
+      EXPECT_NE(daemons_[2]->log().find("the ring re-forms for epoch 2 (2 nodes"), std::string::npos) << logs();
+    }
+  }
+}
+
+// A daemon paused (SIGSTOP) past the silence limit is removed; the others
+// go on without it. Resumed, it is told it is stale: its rank fails naming
+// that, and its abort notice to the other follower is refused.
+TEST_F(ElasticAcrossDaemonsTest, PausedDaemonIsRemovedAndRefusedAsStaleWhenItWakes) {
+  startDaemons(3);
+  const std::vector<int> placement = {0, 1, 2};
+  // The survivors keep going for 25 s: the paused node wakes while they run.
+  auto ranks = launchWith("el-paused", {"elastic_loop", "20", "25"}, placement, kElastic);
+  ASSERT_TRUE(waitFor([&] { return std::all_of(ranks.begin(), ranks.end(), saysLooping); }, std::chrono::seconds(30)))
+      << logs();
+  daemons_[1]->process().kill(SIGSTOP);
+  const bool recovered = waitFor([&] { return recoveredAt(ranks[0].log(), 2) > 0; }, std::chrono::seconds(15));
+  daemons_[1]->process().kill(SIGCONT);
+  ASSERT_TRUE(recovered) << ranks[0].log() << logs();
+  EXPECT_EQ(ranks[1].wait(std::chrono::seconds(30)), 1) << ranks[1].log() << logs();
+  EXPECT_NE(ranks[1].log().find("was removed from job 'el-paused' at epoch 2"), std::string::npos)
+      << ranks[1].log() << logs();
+  EXPECT_EQ(ranks[0].wait(kTimeout), 0) << ranks[0].log() << logs();
+  EXPECT_EQ(ranks[2].wait(kTimeout), 0) << ranks[2].log() << logs();
+  EXPECT_NE(daemons_[2]->log().find("refused a stale abort notice"), std::string::npos) << logs();
+}
+
+// Without failover, losing the leader's daemon fails the job on every node
+// within bounded time, naming the leader.
+TEST_F(ElasticAcrossDaemonsTest, LeaderDaemonKilledFailsTheJobNamingTheLeader) {
+  startDaemons(2);
+  const std::vector<int> placement = {0, 1, 1};
+  auto ranks = launchWith("el-leader-lost", {"elastic_loop", "20", "0"}, placement, kElastic);
+  const int64_t killed_at = killDaemonWhenLooping(ranks, placement, 0);
+  for (int r : {1, 2}) {
+    EXPECT_EQ(ranks[r].wait(std::chrono::seconds(30)), 1) << ranks[r].log() << logs();
+    EXPECT_NE(ranks[r].log().find("lost the leader"), std::string::npos) << ranks[r].log();
+  }
+  EXPECT_LT(unixMs() - killed_at, 15000);
+}
+
+}  // namespace
+}  // namespace gradsync::testutil

@@ -1,0 +1,70 @@
+// SPDX-License-Identifier: Apache-2.0
+// Worker scenarios for elastic jobs spanning daemons (run with
+// GRADSYNC_ELASTIC=1 and GRADSYNC_MIN_SIZE).
+#include <chrono>
+#include <cstdlib>
+
+#include "tests/integration/worker_util.h"
+
+namespace gradsync::worker {
+namespace {
+
+int64_t unixMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// elastic_loop STEPS SECONDS: allreduces of 4 MiB in a loop. A retriable
+// failure (the membership changed) is followed by a rejoin; every result
+// must be the sum over the ranks of the current epoch. Prints "LOOPING"
+// once the first step succeeded, and "RECOVERED epoch E at MS size N rank R"
+// at the first success of each later epoch (MS: Unix milliseconds). A rank
+// wants to stop once it has done STEPS steps in an epoch after the first and
+// SECONDS have passed; the last element carries that wish, and all stop
+// after the step where every rank wished it. Any other failure ends it with
+// exit code 1 and the message.
+int elasticLoop(Client& c, const std::vector<std::string>& args) {
+  const int steps_after = args.size() > 0 ? std::atoi(args[0].c_str()) : 20;
+  const double seconds = args.size() > 1 ? std::atof(args[1].c_str()) : 0;
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<float> data(1 << 20);
+  uint64_t recovered_epoch = 1;
+  int done_after = 0;
+  for (int step = 0; step < 100000; ++step) {
+    const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const bool wish = done_after >= steps_after && elapsed >= seconds;
+    std::fill(data.begin(), data.end(), static_cast<float>(c.rank() + 1));
+    data.back() = wish ? 1.0f : 0.0f;
+    Result r = c.allreduce("loop", data.data(), GRADSYNC_FLOAT32, {static_cast<int64_t>(data.size())});
+    if (r.code == GRADSYNC_MEMBERSHIP_CHANGED) {
+      std::fprintf(stderr, "[rank %d] step %d: %s\n", c.rank(), step, r.message.c_str());
+      WORKER_OK(Result::fromCode(gradsync_rejoin(c.raw(), 30)));
+      g_rank = c.rank();
+      continue;
+    }
+    WORKER_CHECK(r.ok(), "step %d failed: %d %s", step, r.code, r.message.c_str());
+    const float want = c.size() * (c.size() + 1) / 2.0f;
+    WORKER_CHECK(data[0] == want && data[data.size() - 2] == want, "step %d: sum %g, want %g at size %d", step,
+                 data[0], want, c.size());
+    const uint64_t epoch = gradsync_epoch(c.raw());
+    if (step == 0) std::fprintf(stderr, "[rank %d] LOOPING\n", c.rank());
+    if (epoch > recovered_epoch) {
+      recovered_epoch = epoch;
+      std::fprintf(stderr, "[rank %d] RECOVERED epoch %llu at %lld size %d rank %d\n", c.rank(),
+                   static_cast<unsigned long long>(epoch), static_cast<long long>(unixMs()), c.size(), c.rank());
+    }
+    if (epoch > 1) ++done_after;
+    if (data.back() == static_cast<float>(c.size())) return 0;  // every rank wished to stop
+  }
+  std::fprintf(stderr, "[rank %d] the membership never changed\n", c.rank());
+  return 1;
+}
+
+}  // namespace
+
+const std::map<std::string, Scenario>& elasticScenarios() {
+  static const std::map<std::string, Scenario> scenarios = {{"elastic_loop", elasticLoop}};
+  return scenarios;
+}
+
+}  // namespace gradsync::worker
