@@ -71,6 +71,9 @@ struct Response {
   // PROCESS_SET_ADD / PROCESS_SET_REMOVE that succeeded: the set added (its
   // new id) or removed.
   int changed_process_set = 0;
+  // Elastic jobs across daemons: this commit barrier admits the waiting
+  // joiners (decided by the leader before it sends the batch).
+  bool admits_joiners = false;
 
   // The first present request (there is always one).
   const Request& first() const;

@@ -58,6 +58,7 @@ v1::NegotiatedResponse CrossNode::encode(const coordinator::Response& response) 
   v1::NegotiatedResponse cached;
   cached.set_cache_id(id.first);
   cached.set_cached(true);
+  cached.set_admits_joiners(response.admits_joiners);
   for (size_t i = 0; i < response.ranks.size(); ++i) {
     auto* r = cached.add_requests();
     r->set_rank(response.ranks[i]);
@@ -84,6 +85,7 @@ StatusOr<coordinator::Response> CrossNode::decode(const v1::NegotiatedResponse& 
   }
   cache_hits_.fetch_add(1);
   coordinator::Response response = *base;
+  response.admits_joiners = in.admits_joiners();
   for (int i = 0; i < in.requests_size(); ++i) {
     auto& request = response.requests[i];
     if (!request) continue;
@@ -276,6 +278,8 @@ grpc::Status CrossNode::serveFollower(grpc::ServerContext* context, LeaderStream
       if (hooks_.on_ranks_lost) {
         hooks_.on_ranks_lost({message.rank_lost().rank()}, message.rank_lost().epoch(), message.rank_lost().cause());
       }
+    } else if (message.has_joiner_ready() || message.has_joiner_gone()) {
+      joinerReport(follower.get(), message);
     } else if (message.has_request()) {
       auto enqueue = expand(message.request());
       if (!enqueue.isOk()) {

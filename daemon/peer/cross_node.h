@@ -127,6 +127,17 @@ class CrossNode {
                                     int min_size);
   // Follower: a local rank of `epoch` crashed; the leader decides.
   void reportRankLost(int rank, uint64_t epoch, const std::string& cause);
+  // Leader: starts the next epoch with the ranks waiting to join: the
+  // leader's own (`local`: its joiners' ids) and those the followers
+  // reported, numbered after the current ranks in that order. NOT_FOUND
+  // when none waits.
+  StatusOr<v1::NewEpoch> admitJoiners(const std::vector<uint64_t>& local, const std::string& barrier);
+  // Leader: a follower reported a rank waiting to join.
+  bool hasPendingJoiners() const;
+  // Follower: a new rank waits here to join (its stream is open), or left
+  // before it was admitted.
+  void reportJoiner(uint64_t id, int64_t pid, const std::string& description);
+  void reportJoinerGone(uint64_t id);
   // Leader: whether the asking node is still in the job (CheckMember).
   StatusOr<v1::CheckMemberResponse> checkMember(const v1::CheckMemberRequest& request) const;
   std::vector<v1::NodeInfo> members() const;
@@ -163,6 +174,18 @@ class CrossNode {
   // Follower whose stream from the leader broke: asks the leader whether
   // this node was removed; returns why (empty: still a member, or no answer).
   std::string askIfRemoved();
+  struct PendingJoiner {
+    std::string peer_address;
+    uint64_t id = 0;
+    int64_t pid = 0;
+  };
+  // Leader, mutex_ held by `lock` (released on return): the next epoch
+  // without `gone` (ranks of the current epoch) and with `joiners`; tells
+  // the followers. See beginEpoch.
+  StatusOr<v1::NewEpoch> nextEpoch(std::unique_lock<std::mutex>& lock, const std::vector<int>& gone,
+                                   const std::vector<PendingJoiner>& joiners, const std::string& cause, int min_size);
+  // Leader: a follower's JoinerReady or JoinerGone.
+  void joinerReport(Follower* follower, const v1::FollowerMessage& message);
   // Leader: `rank` of `epoch` in the current epoch's numbering (-1: gone).
   int translateLocked(int rank, uint64_t epoch) const;
   // A node's loss (`node` as in `epoch`): a new epoch (elastic) or the
@@ -200,6 +223,7 @@ class CrossNode {
   uint64_t epoch_ = 1;
   std::map<uint64_t, std::vector<int>> survivors_;  // leader: epoch E -> the ranks of E kept in E + 1
   std::map<std::string, std::string> removed_nodes_;  // leader: peer address -> why it was removed
+  std::vector<PendingJoiner> pending_joiners_;        // leader: reported by followers, in order
   std::string nccl_id_;                            // set with members_ (empty: no NCCL at the leader)
   int self_cross_rank_ = -1;
   bool stopping_ = false;

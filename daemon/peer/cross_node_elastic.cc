@@ -48,89 +48,136 @@ int CrossNode::translateLocked(int rank, uint64_t epoch) const {
 
 StatusOr<v1::NewEpoch> CrossNode::beginEpoch(const std::vector<int>& lost, uint64_t epoch, const std::string& cause,
                                              int min_size) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  if (members_.empty()) return failedPrecondition("job '" + options_.job_id + "' has not formed yet");
+  std::vector<int> gone;
+  for (int rank : lost) {
+    const int now = translateLocked(rank, epoch);
+    if (now >= 0) gone.push_back(now);
+  }
+  if (gone.empty()) return notFound("job '" + options_.job_id + "': the lost ranks are gone already");
+  return nextEpoch(lock, gone, {}, cause, min_size);
+}
+
+StatusOr<v1::NewEpoch> CrossNode::admitJoiners(const std::vector<uint64_t>& local, const std::string& barrier) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  std::vector<PendingJoiner> joiners;
+  for (uint64_t id : local) joiners.push_back({options_.self_address, id});
+  joiners.insert(joiners.end(), pending_joiners_.begin(), pending_joiners_.end());
+  pending_joiners_.clear();
+  if (joiners.empty() || members_.empty()) return notFound("job '" + options_.job_id + "': no rank waits to join");
+  return nextEpoch(lock, {}, joiners,
+                   "admitted " + std::to_string(joiners.size()) + " new ranks at the commit '" + barrier + "'", 0);
+}
+
+void CrossNode::joinerReport(Follower* follower, const v1::FollowerMessage& message) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!options_.elastic) return;
+  const std::string address = follower->node.peer_address();
+  if (message.has_joiner_gone()) {
+    const uint64_t id = message.joiner_gone().joiner_id();
+    pending_joiners_.erase(std::remove_if(pending_joiners_.begin(), pending_joiners_.end(),
+                                          [&](const PendingJoiner& j) { return j.peer_address == address && j.id == id; }),
+                           pending_joiners_.end());
+    return;
+  }
+  pending_joiners_.push_back({address, message.joiner_ready().joiner_id(), message.joiner_ready().pid()});
+  GS_LOG(control, info, "job '{}': {} waits on node {} to join at the next commit ({} waiting across nodes)",
+         options_.job_id, message.joiner_ready().description(), address, pending_joiners_.size());
+}
+
+bool CrossNode::hasPendingJoiners() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return !pending_joiners_.empty();
+}
+
+StatusOr<v1::NewEpoch> CrossNode::nextEpoch(std::unique_lock<std::mutex>& lock, const std::vector<int>& gone,
+                                            const std::vector<PendingJoiner>& joiners, const std::string& cause,
+                                            int min_size) {
+  std::vector<int> all;
+  for (const auto& node : members_) all.insert(all.end(), node.ranks().begin(), node.ranks().end());
+  std::sort(all.begin(), all.end());
+  std::vector<int> survivors;
+  for (int rank : all) {
+    if (std::find(gone.begin(), gone.end(), rank) == gone.end()) survivors.push_back(rank);
+  }
+  if (static_cast<int>(survivors.size()) < min_size) {
+    return failedPrecondition(cause + "; only " + std::to_string(survivors.size()) + " of " +
+                              std::to_string(all.size()) + " ranks remain, fewer than the job's minimum of " +
+                              std::to_string(min_size));
+  }
+  const auto renumbered = [&](int rank) {
+    return static_cast<int>(std::lower_bound(survivors.begin(), survivors.end(), rank) - survivors.begin());
+  };
   v1::NewEpoch change;
+  std::vector<v1::NodeInfo> nodes;
+  for (const auto& node : members_) {
+    v1::NodeInfo next = node;
+    next.clear_ranks();
+    next.clear_pids();
+    for (int i = 0; i < node.ranks_size(); ++i) {
+      if (std::find(gone.begin(), gone.end(), node.ranks(i)) != gone.end()) continue;
+      next.add_ranks(renumbered(node.ranks(i)));
+      next.add_pids(i < node.pids_size() ? node.pids(i) : 0);
+    }
+    // Joiners after every survivor, in the order they came.
+    for (const auto& joiner : joiners) {
+      if (joiner.peer_address != node.peer_address()) continue;
+      auto* admitted = change.add_admitted();
+      admitted->set_peer_address(joiner.peer_address);
+      admitted->set_joiner_id(joiner.id);
+      admitted->set_rank(static_cast<int>(survivors.size()) + change.admitted_size() - 1);
+      next.add_ranks(admitted->rank());
+      next.add_pids(joiner.pid);
+    }
+    if (next.ranks().empty()) {
+      if (node.cross_rank() == 0) {
+        return failedPrecondition(cause + "; the leader's node (" + options_.self_address +
+                                  ") would hold no rank, and the leader does not move");
+      }
+      continue;
+    }
+    nodes.push_back(std::move(next));
+  }
+  // The leader first, then by lowest rank: the ring order.
+  std::sort(nodes.begin() + 1, nodes.end(),
+            [](const v1::NodeInfo& a, const v1::NodeInfo& b) { return a.ranks(0) < b.ranks(0); });
+  for (size_t i = 0; i < nodes.size(); ++i) nodes[i].set_cross_rank(static_cast<int>(i));
+
+  survivors_[epoch_] = survivors;
+  ++epoch_;
+  change.set_epoch(epoch_);
+  change.set_cause(cause);
+  for (int rank : survivors) change.add_survivors(rank);
+  for (const auto& node : nodes) *change.add_nodes() = node;
+  members_ = std::move(nodes);
+  // The old epoch's transfers on this node end now (ring() lifts it).
+  if (transport_ && transfers_aborted_.empty()) transport_->abort("the job moved to epoch " + std::to_string(epoch_));
+
   std::vector<std::pair<std::shared_ptr<Follower>, std::string>> removed;
   std::vector<std::shared_ptr<Follower>> kept;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (members_.empty()) return failedPrecondition("job '" + options_.job_id + "' has not formed yet");
-    std::vector<int> gone;
-    for (int rank : lost) {
-      const int now = translateLocked(rank, epoch);
-      if (now >= 0) gone.push_back(now);
+  std::map<int, std::shared_ptr<Follower>> followers;
+  for (auto& [cross_rank, f] : followers_) {
+    auto it = std::find_if(members_.begin(), members_.end(),
+                           [&](const v1::NodeInfo& n) { return n.peer_address() == f->node.peer_address(); });
+    if (it == members_.end()) {
+      f->removed = describeNode(f->node) + " was removed from job '" + options_.job_id + "' at epoch " +
+                   std::to_string(epoch_) + " (" + cause + "); anything it sends is refused as stale";
+      removed.emplace_back(f, f->removed);
+      removed_nodes_[f->node.peer_address()] = f->removed;
+      continue;
     }
-    if (gone.empty()) return notFound("job '" + options_.job_id + "': the lost ranks are gone already");
-    std::vector<int> all;
-    for (const auto& node : members_) all.insert(all.end(), node.ranks().begin(), node.ranks().end());
-    std::sort(all.begin(), all.end());
-    std::vector<int> survivors;
-    for (int rank : all) {
-      if (std::find(gone.begin(), gone.end(), rank) == gone.end()) survivors.push_back(rank);
-    }
-    if (static_cast<int>(survivors.size()) < min_size) {
-      return failedPrecondition(cause + "; only " + std::to_string(survivors.size()) + " of " +
-                                std::to_string(all.size()) + " ranks remain, fewer than the job's minimum of " +
-                                std::to_string(min_size));
-    }
-    const auto renumbered = [&](int rank) {
-      return static_cast<int>(std::lower_bound(survivors.begin(), survivors.end(), rank) - survivors.begin());
-    };
-    std::vector<v1::NodeInfo> nodes;
-    for (const auto& node : members_) {
-      v1::NodeInfo next = node;
-      next.clear_ranks();
-      next.clear_pids();
-      for (int i = 0; i < node.ranks_size(); ++i) {
-        if (std::find(gone.begin(), gone.end(), node.ranks(i)) != gone.end()) continue;
-        next.add_ranks(renumbered(node.ranks(i)));
-        next.add_pids(i < node.pids_size() ? node.pids(i) : 0);
-      }
-      if (next.ranks().empty()) {
-        if (node.cross_rank() == 0) {
-          return failedPrecondition(cause + "; the leader's node (" + options_.self_address +
-                                    ") would hold no rank, and the leader does not move");
-        }
-        continue;
-      }
-      nodes.push_back(std::move(next));
-    }
-    // The leader first, then by lowest rank: the ring order.
-    std::sort(nodes.begin() + 1, nodes.end(),
-              [](const v1::NodeInfo& a, const v1::NodeInfo& b) { return a.ranks(0) < b.ranks(0); });
-    for (size_t i = 0; i < nodes.size(); ++i) nodes[i].set_cross_rank(static_cast<int>(i));
-
-    survivors_[epoch_] = survivors;
-    ++epoch_;
-    change.set_epoch(epoch_);
-    change.set_cause(cause);
-    for (int rank : survivors) change.add_survivors(rank);
-    for (const auto& node : nodes) *change.add_nodes() = node;
-    members_ = std::move(nodes);
-    // The old epoch's transfers on this node end now (ring() lifts it).
-    if (transport_ && transfers_aborted_.empty()) transport_->abort("the job moved to epoch " + std::to_string(epoch_));
-
-    std::map<int, std::shared_ptr<Follower>> followers;
-    for (auto& [cross_rank, f] : followers_) {
-      auto it = std::find_if(members_.begin(), members_.end(),
-                             [&](const v1::NodeInfo& n) { return n.peer_address() == f->node.peer_address(); });
-      if (it == members_.end()) {
-        f->removed = describeNode(f->node) + " was removed from job '" + options_.job_id + "' at epoch " +
-                     std::to_string(epoch_) + " (" + cause + "); anything it sends is refused as stale";
-        removed.emplace_back(f, f->removed);
-        removed_nodes_[f->node.peer_address()] = f->removed;
-        continue;
-      }
-      f->node = *it;
-      followers[it->cross_rank()] = f;
-      kept.push_back(f);
-    }
-    followers_ = std::move(followers);
+    f->node = *it;
+    followers[it->cross_rank()] = f;
+    kept.push_back(f);
   }
+  followers_ = std::move(followers);
+  lock.unlock();
   formed_cv_.notify_all();
   v1::LeaderMessage message;
   *message.mutable_new_epoch() = change;
   for (auto& f : kept) {
-    std::lock_guard<std::mutex> lock(f->write_mutex);
+    std::lock_guard<std::mutex> write_lock(f->write_mutex);
     if (f->stream) f->stream->Write(message);
   }
   for (auto& [f, why] : removed) {
@@ -165,6 +212,20 @@ void CrossNode::applyNewEpoch(const v1::NewEpoch& change) {
     return;
   }
   if (hooks_.on_new_epoch) hooks_.on_new_epoch(change);
+}
+
+void CrossNode::reportJoiner(uint64_t id, int64_t pid, const std::string& description) {
+  v1::FollowerMessage message;
+  message.mutable_joiner_ready()->set_joiner_id(id);
+  message.mutable_joiner_ready()->set_pid(pid);
+  message.mutable_joiner_ready()->set_description(description);
+  writeToLeader(message);
+}
+
+void CrossNode::reportJoinerGone(uint64_t id) {
+  v1::FollowerMessage message;
+  message.mutable_joiner_gone()->set_joiner_id(id);
+  writeToLeader(message);
 }
 
 void CrossNode::reportRankLost(int rank, uint64_t epoch, const std::string& cause) {

@@ -20,6 +20,7 @@ v1::NegotiatedResponse toProto(const coordinator::Response& response) {
   out.set_message(response.status.message());
   out.set_last_joined_rank(response.last_joined_rank);
   out.set_changed_process_set(response.changed_process_set);
+  out.set_admits_joiners(response.admits_joiners);
   return out;
 }
 
@@ -39,6 +40,7 @@ coordinator::Response fromProto(const v1::NegotiatedResponse& in) {
   out.status = Status(static_cast<StatusCode>(in.code()), in.message());
   out.last_joined_rank = in.last_joined_rank();
   out.changed_process_set = in.changed_process_set();
+  out.admits_joiners = in.admits_joiners();
   return out;
 }
 

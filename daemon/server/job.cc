@@ -150,6 +150,7 @@ bool Job::removeSession(const Session& session, const std::string& cause, bool c
     auto joiner = std::find_if(joiners_.begin(), joiners_.end(), [&](const auto& j) { return j.get() == &session; });
     if (joiner != joiners_.end()) {  // left before it was admitted: nothing of it is in the job
       joiners_.erase(joiner);
+      if (reported_joiners_.erase(session.id()) > 0) cross_->reportJoinerGone(session.id());
       return sessions_.empty() && joiners_.empty();
     }
     auto it = sessions_.find(session.rank());
@@ -375,6 +376,7 @@ void Job::flush(Outbox* outbox) {
 void Job::housekeeping(Clock::time_point now) {
   if (cross_) cross_->tick(now);
   checkFormation(now);
+  if (spec_.elastic && cross_) reportJoiners();
   if (spec_.elastic) {
     Outbox outbox;
     {

@@ -183,8 +183,11 @@ class Job : private executor::RankAccess {
   // (retriable), renumbers the local sessions (a local session left out is
   // refused), records the change and, with `announce`, tells each local
   // rank its place. Needs mutex_.
-  void enterEpochLocked(uint64_t next, const std::vector<int>& survivors, int size_before, const std::string& cause,
-                        Outbox* outbox, bool announce);
+  // `admitted`: joiners of this node becoming ranks (numbered after the
+  // survivors); `size_after`: the job's new size (all nodes).
+  using Admitted = std::vector<std::pair<int, std::shared_ptr<Session>>>;
+  void enterEpochLocked(uint64_t next, const std::vector<int>& survivors, const Admitted& admitted, int size_after,
+                        int size_before, const std::string& cause, Outbox* outbox, bool announce);
   // Elastic jobs across daemons (job_elastic_cross.cc). Leader: `ranks` of
   // `epoch` were lost (a hook of the CrossNode, or a local rank); starts the
   // next epoch everywhere, or fails the job when it cannot go on.
@@ -194,6 +197,17 @@ class Job : private executor::RankAccess {
   std::string leadEpochLocked(const std::vector<int>& ranks, uint64_t epoch, const std::string& cause, Outbox* outbox);
   // Follower: the leader's new epoch.
   void onNewEpoch(const v1::NewEpoch& change);
+  // Applies the leader's `change` here. Needs mutex_. Returns the ranks
+  // admitted for joiners of this node that have left meanwhile.
+  std::vector<int> applyNewEpochLocked(const v1::NewEpoch& change, Outbox* outbox);
+  // Leader: a commit barrier that admits joiners completed; the next epoch
+  // takes them in on every node. Needs mutex_.
+  void admitAcrossLocked(const std::string& barrier, Outbox* outbox);
+  // The first commit barrier of the leader's batch admits the waiting
+  // joiners (local or reported by followers) when there are any. Needs mutex_.
+  void markAdmissionLocked(std::vector<coordinator::Response>* batch);
+  // Followers: joiners whose stream opened are reported to the leader (housekeeping).
+  void reportJoiners();
   // Joiners whose session stream is open become ranks, after the others;
   // returns how many. Needs mutex_.
   int admitReadyJoinersLocked();
@@ -211,6 +225,8 @@ class Job : private executor::RankAccess {
   // A commit barrier completed in the current epoch with joiners waiting:
   // true (the Dones say so), and the caller admits them. Needs mutex_.
   bool admitsJoinersLocked(const coordinator::Response& response, const executor::ResponseResult& result) const;
+  // A barrier every rank entered through commit() (job_elastic.cc).
+  static bool isCommitBarrier(const coordinator::Response& response);
   // Tells the ranks waiting to join that the job will not take them. Needs mutex_.
   void refuseJoinersLocked(const std::string& cause, Outbox* outbox);
   // Fails `request` with `status`, queueing its Done in `outbox`. Needs mutex_.
@@ -269,6 +285,7 @@ class Job : private executor::RankAccess {
   uint64_t epoch_ = 1;
   std::vector<v1::EpochChange> history_;
   std::vector<std::shared_ptr<Session>> joiners_;  // registered, waiting for a commit
+  std::set<uint64_t> reported_joiners_;            // follower: session ids told to the leader
   std::optional<Clock::time_point> below_min_since_;  // the current epoch waits for joiners
   Clock::time_point epoch_started_ = Clock::now();     // for the history's recovery time
 

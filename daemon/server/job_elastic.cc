@@ -28,10 +28,6 @@ v1::DaemonMessage refusal(const std::string& cause) {
 Status Job::addJoiner(std::shared_ptr<Session> session) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (!spec_.elastic) return failedPrecondition("job '" + spec_.job_id + "' is not elastic: it takes no new ranks");
-  if (cross_) {
-    return failedPrecondition("job '" + spec_.job_id + "' spans daemons: new ranks joining it are not built yet "
-                              "(only one node's elastic jobs take joiners)");
-  }
   if (!failure_.empty()) return failedPrecondition("job '" + spec_.job_id + "' has failed: " + failure_);
   if (stopping_) return unavailable("job '" + spec_.job_id + "' is stopping");
   if (sessions_.empty()) return failedPrecondition("job '" + spec_.job_id + "' has no ranks left to join");
@@ -48,18 +44,20 @@ void Job::refuseJoinersLocked(const std::string& cause, Outbox* outbox) {
   joiners_.clear();
 }
 
+bool Job::isCommitBarrier(const coordinator::Response& response) {
+  if (response.type != v1::BARRIER || !response.status.isOk()) return false;
+  return std::all_of(response.requests.begin(), response.requests.end(),
+                     [](const auto& request) { return request && request->commit; });
+}
+
 bool Job::admitsJoinersLocked(const coordinator::Response& response, const executor::ResponseResult& result) const {
+  if (!spec_.elastic || !result.status.isOk() || batch_epoch_ != epoch_ || !failure_.empty() || stopping_) return false;
+  // Across daemons the leader decided before it sent the batch.
+  if (cross_) return response.admits_joiners;
   // Only joiners whose session stream is open: the word of their place goes
   // over it (a message to a session without one would be lost).
   const bool ready = std::any_of(joiners_.begin(), joiners_.end(), [](const auto& j) { return j->streamAttached(); });
-  if (!spec_.elastic || !ready || response.type != v1::BARRIER || !result.status.isOk() || batch_epoch_ != epoch_ ||
-      !failure_.empty() || stopping_) {
-    return false;
-  }
-  for (const auto& request : response.requests) {
-    if (!request || !request->commit) return false;
-  }
-  return true;
+  return ready && isCommitBarrier(response);
 }
 
 int Job::admitReadyJoinersLocked() {
@@ -92,12 +90,11 @@ void Job::changeEpochLocked(const std::string& cause, Outbox* outbox, bool admit
   if (admit) admitReadyJoinersLocked();
   std::vector<int> survivors;  // one node holds them all: its sessions, joiners appended
   for (const auto& [rank, session] : sessions_) survivors.push_back(rank);
-  enterEpochLocked(epoch_ + 1, survivors, before, cause, outbox, announce);
+  enterEpochLocked(epoch_ + 1, survivors, {}, static_cast<int>(survivors.size()), before, cause, outbox, announce);
 }
 
-void Job::enterEpochLocked(uint64_t next, const std::vector<int>& survivors, int before, const std::string& cause,
-                           Outbox* outbox, bool announce) {
-  const int after = static_cast<int>(survivors.size());
+void Job::enterEpochLocked(uint64_t next, const std::vector<int>& survivors, const Admitted& admitted, int after,
+                           int before, const std::string& cause, Outbox* outbox, bool announce) {
   const Status changed = aborted("job '" + spec_.job_id + "': membership changed (epoch " + std::to_string(epoch_) +
                                  " -> " + std::to_string(next) + "): " + cause + "; the job goes on with " +
                                  std::to_string(after) + " ranks");
@@ -114,6 +111,10 @@ void Job::enterEpochLocked(uint64_t next, const std::vector<int>& survivors, int
     const int new_rank = static_cast<int>(at - survivors.begin());
     session->renumber(new_rank);
     renumbered.emplace(new_rank, session);
+  }
+  for (const auto& [rank, session] : admitted) {
+    session->renumber(rank);
+    renumbered.emplace(rank, session);
   }
   sessions_ = std::move(renumbered);
   resizeLocked(after);

@@ -4,6 +4,14 @@
 // epoch; every node applies it the same way as a one-node elastic job does
 // (enterEpochLocked): what was in flight fails as retriable, the local
 // ranks are renumbered and told their place, and the next ring re-forms.
+//
+// Joiners: a new rank registers with its own node's daemon; a follower
+// reports it to the leader once its stream is open. The leader marks the
+// next commit barrier as admitting (before it sends the batch, so every
+// node's Dones say so) and, once the barrier completed, starts the epoch
+// that numbers the joiners after the survivors.
+#include <algorithm>
+
 #include "daemon/common/logging.h"
 #include "daemon/server/job.h"
 
@@ -11,14 +19,12 @@ namespace gradsync::server {
 
 std::string Job::leadEpochLocked(const std::vector<int>& ranks, uint64_t epoch, const std::string& cause,
                                  Outbox* outbox) {
-  const int before = size_.load();
   auto change = cross_->beginEpoch(ranks, epoch, cause, spec_.min_size);
   if (!change.isOk()) {
     // NOT_FOUND: another report of the same loss came first.
     return change.status().code() == StatusCode::kNotFound ? "" : change.status().message();
   }
-  enterEpochLocked(change->epoch(), {change->survivors().begin(), change->survivors().end()}, before, cause, outbox,
-                   /*announce=*/true);
+  applyNewEpochLocked(*change, outbox);
   return "";
 }
 
@@ -35,9 +41,31 @@ void Job::crossRanksLost(const std::vector<int>& ranks, uint64_t epoch, const st
   if (!failure.empty()) failJob(failure, /*node_lost=*/true);
 }
 
+std::vector<int> Job::applyNewEpochLocked(const v1::NewEpoch& change, Outbox* outbox) {
+  Admitted admitted;
+  std::vector<int> vanished;
+  for (const auto& entry : change.admitted()) {
+    if (entry.peer_address() != limits_.peer_address) continue;
+    auto joiner = std::find_if(joiners_.begin(), joiners_.end(),
+                               [&](const auto& j) { return j->id() == entry.joiner_id(); });
+    if (joiner == joiners_.end()) {
+      vanished.push_back(entry.rank());
+      continue;
+    }
+    admitted.emplace_back(entry.rank(), *joiner);
+    reported_joiners_.erase(entry.joiner_id());
+    joiners_.erase(joiner);
+  }
+  enterEpochLocked(change.epoch(), {change.survivors().begin(), change.survivors().end()}, admitted,
+                   change.survivors_size() + change.admitted_size(), size_.load(), change.cause(), outbox,
+                   /*announce=*/true);
+  return vanished;
+}
+
 void Job::onNewEpoch(const v1::NewEpoch& change) {
   Outbox outbox;
   std::string gap;
+  std::vector<int> vanished;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (!failure_.empty() || stopping_ || change.epoch() <= epoch_) return;
@@ -46,13 +74,54 @@ void Job::onNewEpoch(const v1::NewEpoch& change) {
       gap = "job '" + spec_.job_id + "': the leader moved from epoch " + std::to_string(epoch_) + " to " +
             std::to_string(change.epoch()) + " without telling this node the epochs between";
     } else {
-      enterEpochLocked(change.epoch(), {change.survivors().begin(), change.survivors().end()}, size_.load(),
-                       change.cause(), &outbox, /*announce=*/true);
+      vanished = applyNewEpochLocked(change, &outbox);
     }
   }
   grant_cv_.notify_all();
   flush(&outbox);
   if (!gap.empty()) failJob(gap, /*node_lost=*/true);
+  // A joiner that left between its report and its admission: lost at once.
+  for (int rank : vanished) {
+    cross_->reportRankLost(rank, change.epoch(), "a joining rank (" + std::to_string(rank) + ") left before its admission");
+  }
+}
+
+void Job::markAdmissionLocked(std::vector<coordinator::Response>* batch) {
+  if (!spec_.elastic || !cross_ || !failure_.empty() || stopping_) return;
+  const bool waiting = cross_->hasPendingJoiners() ||
+                       std::any_of(joiners_.begin(), joiners_.end(), [](const auto& j) { return j->streamAttached(); });
+  if (!waiting) return;
+  for (auto& response : *batch) {
+    if (!isCommitBarrier(response)) continue;
+    response.admits_joiners = true;
+    return;
+  }
+}
+
+void Job::admitAcrossLocked(const std::string& barrier, Outbox* outbox) {
+  std::vector<uint64_t> local;
+  for (const auto& joiner : joiners_) {
+    if (joiner->streamAttached()) local.push_back(joiner->id());
+  }
+  auto change = cross_->admitJoiners(local, barrier);
+  if (!change.isOk()) {
+    GS_LOG(control, warn, "job '{}': the commit '{}' was to admit new ranks: {}", spec_.job_id, barrier,
+           change.status().message());
+    return;
+  }
+  applyNewEpochLocked(*change, outbox);
+}
+
+void Job::reportJoiners() {
+  std::vector<std::shared_ptr<Session>> ready;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!cross_ || cross_->isLeader() || !failure_.empty() || stopping_) return;
+    for (const auto& joiner : joiners_) {
+      if (joiner->streamAttached() && reported_joiners_.insert(joiner->id()).second) ready.push_back(joiner);
+    }
+  }
+  for (const auto& joiner : ready) cross_->reportJoiner(joiner->id(), joiner->pid(), joiner->describe());
 }
 
 }  // namespace gradsync::server

@@ -38,6 +38,7 @@ void Job::executorLoop() {
         lead = true;
       }
       batch = takeBatchLocked();
+      if (lead) markAdmissionLocked(&batch);
     }
     if (lead) {
       Status sent = cross_->broadcast(batch, sequence, batch_epoch_);
@@ -139,7 +140,9 @@ void Job::complete(const coordinator::Response& response, const executor::Respon
     history_.back().set_recovery_ms(std::max<int64_t>(
         1, std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - epoch_started_).count()));
   }
-  if (admit) {
+  if (admit && cross_) {
+    if (cross_->isLeader()) admitAcrossLocked(response.name, outbox);  // the followers hear of it from the leader
+  } else if (admit) {
     const auto ready = std::count_if(joiners_.begin(), joiners_.end(), [](const auto& j) { return j->streamAttached(); });
     changeEpochLocked("admitted " + std::to_string(ready) + " new ranks at the commit '" + response.name + "'", outbox,
                       /*admit=*/true);  // admits the same joiners: both under mutex_

@@ -130,7 +130,8 @@ bool Session::send(const v1::DaemonMessage& message) {
 
 std::string Session::describe() const {
   int64_t pid = this->pid();
-  std::string s = "rank " + std::to_string(rank()) + " (";
+  // A joiner has no rank until a commit admits it.
+  std::string s = rank() >= 0 ? "rank " + std::to_string(rank()) + " (" : std::string("a joining rank (");
   s += pid > 0 ? "pid " + std::to_string(pid) : std::string("pid unknown");
   if (!identity_.hostname.empty()) s += ", host " + identity_.hostname;
   return s + ")";

@@ -98,6 +98,34 @@ TEST_F(ElasticAcrossDaemonsTest, FollowerDaemonKilledTheSurvivorsGoOnAndTheRingR
   }
 }
 
+// A replacement for a dead rank registers with its node's daemon (a
+// follower), which reports it to the leader; the next commit admits it on
+// every node: the job grows back to three, the joiner numbered last.
+TEST_F(ElasticAcrossDaemonsTest, ReplacementRankJoinsThroughAFollowerAtTheNextCommit) {
+  startDaemons(2);
+  const std::vector<int> placement = {0, 1, 1};
+  const std::vector<std::string> args = {"elastic_loop", "10", "0", "commit", "3"};
+  auto ranks = launchWith("el-grow", args, placement, kElastic);
+  ASSERT_TRUE(waitFor([&] { return std::all_of(ranks.begin(), ranks.end(), saysLooping); }, std::chrono::seconds(30)))
+      << logs();
+  ranks[1].kill(SIGKILL);
+  ASSERT_TRUE(waitFor([&] { return recoveredAt(ranks[0].log(), 2) > 0; }, std::chrono::seconds(15)))
+      << ranks[0].log() << logs();
+  auto env = kElastic;
+  env["GRADSYNC_ELASTIC_JOIN"] = "1";
+  env["GRADSYNC_LEADER"] = daemons_[0]->peerAddress();
+  env["GRADSYNC_LOCAL_RANK"] = "0";
+  env["GRADSYNC_LOCAL_SIZE"] = "2";
+  Process joiner = daemons_[1]->spawnRank("el-grow", 1, 3, args, env);
+  EXPECT_EQ(joiner.wait(kTimeout), 0) << joiner.log() << logs();
+  EXPECT_EQ(ranks[0].wait(kTimeout), 0) << ranks[0].log() << logs();
+  EXPECT_EQ(ranks[2].wait(kTimeout), 0) << ranks[2].log() << logs();
+  EXPECT_NE(joiner.log().find("RECOVERED epoch 3 at"), std::string::npos) << joiner.log();
+  EXPECT_NE(joiner.log().find("size 3 rank 2"), std::string::npos) << joiner.log();
+  EXPECT_NE(ranks[0].log().find("size 3 rank 0"), std::string::npos) << ranks[0].log();
+  EXPECT_NE(daemons_[0]->log().find("admitted 1 new ranks at the commit"), std::string::npos) << logs();
+}
+
 // A daemon paused (SIGSTOP) past the silence limit is removed; the others
 // go on without it. Resumed, it is told it is stale: its rank fails naming
 // that, and its abort notice to the other follower is refused.

@@ -3,6 +3,7 @@
 // GRADSYNC_ELASTIC=1 and GRADSYNC_MIN_SIZE).
 #include <chrono>
 #include <cstdlib>
+#include <string>
 
 #include "tests/integration/worker_util.h"
 
@@ -14,18 +15,29 @@ int64_t unixMs() {
       .count();
 }
 
-// elastic_loop STEPS SECONDS: allreduces of 4 MiB in a loop. A retriable
-// failure (the membership changed) is followed by a rejoin; every result
-// must be the sum over the ranks of the current epoch. Prints "LOOPING"
-// once the first step succeeded, and "RECOVERED epoch E at MS size N rank R"
-// at the first success of each later epoch (MS: Unix milliseconds). A rank
-// wants to stop once it has done STEPS steps in an epoch after the first and
-// SECONDS have passed; the last element carries that wish, and all stop
-// after the step where every rank wished it. Any other failure ends it with
-// exit code 1 and the message.
+// A retriable failure (the membership changed): rejoin and say so.
+int rejoin(Client& c, int step, const std::string& why) {
+  std::fprintf(stderr, "[rank %d] step %d: %s\n", c.rank(), step, why.c_str());
+  WORKER_OK(Result::fromCode(gradsync_rejoin(c.raw(), 30)));
+  g_rank = c.rank();
+  return 0;
+}
+
+// elastic_loop STEPS SECONDS [commit [EPOCH]]: allreduces of 4 MiB in a
+// loop (with `commit`, each followed by a commit barrier, which admits
+// joiners). A retriable failure, or a commit that admitted joiners, is
+// followed by a rejoin; every result must be the sum over the ranks of the
+// current epoch. Prints "LOOPING" once the first step succeeded, and
+// "RECOVERED epoch E at MS size N rank R" at the first success of each
+// later epoch (MS: Unix milliseconds). A rank wants to stop once it has done
+// STEPS steps in epoch EPOCH (default 2) or later and SECONDS have passed;
+// the last element carries that wish, and all stop after the step where
+// every rank wished it. Any other failure ends it with exit code 1.
 int elasticLoop(Client& c, const std::vector<std::string>& args) {
   const int steps_after = args.size() > 0 ? std::atoi(args[0].c_str()) : 20;
   const double seconds = args.size() > 1 ? std::atof(args[1].c_str()) : 0;
+  const bool commit = args.size() > 2 && args[2] == "commit";
+  const uint64_t counted_epoch = args.size() > 3 ? std::strtoull(args[3].c_str(), nullptr, 10) : 2;
   const auto start = std::chrono::steady_clock::now();
   std::vector<float> data(1 << 20);
   uint64_t recovered_epoch = 1;
@@ -37,9 +49,7 @@ int elasticLoop(Client& c, const std::vector<std::string>& args) {
     data.back() = wish ? 1.0f : 0.0f;
     Result r = c.allreduce("loop", data.data(), GRADSYNC_FLOAT32, {static_cast<int64_t>(data.size())});
     if (r.code == GRADSYNC_MEMBERSHIP_CHANGED) {
-      std::fprintf(stderr, "[rank %d] step %d: %s\n", c.rank(), step, r.message.c_str());
-      WORKER_OK(Result::fromCode(gradsync_rejoin(c.raw(), 30)));
-      g_rank = c.rank();
+      if (rejoin(c, step, r.message)) return 1;
       continue;
     }
     WORKER_CHECK(r.ok(), "step %d failed: %d %s", step, r.code, r.message.c_str());
@@ -53,8 +63,16 @@ int elasticLoop(Client& c, const std::vector<std::string>& args) {
       std::fprintf(stderr, "[rank %d] RECOVERED epoch %llu at %lld size %d rank %d\n", c.rank(),
                    static_cast<unsigned long long>(epoch), static_cast<long long>(unixMs()), c.size(), c.rank());
     }
-    if (epoch > 1) ++done_after;
+    if (epoch >= counted_epoch) ++done_after;
     if (data.back() == static_cast<float>(c.size())) return 0;  // every rank wished to stop
+    if (!commit) continue;
+    int32_t changed = 0;
+    const Result committed = Result::fromCode(gradsync_commit_barrier(c.raw(), 30, &changed));
+    if (committed.code == GRADSYNC_MEMBERSHIP_CHANGED || (committed.ok() && changed)) {
+      if (rejoin(c, step, committed.ok() ? "the commit admitted new ranks" : committed.message)) return 1;
+      continue;
+    }
+    WORKER_CHECK(committed.ok(), "commit after step %d failed: %d %s", step, committed.code, committed.message.c_str());
   }
   std::fprintf(stderr, "[rank %d] the membership never changed\n", c.rank());
   return 1;

@@ -1,22 +1,32 @@
 # SPDX-License-Identifier: Apache-2.0
 """Elastic jobs end to end under gradsyncrun --min-np: a rank SIGKILLed in
-the middle of a large allreduce; the survivors go on from the last commit."""
+the middle of a large allreduce; the survivors go on from the last commit.
+On one daemon, and across two (two 'hosts' through a fake ssh)."""
 import glob
 import json
 import os
 import subprocess
 import sys
 
+import fake_hosts
 from exact_model import replay
 
 RUN = os.environ["GRADSYNCRUN"]
 TRAIN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "elastic_train.py")
 
 
-def run_job(tmp_path, np, min_np, victim, *flags, **env):
-    env = dict(os.environ, GRADSYNC_TEST_OUT=str(tmp_path), GRADSYNC_TEST_VICTIM=str(victim), **env)
-    return subprocess.run([RUN, "--private-daemon", "-np", str(np), "--min-np", str(min_np), *flags, sys.executable,
-                           TRAIN], capture_output=True, text=True, timeout=180, env=env)
+def run_job(tmp_path, np, min_np, victim, *flags, base_env=None, **env):
+    env = dict(base_env or os.environ, GRADSYNC_TEST_OUT=str(tmp_path), GRADSYNC_TEST_VICTIM=str(victim), **env)
+    daemon = [] if "--ssh" in flags else ["--private-daemon"]
+    return subprocess.run([RUN, *daemon, "-np", str(np), "--min-np", str(min_np), *flags, sys.executable, TRAIN],
+                          capture_output=True, text=True, timeout=180, env=env)
+
+
+def run_across_two_hosts(tmp_path, *flags, **env):
+    """-np 3 on nodeA:1,nodeB:2, rank 1 (on nodeB, a follower) the victim."""
+    with fake_hosts.daemons(tmp_path) as sockets:
+        ssh, base = fake_hosts.ssh_env(tmp_path, sockets)
+        return run_job(tmp_path, 3, 2, 1, "-H", "nodeA:1,nodeB:2", "--ssh", ssh, *flags, base_env=base, **env)
 
 
 def committed_samples(tmp_path):
@@ -43,6 +53,31 @@ def test_a_killed_rank_leaves_the_survivors_training_from_the_last_commit(tmp_pa
         assert result["weights"] == expected, (rank, result)
         assert result["epoch"] == 2 and result["size"] == 2 and result["steps"] == 13 and result["resets"] == [2]
     # Every sample of the epoch was committed exactly once, across the change.
+    assert committed_samples(tmp_path) == list(range(60))
+
+
+def test_across_two_daemons_the_survivors_go_on_from_the_last_commit(tmp_path):
+    out = run_across_two_hosts(tmp_path, "--on-rank-failure", "blacklist-host")
+    assert out.returncode == 0, out.stdout + out.stderr
+    done = results(tmp_path)
+    assert sorted(done) == [0, 1]
+    expected = [w.hex() for w in replay([(s, 3) for s in range(5)] + [(s, 2) for s in range(5, 13)])]
+    for rank, result in done.items():
+        assert result["weights"] == expected, (rank, result)
+        assert result["epoch"] == 2 and result["size"] == 2 and result["steps"] == 13
+    assert committed_samples(tmp_path) == list(range(60))
+
+
+def test_across_two_daemons_a_replacement_joins_through_its_follower(tmp_path):
+    out = run_across_two_hosts(tmp_path, GRADSYNC_TEST_WAIT_FOR="3")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "starting [3] to replace [1]; it joins at the next commit" in out.stderr
+    done = results(tmp_path)
+    assert sorted(done) == [0, 1, 2]
+    expected = [w.hex() for w in replay([(s, 3) for s in range(10)])]
+    for rank, result in done.items():
+        assert result["weights"] == expected, (rank, result)
+        assert result["epoch"] == 3 and result["size"] == 3 and result["steps"] == 10
     assert committed_samples(tmp_path) == list(range(60))
 
 

@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+import fake_hosts
 from gradsync.runner.hosts import assign_ranks, parse_hostfile, parse_hosts
 
 RUN = os.environ["GRADSYNCRUN"]
@@ -108,34 +109,13 @@ def test_missing_daemon_binary_is_a_clear_error():
 @pytest.fixture
 def two_daemons(tmp_path):
     """Two daemons with peer ports on loopback: the 'hosts' nodeA and nodeB."""
-    procs, sockets = [], {}
-    for host in ("nodeA", "nodeB"):
-        sock = str(tmp_path / ("%s.sock" % host))
-        procs.append(subprocess.Popen([os.environ["GRADSYNC_DAEMON"], "--socket-path", sock,
-                                       "--peer-address", "127.0.0.1:0", "--stall-warning-seconds", "10",
-                                       "--stall-deadline-seconds", "30"],
-                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-        sockets[host] = sock
-    deadline = time.monotonic() + 30
-    while not all(os.path.exists(s) for s in sockets.values()):
-        assert all(p.poll() is None for p in procs) and time.monotonic() < deadline, "daemons did not start"
-        time.sleep(0.05)
-    yield sockets
-    for p in procs:
-        p.terminate()
-        p.wait(timeout=15)
+    with fake_hosts.daemons(tmp_path, flags=("--stall-warning-seconds", "10", "--stall-deadline-seconds", "30")) as s:
+        yield s
 
 
 def test_two_hosts_over_fake_ssh(tmp_path, two_daemons):
-    ssh = tmp_path / "fake_ssh"
-    ssh.write_text("#!/bin/bash\n# fake ssh HOST COMMAND: runs COMMAND here against HOST's daemon\n"
-                   "host=$1; shift; var=FAKE_SOCKET_$host; export GRADSYNC_SOCKET=${!var}\n"
-                   "exec bash -c \"$*\"\n")
-    ssh.chmod(0o755)
-    env = dict(os.environ, PYTHONPATH=os.environ["PYTHONPATH"], **{"FAKE_SOCKET_" + h: s
-                                                                   for h, s in two_daemons.items()})
-    env.pop("GRADSYNC_SOCKET", None)
-    out = run(["-np", "3", "-H", "nodeA:2,nodeB:1", "--ssh", str(ssh), PY, "-c", ALLREDUCE_RANK], env=env)
+    ssh, env = fake_hosts.ssh_env(tmp_path, two_daemons)
+    out = run(["-np", "3", "-H", "nodeA:2,nodeB:1", "--ssh", ssh, PY, "-c", ALLREDUCE_RANK], env=env)
     assert out.returncode == 0, out.stdout + out.stderr
     lines = sorted(l for l in out.stdout.splitlines() if "sum" in l)
     assert lines == ["[0]<stdout>: sum 6.0 cross 0 2", "[1]<stdout>: sum 6.0 cross 0 2",

@@ -43,7 +43,7 @@ def parse_args(argv):
     p.add_argument("--grace", type=float, default=10.0,
                    help="seconds the other ranks get to finish after one fails (default 10)")
     p.add_argument("--no-prefix", action="store_true", help="do not prefix output lines with the rank")
-    elastic = p.add_argument_group("elastic (one host for now)")
+    elastic = p.add_argument_group("elastic (hosts come from -H; discovery adds ranks on those hosts)")
     elastic.add_argument("--min-np", "--min-num-proc", type=int,
                          help="elastic job: when ranks die, the others go on while at least this many remain")
     elastic.add_argument("--max-np", "--max-num-proc", type=int,
@@ -188,8 +188,10 @@ class Job:
 
     def discover(self):
         """Runs --host-discovery-script (at most once a second) and starts
-        new ranks while this host offers more slots than there are ranks
-        (up to --max-np). Ranks only join: removal is not implemented."""
+        new ranks while a host of the job offers more slots than it runs
+        ranks (up to --max-np in all). Ranks only join: removal, and hosts
+        the job did not start on, are not implemented (such a host is named
+        once and ignored)."""
         now = time.monotonic()
         if not self.args.host_discovery_script or now < getattr(self, "_next_discovery", 0):
             return
@@ -203,14 +205,26 @@ class Job:
         if out.returncode != 0:
             sys.stderr.write("gradsyncrun: host discovery exited with %d\n" % out.returncode)
             return
-        slots = sum(n for host, n in hosts if is_local(host))
         if any(p.poll() == 0 for p in self.processes):
             return  # training is over
-        running = sum(1 for p in self.processes if p.poll() is None)
         most = self.args.max_np or self.args.num_proc
-        for _ in range(max(0, min(slots, most) - running)):
-            sys.stderr.write("gradsyncrun: host discovery offers %d slots here; starting a new rank\n" % slots)
-            self._replace(0, "to add a rank")
+        running = sum(1 for p in self.processes if p.poll() is None)
+        for host, slots in hosts:
+            first = next((i for i, (h, _) in enumerate(self._starts) if h == host or is_local(h) and is_local(host)),
+                         None)
+            if first is None:
+                if host not in getattr(self, "_ignored_hosts", set()):
+                    self._ignored_hosts = getattr(self, "_ignored_hosts", set()) | {host}
+                    sys.stderr.write("gradsyncrun: host discovery offers %s, which runs no rank of the job: new hosts "
+                                     "joining a running job are not implemented; ignored\n" % host)
+                continue
+            here = sum(1 for i, p in enumerate(self.processes)
+                       if p.poll() is None and self._starts[i][0] == self._starts[first][0])
+            for _ in range(max(0, min(slots - here, most - running))):
+                sys.stderr.write("gradsyncrun: host discovery offers %d slots %s; starting a new rank\n" %
+                                 (slots, "here" if is_local(host) else "on " + host))
+                self._replace(first, "to add a rank")
+                running += 1
 
     def _elastic_failure(self, failure, interrupted):
         """A rank of an elastic job failed: the others go on; a replacement
@@ -293,9 +307,6 @@ def main(argv=None):
         sys.stderr.write("gradsyncrun: %s\n" % e)
         return 2
     multi_host = len({host for host, _, _, _ in placement}) > 1
-    if multi_host and args.min_np is not None:
-        sys.stderr.write("gradsyncrun: elastic jobs across hosts are not implemented yet\n")
-        return 2
     private = None
     socket_path = args.socket or os.environ.get("GRADSYNC_SOCKET")
     try:
