@@ -200,7 +200,13 @@ void CrossNode::start(const std::vector<int>& local_ranks, const std::vector<int
 }
 
 void CrossNode::makeNcclIdLocked() {
-  if (!options_.make_nccl_id) return;
+  // Only for a job that will use it: NCCL's bootstrap root (a thread and a
+  // listening socket) waits until the communicator forms, which a job with
+  // a GPU-less node (or an elastic one: host staging) never does.
+  const bool every_node_nccl = std::all_of(members_.begin(), members_.end(), [](const v1::NodeInfo& node) {
+    return node.gpu_uuids_size() > 0 && node.nccl();
+  });
+  if (!options_.make_nccl_id || options_.elastic || !every_node_nccl) return;
   auto id = options_.make_nccl_id();
   if (!id.isOk()) {
     GS_LOG(control, warn, "job '{}': no NCCL id for the daemons' GPUs: {}", options_.job_id, id.status().message());

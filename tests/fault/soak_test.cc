@@ -4,17 +4,16 @@
 // the daemon's file descriptors, threads, memory mappings and resident
 // memory are back at their baseline. GRADSYNC_SOAK_JOBS sets the number of
 // jobs (default 2,000: about a minute here).
-#include <dirent.h>
 #include <signal.h>
 
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <string>
 #include <thread>
 
 #include "gtest/gtest.h"
 #include "tests/testutil/daemon_fixture.h"
+#include "tests/testutil/process_usage.h"
 
 namespace gradsync::testutil {
 namespace {
@@ -25,39 +24,6 @@ constexpr int kConcurrent = 4;  // jobs at a time
 // moments (seen: +1 to +3 over 2,000 jobs); a leak of one per job would
 // show thousands.
 constexpr int kSpareThreads = 8;
-
-struct Usage {
-  int fds = 0, threads = 0, mappings = 0;
-  long rss_kib = 0;
-};
-
-int entries(const std::string& dir) {
-  DIR* d = ::opendir(dir.c_str());
-  if (d == nullptr) return -1;
-  int n = 0;
-  while (dirent* e = ::readdir(d)) n += e->d_name[0] != '.';
-  ::closedir(d);
-  return n;
-}
-
-Usage usageOf(pid_t pid) {
-  const std::string proc = "/proc/" + std::to_string(pid);
-  Usage u;
-  u.fds = entries(proc + "/fd");
-  u.threads = entries(proc + "/task");
-  std::ifstream maps(proc + "/maps");
-  for (std::string line; std::getline(maps, line);) ++u.mappings;
-  std::ifstream status(proc + "/status");
-  for (std::string line; std::getline(status, line);) {
-    if (line.rfind("VmRSS:", 0) == 0) u.rss_kib = std::atol(line.c_str() + 6);
-  }
-  return u;
-}
-
-std::string describe(const Usage& u) {
-  return std::to_string(u.fds) + " fds, " + std::to_string(u.threads) + " threads, " + std::to_string(u.mappings) +
-         " mappings, " + std::to_string(u.rss_kib / 1024) + " MiB resident";
-}
 
 // Starts job `i`: kind i % 3 picks success, failed collectives, or a rank
 // killed mid-job.

@@ -8,11 +8,13 @@
 
 #include <chrono>
 #include <cstdio>
+#include <random>
 #include <regex>
 #include <thread>
 
 #include "gtest/gtest.h"
 #include "tests/integration/multi_daemon_fixture.h"
+#include "tests/testutil/process_usage.h"
 
 namespace gradsync::testutil {
 namespace {
@@ -124,6 +126,77 @@ TEST_F(ElasticAcrossDaemonsTest, ReplacementRankJoinsThroughAFollowerAtTheNextCo
   EXPECT_NE(joiner.log().find("size 3 rank 2"), std::string::npos) << joiner.log();
   EXPECT_NE(ranks[0].log().find("size 3 rank 0"), std::string::npos) << ranks[0].log();
   EXPECT_NE(daemons_[0]->log().find("admitted 1 new ranks at the commit"), std::string::npos) << logs();
+}
+
+// Twenty cycles: a random rank SIGKILLed (wherever it is: in an allreduce,
+// a commit, a rejoin), then a replacement on the same daemon, admitted at
+// the next commit. Every change is one epoch (41 at the end); every step's
+// sum is checked by the ranks; the daemons' descriptors and mappings (the
+// ranks' arenas) are back at their baseline once the job ended.
+TEST_F(ElasticAcrossDaemonsTest, TwentyRandomKillAndAddCyclesLeaveNothingBehind) {
+  startDaemons(2);
+  auto warm = launch("el-warm-up", "allreduce", {0, 0, 1, 1});
+  std::string report;
+  ASSERT_TRUE(allSucceed(warm, kTimeout, &report)) << report << logs();
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  const Usage leader_before = usageOf(daemons_[0]->process().pid());
+  const Usage follower_before = usageOf(daemons_[1]->process().pid());
+
+  constexpr int kCycles = 20;
+  const std::vector<int> placement = {0, 0, 1, 1};
+  const std::vector<std::string> args = {"elastic_loop", "10", "0", "commit", std::to_string(1 + 2 * kCycles)};
+  auto ranks = launchWith("el-churn", args, placement, kElastic);
+  std::vector<int> node = placement;  // of each process
+  ASSERT_TRUE(waitFor([&] { return std::all_of(ranks.begin(), ranks.end(), saysLooping); }, std::chrono::seconds(30)))
+      << logs();
+  const unsigned seed = static_cast<unsigned>(envInt("GRADSYNC_CHURN_SEED", 20261123));
+  std::printf("churn seed %u (GRADSYNC_CHURN_SEED)\n", seed);
+  std::mt19937 random(seed);
+  const auto epochReached = [&](int epoch) {
+    const std::string change = "epoch " + std::to_string(epoch - 1) + " -> " + std::to_string(epoch) + ":";
+    return waitFor([&] { return daemons_[0]->log().find(change) != std::string::npos; }, std::chrono::seconds(20));
+  };
+  for (int cycle = 0; cycle < kCycles; ++cycle) {
+    std::vector<size_t> alive;
+    for (size_t i = 0; i < ranks.size(); ++i) {
+      if (ranks[i].running()) alive.push_back(i);
+    }
+    ASSERT_EQ(alive.size(), 4u) << logs();
+    const size_t victim = alive[random() % alive.size()];
+    ranks[victim].kill(SIGKILL);
+    ASSERT_TRUE(epochReached(2 + 2 * cycle)) << "cycle " << cycle << ": no epoch after the kill\n" << logs();
+    auto env = kElastic;
+    env["GRADSYNC_ELASTIC_JOIN"] = "1";
+    env["GRADSYNC_LEADER"] = daemons_[0]->peerAddress();
+    env["GRADSYNC_LOCAL_RANK"] = "0";
+    env["GRADSYNC_LOCAL_SIZE"] = "2";
+    ranks.push_back(daemons_[node[victim]]->spawnRank("el-churn", 0, 4, args, env));
+    node.push_back(node[victim]);
+    ASSERT_TRUE(epochReached(3 + 2 * cycle)) << "cycle " << cycle << ": the replacement was not admitted\n" << logs();
+  }
+  for (auto& rank : ranks) {
+    if (!rank.running() && rank.wait(std::chrono::milliseconds(0)) == 128 + SIGKILL) continue;
+    EXPECT_EQ(rank.wait(kTimeout), 0) << rank.log() << logs();
+  }
+  EXPECT_EQ(daemons_[0]->log().find("epoch " + std::to_string(1 + 2 * kCycles) + " -> "), std::string::npos);
+  // The job ends on both daemons; then nothing of it is left.
+  ASSERT_TRUE(waitFor([&] { return daemons_[1]->log().find("job 'el-churn' ended") != std::string::npos &&
+                                   daemons_[0]->log().find("job 'el-churn' ended") != std::string::npos; },
+                      std::chrono::seconds(20)))
+      << logs();
+  Usage leader_after, follower_after;
+  waitFor([&] {
+    leader_after = usageOf(daemons_[0]->process().pid());
+    follower_after = usageOf(daemons_[1]->process().pid());
+    return leader_after.fds <= leader_before.fds && follower_after.fds <= follower_before.fds &&
+           leader_after.mappings <= leader_before.mappings + 16 && follower_after.mappings <= follower_before.mappings + 16;
+  }, std::chrono::seconds(10));
+  std::printf("churn: leader %s -> %s; follower %s -> %s\n", describe(leader_before).c_str(),
+              describe(leader_after).c_str(), describe(follower_before).c_str(), describe(follower_after).c_str());
+  EXPECT_LE(leader_after.fds, leader_before.fds);
+  EXPECT_LE(follower_after.fds, follower_before.fds);
+  EXPECT_LE(leader_after.mappings, leader_before.mappings + 16);
+  EXPECT_LE(follower_after.mappings, follower_before.mappings + 16);
 }
 
 // A daemon paused (SIGSTOP) past the silence limit is removed; the others

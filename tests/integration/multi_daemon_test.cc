@@ -109,20 +109,10 @@ TEST_F(MultiDaemonTest, KilledDaemonFailsPendingWorkOnSurvivorsWithinTenSeconds)
   EXPECT_NE(members.find("follower"), std::string::npos) << members;
   EXPECT_NE(members.find("RECEIVED"), std::string::npos) << members;
   EXPECT_NE(members.find(daemons_[1]->peerAddress()), std::string::npos) << members;
-  // The leader made the job's ncclUniqueId when it formed (NCCL answers
-  // without a GPU) and sent it over gRPC: the follower holds the same one.
-  Process follower_ctl = Process::spawn({runfile("tools/gradsyncctl/gradsyncctl"), "--socket",
-                                         daemons_[1]->socketPath(), "members", "lost-node"},
-                                        {}, daemons_[1]->dir() + "/members.log");
-  EXPECT_EQ(follower_ctl.wait(std::chrono::seconds(20)), 0) << follower_ctl.log();
-  const auto digestIn = [](const std::string& text) {
-    const size_t at = text.find("nccl id ");
-    return at == std::string::npos ? std::string() : text.substr(at + 8, 16);
-  };
-  if (::access("/usr/local/cuda/lib64/libnccl.so.2", R_OK) == 0) {
-    EXPECT_EQ(digestIn(members).size(), 16u) << members;
-    EXPECT_EQ(digestIn(members), digestIn(follower_ctl.log())) << members << follower_ctl.log();
-  }
+  // The leader makes the job's ncclUniqueId only when every node has a GPU
+  // and NCCL (NCCL's bootstrap thread would wait forever otherwise): none
+  // here. (tests/fakegpu checks that the id reaches the followers.)
+  EXPECT_EQ(members.find("nccl id "), std::string::npos) << members;
 
   const auto killed_at = std::chrono::steady_clock::now();
   daemons_[1]->process().kill(SIGKILL);
