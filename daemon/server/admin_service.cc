@@ -74,7 +74,9 @@ grpc::Status AdminService::ControlTimeline(grpc::ServerContext*, const v1::Contr
 
 grpc::Status AdminService::ListJobs(grpc::ServerContext*, const v1::ListJobsRequest* request,
                                     v1::ListJobsResponse* response) {
-  for (auto& info : registry_->jobInfos(request->job_id())) *response->add_jobs() = std::move(info);
+  for (auto& info : registry_->jobInfos(request->job_id(), request->include_ended())) {
+    *response->add_jobs() = std::move(info);
+  }
   return grpc::Status::OK;
 }
 

@@ -483,6 +483,7 @@ v1::JobInfo Job::info() const {
     info.set_elastic(true);
     info.set_min_size(spec_.min_size);
     info.set_epoch(epoch_);
+    info.set_commits(commits_);
     for (const auto& change : history_) *info.add_history() = change;
   }
   for (const auto& [id, ranks] : std::atomic_load(&process_sets_)->all()) {

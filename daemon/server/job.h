@@ -279,6 +279,7 @@ class Job : private executor::RankAccess {
   uint64_t errors_ = 0;
   uint64_t fused_responses_ = 0;
   uint64_t stall_warnings_ = 0;
+  uint64_t commits_ = 0;  // elastic commit barriers completed
   std::string last_error_;
 
   // Elastic state (guarded by mutex_).

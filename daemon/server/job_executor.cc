@@ -103,6 +103,7 @@ void Job::complete(const coordinator::Response& response, const executor::Respon
   const bool admit = admitsJoinersLocked(response, result);
   if (result.status.isOk()) {
     ++operations_done_;
+    if (spec_.elastic && isCommitBarrier(response)) ++commits_;
   } else {
     ++errors_;
     last_error_ = result.status.message();

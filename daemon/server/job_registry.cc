@@ -206,7 +206,12 @@ void JobRegistry::sessionLost(uint64_t session_id, const std::string& cause, boo
     auto it = jobs_.find(job->spec().job_id);
     if (it != jobs_.end() && it->second == job) {
       jobs_.erase(it);
-      const v1::JobInfo info = job->info();
+      v1::JobInfo info = job->info();
+      if (info.elastic()) {  // its history stays readable (gradsyncctl history)
+        info.set_ended(true);
+        ended_.push_back(info);
+        if (ended_.size() > kEndedJobs) ended_.pop_front();
+      }
       GS_LOG(control, info, "job '{}' ended: {} operations, {} bytes; coordination {} messages, {} bytes sent, {} "
              "received, {} response-cache hits", info.job_id(), info.operations_done(), info.bytes_done(),
              info.coordination_messages(), info.coordination_bytes_sent(), info.coordination_bytes_received(),
@@ -240,15 +245,18 @@ void JobRegistry::stopAll(const std::string& reason) {
   for (auto& [id, job] : jobs) job->stop(reason, /*daemon_stopping=*/true);
 }
 
-std::vector<v1::JobInfo> JobRegistry::jobInfos(const std::string& only_job) const {
+std::vector<v1::JobInfo> JobRegistry::jobInfos(const std::string& only_job, bool include_ended) const {
   std::vector<std::shared_ptr<Job>> jobs;
+  std::vector<v1::JobInfo> infos;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     for (const auto& [id, job] : jobs_) {
       if (only_job.empty() || id == only_job) jobs.push_back(job);
     }
+    for (const auto& info : include_ended ? ended_ : std::deque<v1::JobInfo>()) {
+      if (only_job.empty() || info.job_id() == only_job) infos.push_back(info);
+    }
   }
-  std::vector<v1::JobInfo> infos;
   for (const auto& job : jobs) infos.push_back(job->info());
   return infos;
 }

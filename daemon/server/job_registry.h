@@ -3,6 +3,7 @@
 // rank and the job goes away with its last session.
 #pragma once
 
+#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -47,7 +48,10 @@ class JobRegistry {
   // Fails every job with `reason` (daemon shutdown).
   void stopAll(const std::string& reason);
 
-  std::vector<v1::JobInfo> jobInfos(const std::string& only_job) const;
+  // The jobs (only `only_job` when non-empty); with `include_ended`, also
+  // the last kEndedJobs elastic jobs that ended, for their history.
+  std::vector<v1::JobInfo> jobInfos(const std::string& only_job, bool include_ended = false) const;
+  static constexpr size_t kEndedJobs = 16;
   // The peer service's bound address, known once it listens (before any
   // job registers).
   void setPeerAddress(const std::string& address);
@@ -69,6 +73,7 @@ class JobRegistry {
   mutable std::mutex mutex_;
   std::map<std::string, std::shared_ptr<Job>> jobs_;
   std::map<uint64_t, SessionEntry> sessions_;
+  std::deque<v1::JobInfo> ended_;  // the last elastic jobs that ended, oldest first
 };
 
 }  // namespace gradsync::server

@@ -77,6 +77,21 @@ TEST_F(ElasticAcrossDaemonsTest, RankKilledOnAFollowerOrTheLeadersNodeShrinksThe
     EXPECT_EQ(ranks[1].wait(kTimeout), 128 + SIGKILL) << job << ranks[1].log();
     EXPECT_EQ(ranks[0].wait(kTimeout), 0) << job << ranks[0].log() << logs();
     EXPECT_EQ(ranks[2].wait(kTimeout), 0) << job << ranks[2].log() << logs();
+    // Once the job ended, its history is still there on both daemons.
+    for (const auto& daemon : daemons_) {
+      ASSERT_TRUE(waitFor([&] { return daemon->log().find("job '" + job + "' ended") != std::string::npos; },
+                          std::chrono::seconds(20)))
+          << logs();
+      Process ctl = Process::spawn({runfile("tools/gradsyncctl/gradsyncctl"), "--socket", daemon->socketPath(),
+                                   "history", job},
+                                  {}, daemon->dir() + "/history.log");
+      EXPECT_EQ(ctl.wait(std::chrono::seconds(20)), 0) << ctl.log();
+      const std::string history = ctl.log();
+      for (const std::string& part : {"job " + job + "  epoch 2  min size 2  (ended)", std::string("3 -> 2"),
+                                     std::string(" ms "), std::string("rank 1 (pid ")}) {
+        EXPECT_NE(history.find(part), std::string::npos) << part << " in\n" << history;
+      }
+    }
   }
 }
 

@@ -113,12 +113,13 @@ StatusOr<v1::GetStatusResponse> AdminClient::getStatus() {
   return response;
 }
 
-StatusOr<v1::ListJobsResponse> AdminClient::listJobs(const std::string& job_id) {
+StatusOr<v1::ListJobsResponse> AdminClient::listJobs(const std::string& job_id, bool include_ended) {
   RETURN_IF_ERROR(connect());
   grpc::ClientContext context;
   prepare(&context);
   v1::ListJobsRequest request;
   request.set_job_id(job_id);
+  request.set_include_ended(include_ended);
   v1::ListJobsResponse response;
   RETURN_IF_ERROR(fromGrpc(stub_->ListJobs(&context, request, &response), "ListJobs"));
   return response;

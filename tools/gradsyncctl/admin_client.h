@@ -39,7 +39,8 @@ class AdminClient {
 
   StatusOr<v1::GetStatusResponse> getStatus();
   // All jobs, or only `job_id` when it is not empty.
-  StatusOr<v1::ListJobsResponse> listJobs(const std::string& job_id);
+  // `include_ended`: also the elastic jobs that ended lately (their history).
+  StatusOr<v1::ListJobsResponse> listJobs(const std::string& job_id, bool include_ended = false);
   StatusOr<v1::ControlTimelineResponse> controlTimeline(const v1::ControlTimelineRequest& request);
 
  private:

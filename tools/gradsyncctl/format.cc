@@ -251,8 +251,9 @@ std::string formatJobs(const v1::ListJobsResponse& jobs) {
     }
     line("process sets", sets.empty() ? "-" : sets);
     if (job.elastic()) {
-      line("elastic", "epoch " + std::to_string(job.epoch()) + ", min size " + std::to_string(job.min_size()) +
-                          ", resets " + std::to_string(job.history_size()));
+      line("elastic", "epoch " + std::to_string(job.epoch()) + ", size " + std::to_string(job.size()) + ", min size " +
+                          std::to_string(job.min_size()) + ", resets " + std::to_string(job.history_size()) +
+                          ", commits " + std::to_string(job.commits()));
     }
     out += "  ranks (" + std::to_string(job.ranks_size()) + "):\n";
     out += formatRankTable(job);
@@ -297,7 +298,7 @@ std::string formatHistory(const v1::ListJobsResponse& jobs) {
   for (const auto& job : jobs.jobs()) {
     if (!job.elastic()) continue;
     out += "job " + job.job_id() + "  epoch " + std::to_string(job.epoch()) + "  min size " +
-           std::to_string(job.min_size()) + "\n";
+           std::to_string(job.min_size()) + (job.ended() ? "  (ended)" : "") + "\n";
     std::vector<std::vector<std::string>> rows;
     rows.push_back({"EPOCH", "WHEN (UTC)", "SIZE", "FAILED", "RECOVERY", "CAUSE"});
     for (const auto& change : job.history()) {

@@ -288,9 +288,10 @@ TEST(FormatHistoryTest, ListsEveryEpochChangeOfElasticJobs) {
   change->set_unix_ms(1795000000000);  // 2026-11-18 11:06:40 UTC
   change->set_failed_collectives(4);
   change->set_recovery_ms(137);
+  job->set_ended(true);
   const std::string text = formatHistory(jobs);
   EXPECT_EQ(text.find("static"), std::string::npos);
-  for (const char* part : {"job el  epoch 2  min size 2", "EPOCH", "2026-11-18 11:06:40", "3 -> 2", "4", "137 ms",
+  for (const char* part : {"job el  epoch 2  min size 2  (ended)", "EPOCH", "2026-11-18 11:06:40", "3 -> 2", "4", "137 ms",
                            "rank 1 (pid 4242, host h) disconnected"}) {
     EXPECT_NE(text.find(part), std::string::npos) << part << " in\n" << text;
   }

@@ -147,7 +147,7 @@ int runStatus(AdminClient& client, const Options& options) {
 enum class JobView { kJobs, kMembers, kHistory };
 
 int runJobs(AdminClient& client, const Options& options, const std::string& job_id, JobView view) {
-  StatusOr<v1::ListJobsResponse> jobs = client.listJobs(job_id);
+  StatusOr<v1::ListJobsResponse> jobs = client.listJobs(job_id, view == JobView::kHistory);
   if (!jobs.isOk()) return reportError(jobs.status());
   bool missing = !job_id.empty() && jobs->jobs_size() == 0;
   int rc = kExitOk;
