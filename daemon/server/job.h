@@ -101,6 +101,11 @@ class Job : private executor::RankAccess {
   void grant(const Session& session, const v1::OutputGrant& grant);
   // Stall warnings and deadlines; called periodically.
   void housekeeping(Clock::time_point now);
+  // Elastic jobs: local ranks whose process has been stopped (SIGSTOP, a
+  // debugger) for kStoppedRankLimit; the caller removes them as lost (a
+  // paused rank would otherwise hold the job until the stall deadline).
+  std::vector<std::shared_ptr<Session>> stoppedRanks(Clock::time_point now);
+  static constexpr auto kStoppedRankLimit = std::chrono::milliseconds(peer::CrossNode::kSilenceLimitMs);
   // Fails everything in flight with `reason` and stops the executor; with
   // daemon_stopping, tells the job's other nodes that this one is gone.
   void stop(const std::string& reason, bool daemon_stopping = false);
@@ -287,6 +292,7 @@ class Job : private executor::RankAccess {
   std::vector<v1::EpochChange> history_;
   std::vector<std::shared_ptr<Session>> joiners_;  // registered, waiting for a commit
   std::set<uint64_t> reported_joiners_;            // follower: session ids told to the leader
+  std::map<uint64_t, Clock::time_point> stopped_since_;  // housekeeping thread: session id -> first seen stopped
   std::optional<Clock::time_point> below_min_since_;  // the current epoch waits for joiners
   Clock::time_point epoch_started_ = Clock::now();     // for the history's recovery time
 

@@ -188,6 +188,27 @@ void Job::fillEpochLocked(Clock::time_point now, Outbox* outbox) {
   }
 }
 
+std::vector<std::shared_ptr<Session>> Job::stoppedRanks(Clock::time_point now) {
+  std::vector<std::shared_ptr<Session>> stopped;
+  if (!spec_.elastic) return stopped;
+  SessionSnapshot sessions;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!failure_.empty() || stopping_) return stopped;
+    sessions = sessions_;
+  }
+  std::map<uint64_t, Clock::time_point> still;  // housekeeping thread only, like stopped_since_
+  for (const auto& [rank, session] : sessions) {
+    if (!session->processStopped()) continue;
+    auto it = stopped_since_.find(session->id());
+    const Clock::time_point since = it == stopped_since_.end() ? now : it->second;
+    still[session->id()] = since;
+    if (now - since >= kStoppedRankLimit) stopped.push_back(session);
+  }
+  stopped_since_ = std::move(still);
+  return stopped;
+}
+
 bool Job::refuseStaleEpochLocked(const std::shared_ptr<Session>& session, const v1::Enqueue& enqueue,
                                  Outbox* outbox) {
   if (!spec_.elastic || enqueue.epoch() == epoch_) return false;

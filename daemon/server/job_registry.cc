@@ -233,7 +233,15 @@ void JobRegistry::housekeeping(Clock::time_point now) {
     }
   }
   for (uint64_t id : expired) sessionLost(id, "did not hand over its arena in time");
-  for (auto& job : jobs) job->housekeeping(now);
+  for (auto& job : jobs) {
+    job->housekeeping(now);
+    for (const auto& session : job->stoppedRanks(now)) {
+      const auto seconds = std::chrono::duration_cast<std::chrono::seconds>(Job::kStoppedRankLimit).count();
+      sessionLost(session->id(), "was stopped (SIGSTOP or a debugger) for " + std::to_string(seconds) +
+                                     " s: treated as lost");
+      session->cancel();  // resumed, its calls fail at once
+    }
+  }
 }
 
 void JobRegistry::stopAll(const std::string& reason) {

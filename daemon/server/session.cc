@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "daemon/server/session.h"
 
+#include <fstream>
+
 namespace gradsync::server {
 
 bool Session::secretMatches(const uint8_t* secret, size_t len) const {
@@ -110,6 +112,22 @@ void Session::detachStream() {
 }
 
 bool Session::streamAttached() const { return stream_attached_.load(); }
+
+void Session::cancel() {
+  std::lock_guard<std::mutex> lock(write_mutex_);
+  if (context_ != nullptr) context_->TryCancel();
+}
+
+bool Session::processStopped() const {
+  const int64_t process = pid();
+  if (process <= 0) return false;
+  std::ifstream stat("/proc/" + std::to_string(process) + "/stat");
+  std::string line;
+  if (!std::getline(stat, line)) return false;
+  // "pid (comm) S ...": the state follows the last ')' (comm may hold any).
+  const size_t paren = line.rfind(')');
+  return paren != std::string::npos && paren + 2 < line.size() && (line[paren + 2] == 'T' || line[paren + 2] == 't');
+}
 
 bool Session::send(const v1::DaemonMessage& message) {
   std::lock_guard<std::mutex> lock(write_mutex_);

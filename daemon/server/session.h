@@ -73,6 +73,10 @@ class Session {
   void detachStream();
   static constexpr size_t kMaxQueued = 4096;
   bool streamAttached() const;
+  // Ends the session stream now (the client's calls fail at once).
+  void cancel();
+  // The rank's process is stopped (SIGSTOP, a debugger), from /proc.
+  bool processStopped() const;
   // Delivers one message: a Done through the arena's completion ring when the
   // client offered rings and it fits, anything else over the stream. False
   // when neither works. Thread-safe (writes are serialised).

@@ -236,6 +236,25 @@ TEST_F(ElasticAcrossDaemonsTest, PausedDaemonIsRemovedAndRefusedAsStaleWhenItWak
   EXPECT_NE(daemons_[2]->log().find("refused a stale abort notice"), std::string::npos) << logs();
 }
 
+// A rank stopped (SIGSTOP) for the silence limit is treated as lost: the
+// others go on without it instead of waiting for the stall deadline (as
+// Horovod does); resumed, its calls fail at once.
+TEST_F(ElasticAcrossDaemonsTest, StoppedRankIsTreatedAsLost) {
+  startDaemons(2);
+  auto ranks = launchWith("el-stopped-rank", {"elastic_loop", "20", "9"}, {0, 1, 1}, kElastic);
+  ASSERT_TRUE(waitFor([&] { return std::all_of(ranks.begin(), ranks.end(), saysLooping); }, std::chrono::seconds(30)))
+      << logs();
+  ranks[1].kill(SIGSTOP);
+  const bool recovered = waitFor([&] { return recoveredAt(ranks[0].log(), 2) > 0; }, std::chrono::seconds(15));
+  ranks[1].kill(SIGCONT);
+  ASSERT_TRUE(recovered) << ranks[0].log() << logs();
+  EXPECT_NE(ranks[1].wait(std::chrono::seconds(30)), 0) << ranks[1].log();
+  EXPECT_EQ(ranks[0].wait(kTimeout), 0) << ranks[0].log() << logs();
+  EXPECT_EQ(ranks[2].wait(kTimeout), 0) << ranks[2].log() << logs();
+  EXPECT_NE(daemons_[0]->log().find("was stopped (SIGSTOP or a debugger) for 6 s: treated as lost"), std::string::npos)
+      << logs();
+}
+
 // Without failover, losing the leader's daemon fails the job on every node
 // within bounded time, naming the leader.
 TEST_F(ElasticAcrossDaemonsTest, LeaderDaemonKilledFailsTheJobNamingTheLeader) {

@@ -97,6 +97,20 @@ def test_a_replacement_joins_at_a_commit_and_receives_the_state(tmp_path):
     assert committed_samples(tmp_path) == list(range(60))
 
 
+def test_a_blacklisted_host_returns_after_its_cooldown(tmp_path):
+    out = run_job(tmp_path, 3, 2, 1, "--on-rank-failure", "blacklist-host", "--blacklist-cooldown-range", "1", "5",
+                  GRADSYNC_TEST_WAIT_FOR="3")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "host localhost blacklisted for 1 s (time 1)" in out.stderr
+    assert "starting [3] on localhost, back from its blacklist cooldown" in out.stderr
+    done = results(tmp_path)
+    assert sorted(done) == [0, 1, 2]
+    expected = [w.hex() for w in replay([(s, 3) for s in range(10)])]
+    for result in done.values():
+        assert result["weights"] == expected and result["size"] == 3
+    assert committed_samples(tmp_path) == list(range(60))
+
+
 def test_below_the_minimum_the_job_waits_for_a_replacement(tmp_path):
     # Two ranks, minimum two: the survivor waits (horovod#3494: no deadlock)
     # until the replacement joins, then both go on from the last commit.

@@ -51,9 +51,14 @@ def parse_args(argv):
     elastic.add_argument("--on-rank-failure", choices=("respawn", "blacklist-host"), default="respawn",
                          help="elastic job: start a replacement for a rank that died (it joins at the next "
                               "commit), or go on without (default respawn; Horovod blacklists the host)")
+    elastic.add_argument("--blacklist-cooldown-range", type=float, nargs=2, metavar=("MIN", "MAX"),
+                         help="elastic job with --on-rank-failure blacklist-host: a blacklisted host returns after "
+                              "MIN, 2*MIN, 4*MIN ... seconds (at most MAX; 1 to 3600) and gets a new rank; "
+                              "without it a blacklisted host never returns")
     elastic.add_argument("--host-discovery-script",
                          help="elastic job: a program printing 'host' or 'host:slots' lines, run every second; "
-                              "ranks are added (up to --max-np) when this host's slots exceed the ranks running")
+                              "ranks are added (up to --max-np) when a host of the job offers more slots than it "
+                              "runs ranks")
     elastic.add_argument("--elastic-timeout", type=float,
                          help="elastic job: seconds it waits for new ranks when fewer than --min-np remain "
                               "(default $GRADSYNC_ELASTIC_TIMEOUT or 600), then fails naming what it lost")
@@ -73,6 +78,10 @@ def parse_args(argv):
         p.error("--min-np must be in [1, -np]")
     if args.max_np is not None and args.max_np < args.num_proc:
         p.error("--max-np must be at least -np")
+    if args.blacklist_cooldown_range is not None:
+        low, high = args.blacklist_cooldown_range
+        if not 1 <= low <= high <= 3600:
+            p.error("--blacklist-cooldown-range needs 1 <= MIN <= MAX <= 3600")
     return args
 
 
@@ -105,6 +114,8 @@ class Job:
         self._starts = []  # (host, env) of each process, for replacements
         self._markers = {}  # replacement index -> the file its client creates once admitted
         self.resets = 0
+        self._blacklist = {}  # host -> (times blacklisted, until when: monotonic seconds)
+        self._returns = []  # (when, process index): a blacklisted host gets a rank again
         self.first_failure = None  # (rank, exit code)
         self._lock = threading.Lock()
         self._pumps = []
@@ -210,6 +221,8 @@ class Job:
         most = self.args.max_np or self.args.num_proc
         running = sum(1 for p in self.processes if p.poll() is None)
         for host, slots in hosts:
+            if self._blacklisted(host):
+                continue
             first = next((i for i, (h, _) in enumerate(self._starts) if h == host or is_local(h) and is_local(host)),
                          None)
             if first is None:
@@ -249,7 +262,40 @@ class Job:
             sys.stderr.write("gradsyncrun: [%d] was never admitted to the job; not replacing it\n" % failure[0])
         elif self.args.on_rank_failure == "respawn" and not finished and 0 < running < most:
             self._replace(failure[0])
+        elif self.args.on_rank_failure == "blacklist-host":
+            self._blacklist_host(failure[0])
         return None
+
+    def _blacklist_host(self, index):
+        """Blacklists the host of process `index`; with a cooldown, schedules
+        a new rank there for when it ends."""
+        host = self._starts[index][0]
+        count = self._blacklist.get(host, (0, 0))[0] + 1
+        if self.args.blacklist_cooldown_range is None:
+            self._blacklist[host] = (count, float("inf"))
+            sys.stderr.write("gradsyncrun: host %s blacklisted for the rest of the job\n" % host)
+            return
+        low, high = self.args.blacklist_cooldown_range
+        delay = min(high, low * 2 ** (count - 1))
+        self._blacklist[host] = (count, time.monotonic() + delay)
+        self._returns.append((time.monotonic() + delay, index))
+        sys.stderr.write("gradsyncrun: host %s blacklisted for %g s (time %d)\n" % (host, delay, count))
+
+    def _blacklisted(self, host):
+        return self._blacklist.get(host, (0, 0))[1] > time.monotonic()
+
+    def return_hosts(self):
+        """Starts a rank on each host whose blacklist cooldown ended (while the
+        job runs and has room)."""
+        now = time.monotonic()
+        due = [(when, index) for when, index in self._returns if when <= now]
+        self._returns = [(when, index) for when, index in self._returns if when > now]
+        for _, index in due:
+            running = sum(1 for p in self.processes if p.poll() is None)
+            if any(p.poll() == 0 for p in self.processes) or running == 0 or \
+                    running >= (self.args.max_np or self.args.num_proc):
+                continue
+            self._replace(index, "on %s, back from its blacklist cooldown" % self._starts[index][0])
 
     def wait(self, interrupted):
         """Exit code of the first failing rank (0 when all succeed). An
@@ -276,6 +322,7 @@ class Job:
                 break
             if elastic and not interrupted.is_set():
                 self.discover()
+                self.return_hosts()
             if interrupted.is_set() and deadline is None:
                 deadline = time.monotonic() + 5
                 self.signal_all(signal.SIGTERM)
