@@ -90,6 +90,7 @@ const std::map<std::string, Setter>& setters() {
       {"--join-timeout-seconds", number<uint32_t>("--join-timeout-seconds", &C::set_join_timeout_seconds)},
       {"--response-cache-capacity", number<uint32_t>("--response-cache-capacity", &C::set_response_cache_capacity)},
       {"--gpu-cross-node", text(&C::set_gpu_cross_node)},
+      {"--leader-failover", text(&C::set_leader_failover)},
       {"--peer-tls-cert", [](C* c, const std::string& v) { c->mutable_peer_tls()->set_cert_path(v); return okStatus(); }},
       {"--peer-tls-key", [](C* c, const std::string& v) { c->mutable_peer_tls()->set_key_path(v); return okStatus(); }},
       {"--peer-tls-ca", [](C* c, const std::string& v) { c->mutable_peer_tls()->set_ca_path(v); return okStatus(); }},
@@ -154,6 +155,10 @@ Status applyDefaultsAndValidate(v1::DaemonConfig* c) {
   if (c->max_message_bytes() == 0) c->set_max_message_bytes(4 << 20);
   if (c->join_timeout_seconds() == 0) c->set_join_timeout_seconds(30);
   if (c->response_cache_capacity() == 0) c->set_response_cache_capacity(4096);
+  if (c->leader_failover().empty()) c->set_leader_failover("off");
+  if (c->leader_failover() != "off" && c->leader_failover() != "quorum") {
+    return invalidArgument("leader_failover '" + c->leader_failover() + "' is not one of off, quorum");
+  }
   if (c->gpu_cross_node().empty()) c->set_gpu_cross_node("auto");
   if (c->gpu_cross_node() != "auto" && c->gpu_cross_node() != "staging") {
     return invalidArgument("gpu_cross_node '" + c->gpu_cross_node() + "' is not one of auto, staging");

@@ -30,6 +30,7 @@ TEST(OptionsTest, DefaultsAreFilledIn) {
   EXPECT_EQ(c.stall_warning_seconds(), 60u);
   EXPECT_EQ(c.cycle_time_ms(), 1u);
   EXPECT_EQ(c.gpu_cross_node(), "auto");
+  EXPECT_EQ(c.leader_failover(), "off");
 }
 
 TEST(OptionsTest, TextFileThenFlagsOverride) {
@@ -69,6 +70,8 @@ TEST(OptionsTest, ValidationErrors) {
   EXPECT_THAT(parseOptions({"--log-level", "loud"}).status().message(), HasSubstr("log_level 'loud'"));
   EXPECT_THAT(parseOptions({"--gpu-cross-node", "pigeon"}).status().message(),
               HasSubstr("gpu_cross_node 'pigeon' is not one of auto, staging"));
+  EXPECT_THAT(parseOptions({"--leader-failover", "vote"}).status().message(),
+              HasSubstr("leader_failover 'vote' is not one of off, quorum"));
   auto staging = parseOptions({"--gpu-cross-node", "staging"});
   ASSERT_TRUE(staging.isOk());
   EXPECT_EQ(staging->config.gpu_cross_node(), "staging");

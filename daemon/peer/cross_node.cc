@@ -130,12 +130,12 @@ CrossNode::~CrossNode() {
     std::unique_lock<std::mutex> lock(mutex_);
     if (!formed_cv_.wait_for(lock, std::chrono::seconds(2), [&] { return reader_done_ || !follower_thread_.joinable(); })) {
       std::lock_guard<std::mutex> stream_lock(stream_mutex_);
-      if (stream_) stream_context_.TryCancel();
+      if (stream_) stream_context_->TryCancel();
     }
   }
   {
     std::lock_guard<std::mutex> lock(stream_mutex_);
-    if (stream_ && !reader_done_) stream_context_.TryCancel();
+    if (stream_ && !reader_done_) stream_context_->TryCancel();
   }
   if (follower_thread_.joinable()) follower_thread_.join();
   waitForAbortNotices();  // before the data plane closes: they carry the cause
@@ -496,7 +496,11 @@ void CrossNode::tick(CrossClock::time_point now) {
   }
   if (paused) leader_heard_ms_ = now_ms;  // the leader's silence was this daemon's pause
   const int64_t heard = leader_heard_ms_.load();
-  if (heard > 0 && now_ms - heard > kSilenceLimitMs) {
+  if (heard > 0 && now_ms - heard > kSilenceLimitMs && options_.failover) {
+    // The reader sees its stream end and starts the failover.
+    std::lock_guard<std::mutex> lock(stream_mutex_);
+    if (stream_) stream_context_->TryCancel();
+  } else if (heard > 0 && now_ms - heard > kSilenceLimitMs) {
     hooks_.on_failure("lost the leader at " + options_.leader_address + ": silent for " +
                           std::to_string((now_ms - heard) / 1000) + " s",
                       true);

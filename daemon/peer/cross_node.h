@@ -16,6 +16,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -51,6 +52,7 @@ struct CrossNodeOptions {
   std::function<StatusOr<std::string>()> make_nccl_id;
   std::string data_plane_devices;  // UCX_NET_DEVICES for this job's transport (empty: all)
   bool elastic = false;            // a lost rank or node starts a new epoch (cross_node_elastic.cc)
+  bool failover = false;           // elastic: a lost leader is replaced by quorum (cross_node_failover.cc)
 };
 
 class CrossNode {
@@ -125,6 +127,8 @@ class CrossNode {
   // fewer than `min_size` ranks would remain or the leader would hold none.
   StatusOr<v1::NewEpoch> beginEpoch(const std::vector<int>& lost, uint64_t epoch, const std::string& cause,
                                     int min_size);
+  // Elect: a follower's vote for this daemon to lead (leader failover).
+  StatusOr<v1::ElectResponse> acceptVote(const v1::ElectRequest& request);
   // Follower: a local rank of `epoch` crashed; the leader decides.
   void reportRankLost(int rank, uint64_t epoch, const std::string& cause);
   // Leader: starts the next epoch with the ranks waiting to join: the
@@ -197,7 +201,34 @@ class CrossNode {
   bool selfPaused(CrossClock::time_point now);
 
   Status joinLeader(const v1::NodeInfo& self);
+  // Follower thread: follows the leader's stream until it ends (through a
+  // failover to a new leader, where switched on).
   void readLeader();
+  // Reads the current leader stream until it ends; its final status.
+  grpc::Status readStream();
+  // Opens the coordination stream to the leader behind `stub` (hello, then
+  // the backlog).
+  void openStream(v1::Peer::Stub* stub);
+  // A channel to a leader's peer service, with keepalives (a silent leader
+  // is noticed within about 4 s).
+  std::shared_ptr<grpc::Channel> leaderChannel(const std::string& address) const;
+  std::string leaderDescription() const;
+
+  // Leader failover (cross_node_failover.cc). Follower whose leader was
+  // lost: votes for the lowest surviving daemon (itself, or over Elect);
+  // true when this daemon leads now, false when it follows the new leader.
+  StatusOr<bool> failover(const std::string& cause);
+  // A vote of `voter` (maybe this daemon) for this daemon in `epoch`; waits
+  // for the majority and answers the new epoch.
+  StatusOr<v1::ElectResponse> vote(const std::string& voter, uint64_t epoch);
+  // Candidate with a majority, mutex_ held by `lock` (released on return):
+  // leads the next epoch without the lost leader's node.
+  StatusOr<v1::NewEpoch> takeOver(std::unique_lock<std::mutex>& lock);
+  uint64_t lost_leader_epoch_ = 0;       // this follower lost its leader in that epoch
+  std::string voted_for_;                // in lost_leader_epoch_
+  std::set<std::string> votes_;          // candidate: voters for this daemon
+  std::optional<v1::NewEpoch> took_over_;  // candidate: the epoch it leads
+
   bool writeToLeader(const v1::FollowerMessage& message);
   // Follower: sends AbortJob to every other follower (asynchronously; the
   // destructor waits for the answers, each bounded by a short deadline).
@@ -236,7 +267,7 @@ class CrossNode {
 
   // Follower side.
   std::shared_ptr<grpc::Channel> channel_;
-  grpc::ClientContext stream_context_;
+  std::unique_ptr<grpc::ClientContext> stream_context_;  // with stream_
   std::unique_ptr<grpc::ClientReaderWriter<v1::FollowerMessage, v1::LeaderMessage>> stream_;
   std::mutex stream_mutex_;
   std::vector<v1::FollowerMessage> backlog_;  // requests before the stream opened

@@ -13,13 +13,7 @@ Status CrossNode::joinLeader(const v1::NodeInfo& self) {
     return failedPrecondition("job '" + options_.job_id + "' spans nodes but its ranks gave no leader address "
                               "(GRADSYNC_LEADER)");
   }
-  grpc::ChannelArguments args;
-  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 1000);     // a silent leader is noticed
-  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 3000);  // within about 4 s
-  args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
-  args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
-  channel_ = grpc::CreateCustomChannel(
-      options_.leader_address, options_.credentials ? options_.credentials : grpc::InsecureChannelCredentials(), args);
+  channel_ = leaderChannel(options_.leader_address);
   auto stub = v1::Peer::NewStub(channel_);
   v1::JoinJobRequest request;
   request.set_job_id(options_.job_id);
@@ -86,23 +80,86 @@ Status CrossNode::joinLeader(const v1::NodeInfo& self) {
     return unavailable("job '" + options_.job_id + "': cannot join the leader at " + options_.leader_address + ": " +
                        last.error_message());
   }
-  {
-    std::lock_guard<std::mutex> lock(stream_mutex_);
-    stream_ = stub->Coordinate(&stream_context_);
-    v1::FollowerMessage hello;
-    hello.mutable_hello()->set_job_id(options_.job_id);
-    hello.mutable_hello()->set_token(options_.token);
-    hello.mutable_hello()->set_cross_rank(self_cross_rank_);
-    stream_->Write(hello);
-    for (const auto& m : backlog_) stream_->Write(m);
-    backlog_.clear();
-  }
+  openStream(stub.get());
   GS_LOG(control, info, "job '{}': joined the leader at {} as node {}", options_.job_id, options_.leader_address,
          self_cross_rank_);
   return okStatus();
 }
 
+std::shared_ptr<grpc::Channel> CrossNode::leaderChannel(const std::string& address) const {
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 1000);     // a silent leader is noticed
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 3000);  // within about 4 s
+  args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
+  return grpc::CreateCustomChannel(address, options_.credentials ? options_.credentials : grpc::InsecureChannelCredentials(),
+                                   args);
+}
+
+void CrossNode::openStream(v1::Peer::Stub* stub) {
+  int cross_rank;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    cross_rank = self_cross_rank_;
+  }
+  leader_heard_ms_ = std::chrono::duration_cast<std::chrono::milliseconds>(CrossClock::now().time_since_epoch()).count();
+  std::lock_guard<std::mutex> lock(stream_mutex_);
+  stream_.reset();  // before its context
+  stream_context_ = std::make_unique<grpc::ClientContext>();
+  stream_ = stub->Coordinate(stream_context_.get());
+  v1::FollowerMessage hello;
+  hello.mutable_hello()->set_job_id(options_.job_id);
+  hello.mutable_hello()->set_token(options_.token);
+  hello.mutable_hello()->set_cross_rank(cross_rank);
+  stream_->Write(hello);
+  for (const auto& m : backlog_) stream_->Write(m);
+  backlog_.clear();
+}
+
 void CrossNode::readLeader() {
+  for (;;) {
+    const grpc::Status status = readStream();
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (stopping_) break;
+    }
+    // An elastic job's leader may have removed this node (it was paused,
+    // say): then this node is what was lost, and it says so.
+    const std::string removed = status.ok() ? "" : askIfRemoved();
+    if (removed.empty() && !status.ok() && options_.failover) {
+      auto leading = failover("lost the leader " + leaderDescription() + ": " + status.error_message());
+      if (!leading.isOk()) {
+        hooks_.on_failure(leading.status().message(), true);
+        break;
+      }
+      if (*leading) break;  // this daemon leads now: no leader stream to read
+      continue;             // following the new leader
+    }
+    if (!removed.empty()) {
+      hooks_.on_failure(removed, true);
+    } else if (status.ok()) {
+      hooks_.on_failure("the leader " + leaderDescription() + " closed the job (its ranks finished)", false);
+    } else {
+      hooks_.on_failure("lost the leader " + leaderDescription() + ": " + status.error_message(), true);
+    }
+    break;
+  }
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    reader_done_ = true;
+  }
+  formed_cv_.notify_all();
+}
+
+std::string CrossNode::leaderDescription() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (const auto& node : members_) {
+    if (node.cross_rank() == 0) return describeNode(node);
+  }
+  return options_.leader_address;
+}
+
+grpc::Status CrossNode::readStream() {
   v1::LeaderMessage message;
   leader_heard_ms_ = std::chrono::duration_cast<std::chrono::milliseconds>(CrossClock::now().time_since_epoch()).count();
   while (stream_->Read(&message)) {
@@ -127,30 +184,7 @@ void CrossNode::readLeader() {
       applyNewEpoch(message.new_epoch());
     }
   }
-  const grpc::Status status = stream_->Finish();
-  bool stopping;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    stopping = stopping_;
-    reader_done_ = true;
-  }
-  formed_cv_.notify_all();
-  if (!stopping) {
-    std::string leader = options_.leader_address;
-    for (const auto& node : members()) {
-      if (node.cross_rank() == 0) leader = describeNode(node);
-    }
-    // An elastic job's leader may have removed this node (it was paused,
-    // say): then this node is what was lost, and it says so.
-    const std::string removed = status.ok() ? "" : askIfRemoved();
-    if (!removed.empty()) {
-      hooks_.on_failure(removed, true);
-    } else if (status.ok()) {
-      hooks_.on_failure("the leader " + leader + " closed the job (its ranks finished)", false);
-    } else {
-      hooks_.on_failure("lost the leader " + leader + ": " + status.error_message(), true);
-    }
-  }
+  return stream_->Finish();
 }
 
 bool CrossNode::writeToLeader(const v1::FollowerMessage& message) {

@@ -64,6 +64,7 @@ Job::Job(JobSpec spec, JobLimits limits, executor::ReducePool* pool)
                              nullptr, limits_.data_plane_devices};
     if (limits_.nccl) options.make_nccl_id = [nccl = limits_.nccl] { return nccl->uniqueId(); };
     options.elastic = spec_.elastic;
+    options.failover = spec_.elastic && limits_.leader_failover;
     peer::CrossNode::Hooks hooks;
     hooks.on_batch = [this](std::vector<coordinator::Response> batch, uint64_t sequence, uint64_t epoch) {
       onRemoteBatch(std::move(batch), sequence, epoch);

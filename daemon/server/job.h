@@ -72,6 +72,8 @@ struct JobLimits {
   // through it (unless `nccl_between_daemons` is off: host staging then).
   const gpu::NcclLibrary* nccl = nullptr;
   bool nccl_between_daemons = true;
+  // Elastic jobs across daemons: a lost leader is replaced by quorum.
+  bool leader_failover = false;
 };
 
 class Job : private executor::RankAccess {

@@ -39,6 +39,17 @@ grpc::Status PeerService::CheckMember(grpc::ServerContext*, const v1::CheckMembe
   return grpc::Status::OK;
 }
 
+grpc::Status PeerService::Elect(grpc::ServerContext*, const v1::ElectRequest* request, v1::ElectResponse* response) {
+  auto job = registry_->findJob(request->job_id());
+  if (!job || !job->crossNode()) {
+    return grpc::Status(grpc::StatusCode::NOT_FOUND, "no multi-node job '" + request->job_id() + "' here");
+  }
+  auto answer = job->crossNode()->acceptVote(*request);
+  if (!answer.isOk()) return toGrpc(answer.status());
+  *response = std::move(answer).value();
+  return grpc::Status::OK;
+}
+
 grpc::Status PeerService::Coordinate(grpc::ServerContext* context, peer::LeaderStream* stream) {
   v1::FollowerMessage hello;
   if (!stream->Read(&hello) || !hello.has_hello()) {

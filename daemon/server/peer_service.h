@@ -19,6 +19,8 @@ class PeerService final : public v1::Peer::Service {
                         v1::AbortJobResponse* response) override;
   grpc::Status CheckMember(grpc::ServerContext* context, const v1::CheckMemberRequest* request,
                            v1::CheckMemberResponse* response) override;
+  grpc::Status Elect(grpc::ServerContext* context, const v1::ElectRequest* request,
+                     v1::ElectResponse* response) override;
 
  private:
   JobRegistry* registry_;

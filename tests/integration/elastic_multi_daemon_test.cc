@@ -51,16 +51,17 @@ class ElasticAcrossDaemonsTest : public MultiDaemonTest {
     return at;
   }
   // The survivors (ranks not on `victim`) finish; returns the recovery time
-  // of rank 0 (ms from `killed_at` to its first collective of epoch 2).
+  // of the first (ms from `killed_at` to its first collective of epoch 2).
   int64_t survivorsFinish(std::vector<Process>& ranks, const std::vector<int>& placement, int victim,
                           int64_t killed_at) {
+    int64_t recovered = -1;
     for (size_t r = 0; r < placement.size(); ++r) {
       if (placement[r] == victim) continue;
       EXPECT_EQ(ranks[r].wait(kTimeout), 0) << "rank " << r << ":\n" << ranks[r].log() << logs();
       EXPECT_NE(ranks[r].log().find("size 2"), std::string::npos) << ranks[r].log();
+      if (recovered < 0) recovered = recoveredAt(ranks[r].log(), 2);
     }
-    const int64_t recovered = recoveredAt(ranks[0].log(), 2);
-    EXPECT_GT(recovered, 0) << ranks[0].log();
+    EXPECT_GT(recovered, 0) << logs();
     return recovered - killed_at;
   }
 };
@@ -267,6 +268,33 @@ TEST_F(ElasticAcrossDaemonsTest, LeaderDaemonKilledFailsTheJobNamingTheLeader) {
     EXPECT_NE(ranks[r].log().find("lost the leader"), std::string::npos) << ranks[r].log();
   }
   EXPECT_LT(unixMs() - killed_at, 15000);
+}
+
+// With --leader-failover quorum and three daemons, the lowest surviving
+// daemon takes over once two of the three voted for it; the survivors go on
+// at size 2 from their last step. With two daemons no majority can form:
+// the job fails everywhere, saying so.
+TEST_F(ElasticAcrossDaemonsTest, LeaderFailoverByQuorumWithThreeDaemonsNotTwo) {
+  startDaemons(3, {"--leader-failover", "quorum"});
+  std::vector<int> placement = {0, 1, 2};
+  auto ranks = launchWith("el-failover", {"elastic_loop", "20", "0"}, placement, kElastic);
+  const int64_t killed_at = killDaemonWhenLooping(ranks, placement, 0);
+  const int64_t recovery = survivorsFinish(ranks, placement, 0, killed_at);
+  std::printf("recovery (3 daemons, leader SIGKILL -> vote -> first collective of epoch 2): %lld ms\n",
+              static_cast<long long>(recovery));
+  EXPECT_LT(recovery, 10000);
+  EXPECT_NE(daemons_[1]->log().find("takes over as leader (a majority voted)"), std::string::npos) << logs();
+  EXPECT_NE(daemons_[2]->log().find("follows the new leader"), std::string::npos) << logs();
+
+  startDaemons(2, {"--leader-failover", "quorum"});
+  placement = {0, 1, 1};
+  ranks = launchWith("el-no-quorum", {"elastic_loop", "20", "0"}, placement, kElastic);
+  killDaemonWhenLooping(ranks, placement, 0);
+  for (int r : {1, 2}) {
+    EXPECT_EQ(ranks[r].wait(std::chrono::seconds(30)), 1) << ranks[r].log() << logs();
+    EXPECT_NE(ranks[r].log().find("no failover: a majority needs three or more daemons"), std::string::npos)
+        << ranks[r].log();
+  }
 }
 
 }  // namespace

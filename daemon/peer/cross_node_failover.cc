@@ -1,0 +1,165 @@
+// SPDX-License-Identifier: Apache-2.0
+// CrossNode, leader failover (elastic jobs, daemons started with
+// --leader-failover quorum): when the leader's daemon is lost, the lowest
+// surviving daemon leads once a strict majority of the job's daemons (the
+// lost leader counted) voted for it, and the job goes on in a new epoch
+// without the leader's node and ranks.
+//
+//  - Each follower that loses its leader stream (broken, or silent for
+//    kSilenceLimitMs) votes once per epoch, for the first candidate that
+//    answers, in cross-rank order: itself when it is the lowest, else over
+//    Elect. A candidate counts votes only once it has lost the leader too
+//    (a follower cut off alone cannot depose a live leader), and votes for
+//    itself. Two majorities cannot form, so two leaders cannot either.
+//  - The winner takes over: it becomes cross rank 0, removes the old
+//    leader's node (its ranks are lost), applies the new epoch to its own
+//    Job, and only then answers the voters, which apply it and open their
+//    coordination streams to it.
+//  - No majority within kElectionLimit (two daemons, or too many lost at
+//    once): the job fails on every node, naming the lost leader.
+#include <algorithm>
+
+#include "daemon/common/logging.h"
+#include "daemon/peer/cross_node.h"
+
+namespace gradsync::peer {
+namespace {
+
+constexpr auto kElectionLimit = std::chrono::seconds(5);
+constexpr auto kCandidateNoticeLimit = std::chrono::seconds(3);
+
+}  // namespace
+
+StatusOr<bool> CrossNode::failover(const std::string& cause) {
+  std::vector<v1::NodeInfo> candidates;
+  uint64_t epoch;
+  size_t daemons;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    epoch = epoch_;
+    daemons = members_.size();
+    lost_leader_epoch_ = epoch_;
+    for (const auto& node : members_) {
+      if (node.cross_rank() != 0) candidates.push_back(node);
+    }
+  }
+  formed_cv_.notify_all();  // a candidate waiting to notice the loss itself
+  if (daemons < 3) {
+    return failedPrecondition(cause + " (no failover: a majority needs three or more daemons, the job has " +
+                              std::to_string(daemons) + ")");
+  }
+  GS_LOG(control, warn, "job '{}': {}; electing a new leader among {} daemons", options_.job_id, cause, daemons - 1);
+  std::sort(candidates.begin(), candidates.end(),
+            [](const v1::NodeInfo& a, const v1::NodeInfo& b) { return a.cross_rank() < b.cross_rank(); });
+  std::string tried;
+  for (const auto& candidate : candidates) {
+    const bool self = candidate.peer_address() == options_.self_address;
+    StatusOr<v1::ElectResponse> answer = unavailable("not asked");
+    if (self) {
+      answer = vote(options_.self_address, epoch);
+    } else {
+      v1::ElectRequest request;
+      request.set_job_id(options_.job_id);
+      request.set_token(options_.token);
+      request.set_epoch(epoch);
+      request.set_voter_address(options_.self_address);
+      auto channel = grpc::CreateChannel(candidate.peer_address(),
+                                         options_.credentials ? options_.credentials : grpc::InsecureChannelCredentials());
+      grpc::ClientContext context;
+      context.set_deadline(std::chrono::system_clock::now() + kElectionLimit + std::chrono::seconds(1));
+      v1::ElectResponse response;
+      const grpc::Status status = v1::Peer::NewStub(channel)->Elect(&context, request, &response);
+      answer = status.ok() ? StatusOr<v1::ElectResponse>(response)
+                           : StatusOr<v1::ElectResponse>(Status(static_cast<StatusCode>(status.error_code()),
+                                                                status.error_message()));
+      if (answer.isOk()) {
+        applyNewEpoch(answer->change());
+        channel_ = leaderChannel(candidate.peer_address());  // CheckMember asks the new leader too
+        openStream(v1::Peer::NewStub(channel_).get());
+        GS_LOG(control, warn, "job '{}': follows the new leader {} at epoch {}", options_.job_id,
+               describeNode(candidate), answer->change().epoch());
+        return false;
+      }
+    }
+    if (answer.isOk()) return true;  // this daemon leads
+    tried += (tried.empty() ? "" : "; ") + describeNode(candidate) + ": " + answer.status().message();
+    // A candidate that is gone too: the next one. Any other answer is final.
+    const StatusCode code = answer.status().code();
+    if (code != StatusCode::kUnavailable && code != StatusCode::kDeadlineExceeded) break;
+  }
+  return failedPrecondition(cause + "; no new leader: " + tried);
+}
+
+StatusOr<v1::ElectResponse> CrossNode::acceptVote(const v1::ElectRequest& request) {
+  if (request.token() != options_.token) return unauthenticated("job '" + options_.job_id + "': token does not match");
+  return vote(request.voter_address(), request.epoch());
+}
+
+StatusOr<v1::ElectResponse> CrossNode::vote(const std::string& voter, uint64_t epoch) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  const std::string self = options_.self_address;
+  if (!options_.failover) return failedPrecondition(self + " does not fail over leaders (--leader-failover off)");
+  v1::ElectResponse response;
+  if (took_over_ && took_over_->epoch() == epoch + 1) {
+    *response.mutable_change() = *took_over_;
+    return response;
+  }
+  if (epoch != epoch_) {
+    return failedPrecondition(self + " is at epoch " + std::to_string(epoch_) + ", the vote is for epoch " +
+                              std::to_string(epoch));
+  }
+  if (!formed_cv_.wait_for(lock, kCandidateNoticeLimit, [&] { return lost_leader_epoch_ == epoch || stopping_; })) {
+    return failedPrecondition(self + " still hears the leader");
+  }
+  if (stopping_) return cancelled("job stopped");
+  if (!voted_for_.empty() && voted_for_ != self) return failedPrecondition(self + " voted for " + voted_for_);
+  voted_for_ = self;
+  votes_.insert(self);
+  votes_.insert(voter);
+  const size_t majority = members_.size() / 2 + 1;
+  GS_LOG(control, info, "job '{}': vote of {} for {} to lead ({} of the {} needed)", options_.job_id, voter, self,
+         votes_.size(), majority);
+  if (votes_.size() >= majority && !took_over_ && !leader_) {
+    auto change = takeOver(lock);  // releases the lock
+    if (!change.isOk()) return change.status();
+    // This node's Job takes the new epoch before any follower can send a
+    // request of it.
+    if (hooks_.on_new_epoch) hooks_.on_new_epoch(*change);
+    lock.lock();
+    took_over_ = *change;
+    formed_cv_.notify_all();
+  }
+  const auto deadline = CrossClock::now() + kElectionLimit;
+  if (!formed_cv_.wait_until(lock, deadline, [&] { return took_over_.has_value() || stopping_; }) || !took_over_) {
+    return deadlineExceeded(self + " gathered " + std::to_string(votes_.size()) + " votes, " +
+                            std::to_string(majority) + " needed (a strict majority of the job's " +
+                            std::to_string(members_.size()) + " daemons)");
+  }
+  *response.mutable_change() = *took_over_;
+  return response;
+}
+
+StatusOr<v1::NewEpoch> CrossNode::takeOver(std::unique_lock<std::mutex>& lock) {
+  const v1::NodeInfo lost = members_.front();  // cross rank 0
+  std::vector<int> gone(lost.ranks().begin(), lost.ranks().end());
+  // This daemon first (it leads), then the others in ring order.
+  std::vector<v1::NodeInfo> nodes;
+  for (const auto& node : members_) {
+    if (node.peer_address() == options_.self_address) nodes.insert(nodes.begin(), node);
+  }
+  for (const auto& node : members_) {
+    if (node.peer_address() != options_.self_address) nodes.push_back(node);
+  }
+  for (size_t i = 0; i < nodes.size(); ++i) nodes[i].set_cross_rank(static_cast<int>(i));
+  members_ = std::move(nodes);
+  self_cross_rank_ = 0;
+  leader_ = true;
+  followers_.clear();
+  removed_nodes_[lost.peer_address()] = describeNode(lost) + " was the leader and is lost; the job failed over";
+  GS_LOG(control, warn, "job '{}': {} takes over as leader (a majority voted) in place of {}", options_.job_id,
+         options_.self_address, describeNode(lost));
+  return nextEpoch(lock, gone, {}, "lost the leader " + describeNode(lost) + "; " + options_.self_address +
+                                        " leads by a majority vote", 0);
+}
+
+}  // namespace gradsync::peer
