@@ -583,36 +583,48 @@ StatusOr<collective::RingContext> CrossNode::ring(uint64_t sequence, CrossClock:
   const int n = static_cast<int>(members.size());
   const int left = (self - 1 + n) % n, right = (self + 1) % n;
   if (new_epoch) {
-    // The ring re-forms: other neighbours, the old epoch's strays dropped,
-    // tags keyed by the new epoch.
-    transport::PeerPtr old_left, old_right;
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      old_left = std::move(left_);
-      old_right = std::move(right_);
-      left_node_ = right_node_ = -1;
-    }
+    // Tags keyed by the epoch. The old epoch's strays stay queued (they
+    // match no tag of this one) until the job ends: draining them here
+    // would also take the new epoch's first messages, which may be here.
     tag_key_ = deriveSipKey(options_.token + '\0' + options_.job_id + '\0' + "epoch " + std::to_string(epoch),
                             "gradsync data-plane tags v1");
-    if (old_left || old_right) {
-      old_left.reset();
-      old_right.reset();
-      const size_t strays = transport_->dropStrays();
-      GS_LOG(control, info, "job '{}': the ring re-forms for epoch {} ({} nodes; {} stray messages dropped)",
-             options_.job_id, epoch, n, strays);
-    }
   }
-  if (!left_) {
-    ASSIGN_OR_RETURN(auto left_peer, transport_->connect(members[left].ucx_address(), members[left].ranks(0)));
-    transport::PeerPtr right_peer;
-    if (right != left) {
-      ASSIGN_OR_RETURN(right_peer, transport_->connect(members[right].ucx_address(), members[right].ranks(0)));
+  const std::string& want_left = members[left].ucx_address();
+  const std::string want_right = right != left ? members[right].ucx_address() : std::string();
+  if (!left_ || left_ucx_ != want_left || right_ucx_ != want_right) {
+    // The ring (re-)forms. An endpoint to a neighbour that stays is kept:
+    // closing it and connecting again at once races UCX's own wire-up.
+    std::vector<std::pair<std::string, transport::PeerPtr>> current;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (left_) current.emplace_back(left_ucx_, std::move(left_));
+      if (right_) current.emplace_back(right_ucx_, std::move(right_));
+      left_node_ = right_node_ = -1;
+    }
+    const bool reforms = !current.empty();
+    const auto take = [&](const std::string& ucx) {
+      for (auto& [address, peer] : current) {
+        if (peer && address == ucx) return std::move(peer);
+      }
+      return transport::PeerPtr();
+    };
+    transport::PeerPtr left_peer = take(want_left);
+    transport::PeerPtr right_peer = want_right.empty() ? nullptr : take(want_right);
+    current.clear();  // endpoints to nodes no longer next to this one
+    if (!left_peer) {
+      ASSIGN_OR_RETURN(left_peer, transport_->connect(want_left, members[left].ranks(0)));
+    }
+    if (!want_right.empty() && !right_peer) {
+      ASSIGN_OR_RETURN(right_peer, transport_->connect(want_right, members[right].ranks(0)));
     }
     std::lock_guard<std::mutex> lock(mutex_);
     left_ = std::move(left_peer);
     right_ = std::move(right_peer);
+    left_ucx_ = want_left;
+    right_ucx_ = want_right;
     left_node_ = left;
     right_node_ = right;
+    if (reforms) GS_LOG(control, info, "job '{}': the ring re-forms for epoch {} ({} nodes)", options_.job_id, epoch, n);
   }
   collective::RingContext ring;
   ring.transport = transport_.get();

@@ -228,6 +228,7 @@ class CrossNode {
   std::string voted_for_;                // in lost_leader_epoch_
   std::set<std::string> votes_;          // candidate: voters for this daemon
   std::optional<v1::NewEpoch> took_over_;  // candidate: the epoch it leads
+  uint64_t leading_from_ = 0;              // candidate: the epoch it takes over from (once chosen)
 
   bool writeToLeader(const v1::FollowerMessage& message);
   // Follower: sends AbortJob to every other follower (asynchronously; the
@@ -286,6 +287,7 @@ class CrossNode {
 
   // Data plane (created by the executor thread; stats read under mutex_).
   transport::PeerPtr left_, right_;
+  std::string left_ucx_, right_ucx_;  // their workers' addresses (right: empty when the same as left)
   int left_node_ = -1, right_node_ = -1;
 };
 

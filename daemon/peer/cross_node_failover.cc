@@ -100,10 +100,18 @@ StatusOr<v1::ElectResponse> CrossNode::vote(const std::string& voter, uint64_t e
   const std::string self = options_.self_address;
   if (!options_.failover) return failedPrecondition(self + " does not fail over leaders (--leader-failover off)");
   v1::ElectResponse response;
-  if (took_over_ && took_over_->epoch() == epoch + 1) {
+  const size_t majority = members_.size() / 2 + 1;
+  const auto deadline = CrossClock::now() + kElectionLimit;
+  const auto answer = [&]() -> StatusOr<v1::ElectResponse> {
+    if (!formed_cv_.wait_until(lock, deadline, [&] { return took_over_.has_value() || stopping_; }) || !took_over_) {
+      return deadlineExceeded(self + " gathered " + std::to_string(votes_.size()) + " votes, " +
+                              std::to_string(majority) + " needed (a strict majority of the job's daemons)");
+    }
     *response.mutable_change() = *took_over_;
     return response;
-  }
+  };
+  // Taking over from this epoch already (its epoch moved on meanwhile).
+  if (leading_from_ == epoch && epoch != 0) return answer();
   if (epoch != epoch_) {
     return failedPrecondition(self + " is at epoch " + std::to_string(epoch_) + ", the vote is for epoch " +
                               std::to_string(epoch));
@@ -116,10 +124,10 @@ StatusOr<v1::ElectResponse> CrossNode::vote(const std::string& voter, uint64_t e
   voted_for_ = self;
   votes_.insert(self);
   votes_.insert(voter);
-  const size_t majority = members_.size() / 2 + 1;
   GS_LOG(control, info, "job '{}': vote of {} for {} to lead ({} of the {} needed)", options_.job_id, voter, self,
          votes_.size(), majority);
   if (votes_.size() >= majority && !took_over_ && !leader_) {
+    leading_from_ = epoch;
     auto change = takeOver(lock);  // releases the lock
     if (!change.isOk()) return change.status();
     // This node's Job takes the new epoch before any follower can send a
@@ -129,14 +137,7 @@ StatusOr<v1::ElectResponse> CrossNode::vote(const std::string& voter, uint64_t e
     took_over_ = *change;
     formed_cv_.notify_all();
   }
-  const auto deadline = CrossClock::now() + kElectionLimit;
-  if (!formed_cv_.wait_until(lock, deadline, [&] { return took_over_.has_value() || stopping_; }) || !took_over_) {
-    return deadlineExceeded(self + " gathered " + std::to_string(votes_.size()) + " votes, " +
-                            std::to_string(majority) + " needed (a strict majority of the job's " +
-                            std::to_string(members_.size()) + " daemons)");
-  }
-  *response.mutable_change() = *took_over_;
-  return response;
+  return answer();
 }
 
 StatusOr<v1::NewEpoch> CrossNode::takeOver(std::unique_lock<std::mutex>& lock) {

@@ -189,6 +189,10 @@ TEST_F(ElasticAcrossDaemonsTest, TwentyRandomKillAndAddCyclesLeaveNothingBehind)
     ranks.push_back(daemons_[node[victim]]->spawnRank("el-churn", 0, 4, args, env));
     node.push_back(node[victim]);
     ASSERT_TRUE(epochReached(3 + 2 * cycle)) << "cycle " << cycle << ": the replacement was not admitted\n" << logs();
+    // Admitted on every node (its first step done) before the next kill,
+    // which may pick it: killed earlier it would be a joiner that left.
+    ASSERT_TRUE(waitFor([&] { return saysLooping(ranks.back()); }, std::chrono::seconds(20)))
+        << "cycle " << cycle << ": the replacement never stepped\n" << ranks.back().log() << logs();
   }
   for (auto& rank : ranks) {
     if (!rank.running() && rank.wait(std::chrono::milliseconds(0)) == 128 + SIGKILL) continue;

@@ -133,3 +133,50 @@ def test_twenty_kill_and_replace_cycles(tmp_path):
     finally:
         code, log = daemon.stop()
         assert code == 0, log[-5000:]
+
+
+def test_host_discovery_removes_and_adds_ranks(tmp_path):
+    """The discovery script's slots shrink from 3 to 2 (a rank is stopped,
+    the job goes on at 2), then grow back (a new rank joins at a commit);
+    the weights equal a replay of the logged schedule."""
+    hosts = tmp_path / "hosts"
+    hosts.write_text("localhost:3\n")
+    script = tmp_path / "discover.sh"
+    script.write_text("#!/bin/sh\ncat %s\n" % hosts)
+    script.chmod(0o755)
+    daemon = PrivateDaemon(os.environ["GRADSYNC_DAEMON"])
+    job = "discovery-%d" % os.getpid()
+    run = None
+    try:
+        env = dict(os.environ, GRADSYNC_TEST_OUT=str(tmp_path))
+        run = subprocess.Popen([RUN, "--socket", daemon.socket_path, "--job-id", job, "-np", "3", "--min-np", "2",
+                                "--host-discovery-script", str(script), sys.executable, TRAIN],
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+        info = lambda: job_info(daemon.socket_path, job) or {}
+        wait_until(lambda: info().get("size") == 3 and int(info().get("commits", 0)) >= 3, 60, "training at 3")
+        hosts.write_text("localhost:2\n")
+        wait_until(lambda: info().get("size") == 2 and int(info().get("epoch", 0)) == 2, 30, "the job at 2")
+        hosts.write_text("localhost:3\n")
+        wait_until(lambda: info().get("size") == 3 and int(info().get("epoch", 0)) == 3, 30, "the job back at 3")
+        steps = [int(line.split()[0]) for p in glob.glob(str(tmp_path / "steps.*")) for line in open(p)]
+        with open(str(tmp_path / "stop_at"), "w") as f:
+            f.write(str(max(steps) + 10))
+        out, _ = run.communicate(timeout=120)
+    finally:
+        if run is not None and run.poll() is None:
+            run.kill()
+        code, log = daemon.stop()
+    assert run.returncode == 0, out[-5000:]
+    assert code == 0, log[-5000:]
+    assert "host discovery offers 2 slots on localhost; stopping [2]" in out, out[-5000:]
+    assert "host discovery offers 3 slots here; starting a new rank" in out, out[-5000:]
+    sizes = {}
+    for path in glob.glob(str(tmp_path / "steps.*")):
+        for line in open(path):
+            step, size = (int(x) for x in line.split())
+            assert sizes.setdefault(step, size) == size, (step, size, sizes[step])
+    expected = [w.hex() for w in replay(sorted(sizes.items()))]
+    results = [json.load(open(p)) for p in glob.glob(str(tmp_path / "result.*"))]
+    assert sorted(r["rank"] for r in results) == [0, 1, 2]
+    for result in results:
+        assert result["weights"] == expected and result["epoch"] == 3

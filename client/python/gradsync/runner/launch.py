@@ -116,6 +116,7 @@ class Job:
         self.resets = 0
         self._blacklist = {}  # host -> (times blacklisted, until when: monotonic seconds)
         self._returns = []  # (when, process index): a blacklisted host gets a rank again
+        self._removed = set()  # process indices host discovery stopped
         self.first_failure = None  # (rank, exit code)
         self._lock = threading.Lock()
         self._pumps = []
@@ -198,11 +199,12 @@ class Job:
                     pass
 
     def discover(self):
-        """Runs --host-discovery-script (at most once a second) and starts
-        new ranks while a host of the job offers more slots than it runs
-        ranks (up to --max-np in all). Ranks only join: removal, and hosts
-        the job did not start on, are not implemented (such a host is named
-        once and ignored)."""
+        """Runs --host-discovery-script (at most once a second): starts new
+        ranks while a host of the job offers more slots than it runs ranks
+        (up to --max-np in all), and stops the newest ranks of a host that
+        offers fewer (none when it is no longer listed), while --min-np
+        remain. Hosts the job did not start on cannot join it (not
+        implemented: such a host is named once and ignored)."""
         now = time.monotonic()
         if not self.args.host_discovery_script or now < getattr(self, "_next_discovery", 0):
             return
@@ -220,6 +222,10 @@ class Job:
             return  # training is over
         most = self.args.max_np or self.args.num_proc
         running = sum(1 for p in self.processes if p.poll() is None)
+        offered = dict(hosts)
+        for host in {h for h, _ in self._starts}:
+            if not any(h == host or is_local(h) and is_local(host) for h in offered):
+                running -= self._remove_ranks(host, 0, running)
         for host, slots in hosts:
             if self._blacklisted(host):
                 continue
@@ -233,11 +239,30 @@ class Job:
                 continue
             here = sum(1 for i, p in enumerate(self.processes)
                        if p.poll() is None and self._starts[i][0] == self._starts[first][0])
+            if here > slots:
+                running -= self._remove_ranks(self._starts[first][0], slots, running)
+                continue
             for _ in range(max(0, min(slots - here, most - running))):
                 sys.stderr.write("gradsyncrun: host discovery offers %d slots %s; starting a new rank\n" %
                                  (slots, "here" if is_local(host) else "on " + host))
                 self._replace(first, "to add a rank")
                 running += 1
+
+    def _remove_ranks(self, host, slots, running):
+        """Stops the newest ranks on `host` beyond `slots`, keeping at least
+        --min-np running in all; returns how many. A SIGKILL: the job moves
+        to a new epoch without them, as for a crash (a clean exit would end
+        the job), and their exit is not a failure."""
+        mine = [i for i, p in enumerate(self.processes) if p.poll() is None and self._starts[i][0] == host]
+        count = max(0, min(len(mine) - slots, running - self.args.min_np))
+        for index in mine[len(mine) - count:]:
+            self._removed.add(index)
+            sys.stderr.write("gradsyncrun: host discovery offers %d slots on %s; stopping [%d]\n" % (slots, host, index))
+            try:
+                os.killpg(self.processes[index].pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        return count
 
     def _elastic_failure(self, failure, interrupted):
         """A rank of an elastic job failed: the others go on; a replacement
@@ -310,7 +335,7 @@ class Job:
                 code = process.poll()
                 if code is None:
                     running = True
-                elif code != 0 and rank not in self._failed:
+                elif code != 0 and rank not in self._failed and rank not in self._removed:
                     self._failed.add(rank)
                     failure = (rank, code if code > 0 else 128 - code)
                     self.first_failure = self.first_failure or failure
