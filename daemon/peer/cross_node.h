@@ -133,8 +133,8 @@ class CrossNode {
   void reportRankLost(int rank, uint64_t epoch, const std::string& cause);
   // Leader: starts the next epoch with the ranks waiting to join: the
   // leader's own (`local`: its joiners' ids) and those the followers
-  // reported, numbered after the current ranks in that order. NOT_FOUND
-  // when none waits.
+  // reported, numbered after the current ranks in that order (with none
+  // left, an epoch all the same: the ranks were told one comes).
   StatusOr<v1::NewEpoch> admitJoiners(const std::vector<uint64_t>& local, const std::string& barrier);
   // Leader: a follower reported a rank waiting to join.
   bool hasPendingJoiners() const;

@@ -65,9 +65,14 @@ StatusOr<v1::NewEpoch> CrossNode::admitJoiners(const std::vector<uint64_t>& loca
   for (uint64_t id : local) joiners.push_back({options_.self_address, id});
   joiners.insert(joiners.end(), pending_joiners_.begin(), pending_joiners_.end());
   pending_joiners_.clear();
-  if (joiners.empty() || members_.empty()) return notFound("job '" + options_.job_id + "': no rank waits to join");
+  if (members_.empty()) return failedPrecondition("job '" + options_.job_id + "' has not formed yet");
+  // Every rank was told this commit admits joiners and waits for the new
+  // epoch: it comes even when the joiners left meanwhile.
   return nextEpoch(lock, {}, joiners,
-                   "admitted " + std::to_string(joiners.size()) + " new ranks at the commit '" + barrier + "'", 0);
+                   joiners.empty() ? "the commit '" + barrier + "' was to admit new ranks, which left meanwhile"
+                                   : "admitted " + std::to_string(joiners.size()) + " new ranks at the commit '" +
+                                         barrier + "'",
+                   0);
 }
 
 void CrossNode::joinerReport(Follower* follower, const v1::FollowerMessage& message) {

@@ -111,6 +111,12 @@ void Job::checkFormation(Clock::time_point now) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (formed_ || !failure_.empty() || stopping_) return;
+    // An elastic job on one node that lost a rank before the others all
+    // registered went on with those it had (a latecomer must join).
+    if (spec_.elastic && !cross_ && epoch_ > 1) {
+      formed_ = true;
+      return;
+    }
     const bool local_complete = static_cast<int>(local_ranks_.size()) >= spec_.local_size;
     if (local_complete && (!cross_ || cross_->formed())) {
       formed_ = true;
@@ -164,6 +170,7 @@ bool Job::removeSession(const Session& session, const std::string& cause, bool c
         cross_failure = leadEpochLocked({session.rank()}, epoch_, session.describe() + " " + cause, &outbox);
       } else {
         report.emplace(session.rank(), epoch_);
+        epoch_ending_ = true;
       }
       epoch_changed = true;
     } else if (elastic_loss && !sessions_.empty()) {

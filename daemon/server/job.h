@@ -297,6 +297,10 @@ class Job : private executor::RankAccess {
   std::map<uint64_t, Clock::time_point> stopped_since_;  // housekeeping thread: session id -> first seen stopped
   std::optional<Clock::time_point> below_min_since_;  // the current epoch waits for joiners
   Clock::time_point epoch_started_ = Clock::now();     // for the history's recovery time
+  // Across daemons: a local rank of this epoch is lost and the leader's next
+  // epoch is on its way; what fails meanwhile (a batch that needed the lost
+  // rank) is retriable.
+  bool epoch_ending_ = false;
 
   // Multi-node state (guarded by mutex_ unless noted).
   std::unique_ptr<peer::CrossNode> cross_;

@@ -123,6 +123,7 @@ void Job::enterEpochLocked(uint64_t next, const std::vector<int>& survivors, con
   expected_grants_.clear();
   epoch_ = next;
   epoch_started_ = Clock::now();
+  epoch_ending_ = false;
   grant_cv_.notify_all();  // an output wait of the old epoch ends now
 
   v1::EpochChange record;

@@ -117,9 +117,10 @@ void Job::complete(const coordinator::Response& response, const executor::Respon
     if (it == batch_sessions_.end()) continue;
     it->second->removeHandle(request->handle);
     forwarded_.erase(std::make_pair(request->rank, request->handle));
-    // A failure in an epoch that has ended is the epoch change's doing: retriable.
-    v1::DaemonMessage message =
-        doneMessage(spec_.job_id, *request, result.status, !result.status.isOk() && batch_epoch_ != epoch_);
+    // A failure in an epoch that has ended (or is ending: a rank of it was
+    // lost) is the membership change's doing: retriable.
+    v1::DaemonMessage message = doneMessage(spec_.job_id, *request, result.status,
+                                            !result.status.isOk() && (batch_epoch_ != epoch_ || epoch_ending_));
     v1::Done* done = message.mutable_done();
     if (!result.status.isOk()) {
       done->mutable_detail()->set_tensor_name(response.name);

@@ -168,6 +168,11 @@ TEST_F(ElasticAcrossDaemonsTest, TwentyRandomKillAndAddCyclesLeaveNothingBehind)
   const unsigned seed = static_cast<unsigned>(envInt("GRADSYNC_CHURN_SEED", 20261123));
   std::printf("churn seed %u (GRADSYNC_CHURN_SEED)\n", seed);
   std::mt19937 random(seed);
+  const auto rankLogs = [&] {
+    std::string all;
+    for (auto& rank : ranks) all += "--- rank process " + std::to_string(rank.pid()) + ":\n" + rank.log();
+    return all;
+  };
   const auto epochReached = [&](int epoch) {
     const std::string change = "epoch " + std::to_string(epoch - 1) + " -> " + std::to_string(epoch) + ":";
     return waitFor([&] { return daemons_[0]->log().find(change) != std::string::npos; }, std::chrono::seconds(20));
@@ -180,7 +185,7 @@ TEST_F(ElasticAcrossDaemonsTest, TwentyRandomKillAndAddCyclesLeaveNothingBehind)
     ASSERT_EQ(alive.size(), 4u) << logs();
     const size_t victim = alive[random() % alive.size()];
     ranks[victim].kill(SIGKILL);
-    ASSERT_TRUE(epochReached(2 + 2 * cycle)) << "cycle " << cycle << ": no epoch after the kill\n" << logs();
+    ASSERT_TRUE(epochReached(2 + 2 * cycle)) << "cycle " << cycle << ": no epoch after the kill\n" << rankLogs() << logs();
     auto env = kElastic;
     env["GRADSYNC_ELASTIC_JOIN"] = "1";
     env["GRADSYNC_LEADER"] = daemons_[0]->peerAddress();
@@ -188,7 +193,8 @@ TEST_F(ElasticAcrossDaemonsTest, TwentyRandomKillAndAddCyclesLeaveNothingBehind)
     env["GRADSYNC_LOCAL_SIZE"] = "2";
     ranks.push_back(daemons_[node[victim]]->spawnRank("el-churn", 0, 4, args, env));
     node.push_back(node[victim]);
-    ASSERT_TRUE(epochReached(3 + 2 * cycle)) << "cycle " << cycle << ": the replacement was not admitted\n" << logs();
+    ASSERT_TRUE(epochReached(3 + 2 * cycle)) << "cycle " << cycle << ": the replacement was not admitted\n"
+                                             << rankLogs() << logs();
     // Admitted on every node (its first step done) before the next kill,
     // which may pick it: killed earlier it would be a joiner that left.
     ASSERT_TRUE(waitFor([&] { return saysLooping(ranks.back()); }, std::chrono::seconds(20)))

@@ -62,8 +62,9 @@ def wait_until(predicate, timeout, what):
 
 def kill_and_replace(daemon, job, epochs, rng):
     for cycle in range(CYCLES):
-        # Back at three ranks, training: then kill one at random.
+        # Back at three ranks, all registered, training: then kill one at random.
         wait_until(lambda: (job_info(daemon.socket_path, job) or {}).get("size") == 3 and
+                   len((job_info(daemon.socket_path, job) or {}).get("ranks", [])) == 3 and
                    int((job_info(daemon.socket_path, job) or {}).get("epoch", 0)) == epochs[-1], 60,
                    "cycle %d: the job back at 3 ranks, epoch %d" % (cycle, epochs[-1]))
         time.sleep(rng.uniform(0.1, 0.6))
