@@ -143,7 +143,7 @@ class Job : private executor::RankAccess {
                                                  const std::vector<uint64_t>& bytes,
                                                  const std::vector<std::vector<int64_t>>& shapes) override;
   bool multiNode() const override { return cross_ != nullptr; }
-  bool isLocal(int rank) const override { return batch_local_ranks_.count(rank) > 0; }
+  bool isLocal(int rank) const override { return !cross_ || batch_local_ranks_.count(rank) > 0; }
   Status crossNodeAllreduce(void* data, size_t count, DataType dtype, ReduceOp op) override;
   int nodeOf(int rank) const override;
   int nodeCount() const override;

@@ -67,7 +67,7 @@ std::vector<coordinator::Response> Job::takeBatchLocked() {
   in_flight_executing_ = static_cast<int>(batch.size());
   batch_sessions_ = sessions_;
   batch_epoch_ = epoch_;
-  batch_local_ranks_ = local_ranks_;
+  if (cross_) batch_local_ranks_ = local_ranks_;  // one node: every rank is local
   return batch;
 }
 
