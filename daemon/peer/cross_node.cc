@@ -496,11 +496,12 @@ void CrossNode::tick(CrossClock::time_point now) {
   }
   if (paused) leader_heard_ms_ = now_ms;  // the leader's silence was this daemon's pause
   const int64_t heard = leader_heard_ms_.load();
-  if (heard > 0 && now_ms - heard > kSilenceLimitMs && options_.failover) {
+  if (heard <= 0 || now_ms - heard <= kSilenceLimitMs) return;
+  if (options_.failover) {
     // The reader sees its stream end and starts the failover.
     std::lock_guard<std::mutex> lock(stream_mutex_);
     if (stream_) stream_context_->TryCancel();
-  } else if (heard > 0 && now_ms - heard > kSilenceLimitMs) {
+  } else {
     hooks_.on_failure("lost the leader at " + options_.leader_address + ": silent for " +
                           std::to_string((now_ms - heard) / 1000) + " s",
                       true);

@@ -221,6 +221,8 @@ class CrossNode {
   // A vote of `voter` (maybe this daemon) for this daemon in `epoch`; waits
   // for the majority and answers the new epoch.
   StatusOr<v1::ElectResponse> vote(const std::string& voter, uint64_t epoch);
+  // Votes for `candidate` over Elect (its answer, or the call's failure).
+  StatusOr<v1::ElectResponse> askVote(const v1::NodeInfo& candidate, uint64_t epoch) const;
   // Candidate with a majority, mutex_ held by `lock` (released on return):
   // leads the next epoch without the lost leader's node.
   StatusOr<v1::NewEpoch> takeOver(std::unique_lock<std::mutex>& lock);

@@ -54,40 +54,38 @@ StatusOr<bool> CrossNode::failover(const std::string& cause) {
   std::string tried;
   for (const auto& candidate : candidates) {
     const bool self = candidate.peer_address() == options_.self_address;
-    StatusOr<v1::ElectResponse> answer = unavailable("not asked");
-    if (self) {
-      answer = vote(options_.self_address, epoch);
-    } else {
-      v1::ElectRequest request;
-      request.set_job_id(options_.job_id);
-      request.set_token(options_.token);
-      request.set_epoch(epoch);
-      request.set_voter_address(options_.self_address);
-      auto channel = grpc::CreateChannel(candidate.peer_address(),
-                                         options_.credentials ? options_.credentials : grpc::InsecureChannelCredentials());
-      grpc::ClientContext context;
-      context.set_deadline(std::chrono::system_clock::now() + kElectionLimit + std::chrono::seconds(1));
-      v1::ElectResponse response;
-      const grpc::Status status = v1::Peer::NewStub(channel)->Elect(&context, request, &response);
-      answer = status.ok() ? StatusOr<v1::ElectResponse>(response)
-                           : StatusOr<v1::ElectResponse>(Status(static_cast<StatusCode>(status.error_code()),
-                                                                status.error_message()));
-      if (answer.isOk()) {
-        applyNewEpoch(answer->change());
-        channel_ = leaderChannel(candidate.peer_address());  // CheckMember asks the new leader too
-        openStream(v1::Peer::NewStub(channel_).get());
-        GS_LOG(control, warn, "job '{}': follows the new leader {} at epoch {}", options_.job_id,
-               describeNode(candidate), answer->change().epoch());
-        return false;
-      }
+    const auto answer = self ? vote(options_.self_address, epoch) : askVote(candidate, epoch);
+    if (answer.isOk() && self) return true;  // this daemon leads
+    if (answer.isOk()) {
+      applyNewEpoch(answer->change());
+      channel_ = leaderChannel(candidate.peer_address());  // CheckMember asks the new leader too
+      openStream(v1::Peer::NewStub(channel_).get());
+      GS_LOG(control, warn, "job '{}': follows the new leader {} at epoch {}", options_.job_id,
+             describeNode(candidate), answer->change().epoch());
+      return false;
     }
-    if (answer.isOk()) return true;  // this daemon leads
     tried += (tried.empty() ? "" : "; ") + describeNode(candidate) + ": " + answer.status().message();
     // A candidate that is gone too: the next one. Any other answer is final.
     const StatusCode code = answer.status().code();
     if (code != StatusCode::kUnavailable && code != StatusCode::kDeadlineExceeded) break;
   }
   return failedPrecondition(cause + "; no new leader: " + tried);
+}
+
+StatusOr<v1::ElectResponse> CrossNode::askVote(const v1::NodeInfo& candidate, uint64_t epoch) const {
+  v1::ElectRequest request;
+  request.set_job_id(options_.job_id);
+  request.set_token(options_.token);
+  request.set_epoch(epoch);
+  request.set_voter_address(options_.self_address);
+  auto channel = grpc::CreateChannel(candidate.peer_address(),
+                                     options_.credentials ? options_.credentials : grpc::InsecureChannelCredentials());
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + kElectionLimit + std::chrono::seconds(1));
+  v1::ElectResponse response;
+  const grpc::Status status = v1::Peer::NewStub(channel)->Elect(&context, request, &response);
+  if (!status.ok()) return Status(static_cast<StatusCode>(status.error_code()), status.error_message());
+  return response;
 }
 
 StatusOr<v1::ElectResponse> CrossNode::acceptVote(const v1::ElectRequest& request) {

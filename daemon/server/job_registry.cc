@@ -261,8 +261,8 @@ std::vector<v1::JobInfo> JobRegistry::jobInfos(const std::string& only_job, bool
     for (const auto& [id, job] : jobs_) {
       if (only_job.empty() || id == only_job) jobs.push_back(job);
     }
-    for (const auto& info : include_ended ? ended_ : std::deque<v1::JobInfo>()) {
-      if (only_job.empty() || info.job_id() == only_job) infos.push_back(info);
+    for (const auto& info : ended_) {
+      if (include_ended && (only_job.empty() || info.job_id() == only_job)) infos.push_back(info);
     }
   }
   for (const auto& job : jobs) infos.push_back(job->info());

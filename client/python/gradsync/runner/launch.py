@@ -117,6 +117,7 @@ class Job:
         self._blacklist = {}  # host -> (times blacklisted, until when: monotonic seconds)
         self._returns = []  # (when, process index): a blacklisted host gets a rank again
         self._removed = set()  # process indices host discovery stopped
+        self._ignored_hosts = set()  # offered by discovery, not hosts of the job
         self.first_failure = None  # (rank, exit code)
         self._lock = threading.Lock()
         self._pumps = []
@@ -232,8 +233,8 @@ class Job:
             first = next((i for i, (h, _) in enumerate(self._starts) if h == host or is_local(h) and is_local(host)),
                          None)
             if first is None:
-                if host not in getattr(self, "_ignored_hosts", set()):
-                    self._ignored_hosts = getattr(self, "_ignored_hosts", set()) | {host}
+                if host not in self._ignored_hosts:
+                    self._ignored_hosts.add(host)
                     sys.stderr.write("gradsyncrun: host discovery offers %s, which runs no rank of the job: new hosts "
                                      "joining a running job are not implemented; ignored\n" % host)
                 continue
