@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// Ring allreduce among daemons (one participant per node, after the local
-// reduction): reduce-scatter then allgather around the ring, each segment
+// Ring allreduce and reduce-scatter among daemons (one participant per node,
+// after the local reduction): reduce-scatter then allgather around the ring, each segment
 // moved in chunks with the next receive posted while the current chunk is
 // reduced, so transfer and reduction overlap.
 #pragma once
@@ -35,6 +35,20 @@ struct RingContext {
 // may be reused across calls. Errors name the peer and the step.
 Status ringAllreduce(const RingContext& ring, void* data, size_t count, DataType dtype, ReduceOp op,
                      std::vector<uint8_t>* scratch);
+
+// A range of a buffer's elements.
+struct ElementRange {
+  size_t begin = 0;
+  size_t count = 0;
+};
+
+// Reduce-scatter around the ring: every node's `input` is combined with
+// `op` (as for ringAllreduce); afterwards node i's `data` holds the fully
+// reduced elements of `owned[i]` (identical on every node, disjoint), the
+// rest of it partial sums or nothing. `input` is only read (it may be
+// `data`). Each node sends (n-1)/n of the data, half of an allreduce.
+Status ringReduceScatter(const RingContext& ring, const void* input, void* data, DataType dtype, ReduceOp op,
+                         const std::vector<std::vector<ElementRange>>& owned, std::vector<uint8_t>* scratch);
 
 // The tag of one chunk: a keyed hash (SipHash-2-4) of (sequence, phase,
 // step, chunk), so that only holders of the key can produce it.

@@ -35,6 +35,41 @@ TEST_P(RingAllreduceTest, Float32SumInChunks) {
   }
 }
 
+// Ranks placed round-robin on the nodes: each node owns several
+// interleaved ranges (one empty), cut into chunks smaller than a range.
+TEST_P(RingAllreduceTest, ReduceScatterLeavesEachNodeItsOwnRangesReduced) {
+  const int n = GetParam();
+  auto nodes = makeRing(n);
+  const size_t rows = 4 * n + 1, row = 2501;  // rows of `row` elements, owner row % n
+  std::vector<std::vector<ElementRange>> owned(n);
+  for (size_t r = 0; r < rows; ++r) {
+    if (r == 1) continue;  // nobody's: partial sums are fine there
+    owned[r % n].push_back({r * row, row});
+  }
+  owned[0].push_back({rows * row, 0});
+  // Node 0 reduces in place; the others read a separate input, left as it was.
+  std::vector<std::vector<int32_t>> input(n, std::vector<int32_t>(rows * row)), data(n);
+  for (int k = 0; k < n; ++k) {
+    for (size_t i = 0; i < input[k].size(); ++i) input[k][i] = static_cast<int32_t>((k + 1) * (i % 101));
+    data[k] = k == 0 ? input[k] : std::vector<int32_t>(rows * row, -1);
+  }
+  const auto before = input;
+  auto statuses = onEveryNode(nodes, [&](int k, Node& node) {
+    std::vector<uint8_t> scratch;
+    const void* in = k == 0 ? static_cast<const void*>(data[0].data()) : input[k].data();
+    return ringReduceScatter(contextFor(k, n, node, 7, 4000), in, data[k].data(), v1::INT32, v1::SUM, owned, &scratch);
+  });
+  for (int k = 0; k < n; ++k) {
+    ASSERT_TRUE(statuses[k].isOk()) << statuses[k].toString();
+    if (k > 0) EXPECT_EQ(input[k], before[k]) << "node " << k << "'s input was written";
+    for (const ElementRange& range : owned[k]) {
+      for (size_t i = range.begin; i < range.begin + range.count; ++i) {
+        ASSERT_EQ(data[k][i], n * (n + 1) / 2 * static_cast<int32_t>(i % 101)) << "node " << k << " element " << i;
+      }
+    }
+  }
+}
+
 TEST_P(RingAllreduceTest, IntMaxHalfSumAndTinyCounts) {
   const int n = GetParam();
   auto nodes = makeRing(n);

@@ -156,6 +156,19 @@ std::vector<int64_t> reducescatterRows(const Response& r) {
   return rows;
 }
 
+std::vector<std::vector<collective::ElementRange>> reducescatterOwned(const Response& r,
+                                                                      const std::vector<int64_t>& rows,
+                                                                      const RankAccess& access) {
+  const size_t row_elements = rowBytes(r.first()) / elementSize(r.first().dtype);
+  std::vector<std::vector<collective::ElementRange>> owned(access.nodeCount());
+  size_t start = 0;
+  for (size_t j = 0; j < rows.size(); ++j) {
+    owned[access.nodeOf(r.ranks[j])].push_back({start * row_elements, rows[j] * row_elements});
+    start += rows[j];
+  }
+  return owned;
+}
+
 OutputLayout reducescatterLayout(const Response& r, const std::vector<int64_t>& rows, ResponseResult* result) {
   const size_t row = rowBytes(r.first());
   OutputLayout layout;

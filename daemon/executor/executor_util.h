@@ -57,6 +57,12 @@ OutputLayout alltoallLayout(const Response& r, ResponseResult* result);
 // REDUCESCATTER: rows of each member (Horovod's rule: the first dim0 % n
 // members get one extra); fills output shapes of `result`.
 std::vector<int64_t> reducescatterRows(const Response& r);
+// The elements of a reducescatter's fused tensor each node's ranks receive
+// (`rows` as reducescatterRows), indexed by node: what the ring
+// reduce-scatter among the daemons leaves reduced on each.
+std::vector<std::vector<collective::ElementRange>> reducescatterOwned(const Response& r,
+                                                                      const std::vector<int64_t>& rows,
+                                                                      const RankAccess& access);
 OutputLayout reducescatterLayout(const Response& r, const std::vector<int64_t>& rows, ResponseResult* result);
 
 }  // namespace gradsync::executor

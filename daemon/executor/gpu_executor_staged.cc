@@ -155,7 +155,7 @@ ResponseResult GpuExecutor::stagedReducescatter(const Response& r, RankAccess& a
   uint8_t* host = staging(std::max<size_t>(first.length, 1));
   if (status.isOk() && m.stream == nullptr) {  // no local rank holds memory: identities into the ring
     fillIdentity(host, count, first.dtype, ring_op);
-    status = access.crossNodeAllreduce(host, count, first.dtype, ring_op);
+    status = access.crossNodeReduceScatter(host, host, first.dtype, ring_op, reducescatterOwned(r, rows, access));
     return status.isOk() ? result : failed(r, status);
   }
   if (!status.isOk()) return failed(r, status);
@@ -181,8 +181,9 @@ ResponseResult GpuExecutor::stagedReducescatter(const Response& r, RankAccess& a
       RETURN_IF_ERROR(context(ops_->copy(host, fused, first.length, gpu::CopyKind::kDeviceToHost, m.stream),
                               "copy to the staging buffer"));
     }
-    // 2. Among the nodes (the whole tensor: twice a true reduce-scatter's traffic).
-    RETURN_IF_ERROR(access.crossNodeAllreduce(host, count, first.dtype, ring_op));
+    // 2. Among the nodes, a ring reduce-scatter (as on the CPU path): this
+    //    node's ranks' rows come back reduced over every node.
+    RETURN_IF_ERROR(access.crossNodeReduceScatter(host, host, first.dtype, ring_op, reducescatterOwned(r, rows, access)));
     PhaseScope phase(access, "MEMCPY_HOST_TO_DEVICE");
     RETURN_IF_ERROR(context(ops_->copy(fused, host, first.length, gpu::CopyKind::kHostToDevice, m.stream),
                             "copy from the staging buffer"));

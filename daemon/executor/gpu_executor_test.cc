@@ -53,6 +53,10 @@ class FakeAccess : public RankAccess {
   Status crossNodeAllgather(uint8_t* buffer, const std::vector<std::vector<collective::Range>>& owned) override {
     return cross_allgather(buffer, owned);
   }
+  Status crossNodeReduceScatter(const void* input, void* data, DataType dtype, ReduceOp op,
+                                const std::vector<std::vector<collective::ElementRange>>& owned) override {
+    return cross_reducescatter(input, data, dtype, op, owned);
+  }
   std::shared_ptr<gpu::ClientGpu> gpuOf(int rank) override {
     auto it = gpus.find(rank);
     return it == gpus.end() ? nullptr : it->second;
@@ -64,6 +68,9 @@ class FakeAccess : public RankAccess {
   std::function<Status(void*, size_t, DataType, ReduceOp)> cross_allreduce;
   std::function<Status(void*, size_t, int)> cross_broadcast;
   std::function<Status(uint8_t*, const std::vector<std::vector<collective::Range>>&)> cross_allgather;
+  std::function<Status(const void*, void*, DataType, ReduceOp,
+                       const std::vector<std::vector<collective::ElementRange>>&)>
+      cross_reducescatter;
 };
 
 class GpuExecutorTest : public ::testing::Test {
@@ -449,10 +456,20 @@ TEST_F(StagedGatherTest, AlltoallWithSplitsAcrossNodes) {
 TEST_F(StagedGatherTest, ReducescatterAcrossNodesAveragesOverEveryRank) {
   // 3 rows of 2 among 3 ranks: one row each; rank 2 (remote) adds 30.
   for (int r = 0; r < 2; ++r) fill<float>(ranks_[r], 0, 6, [r](size_t i) { return r + 1.0f + i; });
-  access_.cross_allreduce = [&](void* data, size_t count, DataType, ReduceOp op) {
+  // The ring reduce-scatter: node 0 (ranks 0 and 1) owns rows 0 and 1,
+  // node 1 (rank 2) row 2; the remote rank's 30 is added to node 0's part.
+  access_.cross_reducescatter = [&](const void* input, void* data, DataType, ReduceOp op,
+                                    const std::vector<std::vector<collective::ElementRange>>& owned) {
     EXPECT_EQ(op, v1::SUM);
+    EXPECT_EQ(input, data);
+    EXPECT_EQ(owned.size(), 2u);
+    EXPECT_EQ(owned[0].size(), 2u);
+    EXPECT_EQ(owned[0][0].begin, 0u);
+    EXPECT_EQ(owned[1][0].begin, 4u);
     auto* f = static_cast<float*>(data);
-    for (size_t i = 0; i < count; ++i) f[i] += 30.0f;
+    for (const auto& range : owned[0]) {
+      for (size_t i = range.begin; i < range.begin + range.count; ++i) f[i] += 30.0f;
+    }
     return okStatus();
   };
   std::vector<Request> requests;

@@ -57,6 +57,13 @@ class RankAccess {
   virtual Status crossNodeAllgather(uint8_t* buffer, const std::vector<std::vector<collective::Range>>& owned) {
     return unimplemented("single-node job");
   }
+  // Reduce-scatter among the nodes' daemons of this node's contribution
+  // `input` (read only; may be `data`): afterwards `data` holds this node's
+  // `owned` elements (indexed by node) reduced over every node.
+  virtual Status crossNodeReduceScatter(const void* input, void* data, DataType dtype, ReduceOp op,
+                                        const std::vector<std::vector<collective::ElementRange>>& owned) {
+    return unimplemented("single-node job");
+  }
   // The GPU state of a local `rank` that attached one (null otherwise). The
   // reference keeps its mappings open while the caller uses them.
   virtual std::shared_ptr<gpu::ClientGpu> gpuOf(int rank) { return nullptr; }

@@ -256,20 +256,30 @@ ResponseResult LocalExecutor::multiNodeReducescatter(const Response& r, RankAcce
     if (!data.isOk()) return failed(r, data.status());
     gather[0].inputs.push_back(*data);
   }
-  gather[0].outputs.push_back(fusion_.data());
-  gather[0].args.dtype = first.dtype;
-  gather[0].args.op = first.op == v1::AVERAGE ? v1::SUM : first.op;
-  gather[0].args.prescale = first.prescale;
-  gather[0].count = gather[0].inputs.empty() ? 0 : count;
-  gather[0].bind();
-  if (gather[0].inputs.empty()) fillIdentity(fusion_.data(), count, first.dtype, first.op);
-  runReductions(gather, *pool_);
-  Status status = access.crossNodeAllreduce(fusion_.data(), count, first.dtype,
-                                            first.op == v1::AVERAGE ? v1::SUM : first.op);
-  if (!status.isOk()) return failed(r, status);
+  // One local rank, unscaled: the ring reads its tensor where it needs
+  // this node's contribution (no copy into the fusion buffer).
+  const void* contribution = fusion_.data();
+  if (gather[0].inputs.size() == 1 && first.prescale == 1.0) {
+    contribution = gather[0].inputs[0];
+  } else {
+    gather[0].outputs.push_back(fusion_.data());
+    gather[0].args.dtype = first.dtype;
+    gather[0].args.op = first.op == v1::AVERAGE ? v1::SUM : first.op;
+    gather[0].args.prescale = first.prescale;
+    gather[0].count = gather[0].inputs.empty() ? 0 : count;
+    gather[0].bind();
+    if (gather[0].inputs.empty()) fillIdentity(fusion_.data(), count, first.dtype, first.op);
+    runReductions(gather, *pool_);
+  }
   const size_t n = r.ranks.size();
   const size_t row = rowBytes(first);
   const std::vector<int64_t> rows = reducescatterRows(r);
+  // Each node needs only its ranks' rows reduced: a ring reduce-scatter,
+  // half the traffic of an allreduce.
+  Status status = access.crossNodeReduceScatter(contribution, fusion_.data(), first.dtype,
+                                                first.op == v1::AVERAGE ? v1::SUM : first.op,
+                                                reducescatterOwned(r, rows, access));
+  if (!status.isOk()) return failed(r, status);
   ResponseResult result = failed(r, okStatus());
   const OutputLayout layout = reducescatterLayout(r, rows, &result);
   auto outputs = access.requestOutputs(r, layout.bytes, layout.shapes);

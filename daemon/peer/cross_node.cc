@@ -224,10 +224,14 @@ StatusOr<v1::JoinJobResponse> CrossNode::acceptJoin(const v1::JoinJobRequest& re
     return failedPrecondition("job '" + options_.job_id + "': " + describeNode(request.node()) +
                               " disagrees on the job's size or process sets");
   }
+  if (request.elastic_join()) {
+    lock.unlock();
+    return acceptCandidate(request);
+  }
   if (epoch_ > 1) {
     return failedPrecondition("job '" + options_.job_id + "' is at epoch " + std::to_string(epoch_) + ": " +
-                              describeNode(request.node()) +
-                              " cannot join a running elastic job (new nodes joining is not built yet)");
+                              describeNode(request.node()) + " joins a running job only for new ranks "
+                              "(GRADSYNC_ELASTIC_JOIN)");
   }
   if (members_.empty()) {
     RETURN_IF_ERROR(builder_->add(request.node()));
@@ -260,12 +264,21 @@ grpc::Status CrossNode::serveFollower(grpc::ServerContext* context, LeaderStream
     std::lock_guard<std::mutex> lock(mutex_);
     const int cross_rank = hello.hello().cross_rank();
     if (hello.hello().token() != options_.token) return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "bad token");
-    if (cross_rank <= 0 || cross_rank >= static_cast<int>(members_.size()) || followers_.count(cross_rank)) {
-      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "bad cross rank");
+    if (cross_rank < 0) {
+      auto candidate = candidates_.find(hello.hello().peer_address());
+      if (candidate == candidates_.end() || candidate->second->stream != nullptr) {
+        return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "not a candidate node of the job");
+      }
+      follower = candidate->second;
+      follower->stream = stream;
+    } else {
+      if (cross_rank == 0 || cross_rank >= static_cast<int>(members_.size()) || followers_.count(cross_rank)) {
+        return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "bad cross rank");
+      }
+      follower->node = members_[cross_rank];
+      followers_[cross_rank] = follower;
     }
-    follower->node = members_[cross_rank];
     follower->last_heard_ms = nowMs(CrossClock::now());
-    followers_[cross_rank] = follower;
   }
   formed_cv_.notify_all();  // broadcast() waits for every follower
   v1::FollowerMessage message;
@@ -311,6 +324,10 @@ grpc::Status CrossNode::serveFollower(grpc::ServerContext* context, LeaderStream
     node = follower->node;
     epoch = epoch_;
   }
+  if (node.ranks().empty()) {  // a candidate: nothing of the job ran there
+    candidateLeft(follower);
+    return grpc::Status::OK;
+  }
   if (!stopping) {
     if (context->IsCancelled()) {
       nodeLost(node, epoch, "lost " + describeNode(node) + ": the daemon died or was cut off");
@@ -341,9 +358,10 @@ Status CrossNode::broadcast(const std::vector<coordinator::Response>& batch, uin
     if (!attached) {
       return deadlineExceeded("job '" + options_.job_id + "': not every node opened its coordination stream in time");
     }
-    for (auto& [rank, f] : followers_) followers.push_back(f);
+    followers = streamsLocked(/*candidates=*/false);
   }
   // Encoded once every follower is attached: all of them learn new cache ids.
+  std::lock_guard<std::mutex> order(order_mutex_);
   for (const auto& r : batch) *message.mutable_batch()->add_responses() = encode(r);
   const size_t bytes = message.ByteSizeLong();
   for (auto& f : followers) {
@@ -394,7 +412,7 @@ void CrossNode::announceFailure(const std::string& text, bool node_lost) {
     std::vector<std::shared_ptr<Follower>> followers;
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      for (auto& [rank, f] : followers_) followers.push_back(f);
+      followers = streamsLocked(/*candidates=*/true);  // their new ranks wait in vain otherwise
     }
     for (auto& f : followers) {
       std::lock_guard<std::mutex> lock(f->write_mutex);
@@ -464,7 +482,7 @@ void CrossNode::tick(CrossClock::time_point now) {
       std::lock_guard<std::mutex> lock(mutex_);
       if (stopping_) return;
       current_epoch = epoch_;
-      for (auto& [rank, f] : followers_) followers.emplace_back(f, f->node);
+      for (auto& f : streamsLocked(/*candidates=*/true)) followers.emplace_back(f, f->node);
     }
     v1::LeaderMessage beat;
     beat.mutable_heartbeat()->set_sent_ms(now_ms);
@@ -476,7 +494,8 @@ void CrossNode::tick(CrossClock::time_point now) {
         if (send) f->stream->Write(beat);
       }
       if (paused) f->last_heard_ms = now_ms;  // its silence was this daemon's pause
-      if (now_ms - f->last_heard_ms > kSilenceLimitMs) {
+      // A candidate holds nothing of the job yet: its stream's end is enough.
+      if (!node.ranks().empty() && now_ms - f->last_heard_ms > kSilenceLimitMs) {
         nodeLost(node, current_epoch, "lost " + describeNode(node) + ": silent for " +
                            std::to_string((now_ms - f->last_heard_ms) / 1000) + " s");
       }

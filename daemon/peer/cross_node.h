@@ -53,6 +53,7 @@ struct CrossNodeOptions {
   std::string data_plane_devices;  // UCX_NET_DEVICES for this job's transport (empty: all)
   bool elastic = false;            // a lost rank or node starts a new epoch (cross_node_elastic.cc)
   bool failover = false;           // elastic: a lost leader is replaced by quorum (cross_node_failover.cc)
+  int min_size = 0;                // elastic: an epoch with fewer ranks waits for joiners (NewEpoch.below_minimum)
 };
 
 class CrossNode {
@@ -82,6 +83,8 @@ class CrossNode {
 
   // Every local rank has registered: the node holding rank 0 leads, the
   // others join it (on a thread of their own; failures call on_failure).
+  // Elastic jobs: with no local rank, this node joins the running job as a
+  // candidate for the new ranks registered here (they wait to be admitted).
   void start(const std::vector<int>& local_ranks, const std::vector<int64_t>& pids);
   bool isLeader() const { return leader_; }
 
@@ -122,11 +125,11 @@ class CrossNode {
   // `epoch`, translated to the current numbering): survivors keep their
   // order, nodes left without ranks are removed (and refused as stale from
   // now on), the ring re-forms, the followers are told. Ends this node's
-  // transfers of the old epoch. Returns the change; NOT_FOUND when every
-  // lost rank is gone already; FAILED_PRECONDITION (nothing changed) when
-  // fewer than `min_size` ranks would remain or the leader would hold none.
-  StatusOr<v1::NewEpoch> beginEpoch(const std::vector<int>& lost, uint64_t epoch, const std::string& cause,
-                                    int min_size);
+  // transfers of the old epoch. Returns the change (below_minimum when
+  // fewer than the job's minimum remain: it waits for joiners); NOT_FOUND
+  // when every lost rank is gone already; FAILED_PRECONDITION (nothing
+  // changed) when the leader's node would hold no rank.
+  StatusOr<v1::NewEpoch> beginEpoch(const std::vector<int>& lost, uint64_t epoch, const std::string& cause);
   // Elect: a follower's vote for this daemon to lead (leader failover).
   StatusOr<v1::ElectResponse> acceptVote(const v1::ElectRequest& request);
   // Follower: a local rank of `epoch` crashed; the leader decides.
@@ -134,14 +137,18 @@ class CrossNode {
   // Leader: starts the next epoch with the ranks waiting to join: the
   // leader's own (`local`: its joiners' ids) and those the followers
   // reported, numbered after the current ranks in that order (with none
-  // left, an epoch all the same: the ranks were told one comes).
-  StatusOr<v1::NewEpoch> admitJoiners(const std::vector<uint64_t>& local, const std::string& barrier);
+  // left, an epoch all the same: the ranks were told one comes). `when`
+  // ends the cause: "at the commit 'x'".
+  StatusOr<v1::NewEpoch> admitJoiners(const std::vector<uint64_t>& local, const std::string& when);
   // Leader: a follower reported a rank waiting to join.
   bool hasPendingJoiners() const;
   // Follower: a new rank waits here to join (its stream is open), or left
   // before it was admitted.
   void reportJoiner(uint64_t id, int64_t pid, const std::string& description);
   void reportJoinerGone(uint64_t id);
+  // Follower: how many times it followed a new leader (failover); joiners
+  // reported to the old one are reported again.
+  uint64_t leaderChanges() const { return leader_changes_.load(); }
   // Leader: whether the asking node is still in the job (CheckMember).
   StatusOr<v1::CheckMemberResponse> checkMember(const v1::CheckMemberRequest& request) const;
   std::vector<v1::NodeInfo> members() const;
@@ -187,17 +194,25 @@ class CrossNode {
   // without `gone` (ranks of the current epoch) and with `joiners`; tells
   // the followers. See beginEpoch.
   StatusOr<v1::NewEpoch> nextEpoch(std::unique_lock<std::mutex>& lock, const std::vector<int>& gone,
-                                   const std::vector<PendingJoiner>& joiners, const std::string& cause, int min_size);
+                                   const std::vector<PendingJoiner>& joiners, const std::string& cause);
   // Leader: a follower's JoinerReady or JoinerGone.
   void joinerReport(Follower* follower, const v1::FollowerMessage& message);
+  // Leader: a node holding no rank asks to join the running job for its
+  // new ranks (JoinJobRequest.elastic_join): kept as a candidate.
+  StatusOr<v1::JoinJobResponse> acceptCandidate(const v1::JoinJobRequest& request);
+  // Leader: a candidate's stream ended before its ranks were admitted: it
+  // and its joiners are forgotten.
+  void candidateLeft(const std::shared_ptr<Follower>& candidate);
+  // Leader: the members' streams and, with `candidates`, the candidates'.
+  std::vector<std::shared_ptr<Follower>> streamsLocked(bool candidates) const;
   // Leader: `rank` of `epoch` in the current epoch's numbering (-1: gone).
   int translateLocked(int rank, uint64_t epoch) const;
   // A node's loss (`node` as in `epoch`): a new epoch (elastic) or the
   // job's failure.
   void nodeLost(const v1::NodeInfo& node, uint64_t epoch, const std::string& cause);
   // The housekeeping thread was not scheduled for a while (this daemon was
-  // paused): peers' silence is then this daemon's own doing. Housekeeping
-  // thread only.
+  // paused), or this is its first tick: peers' silence so far is then this
+  // daemon's own doing. Housekeeping thread only.
   bool selfPaused(CrossClock::time_point now);
 
   Status joinLeader(const v1::NodeInfo& self);
@@ -231,6 +246,7 @@ class CrossNode {
   std::set<std::string> votes_;          // candidate: voters for this daemon
   std::optional<v1::NewEpoch> took_over_;  // candidate: the epoch it leads
   uint64_t leading_from_ = 0;              // candidate: the epoch it takes over from (once chosen)
+  std::atomic<uint64_t> leader_changes_{0};  // follower: new leaders followed
 
   bool writeToLeader(const v1::FollowerMessage& message);
   // Follower: sends AbortJob to every other follower (asynchronously; the
@@ -258,6 +274,10 @@ class CrossNode {
   std::map<uint64_t, std::vector<int>> survivors_;  // leader: epoch E -> the ranks of E kept in E + 1
   std::map<std::string, std::string> removed_nodes_;  // leader: peer address -> why it was removed
   std::vector<PendingJoiner> pending_joiners_;        // leader: reported by followers, in order
+  // Leader: nodes that joined the running job for new ranks, not members
+  // until a commit admits those (by peer address; their stream, once open,
+  // gets heartbeats and failures, and the epoch that admits them).
+  std::map<std::string, std::shared_ptr<Follower>> candidates_;
   std::string nccl_id_;                            // set with members_ (empty: no NCCL at the leader)
   int self_cross_rank_ = -1;
   bool stopping_ = false;
@@ -270,6 +290,7 @@ class CrossNode {
 
   // Follower side.
   std::shared_ptr<grpc::Channel> channel_;
+  std::string channel_address_;  // channel_'s leader
   std::unique_ptr<grpc::ClientContext> stream_context_;  // with stream_
   std::unique_ptr<grpc::ClientReaderWriter<v1::FollowerMessage, v1::LeaderMessage>> stream_;
   std::mutex stream_mutex_;
@@ -285,6 +306,12 @@ class CrossNode {
   StatusOr<v1::Enqueue> expand(const v1::FollowerMessage::Request& request);  // leader
   mutable std::mutex cache_mutex_;
   ResponseCache cache_;
+  // Emptied at each epoch (elastic; the leader under order_mutex_).
+  void clearCache();
+  // Leader: a batch's encoding and its writes, and an epoch's cache reset
+  // and NewEpoch, happen in one order on every stream. Taken before any
+  // write_mutex, never with mutex_.
+  std::mutex order_mutex_;
   std::atomic<uint64_t> bytes_sent_{0}, bytes_received_{0}, messages_{0}, cache_hits_{0};
 
   // Data plane (created by the executor thread; stats read under mutex_).

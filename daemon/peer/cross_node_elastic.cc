@@ -15,15 +15,24 @@
 //    stale and its job fails there; its abort notices are refused by the
 //    others (acceptAbort), and its data-plane messages carry the old
 //    epoch's tags, which match nothing any more.
-//  - Losing the leader is not survived: the job fails on every node,
-//    naming the leader.
+//  - Fewer ranks than the job's minimum: the epoch is below_minimum (no
+//    rank is told its place) until joiners come, admitted at once.
+//  - A node without ranks of the job joins for its new ranks as a
+//    candidate (acceptCandidate) and becomes a member in the epoch that
+//    admits them.
+//  - Losing the leader fails the job on every node, naming it, unless
+//    leader failover is on (cross_node_failover.cc).
 #include <algorithm>
+#include <chrono>
+#include <thread>
 
 #include "daemon/common/logging.h"
 #include "daemon/peer/cross_node.h"
 
 namespace gradsync::peer {
 namespace {
+
+constexpr auto kAskRetryDelay = std::chrono::milliseconds(50);
 
 std::vector<int> ranksOf(const v1::NodeInfo& node) { return {node.ranks().begin(), node.ranks().end()}; }
 
@@ -46,8 +55,7 @@ int CrossNode::translateLocked(int rank, uint64_t epoch) const {
   return rank;
 }
 
-StatusOr<v1::NewEpoch> CrossNode::beginEpoch(const std::vector<int>& lost, uint64_t epoch, const std::string& cause,
-                                             int min_size) {
+StatusOr<v1::NewEpoch> CrossNode::beginEpoch(const std::vector<int>& lost, uint64_t epoch, const std::string& cause) {
   std::unique_lock<std::mutex> lock(mutex_);
   if (members_.empty()) return failedPrecondition("job '" + options_.job_id + "' has not formed yet");
   std::vector<int> gone;
@@ -56,10 +64,10 @@ StatusOr<v1::NewEpoch> CrossNode::beginEpoch(const std::vector<int>& lost, uint6
     if (now >= 0) gone.push_back(now);
   }
   if (gone.empty()) return notFound("job '" + options_.job_id + "': the lost ranks are gone already");
-  return nextEpoch(lock, gone, {}, cause, min_size);
+  return nextEpoch(lock, gone, {}, cause);
 }
 
-StatusOr<v1::NewEpoch> CrossNode::admitJoiners(const std::vector<uint64_t>& local, const std::string& barrier) {
+StatusOr<v1::NewEpoch> CrossNode::admitJoiners(const std::vector<uint64_t>& local, const std::string& when) {
   std::unique_lock<std::mutex> lock(mutex_);
   std::vector<PendingJoiner> joiners;
   for (uint64_t id : local) joiners.push_back({options_.self_address, id});
@@ -69,10 +77,8 @@ StatusOr<v1::NewEpoch> CrossNode::admitJoiners(const std::vector<uint64_t>& loca
   // Every rank was told this commit admits joiners and waits for the new
   // epoch: it comes even when the joiners left meanwhile.
   return nextEpoch(lock, {}, joiners,
-                   joiners.empty() ? "the commit '" + barrier + "' was to admit new ranks, which left meanwhile"
-                                   : "admitted " + std::to_string(joiners.size()) + " new ranks at the commit '" +
-                                         barrier + "'",
-                   0);
+                   joiners.empty() ? "new ranks were to join " + when + ", and left meanwhile"
+                                   : "admitted " + std::to_string(joiners.size()) + " new ranks " + when);
 }
 
 void CrossNode::joinerReport(Follower* follower, const v1::FollowerMessage& message) {
@@ -91,14 +97,67 @@ void CrossNode::joinerReport(Follower* follower, const v1::FollowerMessage& mess
          options_.job_id, message.joiner_ready().description(), address, pending_joiners_.size());
 }
 
+StatusOr<v1::JoinJobResponse> CrossNode::acceptCandidate(const v1::JoinJobRequest& request) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const std::string& address = request.node().peer_address();
+  if (!options_.elastic) {
+    return failedPrecondition("job '" + options_.job_id + "' is not elastic: " + describeNode(request.node()) +
+                              " cannot join it");
+  }
+  if (members_.empty()) return notFound("job '" + options_.job_id + "' has not formed yet");  // retried
+  if (!request.node().ranks().empty()) {
+    return invalidArgument("job '" + options_.job_id + "': a node joining the running job holds no rank yet");
+  }
+  if (std::any_of(members_.begin(), members_.end(), [&](const v1::NodeInfo& n) { return n.peer_address() == address; })) {
+    return alreadyExists("job '" + options_.job_id + "': " + address + " is a node of the job already");
+  }
+  // A node removed earlier (its last rank died) comes back as a new one.
+  removed_nodes_.erase(address);
+  auto candidate = std::make_shared<Follower>();
+  candidate->node = request.node();
+  candidate->node.set_cross_rank(-1);
+  candidates_[address] = candidate;  // a second join replaces the first
+  GS_LOG(control, info, "job '{}': node {} (host {}) joins the running job for new ranks (a candidate until they "
+         "are admitted)", options_.job_id, address, request.node().hostname());
+  v1::JoinJobResponse response;
+  response.set_epoch(epoch_);
+  for (const auto& node : members_) *response.add_nodes() = node;
+  return response;
+}
+
+void CrossNode::candidateLeft(const std::shared_ptr<Follower>& candidate) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const std::string address = candidate->node.peer_address();
+  auto it = candidates_.find(address);
+  if (it == candidates_.end() || it->second != candidate) return;
+  candidates_.erase(it);
+  pending_joiners_.erase(std::remove_if(pending_joiners_.begin(), pending_joiners_.end(),
+                                        [&](const PendingJoiner& j) { return j.peer_address == address; }),
+                         pending_joiners_.end());
+  GS_LOG(control, info, "job '{}': candidate node {} left before its ranks were admitted", options_.job_id, address);
+}
+
+std::vector<std::shared_ptr<CrossNode::Follower>> CrossNode::streamsLocked(bool candidates) const {
+  std::vector<std::shared_ptr<Follower>> streams;
+  for (const auto& [cross_rank, f] : followers_) streams.push_back(f);
+  if (candidates) {
+    for (const auto& [address, f] : candidates_) streams.push_back(f);
+  }
+  return streams;
+}
+
+void CrossNode::clearCache() {
+  std::lock_guard<std::mutex> lock(cache_mutex_);
+  cache_.clear();
+}
+
 bool CrossNode::hasPendingJoiners() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return !pending_joiners_.empty();
 }
 
 StatusOr<v1::NewEpoch> CrossNode::nextEpoch(std::unique_lock<std::mutex>& lock, const std::vector<int>& gone,
-                                            const std::vector<PendingJoiner>& joiners, const std::string& cause,
-                                            int min_size) {
+                                            const std::vector<PendingJoiner>& joiners, const std::string& cause) {
   std::vector<int> all;
   for (const auto& node : members_) all.insert(all.end(), node.ranks().begin(), node.ranks().end());
   std::sort(all.begin(), all.end());
@@ -106,17 +165,19 @@ StatusOr<v1::NewEpoch> CrossNode::nextEpoch(std::unique_lock<std::mutex>& lock, 
   for (int rank : all) {
     if (std::find(gone.begin(), gone.end(), rank) == gone.end()) survivors.push_back(rank);
   }
-  if (static_cast<int>(survivors.size()) < min_size) {
-    return failedPrecondition(cause + "; only " + std::to_string(survivors.size()) + " of " +
-                              std::to_string(all.size()) + " ranks remain, fewer than the job's minimum of " +
-                              std::to_string(min_size));
-  }
   const auto renumbered = [&](int rank) {
     return static_cast<int>(std::lower_bound(survivors.begin(), survivors.end(), rank) - survivors.begin());
   };
   v1::NewEpoch change;
   std::vector<v1::NodeInfo> nodes;
-  for (const auto& node : members_) {
+  // Candidates with a joiner to admit become members, after the others.
+  std::vector<v1::NodeInfo> placed = members_;
+  for (const auto& [address, f] : candidates_) {
+    const bool admits = std::any_of(joiners.begin(), joiners.end(),
+                                    [&](const PendingJoiner& j) { return j.peer_address == address; });
+    if (admits) placed.push_back(f->node);
+  }
+  for (const auto& node : placed) {
     v1::NodeInfo next = node;
     next.clear_ranks();
     next.clear_pids();
@@ -155,6 +216,7 @@ StatusOr<v1::NewEpoch> CrossNode::nextEpoch(std::unique_lock<std::mutex>& lock, 
   change.set_cause(cause);
   for (int rank : survivors) change.add_survivors(rank);
   for (const auto& node : nodes) *change.add_nodes() = node;
+  change.set_below_minimum(change.survivors_size() + change.admitted_size() < options_.min_size);
   members_ = std::move(nodes);
   // The old epoch's transfers on this node end now (ring() lifts it).
   if (transport_ && transfers_aborted_.empty()) transport_->abort("the job moved to epoch " + std::to_string(epoch_));
@@ -176,14 +238,34 @@ StatusOr<v1::NewEpoch> CrossNode::nextEpoch(std::unique_lock<std::mutex>& lock, 
     followers[it->cross_rank()] = f;
     kept.push_back(f);
   }
+  for (auto it = candidates_.begin(); it != candidates_.end();) {
+    auto member = std::find_if(members_.begin(), members_.end(),
+                               [&](const v1::NodeInfo& n) { return n.peer_address() == it->first; });
+    if (member == members_.end()) {
+      ++it;
+      continue;
+    }
+    GS_LOG(control, info, "job '{}': node {} joins the job at epoch {} as node {}", options_.job_id, it->first, epoch_,
+           member->cross_rank());
+    it->second->node = *member;
+    followers[member->cross_rank()] = it->second;
+    kept.push_back(it->second);
+    it = candidates_.erase(it);
+  }
   followers_ = std::move(followers);
   lock.unlock();
   formed_cv_.notify_all();
   v1::LeaderMessage message;
   *message.mutable_new_epoch() = change;
-  for (auto& f : kept) {
-    std::lock_guard<std::mutex> write_lock(f->write_mutex);
-    if (f->stream) f->stream->Write(message);
+  {
+    // Every stream sees the batches encoded with the old cache before the
+    // NewEpoch, and those encoded with the new one after it.
+    std::lock_guard<std::mutex> order(order_mutex_);
+    clearCache();
+    for (auto& f : kept) {
+      std::lock_guard<std::mutex> write_lock(f->write_mutex);
+      if (f->stream) f->stream->Write(message);
+    }
   }
   for (auto& [f, why] : removed) {
     GS_LOG(control, warn, "job '{}': {}", options_.job_id, why);
@@ -206,6 +288,7 @@ void CrossNode::applyNewEpoch(const v1::NewEpoch& change) {
       epoch_ = change.epoch();
       members_.assign(change.nodes().begin(), change.nodes().end());
       self_cross_rank_ = self->cross_rank();
+      clearCache();  // as the leader did before it sent the change
       if (transport_ && transfers_aborted_.empty()) {
         transport_->abort("the job moved to epoch " + std::to_string(epoch_));
       }
@@ -263,11 +346,29 @@ std::string CrossNode::askIfRemoved() {
   request.set_job_id(options_.job_id);
   request.set_token(options_.token);
   request.set_peer_address(options_.self_address);
+  // A channel of its own: the stream's channel may be what broke (this
+  // daemon was paused and its keepalive watchdog fired), and a call on a
+  // connection that is going down fails with the same transport error.
+  // The question is asked again until the deadline.
+  auto stub = v1::Peer::NewStub(grpc::CreateChannel(
+      channel_address_, options_.credentials ? options_.credentials : grpc::InsecureChannelCredentials()));
+  const auto deadline = std::chrono::system_clock::now() + std::chrono::seconds(2);
   v1::CheckMemberResponse response;
-  grpc::ClientContext context;
-  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
-  const grpc::Status status = v1::Peer::NewStub(channel_)->CheckMember(&context, request, &response);
-  if (!status.ok() || response.member()) return "";
+  grpc::Status status;
+  for (;;) {
+    grpc::ClientContext context;
+    context.set_deadline(deadline);
+    context.set_wait_for_ready(true);
+    status = stub->CheckMember(&context, request, &response);
+    if (status.ok() || std::chrono::system_clock::now() + kAskRetryDelay >= deadline) break;
+    std::this_thread::sleep_for(kAskRetryDelay);
+  }
+  if (!status.ok()) {
+    GS_LOG(control, warn, "job '{}': could not ask the leader {} whether this node is still a member: {}",
+           options_.job_id, channel_address_, status.error_message());
+    return "";
+  }
+  if (response.member()) return "";
   return response.removed().empty() ? "this node is no longer in job '" + options_.job_id + "' (the leader is at epoch " +
                                           std::to_string(response.epoch()) + "): refused as stale"
                                     : response.removed();
@@ -302,7 +403,9 @@ void CrossNode::nodeLost(const v1::NodeInfo& node, uint64_t epoch, const std::st
 }
 
 bool CrossNode::selfPaused(CrossClock::time_point now) {
-  const bool paused = last_tick_ != CrossClock::time_point() &&
+  // The first tick counts as after a pause: this daemon may have been
+  // stopped between joining and it, so the silence clocks start here.
+  const bool paused = last_tick_ == CrossClock::time_point() ||
                       now - last_tick_ > std::chrono::milliseconds(kSilenceLimitMs / 2);
   last_tick_ = now;
   return paused;

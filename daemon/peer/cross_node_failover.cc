@@ -59,7 +59,9 @@ StatusOr<bool> CrossNode::failover(const std::string& cause) {
     if (answer.isOk()) {
       applyNewEpoch(answer->change());
       channel_ = leaderChannel(candidate.peer_address());  // CheckMember asks the new leader too
+      channel_address_ = candidate.peer_address();
       openStream(v1::Peer::NewStub(channel_).get());
+      leader_changes_.fetch_add(1);
       GS_LOG(control, warn, "job '{}': follows the new leader {} at epoch {}", options_.job_id,
              describeNode(candidate), answer->change().epoch());
       return false;
@@ -158,7 +160,7 @@ StatusOr<v1::NewEpoch> CrossNode::takeOver(std::unique_lock<std::mutex>& lock) {
   GS_LOG(control, warn, "job '{}': {} takes over as leader (a majority voted) in place of {}", options_.job_id,
          options_.self_address, describeNode(lost));
   return nextEpoch(lock, gone, {}, "lost the leader " + describeNode(lost) + "; " + options_.self_address +
-                                        " leads by a majority vote", 0);
+                                        " leads by a majority vote");
 }
 
 }  // namespace gradsync::peer

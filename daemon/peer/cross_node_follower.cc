@@ -14,6 +14,7 @@ Status CrossNode::joinLeader(const v1::NodeInfo& self) {
                               "(GRADSYNC_LEADER)");
   }
   channel_ = leaderChannel(options_.leader_address);
+  channel_address_ = options_.leader_address;
   auto stub = v1::Peer::NewStub(channel_);
   v1::JoinJobRequest request;
   request.set_job_id(options_.job_id);
@@ -24,6 +25,7 @@ Status CrossNode::joinLeader(const v1::NodeInfo& self) {
     for (int r : set) spec->add_ranks(r);
   }
   *request.mutable_node() = self;
+  request.set_elastic_join(options_.elastic && self.ranks().empty());
   const auto deadline = CrossClock::now() + options_.join_timeout;
   grpc::Status last;
   bool reached = false;  // the leader's daemon accepted a connection once
@@ -58,6 +60,7 @@ Status CrossNode::joinLeader(const v1::NodeInfo& self) {
     join_call_ = nullptr;
     if (last.ok()) {
       members_.assign(response.nodes().begin(), response.nodes().end());
+      epoch_ = std::max<uint64_t>(1, response.epoch());  // a candidate joins a running job
       nccl_id_ = response.nccl_unique_id();
       for (const auto& node : members_) {
         if (node.peer_address() == options_.self_address) self_cross_rank_ = node.cross_rank();
@@ -81,8 +84,13 @@ Status CrossNode::joinLeader(const v1::NodeInfo& self) {
                        last.error_message());
   }
   openStream(stub.get());
-  GS_LOG(control, info, "job '{}': joined the leader at {} as node {}", options_.job_id, options_.leader_address,
-         self_cross_rank_);
+  if (self.ranks().empty()) {
+    GS_LOG(control, info, "job '{}': joined the running job (epoch {}) at {} as a candidate node: its new ranks wait "
+           "for the next commit", options_.job_id, epoch(), options_.leader_address);
+  } else {
+    GS_LOG(control, info, "job '{}': joined the leader at {} as node {}", options_.job_id, options_.leader_address,
+           self_cross_rank_);
+  }
   return okStatus();
 }
 
@@ -111,6 +119,7 @@ void CrossNode::openStream(v1::Peer::Stub* stub) {
   hello.mutable_hello()->set_job_id(options_.job_id);
   hello.mutable_hello()->set_token(options_.token);
   hello.mutable_hello()->set_cross_rank(cross_rank);
+  hello.mutable_hello()->set_peer_address(options_.self_address);
   stream_->Write(hello);
   for (const auto& m : backlog_) stream_->Write(m);
   backlog_.clear();

@@ -45,6 +45,12 @@ std::pair<uint64_t, bool> ResponseCache::assign(const coordinator::Response& res
   return {id, true};
 }
 
+void ResponseCache::clear() {
+  by_signature_.clear();
+  responses_.clear();
+  by_request_.clear();
+}
+
 void ResponseCache::remember(uint64_t id, const coordinator::Response& response) {
   if (id == 0 || responses_.size() >= capacity_) return;
   responses_[id] = response;

@@ -32,6 +32,9 @@ class ResponseCache {
   // Follower: the id under which the leader holds a response containing a
   // request of `request.rank` with `request`'s metadata, or 0.
   uint64_t idFor(const coordinator::Request& request) const;
+  // Forgets every entry (a new epoch of an elastic job: ranks were
+  // renumbered, and a node that joins knows none). Ids are not reused.
+  void clear();
 
   // Metadata of one request, without its per-step handle and offset.
   static std::string signature(const coordinator::Request& request);

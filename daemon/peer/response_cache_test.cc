@@ -41,6 +41,21 @@ TEST(ResponseCacheTest, SameMetadataSameIdAcrossStepsAndFollowerFindsIt) {
   EXPECT_EQ(follower.find(id)->name, "w");
 }
 
+// A new epoch empties both sides; the same metadata then travels in full
+// again, under an id never used before.
+TEST(ResponseCacheTest, ClearedCacheForgetsEverythingAndNeverReusesAnId) {
+  ResponseCache leader(100), follower(100);
+  const uint64_t id = leader.assign(response("w", 8, 10)).first;
+  follower.remember(id, response("w", 8, 10));
+  leader.clear();
+  follower.clear();
+  EXPECT_EQ(follower.find(id), nullptr);
+  EXPECT_EQ(follower.idFor(response("w", 8, 30).requests[0].value()), 0u);
+  auto [again, fresh] = leader.assign(response("w", 8, 20));
+  EXPECT_TRUE(fresh);
+  EXPECT_GT(again, id);
+}
+
 TEST(ResponseCacheTest, ChangedMetadataIsNotAHit) {
   ResponseCache cache(100);
   auto first = cache.assign(response("w", 8, 10));

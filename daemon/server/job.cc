@@ -65,6 +65,7 @@ Job::Job(JobSpec spec, JobLimits limits, executor::ReducePool* pool)
     if (limits_.nccl) options.make_nccl_id = [nccl = limits_.nccl] { return nccl->uniqueId(); };
     options.elastic = spec_.elastic;
     options.failover = spec_.elastic && limits_.leader_failover;
+    options.min_size = spec_.min_size;
     peer::CrossNode::Hooks hooks;
     hooks.on_batch = [this](std::vector<coordinator::Response> batch, uint64_t sequence, uint64_t epoch) {
       onRemoteBatch(std::move(batch), sequence, epoch);
@@ -387,11 +388,13 @@ void Job::housekeeping(Clock::time_point now) {
   if (spec_.elastic && cross_) reportJoiners();
   if (spec_.elastic) {
     Outbox outbox;
+    std::string failure;
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      fillEpochLocked(now, &outbox);
+      failure = fillEpochLocked(now, &outbox);
     }
     flush(&outbox);
+    if (!failure.empty()) failJob(failure, /*node_lost=*/false);
   }
   // Who holds the ranks of other nodes, for stall messages: the membership,
   // fixed once the job formed, taken once (before mutex_: the cross-node

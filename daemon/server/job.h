@@ -41,6 +41,10 @@ struct JobSpec {
   bool elastic = false;                        // a lost rank starts a new epoch (job_elastic.cc)
   int min_size = 0;                            // elastic: the least size it goes on at
   Clock::duration elastic_timeout = std::chrono::seconds(600);  // elastic: the longest wait below min_size
+  // Elastic, across daemons: made for a new rank on a node the running job
+  // does not hold yet (local_size 0); the node joins the job as a candidate
+  // once that rank registered (job_elastic_cross.cc).
+  bool joins_running = false;
 };
 
 struct JobLimits {
@@ -149,6 +153,8 @@ class Job : private executor::RankAccess {
   int nodeCount() const override;
   Status crossNodeBroadcast(void* data, size_t bytes, int root_rank) override;
   Status crossNodeAllgather(uint8_t* buffer, const std::vector<std::vector<collective::Range>>& owned) override;
+  Status crossNodeReduceScatter(const void* input, void* data, DataType dtype, ReduceOp op,
+                                const std::vector<std::vector<collective::ElementRange>>& owned) override;
 
   // What validateEnqueue needs to check a request of `rank` (`remote`: a
   // rank on another node, whose range that node checked).
@@ -207,9 +213,19 @@ class Job : private executor::RankAccess {
   // Applies the leader's `change` here. Needs mutex_. Returns the ranks
   // admitted for joiners of this node that have left meanwhile.
   std::vector<int> applyNewEpochLocked(const v1::NewEpoch& change, Outbox* outbox);
-  // Leader: a commit barrier that admits joiners completed; the next epoch
-  // takes them in on every node. Needs mutex_.
-  void admitAcrossLocked(const std::string& barrier, Outbox* outbox);
+  // Leader: a commit barrier that admits joiners completed (or the epoch
+  // waits below the minimum and joiners came); the next epoch takes them
+  // in on every node. `when` ends the cause ("at the commit 'x'"). Needs mutex_.
+  void admitAcrossLocked(const std::string& when, Outbox* outbox);
+  // Leader, the epoch below the minimum: admits the joiners there are, or
+  // returns why the job fails (the elastic timeout passed; empty: it
+  // waits on). Needs mutex_.
+  std::string fillAcrossLocked(Clock::time_point now, Outbox* outbox);
+  // "the elastic job stayed below its minimum ... for N s ...". Needs mutex_.
+  std::string belowMinimumFailure(Clock::time_point now) const;
+  // Leader: a joiner waits to be admitted, here (stream open) or reported
+  // by a follower. Needs mutex_.
+  bool joinersWaitingLocked() const;
   // The first commit barrier of the leader's batch admits the waiting
   // joiners (local or reported by followers) when there are any. Needs mutex_.
   void markAdmissionLocked(std::vector<coordinator::Response>* batch);
@@ -224,8 +240,10 @@ class Job : private executor::RankAccess {
   // Tells every rank its place in the current epoch. Needs mutex_.
   void announceEpochLocked(const std::string& cause, Outbox* outbox);
   // Below min_size: admits joiners whose stream is open; announces the
-  // epoch once it is full, or fails the job after elastic_timeout.
-  void fillEpochLocked(Clock::time_point now, Outbox* outbox);
+  // epoch once it is full, or fails the job after elastic_timeout. Across
+  // daemons the leader does (fillAcrossLocked), and the failure it returns
+  // is for the caller to announce (failJob). Needs mutex_.
+  std::string fillEpochLocked(Clock::time_point now, Outbox* outbox);
   // An elastic rank's enqueue of another epoch (or of a joiner not yet
   // admitted): fails it (retriable). Needs mutex_; true when it did.
   bool refuseStaleEpochLocked(const std::shared_ptr<Session>& session, const v1::Enqueue& enqueue, Outbox* outbox);
@@ -236,6 +254,8 @@ class Job : private executor::RankAccess {
   static bool isCommitBarrier(const coordinator::Response& response);
   // Tells the ranks waiting to join that the job will not take them. Needs mutex_.
   void refuseJoinersLocked(const std::string& cause, Outbox* outbox);
+  // The same, and the ranks (which may wait in rejoin) that the job failed. Needs mutex_.
+  void refuseAllLocked(const std::string& cause, Outbox* outbox);
   // Fails `request` with `status`, queueing its Done in `outbox`. Needs mutex_.
   // `membership_changed`: the Done says the failure is retriable.
   void failRequestLocked(const coordinator::Request& request, const Status& status, Outbox* outbox,
@@ -294,6 +314,7 @@ class Job : private executor::RankAccess {
   std::vector<v1::EpochChange> history_;
   std::vector<std::shared_ptr<Session>> joiners_;  // registered, waiting for a commit
   std::set<uint64_t> reported_joiners_;            // follower: session ids told to the leader
+  uint64_t leader_changes_seen_ = 0;               // follower: the leader reported_joiners_ went to (leaderChanges())
   std::map<uint64_t, Clock::time_point> stopped_since_;  // housekeeping thread: session id -> first seen stopped
   std::optional<Clock::time_point> below_min_since_;  // the current epoch waits for joiners
   Clock::time_point epoch_started_ = Clock::now();     // for the history's recovery time

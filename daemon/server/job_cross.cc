@@ -87,6 +87,7 @@ void Job::failJob(const std::string& cause, bool node_lost) {
     // A lost node (or data plane) also ends what was negotiated: it cannot
     // run any more. A rank that left elsewhere only ends what waits for it.
     failAllLocked(aborted("job '" + spec_.job_id + "': " + cause), &outbox, /*keep_negotiated=*/!node_lost);
+    if (spec_.elastic) refuseAllLocked(failure_, &outbox);
   }
   grant_cv_.notify_all();
   if (cross_) {
@@ -143,6 +144,15 @@ Status Job::crossNodeAllreduce(void* data, size_t count, DataType dtype, ReduceO
   BusyTimer busy(&ring_busy_ns_);
   executor::PhaseScope phase(*this, "CROSS_NODE_ALLREDUCE");
   Status status = collective::ringAllreduce(ring, data, count, dtype, op, &ring_scratch_);
+  return status.isOk() ? status : ringFailed(status);
+}
+
+Status Job::crossNodeReduceScatter(const void* input, void* data, DataType dtype, ReduceOp op,
+                                   const std::vector<std::vector<collective::ElementRange>>& owned) {
+  ASSIGN_OR_RETURN(auto ring, cross_->ring(ring_sequence_, Clock::now() + limits_.transfer_timeout, batch_epoch_));
+  BusyTimer busy(&ring_busy_ns_);
+  executor::PhaseScope phase(*this, "CROSS_NODE_REDUCESCATTER");
+  Status status = collective::ringReduceScatter(ring, input, data, dtype, op, owned, &ring_scratch_);
   return status.isOk() ? status : ringFailed(status);
 }
 

@@ -30,7 +30,9 @@ Status Job::addJoiner(std::shared_ptr<Session> session) {
   if (!spec_.elastic) return failedPrecondition("job '" + spec_.job_id + "' is not elastic: it takes no new ranks");
   if (!failure_.empty()) return failedPrecondition("job '" + spec_.job_id + "' has failed: " + failure_);
   if (stopping_) return unavailable("job '" + spec_.job_id + "' is stopping");
-  if (sessions_.empty()) return failedPrecondition("job '" + spec_.job_id + "' has no ranks left to join");
+  if (sessions_.empty() && !spec_.joins_running) {
+    return failedPrecondition("job '" + spec_.job_id + "' has no ranks left to join");
+  }
   joiners_.push_back(std::move(session));
   GS_LOG(control, info, "job '{}': a rank waits to join at the next commit ({} waiting)", spec_.job_id,
          joiners_.size());
@@ -158,8 +160,16 @@ void Job::announceEpochLocked(const std::string& cause, Outbox* outbox) {
   }
 }
 
-void Job::fillEpochLocked(Clock::time_point now, Outbox* outbox) {
-  if (!below_min_since_ || !failure_.empty() || stopping_) return;
+std::string Job::belowMinimumFailure(Clock::time_point now) const {
+  const auto waited = std::chrono::duration_cast<std::chrono::seconds>(now - *below_min_since_).count();
+  return "the elastic job stayed below its minimum of " + std::to_string(spec_.min_size) + " ranks for " +
+         std::to_string(waited) + " s (" + std::to_string(size_.load()) + " ranks, no new rank came; last change: " +
+         history_.back().cause() + ")";
+}
+
+std::string Job::fillEpochLocked(Clock::time_point now, Outbox* outbox) {
+  if (!below_min_since_ || !failure_.empty() || stopping_) return "";
+  if (cross_) return fillAcrossLocked(now, outbox);
   const int admitted = admitReadyJoinersLocked();
   const int size = static_cast<int>(sessions_.size());
   if (admitted > 0) {
@@ -173,19 +183,21 @@ void Job::fillEpochLocked(Clock::time_point now, Outbox* outbox) {
     GS_LOG(control, warn, "job '{}': epoch {} has {} ranks again (minimum {}): it goes on", spec_.job_id, epoch_, size,
            spec_.min_size);
     announceEpochLocked(history_.back().cause(), outbox);
-    return;
+    return "";
   }
-  if (now - *below_min_since_ < spec_.elastic_timeout) return;
-  const auto waited = std::chrono::duration_cast<std::chrono::seconds>(now - *below_min_since_).count();
-  failure_ = "the elastic job stayed below its minimum of " + std::to_string(spec_.min_size) + " ranks for " +
-             std::to_string(waited) + " s (" + std::to_string(size) + " ranks, no new rank came; last loss: " +
-             history_.back().cause() + ")";
+  if (now - *below_min_since_ < spec_.elastic_timeout) return "";
+  failure_ = belowMinimumFailure(now);
   GS_LOG(control, warn, "job '{}' failed: {}", spec_.job_id, failure_);
   failAllLocked(aborted("job '" + spec_.job_id + "': " + failure_), outbox);
-  refuseJoinersLocked(failure_, outbox);
-  // The survivors wait in rejoin: the refusal ends it with the cause.
+  refuseAllLocked(failure_, outbox);
+  return "";
+}
+
+void Job::refuseAllLocked(const std::string& cause, Outbox* outbox) {
+  refuseJoinersLocked(cause, outbox);
+  // The survivors may wait in rejoin: the refusal ends it with the cause.
   for (const auto& [rank, session] : sessions_) {
-    outbox->emplace_back(session, refusal("job '" + spec_.job_id + "': " + failure_));
+    outbox->emplace_back(session, refusal("job '" + spec_.job_id + "': " + cause));
   }
 }
 

@@ -19,7 +19,7 @@ namespace gradsync::server {
 
 std::string Job::leadEpochLocked(const std::vector<int>& ranks, uint64_t epoch, const std::string& cause,
                                  Outbox* outbox) {
-  auto change = cross_->beginEpoch(ranks, epoch, cause, spec_.min_size);
+  auto change = cross_->beginEpoch(ranks, epoch, cause);
   if (!change.isOk()) {
     // NOT_FOUND: another report of the same loss came first.
     return change.status().code() == StatusCode::kNotFound ? "" : change.status().message();
@@ -56,9 +56,16 @@ std::vector<int> Job::applyNewEpochLocked(const v1::NewEpoch& change, Outbox* ou
     reported_joiners_.erase(entry.joiner_id());
     joiners_.erase(joiner);
   }
+  // Below the minimum no rank is told its place: they wait (in rejoin) for
+  // the epoch that admits enough joiners, or for the leader's timeout.
   enterEpochLocked(change.epoch(), {change.survivors().begin(), change.survivors().end()}, admitted,
                    change.survivors_size() + change.admitted_size(), size_.load(), change.cause(), outbox,
-                   /*announce=*/true);
+                   /*announce=*/!change.below_minimum());
+  if (!change.below_minimum()) {
+    below_min_since_.reset();
+  } else if (!below_min_since_) {
+    below_min_since_ = Clock::now();
+  }
   return vanished;
 }
 
@@ -69,8 +76,9 @@ void Job::onNewEpoch(const v1::NewEpoch& change) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (!failure_.empty() || stopping_ || change.epoch() <= epoch_) return;
-    // Survivors are numbered as in the epoch before: only the next one applies.
-    if (change.epoch() != epoch_ + 1) {
+    // Survivors are numbered as in the epoch before: only the next one
+    // applies, unless this node held no rank (it joins the job now).
+    if (change.epoch() != epoch_ + 1 && !sessions_.empty()) {
       gap = "job '" + spec_.job_id + "': the leader moved from epoch " + std::to_string(epoch_) + " to " +
             std::to_string(change.epoch()) + " without telling this node the epochs between";
     } else {
@@ -86,11 +94,14 @@ void Job::onNewEpoch(const v1::NewEpoch& change) {
   }
 }
 
+bool Job::joinersWaitingLocked() const {
+  return cross_->hasPendingJoiners() ||
+         std::any_of(joiners_.begin(), joiners_.end(), [](const auto& j) { return j->streamAttached(); });
+}
+
 void Job::markAdmissionLocked(std::vector<coordinator::Response>* batch) {
   if (!spec_.elastic || !cross_ || !failure_.empty() || stopping_) return;
-  const bool waiting = cross_->hasPendingJoiners() ||
-                       std::any_of(joiners_.begin(), joiners_.end(), [](const auto& j) { return j->streamAttached(); });
-  if (!waiting) return;
+  if (!joinersWaitingLocked()) return;
   for (auto& response : *batch) {
     if (!isCommitBarrier(response)) continue;
     response.admits_joiners = true;
@@ -98,18 +109,27 @@ void Job::markAdmissionLocked(std::vector<coordinator::Response>* batch) {
   }
 }
 
-void Job::admitAcrossLocked(const std::string& barrier, Outbox* outbox) {
+void Job::admitAcrossLocked(const std::string& when, Outbox* outbox) {
   std::vector<uint64_t> local;
   for (const auto& joiner : joiners_) {
     if (joiner->streamAttached()) local.push_back(joiner->id());
   }
-  auto change = cross_->admitJoiners(local, barrier);
+  auto change = cross_->admitJoiners(local, when);
   if (!change.isOk()) {
-    GS_LOG(control, warn, "job '{}': the commit '{}' was to admit new ranks: {}", spec_.job_id, barrier,
-           change.status().message());
+    GS_LOG(control, warn, "job '{}': new ranks were to join {}: {}", spec_.job_id, when, change.status().message());
     return;
   }
   applyNewEpochLocked(*change, outbox);
+}
+
+std::string Job::fillAcrossLocked(Clock::time_point now, Outbox* outbox) {
+  if (!cross_->isLeader()) return "";  // the leader decides; a lost leader is noticed on its own
+  if (joinersWaitingLocked()) {
+    admitAcrossLocked("while the job was below its minimum of " + std::to_string(spec_.min_size) + " ranks", outbox);
+    return "";
+  }
+  if (now - *below_min_since_ < spec_.elastic_timeout) return "";
+  return belowMinimumFailure(now);
 }
 
 void Job::reportJoiners() {
@@ -117,6 +137,11 @@ void Job::reportJoiners() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (!cross_ || cross_->isLeader() || !failure_.empty() || stopping_) return;
+    // A new leader (failover) knows none of them.
+    if (cross_->leaderChanges() != leader_changes_seen_) {
+      leader_changes_seen_ = cross_->leaderChanges();
+      reported_joiners_.clear();
+    }
     for (const auto& joiner : joiners_) {
       if (joiner->streamAttached() && reported_joiners_.insert(joiner->id()).second) ready.push_back(joiner);
     }

@@ -143,7 +143,7 @@ void Job::complete(const coordinator::Response& response, const executor::Respon
         1, std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - epoch_started_).count()));
   }
   if (admit && cross_) {
-    if (cross_->isLeader()) admitAcrossLocked(response.name, outbox);  // the followers hear of it from the leader
+    if (cross_->isLeader()) admitAcrossLocked("at the commit '" + response.name + "'", outbox);  // the followers hear of it from the leader
   } else if (admit) {
     const auto ready = std::count_if(joiners_.begin(), joiners_.end(), [](const auto& j) { return j->streamAttached(); });
     changeEpochLocked("admitted " + std::to_string(ready) + " new ranks at the commit '" + response.name + "'", outbox,

@@ -146,14 +146,19 @@ StatusOr<std::shared_ptr<Session>> JobRegistry::registerLocked(const v1::Registe
   std::shared_ptr<Job> job;
   if (request.elastic_join()) {
     // A new rank for a running elastic job: admitted at its next commit.
-    if (it == jobs_.end()) return notFound("no job '" + request.job_id() + "' on this daemon to join");
-    if (!constantTimeEqual(it->second->spec().token, request.token())) {
-      return unauthenticated("job '" + request.job_id() + "': token does not match the job's token");
+    if (it == jobs_.end()) {
+      ASSIGN_OR_RETURN(job, joinRunningJob(request));
+    } else {
+      job = it->second;
+      if (!constantTimeEqual(job->spec().token, request.token())) {
+        return unauthenticated("job '" + request.job_id() + "': token does not match the job's token");
+      }
     }
     RankIdentity identity{request.job_id(), -1, 0, -1, 0, request.hostname(), request.client_version()};
     auto session = std::make_shared<Session>(id, secret, std::move(identity));
-    RETURN_IF_ERROR(it->second->addJoiner(session));
-    sessions_[id] = SessionEntry{session, it->second, Clock::now()};
+    RETURN_IF_ERROR(job->addJoiner(session));
+    jobs_[request.job_id()] = job;
+    sessions_[id] = SessionEntry{session, job, Clock::now()};
     GS_LOG(control, info, "job '{}': a rank registered to join (session {})", request.job_id(), id);
     return session;
   }
@@ -174,6 +179,20 @@ StatusOr<std::shared_ptr<Session>> JobRegistry::registerLocked(const v1::Registe
   sessions_[id] = SessionEntry{session, job, Clock::now()};
   GS_LOG(control, info, "job '{}': rank {} registered (session {})", request.job_id(), request.rank(), id);
   return session;
+}
+
+StatusOr<std::shared_ptr<Job>> JobRegistry::joinRunningJob(const v1::RegisterRequest& request) {
+  // Only a job spanning daemons can take in a node it does not run on.
+  if (!request.elastic() || request.leader_address().empty()) {
+    return notFound("no job '" + request.job_id() + "' on this daemon to join");
+  }
+  if (jobs_.size() >= limits_.max_jobs) {
+    return resourceExhausted("daemon serves " + std::to_string(jobs_.size()) + " jobs already (max_jobs)");
+  }
+  ASSIGN_OR_RETURN(JobSpec spec, specOf(request));
+  spec.local_size = 0;  // no rank of the job runs here yet
+  spec.joins_running = true;
+  return std::make_shared<Job>(std::move(spec), limits_.job, pool_);
 }
 
 std::shared_ptr<Session> JobRegistry::findSession(uint64_t session_id) const {

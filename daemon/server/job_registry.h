@@ -67,6 +67,9 @@ class JobRegistry {
   };
   Status checkJobMatches(const Job& job, const v1::RegisterRequest& request) const;
   StatusOr<std::shared_ptr<Session>> registerLocked(const v1::RegisterRequest& request);
+  // A joiner for an elastic job spanning daemons that runs nothing here
+  // yet: the job, made for it (this node joins as a candidate). Needs mutex_.
+  StatusOr<std::shared_ptr<Job>> joinRunningJob(const v1::RegisterRequest& request);
 
   RegistryLimits limits_;  // peer_address set once at start
   executor::ReducePool* pool_;

@@ -9,62 +9,14 @@
 #include <chrono>
 #include <cstdio>
 #include <random>
-#include <regex>
 #include <thread>
 
 #include "gtest/gtest.h"
-#include "tests/integration/multi_daemon_fixture.h"
+#include "tests/integration/elastic_fixture.h"
 #include "tests/testutil/process_usage.h"
 
 namespace gradsync::testutil {
 namespace {
-
-constexpr auto kTimeout = std::chrono::seconds(90);
-const std::map<std::string, std::string> kElastic = {{"GRADSYNC_ELASTIC", "1"}, {"GRADSYNC_MIN_SIZE", "2"}};
-
-int64_t unixMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
-bool saysLooping(Process& p) { return p.log().find("LOOPING") != std::string::npos; }
-
-// "RECOVERED epoch E at MS": MS for `epoch`, or -1.
-int64_t recoveredAt(const std::string& log, int epoch) {
-  std::smatch m;
-  const std::regex pattern("RECOVERED epoch " + std::to_string(epoch) + " at ([0-9]+) size ([0-9]+)");
-  return std::regex_search(log, m, pattern) ? std::stoll(m[1]) : -1;
-}
-
-class ElasticAcrossDaemonsTest : public MultiDaemonTest {
- protected:
-  // Kills the daemon `victim` and its ranks (SIGKILL) once every rank is
-  // looping; returns when it was killed (Unix ms).
-  int64_t killDaemonWhenLooping(std::vector<Process>& ranks, const std::vector<int>& placement, int victim) {
-    EXPECT_TRUE(waitFor([&] { return std::all_of(ranks.begin(), ranks.end(), saysLooping); }, std::chrono::seconds(30)))
-        << logs();
-    const int64_t at = unixMs();
-    daemons_[victim]->process().kill(SIGKILL);
-    for (size_t r = 0; r < placement.size(); ++r) {
-      if (placement[r] == victim) ranks[r].kill(SIGKILL);
-    }
-    return at;
-  }
-  // The survivors (ranks not on `victim`) finish; returns the recovery time
-  // of the first (ms from `killed_at` to its first collective of epoch 2).
-  int64_t survivorsFinish(std::vector<Process>& ranks, const std::vector<int>& placement, int victim,
-                          int64_t killed_at) {
-    int64_t recovered = -1;
-    for (size_t r = 0; r < placement.size(); ++r) {
-      if (placement[r] == victim) continue;
-      EXPECT_EQ(ranks[r].wait(kTimeout), 0) << "rank " << r << ":\n" << ranks[r].log() << logs();
-      EXPECT_NE(ranks[r].log().find("size 2"), std::string::npos) << ranks[r].log();
-      if (recovered < 0) recovered = recoveredAt(ranks[r].log(), 2);
-    }
-    EXPECT_GT(recovered, 0) << logs();
-    return recovered - killed_at;
-  }
-};
 
 // Horovod's shrink: survivors see a retriable error, their old-epoch
 // enqueues are refused, they rejoin at size 2 (old rank 2 is rank 1) and go
@@ -129,12 +81,7 @@ TEST_F(ElasticAcrossDaemonsTest, ReplacementRankJoinsThroughAFollowerAtTheNextCo
   ranks[1].kill(SIGKILL);
   ASSERT_TRUE(waitFor([&] { return recoveredAt(ranks[0].log(), 2) > 0; }, std::chrono::seconds(15)))
       << ranks[0].log() << logs();
-  auto env = kElastic;
-  env["GRADSYNC_ELASTIC_JOIN"] = "1";
-  env["GRADSYNC_LEADER"] = daemons_[0]->peerAddress();
-  env["GRADSYNC_LOCAL_RANK"] = "0";
-  env["GRADSYNC_LOCAL_SIZE"] = "2";
-  Process joiner = daemons_[1]->spawnRank("el-grow", 1, 3, args, env);
+  Process joiner = spawnJoiner(1, "el-grow", 3, args);
   EXPECT_EQ(joiner.wait(kTimeout), 0) << joiner.log() << logs();
   EXPECT_EQ(ranks[0].wait(kTimeout), 0) << ranks[0].log() << logs();
   EXPECT_EQ(ranks[2].wait(kTimeout), 0) << ranks[2].log() << logs();
@@ -186,12 +133,7 @@ TEST_F(ElasticAcrossDaemonsTest, TwentyRandomKillAndAddCyclesLeaveNothingBehind)
     const size_t victim = alive[random() % alive.size()];
     ranks[victim].kill(SIGKILL);
     ASSERT_TRUE(epochReached(2 + 2 * cycle)) << "cycle " << cycle << ": no epoch after the kill\n" << rankLogs() << logs();
-    auto env = kElastic;
-    env["GRADSYNC_ELASTIC_JOIN"] = "1";
-    env["GRADSYNC_LEADER"] = daemons_[0]->peerAddress();
-    env["GRADSYNC_LOCAL_RANK"] = "0";
-    env["GRADSYNC_LOCAL_SIZE"] = "2";
-    ranks.push_back(daemons_[node[victim]]->spawnRank("el-churn", 0, 4, args, env));
+    ranks.push_back(spawnJoiner(node[victim], "el-churn", 4, args));
     node.push_back(node[victim]);
     ASSERT_TRUE(epochReached(3 + 2 * cycle)) << "cycle " << cycle << ": the replacement was not admitted\n"
                                              << rankLogs() << logs();

@@ -37,6 +37,7 @@ gradsync_op_t opFor(const Ctx& c, const std::string& name, void* data, const int
   op.reduce_op = GRADSYNC_SUM;
   if (c.options.collective == "broadcast") op.collective = GRADSYNC_BROADCAST;
   if (c.options.collective == "allgather") op.collective = GRADSYNC_ALLGATHER;
+  if (c.options.collective == "reducescatter") op.collective = GRADSYNC_REDUCESCATTER;
   op.device = c.memory.device();
   if (op.device == GRADSYNC_DEVICE_CUDA && op.collective == GRADSYNC_ALLGATHER) {
     op.output = c.gather_output;
@@ -91,6 +92,12 @@ bool check(Ctx& c, float* buf, size_t count, const int64_t* shape, const std::st
     }
     return true;
   }
+  if (c.options.collective == "reducescatter") {  // this rank's rows: count / n, the first count % n one more
+    const size_t rows = count / n + (static_cast<size_t>(c.rank) < count % n ? 1 : 0);
+    const std::vector<float> mine = c.memory.read(gathered_at, rows);
+    const float want = n * (n + 1) / 2.0f;
+    return std::all_of(mine.begin(), mine.end(), [&](float v) { return v == want; });
+  }
   const std::vector<float> result = c.memory.read(buf, count);
   const float want = c.options.collective == "broadcast" ? 1.0f : n * (n + 1) / 2.0f;
   return std::all_of(result.begin(), result.end(), [&](float v) { return v == want; });
@@ -103,7 +110,7 @@ const char* pathName(const Ctx& c) {
 
 double busFactor(const std::string& collective, int n) {
   if (collective == "allreduce") return 2.0 * (n - 1) / n;
-  if (collective == "allgather") return static_cast<double>(n - 1) / n;
+  if (collective == "allgather" || collective == "reducescatter") return static_cast<double>(n - 1) / n;
   return 1.0;
 }
 

@@ -40,6 +40,27 @@ def results(tmp_path):
     return {int(p.rsplit(".", 1)[1]): json.load(open(p)) for p in glob.glob(str(tmp_path / "result.*"))}
 
 
+def discovery_script(tmp_path, hosts):
+    """A --host-discovery-script printing `hosts` ('host:slots' lines)."""
+    listed = tmp_path / "hosts"
+    listed.write_text(hosts)
+    script = tmp_path / "discover.sh"
+    script.write_text("#!/bin/sh\ncat %s\n" % listed)
+    script.chmod(0o755)
+    return script
+
+
+def assert_grown_to_three_at_step_zero(tmp_path):
+    """Two ranks started, a third joined (epoch 2) before step 0 ended:
+    10 steps at 3 ranks, every sample committed once."""
+    done = results(tmp_path)
+    assert sorted(done) == [0, 1, 2]
+    expected = [w.hex() for w in replay([(s, 3) for s in range(10)])]
+    for result in done.values():
+        assert result["weights"] == expected and result["epoch"] == 2 and result["size"] == 3
+    assert committed_samples(tmp_path) == list(range(60))
+
+
 def test_a_killed_rank_leaves_the_survivors_training_from_the_last_commit(tmp_path):
     out = run_job(tmp_path, 3, 2, 1, "--on-rank-failure", "blacklist-host")
     assert out.returncode == 0, out.stdout + out.stderr
@@ -142,20 +163,25 @@ def test_without_elastic_mode_run_syncs_once_and_errors_escape(tmp_path):
 
 
 def test_host_discovery_adds_a_rank_that_joins_at_a_commit(tmp_path):
-    hosts = tmp_path / "hosts"
-    hosts.write_text("localhost:3\n")
-    script = tmp_path / "discover.sh"
-    script.write_text("#!/bin/sh\ncat %s\n" % hosts)
-    script.chmod(0o755)
+    script = discovery_script(tmp_path, "localhost:3\n")
     # Two ranks start; the third slot's rank joins at a commit; training
     # waits for it at step 0: 10 steps at 3 ranks.
     out = run_job(tmp_path, 2, 2, -1, "--max-np", "3", "--host-discovery-script", str(script),
                   GRADSYNC_TEST_WAIT_FOR="3")
     assert out.returncode == 0, out.stdout + out.stderr
     assert "host discovery offers 3 slots here; starting a new rank" in out.stderr
-    done = results(tmp_path)
-    assert sorted(done) == [0, 1, 2]
-    expected = [w.hex() for w in replay([(s, 3) for s in range(10)])]
-    for result in done.values():
-        assert result["weights"] == expected and result["epoch"] == 2 and result["size"] == 3
-    assert committed_samples(tmp_path) == list(range(60))
+    assert_grown_to_three_at_step_zero(tmp_path)
+
+
+def test_host_discovery_adds_a_new_host_whose_daemon_joins_the_running_job(tmp_path):
+    script = discovery_script(tmp_path, "nodeA:1\nnodeB:1\nnodeC:1\n")
+    # Two ranks start on nodeA and nodeB; discovery offers nodeC, whose
+    # daemon joins the running job for its new rank; training waits for it
+    # at step 0: 10 steps at 3 ranks across three daemons.
+    with fake_hosts.daemons(tmp_path, hosts=("nodeA", "nodeB", "nodeC")) as sockets:
+        ssh, base = fake_hosts.ssh_env(tmp_path, sockets)
+        out = run_job(tmp_path, 2, 2, -1, "-H", "nodeA:1,nodeB:1", "--ssh", ssh, "--max-np", "3",
+                      "--host-discovery-script", str(script), base_env=base, GRADSYNC_TEST_WAIT_FOR="3")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "starting [2] on nodeC, a new host offered by host discovery" in out.stderr
+    assert_grown_to_three_at_step_zero(tmp_path)

@@ -12,6 +12,8 @@ namespace gradsync::transport {
 namespace {
 
 constexpr auto kCloseTimeout = std::chrono::seconds(1);
+// The longest wait for a cancelled transfer to let go of its buffer.
+constexpr auto kCancelTimeout = std::chrono::seconds(2);
 
 // Drives `worker` until `request` (not null, not an error) completes or
 // `timeout` passes; true when it completed. The caller frees it.
@@ -70,8 +72,17 @@ class UcxRequest final : public Request {
   }
   ~UcxRequest() override {
     if (request_ != nullptr) {
-      if (!done_) ucp_request_cancel(worker_, request_);
-      // A cancelled request completes on a later progress; free it then.
+      if (!done_) {
+        // A receive that matched already is not stopped by the cancel: its
+        // remaining fragments would land in a buffer the caller reuses
+        // once this returns (a collective of the next epoch, say). Wait
+        // until UCX lets go of it.
+        ucp_request_cancel(worker_, request_);
+        if (!progressUntilDone(worker_, request_, kCancelTimeout)) {
+          GS_LOG(executor, err, "a cancelled {} did not complete in {} s: its buffer may still be written", what_,
+                 std::chrono::duration_cast<std::chrono::seconds>(kCancelTimeout).count());
+        }
+      }
       ucp_request_free(request_);
     }
   }

@@ -117,7 +117,8 @@ class Job:
         self._blacklist = {}  # host -> (times blacklisted, until when: monotonic seconds)
         self._returns = []  # (when, process index): a blacklisted host gets a rank again
         self._removed = set()  # process indices host discovery stopped
-        self._ignored_hosts = set()  # offered by discovery, not hosts of the job
+        self._leader = leader  # None: the job runs on one daemon, which no other host can join
+        self._ignored_hosts = set()  # offered by discovery, unable to join
         self.first_failure = None  # (rank, exit code)
         self._lock = threading.Lock()
         self._pumps = []
@@ -143,9 +144,13 @@ class Job:
         """Starts a new rank like process `index` (to replace it, or `why`)
         that joins the running elastic job at its next commit."""
         host, env = self._starts[index]
+        self._join(host, env, why or "to replace [%d]" % index)
+
+    def _join(self, host, env, why):
+        """Starts a new rank on `host` with `env` that joins the running
+        elastic job at its next commit."""
         rank = len(self.processes)
-        sys.stderr.write("gradsyncrun: starting [%d] %s; it joins at the next commit\n" %
-                         (rank, why or "to replace [%d]" % index))
+        sys.stderr.write("gradsyncrun: starting [%d] %s; it joins at the next commit\n" % (rank, why))
         marker = os.path.join(tempfile.gettempdir(), "gradsyncrun-%d-joined-%d" % (os.getpid(), rank))
         self._markers[rank] = marker
         self._start(rank, host, dict(env, GRADSYNC_ELASTIC_JOIN="1", GRADSYNC_JOIN_MARKER=marker))
@@ -204,8 +209,9 @@ class Job:
         ranks while a host of the job offers more slots than it runs ranks
         (up to --max-np in all), and stops the newest ranks of a host that
         offers fewer (none when it is no longer listed), while --min-np
-        remain. Hosts the job did not start on cannot join it (not
-        implemented: such a host is named once and ignored)."""
+        remain. A new host's ranks join through its own daemon, which joins
+        the running job (a job started on one host without a leader daemon
+        cannot take other hosts: such a host is named once and ignored)."""
         now = time.monotonic()
         if not self.args.host_discovery_script or now < getattr(self, "_next_discovery", 0):
             return
@@ -233,10 +239,7 @@ class Job:
             first = next((i for i, (h, _) in enumerate(self._starts) if h == host or is_local(h) and is_local(host)),
                          None)
             if first is None:
-                if host not in self._ignored_hosts:
-                    self._ignored_hosts.add(host)
-                    sys.stderr.write("gradsyncrun: host discovery offers %s, which runs no rank of the job: new hosts "
-                                     "joining a running job are not implemented; ignored\n" % host)
+                running += self._add_host(host, slots, most - running)
                 continue
             here = sum(1 for i, p in enumerate(self.processes)
                        if p.poll() is None and self._starts[i][0] == self._starts[first][0])
@@ -248,6 +251,20 @@ class Job:
                                  (slots, "here" if is_local(host) else "on " + host))
                 self._replace(first, "to add a rank")
                 running += 1
+
+    def _add_host(self, host, slots, room):
+        """Starts up to `room` ranks on `host`, new to the job; returns how many."""
+        if self._leader is None:
+            if host not in self._ignored_hosts:
+                self._ignored_hosts.add(host)
+                sys.stderr.write("gradsyncrun: host discovery offers %s, but this job runs on one host's daemon "
+                                 "without a leader for other hosts to join (start it with -H); ignored\n" % host)
+            return 0
+        count = max(0, min(slots, room))
+        for local_rank in range(count):
+            env = dict(self._starts[0][1], GRADSYNC_LOCAL_RANK=str(local_rank), GRADSYNC_LOCAL_SIZE=str(slots))
+            self._join(host, env, "on %s, a new host offered by host discovery" % host)
+        return count
 
     def _remove_ranks(self, host, slots, running):
         """Stops the newest ranks on `host` beyond `slots`, keeping at least
