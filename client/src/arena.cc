@@ -45,7 +45,25 @@ Arena::Arena(UniqueFd fd, uint8_t* base, uint64_t size) : fd_(std::move(fd)), ba
   free_[handoff::kControlBytes] = size - handoff::kControlBytes;
 }
 
-Arena::~Arena() { ::munmap(base_, size_); }
+Arena::~Arena() {
+  if (allocated_.empty()) {
+    ::munmap(base_, size_);
+  } else {
+    moveLiveBlocksToPrivateMemory();
+  }
+}
+
+void Arena::moveLiveBlocksToPrivateMemory() {
+  // Private anonymous memory with the live blocks' bytes, moved over the
+  // shared mapping in one step (mremap): pointers into the arena stay valid,
+  // the memfd's pages go back once the daemon unmaps too, and only the live
+  // blocks' pages are ever touched here. Where that fails, the shared
+  // mapping stays: a leak rather than pointers into unmapped memory.
+  void* copy = ::mmap(nullptr, size_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (copy == MAP_FAILED) return;
+  for (const auto& [offset, length] : allocated_) std::memcpy(static_cast<uint8_t*>(copy) + offset, base_ + offset, length);
+  if (::mremap(copy, size_, size_, MREMAP_MAYMOVE | MREMAP_FIXED, base_) == MAP_FAILED) ::munmap(copy, size_);
+}
 
 StatusOr<uint64_t> Arena::allocate(uint64_t bytes) {
   const uint64_t want = bytes == 0 ? kAlign : (bytes + kAlign - 1) & ~(kAlign - 1);

@@ -21,6 +21,8 @@ class Arena {
   // are allocated after them.
   static StatusOr<std::unique_ptr<Arena>> create(uint64_t bytes);
   ~Arena();
+  // Unmaps the arena, except where blocks are still allocated: those keep
+  // their bytes, at the same addresses, in private memory (never freed).
   Arena(const Arena&) = delete;
   Arena& operator=(const Arena&) = delete;
 
@@ -41,6 +43,7 @@ class Arena {
  private:
   Arena(UniqueFd fd, uint8_t* base, uint64_t size);
   uint64_t bytesInUseLocked() const;
+  void moveLiveBlocksToPrivateMemory();
 
   UniqueFd fd_;
   uint8_t* base_;

@@ -2,6 +2,7 @@
 #include "client/src/arena.h"
 
 #include <fcntl.h>
+#include <unistd.h>
 
 #include <set>
 
@@ -51,6 +52,25 @@ TEST(ArenaTest, ContainsChecksWholeRange) {
   EXPECT_EQ(Arena::create(4096).status().code(), StatusCode::kInvalidArgument);
   int outside = 0;
   EXPECT_FALSE(a.contains(&outside, 4, &offset));
+}
+
+TEST(ArenaTest, LiveBlocksKeepTheirBytesAtTheirAddressesAfterTheArenaGoes) {
+  auto arena = Arena::create(4 << 20);
+  ASSERT_TRUE(arena.isOk());
+  auto live = (*arena)->allocate(2 << 20);
+  auto freed = (*arena)->allocate(4096);
+  ASSERT_TRUE(live.isOk() && freed.isOk());
+  uint8_t* bytes = (*arena)->base() + *live;
+  for (size_t i = 0; i < (2u << 20); ++i) bytes[i] = static_cast<uint8_t>(i * 7);
+  ASSERT_TRUE((*arena)->release(*freed).isOk());
+  const int fd = ::dup((*arena)->fd());
+  arena->reset();
+  for (size_t i = 0; i < (2u << 20); ++i) ASSERT_EQ(bytes[i], static_cast<uint8_t>(i * 7)) << i;
+  bytes[0] = 1;  // writable, and private: the memfd no longer sees this memory
+  uint8_t shared = 0;
+  ASSERT_EQ(::pread(fd, &shared, 1, static_cast<off_t>(*live)), 1);
+  EXPECT_EQ(shared, 0);
+  ::close(fd);
 }
 
 }  // namespace

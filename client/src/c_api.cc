@@ -198,6 +198,8 @@ void* gradsync_alloc(gradsync_client_t* client, uint64_t bytes) {
   return out;
 }
 
+uint64_t gradsync_arena_bytes(const gradsync_client_t* c) { return c ? c->impl->arena().size() : 0; }
+
 gradsync_status_t gradsync_free(gradsync_client_t* client, void* ptr) {
   if (client == nullptr) return invalid("client is NULL");
   if (ptr == nullptr) return report(gradsync::okStatus());

@@ -203,6 +203,8 @@ gradsync_status_t gradsync_commit_barrier(gradsync_client_t* client, double time
 /* Memory in the shared arena (64-byte aligned): tensors placed here are
  * reduced in place without copies. NULL when the arena is full. */
 void* gradsync_alloc(gradsync_client_t* client, uint64_t bytes);
+/* The shared arena's size in bytes (the daemon may grant less than asked). */
+uint64_t gradsync_arena_bytes(const gradsync_client_t* client);
 gradsync_status_t gradsync_free(gradsync_client_t* client, void* ptr);
 
 /* Starts a collective; returns at once with a handle. */

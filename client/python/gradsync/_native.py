@@ -7,6 +7,7 @@ then in the Bazel output tree of a source checkout.
 """
 import ctypes
 import os
+import threading
 
 from gradsync.errors import GradsyncError, MembershipChangedError
 
@@ -115,6 +116,7 @@ def _declare(lib):
         "gradsync_local_size": (c.c_int32, [client]),
         "gradsync_alloc": (c.c_void_p, [client, c.c_uint64]),
         "gradsync_free": (c.c_int32, [client, c.c_void_p]),
+        "gradsync_arena_bytes": (c.c_uint64, [client]),
         "gradsync_enqueue": (c.c_int32, [client, c.POINTER(Op), c.POINTER(c.c_uint64)]),
         "gradsync_enqueue_group": (c.c_int32, [client, c.POINTER(Op), c.c_int32, c.POINTER(c.c_uint64)]),
         "gradsync_abandon": (c.c_int32, [client, c.POINTER(Op), c.c_char_p, c.POINTER(c.c_uint64)]),
@@ -145,6 +147,8 @@ class Client:
     def __init__(self, lib, config):
         self._lib = lib
         self._handle = ctypes.c_void_p()
+        # free() may come from a finalizer on any thread: never during shutdown().
+        self._closing = threading.Lock()
         self._check(lib.gradsync_init(ctypes.byref(config), ctypes.byref(self._handle)), "init")
 
     def _check(self, status, what):
@@ -169,18 +173,30 @@ class Client:
     def local_size(self):
         return self._lib.gradsync_local_size(self._handle)
 
+    @property
+    def arena_bytes(self):
+        return self._lib.gradsync_arena_bytes(self._handle)
+
+    @property
+    def is_open(self):
+        return bool(self._handle)
+
     def shutdown(self):
-        if self._handle:
+        with self._closing:
+            if not self._handle:
+                return
             status = self._lib.gradsync_shutdown(self._handle)
             self._handle = ctypes.c_void_p()
-            self._check(status, "shutdown")
+        self._check(status, "shutdown")
 
     def alloc(self, nbytes):
         """Address of `nbytes` in the shared arena, or None when it is full."""
         return self._lib.gradsync_alloc(self._handle, nbytes)
 
     def free(self, address):
-        self._check(self._lib.gradsync_free(self._handle, address), "free")
+        with self._closing:
+            if self._handle:
+                self._check(self._lib.gradsync_free(self._handle, address), "free")
 
     def enqueue(self, op, what):
         handle = ctypes.c_uint64()

@@ -25,5 +25,6 @@ from gradsync.torch.mpi_ops import _poll as poll
 from gradsync.torch.mpi_ops import _synchronize as synchronize
 from gradsync.torch.optimizer import DistributedOptimizer
 from gradsync.torch.process_sets import ProcessSet, add_process_set, global_process_set, remove_process_set
+from gradsync.torch import arena  # noqa: E402
 from gradsync.torch import elastic  # noqa: E402 (uses the modules above)
 from gradsync.errors import MembershipChangedError

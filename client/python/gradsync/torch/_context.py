@@ -3,6 +3,7 @@
 module-level by design): the client of this process and its pending
 operations. Everything else in gradsync.torch reaches it through current()."""
 import threading
+import weakref
 
 from gradsync.errors import GradsyncError
 
@@ -24,6 +25,9 @@ class Context:
         # flight: released once they end (they end: the daemon fails or
         # times out the rest of a broken group).
         self.orphans = []
+        # DistributedOptimizers' gradient arenas: their gradients leave the
+        # arena at shutdown.
+        self.gradient_arenas = weakref.WeakSet()
 
     def start_epoch(self, global_set):
         """An elastic job's new epoch: automatic names start again on every

@@ -2,10 +2,12 @@
 """init/shutdown and the rank queries of gradsync.torch."""
 import atexit
 import ctypes
+import gc
 import os
+import warnings
 
 from gradsync import _native as native
-from gradsync.torch import _context
+from gradsync.torch import _context, arena
 from gradsync.torch.process_sets import ProcessSet, global_process_set
 
 
@@ -74,6 +76,13 @@ def shutdown():
     if not _context.is_set():
         return
     ctx = _context.current()
+    for gradient_arena in list(ctx.gradient_arenas):
+        gradient_arena.release()
+    gc.collect()  # arena tensors in reference cycles give their blocks back
+    count, nbytes = arena.live_blocks()
+    if count:
+        warnings.warn("gradsync: %d tensors of the shared arena (%d bytes) are still alive at shutdown: they keep "
+                      "their values in private memory" % (count, nbytes))
     _context.set_current(None)
     ctx.client.shutdown()
 

@@ -2,59 +2,18 @@
 """DistributedOptimizer: allreduces each gradient as soon as autograd has
 produced it, and waits for all of them before the wrapped optimizer steps."""
 import contextlib
-import ctypes
 import warnings
+import weakref
 
 import torch
 
 from gradsync.errors import GradsyncError
 from gradsync.torch import _context
+from gradsync.torch.arena import GradientArena
 from gradsync.torch.compression import Compression
 from gradsync.torch.mpi_ops import (Adasum, Average, _synchronize, allreduce_async_, grouped_allreduce_async_,
                                     sparse_allreduce_async)
 from gradsync.torch.process_sets import global_process_set
-
-
-class GradientArena:
-    """Gradients of a set of parameters placed in the rank's shared arena
-    (like DDP's gradient_as_bucket_view): autograd accumulates where the
-    daemon reads, so no copy precedes or follows the allreduce."""
-
-    ALIGN = 64
-
-    def __init__(self, params):
-        ctx = _context.current()
-        self._client = ctx.client
-        offsets, total = [], 0
-        for p in params:
-            offsets.append(total)
-            total += -(-p.numel() * p.element_size() // self.ALIGN) * self.ALIGN
-        self._address = self._client.alloc(max(total, self.ALIGN))
-        if not self._address:
-            raise GradsyncError("gradient arena: %d bytes do not fit in the shared arena "
-                                "(raise GRADSYNC_ARENA_BYTES)" % total)
-        storage = (ctypes.c_uint8 * max(total, self.ALIGN)).from_address(self._address)
-        flat = torch.frombuffer(storage, dtype=torch.uint8)
-        self.views = {}
-        for p, offset in zip(params, offsets):
-            nbytes = p.numel() * p.element_size()
-            self.views[p] = flat[offset:offset + nbytes].view(p.dtype).view(p.shape)
-            self.views[p].zero_()
-
-    def attach(self, p):
-        """Makes p.grad the arena view (copying a gradient made elsewhere)."""
-        view = self.views[p]
-        if p.grad is None:
-            view.zero_()
-        elif p.grad.data_ptr() != view.data_ptr():
-            view.copy_(p.grad)
-        p.grad = view
-
-    def close(self):
-        if self._address:
-            address, self._address = self._address, None
-            if _context.is_set():
-                self._client.free(address)
 
 
 # Horovod's messages.
@@ -128,18 +87,35 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._group_ready = {}
         self._synchronized = False
         self._should_synchronize = True
-        self._arena = None
-        # CUDA gradients are reduced where they are already (CUDA IPC): the
-        # arena is for CPU parameters only.
-        on_cpu = all(p.device.type == "cpu" for p in self._requires_update)
-        if zero_copy and on_cpu and compression is Compression.none and not sparse_as_dense:
-            self._arena = GradientArena(self._requires_update)
-            for p in self._requires_update:
-                self._arena.attach(p)
+        self._arena = self._gradient_arena(zero_copy, compression, sparse_as_dense)
         client = _context.current().client
         # An elastic job (epoch > 0) may grow from one rank: hooks always.
         if client.size > 1 or process_set is not global_process_set or client.epoch > 0:
             _register_hooks(self)
+
+    def _gradient_arena(self, zero_copy, compression, sparse_as_dense):
+        """The arena for this optimizer's CPU gradients, or None: then each
+        gradient is copied into the arena and back around its allreduce.
+        CUDA gradients are reduced where they are (CUDA IPC)."""
+        params = [p for p in self._requires_update if p.device.type == "cpu"]
+        if not zero_copy or not params or compression is not Compression.none or sparse_as_dense:
+            return None
+        client = _context.current().client
+        nbytes = sum(p.numel() * p.element_size() for p in params)
+        # Half the arena at most: the copy path (broadcasts, other tensors)
+        # needs room too.
+        if nbytes > client.arena_bytes // 2:
+            warnings.warn("gradsync: the gradients (%d bytes) take more than half of the shared arena (%d bytes): "
+                          "they are copied instead (raise GRADSYNC_ARENA_BYTES for zero copy)"
+                          % (nbytes, client.arena_bytes))
+            return None
+        try:
+            arena = GradientArena(params)
+        except GradsyncError as e:
+            warnings.warn("gradsync: gradients are copied instead of living in the shared arena: %s" % e)
+            return None
+        weakref.finalize(self, arena.release)
+        return arena
 
     def _groups_of(self, groups):
         """Parameter groups allreduced together, given as lists of parameters or as a count."""
@@ -165,8 +141,14 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             p.grad = torch.zeros_like(p)
         if p.grad.is_sparse and self._sparse_as_dense:
             p.grad = p.grad.to_dense()
-        if self._arena is not None and not p.grad.is_sparse:
-            self._arena.attach(p)
+        if self._arena is not None and p in self._arena.views:
+            # Placed in the arena at its first dense gradient (one copy),
+            # where autograd accumulates from then on. A parameter whose
+            # gradients are sparse (an embedding) keeps them sparse.
+            if p.grad.is_sparse:
+                self._arena.forget(p)
+            else:
+                self._arena.attach(p)
         return p.grad
 
     def _allreduce_grad_async(self, p):
@@ -285,15 +267,15 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         return super(self.__class__, self).step(closure)
 
     def zero_grad(self, set_to_none=None):
-        if self._arena is None:
+        held = [p for p in self._requires_update if self._arena is not None and self._arena.holds(p)]
+        for p in held:
+            p.grad = None
+        try:
             return _zero_grad(self, self.__class__, set_to_none)
-        if self._handles:
-            raise AssertionError(_ZERO_GRAD_RACE)
-        # Arena gradients stay where they are: zeroed, not dropped.
-        for p in self._requires_update:
-            self._arena.attach(p)
-            p.grad.zero_()
-        return None
+        finally:
+            # Arena gradients stay where they are: zeroed, not dropped.
+            for p in held:
+                p.grad = self._arena.views[p].zero_()
 
 
 class _DistributedAdasumOptimizer(torch.optim.Optimizer):
@@ -366,12 +348,15 @@ class _DistributedAdasumOptimizer(torch.optim.Optimizer):
 
 def DistributedOptimizer(optimizer, named_parameters=None, compression=Compression.none, backward_passes_per_step=1,
                          op=Average, gradient_predivide_factor=1.0, num_groups=0, groups=None,
-                         sparse_as_dense=False, process_set=global_process_set, zero_copy_gradients=False):
+                         sparse_as_dense=False, process_set=global_process_set, zero_copy_gradients=True):
     """Wraps `optimizer` so that step() applies gradients averaged (or reduced
     with `op`) over the ranks of `process_set`.
 
-    zero_copy_gradients (gradsync's own): gradients live in the shared arena,
-    so the daemon reduces them in place without copies.
+    zero_copy_gradients (gradsync's own, on by default): CPU gradients live
+    in the shared arena, so the daemon reduces them in place without copies.
+    They are copied instead when compressed, densified, or larger than half
+    the arena (with a warning). When the optimizer goes away or gradsync shuts
+    down, the gradients move to private memory and the arena block is freed.
     """
     if gradient_predivide_factor != 1.0 and op != Average:
         raise ValueError("gradient_predivide_factor not supported with op != Average")
