@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# gradsync_bench across two daemons on this machine (one rank each, UCX over
+# loopback TCP), the setup of the cross-node figures in the README and the
+# issues. Arguments go to gradsync_bench, e.g.
+#   scripts/bench_two_daemons.sh --min-bytes 4 --max-bytes 4
+#   scripts/bench_two_daemons.sh --resnet
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bazel build //:gradsyncd //:gradsync_bench >/dev/null 2>&1
+dir=$(mktemp -d /tmp/gradsync-bench2.XXXXXX)
+pids=()
+trap 'kill -TERM "${pids[@]}" 2>/dev/null; wait; rm -rf "$dir"' EXIT
+export UCX_TLS=${UCX_TLS:-tcp}
+for d in a b; do
+  bazel-bin/daemon/exe/gradsyncd --socket-path "$dir/$d.sock" --peer-address 127.0.0.1:0 --log-level info \
+    >"$dir/$d.log" 2>&1 &
+  pids+=($!)
+done
+leader=""
+for _ in $(seq 100); do
+  leader=$(sed -n 's/.*peer service on \([0-9.:]*\).*/\1/p' "$dir/a.log")
+  [ -n "$leader" ] && [ -S "$dir/b.sock" ] && break
+  sleep 0.05
+done
+[ -n "$leader" ] || { echo "daemon a did not start:" >&2; cat "$dir/a.log" >&2; exit 1; }
+bazel-bin/tools/bench/gradsync_bench --socket "$dir/a.sock,$dir/b.sock" --leader "$leader" -np 2 "$@"
