@@ -147,8 +147,10 @@ class Client:
     def __init__(self, lib, config):
         self._lib = lib
         self._handle = ctypes.c_void_p()
-        # free() may come from a finalizer on any thread: never during shutdown().
-        self._closing = threading.Lock()
+        # free() may come from a finalizer on any thread: never during
+        # shutdown(). Reentrant: a finalizer can also run on the thread
+        # that is in shutdown(), at any allocation.
+        self._closing = threading.RLock()
         self._check(lib.gradsync_init(ctypes.byref(config), ctypes.byref(self._handle)), "init")
 
     def _check(self, status, what):
@@ -185,8 +187,8 @@ class Client:
         with self._closing:
             if not self._handle:
                 return
-            status = self._lib.gradsync_shutdown(self._handle)
-            self._handle = ctypes.c_void_p()
+            handle, self._handle = self._handle, ctypes.c_void_p()
+            status = self._lib.gradsync_shutdown(handle)
         self._check(status, "shutdown")
 
     def alloc(self, nbytes):
