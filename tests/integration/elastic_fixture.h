@@ -26,6 +26,11 @@ inline int64_t unixMs() {
 
 inline bool saysLooping(Process& p) { return p.log().find("LOOPING") != std::string::npos; }
 
+// Whether every rank says it is looping within 30 s.
+inline bool allLooping(std::vector<Process>& ranks) {
+  return waitFor([&] { return std::all_of(ranks.begin(), ranks.end(), saysLooping); }, std::chrono::seconds(30));
+}
+
 // "RECOVERED epoch E at MS": MS for `epoch`, or -1.
 inline int64_t recoveredAt(const std::string& log, int epoch) {
   std::smatch m;
@@ -49,8 +54,7 @@ class ElasticAcrossDaemonsTest : public MultiDaemonTest {
   // Kills the daemon `victim` and its ranks (SIGKILL) once every rank is
   // looping; returns when it was killed (Unix ms).
   int64_t killDaemonWhenLooping(std::vector<Process>& ranks, const std::vector<int>& placement, int victim) {
-    EXPECT_TRUE(waitFor([&] { return std::all_of(ranks.begin(), ranks.end(), saysLooping); }, std::chrono::seconds(30)))
-        << logs();
+    EXPECT_TRUE(allLooping(ranks)) << logs();
     const int64_t at = unixMs();
     daemons_[victim]->process().kill(SIGKILL);
     for (size_t r = 0; r < placement.size(); ++r) {

@@ -32,8 +32,7 @@ TEST_F(ElasticAcrossDaemonsTest, BelowTheMinimumTheSurvivorsWaitForAJoinerAndGoO
   const std::vector<std::string> args = {"elastic_loop", "10", "0", "plain", "3"};
   const auto env = withMinimum(3);
   auto ranks = launchWith("el-below", args, {0, 1, 1}, env);
-  ASSERT_TRUE(waitFor([&] { return std::all_of(ranks.begin(), ranks.end(), saysLooping); }, std::chrono::seconds(30)))
-      << logs();
+  ASSERT_TRUE(allLooping(ranks)) << logs();
   ranks[1].kill(SIGKILL);
   ASSERT_TRUE(waitFor([&] { return daemons_[1]->log().find("waiting for new ranks up to the elastic timeout") !=
                                    std::string::npos; },
@@ -59,8 +58,7 @@ TEST_F(ElasticAcrossDaemonsTest, BelowTheMinimumTheSurvivorsWaitForAJoinerAndGoO
 TEST_F(ElasticAcrossDaemonsTest, BelowTheMinimumPastTheElasticTimeoutTheJobFailsNamingIt) {
   startDaemons(2);
   auto ranks = launchWith("el-below-timeout", {"elastic_loop", "10", "0"}, {0, 1, 1}, withMinimum(3, "2"));
-  ASSERT_TRUE(waitFor([&] { return std::all_of(ranks.begin(), ranks.end(), saysLooping); }, std::chrono::seconds(30)))
-      << logs();
+  ASSERT_TRUE(allLooping(ranks)) << logs();
   const int64_t killed_at = unixMs();
   ranks[1].kill(SIGKILL);
   for (int r : {0, 2}) {
@@ -83,8 +81,7 @@ TEST_F(ElasticAcrossDaemonsTest, NewNodeJoinsTheRunningJobAndARemovedNodeComesBa
   startDaemons(3);
   const std::vector<std::string> args = {"elastic_loop", "10", "0", "commit", "4"};
   auto ranks = launchWith("el-new-node", args, {0, 1}, kElastic);
-  ASSERT_TRUE(waitFor([&] { return std::all_of(ranks.begin(), ranks.end(), saysLooping); }, std::chrono::seconds(30)))
-      << logs();
+  ASSERT_TRUE(allLooping(ranks)) << logs();
   ranks.push_back(spawnJoiner(2, "el-new-node", 2, args));
   ASSERT_TRUE(waitFor([&] { return recoveredAt(ranks[2].log(), 2) > 0; }, std::chrono::seconds(30)))
       << ranks[2].log() << logs();
@@ -108,8 +105,7 @@ TEST_F(ElasticAcrossDaemonsTest, CandidateDaemonKilledBeforeItsJoinerIsAdmittedI
   startDaemons(3);
   const std::vector<std::string> args = {"elastic_loop", "10", "6", "plain", "1"};
   auto ranks = launchWith("el-candidate-lost", args, {0, 1}, kElastic);
-  ASSERT_TRUE(waitFor([&] { return std::all_of(ranks.begin(), ranks.end(), saysLooping); }, std::chrono::seconds(30)))
-      << logs();
+  ASSERT_TRUE(allLooping(ranks)) << logs();
   Process joiner = spawnJoiner(2, "el-candidate-lost", 2, args);
   ASSERT_TRUE(waitFor([&] { return daemons_[0]->log().find("to join at the next commit (1 waiting across nodes)") !=
                                    std::string::npos; },
@@ -137,8 +133,7 @@ TEST_F(ElasticAcrossDaemonsTest, AJoinerWaitingWhenTheLeaderFailsOverIsAdmittedB
   const std::vector<int> placement = {0, 1, 2};
   const auto env = withMinimum(3);
   auto ranks = launchWith("el-failover-joiner", args, placement, env);
-  ASSERT_TRUE(waitFor([&] { return std::all_of(ranks.begin(), ranks.end(), saysLooping); }, std::chrono::seconds(30)))
-      << logs();
+  ASSERT_TRUE(allLooping(ranks)) << logs();
   Process joiner = spawnJoiner(2, "el-failover-joiner", 3, args, env);
   ASSERT_TRUE(waitFor([&] { return daemons_[0]->log().find("to join at the next commit (1 waiting across nodes)") !=
                                    std::string::npos; },

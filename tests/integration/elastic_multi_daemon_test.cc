@@ -76,8 +76,7 @@ TEST_F(ElasticAcrossDaemonsTest, ReplacementRankJoinsThroughAFollowerAtTheNextCo
   const std::vector<int> placement = {0, 1, 1};
   const std::vector<std::string> args = {"elastic_loop", "10", "0", "commit", "3"};
   auto ranks = launchWith("el-grow", args, placement, kElastic);
-  ASSERT_TRUE(waitFor([&] { return std::all_of(ranks.begin(), ranks.end(), saysLooping); }, std::chrono::seconds(30)))
-      << logs();
+  ASSERT_TRUE(allLooping(ranks)) << logs();
   ranks[1].kill(SIGKILL);
   ASSERT_TRUE(waitFor([&] { return recoveredAt(ranks[0].log(), 2) > 0; }, std::chrono::seconds(15)))
       << ranks[0].log() << logs();
@@ -110,8 +109,7 @@ TEST_F(ElasticAcrossDaemonsTest, TwentyRandomKillAndAddCyclesLeaveNothingBehind)
   const std::vector<std::string> args = {"elastic_loop", "10", "0", "commit", std::to_string(1 + 2 * kCycles)};
   auto ranks = launchWith("el-churn", args, placement, kElastic);
   std::vector<int> node = placement;  // of each process
-  ASSERT_TRUE(waitFor([&] { return std::all_of(ranks.begin(), ranks.end(), saysLooping); }, std::chrono::seconds(30)))
-      << logs();
+  ASSERT_TRUE(allLooping(ranks)) << logs();
   const unsigned seed = static_cast<unsigned>(envInt("GRADSYNC_CHURN_SEED", 20261123));
   std::printf("churn seed %u (GRADSYNC_CHURN_SEED)\n", seed);
   std::mt19937 random(seed);
@@ -175,8 +173,7 @@ TEST_F(ElasticAcrossDaemonsTest, PausedDaemonIsRemovedAndRefusedAsStaleWhenItWak
   const std::vector<int> placement = {0, 1, 2};
   // The survivors keep going for 25 s: the paused node wakes while they run.
   auto ranks = launchWith("el-paused", {"elastic_loop", "20", "25"}, placement, kElastic);
-  ASSERT_TRUE(waitFor([&] { return std::all_of(ranks.begin(), ranks.end(), saysLooping); }, std::chrono::seconds(30)))
-      << logs();
+  ASSERT_TRUE(allLooping(ranks)) << logs();
   daemons_[1]->process().kill(SIGSTOP);
   const bool recovered = waitFor([&] { return recoveredAt(ranks[0].log(), 2) > 0; }, std::chrono::seconds(15));
   daemons_[1]->process().kill(SIGCONT);
@@ -195,8 +192,7 @@ TEST_F(ElasticAcrossDaemonsTest, PausedDaemonIsRemovedAndRefusedAsStaleWhenItWak
 TEST_F(ElasticAcrossDaemonsTest, StoppedRankIsTreatedAsLost) {
   startDaemons(2);
   auto ranks = launchWith("el-stopped-rank", {"elastic_loop", "20", "9"}, {0, 1, 1}, kElastic);
-  ASSERT_TRUE(waitFor([&] { return std::all_of(ranks.begin(), ranks.end(), saysLooping); }, std::chrono::seconds(30)))
-      << logs();
+  ASSERT_TRUE(allLooping(ranks)) << logs();
   ranks[1].kill(SIGSTOP);
   const bool recovered = waitFor([&] { return recoveredAt(ranks[0].log(), 2) > 0; }, std::chrono::seconds(15));
   ranks[1].kill(SIGCONT);
