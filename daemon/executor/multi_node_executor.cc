@@ -256,6 +256,7 @@ ResponseResult LocalExecutor::multiNodeReducescatter(const Response& r, RankAcce
     if (!data.isOk()) return failed(r, data.status());
     gather[0].inputs.push_back(*data);
   }
+  const auto ring_op = first.op == v1::AVERAGE ? v1::SUM : first.op;  // averaged at the end
   // One local rank, unscaled: the ring reads its tensor where it needs
   // this node's contribution (no copy into the fusion buffer).
   const void* contribution = fusion_.data();
@@ -264,7 +265,7 @@ ResponseResult LocalExecutor::multiNodeReducescatter(const Response& r, RankAcce
   } else {
     gather[0].outputs.push_back(fusion_.data());
     gather[0].args.dtype = first.dtype;
-    gather[0].args.op = first.op == v1::AVERAGE ? v1::SUM : first.op;
+    gather[0].args.op = ring_op;
     gather[0].args.prescale = first.prescale;
     gather[0].count = gather[0].inputs.empty() ? 0 : count;
     gather[0].bind();
@@ -276,8 +277,7 @@ ResponseResult LocalExecutor::multiNodeReducescatter(const Response& r, RankAcce
   const std::vector<int64_t> rows = reducescatterRows(r);
   // Each node needs only its ranks' rows reduced: a ring reduce-scatter,
   // half the traffic of an allreduce.
-  Status status = access.crossNodeReduceScatter(contribution, fusion_.data(), first.dtype,
-                                                first.op == v1::AVERAGE ? v1::SUM : first.op,
+  Status status = access.crossNodeReduceScatter(contribution, fusion_.data(), first.dtype, ring_op,
                                                 reducescatterOwned(r, rows, access));
   if (!status.isOk()) return failed(r, status);
   ResponseResult result = failed(r, okStatus());

@@ -163,9 +163,7 @@ StatusOr<std::shared_ptr<Session>> JobRegistry::registerLocked(const v1::Registe
     return session;
   }
   if (it == jobs_.end()) {
-    if (jobs_.size() >= limits_.max_jobs) {
-      return resourceExhausted("daemon serves " + std::to_string(jobs_.size()) + " jobs already (max_jobs)");
-    }
+    RETURN_IF_ERROR(roomForAnotherJobLocked());
     job = std::make_shared<Job>(std::move(specOf(request).value()), limits_.job, pool_);
   } else {
     job = it->second;
@@ -181,14 +179,17 @@ StatusOr<std::shared_ptr<Session>> JobRegistry::registerLocked(const v1::Registe
   return session;
 }
 
+Status JobRegistry::roomForAnotherJobLocked() const {
+  if (jobs_.size() < limits_.max_jobs) return okStatus();
+  return resourceExhausted("daemon serves " + std::to_string(jobs_.size()) + " jobs already (max_jobs)");
+}
+
 StatusOr<std::shared_ptr<Job>> JobRegistry::joinRunningJob(const v1::RegisterRequest& request) {
   // Only a job spanning daemons can take in a node it does not run on.
   if (!request.elastic() || request.leader_address().empty()) {
     return notFound("no job '" + request.job_id() + "' on this daemon to join");
   }
-  if (jobs_.size() >= limits_.max_jobs) {
-    return resourceExhausted("daemon serves " + std::to_string(jobs_.size()) + " jobs already (max_jobs)");
-  }
+  RETURN_IF_ERROR(roomForAnotherJobLocked());
   ASSIGN_OR_RETURN(JobSpec spec, specOf(request));
   spec.local_size = 0;  // no rank of the job runs here yet
   spec.joins_running = true;

@@ -70,6 +70,7 @@ class JobRegistry {
   // A joiner for an elastic job spanning daemons that runs nothing here
   // yet: the job, made for it (this node joins as a candidate). Needs mutex_.
   StatusOr<std::shared_ptr<Job>> joinRunningJob(const v1::RegisterRequest& request);
+  Status roomForAnotherJobLocked() const;  // max_jobs
 
   RegistryLimits limits_;  // peer_address set once at start
   executor::ReducePool* pool_;
