@@ -26,7 +26,10 @@ Usage usageOf(pid_t pid) {
   u.fds = entries(proc + "/fd");
   u.threads = entries(proc + "/task");
   std::ifstream maps(proc + "/maps");
-  for (std::string line; std::getline(maps, line);) ++u.mappings;
+  for (std::string line; std::getline(maps, line);) {
+    ++u.mappings;
+    u.memfd_mappings += line.find("/memfd:") != std::string::npos;
+  }
   std::ifstream status(proc + "/status");
   for (std::string line; std::getline(status, line);) {
     if (line.rfind("VmRSS:", 0) == 0) u.rss_kib = std::atol(line.c_str() + 6);
@@ -36,7 +39,7 @@ Usage usageOf(pid_t pid) {
 
 std::string describe(const Usage& u) {
   return std::to_string(u.fds) + " fds, " + std::to_string(u.threads) + " threads, " + std::to_string(u.mappings) +
-         " mappings, " + std::to_string(u.rss_kib / 1024) + " MiB resident";
+         " mappings (" + std::to_string(u.memfd_mappings) + " memfd), " + std::to_string(u.rss_kib / 1024) + " MiB resident";
 }
 
 }  // namespace gradsync::testutil
