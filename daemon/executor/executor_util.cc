@@ -147,6 +147,66 @@ OutputLayout alltoallLayout(const Response& r, ResponseResult* result) {
   return layout;
 }
 
+AlltoallRoutes alltoallRoutes(const Response& r, const RankAccess& access) {
+  const size_t n = r.requests.size();
+  const size_t row = rowBytes(r.first());
+  const size_t nodes = static_cast<size_t>(access.nodeCount());
+  std::vector<int> node(n);
+  std::vector<bool> local(n);
+  for (size_t i = 0; i < n; ++i) {
+    node[i] = access.nodeOf(r.requests[i]->rank);
+    local[i] = access.isLocal(r.requests[i]->rank);
+  }
+  // Rank i's block for rank j: its offset in i's input (local i only),
+  // and its length.
+  std::vector<std::vector<size_t>> starts(n);
+  for (size_t i = 0; i < n; ++i) {
+    if (!local[i]) continue;
+    starts[i].resize(n);
+    for (size_t j = 1; j < n; ++j) starts[i][j] = starts[i][j - 1] + r.requests[i]->splits[j - 1] * row;
+  }
+  const auto skip = [&](size_t i, size_t j) { return starts[i][j]; };
+  const auto length = [&](size_t i, size_t j) { return r.requests[i]->splits[j] * row; };
+  AlltoallRoutes routes;
+  routes.send_to.assign(nodes, {});
+  routes.recv_from.assign(nodes, {});
+  routes.output.assign(n, {});
+  for (size_t j = 0; j < n; ++j) {
+    if (local[j]) routes.output[j].assign(n, {});
+  }
+  // Each message's size, then its place: messages lie in node order.
+  for (size_t i = 0; i < n; ++i) {
+    for (size_t j = 0; j < n; ++j) {
+      if (local[i] && !local[j]) routes.send_to[node[j]].bytes += length(i, j);
+      if (!local[i] && local[j]) routes.recv_from[node[i]].bytes += length(i, j);
+    }
+  }
+  std::vector<size_t> recv_at(nodes);
+  for (size_t m = 0; m < nodes; ++m) {
+    routes.send_to[m].offset = routes.send_bytes;
+    routes.recv_from[m].offset = recv_at[m] = routes.recv_bytes;
+    routes.send_bytes += routes.send_to[m].bytes;
+    routes.recv_bytes += routes.recv_from[m].bytes;
+  }
+  // In message order: sender ranks i, then receiver ranks j.
+  std::vector<std::vector<AlltoallRoutes::Piece>> packs(nodes);
+  for (size_t i = 0; i < n; ++i) {
+    for (size_t j = 0; j < n; ++j) {
+      const size_t bytes = length(i, j);
+      if (local[i] && !local[j]) {
+        packs[node[j]].push_back({i, skip(i, j), bytes, false});
+      } else if (!local[i] && local[j]) {
+        routes.output[j][i] = {i, recv_at[node[i]], bytes, true};
+        recv_at[node[i]] += bytes;
+      } else if (local[i] && local[j]) {
+        routes.output[j][i] = {i, skip(i, j), bytes, false};
+      }
+    }
+  }
+  for (auto& pack : packs) routes.pack.insert(routes.pack.end(), pack.begin(), pack.end());
+  return routes;
+}
+
 std::vector<int64_t> reducescatterRows(const Response& r) {
   const int64_t n = static_cast<int64_t>(r.ranks.size());
   const Request& first = r.first();

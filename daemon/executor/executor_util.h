@@ -54,6 +54,27 @@ struct OutputLayout {
 // ALLTOALL: what each member receives; fills received splits and output
 // shapes of `result`.
 OutputLayout alltoallLayout(const Response& r, ResponseResult* result);
+// ALLTOALL across nodes by pairwise exchange: what this node sends each
+// other node, what it receives from each, and where each local member's
+// output comes from. Every node derives the same message layouts from the
+// response: the message from node a to node b holds, for each rank i of a
+// in request order, its blocks for the ranks j of b in request order.
+struct AlltoallRoutes {
+  // `bytes` of request `request`'s input from `offset` (local inputs), or
+  // of the receive buffer at `offset` (`remote`).
+  struct Piece {
+    size_t request = 0;
+    size_t offset = 0;
+    size_t bytes = 0;
+    bool remote = false;
+  };
+  std::vector<collective::Range> send_to, recv_from;  // by node, in the send / receive buffers
+  size_t send_bytes = 0, recv_bytes = 0;
+  std::vector<Piece> pack;                   // local inputs, in send-buffer order
+  std::vector<std::vector<Piece>> output;    // parallel to r.requests (local members only), in output order
+};
+AlltoallRoutes alltoallRoutes(const Response& r, const RankAccess& access);
+
 // REDUCESCATTER: rows of each member (Horovod's rule: the first dim0 % n
 // members get one extra); fills output shapes of `result`.
 std::vector<int64_t> reducescatterRows(const Response& r);

@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 // GpuExecutor across nodes for allgather, alltoall and reducescatter of CUDA
-// tensors: through host memory and the daemons' ring, as the CPU executor
-// does them (multi_node_executor.cc), with the node's ranks copied out of
+// tensors: through host memory and the daemons' ring (alltoall: their
+// pairwise exchange), as the CPU executor does them (multi_node_executor.cc), with the node's ranks copied out of
 // and back into their GPU memory. Exact results; NCCL for these is to come.
 #include <algorithm>
+#include <cstring>
 #include <map>
 
 #include "daemon/collective/cuda/local_reduce.h"
@@ -95,7 +96,12 @@ ResponseResult GpuExecutor::stagedGatherLike(const Response& r, RankAccess& acce
     all_bytes = alltoallLayout(r, &result).bytes;
   }
   Status status = checkOutputs(r, m, localBytes(m, index, all_bytes));
-  uint8_t* host = staging(std::max<size_t>(layout.total, 1));
+  // Alltoall: each rank's input at layout.offset, then the messages to the
+  // other nodes and from them (a pairwise exchange, as on the CPU path).
+  const AlltoallRoutes routes = r.type == v1::ALLTOALL ? alltoallRoutes(r, access) : AlltoallRoutes();
+  uint8_t* host = staging(std::max<size_t>(layout.total + routes.send_bytes + routes.recv_bytes, 1));
+  uint8_t* send = host + layout.total;
+  uint8_t* recv = send + routes.send_bytes;
   bool waited = false;
   if (status.isOk()) {
     status = waitReady(m);
@@ -105,7 +111,16 @@ ResponseResult GpuExecutor::stagedGatherLike(const Response& r, RankAccess& acce
     PhaseScope phase(access, "MEMCPY_DEVICE_TO_HOST");
     status = stageInputs(r, m, index, layout.offset, host);
   }
-  if (status.isOk()) status = access.crossNodeAllgather(host, layout.owned);
+  if (status.isOk() && r.type == v1::ALLGATHER) status = access.crossNodeAllgather(host, layout.owned);
+  if (status.isOk() && r.type == v1::ALLTOALL) {
+    if (m.stream != nullptr) status = ops_->waitStream(m.stream, "waiting for the copies to the staging buffer");
+    size_t at = 0;
+    for (const auto& piece : routes.pack) {
+      std::memcpy(send + at, host + layout.offset[piece.request] + piece.offset, piece.bytes);
+      at += piece.bytes;
+    }
+    if (status.isOk()) status = access.crossNodeAlltoall(send, routes.send_to, recv, routes.recv_from);
+  }
   PhaseScope phase(access, "MEMCPY_HOST_TO_DEVICE");
   for (size_t k = 0; status.isOk() && k < m.list.size(); ++k) {
     const std::string what = "tensor '" + r.name + "': copy to rank " + std::to_string(m.list[k].rank);
@@ -115,18 +130,15 @@ ResponseResult GpuExecutor::stagedGatherLike(const Response& r, RankAccess& acce
       }
       continue;
     }
-    const size_t j = index[k];  // this member's position among the ranks
     size_t written = 0;
-    for (size_t i = 0; status.isOk() && i < r.requests.size(); ++i) {
-      size_t skip = 0;
-      for (size_t s = 0; s < j; ++s) skip += r.requests[i]->splits[s] * row;
-      const size_t length = r.requests[i]->splits[j] * row;
-      if (length > 0) {
-        status = context(ops_->copy(m.list[k].output + written, host + layout.offset[i] + skip, length,
-                                    gpu::CopyKind::kHostToDevice, m.stream),
+    for (const auto& piece : routes.output[index[k]]) {
+      const uint8_t* from = piece.remote ? recv + piece.offset : host + layout.offset[piece.request] + piece.offset;
+      if (piece.bytes > 0) {
+        status = context(ops_->copy(m.list[k].output + written, from, piece.bytes, gpu::CopyKind::kHostToDevice, m.stream),
                          what);
+        if (!status.isOk()) break;
       }
-      written += length;
+      written += piece.bytes;
     }
   }
   if (waited) status = recordDoneAfter(m, status);

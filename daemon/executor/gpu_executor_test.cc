@@ -57,6 +57,10 @@ class FakeAccess : public RankAccess {
                                 const std::vector<std::vector<collective::ElementRange>>& owned) override {
     return cross_reducescatter(input, data, dtype, op, owned);
   }
+  Status crossNodeAlltoall(const uint8_t* send, const std::vector<collective::Range>& send_to, uint8_t* recv,
+                           const std::vector<collective::Range>& recv_from) override {
+    return cross_alltoall(send, send_to, recv, recv_from);
+  }
   std::shared_ptr<gpu::ClientGpu> gpuOf(int rank) override {
     auto it = gpus.find(rank);
     return it == gpus.end() ? nullptr : it->second;
@@ -71,6 +75,9 @@ class FakeAccess : public RankAccess {
   std::function<Status(const void*, void*, DataType, ReduceOp,
                        const std::vector<std::vector<collective::ElementRange>>&)>
       cross_reducescatter;
+  std::function<Status(const uint8_t*, const std::vector<collective::Range>&, uint8_t*,
+                       const std::vector<collective::Range>&)>
+      cross_alltoall;
 };
 
 class GpuExecutorTest : public ::testing::Test {
@@ -398,7 +405,9 @@ TEST_F(GpuExecutorTest, StagedAllreduceAcrossNodesWithAFusedBucket) {
 }
 
 // Across nodes, allgather and alltoall stage every rank's input in host
-// memory for the ring's allgather (faked: node 1's rank 2 writes its range).
+// memory for the ring's allgather (faked: node 1's rank 2 writes its range)
+// or the pairwise exchange (faked: node 1 sends 20 + j for each rank j of
+// node 0, and what node 0 sent it is kept).
 class StagedGatherTest : public GpuExecutorTest {
  protected:
   void SetUp() override {
@@ -413,7 +422,18 @@ class StagedGatherTest : public GpuExecutorTest {
       }
       return okStatus();
     };
+    access_.cross_alltoall = [&](const uint8_t* send, const std::vector<collective::Range>& send_to, uint8_t* recv,
+                                 const std::vector<collective::Range>& recv_from) {
+      EXPECT_EQ(send_to.size(), 2u);
+      EXPECT_EQ(send_to[0].bytes, 0u);  // nothing to itself
+      sent_to_node1.assign(reinterpret_cast<const float*>(send + send_to[1].offset),
+                           reinterpret_cast<const float*>(send + send_to[1].offset + send_to[1].bytes));
+      auto* f = reinterpret_cast<float*>(recv + recv_from[1].offset);
+      for (size_t j = 0; j < recv_from[1].bytes / 4; ++j) f[j] = 20.0f + static_cast<float>(j);
+      return okStatus();
+    };
   }
+  std::vector<float> sent_to_node1;
 };
 
 TEST_F(StagedGatherTest, RaggedAllgatherWithARankOnAnotherNode) {
@@ -451,6 +471,8 @@ TEST_F(StagedGatherTest, AlltoallWithSplitsAcrossNodes) {
     EXPECT_EQ(element<float>(ranks_[j], 2048, 1), 10.0f + j);
     EXPECT_EQ(element<float>(ranks_[j], 2048, 2), 20.0f + j);
   }
+  // Node 1 got only its rank's rows, once: rank 0's row 2, rank 1's row 2.
+  EXPECT_EQ(sent_to_node1, (std::vector<float>{2.0f, 12.0f}));
 }
 
 TEST_F(StagedGatherTest, ReducescatterAcrossNodesAveragesOverEveryRank) {

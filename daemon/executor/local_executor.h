@@ -57,6 +57,13 @@ class RankAccess {
   virtual Status crossNodeAllgather(uint8_t* buffer, const std::vector<std::vector<collective::Range>>& owned) {
     return unimplemented("single-node job");
   }
+  // Pairwise exchange among the nodes' daemons (indexed by node): sends
+  // `send_to[m]` of `send` to node m, receives node m's bytes into
+  // `recv_from[m]` of `recv`.
+  virtual Status crossNodeAlltoall(const uint8_t* send, const std::vector<collective::Range>& send_to, uint8_t* recv,
+                                   const std::vector<collective::Range>& recv_from) {
+    return unimplemented("single-node job");
+  }
   // Reduce-scatter among the nodes' daemons of this node's contribution
   // `input` (read only; may be `data`): afterwards `data` holds this node's
   // `owned` elements (indexed by node) reduced over every node.

@@ -119,46 +119,45 @@ ResponseResult LocalExecutor::multiNodeBroadcast(const Response& r, RankAccess& 
   return failed(r, okStatus());
 }
 
-// Every rank's input is gathered on every node, then each local rank picks
-// the blocks sent to it: n_nodes times the traffic of a pairwise exchange,
-// kept simple for now (the result is exact).
+// Pairwise: each node sends every other node the blocks its ranks have for
+// that node's ranks (packed into one message per node), and assembles its
+// ranks' outputs from their local blocks and the messages received.
 ResponseResult LocalExecutor::multiNodeAlltoall(const Response& r, RankAccess& access) {
-  const size_t n = r.ranks.size();
-  const size_t row = rowBytes(r.first());
-  std::vector<size_t> input_offset(n);
-  size_t total = 0;
-  for (size_t i = 0; i < n; ++i) {
-    input_offset[i] = total;
-    total += r.requests[i]->length;
-  }
-  if (fusion_.size() < total) fusion_.resize(total);
-  std::vector<std::vector<collective::Range>> owned(access.nodeCount());
-  CopyPlan in;
-  for (size_t i = 0; i < n; ++i) {
-    const Request& request = *r.requests[i];
-    owned[access.nodeOf(request.rank)].push_back({input_offset[i], request.length});
-    if (!access.isLocal(request.rank)) continue;
-    auto src = inputOf(access, request);
+  const AlltoallRoutes routes = alltoallRoutes(r, access);
+  std::vector<uint8_t*> inputs(r.requests.size(), nullptr);
+  for (size_t i = 0; i < r.requests.size(); ++i) {
+    if (!access.isLocal(r.requests[i]->rank)) continue;
+    auto src = inputOf(access, *r.requests[i]);
     if (!src.isOk()) return failed(r, src.status());
-    in.add(fusion_.data() + input_offset[i], *src, request.length);
+    inputs[i] = *src;
   }
-  in.run(*pool_);
-  Status status = access.crossNodeAllgather(fusion_.data(), owned);
+  if (fusion_.size() < routes.send_bytes + routes.recv_bytes) fusion_.resize(routes.send_bytes + routes.recv_bytes);
+  uint8_t* send = fusion_.data();
+  uint8_t* recv = fusion_.data() + routes.send_bytes;
+  {
+    PhaseScope phase(access, "MEMCPY_IN_FUSION_BUFFER");
+    CopyPlan pack;
+    size_t at = 0;
+    for (const auto& piece : routes.pack) {
+      pack.add(send + at, inputs[piece.request] + piece.offset, piece.bytes);
+      at += piece.bytes;
+    }
+    pack.run(*pool_);
+  }
+  Status status = access.crossNodeAlltoall(send, routes.send_to, recv, routes.recv_from);
   if (!status.isOk()) return failed(r, status);
   ResponseResult result = failed(r, okStatus());
   const OutputLayout layout = alltoallLayout(r, &result);
   auto outputs = access.requestOutputs(r, layout.bytes, layout.shapes);
   if (!outputs.isOk()) return failed(r, outputs.status());
   CopyPlan out;
-  for (size_t j = 0; j < n; ++j) {
+  for (size_t j = 0; j < r.requests.size(); ++j) {
     if ((*outputs)[j] == nullptr) continue;  // another node's rank
     size_t written = 0;
-    for (size_t i = 0; i < n; ++i) {
-      size_t skip = 0;
-      for (size_t k = 0; k < j; ++k) skip += r.requests[i]->splits[k] * row;
-      const size_t len = r.requests[i]->splits[j] * row;
-      out.add((*outputs)[j] + written, fusion_.data() + input_offset[i] + skip, len);
-      written += len;
+    for (const auto& piece : routes.output[j]) {
+      out.add((*outputs)[j] + written, piece.remote ? recv + piece.offset : inputs[piece.request] + piece.offset,
+              piece.bytes);
+      written += piece.bytes;
     }
   }
   out.run(*pool_);

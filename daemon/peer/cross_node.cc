@@ -142,7 +142,7 @@ CrossNode::~CrossNode() {
   // The executor thread has ended: this thread may drive the transport. A
   // node that finished its part of the last collective may still hold
   // bytes its neighbours wait for.
-  if (transport_ && (left_ || right_)) transport_->flush(std::chrono::milliseconds(500));
+  if (transport_ && !peers_.empty()) transport_->flush(std::chrono::milliseconds(500));
   if (transport_) {
     const size_t strays = transport_->dropStrays();
     if (strays > 0) {
@@ -152,8 +152,7 @@ CrossNode::~CrossNode() {
              options_.job_id, strays);
     }
   }
-  left_.reset();
-  right_.reset();
+  peers_.clear();
 }
 
 std::string CrossNode::describeNode(const v1::NodeInfo& node) const {
@@ -556,13 +555,8 @@ void CrossNode::describe(v1::JobInfo* info, CrossClock::time_point now, double b
     }
     out->set_heartbeat_age_ms(age);
     transport::PeerStats stats;
-    if (node.cross_rank() == left_node_ && left_) stats = left_->stats();
-    if (node.cross_rank() == right_node_ && right_ && right_node_ != left_node_) {
-      const auto more = right_->stats();
-      stats.bytes_sent += more.bytes_sent;
-      stats.bytes_received += more.bytes_received;
-      stats.failed_transfers += more.failed_transfers;
-    }
+    auto peer = peers_.find(node.ucx_address());
+    if (peer != peers_.end()) stats = peer->second->stats();
     out->set_bytes_sent(stats.bytes_sent);
     out->set_bytes_received(stats.bytes_received);
     out->set_failed_transfers(stats.failed_transfers);
@@ -570,10 +564,8 @@ void CrossNode::describe(v1::JobInfo* info, CrossClock::time_point now, double b
   }
 }
 
-StatusOr<collective::RingContext> CrossNode::ring(uint64_t sequence, CrossClock::time_point deadline,
-                                                 uint64_t epoch) {
-  std::vector<v1::NodeInfo> members;
-  int self = -1;
+Status CrossNode::dataPlane(CrossClock::time_point deadline, uint64_t epoch, std::vector<v1::NodeInfo>* members,
+                            int* self) {
   bool new_epoch = false;
   {
     std::unique_lock<std::mutex> lock(mutex_);
@@ -588,74 +580,98 @@ StatusOr<collective::RingContext> CrossNode::ring(uint64_t sequence, CrossClock:
                      " is over, the job is at epoch " + std::to_string(epoch_) + ")");
     }
     // Checked and lifted under one lock: an interruption for a later epoch
-    // comes after this and ends this ring's waits.
+    // comes after this and ends this collective's waits.
     if (ring_epoch_ != epoch_) {
       new_epoch = true;
       transport_->resume();
       ring_epoch_ = epoch_;
     }
-    members = members_;
+    *members = members_;
+    *self = -1;
     for (const auto& node : members_) {
-      if (node.peer_address() == options_.self_address) self = node.cross_rank();
+      if (node.peer_address() == options_.self_address) *self = node.cross_rank();
     }
   }
-  if (self < 0) return internalError("this daemon is not in its job's membership");
-  const int n = static_cast<int>(members.size());
-  const int left = (self - 1 + n) % n, right = (self + 1) % n;
+  if (*self < 0) return internalError("this daemon is not in its job's membership");
   if (new_epoch) {
     // Tags keyed by the epoch. The old epoch's strays stay queued (they
     // match no tag of this one) until the job ends: draining them here
     // would also take the new epoch's first messages, which may be here.
     tag_key_ = deriveSipKey(options_.token + '\0' + options_.job_id + '\0' + "epoch " + std::to_string(epoch),
                             "gradsync data-plane tags v1");
-  }
-  const std::string& want_left = members[left].ucx_address();
-  const std::string want_right = right != left ? members[right].ucx_address() : std::string();
-  if (!left_ || left_ucx_ != want_left || right_ucx_ != want_right) {
-    // The ring (re-)forms. An endpoint to a neighbour that stays is kept:
-    // closing it and connecting again at once races UCX's own wire-up.
-    std::vector<std::pair<std::string, transport::PeerPtr>> current;
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      if (left_) current.emplace_back(left_ucx_, std::move(left_));
-      if (right_) current.emplace_back(right_ucx_, std::move(right_));
-      left_node_ = right_node_ = -1;
-    }
-    const bool reforms = !current.empty();
-    const auto take = [&](const std::string& ucx) {
-      for (auto& [address, peer] : current) {
-        if (peer && address == ucx) return std::move(peer);
-      }
-      return transport::PeerPtr();
-    };
-    transport::PeerPtr left_peer = take(want_left);
-    transport::PeerPtr right_peer = want_right.empty() ? nullptr : take(want_right);
-    current.clear();  // endpoints to nodes no longer next to this one
-    if (!left_peer) {
-      ASSIGN_OR_RETURN(left_peer, transport_->connect(want_left, members[left].ranks(0)));
-    }
-    if (!want_right.empty() && !right_peer) {
-      ASSIGN_OR_RETURN(right_peer, transport_->connect(want_right, members[right].ranks(0)));
-    }
+    // Endpoints to nodes that stay are kept: closing one and connecting
+    // again at once races UCX's own wire-up.
+    std::set<std::string> current;
+    for (const auto& node : *members) current.insert(node.ucx_address());
+    std::vector<transport::PeerPtr> gone;
     std::lock_guard<std::mutex> lock(mutex_);
-    left_ = std::move(left_peer);
-    right_ = std::move(right_peer);
-    left_ucx_ = want_left;
-    right_ucx_ = want_right;
-    left_node_ = left;
-    right_node_ = right;
-    if (reforms) GS_LOG(control, info, "job '{}': the ring re-forms for epoch {} ({} nodes)", options_.job_id, epoch, n);
+    for (auto it = peers_.begin(); it != peers_.end();) {
+      if (current.count(it->first) > 0) {
+        ++it;
+      } else {
+        gone.push_back(std::move(it->second));
+        it = peers_.erase(it);
+      }
+    }
+    if (!gone.empty() || epoch > 1) {
+      GS_LOG(control, info, "job '{}': the data plane re-forms for epoch {} ({} nodes)", options_.job_id, epoch,
+             members->size());
+    }
   }
+  return okStatus();
+}
+
+StatusOr<transport::Peer*> CrossNode::peerFor(const v1::NodeInfo& node) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = peers_.find(node.ucx_address());
+    if (it != peers_.end()) return it->second.get();
+  }
+  if (node.ranks_size() == 0) return internalError("node " + node.peer_address() + " holds no rank");
+  ASSIGN_OR_RETURN(auto peer, transport_->connect(node.ucx_address(), node.ranks(0)));
+  std::lock_guard<std::mutex> lock(mutex_);
+  transport::Peer* raw = peer.get();
+  peers_[node.ucx_address()] = std::move(peer);
+  return raw;
+}
+
+StatusOr<collective::RingContext> CrossNode::ring(uint64_t sequence, CrossClock::time_point deadline,
+                                                 uint64_t epoch) {
+  std::vector<v1::NodeInfo> members;
+  int self = -1;
+  RETURN_IF_ERROR(dataPlane(deadline, epoch, &members, &self));
+  const int n = static_cast<int>(members.size());
   collective::RingContext ring;
+  ASSIGN_OR_RETURN(ring.left, peerFor(members[(self - 1 + n) % n]));
+  ASSIGN_OR_RETURN(ring.right, peerFor(members[(self + 1) % n]));
   ring.transport = transport_.get();
-  ring.left = left_.get();
-  ring.right = right_ ? right_.get() : left_.get();
   ring.rank = self;
   ring.size = n;
   ring.sequence = sequence;
   ring.tag_key = tag_key_;
   ring.deadline = deadline;
   return ring;
+}
+
+StatusOr<collective::MeshContext> CrossNode::mesh(uint64_t sequence, CrossClock::time_point deadline,
+                                                 uint64_t epoch) {
+  std::vector<v1::NodeInfo> members;
+  int self = -1;
+  RETURN_IF_ERROR(dataPlane(deadline, epoch, &members, &self));
+  collective::MeshContext mesh;
+  for (const auto& node : members) {
+    transport::Peer* peer = nullptr;
+    if (node.cross_rank() != self) {
+      ASSIGN_OR_RETURN(peer, peerFor(node));
+    }
+    mesh.peers.push_back(peer);
+  }
+  mesh.transport = transport_.get();
+  mesh.rank = self;
+  mesh.sequence = sequence;
+  mesh.tag_key = tag_key_;
+  mesh.deadline = deadline;
+  return mesh;
 }
 
 }  // namespace gradsync::peer

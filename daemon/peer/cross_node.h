@@ -21,6 +21,7 @@
 #include <thread>
 #include <vector>
 
+#include "daemon/collective/pairwise_exchange.h"
 #include "daemon/collective/ring_allreduce.h"
 #include "daemon/coordinator/request.h"
 #include "daemon/coordinator/request_wire.h"
@@ -118,6 +119,9 @@ class CrossNode {
   // first use, and again in each new epoch). Waits for the membership until
   // `deadline`; ABORTED when `epoch` is over.
   StatusOr<collective::RingContext> ring(uint64_t sequence, CrossClock::time_point deadline, uint64_t epoch = 1);
+  // Endpoints to every node, for a pairwise exchange (alltoall); the same
+  // waits and errors as ring().
+  StatusOr<collective::MeshContext> mesh(uint64_t sequence, CrossClock::time_point deadline, uint64_t epoch = 1);
 
   // Elastic jobs (cross_node_elastic.cc).
   uint64_t epoch() const;
@@ -314,10 +318,15 @@ class CrossNode {
   std::mutex order_mutex_;
   std::atomic<uint64_t> bytes_sent_{0}, bytes_received_{0}, messages_{0}, cache_hits_{0};
 
-  // Data plane (created by the executor thread; stats read under mutex_).
-  transport::PeerPtr left_, right_;
-  std::string left_ucx_, right_ucx_;  // their workers' addresses (right: empty when the same as left)
-  int left_node_ = -1, right_node_ = -1;
+  // Data plane (executor thread): the membership of `epoch` and this
+  // node's position in it, the tags re-keyed and endpoints to nodes no
+  // longer in the job closed when the epoch is new.
+  Status dataPlane(CrossClock::time_point deadline, uint64_t epoch, std::vector<v1::NodeInfo>* members, int* self);
+  // The endpoint to `node`, connected on first use.
+  StatusOr<transport::Peer*> peerFor(const v1::NodeInfo& node);
+  // Endpoints by the peer's UCX worker address (created and removed by the
+  // executor thread under mutex_; stats read under mutex_).
+  std::map<std::string, transport::PeerPtr> peers_;
 };
 
 // Conversions between negotiated responses and their wire form.

@@ -153,6 +153,8 @@ class Job : private executor::RankAccess {
   int nodeCount() const override;
   Status crossNodeBroadcast(void* data, size_t bytes, int root_rank) override;
   Status crossNodeAllgather(uint8_t* buffer, const std::vector<std::vector<collective::Range>>& owned) override;
+  Status crossNodeAlltoall(const uint8_t* send, const std::vector<collective::Range>& send_to, uint8_t* recv,
+                           const std::vector<collective::Range>& recv_from) override;
   Status crossNodeReduceScatter(const void* input, void* data, DataType dtype, ReduceOp op,
                                 const std::vector<std::vector<collective::ElementRange>>& owned) override;
 

@@ -4,6 +4,7 @@
 // ring, and failures reported by other nodes.
 #include "daemon/common/logging.h"
 #include "daemon/server/enqueue_validation.h"
+#include "daemon/collective/pairwise_exchange.h"
 #include "daemon/collective/ring_movement.h"
 #include "daemon/coordinator/request_wire.h"
 #include "daemon/server/job.h"
@@ -197,6 +198,15 @@ Status Job::crossNodeAllgather(uint8_t* buffer, const std::vector<std::vector<co
   BusyTimer busy(&ring_busy_ns_);
   executor::PhaseScope phase(*this, "CROSS_NODE_ALLGATHER");
   Status status = collective::ringAllgather(ring, buffer, owned);
+  return status.isOk() ? status : ringFailed(status);
+}
+
+Status Job::crossNodeAlltoall(const uint8_t* send, const std::vector<collective::Range>& send_to, uint8_t* recv,
+                             const std::vector<collective::Range>& recv_from) {
+  ASSIGN_OR_RETURN(auto mesh, cross_->mesh(ring_sequence_, Clock::now() + limits_.transfer_timeout, batch_epoch_));
+  BusyTimer busy(&ring_busy_ns_);
+  executor::PhaseScope phase(*this, "CROSS_NODE_ALLTOALL");
+  Status status = collective::pairwiseExchange(mesh, send, send_to, recv, recv_from);
   return status.isOk() ? status : ringFailed(status);
 }
 

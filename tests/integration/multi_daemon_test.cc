@@ -82,6 +82,10 @@ TEST_F(MultiDaemonTest, ThreeDaemonsJoinMismatchAndProcessSets) {
   auto join = launch("three-join", "join", {0, 1, 2});
   std::string report;
   EXPECT_TRUE(allSucceed(join, kTimeout, &report)) << report << logs();
+  // Alltoall by pairwise exchange among three daemons, ranks interleaved
+  // (daemon 1 holds ranks 1 and 3): every pair of daemons trades blocks.
+  auto alltoall = launch("three-alltoall", "alltoall", {0, 1, 2, 1});
+  EXPECT_TRUE(allSucceed(alltoall, kTimeout, &report)) << report << logs();
   auto mismatch = launch("three-mismatch", "mismatch_allreduce", {2, 0, 1});
   EXPECT_TRUE(allSucceed(mismatch, kTimeout, &report)) << report << logs();
   // Process set {0, 2}: the daemon of rank 1 holds no member of it.
