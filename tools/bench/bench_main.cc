@@ -3,7 +3,7 @@
 // gradsyncd, in the manner of nccl-tests' all_reduce_perf. Forks -np ranks,
 // each a real client process of one job.
 //
-//   gradsync_bench --socket PATH [-np 2] [--collective allreduce|broadcast|allgather|reducescatter]
+//   gradsync_bench --socket PATH [-np 2] [--collective allreduce|broadcast|allgather|reducescatter|alltoall]
 //                  [--min-bytes 4] [--max-bytes 256M] [--copy] [--device cpu|cuda] [--min-time 1] [--resnet]
 //
 // Per size: a correctness check (inputs rank+1, result checked everywhere),
@@ -44,7 +44,7 @@ uint64_t parseBytes(const std::string& s) {
 int usage() {
   std::fprintf(stderr,
                "usage: gradsync_bench --socket PATH[,PATH...] [--leader HOST:PORT] [-np N]\n"
-               "                      [--collective allreduce|broadcast|allgather|reducescatter]\n"
+               "                      [--collective allreduce|broadcast|allgather|reducescatter|alltoall]\n"
                "                      [--min-bytes B] [--max-bytes B] [--step-factor F] [--copy] [--device cpu|cuda]\n"
                "                      [--min-time S] [--min-iters N] [--resnet] [--steps N]\n");
   return 64;
@@ -70,7 +70,7 @@ bool parse(int argc, char** argv, BenchOptions* o) {
     else return false;
   }
   const bool known = o->collective == "allreduce" || o->collective == "broadcast" || o->collective == "allgather" ||
-                     (o->collective == "reducescatter" && o->device == "cpu");  // CUDA outputs: not measured
+                     ((o->collective == "reducescatter" || o->collective == "alltoall") && o->device == "cpu");  // CUDA outputs: not measured
   return known && !o->socket.empty() && o->ranks >= 1 && (o->device == "cpu" || o->device == "cuda") &&
          (o->step_factor == 0 || o->step_factor >= 2) && o->min_bytes > 0;
 }

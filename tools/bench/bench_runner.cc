@@ -24,9 +24,10 @@ struct Ctx {
   BenchMemory& memory;
   float* gather_output = nullptr;  // CUDA allgather: the caller-sized output
   uint64_t gather_bytes = 0;
+  std::vector<int64_t> splits;  // alltoall: rows to each rank (count / n, the first count % n one more)
 };
 
-gradsync_op_t opFor(const Ctx& c, const std::string& name, void* data, const int64_t* shape) {
+gradsync_op_t opFor(Ctx& c, const std::string& name, void* data, const int64_t* shape) {
   gradsync_op_t op;
   gradsync_op_init(&op);
   op.name = name.c_str();
@@ -38,6 +39,13 @@ gradsync_op_t opFor(const Ctx& c, const std::string& name, void* data, const int
   if (c.options.collective == "broadcast") op.collective = GRADSYNC_BROADCAST;
   if (c.options.collective == "allgather") op.collective = GRADSYNC_ALLGATHER;
   if (c.options.collective == "reducescatter") op.collective = GRADSYNC_REDUCESCATTER;
+  if (c.options.collective == "alltoall") {
+    op.collective = GRADSYNC_ALLTOALL;
+    c.splits.assign(c.size, shape[0] / c.size);
+    for (int64_t j = 0; j < shape[0] % c.size; ++j) ++c.splits[j];
+    op.splits = c.splits.data();
+    op.num_splits = c.size;
+  }
   op.device = c.memory.device();
   if (op.device == GRADSYNC_DEVICE_CUDA && op.collective == GRADSYNC_ALLGATHER) {
     op.output = c.gather_output;
@@ -92,6 +100,16 @@ bool check(Ctx& c, float* buf, size_t count, const int64_t* shape, const std::st
     }
     return true;
   }
+  if (c.options.collective == "alltoall") {  // this rank's rows from each rank i, valued i + 1
+    const size_t rows = count / n + (static_cast<size_t>(c.rank) < count % n ? 1 : 0);
+    const std::vector<float> mine = c.memory.read(gathered_at, rows * n);
+    for (int i = 0; i < n; ++i) {
+      for (size_t k = 0; k < rows; ++k) {
+        if (mine[i * rows + k] != i + 1) return false;
+      }
+    }
+    return true;
+  }
   if (c.options.collective == "reducescatter") {  // this rank's rows: count / n, the first count % n one more
     const size_t rows = count / n + (static_cast<size_t>(c.rank) < count % n ? 1 : 0);
     const std::vector<float> mine = c.memory.read(gathered_at, rows);
@@ -110,7 +128,7 @@ const char* pathName(const Ctx& c) {
 
 double busFactor(const std::string& collective, int n) {
   if (collective == "allreduce") return 2.0 * (n - 1) / n;
-  if (collective == "allgather" || collective == "reducescatter") return static_cast<double>(n - 1) / n;
+  if (collective == "allgather" || collective == "reducescatter" || collective == "alltoall") return static_cast<double>(n - 1) / n;
   return 1.0;
 }
 
@@ -253,7 +271,7 @@ int runRank(const BenchOptions& options) {
   const std::string kind = options.device == "cuda" ? "cuda" : options.zero_copy ? "arena" : "heap";
   auto memory = makeBenchMemory(kind, client, client.localRank());
   if (!memory) return 2;
-  Ctx c{client, options, client.rank(), client.size(), *memory};
+  Ctx c{client, options, client.rank(), client.size(), *memory, nullptr, 0, {}};
   return options.resnet ? runResnet(c) : runSweep(c);
 }
 
