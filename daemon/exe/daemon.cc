@@ -103,6 +103,7 @@ Status Daemon::startServers() {
   limits.job.nccl = nccl_.get();
   limits.job.nccl_between_daemons = config_.gpu_cross_node() == "auto";
   limits.job.leader_failover = config_.leader_failover() == "quorum";
+  limits.job.steady_state_rounds = config_.steady_state() == "rounds";
   limits.job.no_gpu_reason = no_gpu_reason;
   registry_ = std::make_unique<server::JobRegistry>(limits, pool_.get());
   ASSIGN_OR_RETURN(const std::string peer_address, startPeerServer());

@@ -91,6 +91,7 @@ const std::map<std::string, Setter>& setters() {
       {"--response-cache-capacity", number<uint32_t>("--response-cache-capacity", &C::set_response_cache_capacity)},
       {"--gpu-cross-node", text(&C::set_gpu_cross_node)},
       {"--leader-failover", text(&C::set_leader_failover)},
+      {"--steady-state", text(&C::set_steady_state)},
       {"--peer-tls-cert", [](C* c, const std::string& v) { c->mutable_peer_tls()->set_cert_path(v); return okStatus(); }},
       {"--peer-tls-key", [](C* c, const std::string& v) { c->mutable_peer_tls()->set_key_path(v); return okStatus(); }},
       {"--peer-tls-ca", [](C* c, const std::string& v) { c->mutable_peer_tls()->set_ca_path(v); return okStatus(); }},
@@ -156,6 +157,10 @@ Status applyDefaultsAndValidate(v1::DaemonConfig* c) {
   if (c->join_timeout_seconds() == 0) c->set_join_timeout_seconds(30);
   if (c->response_cache_capacity() == 0) c->set_response_cache_capacity(4096);
   if (c->leader_failover().empty()) c->set_leader_failover("off");
+  if (c->steady_state().empty()) c->set_steady_state("leader");
+  if (c->steady_state() != "rounds" && c->steady_state() != "leader") {
+    return invalidArgument("steady_state '" + c->steady_state() + "' is not one of rounds, leader");
+  }
   if (c->leader_failover() != "off" && c->leader_failover() != "quorum") {
     return invalidArgument("leader_failover '" + c->leader_failover() + "' is not one of off, quorum");
   }

@@ -155,6 +155,31 @@ CrossNode::~CrossNode() {
   peers_.clear();
 }
 
+void CrossNode::sayGoodbye() {
+  if (!transport_ || peers_.empty()) return;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (node_lost_announced_) return;  // a node is gone: nobody waits for this one's bytes
+  }
+  // The job ended here (stop() aborted the transfers): lifted for the
+  // goodbye alone.
+  transport_->resume();
+  const uint64_t tag = collective::ringTag(tag_key_, ~uint64_t{0}, /*phase=*/4, 0, 0);
+  std::vector<uint8_t> in(peers_.size()), out(peers_.size(), 1);
+  std::vector<transport::RequestPtr> requests;
+  size_t i = 0;
+  for (auto& [address, peer] : peers_) {
+    requests.push_back(peer->irecv(&in[i], 1, tag));
+    requests.push_back(peer->isend(&out[i], 1, tag));
+    ++i;
+  }
+  std::vector<transport::Request*> raw;
+  for (auto& r : requests) raw.push_back(r.get());
+  Status said = transport_->waitAll(raw.data(), raw.size(), CrossClock::now() + std::chrono::seconds(1),
+                                    "the data plane's goodbye");
+  if (!said.isOk()) GS_LOG(control, debug, "job '{}': {}", options_.job_id, said.message());
+}
+
 std::string CrossNode::describeNode(const v1::NodeInfo& node) const {
   return "node " + node.peer_address() + " (host " + node.hostname() + ", ranks " + coordinator::ranksString({node.ranks().begin(), node.ranks().end()}) + ")";
 }
@@ -179,6 +204,7 @@ void CrossNode::start(const std::vector<int>& local_ranks, const std::vector<int
   self.set_ucx_address(transport_->address());
   for (const auto& uuid : options_.gpu_uuids) self.add_gpu_uuids(uuid);
   self.set_nccl(options_.nccl);
+  self.set_steady_state_rounds(options_.steady_state_rounds);
   if (leader_) {
     std::lock_guard<std::mutex> lock(mutex_);
     builder_.emplace(options_.job_id, options_.size);
@@ -442,6 +468,25 @@ bool CrossNode::formed() const {
   return !members_.empty();
 }
 
+bool CrossNode::steadyStateRounds() const {
+  if (options_.elastic) return false;
+  std::lock_guard<std::mutex> lock(mutex_);
+  return !members_.empty() && std::all_of(members_.begin(), members_.end(),
+                                          [](const v1::NodeInfo& node) { return node.steady_state_rounds(); });
+}
+
+uint64_t CrossNode::cachedId(const coordinator::Request& request) const {
+  std::lock_guard<std::mutex> lock(cache_mutex_);
+  return cache_.idFor(request);
+}
+
+std::optional<coordinator::Response> CrossNode::cachedResponse(uint64_t id) const {
+  std::lock_guard<std::mutex> lock(cache_mutex_);
+  const coordinator::Response* response = cache_.find(id);
+  if (response == nullptr) return std::nullopt;
+  return *response;
+}
+
 std::vector<int> CrossNode::missingRanks() const {
   std::lock_guard<std::mutex> lock(mutex_);
   if (!builder_ || !members_.empty()) return {};
@@ -614,7 +659,7 @@ Status CrossNode::dataPlane(CrossClock::time_point deadline, uint64_t epoch, std
       }
     }
     if (!gone.empty() || epoch > 1) {
-      GS_LOG(control, info, "job '{}': the data plane re-forms for epoch {} ({} nodes)", options_.job_id, epoch,
+      GS_LOG(control, info, "job '{}': the ring re-forms for epoch {} ({} nodes)", options_.job_id, epoch,
              members->size());
     }
   }

@@ -55,6 +55,7 @@ struct CrossNodeOptions {
   bool elastic = false;            // a lost rank or node starts a new epoch (cross_node_elastic.cc)
   bool failover = false;           // elastic: a lost leader is replaced by quorum (cross_node_failover.cc)
   int min_size = 0;                // elastic: an epoch with fewer ranks waits for joiners (NewEpoch.below_minimum)
+  bool steady_state_rounds = false;  // offered: cached collectives after rounds among the daemons (fast_rounds.h)
 };
 
 class CrossNode {
@@ -112,6 +113,13 @@ class CrossNode {
   void abortTransfers(const std::string& reason);
   // True once every node joined (the membership is known).
   bool formed() const;
+  // Once formed: whether the job runs cached collectives after rounds
+  // among the daemons (every node offered it; never for elastic jobs).
+  bool steadyStateRounds() const;
+  // The cached response a local request repeats (0: none), and a copy of
+  // a cached response.
+  uint64_t cachedId(const coordinator::Request& request) const;
+  std::optional<coordinator::Response> cachedResponse(uint64_t id) const;
   // Leader: the ranks whose nodes have not joined yet (empty elsewhere).
   std::vector<int> missingRanks() const;
 
@@ -123,6 +131,12 @@ class CrossNode {
   // waits and errors as ring().
   StatusOr<collective::MeshContext> mesh(uint64_t sequence, CrossClock::time_point deadline, uint64_t epoch = 1);
 
+  // At the job's end, once the executor thread is gone (it drives the
+  // data plane from there on), before the endpoints close: a byte to every other
+  // daemon and one from each (or a second): the last bytes of a collective
+  // this daemon finished may still be on their way to one that has not,
+  // and closing first could lose them. Skipped once a node was lost.
+  void sayGoodbye();
   // Elastic jobs (cross_node_elastic.cc).
   uint64_t epoch() const;
   // Leader: starts the next epoch without `lost` (ranks numbered as in

@@ -2,6 +2,8 @@
 #include "daemon/coordinator/request_wire.h"
 #include "daemon/server/job.h"
 
+#include <sys/eventfd.h>
+
 #include <algorithm>
 
 #include "daemon/common/logging.h"
@@ -66,6 +68,7 @@ Job::Job(JobSpec spec, JobLimits limits, executor::ReducePool* pool)
     options.elastic = spec_.elastic;
     options.failover = spec_.elastic && limits_.leader_failover;
     options.min_size = spec_.min_size;
+    options.steady_state_rounds = limits_.steady_state_rounds && !spec_.elastic;
     peer::CrossNode::Hooks hooks;
     hooks.on_batch = [this](std::vector<coordinator::Response> batch, uint64_t sequence, uint64_t epoch) {
       onRemoteBatch(std::move(batch), sequence, epoch);
@@ -79,6 +82,7 @@ Job::Job(JobSpec spec, JobLimits limits, executor::ReducePool* pool)
     hooks.on_remote_request = [this](int rank, const v1::Enqueue& enqueue) { submitRemote(rank, enqueue); };
     hooks.on_failure = [this](const std::string& cause, bool node_lost) { failJob(cause, node_lost); };
     cross_ = std::make_unique<peer::CrossNode>(std::move(options), std::move(hooks));
+    wake_fd_ = UniqueFd(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
   }
   executor_thread_ = std::thread([this] { executorLoop(); });
 }
@@ -86,6 +90,7 @@ Job::Job(JobSpec spec, JobLimits limits, executor::ReducePool* pool)
 Job::~Job() {
   stop("job '" + spec_.job_id + "' removed");
   if (executor_thread_.joinable()) executor_thread_.join();
+  if (cross_ && steady_used_) cross_->sayGoodbye();
   cross_.reset();  // before the members its hooks use
 }
 
@@ -263,11 +268,12 @@ EnqueueContext Job::enqueueContext(int rank, const handoff::ShmArena* arena, boo
 }
 
 void Job::submitToCoordinator(const std::shared_ptr<Session>& session, coordinator::Request request, Outbox* outbox,
-                              std::vector<coordinator::Response>* inline_batch) {
+                              std::vector<coordinator::Response>* inline_batch, bool steady) {
   if (cross_ && !cross_started_) {
     early_.emplace_back(session, std::move(request));  // replayed once the node's role is known
     return;
   }
+  if (steady && holdSteadyLocked(session, request)) return;
   if (cross_ && !cross_->isLeader()) {
     const auto key = std::make_pair(request.rank, request.handle);
     cross_->forward(request.rank, coordinator::enqueueOf(request), epoch_);
@@ -297,7 +303,7 @@ void Job::submitToCoordinator(const std::shared_ptr<Session>& session, coordinat
       bytesOf(ready_) <= kInlineBytes) {
     *inline_batch = takeBatchLocked();
   } else {
-    ready_cv_.notify_one();
+    wakeExecutorLocked();
   }
 }
 
@@ -363,6 +369,7 @@ size_t Job::failAllLocked(const Status& status, Outbox* outbox, bool keep_negoti
   auto early = std::move(early_);
   early_.clear();
   for (const auto& [session, request] : early) fail(request);
+  for (const auto& held : steady_.takeAll()) fail(held.request);
   if (keep_negotiated) return outbox->size() - before;
   auto forwarded = std::move(forwarded_);
   forwarded_.clear();
@@ -453,6 +460,7 @@ void Job::stop(const std::string& reason, bool daemon_stopping) {
     stop_reason_ = reason;
     failAllLocked(unavailable(reason), &outbox);
     refuseJoinersLocked(reason, &outbox);
+    wakeExecutorLocked();
   }
   ready_cv_.notify_all();
   grant_cv_.notify_all();

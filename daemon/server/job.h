@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "daemon/common/unique_fd.h"
 #include "daemon/coordinator/negotiator.h"
 #include "daemon/executor/gpu_executor.h"
 #include "daemon/executor/local_executor.h"
@@ -24,6 +25,7 @@
 #include "daemon/peer/cross_node.h"
 #include "daemon/server/enqueue_validation.h"
 #include "daemon/server/session.h"
+#include "daemon/server/steady_state.h"
 #include "daemon/timeline/timeline.h"
 #include "proto/gradsync/v1/admin.pb.h"
 
@@ -78,6 +80,10 @@ struct JobLimits {
   bool nccl_between_daemons = true;
   // Elastic jobs across daemons: a lost leader is replaced by quorum.
   bool leader_failover = false;
+  // Other jobs across daemons: cached collectives run after lock-step
+  // rounds among the daemons, without the leader's round trip
+  // (job_steady_state.cc).
+  bool steady_state_rounds = true;
 };
 
 class Job : private executor::RankAccess {
@@ -163,8 +169,9 @@ class Job : private executor::RankAccess {
   EnqueueContext enqueueContext(int rank, const handoff::ShmArena* arena, bool remote = false) const;
 
   // Multi-node plumbing (job_cross.cc).
+  // `steady` false: not held for the rounds (it was, too long).
   void submitToCoordinator(const std::shared_ptr<Session>& session, coordinator::Request request, Outbox* outbox,
-                           std::vector<coordinator::Response>* inline_batch);
+                           std::vector<coordinator::Response>* inline_batch, bool steady = true);
   void submitRemote(int rank, const v1::Enqueue& enqueue);
   void onRemoteBatch(std::vector<coordinator::Response> batch, uint64_t sequence, uint64_t epoch);
   void failJob(const std::string& cause, bool node_lost);
@@ -179,6 +186,23 @@ class Job : private executor::RankAccess {
   void executorLoop();
   // Takes everything in ready_ as the next batch; needs mutex_ and !executing_.
   std::vector<coordinator::Response> takeBatchLocked();
+  // `batch` becomes the one executing (executing_, the sessions, epoch and
+  // local ranks it runs with). Needs mutex_ and !executing_.
+  std::vector<coordinator::Response> beginBatchLocked(std::vector<coordinator::Response> batch);
+  // The cached steady state across daemons (job_steady_state.cc). The
+  // executor thread's rounds with the other daemons, until the job fails
+  // or stops (or at once when a daemon does not offer them).
+  void steadyExecutorLoop();
+  // Follower, executor thread: runs the leader's batches up to `sequence`
+  // (waiting for them); false when the job failed or stops.
+  bool runLeaderBatchesUpTo(uint64_t sequence);
+  // A local request repeating a cached allreduce is held for the rounds
+  // (true: taken). Needs mutex_.
+  bool holdSteadyLocked(const std::shared_ptr<Session>& session, coordinator::Request& request);
+  // Learns whether cached response `id` can take the rounds. Needs mutex_.
+  void learnSteadyLocked(uint64_t id);
+  // Wakes the executor thread (its condition and, in the rounds, its fd). Needs mutex_.
+  void wakeExecutorLocked();
   uint64_t bytesReady() const;  // needs mutex_
   void runBatch(std::vector<coordinator::Response> batch, uint64_t sequence = 0);
   void complete(const coordinator::Response& response, const executor::ResponseResult& result, Outbox* outbox);
@@ -340,6 +364,15 @@ class Job : private executor::RankAccess {
   uint64_t ring_sequence_ = 0;        // executor thread only
   std::atomic<uint64_t> ring_busy_ns_{0};  // time in cross-node transfers
   std::vector<uint8_t> ring_scratch_;  // executor thread only
+  // The cached steady state (job_steady_state.cc; mutex_): on while the
+  // executor thread takes part in the rounds.
+  bool steady_rounds_ = false;
+  bool steady_used_ = false;               // the rounds ran: the data plane says goodbye at the end
+  bool steady_dirty_ = false;              // a held collective became ready since the last round
+  SteadyState steady_;
+  std::vector<v1::NodeInfo> steady_members_;
+  uint64_t batch_sequence_seen_ = 0;       // follower: the leader's batches run up to this one
+  UniqueFd wake_fd_;                       // eventfd: wakes the executor thread in the rounds
 
   // Sessions of the batch being executed, its epoch, this node's ranks and
   // the job's nodes in it (executor thread only).

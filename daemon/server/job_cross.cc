@@ -72,7 +72,7 @@ void Job::onRemoteBatch(std::vector<coordinator::Response> batch, uint64_t seque
   // it at once, and its enqueue is checked here.
   publishProcessSetsLocked(batch, /*from_leader=*/true);
   remote_batches_.emplace_back(sequence, std::move(batch));
-  ready_cv_.notify_one();
+  wakeExecutorLocked();
 }
 
 void Job::failJob(const std::string& cause, bool node_lost) {
@@ -89,6 +89,7 @@ void Job::failJob(const std::string& cause, bool node_lost) {
     // run any more. A rank that left elsewhere only ends what waits for it.
     failAllLocked(aborted("job '" + spec_.job_id + "': " + cause), &outbox, /*keep_negotiated=*/!node_lost);
     if (spec_.elastic) refuseAllLocked(failure_, &outbox);
+    wakeExecutorLocked();
   }
   grant_cv_.notify_all();
   if (cross_) {

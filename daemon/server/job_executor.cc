@@ -10,6 +10,7 @@
 namespace gradsync::server {
 
 void Job::executorLoop() {
+  if (cross_ && limits_.steady_state_rounds && !spec_.elastic) steadyExecutorLoop();
   for (;;) {
     std::vector<coordinator::Response> batch;
     uint64_t sequence = 0;
@@ -63,6 +64,10 @@ std::vector<coordinator::Response> Job::takeBatchLocked() {
   std::vector<coordinator::Response> batch;
   for (auto& r : ready_) batch.push_back(std::move(r));
   ready_.clear();
+  return beginBatchLocked(std::move(batch));
+}
+
+std::vector<coordinator::Response> Job::beginBatchLocked(std::vector<coordinator::Response> batch) {
   executing_ = true;
   in_flight_executing_ = static_cast<int>(batch.size());
   batch_sessions_ = sessions_;
@@ -84,8 +89,8 @@ void Job::runBatch(std::vector<coordinator::Response> batch, uint64_t sequence) 
     timelineExecution(fused, true, nullptr);
     auto results = executor_.run(fused, *this);
     timelineExecution(fused, false, &results);
-    GS_LOG(executor, debug, "job '{}': fused response of {} collectives, {} bytes, in {} us", spec_.job_id,
-           fused.responses.size(), fused.bytes,
+    GS_LOG(executor, debug, "job '{}': fused response '{}' of {} collectives (ring tags {}), {} bytes, in {} us", spec_.job_id,
+           fused.responses.front().name, fused.responses.size(), ring_sequence_, fused.bytes,
            std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - started).count());
     Outbox outbox;
     {

@@ -68,6 +68,11 @@ class Transport {
   // or a peer's connection failed, whichever came first.
   virtual Status waitAll(Request* const* requests, size_t count, Clock::time_point deadline,
                          const std::string& what) = 0;
+  // Drives transfers until one of `requests` has completed, `wake_fd`
+  // (an eventfd or pipe of the caller's; -1: none) is readable, or `until`
+  // passes; OK in all three cases (the caller looks at which). Errors as
+  // waitAll: once abort() was called or a peer's connection failed.
+  virtual Status waitAny(Request* const* requests, size_t count, int wake_fd, Clock::time_point until) = 0;
   // Ends the wait in progress, and every later one, with `reason` (the job
   // failed: a node was lost, the daemon stops). Thread-safe; the first
   // reason is kept.

@@ -42,6 +42,25 @@ TEST_F(MultiDaemonTest, SteadyStateStepsHitTheResponseCache) {
   EXPECT_GE(std::stoi(match[1].str()), 38) << log;
 }
 
+// --steady-state rounds: repeated steps run after rounds among the daemons,
+// not through the leader (whose cache then sees almost nothing), with the
+// same sums (the scenario checks them), ranks interleaved two per daemon.
+TEST_F(MultiDaemonTest, SteadyStateRoundsRunRepeatedStepsWithoutTheLeader) {
+  startDaemons(2, {"--steady-state", "rounds"});
+  auto ranks = launch("rounds-job", "repeat_allreduce", {0, 1, 1, 0});
+  std::string report;
+  ASSERT_TRUE(allSucceed(ranks, kTimeout, &report)) << report << logs();
+  std::smatch match;
+  std::string log;
+  ASSERT_TRUE(waitFor([&] {
+    log = daemons_[0]->log();
+    return std::regex_search(log, match, std::regex("job 'rounds-job' ended: ([0-9]+) operations.* ([0-9]+) response-cache hits"));
+  }, std::chrono::seconds(10))) << log;
+  EXPECT_NE(log.find("job 'rounds-job': cached collectives run after rounds among the 2 daemons"), std::string::npos) << log;
+  EXPECT_GE(std::stoi(match[1].str()), 20) << log;  // 20 steps
+  EXPECT_LT(std::stoi(match[2].str()), 10) << log;  // the steps did not pass the leader's cache
+}
+
 TEST_F(MultiDaemonTest, UnevenPlacementTwoPlusOne) {
   startDaemons(2);
   auto ranks = launch("two-plus-one", "allreduce", {0, 0, 1});

@@ -3,6 +3,7 @@
 
 #include <poll.h>
 
+#include <algorithm>
 #include <atomic>
 #include <vector>
 
@@ -294,6 +295,35 @@ Status UcxTransport::waitAll(Request* const* requests, size_t count, Clock::time
   }
   for (size_t i = 0; i < count; ++i) RETURN_IF_ERROR(requests[i]->status());
   return okStatus();
+}
+
+Status UcxTransport::waitAny(Request* const* requests, size_t count, int wake_fd, Clock::time_point until) {
+  for (int idle = 0;;) {
+    if (failed_.load(std::memory_order_relaxed)) {
+      std::lock_guard<std::mutex> lock(failure_mutex_);
+      return unavailable(failure_);
+    }
+    for (size_t i = 0; i < count; ++i) {
+      if (requests[i]->test()) return okStatus();
+      if (const std::string* failure = static_cast<UcxRequest*>(requests[i])->peerFailure()) {
+        return unavailable(*failure);
+      }
+    }
+    if (ucp_worker_progress(worker_) != 0) {
+      idle = 0;
+      continue;
+    }
+    const auto now = Clock::now();
+    if (now >= until) return okStatus();
+    // Quiet: a few more turns, then sleep on the worker's event fd and the
+    // caller's (rearmed once the worker has nothing left to report).
+    if (++idle < 16 || efd_ < 0 || ucp_worker_arm(worker_) != UCS_OK) continue;
+    pollfd fds[2] = {{efd_, POLLIN, 0}, {wake_fd, POLLIN, 0}};
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - now).count() + 1;
+    ::poll(fds, wake_fd >= 0 ? 2 : 1, static_cast<int>(std::min<int64_t>(left, 100)));
+    if (wake_fd >= 0 && (fds[1].revents & POLLIN)) return okStatus();
+    idle = 0;
+  }
 }
 
 }  // namespace gradsync::transport

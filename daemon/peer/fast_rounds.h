@@ -1,0 +1,59 @@
+// SPDX-License-Identifier: Apache-2.0
+// The steady state of a job across daemons without the leader's round trip
+// (Horovod's response-cache bit vector, over the data plane): once a
+// collective has been negotiated and cached, each daemon knows when all its
+// own ranks submitted it again. In lock-step rounds every daemon sends every
+// other one the cache ids its ranks are all ready for; the ids every daemon
+// sent run at once, in increasing order, on every daemon. The leader adds the
+// sequence of the last batch it negotiated the usual way, which every daemon
+// runs first, so the two kinds of work keep one order everywhere.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "daemon/collective/pairwise_exchange.h"
+
+namespace gradsync::peer {
+
+class FastRounds {
+ public:
+  // Cache ids 1..kMaxIds take part (a bit each in the round's message).
+  static constexpr uint64_t kMaxIds = 4096;
+  struct Outcome {
+    uint64_t leader_sequence = 0;  // run the leader's batches up to this one first
+    std::vector<uint64_t> ids;     // then these, increasing: every daemon's ranks are ready
+  };
+
+  // `mesh`: endpoints to every daemon of the job (its sequence is unused);
+  // they must outlive this.
+  explicit FastRounds(collective::MeshContext mesh);
+  ~FastRounds();
+
+  // Waits until another daemon has sent its part of the current round
+  // (true), `wake_fd` is readable or `until` passes (false).
+  StatusOr<bool> waitForPeers(int wake_fd, transport::Clock::time_point until);
+  // This daemon's part of the current round: `ready` (ids above kMaxIds are
+  // left out) and, on the leader, the sequence of its last batch. Waits for
+  // every other daemon's part until `deadline`; then the next round begins.
+  StatusOr<Outcome> exchange(const std::vector<uint64_t>& ready, uint64_t leader_sequence,
+                             transport::Clock::time_point deadline);
+  uint64_t round() const { return round_; }
+
+ private:
+  struct Message {
+    uint64_t round = 0;
+    uint64_t leader_sequence = 0;
+    uint64_t bits[kMaxIds / 64] = {};
+  };
+  void postReceives();
+  uint64_t tag(int from) const;
+
+  collective::MeshContext mesh_;
+  uint64_t round_ = 1;
+  Message mine_;
+  std::vector<Message> theirs_;                  // by daemon position
+  std::vector<transport::RequestPtr> receives_;  // of round_, posted (null at this daemon's position)
+};
+
+}  // namespace gradsync::peer

@@ -1,0 +1,210 @@
+// SPDX-License-Identifier: Apache-2.0
+// Job, the cached steady state across daemons (daemon/peer/fast_rounds.h,
+// steady_state.h): local requests that repeat a cached allreduce are held
+// here instead of going to the leader; the executor thread takes part in
+// lock-step rounds with the other daemons and runs, after the leader's
+// batches the round names, the cached collectives every daemon's ranks are
+// ready for.
+#include <unistd.h>
+
+#include <algorithm>
+
+#include "daemon/common/logging.h"
+#include "daemon/peer/fast_rounds.h"
+#include "daemon/server/job.h"
+
+namespace gradsync::server {
+namespace {
+// A request held this long goes to the leader (another node's rank may
+// never submit it this way: it joined, or its metadata differs).
+constexpr auto kHoldLimit = std::chrono::milliseconds(20);
+// The rounds' batches tag their rings apart from the leader's batches.
+constexpr uint64_t kRoundSequenceBase = uint64_t{1} << 40;
+}  // namespace
+
+void Job::wakeExecutorLocked() {
+  ready_cv_.notify_one();
+  if (wake_fd_.get() >= 0) {
+    const uint64_t one = 1;
+    (void)!::write(wake_fd_.get(), &one, sizeof one);
+  }
+}
+
+void Job::learnSteadyLocked(uint64_t id) {
+  auto response = cross_->cachedResponse(id);
+  bool eligible = response && response->type == v1::ALLREDUCE && response->status.isOk();
+  std::set<int> ranks, local;
+  for (size_t i = 0; eligible && i < response->ranks.size(); ++i) {
+    eligible = response->requests[i].has_value();  // a joined rank: through the leader
+    ranks.insert(response->ranks[i]);
+    if (local_ranks_.count(response->ranks[i])) local.insert(response->ranks[i]);
+  }
+  // Every node must hold a rank of it: a node without one would never say
+  // it is ready.
+  for (const auto& node : steady_members_) {
+    eligible = eligible && std::any_of(node.ranks().begin(), node.ranks().end(), [&](int r) { return ranks.count(r); });
+  }
+  steady_.learn(id, eligible ? *response : coordinator::Response(), eligible ? local : std::set<int>());
+}
+
+bool Job::holdSteadyLocked(const std::shared_ptr<Session>& session, coordinator::Request& request) {
+  if (!steady_rounds_ || !session || request.type != v1::ALLREDUCE) return false;
+  const uint64_t id = cross_->cachedId(request);
+  if (id == 0 || id > peer::FastRounds::kMaxIds) return false;
+  if (!steady_.knows(id)) learnSteadyLocked(id);
+  // A second request of one name: the leader's negotiator names the error.
+  if (!steady_.canHold(id, request.rank) || steady_.holds(request.rank, request.name)) return false;
+  steady_.hold(id, {session, std::move(request), Clock::now()});
+  if (steady_.isReady(id)) {
+    steady_dirty_ = true;
+    wakeExecutorLocked();
+  }
+  return true;
+}
+
+void Job::steadyExecutorLoop() {
+  // The membership (fixed: not elastic) and endpoints to every daemon.
+  auto mesh = cross_->mesh(0, Clock::now() + limits_.join_timeout + std::chrono::seconds(5), 1);
+  if (!mesh.isOk() || !cross_->steadyStateRounds()) return;  // the usual loop runs (or fails) the job
+  peer::FastRounds rounds(*mesh);
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    steady_members_ = cross_->members();
+    steady_rounds_ = true;
+    steady_used_ = true;
+  }
+  const bool leader = cross_->isLeader();
+  GS_LOG(executor, info, "job '{}': cached collectives run after rounds among the {} daemons", spec_.job_id,
+         mesh->size());
+  const auto fail = [&](const Status& status) { (void)ringFailed(status); };
+  bool peers_started = false;
+  for (;;) {
+    Outbox outbox;
+    std::vector<coordinator::Response> errors;  // follower: requests the leader failed (no ring)
+    bool wanted = false;
+    Clock::time_point wake_by = Clock::now() + std::chrono::seconds(1);
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      if (stopping_ || !failure_.empty()) break;
+      for (auto& held : steady_.takeOlderThan(Clock::now() - kHoldLimit)) {
+        std::vector<coordinator::Response> unused;
+        submitToCoordinator(held.session, std::move(held.request), &outbox, &unused, /*steady=*/false);
+      }
+      while (!remote_batches_.empty() && remote_batches_.front().first == 0) {
+        for (auto& r : remote_batches_.front().second) errors.push_back(std::move(r));
+        remote_batches_.pop_front();
+      }
+      wanted = steady_dirty_ || (leader && !ready_.empty());
+      if (auto oldest = steady_.oldest()) wake_by = std::min(wake_by, *oldest + kHoldLimit);
+    }
+    flush(&outbox);
+    if (!errors.empty()) {
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        errors = beginBatchLocked(std::move(errors));
+      }
+      runBatch(std::move(errors));
+      std::lock_guard<std::mutex> lock(mutex_);
+      executing_ = false;
+    }
+    if (!wanted && !peers_started) {
+      auto started = rounds.waitForPeers(wake_fd_.get(), wake_by);
+      uint64_t drained;
+      while (::read(wake_fd_.get(), &drained, sizeof drained) > 0) {
+      }
+      if (!started.isOk()) {
+        fail(started.status());
+        break;
+      }
+      peers_started = *started;
+      continue;  // look again: what woke it may be local
+    }
+    // This daemon's part of the round.
+    std::vector<uint64_t> ready;
+    std::vector<coordinator::Response> batch;
+    uint64_t sequence = 0;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      steady_dirty_ = false;
+      ready = steady_.ready();
+      if (leader && !ready_.empty()) {
+        sequence = ++batch_sequence_;
+        batch = takeBatchLocked();
+      }
+      if (leader) sequence = batch_sequence_;
+    }
+    if (leader && !batch.empty()) {
+      Status sent = cross_->broadcast(batch, sequence, batch_epoch_);
+      if (!sent.isOk()) {
+        for (auto& r : batch) r.status = sent;
+        failJob(sent.message(), /*node_lost=*/true);
+      }
+    }
+    auto outcome = rounds.exchange(ready, sequence, Clock::now() + limits_.transfer_timeout);
+    peers_started = false;
+    if (!outcome.isOk()) {
+      if (!batch.empty()) runBatch(std::move(batch), sequence);  // fails them: the job failed
+      fail(outcome.status());
+      break;
+    }
+    // 1. The leader's batches up to the round's sequence.
+    if (leader) {
+      if (!batch.empty()) runBatch(std::move(batch), sequence);
+      std::lock_guard<std::mutex> lock(mutex_);
+      executing_ = false;
+    } else if (!runLeaderBatchesUpTo(outcome->leader_sequence)) {
+      break;
+    }
+    // 2. The cached collectives every daemon is ready for.
+    if (outcome->ids.empty()) continue;
+    std::vector<coordinator::Response> agreed;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      std::vector<coordinator::Response> responses;
+      for (uint64_t id : outcome->ids) responses.push_back(steady_.take(id));
+      agreed = beginBatchLocked(std::move(responses));
+    }
+    runBatch(std::move(agreed), kRoundSequenceBase + rounds.round());
+    std::lock_guard<std::mutex> lock(mutex_);
+    executing_ = false;
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  steady_rounds_ = false;  // the usual loop fails what is left
+  Outbox outbox;
+  for (auto& held : steady_.takeAll()) {
+    failRequestLocked(held.request, aborted("job '" + spec_.job_id + "': " + (failure_.empty() ? stop_reason_ : failure_)),
+                      &outbox);
+  }
+  flush(&outbox);
+}
+
+bool Job::runLeaderBatchesUpTo(uint64_t sequence) {
+  for (;;) {
+    std::vector<coordinator::Response> batch;
+    uint64_t next = 0;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      const auto due = [&] {
+        return stopping_ || !failure_.empty() || (!remote_batches_.empty() && remote_batches_.front().first <= sequence) ||
+               batch_sequence_seen_ >= sequence;
+      };
+      // The leader sent it before the round began: it is on its way.
+      if (!ready_cv_.wait_for(lock, limits_.transfer_timeout, due)) {
+        lock.unlock();
+        failJob("batch " + std::to_string(sequence) + " of the leader never arrived", /*node_lost=*/true);
+        return false;
+      }
+      if (stopping_ || !failure_.empty()) return false;
+      if (remote_batches_.empty() || remote_batches_.front().first > sequence) return true;
+      next = remote_batches_.front().first;
+      batch_sequence_seen_ = std::max(batch_sequence_seen_, next);
+      batch = beginBatchLocked(std::move(remote_batches_.front().second));
+      remote_batches_.pop_front();
+    }
+    runBatch(std::move(batch), next);
+    std::lock_guard<std::mutex> lock(mutex_);
+    executing_ = false;
+  }
+}
+
+}  // namespace gradsync::server

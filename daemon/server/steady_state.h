@@ -1,0 +1,69 @@
+// SPDX-License-Identifier: Apache-2.0
+// The local half of the cached steady state across daemons (see
+// daemon/peer/fast_rounds.h): requests of this node's ranks that repeat a
+// cached collective, held until the rounds among the daemons agree to run
+// it, or until they have waited too long and go to the leader instead. Pure
+// state; the Job guards it with its mutex.
+#pragma once
+
+#include <chrono>
+#include <deque>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "daemon/coordinator/request.h"
+
+namespace gradsync::server {
+
+class Session;
+
+class SteadyState {
+ public:
+  using Clock = std::chrono::steady_clock;
+  struct Held {
+    std::shared_ptr<Session> session;
+    coordinator::Request request;
+    Clock::time_point since;
+  };
+
+  // Whether `id` is known (its response and this node's ranks in it).
+  bool knows(uint64_t id) const { return entries_.count(id) > 0; }
+  // Learns cached collective `id`: `response` as the leader negotiated it,
+  // `local` this node's ranks in it (empty: never held here).
+  void learn(uint64_t id, coordinator::Response response, std::set<int> local);
+  // Whether a request of local `rank` for `id` may be held here (the entry
+  // is known and the rank is one of its local ranks).
+  bool canHold(uint64_t id, int rank) const;
+  // Holds a request for `id` (canHold said so).
+  void hold(uint64_t id, Held held);
+  // Whether `rank` holds a request named `name`.
+  bool holds(int rank, const std::string& name) const;
+  // Whether every local rank of `id` holds a request for it.
+  bool isReady(uint64_t id) const;
+  // The ids every local rank of which holds a request, increasing.
+  std::vector<uint64_t> ready() const;
+  // The response of ready `id` with each local rank's oldest request in
+  // place of the leader's copy (released from here).
+  coordinator::Response take(uint64_t id);
+  // Requests held since before `cutoff` (released from here).
+  std::vector<Held> takeOlderThan(Clock::time_point cutoff);
+  std::vector<Held> takeAll();
+  // When the oldest request held arrived.
+  std::optional<Clock::time_point> oldest() const;
+  bool empty() const { return held_count_ == 0; }
+
+ private:
+  struct Entry {
+    coordinator::Response response;
+    std::set<int> local;
+    std::map<int, std::deque<Held>> held;  // by rank
+  };
+  std::map<uint64_t, Entry> entries_;
+  size_t held_count_ = 0;
+};
+
+}  // namespace gradsync::server
