@@ -157,7 +157,7 @@ Status applyDefaultsAndValidate(v1::DaemonConfig* c) {
   if (c->join_timeout_seconds() == 0) c->set_join_timeout_seconds(30);
   if (c->response_cache_capacity() == 0) c->set_response_cache_capacity(4096);
   if (c->leader_failover().empty()) c->set_leader_failover("off");
-  if (c->steady_state().empty()) c->set_steady_state("leader");
+  if (c->steady_state().empty()) c->set_steady_state("rounds");
   if (c->steady_state() != "rounds" && c->steady_state() != "leader") {
     return invalidArgument("steady_state '" + c->steady_state() + "' is not one of rounds, leader");
   }

@@ -31,6 +31,7 @@ TEST(OptionsTest, DefaultsAreFilledIn) {
   EXPECT_EQ(c.cycle_time_ms(), 1u);
   EXPECT_EQ(c.gpu_cross_node(), "auto");
   EXPECT_EQ(c.leader_failover(), "off");
+  EXPECT_EQ(c.steady_state(), "rounds");
 }
 
 TEST(OptionsTest, TextFileThenFlagsOverride) {
@@ -72,6 +73,8 @@ TEST(OptionsTest, ValidationErrors) {
               HasSubstr("gpu_cross_node 'pigeon' is not one of auto, staging"));
   EXPECT_THAT(parseOptions({"--leader-failover", "vote"}).status().message(),
               HasSubstr("leader_failover 'vote' is not one of off, quorum"));
+  EXPECT_THAT(parseOptions({"--steady-state", "fast"}).status().message(),
+              HasSubstr("steady_state 'fast' is not one of rounds, leader"));
   auto staging = parseOptions({"--gpu-cross-node", "staging"});
   ASSERT_TRUE(staging.isOk());
   EXPECT_EQ(staging->config.gpu_cross_node(), "staging");

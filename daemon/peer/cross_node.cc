@@ -139,6 +139,9 @@ CrossNode::~CrossNode() {
   }
   if (follower_thread_.joinable()) follower_thread_.join();
   waitForAbortNotices();  // before the data plane closes: they carry the cause
+  // After the streams ended: the leader's job may wait for them to end
+  // before it says goodbye too.
+  if (goodbye_.load()) sayGoodbye();
   // The executor thread has ended: this thread may drive the transport. A
   // node that finished its part of the last collective may still hold
   // bytes its neighbours wait for.
@@ -159,7 +162,10 @@ void CrossNode::sayGoodbye() {
   if (!transport_ || peers_.empty()) return;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (node_lost_announced_) return;  // a node is gone: nobody waits for this one's bytes
+    if (node_lost_announced_) {  // a node is gone: nobody waits for this one's bytes
+      GS_LOG(control, debug, "job '{}': no goodbye (a node was lost)", options_.job_id);
+      return;
+    }
   }
   // The job ended here (stop() aborted the transfers): lifted for the
   // goodbye alone.
@@ -177,7 +183,7 @@ void CrossNode::sayGoodbye() {
   for (auto& r : requests) raw.push_back(r.get());
   Status said = transport_->waitAll(raw.data(), raw.size(), CrossClock::now() + std::chrono::seconds(1),
                                     "the data plane's goodbye");
-  if (!said.isOk()) GS_LOG(control, debug, "job '{}': {}", options_.job_id, said.message());
+  GS_LOG(control, debug, "job '{}': goodbye to {} daemons: {}", options_.job_id, peers_.size(), said.toString());
 }
 
 std::string CrossNode::describeNode(const v1::NodeInfo& node) const {

@@ -131,12 +131,13 @@ class CrossNode {
   // waits and errors as ring().
   StatusOr<collective::MeshContext> mesh(uint64_t sequence, CrossClock::time_point deadline, uint64_t epoch = 1);
 
-  // At the job's end, once the executor thread is gone (it drives the
-  // data plane from there on), before the endpoints close: a byte to every other
-  // daemon and one from each (or a second): the last bytes of a collective
-  // this daemon finished may still be on their way to one that has not,
-  // and closing first could lose them. Skipped once a node was lost.
-  void sayGoodbye();
+  // At the job's end, after the coordination streams ended and before the
+  // endpoints close (the destructor), exchange a byte with every other
+  // daemon over the data plane (or wait a second): the last bytes of a
+  // collective this daemon finished may still be on their way to one that
+  // has not, and closing first could lose them. Asked for by jobs that run
+  // the rounds (fast_rounds.h); skipped once a node was lost.
+  void sayGoodbyeAtTheEnd() { goodbye_.store(true); }
   // Elastic jobs (cross_node_elastic.cc).
   uint64_t epoch() const;
   // Leader: starts the next epoch without `lost` (ranks numbered as in
@@ -336,6 +337,8 @@ class CrossNode {
   // node's position in it, the tags re-keyed and endpoints to nodes no
   // longer in the job closed when the epoch is new.
   Status dataPlane(CrossClock::time_point deadline, uint64_t epoch, std::vector<v1::NodeInfo>* members, int* self);
+  void sayGoodbye();
+  std::atomic<bool> goodbye_{false};
   // The endpoint to `node`, connected on first use.
   StatusOr<transport::Peer*> peerFor(const v1::NodeInfo& node);
   // Endpoints by the peer's UCX worker address (created and removed by the

@@ -90,7 +90,6 @@ Job::Job(JobSpec spec, JobLimits limits, executor::ReducePool* pool)
 Job::~Job() {
   stop("job '" + spec_.job_id + "' removed");
   if (executor_thread_.joinable()) executor_thread_.join();
-  if (cross_ && steady_used_) cross_->sayGoodbye();
   cross_.reset();  // before the members its hooks use
 }
 

@@ -367,7 +367,6 @@ class Job : private executor::RankAccess {
   // The cached steady state (job_steady_state.cc; mutex_): on while the
   // executor thread takes part in the rounds.
   bool steady_rounds_ = false;
-  bool steady_used_ = false;               // the rounds ran: the data plane says goodbye at the end
   bool steady_dirty_ = false;              // a held collective became ready since the last round
   SteadyState steady_;
   std::vector<v1::NodeInfo> steady_members_;

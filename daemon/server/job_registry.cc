@@ -92,7 +92,40 @@ Status randomBytes(void* out, size_t len) {
 
 }  // namespace
 
-JobRegistry::~JobRegistry() { stopAll("daemon shutting down"); }
+JobRegistry::JobRegistry(RegistryLimits limits, executor::ReducePool* pool)
+    : limits_(limits), pool_(pool), reaper_([this] { reap(); }) {}
+
+JobRegistry::~JobRegistry() {
+  stopAll("daemon shutting down");
+  {
+    std::lock_guard<std::mutex> lock(reaper_mutex_);
+    reaper_stopping_ = true;
+  }
+  reaper_cv_.notify_all();
+  reaper_.join();
+}
+
+void JobRegistry::retire(std::shared_ptr<Job> job) {
+  if (!job) return;
+  {
+    std::lock_guard<std::mutex> lock(reaper_mutex_);
+    retiring_.push_back(std::move(job));
+  }
+  reaper_cv_.notify_one();
+}
+
+void JobRegistry::reap() {
+  std::unique_lock<std::mutex> lock(reaper_mutex_);
+  for (;;) {
+    reaper_cv_.wait(lock, [&] { return reaper_stopping_ || !retiring_.empty(); });
+    if (retiring_.empty()) return;  // stopping, nothing left
+    std::shared_ptr<Job> job = std::move(retiring_.front());
+    retiring_.pop_front();
+    lock.unlock();
+    job.reset();  // maybe the last reference: the teardown runs here
+    lock.lock();
+  }
+}
 
 Status JobRegistry::checkJobMatches(const Job& job, const v1::RegisterRequest& r) const {
   const JobSpec& spec = job.spec();
@@ -238,8 +271,7 @@ void JobRegistry::sessionLost(uint64_t session_id, const std::string& cause, boo
              info.cache_hits());
     }
   }
-  // `job` may be the last reference: its destructor joins its executor here,
-  // outside the registry lock.
+  retire(std::move(job));  // maybe the last reference: torn down on the reaper
 }
 
 void JobRegistry::housekeeping(Clock::time_point now) {

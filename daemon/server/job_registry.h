@@ -3,7 +3,9 @@
 // rank and the job goes away with its last session.
 #pragma once
 
+#include <condition_variable>
 #include <deque>
+#include <thread>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -27,8 +29,14 @@ struct RegistryLimits {
 
 class JobRegistry {
  public:
-  JobRegistry(RegistryLimits limits, executor::ReducePool* pool) : limits_(limits), pool_(pool) {}
+  JobRegistry(RegistryLimits limits, executor::ReducePool* pool);
   ~JobRegistry();
+  // Drops a reference to `job` on the registry's own thread: when it is the
+  // last, the job's teardown (its executor joined, its data plane's goodbye,
+  // up to a second or two) blocks neither a gRPC handler (the leader's
+  // stream from a follower ends only once its handler returns) nor a
+  // session's thread.
+  void retire(std::shared_ptr<Job> job);
 
   // Validates the identity, finds or creates the job, checks token, size and
   // process sets, and creates the rank's session.
@@ -78,6 +86,14 @@ class JobRegistry {
   std::map<std::string, std::shared_ptr<Job>> jobs_;
   std::map<uint64_t, SessionEntry> sessions_;
   std::deque<v1::JobInfo> ended_;  // the last elastic jobs that ended, oldest first
+
+  // retire(): references dropped by reaper_ (under reaper_mutex_).
+  void reap();
+  std::mutex reaper_mutex_;
+  std::condition_variable reaper_cv_;
+  std::deque<std::shared_ptr<Job>> retiring_;
+  bool reaper_stopping_ = false;
+  std::thread reaper_;
 };
 
 }  // namespace gradsync::server

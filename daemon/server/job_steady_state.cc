@@ -71,8 +71,8 @@ void Job::steadyExecutorLoop() {
     std::lock_guard<std::mutex> lock(mutex_);
     steady_members_ = cross_->members();
     steady_rounds_ = true;
-    steady_used_ = true;
   }
+  cross_->sayGoodbyeAtTheEnd();
   const bool leader = cross_->isLeader();
   GS_LOG(executor, info, "job '{}': cached collectives run after rounds among the {} daemons", spec_.job_id,
          mesh->size());

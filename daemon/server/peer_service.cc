@@ -59,7 +59,9 @@ grpc::Status PeerService::Coordinate(grpc::ServerContext* context, peer::LeaderS
   if (!job || !job->crossNode() || !job->crossNode()->isLeader()) {
     return grpc::Status(grpc::StatusCode::NOT_FOUND, "this daemon does not lead job '" + hello.hello().job_id() + "'");
   }
-  return job->crossNode()->serveFollower(context, stream, hello);
+  grpc::Status status = job->crossNode()->serveFollower(context, stream, hello);
+  registry_->retire(std::move(job));  // the stream ends as this returns; the job's teardown may wait for that
+  return status;
 }
 
 }  // namespace gradsync::server

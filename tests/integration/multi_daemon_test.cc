@@ -26,8 +26,9 @@ TEST_F(MultiDaemonTest, AllreduceEveryDtypeTwoDaemonsOneRankEach) {
   EXPECT_TRUE(allSucceed(ranks, kTimeout, &report)) << report << logs();
 }
 
+// --steady-state leader: every step goes through the leader, as ids.
 TEST_F(MultiDaemonTest, SteadyStateStepsHitTheResponseCache) {
-  startDaemons(2);
+  startDaemons(2, {"--steady-state", "leader"});
   auto ranks = launch("cache-job", "repeat_allreduce", {0, 1});
   std::string report;
   ASSERT_TRUE(allSucceed(ranks, kTimeout, &report)) << report << logs();
@@ -42,9 +43,10 @@ TEST_F(MultiDaemonTest, SteadyStateStepsHitTheResponseCache) {
   EXPECT_GE(std::stoi(match[1].str()), 38) << log;
 }
 
-// --steady-state rounds: repeated steps run after rounds among the daemons,
-// not through the leader (whose cache then sees almost nothing), with the
-// same sums (the scenario checks them), ranks interleaved two per daemon.
+// --steady-state rounds (the default): repeated steps run after rounds
+// among the daemons, not through the leader (whose cache then sees almost
+// nothing), with the same sums (the scenario checks them), ranks
+// interleaved two per daemon.
 TEST_F(MultiDaemonTest, SteadyStateRoundsRunRepeatedStepsWithoutTheLeader) {
   startDaemons(2, {"--steady-state", "rounds"});
   auto ranks = launch("rounds-job", "repeat_allreduce", {0, 1, 1, 0});
