@@ -6,7 +6,8 @@
 #   scripts/bench_two_daemons.sh --min-bytes 4 --max-bytes 4
 #   scripts/bench_two_daemons.sh --resnet
 # GRADSYNC_BENCH_DAEMON=path runs another gradsyncd build (a before/after
-# comparison).
+# comparison); GRADSYNC_BENCH_DAEMON_FLAGS adds flags to both daemons, e.g.
+# "--steady-state leader".
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bazel build //:gradsyncd //:gradsync_bench >/dev/null 2>&1
@@ -15,7 +16,7 @@ pids=()
 trap 'kill -TERM "${pids[@]}" 2>/dev/null; wait; rm -rf "$dir"' EXIT
 export UCX_TLS=${UCX_TLS:-tcp}
 for d in a b; do
-  "${GRADSYNC_BENCH_DAEMON:-bazel-bin/daemon/exe/gradsyncd}" --socket-path "$dir/$d.sock" --peer-address 127.0.0.1:0 --log-level info \
+  "${GRADSYNC_BENCH_DAEMON:-bazel-bin/daemon/exe/gradsyncd}" --socket-path "$dir/$d.sock" --peer-address 127.0.0.1:0 --log-level info ${GRADSYNC_BENCH_DAEMON_FLAGS:-} \
     >"$dir/$d.log" 2>&1 &
   pids+=($!)
 done
