@@ -3,42 +3,11 @@
 
 #include <thread>
 
-#include "daemon/transport/ucx/ucx_transport.h"
+#include "daemon/collective/mesh_test_util.h"
 #include "gtest/gtest.h"
 
 namespace gradsync::collective {
 namespace {
-
-using transport::UcxTransport;
-
-// n "daemons" in one process: real UCX workers, each with endpoints to all
-// the others.
-struct MeshNode {
-  std::unique_ptr<UcxTransport> transport;
-  std::vector<transport::PeerPtr> peers;
-};
-
-std::vector<MeshNode> makeMesh(int n) {
-  std::vector<MeshNode> nodes(n);
-  for (auto& node : nodes) node.transport = std::move(UcxTransport::create().value());
-  for (int a = 0; a < n; ++a) {
-    nodes[a].peers.resize(n);
-    for (int b = 0; b < n; ++b) {
-      if (a != b) nodes[a].peers[b] = std::move(nodes[a].transport->connect(nodes[b].transport->address(), b).value());
-    }
-  }
-  return nodes;
-}
-
-MeshContext contextFor(int rank, MeshNode& node, uint64_t sequence) {
-  MeshContext mesh;
-  mesh.transport = node.transport.get();
-  for (auto& p : node.peers) mesh.peers.push_back(p.get());
-  mesh.rank = rank;
-  mesh.sequence = sequence;
-  mesh.deadline = transport::Clock::now() + std::chrono::seconds(30);
-  return mesh;
-}
 
 // Bytes node `from` sends node `to` (some pairs send nothing).
 size_t pairBytes(int from, int to) { return (from + 2 * to) % 3 == 0 ? 0 : 1000 * (from + 1) + 37 * to + 5; }

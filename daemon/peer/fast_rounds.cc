@@ -12,10 +12,6 @@ constexpr int kRoundPhase = 3;
 
 FastRounds::FastRounds(collective::MeshContext mesh) : mesh_(std::move(mesh)), theirs_(mesh_.size()) {}
 
-// Receives still posted are cancelled by their destructors (UcxRequest
-// waits until UCX lets go of the buffer).
-FastRounds::~FastRounds() { receives_.clear(); }
-
 uint64_t FastRounds::tag(int from) const {
   return collective::ringTag(mesh_.tag_key, round_, kRoundPhase, from, 0);
 }
@@ -55,9 +51,8 @@ StatusOr<FastRounds::Outcome> FastRounds::exchange(const std::vector<uint64_t>& 
   std::vector<transport::Request*> raw;
   for (int to = 0; to < mesh_.size(); ++to) {
     if (to == mesh_.rank) continue;
-    // Every receiver tells the sender apart by its own tag for it.
-    sends.push_back(mesh_.peers[to]->isend(&mine_, sizeof(Message),
-                                           collective::ringTag(mesh_.tag_key, round_, kRoundPhase, mesh_.rank, 0)));
+    // Every receiver tells the senders apart by their tags.
+    sends.push_back(mesh_.peers[to]->isend(&mine_, sizeof(Message), tag(mesh_.rank)));
     raw.push_back(sends.back().get());
     raw.push_back(receives_[to].get());
   }

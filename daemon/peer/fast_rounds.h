@@ -28,7 +28,6 @@ class FastRounds {
   // `mesh`: endpoints to every daemon of the job (its sequence is unused);
   // they must outlive this.
   explicit FastRounds(collective::MeshContext mesh);
-  ~FastRounds();
 
   // Waits until another daemon has sent its part of the current round
   // (true), `wake_fd` is readable or `until` passes (false).
@@ -47,13 +46,17 @@ class FastRounds {
     uint64_t bits[kMaxIds / 64] = {};
   };
   void postReceives();
+  // The tag of the current round's message from the daemon at `from`.
   uint64_t tag(int from) const;
 
   collective::MeshContext mesh_;
   uint64_t round_ = 1;
   Message mine_;
   std::vector<Message> theirs_;                  // by daemon position
-  std::vector<transport::RequestPtr> receives_;  // of round_, posted (null at this daemon's position)
+  // Of round_, posted (null at this daemon's position). Declared after
+  // theirs_: destroyed first, each cancelled receive waits until UCX lets
+  // go of its buffer.
+  std::vector<transport::RequestPtr> receives_;
 };
 
 }  // namespace gradsync::peer

@@ -6,35 +6,26 @@
 
 #include <thread>
 
-#include "daemon/transport/ucx/ucx_transport.h"
+#include "daemon/collective/mesh_test_util.h"
 #include "gtest/gtest.h"
 
 namespace gradsync::peer {
 namespace {
 
 using transport::Clock;
-using transport::UcxTransport;
 
-// n "daemons" in one process, each with endpoints to all the others.
+// n "daemons" in one process (collective::makeMesh), each with its rounds.
 struct Daemon {
-  std::unique_ptr<UcxTransport> transport;
-  std::vector<transport::PeerPtr> peers;
+  collective::MeshNode node;
   std::unique_ptr<FastRounds> rounds;
 };
 
 std::vector<Daemon> makeDaemons(int n) {
+  auto nodes = collective::makeMesh(n);
   std::vector<Daemon> daemons(n);
-  for (auto& d : daemons) d.transport = std::move(UcxTransport::create().value());
-  for (int a = 0; a < n; ++a) {
-    daemons[a].peers.resize(n);
-    collective::MeshContext mesh;
-    mesh.transport = daemons[a].transport.get();
-    mesh.rank = a;
-    for (int b = 0; b < n; ++b) {
-      if (a != b) daemons[a].peers[b] = std::move(daemons[a].transport->connect(daemons[b].transport->address(), b).value());
-      mesh.peers.push_back(daemons[a].peers[b].get());
-    }
-    daemons[a].rounds = std::make_unique<FastRounds>(mesh);
+  for (int i = 0; i < n; ++i) {
+    daemons[i].node = std::move(nodes[i]);
+    daemons[i].rounds = std::make_unique<FastRounds>(collective::contextFor(i, daemons[i].node, 0));
   }
   return daemons;
 }

@@ -128,7 +128,7 @@ void Job::steadyExecutorLoop() {
       steady_dirty_ = false;
       ready = steady_.ready();
       if (leader && !ready_.empty()) {
-        sequence = ++batch_sequence_;
+        ++batch_sequence_;
         batch = takeBatchLocked();
       }
       if (leader) sequence = batch_sequence_;

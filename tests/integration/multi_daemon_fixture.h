@@ -5,6 +5,8 @@
 
 #include <map>
 #include <memory>
+#include <optional>
+#include <regex>
 #include <string>
 #include <vector>
 
@@ -42,6 +44,24 @@ class MultiDaemonTest : public ::testing::Test {
     std::string all;
     for (size_t i = 0; i < daemons_.size(); ++i) all += "--- daemon " + std::to_string(i) + ":\n" + daemons_[i]->log();
     return all;
+  }
+
+  // The counters the leader logs when `job` ends (waits up to 10 s for the
+  // line; `log` gets the leader's log either way).
+  struct EndLine {
+    int operations = 0;
+    int cache_hits = 0;
+  };
+  std::optional<EndLine> leaderEndLine(const std::string& job, std::string* log) const {
+    std::smatch match;
+    const std::regex line("job '" + job + "' ended: ([0-9]+) operations.* ([0-9]+) response-cache hits");
+    if (!waitFor([&] {
+          *log = daemons_[0]->log();
+          return std::regex_search(*log, match, line);
+        }, std::chrono::seconds(10))) {
+      return std::nullopt;
+    }
+    return EndLine{std::stoi(match[1].str()), std::stoi(match[2].str())};
   }
 
   std::vector<std::unique_ptr<DaemonFixture>> daemons_;

@@ -34,13 +34,10 @@ TEST_F(MultiDaemonTest, SteadyStateStepsHitTheResponseCache) {
   ASSERT_TRUE(allSucceed(ranks, kTimeout, &report)) << report << logs();
   // The leader logs its counters when the job ends: 19 repeated steps give
   // 19 cached responses and 19 cached forwarded requests.
-  std::smatch match;
   std::string log;
-  ASSERT_TRUE(waitFor([&] {
-    log = daemons_[0]->log();
-    return std::regex_search(log, match, std::regex("job 'cache-job' ended.* ([0-9]+) response-cache hits"));
-  }, std::chrono::seconds(10))) << log;
-  EXPECT_GE(std::stoi(match[1].str()), 38) << log;
+  auto ended = leaderEndLine("cache-job", &log);
+  ASSERT_TRUE(ended) << log;
+  EXPECT_GE(ended->cache_hits, 38) << log;
 }
 
 // --steady-state rounds (the default): repeated steps run after rounds
@@ -52,15 +49,12 @@ TEST_F(MultiDaemonTest, SteadyStateRoundsRunRepeatedStepsWithoutTheLeader) {
   auto ranks = launch("rounds-job", "repeat_allreduce", {0, 1, 1, 0});
   std::string report;
   ASSERT_TRUE(allSucceed(ranks, kTimeout, &report)) << report << logs();
-  std::smatch match;
   std::string log;
-  ASSERT_TRUE(waitFor([&] {
-    log = daemons_[0]->log();
-    return std::regex_search(log, match, std::regex("job 'rounds-job' ended: ([0-9]+) operations.* ([0-9]+) response-cache hits"));
-  }, std::chrono::seconds(10))) << log;
+  auto ended = leaderEndLine("rounds-job", &log);
+  ASSERT_TRUE(ended) << log;
   EXPECT_NE(log.find("job 'rounds-job': cached collectives run after rounds among the 2 daemons"), std::string::npos) << log;
-  EXPECT_GE(std::stoi(match[1].str()), 20) << log;  // 20 steps
-  EXPECT_LT(std::stoi(match[2].str()), 10) << log;  // the steps did not pass the leader's cache
+  EXPECT_GE(ended->operations, 20) << log;  // 20 steps
+  EXPECT_LT(ended->cache_hits, 10) << log;  // the steps did not pass the leader's cache
 }
 
 TEST_F(MultiDaemonTest, UnevenPlacementTwoPlusOne) {

@@ -1,0 +1,42 @@
+// SPDX-License-Identifier: Apache-2.0
+// n "daemons" in one process for the data-plane tests: real UCX workers,
+// each with endpoints to all the others (a pairwise exchange's mesh).
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "daemon/collective/pairwise_exchange.h"
+#include "daemon/transport/ucx/ucx_transport.h"
+
+namespace gradsync::collective {
+
+struct MeshNode {
+  std::unique_ptr<transport::UcxTransport> transport;
+  std::vector<transport::PeerPtr> peers;  // by position; null at its own
+};
+
+inline std::vector<MeshNode> makeMesh(int n) {
+  std::vector<MeshNode> nodes(n);
+  for (auto& node : nodes) node.transport = std::move(transport::UcxTransport::create().value());
+  for (int a = 0; a < n; ++a) {
+    nodes[a].peers.resize(n);
+    for (int b = 0; b < n; ++b) {
+      if (a != b) nodes[a].peers[b] = std::move(nodes[a].transport->connect(nodes[b].transport->address(), b).value());
+    }
+  }
+  return nodes;
+}
+
+// Node `rank`'s view of the mesh, with a 30 s deadline.
+inline MeshContext contextFor(int rank, MeshNode& node, uint64_t sequence) {
+  MeshContext mesh;
+  mesh.transport = node.transport.get();
+  for (auto& p : node.peers) mesh.peers.push_back(p.get());
+  mesh.rank = rank;
+  mesh.sequence = sequence;
+  mesh.deadline = transport::Clock::now() + std::chrono::seconds(30);
+  return mesh;
+}
+
+}  // namespace gradsync::collective
