@@ -151,6 +151,23 @@ TEST_F(MultiDaemonTest, KilledDaemonFailsPendingWorkOnSurvivorsWithinTenSeconds)
   EXPECT_TRUE(allSucceed(next, kTimeout, &report)) << report << logs();
 }
 
+// The same with the survivor's step a repeat of a cached allreduce: held
+// for the rounds (then the leader's), it fails within 10 s naming the node.
+TEST_F(MultiDaemonTest, KilledDaemonFailsAHeldCachedStepOnTheSurvivor) {
+  startDaemons(2);
+  auto ranks = launchWith("lost-node-cached", {"kill_victim", "cached"}, {0, 1}, {});
+  ASSERT_TRUE(waitFor([&] { return ranks[0].log().find("ENQUEUED") != std::string::npos; }, std::chrono::seconds(30)))
+      << ranks[0].log() << logs();
+  const auto killed_at = std::chrono::steady_clock::now();
+  daemons_[1]->process().kill(SIGKILL);
+  const int code = ranks[0].wait(std::chrono::seconds(15));
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - killed_at).count();
+  EXPECT_EQ(code, 0) << ranks[0].log() << logs();
+  EXPECT_LT(seconds, 10.0);
+  EXPECT_NE(ranks[0].log().find("ranks [1]"), std::string::npos) << ranks[0].log();
+  EXPECT_NE(daemons_[0]->log().find("cached collectives run after rounds"), std::string::npos) << logs();
+}
+
 TEST_F(MultiDaemonTest, FollowerThatCannotReachTheLeaderFailsWithTheReason) {
   startDaemons(1, {"--join-timeout-seconds", "2"});
   auto env = daemons_[0]->rankEnv("no-leader", 1, 2);

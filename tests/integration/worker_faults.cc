@@ -276,9 +276,14 @@ int duplicate(Client& c, const std::vector<std::string>&) {
 
 // Rank 0 waits on a collective that rank 1 never joins; the test kills
 // rank 1 with SIGKILL once rank 0 printed ENQUEUED.
-int killVictim(Client& c, const std::vector<std::string>&) {
+// Rank 0's collective waits for rank 1, which never submits it; the test
+// kills rank 1's daemon. "cached": that collective repeats three steps both
+// ranks ran, so across daemons it is held for the rounds when the daemon dies.
+int killVictim(Client& c, const std::vector<std::string>& args) {
   std::vector<float> data(1024, 1.0f);
   const std::vector<int64_t> shape = {1024};
+  const bool cached = !args.empty() && args[0] == "cached";
+  for (int step = 0; cached && step < 3; ++step) WORKER_OK(c.allreduce("steady", data.data(), GRADSYNC_FLOAT32, shape));
   WORKER_OK(c.barrier());  // both connected
   if (c.rank() != 0) {
     Operation other;
@@ -289,7 +294,7 @@ int killVictim(Client& c, const std::vector<std::string>&) {
     return 1;
   }
   Operation pending;
-  WORKER_OK(c.start(allreduceOp("pending", data, shape), &pending));
+  WORKER_OK(c.start(allreduceOp(cached ? "steady" : "pending", data, shape), &pending));
   std::printf("ENQUEUED\n");
   std::fflush(stdout);
   Result r = pending.wait(20);
