@@ -12,19 +12,16 @@ namespace gradsync::collective {
 namespace {
 
 
-class RingAllreduceTest : public ::testing::TestWithParam<int> {};
-
-TEST_P(RingAllreduceTest, Float32SumInChunks) {
-  const int n = GetParam();
-  auto nodes = makeRing(n);
-  const size_t count = 1000003;
+// Sums `count` floats across n nodes in chunks of `chunk` bytes.
+void expectFloat32Sum(int n, size_t count, size_t chunk, const transport::UcxOptions& options = {}) {
+  auto nodes = makeRing(n, options);
   std::vector<std::vector<float>> data(n, std::vector<float>(count));
   for (int r = 0; r < n; ++r) {
     for (size_t i = 0; i < count; ++i) data[r][i] = static_cast<float>((r + 1) * (i % 13));
   }
   auto statuses = onEveryNode(nodes, [&](int r, Node& node) {
     std::vector<uint8_t> scratch;
-    return ringAllreduce(contextFor(r, n, node, 1, 64 << 10), data[r].data(), count, v1::FLOAT32, v1::SUM, &scratch);
+    return ringAllreduce(contextFor(r, n, node, 1, chunk), data[r].data(), count, v1::FLOAT32, v1::SUM, &scratch);
   });
   for (int r = 0; r < n; ++r) {
     ASSERT_TRUE(statuses[r].isOk()) << statuses[r].toString();
@@ -33,6 +30,16 @@ TEST_P(RingAllreduceTest, Float32SumInChunks) {
     }
     ASSERT_EQ(data[r][count - 1], n * (n + 1) / 2.0f * ((count - 1) % 13));
   }
+}
+
+class RingAllreduceTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(RingAllreduceTest, Float32SumInChunks) { expectFloat32Sum(GetParam(), 1000003, 64 << 10); }
+
+// The daemon's data plane: tcp segments of 512 KiB (UCX's are 8 and 64
+// KiB), chunks of 1 MiB, an odd count.
+TEST_P(RingAllreduceTest, Float32SumOverLargeTcpSegments) {
+  expectFloat32Sum(GetParam(), 3000017, 1 << 20, transport::UcxOptions{"", 512 << 10});
 }
 
 // Ranks placed round-robin on the nodes: each node owns several

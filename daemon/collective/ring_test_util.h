@@ -20,10 +20,10 @@ struct Node {
   transport::Peer* rightPeer() const { return right ? right.get() : left.get(); }
 };
 
-inline std::vector<Node> makeRing(int n) {
+inline std::vector<Node> makeRing(int n, const transport::UcxOptions& options = {}) {
   std::vector<Node> nodes(n);
   for (auto& node : nodes) {
-    auto t = UcxTransport::create();
+    auto t = UcxTransport::create(options);
     EXPECT_TRUE(t.isOk()) << t.status().toString();
     node.transport = std::move(t).value();
   }

@@ -94,7 +94,7 @@ Status Daemon::startServers() {
   limits.max_local_ranks = config_.max_local_ranks();
   limits.max_job_size = config_.max_job_size();
   limits.job.max_inflight_per_rank = config_.max_inflight_per_rank();
-  limits.job.data_plane_devices = config_.data_plane_devices();
+  limits.job.data_plane = {config_.data_plane_devices(), config_.data_plane_tcp_segment_bytes()};
   limits.job.hostname = hostName();
   limits.job.join_timeout = std::chrono::seconds(config_.join_timeout_seconds());
   limits.job.cycle_time = std::chrono::milliseconds(config_.cycle_time_ms());

@@ -85,6 +85,8 @@ const std::map<std::string, Setter>& setters() {
       {"--max-ipc-mappings", number<uint32_t>("--max-ipc-mappings", &C::set_max_ipc_mappings)},
       {"--timeline-dir", text(&C::set_timeline_dir)},
       {"--data-plane-devices", text(&C::set_data_plane_devices)},
+      {"--data-plane-tcp-segment-bytes",
+       number<uint64_t>("--data-plane-tcp-segment-bytes", &C::set_data_plane_tcp_segment_bytes)},
       {"--max-message-bytes", number<uint32_t>("--max-message-bytes", &C::set_max_message_bytes)},
       {"--peer-address", text(&C::set_peer_address)},
       {"--join-timeout-seconds", number<uint32_t>("--join-timeout-seconds", &C::set_join_timeout_seconds)},
@@ -156,6 +158,7 @@ Status applyDefaultsAndValidate(v1::DaemonConfig* c) {
   if (c->max_message_bytes() == 0) c->set_max_message_bytes(4 << 20);
   if (c->join_timeout_seconds() == 0) c->set_join_timeout_seconds(30);
   if (c->response_cache_capacity() == 0) c->set_response_cache_capacity(4096);
+  if (c->data_plane_tcp_segment_bytes() == 0) c->set_data_plane_tcp_segment_bytes(512 << 10);
   if (c->leader_failover().empty()) c->set_leader_failover("off");
   if (c->steady_state().empty()) c->set_steady_state("rounds");
   if (c->steady_state() != "rounds" && c->steady_state() != "leader") {
@@ -186,6 +189,7 @@ Status applyDefaultsAndValidate(v1::DaemonConfig* c) {
   RETURN_IF_ERROR(checkRange("max_job_size", c->max_job_size(), 1, 1 << 20));
   RETURN_IF_ERROR(checkRange("max_ipc_mappings_per_rank", c->max_ipc_mappings_per_rank(), 1, 1 << 20));
   RETURN_IF_ERROR(checkRange("max_ipc_mappings", c->max_ipc_mappings(), 1, 1 << 24));
+  RETURN_IF_ERROR(checkRange("data_plane_tcp_segment_bytes", c->data_plane_tcp_segment_bytes(), 8 << 10, 16 << 20));
   if (c->stall_deadline_seconds() < c->stall_warning_seconds()) {
     return invalidArgument("stall_deadline_seconds (" + std::to_string(c->stall_deadline_seconds()) +
                            ") must be at least stall_warning_seconds (" +

@@ -32,6 +32,7 @@ TEST(OptionsTest, DefaultsAreFilledIn) {
   EXPECT_EQ(c.gpu_cross_node(), "auto");
   EXPECT_EQ(c.leader_failover(), "off");
   EXPECT_EQ(c.steady_state(), "rounds");
+  EXPECT_EQ(c.data_plane_tcp_segment_bytes(), 512u << 10);
 }
 
 TEST(OptionsTest, TextFileThenFlagsOverride) {
@@ -75,6 +76,8 @@ TEST(OptionsTest, ValidationErrors) {
               HasSubstr("leader_failover 'vote' is not one of off, quorum"));
   EXPECT_THAT(parseOptions({"--steady-state", "fast"}).status().message(),
               HasSubstr("steady_state 'fast' is not one of rounds, leader"));
+  EXPECT_THAT(parseOptions({"--data-plane-tcp-segment-bytes", "4096"}).status().message(),
+              HasSubstr("data_plane_tcp_segment_bytes = 4096 is outside [8192, 16777216]"));
   auto staging = parseOptions({"--gpu-cross-node", "staging"});
   ASSERT_TRUE(staging.isOk());
   EXPECT_EQ(staging->config.gpu_cross_node(), "staging");

@@ -192,7 +192,7 @@ std::string CrossNode::describeNode(const v1::NodeInfo& node) const {
 
 void CrossNode::start(const std::vector<int>& local_ranks, const std::vector<int64_t>& pids) {
   leader_ = std::find(local_ranks.begin(), local_ranks.end(), 0) != local_ranks.end();
-  auto transport = transport::UcxTransport::create(options_.data_plane_devices);
+  auto transport = transport::UcxTransport::create(options_.data_plane);
   if (!transport.isOk()) {
     hooks_.on_failure("cannot start the UCX data plane: " + transport.status().message(), true);
     return;

@@ -51,7 +51,7 @@ struct CrossNodeOptions {
   bool nccl = false;                   // this daemon can join the daemons' NCCL communicator
   // Makes the job's ncclUniqueId on the leader (null: this daemon has no NCCL).
   std::function<StatusOr<std::string>()> make_nccl_id;
-  std::string data_plane_devices;  // UCX_NET_DEVICES for this job's transport (empty: all)
+  transport::UcxOptions data_plane;  // the UCX settings of this job's transport
   bool elastic = false;            // a lost rank or node starts a new epoch (cross_node_elastic.cc)
   bool failover = false;           // elastic: a lost leader is replaced by quorum (cross_node_failover.cc)
   int min_size = 0;                // elastic: an epoch with fewer ranks waits for joiners (NewEpoch.below_minimum)

@@ -63,7 +63,7 @@ Job::Job(JobSpec spec, JobLimits limits, executor::ReducePool* pool)
                              limits_.peer_credentials, limits_.response_cache_capacity,
                              limits_.gpus ? limits_.gpus->uuids() : std::vector<std::string>(),
                              limits_.gpus != nullptr && limits_.nccl != nullptr && limits_.nccl_between_daemons,
-                             nullptr, limits_.data_plane_devices};
+                             nullptr, limits_.data_plane};
     if (limits_.nccl) options.make_nccl_id = [nccl = limits_.nccl] { return nccl->uniqueId(); };
     options.elastic = spec_.elastic;
     options.failover = spec_.elastic && limits_.leader_failover;

@@ -63,7 +63,7 @@ struct JobLimits {
   std::string hostname;
   Clock::duration join_timeout = std::chrono::seconds(30);
   Clock::duration transfer_timeout = std::chrono::seconds(60);
-  std::string data_plane_devices;  // UCX_NET_DEVICES for the data plane (empty: all)
+  transport::UcxOptions data_plane;  // the UCX settings of the data plane
   // Multi-node leader: while other collectives are still being negotiated,
   // ready ones wait up to this long to be fused into one batch (one ring
   // instead of many). Nothing waits when nothing else is pending.

@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
+#include <utility>
 #include <vector>
 
 #include "daemon/common/logging.h"
@@ -155,15 +157,35 @@ class UcxPeer final : public Peer {
   std::atomic<uint64_t> failures_{0};
 };
 
+// Overrides UCX's configuration with what `options` sets.
+Status applyOptions(ucp_config_t* config, const UcxOptions& options) {
+  std::vector<std::pair<std::string, std::string>> settings;
+  if (!options.net_devices.empty()) settings.emplace_back("NET_DEVICES", options.net_devices);
+  const bool environment_sets_segments =
+      std::getenv("UCX_TCP_TX_SEG_SIZE") != nullptr || std::getenv("UCX_TCP_RX_SEG_SIZE") != nullptr;
+  if (options.tcp_segment_bytes > 0 && !environment_sets_segments) {
+    // Transport settings go in without their table's prefix ("TCP_"): UCX
+    // applies them to every transport with such a field, and only tcp has
+    // these two (ucx_info -c -f).
+    settings.emplace_back("TX_SEG_SIZE", std::to_string(options.tcp_segment_bytes));
+    settings.emplace_back("RX_SEG_SIZE", std::to_string(options.tcp_segment_bytes));
+  }
+  for (const auto& [name, value] : settings) {
+    ucs_status_t s = ucp_config_modify(config, name.c_str(), value.c_str());
+    if (s != UCS_OK) return ucxError("UCX_" + name + "=" + value, s);
+  }
+  return okStatus();
+}
+
 }  // namespace
 
-StatusOr<std::unique_ptr<UcxTransport>> UcxTransport::create(const std::string& net_devices) {
+StatusOr<std::unique_ptr<UcxTransport>> UcxTransport::create(const UcxOptions& options) {
   ucp_config_t* config = nullptr;
   ucs_status_t s = ucp_config_read(nullptr, nullptr, &config);
   if (s != UCS_OK) return ucxError("ucp_config_read", s);
-  if (!net_devices.empty() && (s = ucp_config_modify(config, "NET_DEVICES", net_devices.c_str())) != UCS_OK) {
+  if (Status applied = applyOptions(config, options); !applied.isOk()) {
     ucp_config_release(config);
-    return ucxError("data_plane_devices '" + net_devices + "'", s);
+    return applied;
   }
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES;

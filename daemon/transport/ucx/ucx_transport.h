@@ -13,11 +13,19 @@
 
 namespace gradsync::transport {
 
+// Settings a transport overrides in UCX's configuration; what is left empty
+// or zero stays UCX's default or what the environment's UCX_* says.
+struct UcxOptions {
+  std::string net_devices;  // UCX_NET_DEVICES
+  // UCX_TCP_TX_SEG_SIZE and UCX_TCP_RX_SEG_SIZE: bytes the tcp transport
+  // moves per send and per receive call. Where the environment sets either,
+  // the environment wins.
+  size_t tcp_segment_bytes = 0;
+};
+
 class UcxTransport final : public Transport {
  public:
-  // `net_devices`: UCX_NET_DEVICES for this transport (empty: UCX's default,
-  // or the environment's UCX_NET_DEVICES).
-  static StatusOr<std::unique_ptr<UcxTransport>> create(const std::string& net_devices = "");
+  static StatusOr<std::unique_ptr<UcxTransport>> create(const UcxOptions& options = {});
   ~UcxTransport() override;
 
   std::string address() const override { return address_; }
