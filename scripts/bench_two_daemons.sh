@@ -8,6 +8,10 @@
 # GRADSYNC_BENCH_DAEMON=path runs another gradsyncd build (a before/after
 # comparison); GRADSYNC_BENCH_DAEMON_FLAGS adds flags to both daemons, e.g.
 # "--steady-state leader".
+#   scripts/bench_two_daemons.sh --exec COMMAND...
+# runs COMMAND instead, with GRADSYNC_BENCH_SOCKETS (the two daemons'
+# sockets, comma-separated) and GRADSYNC_BENCH_LEADER (daemon a's peer
+# address) in its environment.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bazel build //:gradsyncd //:gradsync_bench >/dev/null 2>&1
@@ -27,4 +31,9 @@ for _ in $(seq 100); do
   sleep 0.05
 done
 [ -n "$leader" ] || { echo "daemon a did not start:" >&2; cat "$dir/a.log" >&2; exit 1; }
-bazel-bin/tools/bench/gradsync_bench --socket "$dir/a.sock,$dir/b.sock" --leader "$leader" -np 2 "$@"
+if [ "${1:-}" = --exec ]; then
+  shift
+  GRADSYNC_BENCH_SOCKETS="$dir/a.sock,$dir/b.sock" GRADSYNC_BENCH_LEADER=$leader "$@"
+else
+  bazel-bin/tools/bench/gradsync_bench --socket "$dir/a.sock,$dir/b.sock" --leader "$leader" -np 2 "$@"
+fi

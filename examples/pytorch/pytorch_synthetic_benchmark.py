@@ -44,7 +44,9 @@ def parse_args():
     p.add_argument("--backend", choices=["gradsync", "ddp-gloo", "single"], default="gradsync")
     p.add_argument("--cuda", action="store_true", help="train on the GPU")
     p.add_argument("--fp16-allreduce", action="store_true")
-    p.add_argument("--zero-copy", action="store_true", help="gradients in the shared arena (gradsync only)")
+    p.add_argument("--copy", action="store_true",
+                   help="gradients copied into and out of the daemon's memory, not allocated in the shared arena "
+                        "(gradsync only; the arena is DistributedOptimizer's default)")
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads per rank")
     p.add_argument("--master-port", default="29533", help="ddp-gloo rendezvous port")
     return p.parse_args()
@@ -58,7 +60,7 @@ class Gradsync:
         compression = hvd.Compression.fp16 if args.fp16_allreduce else hvd.Compression.none
         optimizer = torch.optim.SGD(model.parameters(), lr=0.01 * hvd.size())
         self.optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters(),
-                                                  compression=compression, zero_copy_gradients=args.zero_copy)
+                                                  compression=compression, zero_copy_gradients=not args.copy)
         hvd.broadcast_parameters(model.state_dict(), root_rank=0)
         self.model, self.rank, self.size = model, hvd.rank(), hvd.size()
         self.wait_seconds = 0.0
@@ -151,7 +153,7 @@ def main():
         params = sum(p.numel() for p in model.parameters())
         print("model %s (%.2f M params), batch %d per rank, %d ranks, backend %s%s%s" % (
             args.model, params / 1e6, args.batch_size, runner.size, args.backend,
-            ", fp16 allreduce" if args.fp16_allreduce else "", ", zero-copy gradients" if args.zero_copy else ""))
+            ", fp16 allreduce" if args.fp16_allreduce else "", ", gradients copied" if args.copy and args.backend == "gradsync" else ""))
         print("img/sec per rank: %.1f (median of %d iterations); total: %.1f; step time %.1f ms" % (
             statistics.median(r for r, _ in gathered), args.num_iters, sum(r for r, _ in gathered),
             1e3 * args.batch_size / statistics.median(r for r, _ in gathered)))

@@ -164,7 +164,7 @@ def test_examples_run(tmp_path):
         assert "epoch 0" not in out.stdout or epochs == 1, "the second run resumes after epoch 0"
     out = run(["-np", "2", "--private-daemon", "/usr/bin/python3",
                os.path.join(examples, "pytorch_synthetic_benchmark.py"), "--model", "mlp", "--num-iters", "2",
-               "--num-batches-per-iter", "1", "--num-warmup-batches", "1", "--zero-copy"])
+               "--num-batches-per-iter", "1", "--num-warmup-batches", "1"])
     assert out.returncode == 0, out.stdout + out.stderr
     assert "img/sec per rank" in out.stdout and "waiting for gradients" in out.stdout
 
