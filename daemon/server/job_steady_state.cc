@@ -48,7 +48,10 @@ void Job::learnSteadyLocked(uint64_t id) {
 }
 
 bool Job::holdSteadyLocked(const std::shared_ptr<Session>& session, coordinator::Request& request) {
-  if (!steady_rounds_ || !session || request.type != v1::ALLREDUCE) return false;
+  // A grouped allreduce runs whole or not at all: the leader negotiates its
+  // members together. Held one by one, a round could run some members and
+  // leave the rest waiting at the leader for them forever.
+  if (!steady_rounds_ || !session || request.type != v1::ALLREDUCE || request.group_id != 0) return false;
   const uint64_t id = cross_->cachedId(request);
   if (id == 0 || id > peer::FastRounds::kMaxIds) return false;
   if (!steady_.knows(id)) learnSteadyLocked(id);

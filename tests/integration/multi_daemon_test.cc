@@ -57,6 +57,20 @@ TEST_F(MultiDaemonTest, SteadyStateRoundsRunRepeatedStepsWithoutTheLeader) {
   EXPECT_LT(ended->cache_hits, 10) << log;  // the steps did not pass the leader's cache
 }
 
+// Large tensors of a fused response take a ring of their own where each
+// node holds one rank, in place on the rank's tensor; with two ranks on one
+// node every tensor goes through the fusion buffer. Same sums either way.
+// Grouped steps never hang: the steady state once ran part of a group in a
+// round and left the rest waiting at the leader for the part that ran.
+TEST_F(MultiDaemonTest, FusedLargeAndSmallTensorsGroupedAndNot) {
+  startDaemons(2);
+  for (const std::vector<int>& placement : {std::vector<int>{0, 1}, std::vector<int>{0, 0, 1}}) {
+    auto ranks = launch("mixed-" + std::to_string(placement.size()), "fused_large_and_small", placement);
+    std::string report;
+    EXPECT_TRUE(allSucceed(ranks, kTimeout, &report)) << report << logs();
+  }
+}
+
 TEST_F(MultiDaemonTest, UnevenPlacementTwoPlusOne) {
   startDaemons(2);
   auto ranks = launch("two-plus-one", "allreduce", {0, 0, 1});
