@@ -4,6 +4,7 @@
 #pragma once
 
 #include <memory>
+#include <thread>
 #include <vector>
 
 #include "daemon/collective/pairwise_exchange.h"
@@ -37,6 +38,16 @@ inline MeshContext contextFor(int rank, MeshNode& node, uint64_t sequence) {
   mesh.sequence = sequence;
   mesh.deadline = transport::Clock::now() + std::chrono::seconds(30);
   return mesh;
+}
+
+// Runs fn(rank) on one thread per node; returns their statuses.
+template <typename Fn>
+std::vector<Status> onEveryNode(int n, Fn fn) {
+  std::vector<Status> statuses(n);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) threads.emplace_back([&, r] { statuses[r] = fn(r); });
+  for (auto& t : threads) t.join();
+  return statuses;
 }
 
 }  // namespace gradsync::collective

@@ -37,15 +37,10 @@ TEST_P(PairwiseExchangeTest, EveryNodeGetsExactlyWhatEachOtherSentIt) {
   }
   // Two exchanges in a row with different sequences: tags keep them apart.
   for (uint64_t sequence : {7u, 8u}) {
-    std::vector<Status> statuses(n);
-    std::vector<std::thread> threads;
-    for (int r = 0; r < n; ++r) {
-      threads.emplace_back([&, r] {
-        statuses[r] = pairwiseExchange(contextFor(r, nodes[r], sequence), send[r].data(), send_to[r], recv[r].data(),
-                                       recv_from[r]);
-      });
-    }
-    for (auto& t : threads) t.join();
+    auto statuses = onEveryNode(n, [&](int r) {
+      return pairwiseExchange(contextFor(r, nodes[r], sequence), send[r].data(), send_to[r], recv[r].data(),
+                              recv_from[r]);
+    });
     for (int b = 0; b < n; ++b) {
       ASSERT_TRUE(statuses[b].isOk()) << statuses[b].toString();
       for (int a = 0; a < n; ++a) {

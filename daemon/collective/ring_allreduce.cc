@@ -103,8 +103,8 @@ class Step {
   const char* name_;
 };
 
-// The ring's chunk size for `parts`: chunk numbers stay within the tag's
-// 16 bits. Sizes `scratch` for it; returns the chunk in elements.
+// The ring's chunk size for `parts`: at most 65535 chunks a part (requests
+// in flight). Sizes `scratch` for it; returns the chunk in elements.
 size_t prepare(RingContext* ring, const std::vector<std::vector<ElementRange>>& parts, size_t esize,
                std::vector<uint8_t>* scratch) {
   size_t largest = 0;
@@ -122,9 +122,13 @@ size_t prepare(RingContext* ring, const std::vector<std::vector<ElementRange>>& 
 }  // namespace
 
 uint64_t ringTag(const SipKey& key, uint64_t sequence, int phase, int step, size_t chunk) {
-  const uint64_t plain = (sequence << 32) | (static_cast<uint64_t>(phase & 1) << 31) |
-                         (static_cast<uint64_t>(step & 0x7fff) << 16) | (chunk & 0xffff);
-  return sipHash24(key, &plain, sizeof(plain));
+  // Every field whole: tags of different phases, steps (a pairwise
+  // exchange's step is from * n + to) or sequences never alias. UCX matches
+  // tags across all of a worker's endpoints.
+  const uint64_t plain[3] = {sequence, (static_cast<uint64_t>(static_cast<uint32_t>(phase)) << 32) |
+                                           static_cast<uint32_t>(step),
+                             static_cast<uint64_t>(chunk)};
+  return sipHash24(key, plain, sizeof(plain));
 }
 
 Status ringAllreduce(const RingContext& ring, void* data, size_t count, DataType dtype, ReduceOp op,

@@ -119,8 +119,12 @@ class LocalExecutor {
  private:
   Status allreduce(const std::vector<const Response*>& responses, RankAccess& access);
   std::vector<ResponseResult> relayWithoutGpu(const fusion::FusedResponse& fused, RankAccess& access);
-  // Multi-node allreduce: local ranks -> fusion buffer -> ring -> local ranks.
+  // Multi-node allreduce of a fused response: large tensors with one rank
+  // per node each get a ring of their own, the rest one fused ring.
   Status hierarchicalAllreduce(const std::vector<const Response*>& responses, RankAccess& access);
+  // One ring for `responses`: the local ranks reduced into the fusion
+  // buffer around it, or in place where one local rank holds the only one.
+  Status fusedAllreduce(const std::vector<const Response*>& responses, RankAccess& access);
   Status inPlaceAllreduce(const Response& response, const coordinator::Request& request, RankAccess& access);
   ResponseResult multiNodeBroadcast(const Response& r, RankAccess& access);
   ResponseResult multiNodeAllgather(const Response& r, RankAccess& access);

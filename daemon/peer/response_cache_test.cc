@@ -80,5 +80,13 @@ TEST(ResponseCacheTest, FailedResponsesAreNotCachedAndCapacityHolds) {
   EXPECT_EQ(cache.assign(response("c", 1, 1)).first, 0u);  // full
 }
 
+TEST(ResponseCacheTest, BarriersAreNotCached) {
+  ResponseCache cache(8);
+  auto barrier = response("barrier.1", 1, 1);
+  barrier.type = v1::BARRIER;
+  EXPECT_EQ(cache.assign(barrier).first, 0u);
+  EXPECT_EQ(cache.idFor(barrier.requests[0].value()), 0u);
+}
+
 }  // namespace
 }  // namespace gradsync::peer

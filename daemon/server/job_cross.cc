@@ -4,6 +4,7 @@
 // ring, and failures reported by other nodes.
 #include "daemon/common/logging.h"
 #include "daemon/server/enqueue_validation.h"
+#include "daemon/collective/direct_allreduce.h"
 #include "daemon/collective/pairwise_exchange.h"
 #include "daemon/collective/ring_movement.h"
 #include "daemon/coordinator/request_wire.h"
@@ -142,7 +143,16 @@ Status Job::ringFailed(const Status& status) {
 }
 
 Status Job::crossNodeAllreduce(void* data, size_t count, DataType dtype, ReduceOp op) {
-  ASSIGN_OR_RETURN(auto ring, cross_->ring(ring_sequence_, Clock::now() + limits_.transfer_timeout, batch_epoch_));
+  const auto deadline = Clock::now() + limits_.transfer_timeout;
+  // Small: one step, every daemon to every other (the ring takes 2(n-1)).
+  if (count * elementSize(dtype) * (nodeCount() - 1) <= collective::kDirectAllreduceMaxBytes) {
+    ASSIGN_OR_RETURN(auto mesh, cross_->mesh(++ring_sequence_, deadline, batch_epoch_));
+    BusyTimer busy(&ring_busy_ns_);
+    executor::PhaseScope phase(*this, "CROSS_NODE_ALLREDUCE");
+    Status status = collective::directAllreduce(mesh, data, count, dtype, op, &ring_scratch_);
+    return status.isOk() ? status : ringFailed(status);
+  }
+  ASSIGN_OR_RETURN(auto ring, cross_->ring(++ring_sequence_, deadline, batch_epoch_));
   BusyTimer busy(&ring_busy_ns_);
   executor::PhaseScope phase(*this, "CROSS_NODE_ALLREDUCE");
   Status status = collective::ringAllreduce(ring, data, count, dtype, op, &ring_scratch_);
@@ -151,7 +161,7 @@ Status Job::crossNodeAllreduce(void* data, size_t count, DataType dtype, ReduceO
 
 Status Job::crossNodeReduceScatter(const void* input, void* data, DataType dtype, ReduceOp op,
                                    const std::vector<std::vector<collective::ElementRange>>& owned) {
-  ASSIGN_OR_RETURN(auto ring, cross_->ring(ring_sequence_, Clock::now() + limits_.transfer_timeout, batch_epoch_));
+  ASSIGN_OR_RETURN(auto ring, cross_->ring(++ring_sequence_, Clock::now() + limits_.transfer_timeout, batch_epoch_));
   BusyTimer busy(&ring_busy_ns_);
   executor::PhaseScope phase(*this, "CROSS_NODE_REDUCESCATTER");
   Status status = collective::ringReduceScatter(ring, input, data, dtype, op, owned, &ring_scratch_);
@@ -187,7 +197,7 @@ executor::RankAccess::NcclPeers Job::ncclPeers() const {
 }
 
 Status Job::crossNodeBroadcast(void* data, size_t bytes, int root_rank) {
-  ASSIGN_OR_RETURN(auto ring, cross_->ring(ring_sequence_, Clock::now() + limits_.transfer_timeout, batch_epoch_));
+  ASSIGN_OR_RETURN(auto ring, cross_->ring(++ring_sequence_, Clock::now() + limits_.transfer_timeout, batch_epoch_));
   BusyTimer busy(&ring_busy_ns_);
   executor::PhaseScope phase(*this, "CROSS_NODE_BROADCAST");
   Status status = collective::ringBroadcast(ring, data, bytes, nodeOf(root_rank));
@@ -195,7 +205,7 @@ Status Job::crossNodeBroadcast(void* data, size_t bytes, int root_rank) {
 }
 
 Status Job::crossNodeAllgather(uint8_t* buffer, const std::vector<std::vector<collective::Range>>& owned) {
-  ASSIGN_OR_RETURN(auto ring, cross_->ring(ring_sequence_, Clock::now() + limits_.transfer_timeout, batch_epoch_));
+  ASSIGN_OR_RETURN(auto ring, cross_->ring(++ring_sequence_, Clock::now() + limits_.transfer_timeout, batch_epoch_));
   BusyTimer busy(&ring_busy_ns_);
   executor::PhaseScope phase(*this, "CROSS_NODE_ALLGATHER");
   Status status = collective::ringAllgather(ring, buffer, owned);
@@ -204,7 +214,7 @@ Status Job::crossNodeAllgather(uint8_t* buffer, const std::vector<std::vector<co
 
 Status Job::crossNodeAlltoall(const uint8_t* send, const std::vector<collective::Range>& send_to, uint8_t* recv,
                              const std::vector<collective::Range>& recv_from) {
-  ASSIGN_OR_RETURN(auto mesh, cross_->mesh(ring_sequence_, Clock::now() + limits_.transfer_timeout, batch_epoch_));
+  ASSIGN_OR_RETURN(auto mesh, cross_->mesh(++ring_sequence_, Clock::now() + limits_.transfer_timeout, batch_epoch_));
   BusyTimer busy(&ring_busy_ns_);
   executor::PhaseScope phase(*this, "CROSS_NODE_ALLTOALL");
   Status status = collective::pairwiseExchange(mesh, send, send_to, recv, recv_from);

@@ -77,14 +77,15 @@ std::vector<coordinator::Response> Job::beginBatchLocked(std::vector<coordinator
 }
 
 void Job::runBatch(std::vector<coordinator::Response> batch, uint64_t sequence) {
-  ring_sequence_ = sequence << 12;  // each fused response's ring gets its own tags
+  // Each collective among the daemons (crossNode*: a fused response may run
+  // several) gets tags of its own.
+  ring_sequence_ = sequence << 20;
   // The nodes of the batch's epoch (the job formed before any batch runs;
   // one of an epoch that is over fails at its ring).
   if (cross_ && (batch_members_.empty() || batch_members_epoch_ != batch_epoch_)) {
     batch_members_ = cross_->members(&batch_members_epoch_);
   }
   for (const auto& fused : fusion::planFusion(std::move(batch), limits_.fusion_threshold_bytes)) {
-    ++ring_sequence_;
     const auto started = Clock::now();
     timelineExecution(fused, true, nullptr);
     auto results = executor_.run(fused, *this);

@@ -151,7 +151,9 @@ bool timeSize(Ctx& c, float* buf, uint64_t bytes) {
     double total = 0;
     for (double t : times) total += t;
     std::vector<double> decide = {total};
-    if (!maxOverRanks(c, decide, name + ".decide." + std::to_string(times.size()))) return false;
+    // One name for every decision: a training loop's names repeat too (the
+    // daemons' response cache and steady state assume so).
+    if (!maxOverRanks(c, decide, name + ".decide")) return false;
     if ((static_cast<int>(times.size()) >= c.options.min_iters && decide[0] >= c.options.min_time) ||
         times.size() >= kMaxIters) {
       break;
