@@ -250,9 +250,9 @@ int scenarioFusedLargeAndSmall(Client& c, const std::vector<std::string>&) {
   const size_t counts[] = {300001, 1000, 300000, 77, 262144};
   const int kTensors = 5;
   for (int step = 0; step < 6; ++step) {
-    // At steps 4 and 5 one rank comes late, past the daemons' 20 ms hold of
-    // a cached step: the others' requests go on to the leader.
-    if (step >= 4 && c.rank() == step % c.size()) usleep(30000);
+    // At steps 4 and 5 one rank comes late, past the daemons' 200 ms hold
+    // of a cached step: the others' requests go on to the leader.
+    if (step >= 4 && c.rank() == step % c.size()) usleep(250000);
     std::vector<void*> data(kTensors);
     std::vector<std::vector<uint8_t>> heap(kTensors);
     std::vector<std::string> names(kTensors);
