@@ -2,6 +2,8 @@
 // Job, multi-node side: starting the node's role once every local rank has
 // registered, requests forwarded from other nodes, the leader's batches, the
 // ring, and failures reported by other nodes.
+#include <optional>
+
 #include "daemon/common/logging.h"
 #include "daemon/server/enqueue_validation.h"
 #include "daemon/collective/direct_allreduce.h"
@@ -145,17 +147,18 @@ Status Job::ringFailed(const Status& status) {
 Status Job::crossNodeAllreduce(void* data, size_t count, DataType dtype, ReduceOp op) {
   const auto deadline = Clock::now() + limits_.transfer_timeout;
   // Small: one step, every daemon to every other (the ring takes 2(n-1)).
-  if (count * elementSize(dtype) * (nodeCount() - 1) <= collective::kDirectAllreduceMaxBytes) {
-    ASSIGN_OR_RETURN(auto mesh, cross_->mesh(++ring_sequence_, deadline, batch_epoch_));
-    BusyTimer busy(&ring_busy_ns_);
-    executor::PhaseScope phase(*this, "CROSS_NODE_ALLREDUCE");
-    Status status = collective::directAllreduce(mesh, data, count, dtype, op, &ring_scratch_);
-    return status.isOk() ? status : ringFailed(status);
+  const bool direct = count * elementSize(dtype) * (nodeCount() - 1) <= collective::kDirectAllreduceMaxBytes;
+  std::optional<collective::MeshContext> mesh;
+  std::optional<collective::RingContext> ring;
+  if (direct) {
+    ASSIGN_OR_RETURN(mesh, cross_->mesh(++ring_sequence_, deadline, batch_epoch_));
+  } else {
+    ASSIGN_OR_RETURN(ring, cross_->ring(++ring_sequence_, deadline, batch_epoch_));
   }
-  ASSIGN_OR_RETURN(auto ring, cross_->ring(++ring_sequence_, deadline, batch_epoch_));
   BusyTimer busy(&ring_busy_ns_);
   executor::PhaseScope phase(*this, "CROSS_NODE_ALLREDUCE");
-  Status status = collective::ringAllreduce(ring, data, count, dtype, op, &ring_scratch_);
+  Status status = direct ? collective::directAllreduce(*mesh, data, count, dtype, op, &ring_scratch_)
+                         : collective::ringAllreduce(*ring, data, count, dtype, op, &ring_scratch_);
   return status.isOk() ? status : ringFailed(status);
 }
 

@@ -3,11 +3,13 @@
 // peer services on loopback), daemon 0 leading the jobs launched on them.
 #pragma once
 
+#include <chrono>
 #include <map>
 #include <memory>
 #include <optional>
 #include <regex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -44,6 +46,15 @@ class MultiDaemonTest : public ::testing::Test {
     std::string all;
     for (size_t i = 0; i < daemons_.size(); ++i) all += "--- daemon " + std::to_string(i) + ":\n" + daemons_[i]->log();
     return all;
+  }
+
+  // Kills daemon `victim` with SIGKILL and waits up to 15 s for `survivor`
+  // to exit; returns its exit code and the seconds it took.
+  std::pair<int, double> killDaemonAndWait(int victim, Process& survivor) {
+    const auto killed_at = std::chrono::steady_clock::now();
+    daemons_[victim]->process().kill(SIGKILL);
+    const int code = survivor.wait(std::chrono::seconds(15));
+    return {code, std::chrono::duration<double>(std::chrono::steady_clock::now() - killed_at).count()};
   }
 
   // The counters the leader logs when `job` ends (waits up to 10 s for the

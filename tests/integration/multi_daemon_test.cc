@@ -147,10 +147,7 @@ TEST_F(MultiDaemonTest, KilledDaemonFailsPendingWorkOnSurvivorsWithinTenSeconds)
   // here. (tests/fakegpu checks that the id reaches the followers.)
   EXPECT_EQ(members.find("nccl id "), std::string::npos) << members;
 
-  const auto killed_at = std::chrono::steady_clock::now();
-  daemons_[1]->process().kill(SIGKILL);
-  const int code = ranks[0].wait(std::chrono::seconds(15));
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - killed_at).count();
+  const auto [code, seconds] = killDaemonAndWait(1, ranks[0]);
   EXPECT_EQ(code, 0) << ranks[0].log() << logs();
   EXPECT_LT(seconds, 10.0);
   EXPECT_NE(ranks[0].log().find("lost node 127.0.0.1:"), std::string::npos) << ranks[0].log();
@@ -172,10 +169,7 @@ TEST_F(MultiDaemonTest, KilledDaemonFailsAHeldCachedStepOnTheSurvivor) {
   auto ranks = launchWith("lost-node-cached", {"kill_victim", "cached"}, {0, 1}, {});
   ASSERT_TRUE(waitFor([&] { return ranks[0].log().find("ENQUEUED") != std::string::npos; }, std::chrono::seconds(30)))
       << ranks[0].log() << logs();
-  const auto killed_at = std::chrono::steady_clock::now();
-  daemons_[1]->process().kill(SIGKILL);
-  const int code = ranks[0].wait(std::chrono::seconds(15));
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - killed_at).count();
+  const auto [code, seconds] = killDaemonAndWait(1, ranks[0]);
   EXPECT_EQ(code, 0) << ranks[0].log() << logs();
   EXPECT_LT(seconds, 10.0);
   EXPECT_NE(ranks[0].log().find("ranks [1]"), std::string::npos) << ranks[0].log();
