@@ -2,6 +2,8 @@
 // The C ABI boundary: no exception and no Status crosses it. Every entry
 // point catches everything and turns it into a code plus the thread's last
 // error text.
+#include <sched.h>
+
 #include <algorithm>
 #include <cstddef>
 #include <cstring>
@@ -46,6 +48,14 @@ gradsync_status_t guarded(Fn&& fn) {
   }
 }
 
+// The CPUs this process may run on.
+int usableCpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) != 0) return 1;
+  return CPU_COUNT(&set);
+}
+
 gradsync::StatusOr<ClientOptions> optionsFrom(const gradsync_config_t* c) {
   if (c->struct_size < sizeof(gradsync_config_t) || c->version != GRADSYNC_CONFIG_VERSION) {
     return gradsync::invalidArgument("gradsync_config_t not initialised with gradsync_config_init (size/version)");
@@ -68,6 +78,9 @@ gradsync::StatusOr<ClientOptions> optionsFrom(const gradsync_config_t* c) {
   o.join_marker = env.join_marker.value_or("");
   o.elastic_timeout_seconds = env.elastic_timeout.value_or(600);
   o.cuda_stream_completion = env.cuda_stream_completion;
+  // Polling needs a second CPU: on one, the daemon could not run meanwhile.
+  if (usableCpus() < 2) o.completion_spin = std::chrono::microseconds(0);
+  if (env.spin_us) o.completion_spin = std::chrono::microseconds(std::min<int64_t>(*env.spin_us, 10000));
   if (o.job_id.empty()) return gradsync::invalidArgument("no job id: set GRADSYNC_JOB_ID or config.job_id");
   if (o.token.empty()) return gradsync::invalidArgument("no job token: set GRADSYNC_TOKEN or config.token");
   if (o.rank < 0 || o.size <= 0) return gradsync::invalidArgument("no rank/size: set GRADSYNC_RANK and GRADSYNC_SIZE");

@@ -20,6 +20,7 @@
 
 #include "client/src/arena.h"
 #include "client/src/cuda/cuda_session.h"
+#include "client/src/spin_policy.h"
 #include "daemon/handoff/ring.h"
 #include "daemon/common/unique_fd.h"
 #include "proto/gradsync/v1/control.grpc.pb.h"
@@ -52,6 +53,10 @@ struct ClientOptions {
   // CUDA operations complete on the caller's stream instead of on the host
   // (see CudaSession::complete and completeOnHost).
   bool cuda_stream_completion = false;
+  // How long wait() polls the completion ring, yielding the CPU, before it
+  // sleeps on it, while polling pays (SpinPolicy). A sleeping waiter costs
+  // the daemon a futex wake and itself the wake-up of a maybe idle CPU.
+  std::chrono::microseconds completion_spin{50};
 };
 
 // This rank's place in the job; elastic jobs move to new epochs.
@@ -263,6 +268,7 @@ class Client {
   std::optional<Membership> next_membership_;  // announced, not yet taken up
   std::string join_refused_;              // a joiner's refusal (MembershipChange.refused)
   uint64_t next_commit_ = 0;              // names of commit barriers, per epoch
+  SpinPolicy completion_spin_{options_.completion_spin};  // guarded by mutex_
   std::atomic<bool> shut_down_{false};
 };
 

@@ -246,11 +246,14 @@ Status Client::wait(uint64_t handle, double timeout_seconds) {
   // Completions arrive in the arena's ring (read here, by the waiting
   // thread: no hand-off between threads) or, rarely, over the stream (the
   // reader thread then wakes this futex too).
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                                                std::chrono::duration<double>(timeout_seconds));
+  const auto start = std::chrono::steady_clock::now();
+  const auto deadline = start + std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                    std::chrono::duration<double>(timeout_seconds));
+  std::optional<std::chrono::microseconds> spin;  // set once this call waits
   for (;;) {
     drainCompletionsLocked();
     if (op.done) break;
+    if (!spin) spin = completion_spin_.next();
     auto slice = std::chrono::milliseconds(100);
     if (timeout_seconds > 0) {
       const auto left = deadline - std::chrono::steady_clock::now();
@@ -261,9 +264,10 @@ Status Client::wait(uint64_t handle, double timeout_seconds) {
       slice = std::min(slice, std::chrono::duration_cast<std::chrono::milliseconds>(left) + std::chrono::milliseconds(1));
     }
     lock.unlock();
-    complete_ring_->wait(slice);
+    complete_ring_->wait(slice, *spin);
     lock.lock();
   }
+  if (spin) completion_spin_.record(*spin, std::chrono::steady_clock::now() - start);
   if (!op.finishing) {
     op.finishing = true;
     lock.unlock();

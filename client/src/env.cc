@@ -51,6 +51,7 @@ EnvIdentity readEnvIdentity() {
   }
   auto completion = text("GRADSYNC_CUDA_COMPLETION");
   env.cuda_stream_completion = completion && *completion == "stream";
+  env.spin_us = number<int64_t>("GRADSYNC_SPIN_US");
   return env;
 }
 

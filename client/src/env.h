@@ -38,6 +38,9 @@ struct EnvIdentity {
   // Horovod's HOROVOD_ENABLE_ASYNC_COMPLETION); default "host": wait() polls
   // that event on the host.
   bool cuda_stream_completion = false;
+  // GRADSYNC_SPIN_US: microseconds a waiting call polls for its completion
+  // before it sleeps (0: sleep at once).
+  std::optional<int64_t> spin_us;
 };
 
 EnvIdentity readEnvIdentity();

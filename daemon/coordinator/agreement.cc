@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "daemon/coordinator/agreement.h"
 
+#include <algorithm>
 #include <functional>
 #include <map>
 #include <sstream>
@@ -78,8 +79,45 @@ std::vector<std::pair<const char*, Describe>> checksFor(CollectiveType type) {
   return checks;
 }
 
-// Cross-request rules beyond "all equal".
-Status checkCollectiveRules(const std::string& prefix, const Response& response) {
+// Whether `a` and `b` agree on every field checksFor(a.type) compares,
+// compared directly: the common case costs no strings. False may still be an
+// agreement (the descriptions decide, as for scale factors printed alike).
+bool agreeExactly(const Request& a, const Request& b) {
+  if (a.type != b.type || a.dtype != b.dtype || a.onCuda() != b.onCuda() || a.group_id != b.group_id ||
+      a.group_size != b.group_size) {
+    return false;
+  }
+  switch (a.type) {
+    case v1::ALLREDUCE:
+    case v1::REDUCESCATTER:
+      return a.shape == b.shape && a.op == b.op && a.prescale == b.prescale && a.postscale == b.postscale;
+    case v1::BROADCAST:
+      return a.shape == b.shape && a.root_rank == b.root_rank;
+    case v1::ALLGATHER:
+    case v1::ALLTOALL:
+      return a.shape.size() == b.shape.size() && std::equal(a.shape.begin() + (a.shape.empty() ? 0 : 1),
+                                                             a.shape.end(), b.shape.begin() + (b.shape.empty() ? 0 : 1));
+    case v1::PROCESS_SET_ADD:
+      return a.set_ranks == b.set_ranks;
+    case v1::PROCESS_SET_REMOVE:
+      return a.target_set == b.target_set;
+    default:
+      return true;
+  }
+}
+
+// Whether every present request agrees exactly with the first, none failed
+// at the call.
+bool allAgreeExactly(const Response& response) {
+  const Request& first = response.first();
+  for (const auto& r : response.requests) {
+    if (r && (!r->abandoned.empty() || !agreeExactly(first, *r))) return false;
+  }
+  return true;
+}
+
+// Cross-request rules beyond "all equal". `prefix_of` runs only for an error.
+Status checkCollectiveRules(const std::function<std::string()>& prefix_of, const Response& response) {
   const Request& first = response.first();
   if (first.type == v1::BROADCAST) {
     bool root_in_set = false;
@@ -87,7 +125,7 @@ Status checkCollectiveRules(const std::string& prefix, const Response& response)
       if (response.ranks[i] == first.root_rank) root_in_set = response.requests[i].has_value();
     }
     if (!root_in_set) {
-      return failedPrecondition(prefix + "broadcast root rank " + std::to_string(first.root_rank) +
+      return failedPrecondition(prefix_of() + "broadcast root rank " + std::to_string(first.root_rank) +
                                 " is not an active member of process set " + std::to_string(response.process_set_id) +
                                 " " + ranksString(response.ranks));
     }
@@ -95,7 +133,7 @@ Status checkCollectiveRules(const std::string& prefix, const Response& response)
   if (first.type == v1::ALLTOALL) {
     for (const auto& r : response.requests) {
       if (r && r->splits.size() != response.ranks.size()) {
-        return failedPrecondition(prefix + "rank " + std::to_string(r->rank) + " gave " +
+        return failedPrecondition(prefix_of() + "rank " + std::to_string(r->rank) + " gave " +
                                   std::to_string(r->splits.size()) + " alltoall splits for a process set of " +
                                   std::to_string(response.ranks.size()) + " ranks");
       }
@@ -104,13 +142,13 @@ Status checkCollectiveRules(const std::string& prefix, const Response& response)
   if (first.type == v1::ALLREDUCE && first.op == v1::ADASUM) {
     const size_t n = response.ranks.size();
     if ((n & (n - 1)) != 0) {
-      return failedPrecondition(prefix + "Adasum needs a power-of-two number of ranks, the process set has " +
+      return failedPrecondition(prefix_of() + "Adasum needs a power-of-two number of ranks, the process set has " +
                                 std::to_string(n));
     }
     if (response.activeCount() != static_cast<int>(n)) {
-      return failedPrecondition(prefix + "Adasum does not run with joined ranks");
+      return failedPrecondition(prefix_of() + "Adasum does not run with joined ranks");
     }
-    if (first.onCuda()) return failedPrecondition(prefix + "Adasum on CUDA tensors is not implemented");
+    if (first.onCuda()) return failedPrecondition(prefix_of() + "Adasum on CUDA tensors is not implemented");
   }
   if (first.type != v1::ALLREDUCE && first.type != v1::BARRIER && first.type != v1::JOIN &&
       response.activeCount() != static_cast<int>(response.ranks.size())) {
@@ -118,7 +156,7 @@ Status checkCollectiveRules(const std::string& prefix, const Response& response)
     for (size_t i = 0; i < response.ranks.size(); ++i) {
       if (!response.requests[i]) joined.push_back(response.ranks[i]);
     }
-    return failedPrecondition(prefix + "ranks " + ranksString(joined) + " have joined; only allreduce and barrier " +
+    return failedPrecondition(prefix_of() + "ranks " + ranksString(joined) + " have joined; only allreduce and barrier " +
                               "run with joined ranks, " + collectiveName(first.type) + " does not");
   }
   return okStatus();
@@ -127,7 +165,9 @@ Status checkCollectiveRules(const std::string& prefix, const Response& response)
 }  // namespace
 
 Status checkAgreement(const std::string& job_id, const Response& response) {
-  const std::string prefix = "job '" + job_id + "' tensor '" + response.name + "': ";
+  auto prefix_of = [&] { return "job '" + job_id + "' tensor '" + response.name + "': "; };
+  if (allAgreeExactly(response)) return checkCollectiveRules(prefix_of, response);
+  const std::string prefix = prefix_of();
   // A rank that failed the call itself: the others fail with its reason.
   for (const auto& r : response.requests) {
     if (r && !r->abandoned.empty()) {
@@ -138,7 +178,7 @@ Status checkAgreement(const std::string& job_id, const Response& response) {
   for (const auto& [what, describe] : checksFor(response.first().type)) {
     if (auto message = differs(response, what, describe)) return failedPrecondition(prefix + *message);
   }
-  return checkCollectiveRules(prefix, response);
+  return checkCollectiveRules(prefix_of, response);
 }
 
 }  // namespace gradsync::coordinator

@@ -2,6 +2,7 @@
 #include "daemon/handoff/ring.h"
 
 #include <linux/futex.h>
+#include <sched.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -58,7 +59,14 @@ Status RingConsumer::pop(std::string* out, bool* got) {
   return okStatus();
 }
 
-void RingConsumer::wait(std::chrono::milliseconds timeout) {
+void RingConsumer::wait(std::chrono::milliseconds timeout, std::chrono::microseconds spin) {
+  if (spin.count() > 0) {
+    const auto until = std::chrono::steady_clock::now() + spin;
+    do {
+      if (atom(indices_->tail).load(std::memory_order_acquire) != head_.load(std::memory_order_relaxed)) return;
+      sched_yield();
+    } while (std::chrono::steady_clock::now() < until);
+  }
   // A count, not a flag: several client threads may wait at once.
   atom(indices_->waiting).fetch_add(1, std::memory_order_seq_cst);
   const uint32_t head = head_.load(std::memory_order_relaxed);

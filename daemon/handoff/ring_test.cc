@@ -9,7 +9,11 @@
 namespace gradsync::handoff {
 namespace {
 
-TEST(RingTest, MessagesArriveInOrderAcrossThreads) {
+class RingOrderTest : public ::testing::TestWithParam<int> {};
+
+// Sleeping consumers (spin 0) and polling ones lose and reorder nothing.
+TEST_P(RingOrderTest, MessagesArriveInOrderAcrossThreads) {
+  const std::chrono::microseconds spin(GetParam());
   auto control = std::make_unique<ArenaControl>();
   RingProducer producer(&control->submit, control->submit_slots);
   RingConsumer consumer(&control->submit, control->submit_slots);
@@ -24,13 +28,45 @@ TEST(RingTest, MessagesArriveInOrderAcrossThreads) {
     bool ok = false;
     ASSERT_TRUE(consumer.pop(&got, &ok).isOk());
     if (!ok) {
-      consumer.wait(std::chrono::milliseconds(100));
+      consumer.wait(std::chrono::milliseconds(100), spin);
       continue;
     }
     ASSERT_EQ(got, "message " + std::to_string(expected));
     ++expected;
   }
   writer.join();
+}
+
+INSTANTIATE_TEST_SUITE_P(Spins, RingOrderTest, ::testing::Values(0, 1, 50));
+
+TEST(RingTest, ASpinningWaitOnAnEmptyRingStillEndsAtItsTimeout) {
+  auto control = std::make_unique<ArenaControl>();
+  RingConsumer consumer(&control->complete, control->complete_slots);
+  const auto start = std::chrono::steady_clock::now();
+  consumer.wait(std::chrono::milliseconds(20), std::chrono::microseconds(500));
+  const auto waited = std::chrono::steady_clock::now() - start;
+  EXPECT_GE(waited, std::chrono::milliseconds(20));
+  EXPECT_LT(waited, std::chrono::seconds(2));
+}
+
+TEST(RingTest, ASpinningWaitReturnsWhenAMessageComes) {
+  auto control = std::make_unique<ArenaControl>();
+  RingProducer producer(&control->complete, control->complete_slots);
+  RingConsumer consumer(&control->complete, control->complete_slots);
+  std::thread writer([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    ASSERT_TRUE(producer.push("done"));
+  });
+  const auto start = std::chrono::steady_clock::now();
+  // A spin of 10 s: only the message can end it in time.
+  consumer.wait(std::chrono::milliseconds(20000), std::chrono::seconds(10));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+  writer.join();
+  std::string got;
+  bool ok = false;
+  ASSERT_TRUE(consumer.pop(&got, &ok).isOk());
+  EXPECT_TRUE(ok);
+  EXPECT_EQ(got, "done");
 }
 
 TEST(RingTest, FullRingAndOversizedMessagesAreRefused) {
