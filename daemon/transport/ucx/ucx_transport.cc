@@ -2,6 +2,7 @@
 #include "daemon/transport/ucx/ucx_transport.h"
 
 #include <poll.h>
+#include <sched.h>
 
 #include <algorithm>
 #include <atomic>
@@ -28,6 +29,35 @@ bool progressUntilDone(ucp_worker_h worker, void* request, Clock::duration timeo
   }
   return true;
 }
+
+// How long a waiting thread keeps polling after its worker goes quiet,
+// yielding the CPU, before it sleeps on the event fd: the peer's next
+// message usually comes within it, and a sleeper pays its wake-up on top
+// (about 10 us on this VM). 2 daemons x 1 rank over loopback TCP, 256 KiB
+// allreduce: 282-307 us sleeping at once, 215-247 us with the spin.
+constexpr auto kQuietSpin = std::chrono::microseconds(50);
+
+class QuietSpin {
+ public:
+  // After a progress call that made none: true while the spin lasts (the
+  // CPU was yielded), false once it is time to sleep.
+  bool spin() {
+    const auto now = Clock::now();
+    if (!quiet_) {
+      quiet_ = true;
+      quiet_since_ = now;
+    }
+    if (now - quiet_since_ >= kQuietSpin) return false;
+    sched_yield();
+    return true;
+  }
+  // Progress (or an event after a sleep): the next quiet spell spins again.
+  void progressed() { quiet_ = false; }
+
+ private:
+  bool quiet_ = false;
+  Clock::time_point quiet_since_;
+};
 
 Status ucxError(const std::string& what, ucs_status_t status) {
   return unavailable(what + ": " + ucs_status_string(status));
@@ -289,9 +319,10 @@ void UcxTransport::resume() {
 
 Status UcxTransport::waitAll(Request* const* requests, size_t count, Clock::time_point deadline,
                              const std::string& what) {
-  // Spin while progress is being made; when the worker goes quiet, sleep on
-  // its event fd (two daemons busy-polling two cores starve the TCP stack).
-  int idle = 0;
+  // Spin while progress is being made and a little after (QuietSpin); then
+  // sleep on the worker's event fd (two daemons busy-polling two cores
+  // starve the TCP stack).
+  QuietSpin quiet;
   for (uint64_t spins = 0;; ++spins) {
     if (failed_.load(std::memory_order_relaxed)) {
       std::lock_guard<std::mutex> lock(failure_mutex_);
@@ -307,11 +338,10 @@ Status UcxTransport::waitAll(Request* const* requests, size_t count, Clock::time
     }
     if (all) break;
     if (ucp_worker_progress(worker_) != 0) {
-      idle = 0;
-    } else if (++idle > 64 && efd_ >= 0 && ucp_worker_arm(worker_) == UCS_OK) {
+      quiet.progressed();
+    } else if (!quiet.spin() && efd_ >= 0 && ucp_worker_arm(worker_) == UCS_OK) {
       pollfd pfd{efd_, POLLIN, 0};
-      ::poll(&pfd, 1, 1);
-      idle = 0;
+      if (::poll(&pfd, 1, 1) > 0) quiet.progressed();
     }
     if ((spins & 255) == 0 && Clock::now() > deadline) return deadlineExceeded(what + ": transfer timed out");
   }
@@ -320,7 +350,8 @@ Status UcxTransport::waitAll(Request* const* requests, size_t count, Clock::time
 }
 
 Status UcxTransport::waitAny(Request* const* requests, size_t count, int wake_fd, Clock::time_point until) {
-  for (int idle = 0;;) {
+  QuietSpin quiet;
+  for (;;) {
     if (failed_.load(std::memory_order_relaxed)) {
       std::lock_guard<std::mutex> lock(failure_mutex_);
       return unavailable(failure_);
@@ -332,19 +363,19 @@ Status UcxTransport::waitAny(Request* const* requests, size_t count, int wake_fd
       }
     }
     if (ucp_worker_progress(worker_) != 0) {
-      idle = 0;
+      quiet.progressed();
       continue;
     }
     const auto now = Clock::now();
     if (now >= until) return okStatus();
-    // Quiet: a few more turns, then sleep on the worker's event fd and the
+    // Quiet: spin a little, then sleep on the worker's event fd and the
     // caller's (rearmed once the worker has nothing left to report).
-    if (++idle < 16 || efd_ < 0 || ucp_worker_arm(worker_) != UCS_OK) continue;
+    if (quiet.spin() || efd_ < 0 || ucp_worker_arm(worker_) != UCS_OK) continue;
     pollfd fds[2] = {{efd_, POLLIN, 0}, {wake_fd, POLLIN, 0}};
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - now).count() + 1;
     ::poll(fds, wake_fd >= 0 ? 2 : 1, static_cast<int>(std::min<int64_t>(left, 100)));
     if (wake_fd >= 0 && (fds[1].revents & POLLIN)) return okStatus();
-    idle = 0;
+    if (fds[0].revents & POLLIN) quiet.progressed();
   }
 }
 
