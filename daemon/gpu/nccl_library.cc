@@ -63,7 +63,9 @@ StatusOr<std::unique_ptr<NcclLibrary>> NcclLibrary::load(const std::string& path
   std::string errors;
   void* handle = nullptr;
   for (const auto& candidate : candidates) {
-    handle = ::dlopen(candidate.c_str(), RTLD_NOW | RTLD_LOCAL);
+    // RTLD_NODELETE: ncclGetUniqueId starts a bootstrap-root thread that outlives
+    // every call; unmapping NCCL under it crashes the process at exit.
+    handle = ::dlopen(candidate.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
     if (handle != nullptr) break;
     const char* why = ::dlerror();
     errors += (errors.empty() ? "" : "; ") + std::string(why != nullptr ? why : candidate.c_str());
