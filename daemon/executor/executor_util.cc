@@ -240,4 +240,12 @@ OutputLayout reducescatterLayout(const Response& r, const std::vector<int64_t>& 
   return layout;
 }
 
+NodeSet nodesOf(const Response& r, const RankAccess& access) {
+  NodeSet nodes;
+  for (int rank : r.ranks) nodes.push_back(access.nodeOf(rank));
+  std::sort(nodes.begin(), nodes.end());
+  nodes.erase(std::unique(nodes.begin(), nodes.end()), nodes.end());
+  return nodes;
+}
+
 }  // namespace gradsync::executor

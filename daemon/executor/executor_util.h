@@ -45,6 +45,9 @@ std::vector<ResponseResult> allWith(const fusion::FusedResponse& fused, const St
 // contributing ranks adds to a ring: 0 for sums, 1 for products, the largest
 // value for MIN, the smallest for MAX).
 void fillIdentity(void* data, size_t count, DataType dtype, ReduceOp op);
+// The nodes holding ranks of `r` (its process set, joined ranks included):
+// every node computes the same set from the same response.
+NodeSet nodesOf(const Response& r, const RankAccess& access);
 
 // Output sizes and shapes of every member of a collective.
 struct OutputLayout {

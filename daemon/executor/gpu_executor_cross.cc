@@ -65,7 +65,7 @@ Status GpuExecutor::stagedAllreduce(const std::vector<const Response*>& response
   if (device < 0 && comm == nullptr) {
     // No local rank takes part (process sets, joins): add identities only.
     fillIdentity(staging, total, first.dtype, ring_op);
-    return access.crossNodeAllreduce(staging, total, first.dtype, ring_op);
+    return access.crossNodeAllreduce(nodesOf(*responses.front(), access), staging, total, first.dtype, ring_op);
   }
   if (device < 0) device = comm_device_;
   ASSIGN_OR_RETURN(void* stream, streamFor(device));
@@ -130,7 +130,7 @@ Status GpuExecutor::stagedAllreduce(const std::vector<const Response*>& response
           fillIdentity(staging + offsets[t] * esize, responses[t]->first().length / esize, first.dtype, ring_op);
         }
       }
-      RETURN_IF_ERROR(access.crossNodeAllreduce(staging, total, first.dtype, ring_op));
+      RETURN_IF_ERROR(access.crossNodeAllreduce(nodesOf(*responses.front(), access), staging, total, first.dtype, ring_op));
       PhaseScope phase(access, "MEMCPY_HOST_TO_DEVICE");
       RETURN_IF_ERROR(context(ops_->copy(fused, staging, total * esize, gpu::CopyKind::kHostToDevice, stream),
                               "copy from the staging buffer"));
@@ -160,10 +160,11 @@ Status GpuExecutor::stagedAllreduce(const std::vector<const Response*>& response
 
 Status GpuExecutor::stagedBroadcast(const Response& r, RankAccess& access) {
   ASSIGN_OR_RETURN(Members m, resolve(r, access));
-  if (m.list.empty()) return okStatus();  // this node holds no member of the set
-  if (m.device < 0) {  // local members without elements: the ring still runs
+  // No member of the set here (the call only keeps the ring sequence), or
+  // local members without elements: the ring still runs.
+  if (m.list.empty() || m.device < 0) {
     std::vector<uint8_t> none(1);
-    return access.crossNodeBroadcast(none.data(), 0, r.first().root_rank);
+    return access.crossNodeBroadcast(nodesOf(r, access), none.data(), 0, r.first().root_rank);
   }
   const Request& first = r.first();
   uint8_t* root = nullptr;
@@ -198,7 +199,7 @@ Status GpuExecutor::stagedBroadcast(const Response& r, RankAccess& access) {
       RETURN_IF_ERROR(context(ops_->copy(host, root, first.length, gpu::CopyKind::kDeviceToHost, m.stream),
                               "tensor '" + r.name + "': copy of the root's tensor to the staging buffer"));
     }
-    RETURN_IF_ERROR(access.crossNodeBroadcast(host, first.length, first.root_rank));
+    RETURN_IF_ERROR(access.crossNodeBroadcast(nodesOf(r, access), host, first.length, first.root_rank));
     for (const auto& member : m.list) {
       if (member.data == root) continue;
       RETURN_IF_ERROR(context(ops_->copy(member.data, host, first.length, gpu::CopyKind::kHostToDevice, m.stream),

@@ -43,22 +43,25 @@ class FakeAccess : public RankAccess {
   }
   bool multiNode() const override { return multi; }
   bool isLocal(int rank) const override { return !multi || local.count(rank) > 0; }
-  Status crossNodeAllreduce(void* data, size_t count, DataType dtype, ReduceOp op) override {
+  Status crossNodeAllreduce(const NodeSet&, void* data, size_t count, DataType dtype, ReduceOp op) override {
     return cross_allreduce(data, count, dtype, op);
   }
-  Status crossNodeBroadcast(void* data, size_t bytes, int root) override { return cross_broadcast(data, bytes, root); }
+  Status crossNodeBroadcast(const NodeSet&, void* data, size_t bytes, int root) override {
+    return cross_broadcast(data, bytes, root);
+  }
   // Ranks 0 and 1 on node 0, rank 2 on node 1.
   int nodeOf(int rank) const override { return rank < 2 ? 0 : 1; }
   int nodeCount() const override { return multi ? 2 : 1; }
-  Status crossNodeAllgather(uint8_t* buffer, const std::vector<std::vector<collective::Range>>& owned) override {
+  Status crossNodeAllgather(const NodeSet&, uint8_t* buffer,
+                            const std::vector<std::vector<collective::Range>>& owned) override {
     return cross_allgather(buffer, owned);
   }
-  Status crossNodeReduceScatter(const void* input, void* data, DataType dtype, ReduceOp op,
+  Status crossNodeReduceScatter(const NodeSet&, const void* input, void* data, DataType dtype, ReduceOp op,
                                 const std::vector<std::vector<collective::ElementRange>>& owned) override {
     return cross_reducescatter(input, data, dtype, op, owned);
   }
-  Status crossNodeAlltoall(const uint8_t* send, const std::vector<collective::Range>& send_to, uint8_t* recv,
-                           const std::vector<collective::Range>& recv_from) override {
+  Status crossNodeAlltoall(const NodeSet&, const uint8_t* send, const std::vector<collective::Range>& send_to,
+                           uint8_t* recv, const std::vector<collective::Range>& recv_from) override {
     return cross_alltoall(send, send_to, recv, recv_from);
   }
   std::shared_ptr<gpu::ClientGpu> gpuOf(int rank) override {

@@ -73,7 +73,7 @@ std::vector<ResponseResult> LocalExecutor::relayWithoutGpu(const fusion::FusedRe
     for (const auto& r : fused.responses) total += r.first().length / elementSize(first.dtype);
     if (fusion_.size() < total * elementSize(first.dtype)) fusion_.resize(total * elementSize(first.dtype));
     fillIdentity(fusion_.data(), total, first.dtype, ring_op);
-    status = access.crossNodeAllreduce(fusion_.data(), total, first.dtype, ring_op);
+    status = access.crossNodeAllreduce(nodesOf(head, access), fusion_.data(), total, first.dtype, ring_op);
   } else if (head.type != v1::BROADCAST && !isDataless(head.type)) {
     status = unimplemented("tensor '" + head.name + "': " + collectiveName(head.type) + " of CUDA tensors");
   }

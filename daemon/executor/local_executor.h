@@ -28,6 +28,10 @@ struct ResponseResult {
   std::vector<MemberResult> members;  // parallel to Response::ranks
 };
 
+// The nodes taking part in a collective across daemons: their ring
+// positions, increasing (see nodesOf in executor_util.h).
+using NodeSet = std::vector<int>;
+
 // The executor's window on the job's ranks.
 class RankAccess {
  public:
@@ -42,10 +46,14 @@ class RankAccess {
                                                          const std::vector<uint64_t>& bytes,
                                                          const std::vector<std::vector<int64_t>>& shapes) = 0;
   // Multi-node jobs: whether `rank` lives on this node, and the allreduce
-  // among the nodes' daemons of a node-reduced buffer (in place).
+  // among the daemons of `nodes` of a node-reduced buffer (in place).
+  // Every crossNode* call runs among the daemons of its `nodes` only (those
+  // holding ranks of the collective's process set); on a node outside them
+  // it does nothing and returns OK. Indexed arguments ("by node") are
+  // indexed by ring position among all nodes.
   virtual bool multiNode() const { return false; }
   virtual bool isLocal(int rank) const { return true; }
-  virtual Status crossNodeAllreduce(void* data, size_t count, DataType dtype, ReduceOp op) {
+  virtual Status crossNodeAllreduce(const NodeSet& nodes, void* data, size_t count, DataType dtype, ReduceOp op) {
     return unimplemented("single-node job");
   }
   // Ring position of the node holding `rank`, and the number of nodes.
@@ -53,21 +61,25 @@ class RankAccess {
   virtual int nodeCount() const { return 1; }
   // Among the nodes' daemons: broadcast from the node holding `root_rank`;
   // allgather of the byte ranges each node owns (indexed by node).
-  virtual Status crossNodeBroadcast(void* data, size_t bytes, int root_rank) { return unimplemented("single-node job"); }
-  virtual Status crossNodeAllgather(uint8_t* buffer, const std::vector<std::vector<collective::Range>>& owned) {
+  virtual Status crossNodeBroadcast(const NodeSet& nodes, void* data, size_t bytes, int root_rank) {
+    return unimplemented("single-node job");
+  }
+  virtual Status crossNodeAllgather(const NodeSet& nodes, uint8_t* buffer,
+                                    const std::vector<std::vector<collective::Range>>& owned) {
     return unimplemented("single-node job");
   }
   // Pairwise exchange among the nodes' daemons (indexed by node): sends
   // `send_to[m]` of `send` to node m, receives node m's bytes into
   // `recv_from[m]` of `recv`.
-  virtual Status crossNodeAlltoall(const uint8_t* send, const std::vector<collective::Range>& send_to, uint8_t* recv,
+  virtual Status crossNodeAlltoall(const NodeSet& nodes, const uint8_t* send,
+                                   const std::vector<collective::Range>& send_to, uint8_t* recv,
                                    const std::vector<collective::Range>& recv_from) {
     return unimplemented("single-node job");
   }
   // Reduce-scatter among the nodes' daemons of this node's contribution
   // `input` (read only; may be `data`): afterwards `data` holds this node's
   // `owned` elements (indexed by node) reduced over every node.
-  virtual Status crossNodeReduceScatter(const void* input, void* data, DataType dtype, ReduceOp op,
+  virtual Status crossNodeReduceScatter(const NodeSet& nodes, const void* input, void* data, DataType dtype, ReduceOp op,
                                         const std::vector<std::vector<collective::ElementRange>>& owned) {
     return unimplemented("single-node job");
   }

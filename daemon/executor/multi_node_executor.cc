@@ -99,7 +99,7 @@ Status LocalExecutor::fusedAllreduce(const std::vector<const Response*>& respons
     runReductions(gather, *pool_);
   }
   // 2. Among the nodes.
-  RETURN_IF_ERROR(access.crossNodeAllreduce(fusion_.data(), total, first.dtype,
+  RETURN_IF_ERROR(access.crossNodeAllreduce(nodesOf(*responses.front(), access), fusion_.data(), total, first.dtype,
                                             first.op == v1::AVERAGE ? v1::SUM : first.op));
   PhaseScope phase(access, "MEMCPY_OUT_FUSION_BUFFER");
   runReductions(scatter, *pool_);
@@ -123,7 +123,8 @@ Status LocalExecutor::inPlaceAllreduce(const Response& response, const Request& 
     runReductions(one, *pool_);
   };
   if (request.prescale != 1.0) scale(v1::SUM, request.prescale, 1.0, 1);
-  RETURN_IF_ERROR(access.crossNodeAllreduce(data, count, request.dtype, request.op == v1::AVERAGE ? v1::SUM : request.op));
+  RETURN_IF_ERROR(access.crossNodeAllreduce(nodesOf(response, access), data, count, request.dtype,
+                                            request.op == v1::AVERAGE ? v1::SUM : request.op));
   if (request.op == v1::AVERAGE || request.postscale != 1.0) {
     scale(request.op == v1::AVERAGE ? v1::AVERAGE : v1::SUM, 1.0, request.postscale, static_cast<int>(response.ranks.size()));
   }
@@ -143,7 +144,7 @@ ResponseResult LocalExecutor::multiNodeBroadcast(const Response& r, RankAccess& 
   }
   if (local.empty()) return failed(r, okStatus());
   if (landing == nullptr) landing = local.front();
-  Status status = access.crossNodeBroadcast(landing, first.length, first.root_rank);
+  Status status = access.crossNodeBroadcast(nodesOf(r, access), landing, first.length, first.root_rank);
   if (!status.isOk()) return failed(r, status);
   CopyPlan plan;
   for (uint8_t* dst : local) plan.add(dst, landing, first.length);
@@ -176,7 +177,7 @@ ResponseResult LocalExecutor::multiNodeAlltoall(const Response& r, RankAccess& a
     }
     pack.run(*pool_);
   }
-  Status status = access.crossNodeAlltoall(send, routes.send_to, recv, routes.recv_from);
+  Status status = access.crossNodeAlltoall(nodesOf(r, access), send, routes.send_to, recv, routes.recv_from);
   if (!status.isOk()) return failed(r, status);
   ResponseResult result = failed(r, okStatus());
   const OutputLayout layout = alltoallLayout(r, &result);
@@ -219,7 +220,7 @@ ResponseResult LocalExecutor::multiNodeAllgather(const Response& r, RankAccess& 
     PhaseScope phase(access, "MEMCPY_IN_FUSION_BUFFER");
     in.run(*pool_);
   }
-  Status status = access.crossNodeAllgather(fusion_.data(), owned);
+  Status status = access.crossNodeAllgather(nodesOf(r, access), fusion_.data(), owned);
   if (!status.isOk()) return failed(r, status);
   const auto shape = withFirstDim(r.first().shape, total_rows);
   const size_t members = r.ranks.size();
@@ -264,7 +265,7 @@ ResponseResult LocalExecutor::adasumAllreduce(const Response& r, RankAccess& acc
       outputs.push_back(*data);
     }
     in.run(*pool_);
-    Status moved = access.crossNodeAllgather(fusion_.data(), owned);
+    Status moved = access.crossNodeAllgather(nodesOf(r, access), fusion_.data(), owned);
     if (!moved.isOk()) return failed(r, moved);
   }
   PhaseScope phase(access, "ADASUM_COMBINE");
@@ -308,7 +309,7 @@ ResponseResult LocalExecutor::multiNodeReducescatter(const Response& r, RankAcce
   const std::vector<int64_t> rows = reducescatterRows(r);
   // Each node needs only its ranks' rows reduced: a ring reduce-scatter,
   // half the traffic of an allreduce.
-  Status status = access.crossNodeReduceScatter(contribution, fusion_.data(), first.dtype, ring_op,
+  Status status = access.crossNodeReduceScatter(nodesOf(r, access), contribution, fusion_.data(), first.dtype, ring_op,
                                                 reducescatterOwned(r, rows, access));
   if (!status.isOk()) return failed(r, status);
   ResponseResult result = failed(r, okStatus());

@@ -686,11 +686,30 @@ StatusOr<transport::Peer*> CrossNode::peerFor(const v1::NodeInfo& node) {
   return raw;
 }
 
-StatusOr<collective::RingContext> CrossNode::ring(uint64_t sequence, CrossClock::time_point deadline,
-                                                 uint64_t epoch) {
+namespace {
+// The members at `nodes` (empty: all), in order, and this node's place among
+// them (-1: not one of them). Positions outside the membership are dropped.
+void selectNodes(const std::vector<int>& nodes, std::vector<v1::NodeInfo>* members, int* self) {
+  if (nodes.empty()) return;
+  std::vector<v1::NodeInfo> selected;
+  int place = -1;
+  for (int node : nodes) {
+    if (node < 0 || node >= static_cast<int>(members->size())) continue;
+    if (node == *self) place = static_cast<int>(selected.size());
+    selected.push_back((*members)[node]);
+  }
+  *members = std::move(selected);
+  *self = place;
+}
+}  // namespace
+
+StatusOr<std::optional<collective::RingContext>> CrossNode::ring(uint64_t sequence, CrossClock::time_point deadline,
+                                                                 uint64_t epoch, const std::vector<int>& nodes) {
   std::vector<v1::NodeInfo> members;
   int self = -1;
   RETURN_IF_ERROR(dataPlane(deadline, epoch, &members, &self));
+  selectNodes(nodes, &members, &self);
+  if (self < 0) return std::optional<collective::RingContext>();
   const int n = static_cast<int>(members.size());
   collective::RingContext ring;
   ASSIGN_OR_RETURN(ring.left, peerFor(members[(self - 1 + n) % n]));
@@ -701,19 +720,21 @@ StatusOr<collective::RingContext> CrossNode::ring(uint64_t sequence, CrossClock:
   ring.sequence = sequence;
   ring.tag_key = tag_key_;
   ring.deadline = deadline;
-  return ring;
+  return std::optional<collective::RingContext>(std::move(ring));
 }
 
-StatusOr<collective::MeshContext> CrossNode::mesh(uint64_t sequence, CrossClock::time_point deadline,
-                                                 uint64_t epoch) {
+StatusOr<std::optional<collective::MeshContext>> CrossNode::mesh(uint64_t sequence, CrossClock::time_point deadline,
+                                                                 uint64_t epoch, const std::vector<int>& nodes) {
   std::vector<v1::NodeInfo> members;
   int self = -1;
   RETURN_IF_ERROR(dataPlane(deadline, epoch, &members, &self));
+  selectNodes(nodes, &members, &self);
+  if (self < 0) return std::optional<collective::MeshContext>();
   collective::MeshContext mesh;
-  for (const auto& node : members) {
+  for (size_t i = 0; i < members.size(); ++i) {
     transport::Peer* peer = nullptr;
-    if (node.cross_rank() != self) {
-      ASSIGN_OR_RETURN(peer, peerFor(node));
+    if (static_cast<int>(i) != self) {
+      ASSIGN_OR_RETURN(peer, peerFor(members[i]));
     }
     mesh.peers.push_back(peer);
   }
@@ -722,7 +743,7 @@ StatusOr<collective::MeshContext> CrossNode::mesh(uint64_t sequence, CrossClock:
   mesh.sequence = sequence;
   mesh.tag_key = tag_key_;
   mesh.deadline = deadline;
-  return mesh;
+  return std::optional<collective::MeshContext>(std::move(mesh));
 }
 
 }  // namespace gradsync::peer

@@ -123,13 +123,17 @@ class CrossNode {
   // Leader: the ranks whose nodes have not joined yet (empty elsewhere).
   std::vector<int> missingRanks() const;
 
-  // The ring for one collective of `epoch` (connects the UCX endpoints on
-  // first use, and again in each new epoch). Waits for the membership until
+  // The ring for one collective of `epoch` among the nodes at `nodes` (ring
+  // positions, increasing; empty: every node), in their order (connects the
+  // UCX endpoints on first use, and again in each new epoch); nullopt when
+  // this node is not one of them. Waits for the membership until
   // `deadline`; ABORTED when `epoch` is over.
-  StatusOr<collective::RingContext> ring(uint64_t sequence, CrossClock::time_point deadline, uint64_t epoch = 1);
-  // Endpoints to every node, for a pairwise exchange (alltoall); the same
-  // waits and errors as ring().
-  StatusOr<collective::MeshContext> mesh(uint64_t sequence, CrossClock::time_point deadline, uint64_t epoch = 1);
+  StatusOr<std::optional<collective::RingContext>> ring(uint64_t sequence, CrossClock::time_point deadline,
+                                                        uint64_t epoch = 1, const std::vector<int>& nodes = {});
+  // Endpoints to each of `nodes` (as for ring()), for a pairwise exchange or
+  // a direct allreduce; the same waits and errors as ring().
+  StatusOr<std::optional<collective::MeshContext>> mesh(uint64_t sequence, CrossClock::time_point deadline,
+                                                        uint64_t epoch = 1, const std::vector<int>& nodes = {});
 
   // At the job's end, after the coordination streams ended and before the
   // endpoints close (the destructor), exchange a byte with every other

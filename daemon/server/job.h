@@ -154,15 +154,18 @@ class Job : private executor::RankAccess {
                                                  const std::vector<std::vector<int64_t>>& shapes) override;
   bool multiNode() const override { return cross_ != nullptr; }
   bool isLocal(int rank) const override { return !cross_ || batch_local_ranks_.count(rank) > 0; }
-  Status crossNodeAllreduce(void* data, size_t count, DataType dtype, ReduceOp op) override;
+  Status crossNodeAllreduce(const executor::NodeSet& nodes, void* data, size_t count, DataType dtype,
+                            ReduceOp op) override;
   int nodeOf(int rank) const override;
   int nodeCount() const override;
-  Status crossNodeBroadcast(void* data, size_t bytes, int root_rank) override;
-  Status crossNodeAllgather(uint8_t* buffer, const std::vector<std::vector<collective::Range>>& owned) override;
-  Status crossNodeAlltoall(const uint8_t* send, const std::vector<collective::Range>& send_to, uint8_t* recv,
+  Status crossNodeBroadcast(const executor::NodeSet& nodes, void* data, size_t bytes, int root_rank) override;
+  Status crossNodeAllgather(const executor::NodeSet& nodes, uint8_t* buffer,
+                            const std::vector<std::vector<collective::Range>>& owned) override;
+  Status crossNodeAlltoall(const executor::NodeSet& nodes, const uint8_t* send,
+                           const std::vector<collective::Range>& send_to, uint8_t* recv,
                            const std::vector<collective::Range>& recv_from) override;
-  Status crossNodeReduceScatter(const void* input, void* data, DataType dtype, ReduceOp op,
-                                const std::vector<std::vector<collective::ElementRange>>& owned) override;
+  Status crossNodeReduceScatter(const executor::NodeSet& nodes, const void* input, void* data, DataType dtype,
+                                ReduceOp op, const std::vector<std::vector<collective::ElementRange>>& owned) override;
 
   // What validateEnqueue needs to check a request of `rank` (`remote`: a
   // rank on another node, whose range that node checked).

@@ -2,6 +2,8 @@
 // Job, multi-node side: starting the node's role once every local rank has
 // registered, requests forwarded from other nodes, the leader's batches, the
 // ring, and failures reported by other nodes.
+#include <algorithm>
+#include <cstring>
 #include <optional>
 
 #include "daemon/common/logging.h"
@@ -144,16 +146,46 @@ Status Job::ringFailed(const Status& status) {
   return Status(status.code(), cause + " (then " + status.message() + ")");
 }
 
-Status Job::crossNodeAllreduce(void* data, size_t count, DataType dtype, ReduceOp op) {
+namespace {
+// Of a vector indexed by ring position among all nodes, the entries of
+// `nodes`, in order: the same vector indexed by position among `nodes`.
+template <typename T>
+std::vector<T> amongNodes(const std::vector<T>& by_node, const executor::NodeSet& nodes) {
+  std::vector<T> picked;
+  for (int node : nodes) picked.push_back(node >= 0 && node < static_cast<int>(by_node.size()) ? by_node[node] : T());
+  return picked;
+}
+
+// A reduce-scatter on one node: its contribution is the result.
+void copyOwned(const void* input, void* data, DataType dtype,
+               const std::vector<std::vector<collective::ElementRange>>& owned) {
+  const size_t esize = elementSize(dtype);
+  for (const auto& ranges : owned) {
+    for (const auto& range : ranges) {
+      std::memcpy(static_cast<uint8_t*>(data) + range.begin * esize,
+                  static_cast<const uint8_t*>(input) + range.begin * esize, range.count * esize);
+    }
+  }
+}
+}  // namespace
+
+Status Job::crossNodeAllreduce(const executor::NodeSet& nodes, void* data, size_t count, DataType dtype,
+                               ReduceOp op) {
   const auto deadline = Clock::now() + limits_.transfer_timeout;
+  // Every daemon takes a sequence number for every call, taking part or
+  // not, so that the numbers stay alike on all of them.
+  const uint64_t sequence = ++ring_sequence_;
+  if (nodes.size() < 2) return okStatus();  // one node: already reduced there
   // Small: one step, every daemon to every other (the ring takes 2(n-1)).
-  const bool direct = count * elementSize(dtype) * (nodeCount() - 1) <= collective::kDirectAllreduceMaxBytes;
+  const bool direct = count * elementSize(dtype) * (nodes.size() - 1) <= collective::kDirectAllreduceMaxBytes;
   std::optional<collective::MeshContext> mesh;
   std::optional<collective::RingContext> ring;
   if (direct) {
-    ASSIGN_OR_RETURN(mesh, cross_->mesh(++ring_sequence_, deadline, batch_epoch_));
+    ASSIGN_OR_RETURN(mesh, cross_->mesh(sequence, deadline, batch_epoch_, nodes));
+    if (!mesh) return okStatus();  // not one of the nodes
   } else {
-    ASSIGN_OR_RETURN(ring, cross_->ring(++ring_sequence_, deadline, batch_epoch_));
+    ASSIGN_OR_RETURN(ring, cross_->ring(sequence, deadline, batch_epoch_, nodes));
+    if (!ring) return okStatus();
   }
   BusyTimer busy(&ring_busy_ns_);
   executor::PhaseScope phase(*this, "CROSS_NODE_ALLREDUCE");
@@ -162,12 +194,19 @@ Status Job::crossNodeAllreduce(void* data, size_t count, DataType dtype, ReduceO
   return status.isOk() ? status : ringFailed(status);
 }
 
-Status Job::crossNodeReduceScatter(const void* input, void* data, DataType dtype, ReduceOp op,
-                                   const std::vector<std::vector<collective::ElementRange>>& owned) {
-  ASSIGN_OR_RETURN(auto ring, cross_->ring(++ring_sequence_, Clock::now() + limits_.transfer_timeout, batch_epoch_));
+Status Job::crossNodeReduceScatter(const executor::NodeSet& nodes, const void* input, void* data, DataType dtype,
+                                   ReduceOp op, const std::vector<std::vector<collective::ElementRange>>& owned) {
+  const uint64_t sequence = ++ring_sequence_;
+  if (nodes.size() < 2) {  // one node: its contribution is the reduction
+    if (input != data) copyOwned(input, data, dtype, owned);
+    return okStatus();
+  }
+  ASSIGN_OR_RETURN(auto ring, cross_->ring(sequence, Clock::now() + limits_.transfer_timeout, batch_epoch_, nodes));
+  if (!ring) return okStatus();
   BusyTimer busy(&ring_busy_ns_);
   executor::PhaseScope phase(*this, "CROSS_NODE_REDUCESCATTER");
-  Status status = collective::ringReduceScatter(ring, input, data, dtype, op, owned, &ring_scratch_);
+  Status status =
+      collective::ringReduceScatter(*ring, input, data, dtype, op, amongNodes(owned, nodes), &ring_scratch_);
   return status.isOk() ? status : ringFailed(status);
 }
 
@@ -199,28 +238,42 @@ executor::RankAccess::NcclPeers Job::ncclPeers() const {
   return peers;
 }
 
-Status Job::crossNodeBroadcast(void* data, size_t bytes, int root_rank) {
-  ASSIGN_OR_RETURN(auto ring, cross_->ring(++ring_sequence_, Clock::now() + limits_.transfer_timeout, batch_epoch_));
+Status Job::crossNodeBroadcast(const executor::NodeSet& nodes, void* data, size_t bytes, int root_rank) {
+  const uint64_t sequence = ++ring_sequence_;
+  if (nodes.size() < 2) return okStatus();  // the root's node is the only one
+  const auto root = std::find(nodes.begin(), nodes.end(), nodeOf(root_rank));
+  if (root == nodes.end()) return internalError("broadcast root rank " + std::to_string(root_rank) + " on no node of the set");
+  ASSIGN_OR_RETURN(auto ring, cross_->ring(sequence, Clock::now() + limits_.transfer_timeout, batch_epoch_, nodes));
+  if (!ring) return okStatus();
   BusyTimer busy(&ring_busy_ns_);
   executor::PhaseScope phase(*this, "CROSS_NODE_BROADCAST");
-  Status status = collective::ringBroadcast(ring, data, bytes, nodeOf(root_rank));
+  Status status = collective::ringBroadcast(*ring, data, bytes, static_cast<int>(root - nodes.begin()));
   return status.isOk() ? status : ringFailed(status);
 }
 
-Status Job::crossNodeAllgather(uint8_t* buffer, const std::vector<std::vector<collective::Range>>& owned) {
-  ASSIGN_OR_RETURN(auto ring, cross_->ring(++ring_sequence_, Clock::now() + limits_.transfer_timeout, batch_epoch_));
+Status Job::crossNodeAllgather(const executor::NodeSet& nodes, uint8_t* buffer,
+                              const std::vector<std::vector<collective::Range>>& owned) {
+  const uint64_t sequence = ++ring_sequence_;
+  if (nodes.size() < 2) return okStatus();  // every row is on this node
+  ASSIGN_OR_RETURN(auto ring, cross_->ring(sequence, Clock::now() + limits_.transfer_timeout, batch_epoch_, nodes));
+  if (!ring) return okStatus();
   BusyTimer busy(&ring_busy_ns_);
   executor::PhaseScope phase(*this, "CROSS_NODE_ALLGATHER");
-  Status status = collective::ringAllgather(ring, buffer, owned);
+  Status status = collective::ringAllgather(*ring, buffer, amongNodes(owned, nodes));
   return status.isOk() ? status : ringFailed(status);
 }
 
-Status Job::crossNodeAlltoall(const uint8_t* send, const std::vector<collective::Range>& send_to, uint8_t* recv,
+Status Job::crossNodeAlltoall(const executor::NodeSet& nodes, const uint8_t* send,
+                             const std::vector<collective::Range>& send_to, uint8_t* recv,
                              const std::vector<collective::Range>& recv_from) {
-  ASSIGN_OR_RETURN(auto mesh, cross_->mesh(++ring_sequence_, Clock::now() + limits_.transfer_timeout, batch_epoch_));
+  const uint64_t sequence = ++ring_sequence_;
+  if (nodes.size() < 2) return okStatus();  // nothing crosses nodes
+  ASSIGN_OR_RETURN(auto mesh, cross_->mesh(sequence, Clock::now() + limits_.transfer_timeout, batch_epoch_, nodes));
+  if (!mesh) return okStatus();
   BusyTimer busy(&ring_busy_ns_);
   executor::PhaseScope phase(*this, "CROSS_NODE_ALLTOALL");
-  Status status = collective::pairwiseExchange(mesh, send, send_to, recv, recv_from);
+  Status status = collective::pairwiseExchange(*mesh, send, amongNodes(send_to, nodes), recv,
+                                               amongNodes(recv_from, nodes));
   return status.isOk() ? status : ringFailed(status);
 }
 

@@ -72,8 +72,8 @@ bool Job::holdSteadyLocked(const std::shared_ptr<Session>& session, coordinator:
 void Job::steadyExecutorLoop() {
   // The membership (fixed: not elastic) and endpoints to every daemon.
   auto mesh = cross_->mesh(0, Clock::now() + limits_.join_timeout + std::chrono::seconds(5), 1);
-  if (!mesh.isOk() || !cross_->steadyStateRounds()) return;  // the usual loop runs (or fails) the job
-  peer::FastRounds rounds(*mesh);
+  if (!mesh.isOk() || !*mesh || !cross_->steadyStateRounds()) return;  // the usual loop runs (or fails) the job
+  peer::FastRounds rounds(**mesh);
   {
     std::lock_guard<std::mutex> lock(mutex_);
     steady_members_ = cross_->members();
@@ -82,7 +82,7 @@ void Job::steadyExecutorLoop() {
   cross_->sayGoodbyeAtTheEnd();
   const bool leader = cross_->isLeader();
   GS_LOG(executor, info, "job '{}': cached collectives run after rounds among the {} daemons", spec_.job_id,
-         mesh->size());
+         (*mesh)->size());
   const auto fail = [&](const Status& status) { (void)ringFailed(status); };
   bool peers_started = false;
   for (;;) {

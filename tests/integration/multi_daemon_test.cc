@@ -2,6 +2,7 @@
 // Jobs spanning several daemons on this machine (separate sockets and peer
 // ports on loopback): the same collective checks as one node, and the loss
 // of a daemon.
+#include <fstream>
 #include <signal.h>
 
 #include <unistd.h>
@@ -120,10 +121,34 @@ TEST_F(MultiDaemonTest, ThreeDaemonsJoinMismatchAndProcessSets) {
   // Process set {0, 2}: the daemon of rank 1 holds no member of it.
   auto sets = launch("three-sets", "process_sets", {0, 1, 2});
   EXPECT_TRUE(allSucceed(sets, kTimeout, &report)) << report << logs();
+  // Set {0, 2} with both ranks on daemon 0: nothing of it crosses daemons.
+  auto one_node_set = launch("one-node-set", "process_sets", {0, 1, 0});
+  EXPECT_TRUE(allSucceed(one_node_set, kTimeout, &report)) << report << logs();
   // Sets added and removed at run time: the leader numbers them, the
   // followers check their ranks' requests against the leader's sets.
   auto dynamic = launch("three-dynamic-sets", "dynamic_process_sets", {0, 1, 2});
   EXPECT_TRUE(allSucceed(dynamic, kTimeout, &report)) << report << logs();
+}
+
+// A process set's collectives run among the daemons holding its ranks only:
+// they go on while the daemon of the rank outside the set is stopped (for
+// less than the 4 s after which keepalives notice it). Through the leader:
+// the steady-state rounds are lock-step among all daemons.
+TEST_F(MultiDaemonTest, ProcessSetRunsAmongItsOwnDaemonsOnly) {
+  startDaemons(3, {"--steady-state", "leader"});
+  const std::string go = daemons_[0]->dir() + "/go";
+  auto ranks = launchWith("set-ring", {"set_without_outsider"}, {0, 1, 2}, {{"GRADSYNC_TEST_GO", go}});
+  const auto said = [&](int rank, const char* what) { return ranks[rank].log().find(what) != std::string::npos; };
+  ASSERT_TRUE(waitFor([&] { return said(0, "SET_READY") && said(2, "SET_READY"); }, std::chrono::seconds(30)))
+      << ranks[0].log() << ranks[2].log() << logs();
+  daemons_[1]->process().kill(SIGSTOP);
+  { std::ofstream(go) << "go"; }
+  const bool done = waitFor([&] { return said(0, "SET_DONE") && said(2, "SET_DONE"); }, std::chrono::seconds(3));
+  daemons_[1]->process().kill(SIGCONT);
+  EXPECT_TRUE(done) << "the set's collectives did not finish with daemon 1 stopped\n"
+                    << ranks[0].log() << ranks[2].log() << logs();
+  std::string report;
+  EXPECT_TRUE(allSucceed(ranks, kTimeout, &report)) << report << logs();
 }
 
 TEST_F(MultiDaemonTest, KilledDaemonFailsPendingWorkOnSurvivorsWithinTenSeconds) {

@@ -332,7 +332,7 @@ int main(int argc, char** argv) {
   const int32_t set_ranks[] = {0, 2};
   const int32_t* set_list[] = {set_ranks};
   const int32_t set_sizes[] = {2};
-  if (name == "process_sets" || name == "dynamic_process_sets") {
+  if (name == "process_sets" || name == "dynamic_process_sets" || name == "set_without_outsider") {
     config.num_process_sets = 1;
     config.process_set_sizes = set_sizes;
     config.process_set_ranks = set_list;

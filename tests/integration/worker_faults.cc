@@ -4,6 +4,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <chrono>
 #include <cmath>
 #include <thread>
@@ -70,6 +72,78 @@ int processSets(Client& c, const std::vector<std::string>&) {
   std::vector<float> all(4, 1.0f);
   WORKER_OK(c.allreduce("global_after_sets", all.data(), GRADSYNC_FLOAT32, {4}));
   WORKER_CHECK(all[0] == c.size(), "global allreduce = %g", all[0]);
+  return 0;
+}
+
+// Runs `op` in process set 1, waits at most 5 s; its output when it has one.
+Result runInSet(Client& c, gradsync_op_t op, gradsync_result_t* out = nullptr) {
+  op.process_set = 1;
+  Operation h;
+  Result r = c.start(op, &h);
+  if (r.ok()) r = h.wait(5);
+  if (r.ok() && out != nullptr) r = h.output(out);
+  return r;
+}
+
+// Three ranks on three daemons; static set 1 is {0, 2}. Rank 1 idles while
+// the set runs every collective: the test stops rank 1's daemon (SIGSTOP)
+// once ranks 0 and 2 say SET_READY and creates $GRADSYNC_TEST_GO; a ring or
+// mesh through that daemon would time out. Then every rank meets again.
+int setWithoutOutsider(Client& c, const std::vector<std::string>&) {
+  std::vector<float> warm(4, 1.0f);
+  WORKER_OK(c.allreduce("before_set", warm.data(), GRADSYNC_FLOAT32, {4}));
+  if (c.rank() != 1) {
+    std::printf("SET_READY\n");
+    std::fflush(stdout);
+    const char* go = std::getenv("GRADSYNC_TEST_GO");
+    WORKER_CHECK(go != nullptr, "GRADSYNC_TEST_GO not set");
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (access(go, F_OK) != 0) {
+      WORKER_CHECK(std::chrono::steady_clock::now() < give_up, "no GO file");
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    const float me = static_cast<float>(c.rank() + 1);  // 1 and 3
+    for (int step = 0; step < 2; ++step) {
+      const std::vector<int64_t> small_shape = {16}, large_shape = {1 << 18};
+      std::vector<float> small(16, me);  // the direct exchange
+      const std::string small_name = "set.small." + std::to_string(step);
+      WORKER_OK(runInSet(c, allreduceOp(small_name.c_str(), small, small_shape)));
+      WORKER_CHECK(small[15] == 4.0f, "set allreduce (small) = %g", small[15]);
+      std::vector<float> large(1 << 18, me);  // 1 MiB: the ring
+      const std::string large_name = "set.large." + std::to_string(step);
+      WORKER_OK(runInSet(c, allreduceOp(large_name.c_str(), large, large_shape)));
+      WORKER_CHECK(large[0] == 4.0f && large.back() == 4.0f, "set allreduce (large) = %g", large[0]);
+    }
+    std::vector<float> b(8, me);
+    gradsync_op_t bcast = makeOp(GRADSYNC_BROADCAST, "set.bcast", b.data(), GRADSYNC_FLOAT32, shape8());
+    bcast.root_rank = 2;
+    WORKER_OK(runInSet(c, bcast));
+    WORKER_CHECK(b[0] == 3.0f && b[7] == 3.0f, "set broadcast = %g", b[0]);
+    const std::vector<int64_t> two = {2};  // ops point at their shape
+    std::vector<float> mine(2, me);
+    gradsync_result_t out;
+    WORKER_OK(runInSet(c, makeOp(GRADSYNC_ALLGATHER, "set.gather", mine.data(), GRADSYNC_FLOAT32, two), &out));
+    const auto* got = static_cast<const float*>(out.data);
+    WORKER_CHECK(out.shape[0] == 4 && got[0] == 1 && got[1] == 1 && got[2] == 3 && got[3] == 3,
+                 "set allgather %g %g %g %g", got[0], got[1], got[2], got[3]);
+    std::vector<float> blocks = {me, me + 10};  // one row to each member
+    WORKER_OK(runInSet(c, makeOp(GRADSYNC_ALLTOALL, "set.a2a", blocks.data(), GRADSYNC_FLOAT32, two), &out));
+    got = static_cast<const float*>(out.data);
+    const float from_first = c.rank() == 0 ? 1 : 11, from_second = c.rank() == 0 ? 3 : 13;
+    WORKER_CHECK(out.shape[0] == 2 && got[0] == from_first && got[1] == from_second, "set alltoall %g %g", got[0],
+                 got[1]);
+    std::vector<float> rows = {me, 2 * me};  // row i to member i
+    gradsync_op_t rs = makeOp(GRADSYNC_REDUCESCATTER, "set.rs", rows.data(), GRADSYNC_FLOAT32, two);
+    rs.reduce_op = GRADSYNC_SUM;
+    WORKER_OK(runInSet(c, rs, &out));
+    got = static_cast<const float*>(out.data);
+    WORKER_CHECK(out.shape[0] == 1 && got[0] == (c.rank() == 0 ? 4.0f : 8.0f), "set reducescatter %g", got[0]);
+    std::printf("SET_DONE\n");
+    std::fflush(stdout);
+  }
+  std::vector<float> all(4, 1.0f);
+  WORKER_OK(c.allreduce("after_set", all.data(), GRADSYNC_FLOAT32, {4}));
+  WORKER_CHECK(all[0] == 3.0f, "global allreduce after the set = %g", all[0]);
   return 0;
 }
 
@@ -517,7 +591,8 @@ int cudaWithoutGpu(Client& c, const std::vector<std::string>&) {
 
 const std::map<std::string, Scenario>& moreScenarios() {
   static const std::map<std::string, Scenario> scenarios = {
-      {"process_sets", processSets}, {"dynamic_process_sets", dynamicProcessSets}, {"elastic_shrink", elasticShrink}, {"join", join},        {"mismatch", mismatch},
+      {"process_sets", processSets}, {"dynamic_process_sets", dynamicProcessSets},
+      {"set_without_outsider", setWithoutOutsider}, {"elastic_shrink", elasticShrink}, {"join", join},        {"mismatch", mismatch},
       {"duplicate", duplicate},      {"kill_victim", killVictim}, {"stall", stall},
       {"mismatch_allreduce", mismatchAllreduce}, {"join_failure", joinFailure},
       {"repeat_allreduce", repeatAllreduce}, {"campaign_loop", campaignLoop}, {"abandoned", abandoned}, {"adasum", adasum},
