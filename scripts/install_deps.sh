@@ -10,6 +10,8 @@ PACKAGES=(
   libgrpc++-dev protobuf-compiler-grpc protobuf-compiler libprotobuf-dev
   libucx-dev ucx-utils
   libspdlog-dev libfmt-dev
+  libcpp-httplib-dev         # the Prometheus metrics endpoint
+  prometheus                 # promtool checks the metrics format in the tests
   libgtest-dev libgmock-dev libbenchmark-dev
   systemd                    # systemd-analyze verify, for the unit-file test
   iproute2                   # network-namespace tests

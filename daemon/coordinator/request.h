@@ -3,6 +3,7 @@
 // the response every rank of the process set executes once all agree.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -52,6 +53,9 @@ struct Request {
   std::vector<int> set_ranks;
   int target_set = 0;
   bool commit = false;  // BARRIER: an elastic job's commit point (joiners admitted)
+  // When this daemon took the request from its rank (for latency metrics;
+  // unset for requests of other daemons' ranks).
+  std::chrono::steady_clock::time_point received{};
 
   bool onCuda() const { return cuda.has_value(); }
 };

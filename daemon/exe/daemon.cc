@@ -12,6 +12,7 @@
 
 #include "daemon/common/logging.h"
 #include "daemon/gpu/gpu_inventory.h"
+#include "daemon/metrics/prometheus.h"
 #include "daemon/peer/tls.h"
 
 namespace gradsync::exe {
@@ -114,6 +115,7 @@ Status Daemon::startServers() {
   control_ = std::make_unique<server::ControlService>(registry_.get(), control_info);
   facts.peer_address = peer_address;
   admin_ = std::make_unique<server::AdminService>(registry_.get(), facts);
+  RETURN_IF_ERROR(startMetrics());  // before the sockets accept: a bad address fails the start
 
   arena_budget_ = std::make_unique<Budget>("arena bytes", config_.max_total_arena_bytes());
   ipc_budget_ = std::make_unique<Budget>("CUDA IPC mappings", config_.max_ipc_mappings());
@@ -182,6 +184,22 @@ StatusOr<std::string> Daemon::startPeerServer() {
   return address;
 }
 
+Status Daemon::startMetrics() {
+  if (config_.metrics_address().empty()) return okStatus();
+  ASSIGN_OR_RETURN(metrics_, metrics::HttpExporter::start(config_.metrics_address(), [this] { return prometheusText(); }));
+  GS_LOG(main, info, "Prometheus metrics on http://{}/metrics", metrics_->address());
+  return okStatus();
+}
+
+std::string Daemon::prometheusText() const {
+  v1::GetStatusResponse status;
+  v1::ListJobsResponse jobs;
+  (void)admin_->GetStatus(nullptr, nullptr, &status);
+  const v1::ListJobsRequest all;
+  (void)admin_->ListJobs(nullptr, &all, &jobs);
+  return metrics::renderPrometheus(status, jobs);
+}
+
 void Daemon::housekeepingLoop() {
   // Stall checks need second granularity; 100 ms keeps the daemon idle when
   // nothing happens (the data path never waits for this loop).
@@ -203,6 +221,7 @@ void Daemon::shutdown() {
   stop_cv_.notify_all();
   if (housekeeping_.joinable()) housekeeping_.join();
   GS_LOG(main, info, "shutting down");
+  metrics_.reset();  // no scrape reads the registry past here
   if (registry_) registry_->stopAll("daemon shutting down");
   if (handoff_) handoff_->stop();
   if (grpc_server_) {

@@ -14,6 +14,7 @@
 #include "daemon/executor/reduce_pool.h"
 #include "daemon/gpu/gpu_node.h"
 #include "daemon/gpu/nccl_library.h"
+#include "daemon/metrics/http_exporter.h"
 #include "daemon/server/admin_service.h"
 #include "daemon/server/control_service.h"
 #include "daemon/server/handoff_server.h"
@@ -47,6 +48,9 @@ class Daemon {
   // Binds the peer service (TCP) when configured; returns its address.
   StatusOr<std::string> startPeerServer();
   void housekeepingLoop();
+  // Serves the Prometheus endpoint when metrics_address is set.
+  Status startMetrics();
+  std::string prometheusText() const;
   // Loads NCCL (GRADSYNC_NCCL_LIBRARY, else the loader's libnccl.so.2); a
   // node without it runs everything but GPU collectives.
   void loadNccl(server::DaemonFacts* facts);
@@ -65,6 +69,7 @@ class Daemon {
   std::unique_ptr<grpc::Server> grpc_server_;
   std::unique_ptr<server::PeerService> peer_;
   std::unique_ptr<grpc::Server> peer_server_;
+  std::unique_ptr<metrics::HttpExporter> metrics_;  // null unless metrics_address is set
 
   std::mutex mutex_;
   std::condition_variable stop_cv_;

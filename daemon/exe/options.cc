@@ -94,6 +94,7 @@ const std::map<std::string, Setter>& setters() {
       {"--gpu-cross-node", text(&C::set_gpu_cross_node)},
       {"--leader-failover", text(&C::set_leader_failover)},
       {"--steady-state", text(&C::set_steady_state)},
+      {"--metrics-address", text(&C::set_metrics_address)},
       {"--peer-tls-cert", [](C* c, const std::string& v) { c->mutable_peer_tls()->set_cert_path(v); return okStatus(); }},
       {"--peer-tls-key", [](C* c, const std::string& v) { c->mutable_peer_tls()->set_key_path(v); return okStatus(); }},
       {"--peer-tls-ca", [](C* c, const std::string& v) { c->mutable_peer_tls()->set_ca_path(v); return okStatus(); }},
@@ -170,6 +171,9 @@ Status applyDefaultsAndValidate(v1::DaemonConfig* c) {
   if (c->gpu_cross_node().empty()) c->set_gpu_cross_node("auto");
   if (c->gpu_cross_node() != "auto" && c->gpu_cross_node() != "staging") {
     return invalidArgument("gpu_cross_node '" + c->gpu_cross_node() + "' is not one of auto, staging");
+  }
+  if (!c->metrics_address().empty() && c->metrics_address().find(':') == std::string::npos) {
+    return invalidArgument("metrics_address '" + c->metrics_address() + "' is not host:port");
   }
   if (c->socket_path().size() >= 108 || c->handoff_socket_path().size() >= 108) {
     return invalidArgument("socket paths must be shorter than 108 bytes (Unix socket limit)");

@@ -224,7 +224,7 @@ void Job::submit(const std::shared_ptr<Session>& session, const v1::Enqueue& enq
       failRequestLocked(minimal, Status(request.status().code(), "job '" + spec_.job_id + "' " + request.status().message()),
                         &outbox);
     } else if (session->handlesInFlight() >= limits_.max_inflight_per_rank) {
-      ++errors_;
+      countErrorLocked(StatusCode::kResourceExhausted);
       outbox.emplace_back(session, doneMessage(spec_.job_id, minimal,
                                                resourceExhausted(session->describe() + " has " +
                                                                  std::to_string(session->handlesInFlight()) +
@@ -232,7 +232,7 @@ void Job::submit(const std::shared_ptr<Session>& session, const v1::Enqueue& enq
                                                                  "(max_inflight_per_rank): wait for some first")));
     } else if (!session->addHandle(enqueue.handle())) {
       // Not failRequestLocked: that would end the original operation too.
-      ++errors_;
+      countErrorLocked(StatusCode::kInvalidArgument);
       outbox.emplace_back(session, doneMessage(spec_.job_id, minimal,
                                                invalidArgument("handle " + std::to_string(enqueue.handle()) +
                                                                " is already in flight")));
@@ -241,6 +241,7 @@ void Job::submit(const std::shared_ptr<Session>& session, const v1::Enqueue& enq
                         &outbox);
     } else if (!refuseStaleEpochLocked(session, enqueue, &outbox)) {
       request->rank = session->rank();  // renumbered under this lock
+      request->received = Clock::now();
       submitToCoordinator(session, std::move(request).value(), &outbox, &inline_batch);
     }
   }
@@ -343,7 +344,7 @@ void Job::grant(const Session& session, const v1::OutputGrant& grant) {
 
 void Job::failRequestLocked(const coordinator::Request& request, const Status& status, Outbox* outbox,
                             bool membership_changed) {
-  ++errors_;
+  countErrorLocked(status.code());
   last_error_ = status.message();
   forwarded_.erase(std::make_pair(request.rank, request.handle));
   auto it = sessions_.find(request.rank);
@@ -496,6 +497,7 @@ v1::JobInfo Job::info() const {
   info.set_last_error(last_error_);
   info.set_fused_responses(fused_responses_);
   info.set_stall_warnings(stall_warnings_);
+  stats_.fill(&info);
   info.set_healthy(failure_.empty() && !stopping_);
   if (spec_.elastic) {
     info.set_elastic(true);

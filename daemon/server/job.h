@@ -22,6 +22,7 @@
 #include "daemon/executor/local_executor.h"
 #include "daemon/gpu/gpu_node.h"
 #include "daemon/gpu/nccl_library.h"
+#include "daemon/metrics/job_stats.h"
 #include "daemon/peer/cross_node.h"
 #include "daemon/server/enqueue_validation.h"
 #include "daemon/server/session.h"
@@ -208,7 +209,14 @@ class Job : private executor::RankAccess {
   void wakeExecutorLocked();
   uint64_t bytesReady() const;  // needs mutex_
   void runBatch(std::vector<coordinator::Response> batch, uint64_t sequence = 0);
-  void complete(const coordinator::Response& response, const executor::ResponseResult& result, Outbox* outbox);
+  // `started`: when the response's fused batch began executing.
+  void complete(const coordinator::Response& response, const executor::ResponseResult& result, Clock::time_point started,
+                Outbox* outbox);
+  // A collective failed or was refused (needs mutex_).
+  void countErrorLocked(StatusCode code) {
+    ++errors_;
+    stats_.failed(code);
+  }
   // After `responses` were negotiated here (or, `from_leader`, received
   // from the leader): applies their process set changes and publishes the
   // sets for enqueue checks. Needs mutex_.
@@ -333,6 +341,7 @@ class Job : private executor::RankAccess {
   uint64_t operations_done_ = 0;
   uint64_t bytes_done_ = 0;
   uint64_t errors_ = 0;
+  metrics::JobStats stats_;
   uint64_t fused_responses_ = 0;
   uint64_t stall_warnings_ = 0;
   uint64_t commits_ = 0;  // elastic commit barriers completed

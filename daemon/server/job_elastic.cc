@@ -229,7 +229,7 @@ bool Job::refuseStaleEpochLocked(const std::shared_ptr<Session>& session, const 
   request.rank = session->rank();
   request.handle = enqueue.handle();
   request.name = enqueue.name();
-  ++errors_;
+  countErrorLocked(StatusCode::kAborted);
   session->removeHandle(enqueue.handle());
   // Straight to the session: a joiner not yet admitted is not among the ranks.
   outbox->emplace_back(session, doneMessage(spec_.job_id, request,

@@ -96,8 +96,9 @@ void Job::runBatch(std::vector<coordinator::Response> batch, uint64_t sequence) 
     Outbox outbox;
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      for (size_t i = 0; i < fused.responses.size(); ++i) complete(fused.responses[i], results[i], &outbox);
+      for (size_t i = 0; i < fused.responses.size(); ++i) complete(fused.responses[i], results[i], started, &outbox);
       ++fused_responses_;
+      stats_.fused(fused.bytes);
       in_flight_executing_ -= static_cast<int>(fused.responses.size());
     }
     flush(&outbox);
@@ -105,13 +106,15 @@ void Job::runBatch(std::vector<coordinator::Response> batch, uint64_t sequence) 
   batch_sessions_.clear();
 }
 
-void Job::complete(const coordinator::Response& response, const executor::ResponseResult& result, Outbox* outbox) {
+void Job::complete(const coordinator::Response& response, const executor::ResponseResult& result,
+                   Clock::time_point started, Outbox* outbox) {
+  const auto now = Clock::now();
   const bool admit = admitsJoinersLocked(response, result);
   if (result.status.isOk()) {
     ++operations_done_;
     if (spec_.elastic && isCommitBarrier(response)) ++commits_;
   } else {
-    ++errors_;
+    countErrorLocked(result.status.code());
     last_error_ = result.status.message();
   }
   for (size_t i = 0; i < response.requests.size(); ++i) {
@@ -133,6 +136,7 @@ void Job::complete(const coordinator::Response& response, const executor::Respon
       for (int rank : response.ranks) done->mutable_detail()->add_ranks(rank);
     } else {
       bytes_done_ += request->length;
+      stats_.done(response.type, request->dtype, request->length, request->received, started, now);
     }
     if (i < result.members.size()) {
       for (int64_t d : result.members[i].output_shape) done->add_output_shape(d);

@@ -83,6 +83,7 @@ void Job::timelineExecution(const fusion::FusedResponse& fused, bool begin,
 }
 
 void Job::phase(const char* name, bool begin) {
+  stats_.phase(name, begin, Clock::now());
   if (!executing_timeline_) return;
   for (const auto& tensor : executing_names_) {
     if (begin) {

@@ -1,0 +1,60 @@
+// SPDX-License-Identifier: Apache-2.0
+// What a job did, for metrics: operations and bytes by collective and dtype,
+// latency histograms (enqueue to done) by collective, time spent queued
+// (negotiation and waiting for the other ranks) and in each execution
+// phase, fused response sizes, and errors by cause. Thread-safe.
+#pragma once
+
+#include <chrono>
+#include <map>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "daemon/common/dtype.h"
+#include "daemon/common/status.h"
+#include "daemon/metrics/histogram.h"
+#include "proto/gradsync/v1/admin.pb.h"
+
+namespace gradsync::metrics {
+
+class JobStats {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  // One local rank's collective completed: `bytes` of input, enqueued at
+  // `enqueued`, its fused response started at `started`, done `now`.
+  void done(CollectiveType type, DataType dtype, uint64_t bytes, Clock::time_point enqueued,
+            Clock::time_point started, Clock::time_point now);
+  // One collective of a local rank failed (or was refused) with `code`.
+  void failed(StatusCode code);
+  // A fused response of `bytes` ran.
+  void fused(uint64_t bytes);
+  // Execution phases, as the executor opens and closes them (nested phases
+  // count in each that encloses them). Names are the executor's fixed set.
+  void phase(const char* name, bool begin, Clock::time_point now);
+
+  // Adds the statistics to `info` (collective_stats, latency, ...).
+  void fill(v1::JobInfo* info) const;
+
+ private:
+  struct Count {
+    uint64_t operations = 0;
+    uint64_t bytes = 0;
+  };
+  struct Phase {
+    double seconds = 0;
+    uint64_t count = 0;
+  };
+  mutable std::mutex mutex_;
+  std::map<std::pair<CollectiveType, DataType>, Count> counts_;
+  std::map<CollectiveType, Histogram> latency_;
+  double queued_seconds_ = 0;
+  Histogram fused_bytes_ = Histogram::sizeBytes();
+  std::map<std::string, Phase> phases_;
+  std::vector<std::pair<const char*, Clock::time_point>> open_phases_;
+  std::map<StatusCode, uint64_t> errors_;
+};
+
+}  // namespace gradsync::metrics

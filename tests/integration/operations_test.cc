@@ -1,0 +1,111 @@
+// SPDX-License-Identifier: Apache-2.0
+// gradsyncd as operators run it: its Prometheus endpoint scraped by a real
+// HTTP client during a job and checked by promtool.
+#include <httplib.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <regex>
+
+#include "gtest/gtest.h"
+#include "tests/testutil/daemon_fixture.h"
+
+namespace gradsync::testutil {
+namespace {
+
+constexpr const char* kPromtool = "/usr/bin/promtool";
+
+// The port the daemon logged for its metrics endpoint (0 before it did).
+int metricsPort(const DaemonFixture& daemon) {
+  std::smatch match;
+  const std::string log = daemon.log();
+  static const std::regex logged("metrics on http://127\\.0\\.0\\.1:([0-9]+)/metrics");
+  return std::regex_search(log, match, logged) ? std::stoi(match[1]) : 0;
+}
+
+std::string scrape(int port) {
+  httplib::Client client("127.0.0.1", port);
+  client.set_connection_timeout(5, 0);
+  client.set_read_timeout(5, 0);
+  auto response = client.Get("/metrics");
+  if (!response) return "scrape failed: " + httplib::to_string(response.error());
+  if (response->status != 200) return "scrape status " + std::to_string(response->status);
+  return response->body;
+}
+
+// promtool's verdict on `text`: "" when it accepts it (format and lint).
+std::string promtoolFindings(const std::string& dir, const std::string& text) {
+  const std::string path = dir + "/scrape.txt";
+  std::ofstream(path) << text;
+  FILE* pipe = ::popen((std::string(kPromtool) + " check metrics < " + path + " 2>&1").c_str(), "r");
+  if (pipe == nullptr) return "cannot run promtool";
+  std::string output;
+  char buffer[512];
+  while (std::fgets(buffer, sizeof(buffer), pipe) != nullptr) output += buffer;
+  const int status = ::pclose(pipe);
+  return status == 0 ? output : "promtool exit " + std::to_string(status) + ": " + output;
+}
+
+// The value of the first sample whose line starts with `prefix` (-1: none).
+double sampleValue(const std::string& text, const std::string& prefix) {
+  size_t at = text.find("\n" + prefix);
+  if (at == std::string::npos) return -1;
+  const size_t end = text.find('\n', at + 1);
+  const std::string line = text.substr(at + 1, end - at - 1);
+  return std::stod(line.substr(line.rfind(' ') + 1));
+}
+
+TEST(Operations, PrometheusEndpointDuringAJob) {
+  DaemonFixture daemon;
+  std::string error;
+  ASSERT_TRUE(daemon.start({"--metrics-address", "127.0.0.1:0"}, &error)) << error;
+  ASSERT_TRUE(waitFor([&] { return metricsPort(daemon) > 0; }, std::chrono::seconds(10))) << daemon.log();
+  const int port = metricsPort(daemon);
+
+  const std::string idle = scrape(port);
+  EXPECT_NE(idle.find("gradsync_jobs 0\n"), std::string::npos) << idle;
+
+  const std::string stop_file = daemon.dir() + "/loop.stop";
+  std::vector<Process> ranks;
+  for (int r = 0; r < 2; ++r) ranks.push_back(daemon.spawnRank("metrics-job", r, 2, {"campaign_loop", stop_file}));
+  ASSERT_TRUE(waitFor([&] { return ranks[1].log().find("RUNNING") != std::string::npos; }, std::chrono::seconds(20)));
+  const std::string ops = "gradsync_operations_total{job=\"metrics-job\",collective=\"allreduce\",dtype=\"float32\"} ";
+  ASSERT_TRUE(waitFor([&] { return sampleValue(scrape(port), ops) > 10; }, std::chrono::seconds(20))) << scrape(port);
+  const std::string busy = scrape(port);
+  EXPECT_NE(busy.find("gradsync_jobs 1\n"), std::string::npos) << busy;
+  EXPECT_EQ(sampleValue(busy, "gradsync_job_connected_ranks{job=\"metrics-job\"} "), 2) << busy;
+  EXPECT_GT(sampleValue(busy, "gradsync_operation_bytes_total{job=\"metrics-job\",collective=\"allreduce\""), 0) << busy;
+  EXPECT_GT(sampleValue(busy, "gradsync_operation_latency_seconds_count{job=\"metrics-job\",collective=\"allreduce\"} "),
+            10)
+      << busy;
+  EXPECT_GT(sampleValue(busy, "gradsync_fused_responses_total{job=\"metrics-job\"} "), 0) << busy;
+  EXPECT_NE(busy.find("gradsync_phase_seconds_total{job=\"metrics-job\",phase=\""), std::string::npos) << busy;
+  if (::access(kPromtool, X_OK) == 0) {
+    EXPECT_EQ(promtoolFindings(daemon.dir(), busy), "");
+  } else {
+    std::fprintf(stderr, "note: %s not installed; the format was not checked by promtool\n", kPromtool);
+  }
+
+  std::fclose(std::fopen(stop_file.c_str(), "w"));
+  std::string report;
+  EXPECT_TRUE(allSucceed(ranks, std::chrono::seconds(20), &report)) << report;
+  // The job's series drop out once it has ended.
+  EXPECT_TRUE(waitFor([&] { return scrape(port).find("metrics-job") == std::string::npos; }, std::chrono::seconds(10)))
+      << scrape(port);
+  EXPECT_EQ(daemon.stop(), 0);
+}
+
+TEST(Operations, MetricsAddressInUseIsAClearStartupError) {
+  httplib::Server holder;
+  const int port = holder.bind_to_any_port("127.0.0.1");
+  ASSERT_GT(port, 0);
+  DaemonFixture daemon;
+  std::string error;
+  EXPECT_FALSE(daemon.start({"--metrics-address", "127.0.0.1:" + std::to_string(port)}, &error));
+  EXPECT_NE(daemon.log().find("cannot serve metrics on 127.0.0.1:" + std::to_string(port)), std::string::npos)
+      << daemon.log();
+}
+
+}  // namespace
+}  // namespace gradsync::testutil
