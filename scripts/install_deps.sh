@@ -11,6 +11,7 @@ PACKAGES=(
   libucx-dev ucx-utils
   libspdlog-dev libfmt-dev
   libcpp-httplib-dev         # the Prometheus metrics endpoint
+  libsystemd-dev             # sd_notify: Type=notify, the watchdog
   prometheus                 # promtool checks the metrics format in the tests
   libgtest-dev libgmock-dev libbenchmark-dev
   systemd                    # systemd-analyze verify, for the unit-file test

@@ -7,6 +7,9 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <google/protobuf/descriptor.h>
+#include <google/protobuf/text_format.h>
+
 #include <cstdlib>
 #include <cstring>
 
@@ -140,6 +143,7 @@ Status Daemon::startServers() {
     return internalError("cannot set permissions of " + config_.socket_path() + ": " + std::strerror(errno));
   }
   housekeeping_ = std::thread([this] { housekeepingLoop(); });
+  notifier_.ready(statusLine());
   GS_LOG(main, info, "gradsyncd {} serving on unix:{} (hand-off {}), {} reduce threads", kVersion,
          config_.socket_path(), config_.handoff_socket_path(), config_.reduce_threads());
   return okStatus();
@@ -200,16 +204,71 @@ std::string Daemon::prometheusText() const {
   return metrics::renderPrometheus(status, jobs);
 }
 
+std::string Daemon::statusLine() const {
+  const size_t jobs = registry_->jobCount();
+  const size_t ranks = registry_->sessionCount();
+  return "serving: " + std::to_string(jobs) + (jobs == 1 ? " job, " : " jobs, ") + std::to_string(ranks) +
+         (ranks == 1 ? " rank" : " ranks");
+}
+
 void Daemon::housekeepingLoop() {
   // Stall checks need second granularity; 100 ms keeps the daemon idle when
-  // nothing happens (the data path never waits for this loop).
+  // nothing happens (the data path never waits for this loop). The systemd
+  // watchdog is fed from here: a stuck loop means a stuck daemon.
   const auto period = std::chrono::milliseconds(std::max<uint32_t>(100, config_.cycle_time_ms()));
   std::unique_lock<std::mutex> lock(mutex_);
   while (!stop_cv_.wait_for(lock, period, [&] { return stopping_; })) {
     lock.unlock();
-    registry_->housekeeping(std::chrono::steady_clock::now());
+    const auto now = std::chrono::steady_clock::now();
+    registry_->housekeeping(now);
+    notifier_.watchdog(now);
+    notifier_.status(statusLine());
     lock.lock();
   }
+}
+
+namespace {
+// A config field's value as text (a sub-message whole), for comparing.
+std::string fieldText(const google::protobuf::Message& message, const google::protobuf::FieldDescriptor* field) {
+  if (field->cpp_type() == google::protobuf::FieldDescriptor::CPPTYPE_MESSAGE) {
+    return message.GetReflection()->GetMessage(message, field).SerializeAsString();
+  }
+  std::string text;
+  google::protobuf::TextFormat::PrintFieldValueToString(message, field, -1, &text);
+  return text;
+}
+}  // namespace
+
+std::vector<std::string> Daemon::reload(const v1::DaemonConfig& fresh) {
+  notifier_.reloading();
+  v1::DaemonConfig applied = admin_->config();
+  std::vector<std::string> need_restart;
+  const auto* descriptor = v1::DaemonConfig::descriptor();
+  for (int i = 0; i < descriptor->field_count(); ++i) {
+    const auto* field = descriptor->field(i);
+    if (fieldText(applied, field) == fieldText(fresh, field)) continue;
+    if (field->name() != "log_level") {
+      need_restart.push_back(field->name());
+      continue;
+    }
+    const Status set = setLogLevel(fresh.log_level());
+    if (set.isOk()) {
+      applied.set_log_level(fresh.log_level());
+      GS_LOG(main, info, "reload: log_level is now {}", fresh.log_level());
+    } else {
+      GS_LOG(main, err, "reload: log_level not changed: {}", set.message());
+    }
+  }
+  admin_->setConfig(applied);
+  std::string names;
+  for (const auto& name : need_restart) names += (names.empty() ? "" : ", ") + name;
+  if (!need_restart.empty()) {
+    GS_LOG(main, warn, "reload: these changed fields need a restart and were not applied: {}", names);
+  } else {
+    GS_LOG(main, info, "reload: nothing else changed");
+  }
+  notifier_.ready(statusLine());
+  return need_restart;
 }
 
 void Daemon::shutdown() {
@@ -218,6 +277,7 @@ void Daemon::shutdown() {
     if (stopping_) return;
     stopping_ = true;
   }
+  notifier_.stopping();
   stop_cv_.notify_all();
   if (housekeeping_.joinable()) housekeeping_.join();
   GS_LOG(main, info, "shutting down");

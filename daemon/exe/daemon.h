@@ -9,11 +9,13 @@
 #include <memory>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 #include "daemon/common/budget.h"
 #include "daemon/executor/reduce_pool.h"
 #include "daemon/gpu/gpu_node.h"
 #include "daemon/gpu/nccl_library.h"
+#include "daemon/exe/service_notifier.h"
 #include "daemon/metrics/http_exporter.h"
 #include "daemon/server/admin_service.h"
 #include "daemon/server/control_service.h"
@@ -42,6 +44,11 @@ class Daemon {
   // and removes the sockets. Idempotent.
   void shutdown();
 
+  // SIGHUP: applies what of `fresh` can change while running (log_level)
+  // and returns the names of the other fields that differ from the
+  // configuration in effect: they need a restart.
+  std::vector<std::string> reload(const v1::DaemonConfig& fresh);
+
  private:
   Daemon(const v1::DaemonConfig& config, GpuFactory make_gpus) : config_(config), make_gpus_(std::move(make_gpus)) {}
   Status startServers();
@@ -51,12 +58,15 @@ class Daemon {
   // Serves the Prometheus endpoint when metrics_address is set.
   Status startMetrics();
   std::string prometheusText() const;
+  // "serving: 2 jobs, 8 ranks" (systemd's STATUS=).
+  std::string statusLine() const;
   // Loads NCCL (GRADSYNC_NCCL_LIBRARY, else the loader's libnccl.so.2); a
   // node without it runs everything but GPU collectives.
   void loadNccl(server::DaemonFacts* facts);
 
   const v1::DaemonConfig config_;
   const GpuFactory make_gpus_;
+  ServiceNotifier notifier_;
   std::unique_ptr<gpu::NcclLibrary> nccl_;
   std::unique_ptr<gpu::GpuNode> gpus_;  // null without GPUs
   std::unique_ptr<executor::ReducePool> pool_;

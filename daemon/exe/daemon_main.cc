@@ -45,6 +45,17 @@ void endShutdownWithin(const sigset_t& signals) {
   }).detach();
 }
 
+// SIGHUP: the configuration is read again as at start (file, then flags).
+void reload(Daemon& daemon, int argc, char** argv) {
+  GS_LOG(main, info, "SIGHUP: reading the configuration again");
+  auto options = exe::parseOptions(std::vector<std::string>(argv + 1, argv + argc));
+  if (!options.isOk()) {
+    GS_LOG(main, err, "reload: the configuration is not valid, nothing changed: {}", options.status().message());
+    return;
+  }
+  daemon.reload(options->config);
+}
+
 }  // namespace
 
 int daemonMain(int argc, char** argv, GpuFactory make_gpus) {
@@ -85,7 +96,7 @@ int daemonMain(int argc, char** argv, GpuFactory make_gpus) {
   int signo = 0;
   do {
     sigwait(&signals, &signo);
-    if (signo == SIGHUP) GS_LOG(main, info, "SIGHUP ignored (restart the daemon to change its configuration)");
+    if (signo == SIGHUP) reload(**daemon, argc, argv);
   } while (signo == SIGHUP);
   GS_LOG(main, info, "received signal {}", signo);
   endShutdownWithin(signals);

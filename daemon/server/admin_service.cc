@@ -12,6 +12,16 @@
 
 namespace gradsync::server {
 
+v1::DaemonConfig AdminService::config() const {
+  std::lock_guard<std::mutex> lock(config_mutex_);
+  return config_;
+}
+
+void AdminService::setConfig(const v1::DaemonConfig& config) {
+  std::lock_guard<std::mutex> lock(config_mutex_);
+  config_ = config;
+}
+
 grpc::Status AdminService::GetStatus(grpc::ServerContext*, const v1::GetStatusRequest*,
                                      v1::GetStatusResponse* response) {
   response->set_version(facts_.version);
@@ -19,7 +29,7 @@ grpc::Status AdminService::GetStatus(grpc::ServerContext*, const v1::GetStatusRe
       std::chrono::duration<double>(std::chrono::steady_clock::now() - facts_.started).count());
   response->set_pid(facts_.pid);
   response->set_hostname(facts_.hostname);
-  *response->mutable_config() = facts_.config;
+  *response->mutable_config() = config();
   response->set_jobs(static_cast<int>(registry_->jobCount()));
   response->set_cuda_devices(static_cast<int>(facts_.gpus.gpus.size()));
   for (const auto& gpu : facts_.gpus.gpus) {

@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <functional>
+#include <mutex>
 
 #include "daemon/gpu/gpu_inventory.h"
 #include "daemon/server/job_registry.h"
@@ -26,7 +27,13 @@ struct DaemonFacts {
 
 class AdminService final : public v1::Admin::Service {
  public:
-  AdminService(const JobRegistry* registry, DaemonFacts facts) : registry_(registry), facts_(std::move(facts)) {}
+  AdminService(const JobRegistry* registry, DaemonFacts facts)
+      : registry_(registry), facts_(std::move(facts)), config_(facts_.config) {}
+
+  // The configuration in effect, as GetStatus reports it (a reload changes
+  // the fields it applies).
+  v1::DaemonConfig config() const;
+  void setConfig(const v1::DaemonConfig& config);
 
   grpc::Status GetStatus(grpc::ServerContext*, const v1::GetStatusRequest*, v1::GetStatusResponse* response) override;
   grpc::Status ListJobs(grpc::ServerContext*, const v1::ListJobsRequest* request,
@@ -36,7 +43,9 @@ class AdminService final : public v1::Admin::Service {
 
  private:
   const JobRegistry* registry_;
-  const DaemonFacts facts_;
+  const DaemonFacts facts_;  // facts_.config: as started
+  mutable std::mutex config_mutex_;
+  v1::DaemonConfig config_;
 };
 
 }  // namespace gradsync::server

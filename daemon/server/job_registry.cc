@@ -336,4 +336,9 @@ size_t JobRegistry::jobCount() const {
   return jobs_.size();
 }
 
+size_t JobRegistry::sessionCount() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return sessions_.size();
+}
+
 }  // namespace gradsync::server

@@ -66,6 +66,8 @@ class JobRegistry {
   // Credentials for calls to other daemons (TLS when configured).
   void setPeerCredentials(std::shared_ptr<grpc::ChannelCredentials> credentials);
   size_t jobCount() const;
+  // Sessions (ranks registered on this daemon), every job together.
+  size_t sessionCount() const;
 
  private:
   struct SessionEntry {

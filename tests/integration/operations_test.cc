@@ -1,10 +1,18 @@
 // SPDX-License-Identifier: Apache-2.0
 // gradsyncd as operators run it: its Prometheus endpoint scraped by a real
-// HTTP client during a job and checked by promtool.
+// HTTP client during a job and checked by promtool; the systemd notify
+// protocol (ready, status, watchdog, reload, stopping) on a socket the test
+// holds.
 #include <httplib.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <regex>
 
@@ -105,6 +113,97 @@ TEST(Operations, MetricsAddressInUseIsAClearStartupError) {
   EXPECT_FALSE(daemon.start({"--metrics-address", "127.0.0.1:" + std::to_string(port)}, &error));
   EXPECT_NE(daemon.log().find("cannot serve metrics on 127.0.0.1:" + std::to_string(port)), std::string::npos)
       << daemon.log();
+}
+
+// A datagram socket standing in for systemd's notify socket.
+class NotifySocket {
+ public:
+  explicit NotifySocket(const std::string& path) : path_(path) {
+    fd_ = ::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
+    bound_ = ::bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+  }
+  ~NotifySocket() {
+    ::close(fd_);
+    ::unlink(path_.c_str());
+  }
+  bool bound() const { return bound_; }
+  // Messages received until one contains `wanted` or `timeout` passes; all
+  // of them, the last one (if any) holding `wanted`.
+  std::vector<std::string> until(const std::string& wanted, std::chrono::milliseconds timeout) {
+    std::vector<std::string> messages;
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (std::chrono::steady_clock::now() < deadline) {
+      pollfd p{fd_, POLLIN, 0};
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      if (::poll(&p, 1, static_cast<int>(std::max<int64_t>(1, left.count()))) <= 0) continue;
+      char buffer[4096];
+      const ssize_t n = ::recv(fd_, buffer, sizeof(buffer), 0);
+      if (n <= 0) continue;
+      messages.emplace_back(buffer, static_cast<size_t>(n));
+      if (messages.back().find(wanted) != std::string::npos) break;
+    }
+    return messages;
+  }
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+  bool bound_ = false;
+};
+
+std::string joined(const std::vector<std::string>& messages) {
+  std::string all;
+  for (const auto& m : messages) all += "[" + m + "] ";
+  return all;
+}
+
+// gradsyncd under a Type=notify unit with WatchdogSec: systemd's side of the
+// protocol is a datagram socket, which this test holds.
+TEST(Operations, SystemdNotifyReadyWatchdogReloadAndStopping) {
+  TempDir sockets;
+  NotifySocket notify(sockets.path() + "/notify");
+  ASSERT_TRUE(notify.bound());
+  DaemonFixture daemon;
+  std::string error;
+  const std::string config = daemon.dir() + "/gradsyncd.textproto";
+  std::ofstream(config) << "log_level: \"info\"\nfusion_threshold_bytes: 1048576\n";
+  ASSERT_TRUE(daemon.startWrapped({}, {{"NOTIFY_SOCKET", sockets.path() + "/notify"}, {"WATCHDOG_USEC", "400000"}},
+                                  {"--config-path", config}, &error))
+      << error;
+  auto messages = notify.until("READY=1", std::chrono::seconds(10));
+  ASSERT_FALSE(messages.empty());
+  EXPECT_NE(messages.back().find("STATUS=serving: 0 jobs"), std::string::npos) << joined(messages);
+  // Half the watchdog interval apart: at least 3 pings in a second.
+  int pings = 0;
+  const auto second = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+  while (std::chrono::steady_clock::now() < second) {
+    for (const auto& m : notify.until("WATCHDOG=1", std::chrono::milliseconds(300))) {
+      if (m.find("WATCHDOG=1") != std::string::npos) ++pings;
+    }
+  }
+  EXPECT_GE(pings, 3);
+
+  // A reload applies log_level and names what needs a restart.
+  std::ofstream(config) << "log_level: \"debug\"\nfusion_threshold_bytes: 2097152\n";
+  daemon.process().kill(SIGHUP);
+  messages = notify.until("RELOADING=1", std::chrono::seconds(10));
+  ASSERT_FALSE(messages.empty());
+  EXPECT_NE(messages.back().find("RELOADING=1"), std::string::npos) << joined(messages);
+  messages = notify.until("READY=1", std::chrono::seconds(10));
+  ASSERT_FALSE(messages.empty());
+  EXPECT_NE(messages.back().find("READY=1"), std::string::npos) << joined(messages);
+  EXPECT_TRUE(waitFor([&] { return daemon.log().find("need a restart and were not applied: fusion_threshold_bytes") != std::string::npos; },
+                      std::chrono::seconds(5)))
+      << daemon.log();
+  EXPECT_NE(daemon.log().find("log_level is now debug"), std::string::npos) << daemon.log();
+
+  EXPECT_EQ(daemon.stop(), 0);
+  messages = notify.until("STOPPING=1", std::chrono::seconds(1));
+  ASSERT_FALSE(messages.empty());
+  EXPECT_NE(messages.back().find("STOPPING=1"), std::string::npos) << joined(messages);
 }
 
 }  // namespace
