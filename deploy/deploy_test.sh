@@ -20,4 +20,10 @@ if msg=$("$daemon" --check-config --config-path "$broken" 2>&1); then
   exit 1
 fi
 grep -q "no_such_option" <<< "$msg"
+# Every metric the Grafana dashboard queries is one the daemon exports.
+dashboard="$root/deploy/grafana/gradsync-dashboard.json"
+python3 -c 'import json, sys; json.load(open(sys.argv[1]))' "$dashboard"
+for name in $(grep -o 'gradsync_[a-z_]*' "$dashboard" | sed -E 's/_(bucket|sum|count)$//' | sort -u); do
+  grep -q "\"$name\"" "$root/daemon/metrics/prometheus.cc" || { echo "dashboard queries $name, which gradsyncd does not export" >&2; exit 1; }
+done
 echo "deploy files OK"

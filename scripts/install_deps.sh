@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
-# Installs the Debian packages gradsync builds and tests with. Idempotent:
-# does nothing when everything is already installed.
+# Installs the Debian packages gradsync builds and tests with, and grpcurl.
+# Idempotent: does nothing when everything is already installed.
 set -euo pipefail
 
 PACKAGES=(
@@ -27,15 +27,16 @@ missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
-if [ ${#missing[@]} -eq 0 ]; then
-  exit 0
+if [ ${#missing[@]} -gt 0 ]; then
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  echo "install_deps: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
-SUDO=""
-[ "$(id -u)" -eq 0 ] || SUDO="sudo"
-echo "install_deps: installing ${missing[*]}"
-export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -qq
-$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 if [ ! -x /usr/local/cuda/bin/nvcc ]; then
   echo "install_deps: note: no CUDA toolkit at /usr/local/cuda; GPU code is linked from there where present" >&2
 fi
+# grpcurl for the reflection and health checks (tests only; best effort).
+"$(dirname "$0")/install_grpcurl.sh" || echo "install_deps: note: grpcurl not installed; its checks will be skipped" >&2

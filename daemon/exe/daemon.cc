@@ -2,12 +2,15 @@
 #include "daemon/exe/daemon.h"
 
 #include <grp.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
 #include <google/protobuf/descriptor.h>
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/health_check_service_interface.h>
 #include <google/protobuf/text_format.h>
 
 #include <cstdlib>
@@ -16,6 +19,7 @@
 #include "daemon/common/logging.h"
 #include "daemon/gpu/gpu_inventory.h"
 #include "daemon/metrics/prometheus.h"
+#include "proto/grpc/health/v1/health.pb.h"
 #include "daemon/peer/tls.h"
 
 namespace gradsync::exe {
@@ -65,6 +69,12 @@ StatusOr<std::unique_ptr<Daemon>> Daemon::start(const v1::DaemonConfig& config, 
 }
 
 Status Daemon::startServers() {
+  // Every server built from here on serves grpc.health.v1.Health (probes,
+  // grpcurl) and reflection (grpcurl list/describe). Linking the health
+  // descriptor lets reflection describe the health service too.
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  (void)grpc::health::v1::HealthCheckRequest::descriptor();
   ASSIGN_OR_RETURN(int gid, groupId(config_.socket_group()));
   RETURN_IF_ERROR(claimSocketPath(config_.socket_path()));
   RETURN_IF_ERROR(claimSocketPath(config_.handoff_socket_path()));
@@ -118,6 +128,7 @@ Status Daemon::startServers() {
   control_ = std::make_unique<server::ControlService>(registry_.get(), control_info);
   facts.peer_address = peer_address;
   admin_ = std::make_unique<server::AdminService>(registry_.get(), facts);
+  admin_->onDrainingChanged([this](bool draining) { setServing(!draining); });
   RETURN_IF_ERROR(startMetrics());  // before the sockets accept: a bad address fails the start
 
   arena_budget_ = std::make_unique<Budget>("arena bytes", config_.max_total_arena_bytes());
@@ -142,6 +153,7 @@ Status Daemon::startServers() {
       (gid >= 0 && ::chown(config_.socket_path().c_str(), static_cast<uid_t>(-1), static_cast<gid_t>(gid)) != 0)) {
     return internalError("cannot set permissions of " + config_.socket_path() + ": " + std::strerror(errno));
   }
+  setServing(true);
   housekeeping_ = std::thread([this] { housekeepingLoop(); });
   notifier_.ready(statusLine());
   GS_LOG(main, info, "gradsyncd {} serving on unix:{} (hand-off {}), {} reduce threads", kVersion,
@@ -204,10 +216,23 @@ std::string Daemon::prometheusText() const {
   return metrics::renderPrometheus(status, jobs);
 }
 
+void Daemon::setServing(bool serving) {
+  // Control goes with new jobs (drain); the others only with shutdown.
+  if (auto* health = grpc_server_ ? grpc_server_->GetHealthCheckService() : nullptr) {
+    health->SetServingStatus(v1::Control::service_full_name(), serving);
+    health->SetServingStatus(v1::Admin::service_full_name(), true);
+  }
+  // The peer port answers for Control too: Kubernetes probes reach TCP only.
+  if (auto* health = peer_server_ ? peer_server_->GetHealthCheckService() : nullptr) {
+    health->SetServingStatus(v1::Peer::service_full_name(), true);
+    health->SetServingStatus(v1::Control::service_full_name(), serving);
+  }
+}
+
 std::string Daemon::statusLine() const {
   const size_t jobs = registry_->jobCount();
   const size_t ranks = registry_->sessionCount();
-  return "serving: " + std::to_string(jobs) + (jobs == 1 ? " job, " : " jobs, ") + std::to_string(ranks) +
+  return std::string(registry_->draining() ? "draining" : "serving") + ": " + std::to_string(jobs) + (jobs == 1 ? " job, " : " jobs, ") + std::to_string(ranks) +
          (ranks == 1 ? " rank" : " ranks");
 }
 
@@ -223,6 +248,12 @@ void Daemon::housekeepingLoop() {
     registry_->housekeeping(now);
     notifier_.watchdog(now);
     notifier_.status(statusLine());
+    if (registry_->draining() && registry_->jobCount() == 0 && !drained_) {
+      // The same way out as SIGTERM: the main thread's signal wait.
+      drained_ = true;
+      GS_LOG(main, warn, "drained: no job left; exiting");
+      ::kill(::getpid(), SIGTERM);
+    }
     lock.lock();
   }
 }
@@ -278,6 +309,10 @@ void Daemon::shutdown() {
     stopping_ = true;
   }
   notifier_.stopping();
+  // Probes see NOT_SERVING from here on (every service, the server's too).
+  for (grpc::Server* server : {grpc_server_.get(), peer_server_.get()}) {
+    if (server != nullptr && server->GetHealthCheckService() != nullptr) server->GetHealthCheckService()->Shutdown();
+  }
   stop_cv_.notify_all();
   if (housekeeping_.joinable()) housekeeping_.join();
   GS_LOG(main, info, "shutting down");

@@ -60,6 +60,9 @@ class Daemon {
   std::string prometheusText() const;
   // "serving: 2 jobs, 8 ranks" (systemd's STATUS=).
   std::string statusLine() const;
+  // The health status of the gRPC services (grpc.health.v1): `serving`
+  // false while draining (Control only).
+  void setServing(bool serving);
   // Loads NCCL (GRADSYNC_NCCL_LIBRARY, else the loader's libnccl.so.2); a
   // node without it runs everything but GPU collectives.
   void loadNccl(server::DaemonFacts* facts);
@@ -84,6 +87,7 @@ class Daemon {
   std::mutex mutex_;
   std::condition_variable stop_cv_;
   bool stopping_ = false;
+  bool drained_ = false;  // housekeeping thread only
   std::thread housekeeping_;
 };
 

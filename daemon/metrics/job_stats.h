@@ -23,7 +23,8 @@ class JobStats {
  public:
   using Clock = std::chrono::steady_clock;
 
-  // One local rank's collective completed: `bytes` of input, enqueued at
+  // One local rank's collective completed (`dtype` DATA_TYPE_UNSPECIFIED
+  // for those without data): `bytes` of input, enqueued at
   // `enqueued`, its fused response started at `started`, done `now`.
   void done(CollectiveType type, DataType dtype, uint64_t bytes, Clock::time_point enqueued,
             Clock::time_point started, Clock::time_point now);

@@ -16,7 +16,7 @@ std::string collectiveLabel(CollectiveType type) {
   return name;
 }
 
-void daemonMetrics(const v1::GetStatusResponse& status, const DaemonGauges& gauges, Exposition* out) {
+void daemonMetrics(const v1::GetStatusResponse& status, Exposition* out) {
   out->gauge("gradsync_build_info", "The daemon's version (the value is always 1).",
              {{"version", status.version()}}, 1);
   out->gauge("gradsync_uptime_seconds", "Seconds since the daemon started.", {}, status.uptime_seconds());
@@ -25,7 +25,7 @@ void daemonMetrics(const v1::GetStatusResponse& status, const DaemonGauges& gaug
   out->gauge("gradsync_nccl_version", "NCCL version loaded (e.g. 22809 for 2.28.9); 0 when none could be.", {},
              status.nccl_version());
   out->gauge("gradsync_draining", "1 while the daemon refuses new jobs and waits for running ones to end.", {},
-             gauges.draining ? 1 : 0);
+             status.draining() ? 1 : 0);
 }
 
 void rankMetrics(const v1::JobInfo& job, const Labels& labels, Exposition* out) {
@@ -50,7 +50,7 @@ void collectiveMetrics(const v1::JobInfo& job, const Labels& labels, Exposition*
   for (const auto& stats : job.collective_stats()) {
     Labels l = labels;
     l.emplace_back("collective", collectiveLabel(stats.type()));
-    l.emplace_back("dtype", dataTypeName(stats.dtype()));
+    l.emplace_back("dtype", stats.dtype() == v1::DATA_TYPE_UNSPECIFIED ? "none" : dataTypeName(stats.dtype()));
     out->counter("gradsync_operations_total", "Collectives of local ranks completed, by collective and dtype.", l,
                  static_cast<double>(stats.operations()));
     out->counter("gradsync_operation_bytes_total", "Input bytes of the completed collectives of local ranks.", l,
@@ -125,13 +125,12 @@ void nodeMetrics(const v1::JobInfo& job, const Labels& labels, Exposition* out) 
 
 }  // namespace
 
-std::string renderPrometheus(const v1::GetStatusResponse& status, const v1::ListJobsResponse& jobs,
-                             const DaemonGauges& gauges) {
+std::string renderPrometheus(const v1::GetStatusResponse& status, const v1::ListJobsResponse& jobs) {
   Exposition out;
-  daemonMetrics(status, gauges, &out);
+  daemonMetrics(status, &out);
   for (const auto& job : jobs.jobs()) {
     if (job.ended()) continue;
-    const Labels labels = {{"job", job.job_id()}};
+    const Labels labels = {{"job_id", job.job_id()}};
     rankMetrics(job, labels, &out);
     collectiveMetrics(job, labels, &out);
     nodeMetrics(job, labels, &out);

@@ -10,12 +10,6 @@
 
 namespace gradsync::metrics {
 
-// Extra daemon-wide facts that GetStatus does not carry.
-struct DaemonGauges {
-  bool draining = false;
-};
-
-std::string renderPrometheus(const v1::GetStatusResponse& status, const v1::ListJobsResponse& jobs,
-                             const DaemonGauges& gauges = {});
+std::string renderPrometheus(const v1::GetStatusResponse& status, const v1::ListJobsResponse& jobs);
 
 }  // namespace gradsync::metrics

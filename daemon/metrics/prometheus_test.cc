@@ -69,29 +69,29 @@ std::string rendered() {
 TEST(Prometheus, NamesLabelsAndValues) {
   const std::string text = rendered();
   EXPECT_NE(text.find("gradsync_build_info{version=\"0.1.0\"} 1\n"), std::string::npos) << text;
-  EXPECT_NE(text.find("gradsync_job_connected_ranks{job=\"train \\\"a\\\"\"} 2\n"), std::string::npos) << text;
-  EXPECT_NE(text.find("gradsync_job_arena_bytes{job=\"train \\\"a\\\"\"} 2097152\n"), std::string::npos) << text;
-  EXPECT_NE(text.find("gradsync_operations_total{job=\"train \\\"a\\\"\",collective=\"allreduce\",dtype=\"float32\"} 1"),
+  EXPECT_NE(text.find("gradsync_job_connected_ranks{job_id=\"train \\\"a\\\"\"} 2\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("gradsync_job_arena_bytes{job_id=\"train \\\"a\\\"\"} 2097152\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("gradsync_operations_total{job_id=\"train \\\"a\\\"\",collective=\"allreduce\",dtype=\"float32\"} 1"),
             std::string::npos)
       << text;
   EXPECT_NE(text.find("collective=\"process_set_add\""), std::string::npos) << text;
-  EXPECT_NE(text.find("gradsync_operation_latency_seconds_bucket{job=\"train \\\"a\\\"\",collective=\"allreduce\","
+  EXPECT_NE(text.find("gradsync_operation_latency_seconds_bucket{job_id=\"train \\\"a\\\"\",collective=\"allreduce\","
                       "le=\"0.0001\"} 1\n"),
             std::string::npos)
       << text;
-  EXPECT_NE(text.find("gradsync_operation_errors_total{job=\"train \\\"a\\\"\",cause=\"ABORTED\"} 1\n"),
+  EXPECT_NE(text.find("gradsync_operation_errors_total{job_id=\"train \\\"a\\\"\",cause=\"ABORTED\"} 1\n"),
             std::string::npos)
       << text;
-  EXPECT_NE(text.find("gradsync_phase_seconds_total{job=\"train \\\"a\\\"\",phase=\"REDUCE\"} 5e-05\n"),
+  EXPECT_NE(text.find("gradsync_phase_seconds_total{job_id=\"train \\\"a\\\"\",phase=\"REDUCE\"} 5e-05\n"),
             std::string::npos)
       << text;
   // Other daemons only, throughput in bytes per second, heartbeat in seconds.
   EXPECT_EQ(text.find("node0:7000"), std::string::npos) << text;
-  EXPECT_NE(text.find("gradsync_peer_throughput_bytes_per_second{job=\"train \\\"a\\\"\",node=\"1\",peer=\"node1:"
+  EXPECT_NE(text.find("gradsync_peer_throughput_bytes_per_second{job_id=\"train \\\"a\\\"\",node=\"1\",peer=\"node1:"
                       "7000\"} 2500000000\n"),
             std::string::npos)
       << text;
-  EXPECT_NE(text.find("gradsync_peer_heartbeat_age_seconds{job=\"train \\\"a\\\"\",node=\"1\",peer=\"node1:7000\"} "
+  EXPECT_NE(text.find("gradsync_peer_heartbeat_age_seconds{job_id=\"train \\\"a\\\"\",node=\"1\",peer=\"node1:7000\"} "
                       "0.12\n"),
             std::string::npos)
       << text;

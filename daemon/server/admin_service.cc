@@ -49,6 +49,28 @@ grpc::Status AdminService::GetStatus(grpc::ServerContext*, const v1::GetStatusRe
   response->set_nccl_library(facts_.nccl_library);
   response->set_nccl_note(facts_.nccl_note);
   response->set_peer_address(facts_.peer_address);
+  response->set_draining(registry_->draining());
+  return grpc::Status::OK;
+}
+
+grpc::Status AdminService::SetDraining(grpc::ServerContext*, const v1::SetDrainingRequest* request,
+                                       v1::SetDrainingResponse* response) {
+  const bool was = registry_->draining();
+  registry_->setDraining(request->draining());
+  const size_t jobs = registry_->jobCount();
+  if (was != request->draining()) {
+    GS_LOG(admin, warn, "{} by gradsyncctl: {} jobs running{}", request->draining() ? "draining" : "drain cancelled",
+           jobs, request->draining() ? "; no new jobs, exiting once none is left" : "; taking new jobs again");
+  }
+  if (draining_hook_) draining_hook_(request->draining());
+  response->set_draining(request->draining());
+  response->set_jobs(static_cast<int>(jobs));
+  return grpc::Status::OK;
+}
+
+grpc::Status AdminService::ListTensors(grpc::ServerContext*, const v1::ListTensorsRequest* request,
+                                       v1::ListTensorsResponse* response) {
+  for (auto& tensors : registry_->jobTensors(request->job_id())) *response->add_jobs() = std::move(tensors);
   return grpc::Status::OK;
 }
 

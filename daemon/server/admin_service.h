@@ -27,7 +27,7 @@ struct DaemonFacts {
 
 class AdminService final : public v1::Admin::Service {
  public:
-  AdminService(const JobRegistry* registry, DaemonFacts facts)
+  AdminService(JobRegistry* registry, DaemonFacts facts)
       : registry_(registry), facts_(std::move(facts)), config_(facts_.config) {}
 
   // The configuration in effect, as GetStatus reports it (a reload changes
@@ -40,9 +40,18 @@ class AdminService final : public v1::Admin::Service {
                         v1::ListJobsResponse* response) override;
   grpc::Status ControlTimeline(grpc::ServerContext*, const v1::ControlTimelineRequest* request,
                                v1::ControlTimelineResponse* response) override;
+  grpc::Status SetDraining(grpc::ServerContext*, const v1::SetDrainingRequest* request,
+                           v1::SetDrainingResponse* response) override;
+  grpc::Status ListTensors(grpc::ServerContext*, const v1::ListTensorsRequest* request,
+                           v1::ListTensorsResponse* response) override;
+
+  // Called with the new state after the registry took a drain or undrain
+  // (the daemon updates health and exits when a drain finds no job).
+  void onDrainingChanged(std::function<void(bool)> hook) { draining_hook_ = std::move(hook); }
 
  private:
-  const JobRegistry* registry_;
+  JobRegistry* registry_;
+  std::function<void(bool)> draining_hook_;  // set before serving
   const DaemonFacts facts_;  // facts_.config: as started
   mutable std::mutex config_mutex_;
   v1::DaemonConfig config_;

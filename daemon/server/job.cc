@@ -472,6 +472,25 @@ void Job::stop(const std::string& reason, bool daemon_stopping) {
   }
 }
 
+int Job::inFlightLocked() const {
+  return static_cast<int>(negotiator_.pendingCount() + ready_.size() + forwarded_.size()) + in_flight_executing_;
+}
+
+v1::JobTensors Job::tensors(Clock::time_point now) const {
+  v1::JobTensors out;
+  out.set_job_id(spec_.job_id);
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (const auto& stall : negotiator_.stalls(now, Clock::duration::zero())) {
+    v1::TensorInFlight* tensor = out.add_negotiating();
+    tensor->set_name(stall.name);
+    tensor->set_age_seconds(std::chrono::duration<double>(stall.age).count());
+    for (int rank : stall.submitted_ranks) tensor->add_submitted_ranks(rank);
+    for (int rank : stall.missing_ranks) tensor->add_missing_ranks(rank);
+  }
+  out.set_in_flight(inFlightLocked());
+  return out;
+}
+
 v1::JobInfo Job::info() const {
   std::lock_guard<std::mutex> lock(mutex_);
   v1::JobInfo info;
@@ -489,8 +508,7 @@ v1::JobInfo Job::info() const {
     r->set_joined(negotiator_.joined(rank));
     r->set_arena_bytes(session->arena() ? session->arena()->size() : 0);
   }
-  info.set_tensors_in_flight(static_cast<int>(negotiator_.pendingCount() + ready_.size() + forwarded_.size()) +
-                             in_flight_executing_);
+  info.set_tensors_in_flight(inFlightLocked());
   info.set_operations_done(operations_done_);
   info.set_bytes_done(bytes_done_);
   info.set_errors(errors_);

@@ -123,6 +123,8 @@ class Job : private executor::RankAccess {
   // daemon_stopping, tells the job's other nodes that this one is gone.
   void stop(const std::string& reason, bool daemon_stopping = false);
   v1::JobInfo info() const;
+  // The collectives in negotiation here, oldest first, and the count in flight.
+  v1::JobTensors tensors(Clock::time_point now) const;
   // The multi-node part (null for single-node jobs).
   peer::CrossNode* crossNode() { return cross_.get(); }
   // Multi-node jobs: once every local rank registered, takes up this node's
@@ -336,6 +338,8 @@ class Job : private executor::RankAccess {
   // collective) when it needs no output grants.
   bool executing_ = false;
   int in_flight_executing_ = 0;
+  // Negotiating, ready, forwarded and executing collectives (needs mutex_).
+  int inFlightLocked() const;
 
   // Counters (guarded by mutex_).
   uint64_t operations_done_ = 0;

@@ -136,7 +136,8 @@ void Job::complete(const coordinator::Response& response, const executor::Respon
       for (int rank : response.ranks) done->mutable_detail()->add_ranks(rank);
     } else {
       bytes_done_ += request->length;
-      stats_.done(response.type, request->dtype, request->length, request->received, started, now);
+      const DataType dtype = isDataless(response.type) ? v1::DATA_TYPE_UNSPECIFIED : request->dtype;
+      stats_.done(response.type, dtype, request->length, request->received, started, now);
     }
     if (i < result.members.size()) {
       for (int64_t d : result.members[i].output_shape) done->add_output_shape(d);

@@ -213,6 +213,10 @@ StatusOr<std::shared_ptr<Session>> JobRegistry::registerLocked(const v1::Registe
 }
 
 Status JobRegistry::roomForAnotherJobLocked() const {
+  if (draining_) {
+    return unavailable("gradsyncd on " + limits_.job.hostname +
+                       " is draining (gradsyncctl drain): it takes no new jobs and exits once its running jobs end");
+  }
   if (jobs_.size() < limits_.max_jobs) return okStatus();
   return resourceExhausted("daemon serves " + std::to_string(jobs_.size()) + " jobs already (max_jobs)");
 }
@@ -334,6 +338,19 @@ void JobRegistry::setPeerCredentials(std::shared_ptr<grpc::ChannelCredentials> c
 size_t JobRegistry::jobCount() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return jobs_.size();
+}
+
+std::vector<v1::JobTensors> JobRegistry::jobTensors(const std::string& only_job) const {
+  std::vector<std::shared_ptr<Job>> jobs;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (const auto& [id, job] : jobs_) {
+      if (only_job.empty() || id == only_job) jobs.push_back(job);
+    }
+  }
+  std::vector<v1::JobTensors> out;
+  for (const auto& job : jobs) out.push_back(job->tensors(Clock::now()));
+  return out;
 }
 
 size_t JobRegistry::sessionCount() const {

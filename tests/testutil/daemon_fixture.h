@@ -12,6 +12,15 @@
 
 namespace gradsync::testutil {
 
+// A gradsyncctl run: its exit code and its output (stdout and stderr).
+struct CtlRun {
+  int code;
+  std::string output;
+};
+// Runs gradsyncctl (a runfile of the test) with `args`, its log in `dir`;
+// at most 20 s.
+CtlRun runCtl(const std::string& dir, const std::vector<std::string>& args);
+
 class DaemonFixture {
  public:
   // Starts gradsyncd with `extra_flags`; returns false (and the log in
@@ -33,6 +42,8 @@ class DaemonFixture {
   Process& process() { return process_; }
   // The peer service address the daemon logged ("" when it serves none).
   std::string peerAddress() const;
+  // gradsyncctl --socket <this daemon> `args`.
+  CtlRun ctl(const std::vector<std::string>& args) const;
 
   // Environment for rank `rank` of `size` of job `job`.
   std::map<std::string, std::string> rankEnv(const std::string& job, int rank, int size,

@@ -64,6 +64,7 @@ AdminClient::AdminClient(AdminClientOptions options)
 
 Status AdminClient::connect() {
   if (!deadline_set_) {
+    // A command's budget starts with its first call (renewDeadline: again).
     deadline_ = std::chrono::system_clock::now() +
                 std::chrono::duration_cast<std::chrono::system_clock::duration>(
                     std::chrono::duration<double>(options_.timeout_seconds));
@@ -105,33 +106,44 @@ Status AdminClient::fromGrpc(const grpc::Status& status, const char* rpc) const 
 }
 
 StatusOr<v1::GetStatusResponse> AdminClient::getStatus() {
-  RETURN_IF_ERROR(connect());
-  grpc::ClientContext context;
-  prepare(&context);
-  v1::GetStatusResponse response;
-  RETURN_IF_ERROR(fromGrpc(stub_->GetStatus(&context, v1::GetStatusRequest(), &response), "GetStatus"));
-  return response;
+  return call(&v1::Admin::Stub::GetStatus, v1::GetStatusRequest(), "GetStatus");
 }
 
 StatusOr<v1::ListJobsResponse> AdminClient::listJobs(const std::string& job_id, bool include_ended) {
-  RETURN_IF_ERROR(connect());
-  grpc::ClientContext context;
-  prepare(&context);
   v1::ListJobsRequest request;
   request.set_job_id(job_id);
   request.set_include_ended(include_ended);
-  v1::ListJobsResponse response;
-  RETURN_IF_ERROR(fromGrpc(stub_->ListJobs(&context, request, &response), "ListJobs"));
-  return response;
+  return call(&v1::Admin::Stub::ListJobs, request, "ListJobs");
 }
 
 StatusOr<v1::ControlTimelineResponse> AdminClient::controlTimeline(const v1::ControlTimelineRequest& request) {
+  return call(&v1::Admin::Stub::ControlTimeline, request, "ControlTimeline");
+}
+
+StatusOr<v1::SetDrainingResponse> AdminClient::setDraining(bool draining) {
+  v1::SetDrainingRequest request;
+  request.set_draining(draining);
+  return call(&v1::Admin::Stub::SetDraining, request, "SetDraining");
+}
+
+StatusOr<v1::ListTensorsResponse> AdminClient::listTensors(const std::string& job_id) {
+  v1::ListTensorsRequest request;
+  request.set_job_id(job_id);
+  return call(&v1::Admin::Stub::ListTensors, request, "ListTensors");
+}
+
+StatusOr<grpc::health::v1::HealthCheckResponse::ServingStatus> AdminClient::health(const std::string& service) {
   RETURN_IF_ERROR(connect());
+  auto stub = grpc::health::v1::Health::NewStub(channel_);
   grpc::ClientContext context;
   prepare(&context);
-  v1::ControlTimelineResponse response;
-  RETURN_IF_ERROR(fromGrpc(stub_->ControlTimeline(&context, request, &response), "ControlTimeline"));
-  return response;
+  grpc::health::v1::HealthCheckRequest request;
+  request.set_service(service);
+  grpc::health::v1::HealthCheckResponse response;
+  RETURN_IF_ERROR(fromGrpc(stub->Check(&context, request, &response), "Health.Check"));
+  return response.status();
 }
+
+void AdminClient::renewDeadline() { deadline_set_ = false; }
 
 }  // namespace gradsync::ctl

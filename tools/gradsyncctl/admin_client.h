@@ -11,6 +11,7 @@
 
 #include "daemon/common/status.h"
 #include "proto/gradsync/v1/admin.grpc.pb.h"
+#include "proto/grpc/health/v1/health.grpc.pb.h"
 
 namespace gradsync::ctl {
 
@@ -42,6 +43,13 @@ class AdminClient {
   // `include_ended`: also the elastic jobs that ended lately (their history).
   StatusOr<v1::ListJobsResponse> listJobs(const std::string& job_id, bool include_ended = false);
   StatusOr<v1::ControlTimelineResponse> controlTimeline(const v1::ControlTimelineRequest& request);
+  StatusOr<v1::SetDrainingResponse> setDraining(bool draining);
+  // All jobs, or only `job_id` when it is not empty.
+  StatusOr<v1::ListTensorsResponse> listTensors(const std::string& job_id);
+  // grpc.health.v1 on the same socket: "" is the server as a whole.
+  StatusOr<grpc::health::v1::HealthCheckResponse::ServingStatus> health(const std::string& service);
+  // The next call gets a whole timeout again (a command that repeats, top).
+  void renewDeadline();
 
  private:
   // Checks the socket file, then opens the channel and waits until it is
@@ -50,6 +58,17 @@ class AdminClient {
   // Context with the command's deadline.
   void prepare(grpc::ClientContext* context) const;
   Status fromGrpc(const grpc::Status& status, const char* rpc) const;
+  // One unary Admin call within the command's deadline.
+  template <typename Request, typename Response>
+  StatusOr<Response> call(grpc::Status (v1::Admin::Stub::*method)(grpc::ClientContext*, const Request&, Response*),
+                          const Request& request, const char* name) {
+    RETURN_IF_ERROR(connect());
+    grpc::ClientContext context;
+    prepare(&context);
+    Response response;
+    RETURN_IF_ERROR(fromGrpc((stub_.get()->*method)(&context, request, &response), name));
+    return response;
+  }
 
   AdminClientOptions options_;
   std::string target_;

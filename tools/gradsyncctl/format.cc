@@ -189,6 +189,7 @@ std::string formatStatus(const v1::GetStatusResponse& status, const std::string&
   line("pid", std::to_string(status.pid()));
   line("hostname", status.hostname());
   line("socket", socket_path);
+  if (status.draining()) line("draining", "yes: no new jobs; exits when the running ones have ended");
   line("peer", status.peer_address().empty() ? std::string("disabled (single-node jobs only)") : status.peer_address());
   line("gpus", status.gpus().empty() ? "none" + (status.gpu_note().empty() ? std::string() : " (" + status.gpu_note() + ")")
                                       : std::to_string(status.gpus_size()));
@@ -315,6 +316,24 @@ std::string formatHistory(const v1::ListJobsResponse& jobs) {
     out += rows.size() > 1 ? formatTable(rows, "  ") : "  no membership change yet\n";
   }
   return out.empty() ? "no elastic jobs\n" : out;
+}
+
+std::string formatTensors(const v1::ListTensorsResponse& tensors) {
+  if (tensors.jobs_size() == 0) return "no jobs\n";
+  std::string out;
+  for (const auto& job : tensors.jobs()) {
+    out += "job " + job.job_id() + ": " + std::to_string(job.in_flight()) + " in flight, " +
+           std::to_string(job.negotiating_size()) + " waiting for ranks\n";
+    for (const auto& tensor : job.negotiating()) {
+      std::string submitted, missing;
+      for (int rank : tensor.submitted_ranks()) submitted += (submitted.empty() ? "" : ",") + std::to_string(rank);
+      for (int rank : tensor.missing_ranks()) missing += (missing.empty() ? "" : ",") + std::to_string(rank);
+      // The rank lists may be long: outside printfString's fixed buffer.
+      out += printfString("  %-40s %9s", tensor.name().c_str(), formatDuration(tensor.age_seconds()).c_str()) +
+             "  submitted [" + submitted + "]  missing [" + missing + "]\n";
+    }
+  }
+  return out;
 }
 
 StatusOr<std::string> formatJson(const google::protobuf::Message& message) {

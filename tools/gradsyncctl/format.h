@@ -42,6 +42,10 @@ std::string formatMembers(const v1::ListJobsResponse& jobs);
 // The epochs of elastic jobs: when, why, size before and after.
 std::string formatHistory(const v1::ListJobsResponse& jobs);
 
+// Per job, the collectives in negotiation: name, age, ranks that submitted
+// and ranks missing; "no jobs" when empty.
+std::string formatTensors(const v1::ListTensorsResponse& tensors);
+
 // The message as one line of JSON (proto field names, zero values included),
 // followed by a newline.
 StatusOr<std::string> formatJson(const google::protobuf::Message& message);

@@ -6,7 +6,11 @@
 // Exit codes: 0 success; 1 the daemon answered with an error (or the job
 // asked for does not exist); 2 the daemon cannot be reached (no socket,
 // connection refused, no answer in time); 64 bad usage (EX_USAGE).
+#include <unistd.h>
+
 #include <cerrno>
+#include <chrono>
+#include <thread>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -17,6 +21,7 @@
 #include "daemon/common/status.h"
 #include "tools/gradsyncctl/admin_client.h"
 #include "tools/gradsyncctl/format.h"
+#include "tools/gradsyncctl/stats_view.h"
 
 namespace gradsync::ctl {
 namespace {
@@ -41,12 +46,23 @@ constexpr char kUsage[] =
     "                  starts JOB's timeline (Chrome-trace JSON) in FILE, a name inside the\n"
     "                  daemon's timeline_dir; replaces one that runs\n"
     "  timeline JOB stop  stops it\n"
+    "  tensors [JOB_ID]  collectives waiting for ranks: name, age, ranks submitted and missing\n"
+    "  stats [JOB_ID]  per job: collectives by type and dtype (count, bytes, latency p50/p90/p99),\n"
+    "                  phases, errors by cause\n"
+    "  top             a live view, refreshed in place: per job operations and bytes per second,\n"
+    "                  latency percentiles, tensors in flight, stalls and errors of the interval\n"
+    "  drain           refuse new jobs, let running ones finish; the daemon exits when none is left\n"
+    "  undrain         take new jobs again (a drain not yet finished)\n"
+    "  health [SERVICE]  gRPC health status (grpc.health.v1) of the daemon or one service\n"
+    "                  (gradsync.v1.Control is NOT_SERVING while draining); exit 0 only if SERVING\n"
     "  help            this text\n"
     "\n"
     "options:\n"
     "  --socket PATH       the daemon's socket (default $GRADSYNC_SOCKET, else /run/gradsync/gradsyncd.sock)\n"
     "  --timeout SECONDS   budget for connecting plus the request (default 5)\n"
-    "  --json              print the response as JSON, nothing else\n"
+    "  --json              print the response as JSON, nothing else (top: one line per refresh)\n"
+    "  --interval SECONDS  top: seconds between refreshes (default 2)\n"
+    "  --count N           top: stop after N refreshes (default: until interrupted)\n"
     "  -h, --help          this text\n"
     "\n"
     "exit codes: 0 ok, 1 error from the daemon, 2 daemon unreachable, 64 bad usage\n";
@@ -54,6 +70,8 @@ constexpr char kUsage[] =
 struct Options {
   AdminClientOptions client;
   bool json = false;
+  double interval_seconds = 2;
+  long count = 0;  // 0: forever
   bool help = false;
   std::vector<std::string> command;  // the command and its arguments
 };
@@ -106,7 +124,9 @@ std::string parseArgs(int argc, char** argv, Options* options) {
       (name == "--json" ? options->json : options->help) = true;
       continue;
     }
-    if (name != "--socket" && name != "--timeout") return "unknown option '" + arg + "'";
+    if (name != "--socket" && name != "--timeout" && name != "--interval" && name != "--count") {
+      return "unknown option '" + arg + "'";
+    }
     if (!has_value) {
       if (i + 1 >= argc) return "option " + name + " needs a value";
       value = argv[++i];
@@ -114,6 +134,14 @@ std::string parseArgs(int argc, char** argv, Options* options) {
     if (name == "--socket") {
       if (value.empty()) return "--socket needs a non-empty path";
       options->client.socket_path = value;
+    } else if (name == "--interval") {
+      if (!parseTimeout(value, &options->interval_seconds)) {
+        return "--interval needs a number of seconds in (0, 86400], got '" + value + "'";
+      }
+    } else if (name == "--count") {
+      char* end = nullptr;
+      options->count = std::strtol(value.c_str(), &end, 10);
+      if (value.empty() || *end != '\0' || options->count < 1) return "--count needs a positive integer, got '" + value + "'";
     } else if (!parseTimeout(value, &options->client.timeout_seconds)) {
       return "--timeout needs a number of seconds in (0, 86400], got '" + value + "'";
     }
@@ -183,6 +211,86 @@ int runTimeline(AdminClient& client, const std::string& job, bool start, const s
   return kExitOk;
 }
 
+int runTensors(AdminClient& client, const Options& options, const std::string& job_id) {
+  auto tensors = client.listTensors(job_id);
+  if (!tensors.isOk()) return reportError(tensors.status());
+  if (options.json) return printJson(*tensors);
+  if (!job_id.empty() && tensors->jobs_size() == 0) {
+    std::fprintf(stderr, "gradsyncctl: no job '%s' on gradsyncd at %s\n", job_id.c_str(), client.target().c_str());
+    return kExitFailed;
+  }
+  std::fputs(formatTensors(*tensors).c_str(), stdout);
+  return kExitOk;
+}
+
+int runStats(AdminClient& client, const Options& options, const std::string& job_id) {
+  auto jobs = client.listJobs(job_id);
+  if (!jobs.isOk()) return reportError(jobs.status());
+  if (options.json) return printJson(*jobs);
+  if (!job_id.empty() && jobs->jobs_size() == 0) {
+    std::fprintf(stderr, "gradsyncctl: no job '%s' on gradsyncd at %s\n", job_id.c_str(), client.target().c_str());
+    return kExitFailed;
+  }
+  std::fputs(formatStats(*jobs).c_str(), stdout);
+  return kExitOk;
+}
+
+// Refreshes until interrupted or --count screens; each refresh has the whole
+// --timeout for its calls.
+int runTop(AdminClient& client, const Options& options) {
+  const bool terminal = ::isatty(STDOUT_FILENO) == 1 && !options.json;
+  v1::ListJobsResponse before;
+  auto taken = std::chrono::steady_clock::now();
+  for (long screen = 0; options.count == 0 || screen < options.count; ++screen) {
+    if (screen > 0) {
+      std::this_thread::sleep_for(std::chrono::duration<double>(options.interval_seconds));
+    }
+    client.renewDeadline();
+    auto status = client.getStatus();
+    if (!status.isOk()) return reportError(status.status());
+    auto jobs = client.listJobs("");
+    if (!jobs.isOk()) return reportError(jobs.status());
+    const auto now = std::chrono::steady_clock::now();
+    const double seconds = std::chrono::duration<double>(now - taken).count();
+    if (options.json) {
+      printJson(*jobs);
+    } else {
+      const std::string text = screen == 0 ? formatTop(*status, *jobs, *jobs, options.interval_seconds)
+                                           : formatTop(*status, before, *jobs, seconds);
+      std::fputs(((terminal ? "\x1b[H\x1b[2J" : screen > 0 ? "\n" : "") + text).c_str(), stdout);
+    }
+    std::fflush(stdout);
+    before = std::move(*jobs);
+    taken = now;
+  }
+  return kExitOk;
+}
+
+int runDrain(AdminClient& client, const Options& options, bool draining) {
+  auto response = client.setDraining(draining);
+  if (!response.isOk()) return reportError(response.status());
+  if (options.json) return printJson(*response);
+  if (draining) {
+    std::printf("draining: no new jobs; %d running; gradsyncd exits once none is left\n", response->jobs());
+  } else {
+    std::printf("not draining: gradsyncd takes new jobs again (%d running)\n", response->jobs());
+  }
+  return kExitOk;
+}
+
+int runHealth(AdminClient& client, const Options& options, const std::string& service) {
+  auto status = client.health(service);
+  if (!status.isOk()) return reportError(status.status());
+  if (options.json) {
+    grpc::health::v1::HealthCheckResponse response;
+    response.set_status(*status);
+    printJson(response);
+  } else {
+    std::printf("%s\n", grpc::health::v1::HealthCheckResponse::ServingStatus_Name(*status).c_str());
+  }
+  return *status == grpc::health::v1::HealthCheckResponse::SERVING ? kExitOk : kExitFailed;
+}
+
 int run(int argc, char** argv) {
   Options options;
   std::string error = parseArgs(argc, argv, &options);
@@ -211,6 +319,17 @@ int run(int argc, char** argv) {
       return usageError("usage: timeline JOB start FILE [mark-cycles] | timeline JOB stop");
     }
     return runTimeline(client, options.command[1], start, start ? options.command[3] : "", marks);
+  }
+  const std::string job_argument = arguments == 1 ? options.command[1] : std::string();
+  if (command == "tensors" || command == "stats" || command == "health") {
+    if (arguments > 1) return usageError(command + " takes at most one argument");
+    return command == "tensors" ? runTensors(client, options, job_argument)
+           : command == "stats" ? runStats(client, options, job_argument)
+                                : runHealth(client, options, job_argument);
+  }
+  if (command == "top" || command == "drain" || command == "undrain") {
+    if (arguments != 0) return usageError(command + " takes no arguments");
+    return command == "top" ? runTop(client, options) : runDrain(client, options, command == "drain");
   }
   return usageError("unknown command '" + command + "'");
 }
