@@ -259,11 +259,19 @@ TEST(Operations, GrpcHealthAndReflectionOnBothServers) {
   EXPECT_EQ(healthOf(peer, ""), "SERVING");
   EXPECT_EQ(healthOf(peer, "gradsync.v1.Peer"), "SERVING");
   EXPECT_EQ(healthOf(peer, "gradsync.v1.Control"), "SERVING") << "the DaemonSet's readiness probe";
+  // A job keeps the draining daemon up (it exits when a drain finds none).
+  const std::string stop_file = daemon.dir() + "/loop.stop";
+  std::vector<Process> ranks;
+  for (int r = 0; r < 2; ++r) ranks.push_back(daemon.spawnRank("probe-job", r, 2, {"campaign_loop", stop_file}));
+  ASSERT_TRUE(waitFor([&] { return ranks[1].log().find("RUNNING") != std::string::npos; }, std::chrono::seconds(20)));
   EXPECT_EQ(daemon.ctl({"drain"}).code, 0);
   EXPECT_EQ(healthOf(peer, "gradsync.v1.Control"), "NOT_SERVING");
   EXPECT_EQ(healthOf(peer, ""), "SERVING");
   EXPECT_EQ(daemon.ctl({"undrain"}).code, 0);
   EXPECT_EQ(healthOf(admin, "gradsync.v1.Control"), "SERVING");
+  std::fclose(std::fopen(stop_file.c_str(), "w"));
+  std::string report;
+  EXPECT_TRUE(allSucceed(ranks, std::chrono::seconds(20), &report)) << report;
   EXPECT_EQ(healthOf(admin, "no.such.Service").rfind("error 5:", 0), 0u) << "NOT_FOUND";
 
   const std::string grpcurl = grpcurlPath();
