@@ -1,10 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "daemon/common/logging.h"
 
+#include <errno.h>  // program_invocation_short_name
 #include <spdlog/sinks/stdout_sinks.h>
 
 #include <array>
 #include <mutex>
+
+#include "daemon/common/journal.h"
 
 namespace gradsync {
 namespace {
@@ -21,7 +24,9 @@ constexpr size_t kLoggerCount = sizeof(kLoggerNames) / sizeof(kLoggerNames[0]);
 struct LoggerTable {
   std::array<std::shared_ptr<spdlog::logger>, kLoggerCount> loggers;
   LoggerTable() {
-    auto sink = std::make_shared<spdlog::sinks::stderr_sink_mt>();
+    // Under systemd, entries with fields in the journal; else lines on stderr.
+    std::shared_ptr<spdlog::sinks::sink> sink = journalSinkIfStderrIsJournal(program_invocation_short_name);
+    if (!sink) sink = std::make_shared<spdlog::sinks::stderr_sink_mt>();
     for (size_t i = 0; i < kLoggerCount; ++i) {
       loggers[i] = std::make_shared<spdlog::logger>(kLoggerNames[i], sink);
       loggers[i]->set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ [%n] %v");
@@ -38,6 +43,19 @@ LoggerTable& table() {
 }  // namespace
 
 spdlog::logger& componentLogger(LoggerId id) { return *table().loggers[static_cast<size_t>(id)]; }
+
+void logAtSite(LogSite& site, spdlog::logger& logger, spdlog::level::level_enum level, std::string message) {
+  for (size_t at = message.find('\n'); at != std::string::npos; at = message.find('\n', at)) {
+    message.replace(at, 1, " | ");
+  }
+  uint64_t dropped = 0;
+  if (!site.admit(message, LogSite::Clock::now(), &dropped)) return;
+  if (dropped > 0) {
+    logger.log(level, "{} (repeated {} more times in the last seconds, not logged)", message, dropped);
+  } else {
+    logger.log(level, "{}", message);
+  }
+}
 
 Status setLogLevel(const std::string& level_name) {
   auto level = spdlog::level::from_str(level_name);

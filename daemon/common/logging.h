@@ -8,6 +8,7 @@
 #include <memory>
 #include <string>
 
+#include "daemon/common/log_limit.h"
 #include "daemon/common/status.h"
 
 namespace gradsync {
@@ -36,12 +37,19 @@ spdlog::logger& componentLogger(LoggerId id);
 // Sets the level of every component logger. Errors on an unknown level name.
 Status setLogLevel(const std::string& level_name);
 
+// GS_LOG's end: one line (newlines become " | "), the same message from one
+// call site at most once a second (`site`), with the count held back.
+void logAtSite(LogSite& site, spdlog::logger& logger, spdlog::level::level_enum level, std::string message);
+
 }  // namespace gradsync
 
 // GS_LOG(main, info, "fmt {}", x) (levels: trace debug info warn err critical): the arguments are only formatted when the
-// level is enabled.
-#define GS_LOG(component, lvl, ...)                                                  \
-  do {                                                                               \
-    auto& gs_logger_ = ::gradsync::componentLogger(::gradsync::LoggerId::component); \
-    if (gs_logger_.should_log(spdlog::level::lvl)) gs_logger_.log(spdlog::level::lvl, __VA_ARGS__); \
+// level is enabled; each call site repeats a message at most once a second (logAtSite).
+#define GS_LOG(component, lvl, ...)                                                                          \
+  do {                                                                                                       \
+    auto& gs_logger_ = ::gradsync::componentLogger(::gradsync::LoggerId::component);                         \
+    if (gs_logger_.should_log(spdlog::level::lvl)) {                                                         \
+      static ::gradsync::LogSite gs_site_;                                                                   \
+      ::gradsync::logAtSite(gs_site_, gs_logger_, spdlog::level::lvl, ::fmt::format(__VA_ARGS__));           \
+    }                                                                                                        \
   } while (0)

@@ -8,6 +8,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -17,6 +18,7 @@
 #include <cstring>
 #include <fstream>
 #include <regex>
+#include <sstream>
 
 #include "gtest/gtest.h"
 #include "proto/grpc/health/v1/health.grpc.pb.h"
@@ -291,6 +293,43 @@ TEST(Operations, GrpcHealthAndReflectionOnBothServers) {
     const std::string status = shell(grpcurl + " -plaintext -unix " + daemon.socketPath() + " gradsync.v1.Admin/GetStatus");
     EXPECT_NE(status.find("\"version\": \"0.1.0\""), std::string::npos) << status;
   }
+  EXPECT_EQ(daemon.stop(), 0);
+}
+
+// Under systemd (stderr is the journal: JOURNAL_STREAM names it), each log
+// message is one journal entry with the job and rank as fields. The test
+// holds the journal's socket.
+TEST(Operations, JournalEntriesCarryJobAndRankFields) {
+  TempDir sockets;
+  NotifySocket journal(sockets.path() + "/journal");
+  ASSERT_TRUE(journal.bound());
+  DaemonFixture daemon;
+  // The fixture appends the daemon's stderr to daemon.log: made first, so
+  // that JOURNAL_STREAM can name its device and inode.
+  const std::string log_path = daemon.dir() + "/daemon.log";
+  std::fclose(std::fopen(log_path.c_str(), "w"));
+  struct stat st {};
+  ASSERT_EQ(::stat(log_path.c_str(), &st), 0);
+  const std::string stream = std::to_string(st.st_dev) + ":" + std::to_string(st.st_ino);
+  std::string error;
+  ASSERT_TRUE(daemon.startWrapped({}, {{"JOURNAL_STREAM", stream}, {"GRADSYNC_JOURNAL_SOCKET", sockets.path() + "/journal"}},
+                                  {}, &error))
+      << error;
+  Process rank = daemon.spawnRank("journal-job", 0, 1, {"allreduce"});
+  EXPECT_EQ(rank.wait(std::chrono::seconds(20)), 0) << rank.log();
+  const auto entries = journal.until("GRADSYNC_JOB=journal-job", std::chrono::seconds(10));
+  ASSERT_FALSE(entries.empty());
+  const std::string& entry = entries.back();
+  EXPECT_NE(entry.find("GRADSYNC_JOB=journal-job\n"), std::string::npos) << joined(entries);
+  EXPECT_NE(entry.find("SYSLOG_IDENTIFIER=gradsyncd\n"), std::string::npos) << entry;
+  EXPECT_NE(entry.find("PRIORITY="), std::string::npos) << entry;
+  EXPECT_NE(entry.find("GRADSYNC_COMPONENT="), std::string::npos) << entry;
+  EXPECT_EQ(entry.find("MESSAGE="), 0u) << entry;
+  std::istringstream lines(entry);
+  for (std::string line; std::getline(lines, line);) {
+    EXPECT_TRUE(std::regex_match(line, std::regex("[A-Z_]+=.*"))) << "one field per line: " << line;
+  }
+  EXPECT_EQ(daemon.log().find("journal-job"), std::string::npos) << "not on stderr as well:\n" << daemon.log();
   EXPECT_EQ(daemon.stop(), 0);
 }
 
