@@ -118,7 +118,7 @@ TEST(GradsyncctlTest, StatsAndTopDuringAJob) {
   EXPECT_EQ(stats.code, 0) << stats.output;
   EXPECT_TRUE(std::regex_search(stats.output, std::regex("allreduce +float32 +[1-9][0-9]* "))) << stats.output;
   EXPECT_NE(stats.output.find("phases:"), std::string::npos) << stats.output;
-  // Two screens half a second apart: the second has the interval's rates.
+  // Two screens half a second apart, each with its interval's rates.
   CtlRun top = daemon.ctl({"top", "--interval", "0.5", "--count", "2"});
   EXPECT_EQ(top.code, 0) << top.output;
   const size_t second = top.output.find("gradsyncd ", top.output.find("gradsyncd ") + 1);

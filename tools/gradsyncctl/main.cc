@@ -49,7 +49,8 @@ constexpr char kUsage[] =
     "  tensors [JOB_ID]  collectives waiting for ranks: name, age, ranks submitted and missing\n"
     "  stats [JOB_ID]  per job: collectives by type and dtype (count, bytes, latency p50/p90/p99),\n"
     "                  phases, errors by cause\n"
-    "  top             a live view, refreshed in place: per job operations and bytes per second,\n"
+    "  top             a live view, refreshed in place (the first after one interval): per job\n"
+    "                  operations and bytes per second,\n"
     "                  latency percentiles, tensors in flight, stalls and errors of the interval\n"
     "  drain           refuse new jobs, let running ones finish; the daemon exits when none is left\n"
     "  undrain         take new jobs again (a drain not yet finished)\n"
@@ -239,12 +240,13 @@ int runStats(AdminClient& client, const Options& options, const std::string& job
 // --timeout for its calls.
 int runTop(AdminClient& client, const Options& options) {
   const bool terminal = ::isatty(STDOUT_FILENO) == 1 && !options.json;
-  v1::ListJobsResponse before;
+  // A first snapshot, so that the first screen has rates too.
+  auto first = client.listJobs("");
+  if (!first.isOk()) return reportError(first.status());
+  v1::ListJobsResponse before = std::move(*first);
   auto taken = std::chrono::steady_clock::now();
   for (long screen = 0; options.count == 0 || screen < options.count; ++screen) {
-    if (screen > 0) {
-      std::this_thread::sleep_for(std::chrono::duration<double>(options.interval_seconds));
-    }
+    std::this_thread::sleep_for(std::chrono::duration<double>(options.interval_seconds));
     client.renewDeadline();
     auto status = client.getStatus();
     if (!status.isOk()) return reportError(status.status());
@@ -255,8 +257,7 @@ int runTop(AdminClient& client, const Options& options) {
     if (options.json) {
       printJson(*jobs);
     } else {
-      const std::string text = screen == 0 ? formatTop(*status, *jobs, *jobs, options.interval_seconds)
-                                           : formatTop(*status, before, *jobs, seconds);
+      const std::string text = formatTop(*status, before, *jobs, seconds);
       std::fputs(((terminal ? "\x1b[H\x1b[2J" : screen > 0 ? "\n" : "") + text).c_str(), stdout);
     }
     std::fflush(stdout);
