@@ -47,17 +47,13 @@ std::string scrape(int port) {
   return response->body;
 }
 
+std::string shell(const std::string& command);
+
 // promtool's verdict on `text`: "" when it accepts it (format and lint).
 std::string promtoolFindings(const std::string& dir, const std::string& text) {
   const std::string path = dir + "/scrape.txt";
   std::ofstream(path) << text;
-  FILE* pipe = ::popen((std::string(kPromtool) + " check metrics < " + path + " 2>&1").c_str(), "r");
-  if (pipe == nullptr) return "cannot run promtool";
-  std::string output;
-  char buffer[512];
-  while (std::fgets(buffer, sizeof(buffer), pipe) != nullptr) output += buffer;
-  const int status = ::pclose(pipe);
-  return status == 0 ? output : "promtool exit " + std::to_string(status) + ": " + output;
+  return shell(std::string(kPromtool) + " check metrics < " + path);
 }
 
 // The value of the first sample whose line starts with `prefix` (-1: none).

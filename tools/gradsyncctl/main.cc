@@ -158,6 +158,11 @@ int reportError(const Status& status) {
   return unreachable ? kExitUnreachable : kExitFailed;
 }
 
+int noSuchJob(const AdminClient& client, const std::string& job_id) {
+  std::fprintf(stderr, "gradsyncctl: no job '%s' on gradsyncd at %s\n", job_id.c_str(), client.target().c_str());
+  return kExitFailed;
+}
+
 int printJson(const google::protobuf::Message& message) {
   StatusOr<std::string> json = formatJson(message);
   if (!json.isOk()) return reportError(json.status());
@@ -189,9 +194,7 @@ int runJobs(AdminClient& client, const Options& options, const std::string& job_
     std::fputs(text.c_str(), stdout);
   }
   if (rc == kExitOk && missing) {
-    std::fprintf(stderr, "gradsyncctl: no job '%s' on gradsyncd at %s\n", job_id.c_str(),
-                 client.target().c_str());
-    return kExitFailed;
+    return noSuchJob(client, job_id);
   }
   return rc;
 }
@@ -217,8 +220,7 @@ int runTensors(AdminClient& client, const Options& options, const std::string& j
   if (!tensors.isOk()) return reportError(tensors.status());
   if (options.json) return printJson(*tensors);
   if (!job_id.empty() && tensors->jobs_size() == 0) {
-    std::fprintf(stderr, "gradsyncctl: no job '%s' on gradsyncd at %s\n", job_id.c_str(), client.target().c_str());
-    return kExitFailed;
+    return noSuchJob(client, job_id);
   }
   std::fputs(formatTensors(*tensors).c_str(), stdout);
   return kExitOk;
@@ -229,8 +231,7 @@ int runStats(AdminClient& client, const Options& options, const std::string& job
   if (!jobs.isOk()) return reportError(jobs.status());
   if (options.json) return printJson(*jobs);
   if (!job_id.empty() && jobs->jobs_size() == 0) {
-    std::fprintf(stderr, "gradsyncctl: no job '%s' on gradsyncd at %s\n", job_id.c_str(), client.target().c_str());
-    return kExitFailed;
+    return noSuchJob(client, job_id);
   }
   std::fputs(formatStats(*jobs).c_str(), stdout);
   return kExitOk;
