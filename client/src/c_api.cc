@@ -78,6 +78,10 @@ gradsync::StatusOr<ClientOptions> optionsFrom(const gradsync_config_t* c) {
   o.join_marker = env.join_marker.value_or("");
   o.elastic_timeout_seconds = env.elastic_timeout.value_or(600);
   o.cuda_stream_completion = env.cuda_stream_completion;
+  if (env.autotune) o.autotune = *env.autotune ? gradsync::v1::AUTOTUNE_ON : gradsync::v1::AUTOTUNE_OFF;
+  o.autotune_warmup_samples = env.autotune_warmup_samples.value_or(0);
+  o.autotune_steps_per_sample = env.autotune_steps_per_sample.value_or(0);
+  o.autotune_samples_per_setting = env.autotune_samples_per_setting.value_or(0);
   // Polling needs a second CPU: on one, the daemon could not run meanwhile.
   if (usableCpus() < 2) o.completion_spin = std::chrono::microseconds(0);
   if (env.spin_us) o.completion_spin = std::chrono::microseconds(std::min<int64_t>(*env.spin_us, 10000));

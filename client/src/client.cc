@@ -147,6 +147,10 @@ Status Client::registerRank() {
   request.set_elastic_join(options_.elastic_join);
   if (options_.elastic) request.set_elastic_timeout_seconds(options_.elastic_timeout_seconds);
   if (options_.elastic) request.set_min_size(options_.min_size > 0 ? options_.min_size : options_.size);
+  request.set_autotune(options_.autotune);
+  request.set_autotune_warmup_samples(options_.autotune_warmup_samples);
+  request.set_autotune_steps_per_sample(options_.autotune_steps_per_sample);
+  request.set_autotune_samples_per_setting(options_.autotune_samples_per_setting);
   for (const auto& set : options_.process_sets) {
     auto* spec = request.add_process_sets();
     for (int rank : set) spec->add_ranks(rank);

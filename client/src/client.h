@@ -57,6 +57,11 @@ struct ClientOptions {
   // sleeps on it, while polling pays (SpinPolicy). A sleeping waiter costs
   // the daemon a futex wake and itself the wake-up of a maybe idle CPU.
   std::chrono::microseconds completion_spin{50};
+  // Autotune (RegisterRequest.autotune and its sample sizes; 0: the daemon's).
+  v1::AutotuneMode autotune = v1::AUTOTUNE_DAEMON_DEFAULT;
+  uint32_t autotune_warmup_samples = 0;
+  uint32_t autotune_steps_per_sample = 0;
+  uint32_t autotune_samples_per_setting = 0;
 };
 
 // This rank's place in the job; elastic jobs move to new epochs.

@@ -22,6 +22,18 @@ std::optional<T> number(const char* name) {
   return static_cast<T>(parsed);
 }
 
+// GRADSYNC_<name>, or Horovod's HOROVOD_<name>.
+std::optional<std::string> textOrHorovod(const std::string& name) {
+  auto value = text(("GRADSYNC_" + name).c_str());
+  return value ? value : text(("HOROVOD_" + name).c_str());
+}
+
+template <typename T>
+std::optional<T> numberOrHorovod(const std::string& name) {
+  auto value = number<T>(("GRADSYNC_" + name).c_str());
+  return value ? value : number<T>(("HOROVOD_" + name).c_str());
+}
+
 }  // namespace
 
 EnvIdentity readEnvIdentity() {
@@ -52,6 +64,10 @@ EnvIdentity readEnvIdentity() {
   auto completion = text("GRADSYNC_CUDA_COMPLETION");
   env.cuda_stream_completion = completion && *completion == "stream";
   env.spin_us = number<int64_t>("GRADSYNC_SPIN_US");
+  if (auto autotune = textOrHorovod("AUTOTUNE")) env.autotune = *autotune != "0";
+  env.autotune_warmup_samples = numberOrHorovod<uint32_t>("AUTOTUNE_WARMUP_SAMPLES");
+  env.autotune_steps_per_sample = numberOrHorovod<uint32_t>("AUTOTUNE_STEPS_PER_SAMPLE");
+  env.autotune_samples_per_setting = number<uint32_t>("GRADSYNC_AUTOTUNE_SAMPLES_PER_SETTING");
   return env;
 }
 

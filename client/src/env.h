@@ -41,6 +41,14 @@ struct EnvIdentity {
   // GRADSYNC_SPIN_US: microseconds a waiting call polls for its completion
   // before it sleeps (0: sleep at once).
   std::optional<int64_t> spin_us;
+  // GRADSYNC_AUTOTUNE (or HOROVOD_AUTOTUNE): "0" off, anything else on;
+  // unset: the daemon's config decides. The sample sizes
+  // GRADSYNC_AUTOTUNE_WARMUP_SAMPLES, _STEPS_PER_SAMPLE (or Horovod's
+  // names) and _SAMPLES_PER_SETTING.
+  std::optional<bool> autotune;
+  std::optional<uint32_t> autotune_warmup_samples;
+  std::optional<uint32_t> autotune_steps_per_sample;
+  std::optional<uint32_t> autotune_samples_per_setting;
 };
 
 EnvIdentity readEnvIdentity();

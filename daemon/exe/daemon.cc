@@ -112,6 +112,10 @@ Status Daemon::startServers() {
   limits.job.hostname = hostName();
   limits.job.join_timeout = std::chrono::seconds(config_.join_timeout_seconds());
   limits.job.cycle_time = std::chrono::milliseconds(config_.cycle_time_ms());
+  limits.job.autotune = config_.autotune();
+  limits.job.autotune_options.warmup_samples = config_.autotune_warmup_samples();
+  limits.job.autotune_options.steps_per_sample = config_.autotune_steps_per_sample();
+  limits.job.autotune_options.samples_per_setting = config_.autotune_samples_per_setting();
   limits.job.response_cache_capacity = config_.response_cache_capacity();
   limits.job.gpus = gpus_.get();
   limits.job.nccl = nccl_.get();

@@ -55,6 +55,19 @@ Setter number(const char* flag, void (v1::DaemonConfig::*set)(Field), int base =
   };
 }
 
+Setter boolean(const char* flag, void (v1::DaemonConfig::*set)(bool)) {
+  return [flag, set](v1::DaemonConfig* c, const std::string& v) -> Status {
+    if (v == "true" || v == "1" || v == "on") {
+      (c->*set)(true);
+    } else if (v == "false" || v == "0" || v == "off") {
+      (c->*set)(false);
+    } else {
+      return invalidArgument(std::string(flag) + ": '" + v + "' is not true or false");
+    }
+    return okStatus();
+  };
+}
+
 Setter text(void (v1::DaemonConfig::*set)(const std::string&)) {
   return [set](v1::DaemonConfig* c, const std::string& v) {
     (c->*set)(v);
@@ -95,6 +108,12 @@ const std::map<std::string, Setter>& setters() {
       {"--leader-failover", text(&C::set_leader_failover)},
       {"--steady-state", text(&C::set_steady_state)},
       {"--metrics-address", text(&C::set_metrics_address)},
+      {"--autotune", boolean("--autotune", &C::set_autotune)},
+      {"--autotune-warmup-samples", number<uint32_t>("--autotune-warmup-samples", &C::set_autotune_warmup_samples)},
+      {"--autotune-steps-per-sample",
+       number<uint32_t>("--autotune-steps-per-sample", &C::set_autotune_steps_per_sample)},
+      {"--autotune-samples-per-setting",
+       number<uint32_t>("--autotune-samples-per-setting", &C::set_autotune_samples_per_setting)},
       {"--peer-tls-cert", [](C* c, const std::string& v) { c->mutable_peer_tls()->set_cert_path(v); return okStatus(); }},
       {"--peer-tls-key", [](C* c, const std::string& v) { c->mutable_peer_tls()->set_key_path(v); return okStatus(); }},
       {"--peer-tls-ca", [](C* c, const std::string& v) { c->mutable_peer_tls()->set_ca_path(v); return okStatus(); }},
@@ -162,6 +181,9 @@ Status applyDefaultsAndValidate(v1::DaemonConfig* c) {
   if (c->data_plane_tcp_segment_bytes() == 0) c->set_data_plane_tcp_segment_bytes(512 << 10);
   if (c->leader_failover().empty()) c->set_leader_failover("off");
   if (c->steady_state().empty()) c->set_steady_state("rounds");
+  if (c->autotune_warmup_samples() == 0) c->set_autotune_warmup_samples(3);
+  if (c->autotune_steps_per_sample() == 0) c->set_autotune_steps_per_sample(10);
+  if (c->autotune_samples_per_setting() == 0) c->set_autotune_samples_per_setting(5);
   if (c->steady_state() != "rounds" && c->steady_state() != "leader") {
     return invalidArgument("steady_state '" + c->steady_state() + "' is not one of rounds, leader");
   }
@@ -193,6 +215,9 @@ Status applyDefaultsAndValidate(v1::DaemonConfig* c) {
   RETURN_IF_ERROR(checkRange("max_job_size", c->max_job_size(), 1, 1 << 20));
   RETURN_IF_ERROR(checkRange("max_ipc_mappings_per_rank", c->max_ipc_mappings_per_rank(), 1, 1 << 20));
   RETURN_IF_ERROR(checkRange("max_ipc_mappings", c->max_ipc_mappings(), 1, 1 << 24));
+  RETURN_IF_ERROR(checkRange("autotune_warmup_samples", c->autotune_warmup_samples(), 1, 1000));
+  RETURN_IF_ERROR(checkRange("autotune_steps_per_sample", c->autotune_steps_per_sample(), 1, 10000));
+  RETURN_IF_ERROR(checkRange("autotune_samples_per_setting", c->autotune_samples_per_setting(), 1, 100));
   RETURN_IF_ERROR(checkRange("data_plane_tcp_segment_bytes", c->data_plane_tcp_segment_bytes(), 8 << 10, 16 << 20));
   if (c->stall_deadline_seconds() < c->stall_warning_seconds()) {
     return invalidArgument("stall_deadline_seconds (" + std::to_string(c->stall_deadline_seconds()) +

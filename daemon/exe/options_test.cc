@@ -33,6 +33,20 @@ TEST(OptionsTest, DefaultsAreFilledIn) {
   EXPECT_EQ(c.leader_failover(), "off");
   EXPECT_EQ(c.steady_state(), "rounds");
   EXPECT_EQ(c.data_plane_tcp_segment_bytes(), 512u << 10);
+  EXPECT_FALSE(c.autotune());
+  EXPECT_EQ(c.autotune_warmup_samples(), 3u);
+  EXPECT_EQ(c.autotune_steps_per_sample(), 10u);
+  EXPECT_EQ(c.autotune_samples_per_setting(), 5u);
+}
+
+TEST(OptionsTest, AutotuneFlags) {
+  auto options = parseOptions({"--autotune", "true", "--autotune-steps-per-sample", "4"});
+  ASSERT_TRUE(options.isOk()) << options.status().toString();
+  EXPECT_TRUE(options->config.autotune());
+  EXPECT_EQ(options->config.autotune_steps_per_sample(), 4u);
+  EXPECT_THAT(parseOptions({"--autotune", "maybe"}).status().message(), HasSubstr("not true or false"));
+  EXPECT_THAT(parseOptions({"--autotune-samples-per-setting", "101"}).status().message(),
+              HasSubstr("autotune_samples_per_setting = 101"));
 }
 
 TEST(OptionsTest, TextFileThenFlagsOverride) {

@@ -44,6 +44,9 @@ void rankMetrics(const v1::JobInfo& job, const Labels& labels, Exposition* out) 
              job.healthy() ? 1 : 0);
   out->gauge("gradsync_job_tensors_in_flight", "Collectives enqueued by a rank and not yet done.", labels,
              job.tensors_in_flight());
+  out->gauge("gradsync_job_fusion_threshold_bytes",
+             "Largest fused response the job runs with now (autotune may change it; 1: no fusion).", labels,
+             static_cast<double>(job.tuning().fusion_threshold_bytes()));
 }
 
 void collectiveMetrics(const v1::JobInfo& job, const Labels& labels, Exposition* out) {

@@ -371,10 +371,12 @@ grpc::Status CrossNode::serveFollower(grpc::ServerContext* context, LeaderStream
   return grpc::Status::OK;
 }
 
-Status CrossNode::broadcast(const std::vector<coordinator::Response>& batch, uint64_t sequence, uint64_t epoch) {
+Status CrossNode::broadcast(const std::vector<coordinator::Response>& batch, uint64_t sequence, uint64_t epoch,
+                            uint64_t fusion_threshold_bytes) {
   v1::LeaderMessage message;
   message.mutable_batch()->set_sequence(sequence);
   message.mutable_batch()->set_epoch(epoch);
+  message.mutable_batch()->set_fusion_threshold_bytes(fusion_threshold_bytes);
   std::vector<std::shared_ptr<Follower>> followers;
   {
     // Every node must see every batch (a process set's ring still spans all

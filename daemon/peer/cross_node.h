@@ -63,7 +63,9 @@ class CrossNode {
   struct Hooks {
     // Follower: a batch of `epoch` from the leader, to execute in arrival
     // order (0: errors only, never executed).
-    std::function<void(std::vector<coordinator::Response>, uint64_t sequence, uint64_t epoch)> on_batch;
+    std::function<void(std::vector<coordinator::Response>, uint64_t sequence, uint64_t epoch,
+                       uint64_t fusion_threshold_bytes)>
+        on_batch;
     // Leader: a follower's rank submitted a request.
     std::function<void(int rank, const v1::Enqueue&)> on_remote_request;
     // The job failed elsewhere (a rank left or died: node_lost false), or a
@@ -98,9 +100,11 @@ class CrossNode {
 
   // Follower: forwards a local rank's request of `epoch` to the leader.
   void forward(int rank, const v1::Enqueue& enqueue, uint64_t epoch);
-  // Leader: sends a batch of `epoch` to every follower, before executing
-  // it; waits (up to the join timeout) until every follower is attached.
-  Status broadcast(const std::vector<coordinator::Response>& batch, uint64_t sequence, uint64_t epoch = 1);
+  // Leader: sends a batch of `epoch`, to run with `fusion_threshold_bytes`,
+  // to every follower, before executing it; waits (up to the join timeout)
+  // until every follower is attached.
+  Status broadcast(const std::vector<coordinator::Response>& batch, uint64_t sequence, uint64_t epoch,
+                   uint64_t fusion_threshold_bytes);
   // Leader: the request of a rank on another node failed on its own.
   void sendError(const coordinator::Request& request, const Status& status);
   // Tells the other nodes that the job failed (once).

@@ -186,7 +186,8 @@ grpc::Status CrossNode::readStream() {
         }
         batch.push_back(std::move(response).value());
       }
-      hooks_.on_batch(std::move(batch), message.batch().sequence(), message.batch().epoch());
+      hooks_.on_batch(std::move(batch), message.batch().sequence(), message.batch().epoch(),
+                      message.batch().fusion_threshold_bytes());
     } else if (message.has_failure()) {
       hooks_.on_failure(message.failure().message(), message.failure().node_lost());
     } else if (message.has_new_epoch()) {

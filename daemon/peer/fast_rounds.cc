@@ -38,12 +38,13 @@ StatusOr<bool> FastRounds::waitForPeers(int wake_fd, transport::Clock::time_poin
   return false;
 }
 
-StatusOr<FastRounds::Outcome> FastRounds::exchange(const std::vector<uint64_t>& ready, uint64_t leader_sequence,
+StatusOr<FastRounds::Outcome> FastRounds::exchange(const std::vector<uint64_t>& ready, LeaderPart leader,
                                                    transport::Clock::time_point deadline) {
   postReceives();
   mine_ = Message();
   mine_.round = round_;
-  mine_.leader_sequence = leader_sequence;
+  mine_.leader_sequence = leader.sequence;
+  mine_.fusion_threshold_bytes = leader.fusion_threshold_bytes;
   for (uint64_t id : ready) {
     if (id >= 1 && id <= kMaxIds) mine_.bits[(id - 1) / 64] |= uint64_t{1} << ((id - 1) % 64);
   }
@@ -69,7 +70,9 @@ StatusOr<FastRounds::Outcome> FastRounds::exchange(const std::vector<uint64_t>& 
     }
     for (size_t w = 0; w < kMaxIds / 64; ++w) agreed.bits[w] &= m.bits[w];
   }
-  outcome.leader_sequence = mesh_.rank == 0 ? leader_sequence : theirs_[0].leader_sequence;
+  const Message& leaders = mesh_.rank == 0 ? mine_ : theirs_[0];
+  outcome.leader_sequence = leaders.leader_sequence;
+  outcome.fusion_threshold_bytes = leaders.fusion_threshold_bytes;
   for (size_t w = 0; w < kMaxIds / 64; ++w) {
     for (uint64_t bits = agreed.bits[w]; bits != 0; bits &= bits - 1) {
       outcome.ids.push_back(w * 64 + static_cast<uint64_t>(__builtin_ctzll(bits)) + 1);

@@ -6,7 +6,9 @@
 // other one the cache ids its ranks are all ready for; the ids every daemon
 // sent run at once, in increasing order, on every daemon. The leader adds the
 // sequence of the last batch it negotiated the usual way, which every daemon
-// runs first, so the two kinds of work keep one order everywhere.
+// runs first, so the two kinds of work keep one order everywhere, and the
+// fusion threshold the round's collectives run with (every daemon must fuse
+// alike, and autotune may change it).
 #pragma once
 
 #include <cstdint>
@@ -20,9 +22,15 @@ class FastRounds {
  public:
   // Cache ids 1..kMaxIds take part (a bit each in the round's message).
   static constexpr uint64_t kMaxIds = 4096;
+  // What the leader adds to its part of a round.
+  struct LeaderPart {
+    uint64_t sequence = 0;                // of the last batch it negotiated
+    uint64_t fusion_threshold_bytes = 0;  // the round's collectives fuse up to this
+  };
   struct Outcome {
     uint64_t leader_sequence = 0;  // run the leader's batches up to this one first
     std::vector<uint64_t> ids;     // then these, increasing: every daemon's ranks are ready
+    uint64_t fusion_threshold_bytes = 0;  // fused as the leader said (0: it did not)
   };
 
   // `mesh`: endpoints to every daemon of the job (its sequence is unused);
@@ -33,9 +41,9 @@ class FastRounds {
   // (true), `wake_fd` is readable or `until` passes (false).
   StatusOr<bool> waitForPeers(int wake_fd, transport::Clock::time_point until);
   // This daemon's part of the current round: `ready` (ids above kMaxIds are
-  // left out) and, on the leader, the sequence of its last batch. Waits for
+  // left out) and, on the leader, `leader` (ignored elsewhere). Waits for
   // every other daemon's part until `deadline`; then the next round begins.
-  StatusOr<Outcome> exchange(const std::vector<uint64_t>& ready, uint64_t leader_sequence,
+  StatusOr<Outcome> exchange(const std::vector<uint64_t>& ready, LeaderPart leader,
                              transport::Clock::time_point deadline);
   uint64_t round() const { return round_; }
 
@@ -43,6 +51,7 @@ class FastRounds {
   struct Message {
     uint64_t round = 0;
     uint64_t leader_sequence = 0;
+    uint64_t fusion_threshold_bytes = 0;
     uint64_t bits[kMaxIds / 64] = {};
   };
   void postReceives();

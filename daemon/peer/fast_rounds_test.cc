@@ -37,7 +37,9 @@ std::vector<StatusOr<FastRounds::Outcome>> round(std::vector<Daemon>& daemons,
   std::vector<std::thread> threads;
   for (size_t i = 0; i < daemons.size(); ++i) {
     threads.emplace_back([&, i] {
-      out[i] = daemons[i].rounds->exchange(ready[i], i == 0 ? leader_sequence : 0, Clock::now() + std::chrono::seconds(20));
+      // Only the leader's part counts: the others' is ignored.
+      const FastRounds::LeaderPart leader{i == 0 ? leader_sequence : 999, i == 0 ? leader_sequence << 20 : 1};
+      out[i] = daemons[i].rounds->exchange(ready[i], leader, Clock::now() + std::chrono::seconds(20));
     });
   }
   for (auto& t : threads) t.join();
@@ -58,6 +60,7 @@ TEST_P(FastRoundsTest, EveryDaemonRunsWhatAllOfferedAndTheLeadersSequence) {
     ASSERT_TRUE(first[i].isOk()) << first[i].status().toString();
     EXPECT_EQ(first[i]->ids, (std::vector<uint64_t>{5, 4096})) << "daemon " << i;
     EXPECT_EQ(first[i]->leader_sequence, 17u) << "daemon " << i;
+    EXPECT_EQ(first[i]->fusion_threshold_bytes, 17u << 20) << "daemon " << i;
   }
   // The next round: nothing in common.
   std::vector<std::vector<uint64_t>> apart(n);
@@ -89,13 +92,13 @@ TEST_P(FastRoundsTest, AWaitingDaemonWakesWhenAnotherStartsTheRoundOrItsFdIsWrit
   ASSERT_EQ(::read(fd, &drained, sizeof drained), 8);
   // Daemon 0 starts the round: daemon 1 sees it, then every daemon takes part.
   std::vector<StatusOr<FastRounds::Outcome>> out(n, internalError("not run"));
-  std::thread starter([&] { out[0] = daemons[0].rounds->exchange({3}, 1, Clock::now() + std::chrono::seconds(20)); });
+  std::thread starter([&] { out[0] = daemons[0].rounds->exchange({3}, {1}, Clock::now() + std::chrono::seconds(20)); });
   auto started = daemons[1].rounds->waitForPeers(fd, Clock::now() + std::chrono::seconds(10));
   ASSERT_TRUE(started.isOk()) << started.status().toString();
   EXPECT_TRUE(*started);
   std::vector<std::thread> others;
   for (int i = 1; i < n; ++i) {
-    others.emplace_back([&, i] { out[i] = daemons[i].rounds->exchange({3}, 0, Clock::now() + std::chrono::seconds(20)); });
+    others.emplace_back([&, i] { out[i] = daemons[i].rounds->exchange({3}, {}, Clock::now() + std::chrono::seconds(20)); });
   }
   starter.join();
   for (auto& t : others) t.join();
@@ -108,7 +111,7 @@ TEST_P(FastRoundsTest, AWaitingDaemonWakesWhenAnotherStartsTheRoundOrItsFdIsWrit
 
 TEST_P(FastRoundsTest, ADaemonThatNeverAnswersEndsTheRoundAtTheDeadline) {
   auto daemons = makeDaemons(GetParam());
-  auto out = daemons[0].rounds->exchange({1}, 0, Clock::now() + std::chrono::milliseconds(200));
+  auto out = daemons[0].rounds->exchange({1}, {}, Clock::now() + std::chrono::milliseconds(200));
   ASSERT_FALSE(out.isOk());
   EXPECT_EQ(out.status().code(), StatusCode::kDeadlineExceeded) << out.status().toString();
   EXPECT_NE(out.status().message().find("round 1 of the cached steady state"), std::string::npos);

@@ -24,6 +24,29 @@ bool runsInline(const coordinator::Response& r) {
 // 17.8 -> 27.4 ms when everything ran inline).
 constexpr uint64_t kInlineBytes = 256 << 10;
 
+// The fusion threshold and cycle time a job starts with. On one daemon
+// nothing waits for more collectives unless autotune finds it pays.
+autotune::Settings initialTuning(const JobSpec& spec, const JobLimits& limits) {
+  const bool across = spec.local_size < spec.size;
+  return {limits.fusion_threshold_bytes,
+          across ? std::chrono::duration_cast<std::chrono::microseconds>(limits.cycle_time) : std::chrono::microseconds(0)};
+}
+
+std::optional<autotune::Options> autotuneOptions(const JobSpec& spec, const JobLimits& limits) {
+  const auto& asked = spec.autotune;
+  if (asked.mode == v1::AUTOTUNE_OFF || (asked.mode == v1::AUTOTUNE_DAEMON_DEFAULT && !limits.autotune)) {
+    return std::nullopt;
+  }
+  autotune::Options options = limits.autotune_options;
+  if (asked.warmup_samples != 0) options.warmup_samples = asked.warmup_samples;
+  if (asked.steps_per_sample != 0) options.steps_per_sample = asked.steps_per_sample;
+  if (asked.samples_per_setting != 0) options.samples_per_setting = asked.samples_per_setting;
+  // The steady-state rounds across daemons run what every daemon has as
+  // soon as it has it: no cycle there to tune.
+  if (spec.local_size < spec.size && limits.steady_state_rounds && !spec.elastic) options.cycle_times.clear();
+  return options;
+}
+
 uint64_t bytesOf(const std::deque<coordinator::Response>& responses) {
   uint64_t bytes = 0;
   for (const auto& r : responses) bytes += r.first().length;
@@ -56,7 +79,8 @@ Job::Job(JobSpec spec, JobLimits limits, executor::ReducePool* pool)
                                  : nullptr),
       executor_(pool, gpu_executor_.get()),
       negotiator_(spec_.job_id, spec_.size, spec_.process_sets),
-      process_sets_(std::make_shared<const coordinator::ProcessSetTable>(negotiator_.processSets())) {
+      process_sets_(std::make_shared<const coordinator::ProcessSetTable>(negotiator_.processSets())),
+      tuning_(spec_.job_id, initialTuning(spec_, limits_), autotuneOptions(spec_, limits_)) {
   if (spec_.local_size < spec_.size) {
     peer::CrossNodeOptions options{spec_.job_id,       spec_.token,      spec_.size,           spec_.process_sets,
                              limits_.peer_address, spec_.leader_address, limits_.hostname, limits_.join_timeout,
@@ -70,8 +94,9 @@ Job::Job(JobSpec spec, JobLimits limits, executor::ReducePool* pool)
     options.min_size = spec_.min_size;
     options.steady_state_rounds = limits_.steady_state_rounds && !spec_.elastic;
     peer::CrossNode::Hooks hooks;
-    hooks.on_batch = [this](std::vector<coordinator::Response> batch, uint64_t sequence, uint64_t epoch) {
-      onRemoteBatch(std::move(batch), sequence, epoch);
+    hooks.on_batch = [this](std::vector<coordinator::Response> batch, uint64_t sequence, uint64_t epoch,
+                            uint64_t fusion_threshold_bytes) {
+      onRemoteBatch(std::move(batch), sequence, epoch, fusion_threshold_bytes);
     };
     if (spec_.elastic) {
       hooks.on_ranks_lost = [this](const std::vector<int>& ranks, uint64_t epoch, const std::string& cause) {
@@ -299,7 +324,9 @@ void Job::submitToCoordinator(const std::shared_ptr<Session>& session, coordinat
   if (ready->empty()) return;
   publishProcessSetsLocked(*ready, /*from_leader=*/false);
   for (auto& r : *ready) ready_.push_back(std::move(r));
-  if (!cross_ && !executing_ && std::all_of(ready_.begin(), ready_.end(), runsInline) &&
+  // (Unless an autotuned cycle time has them wait for more.)
+  const bool waits = tuning_.current().cycle_time.count() > 0 && negotiator_.pendingCount() > 0;
+  if (!cross_ && !executing_ && !waits && std::all_of(ready_.begin(), ready_.end(), runsInline) &&
       bytesOf(ready_) <= kInlineBytes) {
     *inline_batch = takeBatchLocked();
   } else {
@@ -516,6 +543,7 @@ v1::JobInfo Job::info() const {
   info.set_fused_responses(fused_responses_);
   info.set_stall_warnings(stall_warnings_);
   stats_.fill(&info);
+  tuning_.fill(decidesTuningLocked(), info.mutable_tuning());
   info.set_healthy(failure_.empty() && !stopping_);
   if (spec_.elastic) {
     info.set_elastic(true);

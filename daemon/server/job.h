@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "daemon/autotune/job_tuning.h"
 #include "daemon/common/unique_fd.h"
 #include "daemon/coordinator/negotiator.h"
 #include "daemon/executor/gpu_executor.h"
@@ -48,6 +49,19 @@ struct JobSpec {
   // does not hold yet (local_size 0); the node joins the job as a candidate
   // once that rank registered (job_elastic_cross.cc).
   bool joins_running = false;
+  // Autotune as the ranks asked (RegisterRequest.autotune; sample sizes 0:
+  // the daemon's).
+  struct Autotune {
+    v1::AutotuneMode mode = v1::AUTOTUNE_DAEMON_DEFAULT;
+    uint32_t warmup_samples = 0;
+    uint32_t steps_per_sample = 0;
+    uint32_t samples_per_setting = 0;
+    bool operator==(const Autotune& o) const {
+      return mode == o.mode && warmup_samples == o.warmup_samples && steps_per_sample == o.steps_per_sample &&
+             samples_per_setting == o.samples_per_setting;
+    }
+  };
+  Autotune autotune;
 };
 
 struct JobLimits {
@@ -69,6 +83,10 @@ struct JobLimits {
   // ready ones wait up to this long to be fused into one batch (one ring
   // instead of many). Nothing waits when nothing else is pending.
   Clock::duration cycle_time = std::chrono::milliseconds(1);
+  // Autotune jobs whose ranks did not say (DaemonConfig.autotune), and the
+  // sample sizes of jobs that did not say theirs.
+  bool autotune = false;
+  autotune::Options autotune_options;
   size_t response_cache_capacity = 4096;
   // The node's GPUs (null without any; `no_gpu_reason` then ends every CUDA
   // tensor with a message saying why).
@@ -179,7 +197,8 @@ class Job : private executor::RankAccess {
   void submitToCoordinator(const std::shared_ptr<Session>& session, coordinator::Request request, Outbox* outbox,
                            std::vector<coordinator::Response>* inline_batch, bool steady = true);
   void submitRemote(int rank, const v1::Enqueue& enqueue);
-  void onRemoteBatch(std::vector<coordinator::Response> batch, uint64_t sequence, uint64_t epoch);
+  void onRemoteBatch(std::vector<coordinator::Response> batch, uint64_t sequence, uint64_t epoch,
+                     uint64_t fusion_threshold_bytes);
   void failJob(const std::string& cause, bool node_lost);
   // A cross-node transfer failed with `status`: fails the job (node lost)
   // and returns the error led by the job's earlier failure, if any (the
@@ -191,10 +210,12 @@ class Job : private executor::RankAccess {
 
   void executorLoop();
   // Takes everything in ready_ as the next batch; needs mutex_ and !executing_.
-  std::vector<coordinator::Response> takeBatchLocked();
-  // `batch` becomes the one executing (executing_, the sessions, epoch and
-  // local ranks it runs with). Needs mutex_ and !executing_.
-  std::vector<coordinator::Response> beginBatchLocked(std::vector<coordinator::Response> batch);
+  std::vector<coordinator::Response> takeBatchLocked(uint64_t fusion_threshold_bytes = 0);
+  // `batch` becomes the one executing (executing_, the sessions, epoch,
+  // local ranks and fusion threshold it runs with: `fusion_threshold_bytes`,
+  // the leader's, or 0 for this daemon's). Needs mutex_ and !executing_.
+  std::vector<coordinator::Response> beginBatchLocked(std::vector<coordinator::Response> batch,
+                                                      uint64_t fusion_threshold_bytes = 0);
   // The cached steady state across daemons (job_steady_state.cc). The
   // executor thread's rounds with the other daemons, until the job fails
   // or stops (or at once when a daemon does not offer them).
@@ -210,6 +231,7 @@ class Job : private executor::RankAccess {
   // Wakes the executor thread (its condition and, in the rounds, its fd). Needs mutex_.
   void wakeExecutorLocked();
   uint64_t bytesReady() const;  // needs mutex_
+  // Runs `batch` (begun with beginBatchLocked), fused up to batch_fusion_threshold_.
   void runBatch(std::vector<coordinator::Response> batch, uint64_t sequence = 0);
   // `started`: when the response's fused batch began executing.
   void complete(const coordinator::Response& response, const executor::ResponseResult& result, Clock::time_point started,
@@ -350,6 +372,10 @@ class Job : private executor::RankAccess {
   uint64_t stall_warnings_ = 0;
   uint64_t commits_ = 0;  // elastic commit barriers completed
   std::string last_error_;
+  // Fusion threshold and cycle time, maybe autotuned (mutex_).
+  autotune::JobTuning tuning_;
+  // Whether this daemon decides them: one daemon, or the leader across daemons.
+  bool decidesTuningLocked() const { return !cross_ || (cross_started_ && cross_->isLeader()); }
 
   // Elastic state (guarded by mutex_).
   uint64_t epoch_ = 1;
@@ -375,7 +401,12 @@ class Job : private executor::RankAccess {
   bool cross_started_ = false;
   std::vector<std::pair<std::shared_ptr<Session>, coordinator::Request>> early_;  // before the role is known
   std::map<std::pair<int, uint64_t>, coordinator::Request> forwarded_;          // follower: awaiting the leader
-  std::deque<std::pair<uint64_t, std::vector<coordinator::Response>>> remote_batches_;  // follower
+  struct RemoteBatch {
+    uint64_t sequence = 0;
+    uint64_t fusion_threshold_bytes = 0;  // the leader's (0: not said)
+    std::vector<coordinator::Response> responses;
+  };
+  std::deque<RemoteBatch> remote_batches_;  // follower
   uint64_t batch_sequence_ = 0;       // leader
   uint64_t ring_sequence_ = 0;        // executor thread only
   std::atomic<uint64_t> ring_busy_ns_{0};  // time in cross-node transfers
@@ -393,6 +424,7 @@ class Job : private executor::RankAccess {
   // the job's nodes in it (executor thread only).
   SessionSnapshot batch_sessions_;
   uint64_t batch_epoch_ = 0;
+  uint64_t batch_fusion_threshold_ = 0;  // this daemon's, or the leader's that came with the batch
   std::set<int> batch_local_ranks_;
   std::vector<v1::NodeInfo> batch_members_;
   uint64_t batch_members_epoch_ = 0;

@@ -67,7 +67,8 @@ void Job::submitRemote(int rank, const v1::Enqueue& enqueue) {
   flush(&outbox);
 }
 
-void Job::onRemoteBatch(std::vector<coordinator::Response> batch, uint64_t sequence, uint64_t epoch) {
+void Job::onRemoteBatch(std::vector<coordinator::Response> batch, uint64_t sequence, uint64_t epoch,
+                        uint64_t fusion_threshold_bytes) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (stopping_) return;  // negotiated work still runs after a rank left
   // Sent before the leader changed the epoch; its requests failed with the
@@ -76,7 +77,7 @@ void Job::onRemoteBatch(std::vector<coordinator::Response> batch, uint64_t seque
   // Before any Done of the batch: a local rank told a new set's id may use
   // it at once, and its enqueue is checked here.
   publishProcessSetsLocked(batch, /*from_leader=*/true);
-  remote_batches_.emplace_back(sequence, std::move(batch));
+  remote_batches_.push_back({sequence, fusion_threshold_bytes, std::move(batch)});
   wakeExecutorLocked();
 }
 

@@ -21,28 +21,32 @@ void Job::executorLoop() {
         return stopping_ || (!executing_ && (!ready_.empty() || !remote_batches_.empty()));
       });
       if (stopping_) return;
-      if (cross_ && remote_batches_.empty() && negotiator_.pendingCount() > 0) {
-        // Leader of a multi-node job: more tensors are on their way; give
-        // them one cycle to join this batch.
-        const auto until = Clock::now() + limits_.cycle_time;
+      const autotune::Settings tuned = tuning_.current();
+      if (remote_batches_.empty() && negotiator_.pendingCount() > 0 && tuned.cycle_time.count() > 0) {
+        // The leader of a multi-node job (or one daemon, when autotune
+        // says so): more tensors are on their way; give them one cycle to
+        // join this batch.
+        const auto until = Clock::now() + tuned.cycle_time;
         ready_cv_.wait_until(lock, until, [&] {
-          return stopping_ || negotiator_.pendingCount() == 0 || bytesReady() >= limits_.fusion_threshold_bytes;
+          return stopping_ || negotiator_.pendingCount() == 0 || bytesReady() >= tuned.fusion_threshold_bytes;
         });
         if (stopping_) return;
       }
+      uint64_t fusion_threshold = 0;  // this daemon's
       if (!remote_batches_.empty()) {  // follower: the leader's batches, in order
-        sequence = remote_batches_.front().first;
-        for (auto& r : remote_batches_.front().second) ready_.push_back(std::move(r));
+        sequence = remote_batches_.front().sequence;
+        fusion_threshold = remote_batches_.front().fusion_threshold_bytes;
+        for (auto& r : remote_batches_.front().responses) ready_.push_back(std::move(r));
         remote_batches_.pop_front();
       } else if (cross_) {
         sequence = ++batch_sequence_;
         lead = true;
       }
-      batch = takeBatchLocked();
+      batch = takeBatchLocked(fusion_threshold);
       if (lead) markAdmissionLocked(&batch);
     }
     if (lead) {
-      Status sent = cross_->broadcast(batch, sequence, batch_epoch_);
+      Status sent = cross_->broadcast(batch, sequence, batch_epoch_, batch_fusion_threshold_);
       if (!sent.isOk()) {
         for (auto& r : batch) r.status = sent;  // fails them on this node; the job fails below
         failJob(sent.message(), /*node_lost=*/true);
@@ -60,15 +64,18 @@ uint64_t Job::bytesReady() const {
   return bytes;
 }
 
-std::vector<coordinator::Response> Job::takeBatchLocked() {
+std::vector<coordinator::Response> Job::takeBatchLocked(uint64_t fusion_threshold_bytes) {
   std::vector<coordinator::Response> batch;
   for (auto& r : ready_) batch.push_back(std::move(r));
   ready_.clear();
-  return beginBatchLocked(std::move(batch));
+  return beginBatchLocked(std::move(batch), fusion_threshold_bytes);
 }
 
-std::vector<coordinator::Response> Job::beginBatchLocked(std::vector<coordinator::Response> batch) {
+std::vector<coordinator::Response> Job::beginBatchLocked(std::vector<coordinator::Response> batch,
+                                                         uint64_t fusion_threshold_bytes) {
   executing_ = true;
+  if (fusion_threshold_bytes != 0) tuning_.followLeader(fusion_threshold_bytes);
+  batch_fusion_threshold_ = fusion_threshold_bytes != 0 ? fusion_threshold_bytes : tuning_.current().fusion_threshold_bytes;
   in_flight_executing_ = static_cast<int>(batch.size());
   batch_sessions_ = sessions_;
   batch_epoch_ = epoch_;
@@ -85,7 +92,7 @@ void Job::runBatch(std::vector<coordinator::Response> batch, uint64_t sequence) 
   if (cross_ && (batch_members_.empty() || batch_members_epoch_ != batch_epoch_)) {
     batch_members_ = cross_->members(&batch_members_epoch_);
   }
-  for (const auto& fused : fusion::planFusion(std::move(batch), limits_.fusion_threshold_bytes)) {
+  for (const auto& fused : fusion::planFusion(std::move(batch), batch_fusion_threshold_)) {
     const auto started = Clock::now();
     timelineExecution(fused, true, nullptr);
     auto results = executor_.run(fused, *this);
@@ -96,7 +103,13 @@ void Job::runBatch(std::vector<coordinator::Response> batch, uint64_t sequence) 
     Outbox outbox;
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      for (size_t i = 0; i < fused.responses.size(); ++i) complete(fused.responses[i], results[i], started, &outbox);
+      const bool decides = decidesTuningLocked();
+      for (size_t i = 0; i < fused.responses.size(); ++i) {
+        complete(fused.responses[i], results[i], started, &outbox);
+        if (decides && results[i].status.isOk()) {
+          tuning_.completed(fused.responses[i].name, fused.responses[i].first().length, Clock::now());
+        }
+      }
       ++fused_responses_;
       stats_.fused(fused.bytes);
       in_flight_executing_ -= static_cast<int>(fused.responses.size());

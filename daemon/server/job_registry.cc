@@ -42,6 +42,11 @@ Status checkIdentity(const v1::RegisterRequest& r, uint32_t max_local_ranks, uin
                              std::to_string(r.size()) + "]");
     }
   }
+  if (!v1::AutotuneMode_IsValid(r.autotune())) return invalidArgument("unknown autotune mode " + std::to_string(r.autotune()));
+  if (r.autotune_warmup_samples() > 1000 || r.autotune_steps_per_sample() > 10000 ||
+      r.autotune_samples_per_setting() > 100) {
+    return invalidArgument("autotune: at most 1000 warm-up samples, 10000 steps per sample and 100 samples per setting");
+  }
   if (r.process_sets_size() > 4096) return invalidArgument("more than 4096 process sets");
   for (int i = 0; i < r.process_sets_size(); ++i) {
     const auto& ranks = r.process_sets(i).ranks();
@@ -73,6 +78,8 @@ StatusOr<JobSpec> specOf(const v1::RegisterRequest& r) {
   spec.leader_address = r.leader_address();
   spec.elastic = r.elastic();
   spec.min_size = r.elastic() ? r.min_size() : 0;
+  spec.autotune = {r.autotune(), r.autotune_warmup_samples(), r.autotune_steps_per_sample(),
+                   r.autotune_samples_per_setting()};
   if (r.elastic_timeout_seconds() > 0) {
     spec.elastic_timeout = std::chrono::duration_cast<Clock::duration>(
         std::chrono::duration<double>(std::min(r.elastic_timeout_seconds(), 86400.0)));
@@ -145,6 +152,10 @@ Status JobRegistry::checkJobMatches(const Job& job, const v1::RegisterRequest& r
   if (mine->elastic != spec.elastic || mine->min_size != spec.min_size) {
     return failedPrecondition("job '" + r.job_id() + "': rank " + std::to_string(r.rank()) +
                               " registers a different elastic mode or minimum size than the ranks before it");
+  }
+  if (!(mine->autotune == spec.autotune)) {
+    return failedPrecondition("job '" + r.job_id() + "': rank " + std::to_string(r.rank()) +
+                              " asks for different autotune settings (GRADSYNC_AUTOTUNE*) than the ranks before it");
   }
   if (mine->process_sets != spec.process_sets) {
     return failedPrecondition("job '" + r.job_id() + "': rank " + std::to_string(r.rank()) +

@@ -97,8 +97,8 @@ void Job::steadyExecutorLoop() {
         std::vector<coordinator::Response> unused;
         submitToCoordinator(held.session, std::move(held.request), &outbox, &unused, /*steady=*/false);
       }
-      while (!remote_batches_.empty() && remote_batches_.front().first == 0) {
-        for (auto& r : remote_batches_.front().second) errors.push_back(std::move(r));
+      while (!remote_batches_.empty() && remote_batches_.front().sequence == 0) {
+        for (auto& r : remote_batches_.front().responses) errors.push_back(std::move(r));
         remote_batches_.pop_front();
       }
       wanted = steady_dirty_ || (leader && !ready_.empty());
@@ -129,6 +129,7 @@ void Job::steadyExecutorLoop() {
     // This daemon's part of the round.
     std::vector<uint64_t> ready;
     std::vector<coordinator::Response> batch;
+    peer::FastRounds::LeaderPart part;  // the leader's
     uint64_t sequence = 0;
     {
       std::lock_guard<std::mutex> lock(mutex_);
@@ -139,15 +140,16 @@ void Job::steadyExecutorLoop() {
         batch = takeBatchLocked();
       }
       if (leader) sequence = batch_sequence_;
+      part = {sequence, tuning_.current().fusion_threshold_bytes};
     }
     if (leader && !batch.empty()) {
-      Status sent = cross_->broadcast(batch, sequence, batch_epoch_);
+      Status sent = cross_->broadcast(batch, sequence, batch_epoch_, batch_fusion_threshold_);
       if (!sent.isOk()) {
         for (auto& r : batch) r.status = sent;
         failJob(sent.message(), /*node_lost=*/true);
       }
     }
-    auto outcome = rounds.exchange(ready, sequence, Clock::now() + limits_.transfer_timeout);
+    auto outcome = rounds.exchange(ready, part, Clock::now() + limits_.transfer_timeout);
     peers_started = false;
     if (!outcome.isOk()) {
       if (!batch.empty()) runBatch(std::move(batch), sequence);  // fails them: the job failed
@@ -169,7 +171,7 @@ void Job::steadyExecutorLoop() {
       std::lock_guard<std::mutex> lock(mutex_);
       std::vector<coordinator::Response> responses;
       for (uint64_t id : outcome->ids) responses.push_back(steady_.take(id));
-      agreed = beginBatchLocked(std::move(responses));
+      agreed = beginBatchLocked(std::move(responses), outcome->fusion_threshold_bytes);
     }
     runBatch(std::move(agreed), kRoundSequenceBase + rounds.round());
     std::lock_guard<std::mutex> lock(mutex_);
@@ -192,7 +194,7 @@ bool Job::runLeaderBatchesUpTo(uint64_t sequence) {
     {
       std::unique_lock<std::mutex> lock(mutex_);
       const auto due = [&] {
-        return stopping_ || !failure_.empty() || (!remote_batches_.empty() && remote_batches_.front().first <= sequence) ||
+        return stopping_ || !failure_.empty() || (!remote_batches_.empty() && remote_batches_.front().sequence <= sequence) ||
                batch_sequence_seen_ >= sequence;
       };
       // The leader sent it before the round began: it is on its way.
@@ -202,10 +204,11 @@ bool Job::runLeaderBatchesUpTo(uint64_t sequence) {
         return false;
       }
       if (stopping_ || !failure_.empty()) return false;
-      if (remote_batches_.empty() || remote_batches_.front().first > sequence) return true;
-      next = remote_batches_.front().first;
+      if (remote_batches_.empty() || remote_batches_.front().sequence > sequence) return true;
+      next = remote_batches_.front().sequence;
       batch_sequence_seen_ = std::max(batch_sequence_seen_, next);
-      batch = beginBatchLocked(std::move(remote_batches_.front().second));
+      batch = beginBatchLocked(std::move(remote_batches_.front().responses),
+                               remote_batches_.front().fusion_threshold_bytes);
       remote_batches_.pop_front();
     }
     runBatch(std::move(batch), next);

@@ -213,6 +213,31 @@ std::string formatStatus(const v1::GetStatusResponse& status, const std::string&
   return out;
 }
 
+namespace {
+
+std::string fusionOf(uint64_t threshold_bytes) {
+  return threshold_bytes <= 1 ? std::string("no fusion") : "up to " + formatBytes(threshold_bytes);
+}
+
+// Where autotune stands: "tuning the fusion threshold, sample 12 of 53",
+// "done after 53 samples: 512 MB/s (the initial setting: 420 MB/s)".
+std::string autotuneOf(const v1::JobTuning& tuning) {
+  std::string out = tuning.phase();
+  if (tuning.samples_planned() == 0) return out;  // a follower: the leader tunes
+  if (tuning.phase() != "done") {
+    return out + ", sample " + std::to_string(tuning.samples()) + " of " + std::to_string(tuning.samples_planned());
+  }
+  double best = 0;
+  for (const auto& trial : tuning.trials()) best = std::max(best, trial.bytes_per_second());
+  out += " after " + std::to_string(tuning.samples()) + " samples: " + printfString("%.0f MB/s", best / 1e6);
+  if (tuning.trials_size() > 0) {
+    out += printfString(" (the initial setting: %.0f MB/s)", tuning.trials(0).bytes_per_second() / 1e6);
+  }
+  return out;
+}
+
+}  // namespace
+
 std::string formatRankTable(const v1::JobInfo& job) {
   std::vector<std::vector<std::string>> rows;
   rows.push_back({"RANK", "LOCAL", "PID", "HOST", "CONNECTED", "JOINED", "ARENA"});
@@ -241,6 +266,12 @@ std::string formatJobs(const v1::ListJobsResponse& jobs) {
     line("operations done", std::to_string(job.operations_done()));
     line("bytes done", bytesWithUnits(job.bytes_done()));
     line("fused responses", std::to_string(job.fused_responses()));
+    const v1::JobTuning& tuning = job.tuning();
+    const bool leaders = tuning.autotune() && tuning.samples_planned() == 0;  // a follower of an autotuned job
+    line("fusion", leaders ? fusionOf(tuning.fusion_threshold_bytes()) + " (the leader's)"
+                           : fusionOf(tuning.fusion_threshold_bytes()) + ", cycle " +
+                                 printfString("%g", tuning.cycle_time_ms()) + " ms");
+    line("autotune", tuning.autotune() ? autotuneOf(tuning) : "off");
     line("errors", std::to_string(job.errors()));
     line("last error", job.last_error().empty() ? "-" : job.last_error());
     line("stall warnings", std::to_string(job.stall_warnings()));
@@ -258,6 +289,15 @@ std::string formatJobs(const v1::ListJobsResponse& jobs) {
     }
     out += "  ranks (" + std::to_string(job.ranks_size()) + "):\n";
     out += formatRankTable(job);
+    if (tuning.trials_size() > 0) {
+      out += "  autotune trials (median of each setting's samples):\n";
+      std::vector<std::vector<std::string>> rows{{"FUSION", "CYCLE", "MB/S"}};
+      for (const auto& trial : tuning.trials()) {
+        rows.push_back({trial.fusion_threshold_bytes() <= 1 ? "none" : formatBytes(trial.fusion_threshold_bytes()),
+                        printfString("%g ms", trial.cycle_time_ms()), printfString("%.1f", trial.bytes_per_second() / 1e6)});
+      }
+      out += formatTable(rows, "    ");
+    }
   }
   return out;
 }

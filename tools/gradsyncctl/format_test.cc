@@ -178,6 +178,52 @@ TEST(FormatJobs, ShowsCountersAndRankTable) {
   }
 }
 
+TEST(FormatJobs, ShowsFusionAndAutotune) {
+  v1::ListJobsResponse jobs;
+  v1::JobInfo* job = jobs.add_jobs();
+  job->set_job_id("fixed");
+  job->mutable_tuning()->set_fusion_threshold_bytes(64 << 20);
+  job->mutable_tuning()->set_cycle_time_ms(1);
+  std::string text = formatJobs(jobs);
+  EXPECT_THAT(text, HasSubstr("fusion:             up to 64.0 MiB, cycle 1 ms\n"));
+  EXPECT_THAT(text, HasSubstr("autotune:           off\n"));
+  EXPECT_THAT(text, Not(HasSubstr("autotune trials")));
+
+  v1::JobTuning* tuning = job->mutable_tuning();
+  tuning->set_autotune(true);
+  tuning->set_phase("tuning the fusion threshold");
+  tuning->set_samples(12);
+  tuning->set_samples_planned(53);
+  auto* trial = tuning->add_trials();
+  trial->set_fusion_threshold_bytes(64 << 20);
+  trial->set_cycle_time_ms(1);
+  trial->set_bytes_per_second(420e6);
+  trial = tuning->add_trials();
+  trial->set_fusion_threshold_bytes(1);
+  trial->set_cycle_time_ms(1);
+  trial->set_bytes_per_second(512.25e6);
+  text = formatJobs(jobs);
+  EXPECT_THAT(text, HasSubstr("autotune:           tuning the fusion threshold, sample 12 of 53\n"));
+  EXPECT_THAT(text, HasSubstr("autotune trials"));
+  EXPECT_THAT(text, HasSubstr("none      1 ms   512.2"));
+
+  tuning->set_phase("done");
+  tuning->set_samples(53);
+  tuning->set_fusion_threshold_bytes(1);
+  text = formatJobs(jobs);
+  EXPECT_THAT(text, HasSubstr("fusion:             no fusion, cycle 1 ms\n"));
+  EXPECT_THAT(text, HasSubstr("autotune:           done after 53 samples: 512 MB/s (the initial setting: 420 MB/s)\n"));
+
+  // A follower: the leader tunes.
+  tuning->Clear();
+  tuning->set_autotune(true);
+  tuning->set_phase("the leader tunes");
+  tuning->set_fusion_threshold_bytes(16 << 20);
+  text = formatJobs(jobs);
+  EXPECT_THAT(text, HasSubstr("fusion:             up to 16.0 MiB (the leader's)\n"));
+  EXPECT_THAT(text, HasSubstr("autotune:           the leader tunes\n"));
+}
+
 TEST(FormatJobs, RankTableColumnsLineUp) {
   std::string table = formatRankTable(makeJobs().jobs(0));
   // Header plus two ranks; each column starts at the same offset.
