@@ -95,7 +95,7 @@ TEST(Prometheus, NamesLabelsAndValues) {
                       "0.12\n"),
             std::string::npos)
       << text;
-  EXPECT_EQ(text.find("old"), std::string::npos) << "an ended job's series stay out";
+  EXPECT_EQ(text.find("job_id=\"old"), std::string::npos) << "an ended job's series stay out";
 }
 
 TEST(Prometheus, PromtoolAcceptsTheFormat) {

@@ -71,6 +71,16 @@ def test_real_allreduce_through_private_daemon():
     assert out.stdout.count("sum 3.0 cross 0 1") == 2
 
 
+def test_autotune_flags_reach_the_ranks():
+    script = ("import os; e = os.environ; print(e['GRADSYNC_AUTOTUNE'], e['GRADSYNC_AUTOTUNE_STEPS_PER_SAMPLE'], "
+              "'GRADSYNC_AUTOTUNE_WARMUP_SAMPLES' in e)")
+    out = run(["--private-daemon", "--autotune", "--autotune-steps-per-sample", "4", "-np", "2", PY, "-c", script])
+    assert out.returncode == 0, out.stderr
+    assert sorted(l.split(" ", 1)[1] for l in out.stdout.splitlines() if l) == ["1 4 False"] * 2
+    out = run(["--autotune-samples-per-setting", "0", "-np", "1", PY, "-c", "pass"])
+    assert out.returncode != 0 and "--autotune-samples-per-setting must be in [1, 100]" in out.stderr
+
+
 def test_exit_code_is_the_first_failing_ranks():
     script = ("import os, sys, time; r = int(os.environ['GRADSYNC_RANK']); "
               "time.sleep(0.5 * r); sys.exit(7 if r == 1 else 9 if r == 2 else 0)")

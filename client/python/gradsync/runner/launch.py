@@ -64,6 +64,14 @@ def parse_args(argv):
                               "(default $GRADSYNC_ELASTIC_TIMEOUT or 600), then fails naming what it lost")
     elastic.add_argument("--reset-limit", type=int,
                          help="elastic job: stop the job when ranks fail more often than this")
+    tune = p.add_argument_group("autotune (as horovodrun's): the daemon tunes fusion threshold and cycle time")
+    tune.add_argument("--autotune", action="store_true",
+                      help="autotune the job (GRADSYNC_AUTOTUNE=1; the daemon logs its choice, gradsyncctl jobs shows it)")
+    tune.add_argument("--autotune-warmup-samples", type=int, help="samples not scored at the start (daemon default 3)")
+    tune.add_argument("--autotune-steps-per-sample", type=int,
+                      help="steps (repetitions of the job's tensors) per sample (daemon default 10)")
+    tune.add_argument("--autotune-samples-per-setting", type=int,
+                      help="samples whose median scores each setting (daemon default 5)")
     p.add_argument("command", nargs=argparse.REMAINDER, help="the program each rank runs")
     args = p.parse_args(argv)
     if args.command and args.command[0] == "--":
@@ -78,11 +86,25 @@ def parse_args(argv):
         p.error("--min-np must be in [1, -np]")
     if args.max_np is not None and args.max_np < args.num_proc:
         p.error("--max-np must be at least -np")
+    for name, most in (("warmup_samples", 1000), ("steps_per_sample", 10000), ("samples_per_setting", 100)):
+        value = getattr(args, "autotune_" + name)
+        if value is not None and not 1 <= value <= most:
+            p.error("--autotune-%s must be in [1, %d]" % (name.replace("_", "-"), most))
     if args.blacklist_cooldown_range is not None:
         low, high = args.blacklist_cooldown_range
         if not 1 <= low <= high <= 3600:
             p.error("--blacklist-cooldown-range needs 1 <= MIN <= MAX <= 3600")
     return args
+
+
+def _autotune_env(args):
+    """The ranks' GRADSYNC_AUTOTUNE* from the --autotune flags."""
+    env = {"GRADSYNC_AUTOTUNE": "1"} if args.autotune else {}
+    for name in ("warmup_samples", "steps_per_sample", "samples_per_setting"):
+        value = getattr(args, "autotune_" + name)
+        if value is not None:
+            env["GRADSYNC_AUTOTUNE_" + name.upper()] = str(value)
+    return env
 
 
 def _leader_of(host, args):
@@ -134,6 +156,7 @@ class Job:
                 env["GRADSYNC_SOCKET"] = socket_path
             if leader:
                 env["GRADSYNC_LEADER"] = leader
+            env.update(_autotune_env(args))
             if args.min_np is not None:
                 env.update(GRADSYNC_ELASTIC="1", HOROVOD_ELASTIC="1", GRADSYNC_MIN_SIZE=str(args.min_np))
                 if args.elastic_timeout is not None:
