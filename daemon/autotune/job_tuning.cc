@@ -10,7 +10,7 @@ namespace {
 
 double milliseconds(std::chrono::microseconds d) { return static_cast<double>(d.count()) / 1000.0; }
 
-std::string rate(double bytes_per_second) { return fmt::format("{:.3g} MB/s", bytes_per_second / 1e6); }
+std::string rate(double bytes_per_second) { return fmt::format("{:.1f} MB/s", bytes_per_second / 1e6); }
 
 }  // namespace
 
