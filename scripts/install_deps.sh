@@ -21,6 +21,7 @@ PACKAGES=(
   python3-torch python3-pytest  # gradsync.torch and its tests (PyTorch 1.13, CPU)
   python3-venv               # the PyPI torch environment (scripts/pypi_torch_env.sh)
   python3-sklearn            # the handwritten digits of the Quick start's main job
+  dpkg-dev help2man          # the .deb: dpkg-shlibdeps, man pages from --help
 )
 
 missing=()

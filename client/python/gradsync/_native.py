@@ -2,8 +2,10 @@
 """ctypes binding of libgradsync's C ABI (client/include/gradsync/gradsync.h).
 
 Only this module knows the C structs; everything above it speaks Python.
-The library is found through $GRADSYNC_LIBRARY, then beside this package,
-then in the Bazel output tree of a source checkout.
+The library is found through $GRADSYNC_LIBRARY, then beside this package
+(in _lib/ when installed from the wheel), then in the Bazel output tree of a
+source checkout, then where the dynamic linker looks (the gradsync Debian
+package installs it there).
 """
 import ctypes
 import os
@@ -84,6 +86,7 @@ def _candidates():
     if env:
         yield env
     here = os.path.dirname(os.path.abspath(__file__))
+    yield os.path.join(here, "_lib", "libgradsync.so")
     yield os.path.join(here, "libgradsync.so")
     # Source checkout: client/python/gradsync -> <root>/bazel-bin/client.
     root = os.path.dirname(os.path.dirname(os.path.dirname(here)))
@@ -96,6 +99,10 @@ def load_library():
         if os.path.exists(path):
             return _declare(ctypes.CDLL(path))
         tried.append(path)
+    try:
+        return _declare(ctypes.CDLL("libgradsync.so"))
+    except OSError:
+        tried.append("libgradsync.so in the system's library path")
     raise GradsyncError(
         "cannot find libgradsync.so (tried %s); set GRADSYNC_LIBRARY to its path" % ", ".join(tried))
 

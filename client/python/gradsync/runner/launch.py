@@ -97,6 +97,12 @@ def parse_args(argv):
     return args
 
 
+def _with_this_python(command):
+    """A bare `python` or `python3` runs as the Python gradsyncrun runs on
+    (the one it was installed into), not whichever PATH finds first."""
+    return [sys.executable] + command[1:] if command[0] in ("python", "python3") else command
+
+
 def _autotune_env(args):
     """The ranks' GRADSYNC_AUTOTUNE* from the --autotune flags."""
     env = {"GRADSYNC_AUTOTUNE": "1"} if args.autotune else {}
@@ -196,7 +202,7 @@ class Job:
         if is_local(host):
             full = dict(os.environ, **env)
             full["PYTHONPATH"] = os.pathsep.join(filter(None, [PACKAGE_ROOT, os.environ.get("PYTHONPATH")]))
-            command = self.args.command
+            command = _with_this_python(self.args.command)
         else:
             full = dict(os.environ)
             assignments = " ".join("%s=%s" % (k, shlex.quote(v)) for k, v in env.items())
