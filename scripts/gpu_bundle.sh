@@ -18,13 +18,7 @@ cp bazel-bin/daemon/exe/gradsyncd bazel-bin/tools/gradsyncctl/gradsyncctl bazel-
 cp bazel-bin/client/libgradsync.so "$out/lib/"
 chmod u+w "$out"/bin/* "$out"/lib/*
 strip --strip-debug "$out"/bin/* "$out"/lib/libgradsync.so
-skip='^(linux-vdso|ld-linux|libc\.so|libm\.so|libpthread|libdl\.so|librt\.so|libstdc\+\+|libgcc_s)'
-for binary in "$out"/bin/* "$out"/lib/libgradsync.so; do
-  ldd "$binary" | awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}' | while read -r soname path; do
-    [[ "$soname" =~ $skip ]] && continue
-    [[ -e "$out/lib/$soname" ]] || cp -L "$path" "$out/lib/$soname"
-  done
-done
+scripts/bundle_shared_libs.sh "$out/lib" "$out"/bin/* "$out"/lib/libgradsync.so
 git rev-parse HEAD > "$out/COMMIT"
 size=$(du -sb "$out" | cut -f1)
 echo "gpu_bundle: $out holds $(ls "$out/lib" | wc -l) libraries, $((size / 1048576)) MiB (limit 64 MiB with the tree)"

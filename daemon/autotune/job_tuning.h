@@ -37,7 +37,7 @@ class JobTuning {
   void logTrial(const Trial& trial) const;
 
   std::string job_id_;
-  Settings fixed_;  // not autotuned; and a follower's, from the leader's batches
+  Settings fixed_;  // not autotuned
   std::optional<Autotuner> tuner_;
   uint64_t leader_threshold_ = 0;  // follower: the last the leader sent
 };

@@ -14,7 +14,7 @@ out=${1:-$root/dist}
 scripts/install_deps.sh
 bazel build //:gradsyncd //:gradsyncctl //:gradsync_bench //:libgradsync >/dev/null
 
-version=$(sed -n 's/.*kVersion = "\([^"]*\)".*/\1/p' daemon/exe/daemon.h)
+version=$(packaging/version.sh)
 arch=$(dpkg --print-architecture)
 multiarch=$(dpkg-architecture -qDEB_HOST_MULTIARCH 2>/dev/null || gcc -print-multiarch)
 work=$(mktemp -d /tmp/gradsync-deb.XXXXXX)

@@ -9,13 +9,10 @@ cd "$(dirname "$0")/../.."
 out=${1:-$PWD/dist}
 scripts/install_deps.sh
 bazel build //:libgradsync >/dev/null
-version=$(sed -n 's/.*kVersion = "\([^"]*\)".*/\1/p' daemon/exe/daemon.h)
+version=$(packaging/version.sh)
 lib=$(mktemp -d /tmp/gradsync-wheel.XXXXXX)
 trap 'rm -rf "$lib"' EXIT
 install -m 0755 bazel-bin/client/libgradsync.so "$lib/"
 strip --strip-unneeded "$lib/libgradsync.so"
-skip='^(linux-vdso|ld-linux|libc\.so|libm\.so|libpthread|libdl\.so|librt\.so|libstdc\+\+|libgcc_s)'
-ldd "$lib/libgradsync.so" | awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}' | while read -r soname path; do
-  [[ "$soname" =~ $skip ]] || install -m 0755 "$(readlink -f "$path")" "$lib/$soname"
-done
+scripts/bundle_shared_libs.sh "$lib" "$lib/libgradsync.so"
 /usr/bin/python3 packaging/wheel/build_wheel.py "$version" client/python/gradsync "$lib" "$out"
