@@ -4,6 +4,8 @@
 // where the leader tunes and every daemon must fuse each batch alike (the
 // workers check every sum while the threshold changes under them); what
 // it chose in the log and in `gradsyncctl jobs`.
+#include <signal.h>
+
 #include <cstdio>
 #include <fstream>
 #include <regex>
@@ -103,6 +105,24 @@ TEST_F(AutotuneTest, TwoDaemonsThroughTheLeaderTuneTheCycleTimeToo) {
   EXPECT_EQ(count(log, "job 'tune-leader': autotune measured "), 10) << log;
   EXPECT_NE(log.find("cycle time 5 ms: "), std::string::npos) << log;  // the longest wait was tried
   EXPECT_NE(log.find("job 'tune-leader': autotune chose "), std::string::npos) << log;
+}
+
+// A rank killed while the leader tunes (thresholds changing, rounds in
+// flight): the other ranks' collectives fail within seconds, naming it,
+// on both daemons; nothing waits for the lost rank.
+TEST_F(AutotuneTest, ARankKilledWhileTuningFailsTheJobEverywhereNamingIt) {
+  startDaemons(2);
+  auto ranks = launchWith("tune-kill", {"training_steps", "100000"}, {0, 1, 0, 1}, kQuickTuning);
+  ASSERT_TRUE(waitFor([&] { return daemons_[0]->log().find("job 'tune-kill': autotune measured ") != std::string::npos; },
+                      kTimeout))
+      << logs();
+  ranks[3].kill(SIGKILL);
+  const auto killed = std::chrono::steady_clock::now();
+  for (int r : {0, 1, 2}) {
+    EXPECT_NE(ranks[r].wait(std::chrono::seconds(20)), 0) << "rank " << r << "\n" << ranks[r].log();
+    EXPECT_NE(ranks[r].log().find("rank 3"), std::string::npos) << ranks[r].log();
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - killed, std::chrono::seconds(20)) << logs();
 }
 
 // The config turns it on for every job; a job's ranks may turn it off.
