@@ -434,6 +434,14 @@ void CrossNode::announceFailure(const std::string& text, bool node_lost) {
   {
     // Once per kind: a lost node is worth announcing after a departed rank.
     std::lock_guard<std::mutex> lock(mutex_);
+    if (removed_) {
+      if (!failure_announced_) {
+        GS_LOG(control, info, "job '{}': this node was removed from the job; its failure is not announced to the others",
+               options_.job_id);
+      }
+      failure_announced_ = true;
+      return;
+    }
     if (failure_announced_ && (node_lost_announced_ || !node_lost)) return;
     failure_announced_ = true;
     node_lost_announced_ = node_lost_announced_ || node_lost;

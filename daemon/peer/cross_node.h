@@ -255,6 +255,7 @@ class CrossNode {
   // is noticed within about 4 s).
   std::shared_ptr<grpc::Channel> leaderChannel(const std::string& address) const;
   std::string leaderDescription() const;
+  void markRemoved();  // sets removed_
 
   // Leader failover (cross_node_failover.cc). Follower whose leader was
   // lost: votes for the lowest surviving daemon (itself, or over Elect);
@@ -310,6 +311,10 @@ class CrossNode {
   bool stopping_ = false;
   bool failure_announced_ = false;
   bool node_lost_announced_ = false;
+  // This node learnt that the leader removed it: its failure is its own,
+  // and announcing it could fail nodes that have not yet heard of the
+  // removal (their epoch still counts this node as a member).
+  bool removed_ = false;
   bool reader_done_ = false;  // follower: the leader's stream ended
   std::string transfers_aborted_;              // abortTransfers' reason
   grpc::ClientContext* join_call_ = nullptr;   // follower: the JoinJob call in progress

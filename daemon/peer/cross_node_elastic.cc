@@ -282,6 +282,7 @@ void CrossNode::applyNewEpoch(const v1::NewEpoch& change) {
     auto self = std::find_if(change.nodes().begin(), change.nodes().end(),
                              [&](const v1::NodeInfo& n) { return n.peer_address() == options_.self_address; });
     if (self == change.nodes().end()) {
+      removed_ = true;
       removed = "this node was removed from job '" + options_.job_id + "' at epoch " + std::to_string(change.epoch()) +
                 " (" + change.cause() + ")";
     } else {
@@ -389,6 +390,7 @@ void CrossNode::tellStale(Follower* follower, const std::string& why) {
   v1::LeaderMessage notice;
   notice.mutable_failure()->set_message(why);
   notice.mutable_failure()->set_node_lost(true);
+  notice.mutable_failure()->set_removed(true);
   std::lock_guard<std::mutex> lock(follower->write_mutex);
   if (follower->stream) follower->stream->Write(notice);
 }

@@ -145,6 +145,7 @@ void CrossNode::readLeader() {
       continue;             // following the new leader
     }
     if (!removed.empty()) {
+      markRemoved();
       hooks_.on_failure(removed, true);
     } else if (status.ok()) {
       hooks_.on_failure("the leader " + leaderDescription() + " closed the job (its ranks finished)", false);
@@ -158,6 +159,11 @@ void CrossNode::readLeader() {
     reader_done_ = true;
   }
   formed_cv_.notify_all();
+}
+
+void CrossNode::markRemoved() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  removed_ = true;
 }
 
 std::string CrossNode::leaderDescription() const {
@@ -189,6 +195,7 @@ grpc::Status CrossNode::readStream() {
       hooks_.on_batch(std::move(batch), message.batch().sequence(), message.batch().epoch(),
                       message.batch().fusion_threshold_bytes());
     } else if (message.has_failure()) {
+      if (message.failure().removed()) markRemoved();
       hooks_.on_failure(message.failure().message(), message.failure().node_lost());
     } else if (message.has_new_epoch()) {
       applyNewEpoch(message.new_epoch());

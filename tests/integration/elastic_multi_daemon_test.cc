@@ -178,7 +178,8 @@ TEST_F(ElasticAcrossDaemonsTest, TwentyRandomKillAndAddCyclesLeaveNothingBehind)
 
 // A daemon paused (SIGSTOP) past the silence limit is removed; the others
 // go on without it. Resumed, it is told it is stale: its rank fails naming
-// that, and its abort notice to the other follower is refused.
+// that, and it fails none of the others (its abort notice, if it sends one
+// before it learns of its removal, is refused).
 TEST_F(ElasticAcrossDaemonsTest, PausedDaemonIsRemovedAndRefusedAsStaleWhenItWakes) {
   startDaemons(3);
   const std::vector<int> placement = {0, 1, 2};
@@ -194,7 +195,11 @@ TEST_F(ElasticAcrossDaemonsTest, PausedDaemonIsRemovedAndRefusedAsStaleWhenItWak
       << ranks[1].log() << logs();
   EXPECT_EQ(ranks[0].wait(kTimeout), 0) << ranks[0].log() << logs();
   EXPECT_EQ(ranks[2].wait(kTimeout), 0) << ranks[2].log() << logs();
-  EXPECT_NE(daemons_[2]->log().find("refused a stale abort notice"), std::string::npos) << logs();
+  // Woken, it either knows it was removed and tells no one, or it sends an
+  // abort notice first, which the other follower refuses as stale.
+  EXPECT_TRUE(daemons_[1]->log().find("its failure is not announced to the others") != std::string::npos ||
+              daemons_[2]->log().find("refused a stale abort notice") != std::string::npos)
+      << logs();
 }
 
 // A rank stopped (SIGSTOP) for the silence limit is treated as lost: the

@@ -23,6 +23,14 @@ bool accepts(const std::string& path) {
   return ok;
 }
 
+// `base`.log, or `base`.N.log for the Nth process of that name: a
+// replacement rank spawned under a dead one's number writes its own log.
+std::string freshLogPath(const std::string& base) {
+  std::string path = base + ".log";
+  for (int n = 2; ::access(path.c_str(), F_OK) == 0; ++n) path = base + "." + std::to_string(n) + ".log";
+  return path;
+}
+
 }  // namespace
 
 bool DaemonFixture::start(const std::vector<std::string>& extra_flags, std::string* error) {
@@ -70,7 +78,7 @@ Process DaemonFixture::spawnRank(const std::string& job, int rank, int size, con
   for (const auto& [k, v] : extra_env) env[k] = v;
   std::vector<std::string> argv = {runfile("tests/integration/worker")};
   argv.insert(argv.end(), args.begin(), args.end());
-  return Process::spawn(argv, env, dir_.path() + "/" + job + ".rank" + std::to_string(rank) + ".log");
+  return Process::spawn(argv, env, freshLogPath(dir_.path() + "/" + job + ".rank" + std::to_string(rank)));
 }
 
 CtlRun runCtl(const std::string& dir, const std::vector<std::string>& args) {

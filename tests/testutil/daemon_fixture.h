@@ -48,7 +48,8 @@ class DaemonFixture {
   // Environment for rank `rank` of `size` of job `job`.
   std::map<std::string, std::string> rankEnv(const std::string& job, int rank, int size,
                                              const std::string& token = "secret-token") const;
-  // Starts worker binary with `args` as rank `rank` of `size`.
+  // Starts worker binary with `args` as rank `rank` of `size`, its output
+  // in a log of its own.
   Process spawnRank(const std::string& job, int rank, int size, const std::vector<std::string>& args,
                     const std::map<std::string, std::string>& extra_env = {}) const;
 
