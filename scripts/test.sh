@@ -2,8 +2,9 @@
 # SPDX-License-Identifier: Apache-2.0
 # The whole test suite: unit tests, multi-process integration and fault
 # tests against a real gradsyncd, config and deploy checks, and the
-# gradsync.torch suite on Debian's torch and on PyPI's current one; then the
-# multi-process tests once more under ASan+UBSan (--config=asan).
+# gradsync.torch suite on Debian's torch and on PyPI's current one, the
+# .deb and the wheel; then the multi-process tests once more under
+# ASan+UBSan (--config=asan).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install_deps.sh
@@ -13,6 +14,11 @@ bazel test //... "$@"
 torch_env="$(scripts/pypi_torch_env.sh)"
 bazel test //client/python:torch_pypi_np2_test //client/python:torch_pypi_np3_test \
   //client/python:torch_pypi_adasum_np4_test --test_env=GRADSYNC_TORCH_ENV="$torch_env" "$@"
+# The .deb and the wheel, built and used outside the build tree: lintian
+# (where installed), the .deb unpacked, the wheel in a fresh venv training
+# 2 ranks (half a minute). The clean Debian root check is not here: it
+# downloads a Debian root (packaging/clean_root_check.sh).
+packaging/check_packages.sh
 # The multi-process, fault, fuzz-regression and Python tests again with
 # AddressSanitizer, LeakSanitizer and UBSan in the daemon, client and workers.
 bazel test --config=asan //tests/... //client/python/... "$@"
