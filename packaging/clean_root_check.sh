@@ -12,8 +12,9 @@
 #   3. boots the root with systemd as its PID 1 (systemd-nspawn --boot) and
 #      runs `systemctl enable --now gradsyncd`, as an operator would. Where
 #      the container cannot boot (no systemd-nspawn, or inside a container
-#      itself) it starts gradsyncd by hand in a chroot as the unit would
-#      (user and group gradsync, the packaged config, umask 0027), and says so;
+#      itself), or with GRADSYNC_CLEAN_ROOT_NO_BOOT=1, it starts gradsyncd by
+#      hand in a chroot as the unit would (user and group gradsync, the
+#      packaged config, umask 0027), and says so;
 #   4. as the training user, runs examples/pytorch/train_digits.py on 2 ranks
 #      with the environment's gradsyncrun against the system daemon; both
 #      ranks must end with identical weights;
@@ -116,7 +117,7 @@ container_init() {  # the booted root's systemd (PID 1 inside): a child of nspaw
   pgrep -x -P "$nspawn" systemd | head -1 | grep .
 }
 boot() {  # true once systemd runs in the root
-  command -v systemd-nspawn >/dev/null || return 1
+  [ -z "${GRADSYNC_CLEAN_ROOT_NO_BOOT:-}" ] && command -v systemd-nspawn >/dev/null || return 1
   unmount_all  # nspawn mounts its own
   systemd-nspawn --quiet --boot --register=no --keep-unit --directory="$root" >"$root.boot.log" 2>&1 </dev/null &
   container=$!
@@ -146,7 +147,9 @@ else
   fi
   in_root systemd-tmpfiles --create gradsync.conf
   exec_start=$(sed -n 's/^ExecStart=//p' "$root/lib/systemd/system/gradsyncd.service")
-  in_root setpriv --reuid=gradsync --regid=gradsync --init-groups sh -c "umask 0027; exec $exec_start" \
+  # chroot, env, setpriv and sh each exec the next: $! is gradsyncd's pid.
+  chroot "$root" /usr/bin/env -i PATH=/usr/sbin:/usr/bin LANG=C.UTF-8 \
+    setpriv --reuid=gradsync --regid=gradsync --init-groups sh -c "umask 0027; exec $exec_start" \
     >"$root/tmp/gradsyncd.log" 2>&1 &
   daemon_pid=$!
 fi
