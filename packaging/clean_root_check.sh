@@ -48,6 +48,7 @@ root=$(mktemp -d /tmp/gradsync-clean-root.XXXXXX)
 chmod 0755 "$root"  # its / (mktemp makes it 0700)
 mounts=()
 container=   # systemd-nspawn's pid while the root is booted
+init=        # the booted root's systemd (PID 1 inside), by its pid out here
 daemon_pid=  # gradsyncd's pid when started by hand
 unmount_all() {  # deepest first
   for ((i = ${#mounts[@]} - 1; i >= 0; i--)); do umount -l "${mounts[i]}" 2>/dev/null || true; done
@@ -85,7 +86,7 @@ echo "deb $mirror bookworm main" >"$root/etc/apt/sources.list"
 # container's namespaces (where systemctl reaches its systemd).
 in_root() {
   local enter=(chroot "$root")
-  if [ -n "$container" ]; then enter=(nsenter --target "$(container_init)" --mount --uts --ipc --net --pid --); fi
+  if [ -n "$init" ]; then enter=(nsenter --target "$init" --mount --uts --ipc --net --pid --); fi
   "${enter[@]}" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LANG=C.UTF-8 "$@"
 }
 as_trainer() {
@@ -123,13 +124,13 @@ boot() {  # true once systemd runs in the root
   container=$!
   local state
   for _ in $(seq 60); do
-    state=$(container_init >/dev/null && in_root systemctl is-system-running 2>/dev/null || true)
+    init=$(container_init) && state=$(in_root systemctl is-system-running 2>/dev/null || true) || state=
     case $state in running | degraded) return 0 ;; esac
     kill -0 "$container" 2>/dev/null || break
     sleep 0.5
   done
   tail -5 "$root.boot.log" >&2
-  kill -KILL "$container" 2>/dev/null; wait "$container" 2>/dev/null; container=
+  kill -KILL "$container" 2>/dev/null; wait "$container" 2>/dev/null; container= init=
   return 1
 }
 
@@ -177,7 +178,7 @@ if [ -n "$container" ]; then
   in_root journalctl -u gradsyncd --no-pager -o cat | grep -E "serving on|ended:|reload|stopped" | tail -5
   in_root systemctl poweroff
   wait "$container" || true
-  container=
+  container= init=
 else
   say "gradsyncctl status, then SIGTERM"
   in_root gradsyncctl status | sed -n '1,3p;/^jobs/p'

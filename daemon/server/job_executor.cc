@@ -74,7 +74,7 @@ std::vector<coordinator::Response> Job::takeBatchLocked(uint64_t fusion_threshol
 std::vector<coordinator::Response> Job::beginBatchLocked(std::vector<coordinator::Response> batch,
                                                          uint64_t fusion_threshold_bytes) {
   executing_ = true;
-  if (fusion_threshold_bytes != 0) tuning_.followLeader(fusion_threshold_bytes);
+  tuning_.followLeader(fusion_threshold_bytes);  // (0: none came with the batch)
   batch_fusion_threshold_ = fusion_threshold_bytes != 0 ? fusion_threshold_bytes : tuning_.current().fusion_threshold_bytes;
   in_flight_executing_ = static_cast<int>(batch.size());
   batch_sessions_ = sessions_;
@@ -104,10 +104,11 @@ void Job::runBatch(std::vector<coordinator::Response> batch, uint64_t sequence) 
     {
       std::lock_guard<std::mutex> lock(mutex_);
       const bool decides = decidesTuningLocked();
+      const auto done = Clock::now();  // one time for the fused batch
       for (size_t i = 0; i < fused.responses.size(); ++i) {
         complete(fused.responses[i], results[i], started, &outbox);
         if (decides && results[i].status.isOk()) {
-          tuning_.completed(fused.responses[i].name, fused.responses[i].first().length, Clock::now());
+          tuning_.completed(fused.responses[i].name, fused.responses[i].first().length, done);
         }
       }
       ++fused_responses_;
