@@ -151,7 +151,7 @@ class CrossNode {
   // Leader: starts the next epoch without `lost` (ranks numbered as in
   // `epoch`, translated to the current numbering): survivors keep their
   // order, nodes left without ranks are removed (and refused as stale from
-  // now on), the ring re-forms, the followers are told. Ends this node's
+  // now on) unless new ranks wait there to join (admitted in this epoch), the ring re-forms, the followers are told. Ends this node's
   // transfers of the old epoch. Returns the change (below_minimum when
   // fewer than the job's minimum remain: it waits for joiners); NOT_FOUND
   // when every lost rank is gone already; FAILED_PRECONDITION (nothing
@@ -232,6 +232,10 @@ class CrossNode {
   void candidateLeft(const std::shared_ptr<Follower>& candidate);
   // Leader: the members' streams and, with `candidates`, the candidates'.
   std::vector<std::shared_ptr<Follower>> streamsLocked(bool candidates) const;
+  // Leader: the reported joiners of the followers that `gone` (current
+  // numbering) leaves without ranks, taken out of pending_joiners_: the
+  // loss's epoch admits them, so the node is not removed. Needs mutex_.
+  std::vector<PendingJoiner> takeJoinersOfEmptiedLocked(const std::vector<int>& gone);
   // Leader: `rank` of `epoch` in the current epoch's numbering (-1: gone).
   int translateLocked(int rank, uint64_t epoch) const;
   // A node's loss (`node` as in `epoch`): a new epoch (elastic) or the

@@ -9,7 +9,8 @@
 //  - The leader decides the next epoch (beginEpoch): survivors keep their
 //    order and are renumbered, nodes left without ranks are removed, and
 //    every remaining follower is told (NewEpoch) before any batch of the
-//    new epoch. Every node interrupts its transfers of the old epoch; its
+//    new epoch. A follower left without ranks whose new ranks wait to join
+//    (reported before its loss) keeps its place: they join in that epoch. Every node interrupts its transfers of the old epoch; its
 //    next ring re-forms with the new neighbours and epoch-keyed tags.
 //  - A removed node that speaks again (it was paused, say) is told it is
 //    stale and its job fails there; its abort notices are refused by the
@@ -64,7 +65,25 @@ StatusOr<v1::NewEpoch> CrossNode::beginEpoch(const std::vector<int>& lost, uint6
     if (now >= 0) gone.push_back(now);
   }
   if (gone.empty()) return notFound("job '" + options_.job_id + "': the lost ranks are gone already");
-  return nextEpoch(lock, gone, {}, cause);
+  return nextEpoch(lock, gone, takeJoinersOfEmptiedLocked(gone), cause);
+}
+
+std::vector<CrossNode::PendingJoiner> CrossNode::takeJoinersOfEmptiedLocked(const std::vector<int>& gone) {
+  std::vector<PendingJoiner> taken;
+  for (const auto& node : members_) {
+    if (node.cross_rank() == 0) continue;  // the leader's node never empties: the job fails first
+    const bool emptied = std::all_of(node.ranks().begin(), node.ranks().end(),
+                                     [&](int rank) { return std::find(gone.begin(), gone.end(), rank) != gone.end(); });
+    if (!emptied) continue;
+    auto mine = std::stable_partition(pending_joiners_.begin(), pending_joiners_.end(),
+                                      [&](const PendingJoiner& j) { return j.peer_address != node.peer_address(); });
+    if (mine == pending_joiners_.end()) continue;
+    GS_LOG(control, info, "job '{}': node {} lost its last rank while {} new ranks waited there: they join in the "
+           "same epoch, and the node stays", options_.job_id, node.peer_address(), pending_joiners_.end() - mine);
+    taken.insert(taken.end(), mine, pending_joiners_.end());
+    pending_joiners_.erase(mine, pending_joiners_.end());
+  }
+  return taken;
 }
 
 StatusOr<v1::NewEpoch> CrossNode::admitJoiners(const std::vector<uint64_t>& local, const std::string& when) {
@@ -397,6 +416,13 @@ void CrossNode::tellStale(Follower* follower, const std::string& why) {
 
 void CrossNode::nodeLost(const v1::NodeInfo& node, uint64_t epoch, const std::string& cause) {
   if (options_.elastic && hooks_.on_ranks_lost) {
+    {
+      // Its joiners went with it: the new epoch must not admit them.
+      std::lock_guard<std::mutex> lock(mutex_);
+      pending_joiners_.erase(std::remove_if(pending_joiners_.begin(), pending_joiners_.end(),
+                                            [&](const PendingJoiner& j) { return j.peer_address == node.peer_address(); }),
+                             pending_joiners_.end());
+    }
     hooks_.on_ranks_lost(ranksOf(node), epoch, cause);
     return;
   }

@@ -182,6 +182,7 @@ bool Job::removeSession(const Session& session, const std::string& cause, bool c
   bool epoch_changed = false;
   std::string cross_failure;                        // the leader cannot go on
   std::optional<std::pair<int, uint64_t>> report;  // a follower's lost rank, for the leader
+  std::vector<std::shared_ptr<Session>> replacements;  // its joiners, told to the leader before the loss
   {
     std::lock_guard<std::mutex> lock(mutex_);
     auto joiner = std::find_if(joiners_.begin(), joiners_.end(), [&](const auto& j) { return j.get() == &session; });
@@ -201,6 +202,9 @@ bool Job::removeSession(const Session& session, const std::string& cause, bool c
       } else {
         report.emplace(session.rank(), epoch_);
         epoch_ending_ = true;
+        // The node's last rank: the leader keeps the node when it knows of
+        // new ranks waiting here, so they go first on the same stream.
+        if (sessions_.empty()) replacements = unreportedJoinersLocked();
       }
       epoch_changed = true;
     } else if (elastic_loss && !sessions_.empty()) {
@@ -217,10 +221,13 @@ bool Job::removeSession(const Session& session, const std::string& cause, bool c
       }
     }
     if (!failure_.empty()) refuseJoinersLocked(failure_, &outbox);
-    if (sessions_.empty()) refuseJoinersLocked("every rank of the job left", &outbox);
-    empty = sessions_.empty();
+    // A follower's joiners wait for the leader's epoch (which admits those
+    // reported, or removes the node and so fails them).
+    if (sessions_.empty() && !report) refuseJoinersLocked("every rank of the job left", &outbox);
+    empty = sessions_.empty() && joiners_.empty();
   }
   grant_cv_.notify_all();
+  for (const auto& joiner : replacements) cross_->reportJoiner(joiner->id(), joiner->pid(), joiner->describe());
   if (report) cross_->reportRankLost(report->first, report->second, session.describe() + " " + cause);
   if (!cross_failure.empty()) failJob(cross_failure, /*node_lost=*/true);
   // The other nodes first: the local ranks told next may exit at once.

@@ -292,6 +292,9 @@ class Job : private executor::RankAccess {
   void markAdmissionLocked(std::vector<coordinator::Response>* batch);
   // Followers: joiners whose stream opened are reported to the leader (housekeeping).
   void reportJoiners();
+  // Follower: the joiners whose stream opened and that the leader was not
+  // told of yet, marked as told. Needs mutex_.
+  std::vector<std::shared_ptr<Session>> unreportedJoinersLocked();
   // Joiners whose session stream is open become ranks, after the others;
   // returns how many. Needs mutex_.
   int admitReadyJoinersLocked();

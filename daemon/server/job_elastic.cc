@@ -30,7 +30,7 @@ Status Job::addJoiner(std::shared_ptr<Session> session) {
   if (!spec_.elastic) return failedPrecondition("job '" + spec_.job_id + "' is not elastic: it takes no new ranks");
   if (!failure_.empty()) return failedPrecondition("job '" + spec_.job_id + "' has failed: " + failure_);
   if (stopping_) return unavailable("job '" + spec_.job_id + "' is stopping");
-  if (sessions_.empty() && !spec_.joins_running) {
+  if (sessions_.empty() && joiners_.empty() && !spec_.joins_running) {
     return failedPrecondition("job '" + spec_.job_id + "' has no ranks left to join");
   }
   joiners_.push_back(std::move(session));

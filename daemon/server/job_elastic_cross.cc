@@ -137,16 +137,22 @@ void Job::reportJoiners() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (!cross_ || cross_->isLeader() || !failure_.empty() || stopping_) return;
-    // A new leader (failover) knows none of them.
-    if (cross_->leaderChanges() != leader_changes_seen_) {
-      leader_changes_seen_ = cross_->leaderChanges();
-      reported_joiners_.clear();
-    }
-    for (const auto& joiner : joiners_) {
-      if (joiner->streamAttached() && reported_joiners_.insert(joiner->id()).second) ready.push_back(joiner);
-    }
+    ready = unreportedJoinersLocked();
   }
   for (const auto& joiner : ready) cross_->reportJoiner(joiner->id(), joiner->pid(), joiner->describe());
+}
+
+std::vector<std::shared_ptr<Session>> Job::unreportedJoinersLocked() {
+  // A new leader (failover) knows none of them.
+  if (cross_->leaderChanges() != leader_changes_seen_) {
+    leader_changes_seen_ = cross_->leaderChanges();
+    reported_joiners_.clear();
+  }
+  std::vector<std::shared_ptr<Session>> ready;
+  for (const auto& joiner : joiners_) {
+    if (joiner->streamAttached() && reported_joiners_.insert(joiner->id()).second) ready.push_back(joiner);
+  }
+  return ready;
 }
 
 }  // namespace gradsync::server

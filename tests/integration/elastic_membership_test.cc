@@ -3,7 +3,8 @@
 // minimum the survivors wait for joiners (and the job fails, naming why,
 // once the elastic timeout passed); a daemon that holds no rank of the job
 // takes in a new rank and joins the running job as a new node, and a node
-// removed with its last rank comes back the same way.
+// removed with its last rank comes back the same way; a node whose last
+// rank dies while a replacement waits there keeps its place.
 #include <signal.h>
 
 #include <chrono>
@@ -96,6 +97,30 @@ TEST_F(ElasticAcrossDaemonsTest, NewNodeJoinsTheRunningJobAndARemovedNodeComesBa
   for (size_t r : {0, 2, 3}) EXPECT_EQ(ranks[r].wait(kTimeout), 0) << ranks[r].log() << logs();
   EXPECT_NE(ranks[3].log().find("RECOVERED epoch 4"), std::string::npos) << ranks[3].log();
   EXPECT_NE(ranks[0].log().find("size 3 rank 0"), std::string::npos) << ranks[0].log();
+}
+
+// A replacement waits on a follower (reported to the leader; the ranks never
+// commit, so nothing admits it) when that follower's last rank dies: the
+// loss's epoch admits it and the node stays in the job, instead of the
+// replacement being refused and the node removed.
+TEST_F(ElasticAcrossDaemonsTest, ReplacementWaitingWhenItsNodesLastRankDiesJoinsInThatEpoch) {
+  startDaemons(2);
+  const std::vector<std::string> args = {"elastic_loop", "10", "0", "plain", "2"};
+  auto ranks = launchWith("el-last-rank", args, {0, 1}, kElastic);
+  ASSERT_TRUE(allLooping(ranks)) << logs();
+  Process joiner = spawnJoiner(1, "el-last-rank", 2, args);
+  ASSERT_TRUE(waitFor([&] { return daemons_[0]->log().find("to join at the next commit (1 waiting across nodes)") !=
+                                   std::string::npos; },
+                      std::chrono::seconds(20)))
+      << logs();
+  ranks[1].kill(SIGKILL);
+  EXPECT_EQ(joiner.wait(kTimeout), 0) << joiner.log() << logs();
+  EXPECT_EQ(ranks[0].wait(kTimeout), 0) << ranks[0].log() << logs();
+  EXPECT_NE(ranks[0].log().find("RECOVERED epoch 2"), std::string::npos) << ranks[0].log();
+  EXPECT_NE(joiner.log().find("size 2 rank 1"), std::string::npos) << joiner.log();
+  EXPECT_NE(daemons_[0]->log().find("lost its last rank while 1 new ranks waited there"), std::string::npos) << logs();
+  EXPECT_EQ(daemons_[0]->log().find("was removed from job"), std::string::npos) << logs();
+  EXPECT_EQ(daemons_[1]->log().find("takes no new rank"), std::string::npos) << logs();
 }
 
 // A candidate node's daemon is killed while its joiner waits (the ranks
