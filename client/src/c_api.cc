@@ -82,6 +82,7 @@ gradsync::StatusOr<ClientOptions> optionsFrom(const gradsync_config_t* c) {
   o.autotune_warmup_samples = env.autotune_warmup_samples.value_or(0);
   o.autotune_steps_per_sample = env.autotune_steps_per_sample.value_or(0);
   o.autotune_samples_per_setting = env.autotune_samples_per_setting.value_or(0);
+  o.autotune_log_path = env.autotune_log.value_or("");
   // Polling needs a second CPU: on one, the daemon could not run meanwhile.
   if (usableCpus() < 2) o.completion_spin = std::chrono::microseconds(0);
   if (env.spin_us) o.completion_spin = std::chrono::microseconds(std::min<int64_t>(*env.spin_us, 10000));

@@ -59,6 +59,10 @@ StatusOr<std::unique_ptr<Client>> Client::connect(const ClientOptions& options) 
                        std::to_string(options.connect_timeout_seconds) + " s (is the daemon running?)");
   }
   client->stub_ = v1::Control::NewStub(client->channel_);
+  // As in Horovod, the root rank writes the log (a joiner is not rank 0 yet).
+  if (!options.autotune_log_path.empty() && options.rank == 0 && !options.elastic_join) {
+    ASSIGN_OR_RETURN(client->autotune_log_, AutotuneLog::open(options.autotune_log_path));
+  }
   RETURN_IF_ERROR(client->registerRank());
   RETURN_IF_ERROR(client->handOffArena());
   RETURN_IF_ERROR(client->openSession());
@@ -151,6 +155,7 @@ Status Client::registerRank() {
   request.set_autotune_warmup_samples(options_.autotune_warmup_samples);
   request.set_autotune_steps_per_sample(options_.autotune_steps_per_sample);
   request.set_autotune_samples_per_setting(options_.autotune_samples_per_setting);
+  request.set_autotune_log(autotune_log_ != nullptr);
   for (const auto& set : options_.process_sets) {
     auto* spec = request.add_process_sets();
     for (int rank : set) spec->add_ranks(rank);
@@ -235,6 +240,9 @@ void Client::readerLoop() {
       case v1::DaemonMessage::kDone: onDone(message.done()); break;
       case v1::DaemonMessage::kOutputRequest: onOutputRequest(message.output_request()); break;
       case v1::DaemonMessage::kMembershipChange: onMembershipChange(message.membership_change()); break;
+      case v1::DaemonMessage::kAutotuneSample:
+        if (autotune_log_) autotune_log_->write(message.autotune_sample());
+        break;
       default: break;
     }
   }

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "client/src/arena.h"
+#include "client/src/autotune_log.h"
 #include "client/src/cuda/cuda_session.h"
 #include "client/src/spin_policy.h"
 #include "daemon/handoff/ring.h"
@@ -62,6 +63,8 @@ struct ClientOptions {
   uint32_t autotune_warmup_samples = 0;
   uint32_t autotune_steps_per_sample = 0;
   uint32_t autotune_samples_per_setting = 0;
+  // Rank 0 writes autotune's measurements to this file (CSV; empty: none).
+  std::string autotune_log_path;
 };
 
 // This rank's place in the job; elastic jobs move to new epochs.
@@ -208,6 +211,7 @@ class Client {
   void wakeWaiters();
   void onOutputRequest(const v1::OutputRequest& request);
   void onMembershipChange(const v1::MembershipChange& change);
+  std::unique_ptr<AutotuneLog> autotune_log_;  // rank 0 with GRADSYNC_AUTOTUNE_LOG
   void failAllLocked(const Status& status);
   StatusOr<uint64_t> enqueueOne(const OpSpec& spec, uint64_t group_id, uint32_t group_size);
   // Copies an in-place result back to the caller's buffer and frees the

@@ -68,6 +68,7 @@ EnvIdentity readEnvIdentity() {
   env.autotune_warmup_samples = numberOrHorovod<uint32_t>("AUTOTUNE_WARMUP_SAMPLES");
   env.autotune_steps_per_sample = numberOrHorovod<uint32_t>("AUTOTUNE_STEPS_PER_SAMPLE");
   env.autotune_samples_per_setting = number<uint32_t>("GRADSYNC_AUTOTUNE_SAMPLES_PER_SETTING");
+  env.autotune_log = textOrHorovod("AUTOTUNE_LOG");
   return env;
 }
 

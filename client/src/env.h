@@ -49,6 +49,9 @@ struct EnvIdentity {
   std::optional<uint32_t> autotune_warmup_samples;
   std::optional<uint32_t> autotune_steps_per_sample;
   std::optional<uint32_t> autotune_samples_per_setting;
+  // GRADSYNC_AUTOTUNE_LOG (or HOROVOD_AUTOTUNE_LOG): rank 0 writes autotune's
+  // measurements there (CSV).
+  std::optional<std::string> autotune_log;
 };
 
 EnvIdentity readEnvIdentity();

@@ -12,6 +12,15 @@ double milliseconds(std::chrono::microseconds d) { return static_cast<double>(d.
 
 std::string rate(double bytes_per_second) { return fmt::format("{:.1f} MB/s", bytes_per_second / 1e6); }
 
+// What the search varied while a trial was measured.
+std::string searchName(Phase phase) {
+  switch (phase) {
+    case Phase::kFusionThreshold: return "fusion threshold";
+    case Phase::kCycleTime: return "cycle time";
+    default: return phaseName(phase);
+  }
+}
+
 }  // namespace
 
 std::string describe(const Settings& settings) {
@@ -24,14 +33,20 @@ JobTuning::JobTuning(std::string job_id, Settings initial, std::optional<Options
   if (options) tuner_.emplace(initial, std::move(*options));
 }
 
-void JobTuning::completed(std::string_view name, uint64_t bytes, Clock::time_point now) {
-  if (!tuner_) return;
+std::vector<TuningEvent> JobTuning::completed(std::string_view name, uint64_t bytes, Clock::time_point now) {
+  std::vector<TuningEvent> events;
+  if (!tuner_) return events;
   const size_t trials = tuner_->trials().size();
   const Phase phase = tuner_->phase();
-  if (!tuner_->record(name, bytes, now) && tuner_->trials().size() == trials && tuner_->phase() == phase) return;
-  if (tuner_->trials().size() > trials) logTrial(tuner_->trials().back());
+  if (!tuner_->record(name, bytes, now) && tuner_->trials().size() == trials && tuner_->phase() == phase) return events;
+  if (tuner_->trials().size() > trials) {
+    const Trial& trial = tuner_->trials().back();
+    logTrial(trial);
+    events.push_back({trial.settings, trial.bytes_per_second, searchName(phase)});
+  }
   switch (tuner_->phase()) {
     case Phase::kDone: {
+      events.push_back({tuner_->current(), tuner_->best()->bytes_per_second, "chose"});
       const Trial& initial = tuner_->trials().front();
       GS_LOG(control, info, "job '{}': autotune chose {} ({}; the initial {}: {}) after {} samples", job_id_,
              describe(tuner_->current()), rate(tuner_->best()->bytes_per_second), describe(initial.settings),
@@ -43,11 +58,13 @@ void JobTuning::completed(std::string_view name, uint64_t bytes, Clock::time_poi
              "job '{}': autotune gave up: {} tensors completed in one sample without any name repeating (the job's "
              "tensors need the same names every step); it keeps {}",
              job_id_, Autotuner::kMaxNamesPerSample, describe(tuner_->current()));
+      events.push_back({tuner_->current(), 0, "gave up"});
       break;
     default:
       GS_LOG(control, debug, "job '{}': autotune {}: tries {} (sample {} of {})", job_id_, phaseName(tuner_->phase()),
              describe(tuner_->current()), tuner_->samplesTaken(), tuner_->samplesPlanned());
   }
+  return events;
 }
 
 void JobTuning::logTrial(const Trial& trial) const {

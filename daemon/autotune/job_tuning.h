@@ -10,11 +10,20 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "daemon/autotune/autotuner.h"
 #include "proto/gradsync/v1/admin.pb.h"
 
 namespace gradsync::autotune {
+
+// What autotune did with one completed collective, for the ranks that
+// write it down (GRADSYNC_AUTOTUNE_LOG): measured a setting, or ended.
+struct TuningEvent {
+  Settings settings;
+  double bytes_per_second = 0;  // 0 when it gave up
+  std::string phase;            // "fusion threshold", "cycle time", "chose", "gave up"
+};
 
 class JobTuning {
  public:
@@ -25,8 +34,9 @@ class JobTuning {
   const Settings& current() const { return tuner_ ? tuner_->current() : fixed_; }
   bool autotuned() const { return tuner_.has_value(); }
   // The deciding daemon: a collective named `name` with `bytes` (one
-  // rank's input) completed at `now`.
-  void completed(std::string_view name, uint64_t bytes, Clock::time_point now);
+  // rank's input) completed at `now`. Returns what that made autotune
+  // measure or decide (mostly nothing).
+  std::vector<TuningEvent> completed(std::string_view name, uint64_t bytes, Clock::time_point now);
   // A follower ran the leader's batch with `fusion_threshold_bytes` (0:
   // the leader did not say).
   void followLeader(uint64_t fusion_threshold_bytes);

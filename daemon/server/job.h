@@ -290,6 +290,9 @@ class Job : private executor::RankAccess {
   // The first commit barrier of the leader's batch admits the waiting
   // joiners (local or reported by followers) when there are any. Needs mutex_.
   void markAdmissionLocked(std::vector<coordinator::Response>* batch);
+  // What autotune measured or decided, to the local ranks that asked
+  // (RegisterRequest.autotune_log). Needs mutex_.
+  void tellTuningLocked(const std::vector<autotune::TuningEvent>& events, Outbox* outbox);
   // Followers: joiners whose stream opened are reported to the leader (housekeeping).
   void reportJoiners();
   // Follower: the joiners whose stream opened and that the leader was not

@@ -108,7 +108,8 @@ void Job::runBatch(std::vector<coordinator::Response> batch, uint64_t sequence) 
       for (size_t i = 0; i < fused.responses.size(); ++i) {
         complete(fused.responses[i], results[i], started, &outbox);
         if (decides && results[i].status.isOk()) {
-          tuning_.completed(fused.responses[i].name, fused.responses[i].first().length, done);
+          tellTuningLocked(tuning_.completed(fused.responses[i].name, fused.responses[i].first().length, done),
+                           &outbox);
         }
       }
       ++fused_responses_;
@@ -118,6 +119,20 @@ void Job::runBatch(std::vector<coordinator::Response> batch, uint64_t sequence) 
     flush(&outbox);
   }
   batch_sessions_.clear();
+}
+
+void Job::tellTuningLocked(const std::vector<autotune::TuningEvent>& events, Outbox* outbox) {
+  for (const auto& event : events) {
+    v1::DaemonMessage message;
+    v1::AutotuneSample* sample = message.mutable_autotune_sample();
+    sample->set_fusion_threshold_bytes(event.settings.fusion_threshold_bytes);
+    sample->set_cycle_time_ms(static_cast<double>(event.settings.cycle_time.count()) / 1000.0);
+    sample->set_bytes_per_second(event.bytes_per_second);
+    sample->set_phase(event.phase);
+    for (const auto& [rank, session] : sessions_) {
+      if (session->identity().autotune_log) outbox->emplace_back(session, message);
+    }
+  }
 }
 
 void Job::complete(const coordinator::Response& response, const executor::ResponseResult& result,

@@ -213,8 +213,8 @@ StatusOr<std::shared_ptr<Session>> JobRegistry::registerLocked(const v1::Registe
     job = it->second;
     RETURN_IF_ERROR(checkJobMatches(*job, request));
   }
-  RankIdentity identity{request.job_id(), request.rank(),    request.size(),          request.local_rank(),
-                        request.local_size(), request.hostname(), request.client_version()};
+  RankIdentity identity{request.job_id(),     request.rank(),     request.size(),           request.local_rank(),
+                        request.local_size(), request.hostname(), request.client_version(), request.autotune_log()};
   auto session = std::make_shared<Session>(id, secret, std::move(identity));
   RETURN_IF_ERROR(job->addSession(session));
   jobs_[request.job_id()] = job;

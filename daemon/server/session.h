@@ -37,6 +37,7 @@ struct RankIdentity {
   int local_size = 0;
   std::string hostname;
   std::string client_version;
+  bool autotune_log = false;  // sent each AutotuneSample (RegisterRequest.autotune_log)
 };
 
 class Session {

@@ -6,6 +6,7 @@
 // it chose in the log and in `gradsyncctl jobs`.
 #include <signal.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <regex>
@@ -44,9 +45,10 @@ class AutotuneTest : public MultiDaemonTest {
   // Runs 30 training steps of `job` placed by `placement`, waits until the
   // ranks are done, and returns `gradsyncctl jobs` of each daemon while the
   // ranks still hold the job; the ranks then leave and must all succeed.
-  std::vector<std::string> trainAndLook(const std::string& job, const std::vector<int>& placement) {
+  std::vector<std::string> trainAndLook(const std::string& job, const std::vector<int>& placement,
+                                        std::map<std::string, std::string> env = kQuickTuning) {
     const std::string stop = daemons_[0]->dir() + "/" + job + ".stop";
-    auto ranks = launchWith(job, {"training_steps", "30", stop}, placement, kQuickTuning);
+    auto ranks = launchWith(job, {"training_steps", "30", stop}, placement, env);
     const bool done = waitFor([&] { return allPrinted(ranks, "STEPS DONE"); }, kTimeout);
     std::vector<std::string> views;
     for (const auto& d : daemons_) views.push_back(d->ctl({"jobs"}).output);
@@ -83,12 +85,39 @@ TEST_F(AutotuneTest, OneDaemonTriesEverySettingAndKeepsTheFastest) {
 // Two daemons in the steady-state rounds (the default): the leader tunes
 // the threshold (the rounds have no cycle to tune: 6 settings) and sends it
 // with its batches and rounds; the follower fuses as told and says so.
+// Rank 0 writes every measurement and the choice to GRADSYNC_AUTOTUNE_LOG
+// (every rank is given the path; the others write nothing).
 TEST_F(AutotuneTest, TwoDaemonsFuseAsTheLeaderTunes) {
   startDaemons(2);
-  auto views = trainAndLook("tune-two", {0, 1, 0, 1});
+  auto env = kQuickTuning;
+  const std::string csv = daemons_[0]->dir() + "/autotune.csv";
+  env["GRADSYNC_AUTOTUNE_LOG"] = csv;
+  auto views = trainAndLook("tune-two", {0, 1, 0, 1}, env);
   const std::string log = daemons_[0]->log();
   EXPECT_EQ(count(log, "job 'tune-two': autotune measured "), 6) << log;
   EXPECT_NE(log.find("job 'tune-two': autotune chose fusion threshold "), std::string::npos) << log;
+  std::ifstream in(csv);
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  ASSERT_EQ(lines.size(), 8u) << "header, 6 measurements, the choice";
+  EXPECT_EQ(lines[0], "fusion_threshold_bytes,cycle_time_ms,bytes_per_second,phase");
+  // The first measurement is the initial setting (64 MiB); the rounds have
+  // no cycle to tune, so every line has the same cycle time.
+  const std::regex measured("([0-9]+),([0-9.]+),([0-9]+\\.[0-9]),fusion threshold");
+  std::smatch first;
+  ASSERT_TRUE(std::regex_match(lines[1], first, measured)) << lines[1];
+  EXPECT_EQ(first[1].str(), "67108864");
+  double fastest = 0;
+  for (size_t i = 1; i < 7; ++i) {
+    std::smatch m;
+    ASSERT_TRUE(std::regex_match(lines[i], m, measured)) << lines[i];
+    EXPECT_EQ(m[2].str(), first[2].str()) << lines[i];
+    fastest = std::max(fastest, std::stod(m[3].str()));
+  }
+  // The choice is the fastest setting measured.
+  std::smatch chose;
+  ASSERT_TRUE(std::regex_match(lines[7], chose, std::regex("([0-9]+),([0-9.]+),([0-9]+\\.[0-9]),chose"))) << lines[7];
+  EXPECT_NEAR(std::stod(chose[3].str()), fastest, 0.1) << lines[7];
   EXPECT_NE(log.find("after 7 samples"), std::string::npos) << log;
   EXPECT_EQ(daemons_[1]->log().find("autotune measured"), std::string::npos) << daemons_[1]->log();
   EXPECT_NE(views[0].find("done after 7 samples"), std::string::npos) << views[0];

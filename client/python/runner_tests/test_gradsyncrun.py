@@ -73,10 +73,12 @@ def test_real_allreduce_through_private_daemon():
 
 def test_autotune_flags_reach_the_ranks():
     script = ("import os; e = os.environ; print(e['GRADSYNC_AUTOTUNE'], e['GRADSYNC_AUTOTUNE_STEPS_PER_SAMPLE'], "
-              "'GRADSYNC_AUTOTUNE_WARMUP_SAMPLES' in e)")
-    out = run(["--private-daemon", "--autotune", "--autotune-steps-per-sample", "4", "-np", "2", PY, "-c", script])
+              "'GRADSYNC_AUTOTUNE_WARMUP_SAMPLES' in e, e['GRADSYNC_AUTOTUNE_LOG'])")
+    out = run(["--private-daemon", "--autotune", "--autotune-steps-per-sample", "4", "--autotune-log-file", "t.csv",
+               "-np", "2", PY, "-c", script])
     assert out.returncode == 0, out.stderr
-    assert sorted(l.split(" ", 1)[1] for l in out.stdout.splitlines() if l) == ["1 4 False"] * 2
+    want = "1 4 False " + os.path.abspath("t.csv")
+    assert sorted(l.split(" ", 1)[1] for l in out.stdout.splitlines() if l) == [want] * 2
     out = run(["--autotune-samples-per-setting", "0", "-np", "1", PY, "-c", "pass"])
     assert out.returncode != 0 and "--autotune-samples-per-setting must be in [1, 100]" in out.stderr
 

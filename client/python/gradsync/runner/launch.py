@@ -72,6 +72,8 @@ def parse_args(argv):
                       help="steps (repetitions of the job's tensors) per sample (daemon default 10)")
     tune.add_argument("--autotune-samples-per-setting", type=int,
                       help="samples whose median scores each setting (daemon default 5)")
+    tune.add_argument("--autotune-log-file",
+                      help="rank 0 writes each measured setting and the choice there, as CSV (GRADSYNC_AUTOTUNE_LOG)")
     p.add_argument("command", nargs=argparse.REMAINDER, help="the program each rank runs")
     args = p.parse_args(argv)
     if args.command and args.command[0] == "--":
@@ -110,6 +112,8 @@ def _autotune_env(args):
         value = getattr(args, "autotune_" + name)
         if value is not None:
             env["GRADSYNC_AUTOTUNE_" + name.upper()] = str(value)
+    if args.autotune_log_file:
+        env["GRADSYNC_AUTOTUNE_LOG"] = os.path.abspath(args.autotune_log_file)
     return env
 
 
