@@ -211,7 +211,6 @@ class Client {
   void wakeWaiters();
   void onOutputRequest(const v1::OutputRequest& request);
   void onMembershipChange(const v1::MembershipChange& change);
-  std::unique_ptr<AutotuneLog> autotune_log_;  // rank 0 with GRADSYNC_AUTOTUNE_LOG
   void failAllLocked(const Status& status);
   StatusOr<uint64_t> enqueueOne(const OpSpec& spec, uint64_t group_id, uint32_t group_size);
   // Copies an in-place result back to the caller's buffer and frees the
@@ -260,6 +259,7 @@ class Client {
   std::unique_ptr<CudaSession> cuda_;
   grpc::ClientContext stream_context_;
   std::unique_ptr<grpc::ClientReaderWriter<v1::ClientMessage, v1::DaemonMessage>> stream_;
+  std::unique_ptr<AutotuneLog> autotune_log_;  // rank 0 with GRADSYNC_AUTOTUNE_LOG; written by reader_
   std::thread reader_;
 
   std::mutex write_mutex_;

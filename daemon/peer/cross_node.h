@@ -151,8 +151,9 @@ class CrossNode {
   // Leader: starts the next epoch without `lost` (ranks numbered as in
   // `epoch`, translated to the current numbering): survivors keep their
   // order, nodes left without ranks are removed (and refused as stale from
-  // now on) unless new ranks wait there to join (admitted in this epoch), the ring re-forms, the followers are told. Ends this node's
-  // transfers of the old epoch. Returns the change (below_minimum when
+  // now on) unless new ranks wait there to join (admitted in this epoch),
+  // the ring re-forms, the followers are told. Ends this node's transfers
+  // of the old epoch. Returns the change (below_minimum when
   // fewer than the job's minimum remain: it waits for joiners); NOT_FOUND
   // when every lost rank is gone already; FAILED_PRECONDITION (nothing
   // changed) when the leader's node would hold no rank.

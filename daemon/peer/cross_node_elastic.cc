@@ -10,8 +10,9 @@
 //    order and are renumbered, nodes left without ranks are removed, and
 //    every remaining follower is told (NewEpoch) before any batch of the
 //    new epoch. A follower left without ranks whose new ranks wait to join
-//    (reported before its loss) keeps its place: they join in that epoch. Every node interrupts its transfers of the old epoch; its
-//    next ring re-forms with the new neighbours and epoch-keyed tags.
+//    (reported before its loss) keeps its place: they join in that epoch.
+//    Every node interrupts its transfers of the old epoch; its next ring
+//    re-forms with the new neighbours and epoch-keyed tags.
 //  - A removed node that speaks again (it was paused, say) is told it is
 //    stale and its job fails there; its abort notices are refused by the
 //    others (acceptAbort), and its data-plane messages carry the old
