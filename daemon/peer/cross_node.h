@@ -233,6 +233,9 @@ class CrossNode {
   void candidateLeft(const std::shared_ptr<Follower>& candidate);
   // Leader: the members' streams and, with `candidates`, the candidates'.
   std::vector<std::shared_ptr<Follower>> streamsLocked(bool candidates) const;
+  // Leader: forgets the reported joiners of the node at `peer_address`
+  // (it left or was lost). Needs mutex_.
+  void dropJoinersOfLocked(const std::string& peer_address);
   // Leader: the reported joiners of the followers that `gone` (current
   // numbering) leaves without ranks, taken out of pending_joiners_: the
   // loss's epoch admits them, so the node is not removed. Needs mutex_.

@@ -151,10 +151,14 @@ void CrossNode::candidateLeft(const std::shared_ptr<Follower>& candidate) {
   auto it = candidates_.find(address);
   if (it == candidates_.end() || it->second != candidate) return;
   candidates_.erase(it);
-  pending_joiners_.erase(std::remove_if(pending_joiners_.begin(), pending_joiners_.end(),
-                                        [&](const PendingJoiner& j) { return j.peer_address == address; }),
-                         pending_joiners_.end());
+  dropJoinersOfLocked(address);
   GS_LOG(control, info, "job '{}': candidate node {} left before its ranks were admitted", options_.job_id, address);
+}
+
+void CrossNode::dropJoinersOfLocked(const std::string& peer_address) {
+  pending_joiners_.erase(std::remove_if(pending_joiners_.begin(), pending_joiners_.end(),
+                                        [&](const PendingJoiner& j) { return j.peer_address == peer_address; }),
+                         pending_joiners_.end());
 }
 
 std::vector<std::shared_ptr<CrossNode::Follower>> CrossNode::streamsLocked(bool candidates) const {
@@ -420,9 +424,7 @@ void CrossNode::nodeLost(const v1::NodeInfo& node, uint64_t epoch, const std::st
     {
       // Its joiners went with it: the new epoch must not admit them.
       std::lock_guard<std::mutex> lock(mutex_);
-      pending_joiners_.erase(std::remove_if(pending_joiners_.begin(), pending_joiners_.end(),
-                                            [&](const PendingJoiner& j) { return j.peer_address == node.peer_address(); }),
-                             pending_joiners_.end());
+      dropJoinersOfLocked(node.peer_address());
     }
     hooks_.on_ranks_lost(ranksOf(node), epoch, cause);
     return;
