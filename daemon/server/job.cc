@@ -521,7 +521,21 @@ v1::JobTensors Job::tensors(Clock::time_point now) const {
     for (int rank : stall.submitted_ranks) tensor->add_submitted_ranks(rank);
     for (int rank : stall.missing_ranks) tensor->add_missing_ranks(rank);
   }
-  out.set_in_flight(inFlightLocked());
+  if (grant_wait_) {
+    v1::TensorAwaitingOutput* tensor = out.add_awaiting_output();
+    tensor->set_name(grant_wait_->name);
+    tensor->set_age_seconds(std::chrono::duration<double>(now - grant_wait_->since).count());
+    for (const auto& key : grant_wait_->keys) {
+      if (grants_.count(key)) {
+        tensor->add_granted_ranks(key.first);
+      } else {
+        tensor->add_waiting_ranks(key.first);
+      }
+    }
+  }
+  // (A job that failed meanwhile forgot what it had in flight; the one
+  // waiting for grants is still there.)
+  out.set_in_flight(std::max(inFlightLocked(), out.awaiting_output_size()));
   return out;
 }
 

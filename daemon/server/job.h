@@ -357,6 +357,17 @@ class Job : private executor::RankAccess {
   std::deque<coordinator::Response> ready_;
   std::map<std::pair<int, uint64_t>, v1::OutputGrant> grants_;  // (rank, handle)
   std::set<std::pair<int, uint64_t>> expected_grants_;
+  // The collective whose output grants the executor thread waits for (one
+  // at a time), for gradsyncctl tensors. Needs mutex_.
+  struct GrantWait {
+    std::string name;
+    Clock::time_point since;
+    std::vector<std::pair<int, uint64_t>> keys;  // (rank, handle)
+  };
+  std::optional<GrantWait> grant_wait_;
+  // The first of `keys` whose rank's session (in the batch's snapshot) has
+  // left the job, or null. Needs mutex_.
+  const Session* lostGrantRankLocked(const std::vector<std::pair<int, uint64_t>>& keys) const;
   std::set<std::string> stall_warned_;
   std::string failure_;  // non-empty once the job has failed
   bool stopping_ = false;

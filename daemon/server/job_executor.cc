@@ -225,7 +225,7 @@ StatusOr<std::vector<uint8_t*>> Job::requestOutputs(const coordinator::Response&
   Outbox outbox;
   // In a multi-node job a rank that left elsewhere does not stop a
   // collective already negotiated (the other nodes may have finished it):
-  // only a lost local rank (no grant) or a stop ends the wait.
+  // only a lost local rank (it will never grant) or a stop ends the wait.
   const bool abort_on_failure = cross_ == nullptr;
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -254,21 +254,40 @@ StatusOr<std::vector<uint8_t*>> Job::requestOutputs(const coordinator::Response&
     return true;
   };
   const uint64_t epoch = epoch_;
+  grant_wait_ = GrantWait{response.name, Clock::now(), keys};
+  const Session* lost = nullptr;
   const bool granted = grant_cv_.wait_for(lock, limits_.output_grant_timeout, [&] {
-    return all_granted() || (abort_on_failure && !failure_.empty()) || stopping_ || epoch_ != epoch;
+    if (all_granted()) return true;
+    lost = lostGrantRankLocked(keys);
+    return lost != nullptr || (abort_on_failure && !failure_.empty()) || stopping_ || epoch_ != epoch;
   });
+  grant_wait_.reset();
   std::vector<v1::OutputGrant> answers;
+  std::vector<int> waiting;
   for (const auto& key : keys) {
     auto it = grants_.find(key);
-    if (it != grants_.end()) answers.push_back(it->second);
+    if (it != grants_.end()) {
+      answers.push_back(it->second);
+    } else {
+      waiting.push_back(key.first);
+    }
     grants_.erase(key);
     expected_grants_.erase(key);
   }
   if (abort_on_failure && !failure_.empty()) return aborted(prefix + failure_);
   if (stopping_) return unavailable(prefix + "job stopping");
   if (epoch_ != epoch) return aborted(prefix + "the elastic job moved to epoch " + std::to_string(epoch_));
+  if (lost != nullptr) {  // failure_ names the cause when it is that rank's loss
+    const std::string& who = lost->describe();
+    const std::string cause = failure_.compare(0, who.size(), who) == 0 ? failure_ : who + " left the job";
+    return aborted(prefix + cause + " before answering the output request");
+  }
   if (!granted || answers.size() != keys.size()) {
-    return deadlineExceeded(prefix + "ranks did not answer the output request within the deadline");
+    std::string ranks;
+    for (int rank : waiting) ranks += (ranks.empty() ? "" : ", ") + std::to_string(rank);
+    return deadlineExceeded(prefix + "ranks [" + ranks + "] did not answer the output request within " +
+                            std::to_string(std::chrono::duration_cast<std::chrono::seconds>(
+                                               limits_.output_grant_timeout).count()) + " s");
   }
   std::vector<uint8_t*> pointers(response.requests.size(), nullptr);
   for (size_t i = 0, k = 0; i < response.requests.size(); ++i) {
@@ -278,6 +297,16 @@ StatusOr<std::vector<uint8_t*>> Job::requestOutputs(const coordinator::Response&
     if (!status.isOk()) return Status(status.code(), prefix + status.message());
   }
   return pointers;
+}
+
+const Session* Job::lostGrantRankLocked(const std::vector<std::pair<int, uint64_t>>& keys) const {
+  for (const auto& key : keys) {
+    auto snapshot = batch_sessions_.find(key.first);
+    if (snapshot == batch_sessions_.end()) continue;  // refused before the wait
+    auto now = sessions_.find(key.first);
+    if (now == sessions_.end() || now->second != snapshot->second) return snapshot->second.get();
+  }
+  return nullptr;
 }
 
 }  // namespace gradsync::server

@@ -187,6 +187,36 @@ TEST_F(MultiDaemonTest, KilledDaemonFailsPendingWorkOnSurvivorsWithinTenSeconds)
   EXPECT_TRUE(allSucceed(next, kTimeout, &report)) << report << logs();
 }
 
+// A rank killed while its daemon waits for it to grant an allgather's
+// output: the wait ends at once (not at the 30 s grant deadline), naming the
+// rank, on its own node as on the other; gradsyncctl tensors showed the wait.
+TEST_F(MultiDaemonTest, RankKilledBeforeGrantingItsOutputFailsEveryRankAtOnce) {
+  startDaemons(2);
+  const std::string go = daemons_[1]->dir() + "/go";
+  auto ranks = launchWith("grant-lost", {"grant_victim"}, {0, 0, 1, 1}, {{"GRADSYNC_TEST_GO", go}});
+  ASSERT_TRUE(waitFor([&] { return ranks[3].log().find("VICTIM STOPPING") != std::string::npos &&
+                                   processState(ranks[3].pid()) == 'T'; },
+                      std::chrono::seconds(30)))
+      << ranks[3].log() << logs();
+  { std::ofstream(go) << "go"; }
+  std::string tensors;
+  ASSERT_TRUE(waitFor([&] {
+    tensors = daemons_[1]->ctl({"tensors", "grant-lost"}).output;
+    return tensors.find("1 waiting for output grants") != std::string::npos;
+  }, std::chrono::seconds(20)))
+      << tensors << logs();
+  EXPECT_NE(tensors.find("ag.lost"), std::string::npos) << tensors;
+  EXPECT_NE(tensors.find("output granted [2]  output requested from [3]"), std::string::npos) << tensors;
+
+  const auto killed_at = std::chrono::steady_clock::now();
+  ranks[3].kill(SIGKILL);
+  EXPECT_EQ(ranks[2].wait(std::chrono::seconds(20)), 0) << ranks[2].log() << logs();
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - killed_at).count(), 10.0);
+  EXPECT_NE(ranks[2].log().find("before answering the output request"), std::string::npos) << ranks[2].log();
+  for (int rank : {0, 1}) EXPECT_EQ(ranks[rank].wait(std::chrono::seconds(20)), 0) << ranks[rank].log() << logs();
+  EXPECT_EQ(ranks[3].wait(std::chrono::seconds(5)), 128 + SIGKILL);
+}
+
 // The same with the survivor's step a repeat of a cached allreduce: held
 // for the rounds (then the leader's), it fails within 10 s naming the node.
 TEST_F(MultiDaemonTest, KilledDaemonFailsAHeldCachedStepOnTheSurvivor) {

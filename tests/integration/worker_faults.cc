@@ -85,6 +85,18 @@ Result runInSet(Client& c, gradsync_op_t op, gradsync_result_t* out = nullptr) {
   return r;
 }
 
+// Waits up to 30 s for the file the test names in $GRADSYNC_TEST_GO.
+int waitForGo() {
+  const char* go = std::getenv("GRADSYNC_TEST_GO");
+  WORKER_CHECK(go != nullptr, "GRADSYNC_TEST_GO not set");
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (access(go, F_OK) != 0) {
+    WORKER_CHECK(std::chrono::steady_clock::now() < give_up, "no GO file");
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return 0;
+}
+
 // Three ranks on three daemons; static set 1 is {0, 2}. Rank 1 idles while
 // the set runs every collective: the test stops rank 1's daemon (SIGSTOP)
 // once ranks 0 and 2 say SET_READY and creates $GRADSYNC_TEST_GO; a ring or
@@ -95,13 +107,7 @@ int setWithoutOutsider(Client& c, const std::vector<std::string>&) {
   if (c.rank() != 1) {
     std::printf("SET_READY\n");
     std::fflush(stdout);
-    const char* go = std::getenv("GRADSYNC_TEST_GO");
-    WORKER_CHECK(go != nullptr, "GRADSYNC_TEST_GO not set");
-    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-    while (access(go, F_OK) != 0) {
-      WORKER_CHECK(std::chrono::steady_clock::now() < give_up, "no GO file");
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
+    if (int rc = waitForGo(); rc != 0) return rc;
     const float me = static_cast<float>(c.rank() + 1);  // 1 and 3
     for (int step = 0; step < 2; ++step) {
       const std::vector<int64_t> small_shape = {16}, large_shape = {1 << 18};
@@ -353,6 +359,52 @@ int duplicate(Client& c, const std::vector<std::string>&) {
 // Rank 0's collective waits for rank 1, which never submits it; the test
 // kills rank 1's daemon. "cached": that collective repeats three steps both
 // ranks ran, so across daemons it is held for the rounds when the daemon dies.
+// Two daemons, two ranks each (placement {0, 0, 1, 1}). Rank 3 submits an
+// allgather and stops itself (SIGSTOP): it never answers the output request.
+// Once it is stopped the test creates $GRADSYNC_TEST_GO, the others submit,
+// and the test SIGKILLs rank 3 while its daemon waits for its output grant.
+// Rank 2's allgather fails at once, naming rank 3; ranks 0 and 1 (whose
+// daemon got rank 3's input before asking for outputs) may have finished
+// theirs; the next collective fails everywhere, naming rank 3.
+int grantVictim(Client& c, const std::vector<std::string>&) {
+  std::vector<float> warm(4, 1.0f);
+  WORKER_OK(c.allreduce("before.grant", warm.data(), GRADSYNC_FLOAT32, {4}));
+  const std::vector<int64_t> shape = {256};
+  std::vector<float> mine(256, static_cast<float>(c.rank()));
+  Operation gather;
+  if (c.rank() == 3) {
+    WORKER_OK(c.start(makeOp(GRADSYNC_ALLGATHER, "ag.lost", mine.data(), GRADSYNC_FLOAT32, shape), &gather));
+    std::printf("VICTIM STOPPING\n");
+    std::fflush(stdout);
+    ::raise(SIGSTOP);
+    ::pause();  // killed by the test
+    return 1;
+  }
+  if (int rc = waitForGo(); rc != 0) return rc;
+  WORKER_OK(c.start(makeOp(GRADSYNC_ALLGATHER, "ag.lost", mine.data(), GRADSYNC_FLOAT32, shape), &gather));
+  Result r = gather.wait(25);
+  std::printf("ALLGATHER %d: %s\n", r.code, r.message.c_str());
+  std::fflush(stdout);
+  const auto namesRank3 = [](const Result& e) {
+    return e.code == GRADSYNC_ABORTED && e.message.find("rank 3") != std::string::npos;
+  };
+  if (c.rank() == 2 || !r.ok()) {
+    WORKER_CHECK(namesRank3(r), "allgather with rank 3 killed ended with %d: %s", r.code, r.message.c_str());
+  } else {
+    gradsync_result_t out;
+    WORKER_OK(gather.output(&out));
+    const auto* got = static_cast<const float*>(out.data);
+    WORKER_CHECK(out.shape[0] == 4 * 256 && got[3 * 256] == 3.0f && got[4 * 256 - 1] == 3.0f,
+                 "allgather rows %ld, rank 3's %g", static_cast<long>(out.shape[0]), got[3 * 256]);
+  }
+  Result after = c.allreduce("after.grant", warm.data(), GRADSYNC_FLOAT32, {4});
+  std::printf("AFTER %d: %s\n", after.code, after.message.c_str());
+  std::fflush(stdout);
+  WORKER_CHECK(namesRank3(after), "the collective after rank 3's death ended with %d: %s", after.code,
+               after.message.c_str());
+  return 0;
+}
+
 int killVictim(Client& c, const std::vector<std::string>& args) {
   std::vector<float> data(1024, 1.0f);
   const std::vector<int64_t> shape = {1024};
@@ -593,7 +645,7 @@ const std::map<std::string, Scenario>& moreScenarios() {
   static const std::map<std::string, Scenario> scenarios = {
       {"process_sets", processSets}, {"dynamic_process_sets", dynamicProcessSets},
       {"set_without_outsider", setWithoutOutsider}, {"elastic_shrink", elasticShrink}, {"join", join},        {"mismatch", mismatch},
-      {"duplicate", duplicate},      {"kill_victim", killVictim}, {"stall", stall},
+      {"duplicate", duplicate},      {"kill_victim", killVictim}, {"grant_victim", grantVictim}, {"stall", stall},
       {"mismatch_allreduce", mismatchAllreduce}, {"join_failure", joinFailure},
       {"repeat_allreduce", repeatAllreduce}, {"campaign_loop", campaignLoop}, {"abandoned", abandoned}, {"adasum", adasum},
       {"aborted_with", abortedWith}, {"inflight_limit", inflightLimit}, {"cuda_without_gpu", cudaWithoutGpu}, {"fake_cuda", fakeCuda},

@@ -10,7 +10,9 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <iterator>
 #include <sstream>
+#include <string>
 #include <thread>
 #include <utility>
 
@@ -118,6 +120,13 @@ bool waitFor(const std::function<bool()>& predicate, std::chrono::milliseconds t
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   return true;
+}
+
+char processState(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const size_t paren = stat.rfind(')');  // the command name may hold spaces and parentheses
+  return paren == std::string::npos || paren + 2 >= stat.size() ? '?' : stat[paren + 2];
 }
 
 int envInt(const char* name, int fallback) {

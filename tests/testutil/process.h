@@ -57,6 +57,10 @@ class TempDir {
 // Path of a data dependency given as "package/target".
 std::string runfile(const std::string& relative);
 
+// The state letter of process `pid` in /proc/<pid>/stat ('R', 'S', 'T' when
+// stopped, 'Z'...), or '?' when it cannot be read.
+char processState(pid_t pid);
+
 // The integer in environment variable `name`, or `fallback` when unset.
 int envInt(const char* name, int fallback);
 

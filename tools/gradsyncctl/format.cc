@@ -358,19 +358,42 @@ std::string formatHistory(const v1::ListJobsResponse& jobs) {
   return out.empty() ? "no elastic jobs\n" : out;
 }
 
+namespace {
+
+std::string rankList(const google::protobuf::RepeatedField<int32_t>& ranks) {
+  std::string out;
+  for (int rank : ranks) out += (out.empty() ? "" : ",") + std::to_string(rank);
+  return out;
+}
+
+// One tensor of `gradsyncctl tensors`: its name, age and two rank lists.
+std::string tensorLine(const std::string& name, double age_seconds, const char* first_label,
+                       const google::protobuf::RepeatedField<int32_t>& first, const char* second_label,
+                       const google::protobuf::RepeatedField<int32_t>& second) {
+  // The rank lists may be long: outside printfString's fixed buffer.
+  return printfString("  %-40s %9s", name.c_str(), formatDuration(age_seconds).c_str()) + "  " + first_label + " [" +
+         rankList(first) + "]  " + second_label + " [" + rankList(second) + "]\n";
+}
+
+}  // namespace
+
 std::string formatTensors(const v1::ListTensorsResponse& tensors) {
   if (tensors.jobs_size() == 0) return "no jobs\n";
   std::string out;
   for (const auto& job : tensors.jobs()) {
     out += "job " + job.job_id() + ": " + std::to_string(job.in_flight()) + " in flight, " +
-           std::to_string(job.negotiating_size()) + " waiting for ranks\n";
+           std::to_string(job.negotiating_size()) + " waiting for ranks";
+    if (job.awaiting_output_size() > 0) {
+      out += ", " + std::to_string(job.awaiting_output_size()) + " waiting for output grants";
+    }
+    out += "\n";
     for (const auto& tensor : job.negotiating()) {
-      std::string submitted, missing;
-      for (int rank : tensor.submitted_ranks()) submitted += (submitted.empty() ? "" : ",") + std::to_string(rank);
-      for (int rank : tensor.missing_ranks()) missing += (missing.empty() ? "" : ",") + std::to_string(rank);
-      // The rank lists may be long: outside printfString's fixed buffer.
-      out += printfString("  %-40s %9s", tensor.name().c_str(), formatDuration(tensor.age_seconds()).c_str()) +
-             "  submitted [" + submitted + "]  missing [" + missing + "]\n";
+      out += tensorLine(tensor.name(), tensor.age_seconds(), "submitted", tensor.submitted_ranks(), "missing",
+                        tensor.missing_ranks());
+    }
+    for (const auto& tensor : job.awaiting_output()) {
+      out += tensorLine(tensor.name(), tensor.age_seconds(), "output granted", tensor.granted_ranks(),
+                        "output requested from", tensor.waiting_ranks());
     }
   }
   return out;

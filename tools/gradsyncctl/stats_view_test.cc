@@ -112,6 +112,24 @@ TEST(StatsView, TensorsNameTheMissingRanks) {
   EXPECT_NE(text.find("grad.fc1"), std::string::npos) << text;
   EXPECT_NE(text.find("1m 15s"), std::string::npos) << text;
   EXPECT_NE(text.find("submitted [0,1]  missing [2]"), std::string::npos) << text;
+  EXPECT_EQ(text.find("output"), std::string::npos) << text;
+}
+
+TEST(StatsView, TensorsNameTheRanksAnOutputRequestWaitsFor) {
+  v1::ListTensorsResponse tensors;
+  v1::JobTensors* job = tensors.add_jobs();
+  job->set_job_id("train");
+  job->set_in_flight(1);
+  v1::TensorAwaitingOutput* t = job->add_awaiting_output();
+  t->set_name("ag424");
+  t->set_age_seconds(12);
+  t->add_granted_ranks(2);
+  t->add_waiting_ranks(3);
+  const std::string text = formatTensors(tensors);
+  EXPECT_NE(text.find("job train: 1 in flight, 0 waiting for ranks, 1 waiting for output grants"), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("ag424"), std::string::npos) << text;
+  EXPECT_NE(text.find("output granted [2]  output requested from [3]"), std::string::npos) << text;
 }
 
 }  // namespace
