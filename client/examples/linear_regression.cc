@@ -114,7 +114,8 @@ int main() {
   if (!(r = op.output(&all)).ok()) return fail("allgather result", r);
   const float* weights = static_cast<const float*>(all.data);
   bool identical = true;
-  for (int k = 1; k < size; ++k) identical &= std::memcmp(weights, weights + k * kFeatures, sizeof(float) * kFeatures) == 0;
+  for (int k = 1; k < size; ++k)
+    identical &= std::memcmp(weights, weights + k * kFeatures, sizeof(float) * kFeatures) == 0;
   std::printf("rank %d final weights:", rank);
   for (int j = 0; j < kFeatures; ++j) std::printf(" %.4f", w[j]);
   std::printf("\nrank %d: weights %s on all %d ranks\n", rank, identical ? "IDENTICAL" : "DIFFER", size);

@@ -61,7 +61,8 @@ void Arena::moveLiveBlocksToPrivateMemory() {
   // mapping stays: a leak rather than pointers into unmapped memory.
   void* copy = ::mmap(nullptr, size_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (copy == MAP_FAILED) return;
-  for (const auto& [offset, length] : allocated_) std::memcpy(static_cast<uint8_t*>(copy) + offset, base_ + offset, length);
+  for (const auto& [offset, length] : allocated_)
+    std::memcpy(static_cast<uint8_t*>(copy) + offset, base_ + offset, length);
   if (::mremap(copy, size_, size_, MREMAP_MAYMOVE | MREMAP_FIXED, base_) == MAP_FAILED) ::munmap(copy, size_);
 }
 

@@ -9,8 +9,8 @@ namespace gradsync::client {
 StatusOr<std::unique_ptr<AutotuneLog>> AutotuneLog::open(const std::string& path) {
   std::FILE* file = std::fopen(path.c_str(), "we");
   if (file == nullptr) {
-    return invalidArgument("cannot create the autotune log " + path + " (GRADSYNC_AUTOTUNE_LOG): " +
-                           std::strerror(errno));
+    return invalidArgument("cannot create the autotune log " + path +
+                           " (GRADSYNC_AUTOTUNE_LOG): " + std::strerror(errno));
   }
   std::fprintf(file, "%s\n", kHeader);
   std::fflush(file);

@@ -35,8 +35,6 @@ constexpr const char* kClientVersion = "0.1.0";
 
 }  // namespace
 
-
-
 Client::Client(const ClientOptions& options) : options_(options) {
   membership_ = Membership{options.elastic && !options.elastic_join ? uint64_t{1} : uint64_t{0}, options.rank,
                            options.size, options.local_rank, options.local_size};
@@ -169,8 +167,8 @@ Status Client::registerRank() {
   context.set_deadline(std::chrono::system_clock::now() + toMillis(options_.connect_timeout_seconds));
   v1::RegisterResponse response;
   grpc::Status status = stub_->Register(&context, request, &response);
-  if (!status.ok()) return fromGrpc(status, "registering rank " + std::to_string(options_.rank) + " of job '" +
-                                                options_.job_id + "'");
+  if (!status.ok())
+    return fromGrpc(status, "registering rank " + std::to_string(options_.rank) + " of job '" + options_.job_id + "'");
   session_id_ = response.session_id();
   session_secret_ = response.session_secret();
   if (session_secret_.size() != handoff::kSessionSecretBytes) return internalError("daemon sent a malformed secret");
@@ -200,10 +198,12 @@ Status Client::handOffArena() {
   std::memcpy(hello.secret, session_secret_.data(), sizeof(hello.secret));
   RETURN_IF_ERROR(handoff::sendWithFd(handoff_fd_.get(), &hello, sizeof(hello), arena_->fd()));
   handoff::HandoffReply reply{};
-  RETURN_IF_ERROR(handoff::recvExact(handoff_fd_.get(), &reply, sizeof(reply), toMillis(options_.connect_timeout_seconds)));
+  RETURN_IF_ERROR(
+      handoff::recvExact(handoff_fd_.get(), &reply, sizeof(reply), toMillis(options_.connect_timeout_seconds)));
   reply.message[sizeof(reply.message) - 1] = '\0';
   if (reply.magic != handoff::kHandoffMagic) return internalError("malformed hand-off reply");
-  if (reply.code != 0) return Status(static_cast<StatusCode>(reply.code), std::string("hand-off refused: ") + reply.message);
+  if (reply.code != 0)
+    return Status(static_cast<StatusCode>(reply.code), std::string("hand-off refused: ") + reply.message);
   return okStatus();
 }
 
@@ -215,8 +215,8 @@ Status Client::openSession() {
   if (!send(hello)) return unavailable("session stream closed before hello");
   reader_ = std::thread([this] { readerLoop(); });
   std::unique_lock<std::mutex> lock(mutex_);
-  const bool opened = cv_.wait_for(lock, toMillis(options_.connect_timeout_seconds),
-                                   [&] { return session_open_ || !broken_.isOk(); });
+  const bool opened =
+      cv_.wait_for(lock, toMillis(options_.connect_timeout_seconds), [&] { return session_open_ || !broken_.isOk(); });
   if (session_open_) return okStatus();
   if (!opened) stream_context_.TryCancel();
   return broken_.isOk() ? deadlineExceeded("no session acknowledgement from gradsyncd") : broken_;
@@ -237,13 +237,20 @@ void Client::readerLoop() {
         cv_.notify_all();
         break;
       }
-      case v1::DaemonMessage::kDone: onDone(message.done()); break;
-      case v1::DaemonMessage::kOutputRequest: onOutputRequest(message.output_request()); break;
-      case v1::DaemonMessage::kMembershipChange: onMembershipChange(message.membership_change()); break;
+      case v1::DaemonMessage::kDone:
+        onDone(message.done());
+        break;
+      case v1::DaemonMessage::kOutputRequest:
+        onOutputRequest(message.output_request());
+        break;
+      case v1::DaemonMessage::kMembershipChange:
+        onMembershipChange(message.membership_change());
+        break;
       case v1::DaemonMessage::kAutotuneSample:
         if (autotune_log_) autotune_log_->write(message.autotune_sample());
         break;
-      default: break;
+      default:
+        break;
     }
   }
   grpc::Status status = stream_->Finish();

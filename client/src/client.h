@@ -22,8 +22,8 @@
 #include "client/src/autotune_log.h"
 #include "client/src/cuda/cuda_session.h"
 #include "client/src/spin_policy.h"
-#include "daemon/handoff/ring.h"
 #include "daemon/common/unique_fd.h"
+#include "daemon/handoff/ring.h"
 #include "proto/gradsync/v1/control.grpc.pb.h"
 
 namespace gradsync::client {
@@ -89,12 +89,12 @@ struct OpSpec {
   int root_rank = 0;
   int process_set = 0;
   std::vector<int64_t> splits;
-  bool cuda = false;        // `data` is CUDA device memory
-  void* stream = nullptr;   // CUDA: the stream the tensor is produced and consumed on
-  void* output = nullptr;   // CUDA allgather/alltoall/reducescatter: the caller's output
+  bool cuda = false;       // `data` is CUDA device memory
+  void* stream = nullptr;  // CUDA: the stream the tensor is produced and consumed on
+  void* output = nullptr;  // CUDA allgather/alltoall/reducescatter: the caller's output
   uint64_t output_bytes = 0;
-  std::string abandoned;    // see Client::abandon
-  bool commit = false;      // BARRIER: an elastic job's commit (Client::commitBarrier)
+  std::string abandoned;       // see Client::abandon
+  bool commit = false;         // BARRIER: an elastic job's commit (Client::commitBarrier)
   std::vector<int> set_ranks;  // PROCESS_SET_ADD (client_process_sets.cc)
   int target_set = 0;          // PROCESS_SET_REMOVE
 };
@@ -253,8 +253,8 @@ class Client {
   std::unique_ptr<handoff::RingProducer> submit_ring_;    // guarded by write_mutex_
   std::unique_ptr<handoff::RingConsumer> complete_ring_;  // pop guarded by mutex_
   UniqueFd handoff_fd_;
-  std::mutex handoff_mutex_;                 // one hand-off exchange at a time
-  std::vector<std::string> daemon_gpus_;     // from Register
+  std::mutex handoff_mutex_;              // one hand-off exchange at a time
+  std::vector<std::string> daemon_gpus_;  // from Register
   std::once_flag cuda_once_;
   std::unique_ptr<CudaSession> cuda_;
   grpc::ClientContext stream_context_;
@@ -272,11 +272,11 @@ class Client {
   uint64_t next_handle_ = 1;
   uint64_t next_barrier_ = 1;
   uint64_t next_set_change_ = 0;
-  std::map<int, std::vector<int>> process_sets_;  // known sets, 0 included
-  Membership membership_;                 // current (guarded by mutex_)
-  std::optional<Membership> next_membership_;  // announced, not yet taken up
-  std::string join_refused_;              // a joiner's refusal (MembershipChange.refused)
-  uint64_t next_commit_ = 0;              // names of commit barriers, per epoch
+  std::map<int, std::vector<int>> process_sets_;          // known sets, 0 included
+  Membership membership_;                                 // current (guarded by mutex_)
+  std::optional<Membership> next_membership_;             // announced, not yet taken up
+  std::string join_refused_;                              // a joiner's refusal (MembershipChange.refused)
+  uint64_t next_commit_ = 0;                              // names of commit barriers, per epoch
   SpinPolicy completion_spin_{options_.completion_spin};  // guarded by mutex_
   std::atomic<bool> shut_down_{false};
 };

@@ -33,7 +33,8 @@ StatusOr<Membership> Client::rejoin(double timeout_seconds) {
     return next_membership_.has_value() || !join_refused_.empty() || !broken_.isOk() || shut_down_;
   };
   if (timeout_seconds > 0) {
-    const auto limit = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::duration<double>(timeout_seconds));
+    const auto limit =
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::duration<double>(timeout_seconds));
     if (!cv_.wait_for(lock, limit, ready)) {
       return deadlineExceeded("no new epoch of elastic job '" + options_.job_id + "' within " +
                               std::to_string(timeout_seconds) + " s");
@@ -75,10 +76,11 @@ StatusOr<bool> Client::commitBarrier(double timeout_seconds, bool* retriable) {
   }
   ASSIGN_OR_RETURN(uint64_t handle, enqueue(spec));
   bool changed = false;
-  RETURN_IF_ERROR(finishBlocking(handle, timeout_seconds, "commit barrier '" + spec.name + "'", [&](const Operation& op) {
-    changed = op.epoch_changed;
-    *retriable = op.membership_changed;
-  }));
+  RETURN_IF_ERROR(
+      finishBlocking(handle, timeout_seconds, "commit barrier '" + spec.name + "'", [&](const Operation& op) {
+        changed = op.epoch_changed;
+        *retriable = op.membership_changed;
+      }));
   return changed;
 }
 

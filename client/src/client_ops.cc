@@ -180,7 +180,8 @@ void Client::finish(Operation& op) {
     // thread waits for the daemon's done event, or the caller's stream does.
     Status waited = options_.cuda_stream_completion
                         ? cuda_->complete(*op.cuda, op.status.isOk())
-                        : cuda_->completeOnHost(*op.cuda, op.name, [this] { return brokenStatus(); }, kCudaDoneLimit);
+                        : cuda_->completeOnHost(
+                              *op.cuda, op.name, [this] { return brokenStatus(); }, kCudaDoneLimit);
     if (!waited.isOk() && op.status.isOk()) op.status = waited;
     op.cuda.reset();
   }
@@ -218,8 +219,7 @@ Status Client::waitForCudaSlot(const std::string& name) {
     if (!broken_.isOk()) return broken_;
     if (std::chrono::steady_clock::now() > deadline) {
       return resourceExhausted("CUDA tensor '" + name + "': every event slot is held by an operation in flight, " +
-                               "and none finished within " +
-                               std::to_string(kCudaDoneLimit.count() / 1000) + " s");
+                               "and none finished within " + std::to_string(kCudaDoneLimit.count() / 1000) + " s");
     }
     lock.unlock();
     complete_ring_->wait(std::chrono::milliseconds(100));
@@ -247,8 +247,8 @@ Status Client::wait(uint64_t handle, double timeout_seconds) {
   // thread: no hand-off between threads) or, rarely, over the stream (the
   // reader thread then wakes this futex too).
   const auto start = std::chrono::steady_clock::now();
-  const auto deadline = start + std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                    std::chrono::duration<double>(timeout_seconds));
+  const auto deadline =
+      start + std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::duration<double>(timeout_seconds));
   std::optional<std::chrono::microseconds> spin;  // set once this call waits
   for (;;) {
     drainCompletionsLocked();
@@ -261,7 +261,8 @@ Status Client::wait(uint64_t handle, double timeout_seconds) {
         return deadlineExceeded("operation '" + op.name + "' not done within " + std::to_string(timeout_seconds) +
                                 " s");
       }
-      slice = std::min(slice, std::chrono::duration_cast<std::chrono::milliseconds>(left) + std::chrono::milliseconds(1));
+      slice =
+          std::min(slice, std::chrono::duration_cast<std::chrono::milliseconds>(left) + std::chrono::milliseconds(1));
     }
     lock.unlock();
     complete_ring_->wait(slice, *spin);

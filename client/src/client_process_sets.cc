@@ -50,8 +50,8 @@ StatusOr<int> Client::addProcessSet(std::vector<int> ranks, double timeout_secon
     std::lock_guard<std::mutex> lock(mutex_);
     for (const auto& [id, members] : process_sets_) {
       if (invalid.isOk() && members == ranks) {
-        invalid = alreadyExists("a process set with ranks " + ranksText(ranks) + " exists already: id " +
-                                std::to_string(id));
+        invalid =
+            alreadyExists("a process set with ranks " + ranksText(ranks) + " exists already: id " + std::to_string(id));
       }
     }
   }

@@ -23,7 +23,7 @@ struct EnvIdentity {
   // an elastic job, which goes on at GRADSYNC_MIN_SIZE ranks or more
   // (default: its size) when ranks are lost.
   bool elastic = false;
-  std::optional<int> min_size;             // GRADSYNC_MIN_SIZE
+  std::optional<int> min_size;  // GRADSYNC_MIN_SIZE
   // GRADSYNC_ELASTIC_JOIN=1: a new rank joining a running elastic job
   // (gradsyncrun sets it when it starts a replacement).
   bool elastic_join = false;

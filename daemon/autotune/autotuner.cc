@@ -25,11 +25,16 @@ double median(std::vector<double> values) {
 
 const char* phaseName(Phase phase) {
   switch (phase) {
-    case Phase::kWarmup: return "warming up";
-    case Phase::kFusionThreshold: return "tuning the fusion threshold";
-    case Phase::kCycleTime: return "tuning the cycle time";
-    case Phase::kDone: return "done";
-    case Phase::kGaveUp: return "gave up: no tensor name repeated";
+    case Phase::kWarmup:
+      return "warming up";
+    case Phase::kFusionThreshold:
+      return "tuning the fusion threshold";
+    case Phase::kCycleTime:
+      return "tuning the cycle time";
+    case Phase::kDone:
+      return "done";
+    case Phase::kGaveUp:
+      return "gave up: no tensor name repeated";
   }
   return "?";
 }

@@ -39,9 +39,9 @@ struct Options {
   uint32_t samples_per_setting = 5;
   // The candidates (the initial setting's values are added).
   std::vector<uint64_t> fusion_thresholds = {1, 1 << 20, 4 << 20, 16 << 20, 64 << 20, 128 << 20};
-  std::vector<std::chrono::microseconds> cycle_times = {std::chrono::microseconds(0), std::chrono::microseconds(250),
-                                                        std::chrono::microseconds(1000), std::chrono::microseconds(2500),
-                                                        std::chrono::microseconds(5000)};
+  std::vector<std::chrono::microseconds> cycle_times = {
+      std::chrono::microseconds(0), std::chrono::microseconds(250), std::chrono::microseconds(1000),
+      std::chrono::microseconds(2500), std::chrono::microseconds(5000)};
 };
 
 // A setting measured: the median of its samples, in bytes per second.
@@ -88,7 +88,7 @@ class Autotuner {
   Phase phase_ = Phase::kWarmup;
   std::vector<Settings> queue_;  // the current phase's settings still to measure
   std::vector<Trial> trials_;
-  std::vector<double> scores_;   // of the current setting
+  std::vector<double> scores_;  // of the current setting
   uint32_t samples_taken_ = 0;
   uint32_t samples_planned_ = 0;
   // The current sample.

@@ -29,7 +29,8 @@ struct SimulatedJob {
     for (; steps < max_steps && tuner.phase() != Phase::kDone && tuner.phase() != Phase::kGaveUp; ++steps) {
       const Settings settings = tuner.current();
       used.push_back(settings);
-      const auto step = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(step_seconds(settings)));
+      const auto step =
+          std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(step_seconds(settings)));
       for (int t = 0; t < tensors; ++t) {
         now += step / tensors;
         tuner.record("grad." + std::to_string(t), kMiB, now);
@@ -61,7 +62,8 @@ TEST(AutotunerTest, FindsTheFastestThresholdThenTheFastestCycleTime) {
   EXPECT_EQ(tuner.samplesTaken(), tuner.samplesPlanned());
   EXPECT_EQ(tuner.samplesPlanned(), 3u + 5u * 10u);
   // Each score is the bytes of a step per step time.
-  EXPECT_NEAR(tuner.best()->bytes_per_second, 20.0 * kMiB / valley(tuner.current()), 0.02 * 20 * kMiB / valley(tuner.current()));
+  EXPECT_NEAR(tuner.best()->bytes_per_second, 20.0 * kMiB / valley(tuner.current()),
+              0.02 * 20 * kMiB / valley(tuner.current()));
   // Once done it stays.
   const auto steps_before = job.used.size();
   for (int i = 0; i < 100; ++i) tuner.record("grad.0", kMiB, job.now += std::chrono::milliseconds(1));
@@ -164,10 +166,10 @@ TEST(AutotunerTest, RecordSaysWhenTheSettingChanged) {
   options.cycle_times = {microseconds(0)};
   Autotuner tuner({2 * kMiB, microseconds(0)}, options);
   Clock::time_point now{};
-  EXPECT_FALSE(tuner.record("a", 1, now));                                // starts the sample
-  EXPECT_TRUE(tuner.record("a", 100, now += std::chrono::seconds(1)));    // 2 MiB scored: on to 1 MiB
+  EXPECT_FALSE(tuner.record("a", 1, now));                              // starts the sample
+  EXPECT_TRUE(tuner.record("a", 100, now += std::chrono::seconds(1)));  // 2 MiB scored: on to 1 MiB
   EXPECT_EQ(tuner.current().fusion_threshold_bytes, kMiB);
-  EXPECT_TRUE(tuner.record("a", 10, now += std::chrono::seconds(1)));     // 1 MiB scored lower: back to 2
+  EXPECT_TRUE(tuner.record("a", 10, now += std::chrono::seconds(1)));  // 1 MiB scored lower: back to 2
   EXPECT_EQ(tuner.phase(), Phase::kDone);
   EXPECT_EQ(tuner.current().fusion_threshold_bytes, 2 * kMiB);
 }

@@ -15,9 +15,12 @@ std::string rate(double bytes_per_second) { return fmt::format("{:.1f} MB/s", by
 // What the search varied while a trial was measured.
 std::string searchName(Phase phase) {
   switch (phase) {
-    case Phase::kFusionThreshold: return "fusion threshold";
-    case Phase::kCycleTime: return "cycle time";
-    default: return phaseName(phase);
+    case Phase::kFusionThreshold:
+      return "fusion threshold";
+    case Phase::kCycleTime:
+      return "cycle time";
+    default:
+      return phaseName(phase);
   }
 }
 

@@ -38,9 +38,9 @@ Status directAllreduce(const MeshContext& mesh, void* data, size_t count, DataTy
   }
   std::vector<transport::Request*> raw;
   for (auto& r : requests) raw.push_back(r.get());
-  RETURN_IF_ERROR(mesh.transport->waitAll(raw.data(), raw.size(), mesh.deadline,
-                                          "direct allreduce of node " + std::to_string(mesh.rank) + " with " +
-                                              std::to_string(n - 1) + " other nodes"));
+  RETURN_IF_ERROR(mesh.transport->waitAll(
+      raw.data(), raw.size(), mesh.deadline,
+      "direct allreduce of node " + std::to_string(mesh.rank) + " with " + std::to_string(n - 1) + " other nodes"));
   std::vector<const void*> inputs(n);
   for (int i = 0; i < n; ++i) inputs[i] = slots + bytes * i;
   void* outputs[] = {data};

@@ -15,8 +15,8 @@ uint64_t pairTag(const MeshContext& mesh, int from, int to) {
 }
 }  // namespace
 
-Status pairwiseExchange(const MeshContext& mesh, const uint8_t* send, const std::vector<Range>& send_to,
-                        uint8_t* recv, const std::vector<Range>& recv_from) {
+Status pairwiseExchange(const MeshContext& mesh, const uint8_t* send, const std::vector<Range>& send_to, uint8_t* recv,
+                        const std::vector<Range>& recv_from) {
   const int n = mesh.size();
   if (static_cast<int>(send_to.size()) != n || static_cast<int>(recv_from.size()) != n || mesh.rank < 0 ||
       mesh.rank >= n) {
@@ -28,7 +28,8 @@ Status pairwiseExchange(const MeshContext& mesh, const uint8_t* send, const std:
   for (int step = 1; step < n; ++step) {
     const int from = (mesh.rank - step + n) % n;
     const Range& r = recv_from[from];
-    if (r.bytes > 0) requests.push_back(mesh.peers[from]->irecv(recv + r.offset, r.bytes, pairTag(mesh, from, mesh.rank)));
+    if (r.bytes > 0)
+      requests.push_back(mesh.peers[from]->irecv(recv + r.offset, r.bytes, pairTag(mesh, from, mesh.rank)));
   }
   // Staggered: at step s node i sends to i + s, so no node is every
   // sender's first destination.
@@ -40,9 +41,9 @@ Status pairwiseExchange(const MeshContext& mesh, const uint8_t* send, const std:
   if (requests.empty()) return okStatus();
   std::vector<transport::Request*> raw;
   for (auto& r : requests) raw.push_back(r.get());
-  return mesh.transport->waitAll(raw.data(), raw.size(), mesh.deadline,
-                                 "pairwise exchange of node " + std::to_string(mesh.rank) + " with " +
-                                     std::to_string(n - 1) + " other nodes");
+  return mesh.transport->waitAll(
+      raw.data(), raw.size(), mesh.deadline,
+      "pairwise exchange of node " + std::to_string(mesh.rank) + " with " + std::to_string(n - 1) + " other nodes");
 }
 
 }  // namespace gradsync::collective

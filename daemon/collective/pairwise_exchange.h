@@ -31,7 +31,7 @@ struct MeshContext {
 // entries for this node are ignored, empty ranges move nothing. What node a
 // sends to b must be exactly what b expects from a (both sides compute it
 // from the same negotiated response). Errors name the peer.
-Status pairwiseExchange(const MeshContext& mesh, const uint8_t* send, const std::vector<Range>& send_to,
-                        uint8_t* recv, const std::vector<Range>& recv_from);
+Status pairwiseExchange(const MeshContext& mesh, const uint8_t* send, const std::vector<Range>& send_to, uint8_t* recv,
+                        const std::vector<Range>& recv_from);
 
 }  // namespace gradsync::collective

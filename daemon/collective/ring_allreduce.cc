@@ -37,16 +37,22 @@ class Step {
   // this collective yet (the same buffer for an allreduce).
   Step(const RingContext& ring, const uint8_t* input, uint8_t* data, const std::vector<Chunks>& parts, DataType dtype,
        ReduceOp op, uint8_t* scratch, const char* name)
-      : ring_(ring), input_(input), data_(data), parts_(parts), dtype_(dtype), op_(op), scratch_(scratch),
-        esize_(elementSize(dtype)), name_(name) {}
+      : ring_(ring),
+        input_(input),
+        data_(data),
+        parts_(parts),
+        dtype_(dtype),
+        op_(op),
+        scratch_(scratch),
+        esize_(elementSize(dtype)),
+        name_(name) {}
 
   Status run(int phase, int step, int send_index, int recv_index) {
     const Chunks& send = parts_[send_index];
     const Chunks& recv = parts_[recv_index];
-    const std::string what = std::string(name_) + " step " +
-                             std::to_string(phase == 0 ? step : ring_.size - 1 + step) + " with the daemons of ranks " +
-                             std::to_string(ring_.left->rank()) + " (left) and " + std::to_string(ring_.right->rank()) +
-                             " (right)";
+    const std::string what = std::string(name_) + " step " + std::to_string(phase == 0 ? step : ring_.size - 1 + step) +
+                             " with the daemons of ranks " + std::to_string(ring_.left->rank()) + " (left) and " +
+                             std::to_string(ring_.right->rank()) + " (right)";
     // Step 0 of phase 0 sends this node's own contribution; every later
     // send is what the step before reduced (or received) into `data`.
     const uint8_t* from = phase == 0 && step == 0 ? input_ : data_;
@@ -125,8 +131,8 @@ uint64_t ringTag(const SipKey& key, uint64_t sequence, int phase, int step, size
   // Every field whole: tags of different phases, steps (a pairwise
   // exchange's step is from * n + to) or sequences never alias. UCX matches
   // tags across all of a worker's endpoints.
-  const uint64_t plain[3] = {sequence, (static_cast<uint64_t>(static_cast<uint32_t>(phase)) << 32) |
-                                           static_cast<uint32_t>(step),
+  const uint64_t plain[3] = {sequence,
+                             (static_cast<uint64_t>(static_cast<uint32_t>(phase)) << 32) | static_cast<uint32_t>(step),
                              static_cast<uint64_t>(chunk)};
   return sipHash24(key, plain, sizeof(plain));
 }

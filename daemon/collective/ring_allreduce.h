@@ -21,7 +21,7 @@ struct RingContext {
   transport::Peer* right = nullptr;  // sends go here
   int rank = 0;                      // position in the ring
   int size = 1;
-  uint64_t sequence = 0;             // distinguishes collectives: part of every tag
+  uint64_t sequence = 0;  // distinguishes collectives: part of every tag
   // Keys the tags (derived from the job's secret): a transfer from outside
   // the job cannot match a receive, so it is never reduced.
   SipKey tag_key;

@@ -11,7 +11,6 @@
 namespace gradsync::collective {
 namespace {
 
-
 // Sums `count` floats across n nodes in chunks of `chunk` bytes.
 void expectFloat32Sum(int n, size_t count, size_t chunk, const transport::UcxOptions& options = {}) {
   auto nodes = makeRing(n, options);
@@ -90,8 +89,10 @@ TEST_P(RingAllreduceTest, IntMaxHalfSumAndTinyCounts) {
   }
   auto statuses = onEveryNode(nodes, [&](int r, Node& node) {
     std::vector<uint8_t> scratch;
-    RETURN_IF_ERROR(ringAllreduce(contextFor(r, n, node, 7, 4096), ints[r].data(), ints[r].size(), v1::INT32, v1::MAX, &scratch));
-    RETURN_IF_ERROR(ringAllreduce(contextFor(r, n, node, 8, 4096), halves[r].data(), halves[r].size(), v1::FLOAT16, v1::SUM, &scratch));
+    RETURN_IF_ERROR(
+        ringAllreduce(contextFor(r, n, node, 7, 4096), ints[r].data(), ints[r].size(), v1::INT32, v1::MAX, &scratch));
+    RETURN_IF_ERROR(ringAllreduce(contextFor(r, n, node, 8, 4096), halves[r].data(), halves[r].size(), v1::FLOAT16,
+                                  v1::SUM, &scratch));
     return ringAllreduce(contextFor(r, n, node, 9, 4096), tiny[r].data(), 1, v1::FLOAT64, v1::SUM, &scratch);
   });
   for (int r = 0; r < n; ++r) {

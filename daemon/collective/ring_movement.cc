@@ -55,12 +55,16 @@ Status ringAllgather(const RingContext& ring, uint8_t* buffer, const std::vector
     std::vector<RequestPtr> requests;
     size_t index = 0;
     for (const Range& r : owned[recv_node]) {
-      if (r.bytes > 0) requests.push_back(ring.left->irecv(buffer + r.offset, r.bytes, ringTag(ring.tag_key, ring.sequence, 1, step, index)));
+      if (r.bytes > 0)
+        requests.push_back(
+            ring.left->irecv(buffer + r.offset, r.bytes, ringTag(ring.tag_key, ring.sequence, 1, step, index)));
       ++index;
     }
     index = 0;
     for (const Range& r : owned[send_node]) {
-      if (r.bytes > 0) requests.push_back(ring.right->isend(buffer + r.offset, r.bytes, ringTag(ring.tag_key, ring.sequence, 1, step, index)));
+      if (r.bytes > 0)
+        requests.push_back(
+            ring.right->isend(buffer + r.offset, r.bytes, ringTag(ring.tag_key, ring.sequence, 1, step, index)));
       ++index;
     }
     RETURN_IF_ERROR(waitAll(ring, requests, what));

@@ -30,7 +30,8 @@ inline std::vector<Node> makeRing(int n, const transport::UcxOptions& options = 
   for (int r = 0; r < n; ++r) {
     const int left = (r - 1 + n) % n, right = (r + 1) % n;
     nodes[r].left = std::move(nodes[r].transport->connect(nodes[left].transport->address(), left).value());
-    if (right != left) nodes[r].right = std::move(nodes[r].transport->connect(nodes[right].transport->address(), right).value());
+    if (right != left)
+      nodes[r].right = std::move(nodes[r].transport->connect(nodes[right].transport->address(), right).value());
   }
   return nodes;
 }
@@ -40,7 +41,8 @@ template <typename Fn>
 std::vector<Status> onEveryNode(std::vector<Node>& nodes, Fn fn) {
   std::vector<Status> statuses(nodes.size());
   std::vector<std::thread> threads;
-  for (size_t r = 0; r < nodes.size(); ++r) threads.emplace_back([&, r] { statuses[r] = fn(static_cast<int>(r), nodes[r]); });
+  for (size_t r = 0; r < nodes.size(); ++r)
+    threads.emplace_back([&, r] { statuses[r] = fn(static_cast<int>(r), nodes[r]); });
   for (auto& t : threads) t.join();
   return statuses;
 }

@@ -3,8 +3,8 @@
 
 #include <immintrin.h>
 
-#include <cstdint>
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 
 namespace gradsync {

@@ -16,7 +16,8 @@ TEST(FastCopyTest, CopiesEveryByteForAllSizesAndAlignments) {
     for (size_t offset : {0, 1, 31, 33}) {
       std::fill(dst.begin(), dst.end(), 0xEE);
       fastCopy(dst.data() + offset, src.data() + (offset % 7), bytes);
-      for (size_t i = 0; i < bytes; ++i) ASSERT_EQ(dst[offset + i], src[(offset % 7) + i]) << bytes << " " << offset << " " << i;
+      for (size_t i = 0; i < bytes; ++i)
+        ASSERT_EQ(dst[offset + i], src[(offset % 7) + i]) << bytes << " " << offset << " " << i;
       ASSERT_EQ(dst[offset + bytes], 0xEE) << "wrote past the end";
       if (offset > 0) ASSERT_EQ(dst[offset - 1], 0xEE) << "wrote before the start";
     }

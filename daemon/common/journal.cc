@@ -24,12 +24,18 @@ constexpr const char* kJournalSocket = "/run/systemd/journal/socket";
 int priorityOf(spdlog::level::level_enum level) {
   switch (level) {
     case spdlog::level::trace:
-    case spdlog::level::debug: return 7;
-    case spdlog::level::info: return 6;
-    case spdlog::level::warn: return 4;
-    case spdlog::level::err: return 3;
-    case spdlog::level::critical: return 2;
-    default: return 6;
+    case spdlog::level::debug:
+      return 7;
+    case spdlog::level::info:
+      return 6;
+    case spdlog::level::warn:
+      return 4;
+    case spdlog::level::err:
+      return 3;
+    case spdlog::level::critical:
+      return 2;
+    default:
+      return 6;
   }
 }
 
@@ -44,8 +50,8 @@ class JournalSink final : public spdlog::sinks::base_sink<std::mutex> {
   void sink_it_(const spdlog::details::log_msg& msg) override {
     const std::string message(msg.payload.data(), msg.payload.size());
     std::string entry = "MESSAGE=" + message + "\nPRIORITY=" + std::to_string(priorityOf(msg.level)) +
-                        "\nSYSLOG_IDENTIFIER=" + identifier_ + "\nGRADSYNC_COMPONENT=" +
-                        std::string(msg.logger_name.data(), msg.logger_name.size()) + "\n";
+                        "\nSYSLOG_IDENTIFIER=" + identifier_ +
+                        "\nGRADSYNC_COMPONENT=" + std::string(msg.logger_name.data(), msg.logger_name.size()) + "\n";
     const LogFields fields = fieldsOf(message);
     if (!fields.job.empty()) entry += "GRADSYNC_JOB=" + fields.job + "\n";
     if (!fields.rank.empty()) entry += "GRADSYNC_RANK=" + fields.rank + "\n";

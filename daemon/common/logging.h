@@ -43,13 +43,13 @@ void logAtSite(LogSite& site, spdlog::logger& logger, spdlog::level::level_enum 
 
 }  // namespace gradsync
 
-// GS_LOG(main, info, "fmt {}", x) (levels: trace debug info warn err critical): the arguments are only formatted when the
-// level is enabled; each call site repeats a message at most once a second (logAtSite).
-#define GS_LOG(component, lvl, ...)                                                                          \
-  do {                                                                                                       \
-    auto& gs_logger_ = ::gradsync::componentLogger(::gradsync::LoggerId::component);                         \
-    if (gs_logger_.should_log(spdlog::level::lvl)) {                                                         \
-      static ::gradsync::LogSite gs_site_;                                                                   \
-      ::gradsync::logAtSite(gs_site_, gs_logger_, spdlog::level::lvl, ::fmt::format(__VA_ARGS__));           \
-    }                                                                                                        \
+// GS_LOG(main, info, "fmt {}", x) (levels: trace debug info warn err critical): the arguments are only formatted when
+// the level is enabled; each call site repeats a message at most once a second (logAtSite).
+#define GS_LOG(component, lvl, ...)                                                                \
+  do {                                                                                             \
+    auto& gs_logger_ = ::gradsync::componentLogger(::gradsync::LoggerId::component);               \
+    if (gs_logger_.should_log(spdlog::level::lvl)) {                                               \
+      static ::gradsync::LogSite gs_site_;                                                         \
+      ::gradsync::logAtSite(gs_site_, gs_logger_, spdlog::level::lvl, ::fmt::format(__VA_ARGS__)); \
+    }                                                                                              \
   } while (0)

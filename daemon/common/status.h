@@ -69,7 +69,7 @@ inline Status dataLoss(std::string m) { return {StatusCode::kDataLoss, std::move
 template <typename T>
 class [[nodiscard]] StatusOr {
  public:
-  StatusOr(T value) : value_(std::move(value)) {}  // NOLINT: implicit by design
+  StatusOr(T value) : value_(std::move(value)) {}         // NOLINT: implicit by design
   StatusOr(Status status) : status_(std::move(status)) {  // NOLINT
     assert(!status_.isOk());
   }
@@ -93,15 +93,14 @@ class [[nodiscard]] StatusOr {
 #define GS_STATUS_CONCAT(a, b) GS_STATUS_CONCAT_INNER(a, b)
 
 // Returns the Status from the enclosing function when `expr` is not OK.
-#define RETURN_IF_ERROR(expr)                       \
-  do {                                              \
-    ::gradsync::Status gs_status_ = (expr);         \
-    if (!gs_status_.isOk()) return gs_status_;      \
+#define RETURN_IF_ERROR(expr)                  \
+  do {                                         \
+    ::gradsync::Status gs_status_ = (expr);    \
+    if (!gs_status_.isOk()) return gs_status_; \
   } while (0)
 
 // `ASSIGN_OR_RETURN(auto x, f())`: x = f().value(), or return its Status.
-#define ASSIGN_OR_RETURN(lhs, expr) \
-  GS_ASSIGN_OR_RETURN_IMPL(GS_STATUS_CONCAT(gs_statusor_, __LINE__), lhs, expr)
+#define ASSIGN_OR_RETURN(lhs, expr) GS_ASSIGN_OR_RETURN_IMPL(GS_STATUS_CONCAT(gs_statusor_, __LINE__), lhs, expr)
 #define GS_ASSIGN_OR_RETURN_IMPL(tmp, lhs, expr) \
   auto tmp = (expr);                             \
   if (!tmp.isOk()) return tmp.status();          \

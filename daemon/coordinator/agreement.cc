@@ -63,12 +63,14 @@ std::vector<std::pair<const char*, Describe>> checksFor(CollectiveType type) {
       break;
     case v1::ALLGATHER:
     case v1::ALLTOALL:
-      checks.push_back({"rank (number of dimensions)", [](const Request& r) { return std::to_string(r.shape.size()); }});
-      checks.push_back({"shape beyond the first dimension",
-                        [](const Request& r) { return shapeString(tail(r.shape)); }});
+      checks.push_back(
+          {"rank (number of dimensions)", [](const Request& r) { return std::to_string(r.shape.size()); }});
+      checks.push_back(
+          {"shape beyond the first dimension", [](const Request& r) { return shapeString(tail(r.shape)); }});
       break;
     case v1::PROCESS_SET_ADD:
-      checks.push_back({"the ranks of the process set to add", [](const Request& r) { return ranksString(r.set_ranks); }});
+      checks.push_back(
+          {"the ranks of the process set to add", [](const Request& r) { return ranksString(r.set_ranks); }});
       break;
     case v1::PROCESS_SET_REMOVE:
       checks.push_back({"the process set to remove", [](const Request& r) { return std::to_string(r.target_set); }});
@@ -95,8 +97,8 @@ bool agreeExactly(const Request& a, const Request& b) {
       return a.shape == b.shape && a.root_rank == b.root_rank;
     case v1::ALLGATHER:
     case v1::ALLTOALL:
-      return a.shape.size() == b.shape.size() && std::equal(a.shape.begin() + (a.shape.empty() ? 0 : 1),
-                                                             a.shape.end(), b.shape.begin() + (b.shape.empty() ? 0 : 1));
+      return a.shape.size() == b.shape.size() && std::equal(a.shape.begin() + (a.shape.empty() ? 0 : 1), a.shape.end(),
+                                                            b.shape.begin() + (b.shape.empty() ? 0 : 1));
     case v1::PROCESS_SET_ADD:
       return a.set_ranks == b.set_ranks;
     case v1::PROCESS_SET_REMOVE:
@@ -156,8 +158,9 @@ Status checkCollectiveRules(const std::function<std::string()>& prefix_of, const
     for (size_t i = 0; i < response.ranks.size(); ++i) {
       if (!response.requests[i]) joined.push_back(response.ranks[i]);
     }
-    return failedPrecondition(prefix_of() + "ranks " + ranksString(joined) + " have joined; only allreduce and barrier " +
-                              "run with joined ranks, " + collectiveName(first.type) + " does not");
+    return failedPrecondition(prefix_of() + "ranks " + ranksString(joined) +
+                              " have joined; only allreduce and barrier " + "run with joined ranks, " +
+                              collectiveName(first.type) + " does not");
   }
   return okStatus();
 }
@@ -171,8 +174,8 @@ Status checkAgreement(const std::string& job_id, const Response& response) {
   // A rank that failed the call itself: the others fail with its reason.
   for (const auto& r : response.requests) {
     if (r && !r->abandoned.empty()) {
-      return failedPrecondition(prefix + "rank " + std::to_string(r->rank) + " failed its " +
-                                collectiveName(r->type) + " at the call: " + r->abandoned);
+      return failedPrecondition(prefix + "rank " + std::to_string(r->rank) + " failed its " + collectiveName(r->type) +
+                                " at the call: " + r->abandoned);
     }
   }
   for (const auto& [what, describe] : checksFor(response.first().type)) {

@@ -35,8 +35,8 @@ StatusOr<std::vector<Response>> Negotiator::submit(Request request, Clock::time_
     entry.sequence = next_sequence_++;
     it = table_.emplace(request.name, std::move(entry)).first;
   } else if (it->second.by_rank.count(request.rank)) {
-    return alreadyExists("job '" + job_id_ + "' tensor '" + request.name + "': rank " +
-                         std::to_string(request.rank) + " already has a collective of this name in flight");
+    return alreadyExists("job '" + job_id_ + "' tensor '" + request.name + "': rank " + std::to_string(request.rank) +
+                         " already has a collective of this name in flight");
   }
   Entry& entry = it->second;
   std::vector<Response> out;
@@ -151,8 +151,8 @@ void Negotiator::changeProcessSets(Response* response, std::vector<Response>* fa
                                                             : "there is no process set " + std::to_string(id)));
     return;
   }
-  const std::string why = "job '" + job_id_ + "': " + ProcessSetTable::describe(id, *members) +
-                          " was removed (by '" + response->name + "') while this collective waited for ranks ";
+  const std::string why = "job '" + job_id_ + "': " + ProcessSetTable::describe(id, *members) + " was removed (by '" +
+                          response->name + "') while this collective waited for ranks ";
   // What waits for ranks on that set will never complete: fail it, in
   // submission order, before the set goes.
   std::vector<std::pair<uint64_t, std::string>> doomed;

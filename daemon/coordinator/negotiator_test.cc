@@ -9,8 +9,7 @@ namespace {
 
 using ::testing::HasSubstr;
 
-Request allreduce(int rank, const std::string& name, DataType dtype = v1::FLOAT32,
-                  std::vector<int64_t> shape = {4}) {
+Request allreduce(int rank, const std::string& name, DataType dtype = v1::FLOAT32, std::vector<int64_t> shape = {4}) {
   Request r;
   r.rank = rank;
   r.handle = 100 + rank;
@@ -104,7 +103,8 @@ TEST_F(NegotiatorTest, ShapeOpRootAndScaleMismatches) {
     b.type = v1::BROADCAST;
     b.root_rank = rank == 1 ? 2 : 0;
     auto ready_b = submit(b);
-    if (rank == 2) EXPECT_THAT(ready_b.at(0).status.message(), HasSubstr("root rank: 0 on ranks [0, 2]; 2 on ranks [1]"));
+    if (rank == 2)
+      EXPECT_THAT(ready_b.at(0).status.message(), HasSubstr("root rank: 0 on ranks [0, 2]; 2 on ranks [1]"));
   }
 }
 
@@ -272,7 +272,8 @@ Request setChange(int rank, const std::string& name, CollectiveType type, std::v
 class ProcessSetChangeTest : public NegotiatorTest {
  protected:
   // Every rank of the job submits the change; returns what became ready.
-  std::vector<Response> everyRank(const std::string& name, CollectiveType type, std::vector<int> ranks, int target = 0) {
+  std::vector<Response> everyRank(const std::string& name, CollectiveType type, std::vector<int> ranks,
+                                  int target = 0) {
     std::vector<Response> ready;
     for (int rank = 0; rank < 3; ++rank) {
       for (auto& r : submit(setChange(rank, name, type, ranks, target))) ready.push_back(std::move(r));
@@ -320,8 +321,9 @@ TEST_F(ProcessSetChangeTest, DuplicateSetsAndDisagreementFailOnEveryRank) {
   submit(setChange(1, "c1", v1::PROCESS_SET_ADD, {0, 1}));
   ready = submit(setChange(2, "c1", v1::PROCESS_SET_ADD, {1, 2}));
   ASSERT_EQ(ready.size(), 1u);
-  EXPECT_THAT(ready[0].status.message(),
-              HasSubstr("ranks disagree on the ranks of the process set to add: [0, 1] on ranks [0, 1]; [1, 2] on ranks [2]"));
+  EXPECT_THAT(
+      ready[0].status.message(),
+      HasSubstr("ranks disagree on the ranks of the process set to add: [0, 1] on ranks [0, 1]; [1, 2] on ranks [2]"));
   EXPECT_EQ(negotiator_.processSets().count(), 2u);
 
   ready = everyRank("c2", v1::PROCESS_SET_REMOVE, {}, 7);

@@ -23,7 +23,8 @@ Status ProcessSetTable::checkRanks(const std::vector<int>& ranks) const {
   if (ranks.empty()) return invalidArgument("a process set needs at least one rank");
   for (size_t i = 0; i < ranks.size(); ++i) {
     if (ranks[i] < 0 || ranks[i] >= size_) {
-      return invalidArgument("process set rank " + std::to_string(ranks[i]) + " outside [0, " + std::to_string(size_) + ")");
+      return invalidArgument("process set rank " + std::to_string(ranks[i]) + " outside [0, " + std::to_string(size_) +
+                             ")");
     }
     if (i > 0 && ranks[i] <= ranks[i - 1]) {
       return invalidArgument("process set ranks " + ranksString(ranks) + " are not strictly increasing");
@@ -35,7 +36,9 @@ Status ProcessSetTable::checkRanks(const std::vector<int>& ranks) const {
 StatusOr<int> ProcessSetTable::add(const std::vector<int>& ranks) {
   RETURN_IF_ERROR(checkRanks(ranks));
   for (const auto& [id, members] : sets_) {
-    if (members == ranks) return alreadyExists("a process set with ranks " + ranksString(ranks) + " exists already: id " + std::to_string(id));
+    if (members == ranks)
+      return alreadyExists("a process set with ranks " + ranksString(ranks) + " exists already: id " +
+                           std::to_string(id));
   }
   const int id = next_id_++;
   sets_.emplace(id, ranks);

@@ -39,7 +39,6 @@ class ProcessSetTable {
   Status checkRanks(const std::vector<int>& ranks) const;
 
  private:
-
   int size_;
   std::map<int, std::vector<int>> sets_;
   int next_id_;

@@ -39,7 +39,7 @@ struct Request {
   std::vector<int64_t> splits;  // ALLTOALL, one per member of the process set
   uint64_t offset = 0;          // input (and in-place output) bytes in the arena
   uint64_t length = 0;
-  uint64_t group_id = 0;        // grouped allreduce; 0: not grouped
+  uint64_t group_id = 0;  // grouped allreduce; 0: not grouped
   uint32_t group_size = 0;
   std::optional<CudaRef> cuda;  // set: device memory, `offset` unused
   // CUDA collectives with an output of their own (allgather, alltoall,

@@ -9,9 +9,9 @@
 #include <unistd.h>
 
 #include <google/protobuf/descriptor.h>
+#include <google/protobuf/text_format.h>
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/health_check_service_interface.h>
-#include <google/protobuf/text_format.h>
 
 #include <cstdlib>
 #include <cstring>
@@ -19,8 +19,8 @@
 #include "daemon/common/logging.h"
 #include "daemon/gpu/gpu_inventory.h"
 #include "daemon/metrics/prometheus.h"
-#include "proto/grpc/health/v1/health.pb.h"
 #include "daemon/peer/tls.h"
+#include "proto/grpc/health/v1/health.pb.h"
 
 namespace gradsync::exe {
 namespace {
@@ -96,8 +96,8 @@ Status Daemon::startServers() {
            g.total_memory_bytes >> 20, g.compute_mode, g.pci_bus_id);
   }
 
-  const std::string no_gpu_reason =
-      "gradsyncd on host " + facts.hostname + " has no GPU" + (facts.gpus.note.empty() ? "" : " (" + facts.gpus.note + ")");
+  const std::string no_gpu_reason = "gradsyncd on host " + facts.hostname + " has no GPU" +
+                                    (facts.gpus.note.empty() ? "" : " (" + facts.gpus.note + ")");
 
   pool_ = std::make_unique<executor::ReducePool>(static_cast<int>(config_.reduce_threads()));
   server::RegistryLimits limits;
@@ -206,7 +206,8 @@ StatusOr<std::string> Daemon::startPeerServer() {
 
 Status Daemon::startMetrics() {
   if (config_.metrics_address().empty()) return okStatus();
-  ASSIGN_OR_RETURN(metrics_, metrics::HttpExporter::start(config_.metrics_address(), [this] { return prometheusText(); }));
+  ASSIGN_OR_RETURN(metrics_,
+                   metrics::HttpExporter::start(config_.metrics_address(), [this] { return prometheusText(); }));
   GS_LOG(main, info, "Prometheus metrics on http://{}/metrics", metrics_->address());
   return okStatus();
 }
@@ -236,8 +237,8 @@ void Daemon::setServing(bool serving) {
 std::string Daemon::statusLine() const {
   const size_t jobs = registry_->jobCount();
   const size_t ranks = registry_->sessionCount();
-  return std::string(registry_->draining() ? "draining" : "serving") + ": " + std::to_string(jobs) + (jobs == 1 ? " job, " : " jobs, ") + std::to_string(ranks) +
-         (ranks == 1 ? " rank" : " ranks");
+  return std::string(registry_->draining() ? "draining" : "serving") + ": " + std::to_string(jobs) +
+         (jobs == 1 ? " job, " : " jobs, ") + std::to_string(ranks) + (ranks == 1 ? " rank" : " ranks");
 }
 
 void Daemon::housekeepingLoop() {

@@ -12,10 +12,10 @@
 #include <vector>
 
 #include "daemon/common/budget.h"
+#include "daemon/exe/service_notifier.h"
 #include "daemon/executor/reduce_pool.h"
 #include "daemon/gpu/gpu_node.h"
 #include "daemon/gpu/nccl_library.h"
-#include "daemon/exe/service_notifier.h"
 #include "daemon/metrics/http_exporter.h"
 #include "daemon/server/admin_service.h"
 #include "daemon/server/control_service.h"

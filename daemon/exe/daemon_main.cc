@@ -29,7 +29,8 @@ void endShutdownWithin(const sigset_t& signals) {
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(kShutdownLimitSeconds);
     int signo = -1;
     for (;;) {  // interruptions (a sanitizer stopping threads at exit) are not the end
-      const auto left = std::chrono::duration_cast<std::chrono::nanoseconds>(deadline - std::chrono::steady_clock::now());
+      const auto left =
+          std::chrono::duration_cast<std::chrono::nanoseconds>(deadline - std::chrono::steady_clock::now());
       if (left.count() <= 0) break;
       timespec limit{static_cast<time_t>(left.count() / 1000000000), static_cast<long>(left.count() % 1000000000)};
       siginfo_t info;

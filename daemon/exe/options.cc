@@ -5,14 +5,14 @@
 #include <google/protobuf/text_format.h>
 #include <google/protobuf/util/json_util.h>
 
+#include <cerrno>
+#include <cstdlib>
 #include <fstream>
 #include <functional>
+#include <limits>
 #include <map>
 #include <sstream>
 #include <thread>
-#include <limits>
-#include <cerrno>
-#include <cstdlib>
 
 #include "daemon/common/logging.h"
 
@@ -22,7 +22,8 @@ namespace {
 class CollectErrors : public google::protobuf::io::ErrorCollector {
  public:
   void AddError(int line, int column, const std::string& message) override {
-    if (first.empty()) first = "line " + std::to_string(line + 1) + " column " + std::to_string(column + 1) + ": " + message;
+    if (first.empty())
+      first = "line " + std::to_string(line + 1) + " column " + std::to_string(column + 1) + ": " + message;
   }
   std::string first;
 };
@@ -49,7 +50,8 @@ template <typename Field>
 Setter number(const char* flag, void (v1::DaemonConfig::*set)(Field), int base = 10) {
   return [flag, set, base](v1::DaemonConfig* c, const std::string& v) -> Status {
     ASSIGN_OR_RETURN(uint64_t n, parseUnsigned(flag, v, base));
-    if (n > static_cast<uint64_t>(std::numeric_limits<Field>::max())) return invalidArgument(std::string(flag) + " too large");
+    if (n > static_cast<uint64_t>(std::numeric_limits<Field>::max()))
+      return invalidArgument(std::string(flag) + " too large");
     (c->*set)(static_cast<Field>(n));
     return okStatus();
   };
@@ -94,7 +96,8 @@ const std::map<std::string, Setter>& setters() {
       {"--max-inflight-per-rank", number<uint32_t>("--max-inflight-per-rank", &C::set_max_inflight_per_rank)},
       {"--max-total-arena-bytes", number<uint64_t>("--max-total-arena-bytes", &C::set_max_total_arena_bytes)},
       {"--max-job-size", number<uint32_t>("--max-job-size", &C::set_max_job_size)},
-      {"--max-ipc-mappings-per-rank", number<uint32_t>("--max-ipc-mappings-per-rank", &C::set_max_ipc_mappings_per_rank)},
+      {"--max-ipc-mappings-per-rank",
+       number<uint32_t>("--max-ipc-mappings-per-rank", &C::set_max_ipc_mappings_per_rank)},
       {"--max-ipc-mappings", number<uint32_t>("--max-ipc-mappings", &C::set_max_ipc_mappings)},
       {"--timeline-dir", text(&C::set_timeline_dir)},
       {"--data-plane-devices", text(&C::set_data_plane_devices)},
@@ -114,9 +117,21 @@ const std::map<std::string, Setter>& setters() {
        number<uint32_t>("--autotune-steps-per-sample", &C::set_autotune_steps_per_sample)},
       {"--autotune-samples-per-setting",
        number<uint32_t>("--autotune-samples-per-setting", &C::set_autotune_samples_per_setting)},
-      {"--peer-tls-cert", [](C* c, const std::string& v) { c->mutable_peer_tls()->set_cert_path(v); return okStatus(); }},
-      {"--peer-tls-key", [](C* c, const std::string& v) { c->mutable_peer_tls()->set_key_path(v); return okStatus(); }},
-      {"--peer-tls-ca", [](C* c, const std::string& v) { c->mutable_peer_tls()->set_ca_path(v); return okStatus(); }},
+      {"--peer-tls-cert",
+       [](C* c, const std::string& v) {
+         c->mutable_peer_tls()->set_cert_path(v);
+         return okStatus();
+       }},
+      {"--peer-tls-key",
+       [](C* c, const std::string& v) {
+         c->mutable_peer_tls()->set_key_path(v);
+         return okStatus();
+       }},
+      {"--peer-tls-ca",
+       [](C* c, const std::string& v) {
+         c->mutable_peer_tls()->set_ca_path(v);
+         return okStatus();
+       }},
   };
   return *table;
 }
@@ -200,7 +215,8 @@ Status applyDefaultsAndValidate(v1::DaemonConfig* c) {
   if (c->socket_path().size() >= 108 || c->handoff_socket_path().size() >= 108) {
     return invalidArgument("socket paths must be shorter than 108 bytes (Unix socket limit)");
   }
-  if (c->socket_path() == c->handoff_socket_path()) return invalidArgument("socket_path and handoff_socket_path must differ");
+  if (c->socket_path() == c->handoff_socket_path())
+    return invalidArgument("socket_path and handoff_socket_path must differ");
   if (c->socket_mode() & ~0770u) {
     return invalidArgument("socket_mode " + std::to_string(c->socket_mode()) +
                            " grants access to others: only owner and group bits (0770) may be set");
@@ -221,8 +237,8 @@ Status applyDefaultsAndValidate(v1::DaemonConfig* c) {
   RETURN_IF_ERROR(checkRange("data_plane_tcp_segment_bytes", c->data_plane_tcp_segment_bytes(), 8 << 10, 16 << 20));
   if (c->stall_deadline_seconds() < c->stall_warning_seconds()) {
     return invalidArgument("stall_deadline_seconds (" + std::to_string(c->stall_deadline_seconds()) +
-                           ") must be at least stall_warning_seconds (" +
-                           std::to_string(c->stall_warning_seconds()) + ")");
+                           ") must be at least stall_warning_seconds (" + std::to_string(c->stall_warning_seconds()) +
+                           ")");
   }
   if (c->has_peer_tls()) {
     const auto& tls = c->peer_tls();
@@ -242,9 +258,18 @@ StatusOr<Options> parseOptions(const std::vector<std::string>& args) {
   std::vector<std::pair<std::string, std::string>> flags;
   for (size_t i = 0; i < args.size(); ++i) {
     std::string arg = args[i];
-    if (arg == "--help" || arg == "-h") { options.show_help = true; continue; }
-    if (arg == "--version") { options.show_version = true; continue; }
-    if (arg == "--check-config") { options.check_config = true; continue; }
+    if (arg == "--help" || arg == "-h") {
+      options.show_help = true;
+      continue;
+    }
+    if (arg == "--version") {
+      options.show_version = true;
+      continue;
+    }
+    if (arg == "--check-config") {
+      options.check_config = true;
+      continue;
+    }
     std::string value;
     const size_t eq = arg.find('=');
     if (eq != std::string::npos) {

@@ -18,9 +18,6 @@ constexpr size_t kParallelBytes = 256 << 10;
 // Smallest piece of a reduction handed to one thread.
 constexpr size_t kMinShardBytes = 128 << 10;
 
-
-
-
 // Fills `count` elements with the identity of `op` (what a node without
 // contributing ranks adds to the ring: 0 for sums, 1 for products, the
 // largest value for MIN, the smallest for MAX).
@@ -32,11 +29,13 @@ void fillWith(void* data, size_t count, T value) {
 template <typename T>
 void fillIdentityOf(void* data, size_t count, ReduceOp op) {
   if (op == v1::MIN) {
-    fillWith<T>(data, count, std::numeric_limits<T>::has_infinity ? std::numeric_limits<T>::infinity()
-                                                                   : std::numeric_limits<T>::max());
+    fillWith<T>(
+        data, count,
+        std::numeric_limits<T>::has_infinity ? std::numeric_limits<T>::infinity() : std::numeric_limits<T>::max());
   } else if (op == v1::MAX) {
-    fillWith<T>(data, count, std::numeric_limits<T>::has_infinity ? -std::numeric_limits<T>::infinity()
-                                                                   : std::numeric_limits<T>::lowest());
+    fillWith<T>(
+        data, count,
+        std::numeric_limits<T>::has_infinity ? -std::numeric_limits<T>::infinity() : std::numeric_limits<T>::lowest());
   } else {
     fillWith<T>(data, count, static_cast<T>(op == v1::PRODUCT ? 1 : 0));
   }
@@ -85,27 +84,47 @@ size_t rowBytes(const Request& r) {
 
 std::vector<int64_t> withFirstDim(const std::vector<int64_t>& shape, int64_t rows) {
   std::vector<int64_t> out = shape;
-  if (out.empty()) out.push_back(rows); else out[0] = rows;
+  if (out.empty())
+    out.push_back(rows);
+  else
+    out[0] = rows;
   return out;
 }
 
-
 void fillIdentity(void* data, size_t count, DataType dtype, ReduceOp op) {
   switch (dtype) {
-    case v1::UINT8: return fillIdentityOf<uint8_t>(data, count, op);
-    case v1::INT8: return fillIdentityOf<int8_t>(data, count, op);
-    case v1::UINT16: return fillIdentityOf<uint16_t>(data, count, op);
-    case v1::INT16: return fillIdentityOf<int16_t>(data, count, op);
-    case v1::INT32: return fillIdentityOf<int32_t>(data, count, op);
-    case v1::INT64: return fillIdentityOf<int64_t>(data, count, op);
-    case v1::FLOAT32: return fillIdentityOf<float>(data, count, op);
-    case v1::FLOAT64: return fillIdentityOf<double>(data, count, op);
-    case v1::BOOL: return fillWith<uint8_t>(data, count, op == v1::MIN ? 1 : 0);  // and / or
+    case v1::UINT8:
+      return fillIdentityOf<uint8_t>(data, count, op);
+    case v1::INT8:
+      return fillIdentityOf<int8_t>(data, count, op);
+    case v1::UINT16:
+      return fillIdentityOf<uint16_t>(data, count, op);
+    case v1::INT16:
+      return fillIdentityOf<int16_t>(data, count, op);
+    case v1::INT32:
+      return fillIdentityOf<int32_t>(data, count, op);
+    case v1::INT64:
+      return fillIdentityOf<int64_t>(data, count, op);
+    case v1::FLOAT32:
+      return fillIdentityOf<float>(data, count, op);
+    case v1::FLOAT64:
+      return fillIdentityOf<double>(data, count, op);
+    case v1::BOOL:
+      return fillWith<uint8_t>(data, count, op == v1::MIN ? 1 : 0);  // and / or
     case v1::FLOAT16:
-      return fillWith<uint16_t>(data, count, op == v1::MIN ? 0x7C00 : op == v1::MAX ? 0xFC00 : op == v1::PRODUCT ? 0x3C00 : 0);
+      return fillWith<uint16_t>(data, count,
+                                op == v1::MIN       ? 0x7C00
+                                : op == v1::MAX     ? 0xFC00
+                                : op == v1::PRODUCT ? 0x3C00
+                                                    : 0);
     case v1::BFLOAT16:
-      return fillWith<uint16_t>(data, count, op == v1::MIN ? 0x7F80 : op == v1::MAX ? 0xFF80 : op == v1::PRODUCT ? 0x3F80 : 0);
-    default: return;
+      return fillWith<uint16_t>(data, count,
+                                op == v1::MIN       ? 0x7F80
+                                : op == v1::MAX     ? 0xFF80
+                                : op == v1::PRODUCT ? 0x3F80
+                                                    : 0);
+    default:
+      return;
   }
 }
 

@@ -73,8 +73,8 @@ struct AlltoallRoutes {
   };
   std::vector<collective::Range> send_to, recv_from;  // by node, in the send / receive buffers
   size_t send_bytes = 0, recv_bytes = 0;
-  std::vector<Piece> pack;                   // local inputs, in send-buffer order
-  std::vector<std::vector<Piece>> output;    // parallel to r.requests (local members only), in output order
+  std::vector<Piece> pack;                 // local inputs, in send-buffer order
+  std::vector<std::vector<Piece>> output;  // parallel to r.requests (local members only), in output order
 };
 AlltoallRoutes alltoallRoutes(const Response& r, const RankAccess& access);
 

@@ -19,7 +19,8 @@ GpuExecutor::~GpuExecutor() {
   fusion_.clear();  // freed in stream order, before the streams go
   for (const auto& [device, stream] : streams_) {
     const Status released = ops_->releaseStream(device, stream);
-    if (!released.isOk()) GS_LOG(gpu, err, "a job's stream on device {} left undestroyed: {}", device, released.message());
+    if (!released.isOk())
+      GS_LOG(gpu, err, "a job's stream on device {} left undestroyed: {}", device, released.message());
   }
 }
 
@@ -57,14 +58,18 @@ std::vector<ResponseResult> GpuExecutor::run(const fusion::FusedResponse& fused,
       continue;
     }
     switch (r.type) {
-      case v1::ALLREDUCE: results.push_back(failed(r, allreduce(r, access))); break;
+      case v1::ALLREDUCE:
+        results.push_back(failed(r, allreduce(r, access)));
+        break;
       case v1::BROADCAST:
         results.push_back(failed(r, access.multiNode() ? stagedBroadcast(r, access) : broadcast(r, access)));
         break;
       case v1::BARRIER:
       case v1::JOIN:
       case v1::PROCESS_SET_ADD:
-      case v1::PROCESS_SET_REMOVE: results.push_back(failed(r, okStatus())); break;
+      case v1::PROCESS_SET_REMOVE:
+        results.push_back(failed(r, okStatus()));
+        break;
       case v1::ALLGATHER:
       case v1::ALLTOALL:
       case v1::REDUCESCATTER:
@@ -93,8 +98,8 @@ StatusOr<GpuExecutor::Members> GpuExecutor::resolve(const Response& r, RankAcces
     Member member;
     member.rank = request->rank;
     member.gpu = access.gpuOf(request->rank);
-    const bool no_output = !request->cuda_output ||
-                           (request->cuda_output->buffer_id == gpu::kNoBuffer && request->output_length == 0);
+    const bool no_output =
+        !request->cuda_output || (request->cuda_output->buffer_id == gpu::kNoBuffer && request->output_length == 0);
     const bool empty = request->cuda && request->cuda->buffer_id == gpu::kNoBuffer &&
                        request->cuda->event_slot == gpu::kNoEventSlot && request->length == 0 && no_output;
     if (empty) {  // no elements, no events: nothing of this rank's to touch
@@ -234,7 +239,8 @@ Status GpuExecutor::broadcast(const Response& r, RankAccess& access) {
     if (member.rank == root) source = member.data;
   }
   if (source == nullptr) {
-    return failedPrecondition("tensor '" + r.name + "': broadcast root " + std::to_string(root) + " is not on this node");
+    return failedPrecondition("tensor '" + r.name + "': broadcast root " + std::to_string(root) +
+                              " is not on this node");
   }
   RETURN_IF_ERROR(waitReady(m));
   Status status = okStatus();
@@ -277,9 +283,9 @@ ResponseResult GpuExecutor::allgather(const Response& r, RankAccess& access) {
     for (size_t i = 0; status.isOk() && i < m.list.size(); ++i) {
       const uint64_t length = r.requests[i]->length;
       if (length > 0) {
-        status = context(ops_->copy(m.list[j].output + offset, m.list[i].data, length,
-                                    gpu::CopyKind::kDeviceToDevice, m.stream),
-                         "tensor '" + r.name + "': copy to rank " + std::to_string(m.list[j].rank));
+        status = context(
+            ops_->copy(m.list[j].output + offset, m.list[i].data, length, gpu::CopyKind::kDeviceToDevice, m.stream),
+            "tensor '" + r.name + "': copy to rank " + std::to_string(m.list[j].rank));
       }
       offset += length;
     }

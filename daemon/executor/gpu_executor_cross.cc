@@ -130,7 +130,8 @@ Status GpuExecutor::stagedAllreduce(const std::vector<const Response*>& response
           fillIdentity(staging + offsets[t] * esize, responses[t]->first().length / esize, first.dtype, ring_op);
         }
       }
-      RETURN_IF_ERROR(access.crossNodeAllreduce(nodesOf(*responses.front(), access), staging, total, first.dtype, ring_op));
+      RETURN_IF_ERROR(
+          access.crossNodeAllreduce(nodesOf(*responses.front(), access), staging, total, first.dtype, ring_op));
       PhaseScope phase(access, "MEMCPY_HOST_TO_DEVICE");
       RETURN_IF_ERROR(context(ops_->copy(fused, staging, total * esize, gpu::CopyKind::kHostToDevice, stream),
                               "copy from the staging buffer"));

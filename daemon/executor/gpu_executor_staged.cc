@@ -67,10 +67,9 @@ Status GpuExecutor::stageInputs(const Response& r, const Members& m, const std::
   for (size_t k = 0; k < m.list.size(); ++k) {
     const uint64_t length = r.requests[index[k]]->length;
     if (length == 0) continue;
-    RETURN_IF_ERROR(context(ops_->copy(host + offset[index[k]], m.list[k].data, length, gpu::CopyKind::kDeviceToHost,
-                                       m.stream),
-                            "tensor '" + r.name + "': copy of rank " + std::to_string(m.list[k].rank) +
-                                "'s tensor to the staging buffer"));
+    RETURN_IF_ERROR(context(
+        ops_->copy(host + offset[index[k]], m.list[k].data, length, gpu::CopyKind::kDeviceToHost, m.stream),
+        "tensor '" + r.name + "': copy of rank " + std::to_string(m.list[k].rank) + "'s tensor to the staging buffer"));
   }
   return okStatus();
 }
@@ -111,7 +110,8 @@ ResponseResult GpuExecutor::stagedGatherLike(const Response& r, RankAccess& acce
     PhaseScope phase(access, "MEMCPY_DEVICE_TO_HOST");
     status = stageInputs(r, m, index, layout.offset, host);
   }
-  if (status.isOk() && r.type == v1::ALLGATHER) status = access.crossNodeAllgather(nodesOf(r, access), host, layout.owned);
+  if (status.isOk() && r.type == v1::ALLGATHER)
+    status = access.crossNodeAllgather(nodesOf(r, access), host, layout.owned);
   if (status.isOk() && r.type == v1::ALLTOALL) {
     if (m.stream != nullptr) status = ops_->waitStream(m.stream, "waiting for the copies to the staging buffer");
     size_t at = 0;
@@ -119,14 +119,16 @@ ResponseResult GpuExecutor::stagedGatherLike(const Response& r, RankAccess& acce
       std::memcpy(send + at, host + layout.offset[piece.request] + piece.offset, piece.bytes);
       at += piece.bytes;
     }
-    if (status.isOk()) status = access.crossNodeAlltoall(nodesOf(r, access), send, routes.send_to, recv, routes.recv_from);
+    if (status.isOk())
+      status = access.crossNodeAlltoall(nodesOf(r, access), send, routes.send_to, recv, routes.recv_from);
   }
   PhaseScope phase(access, "MEMCPY_HOST_TO_DEVICE");
   for (size_t k = 0; status.isOk() && k < m.list.size(); ++k) {
     const std::string what = "tensor '" + r.name + "': copy to rank " + std::to_string(m.list[k].rank);
     if (r.type == v1::ALLGATHER) {
       if (layout.total > 0) {
-        status = context(ops_->copy(m.list[k].output, host, layout.total, gpu::CopyKind::kHostToDevice, m.stream), what);
+        status =
+            context(ops_->copy(m.list[k].output, host, layout.total, gpu::CopyKind::kHostToDevice, m.stream), what);
       }
       continue;
     }
@@ -134,8 +136,8 @@ ResponseResult GpuExecutor::stagedGatherLike(const Response& r, RankAccess& acce
     for (const auto& piece : routes.output[index[k]]) {
       const uint8_t* from = piece.remote ? recv + piece.offset : host + layout.offset[piece.request] + piece.offset;
       if (piece.bytes > 0) {
-        status = context(ops_->copy(m.list[k].output + written, from, piece.bytes, gpu::CopyKind::kHostToDevice, m.stream),
-                         what);
+        status = context(
+            ops_->copy(m.list[k].output + written, from, piece.bytes, gpu::CopyKind::kHostToDevice, m.stream), what);
         if (!status.isOk()) break;
       }
       written += piece.bytes;

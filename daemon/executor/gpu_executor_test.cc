@@ -145,8 +145,12 @@ class GpuExecutorTest : public ::testing::Test {
     auto it = std::find(ops_.log.begin(), ops_.log.end(), entry);
     return it == ops_.log.end() ? -1 : static_cast<int>(it - ops_.log.begin());
   }
-  std::string ready(int rank, uint32_t slot) const { return gpu::FakeDeviceOps::name(ranks_[rank].gpu->readyEvent(slot)); }
-  std::string done(int rank, uint32_t slot) const { return gpu::FakeDeviceOps::name(ranks_[rank].gpu->doneEvent(slot)); }
+  std::string ready(int rank, uint32_t slot) const {
+    return gpu::FakeDeviceOps::name(ranks_[rank].gpu->readyEvent(slot));
+  }
+  std::string done(int rank, uint32_t slot) const {
+    return gpu::FakeDeviceOps::name(ranks_[rank].gpu->doneEvent(slot));
+  }
 
   gpu::FakeGpuBackend backend_;
   gpu::FakeDeviceOps ops_;
@@ -168,7 +172,7 @@ T element(FakeRank& rank, uint64_t offset, size_t i) {
 
 TEST_F(GpuExecutorTest, AllreduceOfEveryDtypeAndOpMatchesTheCpuKernels) {
   makeRanks(3);
-  const std::vector<DataType> dtypes = {v1::UINT8, v1::INT8,     v1::UINT16,  v1::INT16,   v1::INT32, v1::INT64,
+  const std::vector<DataType> dtypes = {v1::UINT8,   v1::INT8,     v1::UINT16,  v1::INT16,   v1::INT32, v1::INT64,
                                         v1::FLOAT16, v1::BFLOAT16, v1::FLOAT32, v1::FLOAT64, v1::BOOL};
   const std::vector<ReduceOp> ops = {v1::SUM, v1::AVERAGE, v1::MIN, v1::MAX, v1::PRODUCT};
   const size_t count = 37;

@@ -46,12 +46,24 @@ std::vector<ResponseResult> LocalExecutor::run(const fusion::FusedResponse& fuse
       continue;
     }
     switch (r.type) {
-      case v1::BROADCAST: results.push_back(broadcast(r, access)); break;
-      case v1::ALLGATHER: results.push_back(allgather(r, access)); break;
-      case v1::ALLTOALL: results.push_back(alltoall(r, access)); break;
-      case v1::REDUCESCATTER: results.push_back(reducescatter(r, access)); break;
-      case v1::ALLREDUCE: results.push_back(failed(r, allreduce({&r}, access))); break;
-      default: results.push_back(failed(r, okStatus())); break;  // no data (isDataless)
+      case v1::BROADCAST:
+        results.push_back(broadcast(r, access));
+        break;
+      case v1::ALLGATHER:
+        results.push_back(allgather(r, access));
+        break;
+      case v1::ALLTOALL:
+        results.push_back(alltoall(r, access));
+        break;
+      case v1::REDUCESCATTER:
+        results.push_back(reducescatter(r, access));
+        break;
+      case v1::ALLREDUCE:
+        results.push_back(failed(r, allreduce({&r}, access)));
+        break;
+      default:
+        results.push_back(failed(r, okStatus()));
+        break;  // no data (isDataless)
     }
   }
   return results;
@@ -106,7 +118,6 @@ Status LocalExecutor::allreduce(const std::vector<const Response*>& responses, R
   runReductions(reductions, *pool_);
   return okStatus();
 }
-
 
 ResponseResult LocalExecutor::broadcast(const Response& r, RankAccess& access) {
   const Request* root = nullptr;

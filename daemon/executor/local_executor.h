@@ -42,8 +42,7 @@ class RankAccess {
   // its arena (shape `shapes[i]`) and waits for the answers (bounded by a
   // deadline). Returns pointers parallel to response.ranks (null for joined
   // members), each already bounds-checked.
-  virtual StatusOr<std::vector<uint8_t*>> requestOutputs(const Response& response,
-                                                         const std::vector<uint64_t>& bytes,
+  virtual StatusOr<std::vector<uint8_t*>> requestOutputs(const Response& response, const std::vector<uint64_t>& bytes,
                                                          const std::vector<std::vector<int64_t>>& shapes) = 0;
   // Multi-node jobs: whether `rank` lives on this node, and the allreduce
   // among the daemons of `nodes` of a node-reduced buffer (in place).
@@ -79,8 +78,8 @@ class RankAccess {
   // Reduce-scatter among the nodes' daemons of this node's contribution
   // `input` (read only; may be `data`): afterwards `data` holds this node's
   // `owned` elements (indexed by node) reduced over every node.
-  virtual Status crossNodeReduceScatter(const NodeSet& nodes, const void* input, void* data, DataType dtype, ReduceOp op,
-                                        const std::vector<std::vector<collective::ElementRange>>& owned) {
+  virtual Status crossNodeReduceScatter(const NodeSet& nodes, const void* input, void* data, DataType dtype,
+                                        ReduceOp op, const std::vector<std::vector<collective::ElementRange>>& owned) {
     return unimplemented("single-node job");
   }
   // The GPU state of a local `rank` that attached one (null otherwise). The

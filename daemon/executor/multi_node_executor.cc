@@ -126,7 +126,8 @@ Status LocalExecutor::inPlaceAllreduce(const Response& response, const Request& 
   RETURN_IF_ERROR(access.crossNodeAllreduce(nodesOf(response, access), data, count, request.dtype,
                                             request.op == v1::AVERAGE ? v1::SUM : request.op));
   if (request.op == v1::AVERAGE || request.postscale != 1.0) {
-    scale(request.op == v1::AVERAGE ? v1::AVERAGE : v1::SUM, 1.0, request.postscale, static_cast<int>(response.ranks.size()));
+    scale(request.op == v1::AVERAGE ? v1::AVERAGE : v1::SUM, 1.0, request.postscale,
+          static_cast<int>(response.ranks.size()));
   }
   return okStatus();
 }
@@ -336,6 +337,5 @@ ResponseResult LocalExecutor::multiNodeReducescatter(const Response& r, RankAcce
   runReductions(scatter, *pool_);
   return result;
 }
-
 
 }  // namespace gradsync::executor

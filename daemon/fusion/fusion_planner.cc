@@ -17,8 +17,8 @@ bool fusable(const Response& a, const Response& b) {
   if (a.type != v1::ALLREDUCE || b.type != v1::ALLREDUCE) return false;
   const auto& x = a.first();
   const auto& y = b.first();
-  return x.dtype == y.dtype && x.onCuda() == y.onCuda() && x.op == y.op && x.prescale == y.prescale && x.postscale == y.postscale &&
-         a.process_set_id == b.process_set_id && presence(a) == presence(b);
+  return x.dtype == y.dtype && x.onCuda() == y.onCuda() && x.op == y.op && x.prescale == y.prescale &&
+         x.postscale == y.postscale && a.process_set_id == b.process_set_id && presence(a) == presence(b);
 }
 
 std::vector<FusedResponse> planFusion(std::vector<Response> ready, uint64_t threshold_bytes) {

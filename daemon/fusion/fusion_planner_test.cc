@@ -50,11 +50,10 @@ TEST(FusionPlannerTest, OversizedTensorIsAloneAndOthersStillFuse) {
 TEST(FusionPlannerTest, NeverFusesAcrossDtypesTypesOrErrors) {
   auto failed = make("err", 4);
   failed.status = failedPrecondition("mismatch");
-  auto plan = planFusion({make("f32", 4), make("f64", 4, v1::FLOAT64), make("bc", 4, v1::FLOAT32, v1::BROADCAST),
-                          failed, make("f32b", 4)},
-                         1 << 20);
-  EXPECT_EQ(names(plan),
-            (std::vector<std::vector<std::string>>{{"f32", "f32b"}, {"f64"}, {"bc"}, {"err"}}));
+  auto plan = planFusion(
+      {make("f32", 4), make("f64", 4, v1::FLOAT64), make("bc", 4, v1::FLOAT32, v1::BROADCAST), failed, make("f32b", 4)},
+      1 << 20);
+  EXPECT_EQ(names(plan), (std::vector<std::vector<std::string>>{{"f32", "f32b"}, {"f64"}, {"bc"}, {"err"}}));
 }
 
 TEST(FusionPlannerTest, NeverFusesCpuWithCudaTensors) {

@@ -5,14 +5,13 @@
 
 namespace gradsync::gpu {
 
-StatusOr<std::unique_ptr<ClientGpu>> ClientGpu::attach(GpuBackend* backend, int device,
-                                                       const std::string& device_uuid,
+StatusOr<std::unique_ptr<ClientGpu>> ClientGpu::attach(GpuBackend* backend, int device, const std::string& device_uuid,
                                                        const v1::CudaAttach& request, const std::string& who,
                                                        MappingLimits limits) {
   const int slots = request.ready_events_size();
   if (slots < 1 || slots > kMaxEventSlots) {
-    return invalidArgument(who + ": " + std::to_string(slots) + " ready events (1.." +
-                           std::to_string(kMaxEventSlots) + " allowed)");
+    return invalidArgument(who + ": " + std::to_string(slots) + " ready events (1.." + std::to_string(kMaxEventSlots) +
+                           " allowed)");
   }
   std::unique_ptr<ClientGpu> client(new ClientGpu(backend, device, device_uuid, who, limits));
   for (int i = 0; i < slots; ++i) {
@@ -23,12 +22,13 @@ StatusOr<std::unique_ptr<ClientGpu>> ClientGpu::attach(GpuBackend* backend, int 
     }
     auto event = backend->openEvent(device, handle);
     if (!event.isOk()) {
-      return Status(event.status().code(), who + ": cannot open ready event " + std::to_string(i) + ": " +
-                                               event.status().message());
+      return Status(event.status().code(),
+                    who + ": cannot open ready event " + std::to_string(i) + ": " + event.status().message());
     }
     client->ready_.push_back(*event);
     auto done = backend->createSharedEvent(device);
-    if (!done.isOk()) return Status(done.status().code(), who + ": cannot create done event: " + done.status().message());
+    if (!done.isOk())
+      return Status(done.status().code(), who + ": cannot create done event: " + done.status().message());
     client->done_.push_back(*done);
   }
   return client;
@@ -91,8 +91,8 @@ Status ClientGpu::addBuffer(const v1::CudaBufferExport& request) {
   }
   auto memory = backend_->openMemory(device_, request.ipc_handle());
   if (!memory.isOk()) {
-    return Status(memory.status().code(), what + " (" + std::to_string(request.bytes()) +
-                                              " bytes): cannot map: " + memory.status().message());
+    return Status(memory.status().code(),
+                  what + " (" + std::to_string(request.bytes()) + " bytes): cannot map: " + memory.status().message());
   }
   auto last_use = backend_->createEvent(device_);
   if (!last_use.isOk() || request.bytes() > memory->bytes) {
@@ -125,7 +125,8 @@ size_t ClientGpu::bufferCount() const {
 
 StatusOr<Located> ClientGpu::locate(uint64_t buffer_id, uint64_t offset, uint64_t length) const {
   if (buffer_id == kNoBuffer) {
-    if (offset != 0 || length != 0) return invalidArgument(who_ + ": " + std::to_string(length) + " bytes in no buffer");
+    if (offset != 0 || length != 0)
+      return invalidArgument(who_ + ": " + std::to_string(length) + " bytes in no buffer");
     return Located{};
   }
   std::lock_guard<std::mutex> lock(mutex_);

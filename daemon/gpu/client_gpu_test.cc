@@ -148,11 +148,11 @@ TEST_F(ClientGpuTest, AMappingInUseIsClosedOnlyAfterItsLastWork) {
   ASSERT_TRUE(client->removeBuffer(1).isOk());
   EXPECT_EQ(client->removeBuffer(1).code(), StatusCode::kNotFound);
   EXPECT_EQ(client->bufferCount(), 1u);
-  EXPECT_EQ(backend_.open_memory.size(), 2u);  // still mapped: work may be queued on it
-  in_use = Status(StatusCode::kCancelled, "done");   // the executor let go
+  EXPECT_EQ(backend_.open_memory.size(), 2u);       // still mapped: work may be queued on it
+  in_use = Status(StatusCode::kCancelled, "done");  // the executor let go
   EXPECT_EQ(backend_.open_memory.size(), 1u);
-  EXPECT_EQ(backend_.deferred_closes, 1);       // handed to the reaper with its last-use event
-  client.reset();  // the rank went away
+  EXPECT_EQ(backend_.deferred_closes, 1);  // handed to the reaper with its last-use event
+  client.reset();                          // the rank went away
   EXPECT_TRUE(backend_.open_memory.empty());
   EXPECT_TRUE(backend_.live_events.empty());
 }

@@ -52,7 +52,7 @@ class FakeGpuBackend : public GpuBackend {
   int memory_opens = 0;
   int deferred_closes = 0;
   bool fail_open = false;
-  bool stuck = false;                    // waits for a mapping's last use time out
+  bool stuck = false;                         // waits for a mapping's last use time out
   uint64_t mapped_bytes = uint64_t{1} << 40;  // what the "driver" says an allocation holds
   // Handles carry a host pointer in their first bytes, and "opening" one
   // gives that pointer (tests of the executor on host memory).

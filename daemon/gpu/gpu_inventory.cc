@@ -74,7 +74,8 @@ GpuInventory probeGpus() {
     info.name = prop.name;
     info.total_memory_bytes = prop.totalGlobalMem;
     int mode = 0;
-    if (cudaDeviceGetAttribute(&mode, cudaDevAttrComputeMode, i) == cudaSuccess) info.compute_mode = computeModeName(mode);
+    if (cudaDeviceGetAttribute(&mode, cudaDevAttrComputeMode, i) == cudaSuccess)
+      info.compute_mode = computeModeName(mode);
     char bus[32] = {0};
     if (cudaDeviceGetPCIBusId(bus, sizeof(bus), i) == cudaSuccess) info.pci_bus_id = bus;
     inventory.gpus.push_back(std::move(info));

@@ -10,15 +10,32 @@ namespace gradsync::gpu {
 
 bool ncclTypeOf(DataType dtype, ncclDataType_t* out) {
   switch (dtype) {
-    case v1::UINT8: *out = ncclUint8; return true;
-    case v1::INT8: *out = ncclInt8; return true;
-    case v1::INT32: *out = ncclInt32; return true;
-    case v1::INT64: *out = ncclInt64; return true;
-    case v1::FLOAT16: *out = ncclFloat16; return true;
-    case v1::BFLOAT16: *out = ncclBfloat16; return true;
-    case v1::FLOAT32: *out = ncclFloat32; return true;
-    case v1::FLOAT64: *out = ncclFloat64; return true;
-    default: return false;
+    case v1::UINT8:
+      *out = ncclUint8;
+      return true;
+    case v1::INT8:
+      *out = ncclInt8;
+      return true;
+    case v1::INT32:
+      *out = ncclInt32;
+      return true;
+    case v1::INT64:
+      *out = ncclInt64;
+      return true;
+    case v1::FLOAT16:
+      *out = ncclFloat16;
+      return true;
+    case v1::BFLOAT16:
+      *out = ncclBfloat16;
+      return true;
+    case v1::FLOAT32:
+      *out = ncclFloat32;
+      return true;
+    case v1::FLOAT64:
+      *out = ncclFloat64;
+      return true;
+    default:
+      return false;
   }
 }
 
@@ -26,11 +43,20 @@ namespace {
 
 bool ncclOpOf(ReduceOp op, ncclRedOp_t* out) {
   switch (op) {
-    case v1::SUM: *out = ncclSum; return true;
-    case v1::MIN: *out = ncclMin; return true;
-    case v1::MAX: *out = ncclMax; return true;
-    case v1::PRODUCT: *out = ncclProd; return true;
-    default: return false;  // AVERAGE: callers sum, then divide
+    case v1::SUM:
+      *out = ncclSum;
+      return true;
+    case v1::MIN:
+      *out = ncclMin;
+      return true;
+    case v1::MAX:
+      *out = ncclMax;
+      return true;
+    case v1::PRODUCT:
+      *out = ncclProd;
+      return true;
+    default:
+      return false;  // AVERAGE: callers sum, then divide
   }
 }
 
@@ -39,7 +65,8 @@ bool ncclOpOf(ReduceOp op, ncclRedOp_t* out) {
 StatusOr<std::unique_ptr<NcclComm>> NcclComm::create(const NcclLibrary& nccl, const std::string& id, int nranks,
                                                      int rank, int device, std::chrono::milliseconds timeout) {
   ncclUniqueId unique{};
-  if (id.size() != sizeof(unique.internal)) return invalidArgument("NCCL id of " + std::to_string(id.size()) + " bytes");
+  if (id.size() != sizeof(unique.internal))
+    return invalidArgument("NCCL id of " + std::to_string(id.size()) + " bytes");
   std::memcpy(unique.internal, id.data(), sizeof(unique.internal));
   const cudaError_t selected = cudaSetDevice(device);
   if (selected != cudaSuccess) return internalError("cudaSetDevice: " + cudaErrorText(selected));
@@ -78,7 +105,8 @@ Status NcclComm::waitDone(cudaStream_t stream, std::chrono::milliseconds timeout
     if (state != ncclSuccess && state != ncclInProgress) {
       const char* detail = nccl_.api().getLastError ? nccl_.api().getLastError(comm_) : nullptr;
       abort();
-      return internalError(what + ": " + nccl_.errorText(state) + (detail && *detail ? std::string(" (") + detail + ")" : ""));
+      return internalError(what + ": " + nccl_.errorText(state) +
+                           (detail && *detail ? std::string(" (") + detail + ")" : ""));
     }
     bool stream_done = true;
     if (state == ncclSuccess && stream != nullptr) {
@@ -97,8 +125,7 @@ Status NcclComm::waitDone(cudaStream_t stream, std::chrono::milliseconds timeout
   }
 }
 
-Status NcclComm::broadcast(void* data, size_t bytes, int root, cudaStream_t stream,
-                           std::chrono::milliseconds timeout) {
+Status NcclComm::broadcast(void* data, size_t bytes, int root, cudaStream_t stream, std::chrono::milliseconds timeout) {
   if (aborted_) return failedPrecondition("the daemons' NCCL communicator was aborted");
   const ncclResult_t issued = nccl_.api().broadcast(data, data, bytes, ncclUint8, root, comm_, stream);
   if (issued != ncclSuccess && issued != ncclInProgress) {

@@ -24,7 +24,6 @@ Status waitReadable(int sock, std::chrono::milliseconds timeout) {
   return okStatus();
 }
 
-
 }  // namespace
 
 Status sendWithFd(int sock, const void* data, size_t len, int fd) {

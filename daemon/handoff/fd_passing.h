@@ -23,8 +23,7 @@ Status recvWithFd(int sock, void* data, size_t len, UniqueFd* fd, std::chrono::m
 // `out` within `timeout`; the first descriptor that comes with it goes to
 // `fd` when given, the others are closed. OK with an empty `out` means the
 // peer closed the connection.
-Status recvMessage(int sock, std::string* out, size_t max, std::chrono::milliseconds timeout,
-                   UniqueFd* fd = nullptr);
+Status recvMessage(int sock, std::string* out, size_t max, std::chrono::milliseconds timeout, UniqueFd* fd = nullptr);
 
 // Receives exactly `len` bytes (no descriptor) within `timeout`.
 Status recvExact(int sock, void* data, size_t len, std::chrono::milliseconds timeout);

@@ -18,7 +18,8 @@ std::string encodeFrame(const google::protobuf::MessageLite& message) {
 
 Status decodeFrame(const std::string& bytes, google::protobuf::MessageLite* message) {
   FrameHeader header{};
-  if (bytes.size() < sizeof(header)) return invalidArgument("hand-off frame of " + std::to_string(bytes.size()) + " bytes");
+  if (bytes.size() < sizeof(header))
+    return invalidArgument("hand-off frame of " + std::to_string(bytes.size()) + " bytes");
   std::memcpy(&header, bytes.data(), sizeof(header));
   if (header.magic != kFrameMagic) return invalidArgument("bad hand-off frame magic");
   if (header.length > kMaxFramePayload) {

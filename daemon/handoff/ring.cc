@@ -74,8 +74,6 @@ void RingConsumer::wait(std::chrono::milliseconds timeout, std::chrono::microsec
   atom(indices_->waiting).fetch_sub(1, std::memory_order_relaxed);
 }
 
-void RingConsumer::wakeAll(RingIndices* indices) {
-  futexWake(&indices->tail);
-}
+void RingConsumer::wakeAll(RingIndices* indices) { futexWake(&indices->tail); }
 
 }  // namespace gradsync::handoff

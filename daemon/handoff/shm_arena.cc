@@ -24,7 +24,8 @@ StatusOr<std::unique_ptr<ShmArena>> ShmArena::map(UniqueFd memfd, uint64_t max_b
   if (::fstat(memfd.get(), &st) != 0) return invalidArgument(std::string("fstat arena: ") + std::strerror(errno));
   uint64_t size = static_cast<uint64_t>(st.st_size);
   if (size == 0 || size > max_bytes) {
-    return invalidArgument("arena of " + std::to_string(size) + " bytes (allowed: 1.." + std::to_string(max_bytes) + ")");
+    return invalidArgument("arena of " + std::to_string(size) + " bytes (allowed: 1.." + std::to_string(max_bytes) +
+                           ")");
   }
   const uint64_t reservation_size = size + kColorStep * kColors;
   void* reservation = ::mmap(nullptr, reservation_size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);

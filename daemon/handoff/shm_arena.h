@@ -30,9 +30,7 @@ class ShmArena {
   // The bytes [offset, offset + length), or OUT_OF_RANGE naming the range and
   // the arena size when any of it lies outside (overflow-safe).
   StatusOr<uint8_t*> range(uint64_t offset, uint64_t length) const;
-  bool contains(uint64_t offset, uint64_t length) const {
-    return offset <= size_ && length <= size_ - offset;
-  }
+  bool contains(uint64_t offset, uint64_t length) const { return offset <= size_ && length <= size_ - offset; }
 
  private:
   ShmArena(uint8_t* base, uint64_t size, void* reservation, uint64_t reservation_size)

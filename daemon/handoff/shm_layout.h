@@ -43,8 +43,8 @@ struct FrameHeader {
 
 struct HandoffReply {
   uint32_t magic;
-  int32_t code;        // StatusCode: 0 = accepted
-  char message[240];   // NUL-terminated cause when code != 0
+  int32_t code;       // StatusCode: 0 = accepted
+  char message[240];  // NUL-terminated cause when code != 0
 };
 
 // The doorbell rings at the start of every arena (the client allocates

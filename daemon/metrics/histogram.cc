@@ -24,8 +24,8 @@ void Histogram::fill(v1::Histogram* out) const {
 }
 
 Histogram Histogram::latencySeconds() {
-  return Histogram({10e-6, 25e-6, 50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3, 50e-3, 0.1, 0.25,
-                    0.5, 1, 2.5, 5, 10, 30});
+  return Histogram({10e-6, 25e-6, 50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3,
+                    25e-3, 50e-3, 0.1,   0.25,   0.5,    1,      2.5,  5,      10,   30});
 }
 
 Histogram Histogram::sizeBytes() {

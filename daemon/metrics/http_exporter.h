@@ -21,8 +21,7 @@ class HttpExporter {
  public:
   // Binds `address` ("host:port"; an empty host is 127.0.0.1, port 0 picks
   // a free one) and serves until the exporter is destroyed.
-  static StatusOr<std::unique_ptr<HttpExporter>> start(const std::string& address,
-                                                       std::function<std::string()> render);
+  static StatusOr<std::unique_ptr<HttpExporter>> start(const std::string& address, std::function<std::string()> render);
   ~HttpExporter();
   HttpExporter(const HttpExporter&) = delete;
   HttpExporter& operator=(const HttpExporter&) = delete;

@@ -26,8 +26,8 @@ class JobStats {
   // One local rank's collective completed (`dtype` DATA_TYPE_UNSPECIFIED
   // for those without data): `bytes` of input, enqueued at
   // `enqueued`, its fused response started at `started`, done `now`.
-  void done(CollectiveType type, DataType dtype, uint64_t bytes, Clock::time_point enqueued,
-            Clock::time_point started, Clock::time_point now);
+  void done(CollectiveType type, DataType dtype, uint64_t bytes, Clock::time_point enqueued, Clock::time_point started,
+            Clock::time_point now);
   // One collective of a local rank failed (or was refused) with `code`.
   void failed(StatusCode code);
   // A fused response of `bytes` ran.

@@ -17,8 +17,8 @@ std::string collectiveLabel(CollectiveType type) {
 }
 
 void daemonMetrics(const v1::GetStatusResponse& status, Exposition* out) {
-  out->gauge("gradsync_build_info", "The daemon's version (the value is always 1).",
-             {{"version", status.version()}}, 1);
+  out->gauge("gradsync_build_info", "The daemon's version (the value is always 1).", {{"version", status.version()}},
+             1);
   out->gauge("gradsync_uptime_seconds", "Seconds since the daemon started.", {}, status.uptime_seconds());
   out->gauge("gradsync_jobs", "Jobs the daemon serves now.", {}, status.jobs());
   out->gauge("gradsync_gpus", "CUDA devices the daemon sees.", {}, status.cuda_devices());
@@ -62,8 +62,8 @@ void collectiveMetrics(const v1::JobInfo& job, const Labels& labels, Exposition*
   for (const auto& latency : job.latency()) {
     Labels l = labels;
     l.emplace_back("collective", collectiveLabel(latency.type()));
-    out->histogram("gradsync_operation_latency_seconds",
-                   "From a local rank's enqueue to its collective's completion.", l, latency.seconds());
+    out->histogram("gradsync_operation_latency_seconds", "From a local rank's enqueue to its collective's completion.",
+                   l, latency.seconds());
   }
   for (const auto& error : job.errors_by_cause()) {
     Labels l = labels;
@@ -89,8 +89,8 @@ void collectiveMetrics(const v1::JobInfo& job, const Labels& labels, Exposition*
   out->counter("gradsync_response_cache_hits_total",
                "Responses and forwarded requests that travelled as response-cache ids.", labels,
                static_cast<double>(job.cache_hits()));
-  out->counter("gradsync_stall_warnings_total", "Stall warnings: a collective some ranks have not submitted.",
-               labels, static_cast<double>(job.stall_warnings()));
+  out->counter("gradsync_stall_warnings_total", "Stall warnings: a collective some ranks have not submitted.", labels,
+               static_cast<double>(job.stall_warnings()));
 }
 
 void nodeMetrics(const v1::JobInfo& job, const Labels& labels, Exposition* out) {

@@ -71,8 +71,9 @@ TEST(Prometheus, NamesLabelsAndValues) {
   EXPECT_NE(text.find("gradsync_build_info{version=\"0.1.0\"} 1\n"), std::string::npos) << text;
   EXPECT_NE(text.find("gradsync_job_connected_ranks{job_id=\"train \\\"a\\\"\"} 2\n"), std::string::npos) << text;
   EXPECT_NE(text.find("gradsync_job_arena_bytes{job_id=\"train \\\"a\\\"\"} 2097152\n"), std::string::npos) << text;
-  EXPECT_NE(text.find("gradsync_operations_total{job_id=\"train \\\"a\\\"\",collective=\"allreduce\",dtype=\"float32\"} 1"),
-            std::string::npos)
+  EXPECT_NE(
+      text.find("gradsync_operations_total{job_id=\"train \\\"a\\\"\",collective=\"allreduce\",dtype=\"float32\"} 1"),
+      std::string::npos)
       << text;
   EXPECT_NE(text.find("collective=\"process_set_add\""), std::string::npos) << text;
   EXPECT_NE(text.find("gradsync_operation_latency_seconds_bucket{job_id=\"train \\\"a\\\"\",collective=\"allreduce\","
@@ -100,8 +101,8 @@ TEST(Prometheus, NamesLabelsAndValues) {
 
 TEST(Prometheus, PromtoolAcceptsTheFormat) {
   if (::access(kPromtool, X_OK) != 0) GTEST_SKIP() << kPromtool << " is not installed (Debian's prometheus package)";
-  const std::string path = std::string(std::getenv("TEST_TMPDIR") ? std::getenv("TEST_TMPDIR") : "/tmp") +
-                           "/metrics-" + std::to_string(::getpid()) + ".txt";
+  const std::string path = std::string(std::getenv("TEST_TMPDIR") ? std::getenv("TEST_TMPDIR") : "/tmp") + "/metrics-" +
+                           std::to_string(::getpid()) + ".txt";
   std::ofstream(path) << rendered();
   // promtool prints lint findings and exits 1 on a format error or a finding.
   const std::string command = std::string(kPromtool) + " check metrics < " + path + " 2>&1";

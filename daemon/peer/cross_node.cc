@@ -39,9 +39,7 @@ bool sameProcessSets(const v1::JoinJobRequest& request, const std::vector<std::v
 }  // namespace
 
 CrossNode::CrossNode(CrossNodeOptions options, Hooks hooks)
-    : options_(std::move(options)),
-      hooks_(std::move(hooks)),
-      cache_(options_.response_cache_capacity) {}
+    : options_(std::move(options)), hooks_(std::move(hooks)), cache_(options_.response_cache_capacity) {}
 
 v1::NegotiatedResponse CrossNode::encode(const coordinator::Response& response) {
   std::pair<uint64_t, bool> id;
@@ -128,7 +126,8 @@ CrossNode::~CrossNode() {
   }
   {
     std::unique_lock<std::mutex> lock(mutex_);
-    if (!formed_cv_.wait_for(lock, std::chrono::seconds(2), [&] { return reader_done_ || !follower_thread_.joinable(); })) {
+    if (!formed_cv_.wait_for(lock, std::chrono::seconds(2),
+                             [&] { return reader_done_ || !follower_thread_.joinable(); })) {
       std::lock_guard<std::mutex> stream_lock(stream_mutex_);
       if (stream_) stream_context_->TryCancel();
     }
@@ -187,7 +186,8 @@ void CrossNode::sayGoodbye() {
 }
 
 std::string CrossNode::describeNode(const v1::NodeInfo& node) const {
-  return "node " + node.peer_address() + " (host " + node.hostname() + ", ranks " + coordinator::ranksString({node.ranks().begin(), node.ranks().end()}) + ")";
+  return "node " + node.peer_address() + " (host " + node.hostname() + ", ranks " +
+         coordinator::ranksString({node.ranks().begin(), node.ranks().end()}) + ")";
 }
 
 void CrossNode::start(const std::vector<int>& local_ranks, const std::vector<int64_t>& pids) {
@@ -261,7 +261,8 @@ StatusOr<v1::JoinJobResponse> CrossNode::acceptJoin(const v1::JoinJobRequest& re
   }
   if (epoch_ > 1) {
     return failedPrecondition("job '" + options_.job_id + "' is at epoch " + std::to_string(epoch_) + ": " +
-                              describeNode(request.node()) + " joins a running job only for new ranks "
+                              describeNode(request.node()) +
+                              " joins a running job only for new ranks "
                               "(GRADSYNC_ELASTIC_JOIN)");
   }
   if (members_.empty()) {
@@ -384,7 +385,8 @@ Status CrossNode::broadcast(const std::vector<coordinator::Response>& batch, uin
     // ranks on some nodes can be ready before the others have connected.
     std::unique_lock<std::mutex> lock(mutex_);
     const bool attached = formed_cv_.wait_for(lock, options_.join_timeout, [&] {
-      return stopping_ || !transfers_aborted_.empty() || (!members_.empty() && followers_.size() + 1 == members_.size());
+      return stopping_ || !transfers_aborted_.empty() ||
+             (!members_.empty() && followers_.size() + 1 == members_.size());
     });
     if (stopping_) return cancelled("job stopped");
     if (!transfers_aborted_.empty()) return aborted("job '" + options_.job_id + "': " + transfers_aborted_);
@@ -436,7 +438,8 @@ void CrossNode::announceFailure(const std::string& text, bool node_lost) {
     std::lock_guard<std::mutex> lock(mutex_);
     if (removed_) {
       if (!failure_announced_) {
-        GS_LOG(control, info, "job '{}': this node was removed from the job; its failure is not announced to the others",
+        GS_LOG(control, info,
+               "job '{}': this node was removed from the job; its failure is not announced to the others",
                options_.job_id);
       }
       failure_announced_ = true;
@@ -556,8 +559,9 @@ void CrossNode::tick(CrossClock::time_point now) {
       if (paused) f->last_heard_ms = now_ms;  // its silence was this daemon's pause
       // A candidate holds nothing of the job yet: its stream's end is enough.
       if (!node.ranks().empty() && now_ms - f->last_heard_ms > kSilenceLimitMs) {
-        nodeLost(node, current_epoch, "lost " + describeNode(node) + ": silent for " +
-                           std::to_string((now_ms - f->last_heard_ms) / 1000) + " s");
+        nodeLost(
+            node, current_epoch,
+            "lost " + describeNode(node) + ": silent for " + std::to_string((now_ms - f->last_heard_ms) / 1000) + " s");
       }
     }
     return;

@@ -52,9 +52,9 @@ struct CrossNodeOptions {
   // Makes the job's ncclUniqueId on the leader (null: this daemon has no NCCL).
   std::function<StatusOr<std::string>()> make_nccl_id;
   transport::UcxOptions data_plane;  // the UCX settings of this job's transport
-  bool elastic = false;            // a lost rank or node starts a new epoch (cross_node_elastic.cc)
-  bool failover = false;           // elastic: a lost leader is replaced by quorum (cross_node_failover.cc)
-  int min_size = 0;                // elastic: an epoch with fewer ranks waits for joiners (NewEpoch.below_minimum)
+  bool elastic = false;              // a lost rank or node starts a new epoch (cross_node_elastic.cc)
+  bool failover = false;             // elastic: a lost leader is replaced by quorum (cross_node_failover.cc)
+  int min_size = 0;                  // elastic: an epoch with fewer ranks waits for joiners (NewEpoch.below_minimum)
   bool steady_state_rounds = false;  // offered: cached collectives after rounds among the daemons (fast_rounds.h)
 };
 
@@ -277,11 +277,11 @@ class CrossNode {
   // Candidate with a majority, mutex_ held by `lock` (released on return):
   // leads the next epoch without the lost leader's node.
   StatusOr<v1::NewEpoch> takeOver(std::unique_lock<std::mutex>& lock);
-  uint64_t lost_leader_epoch_ = 0;       // this follower lost its leader in that epoch
-  std::string voted_for_;                // in lost_leader_epoch_
-  std::set<std::string> votes_;          // candidate: voters for this daemon
-  std::optional<v1::NewEpoch> took_over_;  // candidate: the epoch it leads
-  uint64_t leading_from_ = 0;              // candidate: the epoch it takes over from (once chosen)
+  uint64_t lost_leader_epoch_ = 0;           // this follower lost its leader in that epoch
+  std::string voted_for_;                    // in lost_leader_epoch_
+  std::set<std::string> votes_;              // candidate: voters for this daemon
+  std::optional<v1::NewEpoch> took_over_;    // candidate: the epoch it leads
+  uint64_t leading_from_ = 0;                // candidate: the epoch it takes over from (once chosen)
   std::atomic<uint64_t> leader_changes_{0};  // follower: new leaders followed
 
   bool writeToLeader(const v1::FollowerMessage& message);
@@ -305,16 +305,16 @@ class CrossNode {
   mutable std::mutex mutex_;
   std::condition_variable formed_cv_;
   std::optional<MembershipBuilder> builder_;  // leader
-  std::vector<v1::NodeInfo> members_;              // set once formed; replaced by each epoch
+  std::vector<v1::NodeInfo> members_;         // set once formed; replaced by each epoch
   uint64_t epoch_ = 1;
-  std::map<uint64_t, std::vector<int>> survivors_;  // leader: epoch E -> the ranks of E kept in E + 1
+  std::map<uint64_t, std::vector<int>> survivors_;    // leader: epoch E -> the ranks of E kept in E + 1
   std::map<std::string, std::string> removed_nodes_;  // leader: peer address -> why it was removed
   std::vector<PendingJoiner> pending_joiners_;        // leader: reported by followers, in order
   // Leader: nodes that joined the running job for new ranks, not members
   // until a commit admits those (by peer address; their stream, once open,
   // gets heartbeats and failures, and the epoch that admits them).
   std::map<std::string, std::shared_ptr<Follower>> candidates_;
-  std::string nccl_id_;                            // set with members_ (empty: no NCCL at the leader)
+  std::string nccl_id_;  // set with members_ (empty: no NCCL at the leader)
   int self_cross_rank_ = -1;
   bool stopping_ = false;
   bool failure_announced_ = false;
@@ -323,27 +323,27 @@ class CrossNode {
   // and announcing it could fail nodes that have not yet heard of the
   // removal (their epoch still counts this node as a member).
   bool removed_ = false;
-  bool reader_done_ = false;  // follower: the leader's stream ended
-  std::string transfers_aborted_;              // abortTransfers' reason
-  grpc::ClientContext* join_call_ = nullptr;   // follower: the JoinJob call in progress
+  bool reader_done_ = false;                            // follower: the leader's stream ended
+  std::string transfers_aborted_;                       // abortTransfers' reason
+  grpc::ClientContext* join_call_ = nullptr;            // follower: the JoinJob call in progress
   std::map<int, std::shared_ptr<Follower>> followers_;  // leader: by cross rank
 
   // Follower side.
   std::shared_ptr<grpc::Channel> channel_;
-  std::string channel_address_;  // channel_'s leader
+  std::string channel_address_;                          // channel_'s leader
   std::unique_ptr<grpc::ClientContext> stream_context_;  // with stream_
   std::unique_ptr<grpc::ClientReaderWriter<v1::FollowerMessage, v1::LeaderMessage>> stream_;
   std::mutex stream_mutex_;
   std::vector<v1::FollowerMessage> backlog_;  // requests before the stream opened
-  std::atomic<int64_t> leader_heard_ms_{0};    // follower: last message from the leader
-  CrossClock::time_point last_heartbeat_;      // housekeeping thread only
-  CrossClock::time_point last_tick_;           // housekeeping thread only
+  std::atomic<int64_t> leader_heard_ms_{0};   // follower: last message from the leader
+  CrossClock::time_point last_heartbeat_;     // housekeeping thread only
+  CrossClock::time_point last_tick_;          // housekeeping thread only
   std::thread follower_thread_;
 
   // Response cache and coordination traffic counters.
-  v1::NegotiatedResponse encode(const coordinator::Response& response);  // leader
+  v1::NegotiatedResponse encode(const coordinator::Response& response);            // leader
   StatusOr<coordinator::Response> decode(const v1::NegotiatedResponse& response);  // follower
-  StatusOr<v1::Enqueue> expand(const v1::FollowerMessage::Request& request);  // leader
+  StatusOr<v1::Enqueue> expand(const v1::FollowerMessage::Request& request);       // leader
   mutable std::mutex cache_mutex_;
   ResponseCache cache_;
   // Emptied at each epoch (elastic; the leader under order_mutex_).

@@ -79,8 +79,10 @@ std::vector<CrossNode::PendingJoiner> CrossNode::takeJoinersOfEmptiedLocked(cons
     auto mine = std::stable_partition(pending_joiners_.begin(), pending_joiners_.end(),
                                       [&](const PendingJoiner& j) { return j.peer_address != node.peer_address(); });
     if (mine == pending_joiners_.end()) continue;
-    GS_LOG(control, info, "job '{}': node {} lost its last rank while {} new ranks waited there: they join in the "
-           "same epoch, and the node stays", options_.job_id, node.peer_address(), pending_joiners_.end() - mine);
+    GS_LOG(control, info,
+           "job '{}': node {} lost its last rank while {} new ranks waited there: they join in the "
+           "same epoch, and the node stays",
+           options_.job_id, node.peer_address(), pending_joiners_.end() - mine);
     taken.insert(taken.end(), mine, pending_joiners_.end());
     pending_joiners_.erase(mine, pending_joiners_.end());
   }
@@ -107,9 +109,10 @@ void CrossNode::joinerReport(Follower* follower, const v1::FollowerMessage& mess
   const std::string address = follower->node.peer_address();
   if (message.has_joiner_gone()) {
     const uint64_t id = message.joiner_gone().joiner_id();
-    pending_joiners_.erase(std::remove_if(pending_joiners_.begin(), pending_joiners_.end(),
-                                          [&](const PendingJoiner& j) { return j.peer_address == address && j.id == id; }),
-                           pending_joiners_.end());
+    pending_joiners_.erase(
+        std::remove_if(pending_joiners_.begin(), pending_joiners_.end(),
+                       [&](const PendingJoiner& j) { return j.peer_address == address && j.id == id; }),
+        pending_joiners_.end());
     return;
   }
   pending_joiners_.push_back({address, message.joiner_ready().joiner_id(), message.joiner_ready().pid()});
@@ -128,7 +131,8 @@ StatusOr<v1::JoinJobResponse> CrossNode::acceptCandidate(const v1::JoinJobReques
   if (!request.node().ranks().empty()) {
     return invalidArgument("job '" + options_.job_id + "': a node joining the running job holds no rank yet");
   }
-  if (std::any_of(members_.begin(), members_.end(), [&](const v1::NodeInfo& n) { return n.peer_address() == address; })) {
+  if (std::any_of(members_.begin(), members_.end(),
+                  [&](const v1::NodeInfo& n) { return n.peer_address() == address; })) {
     return alreadyExists("job '" + options_.job_id + "': " + address + " is a node of the job already");
   }
   // A node removed earlier (its last rank died) comes back as a new one.
@@ -137,8 +141,10 @@ StatusOr<v1::JoinJobResponse> CrossNode::acceptCandidate(const v1::JoinJobReques
   candidate->node = request.node();
   candidate->node.set_cross_rank(-1);
   candidates_[address] = candidate;  // a second join replaces the first
-  GS_LOG(control, info, "job '{}': node {} (host {}) joins the running job for new ranks (a candidate until they "
-         "are admitted)", options_.job_id, address, request.node().hostname());
+  GS_LOG(control, info,
+         "job '{}': node {} (host {}) joins the running job for new ranks (a candidate until they "
+         "are admitted)",
+         options_.job_id, address, request.node().hostname());
   v1::JoinJobResponse response;
   response.set_epoch(epoch_);
   for (const auto& node : members_) *response.add_nodes() = node;
@@ -197,8 +203,8 @@ StatusOr<v1::NewEpoch> CrossNode::nextEpoch(std::unique_lock<std::mutex>& lock, 
   // Candidates with a joiner to admit become members, after the others.
   std::vector<v1::NodeInfo> placed = members_;
   for (const auto& [address, f] : candidates_) {
-    const bool admits = std::any_of(joiners.begin(), joiners.end(),
-                                    [&](const PendingJoiner& j) { return j.peer_address == address; });
+    const bool admits =
+        std::any_of(joiners.begin(), joiners.end(), [&](const PendingJoiner& j) { return j.peer_address == address; });
     if (admits) placed.push_back(f->node);
   }
   for (const auto& node : placed) {
@@ -394,9 +400,10 @@ std::string CrossNode::askIfRemoved() {
     return "";
   }
   if (response.member()) return "";
-  return response.removed().empty() ? "this node is no longer in job '" + options_.job_id + "' (the leader is at epoch " +
-                                          std::to_string(response.epoch()) + "): refused as stale"
-                                    : response.removed();
+  return response.removed().empty()
+             ? "this node is no longer in job '" + options_.job_id + "' (the leader is at epoch " +
+                   std::to_string(response.epoch()) + "): refused as stale"
+             : response.removed();
 }
 
 bool CrossNode::refuseIfRemoved(Follower* follower) {
@@ -436,8 +443,8 @@ void CrossNode::nodeLost(const v1::NodeInfo& node, uint64_t epoch, const std::st
 bool CrossNode::selfPaused(CrossClock::time_point now) {
   // The first tick counts as after a pause: this daemon may have been
   // stopped between joining and it, so the silence clocks start here.
-  const bool paused = last_tick_ == CrossClock::time_point() ||
-                      now - last_tick_ > std::chrono::milliseconds(kSilenceLimitMs / 2);
+  const bool paused =
+      last_tick_ == CrossClock::time_point() || now - last_tick_ > std::chrono::milliseconds(kSilenceLimitMs / 2);
   last_tick_ = now;
   return paused;
 }

@@ -62,8 +62,8 @@ StatusOr<bool> CrossNode::failover(const std::string& cause) {
       channel_address_ = candidate.peer_address();
       openStream(v1::Peer::NewStub(channel_).get());
       leader_changes_.fetch_add(1);
-      GS_LOG(control, warn, "job '{}': follows the new leader {} at epoch {}", options_.job_id,
-             describeNode(candidate), answer->change().epoch());
+      GS_LOG(control, warn, "job '{}': follows the new leader {} at epoch {}", options_.job_id, describeNode(candidate),
+             answer->change().epoch());
       return false;
     }
     tried += (tried.empty() ? "" : "; ") + describeNode(candidate) + ": " + answer.status().message();
@@ -159,8 +159,9 @@ StatusOr<v1::NewEpoch> CrossNode::takeOver(std::unique_lock<std::mutex>& lock) {
   removed_nodes_[lost.peer_address()] = describeNode(lost) + " was the leader and is lost; the job failed over";
   GS_LOG(control, warn, "job '{}': {} takes over as leader (a majority voted) in place of {}", options_.job_id,
          options_.self_address, describeNode(lost));
-  return nextEpoch(lock, gone, {}, "lost the leader " + describeNode(lost) + "; " + options_.self_address +
-                                        " leads by a majority vote");
+  return nextEpoch(
+      lock, gone, {},
+      "lost the leader " + describeNode(lost) + "; " + options_.self_address + " leads by a majority vote");
 }
 
 }  // namespace gradsync::peer

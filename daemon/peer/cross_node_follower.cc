@@ -10,7 +10,8 @@ namespace gradsync::peer {
 
 Status CrossNode::joinLeader(const v1::NodeInfo& self) {
   if (options_.leader_address.empty()) {
-    return failedPrecondition("job '" + options_.job_id + "' spans nodes but its ranks gave no leader address "
+    return failedPrecondition("job '" + options_.job_id +
+                              "' spans nodes but its ranks gave no leader address "
                               "(GRADSYNC_LEADER)");
   }
   channel_ = leaderChannel(options_.leader_address);
@@ -35,8 +36,9 @@ Status CrossNode::joinLeader(const v1::NodeInfo& self) {
     // is final; one that cannot connect yet is retried until the deadline.
     const bool connected = channel_->WaitForConnected(
         std::chrono::system_clock::now() +
-        std::min<std::chrono::milliseconds>(std::chrono::seconds(1), std::chrono::duration_cast<std::chrono::milliseconds>(
-                                                                         deadline - CrossClock::now())));
+        std::min<std::chrono::milliseconds>(
+            std::chrono::seconds(1),
+            std::chrono::duration_cast<std::chrono::milliseconds>(deadline - CrossClock::now())));
     if (reached && !connected) {
       return unavailable("job '" + options_.job_id + "': lost the leader at " + options_.leader_address +
                          " while the job was forming: its daemon no longer accepts connections");
@@ -85,8 +87,10 @@ Status CrossNode::joinLeader(const v1::NodeInfo& self) {
   }
   openStream(stub.get());
   if (self.ranks().empty()) {
-    GS_LOG(control, info, "job '{}': joined the running job (epoch {}) at {} as a candidate node: its new ranks wait "
-           "for the next commit", options_.job_id, epoch(), options_.leader_address);
+    GS_LOG(control, info,
+           "job '{}': joined the running job (epoch {}) at {} as a candidate node: its new ranks wait "
+           "for the next commit",
+           options_.job_id, epoch(), options_.leader_address);
   } else {
     GS_LOG(control, info, "job '{}': joined the leader at {} as node {}", options_.job_id, options_.leader_address,
            self_cross_rank_);
@@ -100,8 +104,8 @@ std::shared_ptr<grpc::Channel> CrossNode::leaderChannel(const std::string& addre
   args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 3000);  // within about 4 s
   args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
-  return grpc::CreateCustomChannel(address, options_.credentials ? options_.credentials : grpc::InsecureChannelCredentials(),
-                                   args);
+  return grpc::CreateCustomChannel(
+      address, options_.credentials ? options_.credentials : grpc::InsecureChannelCredentials(), args);
 }
 
 void CrossNode::openStream(v1::Peer::Stub* stub) {
@@ -110,7 +114,8 @@ void CrossNode::openStream(v1::Peer::Stub* stub) {
     std::lock_guard<std::mutex> lock(mutex_);
     cross_rank = self_cross_rank_;
   }
-  leader_heard_ms_ = std::chrono::duration_cast<std::chrono::milliseconds>(CrossClock::now().time_since_epoch()).count();
+  leader_heard_ms_ =
+      std::chrono::duration_cast<std::chrono::milliseconds>(CrossClock::now().time_since_epoch()).count();
   std::lock_guard<std::mutex> lock(stream_mutex_);
   stream_.reset();  // before its context
   stream_context_ = std::make_unique<grpc::ClientContext>();
@@ -176,7 +181,8 @@ std::string CrossNode::leaderDescription() const {
 
 grpc::Status CrossNode::readStream() {
   v1::LeaderMessage message;
-  leader_heard_ms_ = std::chrono::duration_cast<std::chrono::milliseconds>(CrossClock::now().time_since_epoch()).count();
+  leader_heard_ms_ =
+      std::chrono::duration_cast<std::chrono::milliseconds>(CrossClock::now().time_since_epoch()).count();
   while (stream_->Read(&message)) {
     leader_heard_ms_ =
         std::chrono::duration_cast<std::chrono::milliseconds>(CrossClock::now().time_since_epoch()).count();

@@ -12,9 +12,7 @@ constexpr int kRoundPhase = 3;
 
 FastRounds::FastRounds(collective::MeshContext mesh) : mesh_(std::move(mesh)), theirs_(mesh_.size()) {}
 
-uint64_t FastRounds::tag(int from) const {
-  return collective::ringTag(mesh_.tag_key, round_, kRoundPhase, from, 0);
-}
+uint64_t FastRounds::tag(int from) const { return collective::ringTag(mesh_.tag_key, round_, kRoundPhase, from, 0); }
 
 void FastRounds::postReceives() {
   if (!receives_.empty()) return;

@@ -28,8 +28,8 @@ class FastRounds {
     uint64_t fusion_threshold_bytes = 0;  // the round's collectives fuse up to this
   };
   struct Outcome {
-    uint64_t leader_sequence = 0;  // run the leader's batches up to this one first
-    std::vector<uint64_t> ids;     // then these, increasing: every daemon's ranks are ready
+    uint64_t leader_sequence = 0;         // run the leader's batches up to this one first
+    std::vector<uint64_t> ids;            // then these, increasing: every daemon's ranks are ready
     uint64_t fusion_threshold_bytes = 0;  // fused as the leader said (0: it did not)
   };
 
@@ -61,7 +61,7 @@ class FastRounds {
   collective::MeshContext mesh_;
   uint64_t round_ = 1;
   Message mine_;
-  std::vector<Message> theirs_;                  // by daemon position
+  std::vector<Message> theirs_;  // by daemon position
   // Of round_, posted (null at this daemon's position). Declared after
   // theirs_: destroyed first, each cancelled receive waits until UCX lets
   // go of its buffer.

@@ -32,7 +32,8 @@ std::vector<Daemon> makeDaemons(int n) {
 
 // One round on every daemon at once: daemon i offers ready[i].
 std::vector<StatusOr<FastRounds::Outcome>> round(std::vector<Daemon>& daemons,
-                                                 const std::vector<std::vector<uint64_t>>& ready, uint64_t leader_sequence) {
+                                                 const std::vector<std::vector<uint64_t>>& ready,
+                                                 uint64_t leader_sequence) {
   std::vector<StatusOr<FastRounds::Outcome>> out(daemons.size(), internalError("not run"));
   std::vector<std::thread> threads;
   for (size_t i = 0; i < daemons.size(); ++i) {
@@ -98,7 +99,8 @@ TEST_P(FastRoundsTest, AWaitingDaemonWakesWhenAnotherStartsTheRoundOrItsFdIsWrit
   EXPECT_TRUE(*started);
   std::vector<std::thread> others;
   for (int i = 1; i < n; ++i) {
-    others.emplace_back([&, i] { out[i] = daemons[i].rounds->exchange({3}, {}, Clock::now() + std::chrono::seconds(20)); });
+    others.emplace_back(
+        [&, i] { out[i] = daemons[i].rounds->exchange({3}, {}, Clock::now() + std::chrono::seconds(20)); });
   }
   starter.join();
   for (auto& t : others) t.join();

@@ -26,7 +26,8 @@ Status MembershipBuilder::add(v1::NodeInfo node) {
 
 std::vector<v1::NodeInfo> MembershipBuilder::ordered() const {
   std::vector<v1::NodeInfo> out = nodes_;
-  std::sort(out.begin(), out.end(), [](const v1::NodeInfo& a, const v1::NodeInfo& b) { return a.ranks(0) < b.ranks(0); });
+  std::sort(out.begin(), out.end(),
+            [](const v1::NodeInfo& a, const v1::NodeInfo& b) { return a.ranks(0) < b.ranks(0); });
   for (size_t i = 0; i < out.size(); ++i) out[i].set_cross_rank(static_cast<int>(i));
   return out;
 }

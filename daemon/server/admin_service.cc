@@ -90,7 +90,8 @@ grpc::Status AdminService::ControlTimeline(grpc::ServerContext*, const v1::Contr
   }
   const std::string& dir = facts_.config.timeline_dir();
   if (::mkdir(dir.c_str(), 0750) != 0 && errno != EEXIST) {
-    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "cannot create timeline_dir " + dir + ": " + std::strerror(errno));
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                        "cannot create timeline_dir " + dir + ": " + std::strerror(errno));
   }
   const std::string path = dir + "/" + file;
   UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0640));

@@ -52,7 +52,7 @@ class AdminService final : public v1::Admin::Service {
  private:
   JobRegistry* registry_;
   std::function<void(bool)> draining_hook_;  // set before serving
-  const DaemonFacts facts_;  // facts_.config: as started
+  const DaemonFacts facts_;                  // facts_.config: as started
   mutable std::mutex config_mutex_;
   v1::DaemonConfig config_;
 };

@@ -59,8 +59,8 @@ grpc::Status ControlService::Session(grpc::ServerContext* context, SessionStream
   auto ring_reader = std::make_unique<RingReader>(
       session, [&](const v1::Enqueue& enqueue) { job->submit(session, enqueue); },
       [&](const std::string& why) {
-        GS_LOG(control, warn, "job '{}': {}: {}; closing its session", session->identity().job_id,
-               session->describe(), why);
+        GS_LOG(control, warn, "job '{}': {}: {}; closing its session", session->identity().job_id, session->describe(),
+               why);
         context->TryCancel();
       });
 

@@ -28,7 +28,8 @@ Status checkName(const v1::Enqueue& e, const EnqueueContext& c) {
 
 Status checkReduction(const std::string& prefix, const v1::Enqueue& e) {
   if (!reduceOpAllowed(e.dtype(), e.op())) {
-    return invalidArgument(prefix + "reduce op " + reduceOpName(e.op()) + " is not allowed on " + dataTypeName(e.dtype()));
+    return invalidArgument(prefix + "reduce op " + reduceOpName(e.op()) + " is not allowed on " +
+                           dataTypeName(e.dtype()));
   }
   if (!std::isfinite(e.prescale()) || !std::isfinite(e.postscale())) {
     return invalidArgument(prefix + "scale factors must be finite");
@@ -167,7 +168,8 @@ StatusOr<Request> validateEnqueue(const v1::Enqueue& e, const EnqueueContext& c)
   Request r = coordinator::requestOf(c.rank, e);
   if (r.type == v1::BARRIER && r.name.empty()) r.name = "barrier";
   if (!c.process_sets->contains(r.process_set_id)) {
-    return invalidArgument(prefix + "unknown process set " + std::to_string(r.process_set_id) + " (never added, or removed)");
+    return invalidArgument(prefix + "unknown process set " + std::to_string(r.process_set_id) +
+                           " (never added, or removed)");
   }
   if (r.type != v1::PROCESS_SET_ADD && !r.set_ranks.empty()) {
     return invalidArgument(prefix + "only a process set add carries process set ranks");

@@ -141,7 +141,7 @@ TEST_F(EnqueueValidationTest, AlltoallSplits) {
   auto e = allreduce();
   e.set_type(v1::ALLTOALL);
   auto r = validateEnqueue(e, context_);
-  ASSERT_FALSE(r.isOk());  // dim0 = 2 not divisible by 4
+  ASSERT_FALSE(r.isOk());   // dim0 = 2 not divisible by 4
   e.set_process_set_id(1);  // set of 2 ranks: even split 1/1
   r = validateEnqueue(e, context_);
   ASSERT_TRUE(r.isOk()) << r.status().toString();

@@ -23,9 +23,9 @@ void setStatus(const Status& status, v1::HandoffResponse* response) {
 bool HandoffServer::handleFrame(Connection& connection) {
   std::string bytes;
   UniqueFd attached;
-  const Status received = handoff::recvMessage(connection.fd.get(), &bytes,
-                                               sizeof(handoff::FrameHeader) + handoff::kMaxFramePayload,
-                                               std::chrono::milliseconds(0), &attached);
+  const Status received =
+      handoff::recvMessage(connection.fd.get(), &bytes, sizeof(handoff::FrameHeader) + handoff::kMaxFramePayload,
+                           std::chrono::milliseconds(0), &attached);
   if (bytes.empty()) return false;  // end of the connection, or an error on it
   v1::HandoffResponse response;
   auto session = registry_->findSession(connection.session_id);

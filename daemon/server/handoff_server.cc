@@ -67,7 +67,8 @@ Status HandoffServer::start(const std::string& path, uint32_t mode, int gid) {
 void HandoffServer::stop() {
   if (!thread_.joinable()) return;
   uint64_t one = 1;
-  if (::write(wake_fd_.get(), &one, sizeof(one)) != sizeof(one)) GS_LOG(handoff, err, "cannot wake the hand-off thread");
+  if (::write(wake_fd_.get(), &one, sizeof(one)) != sizeof(one))
+    GS_LOG(handoff, err, "cannot wake the hand-off thread");
   thread_.join();
   connections_.clear();
   ::unlink(path_.c_str());
@@ -135,7 +136,8 @@ void HandoffServer::onReadable(int fd) {
 Status HandoffServer::handleHello(Connection& connection) {
   handoff::HandoffHello hello{};
   UniqueFd memfd;
-  RETURN_IF_ERROR(handoff::recvWithFd(connection.fd.get(), &hello, sizeof(hello), &memfd, std::chrono::milliseconds(0)));
+  RETURN_IF_ERROR(
+      handoff::recvWithFd(connection.fd.get(), &hello, sizeof(hello), &memfd, std::chrono::milliseconds(0)));
   if (hello.magic != handoff::kHandoffMagic || hello.version != handoff::kHandoffVersion) {
     return invalidArgument("bad hand-off magic or version");
   }
@@ -151,9 +153,10 @@ Status HandoffServer::handleHello(Connection& connection) {
   }
   ASSIGN_OR_RETURN(auto arena, handoff::ShmArena::map(std::move(memfd), limits_.max_arena_bytes, next_color_++));
   const uint64_t arena_bytes = arena->size();
-  ASSIGN_OR_RETURN(Budget::Lease lease, limits_.arena_budget->acquire(arena_bytes, "job '" + session->identity().job_id +
-                                                                                      "': " + session->describe() +
-                                                                                      "'s arena (max_total_arena_bytes)"));
+  ASSIGN_OR_RETURN(
+      Budget::Lease lease,
+      limits_.arena_budget->acquire(arena_bytes, "job '" + session->identity().job_id + "': " + session->describe() +
+                                                     "'s arena (max_total_arena_bytes)"));
   RETURN_IF_ERROR(session->attachArena(std::move(arena), std::move(lease), cred.pid));
   connection.session_id = hello.session_id;
   GS_LOG(handoff, info, "job '{}': {} handed over an arena of {} bytes ({})", session->identity().job_id,

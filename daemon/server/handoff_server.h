@@ -15,8 +15,8 @@
 #include "daemon/common/budget.h"
 #include "daemon/common/unique_fd.h"
 #include "daemon/gpu/gpu_node.h"
-#include "proto/gradsync/v1/control.pb.h"
 #include "daemon/server/job_registry.h"
+#include "proto/gradsync/v1/control.pb.h"
 
 namespace gradsync::server {
 

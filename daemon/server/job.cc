@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "daemon/coordinator/request_wire.h"
 #include "daemon/server/job.h"
+#include "daemon/coordinator/request_wire.h"
 
 #include <sys/eventfd.h>
 
@@ -28,8 +28,9 @@ constexpr uint64_t kInlineBytes = 256 << 10;
 // nothing waits for more collectives unless autotune finds it pays.
 autotune::Settings initialTuning(const JobSpec& spec, const JobLimits& limits) {
   const bool across = spec.local_size < spec.size;
-  return {limits.fusion_threshold_bytes,
-          across ? std::chrono::duration_cast<std::chrono::microseconds>(limits.cycle_time) : std::chrono::microseconds(0)};
+  return {limits.fusion_threshold_bytes, across
+                                             ? std::chrono::duration_cast<std::chrono::microseconds>(limits.cycle_time)
+                                             : std::chrono::microseconds(0)};
 }
 
 std::optional<autotune::Options> autotuneOptions(const JobSpec& spec, const JobLimits& limits) {
@@ -82,12 +83,20 @@ Job::Job(JobSpec spec, JobLimits limits, executor::ReducePool* pool)
       process_sets_(std::make_shared<const coordinator::ProcessSetTable>(negotiator_.processSets())),
       tuning_(spec_.job_id, initialTuning(spec_, limits_), autotuneOptions(spec_, limits_)) {
   if (spec_.local_size < spec_.size) {
-    peer::CrossNodeOptions options{spec_.job_id,       spec_.token,      spec_.size,           spec_.process_sets,
-                             limits_.peer_address, spec_.leader_address, limits_.hostname, limits_.join_timeout,
-                             limits_.peer_credentials, limits_.response_cache_capacity,
-                             limits_.gpus ? limits_.gpus->uuids() : std::vector<std::string>(),
-                             limits_.gpus != nullptr && limits_.nccl != nullptr && limits_.nccl_between_daemons,
-                             nullptr, limits_.data_plane};
+    peer::CrossNodeOptions options{spec_.job_id,
+                                   spec_.token,
+                                   spec_.size,
+                                   spec_.process_sets,
+                                   limits_.peer_address,
+                                   spec_.leader_address,
+                                   limits_.hostname,
+                                   limits_.join_timeout,
+                                   limits_.peer_credentials,
+                                   limits_.response_cache_capacity,
+                                   limits_.gpus ? limits_.gpus->uuids() : std::vector<std::string>(),
+                                   limits_.gpus != nullptr && limits_.nccl != nullptr && limits_.nccl_between_daemons,
+                                   nullptr,
+                                   limits_.data_plane};
     if (limits_.nccl) options.make_nccl_id = [nccl = limits_.nccl] { return nccl->uniqueId(); };
     options.elastic = spec_.elastic;
     options.failover = spec_.elastic && limits_.leader_failover;
@@ -169,8 +178,8 @@ void Job::checkFormation(Clock::time_point now) {
                " never registered with gradsyncd on host " + limits_.hostname + " (" +
                std::to_string(local_ranks_.size()) + " of " + std::to_string(spec_.local_size) + " did)";
     } else {
-      cause += "the nodes of ranks " + coordinator::ranksString(cross_->missingRanks()) + " never joined the leader on host " +
-               limits_.hostname;
+      cause += "the nodes of ranks " + coordinator::ranksString(cross_->missingRanks()) +
+               " never joined the leader on host " + limits_.hostname;
     }
   }
   failJob(cause, /*node_lost=*/true);
@@ -180,8 +189,8 @@ bool Job::removeSession(const Session& session, const std::string& cause, bool c
   Outbox outbox;
   bool empty;
   bool epoch_changed = false;
-  std::string cross_failure;                        // the leader cannot go on
-  std::optional<std::pair<int, uint64_t>> report;  // a follower's lost rank, for the leader
+  std::string cross_failure;                           // the leader cannot go on
+  std::optional<std::pair<int, uint64_t>> report;      // a follower's lost rank, for the leader
   std::vector<std::shared_ptr<Session>> replacements;  // its joiners, told to the leader before the loss
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -253,7 +262,8 @@ void Job::submit(const std::shared_ptr<Session>& session, const v1::Enqueue& enq
     minimal.handle = enqueue.handle();
     minimal.name = enqueue.name();
     if (!request.isOk()) {
-      failRequestLocked(minimal, Status(request.status().code(), "job '" + spec_.job_id + "' " + request.status().message()),
+      failRequestLocked(minimal,
+                        Status(request.status().code(), "job '" + spec_.job_id + "' " + request.status().message()),
                         &outbox);
     } else if (session->handlesInFlight() >= limits_.max_inflight_per_rank) {
       countErrorLocked(StatusCode::kResourceExhausted);
@@ -269,8 +279,8 @@ void Job::submit(const std::shared_ptr<Session>& session, const v1::Enqueue& enq
                                                invalidArgument("handle " + std::to_string(enqueue.handle()) +
                                                                " is already in flight")));
     } else if (!failure_.empty() || stopping_) {
-      failRequestLocked(*request, aborted("job '" + spec_.job_id + "': " + (failure_.empty() ? stop_reason_ : failure_)),
-                        &outbox);
+      failRequestLocked(
+          *request, aborted("job '" + spec_.job_id + "': " + (failure_.empty() ? stop_reason_ : failure_)), &outbox);
     } else if (!refuseStaleEpochLocked(session, enqueue, &outbox)) {
       request->rank = session->rank();  // renumbered under this lock
       request->received = Clock::now();
@@ -359,8 +369,7 @@ void Job::publishProcessSetsLocked(const std::vector<coordinator::Response>& res
            r.name);
   }
   if (changed) {
-    std::atomic_store(&process_sets_,
-                      std::make_shared<const coordinator::ProcessSetTable>(negotiator_.processSets()));
+    std::atomic_store(&process_sets_, std::make_shared<const coordinator::ProcessSetTable>(negotiator_.processSets()));
   }
 }
 
@@ -368,8 +377,8 @@ void Job::grant(const Session& session, const v1::OutputGrant& grant) {
   std::lock_guard<std::mutex> lock(mutex_);
   auto key = std::make_pair(session.rank(), grant.handle());
   if (expected_grants_.erase(key) == 0) {
-    GS_LOG(control, debug, "job '{}': unexpected output grant for handle {} from rank {}", spec_.job_id,
-           grant.handle(), session.rank());
+    GS_LOG(control, debug, "job '{}': unexpected output grant for handle {} from rank {}", spec_.job_id, grant.handle(),
+           session.rank());
     return;
   }
   grants_[key] = grant;
@@ -461,12 +470,13 @@ void Job::housekeeping(Clock::time_point now) {
       std::string missing;
       for (int rank : stall.missing_ranks) {
         auto it = sessions_.find(rank);
-        missing += (missing.empty() ? "" : ", ") +
-                   (it != sessions_.end() ? it->second->describe() : describeAbsent(rank));
+        missing +=
+            (missing.empty() ? "" : ", ") + (it != sessions_.end() ? it->second->describe() : describeAbsent(rank));
       }
       const std::string what = "job '" + spec_.job_id + "': collective '" + stall.name + "' has waited " +
-                               std::to_string(seconds) + " s for ranks " + coordinator::ranksString(stall.missing_ranks) + " [" +
-                               missing + "]; ranks " + coordinator::ranksString(stall.submitted_ranks) + " submitted it";
+                               std::to_string(seconds) + " s for ranks " +
+                               coordinator::ranksString(stall.missing_ranks) + " [" + missing + "]; ranks " +
+                               coordinator::ranksString(stall.submitted_ranks) + " submitted it";
       if (limits_.stall_deadline.count() > 0 && stall.age >= limits_.stall_deadline) {
         GS_LOG(coordinator, err, "{}: deadline passed, failing it", what);
         for (const auto& request : negotiator_.take(stall.name)) {

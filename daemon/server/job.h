@@ -40,10 +40,10 @@ struct JobSpec {
   std::string token;
   int size = 0;
   int local_size = 0;
-  std::vector<std::vector<int>> process_sets;  // ids 1..n
-  std::string leader_address;                  // multi-node jobs: rank 0's daemon
-  bool elastic = false;                        // a lost rank starts a new epoch (job_elastic.cc)
-  int min_size = 0;                            // elastic: the least size it goes on at
+  std::vector<std::vector<int>> process_sets;                   // ids 1..n
+  std::string leader_address;                                   // multi-node jobs: rank 0's daemon
+  bool elastic = false;                                         // a lost rank starts a new epoch (job_elastic.cc)
+  int min_size = 0;                                             // elastic: the least size it goes on at
   Clock::duration elastic_timeout = std::chrono::seconds(600);  // elastic: the longest wait below min_size
   // Elastic, across daemons: made for a new rank on a node the running job
   // does not hold yet (local_size 0); the node joins the job as a candidate
@@ -161,7 +161,8 @@ class Job : private executor::RankAccess {
   void timelineRequestLocked(timeline::Timeline* tl, const coordinator::Request& request);
   void timelineNegotiatedLocked(timeline::Timeline* tl, const std::string& name, CollectiveType type);
   // Execution rows of the fused response being run (executor thread).
-  void timelineExecution(const fusion::FusedResponse& fused, bool begin, const std::vector<executor::ResponseResult>* results);
+  void timelineExecution(const fusion::FusedResponse& fused, bool begin,
+                         const std::vector<executor::ResponseResult>* results);
   void phase(const char* name, bool begin) override;  // RankAccess
   using Outbox = std::vector<std::pair<std::shared_ptr<Session>, v1::DaemonMessage>>;
   using SessionSnapshot = std::map<int, std::shared_ptr<Session>>;
@@ -234,8 +235,8 @@ class Job : private executor::RankAccess {
   // Runs `batch` (begun with beginBatchLocked), fused up to batch_fusion_threshold_.
   void runBatch(std::vector<coordinator::Response> batch, uint64_t sequence = 0);
   // `started`: when the response's fused batch began executing.
-  void complete(const coordinator::Response& response, const executor::ResponseResult& result, Clock::time_point started,
-                Outbox* outbox);
+  void complete(const coordinator::Response& response, const executor::ResponseResult& result,
+                Clock::time_point started, Outbox* outbox);
   // A collective failed or was refused (needs mutex_).
   void countErrorLocked(StatusCode code) {
     ++errors_;
@@ -353,7 +354,7 @@ class Job : private executor::RankAccess {
   // The process sets enqueues are checked against: read without mutex_
   // (std::atomic_load), replaced under it when a set is added or removed.
   std::shared_ptr<const coordinator::ProcessSetTable> process_sets_;
-  SessionSnapshot sessions_;                         // by rank
+  SessionSnapshot sessions_;  // by rank
   std::deque<coordinator::Response> ready_;
   std::map<std::pair<int, uint64_t>, v1::OutputGrant> grants_;  // (rank, handle)
   std::set<std::pair<int, uint64_t>> expected_grants_;
@@ -401,8 +402,8 @@ class Job : private executor::RankAccess {
   std::set<uint64_t> reported_joiners_;            // follower: session ids told to the leader
   uint64_t leader_changes_seen_ = 0;               // follower: the leader reported_joiners_ went to (leaderChanges())
   std::map<uint64_t, Clock::time_point> stopped_since_;  // housekeeping thread: session id -> first seen stopped
-  std::optional<Clock::time_point> below_min_since_;  // the current epoch waits for joiners
-  Clock::time_point epoch_started_ = Clock::now();     // for the history's recovery time
+  std::optional<Clock::time_point> below_min_since_;     // the current epoch waits for joiners
+  Clock::time_point epoch_started_ = Clock::now();       // for the history's recovery time
   // Across daemons: a local rank of this epoch is lost and the leader's next
   // epoch is on its way; what fails meanwhile (a batch that needed the lost
   // rank) is retriable.
@@ -410,32 +411,32 @@ class Job : private executor::RankAccess {
 
   // Multi-node state (guarded by mutex_ unless noted).
   std::unique_ptr<peer::CrossNode> cross_;
-  std::set<int> local_ranks_;         // ranks that registered here (never shrinks)
-  std::set<int> local_rank_ids_;      // their local ranks
+  std::set<int> local_ranks_;     // ranks that registered here (never shrinks)
+  std::set<int> local_rank_ids_;  // their local ranks
   const Clock::time_point created_ = Clock::now();
-  bool formed_ = false;               // every local rank registered, every node joined
-  bool cross_starting_ = false;        // claimed by the thread that starts it
+  bool formed_ = false;          // every local rank registered, every node joined
+  bool cross_starting_ = false;  // claimed by the thread that starts it
   bool cross_started_ = false;
   std::vector<std::pair<std::shared_ptr<Session>, coordinator::Request>> early_;  // before the role is known
-  std::map<std::pair<int, uint64_t>, coordinator::Request> forwarded_;          // follower: awaiting the leader
+  std::map<std::pair<int, uint64_t>, coordinator::Request> forwarded_;            // follower: awaiting the leader
   struct RemoteBatch {
     uint64_t sequence = 0;
     uint64_t fusion_threshold_bytes = 0;  // the leader's (0: not said)
     std::vector<coordinator::Response> responses;
   };
   std::deque<RemoteBatch> remote_batches_;  // follower
-  uint64_t batch_sequence_ = 0;       // leader
-  uint64_t ring_sequence_ = 0;        // executor thread only
-  std::atomic<uint64_t> ring_busy_ns_{0};  // time in cross-node transfers
-  std::vector<uint8_t> ring_scratch_;  // executor thread only
+  uint64_t batch_sequence_ = 0;             // leader
+  uint64_t ring_sequence_ = 0;              // executor thread only
+  std::atomic<uint64_t> ring_busy_ns_{0};   // time in cross-node transfers
+  std::vector<uint8_t> ring_scratch_;       // executor thread only
   // The cached steady state (job_steady_state.cc; mutex_): on while the
   // executor thread takes part in the rounds.
   bool steady_rounds_ = false;
-  bool steady_dirty_ = false;              // a held collective became ready since the last round
+  bool steady_dirty_ = false;  // a held collective became ready since the last round
   SteadyState steady_;
   std::vector<v1::NodeInfo> steady_members_;
-  uint64_t batch_sequence_seen_ = 0;       // follower: the leader's batches run up to this one
-  UniqueFd wake_fd_;                       // eventfd: wakes the executor thread in the rounds
+  uint64_t batch_sequence_seen_ = 0;  // follower: the leader's batches run up to this one
+  UniqueFd wake_fd_;                  // eventfd: wakes the executor thread in the rounds
 
   // Sessions of the batch being executed, its epoch, this node's ranks and
   // the job's nodes in it (executor thread only).

@@ -6,12 +6,12 @@
 #include <cstring>
 #include <optional>
 
-#include "daemon/common/logging.h"
-#include "daemon/server/enqueue_validation.h"
 #include "daemon/collective/direct_allreduce.h"
 #include "daemon/collective/pairwise_exchange.h"
 #include "daemon/collective/ring_movement.h"
+#include "daemon/common/logging.h"
 #include "daemon/coordinator/request_wire.h"
+#include "daemon/server/enqueue_validation.h"
 #include "daemon/server/job.h"
 
 namespace gradsync::server {
@@ -50,13 +50,14 @@ void Job::submitRemote(int rank, const v1::Enqueue& enqueue) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (rank < 0 || rank >= size_.load() || local_ranks_.count(rank)) {
-      GS_LOG(control, warn, "job '{}': a follower forwarded a request of rank {}, which it does not hold",
-             spec_.job_id, rank);
+      GS_LOG(control, warn, "job '{}': a follower forwarded a request of rank {}, which it does not hold", spec_.job_id,
+             rank);
       return;
     }
     coordinator::Request minimal = coordinator::requestOf(rank, enqueue);
     if (!request.isOk()) {
-      failRequestLocked(minimal, Status(request.status().code(), "job '" + spec_.job_id + "' " + request.status().message()),
+      failRequestLocked(minimal,
+                        Status(request.status().code(), "job '" + spec_.job_id + "' " + request.status().message()),
                         &outbox);
     } else if (!failure_.empty() || stopping_) {
       failRequestLocked(minimal, aborted("job '" + spec_.job_id + "': " + failure_), &outbox);
@@ -170,8 +171,7 @@ void copyOwned(const void* input, void* data, DataType dtype,
 }
 }  // namespace
 
-Status Job::crossNodeAllreduce(const executor::NodeSet& nodes, void* data, size_t count, DataType dtype,
-                               ReduceOp op) {
+Status Job::crossNodeAllreduce(const executor::NodeSet& nodes, void* data, size_t count, DataType dtype, ReduceOp op) {
   const auto deadline = Clock::now() + limits_.transfer_timeout;
   // Every daemon takes a sequence number for every call, taking part or
   // not, so that the numbers stay alike on all of them.
@@ -243,7 +243,8 @@ Status Job::crossNodeBroadcast(const executor::NodeSet& nodes, void* data, size_
   const uint64_t sequence = ++ring_sequence_;
   if (nodes.size() < 2) return okStatus();  // the root's node is the only one
   const auto root = std::find(nodes.begin(), nodes.end(), nodeOf(root_rank));
-  if (root == nodes.end()) return internalError("broadcast root rank " + std::to_string(root_rank) + " on no node of the set");
+  if (root == nodes.end())
+    return internalError("broadcast root rank " + std::to_string(root_rank) + " on no node of the set");
   ASSIGN_OR_RETURN(auto ring, cross_->ring(sequence, Clock::now() + limits_.transfer_timeout, batch_epoch_, nodes));
   if (!ring) return okStatus();
   BusyTimer busy(&ring_busy_ns_);
@@ -253,7 +254,7 @@ Status Job::crossNodeBroadcast(const executor::NodeSet& nodes, void* data, size_
 }
 
 Status Job::crossNodeAllgather(const executor::NodeSet& nodes, uint8_t* buffer,
-                              const std::vector<std::vector<collective::Range>>& owned) {
+                               const std::vector<std::vector<collective::Range>>& owned) {
   const uint64_t sequence = ++ring_sequence_;
   if (nodes.size() < 2) return okStatus();  // every row is on this node
   ASSIGN_OR_RETURN(auto ring, cross_->ring(sequence, Clock::now() + limits_.transfer_timeout, batch_epoch_, nodes));
@@ -265,16 +266,16 @@ Status Job::crossNodeAllgather(const executor::NodeSet& nodes, uint8_t* buffer,
 }
 
 Status Job::crossNodeAlltoall(const executor::NodeSet& nodes, const uint8_t* send,
-                             const std::vector<collective::Range>& send_to, uint8_t* recv,
-                             const std::vector<collective::Range>& recv_from) {
+                              const std::vector<collective::Range>& send_to, uint8_t* recv,
+                              const std::vector<collective::Range>& recv_from) {
   const uint64_t sequence = ++ring_sequence_;
   if (nodes.size() < 2) return okStatus();  // nothing crosses nodes
   ASSIGN_OR_RETURN(auto mesh, cross_->mesh(sequence, Clock::now() + limits_.transfer_timeout, batch_epoch_, nodes));
   if (!mesh) return okStatus();
   BusyTimer busy(&ring_busy_ns_);
   executor::PhaseScope phase(*this, "CROSS_NODE_ALLTOALL");
-  Status status = collective::pairwiseExchange(*mesh, send, amongNodes(send_to, nodes), recv,
-                                               amongNodes(recv_from, nodes));
+  Status status =
+      collective::pairwiseExchange(*mesh, send, amongNodes(send_to, nodes), recv, amongNodes(recv_from, nodes));
   return status.isOk() ? status : ringFailed(status);
 }
 

@@ -97,9 +97,9 @@ void Job::changeEpochLocked(const std::string& cause, Outbox* outbox, bool admit
 
 void Job::enterEpochLocked(uint64_t next, const std::vector<int>& survivors, const Admitted& admitted, int after,
                            int before, const std::string& cause, Outbox* outbox, bool announce) {
-  const Status changed = aborted("job '" + spec_.job_id + "': membership changed (epoch " + std::to_string(epoch_) +
-                                 " -> " + std::to_string(next) + "): " + cause + "; the job goes on with " +
-                                 std::to_string(after) + " ranks");
+  const Status changed =
+      aborted("job '" + spec_.job_id + "': membership changed (epoch " + std::to_string(epoch_) + " -> " +
+              std::to_string(next) + "): " + cause + "; the job goes on with " + std::to_string(after) + " ranks");
   const size_t failed = failAllLocked(changed, outbox, /*keep_negotiated=*/false, /*membership_changed=*/true);
   // Survivors keep their order.
   SessionSnapshot renumbered;
@@ -133,15 +133,16 @@ void Job::enterEpochLocked(uint64_t next, const std::vector<int>& survivors, con
   record.set_cause(cause);
   record.set_size_before(before);
   record.set_size_after(after);
-  record.set_unix_ms(std::chrono::duration_cast<std::chrono::milliseconds>(
-                         std::chrono::system_clock::now().time_since_epoch())
-                         .count());
+  record.set_unix_ms(
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+          .count());
   record.set_failed_collectives(static_cast<int>(failed));
   history_.push_back(record);
   GS_LOG(control, warn, "job '{}': epoch {} -> {}: {}; {} -> {} ranks, {} collectives failed (retriable){}",
          spec_.job_id, next - 1, next, cause, before, after, failed,
-         announce ? "" : "; waiting for new ranks up to the elastic timeout (below the minimum " +
-                             std::to_string(spec_.min_size) + ")");
+         announce ? ""
+                  : "; waiting for new ranks up to the elastic timeout (below the minimum " +
+                        std::to_string(spec_.min_size) + ")");
   if (announce) announceEpochLocked(cause, outbox);
 }
 
@@ -163,8 +164,8 @@ void Job::announceEpochLocked(const std::string& cause, Outbox* outbox) {
 std::string Job::belowMinimumFailure(Clock::time_point now) const {
   const auto waited = std::chrono::duration_cast<std::chrono::seconds>(now - *below_min_since_).count();
   return "the elastic job stayed below its minimum of " + std::to_string(spec_.min_size) + " ranks for " +
-         std::to_string(waited) + " s (" + std::to_string(size_.load()) + " ranks, no new rank came; last change: " +
-         history_.back().cause() + ")";
+         std::to_string(waited) + " s (" + std::to_string(size_.load()) +
+         " ranks, no new rank came; last change: " + history_.back().cause() + ")";
 }
 
 std::string Job::fillEpochLocked(Clock::time_point now, Outbox* outbox) {
@@ -222,8 +223,7 @@ std::vector<std::shared_ptr<Session>> Job::stoppedRanks(Clock::time_point now) {
   return stopped;
 }
 
-bool Job::refuseStaleEpochLocked(const std::shared_ptr<Session>& session, const v1::Enqueue& enqueue,
-                                 Outbox* outbox) {
+bool Job::refuseStaleEpochLocked(const std::shared_ptr<Session>& session, const v1::Enqueue& enqueue, Outbox* outbox) {
   if (!spec_.elastic || enqueue.epoch() == epoch_) return false;
   coordinator::Request request;
   request.rank = session->rank();
@@ -232,11 +232,12 @@ bool Job::refuseStaleEpochLocked(const std::shared_ptr<Session>& session, const 
   countErrorLocked(StatusCode::kAborted);
   session->removeHandle(enqueue.handle());
   // Straight to the session: a joiner not yet admitted is not among the ranks.
-  outbox->emplace_back(session, doneMessage(spec_.job_id, request,
-                                            aborted("job '" + spec_.job_id + "': " + session->describe() +
-                                                    "'s collective belongs to epoch " + std::to_string(enqueue.epoch()) +
-                                                    ", the job is at epoch " + std::to_string(epoch_) + " (rejoin first)"),
-                                            /*membership_changed=*/true));
+  outbox->emplace_back(session,
+                       doneMessage(spec_.job_id, request,
+                                   aborted("job '" + spec_.job_id + "': " + session->describe() +
+                                           "'s collective belongs to epoch " + std::to_string(enqueue.epoch()) +
+                                           ", the job is at epoch " + std::to_string(epoch_) + " (rejoin first)"),
+                                   /*membership_changed=*/true));
   return true;
 }
 

@@ -46,8 +46,8 @@ std::vector<int> Job::applyNewEpochLocked(const v1::NewEpoch& change, Outbox* ou
   std::vector<int> vanished;
   for (const auto& entry : change.admitted()) {
     if (entry.peer_address() != limits_.peer_address) continue;
-    auto joiner = std::find_if(joiners_.begin(), joiners_.end(),
-                               [&](const auto& j) { return j->id() == entry.joiner_id(); });
+    auto joiner =
+        std::find_if(joiners_.begin(), joiners_.end(), [&](const auto& j) { return j->id() == entry.joiner_id(); });
     if (joiner == joiners_.end()) {
       vanished.push_back(entry.rank());
       continue;
@@ -90,7 +90,8 @@ void Job::onNewEpoch(const v1::NewEpoch& change) {
   if (!gap.empty()) failJob(gap, /*node_lost=*/true);
   // A joiner that left between its report and its admission: lost at once.
   for (int rank : vanished) {
-    cross_->reportRankLost(rank, change.epoch(), "a joining rank (" + std::to_string(rank) + ") left before its admission");
+    cross_->reportRankLost(rank, change.epoch(),
+                           "a joining rank (" + std::to_string(rank) + ") left before its admission");
   }
 }
 

@@ -17,9 +17,7 @@ void Job::executorLoop() {
     bool lead = false;
     {
       std::unique_lock<std::mutex> lock(mutex_);
-      ready_cv_.wait(lock, [&] {
-        return stopping_ || (!executing_ && (!ready_.empty() || !remote_batches_.empty()));
-      });
+      ready_cv_.wait(lock, [&] { return stopping_ || (!executing_ && (!ready_.empty() || !remote_batches_.empty())); });
       if (stopping_) return;
       const autotune::Settings tuned = tuning_.current();
       if (remote_batches_.empty() && negotiator_.pendingCount() > 0 && tuned.cycle_time.count() > 0) {
@@ -32,7 +30,7 @@ void Job::executorLoop() {
         });
         if (stopping_) return;
       }
-      uint64_t fusion_threshold = 0;  // this daemon's
+      uint64_t fusion_threshold = 0;   // this daemon's
       if (!remote_batches_.empty()) {  // follower: the leader's batches, in order
         sequence = remote_batches_.front().sequence;
         fusion_threshold = remote_batches_.front().fusion_threshold_bytes;
@@ -75,7 +73,8 @@ std::vector<coordinator::Response> Job::beginBatchLocked(std::vector<coordinator
                                                          uint64_t fusion_threshold_bytes) {
   executing_ = true;
   tuning_.followLeader(fusion_threshold_bytes);  // (0: none came with the batch)
-  batch_fusion_threshold_ = fusion_threshold_bytes != 0 ? fusion_threshold_bytes : tuning_.current().fusion_threshold_bytes;
+  batch_fusion_threshold_ =
+      fusion_threshold_bytes != 0 ? fusion_threshold_bytes : tuning_.current().fusion_threshold_bytes;
   in_flight_executing_ = static_cast<int>(batch.size());
   batch_sessions_ = sessions_;
   batch_epoch_ = epoch_;
@@ -97,8 +96,8 @@ void Job::runBatch(std::vector<coordinator::Response> batch, uint64_t sequence) 
     timelineExecution(fused, true, nullptr);
     auto results = executor_.run(fused, *this);
     timelineExecution(fused, false, &results);
-    GS_LOG(executor, debug, "job '{}': fused response '{}' of {} collectives (ring tags {}), {} bytes, in {} us", spec_.job_id,
-           fused.responses.front().name, fused.responses.size(), ring_sequence_, fused.bytes,
+    GS_LOG(executor, debug, "job '{}': fused response '{}' of {} collectives (ring tags {}), {} bytes, in {} us",
+           spec_.job_id, fused.responses.front().name, fused.responses.size(), ring_sequence_, fused.bytes,
            std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - started).count());
     Outbox outbox;
     {
@@ -183,9 +182,11 @@ void Job::complete(const coordinator::Response& response, const executor::Respon
         1, std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - epoch_started_).count()));
   }
   if (admit && cross_) {
-    if (cross_->isLeader()) admitAcrossLocked("at the commit '" + response.name + "'", outbox);  // the followers hear of it from the leader
+    if (cross_->isLeader())
+      admitAcrossLocked("at the commit '" + response.name + "'", outbox);  // the followers hear of it from the leader
   } else if (admit) {
-    const auto ready = std::count_if(joiners_.begin(), joiners_.end(), [](const auto& j) { return j->streamAttached(); });
+    const auto ready =
+        std::count_if(joiners_.begin(), joiners_.end(), [](const auto& j) { return j->streamAttached(); });
     changeEpochLocked("admitted " + std::to_string(ready) + " new ranks at the commit '" + response.name + "'", outbox,
                       /*admit=*/true);  // admits the same joiners: both under mutex_
   }
@@ -285,9 +286,9 @@ StatusOr<std::vector<uint8_t*>> Job::requestOutputs(const coordinator::Response&
   if (!granted || answers.size() != keys.size()) {
     std::string ranks;
     for (int rank : waiting) ranks += (ranks.empty() ? "" : ", ") + std::to_string(rank);
-    return deadlineExceeded(prefix + "ranks [" + ranks + "] did not answer the output request within " +
-                            std::to_string(std::chrono::duration_cast<std::chrono::seconds>(
-                                               limits_.output_grant_timeout).count()) + " s");
+    return deadlineExceeded(
+        prefix + "ranks [" + ranks + "] did not answer the output request within " +
+        std::to_string(std::chrono::duration_cast<std::chrono::seconds>(limits_.output_grant_timeout).count()) + " s");
   }
   std::vector<uint8_t*> pointers(response.requests.size(), nullptr);
   for (size_t i = 0, k = 0; i < response.requests.size(); ++i) {

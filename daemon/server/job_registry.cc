@@ -35,17 +35,20 @@ Status checkIdentity(const v1::RegisterRequest& r, uint32_t max_local_ranks, uin
     return invalidArgument("the job spans nodes (local size " + std::to_string(r.local_size()) + " < size " +
                            std::to_string(r.size()) + "): its leader's address is needed (GRADSYNC_LEADER)");
   }
-  if (r.hostname().size() > 256 || r.client_version().size() > 256) return invalidArgument("hostname or version too long");
+  if (r.hostname().size() > 256 || r.client_version().size() > 256)
+    return invalidArgument("hostname or version too long");
   if (r.elastic()) {
     if (r.min_size() < 1 || r.min_size() > r.size()) {
       return invalidArgument("elastic job: min size " + std::to_string(r.min_size()) + " outside [1, " +
                              std::to_string(r.size()) + "]");
     }
   }
-  if (!v1::AutotuneMode_IsValid(r.autotune())) return invalidArgument("unknown autotune mode " + std::to_string(r.autotune()));
+  if (!v1::AutotuneMode_IsValid(r.autotune()))
+    return invalidArgument("unknown autotune mode " + std::to_string(r.autotune()));
   if (r.autotune_warmup_samples() > 1000 || r.autotune_steps_per_sample() > 10000 ||
       r.autotune_samples_per_setting() > 100) {
-    return invalidArgument("autotune: at most 1000 warm-up samples, 10000 steps per sample and 100 samples per setting");
+    return invalidArgument(
+        "autotune: at most 1000 warm-up samples, 10000 steps per sample and 100 samples per setting");
   }
   if (r.process_sets_size() > 4096) return invalidArgument("more than 4096 process sets");
   for (int i = 0; i < r.process_sets_size(); ++i) {
@@ -280,10 +283,11 @@ void JobRegistry::sessionLost(uint64_t session_id, const std::string& cause, boo
         ended_.push_back(info);
         if (ended_.size() > kEndedJobs) ended_.pop_front();
       }
-      GS_LOG(control, info, "job '{}' ended: {} operations, {} bytes; coordination {} messages, {} bytes sent, {} "
-             "received, {} response-cache hits", info.job_id(), info.operations_done(), info.bytes_done(),
-             info.coordination_messages(), info.coordination_bytes_sent(), info.coordination_bytes_received(),
-             info.cache_hits());
+      GS_LOG(control, info,
+             "job '{}' ended: {} operations, {} bytes; coordination {} messages, {} bytes sent, {} "
+             "received, {} response-cache hits",
+             info.job_id(), info.operations_done(), info.bytes_done(), info.coordination_messages(),
+             info.coordination_bytes_sent(), info.coordination_bytes_received(), info.cache_hits());
     }
   }
   retire(std::move(job));  // maybe the last reference: torn down on the reaper
@@ -304,8 +308,8 @@ void JobRegistry::housekeeping(Clock::time_point now) {
     job->housekeeping(now);
     for (const auto& session : job->stoppedRanks(now)) {
       const auto seconds = std::chrono::duration_cast<std::chrono::seconds>(Job::kStoppedRankLimit).count();
-      sessionLost(session->id(), "was stopped (SIGSTOP or a debugger) for " + std::to_string(seconds) +
-                                     " s: treated as lost");
+      sessionLost(session->id(),
+                  "was stopped (SIGSTOP or a debugger) for " + std::to_string(seconds) + " s: treated as lost");
       session->cancel();  // resumed, its calls fail at once
     }
   }

@@ -6,11 +6,11 @@
 #include <atomic>
 #include <condition_variable>
 #include <deque>
-#include <thread>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "daemon/executor/reduce_pool.h"

@@ -181,8 +181,8 @@ void Job::steadyExecutorLoop() {
   steady_rounds_ = false;  // the usual loop fails what is left
   Outbox outbox;
   for (auto& held : steady_.takeAll()) {
-    failRequestLocked(held.request, aborted("job '" + spec_.job_id + "': " + (failure_.empty() ? stop_reason_ : failure_)),
-                      &outbox);
+    failRequestLocked(held.request,
+                      aborted("job '" + spec_.job_id + "': " + (failure_.empty() ? stop_reason_ : failure_)), &outbox);
   }
   flush(&outbox);
 }
@@ -194,7 +194,8 @@ bool Job::runLeaderBatchesUpTo(uint64_t sequence) {
     {
       std::unique_lock<std::mutex> lock(mutex_);
       const auto due = [&] {
-        return stopping_ || !failure_.empty() || (!remote_batches_.empty() && remote_batches_.front().sequence <= sequence) ||
+        return stopping_ || !failure_.empty() ||
+               (!remote_batches_.empty() && remote_batches_.front().sequence <= sequence) ||
                batch_sequence_seen_ >= sequence;
       };
       // The leader sent it before the round began: it is on its way.

@@ -19,7 +19,8 @@ std::string upper(std::string text) {
 }  // namespace
 
 Status Job::startTimeline(UniqueFd file, bool mark_cycles) {
-  ASSIGN_OR_RETURN(std::unique_ptr<timeline::Timeline> timeline, timeline::Timeline::start(std::move(file), mark_cycles));
+  ASSIGN_OR_RETURN(std::unique_ptr<timeline::Timeline> timeline,
+                   timeline::Timeline::start(std::move(file), mark_cycles));
   std::lock_guard<std::mutex> lock(mutex_);  // negotiating_ belongs to the old one
   negotiating_.clear();
   std::lock_guard<std::mutex> timeline_lock(timeline_mutex_);
@@ -44,7 +45,8 @@ void Job::timelineRequestLocked(timeline::Timeline* tl, const coordinator::Reque
   if (negotiating_.insert(request.name).second) {
     tl->begin(request.name, "NEGOTIATE_" + upper(collectiveName(request.type)));
   }
-  tl->instant(request.name, "rank " + std::to_string(request.rank) + " ready", {{"rank", std::to_string(request.rank)}});
+  tl->instant(request.name, "rank " + std::to_string(request.rank) + " ready",
+              {{"rank", std::to_string(request.rank)}});
 }
 
 void Job::timelineNegotiatedLocked(timeline::Timeline* tl, const std::string& name, CollectiveType type) {
@@ -66,11 +68,12 @@ void Job::timelineExecution(const fusion::FusedResponse& fused, bool begin,
     const std::string phase = upper(collectiveName(r.type));
     if (begin) {
       const uint64_t bytes = r.activeCount() > 0 ? r.first().length : 0;
-      executing_timeline_->begin(r.name, phase,
-                                 {{"bytes", std::to_string(bytes)},
-                                  {"dtype", timeline::Timeline::quote(r.activeCount() > 0 ? dataTypeName(r.first().dtype) : "")},
-                                  {"fused_tensors", std::to_string(fused.responses.size())},
-                                  {"fused_bytes", std::to_string(fused.bytes)}});
+      executing_timeline_->begin(
+          r.name, phase,
+          {{"bytes", std::to_string(bytes)},
+           {"dtype", timeline::Timeline::quote(r.activeCount() > 0 ? dataTypeName(r.first().dtype) : "")},
+           {"fused_tensors", std::to_string(fused.responses.size())},
+           {"fused_bytes", std::to_string(fused.bytes)}});
     } else {
       const bool ok = results != nullptr && i < results->size() && (*results)[i].status.isOk();
       executing_timeline_->end(r.name, phase, {{"ok", ok ? "true" : "false"}});

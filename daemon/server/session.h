@@ -8,14 +8,14 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <mutex>
-#include <condition_variable>
-#include <deque>
 #include <set>
-#include <thread>
 #include <string>
+#include <thread>
 
 #include "daemon/common/budget.h"
 #include "daemon/gpu/client_gpu.h"
@@ -120,7 +120,7 @@ class Session {
 
   void writerLoop();
 
-  mutable std::mutex write_mutex_;   // the completion ring and the queue below
+  mutable std::mutex write_mutex_;  // the completion ring and the queue below
   std::condition_variable write_cv_;
   SessionStream* stream_ = nullptr;  // written by writer_ only
   grpc::ServerContext* context_ = nullptr;

@@ -45,8 +45,8 @@ TEST(SteadyState, ReadyOnceEveryLocalRankHoldsAndTakenWithTheirOwnRequests) {
   ASSERT_EQ(response.requests.size(), 4u);
   EXPECT_EQ(response.requests[0]->handle, 1000u);  // the leader's copy for remote ranks
   EXPECT_EQ(response.requests[1]->handle, 11u);
-  EXPECT_EQ(response.requests[2]->handle, 12u);   // the oldest first
-  EXPECT_TRUE(state.ready().empty());             // rank 1 has nothing for the next step yet
+  EXPECT_EQ(response.requests[2]->handle, 12u);  // the oldest first
+  EXPECT_TRUE(state.ready().empty());            // rank 1 has nothing for the next step yet
   EXPECT_FALSE(state.empty());
 }
 

@@ -65,8 +65,9 @@ void Timeline::write(const std::string& tensor, const std::string& event) {
   const std::string pid = std::to_string(it->second);
   if (is_new) {
     chunk += std::string(events_ ? "," : "") + "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":" + pid +
-             ",\"args\":{\"name\":" + quote(tensor) + "}},\n{\"name\":\"process_sort_index\",\"ph\":\"M\",\"pid\":" +
-             pid + ",\"args\":{\"sort_index\":" + pid + "}}";
+             ",\"args\":{\"name\":" + quote(tensor) +
+             "}},\n{\"name\":\"process_sort_index\",\"ph\":\"M\",\"pid\":" + pid + ",\"args\":{\"sort_index\":" + pid +
+             "}}";
     events_ += 2;
   }
   chunk += std::string(events_ ? "," : "") + "{\"pid\":" + pid + "," + event + "}\n]";
@@ -90,8 +91,8 @@ void Timeline::end(const std::string& tensor, const std::string& phase, const Ar
 }
 
 void Timeline::instant(const std::string& tensor, const std::string& what, const Args& args) {
-  write(tensor, "\"tid\":0,\"ph\":\"i\",\"s\":\"p\",\"name\":" + quote(what) + ",\"ts\":" +
-                    std::to_string(nowMicros()) + (args.empty() ? "" : ",\"args\":" + argsJson(args)));
+  write(tensor, "\"tid\":0,\"ph\":\"i\",\"s\":\"p\",\"name\":" + quote(what) +
+                    ",\"ts\":" + std::to_string(nowMicros()) + (args.empty() ? "" : ",\"args\":" + argsJson(args)));
 }
 
 void Timeline::cycle() {

@@ -30,8 +30,8 @@ class FakeProcessGpu : public gpu::FakeDeviceOps, public gpu::GpuBackend {
     const int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
     if (fd < 0) return unavailable("cannot open " + path + ": " + std::strerror(errno));
     const off_t size = ::lseek(fd, 0, SEEK_END);
-    void* p = size > 0 ? ::mmap(nullptr, static_cast<size_t>(size), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)
-                       : MAP_FAILED;
+    void* p =
+        size > 0 ? ::mmap(nullptr, static_cast<size_t>(size), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0) : MAP_FAILED;
     ::close(fd);
     if (p == MAP_FAILED) return internalError("cannot map " + path);
     std::lock_guard<std::mutex> lock(mutex_);

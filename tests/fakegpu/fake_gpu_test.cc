@@ -84,8 +84,9 @@ TEST_P(FakeGpuAcrossDaemonsTest, AllreduceAndBroadcastBetweenDaemons) {
     ranks.push_back(daemons[placement[r]]->spawnRank("across", r, 3, {"fake_cuda_across"}, env));
   }
   std::string report;
-  EXPECT_TRUE(allSucceed(ranks, kTimeout, &report))
-      << report << "--- leader:\n" << daemons[0]->log() << "--- follower:\n" << daemons[1]->log();
+  EXPECT_TRUE(allSucceed(ranks, kTimeout, &report)) << report << "--- leader:\n"
+                                                    << daemons[0]->log() << "--- follower:\n"
+                                                    << daemons[1]->log();
   if (GetParam() == "auto") {
     for (auto& d : daemons) {  // both tried NCCL (the leader's id reached them) and fell back
       EXPECT_NE(d->log().find("no NCCL among the daemons"), std::string::npos) << d->log();

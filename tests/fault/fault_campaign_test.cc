@@ -18,8 +18,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <random>
-#include <thread>
 #include <regex>
+#include <thread>
 
 #include "gtest/gtest.h"
 #include "tests/testutil/daemon_fixture.h"
@@ -38,27 +38,43 @@ using SteadyClock = std::chrono::steady_clock;
 constexpr auto kBound = std::chrono::seconds(15);
 // How long loss or a slow link lasts before the job is asked to end.
 constexpr auto kImpairment = std::chrono::seconds(4);
-const std::vector<std::string> kDaemonFlags = {"--join-timeout-seconds", "10", "--stall-warning-seconds", "1",
+const std::vector<std::string> kDaemonFlags = {"--join-timeout-seconds",   "10", "--stall-warning-seconds", "1",
                                                "--stall-deadline-seconds", "5"};
 
 enum class Fault {
-  kRankKill, kRankStop, kFollowerDaemonKill, kFollowerDaemonStop, kLeaderDaemonKill, kLeaderDaemonStop,
-  kLinkCut, kPacketLoss, kSlowLink,
+  kRankKill,
+  kRankStop,
+  kFollowerDaemonKill,
+  kFollowerDaemonStop,
+  kLeaderDaemonKill,
+  kLeaderDaemonStop,
+  kLinkCut,
+  kPacketLoss,
+  kSlowLink,
 };
 constexpr int kProcessFaultKinds = 6;
 constexpr int kFaultKinds = 9;
 
 const char* faultName(Fault f) {
   switch (f) {
-    case Fault::kRankKill: return "SIGKILL rank";
-    case Fault::kRankStop: return "SIGSTOP rank";
-    case Fault::kFollowerDaemonKill: return "SIGKILL follower daemon";
-    case Fault::kFollowerDaemonStop: return "SIGSTOP follower daemon";
-    case Fault::kLeaderDaemonKill: return "SIGKILL leader daemon";
-    case Fault::kLeaderDaemonStop: return "SIGSTOP leader daemon";
-    case Fault::kLinkCut: return "cut the link of daemon";
-    case Fault::kPacketLoss: return "5% packet loss at daemon";
-    case Fault::kSlowLink: return "20 Mbit/s link at daemon";
+    case Fault::kRankKill:
+      return "SIGKILL rank";
+    case Fault::kRankStop:
+      return "SIGSTOP rank";
+    case Fault::kFollowerDaemonKill:
+      return "SIGKILL follower daemon";
+    case Fault::kFollowerDaemonStop:
+      return "SIGSTOP follower daemon";
+    case Fault::kLeaderDaemonKill:
+      return "SIGKILL leader daemon";
+    case Fault::kLeaderDaemonStop:
+      return "SIGSTOP leader daemon";
+    case Fault::kLinkCut:
+      return "cut the link of daemon";
+    case Fault::kPacketLoss:
+      return "5% packet loss at daemon";
+    case Fault::kSlowLink:
+      return "20 Mbit/s link at daemon";
   }
   return "?";
 }
@@ -100,7 +116,8 @@ class FaultCampaignTest : public ::testing::Test {
       std::vector<std::string> flags = kDaemonFlags;
       if (lab_.available()) {
         // UCX over TCP only: shared memory would bypass the lab's network.
-        flags.insert(flags.end(), {"--peer-address", lab_.address(host) + ":0", "--data-plane-devices", lab_.device(host)});
+        flags.insert(flags.end(),
+                     {"--peer-address", lab_.address(host) + ":0", "--data-plane-devices", lab_.device(host)});
         ASSERT_TRUE(d->startWrapped(lab_.wrapper(host), {{"UCX_TLS", "tcp"}}, flags, &error)) << error;
       } else {
         flags.insert(flags.end(), {"--peer-address", "127.0.0.1:0"});
@@ -115,8 +132,9 @@ class FaultCampaignTest : public ::testing::Test {
   }
   // gradsyncctl status on daemon `d` answers within 5 s.
   bool answers(size_t d) {
-    Process ctl = Process::spawn({runfile("tools/gradsyncctl/gradsyncctl"), "--socket", daemons_[d]->socketPath(), "status"},
-                                 {}, daemons_[d]->dir() + "/status.log");
+    Process ctl =
+        Process::spawn({runfile("tools/gradsyncctl/gradsyncctl"), "--socket", daemons_[d]->socketPath(), "status"}, {},
+                       daemons_[d]->dir() + "/status.log");
     return ctl.wait(std::chrono::seconds(5)) == 0;
   }
   std::string logs() const {
@@ -156,7 +174,9 @@ struct Tally {
 };
 
 bool isRankFault(Fault f) { return f == Fault::kRankKill || f == Fault::kRankStop; }
-bool isStop(Fault f) { return f == Fault::kRankStop || f == Fault::kFollowerDaemonStop || f == Fault::kLeaderDaemonStop; }
+bool isStop(Fault f) {
+  return f == Fault::kRankStop || f == Fault::kFollowerDaemonStop || f == Fault::kLeaderDaemonStop;
+}
 bool isNetworkFault(Fault f) { return static_cast<int>(f) >= kProcessFaultKinds; }
 bool isImpairment(Fault f) { return f == Fault::kPacketLoss || f == Fault::kSlowLink; }
 
@@ -174,7 +194,8 @@ void expectNamedFailures(std::vector<Process>& ranks, const Round& round, Steady
     const std::string message = errorLine(ranks[r]);
     if (code == -1) ++tally->hangs;
     EXPECT_EQ(code, 3) << round.what << ": rank " << r << " did not end with an error within " << kBound.count()
-                       << " s\n" << ranks[r].log() << logs;
+                       << " s\n"
+                       << ranks[r].log() << logs;
     if (code == 3 && !named(r, message)) ++tally->unnamed;
     EXPECT_TRUE(named(r, message)) << round.what << ": rank " << r << "'s error does not name the cause: " << message;
   }
@@ -200,8 +221,8 @@ TEST_F(FaultCampaignTest, EveryFaultEndsEverySurvivorWithANamedErrorInBoundedTim
     const int follower = 1 + static_cast<int>(random() % (daemon_count - 1));
     const int any_daemon = static_cast<int>(random() % daemon_count);
     round.victim_daemon = fault == Fault::kLeaderDaemonKill || fault == Fault::kLeaderDaemonStop ? 0
-                          : isNetworkFault(fault)                                              ? any_daemon
-                                                                                               : follower;
+                          : isNetworkFault(fault)                                                ? any_daemon
+                                                                                                 : follower;
     const auto delay = std::chrono::milliseconds(random() % 1500);
     const bool rank_fault = isRankFault(fault);
     round.what = "round " + std::to_string(n) + ": " + faultName(fault) + " " +
@@ -214,12 +235,16 @@ TEST_F(FaultCampaignTest, EveryFaultEndsEverySurvivorWithANamedErrorInBoundedTim
     const std::string job = "campaign-" + std::to_string(n);
     const std::string stop_file = daemons_[0]->dir() + "/" + job + ".stop";
     auto ranks = launchAcross(use(daemon_count), job, {"campaign_loop", stop_file}, round.placement);
-    ASSERT_TRUE(waitFor([&] {
-      for (const auto& r : ranks) {
-        if (r.log().find("RUNNING") == std::string::npos) return false;
-      }
-      return true;
-    }, std::chrono::seconds(30))) << what << ": the job did not start\n" << logs();
+    ASSERT_TRUE(waitFor(
+        [&] {
+          for (const auto& r : ranks) {
+            if (r.log().find("RUNNING") == std::string::npos) return false;
+          }
+          return true;
+        },
+        std::chrono::seconds(30)))
+        << what << ": the job did not start\n"
+        << logs();
     std::this_thread::sleep_for(delay);
 
     const auto injected = SteadyClock::now();
@@ -262,24 +287,26 @@ TEST_F(FaultCampaignTest, EveryFaultEndsEverySurvivorWithANamedErrorInBoundedTim
                   lastStep(ranks[0]) - before[0], Seconds(kImpairment).count());
     } else if (fault == Fault::kLinkCut) {
       // Both sides of the cut end, each naming a daemon across it.
-      expectNamedFailures(ranks, round, injected, [](int) { return true; },
-                          [&](int r, const std::string& message) {
-                            if (!on_victim(r)) return names(victim, message);
-                            for (size_t d = 0; d < daemon_count; ++d) {
-                              if (static_cast<int>(d) != victim && names(static_cast<int>(d), message)) return true;
-                            }
-                            return false;
-                          },
-                          &tally, logs());
+      expectNamedFailures(
+          ranks, round, injected, [](int) { return true; },
+          [&](int r, const std::string& message) {
+            if (!on_victim(r)) return names(victim, message);
+            for (size_t d = 0; d < daemon_count; ++d) {
+              if (static_cast<int>(d) != victim && names(static_cast<int>(d), message)) return true;
+            }
+            return false;
+          },
+          &tally, logs());
       ASSERT_TRUE(lab_.restore(victim)) << what;
     } else {
       const auto targeted = [&](int r) { return rank_fault ? r == round.victim_rank : on_victim(r); };
-      expectNamedFailures(ranks, round, injected, [&](int r) { return !targeted(r); },
-                          [&](int, const std::string& message) {
-                            return rank_fault ? namesRank(message, round.victim_rank)
-                                              : namesDaemon(message, victim, round.victim_address, round.placement);
-                          },
-                          &tally, logs());
+      expectNamedFailures(
+          ranks, round, injected, [&](int r) { return !targeted(r); },
+          [&](int, const std::string& message) {
+            return rank_fault ? namesRank(message, round.victim_rank)
+                              : namesDaemon(message, victim, round.victim_address, round.placement);
+          },
+          &tally, logs());
       // The targeted side: a stopped process is killed now (an operator's
       // answer to a hung process); ranks of a dead daemon end at once.
       if (isStop(fault)) {
@@ -313,11 +340,12 @@ TEST_F(FaultCampaignTest, EveryFaultEndsEverySurvivorWithANamedErrorInBoundedTim
     auto next = launchAcross(use(daemon_count), "after-" + std::to_string(n), {"allreduce"}, round.placement);
     std::string report;
     EXPECT_TRUE(allSucceed(next, std::chrono::seconds(60), &report)) << what << ": the next job failed\n"
-                                                                    << report << logs();
+                                                                     << report << logs();
   }
-  std::printf("campaign seed %d: %d rounds, %d hangs, %d unnamed errors, %d untargeted daemons lost, "
-              "slowest survivor %.1f s\n",
-              seed, rounds, tally.hangs, tally.unnamed, tally.daemon_casualties, tally.worst);
+  std::printf(
+      "campaign seed %d: %d rounds, %d hangs, %d unnamed errors, %d untargeted daemons lost, "
+      "slowest survivor %.1f s\n",
+      seed, rounds, tally.hangs, tally.unnamed, tally.daemon_casualties, tally.worst);
 }
 
 }  // namespace

@@ -5,8 +5,8 @@
 #include <grpcpp/grpcpp.h>
 #include <linux/futex.h>
 #include <sys/mman.h>
-#include <sys/syscall.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -140,7 +140,7 @@ TEST_F(HostileInputTest, RandomBytesOnBothSockets) {
     EXPECT_GT(::send(grpc_fd.get(), junk.data(), junk.size(), MSG_NOSIGNAL), 0);
     UniqueFd handoff_fd = connectUnix(daemon_.socketPath() + ".handoff", SOCK_SEQPACKET);
     ASSERT_TRUE(handoff_fd.valid());
-    ::send(handoff_fd.get(), junk.data(), 48, MSG_NOSIGNAL);     // right size, wrong magic
+    ::send(handoff_fd.get(), junk.data(), 48, MSG_NOSIGNAL);  // right size, wrong magic
     UniqueFd handoff_long = connectUnix(daemon_.socketPath() + ".handoff", SOCK_SEQPACKET);
     ::send(handoff_long.get(), junk.data(), 4000, MSG_NOSIGNAL);  // too long
   }
@@ -282,11 +282,11 @@ TEST_F(HostileInputTest, MalformedHandoffFramesGetErrorsAndTheSessionGoesOn) {
   unparsable[4] = 3;  // the header says 3 bytes follow: they do, and do not parse
   const std::vector<std::string> frames = {
       unparsable,
-      std::string("abc"),                                               // shorter than a header
-      std::string(8, '\xff'),                                           // bad magic
-      handoff::encodeFrame(v1::HandoffRequest()).substr(0, 6),          // truncated header
-      handoff::encodeFrame(v1::HandoffRequest()) + "tail",              // length disagrees
-      handoff::encodeFrame(v1::HandoffRequest()),                       // empty request
+      std::string("abc"),                                       // shorter than a header
+      std::string(8, '\xff'),                                   // bad magic
+      handoff::encodeFrame(v1::HandoffRequest()).substr(0, 6),  // truncated header
+      handoff::encodeFrame(v1::HandoffRequest()) + "tail",      // length disagrees
+      handoff::encodeFrame(v1::HandoffRequest()),               // empty request
   };
   for (const std::string& frame : frames) {
     ASSERT_TRUE(handoff::sendWithFd(handoff_fd.get(), frame.data(), frame.size(), -1).isOk());

@@ -20,8 +20,8 @@ TEST(RankFailureTest, KilledRankFailsPendingCollectivesWithinFiveSeconds) {
   ASSERT_TRUE(daemon.start({}, &error)) << error;
   Process survivor = daemon.spawnRank("victim-job", 0, 2, {"kill_victim"});
   Process victim = daemon.spawnRank("victim-job", 1, 2, {"kill_victim"});
-  ASSERT_TRUE(waitFor([&] { return logHas(survivor, "ENQUEUED") && logHas(victim, "VICTIM READY"); },
-                      std::chrono::seconds(20)))
+  ASSERT_TRUE(
+      waitFor([&] { return logHas(survivor, "ENQUEUED") && logHas(victim, "VICTIM READY"); }, std::chrono::seconds(20)))
       << survivor.log() << victim.log();
   const pid_t victim_pid = victim.pid();
   const auto killed_at = std::chrono::steady_clock::now();

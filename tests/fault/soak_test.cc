@@ -18,7 +18,7 @@
 namespace gradsync::testutil {
 namespace {
 
-constexpr int kRanks = 3;        // the disagreement scenario needs three
+constexpr int kRanks = 3;       // the disagreement scenario needs three
 constexpr int kConcurrent = 4;  // jobs at a time
 // gRPC's synchronous server keeps a few more polling threads after busy
 // moments (seen: +1 to +3 over 2,000 jobs); a leak of one per job would
@@ -49,8 +49,8 @@ std::string finishJob(std::vector<Process>& ranks, int i) {
     const int code = ranks[r].wait(std::chrono::seconds(30));
     const int want = i % 3 != 2 ? 0 : r == 1 ? 128 + SIGKILL : 3;
     if (code != want) {
-      return "job " + std::to_string(i) + " rank " + std::to_string(r) + " exited " + std::to_string(code) +
-             " (want " + std::to_string(want) + "): " + ranks[r].log();
+      return "job " + std::to_string(i) + " rank " + std::to_string(r) + " exited " + std::to_string(code) + " (want " +
+             std::to_string(want) + "): " + ranks[r].log();
     }
   }
   return "";
@@ -93,10 +93,12 @@ TEST(SoakTest, ShortJobsLeaveNoDescriptorsThreadsMappingsOrMemoryBehind) {
   // (give or take the allocator's per-thread arenas); threads too, give or
   // take gRPC's spare pollers; resident memory within what the allocator keeps.
   Usage after;
-  waitFor([&] {
-    after = usageOf(pid);
-    return after.fds <= baseline.fds && after.threads <= baseline.threads + kSpareThreads;
-  }, std::chrono::seconds(10));
+  waitFor(
+      [&] {
+        after = usageOf(pid);
+        return after.fds <= baseline.fds && after.threads <= baseline.threads + kSpareThreads;
+      },
+      std::chrono::seconds(10));
   std::printf("soak: %d jobs in %.1f s; baseline %s; after %s\n", jobs, seconds, describe(baseline).c_str(),
               describe(after).c_str());
   EXPECT_LE(after.fds, baseline.fds) << describe(after);

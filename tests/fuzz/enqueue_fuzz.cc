@@ -16,8 +16,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   server::EnqueueContext context;
   context.rank = mode & 3;
   context.job_size = 1 + ((mode >> 2) & 7);
-  context.process_sets = std::make_shared<coordinator::ProcessSetTable>(
-      context.job_size, std::vector<std::vector<int>>{{0}});
+  context.process_sets =
+      std::make_shared<coordinator::ProcessSetTable>(context.job_size, std::vector<std::vector<int>>{{0}});
   context.max_name_length = 64;
   context.remote = (mode & 0x40) != 0;
   context.arena = context.remote ? nullptr : &fuzz::fuzzArena();

@@ -3,8 +3,8 @@
 // fuzz targets validate requests against; made once per process.
 #pragma once
 
-#include <sys/mman.h>
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <cstdlib>

@@ -57,7 +57,9 @@ int main(int argc, char** argv) {
   v1::Enqueue cuda = allreduce(4, 0);
   cuda.mutable_cuda()->set_buffer_id(7);
   for (const auto& [name, e] : {std::pair<std::string, v1::Enqueue>{"allreduce", allreduce(1, 0)},
-                                {"allgather", gather}, {"alltoall", alltoall}, {"cuda", cuda}}) {
+                                {"allgather", gather},
+                                {"alltoall", alltoall},
+                                {"cuda", cuda}}) {
     write("enqueue_fuzz", name, std::string(1, '\x04') + e.SerializeAsString());
   }
 
@@ -99,8 +101,9 @@ int main(int argc, char** argv) {
   *forward.mutable_request()->mutable_enqueue() = allreduce(9, 0);
   write("peer_message_fuzz", "forward", std::string(1, '\x02') + forward.SerializeAsString());
 
-  write("config_fuzz", "text", "socket_path: \"/run/gradsync/gradsyncd.sock\"\nreduce_threads: 4\n"
-                               "peer_address: \"0.0.0.0:7070\"\nlog_level: \"info\"\n");
+  write("config_fuzz", "text",
+        "socket_path: \"/run/gradsync/gradsyncd.sock\"\nreduce_threads: 4\n"
+        "peer_address: \"0.0.0.0:7070\"\nlog_level: \"info\"\n");
   write("config_fuzz", "json", "{\"socketPath\": \"/tmp/g.sock\", \"maxArenaBytes\": \"1073741824\"}");
 
   v1::RegisterRequest reg;

@@ -4,9 +4,9 @@
 // adds a JoinJob's node to the membership and expands a follower's cached
 // request; a follower decodes the leader's batches through its response
 // cache. The first byte picks the message; the rest is its serialized form.
+#include "daemon/peer/cross_node.h"
 #include "daemon/peer/membership.h"
 #include "daemon/peer/response_cache.h"
-#include "daemon/peer/cross_node.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace gradsync;

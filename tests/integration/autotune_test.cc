@@ -69,10 +69,11 @@ TEST_F(AutotuneTest, OneDaemonTriesEverySettingAndKeepsTheFastest) {
   const std::string log = daemons_[0]->log();
   EXPECT_EQ(count(log, "job 'tune-one': autotune measured "), 10) << log;
   std::smatch chosen;
-  ASSERT_TRUE(std::regex_search(log, chosen,
-                                std::regex("job 'tune-one': autotune chose fusion threshold ([^,]+), cycle time ([0-9.]+) "
-                                           "ms \\(([0-9.e+]+) MB/s; the initial fusion threshold 64 MiB, cycle time 0 "
-                                           "ms: [0-9.e+]+ MB/s\\) after 11 samples")))
+  ASSERT_TRUE(
+      std::regex_search(log, chosen,
+                        std::regex("job 'tune-one': autotune chose fusion threshold ([^,]+), cycle time ([0-9.]+) "
+                                   "ms \\(([0-9.e+]+) MB/s; the initial fusion threshold 64 MiB, cycle time 0 "
+                                   "ms: [0-9.e+]+ MB/s\\) after 11 samples")))
       << log;
   EXPECT_NE(views[0].find("autotune:           done after 11 samples: "), std::string::npos) << views[0];
   EXPECT_NE(views[0].find("autotune trials (median of each setting's samples):"), std::string::npos) << views[0];
@@ -142,8 +143,8 @@ TEST_F(AutotuneTest, TwoDaemonsThroughTheLeaderTuneTheCycleTimeToo) {
 TEST_F(AutotuneTest, ARankKilledWhileTuningFailsTheJobEverywhereNamingIt) {
   startDaemons(2);
   auto ranks = launchWith("tune-kill", {"training_steps", "100000"}, {0, 1, 0, 1}, kQuickTuning);
-  ASSERT_TRUE(waitFor([&] { return daemons_[0]->log().find("job 'tune-kill': autotune measured ") != std::string::npos; },
-                      kTimeout))
+  ASSERT_TRUE(waitFor(
+      [&] { return daemons_[0]->log().find("job 'tune-kill': autotune measured ") != std::string::npos; }, kTimeout))
       << logs();
   ranks[3].kill(SIGKILL);
   const auto killed = std::chrono::steady_clock::now();

@@ -26,8 +26,8 @@ class CollectivesTest : public ::testing::Test {
     for (int r = 0; r < size; ++r) ranks.push_back(daemon_.spawnRank(job, r, size, {scenario}));
     std::string report;
     EXPECT_TRUE(allSucceed(ranks, kJobTimeout, &report)) << scenario << " with " << size << " ranks:\n"
-                                                          << report << "daemon log:\n"
-                                                          << daemon_.log();
+                                                         << report << "daemon log:\n"
+                                                         << daemon_.log();
   }
 
   DaemonFixture daemon_;
@@ -40,12 +40,13 @@ TEST_P(EveryCollective, MatchesReference) {
   runJob("job-" + scenario, scenario, size);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Collectives, EveryCollective,
-    ::testing::Combine(::testing::Values("allreduce", "allgather", "broadcast", "alltoall", "reducescatter",
-                                        "barrier_grouped_fusion"),
-                       ::testing::Values(2, 3)),
-    [](const auto& info) { return std::get<0>(info.param) + "_" + std::to_string(std::get<1>(info.param)) + "ranks"; });
+INSTANTIATE_TEST_SUITE_P(Collectives, EveryCollective,
+                         ::testing::Combine(::testing::Values("allreduce", "allgather", "broadcast", "alltoall",
+                                                              "reducescatter", "barrier_grouped_fusion"),
+                                            ::testing::Values(2, 3)),
+                         [](const auto& info) {
+                           return std::get<0>(info.param) + "_" + std::to_string(std::get<1>(info.param)) + "ranks";
+                         });
 
 TEST_F(CollectivesTest, FourRanksAllreduceAndAlltoall) {
   runJob("four-ar", "allreduce", 4);
@@ -99,8 +100,8 @@ TEST_F(CollectivesTest, PlainCRanksThroughTheSharedLibrary) {
 TEST_F(CollectivesTest, WrongTokenIsRefused) {
   std::vector<Process> ranks;
   ranks.push_back(daemon_.spawnRank("tok", 0, 2, {"barrier_grouped_fusion"}));
-  ASSERT_TRUE(waitFor([&] { return daemon_.log().find("rank 0 registered") != std::string::npos; },
-                      std::chrono::seconds(10)))
+  ASSERT_TRUE(
+      waitFor([&] { return daemon_.log().find("rank 0 registered") != std::string::npos; }, std::chrono::seconds(10)))
       << daemon_.log();
   // Rank 1 registers after rank 0 with another token: refused.
   auto env = daemon_.rankEnv("tok", 1, 2, "wrong-token");

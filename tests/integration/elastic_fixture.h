@@ -78,5 +78,4 @@ class ElasticAcrossDaemonsTest : public MultiDaemonTest {
   }
 };
 
-
 }  // namespace gradsync::testutil

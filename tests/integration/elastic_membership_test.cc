@@ -35,13 +35,13 @@ TEST_F(ElasticAcrossDaemonsTest, BelowTheMinimumTheSurvivorsWaitForAJoinerAndGoO
   auto ranks = launchWith("el-below", args, {0, 1, 1}, env);
   ASSERT_TRUE(allLooping(ranks)) << logs();
   ranks[1].kill(SIGKILL);
-  ASSERT_TRUE(waitFor([&] { return daemons_[1]->log().find("waiting for new ranks up to the elastic timeout") !=
-                                   std::string::npos; },
-                      std::chrono::seconds(15)))
+  ASSERT_TRUE(waitFor(
+      [&] { return daemons_[1]->log().find("waiting for new ranks up to the elastic timeout") != std::string::npos; },
+      std::chrono::seconds(15)))
       << logs();
   std::this_thread::sleep_for(std::chrono::seconds(1));
   EXPECT_EQ(recoveredAt(ranks[0].log(), 2), -1) << "epoch 2 is below the minimum: nobody may train in it\n"
-                                                 << ranks[0].log();
+                                                << ranks[0].log();
   Process joiner = spawnJoiner(1, "el-below", 3, args, env);
   EXPECT_EQ(joiner.wait(kTimeout), 0) << joiner.log() << logs();
   EXPECT_EQ(ranks[0].wait(kTimeout), 0) << ranks[0].log() << logs();
@@ -109,9 +109,11 @@ TEST_F(ElasticAcrossDaemonsTest, ReplacementWaitingWhenItsNodesLastRankDiesJoins
   auto ranks = launchWith("el-last-rank", args, {0, 1}, kElastic);
   ASSERT_TRUE(allLooping(ranks)) << logs();
   Process joiner = spawnJoiner(1, "el-last-rank", 2, args);
-  ASSERT_TRUE(waitFor([&] { return daemons_[0]->log().find("to join at the next commit (1 waiting across nodes)") !=
-                                   std::string::npos; },
-                      std::chrono::seconds(20)))
+  ASSERT_TRUE(waitFor(
+      [&] {
+        return daemons_[0]->log().find("to join at the next commit (1 waiting across nodes)") != std::string::npos;
+      },
+      std::chrono::seconds(20)))
       << logs();
   ranks[1].kill(SIGKILL);
   EXPECT_EQ(joiner.wait(kTimeout), 0) << joiner.log() << logs();
@@ -132,14 +134,17 @@ TEST_F(ElasticAcrossDaemonsTest, CandidateDaemonKilledBeforeItsJoinerIsAdmittedI
   auto ranks = launchWith("el-candidate-lost", args, {0, 1}, kElastic);
   ASSERT_TRUE(allLooping(ranks)) << logs();
   Process joiner = spawnJoiner(2, "el-candidate-lost", 2, args);
-  ASSERT_TRUE(waitFor([&] { return daemons_[0]->log().find("to join at the next commit (1 waiting across nodes)") !=
-                                   std::string::npos; },
-                      std::chrono::seconds(20)))
+  ASSERT_TRUE(waitFor(
+      [&] {
+        return daemons_[0]->log().find("to join at the next commit (1 waiting across nodes)") != std::string::npos;
+      },
+      std::chrono::seconds(20)))
       << logs();
   daemons_[2]->process().kill(SIGKILL);
   joiner.kill(SIGKILL);
-  ASSERT_TRUE(waitFor([&] { return daemons_[0]->log().find("left before its ranks were admitted") != std::string::npos; },
-                      std::chrono::seconds(15)))
+  ASSERT_TRUE(
+      waitFor([&] { return daemons_[0]->log().find("left before its ranks were admitted") != std::string::npos; },
+              std::chrono::seconds(15)))
       << logs();
   for (int r : {0, 1}) {
     EXPECT_EQ(ranks[r].wait(kTimeout), 0) << ranks[r].log() << logs();
@@ -160,9 +165,11 @@ TEST_F(ElasticAcrossDaemonsTest, AJoinerWaitingWhenTheLeaderFailsOverIsAdmittedB
   auto ranks = launchWith("el-failover-joiner", args, placement, env);
   ASSERT_TRUE(allLooping(ranks)) << logs();
   Process joiner = spawnJoiner(2, "el-failover-joiner", 3, args, env);
-  ASSERT_TRUE(waitFor([&] { return daemons_[0]->log().find("to join at the next commit (1 waiting across nodes)") !=
-                                   std::string::npos; },
-                      std::chrono::seconds(20)))
+  ASSERT_TRUE(waitFor(
+      [&] {
+        return daemons_[0]->log().find("to join at the next commit (1 waiting across nodes)") != std::string::npos;
+      },
+      std::chrono::seconds(20)))
       << logs();
   killDaemonWhenLooping(ranks, placement, 0);
   EXPECT_EQ(joiner.wait(kTimeout), 0) << joiner.log() << logs();

@@ -35,13 +35,13 @@ TEST_F(ElasticAcrossDaemonsTest, RankKilledOnAFollowerOrTheLeadersNodeShrinksThe
       ASSERT_TRUE(waitFor([&] { return daemon->log().find("job '" + job + "' ended") != std::string::npos; },
                           std::chrono::seconds(20)))
           << logs();
-      Process ctl = Process::spawn({runfile("tools/gradsyncctl/gradsyncctl"), "--socket", daemon->socketPath(),
-                                   "history", job},
-                                  {}, daemon->dir() + "/history.log");
+      Process ctl =
+          Process::spawn({runfile("tools/gradsyncctl/gradsyncctl"), "--socket", daemon->socketPath(), "history", job},
+                         {}, daemon->dir() + "/history.log");
       EXPECT_EQ(ctl.wait(std::chrono::seconds(20)), 0) << ctl.log();
       const std::string history = ctl.log();
       for (const std::string& part : {"job " + job + "  epoch 2  min size 2  (ended)", std::string("3 -> 2"),
-                                     std::string(" ms "), std::string("rank 1 (pid ")}) {
+                                      std::string(" ms "), std::string("rank 1 (pid ")}) {
         EXPECT_NE(history.find(part), std::string::npos) << part << " in\n" << history;
       }
     }
@@ -133,7 +133,8 @@ TEST_F(ElasticAcrossDaemonsTest, TwentyRandomKillAndAddCyclesLeaveNothingBehind)
     // Reaped before the next cycle counts the living: the daemon can see its
     // connections close before the process becomes a zombie to reap.
     ranks[victim].wait(std::chrono::seconds(10));
-    ASSERT_TRUE(epochReached(2 + 2 * cycle)) << "cycle " << cycle << ": no epoch after the kill\n" << rankLogs() << logs();
+    ASSERT_TRUE(epochReached(2 + 2 * cycle)) << "cycle " << cycle << ": no epoch after the kill\n"
+                                             << rankLogs() << logs();
     ranks.push_back(spawnJoiner(node[victim], "el-churn", 4, args));
     node.push_back(node[victim]);
     ASSERT_TRUE(epochReached(3 + 2 * cycle)) << "cycle " << cycle << ": the replacement was not admitted\n"
@@ -141,7 +142,8 @@ TEST_F(ElasticAcrossDaemonsTest, TwentyRandomKillAndAddCyclesLeaveNothingBehind)
     // Admitted on every node (its first step done) before the next kill,
     // which may pick it: killed earlier it would be a joiner that left.
     ASSERT_TRUE(waitFor([&] { return saysLooping(ranks.back()); }, std::chrono::seconds(20)))
-        << "cycle " << cycle << ": the replacement never stepped\n" << ranks.back().log() << logs();
+        << "cycle " << cycle << ": the replacement never stepped\n"
+        << ranks.back().log() << logs();
   }
   for (auto& rank : ranks) {
     if (!rank.running() && rank.wait(std::chrono::milliseconds(0)) == 128 + SIGKILL) continue;
@@ -149,21 +151,26 @@ TEST_F(ElasticAcrossDaemonsTest, TwentyRandomKillAndAddCyclesLeaveNothingBehind)
   }
   EXPECT_EQ(daemons_[0]->log().find("epoch " + std::to_string(1 + 2 * kCycles) + " -> "), std::string::npos);
   // The job ends on both daemons; then nothing of it is left.
-  ASSERT_TRUE(waitFor([&] { return daemons_[1]->log().find("job 'el-churn' ended") != std::string::npos &&
-                                   daemons_[0]->log().find("job 'el-churn' ended") != std::string::npos; },
-                      std::chrono::seconds(20)))
+  ASSERT_TRUE(waitFor(
+      [&] {
+        return daemons_[1]->log().find("job 'el-churn' ended") != std::string::npos &&
+               daemons_[0]->log().find("job 'el-churn' ended") != std::string::npos;
+      },
+      std::chrono::seconds(20)))
       << logs();
   constexpr int kAllocatorMappings = 32;
   Usage leader_after, follower_after;
-  waitFor([&] {
-    leader_after = usageOf(daemons_[0]->process().pid());
-    follower_after = usageOf(daemons_[1]->process().pid());
-    return leader_after.fds <= leader_before.fds && follower_after.fds <= follower_before.fds &&
-           leader_after.memfd_mappings <= leader_before.memfd_mappings &&
-           follower_after.memfd_mappings <= follower_before.memfd_mappings &&
-           leader_after.mappings <= leader_before.mappings + kAllocatorMappings &&
-           follower_after.mappings <= follower_before.mappings + kAllocatorMappings;
-  }, std::chrono::seconds(10));
+  waitFor(
+      [&] {
+        leader_after = usageOf(daemons_[0]->process().pid());
+        follower_after = usageOf(daemons_[1]->process().pid());
+        return leader_after.fds <= leader_before.fds && follower_after.fds <= follower_before.fds &&
+               leader_after.memfd_mappings <= leader_before.memfd_mappings &&
+               follower_after.memfd_mappings <= follower_before.memfd_mappings &&
+               leader_after.mappings <= leader_before.mappings + kAllocatorMappings &&
+               follower_after.mappings <= follower_before.mappings + kAllocatorMappings;
+      },
+      std::chrono::seconds(10));
   std::printf("churn: leader %s -> %s; follower %s -> %s\n", describe(leader_before).c_str(),
               describe(leader_after).c_str(), describe(follower_before).c_str(), describe(follower_after).c_str());
   EXPECT_LE(leader_after.fds, leader_before.fds);

@@ -66,10 +66,12 @@ class MultiDaemonTest : public ::testing::Test {
   std::optional<EndLine> leaderEndLine(const std::string& job, std::string* log) const {
     std::smatch match;
     const std::regex line("job '" + job + "' ended: ([0-9]+) operations.* ([0-9]+) response-cache hits");
-    if (!waitFor([&] {
-          *log = daemons_[0]->log();
-          return std::regex_search(*log, match, line);
-        }, std::chrono::seconds(10))) {
+    if (!waitFor(
+            [&] {
+              *log = daemons_[0]->log();
+              return std::regex_search(*log, match, line);
+            },
+            std::chrono::seconds(10))) {
       return std::nullopt;
     }
     return EndLine{std::stoi(match[1].str()), std::stoi(match[2].str())};

@@ -2,8 +2,8 @@
 // Jobs spanning several daemons on this machine (separate sockets and peer
 // ports on loopback): the same collective checks as one node, and the loss
 // of a daemon.
-#include <fstream>
 #include <signal.h>
+#include <fstream>
 
 #include <unistd.h>
 
@@ -53,7 +53,8 @@ TEST_F(MultiDaemonTest, SteadyStateRoundsRunRepeatedStepsWithoutTheLeader) {
   std::string log;
   auto ended = leaderEndLine("rounds-job", &log);
   ASSERT_TRUE(ended) << log;
-  EXPECT_NE(log.find("job 'rounds-job': cached collectives run after rounds among the 2 daemons"), std::string::npos) << log;
+  EXPECT_NE(log.find("job 'rounds-job': cached collectives run after rounds among the 2 daemons"), std::string::npos)
+      << log;
   EXPECT_GE(ended->operations, 20) << log;  // 20 steps
   EXPECT_LT(ended->cache_hits, 10) << log;  // the steps did not pass the leader's cache
 }
@@ -157,9 +158,9 @@ TEST_F(MultiDaemonTest, KilledDaemonFailsPendingWorkOnSurvivorsWithinTenSeconds)
   ASSERT_TRUE(waitFor([&] { return ranks[0].log().find("ENQUEUED") != std::string::npos; }, std::chrono::seconds(30)))
       << ranks[0].log() << logs();
   // gradsyncctl members on the leader shows both nodes.
-  Process ctl = Process::spawn({runfile("tools/gradsyncctl/gradsyncctl"), "--socket", daemons_[0]->socketPath(),
-                                "members", "lost-node"},
-                               {}, daemons_[0]->dir() + "/members.log");
+  Process ctl = Process::spawn(
+      {runfile("tools/gradsyncctl/gradsyncctl"), "--socket", daemons_[0]->socketPath(), "members", "lost-node"}, {},
+      daemons_[0]->dir() + "/members.log");
   EXPECT_EQ(ctl.wait(std::chrono::seconds(20)), 0) << ctl.log();
   const std::string members = ctl.log();
   EXPECT_NE(members.find("epoch 1"), std::string::npos) << members;
@@ -194,16 +195,20 @@ TEST_F(MultiDaemonTest, RankKilledBeforeGrantingItsOutputFailsEveryRankAtOnce) {
   startDaemons(2);
   const std::string go = daemons_[1]->dir() + "/go";
   auto ranks = launchWith("grant-lost", {"grant_victim"}, {0, 0, 1, 1}, {{"GRADSYNC_TEST_GO", go}});
-  ASSERT_TRUE(waitFor([&] { return ranks[3].log().find("VICTIM STOPPING") != std::string::npos &&
-                                   processState(ranks[3].pid()) == 'T'; },
-                      std::chrono::seconds(30)))
+  ASSERT_TRUE(waitFor(
+      [&] {
+        return ranks[3].log().find("VICTIM STOPPING") != std::string::npos && processState(ranks[3].pid()) == 'T';
+      },
+      std::chrono::seconds(30)))
       << ranks[3].log() << logs();
   { std::ofstream(go) << "go"; }
   std::string tensors;
-  ASSERT_TRUE(waitFor([&] {
-    tensors = daemons_[1]->ctl({"tensors", "grant-lost"}).output;
-    return tensors.find("1 waiting for output grants") != std::string::npos;
-  }, std::chrono::seconds(20)))
+  ASSERT_TRUE(waitFor(
+      [&] {
+        tensors = daemons_[1]->ctl({"tensors", "grant-lost"}).output;
+        return tensors.find("1 waiting for output grants") != std::string::npos;
+      },
+      std::chrono::seconds(20)))
       << tensors << logs();
   EXPECT_NE(tensors.find("ag.lost"), std::string::npos) << tensors;
   EXPECT_NE(tensors.find("output granted [2]  output requested from [3]"), std::string::npos) << tensors;
@@ -237,7 +242,8 @@ TEST_F(MultiDaemonTest, FollowerThatCannotReachTheLeaderFailsWithTheReason) {
   env["GRADSYNC_LOCAL_RANK"] = "0";
   env["GRADSYNC_LOCAL_SIZE"] = "1";
   env["GRADSYNC_LEADER"] = "127.0.0.1:1";  // nothing listens there
-  Process rank1 = daemons_[0]->spawnRank("no-leader", 1, 2, {"join_failure", "cannot join the leader at 127.0.0.1:1"}, env);
+  Process rank1 =
+      daemons_[0]->spawnRank("no-leader", 1, 2, {"join_failure", "cannot join the leader at 127.0.0.1:1"}, env);
   EXPECT_EQ(rank1.wait(std::chrono::seconds(30)), 0) << rank1.log() << logs();
 }
 
@@ -247,9 +253,9 @@ TEST_F(MultiDaemonTest, JobThatNeverFormsFailsOnEveryNodeNamingWhoNeverCame) {
   // never starts: the follower names its missing local rank, and the leader
   // the ranks whose node never joined.
   const auto started = std::chrono::steady_clock::now();
-  auto leader_side = launchAcross({daemons_[0].get(), daemons_[1].get()}, "unformed",
-                                  {"aborted_with", "the nodes of ranks [2, 3] never joined the leader"}, {0, 0, 1, 1},
-                                  {2, 3});
+  auto leader_side =
+      launchAcross({daemons_[0].get(), daemons_[1].get()}, "unformed",
+                   {"aborted_with", "the nodes of ranks [2, 3] never joined the leader"}, {0, 0, 1, 1}, {2, 3});
   auto follower_side = launchAcross({daemons_[0].get(), daemons_[1].get()}, "unformed",
                                     {"aborted_with", "local ranks [1] never registered"}, {0, 0, 1, 1}, {0, 1, 3});
   std::string report;
@@ -264,10 +270,10 @@ TEST_F(MultiDaemonTest, FollowerFailsAtOnceWhenTheLeaderDiesWhileTheJobForms) {
   // the follower keeps asking the leader until its daemon dies.
   auto follower_side = launchAcross({daemons_[0].get(), daemons_[1].get()}, "orphaned",
                                     {"aborted_with", "lost the leader at " + leader_}, {0, 0, 1}, {0, 1});
-  auto leader_side = launchAcross({daemons_[0].get(), daemons_[1].get()}, "orphaned", {"campaign_loop"}, {0, 0, 1},
-                                  {1, 2});
-  ASSERT_TRUE(waitFor([&] { return daemons_[1]->log().find("'orphaned'") != std::string::npos; },
-                      std::chrono::seconds(20)))
+  auto leader_side =
+      launchAcross({daemons_[0].get(), daemons_[1].get()}, "orphaned", {"campaign_loop"}, {0, 0, 1}, {1, 2});
+  ASSERT_TRUE(
+      waitFor([&] { return daemons_[1]->log().find("'orphaned'") != std::string::npos; }, std::chrono::seconds(20)))
       << logs();
   std::this_thread::sleep_for(std::chrono::milliseconds(500));
   const auto killed_at = std::chrono::steady_clock::now();
@@ -299,7 +305,8 @@ TEST_F(MultiDaemonTest, WrongTokenAtTheLeaderIsRefused) {
 bool makeCertificates(const std::string& dir) {
   const std::string q = "'" + dir + "'";
   const std::string script =
-      "set -e; cd " + q + "; "
+      "set -e; cd " + q +
+      "; "
       "openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.pem -days 2 -subj /CN=gradsync-test-ca; "
       "openssl req -newkey rsa:2048 -nodes -keyout node.key -out node.csr -subj /CN=gradsync-node; "
       "printf 'subjectAltName=IP:127.0.0.1\\nextendedKeyUsage=serverAuth,clientAuth\\n' > ext.cnf; "
@@ -308,7 +315,8 @@ bool makeCertificates(const std::string& dir) {
 }
 
 std::vector<std::string> tlsFlags(const std::string& dir, const std::string& ca_dir) {
-  return {"--peer-tls-cert", dir + "/node.pem", "--peer-tls-key", dir + "/node.key", "--peer-tls-ca", ca_dir + "/ca.pem"};
+  return {"--peer-tls-cert", dir + "/node.pem", "--peer-tls-key",
+          dir + "/node.key", "--peer-tls-ca",   ca_dir + "/ca.pem"};
 }
 
 TEST_F(MultiDaemonTest, MutualTlsBetweenDaemonsAndABadCertificateIsRefused) {
@@ -317,8 +325,8 @@ TEST_F(MultiDaemonTest, MutualTlsBetweenDaemonsAndABadCertificateIsRefused) {
   ASSERT_TRUE(makeCertificates(rogue.path())) << "openssl failed";
   // Daemons 0 and 1 share the good CA; daemon 2 has a certificate of another CA.
   daemons_.resize(3);
-  const std::vector<std::string> base = {"--peer-address", "127.0.0.1:0", "--join-timeout-seconds", "3",
-                                         "--stall-warning-seconds", "1", "--stall-deadline-seconds", "3"};
+  const std::vector<std::string> base = {"--peer-address",          "127.0.0.1:0", "--join-timeout-seconds",   "3",
+                                         "--stall-warning-seconds", "1",           "--stall-deadline-seconds", "3"};
   for (int i = 0; i < 3; ++i) {
     daemons_[i] = std::make_unique<DaemonFixture>();
     auto flags = base;

@@ -79,14 +79,17 @@ TEST(Operations, PrometheusEndpointDuringAJob) {
   std::vector<Process> ranks;
   for (int r = 0; r < 2; ++r) ranks.push_back(daemon.spawnRank("metrics-job", r, 2, {"campaign_loop", stop_file}));
   ASSERT_TRUE(waitFor([&] { return ranks[1].log().find("RUNNING") != std::string::npos; }, std::chrono::seconds(20)));
-  const std::string ops = "gradsync_operations_total{job_id=\"metrics-job\",collective=\"allreduce\",dtype=\"float32\"} ";
+  const std::string ops =
+      "gradsync_operations_total{job_id=\"metrics-job\",collective=\"allreduce\",dtype=\"float32\"} ";
   ASSERT_TRUE(waitFor([&] { return sampleValue(scrape(port), ops) > 10; }, std::chrono::seconds(20))) << scrape(port);
   const std::string busy = scrape(port);
   EXPECT_NE(busy.find("gradsync_jobs 1\n"), std::string::npos) << busy;
   EXPECT_EQ(sampleValue(busy, "gradsync_job_connected_ranks{job_id=\"metrics-job\"} "), 2) << busy;
-  EXPECT_GT(sampleValue(busy, "gradsync_operation_bytes_total{job_id=\"metrics-job\",collective=\"allreduce\""), 0) << busy;
-  EXPECT_GT(sampleValue(busy, "gradsync_operation_latency_seconds_count{job_id=\"metrics-job\",collective=\"allreduce\"} "),
-            10)
+  EXPECT_GT(sampleValue(busy, "gradsync_operation_bytes_total{job_id=\"metrics-job\",collective=\"allreduce\""), 0)
+      << busy;
+  EXPECT_GT(
+      sampleValue(busy, "gradsync_operation_latency_seconds_count{job_id=\"metrics-job\",collective=\"allreduce\"} "),
+      10)
       << busy;
   EXPECT_GT(sampleValue(busy, "gradsync_fused_responses_total{job_id=\"metrics-job\"} "), 0) << busy;
   EXPECT_NE(busy.find("gradsync_phase_seconds_total{job_id=\"metrics-job\",phase=\""), std::string::npos) << busy;
@@ -138,7 +141,8 @@ class NotifySocket {
     const auto deadline = std::chrono::steady_clock::now() + timeout;
     while (std::chrono::steady_clock::now() < deadline) {
       pollfd p{fd_, POLLIN, 0};
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      const auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
       if (::poll(&p, 1, static_cast<int>(std::max<int64_t>(1, left.count()))) <= 0) continue;
       char buffer[4096];
       const ssize_t n = ::recv(fd_, buffer, sizeof(buffer), 0);
@@ -196,8 +200,11 @@ TEST(Operations, SystemdNotifyReadyWatchdogReloadAndStopping) {
   messages = notify.until("READY=1", std::chrono::seconds(10));
   ASSERT_FALSE(messages.empty());
   EXPECT_NE(messages.back().find("READY=1"), std::string::npos) << joined(messages);
-  EXPECT_TRUE(waitFor([&] { return daemon.log().find("need a restart and were not applied: fusion_threshold_bytes") != std::string::npos; },
-                      std::chrono::seconds(5)))
+  EXPECT_TRUE(waitFor(
+      [&] {
+        return daemon.log().find("need a restart and were not applied: fusion_threshold_bytes") != std::string::npos;
+      },
+      std::chrono::seconds(5)))
       << daemon.log();
   EXPECT_NE(daemon.log().find("log_level is now debug"), std::string::npos) << daemon.log();
 
@@ -206,7 +213,6 @@ TEST(Operations, SystemdNotifyReadyWatchdogReloadAndStopping) {
   ASSERT_FALSE(messages.empty());
   EXPECT_NE(messages.back().find("STOPPING=1"), std::string::npos) << joined(messages);
 }
-
 
 // The serving status of `service` on the gRPC server at `target`.
 std::string healthOf(const std::string& target, const std::string& service) {
@@ -286,7 +292,8 @@ TEST(Operations, GrpcHealthAndReflectionOnBothServers) {
     const std::string check = shell(grpcurl + " -plaintext -unix -d '{\"service\":\"gradsync.v1.Control\"}' " +
                                     daemon.socketPath() + " grpc.health.v1.Health/Check");
     EXPECT_NE(check.find("\"status\": \"SERVING\""), std::string::npos) << check;
-    const std::string status = shell(grpcurl + " -plaintext -unix " + daemon.socketPath() + " gradsync.v1.Admin/GetStatus");
+    const std::string status =
+        shell(grpcurl + " -plaintext -unix " + daemon.socketPath() + " gradsync.v1.Admin/GetStatus");
     EXPECT_NE(status.find("\"version\": \"0.1.0\""), std::string::npos) << status;
   }
   EXPECT_EQ(daemon.stop(), 0);
@@ -308,8 +315,8 @@ TEST(Operations, JournalEntriesCarryJobAndRankFields) {
   ASSERT_EQ(::stat(log_path.c_str(), &st), 0);
   const std::string stream = std::to_string(st.st_dev) + ":" + std::to_string(st.st_ino);
   std::string error;
-  ASSERT_TRUE(daemon.startWrapped({}, {{"JOURNAL_STREAM", stream}, {"GRADSYNC_JOURNAL_SOCKET", sockets.path() + "/journal"}},
-                                  {}, &error))
+  ASSERT_TRUE(daemon.startWrapped(
+      {}, {{"JOURNAL_STREAM", stream}, {"GRADSYNC_JOURNAL_SOCKET", sockets.path() + "/journal"}}, {}, &error))
       << error;
   Process rank = daemon.spawnRank("journal-job", 0, 1, {"allreduce"});
   EXPECT_EQ(rank.wait(std::chrono::seconds(20)), 0) << rank.log();

@@ -19,7 +19,8 @@ namespace {
 // every dtype for up to 4 ranks (small integers, halves and quarters).
 double inputValue(int dtype, int op, int rank, size_t i) {
   if (dtype == GRADSYNC_BOOL) return (i + rank) % 3 != 0;
-  if (op == GRADSYNC_PRODUCT) return isFloat(dtype) ? ((i + rank) % 3 == 0 ? 0.5 : 1 + (i + rank) % 2) : 1 + (i + rank) % 3;
+  if (op == GRADSYNC_PRODUCT)
+    return isFloat(dtype) ? ((i + rank) % 3 == 0 ? 0.5 : 1 + (i + rank) % 2) : 1 + (i + rank) % 3;
   const double base = (rank + 1) * ((i % 5) + 1);
   return isFloat(dtype) ? base * 0.25 - 1.0 : base;
 }
@@ -29,10 +30,19 @@ double expected(int dtype, int op, int size, size_t i, double prescale, double p
   for (int r = 1; r < size; ++r) {
     const double v = inputValue(dtype, op, r, i) * prescale;
     switch (op) {
-      case GRADSYNC_SUM: case GRADSYNC_AVERAGE: acc += v; break;
-      case GRADSYNC_MIN: acc = std::min(acc, v); break;
-      case GRADSYNC_MAX: acc = std::max(acc, v); break;
-      case GRADSYNC_PRODUCT: acc *= v; break;
+      case GRADSYNC_SUM:
+      case GRADSYNC_AVERAGE:
+        acc += v;
+        break;
+      case GRADSYNC_MIN:
+        acc = std::min(acc, v);
+        break;
+      case GRADSYNC_MAX:
+        acc = std::max(acc, v);
+        break;
+      case GRADSYNC_PRODUCT:
+        acc *= v;
+        break;
     }
   }
   if (op == GRADSYNC_AVERAGE) acc = isFloat(dtype) ? acc / size : std::trunc(acc / size);
@@ -52,7 +62,8 @@ int allreduceOne(Client& c, int dtype, int op, bool zero_copy, double pre, doubl
   void* data = zero_copy ? c.alloc(bytes) : heap.data();
   WORKER_CHECK(data != nullptr, "alloc of %zu bytes", bytes);
   for (size_t i = 0; i < count; ++i) store(dtype, data, i, inputValue(dtype, op, c.rank(), i));
-  const std::string name = "ar." + tag + "." + std::to_string(dtype) + "." + std::to_string(op) + (zero_copy ? ".z" : ".c");
+  const std::string name =
+      "ar." + tag + "." + std::to_string(dtype) + "." + std::to_string(op) + (zero_copy ? ".z" : ".c");
   const std::vector<int64_t> shape = {static_cast<int64_t>(count)};
   gradsync_op_t desc = makeOp(GRADSYNC_ALLREDUCE, name.c_str(), data, dtype, shape);
   desc.reduce_op = op;
@@ -72,8 +83,9 @@ int allreduceOne(Client& c, int dtype, int op, bool zero_copy, double pre, doubl
 }
 
 int scenarioAllreduce(Client& c, const std::vector<std::string>&) {
-  const int dtypes[] = {GRADSYNC_UINT8, GRADSYNC_INT8, GRADSYNC_UINT16, GRADSYNC_INT16, GRADSYNC_INT32, GRADSYNC_INT64,
-                        GRADSYNC_FLOAT16, GRADSYNC_BFLOAT16, GRADSYNC_FLOAT32, GRADSYNC_FLOAT64, GRADSYNC_BOOL};
+  const int dtypes[] = {GRADSYNC_UINT8,   GRADSYNC_INT8,    GRADSYNC_UINT16,  GRADSYNC_INT16,
+                        GRADSYNC_INT32,   GRADSYNC_INT64,   GRADSYNC_FLOAT16, GRADSYNC_BFLOAT16,
+                        GRADSYNC_FLOAT32, GRADSYNC_FLOAT64, GRADSYNC_BOOL};
   const int ops[] = {GRADSYNC_SUM, GRADSYNC_AVERAGE, GRADSYNC_MIN, GRADSYNC_MAX, GRADSYNC_PRODUCT};
   for (int dtype : dtypes) {
     for (int op : ops) {
@@ -164,7 +176,8 @@ int scenarioAlltoall(Client& c, const std::vector<std::string>&) {
   const auto* got = static_cast<const float*>(out.data);
   size_t k = 0;
   for (int i = 0; i < n; ++i) {
-    WORKER_CHECK(out.received_splits[i] == (r + i) % 3, "split from %d = %ld", i, static_cast<long>(out.received_splits[i]));
+    WORKER_CHECK(out.received_splits[i] == (r + i) % 3, "split from %d = %ld", i,
+                 static_cast<long>(out.received_splits[i]));
     for (int row = 0; row < (r + i) % 3; ++row, k += 2) {
       WORKER_CHECK(got[k] == i * 100 + r * 10 + row && got[k + 1] == -got[k], "row %d from rank %d", row, i);
     }
@@ -291,8 +304,8 @@ int scenarioFusedLargeAndSmall(Client& c, const std::vector<std::string>&) {
       for (size_t i = 0; i < counts[t]; i += (i % 1000 == 999 ? 1 : 7)) {
         const double want = expected(GRADSYNC_FLOAT32, GRADSYNC_AVERAGE, c.size(), i + t, 1.0, 2.0);
         const double got = load(GRADSYNC_FLOAT32, data[t], i);
-        WORKER_CHECK(std::fabs(got - want) <= tolerance(GRADSYNC_FLOAT32, want), "step %d %s element %zu: got %g want %g",
-                     step, names[t].c_str(), i, got, want);
+        WORKER_CHECK(std::fabs(got - want) <= tolerance(GRADSYNC_FLOAT32, want),
+                     "step %d %s element %zu: got %g want %g", step, names[t].c_str(), i, got, want);
       }
       if (t % 2 == 0) c.free(data[t]);
     }
@@ -324,7 +337,8 @@ int scenarioTrainingSteps(Client& c, const std::vector<std::string>& args) {
       for (size_t i = 0; i < counts[t]; ++i) {
         store(GRADSYNC_FLOAT32, data[t], i, inputValue(GRADSYNC_FLOAT32, GRADSYNC_SUM, c.rank(), i + t * 7 + step));
       }
-      WORKER_OK(c.start(makeOp(GRADSYNC_ALLREDUCE, names[t].c_str(), data[t], GRADSYNC_FLOAT32, shapes[t]), &handles[t]));
+      WORKER_OK(
+          c.start(makeOp(GRADSYNC_ALLREDUCE, names[t].c_str(), data[t], GRADSYNC_FLOAT32, shapes[t]), &handles[t]));
     }
     for (auto& h : handles) WORKER_OK(h.wait(30));
     for (int t = 0; t < kTensors; ++t) {
@@ -350,10 +364,14 @@ int main(int argc, char** argv) {
     return 64;
   }
   static const std::map<std::string, Scenario> scenarios = {
-      {"allreduce", scenarioAllreduce},       {"allgather", scenarioAllgather},
-      {"broadcast", scenarioBroadcast},       {"alltoall", scenarioAlltoall},
-      {"reducescatter", scenarioReducescatter}, {"barrier_grouped_fusion", scenarioBarrierGroupedFusion},
-      {"fused_large_and_small", scenarioFusedLargeAndSmall}, {"training_steps", scenarioTrainingSteps},
+      {"allreduce", scenarioAllreduce},
+      {"allgather", scenarioAllgather},
+      {"broadcast", scenarioBroadcast},
+      {"alltoall", scenarioAlltoall},
+      {"reducescatter", scenarioReducescatter},
+      {"barrier_grouped_fusion", scenarioBarrierGroupedFusion},
+      {"fused_large_and_small", scenarioFusedLargeAndSmall},
+      {"training_steps", scenarioTrainingSteps},
   };
   std::string name = argv[1];
   std::vector<std::string> args(argv + 2, argv + argc);

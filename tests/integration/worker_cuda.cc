@@ -98,8 +98,8 @@ int fakeCuda(Client& c, const std::vector<std::string>&) {
   auto* part = reinterpret_cast<float*>(a + 140000);
   for (int i = 0; i < 2; ++i) part[i] = static_cast<float>(me * 10 + i);
   auto* all_parts = reinterpret_cast<float*>(b + 8192);
-  gradsync_op_t ragged = cudaOp(GRADSYNC_ALLGATHER, "cuda.gather_empty", me == 0 ? nullptr : part, GRADSYNC_FLOAT32,
-                                s_none_or_two);
+  gradsync_op_t ragged =
+      cudaOp(GRADSYNC_ALLGATHER, "cuda.gather_empty", me == 0 ? nullptr : part, GRADSYNC_FLOAT32, s_none_or_two);
   ragged.output = all_parts;
   ragged.output_bytes = static_cast<uint64_t>(n - 1) * 2 * 4;
   if (run(c, ragged)) return 1;

@@ -54,8 +54,8 @@ int elasticLoop(Client& c, const std::vector<std::string>& args) {
     }
     WORKER_CHECK(r.ok(), "step %d failed: %d %s", step, r.code, r.message.c_str());
     const float want = c.size() * (c.size() + 1) / 2.0f;
-    WORKER_CHECK(data[0] == want && data[data.size() - 2] == want, "step %d: sum %g, want %g at size %d", step,
-                 data[0], want, c.size());
+    WORKER_CHECK(data[0] == want && data[data.size() - 2] == want, "step %d: sum %g, want %g at size %d", step, data[0],
+                 want, c.size());
     const uint64_t epoch = gradsync_epoch(c.raw());
     if (step == 0) std::fprintf(stderr, "[rank %d] LOOPING\n", c.rank());
     if (epoch > recovered_epoch) {

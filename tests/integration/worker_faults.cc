@@ -4,10 +4,10 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstdio>
-#include <cstdlib>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <thread>
 
 #include "tests/integration/worker_util.h"
@@ -43,8 +43,9 @@ int processSets(Client& c, const std::vector<std::string>&) {
     Operation h;
     WORKER_OK(c.start(op, &h));
     Result r = h.wait(30);
-    WORKER_CHECK(r.code == GRADSYNC_INVALID_ARGUMENT && r.message.find("not a member of process set 1") != std::string::npos,
-                 "outsider got %d: %s", r.code, r.message.c_str());
+    WORKER_CHECK(
+        r.code == GRADSYNC_INVALID_ARGUMENT && r.message.find("not a member of process set 1") != std::string::npos,
+        "outsider got %d: %s", r.code, r.message.c_str());
   }
   if (c.rank() == 0 || c.rank() == 2) {
     // Broadcast and allgather inside the set: rank 1's data never appears.
@@ -67,7 +68,8 @@ int processSets(Client& c, const std::vector<std::string>&) {
     WORKER_OK(hg.output(&out));
     const auto* got = static_cast<const int32_t*>(out.data);
     WORKER_CHECK(out.shape[0] == 4 && got[0] == 0 && got[1] == 0 && got[2] == 2 && got[3] == 2,
-                 "set allgather shape %ld: %d %d %d %d", static_cast<long>(out.shape[0]), got[0], got[1], got[2], got[3]);
+                 "set allgather shape %ld: %d %d %d %d", static_cast<long>(out.shape[0]), got[0], got[1], got[2],
+                 got[3]);
   }
   std::vector<float> all(4, 1.0f);
   WORKER_OK(c.allreduce("global_after_sets", all.data(), GRADSYNC_FLOAT32, {4}));
@@ -241,13 +243,16 @@ int elasticShrink(Client& c, const std::vector<std::string>&) {
   }
   Result r = c.allreduce("el.lost", data.data(), GRADSYNC_FLOAT32, {8});
   // In flight when rank 1 died, or started after (then refused as stale).
-  WORKER_CHECK(r.code == GRADSYNC_MEMBERSHIP_CHANGED, "the collective rank 1 never joined: %d %s", r.code, r.message.c_str());
+  WORKER_CHECK(r.code == GRADSYNC_MEMBERSHIP_CHANGED, "the collective rank 1 never joined: %d %s", r.code,
+               r.message.c_str());
   r = c.allreduce("el.stale", data.data(), GRADSYNC_FLOAT32, {8});
-  WORKER_CHECK(r.code == GRADSYNC_MEMBERSHIP_CHANGED && r.message.find("belongs to epoch 1, the job is at epoch 2") != std::string::npos,
+  WORKER_CHECK(r.code == GRADSYNC_MEMBERSHIP_CHANGED &&
+                   r.message.find("belongs to epoch 1, the job is at epoch 2") != std::string::npos,
                "an old-epoch enqueue: %d %s", r.code, r.message.c_str());
   WORKER_OK(Result::fromCode(gradsync_rejoin(c.raw(), 30)));
   WORKER_CHECK(gradsync_epoch(c.raw()) == 2 && c.size() == 2 && c.rank() == (first_rank == 0 ? 0 : 1),
-               "after rejoin: epoch %llu rank %d size %d", (unsigned long long)gradsync_epoch(c.raw()), c.rank(), c.size());
+               "after rejoin: epoch %llu rank %d size %d", (unsigned long long)gradsync_epoch(c.raw()), c.rank(),
+               c.size());
   std::fill(data.begin(), data.end(), static_cast<float>(c.rank() + 1));
   WORKER_OK(c.allreduce("el.after", data.data(), GRADSYNC_FLOAT32, {8}));
   WORKER_CHECK(data[0] == 3.0f, "sum over the survivors = %g, want 1 + 2", data[0]);
@@ -293,7 +298,9 @@ int mismatch(Client& c, const std::vector<std::string>&) {
   const std::vector<int64_t> four = {4}, five = {5};
   gradsync_op_t op = c.rank() == 1 ? makeOp(GRADSYNC_ALLREDUCE, "mm.dtype", wide.data(), GRADSYNC_FLOAT64, four)
                                    : makeOp(GRADSYNC_ALLREDUCE, "mm.dtype", narrow.data(), GRADSYNC_FLOAT32, four);
-  if (expectFailure(c, op, GRADSYNC_FAILED_PRECONDITION, "'mm.dtype': ranks disagree on dtype: float32 on ranks [0, 2]; float64 on ranks [1]")) return 1;
+  if (expectFailure(c, op, GRADSYNC_FAILED_PRECONDITION,
+                    "'mm.dtype': ranks disagree on dtype: float32 on ranks [0, 2]; float64 on ranks [1]"))
+    return 1;
   op = makeOp(GRADSYNC_ALLREDUCE, "mm.shape", narrow.data(), GRADSYNC_FLOAT32, c.rank() == 0 ? five : four);
   if (expectFailure(c, op, GRADSYNC_FAILED_PRECONDITION, "shape: [5] on ranks [0]; [4] on ranks [1, 2]")) return 1;
   op = makeOp(GRADSYNC_BROADCAST, "mm.root", narrow.data(), GRADSYNC_FLOAT32, four);
@@ -315,7 +322,8 @@ int mismatchAllreduce(Client& c, const std::vector<std::string>&) {
   const std::vector<int64_t> four = {4};
   gradsync_op_t op = c.rank() == 1 ? makeOp(GRADSYNC_ALLREDUCE, "mm.dtype", wide.data(), GRADSYNC_FLOAT64, four)
                                    : makeOp(GRADSYNC_ALLREDUCE, "mm.dtype", narrow.data(), GRADSYNC_FLOAT32, four);
-  if (expectFailure(c, op, GRADSYNC_FAILED_PRECONDITION, "dtype: float32 on ranks [0, 2]; float64 on ranks [1]")) return 1;
+  if (expectFailure(c, op, GRADSYNC_FAILED_PRECONDITION, "dtype: float32 on ranks [0, 2]; float64 on ranks [1]"))
+    return 1;
   std::vector<float> ok(4, 1.0f);
   WORKER_OK(c.allreduce("after.mismatch", ok.data(), GRADSYNC_FLOAT32, {4}));
   WORKER_CHECK(ok[0] == c.size(), "after mismatch: %g", ok[0]);
@@ -330,7 +338,9 @@ int duplicate(Client& c, const std::vector<std::string>&) {
   Operation first;
   if (c.rank() == 0) {
     WORKER_OK(c.start(allreduceOp("dup", a, shape), &first));
-    if (expectFailure(c, allreduceOp("dup", b, shape), GRADSYNC_ALREADY_EXISTS, "already has a collective of this name in flight")) return 1;
+    if (expectFailure(c, allreduceOp("dup", b, shape), GRADSYNC_ALREADY_EXISTS,
+                      "already has a collective of this name in flight"))
+      return 1;
   }
   WORKER_OK(c.barrier());
   if (c.rank() != 0) WORKER_OK(c.start(allreduceOp("dup", a, shape), &first));
@@ -430,8 +440,8 @@ int killVictim(Client& c, const std::vector<std::string>& args) {
   // New work fails at once with the same cause.
   Result again = c.allreduce("after.death", data.data(), GRADSYNC_FLOAT32, shape);
   // Named as "rank 1 (pid ...)" on one node, "node ... (ranks [1])" across nodes.
-  WORKER_CHECK(again.code == GRADSYNC_ABORTED &&
-                   (again.message.find("rank 1") != std::string::npos || again.message.find("ranks [1]") != std::string::npos),
+  WORKER_CHECK(again.code == GRADSYNC_ABORTED && (again.message.find("rank 1") != std::string::npos ||
+                                                  again.message.find("ranks [1]") != std::string::npos),
                "after death: %d %s", again.code, again.message.c_str());
   return 0;
 }
@@ -565,8 +575,8 @@ int abandoned(Client& c, const std::vector<std::string>&) {
   }
   Result r = h.wait(30);
   const std::string want = "rank " + std::to_string(c.size() - 1) + " failed its allreduce at the call: ValueError";
-  WORKER_CHECK(r.code == GRADSYNC_FAILED_PRECONDITION && r.message.find(want) != std::string::npos,
-               "ab.x got %d: %s", r.code, r.message.c_str());
+  WORKER_CHECK(r.code == GRADSYNC_FAILED_PRECONDITION && r.message.find(want) != std::string::npos, "ab.x got %d: %s",
+               r.code, r.message.c_str());
   const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   WORKER_CHECK(waited < 5, "ab.x failed only after %.1f s", waited);
   WORKER_OK(c.allreduce("ab.after", data.data(), GRADSYNC_FLOAT32, shape8()));
@@ -586,7 +596,8 @@ int adasum(Client& c, const std::vector<std::string>&) {
   for (int level = 1; level < c.size(); level *= 2) {
     for (int r = 0; r < c.size(); r += 2 * level) {
       double dot = 0, aa = 0, bb = 0;
-      for (int i = 0; i < n; ++i) dot += v[r][i] * v[r + level][i], aa += v[r][i] * v[r][i], bb += v[r + level][i] * v[r + level][i];
+      for (int i = 0; i < n; ++i)
+        dot += v[r][i] * v[r + level][i], aa += v[r][i] * v[r][i], bb += v[r + level][i] * v[r + level][i];
       for (int i = 0; i < n; ++i) v[r][i] = (1 - dot / (2 * aa)) * v[r][i] + (1 - dot / (2 * bb)) * v[r + level][i];
     }
   }
@@ -643,13 +654,28 @@ int cudaWithoutGpu(Client& c, const std::vector<std::string>&) {
 
 const std::map<std::string, Scenario>& moreScenarios() {
   static const std::map<std::string, Scenario> scenarios = {
-      {"process_sets", processSets}, {"dynamic_process_sets", dynamicProcessSets},
-      {"set_without_outsider", setWithoutOutsider}, {"elastic_shrink", elasticShrink}, {"join", join},        {"mismatch", mismatch},
-      {"duplicate", duplicate},      {"kill_victim", killVictim}, {"grant_victim", grantVictim}, {"stall", stall},
-      {"mismatch_allreduce", mismatchAllreduce}, {"join_failure", joinFailure},
-      {"repeat_allreduce", repeatAllreduce}, {"campaign_loop", campaignLoop}, {"abandoned", abandoned}, {"adasum", adasum},
-      {"aborted_with", abortedWith}, {"inflight_limit", inflightLimit}, {"cuda_without_gpu", cudaWithoutGpu}, {"fake_cuda", fakeCuda},
-      {"fake_cuda_across", fakeCudaAcross}, {"fake_cuda_kill", fakeCudaKill},
+      {"process_sets", processSets},
+      {"dynamic_process_sets", dynamicProcessSets},
+      {"set_without_outsider", setWithoutOutsider},
+      {"elastic_shrink", elasticShrink},
+      {"join", join},
+      {"mismatch", mismatch},
+      {"duplicate", duplicate},
+      {"kill_victim", killVictim},
+      {"grant_victim", grantVictim},
+      {"stall", stall},
+      {"mismatch_allreduce", mismatchAllreduce},
+      {"join_failure", joinFailure},
+      {"repeat_allreduce", repeatAllreduce},
+      {"campaign_loop", campaignLoop},
+      {"abandoned", abandoned},
+      {"adasum", adasum},
+      {"aborted_with", abortedWith},
+      {"inflight_limit", inflightLimit},
+      {"cuda_without_gpu", cudaWithoutGpu},
+      {"fake_cuda", fakeCuda},
+      {"fake_cuda_across", fakeCudaAcross},
+      {"fake_cuda_kill", fakeCudaKill},
   };
   return scenarios;
 }

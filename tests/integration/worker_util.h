@@ -18,28 +18,38 @@ namespace gradsync::worker {
 
 inline int g_rank = -1;
 
-#define WORKER_CHECK(cond, ...)                                                  \
-  do {                                                                           \
-    if (!(cond)) {                                                               \
+#define WORKER_CHECK(cond, ...)                                                                         \
+  do {                                                                                                  \
+    if (!(cond)) {                                                                                      \
       std::fprintf(stderr, "[rank %d] CHECK failed at %s:%d: %s: ", g_rank, __FILE__, __LINE__, #cond); \
-      std::fprintf(stderr, __VA_ARGS__);                                         \
-      std::fprintf(stderr, "\n");                                                \
-      return 1;                                                                  \
-    }                                                                            \
+      std::fprintf(stderr, __VA_ARGS__);                                                                \
+      std::fprintf(stderr, "\n");                                                                       \
+      return 1;                                                                                         \
+    }                                                                                                   \
   } while (0)
 
-#define WORKER_OK(expr)                                                                  \
-  do {                                                                                   \
-    ::gradsync::Result r_ = (expr);                                                      \
-    WORKER_CHECK(r_.ok(), "%s returned %d: %s", #expr, r_.code, r_.message.c_str());     \
+#define WORKER_OK(expr)                                                              \
+  do {                                                                               \
+    ::gradsync::Result r_ = (expr);                                                  \
+    WORKER_CHECK(r_.ok(), "%s returned %d: %s", #expr, r_.code, r_.message.c_str()); \
   } while (0)
 
 inline size_t dtypeSize(int dtype) {
   switch (dtype) {
-    case GRADSYNC_UINT8: case GRADSYNC_INT8: case GRADSYNC_BOOL: return 1;
-    case GRADSYNC_UINT16: case GRADSYNC_INT16: case GRADSYNC_FLOAT16: case GRADSYNC_BFLOAT16: return 2;
-    case GRADSYNC_INT32: case GRADSYNC_FLOAT32: return 4;
-    default: return 8;
+    case GRADSYNC_UINT8:
+    case GRADSYNC_INT8:
+    case GRADSYNC_BOOL:
+      return 1;
+    case GRADSYNC_UINT16:
+    case GRADSYNC_INT16:
+    case GRADSYNC_FLOAT16:
+    case GRADSYNC_BFLOAT16:
+      return 2;
+    case GRADSYNC_INT32:
+    case GRADSYNC_FLOAT32:
+      return 4;
+    default:
+      return 8;
   }
 }
 
@@ -51,38 +61,72 @@ inline bool isFloat(int dtype) {
 // Stores `v` as element `i` of a buffer of `dtype`.
 inline void store(int dtype, void* buf, size_t i, double v) {
   switch (dtype) {
-    case GRADSYNC_UINT8: static_cast<uint8_t*>(buf)[i] = static_cast<uint8_t>(v); break;
-    case GRADSYNC_INT8: static_cast<int8_t*>(buf)[i] = static_cast<int8_t>(v); break;
-    case GRADSYNC_UINT16: static_cast<uint16_t*>(buf)[i] = static_cast<uint16_t>(v); break;
-    case GRADSYNC_INT16: static_cast<int16_t*>(buf)[i] = static_cast<int16_t>(v); break;
-    case GRADSYNC_INT32: static_cast<int32_t*>(buf)[i] = static_cast<int32_t>(v); break;
-    case GRADSYNC_INT64: static_cast<int64_t*>(buf)[i] = static_cast<int64_t>(v); break;
-    case GRADSYNC_FLOAT16: static_cast<uint16_t*>(buf)[i] = reduce::floatToHalf(static_cast<float>(v)); break;
-    case GRADSYNC_BFLOAT16: static_cast<uint16_t*>(buf)[i] = reduce::floatToBfloat16(static_cast<float>(v)); break;
-    case GRADSYNC_FLOAT32: static_cast<float*>(buf)[i] = static_cast<float>(v); break;
-    case GRADSYNC_FLOAT64: static_cast<double*>(buf)[i] = v; break;
-    case GRADSYNC_BOOL: static_cast<uint8_t*>(buf)[i] = v != 0; break;
+    case GRADSYNC_UINT8:
+      static_cast<uint8_t*>(buf)[i] = static_cast<uint8_t>(v);
+      break;
+    case GRADSYNC_INT8:
+      static_cast<int8_t*>(buf)[i] = static_cast<int8_t>(v);
+      break;
+    case GRADSYNC_UINT16:
+      static_cast<uint16_t*>(buf)[i] = static_cast<uint16_t>(v);
+      break;
+    case GRADSYNC_INT16:
+      static_cast<int16_t*>(buf)[i] = static_cast<int16_t>(v);
+      break;
+    case GRADSYNC_INT32:
+      static_cast<int32_t*>(buf)[i] = static_cast<int32_t>(v);
+      break;
+    case GRADSYNC_INT64:
+      static_cast<int64_t*>(buf)[i] = static_cast<int64_t>(v);
+      break;
+    case GRADSYNC_FLOAT16:
+      static_cast<uint16_t*>(buf)[i] = reduce::floatToHalf(static_cast<float>(v));
+      break;
+    case GRADSYNC_BFLOAT16:
+      static_cast<uint16_t*>(buf)[i] = reduce::floatToBfloat16(static_cast<float>(v));
+      break;
+    case GRADSYNC_FLOAT32:
+      static_cast<float*>(buf)[i] = static_cast<float>(v);
+      break;
+    case GRADSYNC_FLOAT64:
+      static_cast<double*>(buf)[i] = v;
+      break;
+    case GRADSYNC_BOOL:
+      static_cast<uint8_t*>(buf)[i] = v != 0;
+      break;
   }
 }
 
 inline double load(int dtype, const void* buf, size_t i) {
   switch (dtype) {
-    case GRADSYNC_UINT8: return static_cast<const uint8_t*>(buf)[i];
-    case GRADSYNC_INT8: return static_cast<const int8_t*>(buf)[i];
-    case GRADSYNC_UINT16: return static_cast<const uint16_t*>(buf)[i];
-    case GRADSYNC_INT16: return static_cast<const int16_t*>(buf)[i];
-    case GRADSYNC_INT32: return static_cast<const int32_t*>(buf)[i];
-    case GRADSYNC_INT64: return static_cast<double>(static_cast<const int64_t*>(buf)[i]);
-    case GRADSYNC_FLOAT16: return reduce::halfToFloat(static_cast<const uint16_t*>(buf)[i]);
-    case GRADSYNC_BFLOAT16: return reduce::bfloat16ToFloat(static_cast<const uint16_t*>(buf)[i]);
-    case GRADSYNC_FLOAT32: return static_cast<const float*>(buf)[i];
-    case GRADSYNC_FLOAT64: return static_cast<const double*>(buf)[i];
-    case GRADSYNC_BOOL: return static_cast<const uint8_t*>(buf)[i];
+    case GRADSYNC_UINT8:
+      return static_cast<const uint8_t*>(buf)[i];
+    case GRADSYNC_INT8:
+      return static_cast<const int8_t*>(buf)[i];
+    case GRADSYNC_UINT16:
+      return static_cast<const uint16_t*>(buf)[i];
+    case GRADSYNC_INT16:
+      return static_cast<const int16_t*>(buf)[i];
+    case GRADSYNC_INT32:
+      return static_cast<const int32_t*>(buf)[i];
+    case GRADSYNC_INT64:
+      return static_cast<double>(static_cast<const int64_t*>(buf)[i]);
+    case GRADSYNC_FLOAT16:
+      return reduce::halfToFloat(static_cast<const uint16_t*>(buf)[i]);
+    case GRADSYNC_BFLOAT16:
+      return reduce::bfloat16ToFloat(static_cast<const uint16_t*>(buf)[i]);
+    case GRADSYNC_FLOAT32:
+      return static_cast<const float*>(buf)[i];
+    case GRADSYNC_FLOAT64:
+      return static_cast<const double*>(buf)[i];
+    case GRADSYNC_BOOL:
+      return static_cast<const uint8_t*>(buf)[i];
   }
   return 0;
 }
 
-inline gradsync_op_t makeOp(int collective, const char* name, void* data, int dtype, const std::vector<int64_t>& shape) {
+inline gradsync_op_t makeOp(int collective, const char* name, void* data, int dtype,
+                            const std::vector<int64_t>& shape) {
   gradsync_op_t op;
   gradsync_op_init(&op);
   op.collective = collective;

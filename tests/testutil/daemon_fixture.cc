@@ -45,8 +45,8 @@ bool DaemonFixture::startWrapped(const std::vector<std::string>& wrapper, const 
   argv.insert(argv.end(), extra_flags.begin(), extra_flags.end());
   process_ = Process::spawn(argv, env, dir_.path() + "/daemon.log");
   // A daemon that exits at start (a bad flag, a port in use) ends the wait.
-  running_ = waitFor([&] { return accepts(socket_) || !process_.running(); }, std::chrono::seconds(10)) &&
-             process_.running();
+  running_ =
+      waitFor([&] { return accepts(socket_) || !process_.running(); }, std::chrono::seconds(10)) && process_.running();
   if (!running_ && error) *error = "gradsyncd did not start:\n" + process_.log();
   return running_;
 }

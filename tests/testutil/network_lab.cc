@@ -25,15 +25,13 @@ NetworkLab::NetworkLab(int hosts) {
     hosts_.push_back("gsh" + suffix + "-" + n);
     devices_.push_back("gsd" + suffix + "x" + n);
     hub_ends_.push_back("gsb" + suffix + "x" + n);
-    ok = sh("ip netns add " + hosts_[i]) &&
-         sh("ip link add " + devices_[i] + " type veth peer name " + hub_ends_[i]) &&
+    ok = sh("ip netns add " + hosts_[i]) && sh("ip link add " + devices_[i] + " type veth peer name " + hub_ends_[i]) &&
          sh("ip link set " + devices_[i] + " netns " + hosts_[i]) &&
          sh("ip link set " + hub_ends_[i] + " netns " + hub_) &&
          sh("ip -n " + hub_ + " link set " + hub_ends_[i] + " master br0") &&
          sh("ip -n " + hub_ + " link set " + hub_ends_[i] + " up") &&
          sh("ip -n " + hosts_[i] + " addr add " + address(i) + "/24 dev " + devices_[i]) &&
-         sh("ip -n " + hosts_[i] + " link set " + devices_[i] + " up") &&
-         sh("ip -n " + hosts_[i] + " link set lo up");
+         sh("ip -n " + hosts_[i] + " link set " + devices_[i] + " up") && sh("ip -n " + hosts_[i] + " link set lo up");
   }
   available_ = ok;
   if (!ok) reason_ = "cannot build the namespaces, veth links and bridge of the network lab";

@@ -6,8 +6,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <cstdlib>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <iterator>
@@ -103,7 +103,8 @@ TempDir::TempDir() {
 }
 
 TempDir::~TempDir() {
-  if (!path_.empty() && std::system(("rm -rf '" + path_ + "'").c_str()) != 0) std::fprintf(stderr, "cannot remove %s\n", path_.c_str());
+  if (!path_.empty() && std::system(("rm -rf '" + path_ + "'").c_str()) != 0)
+    std::fprintf(stderr, "cannot remove %s\n", path_.c_str());
 }
 
 std::string runfile(const std::string& relative) {

@@ -39,7 +39,8 @@ Usage usageOf(pid_t pid) {
 
 std::string describe(const Usage& u) {
   return std::to_string(u.fds) + " fds, " + std::to_string(u.threads) + " threads, " + std::to_string(u.mappings) +
-         " mappings (" + std::to_string(u.memfd_mappings) + " memfd), " + std::to_string(u.rss_kib / 1024) + " MiB resident";
+         " mappings (" + std::to_string(u.memfd_mappings) + " memfd), " + std::to_string(u.rss_kib / 1024) +
+         " MiB resident";
 }
 
 }  // namespace gradsync::testutil

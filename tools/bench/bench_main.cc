@@ -33,10 +33,20 @@ uint64_t parseBytes(const std::string& s) {
   char* end = nullptr;
   double v = std::strtod(s.c_str(), &end);
   switch (*end) {
-    case 'K': case 'k': v *= 1024; break;
-    case 'M': case 'm': v *= 1024 * 1024; break;
-    case 'G': case 'g': v *= 1024.0 * 1024 * 1024; break;
-    default: break;
+    case 'K':
+    case 'k':
+      v *= 1024;
+      break;
+    case 'M':
+    case 'm':
+      v *= 1024 * 1024;
+      break;
+    case 'G':
+    case 'g':
+      v *= 1024.0 * 1024 * 1024;
+      break;
+    default:
+      break;
   }
   return static_cast<uint64_t>(v);
 }
@@ -54,23 +64,38 @@ bool parse(int argc, char** argv, BenchOptions* o) {
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&]() -> std::string { return i + 1 < argc ? argv[++i] : ""; };
-    if (a == "--socket") o->socket = next();
-    else if (a == "--leader") o->leader = next();
-    else if (a == "-np") o->ranks = std::atoi(next().c_str());
-    else if (a == "--collective") o->collective = next();
-    else if (a == "--min-bytes") o->min_bytes = parseBytes(next());
-    else if (a == "--max-bytes") o->max_bytes = parseBytes(next());
-    else if (a == "--step-factor") o->step_factor = std::atoi(next().c_str());
-    else if (a == "--copy") o->zero_copy = false;
-    else if (a == "--device") o->device = next();
-    else if (a == "--min-time") o->min_time = std::atof(next().c_str());
-    else if (a == "--min-iters") o->min_iters = std::atoi(next().c_str());
-    else if (a == "--resnet") o->resnet = true;
-    else if (a == "--steps") o->steps = std::atoi(next().c_str());
-    else return false;
+    if (a == "--socket")
+      o->socket = next();
+    else if (a == "--leader")
+      o->leader = next();
+    else if (a == "-np")
+      o->ranks = std::atoi(next().c_str());
+    else if (a == "--collective")
+      o->collective = next();
+    else if (a == "--min-bytes")
+      o->min_bytes = parseBytes(next());
+    else if (a == "--max-bytes")
+      o->max_bytes = parseBytes(next());
+    else if (a == "--step-factor")
+      o->step_factor = std::atoi(next().c_str());
+    else if (a == "--copy")
+      o->zero_copy = false;
+    else if (a == "--device")
+      o->device = next();
+    else if (a == "--min-time")
+      o->min_time = std::atof(next().c_str());
+    else if (a == "--min-iters")
+      o->min_iters = std::atoi(next().c_str());
+    else if (a == "--resnet")
+      o->resnet = true;
+    else if (a == "--steps")
+      o->steps = std::atoi(next().c_str());
+    else
+      return false;
   }
   const bool known = o->collective == "allreduce" || o->collective == "broadcast" || o->collective == "allgather" ||
-                     ((o->collective == "reducescatter" || o->collective == "alltoall") && o->device == "cpu");  // CUDA outputs: not measured
+                     ((o->collective == "reducescatter" || o->collective == "alltoall") &&
+                      o->device == "cpu");  // CUDA outputs: not measured
   return known && !o->socket.empty() && o->ranks >= 1 && (o->device == "cpu" || o->device == "cuda") &&
          (o->step_factor == 0 || o->step_factor >= 2) && o->min_bytes > 0;
 }
@@ -83,7 +108,8 @@ int main(int argc, char** argv) {
   BenchOptions options;
   if (!parse(argc, argv, &options)) return usage();
   char token[33];
-  std::snprintf(token, sizeof(token), "%08x%08x", static_cast<unsigned>(getpid()), static_cast<unsigned>(time(nullptr)));
+  std::snprintf(token, sizeof(token), "%08x%08x", static_cast<unsigned>(getpid()),
+                static_cast<unsigned>(time(nullptr)));
   const std::string job = "bench-" + std::to_string(getpid());
   std::vector<std::string> sockets;
   for (size_t start = 0; start <= options.socket.size();) {

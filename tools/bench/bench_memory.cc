@@ -16,8 +16,9 @@ class ArenaMemory : public BenchMemory {
   explicit ArenaMemory(Client& client) : client_(client) {}
   float* allocate(uint64_t bytes) override {
     auto* p = static_cast<float*>(client_.alloc(bytes));
-    if (p == nullptr) std::fprintf(stderr, "cannot allocate %llu bytes in the arena (GRADSYNC_ARENA_BYTES)\n",
-                                   static_cast<unsigned long long>(bytes));
+    if (p == nullptr)
+      std::fprintf(stderr, "cannot allocate %llu bytes in the arena (GRADSYNC_ARENA_BYTES)\n",
+                   static_cast<unsigned long long>(bytes));
     return p;
   }
   void fill(float* data, size_t count, float value) override { std::fill(data, data + count, value); }

@@ -128,7 +128,8 @@ const char* pathName(const Ctx& c) {
 
 double busFactor(const std::string& collective, int n) {
   if (collective == "allreduce") return 2.0 * (n - 1) / n;
-  if (collective == "allgather" || collective == "reducescatter" || collective == "alltoall") return static_cast<double>(n - 1) / n;
+  if (collective == "allgather" || collective == "reducescatter" || collective == "alltoall")
+    return static_cast<double>(n - 1) / n;
   return 1.0;
 }
 
@@ -169,9 +170,8 @@ bool timeSize(Ctx& c, float* buf, uint64_t bytes) {
     std::printf("%12llu %10zu %8zu %12.1f %12.1f %12.1f %9.3f %9.3f  %s\n", static_cast<unsigned long long>(count * 4),
                 count, times.size(), median * 1e6, times[times.size() / 10] * 1e6, times[times.size() * 9 / 10] * 1e6,
                 algbw, busbw, ok ? "OK" : "WRONG");
-    std::printf("CSV,gradsync-%s,%s,%d,%zu,%zu,%.3f,%.3f,%.3f,%s\n", pathName(c),
-                c.options.collective.c_str(), c.size, count * 4, times.size(), median * 1e6, algbw, busbw,
-                ok ? "OK" : "WRONG");
+    std::printf("CSV,gradsync-%s,%s,%d,%zu,%zu,%.3f,%.3f,%.3f,%s\n", pathName(c), c.options.collective.c_str(), c.size,
+                count * 4, times.size(), median * 1e6, algbw, busbw, ok ? "OK" : "WRONG");
     std::fflush(stdout);
   }
   return ok;
@@ -251,8 +251,8 @@ int runResnet(Ctx& c) {
   std::sort(times.begin(), times.end());
   if (c.rank == 0) {
     const double median = times[times.size() / 2];
-    std::printf("# ResNet-50 gradients: %zu tensors, %.1f MiB, %d ranks, %s path\n", shapes.size(), total * 4 / 1048576.0,
-                c.size, c.memory.describe());
+    std::printf("# ResNet-50 gradients: %zu tensors, %.1f MiB, %d ranks, %s path\n", shapes.size(),
+                total * 4 / 1048576.0, c.size, c.memory.describe());
     std::printf("steps %zu  median %.2f ms  fastest %.2f ms  slowest %.2f ms  eff. busbw %.3f GB/s  check %s\n",
                 times.size(), median * 1e3, times.front() * 1e3, times.back() * 1e3,
                 total * 4.0 * 2 * (c.size - 1) / c.size / median / 1e9, ok ? "OK" : "WRONG");

@@ -65,9 +65,8 @@ AdminClient::AdminClient(AdminClientOptions options)
 Status AdminClient::connect() {
   if (!deadline_set_) {
     // A command's budget starts with its first call (renewDeadline: again).
-    deadline_ = std::chrono::system_clock::now() +
-                std::chrono::duration_cast<std::chrono::system_clock::duration>(
-                    std::chrono::duration<double>(options_.timeout_seconds));
+    deadline_ = std::chrono::system_clock::now() + std::chrono::duration_cast<std::chrono::system_clock::duration>(
+                                                       std::chrono::duration<double>(options_.timeout_seconds));
     deadline_set_ = true;
   }
   if (stub_) return okStatus();
@@ -98,8 +97,7 @@ Status AdminClient::fromGrpc(const grpc::Status& status, const char* rpc) const 
       return Status(code, "gradsyncd at " + target_ + " did not answer " + rpc + " within " +
                               secondsText(options_.timeout_seconds) + "; is the daemon hung?");
     case grpc::StatusCode::UNAVAILABLE:
-      return Status(code, "cannot reach gradsyncd at " + target_ + " (" + rpc + ": " +
-                              status.error_message() + ")");
+      return Status(code, "cannot reach gradsyncd at " + target_ + " (" + rpc + ": " + status.error_message() + ")");
     default:
       return Status(code, std::string(rpc) + " failed: " + status.error_message());
   }

@@ -43,13 +43,14 @@ bool endsWith(std::string_view s, std::string_view suffix) {
 }
 
 // "<indent>label:" padded so that values start at column `width`.
-void appendLine(std::string* out, std::string_view label, const std::string& value, size_t width,
-                const char* indent) {
+void appendLine(std::string* out, std::string_view label, const std::string& value, size_t width, const char* indent) {
   std::string line = indent;
   line += label;
   line += ':';
-  if (line.size() < width) line.resize(width, ' ');
-  else line += ' ';
+  if (line.size() < width)
+    line.resize(width, ' ');
+  else
+    line += ' ';
   *out += line + value + "\n";
 }
 
@@ -157,8 +158,7 @@ std::string formatDuration(double seconds) {
   uint64_t minutes = total / 60 % 60;
   uint64_t secs = total % 60;
   if (days > 0) {
-    return printfString("%" PRIu64 "d %02" PRIu64 "h %02" PRIu64 "m %02" PRIu64 "s", days, hours,
-                        minutes, secs);
+    return printfString("%" PRIu64 "d %02" PRIu64 "h %02" PRIu64 "m %02" PRIu64 "s", days, hours, minutes, secs);
   }
   if (hours > 0) return printfString("%" PRIu64 "h %02" PRIu64 "m %02" PRIu64 "s", hours, minutes, secs);
   if (minutes > 0) return printfString("%" PRIu64 "m %02" PRIu64 "s", minutes, secs);
@@ -181,9 +181,7 @@ std::string formatConfig(const v1::DaemonConfig& config) {
 
 std::string formatStatus(const v1::GetStatusResponse& status, const std::string& socket_path) {
   std::string out;
-  auto line = [&out](const char* label, const std::string& value) {
-    appendLine(&out, label, value, kStatusWidth, "");
-  };
+  auto line = [&out](const char* label, const std::string& value) { appendLine(&out, label, value, kStatusWidth, ""); };
   line("version", status.version());
   line("uptime", formatDuration(status.uptime_seconds()));
   line("pid", std::to_string(status.pid()));
@@ -191,12 +189,13 @@ std::string formatStatus(const v1::GetStatusResponse& status, const std::string&
   line("socket", socket_path);
   if (status.draining()) line("draining", "yes: no new jobs; exits when the running ones have ended");
   line("peer", status.peer_address().empty() ? std::string("disabled (single-node jobs only)") : status.peer_address());
-  line("gpus", status.gpus().empty() ? "none" + (status.gpu_note().empty() ? std::string() : " (" + status.gpu_note() + ")")
-                                      : std::to_string(status.gpus_size()));
+  line("gpus", status.gpus().empty()
+                   ? "none" + (status.gpu_note().empty() ? std::string() : " (" + status.gpu_note() + ")")
+                   : std::to_string(status.gpus_size()));
   for (const auto& gpu : status.gpus()) {
     out += printfString("  %d  %s  %s  %s  compute mode %s  PCI %s\n", gpu.index(), gpu.uuid().c_str(),
-                        gpu.name().c_str(), formatBytes(gpu.total_memory_bytes()).c_str(),
-                        gpu.compute_mode().c_str(), gpu.pci_bus_id().c_str());
+                        gpu.name().c_str(), formatBytes(gpu.total_memory_bytes()).c_str(), gpu.compute_mode().c_str(),
+                        gpu.pci_bus_id().c_str());
   }
   if (status.cuda_driver_version() > 0) {
     line("cuda driver", std::to_string(status.cuda_driver_version() / 1000) + "." +
@@ -204,9 +203,10 @@ std::string formatStatus(const v1::GetStatusResponse& status, const std::string&
   }
   line("mps", status.mps() ? "on (" + status.mps_pipe_directory() + ")" : std::string("off"));
   const int nccl = status.nccl_version();
-  line("nccl", nccl == 0 ? "unavailable" + (status.nccl_note().empty() ? std::string() : " (" + status.nccl_note() + ")")
-                         : std::to_string(nccl / 10000) + "." + std::to_string(nccl / 100 % 100) + "." +
-                               std::to_string(nccl % 100) + " (" + status.nccl_library() + ")");
+  line("nccl", nccl == 0
+                   ? "unavailable" + (status.nccl_note().empty() ? std::string() : " (" + status.nccl_note() + ")")
+                   : std::to_string(nccl / 10000) + "." + std::to_string(nccl / 100 % 100) + "." +
+                         std::to_string(nccl % 100) + " (" + status.nccl_library() + ")");
   line("jobs", std::to_string(status.jobs()));
   out += "config:\n";
   out += formatConfig(status.config());
@@ -242,9 +242,9 @@ std::string formatRankTable(const v1::JobInfo& job) {
   std::vector<std::vector<std::string>> rows;
   rows.push_back({"RANK", "LOCAL", "PID", "HOST", "CONNECTED", "JOINED", "ARENA"});
   for (const auto& rank : job.ranks()) {
-    rows.push_back({std::to_string(rank.rank()), std::to_string(rank.local_rank()),
-                    std::to_string(rank.pid()), rank.hostname().empty() ? "-" : rank.hostname(),
-                    yesNo(rank.connected()), yesNo(rank.joined()), formatBytes(rank.arena_bytes())});
+    rows.push_back({std::to_string(rank.rank()), std::to_string(rank.local_rank()), std::to_string(rank.pid()),
+                    rank.hostname().empty() ? "-" : rank.hostname(), yesNo(rank.connected()), yesNo(rank.joined()),
+                    formatBytes(rank.arena_bytes())});
   }
   return formatTable(rows, "    ");
 }
@@ -252,15 +252,12 @@ std::string formatRankTable(const v1::JobInfo& job) {
 std::string formatJobs(const v1::ListJobsResponse& jobs) {
   if (jobs.jobs_size() == 0) return "no jobs\n";
   std::string out;
-  auto line = [&out](const char* label, const std::string& value) {
-    appendLine(&out, label, value, kJobWidth, "  ");
-  };
+  auto line = [&out](const char* label, const std::string& value) { appendLine(&out, label, value, kJobWidth, "  "); };
   for (int i = 0; i < jobs.jobs_size(); ++i) {
     const v1::JobInfo& job = jobs.jobs(i);
     if (i > 0) out += "\n";
     out += "job " + job.job_id() + "\n";
-    line("size / local size",
-         std::to_string(job.size()) + " / " + std::to_string(job.local_size()));
+    line("size / local size", std::to_string(job.size()) + " / " + std::to_string(job.local_size()));
     line("healthy", yesNo(job.healthy()));
     line("tensors in flight", std::to_string(job.tensors_in_flight()));
     line("operations done", std::to_string(job.operations_done()));
@@ -294,7 +291,8 @@ std::string formatJobs(const v1::ListJobsResponse& jobs) {
       std::vector<std::vector<std::string>> rows{{"FUSION", "CYCLE", "MB/S"}};
       for (const auto& trial : tuning.trials()) {
         rows.push_back({trial.fusion_threshold_bytes() <= 1 ? "none" : formatBytes(trial.fusion_threshold_bytes()),
-                        printfString("%g ms", trial.cycle_time_ms()), printfString("%.1f", trial.bytes_per_second() / 1e6)});
+                        printfString("%g ms", trial.cycle_time_ms()),
+                        printfString("%.1f", trial.bytes_per_second() / 1e6)});
       }
       out += formatTable(rows, "    ");
     }
@@ -325,8 +323,8 @@ std::string formatMembers(const v1::ListJobsResponse& jobs) {
       const int64_t age = node.heartbeat_age_ms();
       rows.push_back({std::to_string(node.cross_rank()) + (node.self() ? " (self)" : ""),
                       node.leader() ? "leader" : "follower", node.peer_address(), node.hostname(), ranks,
-                      std::to_string(node.gpus()), age < 0 ? "-" : std::to_string(age) + " ms", formatBytes(node.bytes_sent()),
-                      formatBytes(node.bytes_received()), gbps(node.throughput_gbps()),
+                      std::to_string(node.gpus()), age < 0 ? "-" : std::to_string(age) + " ms",
+                      formatBytes(node.bytes_sent()), formatBytes(node.bytes_received()), gbps(node.throughput_gbps()),
                       std::to_string(node.failed_transfers())});
     }
     out += formatTable(rows, "  ");
@@ -406,8 +404,7 @@ StatusOr<std::string> formatJson(const google::protobuf::Message& message) {
   std::string json;
   auto status = google::protobuf::util::MessageToJsonString(message, &json, options);
   if (!status.ok()) {
-    return internalError("cannot print " + message.GetTypeName() + " as JSON: " +
-                         status.ToString());
+    return internalError("cannot print " + message.GetTypeName() + " as JSON: " + status.ToString());
   }
   return json + "\n";
 }

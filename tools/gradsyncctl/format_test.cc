@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "tools/gradsyncctl/format.h"
 
+#include <gmock/gmock.h>
 #include <google/protobuf/util/json_util.h>
 #include <google/protobuf/util/message_differencer.h>
-#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -129,8 +129,7 @@ TEST(FormatStatus, ShowsIdentityAndEveryConfigField) {
   // Every DaemonConfig field appears by name, even those at zero or empty.
   const auto* descriptor = v1::DaemonConfig::descriptor();
   for (int i = 0; i < descriptor->field_count(); ++i) {
-    EXPECT_THAT(text, HasSubstr("\n  " + descriptor->field(i)->name() + ":"))
-        << descriptor->field(i)->name();
+    EXPECT_THAT(text, HasSubstr("\n  " + descriptor->field(i)->name() + ":")) << descriptor->field(i)->name();
   }
   EXPECT_THAT(text, HasSubstr("socket_group:"));
   EXPECT_THAT(text, HasSubstr("\"we\\\"ird\\012\""));  // escaped socket_group
@@ -163,17 +162,40 @@ TEST(FormatConfig, EmptyConfigStillListsEveryField) {
   for (char c : text) lines += c == '\n';
   EXPECT_EQ(lines, descriptor->field_count());
   EXPECT_THAT(text, HasSubstr("socket_path:"));
-  EXPECT_THAT(text, HasSubstr("\"\"\n"));  // empty strings are shown quoted
+  EXPECT_THAT(text, HasSubstr("\"\"\n"));    // empty strings are shown quoted
   EXPECT_THAT(text, HasSubstr("0 (0000)"));  // socket_mode
 }
 
 TEST(FormatJobs, ShowsCountersAndRankTable) {
   std::string text = formatJobs(makeJobs());
-  for (const char* expected :
-       {"job job-7f3a", "8 / 2", "healthy:", "no", "tensors in flight:", "3", "operations done:",
-        "12345", "1610612736 (1.50 GiB)", "fused responses:", "678", "errors:",
-        "rank 5 (host node-b, pid 99) died", "stall warnings:", "9", "process sets:", "3:[0,5]", "RANK", "LOCAL", "PID", "HOST",
-        "CONNECTED", "JOINED", "ARENA", "1001", "1002", "256 MiB", "512 B"}) {
+  for (const char* expected : {"job job-7f3a",
+                               "8 / 2",
+                               "healthy:",
+                               "no",
+                               "tensors in flight:",
+                               "3",
+                               "operations done:",
+                               "12345",
+                               "1610612736 (1.50 GiB)",
+                               "fused responses:",
+                               "678",
+                               "errors:",
+                               "rank 5 (host node-b, pid 99) died",
+                               "stall warnings:",
+                               "9",
+                               "process sets:",
+                               "3:[0,5]",
+                               "RANK",
+                               "LOCAL",
+                               "PID",
+                               "HOST",
+                               "CONNECTED",
+                               "JOINED",
+                               "ARENA",
+                               "1001",
+                               "1002",
+                               "256 MiB",
+                               "512 B"}) {
     EXPECT_THAT(text, HasSubstr(expected)) << expected;
   }
 }
@@ -337,8 +359,8 @@ TEST(FormatHistoryTest, ListsEveryEpochChangeOfElasticJobs) {
   job->set_ended(true);
   const std::string text = formatHistory(jobs);
   EXPECT_EQ(text.find("static"), std::string::npos);
-  for (const char* part : {"job el  epoch 2  min size 2  (ended)", "EPOCH", "2026-11-18 11:06:40", "3 -> 2", "4", "137 ms",
-                           "rank 1 (pid 4242, host h) disconnected"}) {
+  for (const char* part : {"job el  epoch 2  min size 2  (ended)", "EPOCH", "2026-11-18 11:06:40", "3 -> 2", "4",
+                           "137 ms", "rank 1 (pid 4242, host h) disconnected"}) {
     EXPECT_NE(text.find(part), std::string::npos) << part << " in\n" << text;
   }
   EXPECT_EQ(formatHistory(v1::ListJobsResponse()), "no elastic jobs\n");

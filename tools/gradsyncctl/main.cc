@@ -10,12 +10,12 @@
 
 #include <cerrno>
 #include <chrono>
-#include <thread>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "daemon/common/status.h"
@@ -142,7 +142,8 @@ std::string parseArgs(int argc, char** argv, Options* options) {
     } else if (name == "--count") {
       char* end = nullptr;
       options->count = std::strtol(value.c_str(), &end, 10);
-      if (value.empty() || *end != '\0' || options->count < 1) return "--count needs a positive integer, got '" + value + "'";
+      if (value.empty() || *end != '\0' || options->count < 1)
+        return "--count needs a positive integer, got '" + value + "'";
     } else if (!parseTimeout(value, &options->client.timeout_seconds)) {
       return "--timeout needs a number of seconds in (0, 86400], got '" + value + "'";
     }
@@ -153,8 +154,7 @@ std::string parseArgs(int argc, char** argv, Options* options) {
 // Reports a failed call on stderr and returns the exit code.
 int reportError(const Status& status) {
   std::fprintf(stderr, "gradsyncctl: %s\n", status.message().c_str());
-  bool unreachable = status.code() == StatusCode::kUnavailable ||
-                     status.code() == StatusCode::kDeadlineExceeded;
+  bool unreachable = status.code() == StatusCode::kUnavailable || status.code() == StatusCode::kDeadlineExceeded;
   return unreachable ? kExitUnreachable : kExitFailed;
 }
 
@@ -311,7 +311,9 @@ int run(int argc, char** argv) {
   }
   if (command == "jobs" || command == "members" || command == "history") {
     if (arguments > 1) return usageError(command + " takes at most one JOB_ID");
-    const JobView view = command == "members" ? JobView::kMembers : command == "history" ? JobView::kHistory : JobView::kJobs;
+    const JobView view = command == "members"   ? JobView::kMembers
+                         : command == "history" ? JobView::kHistory
+                                                : JobView::kJobs;
     return runJobs(client, options, arguments == 1 ? options.command[1] : std::string(), view);
   }
   if (command == "timeline") {

@@ -97,11 +97,11 @@ std::string formatStats(const v1::ListJobsResponse& jobs) {
   std::string out;
   for (const auto& job : jobs.jobs()) {
     out += "job " + job.job_id() + "\n";
-    out += "  " + padded("collective", 15) + padded("dtype", 10) + rightAligned("ops", 10) +
-           rightAligned("bytes", 12) + rightAligned("p50", 9) + rightAligned("p90", 9) + rightAligned("p99", 9) +
-           "\n";
+    out += "  " + padded("collective", 15) + padded("dtype", 10) + rightAligned("ops", 10) + rightAligned("bytes", 12) +
+           rightAligned("p50", 9) + rightAligned("p90", 9) + rightAligned("p99", 9) + "\n";
     for (const auto& stats : job.collective_stats()) {
-      out += "  " + padded(collectiveName(stats.type()), 15) + padded(stats.dtype() == v1::DATA_TYPE_UNSPECIFIED ? "none" : dataTypeName(stats.dtype()), 10) +
+      out += "  " + padded(collectiveName(stats.type()), 15) +
+             padded(stats.dtype() == v1::DATA_TYPE_UNSPECIFIED ? "none" : dataTypeName(stats.dtype()), 10) +
              rightAligned(std::to_string(stats.operations()), 10) + rightAligned(formatBytes(stats.bytes()), 12) +
              percentiles(latencyOf(job, stats.type())) + "\n";
     }

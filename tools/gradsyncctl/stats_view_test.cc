@@ -22,9 +22,9 @@ v1::Histogram histogram(std::vector<uint64_t> counts) {
 
 TEST(StatsView, QuantilesInterpolateInsideTheirBucket) {
   const v1::Histogram h = histogram({10, 10, 0, 0});
-  EXPECT_DOUBLE_EQ(histogramQuantile(h, 0.5), 1.0);    // the 10th of 20: top of the first bucket
-  EXPECT_DOUBLE_EQ(histogramQuantile(h, 0.25), 0.5);   // half way through the first
-  EXPECT_DOUBLE_EQ(histogramQuantile(h, 0.75), 1.5);   // half way through the second
+  EXPECT_DOUBLE_EQ(histogramQuantile(h, 0.5), 1.0);                        // the 10th of 20: top of the first bucket
+  EXPECT_DOUBLE_EQ(histogramQuantile(h, 0.25), 0.5);                       // half way through the first
+  EXPECT_DOUBLE_EQ(histogramQuantile(h, 0.75), 1.5);                       // half way through the second
   EXPECT_DOUBLE_EQ(histogramQuantile(histogram({0, 0, 0, 5}), 0.5), 4.0);  // unbounded: the last bound
   EXPECT_DOUBLE_EQ(histogramQuantile(histogram({0, 0, 0, 0}), 0.5), 0.0);
   EXPECT_DOUBLE_EQ(histogramQuantile(v1::Histogram(), 0.99), 0.0);

@@ -72,8 +72,14 @@ enum {
 /* Reductions (same values as gradsync.v1.ReduceOp). */
 /* GRADSYNC_ADASUM: Horovod's Adasum (see types.proto), floating-point CPU
  * allreduces over a power-of-two number of ranks. */
-enum { GRADSYNC_SUM = 1, GRADSYNC_AVERAGE = 2, GRADSYNC_MIN = 3, GRADSYNC_MAX = 4, GRADSYNC_PRODUCT = 5,
-       GRADSYNC_ADASUM = 6 };
+enum {
+  GRADSYNC_SUM = 1,
+  GRADSYNC_AVERAGE = 2,
+  GRADSYNC_MIN = 3,
+  GRADSYNC_MAX = 4,
+  GRADSYNC_PRODUCT = 5,
+  GRADSYNC_ADASUM = 6
+};
 
 /* Where a tensor's `data` lives. */
 enum { GRADSYNC_DEVICE_CPU = 0, GRADSYNC_DEVICE_CUDA = 1 };
@@ -86,15 +92,15 @@ enum {
   GRADSYNC_ALLTOALL = 4,      /* result: gradsync_result, with received splits */
   GRADSYNC_REDUCESCATTER = 5, /* result: gradsync_result */
   GRADSYNC_BARRIER = 6,
-  GRADSYNC_JOIN = 7           /* result: last_joined_rank */
+  GRADSYNC_JOIN = 7 /* result: last_joined_rank */
 };
 
 typedef struct gradsync_client gradsync_client_t;
 typedef uint64_t gradsync_handle_t;
 
 typedef struct gradsync_config {
-  uint32_t struct_size;  /* sizeof(gradsync_config_t) */
-  uint32_t version;      /* GRADSYNC_CONFIG_VERSION */
+  uint32_t struct_size; /* sizeof(gradsync_config_t) */
+  uint32_t version;     /* GRADSYNC_CONFIG_VERSION */
   /* NULL / -1 / 0 take the value from the environment (GRADSYNC_SOCKET,
    * GRADSYNC_JOB_ID, GRADSYNC_TOKEN, GRADSYNC_RANK, GRADSYNC_SIZE,
    * GRADSYNC_LOCAL_RANK, GRADSYNC_LOCAL_SIZE, GRADSYNC_ARENA_BYTES). */
@@ -103,9 +109,9 @@ typedef struct gradsync_config {
   const char* token;
   int32_t rank;
   int32_t world_size;
-  int32_t local_rank;      /* default: rank */
-  int32_t local_size;      /* default: world_size */
-  uint64_t arena_bytes;    /* shared arena size; default 4 GiB (sparse) */
+  int32_t local_rank;             /* default: rank */
+  int32_t local_size;             /* default: world_size */
+  uint64_t arena_bytes;           /* shared arena size; default 4 GiB (sparse) */
   double connect_timeout_seconds; /* default 30 */
   /* Static process sets (ids 1..num_process_sets): set i has
    * process_set_sizes[i] ranks listed in process_set_ranks[i], increasing. */
@@ -115,24 +121,24 @@ typedef struct gradsync_config {
 } gradsync_config_t;
 
 typedef struct gradsync_op {
-  uint32_t struct_size;    /* sizeof(gradsync_op_t) */
-  int32_t collective;      /* GRADSYNC_ALLREDUCE, ... */
-  const char* name;        /* matched across ranks; unique while in flight.
-                              BARRIER/JOIN: may be NULL */
+  uint32_t struct_size; /* sizeof(gradsync_op_t) */
+  int32_t collective;   /* GRADSYNC_ALLREDUCE, ... */
+  const char* name;     /* matched across ranks; unique while in flight.
+                           BARRIER/JOIN: may be NULL */
   int32_t dtype;
-  int32_t ndim;            /* 0..GRADSYNC_MAX_DIMS */
+  int32_t ndim; /* 0..GRADSYNC_MAX_DIMS */
   const int64_t* shape;
   /* Input. ALLREDUCE and BROADCAST write their result here too. A pointer
    * returned by gradsync_alloc is used in place (zero copy); any other
    * pointer is copied into the arena and back. Must stay valid until the
    * operation is waited for. */
   void* data;
-  int32_t reduce_op;       /* ALLREDUCE, REDUCESCATTER */
-  double prescale;         /* 0 means 1 */
-  double postscale;        /* 0 means 1 */
-  int32_t root_rank;       /* BROADCAST */
-  int32_t process_set;     /* 0: all ranks */
-  const int64_t* splits;   /* ALLTOALL: rows for each rank of the set, or NULL (even split) */
+  int32_t reduce_op;     /* ALLREDUCE, REDUCESCATTER */
+  double prescale;       /* 0 means 1 */
+  double postscale;      /* 0 means 1 */
+  int32_t root_rank;     /* BROADCAST */
+  int32_t process_set;   /* 0: all ranks */
+  const int64_t* splits; /* ALLTOALL: rows for each rank of the set, or NULL (even split) */
   int32_t num_splits;
   /* Added in 0.2 (callers built against an older header pass a smaller
    * struct_size and get CPU). GRADSYNC_DEVICE_CUDA: `data` is CUDA device
@@ -153,15 +159,15 @@ typedef struct gradsync_op {
 } gradsync_op_t;
 
 typedef struct gradsync_result {
-  uint32_t struct_size;    /* sizeof(gradsync_result_t), set by the caller */
-  const void* data;        /* ALLGATHER/ALLTOALL/REDUCESCATTER output, owned by the
-                              library until gradsync_release */
+  uint32_t struct_size; /* sizeof(gradsync_result_t), set by the caller */
+  const void* data;     /* ALLGATHER/ALLTOALL/REDUCESCATTER output, owned by the
+                           library until gradsync_release */
   uint64_t bytes;
   int32_t ndim;
   int64_t shape[GRADSYNC_MAX_DIMS];
   int32_t num_received_splits; /* ALLTOALL */
   const int64_t* received_splits;
-  int32_t last_joined_rank;    /* JOIN */
+  int32_t last_joined_rank; /* JOIN */
 } gradsync_result_t;
 
 const char* gradsync_version(void);

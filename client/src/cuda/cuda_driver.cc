@@ -36,10 +36,13 @@ class RealCudaDriver : public CudaDriver {
   explicit RealCudaDriver(DriverApi api) : api_(api) {}
 
   StatusOr<PointerInfo> pointerInfo(const void* pointer) override {
-    CUpointer_attribute attributes[] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE, CU_POINTER_ATTRIBUTE_BUFFER_ID,
-                                        CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, CU_POINTER_ATTRIBUTE_RANGE_SIZE,
+    CUpointer_attribute attributes[] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+                                        CU_POINTER_ATTRIBUTE_BUFFER_ID,
+                                        CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
+                                        CU_POINTER_ATTRIBUTE_RANGE_SIZE,
                                         CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE,
-                                        CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, CU_POINTER_ATTRIBUTE_CONTEXT};
+                                        CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+                                        CU_POINTER_ATTRIBUTE_CONTEXT};
     unsigned int memory_type = 0;
     unsigned long long buffer_id = 0;
     CUdeviceptr start = 0;
@@ -140,7 +143,8 @@ class RealCudaDriver : public CudaDriver {
     if (result == CUDA_SUCCESS) return okStatus();
     const char* name = nullptr;
     if (api_.getErrorName == nullptr || api_.getErrorName(result, &name) != CUDA_SUCCESS) name = "unknown";
-    return internalError(std::string(what) + " failed: " + name + " (" + std::to_string(static_cast<int>(result)) + ")");
+    return internalError(std::string(what) + " failed: " + name + " (" + std::to_string(static_cast<int>(result)) +
+                         ")");
   }
 
   DriverApi api_;
@@ -164,7 +168,8 @@ StatusOr<std::unique_ptr<CudaDriver>> loadCudaDriver() {
   // holds no CUDA memory.
   void* handle = ::dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
   if (handle == nullptr) {
-    return failedPrecondition("no CUDA driver is loaded in this process (libcuda.so.1), so no pointer can be CUDA memory");
+    return failedPrecondition(
+        "no CUDA driver is loaded in this process (libcuda.so.1), so no pointer can be CUDA memory");
   }
   auto get = reinterpret_cast<GetProcAddress>(::dlsym(handle, "cuGetProcAddress_v2"));
   if (get == nullptr) return failedPrecondition("the CUDA driver is older than CUDA 12 (no cuGetProcAddress_v2)");

@@ -99,8 +99,9 @@ StatusOr<v1::CudaTensorRef> CudaSession::locateLocked(const std::string& name, c
   const std::string prefix = "CUDA tensor '" + name + "': ";
   // A daemon without GPUs: say so before touching CUDA at all.
   if (options_.daemon_gpus.empty()) {
-    return failedPrecondition(prefix + options_.daemon_name + " has no GPU; reduce CPU tensors or use a daemon "
-                                       "on a GPU node");
+    return failedPrecondition(prefix + options_.daemon_name +
+                              " has no GPU; reduce CPU tensors or use a daemon "
+                              "on a GPU node");
   }
   if (!driver_) {
     auto driver = loader_();
@@ -188,9 +189,10 @@ StatusOr<uint64_t> CudaSession::exportLocked(const std::string& name, const Poin
   }
   const std::string prefix = "CUDA tensor '" + name + "': ";
   if (!info.legacy_ipc) {
-    return unimplemented(prefix + "its memory comes from a cuMem/VMM allocator (PyTorch's expandable_segments or "
-                                  "cudaMallocAsync), which CUDA IPC cannot export yet; use the default caching "
-                                  "allocator (PYTORCH_CUDA_ALLOC_CONF without expandable_segments:True)");
+    return unimplemented(prefix +
+                         "its memory comes from a cuMem/VMM allocator (PyTorch's expandable_segments or "
+                         "cudaMallocAsync), which CUDA IPC cannot export yet; use the default caching "
+                         "allocator (PYTORCH_CUDA_ALLOC_CONF without expandable_segments:True)");
   }
   auto handle = driver_->exportMemory(info.context, info.base);
   if (!handle.isOk()) return Status(handle.status().code(), prefix + handle.status().message());

@@ -103,8 +103,8 @@ class CudaSessionTest : public ::testing::Test {
   }
   static const void* at(uint64_t address) { return reinterpret_cast<const void*>(address); }
   int countRequests(v1::HandoffRequest::MsgCase kind) const {
-    return static_cast<int>(std::count_if(requests_.begin(), requests_.end(),
-                                          [&](const auto& r) { return r.msg_case() == kind; }));
+    return static_cast<int>(
+        std::count_if(requests_.begin(), requests_.end(), [&](const auto& r) { return r.msg_case() == kind; }));
   }
 
   std::vector<FakeAllocation> allocations_ = {{0x10000, 0x1000, 7}, {0x20000, 0x1000, 8}, {0x30000, 0x1000, 9}};
@@ -181,11 +181,9 @@ TEST_F(CudaSessionTest, ErrorsNameTheTensorAndTheCause) {
               HasSubstr("'host': the pointer is not CUDA device memory"));
   EXPECT_EQ(session->prepare("past", at(0x10ff0), 32, nullptr).status().code(), StatusCode::kOutOfRange);
   allocations_.push_back({0x40000, 0x1000, 10, /*legacy=*/false});
-  EXPECT_THAT(session->prepare("vmm", at(0x40000), 4, nullptr).status().message(),
-              HasSubstr("expandable_segments"));
+  EXPECT_THAT(session->prepare("vmm", at(0x40000), 4, nullptr).status().message(), HasSubstr("expandable_segments"));
   allocations_.push_back({0x50000, 0x1000, 11, true, "GPU-other"});
-  EXPECT_THAT(session->prepare("other", at(0x50000), 4, nullptr).status().message(),
-              HasSubstr("is on GPU-other"));
+  EXPECT_THAT(session->prepare("other", at(0x50000), 4, nullptr).status().message(), HasSubstr("is on GPU-other"));
   reject_exports_ = true;
   EXPECT_THAT(session->prepare("rejected", at(0x20000), 4, nullptr).status().message(),
               HasSubstr("'rejected': rank 0: CUDA buffer 7: cannot map"));
@@ -236,7 +234,7 @@ TEST_F(CudaSessionTest, CacheIsBoundedAndReleasesWhatItForgets) {
 TEST_F(CudaSessionTest, ExportsInUseAreNeitherEvictedNorReleased) {
   auto session = makeSession();
   auto a = session->prepare("a", at(0x10000), 4, nullptr);  // in flight on buffer 7
-  auto out = session->prepareOutput("a", at(0x20000), 4);    // its output on buffer 8
+  auto out = session->prepareOutput("a", at(0x20000), 4);   // its output on buffer 8
   ASSERT_TRUE(a.isOk() && out.isOk());
   auto c = session->prepare("c", at(0x30000), 4, nullptr);  // past the bound of 2: nothing evictable
   ASSERT_TRUE(c.isOk());
@@ -260,7 +258,10 @@ TEST_F(CudaSessionTest, CompleteOnHostFreesTheSlotWithoutAStreamWait) {
   ASSERT_TRUE(b.isOk());
   EXPECT_TRUE(session->slotsExhausted());
   log_.clear();
-  ASSERT_TRUE(session->completeOnHost(*a, "a", [] { return okStatus(); }, std::chrono::seconds(5)).isOk());
+  ASSERT_TRUE(session
+                  ->completeOnHost(
+                      *a, "a", [] { return okStatus(); }, std::chrono::seconds(5))
+                  .isOk());
   EXPECT_FALSE(session->slotsExhausted());
   EXPECT_EQ(session->freeSlots(), 1);
   for (const auto& entry : log_) EXPECT_EQ(entry.rfind("wait", 0), std::string::npos) << entry;
@@ -285,7 +286,8 @@ TEST_F(CudaSessionTest, CompleteOnHostPastItsLimitLeavesTheStreamWaitingAndNames
   ASSERT_TRUE(a.isOk());
   driver_->pending = true;
   log_.clear();
-  Status done = session->completeOnHost(*a, "grad.w", [] { return okStatus(); }, std::chrono::milliseconds(20));
+  Status done = session->completeOnHost(
+      *a, "grad.w", [] { return okStatus(); }, std::chrono::milliseconds(20));
   EXPECT_EQ(done.code(), StatusCode::kDeadlineExceeded);
   EXPECT_THAT(done.message(), HasSubstr("CUDA tensor 'grad.w': the daemon's GPU work did not finish"));
   ASSERT_EQ(log_.size(), 1u);

@@ -31,19 +31,52 @@ struct Params {
 
 // ---- floating types: acc in C (float for the 16-bit types) ----
 
-template <typename T> struct Wide { using type = T; };
-template <> struct Wide<__half> { using type = float; };
-template <> struct Wide<__nv_bfloat16> { using type = float; };
+template <typename T>
+struct Wide {
+  using type = T;
+};
+template <>
+struct Wide<__half> {
+  using type = float;
+};
+template <>
+struct Wide<__nv_bfloat16> {
+  using type = float;
+};
 
-template <typename T> __device__ __forceinline__ typename Wide<T>::type widen(T v) { return v; }
-template <> __device__ __forceinline__ float widen(__half v) { return __half2float(v); }
-template <> __device__ __forceinline__ float widen(__nv_bfloat16 v) { return __bfloat162float(v); }
-template <typename T> __device__ __forceinline__ T narrow(typename Wide<T>::type v) { return v; }
-template <> __device__ __forceinline__ __half narrow<__half>(float v) { return __float2half_rn(v); }
-template <> __device__ __forceinline__ __nv_bfloat16 narrow<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+template <typename T>
+__device__ __forceinline__ typename Wide<T>::type widen(T v) {
+  return v;
+}
+template <>
+__device__ __forceinline__ float widen(__half v) {
+  return __half2float(v);
+}
+template <>
+__device__ __forceinline__ float widen(__nv_bfloat16 v) {
+  return __bfloat162float(v);
+}
+template <typename T>
+__device__ __forceinline__ T narrow(typename Wide<T>::type v) {
+  return v;
+}
+template <>
+__device__ __forceinline__ __half narrow<__half>(float v) {
+  return __float2half_rn(v);
+}
+template <>
+__device__ __forceinline__ __nv_bfloat16 narrow<__nv_bfloat16>(float v) {
+  return __float2bfloat16_rn(v);
+}
 
-template <typename C> __device__ __forceinline__ C nanMin(C a, C b) { return (a != a || b != b) ? a + b : (b < a ? b : a); }
-template <typename C> __device__ __forceinline__ C nanMax(C a, C b) { return (a != a || b != b) ? a + b : (b > a ? b : a); }
+template <typename C>
+__device__ __forceinline__ C nanMin(C a, C b) {
+  return (a != a || b != b) ? a + b : (b < a ? b : a);
+}
+template <typename C>
+__device__ __forceinline__ C nanMax(C a, C b) {
+  return (a != a || b != b) ? a + b : (b > a ? b : a);
+}
 
 template <typename T, Op kOp>
 __global__ void floatKernel(Params p) {
@@ -58,10 +91,14 @@ __global__ void floatKernel(Params p) {
     for (int k = 1; k < p.num_inputs; ++k) {
       C x = widen(static_cast<const T*>(p.inputs[k])[i]);
       if (p.pre_on) x = x * pre;
-      if constexpr (kOp == Op::kSum || kOp == Op::kAverage) acc = acc + x;
-      else if constexpr (kOp == Op::kProduct) acc = acc * x;
-      else if constexpr (kOp == Op::kMin) acc = nanMin(acc, x);
-      else acc = nanMax(acc, x);
+      if constexpr (kOp == Op::kSum || kOp == Op::kAverage)
+        acc = acc + x;
+      else if constexpr (kOp == Op::kProduct)
+        acc = acc * x;
+      else if constexpr (kOp == Op::kMin)
+        acc = nanMin(acc, x);
+      else
+        acc = nanMax(acc, x);
     }
     if (kOp == Op::kAverage && p.divisor != 1) acc = acc / divisor;
     if (p.post_on) acc = acc * post;
@@ -97,10 +134,14 @@ __global__ void floatKernelVector(Params p, uint64_t vectors) {
       for (int j = 0; j < V; ++j) {
         C x = widen(e[j]);
         if (p.pre_on) x = x * pre;
-        if constexpr (kOp == Op::kSum || kOp == Op::kAverage) acc[j] = acc[j] + x;
-        else if constexpr (kOp == Op::kProduct) acc[j] = acc[j] * x;
-        else if constexpr (kOp == Op::kMin) acc[j] = nanMin(acc[j], x);
-        else acc[j] = nanMax(acc[j], x);
+        if constexpr (kOp == Op::kSum || kOp == Op::kAverage)
+          acc[j] = acc[j] + x;
+        else if constexpr (kOp == Op::kProduct)
+          acc[j] = acc[j] * x;
+        else if constexpr (kOp == Op::kMin)
+          acc[j] = nanMin(acc[j], x);
+        else
+          acc[j] = nanMax(acc[j], x);
       }
     }
     uint4 packed;
@@ -148,10 +189,14 @@ __global__ void intKernel(Params p) {
       for (int k = 1; k < p.num_inputs; ++k) {
         T x = static_cast<const T*>(p.inputs[k])[i];
         if (p.pre_on) x = scaleInteger(x, p.prescale);
-        if constexpr (kOp == Op::kSum) acc = static_cast<T>(static_cast<U>(static_cast<U>(acc) + static_cast<U>(x)));
-        else if constexpr (kOp == Op::kProduct) acc = static_cast<T>(static_cast<U>(static_cast<U>(acc) * static_cast<U>(x)));
-        else if constexpr (kOp == Op::kMin) acc = x < acc ? x : acc;
-        else acc = x > acc ? x : acc;
+        if constexpr (kOp == Op::kSum)
+          acc = static_cast<T>(static_cast<U>(static_cast<U>(acc) + static_cast<U>(x)));
+        else if constexpr (kOp == Op::kProduct)
+          acc = static_cast<T>(static_cast<U>(static_cast<U>(acc) * static_cast<U>(x)));
+        else if constexpr (kOp == Op::kMin)
+          acc = x < acc ? x : acc;
+        else
+          acc = x > acc ? x : acc;
       }
       out = acc;
     }
@@ -194,22 +239,42 @@ void launchFloatOp(Params p, dim3 block, cudaStream_t s) {
 template <typename T>
 void launchFloat(Op op, const Params& p, dim3 grid, dim3 block, cudaStream_t s) {
   switch (op) {
-    case Op::kSum: launchFloatOp<T, Op::kSum>(p, block, s); break;
-    case Op::kAverage: launchFloatOp<T, Op::kAverage>(p, block, s); break;
-    case Op::kMin: launchFloatOp<T, Op::kMin>(p, block, s); break;
-    case Op::kMax: launchFloatOp<T, Op::kMax>(p, block, s); break;
-    case Op::kProduct: launchFloatOp<T, Op::kProduct>(p, block, s); break;
+    case Op::kSum:
+      launchFloatOp<T, Op::kSum>(p, block, s);
+      break;
+    case Op::kAverage:
+      launchFloatOp<T, Op::kAverage>(p, block, s);
+      break;
+    case Op::kMin:
+      launchFloatOp<T, Op::kMin>(p, block, s);
+      break;
+    case Op::kMax:
+      launchFloatOp<T, Op::kMax>(p, block, s);
+      break;
+    case Op::kProduct:
+      launchFloatOp<T, Op::kProduct>(p, block, s);
+      break;
   }
 }
 
 template <typename T>
 void launchInt(Op op, const Params& p, dim3 grid, dim3 block, cudaStream_t s) {
   switch (op) {
-    case Op::kSum: intKernel<T, Op::kSum><<<grid, block, 0, s>>>(p); break;
-    case Op::kAverage: intKernel<T, Op::kAverage><<<grid, block, 0, s>>>(p); break;
-    case Op::kMin: intKernel<T, Op::kMin><<<grid, block, 0, s>>>(p); break;
-    case Op::kMax: intKernel<T, Op::kMax><<<grid, block, 0, s>>>(p); break;
-    case Op::kProduct: intKernel<T, Op::kProduct><<<grid, block, 0, s>>>(p); break;
+    case Op::kSum:
+      intKernel<T, Op::kSum><<<grid, block, 0, s>>>(p);
+      break;
+    case Op::kAverage:
+      intKernel<T, Op::kAverage><<<grid, block, 0, s>>>(p);
+      break;
+    case Op::kMin:
+      intKernel<T, Op::kMin><<<grid, block, 0, s>>>(p);
+      break;
+    case Op::kMax:
+      intKernel<T, Op::kMax><<<grid, block, 0, s>>>(p);
+      break;
+    case Op::kProduct:
+      intKernel<T, Op::kProduct><<<grid, block, 0, s>>>(p);
+      break;
   }
 }
 
@@ -238,19 +303,41 @@ std::string launchLocalReduce(const LocalReduceArgs& args, void* stream) {
   const dim3 grid(static_cast<unsigned>(blocks < 8192 ? blocks : 8192));
   cudaStream_t s = static_cast<cudaStream_t>(stream);
   switch (args.dtype) {
-    case Dtype::kFloat32: launchFloat<float>(args.op, p, grid, block, s); break;
-    case Dtype::kFloat64: launchFloat<double>(args.op, p, grid, block, s); break;
-    case Dtype::kFloat16: launchFloat<__half>(args.op, p, grid, block, s); break;
-    case Dtype::kBfloat16: launchFloat<__nv_bfloat16>(args.op, p, grid, block, s); break;
-    case Dtype::kUint8: launchInt<uint8_t>(args.op, p, grid, block, s); break;
-    case Dtype::kInt8: launchInt<int8_t>(args.op, p, grid, block, s); break;
-    case Dtype::kUint16: launchInt<uint16_t>(args.op, p, grid, block, s); break;
-    case Dtype::kInt16: launchInt<int16_t>(args.op, p, grid, block, s); break;
-    case Dtype::kInt32: launchInt<int32_t>(args.op, p, grid, block, s); break;
-    case Dtype::kInt64: launchInt<int64_t>(args.op, p, grid, block, s); break;
+    case Dtype::kFloat32:
+      launchFloat<float>(args.op, p, grid, block, s);
+      break;
+    case Dtype::kFloat64:
+      launchFloat<double>(args.op, p, grid, block, s);
+      break;
+    case Dtype::kFloat16:
+      launchFloat<__half>(args.op, p, grid, block, s);
+      break;
+    case Dtype::kBfloat16:
+      launchFloat<__nv_bfloat16>(args.op, p, grid, block, s);
+      break;
+    case Dtype::kUint8:
+      launchInt<uint8_t>(args.op, p, grid, block, s);
+      break;
+    case Dtype::kInt8:
+      launchInt<int8_t>(args.op, p, grid, block, s);
+      break;
+    case Dtype::kUint16:
+      launchInt<uint16_t>(args.op, p, grid, block, s);
+      break;
+    case Dtype::kInt16:
+      launchInt<int16_t>(args.op, p, grid, block, s);
+      break;
+    case Dtype::kInt32:
+      launchInt<int32_t>(args.op, p, grid, block, s);
+      break;
+    case Dtype::kInt64:
+      launchInt<int64_t>(args.op, p, grid, block, s);
+      break;
     case Dtype::kBool:
-      if (args.op == Op::kMin) boolKernel<true><<<grid, block, 0, s>>>(p);
-      else boolKernel<false><<<grid, block, 0, s>>>(p);
+      if (args.op == Op::kMin)
+        boolKernel<true><<<grid, block, 0, s>>>(p);
+      else
+        boolKernel<false><<<grid, block, 0, s>>>(p);
       break;
   }
   const cudaError_t err = cudaGetLastError();

@@ -20,7 +20,19 @@ namespace gradsync::cuda {
 constexpr int kMaxLocalBuffers = 32;
 
 // Same values as gradsync.v1.DataType / ReduceOp (checked in local_reduce_check.cc).
-enum class Dtype : int32_t { kUint8 = 1, kInt8, kUint16, kInt16, kInt32, kInt64, kFloat16, kBfloat16, kFloat32, kFloat64, kBool };
+enum class Dtype : int32_t {
+  kUint8 = 1,
+  kInt8,
+  kUint16,
+  kInt16,
+  kInt32,
+  kInt64,
+  kFloat16,
+  kBfloat16,
+  kFloat32,
+  kFloat64,
+  kBool
+};
 enum class Op : int32_t { kSum = 1, kAverage, kMin, kMax, kProduct };
 
 struct LocalReduceArgs {

@@ -12,19 +12,49 @@ namespace {
 
 double load(const uint8_t* base, size_t i, DataType dtype) {
   switch (dtype) {
-    case v1::FLOAT64: { double v; std::memcpy(&v, base + 8 * i, 8); return v; }
-    case v1::FLOAT32: { float v; std::memcpy(&v, base + 4 * i, 4); return v; }
-    case v1::FLOAT16: { uint16_t v; std::memcpy(&v, base + 2 * i, 2); return halfToFloat(v); }
-    default: { uint16_t v; std::memcpy(&v, base + 2 * i, 2); return bfloat16ToFloat(v); }
+    case v1::FLOAT64: {
+      double v;
+      std::memcpy(&v, base + 8 * i, 8);
+      return v;
+    }
+    case v1::FLOAT32: {
+      float v;
+      std::memcpy(&v, base + 4 * i, 4);
+      return v;
+    }
+    case v1::FLOAT16: {
+      uint16_t v;
+      std::memcpy(&v, base + 2 * i, 2);
+      return halfToFloat(v);
+    }
+    default: {
+      uint16_t v;
+      std::memcpy(&v, base + 2 * i, 2);
+      return bfloat16ToFloat(v);
+    }
   }
 }
 
 void store(uint8_t* base, size_t i, DataType dtype, double value) {
   switch (dtype) {
-    case v1::FLOAT64: std::memcpy(base + 8 * i, &value, 8); return;
-    case v1::FLOAT32: { const float v = static_cast<float>(value); std::memcpy(base + 4 * i, &v, 4); return; }
-    case v1::FLOAT16: { const uint16_t v = floatToHalf(static_cast<float>(value)); std::memcpy(base + 2 * i, &v, 2); return; }
-    default: { const uint16_t v = floatToBfloat16(static_cast<float>(value)); std::memcpy(base + 2 * i, &v, 2); return; }
+    case v1::FLOAT64:
+      std::memcpy(base + 8 * i, &value, 8);
+      return;
+    case v1::FLOAT32: {
+      const float v = static_cast<float>(value);
+      std::memcpy(base + 4 * i, &v, 4);
+      return;
+    }
+    case v1::FLOAT16: {
+      const uint16_t v = floatToHalf(static_cast<float>(value));
+      std::memcpy(base + 2 * i, &v, 2);
+      return;
+    }
+    default: {
+      const uint16_t v = floatToBfloat16(static_cast<float>(value));
+      std::memcpy(base + 2 * i, &v, 2);
+      return;
+    }
   }
 }
 

@@ -28,10 +28,10 @@ std::vector<double> run(std::vector<std::vector<double>> inputs, double pre = 1,
 }
 
 TEST(AdasumTest, OrthogonalVectorsAddAndEqualOnesAverage) {
-  EXPECT_EQ(run({{1, 0}, {0, 2}}), (std::vector<double>{1, 2}));     // a.b = 0: a + b
-  EXPECT_EQ(run({{3, 4}, {3, 4}}), (std::vector<double>{3, 4}));     // equal: (1/2)a + (1/2)b
-  EXPECT_EQ(run({{2, 2}, {-2, -2}}), (std::vector<double>{0, 0}));   // opposite: (3/2)a + (3/2)b
-  EXPECT_EQ(run({{0, 0}, {5, 1}}), (std::vector<double>{5, 1}));     // a zero norm keeps its coefficient 1
+  EXPECT_EQ(run({{1, 0}, {0, 2}}), (std::vector<double>{1, 2}));    // a.b = 0: a + b
+  EXPECT_EQ(run({{3, 4}, {3, 4}}), (std::vector<double>{3, 4}));    // equal: (1/2)a + (1/2)b
+  EXPECT_EQ(run({{2, 2}, {-2, -2}}), (std::vector<double>{0, 0}));  // opposite: (3/2)a + (3/2)b
+  EXPECT_EQ(run({{0, 0}, {5, 1}}), (std::vector<double>{5, 1}));    // a zero norm keeps its coefficient 1
 }
 
 TEST(AdasumTest, FourRanksCombineAsATreeInRankOrder) {

@@ -33,7 +33,9 @@ __attribute__((noinline))  // clang (fuzz builds only) has no noipa
 #else
 __attribute__((noipa))
 #endif
-void copyBytes(void* dst, const void* src, size_t bytes) { std::memcpy(dst, src, bytes); }
+void copyBytes(void* dst, const void* src, size_t bytes) {
+  std::memcpy(dst, src, bytes);
+}
 
 }  // namespace
 
@@ -45,12 +47,12 @@ Status validateReduceArgs(const ReduceArgs& args) {
     return invalidArgument("reduce: op not allowed for this dtype (Adasum is not element-wise)" + describe(args));
   }
   if (args.num_inputs < 1 || args.inputs == nullptr) {
-    return invalidArgument("reduce: need at least one input, got num_inputs " +
-                           std::to_string(args.num_inputs) + describe(args));
+    return invalidArgument("reduce: need at least one input, got num_inputs " + std::to_string(args.num_inputs) +
+                           describe(args));
   }
   if (args.num_outputs < 1 || args.outputs == nullptr) {
-    return invalidArgument("reduce: need at least one output, got num_outputs " +
-                           std::to_string(args.num_outputs) + describe(args));
+    return invalidArgument("reduce: need at least one output, got num_outputs " + std::to_string(args.num_outputs) +
+                           describe(args));
   }
   for (int k = 0; k < args.num_inputs; ++k) {
     if (args.inputs[k] == nullptr) {
@@ -63,8 +65,8 @@ Status validateReduceArgs(const ReduceArgs& args) {
     }
   }
   if (args.average_divisor < 1) {
-    return invalidArgument("reduce: average_divisor must be >= 1, got " +
-                           std::to_string(args.average_divisor) + describe(args));
+    return invalidArgument("reduce: average_divisor must be >= 1, got " + std::to_string(args.average_divisor) +
+                           describe(args));
   }
   if (args.dtype == v1::BOOL && (args.prescale != 1.0 || args.postscale != 1.0)) {
     return invalidArgument("reduce: prescale and postscale must be 1" + describe(args));
@@ -111,8 +113,7 @@ bool cpuSupportsAvx2() {
 #else
   static const bool supported = [] {
     __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c") &&
-           __builtin_cpu_supports("fma");
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c") && __builtin_cpu_supports("fma");
   }();
   return supported;
 #endif

@@ -39,17 +39,21 @@ struct ReduceArgs {
   ReduceOp op = v1::REDUCE_OP_UNSPECIFIED;
   const void* const* inputs = nullptr;  // num_inputs arrays of `count` elements
   int num_inputs = 0;                   // >= 1
-  void* const* outputs = nullptr;       // num_outputs arrays; each may alias an input exactly (same pointer) but never partially overlap
-  int num_outputs = 0;                  // >= 1
-  double prescale = 1.0;                // applied to each input element before combining
-  double postscale = 1.0;               // applied to the combined result
-  int average_divisor = 1;              // AVERAGE: the combined SUM is divided by this (ranks of the process set, which may exceed num_inputs)
+  void* const* outputs =
+      nullptr;  // num_outputs arrays; each may alias an input exactly (same pointer) but never partially overlap
+  int num_outputs = 0;     // >= 1
+  double prescale = 1.0;   // applied to each input element before combining
+  double postscale = 1.0;  // applied to the combined result
+  int average_divisor =
+      1;  // AVERAGE: the combined SUM is divided by this (ranks of the process set, which may exceed num_inputs)
 };
 
-// Checks dtype/op/counts (BOOL only with MIN/MAX; unknown enums rejected; num_inputs/num_outputs >= 1; average_divisor >= 1). Message names the dtype and op.
+// Checks dtype/op/counts (BOOL only with MIN/MAX; unknown enums rejected; num_inputs/num_outputs >= 1; average_divisor
+// >= 1). Message names the dtype and op.
 Status validateReduceArgs(const ReduceArgs& args);
 
-// Reduces elements [begin, end) of every array. Thread-safe for disjoint ranges (callers split one reduction across threads). Does not validate: call validateReduceArgs first.
+// Reduces elements [begin, end) of every array. Thread-safe for disjoint ranges (callers split one reduction across
+// threads). Does not validate: call validateReduceArgs first.
 void reduceRange(const ReduceArgs& args, size_t begin, size_t end);
 
 namespace internal {

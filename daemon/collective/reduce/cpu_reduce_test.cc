@@ -21,9 +21,8 @@ namespace {
 
 using Bytes = std::vector<uint8_t>;
 
-constexpr DataType kAllTypes[] = {v1::UINT8,   v1::INT8,     v1::UINT16,  v1::INT16,
-                                  v1::INT32,   v1::INT64,    v1::FLOAT16, v1::BFLOAT16,
-                                  v1::FLOAT32, v1::FLOAT64,  v1::BOOL};
+constexpr DataType kAllTypes[] = {v1::UINT8,   v1::INT8,     v1::UINT16,  v1::INT16,   v1::INT32, v1::INT64,
+                                  v1::FLOAT16, v1::BFLOAT16, v1::FLOAT32, v1::FLOAT64, v1::BOOL};
 constexpr ReduceOp kAllOps[] = {v1::SUM, v1::AVERAGE, v1::MIN, v1::MAX, v1::PRODUCT};
 
 // Which compiled variant runs.
@@ -37,18 +36,27 @@ std::vector<Variant> variants() {
 
 const char* variantName(Variant v) {
   switch (v) {
-    case Variant::kDispatch: return "dispatch";
-    case Variant::kBaseline: return "baseline";
-    case Variant::kAvx2: return "avx2";
+    case Variant::kDispatch:
+      return "dispatch";
+    case Variant::kBaseline:
+      return "baseline";
+    case Variant::kAvx2:
+      return "avx2";
   }
   return "?";
 }
 
 void runVariant(Variant v, const ReduceArgs& args, size_t begin, size_t end) {
   switch (v) {
-    case Variant::kDispatch: reduceRange(args, begin, end); break;
-    case Variant::kBaseline: internal::reduceRangeBaseline(args, begin, end); break;
-    case Variant::kAvx2: internal::reduceRangeAvx2(args, begin, end); break;
+    case Variant::kDispatch:
+      reduceRange(args, begin, end);
+      break;
+    case Variant::kBaseline:
+      internal::reduceRangeBaseline(args, begin, end);
+      break;
+    case Variant::kAvx2:
+      internal::reduceRangeAvx2(args, begin, end);
+      break;
   }
 }
 
@@ -88,15 +96,18 @@ template <typename C>
 C refFloatOp(ReduceOp op, C a, C b) {
   switch (op) {
     case v1::SUM:
-    case v1::AVERAGE: return a + b;
-    case v1::PRODUCT: return a * b;
+    case v1::AVERAGE:
+      return a + b;
+    case v1::PRODUCT:
+      return a * b;
     case v1::MIN:
       if (std::isnan(a) || std::isnan(b)) return std::numeric_limits<C>::quiet_NaN();
       return b < a ? b : a;
     case v1::MAX:
       if (std::isnan(a) || std::isnan(b)) return std::numeric_limits<C>::quiet_NaN();
       return b > a ? b : a;
-    default: return 0;
+    default:
+      return 0;
   }
 }
 
@@ -152,9 +163,14 @@ Bytes referenceInt(const Case& c, const std::vector<Bytes>& in) {
           case v1::PRODUCT:
             r = static_cast<T>(static_cast<uint64_t>(r) * static_cast<uint64_t>(x[k]));
             break;
-          case v1::MIN: r = std::min(r, x[k]); break;
-          case v1::MAX: r = std::max(r, x[k]); break;
-          default: break;
+          case v1::MIN:
+            r = std::min(r, x[k]);
+            break;
+          case v1::MAX:
+            r = std::max(r, x[k]);
+            break;
+          default:
+            break;
         }
       }
     }
@@ -180,29 +196,46 @@ Bytes reference(const Case& c, const std::vector<Bytes>& in) {
   auto same_f = [](float v) { return v; };
   auto same_d = [](double v) { return v; };
   switch (c.dtype) {
-    case v1::FLOAT32: return referenceFloat<float, float>(c, in, same_f, same_f);
-    case v1::FLOAT64: return referenceFloat<double, double>(c, in, same_d, same_d);
-    case v1::FLOAT16: return referenceFloat<uint16_t, float>(c, in, halfToFloat, floatToHalf);
-    case v1::BFLOAT16: return referenceFloat<uint16_t, float>(c, in, bfloat16ToFloat, floatToBfloat16);
-    case v1::UINT8: return referenceInt<uint8_t>(c, in);
-    case v1::INT8: return referenceInt<int8_t>(c, in);
-    case v1::UINT16: return referenceInt<uint16_t>(c, in);
-    case v1::INT16: return referenceInt<int16_t>(c, in);
-    case v1::INT32: return referenceInt<int32_t>(c, in);
-    case v1::INT64: return referenceInt<int64_t>(c, in);
-    case v1::BOOL: return referenceBool(c, in);
-    default: return {};
+    case v1::FLOAT32:
+      return referenceFloat<float, float>(c, in, same_f, same_f);
+    case v1::FLOAT64:
+      return referenceFloat<double, double>(c, in, same_d, same_d);
+    case v1::FLOAT16:
+      return referenceFloat<uint16_t, float>(c, in, halfToFloat, floatToHalf);
+    case v1::BFLOAT16:
+      return referenceFloat<uint16_t, float>(c, in, bfloat16ToFloat, floatToBfloat16);
+    case v1::UINT8:
+      return referenceInt<uint8_t>(c, in);
+    case v1::INT8:
+      return referenceInt<int8_t>(c, in);
+    case v1::UINT16:
+      return referenceInt<uint16_t>(c, in);
+    case v1::INT16:
+      return referenceInt<int16_t>(c, in);
+    case v1::INT32:
+      return referenceInt<int32_t>(c, in);
+    case v1::INT64:
+      return referenceInt<int64_t>(c, in);
+    case v1::BOOL:
+      return referenceBool(c, in);
+    default:
+      return {};
   }
 }
 
 // Whether element i is a NaN of a floating dtype.
 bool isNanAt(DataType dtype, const Bytes& b, size_t i) {
   switch (dtype) {
-    case v1::FLOAT32: return std::isnan(load<float>(b, i));
-    case v1::FLOAT64: return std::isnan(load<double>(b, i));
-    case v1::FLOAT16: return (load<uint16_t>(b, i) & 0x7fff) > 0x7c00;
-    case v1::BFLOAT16: return (load<uint16_t>(b, i) & 0x7fff) > 0x7f80;
-    default: return false;
+    case v1::FLOAT32:
+      return std::isnan(load<float>(b, i));
+    case v1::FLOAT64:
+      return std::isnan(load<double>(b, i));
+    case v1::FLOAT16:
+      return (load<uint16_t>(b, i) & 0x7fff) > 0x7c00;
+    case v1::BFLOAT16:
+      return (load<uint16_t>(b, i) & 0x7fff) > 0x7f80;
+    default:
+      return false;
   }
 }
 
@@ -328,8 +361,7 @@ void checkCase(const Case& c, uint32_t seed) {
           runVariant(variant, args, 0, c.count);
         }
         for (size_t j = 0; j < out_ptrs.size(); ++j) {
-          const Bytes actual(static_cast<uint8_t*>(out_ptrs[j]),
-                             static_cast<uint8_t*>(out_ptrs[j]) + expected.size());
+          const Bytes actual(static_cast<uint8_t*>(out_ptrs[j]), static_cast<uint8_t*>(out_ptrs[j]) + expected.size());
           const std::string diff = compare(c.dtype, expected, actual);
           ASSERT_EQ(diff, "") << "output " << j;
         }
@@ -491,9 +523,8 @@ TEST(CpuReduceTest, Float16NanAndDenormalScaling) {
     const std::vector<uint16_t> half =
         reduceVectors<uint16_t>(variant, v1::FLOAT16, v1::SUM, {{0x0001, 0x0003, 0x0005, 0x8001, 0x0400}}, 0.5);
     EXPECT_EQ(half, (std::vector<uint16_t>{0x0000, 0x0002, 0x0002, 0x8000, 0x0200}));
-    const std::vector<uint16_t> avg = reduceVectors<uint16_t>(variant, v1::FLOAT16, v1::AVERAGE,
-                                                              {{0x3c00, 0x4000}, {0x3c00, 0x4000}, {0x3c00, 0x4000}},
-                                                              1.0, 1.0, 3);
+    const std::vector<uint16_t> avg = reduceVectors<uint16_t>(
+        variant, v1::FLOAT16, v1::AVERAGE, {{0x3c00, 0x4000}, {0x3c00, 0x4000}, {0x3c00, 0x4000}}, 1.0, 1.0, 3);
     EXPECT_EQ(avg, (std::vector<uint16_t>{0x3c00, 0x4000}));
   }
 }
@@ -569,7 +600,8 @@ TEST(CpuReduceTest, VariantsAgreeOnEvery16BitPattern) {
       for (ReduceOp op : kAllOps) {
         const auto c = reduceVectors<uint16_t>(Variant::kBaseline, dtype, op, {all, shuffled}, pre, 0.75, 3);
         const auto d = reduceVectors<uint16_t>(Variant::kAvx2, dtype, op, {all, shuffled}, pre, 0.75, 3);
-        ASSERT_EQ(firstDifference(dtype, c, d, all), "") << dataTypeName(dtype) << " " << reduceOpName(op) << " pre " << pre;
+        ASSERT_EQ(firstDifference(dtype, c, d, all), "")
+            << dataTypeName(dtype) << " " << reduceOpName(op) << " pre " << pre;
       }
     }
   }
@@ -650,10 +682,8 @@ TEST(CpuReduceTest, BoolAndOr) {
   const std::vector<uint8_t> b = {0, 0, 255, 3, 9, 128};
   for (Variant variant : variants()) {
     SCOPED_TRACE(variantName(variant));
-    EXPECT_EQ(reduceVectors<uint8_t>(variant, v1::BOOL, v1::MIN, {a, b}),
-              (std::vector<uint8_t>{0, 0, 1, 1, 0, 1}));
-    EXPECT_EQ(reduceVectors<uint8_t>(variant, v1::BOOL, v1::MAX, {a, b}),
-              (std::vector<uint8_t>{0, 1, 1, 1, 1, 1}));
+    EXPECT_EQ(reduceVectors<uint8_t>(variant, v1::BOOL, v1::MIN, {a, b}), (std::vector<uint8_t>{0, 0, 1, 1, 0, 1}));
+    EXPECT_EQ(reduceVectors<uint8_t>(variant, v1::BOOL, v1::MAX, {a, b}), (std::vector<uint8_t>{0, 1, 1, 1, 1, 1}));
     EXPECT_EQ(reduceVectors<uint8_t>(variant, v1::BOOL, v1::MAX, {a}), (std::vector<uint8_t>{0, 1, 1, 1, 0, 1}));
   }
 }

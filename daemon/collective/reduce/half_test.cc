@@ -19,8 +19,7 @@ double halfValueSlow(uint16_t h) {
   const int exp = (h >> 10) & 0x1f;
   const int mant = h & 0x3ff;
   if (exp == 0x1f) {
-    return mant == 0 ? sign * std::numeric_limits<double>::infinity()
-                     : std::numeric_limits<double>::quiet_NaN();
+    return mant == 0 ? sign * std::numeric_limits<double>::infinity() : std::numeric_limits<double>::quiet_NaN();
   }
   if (exp == 0) return sign * std::ldexp(mant, -24);
   return sign * std::ldexp(1024 + mant, exp - 25);
@@ -82,7 +81,7 @@ TEST(HalfTest, FloatToHalfSpecialValues) {
   EXPECT_EQ(floatToHalf(FLT_MAX), 0x7c00);
   EXPECT_EQ(floatToHalf(INFINITY), 0x7c00);
   EXPECT_EQ(floatToHalf(-INFINITY), 0xfc00);
-  EXPECT_EQ(floatToHalf(1e-40f), 0x0000);   // float denormal
+  EXPECT_EQ(floatToHalf(1e-40f), 0x0000);  // float denormal
   EXPECT_EQ(floatToHalf(-1e-40f), 0x8000);
   EXPECT_EQ(floatToHalf(std::ldexp(1.0f, -24)), 0x0001);
   EXPECT_EQ(floatToHalf(std::ldexp(1.0f, -25)), 0x0000);  // tie to even (0)
@@ -128,8 +127,8 @@ TEST(Bfloat16Test, RoundsToNearestEven) {
   for (uint32_t lo = 0; lo < 0x7f80; ++lo) {
     const uint32_t hi = lo + 1;
     // Inf counts as 2^128 here.
-    const double hi_value = hi == 0x7f80 ? std::ldexp(1.0, 128)
-                                         : static_cast<double>(bfloat16ToFloat(static_cast<uint16_t>(hi)));
+    const double hi_value =
+        hi == 0x7f80 ? std::ldexp(1.0, 128) : static_cast<double>(bfloat16ToFloat(static_cast<uint16_t>(hi)));
     const double mid = (static_cast<double>(bfloat16ToFloat(static_cast<uint16_t>(lo))) + hi_value) / 2;
     const float fmid = static_cast<float>(mid);
     ASSERT_EQ(static_cast<double>(fmid), mid) << std::hex << lo;

@@ -41,8 +41,7 @@ Timing timeRuns(int runs, const std::function<void()>& body) {
 void report(const std::string& name, Timing t, size_t buffer_bytes, int buffers_of_traffic) {
   const double buf = static_cast<double>(buffer_bytes) / 1e9;
   std::printf("%-48s median %8.3f ms  buf %6.2f GB/s  mem %6.2f GB/s   (best: mem %6.2f GB/s)\n", name.c_str(),
-              t.median * 1e3, buf / t.median, buf * buffers_of_traffic / t.median,
-              buf * buffers_of_traffic / t.best);
+              t.median * 1e3, buf / t.median, buf * buffers_of_traffic / t.median, buf * buffers_of_traffic / t.best);
 }
 
 __attribute__((noinline)) void plainAddInPlace(float* a, const float* b, size_t n) {
@@ -50,8 +49,7 @@ __attribute__((noinline)) void plainAddInPlace(float* a, const float* b, size_t 
 }
 
 // a, b = a op b, b: an allreduce of two local buffers in place.
-void benchCase(const char* label, DataType dtype, ReduceOp op, int num_outputs, size_t bytes, int runs,
-               bool avx2) {
+void benchCase(const char* label, DataType dtype, ReduceOp op, int num_outputs, size_t bytes, int runs, bool avx2) {
   const size_t count = bytes / elementSize(dtype);
   // Small values (0x3c00 is 1.0 in fp16, 0x3f80 in bf16; float32 bit patterns
   // from 0x01010101 are tiny normals): repeated in-place sums stay finite for

@@ -172,7 +172,8 @@ class UcxPeer final : public Peer {
     // ring_allreduce.cc): a full mask matches the one message meant for it.
     received_.fetch_add(bytes);
     return std::make_unique<UcxRequest>(worker_, ucp_tag_recv_nbx(worker_, data, bytes, tag, ~uint64_t{0}, &param),
-                                        "receive from daemon of rank " + std::to_string(rank_), &failures_, state_.get());
+                                        "receive from daemon of rank " + std::to_string(rank_), &failures_,
+                                        state_.get());
   }
   int rank() const override { return rank_; }
   PeerStats stats() const override { return {sent_.load(), received_.load(), failures_.load()}; }
