@@ -22,6 +22,8 @@ PACKAGES=(
   python3-venv               # the PyPI torch environment (scripts/pypi_torch_env.sh)
   python3-sklearn            # the handwritten digits of the Quick start's main job
   dpkg-dev help2man          # the .deb: dpkg-shlibdeps, man pages from --help
+  clang-format               # scripts/check_format.sh
+  clang                      # the thread-safety analysis build (--config=threadsafety)
 )
 
 missing=()

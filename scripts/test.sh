@@ -8,6 +8,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install_deps.sh
+scripts/check_format.sh
 bazel test //... "$@"
 # The gradsync.torch suite on PyPI's current torch, from an environment
 # made once outside the checkout.
