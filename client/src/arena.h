@@ -8,9 +8,9 @@
 #include <memory>
 #include <mutex>
 
-#include "daemon/common/status.h"
-#include "daemon/common/unique_fd.h"
-#include "daemon/handoff/shm_layout.h"
+#include "base/status.h"
+#include "base/unique_fd.h"
+#include "handoff/shm_layout.h"
 
 namespace gradsync::client {
 

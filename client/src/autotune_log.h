@@ -11,7 +11,7 @@
 #include <mutex>
 #include <string>
 
-#include "daemon/common/status.h"
+#include "base/status.h"
 #include "proto/gradsync/v1/control.pb.h"
 
 namespace gradsync::client {

@@ -10,10 +10,10 @@
 #include <exception>
 #include <string>
 
+#include "base/dtype.h"
 #include "client/include/gradsync/gradsync.h"
 #include "client/src/client.h"
 #include "client/src/env.h"
-#include "daemon/common/dtype.h"
 
 struct gradsync_client {
   std::unique_ptr<gradsync::client::Client> impl;

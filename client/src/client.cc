@@ -13,10 +13,10 @@
 #include <chrono>
 #include <cstring>
 
-#include "daemon/common/dtype.h"
-#include "daemon/handoff/fd_passing.h"
-#include "daemon/handoff/frame.h"
-#include "daemon/handoff/shm_layout.h"
+#include "base/dtype.h"
+#include "handoff/fd_passing.h"
+#include "handoff/frame.h"
+#include "handoff/shm_layout.h"
 
 namespace gradsync::client {
 namespace {

@@ -18,12 +18,12 @@
 #include <thread>
 #include <vector>
 
+#include "base/unique_fd.h"
 #include "client/src/arena.h"
 #include "client/src/autotune_log.h"
 #include "client/src/cuda/cuda_session.h"
 #include "client/src/spin_policy.h"
-#include "daemon/common/unique_fd.h"
-#include "daemon/handoff/ring.h"
+#include "handoff/ring.h"
 #include "proto/gradsync/v1/control.grpc.pb.h"
 
 namespace gradsync::client {

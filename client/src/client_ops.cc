@@ -4,9 +4,9 @@
 #include <chrono>
 #include <cstring>
 
+#include "base/dtype.h"
+#include "base/fast_copy.h"
 #include "client/src/client.h"
-#include "daemon/common/dtype.h"
-#include "daemon/common/fast_copy.h"
 
 namespace gradsync::client {
 namespace {

@@ -3,8 +3,8 @@
 // whole job, negotiated like any other; the daemon numbers the sets).
 #include <algorithm>
 
+#include "base/dtype.h"
 #include "client/src/client.h"
-#include "daemon/common/dtype.h"
 
 namespace gradsync::client {
 namespace {

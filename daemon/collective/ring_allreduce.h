@@ -9,7 +9,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "daemon/common/dtype.h"
+#include "base/dtype.h"
 #include "daemon/common/siphash.h"
 #include "daemon/transport/transport.h"
 

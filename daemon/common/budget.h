@@ -9,7 +9,7 @@
 #include <cstdint>
 #include <string>
 
-#include "daemon/common/status.h"
+#include "base/status.h"
 
 namespace gradsync {
 

@@ -13,7 +13,7 @@
 #include <cstring>
 #include <mutex>
 
-#include "daemon/common/unique_fd.h"
+#include "base/unique_fd.h"
 
 namespace gradsync {
 namespace {

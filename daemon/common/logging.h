@@ -8,8 +8,8 @@
 #include <memory>
 #include <string>
 
+#include "base/status.h"
 #include "daemon/common/log_limit.h"
-#include "daemon/common/status.h"
 
 namespace gradsync {
 

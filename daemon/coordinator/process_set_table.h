@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "daemon/common/status.h"
+#include "base/status.h"
 
 namespace gradsync::coordinator {
 

@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "daemon/common/dtype.h"
-#include "daemon/common/status.h"
+#include "base/dtype.h"
+#include "base/status.h"
 
 namespace gradsync::coordinator {
 

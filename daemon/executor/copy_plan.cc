@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "daemon/common/fast_copy.h"
+#include "base/fast_copy.h"
 
 namespace gradsync::executor {
 namespace {

@@ -5,7 +5,7 @@
 #include <cstring>
 #include <limits>
 
-#include "daemon/common/dtype.h"
+#include "base/dtype.h"
 
 namespace gradsync::executor {
 namespace {

@@ -7,8 +7,8 @@
 #include <chrono>
 #include <thread>
 
+#include "base/dtype.h"
 #include "daemon/collective/cuda/local_reduce.h"
-#include "daemon/common/dtype.h"
 #include "daemon/common/logging.h"
 #include "daemon/executor/executor_util.h"
 #include "daemon/executor/gpu_executor_util.h"

@@ -3,8 +3,8 @@
 // among the daemons' GPUs or host staging through the daemons' ring.
 #include <algorithm>
 
+#include "base/dtype.h"
 #include "daemon/collective/cuda/local_reduce.h"
-#include "daemon/common/dtype.h"
 #include "daemon/common/logging.h"
 #include "daemon/executor/executor_util.h"
 #include "daemon/executor/gpu_executor.h"

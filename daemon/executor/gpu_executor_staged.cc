@@ -7,8 +7,8 @@
 #include <cstring>
 #include <map>
 
+#include "base/dtype.h"
 #include "daemon/collective/cuda/local_reduce.h"
-#include "daemon/common/dtype.h"
 #include "daemon/executor/executor_util.h"
 #include "daemon/executor/gpu_executor.h"
 #include "daemon/executor/gpu_executor_util.h"

@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "daemon/common/dtype.h"
+#include "base/dtype.h"
 #include "daemon/coordinator/request.h"
 
 namespace gradsync::executor {

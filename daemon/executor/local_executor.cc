@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "daemon/executor/local_executor.h"
 
-#include "daemon/common/dtype.h"
+#include "base/dtype.h"
 #include "daemon/executor/copy_plan.h"
 #include "daemon/executor/executor_util.h"
 

@@ -6,12 +6,12 @@
 #include <cstdint>
 #include <vector>
 
+#include "base/status.h"
 #include "daemon/collective/ring_movement.h"
-#include "daemon/common/status.h"
 #include "daemon/executor/reduce_pool.h"
 #include "daemon/fusion/fusion_planner.h"
 #include "daemon/gpu/client_gpu.h"
-#include "daemon/handoff/shm_arena.h"
+#include "handoff/shm_arena.h"
 
 namespace gradsync::executor {
 

@@ -4,8 +4,8 @@
 #include <cstring>
 #include <set>
 
+#include "base/dtype.h"
 #include "daemon/collective/reduce/adasum.h"
-#include "daemon/common/dtype.h"
 #include "daemon/executor/copy_plan.h"
 #include "daemon/executor/executor_util.h"
 #include "daemon/executor/local_executor.h"

@@ -20,7 +20,7 @@
 
 #include "daemon/common/budget.h"
 #include "daemon/gpu/gpu_backend.h"
-#include "daemon/handoff/shm_layout.h"
+#include "handoff/shm_layout.h"
 #include "proto/gradsync/v1/control.pb.h"
 
 namespace gradsync::gpu {

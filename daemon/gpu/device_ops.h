@@ -10,8 +10,8 @@
 #include <cstdint>
 #include <string>
 
+#include "base/status.h"
 #include "daemon/collective/cuda/local_reduce.h"
-#include "daemon/common/status.h"
 #include "daemon/gpu/gpu_backend.h"
 
 namespace gradsync::gpu {

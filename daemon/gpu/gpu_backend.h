@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <string>
 
-#include "daemon/common/status.h"
+#include "base/status.h"
 
 namespace gradsync::gpu {
 

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "daemon/common/gpu_uuid.h"
+#include "base/gpu_uuid.h"
 
 namespace gradsync::gpu {
 

@@ -12,7 +12,7 @@
 #include <memory>
 #include <string>
 
-#include "daemon/common/dtype.h"
+#include "base/dtype.h"
 #include "daemon/gpu/nccl_library.h"
 
 namespace gradsync::gpu {

@@ -12,7 +12,7 @@
 #include <memory>
 #include <string>
 
-#include "daemon/common/status.h"
+#include "base/status.h"
 
 namespace gradsync::gpu {
 

@@ -9,7 +9,7 @@
 #include <string>
 #include <thread>
 
-#include "daemon/common/status.h"
+#include "base/status.h"
 
 namespace httplib {
 class Server;

@@ -12,8 +12,8 @@
 #include <utility>
 #include <vector>
 
-#include "daemon/common/dtype.h"
-#include "daemon/common/status.h"
+#include "base/dtype.h"
+#include "base/status.h"
 #include "daemon/metrics/histogram.h"
 #include "proto/gradsync/v1/admin.pb.h"
 

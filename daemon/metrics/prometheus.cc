@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "daemon/metrics/prometheus.h"
 
-#include "daemon/common/dtype.h"
+#include "base/dtype.h"
 #include "daemon/metrics/exposition.h"
 
 namespace gradsync::metrics {

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "daemon/common/status.h"
+#include "base/status.h"
 #include "proto/gradsync/v1/peer.pb.h"
 
 namespace gradsync::peer {

@@ -6,7 +6,7 @@
 
 #include <memory>
 
-#include "daemon/common/status.h"
+#include "base/status.h"
 #include "proto/gradsync/v1/config.pb.h"
 
 namespace gradsync::peer {

@@ -7,8 +7,8 @@
 #include <cerrno>
 #include <cstring>
 
+#include "base/unique_fd.h"
 #include "daemon/common/logging.h"
-#include "daemon/common/unique_fd.h"
 
 namespace gradsync::server {
 

@@ -3,7 +3,7 @@
 
 #include <cmath>
 
-#include "daemon/common/dtype.h"
+#include "base/dtype.h"
 #include "daemon/coordinator/request_wire.h"
 
 namespace gradsync::server {

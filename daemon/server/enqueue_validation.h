@@ -11,7 +11,7 @@
 #include "daemon/coordinator/process_set_table.h"
 #include "daemon/coordinator/request.h"
 #include "daemon/gpu/client_gpu.h"
-#include "daemon/handoff/shm_arena.h"
+#include "handoff/shm_arena.h"
 #include "proto/gradsync/v1/control.pb.h"
 
 namespace gradsync::server {

@@ -5,10 +5,10 @@
 // exactly one response; a malformed one gets an error and the session goes
 // on.
 #include "daemon/common/logging.h"
-#include "daemon/handoff/fd_passing.h"
-#include "daemon/handoff/frame.h"
-#include "daemon/handoff/shm_layout.h"
 #include "daemon/server/handoff_server.h"
+#include "handoff/fd_passing.h"
+#include "handoff/frame.h"
+#include "handoff/shm_layout.h"
 
 namespace gradsync::server {
 namespace {

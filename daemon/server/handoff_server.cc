@@ -12,8 +12,8 @@
 #include <cstring>
 
 #include "daemon/common/logging.h"
-#include "daemon/handoff/fd_passing.h"
-#include "daemon/handoff/shm_layout.h"
+#include "handoff/fd_passing.h"
+#include "handoff/shm_layout.h"
 
 namespace gradsync::server {
 namespace {

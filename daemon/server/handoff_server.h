@@ -12,8 +12,8 @@
 #include <string>
 #include <thread>
 
+#include "base/unique_fd.h"
 #include "daemon/common/budget.h"
-#include "daemon/common/unique_fd.h"
 #include "daemon/gpu/gpu_node.h"
 #include "daemon/server/job_registry.h"
 #include "proto/gradsync/v1/control.pb.h"

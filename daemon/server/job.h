@@ -16,8 +16,8 @@
 #include <thread>
 #include <vector>
 
+#include "base/unique_fd.h"
 #include "daemon/autotune/job_tuning.h"
-#include "daemon/common/unique_fd.h"
 #include "daemon/coordinator/negotiator.h"
 #include "daemon/executor/gpu_executor.h"
 #include "daemon/executor/local_executor.h"

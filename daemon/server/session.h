@@ -19,9 +19,9 @@
 
 #include "daemon/common/budget.h"
 #include "daemon/gpu/client_gpu.h"
-#include "daemon/handoff/ring.h"
-#include "daemon/handoff/shm_arena.h"
-#include "daemon/handoff/shm_layout.h"
+#include "handoff/ring.h"
+#include "handoff/shm_arena.h"
+#include "handoff/shm_layout.h"
 #include "proto/gradsync/v1/control.grpc.pb.h"
 
 namespace gradsync::server {

@@ -15,8 +15,8 @@
 #include <utility>
 #include <vector>
 
-#include "daemon/common/status.h"
-#include "daemon/common/unique_fd.h"
+#include "base/status.h"
+#include "base/unique_fd.h"
 
 namespace gradsync::timeline {
 

@@ -14,7 +14,7 @@
 #include <memory>
 #include <string>
 
-#include "daemon/common/status.h"
+#include "base/status.h"
 
 namespace gradsync::transport {
 

@@ -13,10 +13,10 @@
 #include <cstring>
 #include <random>
 
-#include "daemon/handoff/fd_passing.h"
-#include "daemon/handoff/frame.h"
-#include "daemon/handoff/shm_layout.h"
 #include "gtest/gtest.h"
+#include "handoff/fd_passing.h"
+#include "handoff/frame.h"
+#include "handoff/shm_layout.h"
 #include "proto/gradsync/v1/admin.grpc.pb.h"
 #include "proto/gradsync/v1/control.grpc.pb.h"
 #include "tests/testutil/daemon_fixture.h"

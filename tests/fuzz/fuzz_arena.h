@@ -10,7 +10,7 @@
 #include <cstdlib>
 #include <memory>
 
-#include "daemon/handoff/shm_arena.h"
+#include "handoff/shm_arena.h"
 
 namespace gradsync::fuzz {
 

@@ -2,7 +2,7 @@
 // Frames on the hand-off socket: the daemon decodes HandoffRequest (CUDA
 // attach, buffer export and release) from any client, the client decodes
 // HandoffResponse. Both must reject, never crash on, any bytes.
-#include "daemon/handoff/frame.h"
+#include "handoff/frame.h"
 #include "proto/gradsync/v1/control.pb.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

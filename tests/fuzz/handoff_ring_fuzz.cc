@@ -7,8 +7,8 @@
 #include <cstring>
 #include <memory>
 
-#include "daemon/handoff/ring.h"
 #include "daemon/server/enqueue_validation.h"
+#include "handoff/ring.h"
 #include "tests/fuzz/fuzz_arena.h"
 
 namespace gradsync::fuzz {

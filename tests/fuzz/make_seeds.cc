@@ -8,8 +8,8 @@
 #include <fstream>
 #include <string>
 
-#include "daemon/handoff/frame.h"
-#include "daemon/handoff/shm_layout.h"
+#include "handoff/frame.h"
+#include "handoff/shm_layout.h"
 #include "proto/gradsync/v1/control.pb.h"
 #include "proto/gradsync/v1/peer.pb.h"
 

@@ -13,7 +13,7 @@
 #include <cstring>
 #include <utility>
 
-#include "daemon/common/unique_fd.h"
+#include "base/unique_fd.h"
 
 namespace gradsync::ctl {
 namespace {

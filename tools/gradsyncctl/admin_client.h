@@ -9,7 +9,7 @@
 #include <memory>
 #include <string>
 
-#include "daemon/common/status.h"
+#include "base/status.h"
 #include "proto/gradsync/v1/admin.grpc.pb.h"
 #include "proto/grpc/health/v1/health.grpc.pb.h"
 

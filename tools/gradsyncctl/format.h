@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <string>
 
-#include "daemon/common/status.h"
+#include "base/status.h"
 #include "proto/gradsync/v1/admin.pb.h"
 
 namespace google::protobuf {

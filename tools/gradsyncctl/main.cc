@@ -18,7 +18,7 @@
 #include <thread>
 #include <vector>
 
-#include "daemon/common/status.h"
+#include "base/status.h"
 #include "tools/gradsyncctl/admin_client.h"
 #include "tools/gradsyncctl/format.h"
 #include "tools/gradsyncctl/stats_view.h"

@@ -5,7 +5,7 @@
 #include <cstdio>
 #include <map>
 
-#include "daemon/common/dtype.h"
+#include "base/dtype.h"
 #include "tools/gradsyncctl/format.h"
 
 namespace gradsync::ctl {

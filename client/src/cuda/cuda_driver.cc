@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "client/src/cuda/cuda_driver.h"
 
-#include "daemon/common/gpu_uuid.h"
+#include "base/gpu_uuid.h"
 
 #include <cuda.h>
 #include <dlfcn.h>

@@ -11,7 +11,7 @@
 #include <memory>
 #include <string>
 
-#include "daemon/common/status.h"
+#include "base/status.h"
 
 namespace gradsync::client {
 

@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <thread>
 
-#include "daemon/handoff/shm_layout.h"
+#include "handoff/shm_layout.h"
 
 namespace gradsync::client {
 namespace {

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // The kernels' enums carry the protocol's values.
+#include "base/dtype.h"
 #include "daemon/collective/cuda/local_reduce.h"
-#include "daemon/common/dtype.h"
 
 namespace gradsync::cuda {
 

@@ -17,8 +17,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "daemon/common/dtype.h"
-#include "daemon/common/status.h"
+#include "base/dtype.h"
+#include "base/status.h"
 
 namespace gradsync::reduce {
 

@@ -28,8 +28,8 @@
 
 #include <cstddef>
 
-#include "daemon/common/dtype.h"
-#include "daemon/common/status.h"
+#include "base/dtype.h"
+#include "base/status.h"
 
 namespace gradsync::reduce {
 

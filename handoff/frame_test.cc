@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "daemon/handoff/frame.h"
+#include "handoff/frame.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -9,8 +9,8 @@
 #include <cstring>
 #include <thread>
 
-#include "daemon/handoff/fd_passing.h"
-#include "daemon/handoff/shm_layout.h"
+#include "handoff/fd_passing.h"
+#include "handoff/shm_layout.h"
 #include "proto/gradsync/v1/control.pb.h"
 
 namespace gradsync::handoff {

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "daemon/handoff/shm_arena.h"
+#include "handoff/shm_arena.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>

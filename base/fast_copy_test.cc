@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "daemon/common/fast_copy.h"
+#include "base/fast_copy.h"
 
 #include <cstdint>
 #include <vector>

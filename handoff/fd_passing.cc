@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "daemon/handoff/fd_passing.h"
+#include "handoff/fd_passing.h"
 
 #include <poll.h>
 #include <sys/socket.h>

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "daemon/common/gpu_uuid.h"
+#include "base/gpu_uuid.h"
 
 #include <cstdio>
 

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "daemon/common/status.h"
+#include "base/status.h"
 
 namespace gradsync {
 

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "daemon/common/dtype.h"
+#include "base/dtype.h"
 
 namespace gradsync {
 

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "daemon/handoff/ring.h"
+#include "handoff/ring.h"
 
 #include <memory>
 #include <thread>

@@ -10,8 +10,8 @@
 #include <cstdint>
 #include <string>
 
-#include "daemon/common/status.h"
-#include "daemon/handoff/shm_layout.h"
+#include "base/status.h"
+#include "handoff/shm_layout.h"
 
 namespace gradsync::handoff {
 

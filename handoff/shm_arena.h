@@ -6,8 +6,8 @@
 #include <cstdint>
 #include <memory>
 
-#include "daemon/common/status.h"
-#include "daemon/common/unique_fd.h"
+#include "base/status.h"
+#include "base/unique_fd.h"
 
 namespace gradsync::handoff {
 

@@ -1,10 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "daemon/handoff/frame.h"
+#include "handoff/frame.h"
 
 #include <cstring>
 
-#include "daemon/handoff/fd_passing.h"
-#include "daemon/handoff/shm_layout.h"
+#include "handoff/fd_passing.h"
+#include "handoff/shm_layout.h"
 
 namespace gradsync::handoff {
 

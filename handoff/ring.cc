@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "daemon/handoff/ring.h"
+#include "handoff/ring.h"
 
 #include <linux/futex.h>
 #include <sched.h>
