@@ -169,11 +169,11 @@ OutputLayout alltoallLayout(const Response& r, ResponseResult* result) {
 AlltoallRoutes alltoallRoutes(const Response& r, const RankAccess& access) {
   const size_t n = r.requests.size();
   const size_t row = rowBytes(r.first());
-  const size_t nodes = static_cast<size_t>(access.nodeCount());
+  const size_t nodes = static_cast<size_t>(access.dataPlane().nodeCount());
   std::vector<int> node(n);
   std::vector<bool> local(n);
   for (size_t i = 0; i < n; ++i) {
-    node[i] = access.nodeOf(r.requests[i]->rank);
+    node[i] = access.dataPlane().nodeOf(r.requests[i]->rank);
     local[i] = access.isLocal(r.requests[i]->rank);
   }
   // Rank i's block for rank j: its offset in i's input (local i only),
@@ -239,10 +239,10 @@ std::vector<std::vector<collective::ElementRange>> reducescatterOwned(const Resp
                                                                       const std::vector<int64_t>& rows,
                                                                       const RankAccess& access) {
   const size_t row_elements = rowBytes(r.first()) / elementSize(r.first().dtype);
-  std::vector<std::vector<collective::ElementRange>> owned(access.nodeCount());
+  std::vector<std::vector<collective::ElementRange>> owned(access.dataPlane().nodeCount());
   size_t start = 0;
   for (size_t j = 0; j < rows.size(); ++j) {
-    owned[access.nodeOf(r.ranks[j])].push_back({start * row_elements, rows[j] * row_elements});
+    owned[access.dataPlane().nodeOf(r.ranks[j])].push_back({start * row_elements, rows[j] * row_elements});
     start += rows[j];
   }
   return owned;
@@ -261,7 +261,7 @@ OutputLayout reducescatterLayout(const Response& r, const std::vector<int64_t>& 
 
 NodeSet nodesOf(const Response& r, const RankAccess& access) {
   NodeSet nodes;
-  for (int rank : r.ranks) nodes.push_back(access.nodeOf(rank));
+  for (int rank : r.ranks) nodes.push_back(access.dataPlane().nodeOf(rank));
   std::sort(nodes.begin(), nodes.end());
   nodes.erase(std::unique(nodes.begin(), nodes.end()), nodes.end());
   return nodes;

@@ -7,7 +7,9 @@
 #include <vector>
 
 #include "daemon/collective/reduce/cpu_reduce.h"
-#include "daemon/executor/local_executor.h"
+#include "daemon/executor/rank_access.h"
+#include "daemon/executor/reduce_pool.h"
+#include "daemon/fusion/fusion_planner.h"
 
 namespace gradsync::executor {
 

@@ -49,7 +49,7 @@ uint8_t* GpuExecutor::staging(size_t bytes) {
 std::vector<ResponseResult> GpuExecutor::run(const fusion::FusedResponse& fused, RankAccess& access) {
   std::vector<ResponseResult> results;
   const Response& head = fused.responses.front();
-  if (access.multiNode() && head.status.isOk() && head.type == v1::ALLREDUCE) {
+  if (access.dataPlane().multiNode() && head.status.isOk() && head.type == v1::ALLREDUCE) {
     return allWith(fused, stagedAllreduce(responsesOf(fused), access));
   }
   for (const auto& r : fused.responses) {
@@ -62,7 +62,8 @@ std::vector<ResponseResult> GpuExecutor::run(const fusion::FusedResponse& fused,
         results.push_back(failed(r, allreduce(r, access)));
         break;
       case v1::BROADCAST:
-        results.push_back(failed(r, access.multiNode() ? stagedBroadcast(r, access) : broadcast(r, access)));
+        results.push_back(
+            failed(r, access.dataPlane().multiNode() ? stagedBroadcast(r, access) : broadcast(r, access)));
         break;
       case v1::BARRIER:
       case v1::JOIN:
@@ -73,7 +74,7 @@ std::vector<ResponseResult> GpuExecutor::run(const fusion::FusedResponse& fused,
       case v1::ALLGATHER:
       case v1::ALLTOALL:
       case v1::REDUCESCATTER:
-        if (access.multiNode()) {
+        if (access.dataPlane().multiNode()) {
           results.push_back(r.type == v1::REDUCESCATTER ? stagedReducescatter(r, access) : stagedGatherLike(r, access));
         } else if (r.type == v1::ALLGATHER) {
           results.push_back(allgather(r, access));

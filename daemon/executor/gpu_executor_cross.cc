@@ -22,7 +22,7 @@ StatusOr<gpu::NcclComm*> GpuExecutor::ncclFor(RankAccess& access, int device, Da
     }
     return comm_.get();
   }
-  const RankAccess::NcclPeers peers = access.ncclPeers();
+  const DataPlane::NcclPeers peers = access.dataPlane().ncclPeers();
   if (peers.id.empty()) return nullptr;
   auto comm = gpu::NcclComm::create(*nccl_, peers.id, peers.nranks, peers.rank, device, std::chrono::seconds(30));
   if (!comm.isOk()) {
@@ -65,7 +65,7 @@ Status GpuExecutor::stagedAllreduce(const std::vector<const Response*>& response
   if (device < 0 && comm == nullptr) {
     // No local rank takes part (process sets, joins): add identities only.
     fillIdentity(staging, total, first.dtype, ring_op);
-    return access.crossNodeAllreduce(nodesOf(*responses.front(), access), staging, total, first.dtype, ring_op);
+    return access.dataPlane().allreduce(nodesOf(*responses.front(), access), staging, total, first.dtype, ring_op);
   }
   if (device < 0) device = comm_device_;
   ASSIGN_OR_RETURN(void* stream, streamFor(device));
@@ -131,7 +131,7 @@ Status GpuExecutor::stagedAllreduce(const std::vector<const Response*>& response
         }
       }
       RETURN_IF_ERROR(
-          access.crossNodeAllreduce(nodesOf(*responses.front(), access), staging, total, first.dtype, ring_op));
+          access.dataPlane().allreduce(nodesOf(*responses.front(), access), staging, total, first.dtype, ring_op));
       PhaseScope phase(access, "MEMCPY_HOST_TO_DEVICE");
       RETURN_IF_ERROR(context(ops_->copy(fused, staging, total * esize, gpu::CopyKind::kHostToDevice, stream),
                               "copy from the staging buffer"));
@@ -165,7 +165,7 @@ Status GpuExecutor::stagedBroadcast(const Response& r, RankAccess& access) {
   // local members without elements: the ring still runs.
   if (m.list.empty() || m.device < 0) {
     std::vector<uint8_t> none(1);
-    return access.crossNodeBroadcast(nodesOf(r, access), none.data(), 0, r.first().root_rank);
+    return access.dataPlane().broadcast(nodesOf(r, access), none.data(), 0, r.first().root_rank);
   }
   const Request& first = r.first();
   uint8_t* root = nullptr;
@@ -179,7 +179,7 @@ Status GpuExecutor::stagedBroadcast(const Response& r, RankAccess& access) {
     if (comm != nullptr) {
       RETURN_IF_ERROR(waitReady(m));
       uint8_t* landing = root != nullptr ? root : m.list.front().data;
-      Status status = comm->broadcast(landing, first.length, access.nodeOf(first.root_rank),
+      Status status = comm->broadcast(landing, first.length, access.dataPlane().nodeOf(first.root_rank),
                                       static_cast<cudaStream_t>(m.stream), gpu::kStreamWaitLimit);
       if (!status.isOk()) nccl_failed_ = true;  // aborted: the rest of the job stages through host memory
       for (const auto& member : m.list) {
@@ -200,7 +200,7 @@ Status GpuExecutor::stagedBroadcast(const Response& r, RankAccess& access) {
       RETURN_IF_ERROR(context(ops_->copy(host, root, first.length, gpu::CopyKind::kDeviceToHost, m.stream),
                               "tensor '" + r.name + "': copy of the root's tensor to the staging buffer"));
     }
-    RETURN_IF_ERROR(access.crossNodeBroadcast(nodesOf(r, access), host, first.length, first.root_rank));
+    RETURN_IF_ERROR(access.dataPlane().broadcast(nodesOf(r, access), host, first.length, first.root_rank));
     for (const auto& member : m.list) {
       if (member.data == root) continue;
       RETURN_IF_ERROR(context(ops_->copy(member.data, host, first.length, gpu::CopyKind::kHostToDevice, m.stream),

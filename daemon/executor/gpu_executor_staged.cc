@@ -26,10 +26,10 @@ struct GatherLayout {
 
 GatherLayout gatherLayout(const Response& r, RankAccess& access) {
   GatherLayout layout;
-  layout.owned.resize(access.nodeCount());
+  layout.owned.resize(access.dataPlane().nodeCount());
   for (const auto& request : r.requests) {
     layout.offset.push_back(layout.total);
-    layout.owned[access.nodeOf(request->rank)].push_back({layout.total, request->length});
+    layout.owned[access.dataPlane().nodeOf(request->rank)].push_back({layout.total, request->length});
     layout.total += request->length;
   }
   return layout;
@@ -111,7 +111,7 @@ ResponseResult GpuExecutor::stagedGatherLike(const Response& r, RankAccess& acce
     status = stageInputs(r, m, index, layout.offset, host);
   }
   if (status.isOk() && r.type == v1::ALLGATHER)
-    status = access.crossNodeAllgather(nodesOf(r, access), host, layout.owned);
+    status = access.dataPlane().allgather(nodesOf(r, access), host, layout.owned);
   if (status.isOk() && r.type == v1::ALLTOALL) {
     if (m.stream != nullptr) status = ops_->waitStream(m.stream, "waiting for the copies to the staging buffer");
     size_t at = 0;
@@ -120,7 +120,7 @@ ResponseResult GpuExecutor::stagedGatherLike(const Response& r, RankAccess& acce
       at += piece.bytes;
     }
     if (status.isOk())
-      status = access.crossNodeAlltoall(nodesOf(r, access), send, routes.send_to, recv, routes.recv_from);
+      status = access.dataPlane().alltoall(nodesOf(r, access), send, routes.send_to, recv, routes.recv_from);
   }
   PhaseScope phase(access, "MEMCPY_HOST_TO_DEVICE");
   for (size_t k = 0; status.isOk() && k < m.list.size(); ++k) {
@@ -169,8 +169,8 @@ ResponseResult GpuExecutor::stagedReducescatter(const Response& r, RankAccess& a
   uint8_t* host = staging(std::max<size_t>(first.length, 1));
   if (status.isOk() && m.stream == nullptr) {  // no local rank holds memory: identities into the ring
     fillIdentity(host, count, first.dtype, ring_op);
-    status = access.crossNodeReduceScatter(nodesOf(r, access), host, host, first.dtype, ring_op,
-                                           reducescatterOwned(r, rows, access));
+    status = access.dataPlane().reduceScatter(nodesOf(r, access), host, host, first.dtype, ring_op,
+                                              reducescatterOwned(r, rows, access));
     return status.isOk() ? result : failed(r, status);
   }
   if (!status.isOk()) return failed(r, status);
@@ -198,8 +198,8 @@ ResponseResult GpuExecutor::stagedReducescatter(const Response& r, RankAccess& a
     }
     // 2. Among the nodes, a ring reduce-scatter (as on the CPU path): this
     //    node's ranks' rows come back reduced over every node.
-    RETURN_IF_ERROR(access.crossNodeReduceScatter(nodesOf(r, access), host, host, first.dtype, ring_op,
-                                                  reducescatterOwned(r, rows, access)));
+    RETURN_IF_ERROR(access.dataPlane().reduceScatter(nodesOf(r, access), host, host, first.dtype, ring_op,
+                                                     reducescatterOwned(r, rows, access)));
     PhaseScope phase(access, "MEMCPY_HOST_TO_DEVICE");
     RETURN_IF_ERROR(context(ops_->copy(fused, host, first.length, gpu::CopyKind::kHostToDevice, m.stream),
                             "copy from the staging buffer"));

@@ -34,7 +34,8 @@ struct FakeRank {
   uint8_t* at(uint64_t offset) { return memory.data() + offset; }
 };
 
-class FakeAccess : public RankAccess {
+// The ranks and the data plane in one: what the test sets is what the executor sees.
+class FakeAccess : public RankAccess, public DataPlane {
  public:
   const handoff::ShmArena* arena(int) override { return nullptr; }
   StatusOr<std::vector<uint8_t*>> requestOutputs(const Response&, const std::vector<uint64_t>&,
@@ -43,27 +44,29 @@ class FakeAccess : public RankAccess {
   }
   bool multiNode() const override { return multi; }
   bool isLocal(int rank) const override { return !multi || local.count(rank) > 0; }
-  Status crossNodeAllreduce(const NodeSet&, void* data, size_t count, DataType dtype, ReduceOp op) override {
+  Status allreduce(const NodeSet&, void* data, size_t count, DataType dtype, ReduceOp op) override {
     return cross_allreduce(data, count, dtype, op);
   }
-  Status crossNodeBroadcast(const NodeSet&, void* data, size_t bytes, int root) override {
+  Status broadcast(const NodeSet&, void* data, size_t bytes, int root) override {
     return cross_broadcast(data, bytes, root);
   }
   // Ranks 0 and 1 on node 0, rank 2 on node 1.
   int nodeOf(int rank) const override { return rank < 2 ? 0 : 1; }
   int nodeCount() const override { return multi ? 2 : 1; }
-  Status crossNodeAllgather(const NodeSet&, uint8_t* buffer,
-                            const std::vector<std::vector<collective::Range>>& owned) override {
+  Status allgather(const NodeSet&, uint8_t* buffer, const std::vector<std::vector<collective::Range>>& owned) override {
     return cross_allgather(buffer, owned);
   }
-  Status crossNodeReduceScatter(const NodeSet&, const void* input, void* data, DataType dtype, ReduceOp op,
-                                const std::vector<std::vector<collective::ElementRange>>& owned) override {
+  Status reduceScatter(const NodeSet&, const void* input, void* data, DataType dtype, ReduceOp op,
+                       const std::vector<std::vector<collective::ElementRange>>& owned) override {
     return cross_reducescatter(input, data, dtype, op, owned);
   }
-  Status crossNodeAlltoall(const NodeSet&, const uint8_t* send, const std::vector<collective::Range>& send_to,
-                           uint8_t* recv, const std::vector<collective::Range>& recv_from) override {
+  Status alltoall(const NodeSet&, const uint8_t* send, const std::vector<collective::Range>& send_to, uint8_t* recv,
+                  const std::vector<collective::Range>& recv_from) override {
     return cross_alltoall(send, send_to, recv, recv_from);
   }
+  NcclPeers ncclPeers() const override { return {}; }
+  DataPlane& dataPlane() override { return *this; }
+  const DataPlane& dataPlane() const override { return *this; }
   std::shared_ptr<gpu::ClientGpu> gpuOf(int rank) override {
     auto it = gpus.find(rank);
     return it == gpus.end() ? nullptr : it->second;

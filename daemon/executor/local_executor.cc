@@ -21,14 +21,14 @@ std::vector<ResponseResult> LocalExecutor::run(const fusion::FusedResponse& fuse
   }
   if (head.status.isOk() && head.type == v1::ALLREDUCE) {
     const auto all = responsesOf(fused);
-    return allWith(fused, access.multiNode() ? hierarchicalAllreduce(all, access) : allreduce(all, access));
+    return allWith(fused, access.dataPlane().multiNode() ? hierarchicalAllreduce(all, access) : allreduce(all, access));
   }
   for (const auto& r : fused.responses) {
     if (!r.status.isOk()) {
       results.push_back(failed(r, r.status));
       continue;
     }
-    if (access.multiNode()) {
+    if (access.dataPlane().multiNode()) {
       if (r.type == v1::BROADCAST) {
         results.push_back(multiNodeBroadcast(r, access));
       } else if (r.type == v1::ALLGATHER) {
@@ -76,7 +76,7 @@ std::vector<ResponseResult> LocalExecutor::relayWithoutGpu(const fusion::FusedRe
   std::vector<ResponseResult> results;
   const Response& head = fused.responses.front();
   Status status = okStatus();
-  if (!access.multiNode()) {
+  if (!access.dataPlane().multiNode()) {
     status = failedPrecondition("tensor '" + head.name + "': CUDA tensors on a daemon without GPU");
   } else if (head.type == v1::ALLREDUCE) {
     const Request& first = head.first();
@@ -85,7 +85,7 @@ std::vector<ResponseResult> LocalExecutor::relayWithoutGpu(const fusion::FusedRe
     for (const auto& r : fused.responses) total += r.first().length / elementSize(first.dtype);
     if (fusion_.size() < total * elementSize(first.dtype)) fusion_.resize(total * elementSize(first.dtype));
     fillIdentity(fusion_.data(), total, first.dtype, ring_op);
-    status = access.crossNodeAllreduce(nodesOf(head, access), fusion_.data(), total, first.dtype, ring_op);
+    status = access.dataPlane().allreduce(nodesOf(head, access), fusion_.data(), total, first.dtype, ring_op);
   } else if (head.type != v1::BROADCAST && !isDataless(head.type)) {
     status = unimplemented("tensor '" + head.name + "': " + collectiveName(head.type) + " of CUDA tensors");
   }

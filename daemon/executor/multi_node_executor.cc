@@ -24,7 +24,7 @@ constexpr size_t kOwnRingMinBytes = 1 << 20;
 bool oneRankPerNode(const Response& response, RankAccess& access) {
   std::set<int> nodes;
   for (int rank : response.ranks) {
-    if (!nodes.insert(access.nodeOf(rank)).second) return false;
+    if (!nodes.insert(access.dataPlane().nodeOf(rank)).second) return false;
   }
   return true;
 }
@@ -99,8 +99,8 @@ Status LocalExecutor::fusedAllreduce(const std::vector<const Response*>& respons
     runReductions(gather, *pool_);
   }
   // 2. Among the nodes.
-  RETURN_IF_ERROR(access.crossNodeAllreduce(nodesOf(*responses.front(), access), fusion_.data(), total, first.dtype,
-                                            first.op == v1::AVERAGE ? v1::SUM : first.op));
+  RETURN_IF_ERROR(access.dataPlane().allreduce(nodesOf(*responses.front(), access), fusion_.data(), total, first.dtype,
+                                               first.op == v1::AVERAGE ? v1::SUM : first.op));
   PhaseScope phase(access, "MEMCPY_OUT_FUSION_BUFFER");
   runReductions(scatter, *pool_);
   return okStatus();
@@ -123,8 +123,8 @@ Status LocalExecutor::inPlaceAllreduce(const Response& response, const Request& 
     runReductions(one, *pool_);
   };
   if (request.prescale != 1.0) scale(v1::SUM, request.prescale, 1.0, 1);
-  RETURN_IF_ERROR(access.crossNodeAllreduce(nodesOf(response, access), data, count, request.dtype,
-                                            request.op == v1::AVERAGE ? v1::SUM : request.op));
+  RETURN_IF_ERROR(access.dataPlane().allreduce(nodesOf(response, access), data, count, request.dtype,
+                                               request.op == v1::AVERAGE ? v1::SUM : request.op));
   if (request.op == v1::AVERAGE || request.postscale != 1.0) {
     scale(request.op == v1::AVERAGE ? v1::AVERAGE : v1::SUM, 1.0, request.postscale,
           static_cast<int>(response.ranks.size()));
@@ -145,7 +145,7 @@ ResponseResult LocalExecutor::multiNodeBroadcast(const Response& r, RankAccess& 
   }
   if (local.empty()) return failed(r, okStatus());
   if (landing == nullptr) landing = local.front();
-  Status status = access.crossNodeBroadcast(nodesOf(r, access), landing, first.length, first.root_rank);
+  Status status = access.dataPlane().broadcast(nodesOf(r, access), landing, first.length, first.root_rank);
   if (!status.isOk()) return failed(r, status);
   CopyPlan plan;
   for (uint8_t* dst : local) plan.add(dst, landing, first.length);
@@ -178,7 +178,7 @@ ResponseResult LocalExecutor::multiNodeAlltoall(const Response& r, RankAccess& a
     }
     pack.run(*pool_);
   }
-  Status status = access.crossNodeAlltoall(nodesOf(r, access), send, routes.send_to, recv, routes.recv_from);
+  Status status = access.dataPlane().alltoall(nodesOf(r, access), send, routes.send_to, recv, routes.recv_from);
   if (!status.isOk()) return failed(r, status);
   ResponseResult result = failed(r, okStatus());
   const OutputLayout layout = alltoallLayout(r, &result);
@@ -200,12 +200,12 @@ ResponseResult LocalExecutor::multiNodeAlltoall(const Response& r, RankAccess& a
 
 ResponseResult LocalExecutor::multiNodeAllgather(const Response& r, RankAccess& access) {
   const size_t row = rowBytes(r.first());
-  std::vector<std::vector<collective::Range>> owned(access.nodeCount());
+  std::vector<std::vector<collective::Range>> owned(access.dataPlane().nodeCount());
   std::vector<std::pair<const Request*, size_t>> local;  // request, offset
   size_t offset = 0;
   int64_t total_rows = 0;
   for (const auto& request : r.requests) {
-    owned[access.nodeOf(request->rank)].push_back({offset, request->length});
+    owned[access.dataPlane().nodeOf(request->rank)].push_back({offset, request->length});
     if (access.isLocal(request->rank)) local.emplace_back(&*request, offset);
     offset += request->length;
     total_rows += request->shape.empty() ? 1 : request->shape[0];
@@ -221,7 +221,7 @@ ResponseResult LocalExecutor::multiNodeAllgather(const Response& r, RankAccess& 
     PhaseScope phase(access, "MEMCPY_IN_FUSION_BUFFER");
     in.run(*pool_);
   }
-  Status status = access.crossNodeAllgather(nodesOf(r, access), fusion_.data(), owned);
+  Status status = access.dataPlane().allgather(nodesOf(r, access), fusion_.data(), owned);
   if (!status.isOk()) return failed(r, status);
   const auto shape = withFirstDim(r.first().shape, total_rows);
   const size_t members = r.ranks.size();
@@ -243,7 +243,7 @@ ResponseResult LocalExecutor::adasumAllreduce(const Response& r, RankAccess& acc
   const size_t bytes = first.length;
   std::vector<uint8_t*> inputs;  // overwritten: in place on one node, fusion-buffer copies across nodes
   std::vector<uint8_t*> outputs;
-  if (!access.multiNode()) {
+  if (!access.dataPlane().multiNode()) {
     for (const auto& request : r.requests) {
       auto data = inputOf(access, *request);
       if (!data.isOk()) return failed(r, data.status());
@@ -253,11 +253,11 @@ ResponseResult LocalExecutor::adasumAllreduce(const Response& r, RankAccess& acc
   } else {
     // Every node needs every rank's tensor (the tree spans the nodes).
     if (fusion_.size() < bytes * r.requests.size()) fusion_.resize(bytes * r.requests.size());
-    std::vector<std::vector<collective::Range>> owned(access.nodeCount());
+    std::vector<std::vector<collective::Range>> owned(access.dataPlane().nodeCount());
     CopyPlan in;
     for (size_t i = 0; i < r.requests.size(); ++i) {
       const Request& request = *r.requests[i];
-      owned[access.nodeOf(request.rank)].push_back({i * bytes, bytes});
+      owned[access.dataPlane().nodeOf(request.rank)].push_back({i * bytes, bytes});
       inputs.push_back(fusion_.data() + i * bytes);
       if (!access.isLocal(request.rank)) continue;
       auto data = inputOf(access, request);
@@ -266,7 +266,7 @@ ResponseResult LocalExecutor::adasumAllreduce(const Response& r, RankAccess& acc
       outputs.push_back(*data);
     }
     in.run(*pool_);
-    Status moved = access.crossNodeAllgather(nodesOf(r, access), fusion_.data(), owned);
+    Status moved = access.dataPlane().allgather(nodesOf(r, access), fusion_.data(), owned);
     if (!moved.isOk()) return failed(r, moved);
   }
   PhaseScope phase(access, "ADASUM_COMBINE");
@@ -310,8 +310,8 @@ ResponseResult LocalExecutor::multiNodeReducescatter(const Response& r, RankAcce
   const std::vector<int64_t> rows = reducescatterRows(r);
   // Each node needs only its ranks' rows reduced: a ring reduce-scatter,
   // half the traffic of an allreduce.
-  Status status = access.crossNodeReduceScatter(nodesOf(r, access), contribution, fusion_.data(), first.dtype, ring_op,
-                                                reducescatterOwned(r, rows, access));
+  Status status = access.dataPlane().reduceScatter(nodesOf(r, access), contribution, fusion_.data(), first.dtype,
+                                                   ring_op, reducescatterOwned(r, rows, access));
   if (!status.isOk()) return failed(r, status);
   ResponseResult result = failed(r, okStatus());
   const OutputLayout layout = reducescatterLayout(r, rows, &result);

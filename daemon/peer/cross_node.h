@@ -26,6 +26,7 @@
 #include "daemon/coordinator/request.h"
 #include "daemon/coordinator/request_wire.h"
 #include "daemon/peer/membership.h"
+#include "daemon/peer/node_endpoints.h"
 #include "daemon/peer/response_cache.h"
 #include "daemon/transport/ucx/ucx_transport.h"
 #include "proto/gradsync/v1/admin.pb.h"
@@ -34,7 +35,6 @@
 namespace gradsync::peer {
 
 using LeaderStream = grpc::ServerReaderWriter<v1::LeaderMessage, v1::FollowerMessage>;
-using CrossClock = std::chrono::steady_clock;
 
 struct CrossNodeOptions {
   std::string job_id;
@@ -58,7 +58,7 @@ struct CrossNodeOptions {
   bool steady_state_rounds = false;  // offered: cached collectives after rounds among the daemons (fast_rounds.h)
 };
 
-class CrossNode {
+class CrossNode : public NodeEndpoints {
  public:
   struct Hooks {
     // Follower: a batch of `epoch` from the leader, to execute in arrival
@@ -133,11 +133,11 @@ class CrossNode {
   // this node is not one of them. Waits for the membership until
   // `deadline`; ABORTED when `epoch` is over.
   StatusOr<std::optional<collective::RingContext>> ring(uint64_t sequence, CrossClock::time_point deadline,
-                                                        uint64_t epoch = 1, const std::vector<int>& nodes = {});
+                                                        uint64_t epoch, const std::vector<int>& nodes) override;
   // Endpoints to each of `nodes` (as for ring()), for a pairwise exchange or
   // a direct allreduce; the same waits and errors as ring().
   StatusOr<std::optional<collective::MeshContext>> mesh(uint64_t sequence, CrossClock::time_point deadline,
-                                                        uint64_t epoch = 1, const std::vector<int>& nodes = {});
+                                                        uint64_t epoch, const std::vector<int>& nodes) override;
 
   // At the job's end, after the coordination streams ended and before the
   // endpoints close (the destructor), exchange a byte with every other
@@ -181,11 +181,11 @@ class CrossNode {
   StatusOr<v1::CheckMemberResponse> checkMember(const v1::CheckMemberRequest& request) const;
   std::vector<v1::NodeInfo> members() const;
   // The same, with the epoch they belong to.
-  std::vector<v1::NodeInfo> members(uint64_t* epoch) const;
+  std::vector<v1::NodeInfo> members(uint64_t* epoch) const override;
   // The job's ncclUniqueId (empty: the leader has no NCCL) and this node's
   // position in the ring; valid once the job formed.
-  std::string ncclId() const;
-  int selfCrossRank() const;
+  std::string ncclId() const override;
+  int selfCrossRank() const override;
   // Heartbeats (every second) and silence checks: a node not heard from for
   // kSilenceLimit is declared lost. Called from the daemon's housekeeping.
   void tick(CrossClock::time_point now);

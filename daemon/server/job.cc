@@ -116,6 +116,11 @@ Job::Job(JobSpec spec, JobLimits limits, executor::ReducePool* pool)
     hooks.on_remote_request = [this](int rank, const v1::Enqueue& enqueue) { submitRemote(rank, enqueue); };
     hooks.on_failure = [this](const std::string& cause, bool node_lost) { failJob(cause, node_lost); };
     cross_ = std::make_unique<peer::CrossNode>(std::move(options), std::move(hooks));
+    peer::PeerDataPlane::Hooks plane_hooks;
+    plane_hooks.failed = [this](const Status& status) { return ringFailed(status); };
+    plane_hooks.phase = [this](const char* name, bool begin) { phase(name, begin); };
+    data_plane_ = std::make_unique<peer::PeerDataPlane>(cross_.get(), limits_.transfer_timeout, spec_.elastic,
+                                                        std::move(plane_hooks));
     wake_fd_ = UniqueFd(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
   }
   executor_thread_ = std::thread([this] { executorLoop(); });
@@ -124,6 +129,7 @@ Job::Job(JobSpec spec, JobLimits limits, executor::ReducePool* pool)
 Job::~Job() {
   stop("job '" + spec_.job_id + "' removed");
   if (executor_thread_.joinable()) executor_thread_.join();
+  data_plane_.reset();
   cross_.reset();  // before the members its hooks use
 }
 
@@ -589,7 +595,7 @@ v1::JobInfo Job::info() const {
     set->set_id(id);
     for (int r : ranks) set->add_ranks(r);
   }
-  if (cross_) cross_->describe(&info, Clock::now(), ring_busy_ns_.load() / 1e9);
+  if (cross_) cross_->describe(&info, Clock::now(), data_plane_->busySeconds());
   return info;
 }
 

@@ -21,10 +21,12 @@
 #include "daemon/coordinator/negotiator.h"
 #include "daemon/executor/gpu_executor.h"
 #include "daemon/executor/local_executor.h"
+#include "daemon/executor/rank_access.h"
 #include "daemon/gpu/gpu_node.h"
 #include "daemon/gpu/nccl_library.h"
 #include "daemon/metrics/job_stats.h"
 #include "daemon/peer/cross_node.h"
+#include "daemon/peer/data_plane.h"
 #include "daemon/server/enqueue_validation.h"
 #include "daemon/server/session.h"
 #include "daemon/server/steady_state.h"
@@ -170,24 +172,12 @@ class Job : private executor::RankAccess {
   // RankAccess, used by the executor thread with the batch's snapshot.
   const handoff::ShmArena* arena(int rank) override;
   std::shared_ptr<gpu::ClientGpu> gpuOf(int rank) override;
-  NcclPeers ncclPeers() const override;
   StatusOr<std::vector<uint8_t*>> requestOutputs(const coordinator::Response& response,
                                                  const std::vector<uint64_t>& bytes,
                                                  const std::vector<std::vector<int64_t>>& shapes) override;
-  bool multiNode() const override { return cross_ != nullptr; }
   bool isLocal(int rank) const override { return !cross_ || batch_local_ranks_.count(rank) > 0; }
-  Status crossNodeAllreduce(const executor::NodeSet& nodes, void* data, size_t count, DataType dtype,
-                            ReduceOp op) override;
-  int nodeOf(int rank) const override;
-  int nodeCount() const override;
-  Status crossNodeBroadcast(const executor::NodeSet& nodes, void* data, size_t bytes, int root_rank) override;
-  Status crossNodeAllgather(const executor::NodeSet& nodes, uint8_t* buffer,
-                            const std::vector<std::vector<collective::Range>>& owned) override;
-  Status crossNodeAlltoall(const executor::NodeSet& nodes, const uint8_t* send,
-                           const std::vector<collective::Range>& send_to, uint8_t* recv,
-                           const std::vector<collective::Range>& recv_from) override;
-  Status crossNodeReduceScatter(const executor::NodeSet& nodes, const void* input, void* data, DataType dtype,
-                                ReduceOp op, const std::vector<std::vector<collective::ElementRange>>& owned) override;
+  executor::DataPlane& dataPlane() override;
+  const executor::DataPlane& dataPlane() const override;
 
   // What validateEnqueue needs to check a request of `rank` (`remote`: a
   // rank on another node, whose range that node checked).
@@ -426,9 +416,9 @@ class Job : private executor::RankAccess {
   };
   std::deque<RemoteBatch> remote_batches_;  // follower
   uint64_t batch_sequence_ = 0;             // leader
-  uint64_t ring_sequence_ = 0;              // executor thread only
-  std::atomic<uint64_t> ring_busy_ns_{0};   // time in cross-node transfers
-  std::vector<uint8_t> ring_scratch_;       // executor thread only
+  // The bytes among the daemons (with cross_), or none (one node).
+  std::unique_ptr<peer::PeerDataPlane> data_plane_;
+  executor::SingleNodeDataPlane single_node_;
   // The cached steady state (job_steady_state.cc; mutex_): on while the
   // executor thread takes part in the rounds.
   bool steady_rounds_ = false;
@@ -438,14 +428,12 @@ class Job : private executor::RankAccess {
   uint64_t batch_sequence_seen_ = 0;  // follower: the leader's batches run up to this one
   UniqueFd wake_fd_;                  // eventfd: wakes the executor thread in the rounds
 
-  // Sessions of the batch being executed, its epoch, this node's ranks and
-  // the job's nodes in it (executor thread only).
+  // Sessions of the batch being executed, its epoch and this node's ranks
+  // in it (executor thread only).
   SessionSnapshot batch_sessions_;
   uint64_t batch_epoch_ = 0;
   uint64_t batch_fusion_threshold_ = 0;  // this daemon's, or the leader's that came with the batch
   std::set<int> batch_local_ranks_;
-  std::vector<v1::NodeInfo> batch_members_;
-  uint64_t batch_members_epoch_ = 0;
   // The job's nodes, for stall messages (housekeeping thread only; set once
   // formed, again in each epoch).
   std::vector<v1::NodeInfo> stall_nodes_;

@@ -1,14 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // Job, multi-node side: starting the node's role once every local rank has
-// registered, requests forwarded from other nodes, the leader's batches, the
-// ring, and failures reported by other nodes.
+// registered, requests forwarded from other nodes, the leader's batches, and
+// failures reported by other nodes or met in the data plane.
 #include <algorithm>
-#include <cstring>
-#include <optional>
 
-#include "daemon/collective/direct_allreduce.h"
-#include "daemon/collective/pairwise_exchange.h"
-#include "daemon/collective/ring_movement.h"
 #include "daemon/common/logging.h"
 #include "daemon/coordinator/request_wire.h"
 #include "daemon/server/enqueue_validation.h"
@@ -111,19 +106,6 @@ void Job::failJob(const std::string& cause, bool node_lost) {
 
 namespace {
 constexpr auto kRingCauseGrace = std::chrono::milliseconds(500);
-
-// Adds the time until destruction to a nanosecond counter.
-class BusyTimer {
- public:
-  explicit BusyTimer(std::atomic<uint64_t>* total) : total_(total), start_(Clock::now()) {}
-  ~BusyTimer() {
-    total_->fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start_).count());
-  }
-
- private:
-  std::atomic<uint64_t>* total_;
-  Clock::time_point start_;
-};
 }  // namespace
 
 Status Job::ringFailed(const Status& status) {
@@ -146,137 +128,6 @@ Status Job::ringFailed(const Status& status) {
   failJob(status.message(), /*node_lost=*/true);
   if (cause.empty() || status.message().find(cause) != std::string::npos) return status;
   return Status(status.code(), cause + " (then " + status.message() + ")");
-}
-
-namespace {
-// Of a vector indexed by ring position among all nodes, the entries of
-// `nodes`, in order: the same vector indexed by position among `nodes`.
-template <typename T>
-std::vector<T> amongNodes(const std::vector<T>& by_node, const executor::NodeSet& nodes) {
-  std::vector<T> picked;
-  for (int node : nodes) picked.push_back(node >= 0 && node < static_cast<int>(by_node.size()) ? by_node[node] : T());
-  return picked;
-}
-
-// A reduce-scatter on one node: its contribution is the result.
-void copyOwned(const void* input, void* data, DataType dtype,
-               const std::vector<std::vector<collective::ElementRange>>& owned) {
-  const size_t esize = elementSize(dtype);
-  for (const auto& ranges : owned) {
-    for (const auto& range : ranges) {
-      std::memcpy(static_cast<uint8_t*>(data) + range.begin * esize,
-                  static_cast<const uint8_t*>(input) + range.begin * esize, range.count * esize);
-    }
-  }
-}
-}  // namespace
-
-Status Job::crossNodeAllreduce(const executor::NodeSet& nodes, void* data, size_t count, DataType dtype, ReduceOp op) {
-  const auto deadline = Clock::now() + limits_.transfer_timeout;
-  // Every daemon takes a sequence number for every call, taking part or
-  // not, so that the numbers stay alike on all of them.
-  const uint64_t sequence = ++ring_sequence_;
-  if (nodes.size() < 2) return okStatus();  // one node: already reduced there
-  // Small: one step, every daemon to every other (the ring takes 2(n-1)).
-  const bool direct = count * elementSize(dtype) * (nodes.size() - 1) <= collective::kDirectAllreduceMaxBytes;
-  std::optional<collective::MeshContext> mesh;
-  std::optional<collective::RingContext> ring;
-  if (direct) {
-    ASSIGN_OR_RETURN(mesh, cross_->mesh(sequence, deadline, batch_epoch_, nodes));
-    if (!mesh) return okStatus();  // not one of the nodes
-  } else {
-    ASSIGN_OR_RETURN(ring, cross_->ring(sequence, deadline, batch_epoch_, nodes));
-    if (!ring) return okStatus();
-  }
-  BusyTimer busy(&ring_busy_ns_);
-  executor::PhaseScope phase(*this, "CROSS_NODE_ALLREDUCE");
-  Status status = direct ? collective::directAllreduce(*mesh, data, count, dtype, op, &ring_scratch_)
-                         : collective::ringAllreduce(*ring, data, count, dtype, op, &ring_scratch_);
-  return status.isOk() ? status : ringFailed(status);
-}
-
-Status Job::crossNodeReduceScatter(const executor::NodeSet& nodes, const void* input, void* data, DataType dtype,
-                                   ReduceOp op, const std::vector<std::vector<collective::ElementRange>>& owned) {
-  const uint64_t sequence = ++ring_sequence_;
-  if (nodes.size() < 2) {  // one node: its contribution is the reduction
-    if (input != data) copyOwned(input, data, dtype, owned);
-    return okStatus();
-  }
-  ASSIGN_OR_RETURN(auto ring, cross_->ring(sequence, Clock::now() + limits_.transfer_timeout, batch_epoch_, nodes));
-  if (!ring) return okStatus();
-  BusyTimer busy(&ring_busy_ns_);
-  executor::PhaseScope phase(*this, "CROSS_NODE_REDUCESCATTER");
-  Status status =
-      collective::ringReduceScatter(*ring, input, data, dtype, op, amongNodes(owned, nodes), &ring_scratch_);
-  return status.isOk() ? status : ringFailed(status);
-}
-
-int Job::nodeOf(int rank) const {
-  for (const auto& node : batch_members_) {
-    for (int r : node.ranks()) {
-      if (r == rank) return node.cross_rank();
-    }
-  }
-  return 0;
-}
-
-int Job::nodeCount() const { return std::max<int>(1, static_cast<int>(batch_members_.size())); }
-
-executor::RankAccess::NcclPeers Job::ncclPeers() const {
-  NcclPeers peers;
-  // Elastic jobs stage through host memory: the daemons' communicator would
-  // have to shrink with every epoch (not built).
-  if (!cross_ || spec_.elastic) return peers;
-  const auto members = cross_->members();
-  for (const auto& node : members) {
-    // A node without GPU, or one that cannot join NCCL: every node stages
-    // through host memory (all of them see the same membership).
-    if (node.gpu_uuids_size() == 0 || !node.nccl()) return peers;
-  }
-  peers.id = cross_->ncclId();
-  peers.rank = cross_->selfCrossRank();
-  peers.nranks = static_cast<int>(members.size());
-  return peers;
-}
-
-Status Job::crossNodeBroadcast(const executor::NodeSet& nodes, void* data, size_t bytes, int root_rank) {
-  const uint64_t sequence = ++ring_sequence_;
-  if (nodes.size() < 2) return okStatus();  // the root's node is the only one
-  const auto root = std::find(nodes.begin(), nodes.end(), nodeOf(root_rank));
-  if (root == nodes.end())
-    return internalError("broadcast root rank " + std::to_string(root_rank) + " on no node of the set");
-  ASSIGN_OR_RETURN(auto ring, cross_->ring(sequence, Clock::now() + limits_.transfer_timeout, batch_epoch_, nodes));
-  if (!ring) return okStatus();
-  BusyTimer busy(&ring_busy_ns_);
-  executor::PhaseScope phase(*this, "CROSS_NODE_BROADCAST");
-  Status status = collective::ringBroadcast(*ring, data, bytes, static_cast<int>(root - nodes.begin()));
-  return status.isOk() ? status : ringFailed(status);
-}
-
-Status Job::crossNodeAllgather(const executor::NodeSet& nodes, uint8_t* buffer,
-                               const std::vector<std::vector<collective::Range>>& owned) {
-  const uint64_t sequence = ++ring_sequence_;
-  if (nodes.size() < 2) return okStatus();  // every row is on this node
-  ASSIGN_OR_RETURN(auto ring, cross_->ring(sequence, Clock::now() + limits_.transfer_timeout, batch_epoch_, nodes));
-  if (!ring) return okStatus();
-  BusyTimer busy(&ring_busy_ns_);
-  executor::PhaseScope phase(*this, "CROSS_NODE_ALLGATHER");
-  Status status = collective::ringAllgather(*ring, buffer, amongNodes(owned, nodes));
-  return status.isOk() ? status : ringFailed(status);
-}
-
-Status Job::crossNodeAlltoall(const executor::NodeSet& nodes, const uint8_t* send,
-                              const std::vector<collective::Range>& send_to, uint8_t* recv,
-                              const std::vector<collective::Range>& recv_from) {
-  const uint64_t sequence = ++ring_sequence_;
-  if (nodes.size() < 2) return okStatus();  // nothing crosses nodes
-  ASSIGN_OR_RETURN(auto mesh, cross_->mesh(sequence, Clock::now() + limits_.transfer_timeout, batch_epoch_, nodes));
-  if (!mesh) return okStatus();
-  BusyTimer busy(&ring_busy_ns_);
-  executor::PhaseScope phase(*this, "CROSS_NODE_ALLTOALL");
-  Status status =
-      collective::pairwiseExchange(*mesh, send, amongNodes(send_to, nodes), recv, amongNodes(recv_from, nodes));
-  return status.isOk() ? status : ringFailed(status);
 }
 
 }  // namespace gradsync::server

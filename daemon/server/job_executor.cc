@@ -83,22 +83,15 @@ std::vector<coordinator::Response> Job::beginBatchLocked(std::vector<coordinator
 }
 
 void Job::runBatch(std::vector<coordinator::Response> batch, uint64_t sequence) {
-  // Each collective among the daemons (crossNode*: a fused response may run
-  // several) gets tags of its own.
-  ring_sequence_ = sequence << 20;
-  // The nodes of the batch's epoch (the job formed before any batch runs;
-  // one of an epoch that is over fails at its ring).
-  if (cross_ && (batch_members_.empty() || batch_members_epoch_ != batch_epoch_)) {
-    batch_members_ = cross_->members(&batch_members_epoch_);
-  }
+  if (data_plane_) data_plane_->beginBatch(sequence, batch_epoch_);
   for (const auto& fused : fusion::planFusion(std::move(batch), batch_fusion_threshold_)) {
     const auto started = Clock::now();
     timelineExecution(fused, true, nullptr);
     auto results = executor_.run(fused, *this);
     timelineExecution(fused, false, &results);
     GS_LOG(executor, debug, "job '{}': fused response '{}' of {} collectives (ring tags {}), {} bytes, in {} us",
-           spec_.job_id, fused.responses.front().name, fused.responses.size(), ring_sequence_, fused.bytes,
-           std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - started).count());
+           spec_.job_id, fused.responses.front().name, fused.responses.size(), data_plane_ ? data_plane_->lastTag() : 0,
+           fused.bytes, std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - started).count());
     Outbox outbox;
     {
       std::lock_guard<std::mutex> lock(mutex_);
@@ -190,6 +183,16 @@ void Job::complete(const coordinator::Response& response, const executor::Respon
     changeEpochLocked("admitted " + std::to_string(ready) + " new ranks at the commit '" + response.name + "'", outbox,
                       /*admit=*/true);  // admits the same joiners: both under mutex_
   }
+}
+
+executor::DataPlane& Job::dataPlane() {
+  if (data_plane_) return *data_plane_;
+  return single_node_;
+}
+
+const executor::DataPlane& Job::dataPlane() const {
+  if (data_plane_) return *data_plane_;
+  return single_node_;
 }
 
 const handoff::ShmArena* Job::arena(int rank) {

@@ -71,7 +71,7 @@ bool Job::holdSteadyLocked(const std::shared_ptr<Session>& session, coordinator:
 
 void Job::steadyExecutorLoop() {
   // The membership (fixed: not elastic) and endpoints to every daemon.
-  auto mesh = cross_->mesh(0, Clock::now() + limits_.join_timeout + std::chrono::seconds(5), 1);
+  auto mesh = cross_->mesh(0, Clock::now() + limits_.join_timeout + std::chrono::seconds(5), 1, {});
   if (!mesh.isOk() || !*mesh || !cross_->steadyStateRounds()) return;  // the usual loop runs (or fails) the job
   peer::FastRounds rounds(**mesh);
   {

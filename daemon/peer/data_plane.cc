@@ -1,0 +1,155 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "daemon/peer/data_plane.h"
+
+#include <algorithm>
+#include <cstring>
+#include <optional>
+
+#include "daemon/collective/direct_allreduce.h"
+#include "daemon/collective/pairwise_exchange.h"
+#include "daemon/collective/ring_allreduce.h"
+
+namespace gradsync::peer {
+
+namespace {
+
+// Of a vector indexed by ring position among all nodes, the entries of
+// `nodes`, in order: the same vector indexed by position among `nodes`.
+template <typename T>
+std::vector<T> amongNodes(const std::vector<T>& by_node, const executor::NodeSet& nodes) {
+  std::vector<T> picked;
+  for (int node : nodes) picked.push_back(node >= 0 && node < static_cast<int>(by_node.size()) ? by_node[node] : T());
+  return picked;
+}
+
+// A reduce-scatter on one node: its contribution is the result.
+void copyOwned(const void* input, void* data, DataType dtype,
+               const std::vector<std::vector<collective::ElementRange>>& owned) {
+  const size_t esize = elementSize(dtype);
+  for (const auto& ranges : owned) {
+    for (const auto& range : ranges) {
+      std::memcpy(static_cast<uint8_t*>(data) + range.begin * esize,
+                  static_cast<const uint8_t*>(input) + range.begin * esize, range.count * esize);
+    }
+  }
+}
+
+}  // namespace
+
+PeerDataPlane::PeerDataPlane(NodeEndpoints* endpoints, CrossClock::duration transfer_timeout, bool elastic, Hooks hooks)
+    : endpoints_(endpoints), transfer_timeout_(transfer_timeout), elastic_(elastic), hooks_(std::move(hooks)) {}
+
+void PeerDataPlane::beginBatch(uint64_t sequence, uint64_t epoch) {
+  // Each collective among the daemons (a fused response may run several)
+  // gets tags of its own.
+  tag_ = sequence << 20;
+  epoch_ = epoch;
+  // The nodes of the batch's epoch (the job formed before any batch runs;
+  // one of an epoch that is over fails at its ring).
+  if (members_.empty() || members_epoch_ != epoch) members_ = endpoints_->members(&members_epoch_);
+}
+
+int PeerDataPlane::nodeOf(int rank) const {
+  for (const auto& node : members_) {
+    for (int r : node.ranks()) {
+      if (r == rank) return node.cross_rank();
+    }
+  }
+  return 0;
+}
+
+int PeerDataPlane::nodeCount() const { return std::max<int>(1, static_cast<int>(members_.size())); }
+
+Status PeerDataPlane::run(const char* phase, const std::function<Status()>& step) {
+  const auto started = CrossClock::now();
+  hooks_.phase(phase, true);
+  Status status = step();
+  hooks_.phase(phase, false);
+  busy_ns_.fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(CrossClock::now() - started).count());
+  return status.isOk() ? status : hooks_.failed(status);
+}
+
+Status PeerDataPlane::allreduce(const executor::NodeSet& nodes, void* data, size_t count, DataType dtype,
+                                ReduceOp op) {
+  const auto until = deadline();
+  // Every daemon takes a tag for every call, taking part or not, so that
+  // the tags stay alike on all of them.
+  const uint64_t tag = ++tag_;
+  if (nodes.size() < 2) return okStatus();  // one node: already reduced there
+  // Small: one step, every daemon to every other (the ring takes 2(n-1)).
+  if (count * elementSize(dtype) * (nodes.size() - 1) <= collective::kDirectAllreduceMaxBytes) {
+    ASSIGN_OR_RETURN(auto mesh, endpoints_->mesh(tag, until, epoch_, nodes));
+    if (!mesh) return okStatus();  // not one of the nodes
+    return run("CROSS_NODE_ALLREDUCE",
+               [&] { return collective::directAllreduce(*mesh, data, count, dtype, op, &scratch_); });
+  }
+  ASSIGN_OR_RETURN(auto ring, endpoints_->ring(tag, until, epoch_, nodes));
+  if (!ring) return okStatus();
+  return run("CROSS_NODE_ALLREDUCE", [&] { return collective::ringAllreduce(*ring, data, count, dtype, op, &scratch_); });
+}
+
+Status PeerDataPlane::reduceScatter(const executor::NodeSet& nodes, const void* input, void* data, DataType dtype,
+                                    ReduceOp op, const std::vector<std::vector<collective::ElementRange>>& owned) {
+  const uint64_t tag = ++tag_;
+  if (nodes.size() < 2) {  // one node: its contribution is the reduction
+    if (input != data) copyOwned(input, data, dtype, owned);
+    return okStatus();
+  }
+  ASSIGN_OR_RETURN(auto ring, endpoints_->ring(tag, deadline(), epoch_, nodes));
+  if (!ring) return okStatus();
+  return run("CROSS_NODE_REDUCESCATTER", [&] {
+    return collective::ringReduceScatter(*ring, input, data, dtype, op, amongNodes(owned, nodes), &scratch_);
+  });
+}
+
+Status PeerDataPlane::broadcast(const executor::NodeSet& nodes, void* data, size_t bytes, int root_rank) {
+  const uint64_t tag = ++tag_;
+  if (nodes.size() < 2) return okStatus();  // the root's node is the only one
+  const auto root = std::find(nodes.begin(), nodes.end(), nodeOf(root_rank));
+  if (root == nodes.end()) {
+    return internalError("broadcast root rank " + std::to_string(root_rank) + " on no node of the set");
+  }
+  ASSIGN_OR_RETURN(auto ring, endpoints_->ring(tag, deadline(), epoch_, nodes));
+  if (!ring) return okStatus();
+  return run("CROSS_NODE_BROADCAST",
+             [&] { return collective::ringBroadcast(*ring, data, bytes, static_cast<int>(root - nodes.begin())); });
+}
+
+Status PeerDataPlane::allgather(const executor::NodeSet& nodes, uint8_t* buffer,
+                                const std::vector<std::vector<collective::Range>>& owned) {
+  const uint64_t tag = ++tag_;
+  if (nodes.size() < 2) return okStatus();  // every row is on this node
+  ASSIGN_OR_RETURN(auto ring, endpoints_->ring(tag, deadline(), epoch_, nodes));
+  if (!ring) return okStatus();
+  return run("CROSS_NODE_ALLGATHER", [&] { return collective::ringAllgather(*ring, buffer, amongNodes(owned, nodes)); });
+}
+
+Status PeerDataPlane::alltoall(const executor::NodeSet& nodes, const uint8_t* send,
+                               const std::vector<collective::Range>& send_to, uint8_t* recv,
+                               const std::vector<collective::Range>& recv_from) {
+  const uint64_t tag = ++tag_;
+  if (nodes.size() < 2) return okStatus();  // nothing crosses nodes
+  ASSIGN_OR_RETURN(auto mesh, endpoints_->mesh(tag, deadline(), epoch_, nodes));
+  if (!mesh) return okStatus();
+  return run("CROSS_NODE_ALLTOALL", [&] {
+    return collective::pairwiseExchange(*mesh, send, amongNodes(send_to, nodes), recv, amongNodes(recv_from, nodes));
+  });
+}
+
+executor::DataPlane::NcclPeers PeerDataPlane::ncclPeers() const {
+  NcclPeers peers;
+  if (elastic_) return peers;  // host staging: the communicator would change with every epoch
+  uint64_t epoch = 0;
+  const auto members = endpoints_->members(&epoch);
+  for (const auto& node : members) {
+    // A node without GPU, or one that cannot join NCCL: every node stages
+    // through host memory (all of them see the same membership).
+    if (node.gpu_uuids_size() == 0 || !node.nccl()) return peers;
+  }
+  peers.id = endpoints_->ncclId();
+  peers.rank = endpoints_->selfCrossRank();
+  peers.nranks = static_cast<int>(members.size());
+  return peers;
+}
+
+}  // namespace gradsync::peer

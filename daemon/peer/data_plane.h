@@ -1,0 +1,72 @@
+// SPDX-License-Identifier: Apache-2.0
+// The data plane of a job across daemons, as the executors use it: for each
+// step among the nodes, the algorithm (a direct exchange for small
+// allreduces, the ring otherwise, the pairwise exchange for alltoall), its
+// tags, its scratch memory and busy time, over the endpoints NodeEndpoints (the job's CrossNode) gives.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "daemon/executor/data_plane.h"
+#include "daemon/peer/node_endpoints.h"
+
+namespace gradsync::peer {
+
+class PeerDataPlane : public executor::DataPlane {
+ public:
+  struct Hooks {
+    // A step failed with `status` (the node left the ring, a timeout):
+    // returns the error to report, led by the job's cause when it has one.
+    std::function<Status(const Status& status)> failed;
+    // A phase of the collective begins or ends (the job's timeline).
+    std::function<void(const char* name, bool begin)> phase;
+  };
+  // `endpoints` outlives this. `elastic`: no NCCL among the daemons (their
+  // communicator would have to change with every epoch).
+  PeerDataPlane(NodeEndpoints* endpoints, CrossClock::duration transfer_timeout, bool elastic, Hooks hooks);
+
+  // Executor thread, before each batch: the batch runs in `epoch` (among
+  // that epoch's nodes), the tags of its steps follow `sequence` << 20.
+  void beginBatch(uint64_t sequence, uint64_t epoch);
+  // The tag of the batch's last step (for logs; executor thread).
+  uint64_t lastTag() const { return tag_; }
+  // Seconds spent in transfers among the daemons (any thread).
+  double busySeconds() const { return static_cast<double>(busy_ns_.load()) / 1e9; }
+
+  bool multiNode() const override { return true; }
+  int nodeOf(int rank) const override;
+  int nodeCount() const override;
+  Status allreduce(const executor::NodeSet& nodes, void* data, size_t count, DataType dtype, ReduceOp op) override;
+  Status broadcast(const executor::NodeSet& nodes, void* data, size_t bytes, int root_rank) override;
+  Status allgather(const executor::NodeSet& nodes, uint8_t* buffer,
+                   const std::vector<std::vector<collective::Range>>& owned) override;
+  Status alltoall(const executor::NodeSet& nodes, const uint8_t* send, const std::vector<collective::Range>& send_to,
+                  uint8_t* recv, const std::vector<collective::Range>& recv_from) override;
+  Status reduceScatter(const executor::NodeSet& nodes, const void* input, void* data, DataType dtype, ReduceOp op,
+                       const std::vector<std::vector<collective::ElementRange>>& owned) override;
+  NcclPeers ncclPeers() const override;
+
+ private:
+  // Runs `step` as phase `phase`, timed; a failure goes through hooks_.failed.
+  Status run(const char* phase, const std::function<Status()>& step);
+  CrossClock::time_point deadline() const { return CrossClock::now() + transfer_timeout_; }
+
+  NodeEndpoints* const endpoints_;
+  const CrossClock::duration transfer_timeout_;
+  const bool elastic_;
+  const Hooks hooks_;
+  // The executor thread's: the batch's epoch and nodes, the last tag used,
+  // the scratch memory of the ring and the direct exchange.
+  uint64_t epoch_ = 0;
+  std::vector<v1::NodeInfo> members_;
+  uint64_t members_epoch_ = 0;
+  uint64_t tag_ = 0;
+  std::vector<uint8_t> scratch_;
+  std::atomic<uint64_t> busy_ns_{0};
+};
+
+}  // namespace gradsync::peer

@@ -1,0 +1,179 @@
+// SPDX-License-Identifier: Apache-2.0
+// PeerDataPlane over real UCX endpoints in one process (one thread per
+// "daemon"), with the membership a stand-in: algorithm per size, steps
+// among a subset of the nodes, tags kept alike, failures and phases.
+#include "daemon/peer/data_plane.h"
+
+#include <algorithm>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "daemon/collective/mesh_test_util.h"
+#include "gtest/gtest.h"
+
+namespace gradsync::peer {
+namespace {
+
+using collective::MeshNode;
+
+// Node `self` of `n`, rank r on node r; endpoints from the test's mesh.
+class FakeEndpoints : public NodeEndpoints {
+ public:
+  FakeEndpoints(int self, MeshNode* node) : self_(self), node_(node) {}
+
+  StatusOr<std::optional<collective::RingContext>> ring(uint64_t sequence, CrossClock::time_point deadline,
+                                                        uint64_t, const std::vector<int>& nodes) override {
+    rings.push_back(sequence);
+    auto at = std::find(nodes.begin(), nodes.end(), self_);
+    if (at == nodes.end()) return std::optional<collective::RingContext>();
+    const int pos = static_cast<int>(at - nodes.begin()), n = static_cast<int>(nodes.size());
+    collective::RingContext ring;
+    ring.transport = node_->transport.get();
+    ring.left = node_->peers[nodes[(pos - 1 + n) % n]].get();
+    ring.right = node_->peers[nodes[(pos + 1) % n]].get();
+    ring.rank = pos;
+    ring.size = n;
+    ring.sequence = sequence;
+    ring.deadline = deadline;
+    return std::optional<collective::RingContext>(ring);
+  }
+  StatusOr<std::optional<collective::MeshContext>> mesh(uint64_t sequence, CrossClock::time_point deadline,
+                                                        uint64_t, const std::vector<int>& nodes) override {
+    meshes.push_back(sequence);
+    auto at = std::find(nodes.begin(), nodes.end(), self_);
+    if (at == nodes.end()) return std::optional<collective::MeshContext>();
+    collective::MeshContext mesh;
+    mesh.transport = node_->transport.get();
+    for (int node : nodes) mesh.peers.push_back(node == self_ ? nullptr : node_->peers[node].get());
+    mesh.rank = static_cast<int>(at - nodes.begin());
+    mesh.sequence = sequence;
+    mesh.deadline = deadline;
+    return std::optional<collective::MeshContext>(mesh);
+  }
+  std::vector<v1::NodeInfo> members(uint64_t* epoch) const override {
+    *epoch = 1;
+    std::vector<v1::NodeInfo> nodes(node_->peers.size());
+    for (size_t i = 0; i < nodes.size(); ++i) {
+      nodes[i].set_cross_rank(static_cast<int>(i));
+      nodes[i].add_ranks(static_cast<int>(i));
+    }
+    return nodes;
+  }
+  std::string ncclId() const override { return ""; }
+  int selfCrossRank() const override { return self_; }
+
+  std::vector<uint64_t> rings, meshes;  // the tags asked for
+
+ private:
+  const int self_;
+  MeshNode* node_;
+};
+
+struct Daemon {
+  std::unique_ptr<FakeEndpoints> endpoints;
+  std::unique_ptr<PeerDataPlane> plane;
+  std::vector<std::string> phases;
+  std::vector<std::string> failures;
+};
+
+std::vector<Daemon> makeDaemons(std::vector<MeshNode>& mesh, std::chrono::milliseconds timeout) {
+  std::vector<Daemon> daemons(mesh.size());
+  for (size_t i = 0; i < mesh.size(); ++i) {
+    Daemon& d = daemons[i];
+    d.endpoints = std::make_unique<FakeEndpoints>(static_cast<int>(i), &mesh[i]);
+    PeerDataPlane::Hooks hooks;
+    hooks.phase = [&d](const char* name, bool begin) { d.phases.push_back(std::string(begin ? "+" : "-") + name); };
+    hooks.failed = [&d](const Status& status) {
+      d.failures.push_back(status.message());
+      return aborted("the job's cause (then " + status.message() + ")");
+    };
+    d.plane = std::make_unique<PeerDataPlane>(d.endpoints.get(), timeout, /*elastic=*/false, std::move(hooks));
+    d.plane->beginBatch(/*sequence=*/7, /*epoch=*/1);
+  }
+  return daemons;
+}
+
+TEST(PeerDataPlane, SmallAllreducesTakeTheDirectExchangeLargeOnesTheRing) {
+  auto mesh = collective::makeMesh(3);
+  auto daemons = makeDaemons(mesh, std::chrono::seconds(30));
+  const size_t small = 16, large = 1 << 20;  // elements
+  std::vector<std::vector<float>> data(3);
+  auto statuses = collective::onEveryNode(3, [&](int r) {
+    data[r].assign(small, static_cast<float>(r + 1));
+    RETURN_IF_ERROR(daemons[r].plane->allreduce({0, 1, 2}, data[r].data(), small, v1::FLOAT32, v1::SUM));
+    if (data[r][small - 1] != 6.0f) return internalError("small allreduce gave " + std::to_string(data[r][0]));
+    data[r].assign(large, static_cast<float>(r + 1));
+    RETURN_IF_ERROR(daemons[r].plane->allreduce({0, 1, 2}, data[r].data(), large, v1::FLOAT32, v1::SUM));
+    if (data[r][0] != 6.0f || data[r][large - 1] != 6.0f) return internalError("large allreduce");
+    return okStatus();
+  });
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_TRUE(statuses[r].isOk()) << statuses[r].toString();
+    const Daemon& d = daemons[r];
+    EXPECT_EQ(d.endpoints->meshes, std::vector<uint64_t>{(7u << 20) + 1});  // the first step: direct
+    EXPECT_EQ(d.endpoints->rings, std::vector<uint64_t>{(7u << 20) + 2});   // the second: the ring
+    EXPECT_EQ(d.plane->lastTag(), (7u << 20) + 2);
+    EXPECT_EQ(d.phases, (std::vector<std::string>{"+CROSS_NODE_ALLREDUCE", "-CROSS_NODE_ALLREDUCE",
+                                                  "+CROSS_NODE_ALLREDUCE", "-CROSS_NODE_ALLREDUCE"}));
+    EXPECT_GT(d.plane->busySeconds(), 0.0);
+    EXPECT_TRUE(d.failures.empty());
+  }
+}
+
+TEST(PeerDataPlane, ANodeOutsideTheStepSkipsItButKeepsTheTagsAlike) {
+  auto mesh = collective::makeMesh(3);
+  auto daemons = makeDaemons(mesh, std::chrono::seconds(30));
+  std::vector<std::vector<uint8_t>> rows(3, std::vector<uint8_t>(6, 0));
+  auto statuses = collective::onEveryNode(3, [&](int r) {
+    // A broadcast among nodes 0 and 2 from rank 2: node 1 holds its bytes.
+    std::fill(rows[r].begin(), rows[r].end(), static_cast<uint8_t>(10 + r));
+    RETURN_IF_ERROR(daemons[r].plane->broadcast({0, 2}, rows[r].data(), rows[r].size(), /*root_rank=*/2));
+    // Then an allgather among all three: each owns 2 bytes.
+    std::vector<std::vector<collective::Range>> owned = {{{0, 2}}, {{2, 2}}, {{4, 2}}};
+    std::vector<uint8_t> gathered(6, 0);
+    gathered[2 * r] = gathered[2 * r + 1] = static_cast<uint8_t>(r);
+    RETURN_IF_ERROR(daemons[r].plane->allgather({0, 1, 2}, gathered.data(), owned));
+    if (gathered != std::vector<uint8_t>{0, 0, 1, 1, 2, 2}) return internalError("allgather");
+    return okStatus();
+  });
+  for (int r = 0; r < 3; ++r) EXPECT_TRUE(statuses[r].isOk()) << r << ": " << statuses[r].toString();
+  EXPECT_EQ(rows[0], std::vector<uint8_t>(6, 12));
+  EXPECT_EQ(rows[1], std::vector<uint8_t>(6, 11));  // not one of the step's nodes
+  EXPECT_EQ(rows[2], std::vector<uint8_t>(6, 12));
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_EQ(daemons[r].endpoints->rings, (std::vector<uint64_t>{(7u << 20) + 1, (7u << 20) + 2})) << r;
+  }
+}
+
+TEST(PeerDataPlane, AFailedStepGoesThroughTheFailureHook) {
+  auto mesh = collective::makeMesh(2);
+  auto daemons = makeDaemons(mesh, std::chrono::milliseconds(200));
+  std::vector<float> data(16, 1.0f);  // the direct exchange (eager sends); node 1 never takes part
+  Status status = daemons[0].plane->allreduce({0, 1}, data.data(), data.size(), v1::FLOAT32, v1::SUM);
+  EXPECT_EQ(status.code(), StatusCode::kAborted) << status.toString();
+  EXPECT_NE(status.message().find("the job's cause (then "), std::string::npos) << status.toString();
+  ASSERT_EQ(daemons[0].failures.size(), 1u);
+  EXPECT_EQ(daemons[0].phases, (std::vector<std::string>{"+CROSS_NODE_ALLREDUCE", "-CROSS_NODE_ALLREDUCE"}));
+}
+
+TEST(PeerDataPlane, NodesOfRanksAndOneNodeSteps) {
+  auto mesh = collective::makeMesh(2);
+  auto daemons = makeDaemons(mesh, std::chrono::seconds(5));
+  PeerDataPlane& plane = *daemons[0].plane;
+  EXPECT_TRUE(plane.multiNode());
+  EXPECT_EQ(plane.nodeCount(), 2);
+  EXPECT_EQ(plane.nodeOf(1), 1);
+  EXPECT_EQ(plane.nodeOf(0), 0);
+  EXPECT_TRUE(plane.ncclPeers().id.empty());  // the leader made no NCCL id
+  // A reduce-scatter on this node alone: its contribution is the result.
+  std::vector<float> input = {1, 2, 3, 4}, out(4, 0);
+  ASSERT_TRUE(plane.reduceScatter({0}, input.data(), out.data(), v1::FLOAT32, v1::SUM, {{{0, 2}}, {{2, 2}}})
+                  .isOk());
+  EXPECT_EQ(out, input);
+  EXPECT_TRUE(daemons[0].endpoints->rings.empty());
+  EXPECT_EQ(plane.lastTag(), (7u << 20) + 1);
+}
+
+}  // namespace
+}  // namespace gradsync::peer

@@ -1,0 +1,42 @@
+// SPDX-License-Identifier: Apache-2.0
+// What the data plane asks of a job's membership (CrossNode): the nodes of
+// an epoch and the endpoints of a ring or mesh among some of them.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "daemon/collective/pairwise_exchange.h"
+#include "daemon/collective/ring_allreduce.h"
+#include "proto/gradsync/v1/peer.pb.h"
+
+namespace gradsync::peer {
+
+using CrossClock = std::chrono::steady_clock;
+
+class NodeEndpoints {
+ public:
+  virtual ~NodeEndpoints() = default;
+  // The ring for one collective of `epoch` among the nodes at `nodes` (ring
+  // positions, increasing; empty: every node), in their order; nullopt when
+  // this node is not one of them. Waits for the membership until
+  // `deadline`; ABORTED when `epoch` is over.
+  virtual StatusOr<std::optional<collective::RingContext>> ring(uint64_t sequence, CrossClock::time_point deadline,
+                                                                uint64_t epoch, const std::vector<int>& nodes) = 0;
+  // Endpoints to each of `nodes` (as for ring()), for a pairwise exchange or
+  // a direct allreduce; the same waits and errors as ring().
+  virtual StatusOr<std::optional<collective::MeshContext>> mesh(uint64_t sequence, CrossClock::time_point deadline,
+                                                                uint64_t epoch, const std::vector<int>& nodes) = 0;
+  // The job's nodes, with the epoch they belong to.
+  virtual std::vector<v1::NodeInfo> members(uint64_t* epoch) const = 0;
+  // The job's ncclUniqueId (empty: the leader has no NCCL) and this node's
+  // position in the ring; valid once the job formed.
+  virtual std::string ncclId() const = 0;
+  virtual int selfCrossRank() const = 0;
+};
+
+}  // namespace gradsync::peer
