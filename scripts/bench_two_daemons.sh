@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
 # gradsync_bench across two daemons on this machine (one rank each, UCX over
-# loopback TCP), the setup of the cross-node figures in the README and the
-# issues. Arguments go to gradsync_bench, e.g.
+# loopback TCP), the setup of the cross-node figures in docs/performance.md.
+# Arguments go to gradsync_bench, e.g.
 #   scripts/bench_two_daemons.sh --min-bytes 4 --max-bytes 4
 #   scripts/bench_two_daemons.sh --resnet
 # GRADSYNC_BENCH_DAEMON=path runs another gradsyncd build (a before/after

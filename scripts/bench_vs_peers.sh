@@ -14,7 +14,7 @@
 #           (E2E_MODEL=resnet18, E2E_ARGS): gradsync across two daemons
 #           (gradsyncrun, zero-copy and --copy) and on one daemon, and
 #           PyTorch DDP over Gloo. Horovod is not run: it is not installed
-#           here (building 0.28.1 from PyPI is the suggestion).
+#           here (it would have to be built from PyPI's 0.28.1 sources).
 # Needs python3-torch, python3-numpy, openmpi-bin, python3-mpi4py and, for
 # e2e with torchvision models, python3-torchvision (apt). A benchmark, not a
 # test: nothing here is installed by scripts/install_deps.sh.

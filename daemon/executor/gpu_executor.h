@@ -6,11 +6,11 @@
 // rank's "done" event, which the rank's own stream waits on. Done messages
 // go out as soon as the work is enqueued.
 //
-// Jobs across nodes stage through host memory: the local ranks' tensors are
-// reduced on the GPU into the device's fusion buffer, copied to pinned host
-// memory, combined among the daemons by the same ring as CPU tensors (UCX),
-// copied back and written to every local rank's tensor. NCCL between the
-// daemons' GPUs is the faster path still to come.
+// Jobs across nodes: the local ranks' tensors are reduced on the GPU into
+// the device's fusion buffer, then combined among the daemons by NCCL where
+// every node has a GPU and NCCL (gpu_executor_cross.cc), or else copied to
+// pinned host memory, combined by the same ring as CPU tensors (UCX) and
+// copied back; then written to every local rank's tensor.
 //
 // Allgather, alltoall and reducescatter write into an output buffer the
 // caller sized beforehand (Enqueue.cuda_output); its size is checked against

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // LocalExecutor, multi-node paths: the local part of each collective around
-// the ring among the job's daemons (RankAccess::crossNode*).
+// the steps among the job's daemons (RankAccess::dataPlane()).
 #include <cstring>
 #include <set>
 
