@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
-# The whole test suite: unit tests, multi-process integration and fault
+# The whole test suite: the format check, the thread-safety build, unit
+# tests, multi-process integration and fault
 # tests against a real gradsyncd, config and deploy checks, and the
 # gradsync.torch suite on Debian's torch and on PyPI's current one, the
 # .deb and the wheel; then the multi-process tests once more under
@@ -9,6 +10,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install_deps.sh
 scripts/check_format.sh
+# The daemon, the client and what they share built with Clang's
+# thread-safety analysis (GS_GUARDED_BY, GS_REQUIRES): a lock the code does
+# not hold where it says it must fails the build.
+bazel build --config=threadsafety //daemon/... //client/... //base/... //handoff/...
 bazel test //... "$@"
 # The gradsync.torch suite on PyPI's current torch, from an environment
 # made once outside the checkout.

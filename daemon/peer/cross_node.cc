@@ -44,7 +44,7 @@ CrossNode::CrossNode(CrossNodeOptions options, Hooks hooks)
 v1::NegotiatedResponse CrossNode::encode(const coordinator::Response& response) {
   std::pair<uint64_t, bool> id;
   {
-    std::lock_guard<std::mutex> lock(cache_mutex_);
+    MutexLock lock(cache_mutex_);
     id = cache_.assign(response);
   }
   if (id.first == 0 || id.second) {
@@ -70,7 +70,7 @@ v1::NegotiatedResponse CrossNode::encode(const coordinator::Response& response) 
 }
 
 StatusOr<coordinator::Response> CrossNode::decode(const v1::NegotiatedResponse& in) {
-  std::lock_guard<std::mutex> lock(cache_mutex_);
+  MutexLock lock(cache_mutex_);
   if (!in.cached()) {
     coordinator::Response response = fromProto(in);
     cache_.remember(in.cache_id(), response);
@@ -95,7 +95,7 @@ StatusOr<coordinator::Response> CrossNode::decode(const v1::NegotiatedResponse& 
 
 StatusOr<v1::Enqueue> CrossNode::expand(const v1::FollowerMessage::Request& in) {
   if (in.cache_id() == 0) return in.enqueue();
-  std::lock_guard<std::mutex> lock(cache_mutex_);
+  MutexLock lock(cache_mutex_);
   const coordinator::Response* base = cache_.find(in.cache_id());
   if (base != nullptr) {
     for (const auto& request : base->requests) {
@@ -113,7 +113,7 @@ StatusOr<v1::Enqueue> CrossNode::expand(const v1::FollowerMessage::Request& in) 
 
 CrossNode::~CrossNode() {
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     stopping_ = true;
     if (join_call_ != nullptr) join_call_->TryCancel();
   }
@@ -121,19 +121,19 @@ CrossNode::~CrossNode() {
   {
     // Leave gracefully: the leader then knows this node's ranks finished
     // (and other nodes keep running what was already negotiated).
-    std::lock_guard<std::mutex> lock(stream_mutex_);
+    MutexLock lock(stream_mutex_);
     if (stream_) stream_->WritesDone();
   }
   {
-    std::unique_lock<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     if (!formed_cv_.wait_for(lock, std::chrono::seconds(2),
-                             [&] { return reader_done_ || !follower_thread_.joinable(); })) {
-      std::lock_guard<std::mutex> stream_lock(stream_mutex_);
+                             [&]() GS_REQUIRES(mutex_) { return reader_done_ || !follower_thread_.joinable(); })) {
+      MutexLock stream_lock(stream_mutex_);
       if (stream_) stream_context_->TryCancel();
     }
   }
   {
-    std::lock_guard<std::mutex> lock(stream_mutex_);
+    MutexLock lock(stream_mutex_);
     if (stream_ && !reader_done_) stream_context_->TryCancel();
   }
   if (follower_thread_.joinable()) follower_thread_.join();
@@ -160,7 +160,7 @@ CrossNode::~CrossNode() {
 void CrossNode::sayGoodbye() {
   if (!transport_ || peers_.empty()) return;
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     if (node_lost_announced_) {  // a node is gone: nobody waits for this one's bytes
       GS_LOG(control, debug, "job '{}': no goodbye (a node was lost)", options_.job_id);
       return;
@@ -198,7 +198,7 @@ void CrossNode::start(const std::vector<int>& local_ranks, const std::vector<int
     return;
   }
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     transport_ = std::move(transport).value();
     if (!transfers_aborted_.empty()) transport_->abort(transfers_aborted_);
   }
@@ -212,7 +212,7 @@ void CrossNode::start(const std::vector<int>& local_ranks, const std::vector<int
   self.set_nccl(options_.nccl);
   self.set_steady_state_rounds(options_.steady_state_rounds);
   if (leader_) {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     builder_.emplace(options_.job_id, options_.size);
     (void)builder_->add(self);
     GS_LOG(control, info, "job '{}': leading; waiting for the other nodes to join", options_.job_id);
@@ -222,7 +222,7 @@ void CrossNode::start(const std::vector<int>& local_ranks, const std::vector<int
     Status joined = joinLeader(self);
     if (!joined.isOk()) {
       hooks_.on_failure(joined.message(), true);
-      std::lock_guard<std::mutex> lock(mutex_);
+      MutexLock lock(mutex_);
       reader_done_ = true;
       return;
     }
@@ -247,7 +247,7 @@ void CrossNode::makeNcclIdLocked() {
 }
 
 StatusOr<v1::JoinJobResponse> CrossNode::acceptJoin(const v1::JoinJobRequest& request) {
-  std::unique_lock<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   // NOT_FOUND: the follower retries (this daemon's ranks may register later).
   if (!leader_ || !builder_) return notFound("job '" + options_.job_id + "' is not led by this daemon (yet)");
   if (request.token() != options_.token) return unauthenticated("job '" + options_.job_id + "': token does not match");
@@ -275,7 +275,7 @@ StatusOr<v1::JoinJobResponse> CrossNode::acceptJoin(const v1::JoinJobRequest& re
     }
   }
   const auto deadline = CrossClock::now() + options_.join_timeout;
-  if (!formed_cv_.wait_until(lock, deadline, [&] { return !members_.empty() || stopping_; })) {
+  if (!formed_cv_.wait_until(lock, deadline, [&]() GS_REQUIRES(mutex_) { return !members_.empty() || stopping_; })) {
     std::string missing;
     for (int r : builder_->missingRanks()) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
     return deadlineExceeded("job '" + options_.job_id + "': ranks [" + missing + "] never joined");
@@ -293,7 +293,7 @@ grpc::Status CrossNode::serveFollower(grpc::ServerContext* context, LeaderStream
   auto follower = std::make_shared<Follower>();
   follower->stream = stream;
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     const int cross_rank = hello.hello().cross_rank();
     if (hello.hello().token() != options_.token) return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "bad token");
     if (cross_rank < 0) {
@@ -319,7 +319,7 @@ grpc::Status CrossNode::serveFollower(grpc::ServerContext* context, LeaderStream
     bytes_received_.fetch_add(message.ByteSizeLong());
     messages_.fetch_add(1);
     if (refuseIfRemoved(follower.get())) {
-      std::lock_guard<std::mutex> lock(mutex_);
+      MutexLock lock(mutex_);
       return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, follower->removed);
     }
     if (message.has_request() && message.request().epoch() != 0 && message.request().epoch() != epoch()) {
@@ -344,14 +344,14 @@ grpc::Status CrossNode::serveFollower(grpc::ServerContext* context, LeaderStream
     }
   }
   {
-    std::lock_guard<std::mutex> lock(follower->write_mutex);
+    MutexLock lock(follower->write_mutex);
     follower->stream = nullptr;
   }
   bool stopping;
   v1::NodeInfo node;
   uint64_t epoch;
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     stopping = stopping_ || !follower->removed.empty();  // a removed node's departure changes nothing
     node = follower->node;
     epoch = epoch_;
@@ -383,8 +383,8 @@ Status CrossNode::broadcast(const std::vector<coordinator::Response>& batch, uin
     // Every node must see every batch (a process set's ring still spans all
     // nodes), so wait until every follower's stream is attached: a batch of
     // ranks on some nodes can be ready before the others have connected.
-    std::unique_lock<std::mutex> lock(mutex_);
-    const bool attached = formed_cv_.wait_for(lock, options_.join_timeout, [&] {
+    MutexLock lock(mutex_);
+    const bool attached = formed_cv_.wait_for(lock, options_.join_timeout, [&]() GS_REQUIRES(mutex_) {
       return stopping_ || !transfers_aborted_.empty() ||
              (!members_.empty() && followers_.size() + 1 == members_.size());
     });
@@ -396,11 +396,11 @@ Status CrossNode::broadcast(const std::vector<coordinator::Response>& batch, uin
     followers = streamsLocked(/*candidates=*/false);
   }
   // Encoded once every follower is attached: all of them learn new cache ids.
-  std::lock_guard<std::mutex> order(order_mutex_);
+  MutexLock order(order_mutex_);
   for (const auto& r : batch) *message.mutable_batch()->add_responses() = encode(r);
   const size_t bytes = message.ByteSizeLong();
   for (auto& f : followers) {
-    std::lock_guard<std::mutex> lock(f->write_mutex);
+    MutexLock lock(f->write_mutex);
     if (f->stream) f->stream->Write(message);
     bytes_sent_.fetch_add(bytes);
     messages_.fetch_add(1);
@@ -417,7 +417,7 @@ void CrossNode::sendError(const coordinator::Request& request, const Status& sta
   response.status = status;
   std::shared_ptr<Follower> target;
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     for (auto& [rank, f] : followers_) {
       const auto& ranks = f->node.ranks();
       if (std::find(ranks.begin(), ranks.end(), request.rank) != ranks.end()) target = f;
@@ -428,14 +428,14 @@ void CrossNode::sendError(const coordinator::Request& request, const Status& sta
   message.mutable_batch()->set_sequence(0);  // not executed: no ring
   message.mutable_batch()->set_epoch(epoch());
   *message.mutable_batch()->add_responses() = toProto(response);
-  std::lock_guard<std::mutex> lock(target->write_mutex);
+  MutexLock lock(target->write_mutex);
   if (target->stream) target->stream->Write(message);
 }
 
 void CrossNode::announceFailure(const std::string& text, bool node_lost) {
   {
     // Once per kind: a lost node is worth announcing after a departed rank.
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     if (removed_) {
       if (!failure_announced_) {
         GS_LOG(control, info,
@@ -455,11 +455,11 @@ void CrossNode::announceFailure(const std::string& text, bool node_lost) {
     message.mutable_failure()->set_node_lost(node_lost);
     std::vector<std::shared_ptr<Follower>> followers;
     {
-      std::lock_guard<std::mutex> lock(mutex_);
+      MutexLock lock(mutex_);
       followers = streamsLocked(/*candidates=*/true);  // their new ranks wait in vain otherwise
     }
     for (auto& f : followers) {
-      std::lock_guard<std::mutex> lock(f->write_mutex);
+      MutexLock lock(f->write_mutex);
       if (f->stream) f->stream->Write(message);
     }
   } else {
@@ -474,7 +474,7 @@ void CrossNode::announceFailure(const std::string& text, bool node_lost) {
 
 void CrossNode::abortTransfers(const std::string& reason) {
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     if (transfers_aborted_.empty()) transfers_aborted_ = reason;
     if (transport_) transport_->abort(reason);
     if (join_call_ != nullptr) join_call_->TryCancel();
@@ -483,53 +483,53 @@ void CrossNode::abortTransfers(const std::string& reason) {
 }
 
 bool CrossNode::formed() const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   return !members_.empty();
 }
 
 bool CrossNode::steadyStateRounds() const {
   if (options_.elastic) return false;
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   return !members_.empty() && std::all_of(members_.begin(), members_.end(),
                                           [](const v1::NodeInfo& node) { return node.steady_state_rounds(); });
 }
 
 uint64_t CrossNode::cachedId(const coordinator::Request& request) const {
-  std::lock_guard<std::mutex> lock(cache_mutex_);
+  MutexLock lock(cache_mutex_);
   return cache_.idFor(request);
 }
 
 std::optional<coordinator::Response> CrossNode::cachedResponse(uint64_t id) const {
-  std::lock_guard<std::mutex> lock(cache_mutex_);
+  MutexLock lock(cache_mutex_);
   const coordinator::Response* response = cache_.find(id);
   if (response == nullptr) return std::nullopt;
   return *response;
 }
 
 std::vector<int> CrossNode::missingRanks() const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   if (!builder_ || !members_.empty()) return {};
   return builder_->missingRanks();
 }
 
 std::vector<v1::NodeInfo> CrossNode::members() const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   return members_;
 }
 
 std::vector<v1::NodeInfo> CrossNode::members(uint64_t* epoch) const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   *epoch = epoch_;
   return members_;
 }
 
 std::string CrossNode::ncclId() const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   return nccl_id_;
 }
 
 int CrossNode::selfCrossRank() const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   return leader_ ? 0 : self_cross_rank_;
 }
 
@@ -542,7 +542,7 @@ void CrossNode::tick(CrossClock::time_point now) {
   if (leader_) {
     std::vector<std::pair<std::shared_ptr<Follower>, v1::NodeInfo>> followers;
     {
-      std::lock_guard<std::mutex> lock(mutex_);
+      MutexLock lock(mutex_);
       if (stopping_) return;
       current_epoch = epoch_;
       for (auto& f : streamsLocked(/*candidates=*/true)) followers.emplace_back(f, f->node);
@@ -552,7 +552,7 @@ void CrossNode::tick(CrossClock::time_point now) {
     beat.mutable_heartbeat()->set_epoch(current_epoch);
     for (auto& [f, node] : followers) {
       {
-        std::lock_guard<std::mutex> lock(f->write_mutex);
+        MutexLock lock(f->write_mutex);
         if (!f->stream) continue;
         if (send) f->stream->Write(beat);
       }
@@ -567,7 +567,7 @@ void CrossNode::tick(CrossClock::time_point now) {
     return;
   }
   {
-    std::lock_guard<std::mutex> lock(stream_mutex_);
+    MutexLock lock(stream_mutex_);
     if (!stream_) return;
   }
   current_epoch = epoch();
@@ -582,7 +582,7 @@ void CrossNode::tick(CrossClock::time_point now) {
   if (heard <= 0 || now_ms - heard <= kSilenceLimitMs) return;
   if (options_.failover) {
     // The reader sees its stream end and starts the failover.
-    std::lock_guard<std::mutex> lock(stream_mutex_);
+    MutexLock lock(stream_mutex_);
     if (stream_) stream_context_->TryCancel();
   } else {
     hooks_.on_failure("lost the leader at " + options_.leader_address + ": silent for " +
@@ -592,7 +592,7 @@ void CrossNode::tick(CrossClock::time_point now) {
 }
 
 void CrossNode::describe(v1::JobInfo* info, CrossClock::time_point now, double busy_seconds) const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   info->set_epoch(members_.empty() ? 0 : epoch_);
   info->set_coordination_bytes_sent(bytes_sent_.load());
   info->set_coordination_bytes_received(bytes_received_.load());
@@ -633,9 +633,10 @@ Status CrossNode::dataPlane(CrossClock::time_point deadline, uint64_t epoch, std
                             int* self) {
   bool new_epoch = false;
   {
-    std::unique_lock<std::mutex> lock(mutex_);
-    if (!formed_cv_.wait_until(lock, deadline,
-                               [&] { return !members_.empty() || stopping_ || !transfers_aborted_.empty(); }) ||
+    MutexLock lock(mutex_);
+    if (!formed_cv_.wait_until(
+            lock, deadline,
+            [&]() GS_REQUIRES(mutex_) { return !members_.empty() || stopping_ || !transfers_aborted_.empty(); }) ||
         stopping_) {
       return deadlineExceeded("job '" + options_.job_id + "': the nodes never formed a ring");
     }
@@ -669,7 +670,7 @@ Status CrossNode::dataPlane(CrossClock::time_point deadline, uint64_t epoch, std
     std::set<std::string> current;
     for (const auto& node : *members) current.insert(node.ucx_address());
     std::vector<transport::PeerPtr> gone;
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     for (auto it = peers_.begin(); it != peers_.end();) {
       if (current.count(it->first) > 0) {
         ++it;
@@ -688,13 +689,13 @@ Status CrossNode::dataPlane(CrossClock::time_point deadline, uint64_t epoch, std
 
 StatusOr<transport::Peer*> CrossNode::peerFor(const v1::NodeInfo& node) {
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     auto it = peers_.find(node.ucx_address());
     if (it != peers_.end()) return it->second.get();
   }
   if (node.ranks_size() == 0) return internalError("node " + node.peer_address() + " holds no rank");
   ASSIGN_OR_RETURN(auto peer, transport_->connect(node.ucx_address(), node.ranks(0)));
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   transport::Peer* raw = peer.get();
   peers_[node.ucx_address()] = std::move(peer);
   return raw;

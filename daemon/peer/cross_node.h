@@ -21,6 +21,8 @@
 #include <thread>
 #include <vector>
 
+#include "base/mutex.h"
+#include "base/thread_annotations.h"
 #include "daemon/collective/pairwise_exchange.h"
 #include "daemon/collective/ring_allreduce.h"
 #include "daemon/coordinator/request.h"
@@ -194,11 +196,11 @@ class CrossNode : public NodeEndpoints {
   void describe(v1::JobInfo* info, CrossClock::time_point now, double busy_seconds) const;
 
  private:
-  // Leader, once the job formed: the job's ncclUniqueId. Needs mutex_.
-  void makeNcclIdLocked();
+  // Leader, once the job formed: the job's ncclUniqueId.
+  void makeNcclIdLocked() GS_REQUIRES(mutex_);
   struct Follower {
     LeaderStream* stream = nullptr;
-    std::mutex write_mutex;
+    Mutex write_mutex;
     v1::NodeInfo node;                      // under CrossNode::mutex_ (renumbered by epochs)
     std::atomic<int64_t> last_heard_ms{0};  // steady clock
     std::string removed;                    // elastic: why a new epoch left it out (under mutex_)
@@ -218,11 +220,29 @@ class CrossNode : public NodeEndpoints {
     uint64_t id = 0;
     int64_t pid = 0;
   };
-  // Leader, mutex_ held by `lock` (released on return): the next epoch
-  // without `gone` (ranks of the current epoch) and with `joiners`; tells
-  // the followers. See beginEpoch.
-  StatusOr<v1::NewEpoch> nextEpoch(std::unique_lock<std::mutex>& lock, const std::vector<int>& gone,
-                                   const std::vector<PendingJoiner>& joiners, const std::string& cause);
+  // An epoch the leader decided, and the followers to tell.
+  struct EpochPlan {
+    v1::NewEpoch change;
+    std::vector<std::shared_ptr<Follower>> kept;
+    std::vector<std::pair<std::shared_ptr<Follower>, std::string>> removed;  // and why
+  };
+  // Leader: moves to the next epoch without `gone` (ranks of the current
+  // epoch) and with `joiners` (see beginEpoch); the followers are told by
+  // announceEpoch, once mutex_ is released.
+  StatusOr<EpochPlan> nextEpochLocked(const std::vector<int>& gone, const std::vector<PendingJoiner>& joiners,
+                                      const std::string& cause) GS_REQUIRES(mutex_);
+  // Leader: the new epoch's nodes, renumbered (`survivors`: the ranks kept,
+  // in order). Fails when the leader's node would hold no rank.
+  StatusOr<std::vector<v1::NodeInfo>> nextMembersLocked(const std::vector<int>& gone, const std::vector<int>& survivors,
+                                                        const std::vector<PendingJoiner>& joiners,
+                                                        const std::string& cause, v1::NewEpoch* change)
+      GS_REQUIRES(mutex_);
+  // Leader: the followers' places in the new members_ (those left out are
+  // removed, candidates admitted join).
+  void placeFollowersLocked(const std::string& cause, EpochPlan* plan) GS_REQUIRES(mutex_);
+  // Leader: sends the plan's NewEpoch to the kept followers (after every
+  // batch encoded with the old cache) and tells the removed ones.
+  v1::NewEpoch announceEpoch(EpochPlan plan) GS_EXCLUDES(mutex_);
   // Leader: a follower's JoinerReady or JoinerGone.
   void joinerReport(Follower* follower, const v1::FollowerMessage& message);
   // Leader: a node holding no rank asks to join the running job for its
@@ -232,16 +252,16 @@ class CrossNode : public NodeEndpoints {
   // and its joiners are forgotten.
   void candidateLeft(const std::shared_ptr<Follower>& candidate);
   // Leader: the members' streams and, with `candidates`, the candidates'.
-  std::vector<std::shared_ptr<Follower>> streamsLocked(bool candidates) const;
+  std::vector<std::shared_ptr<Follower>> streamsLocked(bool candidates) const GS_REQUIRES(mutex_);
   // Leader: forgets the reported joiners of the node at `peer_address`
-  // (it left or was lost). Needs mutex_.
-  void dropJoinersOfLocked(const std::string& peer_address);
+  // (it left or was lost).
+  void dropJoinersOfLocked(const std::string& peer_address) GS_REQUIRES(mutex_);
   // Leader: the reported joiners of the followers that `gone` (current
   // numbering) leaves without ranks, taken out of pending_joiners_: the
-  // loss's epoch admits them, so the node is not removed. Needs mutex_.
-  std::vector<PendingJoiner> takeJoinersOfEmptiedLocked(const std::vector<int>& gone);
+  // loss's epoch admits them, so the node is not removed.
+  std::vector<PendingJoiner> takeJoinersOfEmptiedLocked(const std::vector<int>& gone) GS_REQUIRES(mutex_);
   // Leader: `rank` of `epoch` in the current epoch's numbering (-1: gone).
-  int translateLocked(int rank, uint64_t epoch) const;
+  int translateLocked(int rank, uint64_t epoch) const GS_REQUIRES(mutex_);
   // A node's loss (`node` as in `epoch`): a new epoch (elastic) or the
   // job's failure.
   void nodeLost(const v1::NodeInfo& node, uint64_t epoch, const std::string& cause);
@@ -274,15 +294,15 @@ class CrossNode : public NodeEndpoints {
   StatusOr<v1::ElectResponse> vote(const std::string& voter, uint64_t epoch);
   // Votes for `candidate` over Elect (its answer, or the call's failure).
   StatusOr<v1::ElectResponse> askVote(const v1::NodeInfo& candidate, uint64_t epoch) const;
-  // Candidate with a majority, mutex_ held by `lock` (released on return):
-  // leads the next epoch without the lost leader's node.
-  StatusOr<v1::NewEpoch> takeOver(std::unique_lock<std::mutex>& lock);
-  uint64_t lost_leader_epoch_ = 0;           // this follower lost its leader in that epoch
-  std::string voted_for_;                    // in lost_leader_epoch_
-  std::set<std::string> votes_;              // candidate: voters for this daemon
-  std::optional<v1::NewEpoch> took_over_;    // candidate: the epoch it leads
-  uint64_t leading_from_ = 0;                // candidate: the epoch it takes over from (once chosen)
-  std::atomic<uint64_t> leader_changes_{0};  // follower: new leaders followed
+  // Candidate with a majority: leads the next epoch without the lost
+  // leader's node (to announce).
+  StatusOr<EpochPlan> takeOverLocked() GS_REQUIRES(mutex_);
+  uint64_t lost_leader_epoch_ GS_GUARDED_BY(mutex_) = 0;         // this follower lost its leader in that epoch
+  std::string voted_for_ GS_GUARDED_BY(mutex_);                  // in lost_leader_epoch_
+  std::set<std::string> votes_ GS_GUARDED_BY(mutex_);            // candidate: voters for this daemon
+  std::optional<v1::NewEpoch> took_over_ GS_GUARDED_BY(mutex_);  // candidate: the epoch it leads
+  uint64_t leading_from_ GS_GUARDED_BY(mutex_) = 0;  // candidate: the epoch it takes over from (once chosen)
+  std::atomic<uint64_t> leader_changes_{0};          // follower: new leaders followed
 
   bool writeToLeader(const v1::FollowerMessage& message);
   // Follower: sends AbortJob to every other follower (asynchronously; the
@@ -290,7 +310,7 @@ class CrossNode : public NodeEndpoints {
   void tellOtherFollowers(const v1::JobFailure& failure);
   void waitForAbortNotices();
   struct AbortNotices;
-  std::shared_ptr<AbortNotices> abort_notices_;  // set once, under mutex_
+  std::shared_ptr<AbortNotices> abort_notices_ GS_GUARDED_BY(mutex_);  // set once
   std::string describeNode(const v1::NodeInfo& node) const;
 
   const CrossNodeOptions options_;
@@ -302,38 +322,40 @@ class CrossNode : public NodeEndpoints {
   std::atomic<bool> leader_{false};  // set by start(); read by housekeeping and peer calls
   std::unique_ptr<transport::UcxTransport> transport_;
 
-  mutable std::mutex mutex_;
-  std::condition_variable formed_cv_;
-  std::optional<MembershipBuilder> builder_;  // leader
-  std::vector<v1::NodeInfo> members_;         // set once formed; replaced by each epoch
-  uint64_t epoch_ = 1;
-  std::map<uint64_t, std::vector<int>> survivors_;    // leader: epoch E -> the ranks of E kept in E + 1
-  std::map<std::string, std::string> removed_nodes_;  // leader: peer address -> why it was removed
-  std::vector<PendingJoiner> pending_joiners_;        // leader: reported by followers, in order
+  mutable Mutex mutex_;
+  CondVar formed_cv_;
+  std::optional<MembershipBuilder> builder_ GS_GUARDED_BY(mutex_);  // leader
+  std::vector<v1::NodeInfo> members_ GS_GUARDED_BY(mutex_);         // set once formed; replaced by each epoch
+  uint64_t epoch_ GS_GUARDED_BY(mutex_) = 1;
+  std::map<uint64_t, std::vector<int>> survivors_
+      GS_GUARDED_BY(mutex_);  // leader: epoch E -> the ranks of E kept in E + 1
+  std::map<std::string, std::string> removed_nodes_
+      GS_GUARDED_BY(mutex_);                                          // leader: peer address -> why it was removed
+  std::vector<PendingJoiner> pending_joiners_ GS_GUARDED_BY(mutex_);  // leader: reported by followers, in order
   // Leader: nodes that joined the running job for new ranks, not members
   // until a commit admits those (by peer address; their stream, once open,
   // gets heartbeats and failures, and the epoch that admits them).
-  std::map<std::string, std::shared_ptr<Follower>> candidates_;
-  std::string nccl_id_;  // set with members_ (empty: no NCCL at the leader)
-  int self_cross_rank_ = -1;
-  bool stopping_ = false;
-  bool failure_announced_ = false;
-  bool node_lost_announced_ = false;
+  std::map<std::string, std::shared_ptr<Follower>> candidates_ GS_GUARDED_BY(mutex_);
+  std::string nccl_id_ GS_GUARDED_BY(mutex_);  // set with members_ (empty: no NCCL at the leader)
+  int self_cross_rank_ GS_GUARDED_BY(mutex_) = -1;
+  bool stopping_ GS_GUARDED_BY(mutex_) = false;
+  bool failure_announced_ GS_GUARDED_BY(mutex_) = false;
+  bool node_lost_announced_ GS_GUARDED_BY(mutex_) = false;
   // This node learnt that the leader removed it: its failure is its own,
   // and announcing it could fail nodes that have not yet heard of the
   // removal (their epoch still counts this node as a member).
-  bool removed_ = false;
-  bool reader_done_ = false;                            // follower: the leader's stream ended
-  std::string transfers_aborted_;                       // abortTransfers' reason
-  grpc::ClientContext* join_call_ = nullptr;            // follower: the JoinJob call in progress
-  std::map<int, std::shared_ptr<Follower>> followers_;  // leader: by cross rank
+  bool removed_ GS_GUARDED_BY(mutex_) = false;
+  bool reader_done_ GS_GUARDED_BY(mutex_) = false;                            // follower: the leader's stream ended
+  std::string transfers_aborted_ GS_GUARDED_BY(mutex_);                       // abortTransfers' reason
+  grpc::ClientContext* join_call_ GS_GUARDED_BY(mutex_) = nullptr;            // follower: the JoinJob call in progress
+  std::map<int, std::shared_ptr<Follower>> followers_ GS_GUARDED_BY(mutex_);  // leader: by cross rank
 
   // Follower side.
   std::shared_ptr<grpc::Channel> channel_;
   std::string channel_address_;                          // channel_'s leader
   std::unique_ptr<grpc::ClientContext> stream_context_;  // with stream_
   std::unique_ptr<grpc::ClientReaderWriter<v1::FollowerMessage, v1::LeaderMessage>> stream_;
-  std::mutex stream_mutex_;
+  Mutex stream_mutex_;
   std::vector<v1::FollowerMessage> backlog_;  // requests before the stream opened
   std::atomic<int64_t> leader_heard_ms_{0};   // follower: last message from the leader
   CrossClock::time_point last_heartbeat_;     // housekeeping thread only
@@ -344,14 +366,14 @@ class CrossNode : public NodeEndpoints {
   v1::NegotiatedResponse encode(const coordinator::Response& response);            // leader
   StatusOr<coordinator::Response> decode(const v1::NegotiatedResponse& response);  // follower
   StatusOr<v1::Enqueue> expand(const v1::FollowerMessage::Request& request);       // leader
-  mutable std::mutex cache_mutex_;
-  ResponseCache cache_;
+  mutable Mutex cache_mutex_;
+  ResponseCache cache_ GS_GUARDED_BY(cache_mutex_);
   // Emptied at each epoch (elastic; the leader under order_mutex_).
   void clearCache();
   // Leader: a batch's encoding and its writes, and an epoch's cache reset
   // and NewEpoch, happen in one order on every stream. Taken before any
   // write_mutex, never with mutex_.
-  std::mutex order_mutex_;
+  Mutex order_mutex_;
   std::atomic<uint64_t> bytes_sent_{0}, bytes_received_{0}, messages_{0}, cache_hits_{0};
 
   // Data plane (executor thread): the membership of `epoch` and this

@@ -41,7 +41,7 @@ std::vector<int> ranksOf(const v1::NodeInfo& node) { return {node.ranks().begin(
 }  // namespace
 
 uint64_t CrossNode::epoch() const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   return epoch_;
 }
 
@@ -58,7 +58,7 @@ int CrossNode::translateLocked(int rank, uint64_t epoch) const {
 }
 
 StatusOr<v1::NewEpoch> CrossNode::beginEpoch(const std::vector<int>& lost, uint64_t epoch, const std::string& cause) {
-  std::unique_lock<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   if (members_.empty()) return failedPrecondition("job '" + options_.job_id + "' has not formed yet");
   std::vector<int> gone;
   for (int rank : lost) {
@@ -66,7 +66,9 @@ StatusOr<v1::NewEpoch> CrossNode::beginEpoch(const std::vector<int>& lost, uint6
     if (now >= 0) gone.push_back(now);
   }
   if (gone.empty()) return notFound("job '" + options_.job_id + "': the lost ranks are gone already");
-  return nextEpoch(lock, gone, takeJoinersOfEmptiedLocked(gone), cause);
+  ASSIGN_OR_RETURN(EpochPlan plan, nextEpochLocked(gone, takeJoinersOfEmptiedLocked(gone), cause));
+  lock.unlock();
+  return announceEpoch(std::move(plan));
 }
 
 std::vector<CrossNode::PendingJoiner> CrossNode::takeJoinersOfEmptiedLocked(const std::vector<int>& gone) {
@@ -90,7 +92,7 @@ std::vector<CrossNode::PendingJoiner> CrossNode::takeJoinersOfEmptiedLocked(cons
 }
 
 StatusOr<v1::NewEpoch> CrossNode::admitJoiners(const std::vector<uint64_t>& local, const std::string& when) {
-  std::unique_lock<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   std::vector<PendingJoiner> joiners;
   for (uint64_t id : local) joiners.push_back({options_.self_address, id});
   joiners.insert(joiners.end(), pending_joiners_.begin(), pending_joiners_.end());
@@ -98,13 +100,17 @@ StatusOr<v1::NewEpoch> CrossNode::admitJoiners(const std::vector<uint64_t>& loca
   if (members_.empty()) return failedPrecondition("job '" + options_.job_id + "' has not formed yet");
   // Every rank was told this commit admits joiners and waits for the new
   // epoch: it comes even when the joiners left meanwhile.
-  return nextEpoch(lock, {}, joiners,
-                   joiners.empty() ? "new ranks were to join " + when + ", and left meanwhile"
-                                   : "admitted " + std::to_string(joiners.size()) + " new ranks " + when);
+  ASSIGN_OR_RETURN(
+      EpochPlan plan,
+      nextEpochLocked({}, joiners,
+                      joiners.empty() ? "new ranks were to join " + when + ", and left meanwhile"
+                                      : "admitted " + std::to_string(joiners.size()) + " new ranks " + when));
+  lock.unlock();
+  return announceEpoch(std::move(plan));
 }
 
 void CrossNode::joinerReport(Follower* follower, const v1::FollowerMessage& message) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   if (!options_.elastic) return;
   const std::string address = follower->node.peer_address();
   if (message.has_joiner_gone()) {
@@ -121,7 +127,7 @@ void CrossNode::joinerReport(Follower* follower, const v1::FollowerMessage& mess
 }
 
 StatusOr<v1::JoinJobResponse> CrossNode::acceptCandidate(const v1::JoinJobRequest& request) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   const std::string& address = request.node().peer_address();
   if (!options_.elastic) {
     return failedPrecondition("job '" + options_.job_id + "' is not elastic: " + describeNode(request.node()) +
@@ -152,7 +158,7 @@ StatusOr<v1::JoinJobResponse> CrossNode::acceptCandidate(const v1::JoinJobReques
 }
 
 void CrossNode::candidateLeft(const std::shared_ptr<Follower>& candidate) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   const std::string address = candidate->node.peer_address();
   auto it = candidates_.find(address);
   if (it == candidates_.end() || it->second != candidate) return;
@@ -177,17 +183,18 @@ std::vector<std::shared_ptr<CrossNode::Follower>> CrossNode::streamsLocked(bool 
 }
 
 void CrossNode::clearCache() {
-  std::lock_guard<std::mutex> lock(cache_mutex_);
+  MutexLock lock(cache_mutex_);
   cache_.clear();
 }
 
 bool CrossNode::hasPendingJoiners() const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   return !pending_joiners_.empty();
 }
 
-StatusOr<v1::NewEpoch> CrossNode::nextEpoch(std::unique_lock<std::mutex>& lock, const std::vector<int>& gone,
-                                            const std::vector<PendingJoiner>& joiners, const std::string& cause) {
+StatusOr<CrossNode::EpochPlan> CrossNode::nextEpochLocked(const std::vector<int>& gone,
+                                                          const std::vector<PendingJoiner>& joiners,
+                                                          const std::string& cause) {
   std::vector<int> all;
   for (const auto& node : members_) all.insert(all.end(), node.ranks().begin(), node.ranks().end());
   std::sort(all.begin(), all.end());
@@ -195,17 +202,37 @@ StatusOr<v1::NewEpoch> CrossNode::nextEpoch(std::unique_lock<std::mutex>& lock, 
   for (int rank : all) {
     if (std::find(gone.begin(), gone.end(), rank) == gone.end()) survivors.push_back(rank);
   }
+  EpochPlan plan;
+  ASSIGN_OR_RETURN(auto nodes, nextMembersLocked(gone, survivors, joiners, cause, &plan.change));
+  survivors_[epoch_] = survivors;
+  ++epoch_;
+  plan.change.set_epoch(epoch_);
+  plan.change.set_cause(cause);
+  for (int rank : survivors) plan.change.add_survivors(rank);
+  for (const auto& node : nodes) *plan.change.add_nodes() = node;
+  plan.change.set_below_minimum(plan.change.survivors_size() + plan.change.admitted_size() < options_.min_size);
+  members_ = std::move(nodes);
+  // The old epoch's transfers on this node end now (ring() lifts it).
+  if (transport_ && transfers_aborted_.empty()) transport_->abort("the job moved to epoch " + std::to_string(epoch_));
+  placeFollowersLocked(cause, &plan);
+  return plan;
+}
+
+StatusOr<std::vector<v1::NodeInfo>> CrossNode::nextMembersLocked(const std::vector<int>& gone,
+                                                                 const std::vector<int>& survivors,
+                                                                 const std::vector<PendingJoiner>& joiners,
+                                                                 const std::string& cause, v1::NewEpoch* change) {
   const auto renumbered = [&](int rank) {
     return static_cast<int>(std::lower_bound(survivors.begin(), survivors.end(), rank) - survivors.begin());
   };
-  v1::NewEpoch change;
   std::vector<v1::NodeInfo> nodes;
   // Candidates with a joiner to admit become members, after the others.
   std::vector<v1::NodeInfo> placed = members_;
-  for (const auto& [address, f] : candidates_) {
+  for (const auto& candidate : candidates_) {
+    const std::string& address = candidate.first;
     const bool admits =
         std::any_of(joiners.begin(), joiners.end(), [&](const PendingJoiner& j) { return j.peer_address == address; });
-    if (admits) placed.push_back(f->node);
+    if (admits) placed.push_back(candidate.second->node);
   }
   for (const auto& node : placed) {
     v1::NodeInfo next = node;
@@ -219,10 +246,10 @@ StatusOr<v1::NewEpoch> CrossNode::nextEpoch(std::unique_lock<std::mutex>& lock, 
     // Joiners after every survivor, in the order they came.
     for (const auto& joiner : joiners) {
       if (joiner.peer_address != node.peer_address()) continue;
-      auto* admitted = change.add_admitted();
+      auto* admitted = change->add_admitted();
       admitted->set_peer_address(joiner.peer_address);
       admitted->set_joiner_id(joiner.id);
-      admitted->set_rank(static_cast<int>(survivors.size()) + change.admitted_size() - 1);
+      admitted->set_rank(static_cast<int>(survivors.size()) + change->admitted_size() - 1);
       next.add_ranks(admitted->rank());
       next.add_pids(joiner.pid);
     }
@@ -239,34 +266,25 @@ StatusOr<v1::NewEpoch> CrossNode::nextEpoch(std::unique_lock<std::mutex>& lock, 
   std::sort(nodes.begin() + 1, nodes.end(),
             [](const v1::NodeInfo& a, const v1::NodeInfo& b) { return a.ranks(0) < b.ranks(0); });
   for (size_t i = 0; i < nodes.size(); ++i) nodes[i].set_cross_rank(static_cast<int>(i));
+  return nodes;
+}
 
-  survivors_[epoch_] = survivors;
-  ++epoch_;
-  change.set_epoch(epoch_);
-  change.set_cause(cause);
-  for (int rank : survivors) change.add_survivors(rank);
-  for (const auto& node : nodes) *change.add_nodes() = node;
-  change.set_below_minimum(change.survivors_size() + change.admitted_size() < options_.min_size);
-  members_ = std::move(nodes);
-  // The old epoch's transfers on this node end now (ring() lifts it).
-  if (transport_ && transfers_aborted_.empty()) transport_->abort("the job moved to epoch " + std::to_string(epoch_));
-
-  std::vector<std::pair<std::shared_ptr<Follower>, std::string>> removed;
-  std::vector<std::shared_ptr<Follower>> kept;
+void CrossNode::placeFollowersLocked(const std::string& cause, EpochPlan* plan) {
   std::map<int, std::shared_ptr<Follower>> followers;
   for (auto& [cross_rank, f] : followers_) {
+    const std::string& address = f->node.peer_address();
     auto it = std::find_if(members_.begin(), members_.end(),
-                           [&](const v1::NodeInfo& n) { return n.peer_address() == f->node.peer_address(); });
+                           [&](const v1::NodeInfo& n) { return n.peer_address() == address; });
     if (it == members_.end()) {
       f->removed = describeNode(f->node) + " was removed from job '" + options_.job_id + "' at epoch " +
                    std::to_string(epoch_) + " (" + cause + "); anything it sends is refused as stale";
-      removed.emplace_back(f, f->removed);
+      plan->removed.emplace_back(f, f->removed);
       removed_nodes_[f->node.peer_address()] = f->removed;
       continue;
     }
     f->node = *it;
     followers[it->cross_rank()] = f;
-    kept.push_back(f);
+    plan->kept.push_back(f);
   }
   for (auto it = candidates_.begin(); it != candidates_.end();) {
     auto member = std::find_if(members_.begin(), members_.end(),
@@ -279,35 +297,37 @@ StatusOr<v1::NewEpoch> CrossNode::nextEpoch(std::unique_lock<std::mutex>& lock, 
            member->cross_rank());
     it->second->node = *member;
     followers[member->cross_rank()] = it->second;
-    kept.push_back(it->second);
+    plan->kept.push_back(it->second);
     it = candidates_.erase(it);
   }
   followers_ = std::move(followers);
-  lock.unlock();
+}
+
+v1::NewEpoch CrossNode::announceEpoch(EpochPlan plan) {
   formed_cv_.notify_all();
   v1::LeaderMessage message;
-  *message.mutable_new_epoch() = change;
+  *message.mutable_new_epoch() = plan.change;
   {
     // Every stream sees the batches encoded with the old cache before the
     // NewEpoch, and those encoded with the new one after it.
-    std::lock_guard<std::mutex> order(order_mutex_);
+    MutexLock order(order_mutex_);
     clearCache();
-    for (auto& f : kept) {
-      std::lock_guard<std::mutex> write_lock(f->write_mutex);
+    for (auto& f : plan.kept) {
+      MutexLock write_lock(f->write_mutex);
       if (f->stream) f->stream->Write(message);
     }
   }
-  for (auto& [f, why] : removed) {
+  for (auto& [f, why] : plan.removed) {
     GS_LOG(control, warn, "job '{}': {}", options_.job_id, why);
     tellStale(f.get(), why);
   }
-  return change;
+  return plan.change;
 }
 
 void CrossNode::applyNewEpoch(const v1::NewEpoch& change) {
   std::string removed;
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     if (change.epoch() <= epoch_) return;
     auto self = std::find_if(change.nodes().begin(), change.nodes().end(),
                              [&](const v1::NodeInfo& n) { return n.peer_address() == options_.self_address; });
@@ -357,7 +377,7 @@ void CrossNode::reportRankLost(int rank, uint64_t epoch, const std::string& caus
 
 StatusOr<v1::CheckMemberResponse> CrossNode::checkMember(const v1::CheckMemberRequest& request) const {
   if (request.token() != options_.token) return unauthenticated("job '" + options_.job_id + "': token does not match");
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   v1::CheckMemberResponse response;
   response.set_epoch(epoch_);
   auto it = removed_nodes_.find(request.peer_address());
@@ -409,7 +429,7 @@ std::string CrossNode::askIfRemoved() {
 bool CrossNode::refuseIfRemoved(Follower* follower) {
   std::string why;
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     if (follower->removed.empty()) return false;
     why = follower->removed;
   }
@@ -422,7 +442,7 @@ void CrossNode::tellStale(Follower* follower, const std::string& why) {
   notice.mutable_failure()->set_message(why);
   notice.mutable_failure()->set_node_lost(true);
   notice.mutable_failure()->set_removed(true);
-  std::lock_guard<std::mutex> lock(follower->write_mutex);
+  MutexLock lock(follower->write_mutex);
   if (follower->stream) follower->stream->Write(notice);
 }
 
@@ -430,7 +450,7 @@ void CrossNode::nodeLost(const v1::NodeInfo& node, uint64_t epoch, const std::st
   if (options_.elastic && hooks_.on_ranks_lost) {
     {
       // Its joiners went with it: the new epoch must not admit them.
-      std::lock_guard<std::mutex> lock(mutex_);
+      MutexLock lock(mutex_);
       dropJoinersOfLocked(node.peer_address());
     }
     hooks_.on_ranks_lost(ranksOf(node), epoch, cause);

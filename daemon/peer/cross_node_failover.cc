@@ -35,7 +35,7 @@ StatusOr<bool> CrossNode::failover(const std::string& cause) {
   uint64_t epoch;
   size_t daemons;
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     epoch = epoch_;
     daemons = members_.size();
     lost_leader_epoch_ = epoch_;
@@ -96,14 +96,16 @@ StatusOr<v1::ElectResponse> CrossNode::acceptVote(const v1::ElectRequest& reques
 }
 
 StatusOr<v1::ElectResponse> CrossNode::vote(const std::string& voter, uint64_t epoch) {
-  std::unique_lock<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   const std::string self = options_.self_address;
   if (!options_.failover) return failedPrecondition(self + " does not fail over leaders (--leader-failover off)");
   v1::ElectResponse response;
   const size_t majority = members_.size() / 2 + 1;
   const auto deadline = CrossClock::now() + kElectionLimit;
-  const auto answer = [&]() -> StatusOr<v1::ElectResponse> {
-    if (!formed_cv_.wait_until(lock, deadline, [&] { return took_over_.has_value() || stopping_; }) || !took_over_) {
+  const auto answer = [&]() GS_REQUIRES(mutex_) -> StatusOr<v1::ElectResponse> {
+    if (!formed_cv_.wait_until(lock, deadline,
+                               [&]() GS_REQUIRES(mutex_) { return took_over_.has_value() || stopping_; }) ||
+        !took_over_) {
       return deadlineExceeded(self + " gathered " + std::to_string(votes_.size()) + " votes, " +
                               std::to_string(majority) + " needed (a strict majority of the job's daemons)");
     }
@@ -116,7 +118,8 @@ StatusOr<v1::ElectResponse> CrossNode::vote(const std::string& voter, uint64_t e
     return failedPrecondition(self + " is at epoch " + std::to_string(epoch_) + ", the vote is for epoch " +
                               std::to_string(epoch));
   }
-  if (!formed_cv_.wait_for(lock, kCandidateNoticeLimit, [&] { return lost_leader_epoch_ == epoch || stopping_; })) {
+  if (!formed_cv_.wait_for(lock, kCandidateNoticeLimit,
+                           [&]() GS_REQUIRES(mutex_) { return lost_leader_epoch_ == epoch || stopping_; })) {
     return failedPrecondition(self + " still hears the leader");
   }
   if (stopping_) return cancelled("job stopped");
@@ -128,19 +131,20 @@ StatusOr<v1::ElectResponse> CrossNode::vote(const std::string& voter, uint64_t e
          votes_.size(), majority);
   if (votes_.size() >= majority && !took_over_ && !leader_) {
     leading_from_ = epoch;
-    auto change = takeOver(lock);  // releases the lock
-    if (!change.isOk()) return change.status();
+    ASSIGN_OR_RETURN(EpochPlan plan, takeOverLocked());
+    lock.unlock();
+    const v1::NewEpoch change = announceEpoch(std::move(plan));
     // This node's Job takes the new epoch before any follower can send a
     // request of it.
-    if (hooks_.on_new_epoch) hooks_.on_new_epoch(*change);
+    if (hooks_.on_new_epoch) hooks_.on_new_epoch(change);
     lock.lock();
-    took_over_ = *change;
+    took_over_ = change;
     formed_cv_.notify_all();
   }
   return answer();
 }
 
-StatusOr<v1::NewEpoch> CrossNode::takeOver(std::unique_lock<std::mutex>& lock) {
+StatusOr<CrossNode::EpochPlan> CrossNode::takeOverLocked() {
   const v1::NodeInfo lost = members_.front();  // cross rank 0
   std::vector<int> gone(lost.ranks().begin(), lost.ranks().end());
   // This daemon first (it leads), then the others in ring order.
@@ -159,9 +163,8 @@ StatusOr<v1::NewEpoch> CrossNode::takeOver(std::unique_lock<std::mutex>& lock) {
   removed_nodes_[lost.peer_address()] = describeNode(lost) + " was the leader and is lost; the job failed over";
   GS_LOG(control, warn, "job '{}': {} takes over as leader (a majority voted) in place of {}", options_.job_id,
          options_.self_address, describeNode(lost));
-  return nextEpoch(
-      lock, gone, {},
-      "lost the leader " + describeNode(lost) + "; " + options_.self_address + " leads by a majority vote");
+  return nextEpochLocked(
+      gone, {}, "lost the leader " + describeNode(lost) + "; " + options_.self_address + " leads by a majority vote");
 }
 
 }  // namespace gradsync::peer

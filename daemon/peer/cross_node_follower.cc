@@ -48,7 +48,7 @@ Status CrossNode::joinLeader(const v1::NodeInfo& self) {
     context.set_deadline(std::chrono::system_clock::now() +
                          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - CrossClock::now()));
     {
-      std::lock_guard<std::mutex> lock(mutex_);
+      MutexLock lock(mutex_);
       if (stopping_) return cancelled("job stopped while joining");
       if (!transfers_aborted_.empty()) {
         return cancelled("job '" + options_.job_id + "' failed while joining: " + transfers_aborted_);
@@ -58,7 +58,7 @@ Status CrossNode::joinLeader(const v1::NodeInfo& self) {
     v1::JoinJobResponse response;
     last = connected ? stub->JoinJob(&context, request, &response)
                      : grpc::Status(grpc::StatusCode::UNAVAILABLE, "its peer service accepts no connection");
-    std::unique_lock<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     join_call_ = nullptr;
     if (last.ok()) {
       members_.assign(response.nodes().begin(), response.nodes().end());
@@ -78,7 +78,7 @@ Status CrossNode::joinLeader(const v1::NodeInfo& self) {
     if (last.error_code() != grpc::StatusCode::UNAVAILABLE && last.error_code() != grpc::StatusCode::NOT_FOUND) break;
     if (last.error_code() == grpc::StatusCode::NOT_FOUND) {
       formed_cv_.wait_for(lock, std::chrono::milliseconds(100),
-                          [&] { return stopping_ || !transfers_aborted_.empty(); });
+                          [&]() GS_REQUIRES(mutex_) { return stopping_ || !transfers_aborted_.empty(); });
     }
   }
   if (!last.ok()) {
@@ -93,7 +93,7 @@ Status CrossNode::joinLeader(const v1::NodeInfo& self) {
            options_.job_id, epoch(), options_.leader_address);
   } else {
     GS_LOG(control, info, "job '{}': joined the leader at {} as node {}", options_.job_id, options_.leader_address,
-           self_cross_rank_);
+           selfCrossRank());
   }
   return okStatus();
 }
@@ -111,12 +111,12 @@ std::shared_ptr<grpc::Channel> CrossNode::leaderChannel(const std::string& addre
 void CrossNode::openStream(v1::Peer::Stub* stub) {
   int cross_rank;
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     cross_rank = self_cross_rank_;
   }
   leader_heard_ms_ =
       std::chrono::duration_cast<std::chrono::milliseconds>(CrossClock::now().time_since_epoch()).count();
-  std::lock_guard<std::mutex> lock(stream_mutex_);
+  MutexLock lock(stream_mutex_);
   stream_.reset();  // before its context
   stream_context_ = std::make_unique<grpc::ClientContext>();
   stream_ = stub->Coordinate(stream_context_.get());
@@ -134,7 +134,7 @@ void CrossNode::readLeader() {
   for (;;) {
     const grpc::Status status = readStream();
     {
-      std::lock_guard<std::mutex> lock(mutex_);
+      MutexLock lock(mutex_);
       if (stopping_) break;
     }
     // An elastic job's leader may have removed this node (it was paused,
@@ -160,19 +160,19 @@ void CrossNode::readLeader() {
     break;
   }
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     reader_done_ = true;
   }
   formed_cv_.notify_all();
 }
 
 void CrossNode::markRemoved() {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   removed_ = true;
 }
 
 std::string CrossNode::leaderDescription() const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   for (const auto& node : members_) {
     if (node.cross_rank() == 0) return describeNode(node);
   }
@@ -213,7 +213,7 @@ grpc::Status CrossNode::readStream() {
 bool CrossNode::writeToLeader(const v1::FollowerMessage& message) {
   bytes_sent_.fetch_add(message.ByteSizeLong());
   messages_.fetch_add(1);
-  std::lock_guard<std::mutex> lock(stream_mutex_);
+  MutexLock lock(stream_mutex_);
   if (!stream_) {
     backlog_.push_back(message);
     return true;
@@ -228,7 +228,7 @@ void CrossNode::forward(int rank, const v1::Enqueue& enqueue, uint64_t epoch) {
   request->set_epoch(epoch);
   uint64_t id;
   {
-    std::lock_guard<std::mutex> lock(cache_mutex_);
+    MutexLock lock(cache_mutex_);
     id = cache_.idFor(coordinator::requestOf(rank, enqueue));
   }
   if (id != 0) {
@@ -251,13 +251,13 @@ struct CrossNode::AbortNotices {
   };
   v1::AbortJobRequest request;
   std::vector<std::unique_ptr<Call>> calls;
-  std::mutex mutex;
-  std::condition_variable done_cv;
-  size_t done = 0;
+  Mutex mutex;
+  CondVar done_cv;
+  size_t done GS_GUARDED_BY(mutex) = 0;
 
   void wait() {
-    std::unique_lock<std::mutex> lock(mutex);
-    done_cv.wait(lock, [&] { return done == calls.size(); });  // each call has a deadline
+    MutexLock lock(mutex);
+    done_cv.wait(lock, [&]() GS_REQUIRES(mutex) { return done == calls.size(); });  // each call has a deadline
   }
 };
 
@@ -268,7 +268,7 @@ void CrossNode::tellOtherFollowers(const v1::JobFailure& failure) {
   *notices->request.mutable_failure() = failure;
   notices->request.set_from_peer_address(options_.self_address);
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     if (abort_notices_ || stopping_) return;
     notices->request.set_epoch(epoch_);
     abort_notices_ = notices;
@@ -283,7 +283,7 @@ void CrossNode::tellOtherFollowers(const v1::JobFailure& failure) {
   }
   for (auto& call : notices->calls) {
     call->stub->async()->AbortJob(&call->context, &notices->request, &call->response, [notices](grpc::Status) {
-      std::lock_guard<std::mutex> lock(notices->mutex);
+      MutexLock lock(notices->mutex);
       ++notices->done;
       notices->done_cv.notify_all();
     });
@@ -293,7 +293,7 @@ void CrossNode::tellOtherFollowers(const v1::JobFailure& failure) {
 void CrossNode::waitForAbortNotices() {
   std::shared_ptr<AbortNotices> notices;
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     notices = abort_notices_;
   }
   if (notices) notices->wait();
@@ -302,7 +302,7 @@ void CrossNode::waitForAbortNotices() {
 Status CrossNode::acceptAbort(const v1::AbortJobRequest& request) {
   if (request.token() != options_.token) return unauthenticated("job '" + options_.job_id + "': token does not match");
   if (options_.elastic) {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     const bool member = std::any_of(members_.begin(), members_.end(), [&](const v1::NodeInfo& node) {
       return node.peer_address() == request.from_peer_address();
     });

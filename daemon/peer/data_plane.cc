@@ -69,8 +69,7 @@ Status PeerDataPlane::run(const char* phase, const std::function<Status()>& step
   return status.isOk() ? status : hooks_.failed(status);
 }
 
-Status PeerDataPlane::allreduce(const executor::NodeSet& nodes, void* data, size_t count, DataType dtype,
-                                ReduceOp op) {
+Status PeerDataPlane::allreduce(const executor::NodeSet& nodes, void* data, size_t count, DataType dtype, ReduceOp op) {
   const auto until = deadline();
   // Every daemon takes a tag for every call, taking part or not, so that
   // the tags stay alike on all of them.
@@ -85,7 +84,8 @@ Status PeerDataPlane::allreduce(const executor::NodeSet& nodes, void* data, size
   }
   ASSIGN_OR_RETURN(auto ring, endpoints_->ring(tag, until, epoch_, nodes));
   if (!ring) return okStatus();
-  return run("CROSS_NODE_ALLREDUCE", [&] { return collective::ringAllreduce(*ring, data, count, dtype, op, &scratch_); });
+  return run("CROSS_NODE_ALLREDUCE",
+             [&] { return collective::ringAllreduce(*ring, data, count, dtype, op, &scratch_); });
 }
 
 Status PeerDataPlane::reduceScatter(const executor::NodeSet& nodes, const void* input, void* data, DataType dtype,
@@ -121,7 +121,8 @@ Status PeerDataPlane::allgather(const executor::NodeSet& nodes, uint8_t* buffer,
   if (nodes.size() < 2) return okStatus();  // every row is on this node
   ASSIGN_OR_RETURN(auto ring, endpoints_->ring(tag, deadline(), epoch_, nodes));
   if (!ring) return okStatus();
-  return run("CROSS_NODE_ALLGATHER", [&] { return collective::ringAllgather(*ring, buffer, amongNodes(owned, nodes)); });
+  return run("CROSS_NODE_ALLGATHER",
+             [&] { return collective::ringAllgather(*ring, buffer, amongNodes(owned, nodes)); });
 }
 
 Status PeerDataPlane::alltoall(const executor::NodeSet& nodes, const uint8_t* send,

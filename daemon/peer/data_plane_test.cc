@@ -22,8 +22,8 @@ class FakeEndpoints : public NodeEndpoints {
  public:
   FakeEndpoints(int self, MeshNode* node) : self_(self), node_(node) {}
 
-  StatusOr<std::optional<collective::RingContext>> ring(uint64_t sequence, CrossClock::time_point deadline,
-                                                        uint64_t, const std::vector<int>& nodes) override {
+  StatusOr<std::optional<collective::RingContext>> ring(uint64_t sequence, CrossClock::time_point deadline, uint64_t,
+                                                        const std::vector<int>& nodes) override {
     rings.push_back(sequence);
     auto at = std::find(nodes.begin(), nodes.end(), self_);
     if (at == nodes.end()) return std::optional<collective::RingContext>();
@@ -38,8 +38,8 @@ class FakeEndpoints : public NodeEndpoints {
     ring.deadline = deadline;
     return std::optional<collective::RingContext>(ring);
   }
-  StatusOr<std::optional<collective::MeshContext>> mesh(uint64_t sequence, CrossClock::time_point deadline,
-                                                        uint64_t, const std::vector<int>& nodes) override {
+  StatusOr<std::optional<collective::MeshContext>> mesh(uint64_t sequence, CrossClock::time_point deadline, uint64_t,
+                                                        const std::vector<int>& nodes) override {
     meshes.push_back(sequence);
     auto at = std::find(nodes.begin(), nodes.end(), self_);
     if (at == nodes.end()) return std::optional<collective::MeshContext>();
@@ -168,8 +168,7 @@ TEST(PeerDataPlane, NodesOfRanksAndOneNodeSteps) {
   EXPECT_TRUE(plane.ncclPeers().id.empty());  // the leader made no NCCL id
   // A reduce-scatter on this node alone: its contribution is the result.
   std::vector<float> input = {1, 2, 3, 4}, out(4, 0);
-  ASSERT_TRUE(plane.reduceScatter({0}, input.data(), out.data(), v1::FLOAT32, v1::SUM, {{{0, 2}}, {{2, 2}}})
-                  .isOk());
+  ASSERT_TRUE(plane.reduceScatter({0}, input.data(), out.data(), v1::FLOAT32, v1::SUM, {{{0, 2}}, {{2, 2}}}).isOk());
   EXPECT_EQ(out, input);
   EXPECT_TRUE(daemons[0].endpoints->rings.empty());
   EXPECT_EQ(plane.lastTag(), (7u << 20) + 1);

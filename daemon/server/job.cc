@@ -134,7 +134,7 @@ Job::~Job() {
 }
 
 Status Job::addSession(std::shared_ptr<Session> session) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   if (!failure_.empty()) return failedPrecondition("job '" + spec_.job_id + "' has failed: " + failure_);
   if (stopping_) return unavailable("job '" + spec_.job_id + "' is stopping");
   if (epoch_ > 1) {
@@ -154,7 +154,7 @@ Status Job::addSession(std::shared_ptr<Session> session) {
 void Job::checkFormation(Clock::time_point now) {
   std::string cause;
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     if (formed_ || !failure_.empty() || stopping_) return;
     // An elastic job on one node that lost a rank before the others all
     // registered went on with those it had (a latecomer must join).
@@ -199,7 +199,7 @@ bool Job::removeSession(const Session& session, const std::string& cause, bool c
   std::optional<std::pair<int, uint64_t>> report;      // a follower's lost rank, for the leader
   std::vector<std::shared_ptr<Session>> replacements;  // its joiners, told to the leader before the loss
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     auto joiner = std::find_if(joiners_.begin(), joiners_.end(), [&](const auto& j) { return j.get() == &session; });
     if (joiner != joiners_.end()) {  // left before it was admitted: nothing of it is in the job
       joiners_.erase(joiner);
@@ -262,7 +262,7 @@ void Job::submit(const std::shared_ptr<Session>& session, const v1::Enqueue& enq
   Outbox outbox;
   std::vector<coordinator::Response> inline_batch;
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     coordinator::Request minimal;
     minimal.rank = session->rank();
     minimal.handle = enqueue.handle();
@@ -296,7 +296,7 @@ void Job::submit(const std::shared_ptr<Session>& session, const v1::Enqueue& enq
   flush(&outbox);
   if (!inline_batch.empty()) {
     runBatch(std::move(inline_batch));
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     executing_ = false;
     if (!ready_.empty()) ready_cv_.notify_one();
   }
@@ -380,7 +380,7 @@ void Job::publishProcessSetsLocked(const std::vector<coordinator::Response>& res
 }
 
 void Job::grant(const Session& session, const v1::OutputGrant& grant) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   auto key = std::make_pair(session.rank(), grant.handle());
   if (expected_grants_.erase(key) == 0) {
     GS_LOG(control, debug, "job '{}': unexpected output grant for handle {} from rank {}", spec_.job_id, grant.handle(),
@@ -411,9 +411,8 @@ void Job::failRequestLocked(const coordinator::Request& request, const Status& s
 
 size_t Job::failAllLocked(const Status& status, Outbox* outbox, bool keep_negotiated, bool membership_changed) {
   const size_t before = outbox->size();
-  const auto fail = [&](const coordinator::Request& request) {
-    failRequestLocked(request, status, outbox, membership_changed);
-  };
+  const auto fail = [&](const coordinator::Request& request)
+                        GS_REQUIRES(mutex_) { failRequestLocked(request, status, outbox, membership_changed); };
   for (const auto& request : negotiator_.takeAll()) fail(request);
   auto early = std::move(early_);
   early_.clear();
@@ -446,7 +445,7 @@ void Job::housekeeping(Clock::time_point now) {
     Outbox outbox;
     std::string failure;
     {
-      std::lock_guard<std::mutex> lock(mutex_);
+      MutexLock lock(mutex_);
       failure = fillEpochLocked(now, &outbox);
     }
     flush(&outbox);
@@ -469,7 +468,7 @@ void Job::housekeeping(Clock::time_point now) {
   };
   Outbox outbox;
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     std::set<std::string> still_stalled;
     for (const auto& stall : negotiator_.stalls(now, limits_.stall_warning)) {
       const auto seconds = std::chrono::duration_cast<std::chrono::seconds>(stall.age).count();
@@ -504,7 +503,7 @@ void Job::housekeeping(Clock::time_point now) {
 void Job::stop(const std::string& reason, bool daemon_stopping) {
   Outbox outbox;
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     if (stopping_) return;
     stopping_ = true;
     stop_reason_ = reason;
@@ -529,7 +528,7 @@ int Job::inFlightLocked() const {
 v1::JobTensors Job::tensors(Clock::time_point now) const {
   v1::JobTensors out;
   out.set_job_id(spec_.job_id);
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   for (const auto& stall : negotiator_.stalls(now, Clock::duration::zero())) {
     v1::TensorInFlight* tensor = out.add_negotiating();
     tensor->set_name(stall.name);
@@ -556,7 +555,7 @@ v1::JobTensors Job::tensors(Clock::time_point now) const {
 }
 
 v1::JobInfo Job::info() const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   v1::JobInfo info;
   info.set_job_id(spec_.job_id);
   info.set_size(size_.load());

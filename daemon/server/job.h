@@ -16,6 +16,8 @@
 #include <thread>
 #include <vector>
 
+#include "base/mutex.h"
+#include "base/thread_annotations.h"
 #include "base/unique_fd.h"
 #include "daemon/autotune/job_tuning.h"
 #include "daemon/coordinator/negotiator.h"
@@ -160,8 +162,9 @@ class Job : private executor::RankAccess {
  private:
   std::shared_ptr<timeline::Timeline> timeline() const;
   // Negotiation rows (mutex_ held): a rank's request arrives; responses are ready.
-  void timelineRequestLocked(timeline::Timeline* tl, const coordinator::Request& request);
-  void timelineNegotiatedLocked(timeline::Timeline* tl, const std::string& name, CollectiveType type);
+  void timelineRequestLocked(timeline::Timeline* tl, const coordinator::Request& request) GS_REQUIRES(mutex_);
+  void timelineNegotiatedLocked(timeline::Timeline* tl, const std::string& name, CollectiveType type)
+      GS_REQUIRES(mutex_);
   // Execution rows of the fused response being run (executor thread).
   void timelineExecution(const fusion::FusedResponse& fused, bool begin,
                          const std::vector<executor::ResponseResult>* results);
@@ -186,7 +189,7 @@ class Job : private executor::RankAccess {
   // Multi-node plumbing (job_cross.cc).
   // `steady` false: not held for the rounds (it was, too long).
   void submitToCoordinator(const std::shared_ptr<Session>& session, coordinator::Request request, Outbox* outbox,
-                           std::vector<coordinator::Response>* inline_batch, bool steady = true);
+                           std::vector<coordinator::Response>* inline_batch, bool steady = true) GS_REQUIRES(mutex_);
   void submitRemote(int rank, const v1::Enqueue& enqueue);
   void onRemoteBatch(std::vector<coordinator::Response> batch, uint64_t sequence, uint64_t epoch,
                      uint64_t fusion_threshold_bytes);
@@ -200,13 +203,13 @@ class Job : private executor::RankAccess {
   void checkFormation(Clock::time_point now);
 
   void executorLoop();
-  // Takes everything in ready_ as the next batch; needs mutex_ and !executing_.
-  std::vector<coordinator::Response> takeBatchLocked(uint64_t fusion_threshold_bytes = 0);
+  // Takes everything in ready_ as the next batch; needs !executing_.
+  std::vector<coordinator::Response> takeBatchLocked(uint64_t fusion_threshold_bytes = 0) GS_REQUIRES(mutex_);
   // `batch` becomes the one executing (executing_, the sessions, epoch,
   // local ranks and fusion threshold it runs with: `fusion_threshold_bytes`,
-  // the leader's, or 0 for this daemon's). Needs mutex_ and !executing_.
+  // the leader's, or 0 for this daemon's). Needs !executing_.
   std::vector<coordinator::Response> beginBatchLocked(std::vector<coordinator::Response> batch,
-                                                      uint64_t fusion_threshold_bytes = 0);
+                                                      uint64_t fusion_threshold_bytes = 0) GS_REQUIRES(mutex_);
   // The cached steady state across daemons (job_steady_state.cc). The
   // executor thread's rounds with the other daemons, until the job fails
   // or stops (or at once when a daemon does not offer them).
@@ -215,116 +218,121 @@ class Job : private executor::RankAccess {
   // (waiting for them); false when the job failed or stops.
   bool runLeaderBatchesUpTo(uint64_t sequence);
   // A local request repeating a cached allreduce is held for the rounds
-  // (true: taken). Needs mutex_.
-  bool holdSteadyLocked(const std::shared_ptr<Session>& session, coordinator::Request& request);
-  // Learns whether cached response `id` can take the rounds. Needs mutex_.
-  void learnSteadyLocked(uint64_t id);
-  // Wakes the executor thread (its condition and, in the rounds, its fd). Needs mutex_.
-  void wakeExecutorLocked();
-  uint64_t bytesReady() const;  // needs mutex_
+  // (true: taken).
+  bool holdSteadyLocked(const std::shared_ptr<Session>& session, coordinator::Request& request) GS_REQUIRES(mutex_);
+  // Learns whether cached response `id` can take the rounds.
+  void learnSteadyLocked(uint64_t id) GS_REQUIRES(mutex_);
+  // Wakes the executor thread (its condition and, in the rounds, its fd).
+  void wakeExecutorLocked() GS_REQUIRES(mutex_);
+  uint64_t bytesReady() const GS_REQUIRES(mutex_);
   // Runs `batch` (begun with beginBatchLocked), fused up to batch_fusion_threshold_.
   void runBatch(std::vector<coordinator::Response> batch, uint64_t sequence = 0);
   // `started`: when the response's fused batch began executing.
   void complete(const coordinator::Response& response, const executor::ResponseResult& result,
-                Clock::time_point started, Outbox* outbox);
-  // A collective failed or was refused (needs mutex_).
-  void countErrorLocked(StatusCode code) {
+                Clock::time_point started, Outbox* outbox) GS_REQUIRES(mutex_);
+  // A collective failed or was refused.
+  void countErrorLocked(StatusCode code) GS_REQUIRES(mutex_) {
     ++errors_;
     stats_.failed(code);
   }
   // After `responses` were negotiated here (or, `from_leader`, received
   // from the leader): applies their process set changes and publishes the
-  // sets for enqueue checks. Needs mutex_.
-  void publishProcessSetsLocked(const std::vector<coordinator::Response>& responses, bool from_leader);
+  // sets for enqueue checks.
+  void publishProcessSetsLocked(const std::vector<coordinator::Response>& responses, bool from_leader)
+      GS_REQUIRES(mutex_);
   // Elastic jobs (job_elastic.cc): fails every collective of the current
   // epoch (retriable), renumbers the survivors in rank order, starts the
-  // next epoch and tells each survivor its place. Needs mutex_.
+  // next epoch and tells each survivor its place.
   // `admit`: the waiting joiners become ranks too, after the survivors.
   // `announce` false: the new epoch forms below min_size and is announced
   // once joiners fill it (housekeeping), or fails after elastic_timeout.
-  void changeEpochLocked(const std::string& cause, Outbox* outbox, bool admit = false, bool announce = true);
+  void changeEpochLocked(const std::string& cause, Outbox* outbox, bool admit = false, bool announce = true)
+      GS_REQUIRES(mutex_);
   // Moves to epoch `next` with `survivors` (ranks of the current epoch, in
   // order: a survivor's new rank is its index): fails what is in flight
   // (retriable), renumbers the local sessions (a local session left out is
   // refused), records the change and, with `announce`, tells each local
-  // rank its place. Needs mutex_.
+  // rank its place.
   // `admitted`: joiners of this node becoming ranks (numbered after the
   // survivors); `size_after`: the job's new size (all nodes).
   using Admitted = std::vector<std::pair<int, std::shared_ptr<Session>>>;
   void enterEpochLocked(uint64_t next, const std::vector<int>& survivors, const Admitted& admitted, int size_after,
-                        int size_before, const std::string& cause, Outbox* outbox, bool announce);
+                        int size_before, const std::string& cause, Outbox* outbox, bool announce) GS_REQUIRES(mutex_);
   // Elastic jobs across daemons (job_elastic_cross.cc). Leader: `ranks` of
   // `epoch` were lost (a hook of the CrossNode, or a local rank); starts the
   // next epoch everywhere, or fails the job when it cannot go on.
   void crossRanksLost(const std::vector<int>& ranks, uint64_t epoch, const std::string& cause);
-  // Leader, needs mutex_: the next epoch without `ranks`. Returns why the
+  // Leader: the next epoch without `ranks`. Returns why the
   // job cannot go on (empty when it does; the caller then fails it).
-  std::string leadEpochLocked(const std::vector<int>& ranks, uint64_t epoch, const std::string& cause, Outbox* outbox);
+  std::string leadEpochLocked(const std::vector<int>& ranks, uint64_t epoch, const std::string& cause, Outbox* outbox)
+      GS_REQUIRES(mutex_);
   // Follower: the leader's new epoch.
   void onNewEpoch(const v1::NewEpoch& change);
-  // Applies the leader's `change` here. Needs mutex_. Returns the ranks
+  // Applies the leader's `change` here. Returns the ranks
   // admitted for joiners of this node that have left meanwhile.
-  std::vector<int> applyNewEpochLocked(const v1::NewEpoch& change, Outbox* outbox);
+  std::vector<int> applyNewEpochLocked(const v1::NewEpoch& change, Outbox* outbox) GS_REQUIRES(mutex_);
   // Leader: a commit barrier that admits joiners completed (or the epoch
   // waits below the minimum and joiners came); the next epoch takes them
-  // in on every node. `when` ends the cause ("at the commit 'x'"). Needs mutex_.
-  void admitAcrossLocked(const std::string& when, Outbox* outbox);
+  // in on every node. `when` ends the cause ("at the commit 'x'").
+  void admitAcrossLocked(const std::string& when, Outbox* outbox) GS_REQUIRES(mutex_);
   // Leader, the epoch below the minimum: admits the joiners there are, or
   // returns why the job fails (the elastic timeout passed; empty: it
-  // waits on). Needs mutex_.
-  std::string fillAcrossLocked(Clock::time_point now, Outbox* outbox);
-  // "the elastic job stayed below its minimum ... for N s ...". Needs mutex_.
-  std::string belowMinimumFailure(Clock::time_point now) const;
+  // waits on).
+  std::string fillAcrossLocked(Clock::time_point now, Outbox* outbox) GS_REQUIRES(mutex_);
+  // "the elastic job stayed below its minimum ... for N s ...".
+  std::string belowMinimumFailure(Clock::time_point now) const GS_REQUIRES(mutex_);
   // Leader: a joiner waits to be admitted, here (stream open) or reported
-  // by a follower. Needs mutex_.
-  bool joinersWaitingLocked() const;
+  // by a follower.
+  bool joinersWaitingLocked() const GS_REQUIRES(mutex_);
   // The first commit barrier of the leader's batch admits the waiting
-  // joiners (local or reported by followers) when there are any. Needs mutex_.
-  void markAdmissionLocked(std::vector<coordinator::Response>* batch);
+  // joiners (local or reported by followers) when there are any.
+  void markAdmissionLocked(std::vector<coordinator::Response>* batch) GS_REQUIRES(mutex_);
   // What autotune measured or decided, to the local ranks that asked
-  // (RegisterRequest.autotune_log). Needs mutex_.
-  void tellTuningLocked(const std::vector<autotune::TuningEvent>& events, Outbox* outbox);
+  // (RegisterRequest.autotune_log).
+  void tellTuningLocked(const std::vector<autotune::TuningEvent>& events, Outbox* outbox) GS_REQUIRES(mutex_);
   // Followers: joiners whose stream opened are reported to the leader (housekeeping).
   void reportJoiners();
   // Follower: the joiners whose stream opened and that the leader was not
-  // told of yet, marked as told. Needs mutex_.
-  std::vector<std::shared_ptr<Session>> unreportedJoinersLocked();
+  // told of yet, marked as told.
+  std::vector<std::shared_ptr<Session>> unreportedJoinersLocked() GS_REQUIRES(mutex_);
   // Joiners whose session stream is open become ranks, after the others;
-  // returns how many. Needs mutex_.
-  int admitReadyJoinersLocked();
+  // returns how many.
+  int admitReadyJoinersLocked() GS_REQUIRES(mutex_);
   // Size (`size`), local ranks, negotiator and process sets for the
-  // sessions there are now (only the global process set). Needs mutex_.
-  void resizeLocked(int size);
-  // Tells every rank its place in the current epoch. Needs mutex_.
-  void announceEpochLocked(const std::string& cause, Outbox* outbox);
+  // sessions there are now (only the global process set).
+  void resizeLocked(int size) GS_REQUIRES(mutex_);
+  // Tells every rank its place in the current epoch.
+  void announceEpochLocked(const std::string& cause, Outbox* outbox) GS_REQUIRES(mutex_);
   // Below min_size: admits joiners whose stream is open; announces the
   // epoch once it is full, or fails the job after elastic_timeout. Across
   // daemons the leader does (fillAcrossLocked), and the failure it returns
-  // is for the caller to announce (failJob). Needs mutex_.
-  std::string fillEpochLocked(Clock::time_point now, Outbox* outbox);
+  // is for the caller to announce (failJob).
+  std::string fillEpochLocked(Clock::time_point now, Outbox* outbox) GS_REQUIRES(mutex_);
   // An elastic rank's enqueue of another epoch (or of a joiner not yet
-  // admitted): fails it (retriable). Needs mutex_; true when it did.
-  bool refuseStaleEpochLocked(const std::shared_ptr<Session>& session, const v1::Enqueue& enqueue, Outbox* outbox);
+  // admitted): fails it (retriable); true when it did.
+  bool refuseStaleEpochLocked(const std::shared_ptr<Session>& session, const v1::Enqueue& enqueue, Outbox* outbox)
+      GS_REQUIRES(mutex_);
   // A commit barrier completed in the current epoch with joiners waiting:
-  // true (the Dones say so), and the caller admits them. Needs mutex_.
-  bool admitsJoinersLocked(const coordinator::Response& response, const executor::ResponseResult& result) const;
+  // true (the Dones say so), and the caller admits them.
+  bool admitsJoinersLocked(const coordinator::Response& response, const executor::ResponseResult& result) const
+      GS_REQUIRES(mutex_);
   // A barrier every rank entered through commit() (job_elastic.cc).
   static bool isCommitBarrier(const coordinator::Response& response);
-  // Tells the ranks waiting to join that the job will not take them. Needs mutex_.
-  void refuseJoinersLocked(const std::string& cause, Outbox* outbox);
-  // The same, and the ranks (which may wait in rejoin) that the job failed. Needs mutex_.
-  void refuseAllLocked(const std::string& cause, Outbox* outbox);
-  // Fails `request` with `status`, queueing its Done in `outbox`. Needs mutex_.
+  // Tells the ranks waiting to join that the job will not take them.
+  void refuseJoinersLocked(const std::string& cause, Outbox* outbox) GS_REQUIRES(mutex_);
+  // The same, and the ranks (which may wait in rejoin) that the job failed.
+  void refuseAllLocked(const std::string& cause, Outbox* outbox) GS_REQUIRES(mutex_);
+  // Fails `request` with `status`, queueing its Done in `outbox`.
   // `membership_changed`: the Done says the failure is retriable.
   void failRequestLocked(const coordinator::Request& request, const Status& status, Outbox* outbox,
-                         bool membership_changed = false);
+                         bool membership_changed = false) GS_REQUIRES(mutex_);
   // Fails what waits for ranks: pending negotiations (and, unless
   // keep_negotiated, collectives already negotiated but not executed: a
   // multi-node job keeps those when nodes are intact, since other nodes may
   // have completed them already).
   // Returns how many it failed.
   size_t failAllLocked(const Status& status, Outbox* outbox, bool keep_negotiated = false,
-                       bool membership_changed = false);
+                       bool membership_changed = false) GS_REQUIRES(mutex_);
   static void flush(Outbox* outbox);
   // The Done answering `request` with `status` (error detail filled in).
   static v1::DaemonMessage doneMessage(const std::string& job_id, const coordinator::Request& request,
@@ -337,94 +345,97 @@ class Job : private executor::RankAccess {
   std::unique_ptr<executor::GpuExecutor> gpu_executor_;  // null without GPUs
   executor::LocalExecutor executor_;
 
-  mutable std::mutex mutex_;
-  std::condition_variable ready_cv_;
-  std::condition_variable grant_cv_;
-  coordinator::Negotiator negotiator_;
+  mutable Mutex mutex_;
+  CondVar ready_cv_;
+  CondVar grant_cv_;
+  coordinator::Negotiator negotiator_ GS_GUARDED_BY(mutex_);
   // The process sets enqueues are checked against: read without mutex_
   // (std::atomic_load), replaced under it when a set is added or removed.
   std::shared_ptr<const coordinator::ProcessSetTable> process_sets_;
-  SessionSnapshot sessions_;  // by rank
-  std::deque<coordinator::Response> ready_;
-  std::map<std::pair<int, uint64_t>, v1::OutputGrant> grants_;  // (rank, handle)
-  std::set<std::pair<int, uint64_t>> expected_grants_;
+  SessionSnapshot sessions_ GS_GUARDED_BY(mutex_);  // by rank
+  std::deque<coordinator::Response> ready_ GS_GUARDED_BY(mutex_);
+  std::map<std::pair<int, uint64_t>, v1::OutputGrant> grants_ GS_GUARDED_BY(mutex_);  // (rank, handle)
+  std::set<std::pair<int, uint64_t>> expected_grants_ GS_GUARDED_BY(mutex_);
   // The collective whose output grants the executor thread waits for (one
-  // at a time), for gradsyncctl tensors. Needs mutex_.
+  // at a time), for gradsyncctl tensors.
   struct GrantWait {
     std::string name;
     Clock::time_point since;
     std::vector<std::pair<int, uint64_t>> keys;  // (rank, handle)
   };
-  std::optional<GrantWait> grant_wait_;
+  std::optional<GrantWait> grant_wait_ GS_GUARDED_BY(mutex_);
   // The first of `keys` whose rank's session (in the batch's snapshot) has
-  // left the job, or null. Needs mutex_.
-  const Session* lostGrantRankLocked(const std::vector<std::pair<int, uint64_t>>& keys) const;
-  std::set<std::string> stall_warned_;
-  std::string failure_;  // non-empty once the job has failed
-  bool stopping_ = false;
-  std::string stop_reason_;  // why stop() was called (e.g. the daemon shuts down)
+  // left the job, or null.
+  const Session* lostGrantRankLocked(const std::vector<std::pair<int, uint64_t>>& keys) const GS_REQUIRES(mutex_);
+  std::set<std::string> stall_warned_ GS_GUARDED_BY(mutex_);
+  std::string failure_ GS_GUARDED_BY(mutex_);  // non-empty once the job has failed
+  bool stopping_ GS_GUARDED_BY(mutex_) = false;
+  std::string stop_reason_ GS_GUARDED_BY(mutex_);  // why stop() was called (e.g. the daemon shuts down)
   // One batch executes at a time: on the executor thread, or inline on the
   // thread whose submission completed it (saves a thread wake-up per
   // collective) when it needs no output grants.
-  bool executing_ = false;
-  int in_flight_executing_ = 0;
-  // Negotiating, ready, forwarded and executing collectives (needs mutex_).
-  int inFlightLocked() const;
+  bool executing_ GS_GUARDED_BY(mutex_) = false;
+  int in_flight_executing_ GS_GUARDED_BY(mutex_) = 0;
+  // Negotiating, ready, forwarded and executing collectives.
+  int inFlightLocked() const GS_REQUIRES(mutex_);
 
-  // Counters (guarded by mutex_).
-  uint64_t operations_done_ = 0;
-  uint64_t bytes_done_ = 0;
-  uint64_t errors_ = 0;
-  metrics::JobStats stats_;
-  uint64_t fused_responses_ = 0;
-  uint64_t stall_warnings_ = 0;
-  uint64_t commits_ = 0;  // elastic commit barriers completed
-  std::string last_error_;
-  // Fusion threshold and cycle time, maybe autotuned (mutex_).
-  autotune::JobTuning tuning_;
+  // Counters.
+  uint64_t operations_done_ GS_GUARDED_BY(mutex_) = 0;
+  uint64_t bytes_done_ GS_GUARDED_BY(mutex_) = 0;
+  uint64_t errors_ GS_GUARDED_BY(mutex_) = 0;
+  metrics::JobStats stats_;  // thread-safe itself
+  uint64_t fused_responses_ GS_GUARDED_BY(mutex_) = 0;
+  uint64_t stall_warnings_ GS_GUARDED_BY(mutex_) = 0;
+  uint64_t commits_ GS_GUARDED_BY(mutex_) = 0;  // elastic commit barriers completed
+  std::string last_error_ GS_GUARDED_BY(mutex_);
+  // Fusion threshold and cycle time, maybe autotuned.
+  autotune::JobTuning tuning_ GS_GUARDED_BY(mutex_);
   // Whether this daemon decides them: one daemon, or the leader across daemons.
-  bool decidesTuningLocked() const { return !cross_ || (cross_started_ && cross_->isLeader()); }
+  bool decidesTuningLocked() const GS_REQUIRES(mutex_) { return !cross_ || (cross_started_ && cross_->isLeader()); }
 
-  // Elastic state (guarded by mutex_).
-  uint64_t epoch_ = 1;
-  std::vector<v1::EpochChange> history_;
-  std::vector<std::shared_ptr<Session>> joiners_;  // registered, waiting for a commit
-  std::set<uint64_t> reported_joiners_;            // follower: session ids told to the leader
-  uint64_t leader_changes_seen_ = 0;               // follower: the leader reported_joiners_ went to (leaderChanges())
+  // Elastic state.
+  uint64_t epoch_ GS_GUARDED_BY(mutex_) = 1;
+  std::vector<v1::EpochChange> history_ GS_GUARDED_BY(mutex_);
+  std::vector<std::shared_ptr<Session>> joiners_ GS_GUARDED_BY(mutex_);  // registered, waiting for a commit
+  std::set<uint64_t> reported_joiners_ GS_GUARDED_BY(mutex_);            // follower: session ids told to the leader
+  uint64_t leader_changes_seen_ GS_GUARDED_BY(mutex_) =
+      0;  // follower: the leader reported_joiners_ went to (leaderChanges())
   std::map<uint64_t, Clock::time_point> stopped_since_;  // housekeeping thread: session id -> first seen stopped
-  std::optional<Clock::time_point> below_min_since_;     // the current epoch waits for joiners
-  Clock::time_point epoch_started_ = Clock::now();       // for the history's recovery time
+  std::optional<Clock::time_point> below_min_since_ GS_GUARDED_BY(mutex_);  // the current epoch waits for joiners
+  Clock::time_point epoch_started_ GS_GUARDED_BY(mutex_) = Clock::now();    // for the history's recovery time
   // Across daemons: a local rank of this epoch is lost and the leader's next
   // epoch is on its way; what fails meanwhile (a batch that needed the lost
   // rank) is retriable.
-  bool epoch_ending_ = false;
+  bool epoch_ending_ GS_GUARDED_BY(mutex_) = false;
 
-  // Multi-node state (guarded by mutex_ unless noted).
+  // Multi-node state.
   std::unique_ptr<peer::CrossNode> cross_;
-  std::set<int> local_ranks_;     // ranks that registered here (never shrinks)
-  std::set<int> local_rank_ids_;  // their local ranks
+  std::set<int> local_ranks_ GS_GUARDED_BY(mutex_);     // ranks that registered here (never shrinks)
+  std::set<int> local_rank_ids_ GS_GUARDED_BY(mutex_);  // their local ranks
   const Clock::time_point created_ = Clock::now();
-  bool formed_ = false;          // every local rank registered, every node joined
-  bool cross_starting_ = false;  // claimed by the thread that starts it
-  bool cross_started_ = false;
-  std::vector<std::pair<std::shared_ptr<Session>, coordinator::Request>> early_;  // before the role is known
-  std::map<std::pair<int, uint64_t>, coordinator::Request> forwarded_;            // follower: awaiting the leader
+  bool formed_ GS_GUARDED_BY(mutex_) = false;          // every local rank registered, every node joined
+  bool cross_starting_ GS_GUARDED_BY(mutex_) = false;  // claimed by the thread that starts it
+  bool cross_started_ GS_GUARDED_BY(mutex_) = false;
+  std::vector<std::pair<std::shared_ptr<Session>, coordinator::Request>> early_
+      GS_GUARDED_BY(mutex_);  // before the role is known
+  std::map<std::pair<int, uint64_t>, coordinator::Request> forwarded_
+      GS_GUARDED_BY(mutex_);  // follower: awaiting the leader
   struct RemoteBatch {
     uint64_t sequence = 0;
     uint64_t fusion_threshold_bytes = 0;  // the leader's (0: not said)
     std::vector<coordinator::Response> responses;
   };
-  std::deque<RemoteBatch> remote_batches_;  // follower
-  uint64_t batch_sequence_ = 0;             // leader
+  std::deque<RemoteBatch> remote_batches_ GS_GUARDED_BY(mutex_);  // follower
+  uint64_t batch_sequence_ GS_GUARDED_BY(mutex_) = 0;             // leader
   // The bytes among the daemons (with cross_), or none (one node).
   std::unique_ptr<peer::PeerDataPlane> data_plane_;
   executor::SingleNodeDataPlane single_node_;
   // The cached steady state (job_steady_state.cc; mutex_): on while the
   // executor thread takes part in the rounds.
-  bool steady_rounds_ = false;
-  bool steady_dirty_ = false;  // a held collective became ready since the last round
-  SteadyState steady_;
-  std::vector<v1::NodeInfo> steady_members_;
+  bool steady_rounds_ GS_GUARDED_BY(mutex_) = false;
+  bool steady_dirty_ GS_GUARDED_BY(mutex_) = false;  // a held collective became ready since the last round
+  SteadyState steady_ GS_GUARDED_BY(mutex_);
+  std::vector<v1::NodeInfo> steady_members_ GS_GUARDED_BY(mutex_);
   uint64_t batch_sequence_seen_ = 0;  // follower: the leader's batches run up to this one
   UniqueFd wake_fd_;                  // eventfd: wakes the executor thread in the rounds
 
@@ -440,10 +451,10 @@ class Job : private executor::RankAccess {
   uint64_t stall_nodes_epoch_ = 0;
   // Timeline: the current one; the tensors with an open negotiation row
   // (mutex_); the fused response running and its timeline (executor thread).
-  mutable std::mutex timeline_mutex_;
-  std::shared_ptr<timeline::Timeline> timeline_;
+  mutable Mutex timeline_mutex_;
+  std::shared_ptr<timeline::Timeline> timeline_ GS_GUARDED_BY(timeline_mutex_);
   std::atomic<bool> timeline_on_{false};
-  std::set<std::string> negotiating_;
+  std::set<std::string> negotiating_ GS_GUARDED_BY(mutex_);
   std::shared_ptr<timeline::Timeline> executing_timeline_;
   std::vector<std::string> executing_names_;
   std::thread executor_thread_;

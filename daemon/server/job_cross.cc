@@ -15,7 +15,7 @@ void Job::startCrossNodeIfComplete() {
   std::vector<int> ranks;
   std::vector<int64_t> pids;
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     // Claimed here: the last two ranks may register at the same moment.
     if (!cross_ || cross_starting_ || static_cast<int>(sessions_.size()) < spec_.local_size) return;
     cross_starting_ = true;
@@ -28,7 +28,7 @@ void Job::startCrossNodeIfComplete() {
   Outbox outbox;
   std::vector<coordinator::Response> unused;
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     cross_started_ = true;
     auto early = std::move(early_);
     early_.clear();
@@ -43,7 +43,7 @@ void Job::submitRemote(int rank, const v1::Enqueue& enqueue) {
   Outbox outbox;
   std::vector<coordinator::Response> unused;
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     if (rank < 0 || rank >= size_.load() || local_ranks_.count(rank)) {
       GS_LOG(control, warn, "job '{}': a follower forwarded a request of rank {}, which it does not hold", spec_.job_id,
              rank);
@@ -65,7 +65,7 @@ void Job::submitRemote(int rank, const v1::Enqueue& enqueue) {
 
 void Job::onRemoteBatch(std::vector<coordinator::Response> batch, uint64_t sequence, uint64_t epoch,
                         uint64_t fusion_threshold_bytes) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   if (stopping_) return;  // negotiated work still runs after a rank left
   // Sent before the leader changed the epoch; its requests failed with the
   // change here (the leader, too, fails it).
@@ -80,7 +80,7 @@ void Job::onRemoteBatch(std::vector<coordinator::Response> batch, uint64_t seque
 void Job::failJob(const std::string& cause, bool node_lost) {
   Outbox outbox;
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     if (stopping_) return;
     if (!failure_.empty() && !node_lost) return;
     if (failure_.empty()) {
@@ -115,10 +115,11 @@ Status Job::ringFailed(const Status& status) {
     // service at about the same moment (a rank of it died, it lost the
     // leader): give that message a moment to arrive. An elastic job's
     // leader may take up to the silence limit to start the next epoch.
-    std::unique_lock<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     const auto grace = spec_.elastic ? std::chrono::milliseconds(peer::CrossNode::kSilenceLimitMs + 1000)
                                      : std::chrono::duration_cast<std::chrono::milliseconds>(kRingCauseGrace);
-    grant_cv_.wait_for(lock, grace, [&] { return !failure_.empty() || stopping_ || epoch_ != batch_epoch_; });
+    grant_cv_.wait_for(lock, grace,
+                       [&]() GS_REQUIRES(mutex_) { return !failure_.empty() || stopping_ || epoch_ != batch_epoch_; });
     if (spec_.elastic && failure_.empty() && !stopping_ && epoch_ != batch_epoch_) {
       return aborted("job '" + spec_.job_id + "': the membership changed during the collective (epoch " +
                      std::to_string(batch_epoch_) + " -> " + std::to_string(epoch_) + "): " + history_.back().cause());

@@ -26,7 +26,7 @@ v1::DaemonMessage refusal(const std::string& cause) {
 }  // namespace
 
 Status Job::addJoiner(std::shared_ptr<Session> session) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   if (!spec_.elastic) return failedPrecondition("job '" + spec_.job_id + "' is not elastic: it takes no new ranks");
   if (!failure_.empty()) return failedPrecondition("job '" + spec_.job_id + "' has failed: " + failure_);
   if (stopping_) return unavailable("job '" + spec_.job_id + "' is stopping");
@@ -207,7 +207,7 @@ std::vector<std::shared_ptr<Session>> Job::stoppedRanks(Clock::time_point now) {
   if (!spec_.elastic) return stopped;
   SessionSnapshot sessions;
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     if (!failure_.empty() || stopping_) return stopped;
     sessions = sessions_;
   }

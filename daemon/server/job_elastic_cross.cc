@@ -32,7 +32,7 @@ void Job::crossRanksLost(const std::vector<int>& ranks, uint64_t epoch, const st
   Outbox outbox;
   std::string failure;
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     if (!failure_.empty() || stopping_) return;
     failure = leadEpochLocked(ranks, epoch, cause, &outbox);
   }
@@ -74,7 +74,7 @@ void Job::onNewEpoch(const v1::NewEpoch& change) {
   std::string gap;
   std::vector<int> vanished;
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     if (!failure_.empty() || stopping_ || change.epoch() <= epoch_) return;
     // Survivors are numbered as in the epoch before: only the next one
     // applies, unless this node held no rank (it joins the job now).
@@ -136,7 +136,7 @@ std::string Job::fillAcrossLocked(Clock::time_point now, Outbox* outbox) {
 void Job::reportJoiners() {
   std::vector<std::shared_ptr<Session>> ready;
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     if (!cross_ || cross_->isLeader() || !failure_.empty() || stopping_) return;
     ready = unreportedJoinersLocked();
   }

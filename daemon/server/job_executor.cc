@@ -16,8 +16,10 @@ void Job::executorLoop() {
     uint64_t sequence = 0;
     bool lead = false;
     {
-      std::unique_lock<std::mutex> lock(mutex_);
-      ready_cv_.wait(lock, [&] { return stopping_ || (!executing_ && (!ready_.empty() || !remote_batches_.empty())); });
+      MutexLock lock(mutex_);
+      ready_cv_.wait(lock, [&]() GS_REQUIRES(mutex_) {
+        return stopping_ || (!executing_ && (!ready_.empty() || !remote_batches_.empty()));
+      });
       if (stopping_) return;
       const autotune::Settings tuned = tuning_.current();
       if (remote_batches_.empty() && negotiator_.pendingCount() > 0 && tuned.cycle_time.count() > 0) {
@@ -25,7 +27,7 @@ void Job::executorLoop() {
         // says so): more tensors are on their way; give them one cycle to
         // join this batch.
         const auto until = Clock::now() + tuned.cycle_time;
-        ready_cv_.wait_until(lock, until, [&] {
+        ready_cv_.wait_until(lock, until, [&]() GS_REQUIRES(mutex_) {
           return stopping_ || negotiator_.pendingCount() == 0 || bytesReady() >= tuned.fusion_threshold_bytes;
         });
         if (stopping_) return;
@@ -51,7 +53,7 @@ void Job::executorLoop() {
       }
     }
     runBatch(std::move(batch), sequence);
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     executing_ = false;
   }
 }
@@ -94,7 +96,7 @@ void Job::runBatch(std::vector<coordinator::Response> batch, uint64_t sequence) 
            fused.bytes, std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - started).count());
     Outbox outbox;
     {
-      std::lock_guard<std::mutex> lock(mutex_);
+      MutexLock lock(mutex_);
       const bool decides = decidesTuningLocked();
       const auto done = Clock::now();  // one time for the fused batch
       for (size_t i = 0; i < fused.responses.size(); ++i) {
@@ -232,7 +234,7 @@ StatusOr<std::vector<uint8_t*>> Job::requestOutputs(const coordinator::Response&
   // only a lost local rank (it will never grant) or a stop ends the wait.
   const bool abort_on_failure = cross_ == nullptr;
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     if (abort_on_failure && !failure_.empty()) return aborted(prefix + failure_);
     for (size_t i = 0; i < response.requests.size(); ++i) {
       const auto& request = response.requests[i];
@@ -250,8 +252,8 @@ StatusOr<std::vector<uint8_t*>> Job::requestOutputs(const coordinator::Response&
   }
   flush(&outbox);
 
-  std::unique_lock<std::mutex> lock(mutex_);
-  auto all_granted = [&] {
+  MutexLock lock(mutex_);
+  auto all_granted = [&]() GS_REQUIRES(mutex_) {
     for (const auto& key : keys) {
       if (!grants_.count(key)) return false;
     }
@@ -260,7 +262,7 @@ StatusOr<std::vector<uint8_t*>> Job::requestOutputs(const coordinator::Response&
   const uint64_t epoch = epoch_;
   grant_wait_ = GrantWait{response.name, Clock::now(), keys};
   const Session* lost = nullptr;
-  const bool granted = grant_cv_.wait_for(lock, limits_.output_grant_timeout, [&] {
+  const bool granted = grant_cv_.wait_for(lock, limits_.output_grant_timeout, [&]() GS_REQUIRES(mutex_) {
     if (all_granted()) return true;
     lost = lostGrantRankLocked(keys);
     return lost != nullptr || (abort_on_failure && !failure_.empty()) || stopping_ || epoch_ != epoch;

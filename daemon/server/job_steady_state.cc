@@ -75,7 +75,7 @@ void Job::steadyExecutorLoop() {
   if (!mesh.isOk() || !*mesh || !cross_->steadyStateRounds()) return;  // the usual loop runs (or fails) the job
   peer::FastRounds rounds(**mesh);
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     steady_members_ = cross_->members();
     steady_rounds_ = true;
   }
@@ -91,7 +91,7 @@ void Job::steadyExecutorLoop() {
     bool wanted = false;
     Clock::time_point wake_by = Clock::now() + std::chrono::seconds(1);
     {
-      std::unique_lock<std::mutex> lock(mutex_);
+      MutexLock lock(mutex_);
       if (stopping_ || !failure_.empty()) break;
       for (auto& held : steady_.takeOlderThan(Clock::now() - kHoldLimit)) {
         std::vector<coordinator::Response> unused;
@@ -107,11 +107,11 @@ void Job::steadyExecutorLoop() {
     flush(&outbox);
     if (!errors.empty()) {
       {
-        std::lock_guard<std::mutex> lock(mutex_);
+        MutexLock lock(mutex_);
         errors = beginBatchLocked(std::move(errors));
       }
       runBatch(std::move(errors));
-      std::lock_guard<std::mutex> lock(mutex_);
+      MutexLock lock(mutex_);
       executing_ = false;
     }
     if (!wanted && !peers_started) {
@@ -132,7 +132,7 @@ void Job::steadyExecutorLoop() {
     peer::FastRounds::LeaderPart part;  // the leader's
     uint64_t sequence = 0;
     {
-      std::lock_guard<std::mutex> lock(mutex_);
+      MutexLock lock(mutex_);
       steady_dirty_ = false;
       ready = steady_.ready();
       if (leader && !ready_.empty()) {
@@ -159,7 +159,7 @@ void Job::steadyExecutorLoop() {
     // 1. The leader's batches up to the round's sequence.
     if (leader) {
       if (!batch.empty()) runBatch(std::move(batch), sequence);
-      std::lock_guard<std::mutex> lock(mutex_);
+      MutexLock lock(mutex_);
       executing_ = false;
     } else if (!runLeaderBatchesUpTo(outcome->leader_sequence)) {
       break;
@@ -168,16 +168,16 @@ void Job::steadyExecutorLoop() {
     if (outcome->ids.empty()) continue;
     std::vector<coordinator::Response> agreed;
     {
-      std::lock_guard<std::mutex> lock(mutex_);
+      MutexLock lock(mutex_);
       std::vector<coordinator::Response> responses;
       for (uint64_t id : outcome->ids) responses.push_back(steady_.take(id));
       agreed = beginBatchLocked(std::move(responses), outcome->fusion_threshold_bytes);
     }
     runBatch(std::move(agreed), kRoundSequenceBase + rounds.round());
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     executing_ = false;
   }
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   steady_rounds_ = false;  // the usual loop fails what is left
   Outbox outbox;
   for (auto& held : steady_.takeAll()) {
@@ -192,8 +192,8 @@ bool Job::runLeaderBatchesUpTo(uint64_t sequence) {
     std::vector<coordinator::Response> batch;
     uint64_t next = 0;
     {
-      std::unique_lock<std::mutex> lock(mutex_);
-      const auto due = [&] {
+      MutexLock lock(mutex_);
+      const auto due = [&]() GS_REQUIRES(mutex_) {
         return stopping_ || !failure_.empty() ||
                (!remote_batches_.empty() && remote_batches_.front().sequence <= sequence) ||
                batch_sequence_seen_ >= sequence;
@@ -213,7 +213,7 @@ bool Job::runLeaderBatchesUpTo(uint64_t sequence) {
       remote_batches_.pop_front();
     }
     runBatch(std::move(batch), next);
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     executing_ = false;
   }
 }

@@ -21,23 +21,23 @@ std::string upper(std::string text) {
 Status Job::startTimeline(UniqueFd file, bool mark_cycles) {
   ASSIGN_OR_RETURN(std::unique_ptr<timeline::Timeline> timeline,
                    timeline::Timeline::start(std::move(file), mark_cycles));
-  std::lock_guard<std::mutex> lock(mutex_);  // negotiating_ belongs to the old one
+  MutexLock lock(mutex_);  // negotiating_ belongs to the old one
   negotiating_.clear();
-  std::lock_guard<std::mutex> timeline_lock(timeline_mutex_);
+  MutexLock timeline_lock(timeline_mutex_);
   timeline_ = std::move(timeline);
   timeline_on_.store(true);
   return okStatus();
 }
 
 void Job::stopTimeline() {
-  std::lock_guard<std::mutex> lock(timeline_mutex_);
+  MutexLock lock(timeline_mutex_);
   timeline_.reset();
   timeline_on_.store(false);
 }
 
 std::shared_ptr<timeline::Timeline> Job::timeline() const {
   if (!timeline_on_.load(std::memory_order_relaxed)) return nullptr;  // the common case: no lock
-  std::lock_guard<std::mutex> lock(timeline_mutex_);
+  MutexLock lock(timeline_mutex_);
   return timeline_;
 }
 
