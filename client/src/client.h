@@ -213,6 +213,18 @@ class Client {
   void onMembershipChange(const v1::MembershipChange& change);
   void failAllLocked(const Status& status);
   StatusOr<uint64_t> enqueueOne(const OpSpec& spec, uint64_t group_id, uint32_t group_size);
+  // Where `op`'s input (op->length bytes) goes: a CUDA tensor's event slot
+  // and its output, the arena in place, or a copy in the arena. What it
+  // took before a failure is discard()'s to give back.
+  Status placeInput(const OpSpec& spec, Operation* op);
+  // Gives back what placeInput took for an operation never submitted.
+  void discard(Operation& op);
+  // The Enqueue for `spec` placed as `op` (handle, name and epoch aside).
+  static void describeEnqueue(const OpSpec& spec, const Operation& op, uint64_t group_id, uint32_t group_size,
+                              v1::Enqueue* e);
+  // Sends an Enqueue (the submission ring, or the session stream); a
+  // failure ends its operation.
+  void submit(const v1::ClientMessage& message);
   // Copies an in-place result back to the caller's buffer and frees the
   // input slot. Runs without mutex_ (copies can be large).
   void finish(Operation& op);

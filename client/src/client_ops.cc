@@ -79,60 +79,70 @@ StatusOr<uint64_t> Client::enqueueOne(const OpSpec& spec, uint64_t group_id, uin
   auto op = std::make_unique<Operation>();
   op->type = spec.type;
   op->length = bytes;
-  std::optional<v1::CudaTensorRef> output_ref;
-  const bool has_output = spec.type == v1::ALLGATHER || spec.type == v1::ALLTOALL || spec.type == v1::REDUCESCATTER;
-  if (spec.cuda && has_output) {
-    ASSIGN_OR_RETURN(output_ref, cuda().prepareOutput(spec.name, spec.output, spec.output_bytes));
-    op->cuda_output_ref = output_ref;
-    op->cuda_output = spec.output;
-    op->output_length = spec.output_bytes;
-  }
-  if (spec.cuda && !isDataless(spec.type) && cuda().slotsExhausted()) {
-    if (Status slot = waitForCudaSlot(spec.name); !slot.isOk()) {
-      if (output_ref) cuda().releaseOutput(*output_ref);
-      return slot;
-    }
-  }
-  if (spec.cuda && !isDataless(spec.type)) {
-    // A tensor without elements still travels as CUDA (the ranks agree on
-    // the device); it takes events only when this rank gets an output.
-    auto prepared = bytes > 0 ? cuda().prepare(spec.name, spec.data, bytes, spec.stream)
-                              : cuda().prepareEmpty(spec.name, spec.stream, has_output && spec.output_bytes > 0);
-    if (!prepared.isOk()) {
-      if (output_ref) cuda().releaseOutput(*output_ref);
-      return prepared.status();
-    }
-    op->cuda = std::move(prepared).value();
-  } else if (bytes > 0 && arena_->contains(spec.data, bytes, &op->input_offset)) {
-    // Zero copy: the tensor already lives in the arena.
-  } else if (bytes > 0) {
-    ASSIGN_OR_RETURN(op->input_offset, arena_->allocate(bytes));
-    op->owns_input = true;
-    fastCopy(arena_->base() + op->input_offset, spec.data, bytes);
-    if (copiesBack(spec.type)) op->copy_back_to = spec.data;
+  if (Status placed = placeInput(spec, op.get()); !placed.isOk()) {
+    discard(*op);
+    return placed;
   }
   v1::ClientMessage message;
   v1::Enqueue* e = message.mutable_enqueue();
-  const uint64_t input_offset = op->input_offset;
-  const std::optional<v1::CudaTensorRef> cuda_ref =
-      op->cuda ? std::optional<v1::CudaTensorRef>(op->cuda->ref) : std::nullopt;
+  describeEnqueue(spec, *op, group_id, group_size, e);
+  Status admitted = okStatus();
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (!broken_.isOk() || shut_down_) {
-      if (op->owns_input) (void)arena_->release(op->input_offset);
-      if (op->cuda) (void)cuda_->complete(*op->cuda, false);
-      if (op->cuda_output_ref) cuda_->releaseOutput(*op->cuda_output_ref);
-      return broken_.isOk() ? failedPrecondition("client is shut down") : broken_;
+      admitted = broken_.isOk() ? failedPrecondition("client is shut down") : broken_;
+    } else {
+      op->handle = next_handle_++;
+      op->name = spec.name;
+      if (spec.type == v1::BARRIER && op->name.empty()) op->name = "barrier." + std::to_string(next_barrier_++);
+      if (spec.type == v1::JOIN) op->name = "join";
+      e->set_handle(op->handle);
+      e->set_name(op->name);
+      e->set_epoch(membership_.epoch);
+      ops_[op->handle] = std::move(op);
     }
-    op->handle = next_handle_++;
-    op->name = spec.name;
-    if (spec.type == v1::BARRIER && op->name.empty()) op->name = "barrier." + std::to_string(next_barrier_++);
-    if (spec.type == v1::JOIN) op->name = "join";
-    e->set_handle(op->handle);
-    e->set_name(op->name);
-    e->set_epoch(membership_.epoch);
-    ops_[op->handle] = std::move(op);
   }
+  if (!admitted.isOk()) {
+    discard(*op);  // never seen by the daemon or the reader
+    return admitted;
+  }
+  submit(message);
+  return e->handle();
+}
+
+Status Client::placeInput(const OpSpec& spec, Operation* op) {
+  const bool has_output = spec.type == v1::ALLGATHER || spec.type == v1::ALLTOALL || spec.type == v1::REDUCESCATTER;
+  if (spec.cuda && has_output) {
+    ASSIGN_OR_RETURN(op->cuda_output_ref, cuda().prepareOutput(spec.name, spec.output, spec.output_bytes));
+    op->cuda_output = spec.output;
+    op->output_length = spec.output_bytes;
+  }
+  if (spec.cuda && !isDataless(spec.type)) {
+    if (cuda().slotsExhausted()) RETURN_IF_ERROR(waitForCudaSlot(spec.name));
+    // A tensor without elements still travels as CUDA (the ranks agree on
+    // the device); it takes events only when this rank gets an output.
+    ASSIGN_OR_RETURN(op->cuda, op->length > 0
+                                   ? cuda().prepare(spec.name, spec.data, op->length, spec.stream)
+                                   : cuda().prepareEmpty(spec.name, spec.stream, has_output && spec.output_bytes > 0));
+  } else if (op->length > 0 && arena_->contains(spec.data, op->length, &op->input_offset)) {
+    // Zero copy: the tensor already lives in the arena.
+  } else if (op->length > 0) {
+    ASSIGN_OR_RETURN(op->input_offset, arena_->allocate(op->length));
+    op->owns_input = true;
+    fastCopy(arena_->base() + op->input_offset, spec.data, op->length);
+    if (copiesBack(spec.type)) op->copy_back_to = spec.data;
+  }
+  return okStatus();
+}
+
+void Client::discard(Operation& op) {
+  if (op.owns_input) (void)arena_->release(op.input_offset);
+  if (op.cuda) (void)cuda_->complete(*op.cuda, false);
+  if (op.cuda_output_ref) cuda_->releaseOutput(*op.cuda_output_ref);
+}
+
+void Client::describeEnqueue(const OpSpec& spec, const Operation& op, uint64_t group_id, uint32_t group_size,
+                             v1::Enqueue* e) {
   e->set_type(spec.type);
   e->set_dtype(spec.dtype);
   for (int64_t d : spec.shape) e->add_shape(d);
@@ -142,35 +152,35 @@ StatusOr<uint64_t> Client::enqueueOne(const OpSpec& spec, uint64_t group_id, uin
   e->set_root_rank(spec.root_rank);
   e->set_process_set_id(spec.process_set);
   for (int64_t s : spec.splits) e->add_splits(s);
-  e->set_offset(input_offset);
-  e->set_length(bytes);
+  e->set_offset(op.input_offset);
+  e->set_length(op.length);
   e->set_group_id(group_id);
   e->set_group_size(group_size);
   if (!spec.abandoned.empty()) e->set_abandoned(spec.abandoned);
   for (int rank : spec.set_ranks) e->add_process_set_ranks(rank);
   e->set_commit(spec.commit);
   e->set_target_process_set(spec.target_set);
-  if (cuda_ref) *e->mutable_cuda() = *cuda_ref;
-  if (output_ref) {
-    *e->mutable_cuda_output() = *output_ref;
+  if (op.cuda) *e->mutable_cuda() = op.cuda->ref;
+  if (op.cuda_output_ref) {
+    *e->mutable_cuda_output() = *op.cuda_output_ref;
     e->set_output_length(spec.output_bytes);
   }
+}
+
+void Client::submit(const v1::ClientMessage& message) {
   bool sent = false;
   {
     std::lock_guard<std::mutex> lock(write_mutex_);
-    if (submit_ring_ && stream_) sent = submit_ring_->push(e->SerializeAsString());
+    if (submit_ring_ && stream_) sent = submit_ring_->push(message.enqueue().SerializeAsString());
   }
-  if (!sent && !send(message)) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    auto found = ops_.find(e->handle());
-    if (found != ops_.end() && !found->second->done) {
-      auto& op_ref = found->second;
-      op_ref->status = unavailable("cannot send to gradsyncd: session stream closed");
-      op_ref->done = true;
-      cv_.notify_all();
-    }
+  if (sent || send(message)) return;
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto found = ops_.find(message.enqueue().handle());
+  if (found != ops_.end() && !found->second->done) {
+    found->second->status = unavailable("cannot send to gradsyncd: session stream closed");
+    found->second->done = true;
+    cv_.notify_all();
   }
-  return e->handle();
 }
 
 void Client::finish(Operation& op) {

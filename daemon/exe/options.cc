@@ -5,6 +5,7 @@
 #include <google/protobuf/text_format.h>
 #include <google/protobuf/util/json_util.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <fstream>
@@ -171,16 +172,22 @@ StatusOr<v1::DaemonConfig> parseConfig(const std::string& content, const std::st
   return config;
 }
 
-Status applyDefaultsAndValidate(v1::DaemonConfig* c) {
+namespace {
+
+// Zero or empty settings take their defaults: where and how the daemon
+// serves,
+void applyServingDefaults(v1::DaemonConfig* c) {
   if (c->socket_path().empty()) c->set_socket_path("/run/gradsync/gradsyncd.sock");
   if (c->handoff_socket_path().empty()) c->set_handoff_socket_path(c->socket_path() + ".handoff");
   if (c->socket_mode() == 0) c->set_socket_mode(0660);
   if (c->log_level().empty()) c->set_log_level("info");
-  if (c->cycle_time_ms() == 0) c->set_cycle_time_ms(1);
-  if (c->fusion_threshold_bytes() == 0) c->set_fusion_threshold_bytes(64 << 20);
-  if (c->stall_warning_seconds() == 0) c->set_stall_warning_seconds(60);
-  if (c->stall_deadline_seconds() == 0) c->set_stall_deadline_seconds(std::max(300u, c->stall_warning_seconds()));
-  if (c->reduce_threads() == 0) c->set_reduce_threads(std::max(1u, std::thread::hardware_concurrency()));
+  if (c->timeline_dir().empty()) c->set_timeline_dir("/var/lib/gradsync/timelines");
+  if (c->max_message_bytes() == 0) c->set_max_message_bytes(4 << 20);
+  if (c->data_plane_tcp_segment_bytes() == 0) c->set_data_plane_tcp_segment_bytes(512 << 10);
+}
+
+// the bounds on what jobs and ranks may take,
+void applyLimitDefaults(v1::DaemonConfig* c) {
   if (c->max_arena_bytes() == 0) c->set_max_arena_bytes(uint64_t{64} << 30);
   if (c->max_jobs() == 0) c->set_max_jobs(64);
   if (c->max_local_ranks() == 0) c->set_max_local_ranks(256);
@@ -189,68 +196,100 @@ Status applyDefaultsAndValidate(v1::DaemonConfig* c) {
   if (c->max_job_size() == 0) c->set_max_job_size(65536);
   if (c->max_ipc_mappings_per_rank() == 0) c->set_max_ipc_mappings_per_rank(65536);
   if (c->max_ipc_mappings() == 0) c->set_max_ipc_mappings(262144);
-  if (c->timeline_dir().empty()) c->set_timeline_dir("/var/lib/gradsync/timelines");
-  if (c->max_message_bytes() == 0) c->set_max_message_bytes(4 << 20);
-  if (c->join_timeout_seconds() == 0) c->set_join_timeout_seconds(30);
   if (c->response_cache_capacity() == 0) c->set_response_cache_capacity(4096);
-  if (c->data_plane_tcp_segment_bytes() == 0) c->set_data_plane_tcp_segment_bytes(512 << 10);
+}
+
+// and how collectives are scheduled, fused, timed out and tuned.
+void applySchedulingDefaults(v1::DaemonConfig* c) {
+  if (c->cycle_time_ms() == 0) c->set_cycle_time_ms(1);
+  if (c->fusion_threshold_bytes() == 0) c->set_fusion_threshold_bytes(64 << 20);
+  if (c->stall_warning_seconds() == 0) c->set_stall_warning_seconds(60);
+  if (c->stall_deadline_seconds() == 0) c->set_stall_deadline_seconds(std::max(300u, c->stall_warning_seconds()));
+  if (c->reduce_threads() == 0) c->set_reduce_threads(std::max(1u, std::thread::hardware_concurrency()));
+  if (c->join_timeout_seconds() == 0) c->set_join_timeout_seconds(30);
   if (c->leader_failover().empty()) c->set_leader_failover("off");
   if (c->steady_state().empty()) c->set_steady_state("rounds");
   if (c->autotune_warmup_samples() == 0) c->set_autotune_warmup_samples(3);
   if (c->autotune_steps_per_sample() == 0) c->set_autotune_steps_per_sample(10);
   if (c->autotune_samples_per_setting() == 0) c->set_autotune_samples_per_setting(5);
-  if (c->steady_state() != "rounds" && c->steady_state() != "leader") {
-    return invalidArgument("steady_state '" + c->steady_state() + "' is not one of rounds, leader");
-  }
-  if (c->leader_failover() != "off" && c->leader_failover() != "quorum") {
-    return invalidArgument("leader_failover '" + c->leader_failover() + "' is not one of off, quorum");
-  }
   if (c->gpu_cross_node().empty()) c->set_gpu_cross_node("auto");
-  if (c->gpu_cross_node() != "auto" && c->gpu_cross_node() != "staging") {
-    return invalidArgument("gpu_cross_node '" + c->gpu_cross_node() + "' is not one of auto, staging");
-  }
-  if (!c->metrics_address().empty() && c->metrics_address().find(':') == std::string::npos) {
-    return invalidArgument("metrics_address '" + c->metrics_address() + "' is not host:port");
-  }
-  if (c->socket_path().size() >= 108 || c->handoff_socket_path().size() >= 108) {
+}
+
+// A setting that must be one of `choices`.
+Status checkChoice(const std::string& name, const std::string& value, const std::vector<std::string>& choices) {
+  if (std::find(choices.begin(), choices.end(), value) != choices.end()) return okStatus();
+  std::string list;
+  for (const auto& choice : choices) list += (list.empty() ? "" : ", ") + choice;
+  return invalidArgument(name + " '" + value + "' is not one of " + list);
+}
+
+Status validateSockets(const v1::DaemonConfig& c) {
+  if (c.socket_path().size() >= 108 || c.handoff_socket_path().size() >= 108) {
     return invalidArgument("socket paths must be shorter than 108 bytes (Unix socket limit)");
   }
-  if (c->socket_path() == c->handoff_socket_path())
+  if (c.socket_path() == c.handoff_socket_path()) {
     return invalidArgument("socket_path and handoff_socket_path must differ");
-  if (c->socket_mode() & ~0770u) {
-    return invalidArgument("socket_mode " + std::to_string(c->socket_mode()) +
+  }
+  if (c.socket_mode() & ~0770u) {
+    return invalidArgument("socket_mode " + std::to_string(c.socket_mode()) +
                            " grants access to others: only owner and group bits (0770) may be set");
   }
-  RETURN_IF_ERROR(checkRange("cycle_time_ms", c->cycle_time_ms(), 1, 1000));
-  RETURN_IF_ERROR(checkRange("fusion_threshold_bytes", c->fusion_threshold_bytes(), 1, uint64_t{16} << 30));
-  RETURN_IF_ERROR(checkRange("reduce_threads", c->reduce_threads(), 1, 256));
-  RETURN_IF_ERROR(checkRange("max_jobs", c->max_jobs(), 1, 100000));
-  RETURN_IF_ERROR(checkRange("max_local_ranks", c->max_local_ranks(), 1, 65536));
-  RETURN_IF_ERROR(checkRange("max_inflight_per_rank", c->max_inflight_per_rank(), 1, 1 << 20));
-  RETURN_IF_ERROR(checkRange("max_message_bytes", c->max_message_bytes(), 4096, 1 << 30));
-  RETURN_IF_ERROR(checkRange("max_job_size", c->max_job_size(), 1, 1 << 20));
-  RETURN_IF_ERROR(checkRange("max_ipc_mappings_per_rank", c->max_ipc_mappings_per_rank(), 1, 1 << 20));
-  RETURN_IF_ERROR(checkRange("max_ipc_mappings", c->max_ipc_mappings(), 1, 1 << 24));
-  RETURN_IF_ERROR(checkRange("autotune_warmup_samples", c->autotune_warmup_samples(), 1, 1000));
-  RETURN_IF_ERROR(checkRange("autotune_steps_per_sample", c->autotune_steps_per_sample(), 1, 10000));
-  RETURN_IF_ERROR(checkRange("autotune_samples_per_setting", c->autotune_samples_per_setting(), 1, 100));
-  RETURN_IF_ERROR(checkRange("data_plane_tcp_segment_bytes", c->data_plane_tcp_segment_bytes(), 8 << 10, 16 << 20));
-  if (c->stall_deadline_seconds() < c->stall_warning_seconds()) {
-    return invalidArgument("stall_deadline_seconds (" + std::to_string(c->stall_deadline_seconds()) +
-                           ") must be at least stall_warning_seconds (" + std::to_string(c->stall_warning_seconds()) +
+  return okStatus();
+}
+
+Status validateRanges(const v1::DaemonConfig& c) {
+  RETURN_IF_ERROR(checkRange("cycle_time_ms", c.cycle_time_ms(), 1, 1000));
+  RETURN_IF_ERROR(checkRange("fusion_threshold_bytes", c.fusion_threshold_bytes(), 1, uint64_t{16} << 30));
+  RETURN_IF_ERROR(checkRange("reduce_threads", c.reduce_threads(), 1, 256));
+  RETURN_IF_ERROR(checkRange("max_jobs", c.max_jobs(), 1, 100000));
+  RETURN_IF_ERROR(checkRange("max_local_ranks", c.max_local_ranks(), 1, 65536));
+  RETURN_IF_ERROR(checkRange("max_inflight_per_rank", c.max_inflight_per_rank(), 1, 1 << 20));
+  RETURN_IF_ERROR(checkRange("max_message_bytes", c.max_message_bytes(), 4096, 1 << 30));
+  RETURN_IF_ERROR(checkRange("max_job_size", c.max_job_size(), 1, 1 << 20));
+  RETURN_IF_ERROR(checkRange("max_ipc_mappings_per_rank", c.max_ipc_mappings_per_rank(), 1, 1 << 20));
+  RETURN_IF_ERROR(checkRange("max_ipc_mappings", c.max_ipc_mappings(), 1, 1 << 24));
+  RETURN_IF_ERROR(checkRange("autotune_warmup_samples", c.autotune_warmup_samples(), 1, 1000));
+  RETURN_IF_ERROR(checkRange("autotune_steps_per_sample", c.autotune_steps_per_sample(), 1, 10000));
+  RETURN_IF_ERROR(checkRange("autotune_samples_per_setting", c.autotune_samples_per_setting(), 1, 100));
+  RETURN_IF_ERROR(checkRange("data_plane_tcp_segment_bytes", c.data_plane_tcp_segment_bytes(), 8 << 10, 16 << 20));
+  if (c.stall_deadline_seconds() < c.stall_warning_seconds()) {
+    return invalidArgument("stall_deadline_seconds (" + std::to_string(c.stall_deadline_seconds()) +
+                           ") must be at least stall_warning_seconds (" + std::to_string(c.stall_warning_seconds()) +
                            ")");
   }
-  if (c->has_peer_tls()) {
-    const auto& tls = c->peer_tls();
+  return okStatus();
+}
+
+// The metrics address, the peers' TLS files and the log level.
+Status validateEndpointsAndLogs(const v1::DaemonConfig& c) {
+  if (!c.metrics_address().empty() && c.metrics_address().find(':') == std::string::npos) {
+    return invalidArgument("metrics_address '" + c.metrics_address() + "' is not host:port");
+  }
+  if (c.has_peer_tls()) {
+    const auto& tls = c.peer_tls();
     const int set = !tls.cert_path().empty() + !tls.key_path().empty() + !tls.ca_path().empty();
     if (set != 3) return invalidArgument("peer_tls needs cert_path, key_path and ca_path together");
-    if (c->peer_address().empty()) return invalidArgument("peer_tls is set but peer_address is not");
+    if (c.peer_address().empty()) return invalidArgument("peer_tls is set but peer_address is not");
   }
-  const std::string& level = c->log_level();
+  const std::string& level = c.log_level();
   if (level != "off" && spdlog::level::from_str(level) == spdlog::level::off) {
     return invalidArgument("log_level '" + level + "' is not one of trace, debug, info, warn, error, critical, off");
   }
   return okStatus();
+}
+
+}  // namespace
+
+Status applyDefaultsAndValidate(v1::DaemonConfig* c) {
+  applyServingDefaults(c);
+  applyLimitDefaults(c);
+  applySchedulingDefaults(c);
+  RETURN_IF_ERROR(checkChoice("steady_state", c->steady_state(), {"rounds", "leader"}));
+  RETURN_IF_ERROR(checkChoice("leader_failover", c->leader_failover(), {"off", "quorum"}));
+  RETURN_IF_ERROR(checkChoice("gpu_cross_node", c->gpu_cross_node(), {"auto", "staging"}));
+  RETURN_IF_ERROR(validateEndpointsAndLogs(*c));
+  RETURN_IF_ERROR(validateSockets(*c));
+  return validateRanges(*c);
 }
 
 StatusOr<Options> parseOptions(const std::vector<std::string>& args) {
