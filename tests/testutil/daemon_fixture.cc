@@ -10,6 +10,8 @@
 #include <cstring>
 #include <regex>
 
+#include "gtest/gtest.h"
+
 namespace gradsync::testutil {
 namespace {
 
@@ -58,7 +60,18 @@ int DaemonFixture::stop() {
   return process_.wait(std::chrono::seconds(10));
 }
 
-DaemonFixture::~DaemonFixture() { stop(); }
+DaemonFixture::~DaemonFixture() {
+  if (!running_) return;  // stopped by the test, which checked how
+  const bool exited_before = !process_.running();
+  const int code = stop();
+  // Killed by the test (it SIGKILLs daemons to test their loss).
+  if (exited_before && code == 128 + SIGKILL) return;
+  // Every other daemon exits cleanly at SIGTERM: a crash, an unclean
+  // shutdown, or a leak or UB report under the sanitizers fails the test.
+  EXPECT_EQ(code, 0) << "gradsyncd (" << socket_ << ") did not exit cleanly at the end of the test: "
+                     << (exited_before ? "it had exited already" : "at SIGTERM") << " with code " << code << "\n"
+                     << log();
+}
 
 std::map<std::string, std::string> DaemonFixture::rankEnv(const std::string& job, int rank, int size,
                                                           const std::string& token) const {

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // A real gradsyncd for a test: started on sockets in a private directory,
-// stopped with SIGTERM (and its clean exit checked) at the end.
+// stopped with SIGTERM at the end, where it must exit 0 (a test failure
+// otherwise) unless the test SIGKILLed it.
 #pragma once
 
 #include <map>
