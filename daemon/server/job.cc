@@ -198,6 +198,9 @@ bool Job::removeSession(const Session& session, const std::string& cause, bool c
   std::string cross_failure;                           // the leader cannot go on
   std::optional<std::pair<int, uint64_t>> report;      // a follower's lost rank, for the leader
   std::vector<std::shared_ptr<Session>> replacements;  // its joiners, told to the leader before the loss
+  // What the other nodes hear: the job's first failure (a rank leaving a
+  // job that failed already is no news, and must not be announced first).
+  std::string announced;
   {
     MutexLock lock(mutex_);
     auto joiner = std::find_if(joiners_.begin(), joiners_.end(), [&](const auto& j) { return j.get() == &session; });
@@ -240,6 +243,7 @@ bool Job::removeSession(const Session& session, const std::string& cause, bool c
     // reported, or removes the node and so fails them).
     if (sessions_.empty() && !report) refuseJoinersLocked("every rank of the job left", &outbox);
     empty = sessions_.empty() && joiners_.empty();
+    announced = failure_.empty() ? session.describe() + " " + cause : failure_;
   }
   grant_cv_.notify_all();
   for (const auto& joiner : replacements) cross_->reportJoiner(joiner->id(), joiner->pid(), joiner->describe());
@@ -247,7 +251,7 @@ bool Job::removeSession(const Session& session, const std::string& cause, bool c
   if (!cross_failure.empty()) failJob(cross_failure, /*node_lost=*/true);
   // The other nodes first: the local ranks told next may exit at once.
   if (cross_ && !epoch_changed) {
-    cross_->announceFailure("job '" + spec_.job_id + "': " + session.describe() + " " + cause, false);
+    cross_->announceFailure("job '" + spec_.job_id + "': " + announced, false);
   }
   flush(&outbox);
   return empty;
