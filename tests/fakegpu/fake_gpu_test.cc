@@ -3,6 +3,8 @@
 // processes whose "device memory" comes from a stand-in CUDA driver, a real
 // gradsyncd (over a host-memory GPU) reached through the same hand-off
 // frames, validation, executor and completion as on a GPU.
+#include <signal.h>
+
 #include <regex>
 
 #include "gtest/gtest.h"
@@ -46,7 +48,7 @@ TEST_F(FakeGpuTest, ARankKilledMidCollectiveIsNamedAndTheDaemonGoesOn) {
   std::vector<Process> ranks;
   for (int r = 0; r < 3; ++r) ranks.push_back(daemon_.spawnRank("cuda-kill", r, 3, {"fake_cuda_kill"}, fakeDriver()));
   for (int r = 0; r < 2; ++r) EXPECT_EQ(ranks[r].wait(kTimeout), 0) << ranks[r].log() << daemon_.log();
-  EXPECT_NE(ranks[2].wait(kTimeout), 0);  // killed itself
+  EXPECT_EQ(ranks[2].wait(kTimeout), 128 + SIGKILL) << ranks[2].log();  // killed itself
   // A new job runs on the same daemon (the dead rank's mappings went to the
   // reaper; client_gpu_test checks that they are unmapped after last use).
   std::vector<Process> next;
