@@ -127,7 +127,7 @@ CudaSession& Client::cuda() {
 }
 
 Status Client::exchangeHandoff(const v1::HandoffRequest& request, v1::HandoffResponse* response, int fd) {
-  std::lock_guard<std::mutex> lock(handoff_mutex_);
+  MutexLock lock(handoff_mutex_);
   if (!handoff_fd_.valid()) return failedPrecondition("the hand-off connection is closed");
   return handoff::exchangeFrames(handoff_fd_.get(), request, response, toMillis(options_.connect_timeout_seconds), fd);
 }
@@ -214,16 +214,16 @@ Status Client::openSession() {
   hello.mutable_hello()->set_session_secret(session_secret_);
   if (!send(hello)) return unavailable("session stream closed before hello");
   reader_ = std::thread([this] { readerLoop(); });
-  std::unique_lock<std::mutex> lock(mutex_);
-  const bool opened =
-      cv_.wait_for(lock, toMillis(options_.connect_timeout_seconds), [&] { return session_open_ || !broken_.isOk(); });
+  MutexLock lock(mutex_);
+  const bool opened = cv_.wait_for(lock, toMillis(options_.connect_timeout_seconds),
+                                   [&]() GS_REQUIRES(mutex_) { return session_open_ || !broken_.isOk(); });
   if (session_open_) return okStatus();
   if (!opened) stream_context_.TryCancel();
   return broken_.isOk() ? deadlineExceeded("no session acknowledgement from gradsyncd") : broken_;
 }
 
 bool Client::send(const v1::ClientMessage& message) {
-  std::lock_guard<std::mutex> lock(write_mutex_);
+  MutexLock lock(write_mutex_);
   return stream_ && stream_->Write(message);
 }
 
@@ -232,7 +232,7 @@ void Client::readerLoop() {
   while (stream_->Read(&message)) {
     switch (message.msg_case()) {
       case v1::DaemonMessage::kHelloAck: {
-        std::lock_guard<std::mutex> lock(mutex_);
+        MutexLock lock(mutex_);
         session_open_ = true;
         cv_.notify_all();
         break;
@@ -254,7 +254,7 @@ void Client::readerLoop() {
     }
   }
   grpc::Status status = stream_->Finish();
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   broken_ = shut_down_ ? cancelled("client shut down")
                        : Status(StatusCode::kUnavailable,
                                 "session with gradsyncd ended: " +
@@ -267,7 +267,7 @@ void Client::readerLoop() {
 
 void Client::onDone(const v1::Done& done) {
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     applyDoneLocked(done);
   }
   wakeWaiters();
@@ -307,7 +307,7 @@ void Client::onOutputRequest(const v1::OutputRequest& request) {
   v1::OutputGrant* grant = message.mutable_output_grant();
   grant->set_handle(request.handle());
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     auto it = ops_.find(request.handle());
     if (it == ops_.end() || it->second->has_output) {
       grant->set_error("unknown handle or output already granted");

@@ -18,6 +18,8 @@
 #include <thread>
 #include <vector>
 
+#include "base/mutex.h"
+#include "base/thread_annotations.h"
 #include "base/unique_fd.h"
 #include "client/src/arena.h"
 #include "client/src/autotune_log.h"
@@ -205,13 +207,13 @@ class Client {
   Status openSession();
   void readerLoop();
   void onDone(const v1::Done& done);
-  void applyDoneLocked(const v1::Done& done);
-  // Applies every Done waiting in the completion ring. Needs mutex_.
-  void drainCompletionsLocked();
+  void applyDoneLocked(const v1::Done& done) GS_REQUIRES(mutex_);
+  // Applies every Done waiting in the completion ring.
+  void drainCompletionsLocked() GS_REQUIRES(mutex_);
   void wakeWaiters();
   void onOutputRequest(const v1::OutputRequest& request);
   void onMembershipChange(const v1::MembershipChange& change);
-  void failAllLocked(const Status& status);
+  void failAllLocked(const Status& status) GS_REQUIRES(mutex_);
   StatusOr<uint64_t> enqueueOne(const OpSpec& spec, uint64_t group_id, uint32_t group_size);
   // Where `op`'s input (op->length bytes) goes: a CUDA tensor's event slot
   // and its output, the arena in place, or a copy in the arena. What it
@@ -262,10 +264,10 @@ class Client {
   std::string session_secret_;
   std::unique_ptr<Arena> arena_;
   std::string handoff_path_;
-  std::unique_ptr<handoff::RingProducer> submit_ring_;    // guarded by write_mutex_
+  std::unique_ptr<handoff::RingProducer> submit_ring_ GS_PT_GUARDED_BY(write_mutex_);
   std::unique_ptr<handoff::RingConsumer> complete_ring_;  // pop guarded by mutex_
   UniqueFd handoff_fd_;
-  std::mutex handoff_mutex_;              // one hand-off exchange at a time
+  Mutex handoff_mutex_;                   // one hand-off exchange at a time
   std::vector<std::string> daemon_gpus_;  // from Register
   std::once_flag cuda_once_;
   std::unique_ptr<CudaSession> cuda_;
@@ -274,22 +276,22 @@ class Client {
   std::unique_ptr<AutotuneLog> autotune_log_;  // rank 0 with GRADSYNC_AUTOTUNE_LOG; written by reader_
   std::thread reader_;
 
-  std::mutex write_mutex_;
-  mutable std::mutex mutex_;
-  std::condition_variable cv_;
-  std::map<uint64_t, std::unique_ptr<Operation>> ops_;
-  bool session_open_ = false;
-  bool reader_done_ = false;
-  Status broken_;  // non-OK once the session ended
-  uint64_t next_handle_ = 1;
-  uint64_t next_barrier_ = 1;
-  uint64_t next_set_change_ = 0;
-  std::map<int, std::vector<int>> process_sets_;          // known sets, 0 included
-  Membership membership_;                                 // current (guarded by mutex_)
-  std::optional<Membership> next_membership_;             // announced, not yet taken up
-  std::string join_refused_;                              // a joiner's refusal (MembershipChange.refused)
-  uint64_t next_commit_ = 0;                              // names of commit barriers, per epoch
-  SpinPolicy completion_spin_{options_.completion_spin};  // guarded by mutex_
+  Mutex write_mutex_;
+  mutable Mutex mutex_;
+  CondVar cv_;
+  std::map<uint64_t, std::unique_ptr<Operation>> ops_ GS_GUARDED_BY(mutex_);
+  bool session_open_ GS_GUARDED_BY(mutex_) = false;
+  bool reader_done_ GS_GUARDED_BY(mutex_) = false;
+  Status broken_ GS_GUARDED_BY(mutex_);  // non-OK once the session ended
+  uint64_t next_handle_ GS_GUARDED_BY(mutex_) = 1;
+  uint64_t next_barrier_ GS_GUARDED_BY(mutex_) = 1;
+  uint64_t next_set_change_ GS_GUARDED_BY(mutex_) = 0;
+  std::map<int, std::vector<int>> process_sets_ GS_GUARDED_BY(mutex_);  // known sets, 0 included
+  Membership membership_ GS_GUARDED_BY(mutex_);                         // current
+  std::optional<Membership> next_membership_ GS_GUARDED_BY(mutex_);     // announced, not yet taken up
+  std::string join_refused_ GS_GUARDED_BY(mutex_);                      // a joiner's refusal (MembershipChange.refused)
+  uint64_t next_commit_ GS_GUARDED_BY(mutex_) = 0;                      // names of commit barriers, per epoch
+  SpinPolicy completion_spin_ GS_GUARDED_BY(mutex_){options_.completion_spin};
   std::atomic<bool> shut_down_{false};
 };
 

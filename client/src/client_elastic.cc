@@ -10,12 +10,12 @@
 namespace gradsync::client {
 
 Membership Client::membership() const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   return membership_;
 }
 
 void Client::onMembershipChange(const v1::MembershipChange& change) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   if (change.refused()) {
     join_refused_ = change.cause();
     cv_.notify_all();
@@ -27,9 +27,9 @@ void Client::onMembershipChange(const v1::MembershipChange& change) {
 }
 
 StatusOr<Membership> Client::rejoin(double timeout_seconds) {
-  std::unique_lock<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   if (!options_.elastic) return failedPrecondition("the job is not elastic (GRADSYNC_ELASTIC): nothing to rejoin");
-  const auto ready = [&] {
+  const auto ready = [&]() GS_REQUIRES(mutex_) {
     return next_membership_.has_value() || !join_refused_.empty() || !broken_.isOk() || shut_down_;
   };
   if (timeout_seconds > 0) {
@@ -60,7 +60,7 @@ StatusOr<Membership> Client::rejoin(double timeout_seconds) {
 }
 
 bool Client::membershipChanged(uint64_t handle) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   auto it = ops_.find(handle);
   return it != ops_.end() && it->second->membership_changed;
 }
@@ -71,7 +71,7 @@ StatusOr<bool> Client::commitBarrier(double timeout_seconds, bool* retriable) {
   spec.type = v1::BARRIER;
   spec.commit = true;
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     spec.name = "elastic.commit." + std::to_string(next_commit_++);
   }
   ASSIGN_OR_RETURN(uint64_t handle, enqueue(spec));
@@ -92,7 +92,7 @@ Status Client::finishBlocking(uint64_t handle, double timeout_seconds, const std
     if (!done.isOk() || !*done) return Status(waited.code(), what + ": " + waited.message());
   }
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     auto it = ops_.find(handle);
     if (it != ops_.end()) read(*it->second);
   }

@@ -88,7 +88,7 @@ StatusOr<uint64_t> Client::enqueueOne(const OpSpec& spec, uint64_t group_id, uin
   describeEnqueue(spec, *op, group_id, group_size, e);
   Status admitted = okStatus();
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     if (!broken_.isOk() || shut_down_) {
       admitted = broken_.isOk() ? failedPrecondition("client is shut down") : broken_;
     } else {
@@ -170,11 +170,11 @@ void Client::describeEnqueue(const OpSpec& spec, const Operation& op, uint64_t g
 void Client::submit(const v1::ClientMessage& message) {
   bool sent = false;
   {
-    std::lock_guard<std::mutex> lock(write_mutex_);
+    MutexLock lock(write_mutex_);
     if (submit_ring_ && stream_) sent = submit_ring_->push(message.enqueue().SerializeAsString());
   }
   if (sent || send(message)) return;
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   auto found = ops_.find(message.enqueue().handle());
   if (found != ops_.end() && !found->second->done) {
     found->second->status = unavailable("cannot send to gradsyncd: session stream closed");
@@ -207,13 +207,13 @@ void Client::finish(Operation& op) {
 }
 
 Status Client::brokenStatus() {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   return broken_;
 }
 
 Status Client::waitForCudaSlot(const std::string& name) {
   const auto deadline = std::chrono::steady_clock::now() + kCudaDoneLimit;
-  std::unique_lock<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   for (;;) {
     drainCompletionsLocked();
     // Lock order mutex_, then the CUDA session's: as everywhere else.
@@ -238,7 +238,7 @@ Status Client::waitForCudaSlot(const std::string& name) {
 }
 
 StatusOr<bool> Client::poll(uint64_t handle) {
-  std::unique_lock<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   drainCompletionsLocked();
   auto it = ops_.find(handle);
   if (it == ops_.end()) return notFound("unknown handle " + std::to_string(handle));
@@ -249,7 +249,7 @@ StatusOr<bool> Client::poll(uint64_t handle) {
 }
 
 Status Client::wait(uint64_t handle, double timeout_seconds) {
-  std::unique_lock<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   auto it = ops_.find(handle);
   if (it == ops_.end()) return notFound("unknown handle " + std::to_string(handle));
   Operation& op = *it->second;
@@ -292,7 +292,7 @@ Status Client::wait(uint64_t handle, double timeout_seconds) {
 }
 
 StatusOr<OpResult> Client::result(uint64_t handle) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   auto it = ops_.find(handle);
   if (it == ops_.end()) return notFound("unknown handle " + std::to_string(handle));
   const Operation& op = *it->second;
@@ -314,7 +314,7 @@ StatusOr<OpResult> Client::result(uint64_t handle) {
 }
 
 const int64_t* Client::receivedSplits(uint64_t handle) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   auto it = ops_.find(handle);
   if (it == ops_.end() || it->second->received_splits.empty()) return nullptr;
   return it->second->received_splits.data();
@@ -323,7 +323,7 @@ const int64_t* Client::receivedSplits(uint64_t handle) {
 Status Client::release(uint64_t handle) {
   std::unique_ptr<Operation> op;
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     auto it = ops_.find(handle);
     if (it == ops_.end()) return notFound("unknown handle " + std::to_string(handle));
     if (!it->second->done) return failedPrecondition("operation '" + it->second->name + "' is still in flight");
@@ -342,11 +342,12 @@ void Client::shutdown() {
   if (shut_down_.exchange(true)) return;
   if (stream_) {
     {
-      std::lock_guard<std::mutex> lock(write_mutex_);
+      MutexLock lock(write_mutex_);
       stream_->WritesDone();
     }
-    std::unique_lock<std::mutex> lock(mutex_);
-    if (!cv_.wait_for(lock, std::chrono::seconds(5), [&] { return reader_done_; })) stream_context_.TryCancel();
+    MutexLock lock(mutex_);
+    if (!cv_.wait_for(lock, std::chrono::seconds(5), [&]() GS_REQUIRES(mutex_) { return reader_done_; }))
+      stream_context_.TryCancel();
   }
   if (reader_.joinable()) reader_.join();
   handoff_fd_.reset();

@@ -19,7 +19,7 @@ std::string ranksText(const std::vector<int>& ranks) {
 
 StatusOr<int> Client::changeProcessSets(OpSpec spec, const Status& invalid, double timeout_seconds) {
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     // Every rank changes its sets in the same order: the names pair up.
     spec.name = "process_set.change." + std::to_string(next_set_change_++);
   }
@@ -47,7 +47,7 @@ StatusOr<int> Client::addProcessSet(std::vector<int> ranks, double timeout_secon
     }
   }
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     for (const auto& [id, members] : process_sets_) {
       if (invalid.isOk() && members == ranks) {
         invalid =
@@ -59,7 +59,7 @@ StatusOr<int> Client::addProcessSet(std::vector<int> ranks, double timeout_secon
   spec.type = v1::PROCESS_SET_ADD;
   spec.set_ranks = ranks;
   ASSIGN_OR_RETURN(int id, changeProcessSets(std::move(spec), invalid, timeout_seconds));
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   process_sets_[id] = std::move(ranks);
   return id;
 }
@@ -68,20 +68,20 @@ Status Client::removeProcessSet(int id, double timeout_seconds) {
   Status invalid = okStatus();
   if (id == 0) invalid = invalidArgument("the global process set (id 0) cannot be removed");
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     if (invalid.isOk() && !process_sets_.count(id)) invalid = notFound("there is no process set " + std::to_string(id));
   }
   OpSpec spec;
   spec.type = v1::PROCESS_SET_REMOVE;
   spec.target_set = id;
   RETURN_IF_ERROR(changeProcessSets(std::move(spec), invalid, timeout_seconds).status());
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   process_sets_.erase(id);
   return okStatus();
 }
 
 StatusOr<std::vector<int>> Client::processSetRanks(int id) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   auto it = process_sets_.find(id);
   if (it == process_sets_.end()) return notFound("there is no process set " + std::to_string(id));
   return it->second;
