@@ -108,7 +108,7 @@ JobRegistry::JobRegistry(RegistryLimits limits, executor::ReducePool* pool)
 JobRegistry::~JobRegistry() {
   stopAll("daemon shutting down");
   {
-    std::lock_guard<std::mutex> lock(reaper_mutex_);
+    MutexLock lock(reaper_mutex_);
     reaper_stopping_ = true;
   }
   reaper_cv_.notify_all();
@@ -118,16 +118,16 @@ JobRegistry::~JobRegistry() {
 void JobRegistry::retire(std::shared_ptr<Job> job) {
   if (!job) return;
   {
-    std::lock_guard<std::mutex> lock(reaper_mutex_);
+    MutexLock lock(reaper_mutex_);
     retiring_.push_back(std::move(job));
   }
   reaper_cv_.notify_one();
 }
 
 void JobRegistry::reap() {
-  std::unique_lock<std::mutex> lock(reaper_mutex_);
+  MutexLock lock(reaper_mutex_);
   for (;;) {
-    reaper_cv_.wait(lock, [&] { return reaper_stopping_ || !retiring_.empty(); });
+    reaper_cv_.wait(lock, [&]() GS_REQUIRES(reaper_mutex_) { return reaper_stopping_ || !retiring_.empty(); });
     if (retiring_.empty()) return;  // stopping, nothing left
     std::shared_ptr<Job> job = std::move(retiring_.front());
     retiring_.pop_front();
@@ -168,26 +168,26 @@ Status JobRegistry::checkJobMatches(const Job& job, const v1::RegisterRequest& r
 }
 
 StatusOr<std::shared_ptr<Session>> JobRegistry::registerRank(const v1::RegisterRequest& request) {
-  ASSIGN_OR_RETURN(auto session, registerLocked(request));
+  ASSIGN_OR_RETURN(auto session, addRegistration(request));
   auto job = jobOf(*session);
   if (job) job->startCrossNodeIfComplete();
   return session;
 }
 
 std::shared_ptr<Job> JobRegistry::findJob(const std::string& job_id) const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   auto it = jobs_.find(job_id);
   return it == jobs_.end() ? nullptr : it->second;
 }
 
-StatusOr<std::shared_ptr<Session>> JobRegistry::registerLocked(const v1::RegisterRequest& request) {
+StatusOr<std::shared_ptr<Session>> JobRegistry::addRegistration(const v1::RegisterRequest& request) {
   RETURN_IF_ERROR(checkIdentity(request, limits_.max_local_ranks, limits_.max_job_size));
   uint64_t id = 0;
   SessionSecret secret{};
   RETURN_IF_ERROR(randomBytes(&id, sizeof(id)));
   RETURN_IF_ERROR(randomBytes(secret.data(), secret.size()));
 
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   while (id == 0 || sessions_.count(id)) ++id;
   auto it = jobs_.find(request.job_id());
   std::shared_ptr<Job> job;
@@ -248,13 +248,13 @@ StatusOr<std::shared_ptr<Job>> JobRegistry::joinRunningJob(const v1::RegisterReq
 }
 
 std::shared_ptr<Session> JobRegistry::findSession(uint64_t session_id) const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   auto it = sessions_.find(session_id);
   return it == sessions_.end() ? nullptr : it->second.session;
 }
 
 std::shared_ptr<Job> JobRegistry::jobOf(const Session& session) const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   auto it = sessions_.find(session.id());
   return it == sessions_.end() ? nullptr : it->second.job;
 }
@@ -263,7 +263,7 @@ void JobRegistry::sessionLost(uint64_t session_id, const std::string& cause, boo
   std::shared_ptr<Job> job;
   std::shared_ptr<Session> session;
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     auto it = sessions_.find(session_id);
     if (it == sessions_.end()) return;
     job = it->second.job;
@@ -273,7 +273,7 @@ void JobRegistry::sessionLost(uint64_t session_id, const std::string& cause, boo
   GS_LOG(control, info, "job '{}': {} left: {}", job->spec().job_id, session->describe(), cause);
   const bool empty = job->removeSession(*session, cause, crashed);
   if (empty) {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     auto it = jobs_.find(job->spec().job_id);
     if (it != jobs_.end() && it->second == job) {
       jobs_.erase(it);
@@ -297,7 +297,7 @@ void JobRegistry::housekeeping(Clock::time_point now) {
   std::vector<std::shared_ptr<Job>> jobs;
   std::vector<uint64_t> expired;
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     for (const auto& [id, job] : jobs_) jobs.push_back(job);
     for (const auto& [id, entry] : sessions_) {
       if (entry.session->arena() == nullptr && now - entry.registered > limits_.handoff_timeout) expired.push_back(id);
@@ -318,7 +318,7 @@ void JobRegistry::housekeeping(Clock::time_point now) {
 void JobRegistry::stopAll(const std::string& reason) {
   std::map<std::string, std::shared_ptr<Job>> jobs;
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     jobs = jobs_;
   }
   for (auto& [id, job] : jobs) job->stop(reason, /*daemon_stopping=*/true);
@@ -328,7 +328,7 @@ std::vector<v1::JobInfo> JobRegistry::jobInfos(const std::string& only_job, bool
   std::vector<std::shared_ptr<Job>> jobs;
   std::vector<v1::JobInfo> infos;
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     for (const auto& [id, job] : jobs_) {
       if (only_job.empty() || id == only_job) jobs.push_back(job);
     }
@@ -341,24 +341,24 @@ std::vector<v1::JobInfo> JobRegistry::jobInfos(const std::string& only_job, bool
 }
 
 void JobRegistry::setPeerAddress(const std::string& address) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   limits_.job.peer_address = address;
 }
 
 void JobRegistry::setPeerCredentials(std::shared_ptr<grpc::ChannelCredentials> credentials) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   limits_.job.peer_credentials = std::move(credentials);
 }
 
 size_t JobRegistry::jobCount() const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   return jobs_.size();
 }
 
 std::vector<v1::JobTensors> JobRegistry::jobTensors(const std::string& only_job) const {
   std::vector<std::shared_ptr<Job>> jobs;
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     for (const auto& [id, job] : jobs_) {
       if (only_job.empty() || id == only_job) jobs.push_back(job);
     }
@@ -369,7 +369,7 @@ std::vector<v1::JobTensors> JobRegistry::jobTensors(const std::string& only_job)
 }
 
 size_t JobRegistry::sessionCount() const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   return sessions_.size();
 }
 

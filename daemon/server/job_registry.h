@@ -4,7 +4,6 @@
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
 #include <deque>
 #include <map>
 #include <memory>
@@ -13,6 +12,8 @@
 #include <thread>
 #include <vector>
 
+#include "base/mutex.h"
+#include "base/thread_annotations.h"
 #include "daemon/executor/reduce_pool.h"
 #include "daemon/server/job.h"
 #include "proto/gradsync/v1/control.pb.h"
@@ -82,26 +83,27 @@ class JobRegistry {
     Clock::time_point registered;
   };
   Status checkJobMatches(const Job& job, const v1::RegisterRequest& request) const;
-  StatusOr<std::shared_ptr<Session>> registerLocked(const v1::RegisterRequest& request);
+  // Checks and records a registration (takes mutex_).
+  StatusOr<std::shared_ptr<Session>> addRegistration(const v1::RegisterRequest& request) GS_EXCLUDES(mutex_);
   // A joiner for an elastic job spanning daemons that runs nothing here
-  // yet: the job, made for it (this node joins as a candidate). Needs mutex_.
-  StatusOr<std::shared_ptr<Job>> joinRunningJob(const v1::RegisterRequest& request);
-  Status roomForAnotherJobLocked() const;  // max_jobs
+  // yet: the job, made for it (this node joins as a candidate).
+  StatusOr<std::shared_ptr<Job>> joinRunningJob(const v1::RegisterRequest& request) GS_REQUIRES(mutex_);
+  Status roomForAnotherJobLocked() const GS_REQUIRES(mutex_);  // max_jobs
 
   RegistryLimits limits_;  // peer_address set once at start
   std::atomic<bool> draining_{false};
   executor::ReducePool* pool_;
-  mutable std::mutex mutex_;
-  std::map<std::string, std::shared_ptr<Job>> jobs_;
-  std::map<uint64_t, SessionEntry> sessions_;
-  std::deque<v1::JobInfo> ended_;  // the last elastic jobs that ended, oldest first
+  mutable Mutex mutex_;
+  std::map<std::string, std::shared_ptr<Job>> jobs_ GS_GUARDED_BY(mutex_);
+  std::map<uint64_t, SessionEntry> sessions_ GS_GUARDED_BY(mutex_);
+  std::deque<v1::JobInfo> ended_ GS_GUARDED_BY(mutex_);  // the last elastic jobs that ended, oldest first
 
   // retire(): references dropped by reaper_ (under reaper_mutex_).
   void reap();
-  std::mutex reaper_mutex_;
-  std::condition_variable reaper_cv_;
-  std::deque<std::shared_ptr<Job>> retiring_;
-  bool reaper_stopping_ = false;
+  Mutex reaper_mutex_;
+  CondVar reaper_cv_;
+  std::deque<std::shared_ptr<Job>> retiring_ GS_GUARDED_BY(reaper_mutex_);
+  bool reaper_stopping_ GS_GUARDED_BY(reaper_mutex_) = false;
   std::thread reaper_;
 };
 

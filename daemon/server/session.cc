@@ -13,7 +13,7 @@ bool Session::secretMatches(const uint8_t* secret, size_t len) const {
 }
 
 Status Session::attachArena(std::unique_ptr<handoff::ShmArena> arena, Budget::Lease lease, int64_t pid) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   if (arena_) return failedPrecondition("session " + std::to_string(id_) + " already has an arena");
   arena_ = std::move(arena);
   arena_lease_ = std::move(lease);
@@ -26,7 +26,7 @@ Status Session::attachArena(std::unique_ptr<handoff::ShmArena> arena, Budget::Le
     if (reinterpret_cast<volatile uint32_t&>(block->magic) == handoff::kRingMagic) {
       control_ = block;
       submit_ring_ = std::make_unique<handoff::RingConsumer>(&block->submit, block->submit_slots);
-      std::lock_guard<std::mutex> write_lock(write_mutex_);
+      MutexLock write_lock(write_mutex_);
       complete_ring_ = std::make_unique<handoff::RingProducer>(&block->complete, block->complete_slots);
     }
   }
@@ -34,21 +34,21 @@ Status Session::attachArena(std::unique_ptr<handoff::ShmArena> arena, Budget::Le
 }
 
 Status Session::attachGpu(std::shared_ptr<gpu::ClientGpu> gpu) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   if (gpu_) return failedPrecondition("rank " + std::to_string(rank()) + " attached its GPU already");
   gpu_ = std::move(gpu);
   return okStatus();
 }
 
 std::shared_ptr<gpu::ClientGpu> Session::gpu() const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   return gpu_;
 }
 
 void Session::releaseGpu() {
   std::shared_ptr<gpu::ClientGpu> gone;
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     gone = std::move(gpu_);
   }
   if (gone) gone->detach();
@@ -57,17 +57,17 @@ void Session::releaseGpu() {
 }
 
 const handoff::ShmArena* Session::arena() const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   return arena_.get();
 }
 
 int64_t Session::pid() const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   return pid_;
 }
 
 bool Session::attachStream(SessionStream* stream, grpc::ServerContext* context) {
-  std::lock_guard<std::mutex> lock(write_mutex_);
+  MutexLock lock(write_mutex_);
   if (stream_ != nullptr || writer_.joinable()) return false;
   stream_ = stream;
   context_ = context;
@@ -81,27 +81,27 @@ void Session::writerLoop() {
   for (;;) {
     v1::DaemonMessage message;
     {
-      std::unique_lock<std::mutex> lock(write_mutex_);
-      write_cv_.wait(lock, [&] { return writer_stop_ || !queue_.empty(); });
+      MutexLock lock(write_mutex_);
+      write_cv_.wait(lock, [&]() GS_REQUIRES(write_mutex_) { return writer_stop_ || !queue_.empty(); });
       if (queue_.empty()) break;  // stopping, everything written
       message = std::move(queue_.front());
       queue_.pop_front();
     }
     if (!stream_->Write(message)) break;  // the call ended
   }
-  std::lock_guard<std::mutex> lock(write_mutex_);
+  MutexLock lock(write_mutex_);
   queue_.clear();
   writer_done_ = true;
   write_cv_.notify_all();
 }
 
 void Session::detachStream() {
-  std::unique_lock<std::mutex> lock(write_mutex_);
+  MutexLock lock(write_mutex_);
   if (!writer_.joinable()) return;
   writer_stop_ = true;
   stream_attached_.store(false);
   write_cv_.notify_all();
-  if (!write_cv_.wait_for(lock, std::chrono::seconds(1), [&] { return writer_done_; })) {
+  if (!write_cv_.wait_for(lock, std::chrono::seconds(1), [&]() GS_REQUIRES(write_mutex_) { return writer_done_; })) {
     context_->TryCancel();  // the client does not read: unblock the writer
   }
   lock.unlock();
@@ -114,7 +114,7 @@ void Session::detachStream() {
 bool Session::streamAttached() const { return stream_attached_.load(); }
 
 void Session::cancel() {
-  std::lock_guard<std::mutex> lock(write_mutex_);
+  MutexLock lock(write_mutex_);
   if (context_ != nullptr) context_->TryCancel();
 }
 
@@ -130,7 +130,7 @@ bool Session::processStopped() const {
 }
 
 bool Session::send(const v1::DaemonMessage& message) {
-  std::lock_guard<std::mutex> lock(write_mutex_);
+  MutexLock lock(write_mutex_);
   if (stream_ == nullptr || writer_stop_ || writer_done_) return false;
   if (complete_ring_ && message.has_done()) {
     if (complete_ring_->push(message.done().SerializeAsString())) return true;
@@ -156,17 +156,17 @@ std::string Session::describe() const {
 }
 
 bool Session::addHandle(uint64_t handle) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   return handles_.insert(handle).second;
 }
 
 size_t Session::handlesInFlight() const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   return handles_.size();
 }
 
 void Session::removeHandle(uint64_t handle) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   handles_.erase(handle);
 }
 

@@ -17,6 +17,8 @@
 #include <string>
 #include <thread>
 
+#include "base/mutex.h"
+#include "base/thread_annotations.h"
 #include "daemon/common/budget.h"
 #include "daemon/gpu/client_gpu.h"
 #include "handoff/ring.h"
@@ -108,25 +110,25 @@ class Session {
   const RankIdentity identity_;
   std::atomic<int> rank_;
 
-  mutable std::mutex mutex_;
+  mutable Mutex mutex_;
   std::unique_ptr<handoff::ShmArena> arena_;
   Budget::Lease arena_lease_;
-  int64_t pid_ = 0;
-  std::shared_ptr<gpu::ClientGpu> gpu_;
-  std::set<uint64_t> handles_;
+  int64_t pid_ GS_GUARDED_BY(mutex_) = 0;
+  std::shared_ptr<gpu::ClientGpu> gpu_ GS_GUARDED_BY(mutex_);
+  std::set<uint64_t> handles_ GS_GUARDED_BY(mutex_);
   handoff::ArenaControl* control_ = nullptr;  // inside the arena; set once at hand-off
   std::unique_ptr<handoff::RingConsumer> submit_ring_;
-  std::unique_ptr<handoff::RingProducer> complete_ring_;  // guarded by write_mutex_
+  std::unique_ptr<handoff::RingProducer> complete_ring_ GS_GUARDED_BY(write_mutex_);
 
   void writerLoop();
 
-  mutable std::mutex write_mutex_;  // the completion ring and the queue below
-  std::condition_variable write_cv_;
+  mutable Mutex write_mutex_;  // the completion ring and the queue below
+  CondVar write_cv_;
   SessionStream* stream_ = nullptr;  // written by writer_ only
   grpc::ServerContext* context_ = nullptr;
-  std::deque<v1::DaemonMessage> queue_;
-  bool writer_stop_ = false;
-  bool writer_done_ = false;
+  std::deque<v1::DaemonMessage> queue_ GS_GUARDED_BY(write_mutex_);
+  bool writer_stop_ GS_GUARDED_BY(write_mutex_) = false;
+  bool writer_done_ GS_GUARDED_BY(write_mutex_) = false;
   std::thread writer_;
   std::atomic<bool> stream_attached_{false};
 };
