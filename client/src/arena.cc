@@ -46,6 +46,7 @@ Arena::Arena(UniqueFd fd, uint8_t* base, uint64_t size) : fd_(std::move(fd)), ba
 }
 
 Arena::~Arena() {
+  MutexLock lock(mutex_);  // (no other thread holds it any more)
   if (allocated_.empty()) {
     ::munmap(base_, size_);
   } else {
@@ -69,7 +70,7 @@ void Arena::moveLiveBlocksToPrivateMemory() {
 StatusOr<uint64_t> Arena::allocate(uint64_t bytes) {
   const uint64_t want = bytes == 0 ? kAlign : (bytes + kAlign - 1) & ~(kAlign - 1);
   if (want < bytes) return resourceExhausted("allocation too large");
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   for (auto it = free_.begin(); it != free_.end(); ++it) {
     if (it->second < want) continue;
     const uint64_t offset = it->first;
@@ -85,7 +86,7 @@ StatusOr<uint64_t> Arena::allocate(uint64_t bytes) {
 }
 
 Status Arena::release(uint64_t offset) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   auto it = allocated_.find(offset);
   if (it == allocated_.end()) return invalidArgument("arena offset " + std::to_string(offset) + " is not allocated");
   uint64_t start = offset;
@@ -124,7 +125,7 @@ uint64_t Arena::bytesInUseLocked() const {
 }
 
 uint64_t Arena::bytesInUse() const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   return bytesInUseLocked();
 }
 

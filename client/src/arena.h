@@ -8,7 +8,9 @@
 #include <memory>
 #include <mutex>
 
+#include "base/mutex.h"
 #include "base/status.h"
+#include "base/thread_annotations.h"
 #include "base/unique_fd.h"
 #include "handoff/shm_layout.h"
 
@@ -42,15 +44,15 @@ class Arena {
 
  private:
   Arena(UniqueFd fd, uint8_t* base, uint64_t size);
-  uint64_t bytesInUseLocked() const;
-  void moveLiveBlocksToPrivateMemory();
+  uint64_t bytesInUseLocked() const GS_REQUIRES(mutex_);
+  void moveLiveBlocksToPrivateMemory() GS_REQUIRES(mutex_);
 
   UniqueFd fd_;
   uint8_t* base_;
   uint64_t size_;
-  mutable std::mutex mutex_;
-  std::map<uint64_t, uint64_t> free_;       // offset -> length
-  std::map<uint64_t, uint64_t> allocated_;  // offset -> length
+  mutable Mutex mutex_;
+  std::map<uint64_t, uint64_t> free_ GS_GUARDED_BY(mutex_);       // offset -> length
+  std::map<uint64_t, uint64_t> allocated_ GS_GUARDED_BY(mutex_);  // offset -> length
 };
 
 }  // namespace gradsync::client

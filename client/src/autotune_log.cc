@@ -25,7 +25,7 @@ void AutotuneLog::write(const v1::AutotuneSample& sample) {
   for (char& c : phase) {
     if (c == ',' || c == '\n' || c == '\r' || c == '"') c = ' ';
   }
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   std::fprintf(file_, "%llu,%g,%.1f,%s\n", static_cast<unsigned long long>(sample.fusion_threshold_bytes()),
                sample.cycle_time_ms(), sample.bytes_per_second(), phase.c_str());
   std::fflush(file_);

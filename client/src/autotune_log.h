@@ -11,7 +11,9 @@
 #include <mutex>
 #include <string>
 
+#include "base/mutex.h"
 #include "base/status.h"
+#include "base/thread_annotations.h"
 #include "proto/gradsync/v1/control.pb.h"
 
 namespace gradsync::client {
@@ -31,7 +33,7 @@ class AutotuneLog {
 
  private:
   explicit AutotuneLog(std::FILE* file) : file_(file) {}
-  std::mutex mutex_;
+  Mutex mutex_;
   std::FILE* file_;
 };
 

@@ -4,7 +4,7 @@
 namespace gradsync {
 
 bool LogSite::admit(const std::string& message, Clock::time_point now, uint64_t* dropped) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   auto it = recent_.find(message);
   if (it != recent_.end() && now - it->second.last < kInterval) {
     ++it->second.dropped;

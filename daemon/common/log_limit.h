@@ -10,6 +10,9 @@
 #include <string>
 #include <unordered_map>
 
+#include "base/mutex.h"
+#include "base/thread_annotations.h"
+
 namespace gradsync {
 
 class LogSite {
@@ -28,8 +31,8 @@ class LogSite {
   };
   static constexpr size_t kMaxMessages = 256;  // past it, quiet entries are forgotten
 
-  std::mutex mutex_;
-  std::unordered_map<std::string, Entry> recent_;
+  Mutex mutex_;
+  std::unordered_map<std::string, Entry> recent_ GS_GUARDED_BY(mutex_);
 };
 
 }  // namespace gradsync

@@ -9,7 +9,7 @@ ReducePool::ReducePool(int threads) {
 
 ReducePool::~ReducePool() {
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     stop_ = true;
   }
   work_cv_.notify_all();
@@ -25,7 +25,7 @@ void ReducePool::drain() {
     ++done;
   }
   if (done == 0) return;
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   finished_ += done;
 }
 
@@ -35,9 +35,9 @@ void ReducePool::forEachShard(size_t shards, const std::function<void(size_t)>& 
     for (size_t i = 0; i < shards; ++i) fn(i);
     return;
   }
-  std::lock_guard<std::mutex> pass(pass_mutex_);
+  MutexLock pass(pass_mutex_);
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     fn_ = &fn;
     shards_ = shards;
     next_.store(0);
@@ -46,10 +46,10 @@ void ReducePool::forEachShard(size_t shards, const std::function<void(size_t)>& 
   }
   work_cv_.notify_all();
   drain();
-  std::unique_lock<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   // Wait for the shards and for every worker to leave the pass, so that no
   // worker can touch fn_ or next_ of the next pass.
-  done_cv_.wait(lock, [&] { return finished_ == shards_ && active_workers_ == 0; });
+  done_cv_.wait(lock, [&]() GS_REQUIRES(mutex_) { return finished_ == shards_ && active_workers_ == 0; });
   fn_ = nullptr;
   shards_ = 0;
 }
@@ -58,15 +58,15 @@ void ReducePool::workerLoop() {
   uint64_t seen = 0;
   for (;;) {
     {
-      std::unique_lock<std::mutex> lock(mutex_);
-      work_cv_.wait(lock, [&] { return stop_ || generation_ != seen; });
+      MutexLock lock(mutex_);
+      work_cv_.wait(lock, [&]() GS_REQUIRES(mutex_) { return stop_ || generation_ != seen; });
       if (stop_) return;
       seen = generation_;
       if (fn_ == nullptr) continue;
       ++active_workers_;
     }
     drain();
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     --active_workers_;
     done_cv_.notify_all();
   }

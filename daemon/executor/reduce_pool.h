@@ -10,6 +10,9 @@
 #include <thread>
 #include <vector>
 
+#include "base/mutex.h"
+#include "base/thread_annotations.h"
+
 namespace gradsync::executor {
 
 class ReducePool {
@@ -31,17 +34,17 @@ class ReducePool {
   void workerLoop();
   void drain();
 
-  std::mutex pass_mutex_;  // one pass at a time
-  std::mutex mutex_;
-  std::condition_variable work_cv_;
-  std::condition_variable done_cv_;
+  Mutex pass_mutex_;  // one pass at a time
+  Mutex mutex_;
+  CondVar work_cv_;
+  CondVar done_cv_;
   const std::function<void(size_t)>* fn_ = nullptr;
-  size_t shards_ = 0;
+  size_t shards_ = 0;  // with fn_: changed only while no worker is inside a pass
   std::atomic<size_t> next_{0};
-  size_t finished_ = 0;
-  int active_workers_ = 0;  // workers inside the current pass
-  uint64_t generation_ = 0;
-  bool stop_ = false;
+  size_t finished_ GS_GUARDED_BY(mutex_) = 0;
+  int active_workers_ GS_GUARDED_BY(mutex_) = 0;  // workers inside the current pass
+  uint64_t generation_ GS_GUARDED_BY(mutex_) = 0;
+  bool stop_ GS_GUARDED_BY(mutex_) = false;
   std::vector<std::thread> workers_;
 };
 

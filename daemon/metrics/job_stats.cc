@@ -10,7 +10,7 @@ double seconds(JobStats::Clock::duration d) { return std::chrono::duration<doubl
 
 void JobStats::done(CollectiveType type, DataType dtype, uint64_t bytes, Clock::time_point enqueued,
                     Clock::time_point started, Clock::time_point now) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   Count& count = counts_[{type, dtype}];
   ++count.operations;
   count.bytes += bytes;
@@ -22,17 +22,17 @@ void JobStats::done(CollectiveType type, DataType dtype, uint64_t bytes, Clock::
 }
 
 void JobStats::failed(StatusCode code) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   ++errors_[code];
 }
 
 void JobStats::fused(uint64_t bytes) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   fused_bytes_.observe(static_cast<double>(bytes));
 }
 
 void JobStats::phase(const char* name, bool begin, Clock::time_point now) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   if (begin) {
     open_phases_.emplace_back(name, now);
     return;
@@ -49,7 +49,7 @@ void JobStats::phase(const char* name, bool begin, Clock::time_point now) {
 }
 
 void JobStats::fill(v1::JobInfo* info) const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   for (const auto& [key, count] : counts_) {
     v1::CollectiveStats* stats = info->add_collective_stats();
     stats->set_type(key.first);

@@ -13,7 +13,9 @@
 #include <vector>
 
 #include "base/dtype.h"
+#include "base/mutex.h"
 #include "base/status.h"
+#include "base/thread_annotations.h"
 #include "daemon/metrics/histogram.h"
 #include "proto/gradsync/v1/admin.pb.h"
 
@@ -48,14 +50,14 @@ class JobStats {
     double seconds = 0;
     uint64_t count = 0;
   };
-  mutable std::mutex mutex_;
-  std::map<std::pair<CollectiveType, DataType>, Count> counts_;
-  std::map<CollectiveType, Histogram> latency_;
-  double queued_seconds_ = 0;
-  Histogram fused_bytes_ = Histogram::sizeBytes();
-  std::map<std::string, Phase> phases_;
-  std::vector<std::pair<const char*, Clock::time_point>> open_phases_;
-  std::map<StatusCode, uint64_t> errors_;
+  mutable Mutex mutex_;
+  std::map<std::pair<CollectiveType, DataType>, Count> counts_ GS_GUARDED_BY(mutex_);
+  std::map<CollectiveType, Histogram> latency_ GS_GUARDED_BY(mutex_);
+  double queued_seconds_ GS_GUARDED_BY(mutex_) = 0;
+  Histogram fused_bytes_ GS_GUARDED_BY(mutex_) = Histogram::sizeBytes();
+  std::map<std::string, Phase> phases_ GS_GUARDED_BY(mutex_);
+  std::vector<std::pair<const char*, Clock::time_point>> open_phases_ GS_GUARDED_BY(mutex_);
+  std::map<StatusCode, uint64_t> errors_ GS_GUARDED_BY(mutex_);
 };
 
 }  // namespace gradsync::metrics

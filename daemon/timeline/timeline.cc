@@ -49,7 +49,10 @@ StatusOr<std::unique_ptr<Timeline>> Timeline::start(UniqueFd fd, bool mark_cycle
   if (::pwrite(timeline->fd_.get(), kOpening, sizeof(kOpening) - 1, 0) != sizeof(kOpening) - 1) {
     return internalError(std::string("timeline: write: ") + std::strerror(errno));
   }
-  timeline->end_ = sizeof(kOpening) - 2;
+  {
+    MutexLock lock(timeline->mutex_);  // (not shared yet)
+    timeline->end_ = sizeof(kOpening) - 2;
+  }
   return timeline;
 }
 
@@ -58,7 +61,7 @@ int64_t Timeline::nowMicros() const {
 }
 
 void Timeline::write(const std::string& tensor, const std::string& event) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   if (!error_.empty()) return;
   std::string chunk;
   auto [it, is_new] = pids_.emplace(tensor, static_cast<int>(pids_.size()) + 1);
@@ -100,12 +103,12 @@ void Timeline::cycle() {
 }
 
 uint64_t Timeline::events() const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   return events_;
 }
 
 std::string Timeline::error() const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   return error_;
 }
 

@@ -15,7 +15,9 @@
 #include <utility>
 #include <vector>
 
+#include "base/mutex.h"
 #include "base/status.h"
+#include "base/thread_annotations.h"
 #include "base/unique_fd.h"
 
 namespace gradsync::timeline {
@@ -49,11 +51,11 @@ class Timeline {
   const UniqueFd fd_;
   const bool mark_cycles_;
   const std::chrono::steady_clock::time_point origin_ = std::chrono::steady_clock::now();
-  mutable std::mutex mutex_;
-  std::map<std::string, int> pids_;  // tensor -> row
-  off_t end_ = 0;                    // offset of the closing ']'
-  uint64_t events_ = 0;
-  std::string error_;
+  mutable Mutex mutex_;
+  std::map<std::string, int> pids_ GS_GUARDED_BY(mutex_);  // tensor -> row
+  off_t end_ GS_GUARDED_BY(mutex_) = 0;                    // offset of the closing ']'
+  uint64_t events_ GS_GUARDED_BY(mutex_) = 0;
+  std::string error_ GS_GUARDED_BY(mutex_);
 };
 
 }  // namespace gradsync::timeline
