@@ -60,15 +60,6 @@ int PeerDataPlane::nodeOf(int rank) const {
 
 int PeerDataPlane::nodeCount() const { return std::max<int>(1, static_cast<int>(members_.size())); }
 
-Status PeerDataPlane::run(const char* phase, const std::function<Status()>& step) {
-  const auto started = CrossClock::now();
-  hooks_.phase(phase, true);
-  Status status = step();
-  hooks_.phase(phase, false);
-  busy_ns_.fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(CrossClock::now() - started).count());
-  return status.isOk() ? status : hooks_.failed(status);
-}
-
 Status PeerDataPlane::allreduce(const executor::NodeSet& nodes, void* data, size_t count, DataType dtype, ReduceOp op) {
   const auto until = deadline();
   // Every daemon takes a tag for every call, taking part or not, so that

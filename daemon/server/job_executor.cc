@@ -289,10 +289,8 @@ StatusOr<std::vector<uint8_t*>> Job::requestOutputs(const coordinator::Response&
     return aborted(prefix + cause + " before answering the output request");
   }
   if (!granted || answers.size() != keys.size()) {
-    std::string ranks;
-    for (int rank : waiting) ranks += (ranks.empty() ? "" : ", ") + std::to_string(rank);
     return deadlineExceeded(
-        prefix + "ranks [" + ranks + "] did not answer the output request within " +
+        prefix + "ranks " + coordinator::ranksString(waiting) + " did not answer the output request within " +
         std::to_string(std::chrono::duration_cast<std::chrono::seconds>(limits_.output_grant_timeout).count()) + " s");
   }
   std::vector<uint8_t*> pointers(response.requests.size(), nullptr);
