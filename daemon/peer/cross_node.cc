@@ -39,7 +39,10 @@ bool sameProcessSets(const v1::JoinJobRequest& request, const std::vector<std::v
 }  // namespace
 
 CrossNode::CrossNode(CrossNodeOptions options, Hooks hooks)
-    : options_(std::move(options)), hooks_(std::move(hooks)), cache_(options_.response_cache_capacity) {}
+    : options_(std::move(options)),
+      hooks_(std::move(hooks)),
+      book_(options_.job_id, options_.self_address, options_.min_size),
+      cache_(options_.response_cache_capacity) {}
 
 v1::NegotiatedResponse CrossNode::encode(const coordinator::Response& response) {
   std::pair<uint64_t, bool> id;
@@ -185,11 +188,6 @@ void CrossNode::sayGoodbye() {
   GS_LOG(control, debug, "job '{}': goodbye to {} daemons: {}", options_.job_id, peers_.size(), said.toString());
 }
 
-std::string CrossNode::describeNode(const v1::NodeInfo& node) const {
-  return "node " + node.peer_address() + " (host " + node.hostname() + ", ranks " +
-         coordinator::ranksString({node.ranks().begin(), node.ranks().end()}) + ")";
-}
-
 void CrossNode::start(const std::vector<int>& local_ranks, const std::vector<int64_t>& pids) {
   leader_ = std::find(local_ranks.begin(), local_ranks.end(), 0) != local_ranks.end();
   auto transport = transport::UcxTransport::create(options_.data_plane);
@@ -234,9 +232,9 @@ void CrossNode::makeNcclIdLocked() {
   // Only for a job that will use it: NCCL's bootstrap root (a thread and a
   // listening socket) waits until the communicator forms, which a job with
   // a GPU-less node (or an elastic one: host staging) never does.
-  const bool every_node_nccl = std::all_of(members_.begin(), members_.end(), [](const v1::NodeInfo& node) {
-    return node.gpu_uuids_size() > 0 && node.nccl();
-  });
+  const bool every_node_nccl =
+      std::all_of(book_.members().begin(), book_.members().end(),
+                  [](const v1::NodeInfo& node) { return node.gpu_uuids_size() > 0 && node.nccl(); });
   if (!options_.make_nccl_id || options_.elastic || !every_node_nccl) return;
   auto id = options_.make_nccl_id();
   if (!id.isOk()) {
@@ -252,30 +250,30 @@ StatusOr<v1::JoinJobResponse> CrossNode::acceptJoin(const v1::JoinJobRequest& re
   if (!leader_ || !builder_) return notFound("job '" + options_.job_id + "' is not led by this daemon (yet)");
   if (request.token() != options_.token) return unauthenticated("job '" + options_.job_id + "': token does not match");
   if (request.size() != options_.size || !sameProcessSets(request, options_.process_sets)) {
-    return failedPrecondition("job '" + options_.job_id + "': " + describeNode(request.node()) +
+    return failedPrecondition("job '" + options_.job_id + "': " + membership::describeNode(request.node()) +
                               " disagrees on the job's size or process sets");
   }
   if (request.elastic_join()) {
     lock.unlock();
     return acceptCandidate(request);
   }
-  if (epoch_ > 1) {
-    return failedPrecondition("job '" + options_.job_id + "' is at epoch " + std::to_string(epoch_) + ": " +
-                              describeNode(request.node()) +
+  if (book_.epoch() > 1) {
+    return failedPrecondition("job '" + options_.job_id + "' is at epoch " + std::to_string(book_.epoch()) + ": " +
+                              membership::describeNode(request.node()) +
                               " joins a running job only for new ranks "
                               "(GRADSYNC_ELASTIC_JOIN)");
   }
-  if (members_.empty()) {
+  if (!book_.formed()) {
     RETURN_IF_ERROR(builder_->add(request.node()));
     if (builder_->complete()) {
-      members_ = builder_->ordered();
+      book_.form(builder_->ordered(), 1);
       makeNcclIdLocked();
-      GS_LOG(control, info, "job '{}': all {} nodes joined", options_.job_id, members_.size());
+      GS_LOG(control, info, "job '{}': all {} nodes joined", options_.job_id, book_.members().size());
       formed_cv_.notify_all();
     }
   }
   const auto deadline = CrossClock::now() + options_.join_timeout;
-  if (!formed_cv_.wait_until(lock, deadline, [&]() GS_REQUIRES(mutex_) { return !members_.empty() || stopping_; })) {
+  if (!formed_cv_.wait_until(lock, deadline, [&]() GS_REQUIRES(mutex_) { return book_.formed() || stopping_; })) {
     std::string missing;
     for (int r : builder_->missingRanks()) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
     return deadlineExceeded("job '" + options_.job_id + "': ranks [" + missing + "] never joined");
@@ -283,7 +281,7 @@ StatusOr<v1::JoinJobResponse> CrossNode::acceptJoin(const v1::JoinJobRequest& re
   if (stopping_) return unavailable("job '" + options_.job_id + "' stopped");
   v1::JoinJobResponse response;
   response.set_epoch(1);
-  for (const auto& node : members_) *response.add_nodes() = node;
+  for (const auto& node : book_.members()) *response.add_nodes() = node;
   response.set_nccl_unique_id(nccl_id_);
   return response;
 }
@@ -304,10 +302,10 @@ grpc::Status CrossNode::serveFollower(grpc::ServerContext* context, LeaderStream
       follower = candidate->second;
       follower->stream = stream;
     } else {
-      if (cross_rank == 0 || cross_rank >= static_cast<int>(members_.size()) || followers_.count(cross_rank)) {
+      if (cross_rank == 0 || cross_rank >= static_cast<int>(book_.members().size()) || followers_.count(cross_rank)) {
         return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "bad cross rank");
       }
-      follower->node = members_[cross_rank];
+      follower->node = book_.members()[cross_rank];
       followers_[cross_rank] = follower;
     }
     follower->last_heard_ms = nowMs(CrossClock::now());
@@ -354,7 +352,7 @@ grpc::Status CrossNode::serveFollower(grpc::ServerContext* context, LeaderStream
     MutexLock lock(mutex_);
     stopping = stopping_ || !follower->removed.empty();  // a removed node's departure changes nothing
     node = follower->node;
-    epoch = epoch_;
+    epoch = book_.epoch();
   }
   if (node.ranks().empty()) {  // a candidate: nothing of the job ran there
     candidateLeft(follower);
@@ -362,11 +360,11 @@ grpc::Status CrossNode::serveFollower(grpc::ServerContext* context, LeaderStream
   }
   if (!stopping) {
     if (context->IsCancelled()) {
-      nodeLost(node, epoch, "lost " + describeNode(node) + ": the daemon died or was cut off");
+      nodeLost(node, epoch, "lost " + membership::describeNode(node) + ": the daemon died or was cut off");
     } else {
       // A clean close: the node's ranks all finished. Only collectives that
       // would still need them fail.
-      hooks_.on_failure(describeNode(node) + " left the job (its ranks finished)", false);
+      hooks_.on_failure(membership::describeNode(node) + " left the job (its ranks finished)", false);
     }
   }
   return grpc::Status::OK;
@@ -386,7 +384,7 @@ Status CrossNode::broadcast(const std::vector<coordinator::Response>& batch, uin
     MutexLock lock(mutex_);
     const bool attached = formed_cv_.wait_for(lock, options_.join_timeout, [&]() GS_REQUIRES(mutex_) {
       return stopping_ || !transfers_aborted_.empty() ||
-             (!members_.empty() && followers_.size() + 1 == members_.size());
+             (book_.formed() && followers_.size() + 1 == book_.members().size());
     });
     if (stopping_) return cancelled("job stopped");
     if (!transfers_aborted_.empty()) return aborted("job '" + options_.job_id + "': " + transfers_aborted_);
@@ -484,14 +482,14 @@ void CrossNode::abortTransfers(const std::string& reason) {
 
 bool CrossNode::formed() const {
   MutexLock lock(mutex_);
-  return !members_.empty();
+  return book_.formed();
 }
 
 bool CrossNode::steadyStateRounds() const {
   if (options_.elastic) return false;
   MutexLock lock(mutex_);
-  return !members_.empty() && std::all_of(members_.begin(), members_.end(),
-                                          [](const v1::NodeInfo& node) { return node.steady_state_rounds(); });
+  return book_.formed() && std::all_of(book_.members().begin(), book_.members().end(),
+                                       [](const v1::NodeInfo& node) { return node.steady_state_rounds(); });
 }
 
 uint64_t CrossNode::cachedId(const coordinator::Request& request) const {
@@ -508,19 +506,19 @@ std::optional<coordinator::Response> CrossNode::cachedResponse(uint64_t id) cons
 
 std::vector<int> CrossNode::missingRanks() const {
   MutexLock lock(mutex_);
-  if (!builder_ || !members_.empty()) return {};
+  if (!builder_ || book_.formed()) return {};
   return builder_->missingRanks();
 }
 
 std::vector<v1::NodeInfo> CrossNode::members() const {
   MutexLock lock(mutex_);
-  return members_;
+  return book_.members();
 }
 
 std::vector<v1::NodeInfo> CrossNode::members(uint64_t* epoch) const {
   MutexLock lock(mutex_);
-  *epoch = epoch_;
-  return members_;
+  *epoch = book_.epoch();
+  return book_.members();
 }
 
 std::string CrossNode::ncclId() const {
@@ -530,7 +528,7 @@ std::string CrossNode::ncclId() const {
 
 int CrossNode::selfCrossRank() const {
   MutexLock lock(mutex_);
-  return leader_ ? 0 : self_cross_rank_;
+  return leader_ ? 0 : book_.selfCrossRank();
 }
 
 void CrossNode::tick(CrossClock::time_point now) {
@@ -544,7 +542,7 @@ void CrossNode::tick(CrossClock::time_point now) {
     {
       MutexLock lock(mutex_);
       if (stopping_) return;
-      current_epoch = epoch_;
+      current_epoch = book_.epoch();
       for (auto& f : streamsLocked(/*candidates=*/true)) followers.emplace_back(f, f->node);
     }
     v1::LeaderMessage beat;
@@ -559,9 +557,9 @@ void CrossNode::tick(CrossClock::time_point now) {
       if (paused) f->last_heard_ms = now_ms;  // its silence was this daemon's pause
       // A candidate holds nothing of the job yet: its stream's end is enough.
       if (!node.ranks().empty() && now_ms - f->last_heard_ms > kSilenceLimitMs) {
-        nodeLost(
-            node, current_epoch,
-            "lost " + describeNode(node) + ": silent for " + std::to_string((now_ms - f->last_heard_ms) / 1000) + " s");
+        nodeLost(node, current_epoch,
+                 "lost " + membership::describeNode(node) + ": silent for " +
+                     std::to_string((now_ms - f->last_heard_ms) / 1000) + " s");
       }
     }
     return;
@@ -593,14 +591,14 @@ void CrossNode::tick(CrossClock::time_point now) {
 
 void CrossNode::describe(v1::JobInfo* info, CrossClock::time_point now, double busy_seconds) const {
   MutexLock lock(mutex_);
-  info->set_epoch(members_.empty() ? 0 : epoch_);
+  info->set_epoch(book_.formed() ? book_.epoch() : 0);
   info->set_coordination_bytes_sent(bytes_sent_.load());
   info->set_coordination_bytes_received(bytes_received_.load());
   info->set_coordination_messages(messages_.load());
   info->set_cache_hits(cache_hits_.load());
   if (!nccl_id_.empty()) info->set_nccl_id_digest(digest(nccl_id_));
   const int64_t now_ms = nowMs(now);
-  for (const auto& node : members_) {
+  for (const auto& node : book_.members()) {
     v1::NodeStatus* out = info->add_nodes();
     out->set_cross_rank(node.cross_rank());
     out->set_peer_address(node.peer_address());
@@ -636,25 +634,25 @@ Status CrossNode::dataPlane(CrossClock::time_point deadline, uint64_t epoch, std
     MutexLock lock(mutex_);
     if (!formed_cv_.wait_until(
             lock, deadline,
-            [&]() GS_REQUIRES(mutex_) { return !members_.empty() || stopping_ || !transfers_aborted_.empty(); }) ||
+            [&]() GS_REQUIRES(mutex_) { return book_.formed() || stopping_ || !transfers_aborted_.empty(); }) ||
         stopping_) {
       return deadlineExceeded("job '" + options_.job_id + "': the nodes never formed a ring");
     }
     if (!transfers_aborted_.empty()) return aborted("job '" + options_.job_id + "': " + transfers_aborted_);
-    if (epoch != epoch_) {
+    if (epoch != book_.epoch()) {
       return aborted("job '" + options_.job_id + "': the membership changed (epoch " + std::to_string(epoch) +
-                     " is over, the job is at epoch " + std::to_string(epoch_) + ")");
+                     " is over, the job is at epoch " + std::to_string(book_.epoch()) + ")");
     }
     // Checked and lifted under one lock: an interruption for a later epoch
     // comes after this and ends this collective's waits.
-    if (ring_epoch_ != epoch_) {
+    if (ring_epoch_ != book_.epoch()) {
       new_epoch = true;
       transport_->resume();
-      ring_epoch_ = epoch_;
+      ring_epoch_ = book_.epoch();
     }
-    *members = members_;
+    *members = book_.members();
     *self = -1;
-    for (const auto& node : members_) {
+    for (const auto& node : book_.members()) {
       if (node.peer_address() == options_.self_address) *self = node.cross_rank();
     }
   }

@@ -27,7 +27,8 @@
 #include "daemon/collective/ring_allreduce.h"
 #include "daemon/coordinator/request.h"
 #include "daemon/coordinator/request_wire.h"
-#include "daemon/peer/membership.h"
+#include "daemon/membership/builder.h"
+#include "daemon/membership/epoch_book.h"
 #include "daemon/peer/node_endpoints.h"
 #include "daemon/peer/response_cache.h"
 #include "daemon/transport/ucx/ucx_transport.h"
@@ -166,9 +167,9 @@ class CrossNode : public NodeEndpoints {
   void reportRankLost(int rank, uint64_t epoch, const std::string& cause);
   // Leader: starts the next epoch with the ranks waiting to join: the
   // leader's own (`local`: its joiners' ids) and those the followers
-  // reported, numbered after the current ranks in that order (with none
-  // left, an epoch all the same: the ranks were told one comes). `when`
-  // ends the cause: "at the commit 'x'".
+  // reported, numbered as EpochBook::admit says (with none left, an epoch
+  // all the same: the ranks were told one comes). `when` ends the cause:
+  // "at the commit 'x'".
   StatusOr<v1::NewEpoch> admitJoiners(const std::vector<uint64_t>& local, const std::string& when);
   // Leader: a follower reported a rank waiting to join.
   bool hasPendingJoiners() const;
@@ -215,31 +216,17 @@ class CrossNode : public NodeEndpoints {
   // Follower whose stream from the leader broke: asks the leader whether
   // this node was removed; returns why (empty: still a member, or no answer).
   std::string askIfRemoved();
-  struct PendingJoiner {
-    std::string peer_address;
-    uint64_t id = 0;
-    int64_t pid = 0;
-  };
   // An epoch the leader decided, and the followers to tell.
   struct EpochPlan {
     v1::NewEpoch change;
     std::vector<std::shared_ptr<Follower>> kept;
     std::vector<std::pair<std::shared_ptr<Follower>, std::string>> removed;  // and why
   };
-  // Leader: moves to the next epoch without `gone` (ranks of the current
-  // epoch) and with `joiners` (see beginEpoch); the followers are told by
-  // announceEpoch, once mutex_ is released.
-  StatusOr<EpochPlan> nextEpochLocked(const std::vector<int>& gone, const std::vector<PendingJoiner>& joiners,
-                                      const std::string& cause) GS_REQUIRES(mutex_);
-  // Leader: the new epoch's nodes, renumbered (`survivors`: the ranks kept,
-  // in order). Fails when the leader's node would hold no rank.
-  StatusOr<std::vector<v1::NodeInfo>> nextMembersLocked(const std::vector<int>& gone, const std::vector<int>& survivors,
-                                                        const std::vector<PendingJoiner>& joiners,
-                                                        const std::string& cause, v1::NewEpoch* change)
-      GS_REQUIRES(mutex_);
-  // Leader: the followers' places in the new members_ (those left out are
-  // removed, candidates admitted join).
-  void placeFollowersLocked(const std::string& cause, EpochPlan* plan) GS_REQUIRES(mutex_);
+  // Leader: the epoch book_ `decided` (or its error), with this node's
+  // transfers of the old epoch ended and the followers' streams placed in
+  // it (those left out are removed, candidates admitted join); the
+  // followers are told by announceEpoch, once mutex_ is released.
+  StatusOr<EpochPlan> planEpochLocked(StatusOr<v1::NewEpoch> decided) GS_REQUIRES(mutex_);
   // Leader: sends the plan's NewEpoch to the kept followers (after every
   // batch encoded with the old cache) and tells the removed ones.
   v1::NewEpoch announceEpoch(EpochPlan plan) GS_EXCLUDES(mutex_);
@@ -253,15 +240,6 @@ class CrossNode : public NodeEndpoints {
   void candidateLeft(const std::shared_ptr<Follower>& candidate);
   // Leader: the members' streams and, with `candidates`, the candidates'.
   std::vector<std::shared_ptr<Follower>> streamsLocked(bool candidates) const GS_REQUIRES(mutex_);
-  // Leader: forgets the reported joiners of the node at `peer_address`
-  // (it left or was lost).
-  void dropJoinersOfLocked(const std::string& peer_address) GS_REQUIRES(mutex_);
-  // Leader: the reported joiners of the followers that `gone` (current
-  // numbering) leaves without ranks, taken out of pending_joiners_: the
-  // loss's epoch admits them, so the node is not removed.
-  std::vector<PendingJoiner> takeJoinersOfEmptiedLocked(const std::vector<int>& gone) GS_REQUIRES(mutex_);
-  // Leader: `rank` of `epoch` in the current epoch's numbering (-1: gone).
-  int translateLocked(int rank, uint64_t epoch) const GS_REQUIRES(mutex_);
   // A node's loss (`node` as in `epoch`): a new epoch (elastic) or the
   // job's failure.
   void nodeLost(const v1::NodeInfo& node, uint64_t epoch, const std::string& cause);
@@ -311,7 +289,6 @@ class CrossNode : public NodeEndpoints {
   void waitForAbortNotices();
   struct AbortNotices;
   std::shared_ptr<AbortNotices> abort_notices_ GS_GUARDED_BY(mutex_);  // set once
-  std::string describeNode(const v1::NodeInfo& node) const;
 
   const CrossNodeOptions options_;
   const Hooks hooks_;
@@ -324,20 +301,15 @@ class CrossNode : public NodeEndpoints {
 
   mutable Mutex mutex_;
   CondVar formed_cv_;
-  std::optional<MembershipBuilder> builder_ GS_GUARDED_BY(mutex_);  // leader
-  std::vector<v1::NodeInfo> members_ GS_GUARDED_BY(mutex_);         // set once formed; replaced by each epoch
-  uint64_t epoch_ GS_GUARDED_BY(mutex_) = 1;
-  std::map<uint64_t, std::vector<int>> survivors_
-      GS_GUARDED_BY(mutex_);  // leader: epoch E -> the ranks of E kept in E + 1
-  std::map<std::string, std::string> removed_nodes_
-      GS_GUARDED_BY(mutex_);                                          // leader: peer address -> why it was removed
-  std::vector<PendingJoiner> pending_joiners_ GS_GUARDED_BY(mutex_);  // leader: reported by followers, in order
-  // Leader: nodes that joined the running job for new ranks, not members
-  // until a commit admits those (by peer address; their stream, once open,
+  std::optional<membership::MembershipBuilder> builder_ GS_GUARDED_BY(mutex_);  // leader, while the job forms
+  // The members of each epoch (formed once every node joined), joiners,
+  // candidates and removed nodes.
+  membership::EpochBook book_ GS_GUARDED_BY(mutex_);
+  // Leader: the streams of the nodes that joined the running job for new
+  // ranks (book_'s candidates, by peer address; their stream, once open,
   // gets heartbeats and failures, and the epoch that admits them).
   std::map<std::string, std::shared_ptr<Follower>> candidates_ GS_GUARDED_BY(mutex_);
-  std::string nccl_id_ GS_GUARDED_BY(mutex_);  // set with members_ (empty: no NCCL at the leader)
-  int self_cross_rank_ GS_GUARDED_BY(mutex_) = -1;
+  std::string nccl_id_ GS_GUARDED_BY(mutex_);  // set when the job forms (empty: no NCCL at the leader)
   bool stopping_ GS_GUARDED_BY(mutex_) = false;
   bool failure_announced_ GS_GUARDED_BY(mutex_) = false;
   bool node_lost_announced_ GS_GUARDED_BY(mutex_) = false;

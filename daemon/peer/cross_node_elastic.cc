@@ -42,69 +42,19 @@ std::vector<int> ranksOf(const v1::NodeInfo& node) { return {node.ranks().begin(
 
 uint64_t CrossNode::epoch() const {
   MutexLock lock(mutex_);
-  return epoch_;
-}
-
-int CrossNode::translateLocked(int rank, uint64_t epoch) const {
-  if (epoch > epoch_) return -1;
-  for (uint64_t e = epoch; e < epoch_; ++e) {
-    auto it = survivors_.find(e);
-    if (it == survivors_.end()) return -1;
-    auto at = std::lower_bound(it->second.begin(), it->second.end(), rank);
-    if (at == it->second.end() || *at != rank) return -1;
-    rank = static_cast<int>(at - it->second.begin());
-  }
-  return rank;
+  return book_.epoch();
 }
 
 StatusOr<v1::NewEpoch> CrossNode::beginEpoch(const std::vector<int>& lost, uint64_t epoch, const std::string& cause) {
   MutexLock lock(mutex_);
-  if (members_.empty()) return failedPrecondition("job '" + options_.job_id + "' has not formed yet");
-  std::vector<int> gone;
-  for (int rank : lost) {
-    const int now = translateLocked(rank, epoch);
-    if (now >= 0) gone.push_back(now);
-  }
-  if (gone.empty()) return notFound("job '" + options_.job_id + "': the lost ranks are gone already");
-  ASSIGN_OR_RETURN(EpochPlan plan, nextEpochLocked(gone, takeJoinersOfEmptiedLocked(gone), cause));
+  ASSIGN_OR_RETURN(EpochPlan plan, planEpochLocked(book_.lose(lost, epoch, cause)));
   lock.unlock();
   return announceEpoch(std::move(plan));
 }
 
-std::vector<CrossNode::PendingJoiner> CrossNode::takeJoinersOfEmptiedLocked(const std::vector<int>& gone) {
-  std::vector<PendingJoiner> taken;
-  for (const auto& node : members_) {
-    if (node.cross_rank() == 0) continue;  // the leader's node never empties: the job fails first
-    const bool emptied = std::all_of(node.ranks().begin(), node.ranks().end(),
-                                     [&](int rank) { return std::find(gone.begin(), gone.end(), rank) != gone.end(); });
-    if (!emptied) continue;
-    auto mine = std::stable_partition(pending_joiners_.begin(), pending_joiners_.end(),
-                                      [&](const PendingJoiner& j) { return j.peer_address != node.peer_address(); });
-    if (mine == pending_joiners_.end()) continue;
-    GS_LOG(control, info,
-           "job '{}': node {} lost its last rank while {} new ranks waited there: they join in the "
-           "same epoch, and the node stays",
-           options_.job_id, node.peer_address(), pending_joiners_.end() - mine);
-    taken.insert(taken.end(), mine, pending_joiners_.end());
-    pending_joiners_.erase(mine, pending_joiners_.end());
-  }
-  return taken;
-}
-
 StatusOr<v1::NewEpoch> CrossNode::admitJoiners(const std::vector<uint64_t>& local, const std::string& when) {
   MutexLock lock(mutex_);
-  std::vector<PendingJoiner> joiners;
-  for (uint64_t id : local) joiners.push_back({options_.self_address, id});
-  joiners.insert(joiners.end(), pending_joiners_.begin(), pending_joiners_.end());
-  pending_joiners_.clear();
-  if (members_.empty()) return failedPrecondition("job '" + options_.job_id + "' has not formed yet");
-  // Every rank was told this commit admits joiners and waits for the new
-  // epoch: it comes even when the joiners left meanwhile.
-  ASSIGN_OR_RETURN(
-      EpochPlan plan,
-      nextEpochLocked({}, joiners,
-                      joiners.empty() ? "new ranks were to join " + when + ", and left meanwhile"
-                                      : "admitted " + std::to_string(joiners.size()) + " new ranks " + when));
+  ASSIGN_OR_RETURN(EpochPlan plan, planEpochLocked(book_.admit(local, when)));
   lock.unlock();
   return announceEpoch(std::move(plan));
 }
@@ -114,35 +64,22 @@ void CrossNode::joinerReport(Follower* follower, const v1::FollowerMessage& mess
   if (!options_.elastic) return;
   const std::string address = follower->node.peer_address();
   if (message.has_joiner_gone()) {
-    const uint64_t id = message.joiner_gone().joiner_id();
-    pending_joiners_.erase(
-        std::remove_if(pending_joiners_.begin(), pending_joiners_.end(),
-                       [&](const PendingJoiner& j) { return j.peer_address == address && j.id == id; }),
-        pending_joiners_.end());
+    book_.removeJoiner(address, message.joiner_gone().joiner_id());
     return;
   }
-  pending_joiners_.push_back({address, message.joiner_ready().joiner_id(), message.joiner_ready().pid()});
+  book_.addJoiner({address, message.joiner_ready().joiner_id(), message.joiner_ready().pid()});
   GS_LOG(control, info, "job '{}': {} waits on node {} to join at the next commit ({} waiting across nodes)",
-         options_.job_id, message.joiner_ready().description(), address, pending_joiners_.size());
+         options_.job_id, message.joiner_ready().description(), address, book_.joinerCount());
 }
 
 StatusOr<v1::JoinJobResponse> CrossNode::acceptCandidate(const v1::JoinJobRequest& request) {
   MutexLock lock(mutex_);
   const std::string& address = request.node().peer_address();
   if (!options_.elastic) {
-    return failedPrecondition("job '" + options_.job_id + "' is not elastic: " + describeNode(request.node()) +
-                              " cannot join it");
+    return failedPrecondition("job '" + options_.job_id +
+                              "' is not elastic: " + membership::describeNode(request.node()) + " cannot join it");
   }
-  if (members_.empty()) return notFound("job '" + options_.job_id + "' has not formed yet");  // retried
-  if (!request.node().ranks().empty()) {
-    return invalidArgument("job '" + options_.job_id + "': a node joining the running job holds no rank yet");
-  }
-  if (std::any_of(members_.begin(), members_.end(),
-                  [&](const v1::NodeInfo& n) { return n.peer_address() == address; })) {
-    return alreadyExists("job '" + options_.job_id + "': " + address + " is a node of the job already");
-  }
-  // A node removed earlier (its last rank died) comes back as a new one.
-  removed_nodes_.erase(address);
+  RETURN_IF_ERROR(book_.addCandidate(request.node()));
   auto candidate = std::make_shared<Follower>();
   candidate->node = request.node();
   candidate->node.set_cross_rank(-1);
@@ -152,8 +89,8 @@ StatusOr<v1::JoinJobResponse> CrossNode::acceptCandidate(const v1::JoinJobReques
          "are admitted)",
          options_.job_id, address, request.node().hostname());
   v1::JoinJobResponse response;
-  response.set_epoch(epoch_);
-  for (const auto& node : members_) *response.add_nodes() = node;
+  response.set_epoch(book_.epoch());
+  for (const auto& node : book_.members()) *response.add_nodes() = node;
   return response;
 }
 
@@ -163,14 +100,8 @@ void CrossNode::candidateLeft(const std::shared_ptr<Follower>& candidate) {
   auto it = candidates_.find(address);
   if (it == candidates_.end() || it->second != candidate) return;
   candidates_.erase(it);
-  dropJoinersOfLocked(address);
+  book_.dropCandidate(address);
   GS_LOG(control, info, "job '{}': candidate node {} left before its ranks were admitted", options_.job_id, address);
-}
-
-void CrossNode::dropJoinersOfLocked(const std::string& peer_address) {
-  pending_joiners_.erase(std::remove_if(pending_joiners_.begin(), pending_joiners_.end(),
-                                        [&](const PendingJoiner& j) { return j.peer_address == peer_address; }),
-                         pending_joiners_.end());
 }
 
 std::vector<std::shared_ptr<CrossNode::Follower>> CrossNode::streamsLocked(bool candidates) const {
@@ -189,118 +120,43 @@ void CrossNode::clearCache() {
 
 bool CrossNode::hasPendingJoiners() const {
   MutexLock lock(mutex_);
-  return !pending_joiners_.empty();
+  return book_.joinerCount() > 0;
 }
 
-StatusOr<CrossNode::EpochPlan> CrossNode::nextEpochLocked(const std::vector<int>& gone,
-                                                          const std::vector<PendingJoiner>& joiners,
-                                                          const std::string& cause) {
-  std::vector<int> all;
-  for (const auto& node : members_) all.insert(all.end(), node.ranks().begin(), node.ranks().end());
-  std::sort(all.begin(), all.end());
-  std::vector<int> survivors;
-  for (int rank : all) {
-    if (std::find(gone.begin(), gone.end(), rank) == gone.end()) survivors.push_back(rank);
-  }
+StatusOr<CrossNode::EpochPlan> CrossNode::planEpochLocked(StatusOr<v1::NewEpoch> decided) {
+  RETURN_IF_ERROR(decided.status());
   EpochPlan plan;
-  ASSIGN_OR_RETURN(auto nodes, nextMembersLocked(gone, survivors, joiners, cause, &plan.change));
-  survivors_[epoch_] = survivors;
-  ++epoch_;
-  plan.change.set_epoch(epoch_);
-  plan.change.set_cause(cause);
-  for (int rank : survivors) plan.change.add_survivors(rank);
-  for (const auto& node : nodes) *plan.change.add_nodes() = node;
-  plan.change.set_below_minimum(plan.change.survivors_size() + plan.change.admitted_size() < options_.min_size);
-  members_ = std::move(nodes);
+  plan.change = std::move(decided).value();
   // The old epoch's transfers on this node end now (ring() lifts it).
-  if (transport_ && transfers_aborted_.empty()) transport_->abort("the job moved to epoch " + std::to_string(epoch_));
-  placeFollowersLocked(cause, &plan);
-  return plan;
-}
-
-StatusOr<std::vector<v1::NodeInfo>> CrossNode::nextMembersLocked(const std::vector<int>& gone,
-                                                                 const std::vector<int>& survivors,
-                                                                 const std::vector<PendingJoiner>& joiners,
-                                                                 const std::string& cause, v1::NewEpoch* change) {
-  const auto renumbered = [&](int rank) {
-    return static_cast<int>(std::lower_bound(survivors.begin(), survivors.end(), rank) - survivors.begin());
-  };
-  std::vector<v1::NodeInfo> nodes;
-  // Candidates with a joiner to admit become members, after the others.
-  std::vector<v1::NodeInfo> placed = members_;
-  for (const auto& candidate : candidates_) {
-    const std::string& address = candidate.first;
-    const bool admits =
-        std::any_of(joiners.begin(), joiners.end(), [&](const PendingJoiner& j) { return j.peer_address == address; });
-    if (admits) placed.push_back(candidate.second->node);
+  if (transport_ && transfers_aborted_.empty()) {
+    transport_->abort("the job moved to epoch " + std::to_string(book_.epoch()));
   }
-  for (const auto& node : placed) {
-    v1::NodeInfo next = node;
-    next.clear_ranks();
-    next.clear_pids();
-    for (int i = 0; i < node.ranks_size(); ++i) {
-      if (std::find(gone.begin(), gone.end(), node.ranks(i)) != gone.end()) continue;
-      next.add_ranks(renumbered(node.ranks(i)));
-      next.add_pids(i < node.pids_size() ? node.pids(i) : 0);
-    }
-    // Joiners after every survivor, in the order they came.
-    for (const auto& joiner : joiners) {
-      if (joiner.peer_address != node.peer_address()) continue;
-      auto* admitted = change->add_admitted();
-      admitted->set_peer_address(joiner.peer_address);
-      admitted->set_joiner_id(joiner.id);
-      admitted->set_rank(static_cast<int>(survivors.size()) + change->admitted_size() - 1);
-      next.add_ranks(admitted->rank());
-      next.add_pids(joiner.pid);
-    }
-    if (next.ranks().empty()) {
-      if (node.cross_rank() == 0) {
-        return failedPrecondition(cause + "; the leader's node (" + options_.self_address +
-                                  ") would hold no rank, and the leader does not move");
-      }
-      continue;
-    }
-    nodes.push_back(std::move(next));
-  }
-  // The leader first, then by lowest rank: the ring order.
-  std::sort(nodes.begin() + 1, nodes.end(),
-            [](const v1::NodeInfo& a, const v1::NodeInfo& b) { return a.ranks(0) < b.ranks(0); });
-  for (size_t i = 0; i < nodes.size(); ++i) nodes[i].set_cross_rank(static_cast<int>(i));
-  return nodes;
-}
-
-void CrossNode::placeFollowersLocked(const std::string& cause, EpochPlan* plan) {
   std::map<int, std::shared_ptr<Follower>> followers;
   for (auto& [cross_rank, f] : followers_) {
-    const std::string& address = f->node.peer_address();
-    auto it = std::find_if(members_.begin(), members_.end(),
-                           [&](const v1::NodeInfo& n) { return n.peer_address() == address; });
-    if (it == members_.end()) {
-      f->removed = describeNode(f->node) + " was removed from job '" + options_.job_id + "' at epoch " +
-                   std::to_string(epoch_) + " (" + cause + "); anything it sends is refused as stale";
-      plan->removed.emplace_back(f, f->removed);
-      removed_nodes_[f->node.peer_address()] = f->removed;
+    const v1::NodeInfo* member = book_.member(f->node.peer_address());
+    if (!member) {
+      f->removed = book_.removedWhy(f->node.peer_address());
+      plan.removed.emplace_back(f, f->removed);
       continue;
     }
-    f->node = *it;
-    followers[it->cross_rank()] = f;
-    plan->kept.push_back(f);
+    f->node = *member;
+    followers[member->cross_rank()] = f;
+    plan.kept.push_back(f);
   }
+  // Candidates whose ranks this epoch admits are members now.
   for (auto it = candidates_.begin(); it != candidates_.end();) {
-    auto member = std::find_if(members_.begin(), members_.end(),
-                               [&](const v1::NodeInfo& n) { return n.peer_address() == it->first; });
-    if (member == members_.end()) {
+    const v1::NodeInfo* member = book_.member(it->first);
+    if (!member) {
       ++it;
       continue;
     }
-    GS_LOG(control, info, "job '{}': node {} joins the job at epoch {} as node {}", options_.job_id, it->first, epoch_,
-           member->cross_rank());
     it->second->node = *member;
     followers[member->cross_rank()] = it->second;
-    plan->kept.push_back(it->second);
+    plan.kept.push_back(it->second);
     it = candidates_.erase(it);
   }
   followers_ = std::move(followers);
+  return plan;
 }
 
 v1::NewEpoch CrossNode::announceEpoch(EpochPlan plan) {
@@ -328,21 +184,20 @@ void CrossNode::applyNewEpoch(const v1::NewEpoch& change) {
   std::string removed;
   {
     MutexLock lock(mutex_);
-    if (change.epoch() <= epoch_) return;
-    auto self = std::find_if(change.nodes().begin(), change.nodes().end(),
-                             [&](const v1::NodeInfo& n) { return n.peer_address() == options_.self_address; });
-    if (self == change.nodes().end()) {
-      removed_ = true;
-      removed = "this node was removed from job '" + options_.job_id + "' at epoch " + std::to_string(change.epoch()) +
-                " (" + change.cause() + ")";
-    } else {
-      epoch_ = change.epoch();
-      members_.assign(change.nodes().begin(), change.nodes().end());
-      self_cross_rank_ = self->cross_rank();
-      clearCache();  // as the leader did before it sent the change
-      if (transport_ && transfers_aborted_.empty()) {
-        transport_->abort("the job moved to epoch " + std::to_string(epoch_));
-      }
+    switch (book_.apply(change)) {
+      case membership::EpochBook::Applied::kStale:
+        return;
+      case membership::EpochBook::Applied::kRemoved:
+        removed_ = true;
+        removed = "this node was removed from job '" + options_.job_id + "' at epoch " +
+                  std::to_string(change.epoch()) + " (" + change.cause() + ")";
+        break;
+      case membership::EpochBook::Applied::kApplied:
+        clearCache();  // as the leader did before it sent the change
+        if (transport_ && transfers_aborted_.empty()) {
+          transport_->abort("the job moved to epoch " + std::to_string(book_.epoch()));
+        }
+        break;
     }
   }
   formed_cv_.notify_all();
@@ -378,17 +233,7 @@ void CrossNode::reportRankLost(int rank, uint64_t epoch, const std::string& caus
 StatusOr<v1::CheckMemberResponse> CrossNode::checkMember(const v1::CheckMemberRequest& request) const {
   if (request.token() != options_.token) return unauthenticated("job '" + options_.job_id + "': token does not match");
   MutexLock lock(mutex_);
-  v1::CheckMemberResponse response;
-  response.set_epoch(epoch_);
-  auto it = removed_nodes_.find(request.peer_address());
-  if (it != removed_nodes_.end()) {
-    response.set_removed(it->second);
-    return response;
-  }
-  response.set_member(std::any_of(members_.begin(), members_.end(), [&](const v1::NodeInfo& node) {
-    return node.peer_address() == request.peer_address();
-  }));
-  return response;
+  return book_.check(request.peer_address());
 }
 
 std::string CrossNode::askIfRemoved() {
@@ -451,7 +296,7 @@ void CrossNode::nodeLost(const v1::NodeInfo& node, uint64_t epoch, const std::st
     {
       // Its joiners went with it: the new epoch must not admit them.
       MutexLock lock(mutex_);
-      dropJoinersOfLocked(node.peer_address());
+      book_.dropJoinersOf(node.peer_address());
     }
     hooks_.on_ranks_lost(ranksOf(node), epoch, cause);
     return;

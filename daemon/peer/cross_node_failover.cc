@@ -36,10 +36,10 @@ StatusOr<bool> CrossNode::failover(const std::string& cause) {
   size_t daemons;
   {
     MutexLock lock(mutex_);
-    epoch = epoch_;
-    daemons = members_.size();
-    lost_leader_epoch_ = epoch_;
-    for (const auto& node : members_) {
+    epoch = book_.epoch();
+    daemons = book_.members().size();
+    lost_leader_epoch_ = epoch;
+    for (const auto& node : book_.members()) {
       if (node.cross_rank() != 0) candidates.push_back(node);
     }
   }
@@ -62,11 +62,11 @@ StatusOr<bool> CrossNode::failover(const std::string& cause) {
       channel_address_ = candidate.peer_address();
       openStream(v1::Peer::NewStub(channel_).get());
       leader_changes_.fetch_add(1);
-      GS_LOG(control, warn, "job '{}': follows the new leader {} at epoch {}", options_.job_id, describeNode(candidate),
-             answer->change().epoch());
+      GS_LOG(control, warn, "job '{}': follows the new leader {} at epoch {}", options_.job_id,
+             membership::describeNode(candidate), answer->change().epoch());
       return false;
     }
-    tried += (tried.empty() ? "" : "; ") + describeNode(candidate) + ": " + answer.status().message();
+    tried += (tried.empty() ? "" : "; ") + membership::describeNode(candidate) + ": " + answer.status().message();
     // A candidate that is gone too: the next one. Any other answer is final.
     const StatusCode code = answer.status().code();
     if (code != StatusCode::kUnavailable && code != StatusCode::kDeadlineExceeded) break;
@@ -100,7 +100,7 @@ StatusOr<v1::ElectResponse> CrossNode::vote(const std::string& voter, uint64_t e
   const std::string self = options_.self_address;
   if (!options_.failover) return failedPrecondition(self + " does not fail over leaders (--leader-failover off)");
   v1::ElectResponse response;
-  const size_t majority = members_.size() / 2 + 1;
+  const size_t majority = book_.members().size() / 2 + 1;
   const auto deadline = CrossClock::now() + kElectionLimit;
   const auto answer = [&]() GS_REQUIRES(mutex_) -> StatusOr<v1::ElectResponse> {
     if (!formed_cv_.wait_until(lock, deadline,
@@ -114,8 +114,8 @@ StatusOr<v1::ElectResponse> CrossNode::vote(const std::string& voter, uint64_t e
   };
   // Taking over from this epoch already (its epoch moved on meanwhile).
   if (leading_from_ == epoch && epoch != 0) return answer();
-  if (epoch != epoch_) {
-    return failedPrecondition(self + " is at epoch " + std::to_string(epoch_) + ", the vote is for epoch " +
+  if (epoch != book_.epoch()) {
+    return failedPrecondition(self + " is at epoch " + std::to_string(book_.epoch()) + ", the vote is for epoch " +
                               std::to_string(epoch));
   }
   if (!formed_cv_.wait_for(lock, kCandidateNoticeLimit,
@@ -145,26 +145,10 @@ StatusOr<v1::ElectResponse> CrossNode::vote(const std::string& voter, uint64_t e
 }
 
 StatusOr<CrossNode::EpochPlan> CrossNode::takeOverLocked() {
-  const v1::NodeInfo lost = members_.front();  // cross rank 0
-  std::vector<int> gone(lost.ranks().begin(), lost.ranks().end());
-  // This daemon first (it leads), then the others in ring order.
-  std::vector<v1::NodeInfo> nodes;
-  for (const auto& node : members_) {
-    if (node.peer_address() == options_.self_address) nodes.insert(nodes.begin(), node);
-  }
-  for (const auto& node : members_) {
-    if (node.peer_address() != options_.self_address) nodes.push_back(node);
-  }
-  for (size_t i = 0; i < nodes.size(); ++i) nodes[i].set_cross_rank(static_cast<int>(i));
-  members_ = std::move(nodes);
-  self_cross_rank_ = 0;
+  followers_.clear();  // the voters open their streams to this daemon
+  ASSIGN_OR_RETURN(EpochPlan plan, planEpochLocked(book_.takeOver()));
   leader_ = true;
-  followers_.clear();
-  removed_nodes_[lost.peer_address()] = describeNode(lost) + " was the leader and is lost; the job failed over";
-  GS_LOG(control, warn, "job '{}': {} takes over as leader (a majority voted) in place of {}", options_.job_id,
-         options_.self_address, describeNode(lost));
-  return nextEpochLocked(
-      gone, {}, "lost the leader " + describeNode(lost) + "; " + options_.self_address + " leads by a majority vote");
+  return plan;
 }
 
 }  // namespace gradsync::peer

@@ -61,12 +61,9 @@ Status CrossNode::joinLeader(const v1::NodeInfo& self) {
     MutexLock lock(mutex_);
     join_call_ = nullptr;
     if (last.ok()) {
-      members_.assign(response.nodes().begin(), response.nodes().end());
-      epoch_ = std::max<uint64_t>(1, response.epoch());  // a candidate joins a running job
+      // A candidate joins a running job (at its epoch, not a member yet).
+      book_.form({response.nodes().begin(), response.nodes().end()}, std::max<uint64_t>(1, response.epoch()));
       nccl_id_ = response.nccl_unique_id();
-      for (const auto& node : members_) {
-        if (node.peer_address() == options_.self_address) self_cross_rank_ = node.cross_rank();
-      }
       formed_cv_.notify_all();
       break;
     }
@@ -112,7 +109,7 @@ void CrossNode::openStream(v1::Peer::Stub* stub) {
   int cross_rank;
   {
     MutexLock lock(mutex_);
-    cross_rank = self_cross_rank_;
+    cross_rank = book_.selfCrossRank();
   }
   leader_heard_ms_ =
       std::chrono::duration_cast<std::chrono::milliseconds>(CrossClock::now().time_since_epoch()).count();
@@ -173,8 +170,8 @@ void CrossNode::markRemoved() {
 
 std::string CrossNode::leaderDescription() const {
   MutexLock lock(mutex_);
-  for (const auto& node : members_) {
-    if (node.cross_rank() == 0) return describeNode(node);
+  for (const auto& node : book_.members()) {
+    if (node.cross_rank() == 0) return membership::describeNode(node);
   }
   return options_.leader_address;
 }
@@ -270,9 +267,9 @@ void CrossNode::tellOtherFollowers(const v1::JobFailure& failure) {
   {
     MutexLock lock(mutex_);
     if (abort_notices_ || stopping_) return;
-    notices->request.set_epoch(epoch_);
+    notices->request.set_epoch(book_.epoch());
     abort_notices_ = notices;
-    for (const auto& node : members_) {
+    for (const auto& node : book_.members()) {
       if (node.cross_rank() == 0 || node.peer_address() == options_.self_address) continue;
       auto call = std::make_unique<AbortNotices::Call>();
       call->stub = v1::Peer::NewStub(grpc::CreateChannel(
@@ -303,13 +300,12 @@ Status CrossNode::acceptAbort(const v1::AbortJobRequest& request) {
   if (request.token() != options_.token) return unauthenticated("job '" + options_.job_id + "': token does not match");
   if (options_.elastic) {
     MutexLock lock(mutex_);
-    const bool member = std::any_of(members_.begin(), members_.end(), [&](const v1::NodeInfo& node) {
-      return node.peer_address() == request.from_peer_address();
-    });
-    if (request.epoch() != epoch_ || !member) {
+    const bool member = book_.member(request.from_peer_address()) != nullptr;
+    const uint64_t epoch = book_.epoch();
+    if (request.epoch() != epoch || !member) {
       GS_LOG(control, warn, "job '{}': refused a stale abort notice from {} (its epoch {}, this node's {}): {}",
-             options_.job_id, request.from_peer_address(), request.epoch(), epoch_, request.failure().message());
-      return failedPrecondition("job '" + options_.job_id + "' is at epoch " + std::to_string(epoch_) + " without " +
+             options_.job_id, request.from_peer_address(), request.epoch(), epoch, request.failure().message());
+      return failedPrecondition("job '" + options_.job_id + "' is at epoch " + std::to_string(epoch) + " without " +
                                 request.from_peer_address() + ": its notice is stale");
     }
   }

@@ -4,8 +4,8 @@
 // adds a JoinJob's node to the membership and expands a follower's cached
 // request; a follower decodes the leader's batches through its response
 // cache. The first byte picks the message; the rest is its serialized form.
+#include "daemon/membership/builder.h"
 #include "daemon/peer/cross_node.h"
-#include "daemon/peer/membership.h"
 #include "daemon/peer/response_cache.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -17,7 +17,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (kind == 0) {
     v1::JoinJobRequest join;
     if (!join.ParseFromArray(bytes, length)) return 0;
-    peer::MembershipBuilder builder("fuzz", 8);
+    membership::MembershipBuilder builder("fuzz", 8);
     v1::NodeInfo self;
     self.add_ranks(0);
     (void)builder.add(self);

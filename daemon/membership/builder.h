@@ -9,7 +9,7 @@
 #include "base/status.h"
 #include "proto/gradsync/v1/peer.pb.h"
 
-namespace gradsync::peer {
+namespace gradsync::membership {
 
 class MembershipBuilder {
  public:
@@ -34,4 +34,4 @@ class MembershipBuilder {
   int covered_ = 0;
 };
 
-}  // namespace gradsync::peer
+}  // namespace gradsync::membership

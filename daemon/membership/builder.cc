@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "daemon/peer/membership.h"
+#include "daemon/membership/builder.h"
 
 #include <algorithm>
 
-namespace gradsync::peer {
+namespace gradsync::membership {
 
 Status MembershipBuilder::add(v1::NodeInfo node) {
   const std::string prefix = "job '" + job_id_ + "': node " + node.peer_address() + ": ";
@@ -40,4 +40,4 @@ std::vector<int> MembershipBuilder::missingRanks() const {
   return missing;
 }
 
-}  // namespace gradsync::peer
+}  // namespace gradsync::membership

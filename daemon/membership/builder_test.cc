@@ -1,10 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "daemon/peer/membership.h"
+#include "daemon/membership/builder.h"
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
-namespace gradsync::peer {
+namespace gradsync::membership {
 namespace {
 
 v1::NodeInfo node(const std::string& address, std::vector<int> ranks) {
@@ -14,7 +14,7 @@ v1::NodeInfo node(const std::string& address, std::vector<int> ranks) {
   return n;
 }
 
-TEST(MembershipTest, CompletesWhenEveryRankIsHeldAndOrdersByLowestRank) {
+TEST(BuilderTest, CompletesWhenEveryRankIsHeldAndOrdersByLowestRank) {
   MembershipBuilder m("j", 5);
   ASSERT_TRUE(m.add(node("b:1", {3, 4})).isOk());
   EXPECT_FALSE(m.complete());
@@ -30,7 +30,7 @@ TEST(MembershipTest, CompletesWhenEveryRankIsHeldAndOrdersByLowestRank) {
   EXPECT_EQ(ordered[2].cross_rank(), 2);
 }
 
-TEST(MembershipTest, RejectsOverlapsAndBadRanks) {
+TEST(BuilderTest, RejectsOverlapsAndBadRanks) {
   MembershipBuilder m("j", 4);
   ASSERT_TRUE(m.add(node("a:1", {0, 1})).isOk());
   Status overlap = m.add(node("b:1", {1, 2}));
@@ -44,4 +44,4 @@ TEST(MembershipTest, RejectsOverlapsAndBadRanks) {
 }
 
 }  // namespace
-}  // namespace gradsync::peer
+}  // namespace gradsync::membership
