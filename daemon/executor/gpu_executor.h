@@ -79,6 +79,28 @@ class GpuExecutor : public DeviceExecutor {
   Status broadcast(const Response& r, RankAccess& access);
   // Across nodes, through host memory and the daemons' ring.
   Status stagedAllreduce(const std::vector<const Response*>& responses, RankAccess& access);
+  // stagedAllreduce's batch: the responses' members, their places in the
+  // device's fusion buffer (elements) and the buffers it goes through.
+  struct FusedAllreduce {
+    const std::vector<const Response*>& responses;
+    RankAccess& access;
+    const coordinator::Request& first;
+    size_t esize;
+    ReduceOp ring_op;  // AVERAGE sums among the nodes; the average comes last
+    std::vector<Members> members = {};
+    std::vector<size_t> offsets = {};
+    size_t total = 0;
+    uint8_t* staging = nullptr;  // host
+    uint8_t* fused = nullptr;    // device
+    void* stream = nullptr;      // cudaStream_t
+  };
+  // Its steps: the local ranks into the fusion buffer (`waited`: the
+  // members whose ready events were awaited); among the nodes with NCCL, or
+  // through host memory and the data plane; back to every local rank.
+  Status reduceIntoFused(const FusedAllreduce& f, std::vector<const Members*>* waited);
+  Status ncclAcrossNodes(const FusedAllreduce& f, gpu::NcclComm* comm);
+  Status stagedAcrossNodes(const FusedAllreduce& f);
+  Status scatterFromFused(const FusedAllreduce& f);
   Status stagedBroadcast(const Response& r, RankAccess& access);
   // Allgather or alltoall across nodes: every rank's input through host
   // memory and the ring's allgather, then each local rank's share back.

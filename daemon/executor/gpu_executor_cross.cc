@@ -40,11 +40,7 @@ StatusOr<gpu::NcclComm*> GpuExecutor::ncclFor(RankAccess& access, int device, Da
 Status GpuExecutor::stagedAllreduce(const std::vector<const Response*>& responses, RankAccess& access) {
   const Request& first = responses.front()->first();
   RETURN_IF_ERROR(checkReduction(responses.front()->name, first));
-  const size_t esize = elementSize(first.dtype);
-  const ReduceOp ring_op = first.op == v1::AVERAGE ? v1::SUM : first.op;
-  std::vector<Members> members;
-  std::vector<size_t> offsets;  // elements before each response in the fused buffer
-  size_t total = 0;
+  FusedAllreduce f{responses, access, first, elementSize(first.dtype), first.op == v1::AVERAGE ? v1::SUM : first.op};
   int device = -1;
   for (const Response* r : responses) {
     ASSIGN_OR_RETURN(Members m, resolve(*r, access));
@@ -53,110 +49,123 @@ Status GpuExecutor::stagedAllreduce(const std::vector<const Response*>& response
       device = m.device;
     }
     if (r->first().length == 0) m.list.clear();  // no elements: contributes an empty range
-    offsets.push_back(total);
-    total += r->first().length / esize;
-    members.push_back(std::move(m));
+    f.offsets.push_back(f.total);
+    f.total += r->first().length / f.esize;
+    f.members.push_back(std::move(m));
   }
   // The previous batch read the staging buffer before it returned (waited).
-  uint8_t* staging = this->staging(total * esize);
+  f.staging = staging(f.total * f.esize);
   // Every node decides alike: same membership, same batch, same dtype.
   ASSIGN_OR_RETURN(gpu::NcclComm * comm,
                    ncclFor(access, device >= 0 ? device : std::max(comm_device_, 0), first.dtype));
   if (device < 0 && comm == nullptr) {
     // No local rank takes part (process sets, joins): add identities only.
-    fillIdentity(staging, total, first.dtype, ring_op);
-    return access.dataPlane().allreduce(nodesOf(*responses.front(), access), staging, total, first.dtype, ring_op);
+    fillIdentity(f.staging, f.total, first.dtype, f.ring_op);
+    return access.dataPlane().allreduce(nodesOf(*responses.front(), access), f.staging, f.total, first.dtype,
+                                        f.ring_op);
   }
   if (device < 0) device = comm_device_;
-  ASSIGN_OR_RETURN(void* stream, streamFor(device));
+  ASSIGN_OR_RETURN(f.stream, streamFor(device));
   ASSIGN_OR_RETURN(gpu::GrowingBuffer * fusion, fusionFor(device));
-  ASSIGN_OR_RETURN(uint8_t * fused, fusion->reserve(total * esize));
+  ASSIGN_OR_RETURN(f.fused, fusion->reserve(f.total * f.esize));
   std::vector<const Members*> waited;  // their done events are recorded whatever happens next
   Status status = [&]() -> Status {
-    // 1. Local ranks into the device's fusion buffer (prescale, no average).
-    for (size_t t = 0; t < responses.size(); ++t) {
-      if (members[t].list.empty()) continue;
-      RETURN_IF_ERROR(waitReady(members[t]));
-      waited.push_back(&members[t]);
-      cuda::LocalReduceArgs gather;
-      gather.dtype = static_cast<cuda::Dtype>(first.dtype);
-      gather.op = static_cast<cuda::Op>(ring_op);
-      for (size_t k = 0; k < members[t].list.size(); ++k) gather.inputs[k] = members[t].list[k].data;
-      gather.num_inputs = static_cast<int>(members[t].list.size());
-      gather.outputs[0] = fused + offsets[t] * esize;
-      gather.num_outputs = 1;
-      gather.count = responses[t]->first().length / esize;
-      gather.prescale = first.prescale;
-      RETURN_IF_ERROR(context(ops_->reduce(gather, stream), "tensor '" + responses[t]->name + "'"));
-    }
-    // 2. Among the nodes: NCCL between the GPUs, or through host memory and
-    // the daemons' ring.
-    if (comm != nullptr) {
-      bool waited_for_inputs = false;
-      for (size_t t = 0; t < responses.size(); ++t) {  // identities where no local rank contributes
-        if (!members[t].list.empty()) continue;
-        const size_t bytes = responses[t]->first().length;
-        if (!waited_for_inputs) {  // a copy from pageable memory waits for the stream: bound it first
-          RETURN_IF_ERROR(ops_->waitStream(stream, "waiting for the local reduction"));
-          waited_for_inputs = true;
-        }
-        fillIdentity(staging + offsets[t] * esize, bytes / esize, first.dtype, ring_op);
-        RETURN_IF_ERROR(context(ops_->copy(fused + offsets[t] * esize, staging + offsets[t] * esize, bytes,
-                                           gpu::CopyKind::kHostToDevice, stream),
-                                "identity values to the fusion buffer"));
-      }
-      // allReduce waits for the stream: the phase covers the local reduction too.
-      PhaseScope phase(access, "NCCL_ALLREDUCE");
-      Status reduced =
-          comm->allReduce(fused, total, first.dtype, ring_op, static_cast<cudaStream_t>(stream), gpu::kStreamWaitLimit);
-      if (!reduced.isOk()) {
-        nccl_failed_ = true;  // aborted: the rest of the job stages through host memory
-        return reduced;
-      }
-    } else {
-      // Bounded wait first: a copy to pageable memory blocks the host until
-      // the stream reaches it, and the stream waits on the ranks' events.
-      {
-        PhaseScope phase(access, "WAIT_FOR_DATA_AND_LOCAL_REDUCE");
-        RETURN_IF_ERROR(ops_->waitStream(stream, "waiting for the local reduction"));
-      }
-      {
-        PhaseScope phase(access, "MEMCPY_DEVICE_TO_HOST");
-        RETURN_IF_ERROR(context(ops_->copy(staging, fused, total * esize, gpu::CopyKind::kDeviceToHost, stream),
-                                "copy to the staging buffer"));
-      }
-      for (size_t t = 0; t < responses.size(); ++t) {
-        if (members[t].list.empty()) {
-          fillIdentity(staging + offsets[t] * esize, responses[t]->first().length / esize, first.dtype, ring_op);
-        }
-      }
-      RETURN_IF_ERROR(
-          access.dataPlane().allreduce(nodesOf(*responses.front(), access), staging, total, first.dtype, ring_op));
-      PhaseScope phase(access, "MEMCPY_HOST_TO_DEVICE");
-      RETURN_IF_ERROR(context(ops_->copy(fused, staging, total * esize, gpu::CopyKind::kHostToDevice, stream),
-                              "copy from the staging buffer"));
-      // The staging buffer is the job's: free for the next batch only once read.
-      RETURN_IF_ERROR(ops_->waitStream(stream, "waiting for the copy from the staging buffer"));
-    }
-    // 3. Back to every local rank, with the average and postscale.
-    for (size_t t = 0; t < responses.size(); ++t) {
-      if (members[t].list.empty()) continue;
-      cuda::LocalReduceArgs scatter;
-      scatter.dtype = static_cast<cuda::Dtype>(first.dtype);
-      scatter.op = static_cast<cuda::Op>(first.op);
-      scatter.inputs[0] = fused + offsets[t] * esize;
-      scatter.num_inputs = 1;
-      for (size_t k = 0; k < members[t].list.size(); ++k) scatter.outputs[k] = members[t].list[k].data;
-      scatter.num_outputs = static_cast<int>(members[t].list.size());
-      scatter.count = responses[t]->first().length / esize;
-      scatter.postscale = first.postscale;
-      scatter.average_divisor = static_cast<int>(responses[t]->ranks.size());
-      RETURN_IF_ERROR(context(ops_->reduce(scatter, stream), "tensor '" + responses[t]->name + "'"));
-    }
-    return okStatus();
+    RETURN_IF_ERROR(reduceIntoFused(f, &waited));
+    RETURN_IF_ERROR(comm != nullptr ? ncclAcrossNodes(f, comm) : stagedAcrossNodes(f));
+    return scatterFromFused(f);
   }();
   for (const Members* m : waited) status = recordDoneAfter(*m, status);
   return status;
+}
+
+Status GpuExecutor::reduceIntoFused(const FusedAllreduce& f, std::vector<const Members*>* waited) {
+  // Local ranks into the device's fusion buffer (prescale, no average).
+  for (size_t t = 0; t < f.responses.size(); ++t) {
+    if (f.members[t].list.empty()) continue;
+    RETURN_IF_ERROR(waitReady(f.members[t]));
+    waited->push_back(&f.members[t]);
+    cuda::LocalReduceArgs gather;
+    gather.dtype = static_cast<cuda::Dtype>(f.first.dtype);
+    gather.op = static_cast<cuda::Op>(f.ring_op);
+    for (size_t k = 0; k < f.members[t].list.size(); ++k) gather.inputs[k] = f.members[t].list[k].data;
+    gather.num_inputs = static_cast<int>(f.members[t].list.size());
+    gather.outputs[0] = f.fused + f.offsets[t] * f.esize;
+    gather.num_outputs = 1;
+    gather.count = f.responses[t]->first().length / f.esize;
+    gather.prescale = f.first.prescale;
+    RETURN_IF_ERROR(context(ops_->reduce(gather, f.stream), "tensor '" + f.responses[t]->name + "'"));
+  }
+  return okStatus();
+}
+
+Status GpuExecutor::ncclAcrossNodes(const FusedAllreduce& f, gpu::NcclComm* comm) {
+  bool waited_for_inputs = false;
+  for (size_t t = 0; t < f.responses.size(); ++t) {  // identities where no local rank contributes
+    if (!f.members[t].list.empty()) continue;
+    const size_t bytes = f.responses[t]->first().length;
+    if (!waited_for_inputs) {  // a copy from pageable memory waits for the stream: bound it first
+      RETURN_IF_ERROR(ops_->waitStream(f.stream, "waiting for the local reduction"));
+      waited_for_inputs = true;
+    }
+    uint8_t* host = f.staging + f.offsets[t] * f.esize;
+    fillIdentity(host, bytes / f.esize, f.first.dtype, f.ring_op);
+    RETURN_IF_ERROR(
+        context(ops_->copy(f.fused + f.offsets[t] * f.esize, host, bytes, gpu::CopyKind::kHostToDevice, f.stream),
+                "identity values to the fusion buffer"));
+  }
+  // allReduce waits for the stream: the phase covers the local reduction too.
+  PhaseScope phase(f.access, "NCCL_ALLREDUCE");
+  Status reduced = comm->allReduce(f.fused, f.total, f.first.dtype, f.ring_op, static_cast<cudaStream_t>(f.stream),
+                                   gpu::kStreamWaitLimit);
+  if (!reduced.isOk()) nccl_failed_ = true;  // aborted: the rest of the job stages through host memory
+  return reduced;
+}
+
+Status GpuExecutor::stagedAcrossNodes(const FusedAllreduce& f) {
+  // Bounded wait first: a copy to pageable memory blocks the host until
+  // the stream reaches it, and the stream waits on the ranks' events.
+  {
+    PhaseScope phase(f.access, "WAIT_FOR_DATA_AND_LOCAL_REDUCE");
+    RETURN_IF_ERROR(ops_->waitStream(f.stream, "waiting for the local reduction"));
+  }
+  const size_t bytes = f.total * f.esize;
+  {
+    PhaseScope phase(f.access, "MEMCPY_DEVICE_TO_HOST");
+    RETURN_IF_ERROR(context(ops_->copy(f.staging, f.fused, bytes, gpu::CopyKind::kDeviceToHost, f.stream),
+                            "copy to the staging buffer"));
+  }
+  for (size_t t = 0; t < f.responses.size(); ++t) {
+    if (f.members[t].list.empty()) {
+      fillIdentity(f.staging + f.offsets[t] * f.esize, f.responses[t]->first().length / f.esize, f.first.dtype,
+                   f.ring_op);
+    }
+  }
+  RETURN_IF_ERROR(f.access.dataPlane().allreduce(nodesOf(*f.responses.front(), f.access), f.staging, f.total,
+                                                 f.first.dtype, f.ring_op));
+  PhaseScope phase(f.access, "MEMCPY_HOST_TO_DEVICE");
+  RETURN_IF_ERROR(context(ops_->copy(f.fused, f.staging, bytes, gpu::CopyKind::kHostToDevice, f.stream),
+                          "copy from the staging buffer"));
+  // The staging buffer is the job's: free for the next batch only once read.
+  return ops_->waitStream(f.stream, "waiting for the copy from the staging buffer");
+}
+
+Status GpuExecutor::scatterFromFused(const FusedAllreduce& f) {
+  // Back to every local rank, with the average and postscale.
+  for (size_t t = 0; t < f.responses.size(); ++t) {
+    if (f.members[t].list.empty()) continue;
+    cuda::LocalReduceArgs scatter;
+    scatter.dtype = static_cast<cuda::Dtype>(f.first.dtype);
+    scatter.op = static_cast<cuda::Op>(f.first.op);
+    scatter.inputs[0] = f.fused + f.offsets[t] * f.esize;
+    scatter.num_inputs = 1;
+    for (size_t k = 0; k < f.members[t].list.size(); ++k) scatter.outputs[k] = f.members[t].list[k].data;
+    scatter.num_outputs = static_cast<int>(f.members[t].list.size());
+    scatter.count = f.responses[t]->first().length / f.esize;
+    scatter.postscale = f.first.postscale;
+    scatter.average_divisor = static_cast<int>(f.responses[t]->ranks.size());
+    RETURN_IF_ERROR(context(ops_->reduce(scatter, f.stream), "tensor '" + f.responses[t]->name + "'"));
+  }
+  return okStatus();
 }
 
 Status GpuExecutor::stagedBroadcast(const Response& r, RankAccess& access) {

@@ -288,28 +288,8 @@ StatusOr<v1::JoinJobResponse> CrossNode::acceptJoin(const v1::JoinJobRequest& re
 
 grpc::Status CrossNode::serveFollower(grpc::ServerContext* context, LeaderStream* stream,
                                       const v1::FollowerMessage& hello) {
-  auto follower = std::make_shared<Follower>();
-  follower->stream = stream;
-  {
-    MutexLock lock(mutex_);
-    const int cross_rank = hello.hello().cross_rank();
-    if (hello.hello().token() != options_.token) return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "bad token");
-    if (cross_rank < 0) {
-      auto candidate = candidates_.find(hello.hello().peer_address());
-      if (candidate == candidates_.end() || candidate->second->stream != nullptr) {
-        return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "not a candidate node of the job");
-      }
-      follower = candidate->second;
-      follower->stream = stream;
-    } else {
-      if (cross_rank == 0 || cross_rank >= static_cast<int>(book_.members().size()) || followers_.count(cross_rank)) {
-        return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "bad cross rank");
-      }
-      follower->node = book_.members()[cross_rank];
-      followers_[cross_rank] = follower;
-    }
-    follower->last_heard_ms = nowMs(CrossClock::now());
-  }
+  std::shared_ptr<Follower> follower;
+  if (grpc::Status attached = attachFollower(hello, stream, &follower); !attached.ok()) return attached;
   formed_cv_.notify_all();  // broadcast() waits for every follower
   v1::FollowerMessage message;
   while (stream->Read(&message)) {
@@ -320,31 +300,66 @@ grpc::Status CrossNode::serveFollower(grpc::ServerContext* context, LeaderStream
       MutexLock lock(mutex_);
       return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, follower->removed);
     }
-    if (message.has_request() && message.request().epoch() != 0 && message.request().epoch() != epoch()) {
-      continue;  // of an epoch that ended: the follower fails it when it learns of the new one
-    }
-    if (message.has_rank_lost()) {
-      if (hooks_.on_ranks_lost) {
-        hooks_.on_ranks_lost({message.rank_lost().rank()}, message.rank_lost().epoch(), message.rank_lost().cause());
-      }
-    } else if (message.has_joiner_ready() || message.has_joiner_gone()) {
-      joinerReport(follower.get(), message);
-    } else if (message.has_request()) {
-      auto enqueue = expand(message.request());
-      if (!enqueue.isOk()) {
-        hooks_.on_failure(enqueue.status().message(), true);
-        continue;
-      }
-      hooks_.on_remote_request(message.request().rank(), *enqueue);
-    } else if (message.has_failure()) {
-      // Job::failJob then announces it to every follower.
-      hooks_.on_failure(message.failure().message(), message.failure().node_lost());
-    }
+    onFollowerMessage(follower.get(), message);
   }
   {
     MutexLock lock(follower->write_mutex);
     follower->stream = nullptr;
   }
+  followerLeft(follower, context->IsCancelled());
+  return grpc::Status::OK;
+}
+
+grpc::Status CrossNode::attachFollower(const v1::FollowerMessage& hello, LeaderStream* stream,
+                                       std::shared_ptr<Follower>* attached) {
+  auto follower = std::make_shared<Follower>();
+  follower->stream = stream;
+  MutexLock lock(mutex_);
+  const int cross_rank = hello.hello().cross_rank();
+  if (hello.hello().token() != options_.token) return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "bad token");
+  if (cross_rank < 0) {
+    auto candidate = candidates_.find(hello.hello().peer_address());
+    if (candidate == candidates_.end() || candidate->second->stream != nullptr) {
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "not a candidate node of the job");
+    }
+    follower = candidate->second;
+    follower->stream = stream;
+  } else {
+    if (cross_rank == 0 || cross_rank >= static_cast<int>(book_.members().size()) || followers_.count(cross_rank)) {
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "bad cross rank");
+    }
+    follower->node = book_.members()[cross_rank];
+    followers_[cross_rank] = follower;
+  }
+  follower->last_heard_ms = nowMs(CrossClock::now());
+  *attached = std::move(follower);
+  return grpc::Status::OK;
+}
+
+void CrossNode::onFollowerMessage(Follower* follower, const v1::FollowerMessage& message) {
+  if (message.has_request() && message.request().epoch() != 0 && message.request().epoch() != epoch()) {
+    return;  // of an epoch that ended: the follower fails it when it learns of the new one
+  }
+  if (message.has_rank_lost()) {
+    if (hooks_.on_ranks_lost) {
+      hooks_.on_ranks_lost({message.rank_lost().rank()}, message.rank_lost().epoch(), message.rank_lost().cause());
+    }
+  } else if (message.has_joiner_ready() || message.has_joiner_gone()) {
+    joinerReport(follower, message);
+  } else if (message.has_request()) {
+    auto enqueue = expand(message.request());
+    if (!enqueue.isOk()) {
+      hooks_.on_failure(enqueue.status().message(), true);
+      return;
+    }
+    hooks_.on_remote_request(message.request().rank(), *enqueue);
+  } else if (message.has_failure()) {
+    // Job::failJob then announces it to every follower.
+    hooks_.on_failure(message.failure().message(), message.failure().node_lost());
+  }
+}
+
+void CrossNode::followerLeft(const std::shared_ptr<Follower>& follower, bool cut_off) {
   bool stopping;
   v1::NodeInfo node;
   uint64_t epoch;
@@ -356,18 +371,16 @@ grpc::Status CrossNode::serveFollower(grpc::ServerContext* context, LeaderStream
   }
   if (node.ranks().empty()) {  // a candidate: nothing of the job ran there
     candidateLeft(follower);
-    return grpc::Status::OK;
+    return;
   }
-  if (!stopping) {
-    if (context->IsCancelled()) {
-      nodeLost(node, epoch, "lost " + membership::describeNode(node) + ": the daemon died or was cut off");
-    } else {
-      // A clean close: the node's ranks all finished. Only collectives that
-      // would still need them fail.
-      hooks_.on_failure(membership::describeNode(node) + " left the job (its ranks finished)", false);
-    }
+  if (stopping) return;
+  if (cut_off) {
+    nodeLost(node, epoch, "lost " + membership::describeNode(node) + ": the daemon died or was cut off");
+  } else {
+    // A clean close: the node's ranks all finished. Only collectives that
+    // would still need them fail.
+    hooks_.on_failure(membership::describeNode(node) + " left the job (its ranks finished)", false);
   }
-  return grpc::Status::OK;
 }
 
 Status CrossNode::broadcast(const std::vector<coordinator::Response>& batch, uint64_t sequence, uint64_t epoch,

@@ -230,6 +230,14 @@ class CrossNode : public NodeEndpoints {
   // Leader: sends the plan's NewEpoch to the kept followers (after every
   // batch encoded with the old cache) and tells the removed ones.
   v1::NewEpoch announceEpoch(EpochPlan plan) GS_EXCLUDES(mutex_);
+  // Leader, serveFollower's parts: the stream of a member (by its cross
+  // rank) or a candidate, checked and recorded; one message from it; its
+  // end (`cut_off`: the call was cancelled, not closed): a candidate is
+  // forgotten, a member's node lost, or its ranks finished.
+  grpc::Status attachFollower(const v1::FollowerMessage& hello, LeaderStream* stream,
+                              std::shared_ptr<Follower>* attached) GS_EXCLUDES(mutex_);
+  void onFollowerMessage(Follower* follower, const v1::FollowerMessage& message) GS_EXCLUDES(mutex_);
+  void followerLeft(const std::shared_ptr<Follower>& follower, bool cut_off) GS_EXCLUDES(mutex_);
   // Leader: a follower's JoinerReady or JoinerGone.
   void joinerReport(Follower* follower, const v1::FollowerMessage& message);
   // Leader: a node holding no rank asks to join the running job for its
@@ -248,7 +256,13 @@ class CrossNode : public NodeEndpoints {
   // daemon's own doing. Housekeeping thread only.
   bool selfPaused(CrossClock::time_point now);
 
+  // Follower: joins the leader as `self` (JoinJob, retried while the
+  // leader does not know the job yet, until the join timeout), then opens
+  // the coordination stream.
   Status joinLeader(const v1::NodeInfo& self);
+  v1::JoinJobRequest joinRequest(const v1::NodeInfo& self) const;
+  // The JoinJob calls; on success the membership is formed.
+  Status callJoinJob(v1::Peer::Stub* stub, const v1::JoinJobRequest& request) GS_EXCLUDES(mutex_);
   // Follower thread: follows the leader's stream until it ends (through a
   // failover to a new leader, where switched on).
   void readLeader();

@@ -17,6 +17,21 @@ Status CrossNode::joinLeader(const v1::NodeInfo& self) {
   channel_ = leaderChannel(options_.leader_address);
   channel_address_ = options_.leader_address;
   auto stub = v1::Peer::NewStub(channel_);
+  RETURN_IF_ERROR(callJoinJob(stub.get(), joinRequest(self)));
+  openStream(stub.get());
+  if (self.ranks().empty()) {
+    GS_LOG(control, info,
+           "job '{}': joined the running job (epoch {}) at {} as a candidate node: its new ranks wait "
+           "for the next commit",
+           options_.job_id, epoch(), options_.leader_address);
+  } else {
+    GS_LOG(control, info, "job '{}': joined the leader at {} as node {}", options_.job_id, options_.leader_address,
+           selfCrossRank());
+  }
+  return okStatus();
+}
+
+v1::JoinJobRequest CrossNode::joinRequest(const v1::NodeInfo& self) const {
   v1::JoinJobRequest request;
   request.set_job_id(options_.job_id);
   request.set_token(options_.token);
@@ -27,6 +42,10 @@ Status CrossNode::joinLeader(const v1::NodeInfo& self) {
   }
   *request.mutable_node() = self;
   request.set_elastic_join(options_.elastic && self.ranks().empty());
+  return request;
+}
+
+Status CrossNode::callJoinJob(v1::Peer::Stub* stub, const v1::JoinJobRequest& request) {
   const auto deadline = CrossClock::now() + options_.join_timeout;
   grpc::Status last;
   bool reached = false;  // the leader's daemon accepted a connection once
@@ -81,16 +100,6 @@ Status CrossNode::joinLeader(const v1::NodeInfo& self) {
   if (!last.ok()) {
     return unavailable("job '" + options_.job_id + "': cannot join the leader at " + options_.leader_address + ": " +
                        last.error_message());
-  }
-  openStream(stub.get());
-  if (self.ranks().empty()) {
-    GS_LOG(control, info,
-           "job '{}': joined the running job (epoch {}) at {} as a candidate node: its new ranks wait "
-           "for the next commit",
-           options_.job_id, epoch(), options_.leader_address);
-  } else {
-    GS_LOG(control, info, "job '{}': joined the leader at {} as node {}", options_.job_id, options_.leader_address,
-           selfCrossRank());
   }
   return okStatus();
 }

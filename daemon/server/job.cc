@@ -192,15 +192,7 @@ void Job::checkFormation(Clock::time_point now) {
 }
 
 bool Job::removeSession(const Session& session, const std::string& cause, bool crashed) {
-  Outbox outbox;
-  bool empty;
-  bool epoch_changed = false;
-  std::string cross_failure;                           // the leader cannot go on
-  std::optional<std::pair<int, uint64_t>> report;      // a follower's lost rank, for the leader
-  std::vector<std::shared_ptr<Session>> replacements;  // its joiners, told to the leader before the loss
-  // What the other nodes hear: the job's first failure (a rank leaving a
-  // job that failed already is no news, and must not be announced first).
-  std::string announced;
+  RankLoss loss;
   {
     MutexLock lock(mutex_);
     auto joiner = std::find_if(joiners_.begin(), joiners_.end(), [&](const auto& j) { return j.get() == &session; });
@@ -212,49 +204,57 @@ bool Job::removeSession(const Session& session, const std::string& cause, bool c
     auto it = sessions_.find(session.rank());
     if (it == sessions_.end() || it->second.get() != &session) return sessions_.empty() && joiners_.empty();
     sessions_.erase(it);
-    const bool elastic_loss = spec_.elastic && crashed && failure_.empty() && !stopping_;
-    if (elastic_loss && cross_) {
-      // Across daemons the leader decides the next epoch.
-      if (cross_->isLeader()) {
-        cross_failure = leadEpochLocked({session.rank()}, epoch_, session.describe() + " " + cause, &outbox);
-      } else {
-        report.emplace(session.rank(), epoch_);
-        epoch_ending_ = true;
-        // The node's last rank: the leader keeps the node when it knows of
-        // new ranks waiting here, so they go first on the same stream.
-        if (sessions_.empty()) replacements = unreportedJoinersLocked();
-      }
-      epoch_changed = true;
-    } else if (elastic_loss && !sessions_.empty()) {
-      // Below min_size the new epoch waits for new ranks (housekeeping).
-      const bool full = static_cast<int>(sessions_.size()) >= spec_.min_size;
-      changeEpochLocked(session.describe() + " " + cause, &outbox, /*admit=*/false, /*announce=*/full);
-      if (!full && !below_min_since_) below_min_since_ = Clock::now();
-      epoch_changed = true;
-    } else if (failure_.empty() && !stopping_) {
-      failure_ = session.describe() + " " + cause;
-      failAllLocked(aborted("job '" + spec_.job_id + "': " + failure_), &outbox, /*keep_negotiated=*/cross_ != nullptr);
-      if (!outbox.empty()) {
-        GS_LOG(control, warn, "job '{}': {}; failed {} collectives in flight", spec_.job_id, failure_, outbox.size());
-      }
-    }
-    if (!failure_.empty()) refuseJoinersLocked(failure_, &outbox);
+    loseRankLocked(session, session.describe() + " " + cause, crashed, &loss);
+    if (!failure_.empty()) refuseJoinersLocked(failure_, &loss.outbox);
     // A follower's joiners wait for the leader's epoch (which admits those
     // reported, or removes the node and so fails them).
-    if (sessions_.empty() && !report) refuseJoinersLocked("every rank of the job left", &outbox);
-    empty = sessions_.empty() && joiners_.empty();
-    announced = failure_.empty() ? session.describe() + " " + cause : failure_;
+    if (sessions_.empty() && !loss.report) refuseJoinersLocked("every rank of the job left", &loss.outbox);
+    loss.empty = sessions_.empty() && joiners_.empty();
+    // What the other nodes hear: the job's first failure (a rank leaving a
+    // job that failed already is no news, and must not be announced first).
+    loss.announced = failure_.empty() ? session.describe() + " " + cause : failure_;
   }
   grant_cv_.notify_all();
-  for (const auto& joiner : replacements) cross_->reportJoiner(joiner->id(), joiner->pid(), joiner->describe());
-  if (report) cross_->reportRankLost(report->first, report->second, session.describe() + " " + cause);
-  if (!cross_failure.empty()) failJob(cross_failure, /*node_lost=*/true);
+  for (const auto& joiner : loss.replacements) cross_->reportJoiner(joiner->id(), joiner->pid(), joiner->describe());
+  if (loss.report) cross_->reportRankLost(loss.report->first, loss.report->second, session.describe() + " " + cause);
+  if (!loss.cross_failure.empty()) failJob(loss.cross_failure, /*node_lost=*/true);
   // The other nodes first: the local ranks told next may exit at once.
-  if (cross_ && !epoch_changed) {
-    cross_->announceFailure("job '" + spec_.job_id + "': " + announced, false);
+  if (cross_ && !loss.epoch_changed) {
+    cross_->announceFailure("job '" + spec_.job_id + "': " + loss.announced, false);
   }
-  flush(&outbox);
-  return empty;
+  flush(&loss.outbox);
+  return loss.empty;
+}
+
+void Job::loseRankLocked(const Session& session, const std::string& what, bool crashed, RankLoss* loss) {
+  const bool elastic_loss = spec_.elastic && crashed && failure_.empty() && !stopping_;
+  if (elastic_loss && cross_) {
+    // Across daemons the leader decides the next epoch.
+    if (cross_->isLeader()) {
+      loss->cross_failure = leadEpochLocked({session.rank()}, epoch_, what, &loss->outbox);
+    } else {
+      loss->report.emplace(session.rank(), epoch_);
+      epoch_ending_ = true;
+      // The node's last rank: the leader keeps the node when it knows of
+      // new ranks waiting here, so they go first on the same stream.
+      if (sessions_.empty()) loss->replacements = unreportedJoinersLocked();
+    }
+    loss->epoch_changed = true;
+  } else if (elastic_loss && !sessions_.empty()) {
+    // Below min_size the new epoch waits for new ranks (housekeeping).
+    const bool full = static_cast<int>(sessions_.size()) >= spec_.min_size;
+    changeEpochLocked(what, &loss->outbox, /*admit=*/false, /*announce=*/full);
+    if (!full && !below_min_since_) below_min_since_ = Clock::now();
+    loss->epoch_changed = true;
+  } else if (failure_.empty() && !stopping_) {
+    failure_ = what;
+    failAllLocked(aborted("job '" + spec_.job_id + "': " + failure_), &loss->outbox,
+                  /*keep_negotiated=*/cross_ != nullptr);
+    if (!loss->outbox.empty()) {
+      GS_LOG(control, warn, "job '{}': {}; failed {} collectives in flight", spec_.job_id, failure_,
+             loss->outbox.size());
+    }
+  }
 }
 
 void Job::submit(const std::shared_ptr<Session>& session, const v1::Enqueue& enqueue) {
@@ -455,6 +455,10 @@ void Job::housekeeping(Clock::time_point now) {
     flush(&outbox);
     if (!failure.empty()) failJob(failure, /*node_lost=*/false);
   }
+  checkStalls(now);
+}
+
+void Job::checkStalls(Clock::time_point now) {
   // Who holds the ranks of other nodes, for stall messages: the membership,
   // fixed once the job formed, taken once (before mutex_: the cross-node
   // state has its own lock).
@@ -462,30 +466,12 @@ void Job::housekeeping(Clock::time_point now) {
     stall_nodes_epoch_ = cross_->epoch();
     stall_nodes_ = cross_->members();
   }
-  const auto describeAbsent = [&](int rank) {
-    for (const auto& node : stall_nodes_) {
-      if (std::find(node.ranks().begin(), node.ranks().end(), rank) != node.ranks().end()) {
-        return "rank " + std::to_string(rank) + " (on node " + node.peer_address() + ", host " + node.hostname() + ")";
-      }
-    }
-    return "rank " + std::to_string(rank) + " (not connected)";
-  };
   Outbox outbox;
   {
     MutexLock lock(mutex_);
     std::set<std::string> still_stalled;
     for (const auto& stall : negotiator_.stalls(now, limits_.stall_warning)) {
-      const auto seconds = std::chrono::duration_cast<std::chrono::seconds>(stall.age).count();
-      std::string missing;
-      for (int rank : stall.missing_ranks) {
-        auto it = sessions_.find(rank);
-        missing +=
-            (missing.empty() ? "" : ", ") + (it != sessions_.end() ? it->second->describe() : describeAbsent(rank));
-      }
-      const std::string what = "job '" + spec_.job_id + "': collective '" + stall.name + "' has waited " +
-                               std::to_string(seconds) + " s for ranks " +
-                               coordinator::ranksString(stall.missing_ranks) + " [" + missing + "]; ranks " +
-                               coordinator::ranksString(stall.submitted_ranks) + " submitted it";
+      const std::string what = describeStallLocked(stall);
       if (limits_.stall_deadline.count() > 0 && stall.age >= limits_.stall_deadline) {
         GS_LOG(coordinator, err, "{}: deadline passed, failing it", what);
         for (const auto& request : negotiator_.take(stall.name)) {
@@ -502,6 +488,26 @@ void Job::housekeeping(Clock::time_point now) {
     stall_warned_.swap(still_stalled);
   }
   flush(&outbox);
+}
+
+std::string Job::describeStallLocked(const coordinator::Stall& stall) const {
+  const auto describeAbsent = [&](int rank) {
+    for (const auto& node : stall_nodes_) {
+      if (std::find(node.ranks().begin(), node.ranks().end(), rank) != node.ranks().end()) {
+        return "rank " + std::to_string(rank) + " (on node " + node.peer_address() + ", host " + node.hostname() + ")";
+      }
+    }
+    return "rank " + std::to_string(rank) + " (not connected)";
+  };
+  const auto seconds = std::chrono::duration_cast<std::chrono::seconds>(stall.age).count();
+  std::string missing;
+  for (int rank : stall.missing_ranks) {
+    auto it = sessions_.find(rank);
+    missing += (missing.empty() ? "" : ", ") + (it != sessions_.end() ? it->second->describe() : describeAbsent(rank));
+  }
+  return "job '" + spec_.job_id + "': collective '" + stall.name + "' has waited " + std::to_string(seconds) +
+         " s for ranks " + coordinator::ranksString(stall.missing_ranks) + " [" + missing + "]; ranks " +
+         coordinator::ranksString(stall.submitted_ranks) + " submitted it";
 }
 
 void Job::stop(const std::string& reason, bool daemon_stopping) {

@@ -29,6 +29,7 @@
 #include "daemon/metrics/job_stats.h"
 #include "daemon/peer/cross_node.h"
 #include "daemon/peer/data_plane.h"
+#include "daemon/peer/fast_rounds.h"
 #include "daemon/server/enqueue_validation.h"
 #include "daemon/server/session.h"
 #include "daemon/server/steady_state.h"
@@ -214,6 +215,19 @@ class Job : private executor::RankAccess {
   // executor thread's rounds with the other daemons, until the job fails
   // or stops (or at once when a daemon does not offer them).
   void steadyExecutorLoop();
+  // Before a round: held requests past the hold limit go to the leader,
+  // errors the leader sent run; whether a round is wanted now (`stop`: the
+  // job failed or stops), and when to look again.
+  struct SteadyPass {
+    bool stop = false;
+    bool wanted = false;
+    Clock::time_point wake_by;
+  };
+  SteadyPass prepareSteadyPass(bool leader) GS_EXCLUDES(mutex_);
+  // One round: this daemon's part (the leader broadcasts its batch first),
+  // then the leader's batches up to the round's sequence and the cached
+  // collectives every daemon is ready for; false when the job ends.
+  bool steadyRound(peer::FastRounds& rounds, bool leader) GS_EXCLUDES(mutex_);
   // Follower, executor thread: runs the leader's batches up to `sequence`
   // (waiting for them); false when the job failed or stops.
   bool runLeaderBatchesUpTo(uint64_t sequence);
@@ -354,19 +368,32 @@ class Job : private executor::RankAccess {
   std::shared_ptr<const coordinator::ProcessSetTable> process_sets_;
   SessionSnapshot sessions_ GS_GUARDED_BY(mutex_);  // by rank
   std::deque<coordinator::Response> ready_ GS_GUARDED_BY(mutex_);
-  std::map<std::pair<int, uint64_t>, v1::OutputGrant> grants_ GS_GUARDED_BY(mutex_);  // (rank, handle)
-  std::set<std::pair<int, uint64_t>> expected_grants_ GS_GUARDED_BY(mutex_);
+  using GrantKey = std::pair<int, uint64_t>;  // (rank, handle)
+  std::map<GrantKey, v1::OutputGrant> grants_ GS_GUARDED_BY(mutex_);
+  std::set<GrantKey> expected_grants_ GS_GUARDED_BY(mutex_);
   // The collective whose output grants the executor thread waits for (one
   // at a time), for gradsyncctl tensors.
   struct GrantWait {
     std::string name;
     Clock::time_point since;
-    std::vector<std::pair<int, uint64_t>> keys;  // (rank, handle)
+    std::vector<GrantKey> keys;
   };
   std::optional<GrantWait> grant_wait_ GS_GUARDED_BY(mutex_);
   // The first of `keys` whose rank's session (in the batch's snapshot) has
   // left the job, or null.
-  const Session* lostGrantRankLocked(const std::vector<std::pair<int, uint64_t>>& keys) const GS_REQUIRES(mutex_);
+  const Session* lostGrantRankLocked(const std::vector<GrantKey>& keys) const GS_REQUIRES(mutex_);
+  // requestOutputs' parts: asks the local ranks of `response` for their
+  // output buffers (the keys to wait for), then waits for every grant
+  // until the deadline, a lost rank, a stop, the job's failure (one-node
+  // jobs) or a new epoch, each with its error.
+  StatusOr<std::vector<GrantKey>> sendOutputRequests(const coordinator::Response& response,
+                                                     const std::vector<uint64_t>& bytes,
+                                                     const std::vector<std::vector<int64_t>>& shapes,
+                                                     const std::string& prefix, bool abort_on_failure)
+      GS_EXCLUDES(mutex_);
+  StatusOr<std::vector<v1::OutputGrant>> awaitGrantsLocked(MutexLock& lock, const std::string& tensor,
+                                                           const std::vector<GrantKey>& keys, const std::string& prefix,
+                                                           bool abort_on_failure) GS_REQUIRES(mutex_);
   std::set<std::string> stall_warned_ GS_GUARDED_BY(mutex_);
   std::string failure_ GS_GUARDED_BY(mutex_);  // non-empty once the job has failed
   bool stopping_ GS_GUARDED_BY(mutex_) = false;
@@ -445,6 +472,25 @@ class Job : private executor::RankAccess {
   uint64_t batch_epoch_ = 0;
   uint64_t batch_fusion_threshold_ = 0;  // this daemon's, or the leader's that came with the batch
   std::set<int> batch_local_ranks_;
+  // What a rank's loss leaves to do once mutex_ is released
+  // (removeSession).
+  struct RankLoss {
+    Outbox outbox;
+    bool empty = false;                                  // no rank or joiner is left
+    bool epoch_changed = false;                          // elastic: a new epoch, not a failure
+    std::string cross_failure;                           // the leader cannot go on
+    std::optional<std::pair<int, uint64_t>> report;      // a follower's lost rank (and epoch), for the leader
+    std::vector<std::shared_ptr<Session>> replacements;  // its joiners, told to the leader before the loss
+    std::string announced;                               // what the other nodes hear
+  };
+  // The job without `session`'s rank (`what`: who and why): a new epoch
+  // (elastic; across daemons the leader's), or the job's failure.
+  void loseRankLocked(const Session& session, const std::string& what, bool crashed, RankLoss* loss)
+      GS_REQUIRES(mutex_);
+  // Housekeeping: warns of collectives waiting past the stall warning,
+  // naming the missing ranks, and fails those past the stall deadline.
+  void checkStalls(Clock::time_point now) GS_EXCLUDES(mutex_);
+  std::string describeStallLocked(const coordinator::Stall& stall) const GS_REQUIRES(mutex_);
   // The job's nodes, for stall messages (housekeeping thread only; set once
   // formed, again in each epoch).
   std::vector<v1::NodeInfo> stall_nodes_;

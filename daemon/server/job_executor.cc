@@ -227,12 +227,31 @@ StatusOr<std::vector<uint8_t*>> Job::requestOutputs(const coordinator::Response&
                                                     const std::vector<std::vector<int64_t>>& shapes) {
   const std::string prefix = "job '" + spec_.job_id + "' tensor '" + response.name + "': ";
   executor::PhaseScope phase(*this, "WAIT_FOR_OUTPUT_GRANTS");
-  std::vector<std::pair<int, uint64_t>> keys;
-  Outbox outbox;
   // In a multi-node job a rank that left elsewhere does not stop a
   // collective already negotiated (the other nodes may have finished it):
   // only a lost local rank (it will never grant) or a stop ends the wait.
   const bool abort_on_failure = cross_ == nullptr;
+  ASSIGN_OR_RETURN(const std::vector<GrantKey> keys,
+                   sendOutputRequests(response, bytes, shapes, prefix, abort_on_failure));
+  MutexLock lock(mutex_);
+  ASSIGN_OR_RETURN(const std::vector<v1::OutputGrant> answers,
+                   awaitGrantsLocked(lock, response.name, keys, prefix, abort_on_failure));
+  std::vector<uint8_t*> pointers(response.requests.size(), nullptr);
+  for (size_t i = 0, k = 0; i < response.requests.size(); ++i) {
+    if (!response.requests[i] || !isLocal(response.requests[i]->rank)) continue;
+    const Session& session = *batch_sessions_.at(response.requests[i]->rank);
+    Status status = grantToPointer(session, answers[k++], bytes[i], &pointers[i]);
+    if (!status.isOk()) return Status(status.code(), prefix + status.message());
+  }
+  return pointers;
+}
+
+StatusOr<std::vector<Job::GrantKey>> Job::sendOutputRequests(const coordinator::Response& response,
+                                                             const std::vector<uint64_t>& bytes,
+                                                             const std::vector<std::vector<int64_t>>& shapes,
+                                                             const std::string& prefix, bool abort_on_failure) {
+  std::vector<GrantKey> keys;
+  Outbox outbox;
   {
     MutexLock lock(mutex_);
     if (abort_on_failure && !failure_.empty()) return aborted(prefix + failure_);
@@ -251,16 +270,18 @@ StatusOr<std::vector<uint8_t*>> Job::requestOutputs(const coordinator::Response&
     }
   }
   flush(&outbox);
+  return keys;
+}
 
-  MutexLock lock(mutex_);
+StatusOr<std::vector<v1::OutputGrant>> Job::awaitGrantsLocked(MutexLock& lock, const std::string& tensor,
+                                                              const std::vector<GrantKey>& keys,
+                                                              const std::string& prefix, bool abort_on_failure) {
   auto all_granted = [&]() GS_REQUIRES(mutex_) {
-    for (const auto& key : keys) {
-      if (!grants_.count(key)) return false;
-    }
-    return true;
+    return std::all_of(keys.begin(), keys.end(),
+                       [&](const GrantKey& key) GS_REQUIRES(mutex_) { return grants_.count(key) > 0; });
   };
   const uint64_t epoch = epoch_;
-  grant_wait_ = GrantWait{response.name, Clock::now(), keys};
+  grant_wait_ = GrantWait{tensor, Clock::now(), keys};
   const Session* lost = nullptr;
   const bool granted = grant_cv_.wait_for(lock, limits_.output_grant_timeout, [&]() GS_REQUIRES(mutex_) {
     if (all_granted()) return true;
@@ -293,17 +314,10 @@ StatusOr<std::vector<uint8_t*>> Job::requestOutputs(const coordinator::Response&
         prefix + "ranks " + coordinator::ranksString(waiting) + " did not answer the output request within " +
         std::to_string(std::chrono::duration_cast<std::chrono::seconds>(limits_.output_grant_timeout).count()) + " s");
   }
-  std::vector<uint8_t*> pointers(response.requests.size(), nullptr);
-  for (size_t i = 0, k = 0; i < response.requests.size(); ++i) {
-    if (!response.requests[i] || !isLocal(response.requests[i]->rank)) continue;
-    const Session& session = *batch_sessions_.at(response.requests[i]->rank);
-    Status status = grantToPointer(session, answers[k++], bytes[i], &pointers[i]);
-    if (!status.isOk()) return Status(status.code(), prefix + status.message());
-  }
-  return pointers;
+  return answers;
 }
 
-const Session* Job::lostGrantRankLocked(const std::vector<std::pair<int, uint64_t>>& keys) const {
+const Session* Job::lostGrantRankLocked(const std::vector<GrantKey>& keys) const {
   for (const auto& key : keys) {
     auto snapshot = batch_sessions_.find(key.first);
     if (snapshot == batch_sessions_.end()) continue;  // refused before the wait

@@ -83,99 +83,24 @@ void Job::steadyExecutorLoop() {
   const bool leader = cross_->isLeader();
   GS_LOG(executor, info, "job '{}': cached collectives run after rounds among the {} daemons", spec_.job_id,
          (*mesh)->size());
-  const auto fail = [&](const Status& status) { (void)ringFailed(status); };
   bool peers_started = false;
   for (;;) {
-    Outbox outbox;
-    std::vector<coordinator::Response> errors;  // follower: requests the leader failed (no ring)
-    bool wanted = false;
-    Clock::time_point wake_by = Clock::now() + std::chrono::seconds(1);
-    {
-      MutexLock lock(mutex_);
-      if (stopping_ || !failure_.empty()) break;
-      for (auto& held : steady_.takeOlderThan(Clock::now() - kHoldLimit)) {
-        std::vector<coordinator::Response> unused;
-        submitToCoordinator(held.session, std::move(held.request), &outbox, &unused, /*steady=*/false);
-      }
-      while (!remote_batches_.empty() && remote_batches_.front().sequence == 0) {
-        for (auto& r : remote_batches_.front().responses) errors.push_back(std::move(r));
-        remote_batches_.pop_front();
-      }
-      wanted = steady_dirty_ || (leader && !ready_.empty());
-      if (auto oldest = steady_.oldest()) wake_by = std::min(wake_by, *oldest + kHoldLimit);
-    }
-    flush(&outbox);
-    if (!errors.empty()) {
-      {
-        MutexLock lock(mutex_);
-        errors = beginBatchLocked(std::move(errors));
-      }
-      runBatch(std::move(errors));
-      MutexLock lock(mutex_);
-      executing_ = false;
-    }
-    if (!wanted && !peers_started) {
-      auto started = rounds.waitForPeers(wake_fd_.get(), wake_by);
+    const SteadyPass pass = prepareSteadyPass(leader);
+    if (pass.stop) break;
+    if (!pass.wanted && !peers_started) {
+      auto started = rounds.waitForPeers(wake_fd_.get(), pass.wake_by);
       uint64_t drained;
       while (::read(wake_fd_.get(), &drained, sizeof drained) > 0) {
       }
       if (!started.isOk()) {
-        fail(started.status());
+        (void)ringFailed(started.status());
         break;
       }
       peers_started = *started;
       continue;  // look again: what woke it may be local
     }
-    // This daemon's part of the round.
-    std::vector<uint64_t> ready;
-    std::vector<coordinator::Response> batch;
-    peer::FastRounds::LeaderPart part;  // the leader's
-    uint64_t sequence = 0;
-    {
-      MutexLock lock(mutex_);
-      steady_dirty_ = false;
-      ready = steady_.ready();
-      if (leader && !ready_.empty()) {
-        ++batch_sequence_;
-        batch = takeBatchLocked();
-      }
-      if (leader) sequence = batch_sequence_;
-      part = {sequence, tuning_.current().fusion_threshold_bytes};
-    }
-    if (leader && !batch.empty()) {
-      Status sent = cross_->broadcast(batch, sequence, batch_epoch_, batch_fusion_threshold_);
-      if (!sent.isOk()) {
-        for (auto& r : batch) r.status = sent;
-        failJob(sent.message(), /*node_lost=*/true);
-      }
-    }
-    auto outcome = rounds.exchange(ready, part, Clock::now() + limits_.transfer_timeout);
     peers_started = false;
-    if (!outcome.isOk()) {
-      if (!batch.empty()) runBatch(std::move(batch), sequence);  // fails them: the job failed
-      fail(outcome.status());
-      break;
-    }
-    // 1. The leader's batches up to the round's sequence.
-    if (leader) {
-      if (!batch.empty()) runBatch(std::move(batch), sequence);
-      MutexLock lock(mutex_);
-      executing_ = false;
-    } else if (!runLeaderBatchesUpTo(outcome->leader_sequence)) {
-      break;
-    }
-    // 2. The cached collectives every daemon is ready for.
-    if (outcome->ids.empty()) continue;
-    std::vector<coordinator::Response> agreed;
-    {
-      MutexLock lock(mutex_);
-      std::vector<coordinator::Response> responses;
-      for (uint64_t id : outcome->ids) responses.push_back(steady_.take(id));
-      agreed = beginBatchLocked(std::move(responses), outcome->fusion_threshold_bytes);
-    }
-    runBatch(std::move(agreed), kRoundSequenceBase + rounds.round());
-    MutexLock lock(mutex_);
-    executing_ = false;
+    if (!steadyRound(rounds, leader)) break;
   }
   MutexLock lock(mutex_);
   steady_rounds_ = false;  // the usual loop fails what is left
@@ -185,6 +110,94 @@ void Job::steadyExecutorLoop() {
                       aborted("job '" + spec_.job_id + "': " + (failure_.empty() ? stop_reason_ : failure_)), &outbox);
   }
   flush(&outbox);
+}
+
+Job::SteadyPass Job::prepareSteadyPass(bool leader) {
+  SteadyPass pass;
+  pass.wake_by = Clock::now() + std::chrono::seconds(1);
+  Outbox outbox;
+  std::vector<coordinator::Response> errors;  // follower: requests the leader failed (no ring)
+  {
+    MutexLock lock(mutex_);
+    if (stopping_ || !failure_.empty()) {
+      pass.stop = true;
+      return pass;
+    }
+    for (auto& held : steady_.takeOlderThan(Clock::now() - kHoldLimit)) {
+      std::vector<coordinator::Response> unused;
+      submitToCoordinator(held.session, std::move(held.request), &outbox, &unused, /*steady=*/false);
+    }
+    while (!remote_batches_.empty() && remote_batches_.front().sequence == 0) {
+      for (auto& r : remote_batches_.front().responses) errors.push_back(std::move(r));
+      remote_batches_.pop_front();
+    }
+    pass.wanted = steady_dirty_ || (leader && !ready_.empty());
+    if (auto oldest = steady_.oldest()) pass.wake_by = std::min(pass.wake_by, *oldest + kHoldLimit);
+  }
+  flush(&outbox);
+  if (!errors.empty()) {
+    {
+      MutexLock lock(mutex_);
+      errors = beginBatchLocked(std::move(errors));
+    }
+    runBatch(std::move(errors));
+    MutexLock lock(mutex_);
+    executing_ = false;
+  }
+  return pass;
+}
+
+bool Job::steadyRound(peer::FastRounds& rounds, bool leader) {
+  // This daemon's part of the round.
+  std::vector<uint64_t> ready;
+  std::vector<coordinator::Response> batch;
+  peer::FastRounds::LeaderPart part;  // the leader's
+  uint64_t sequence = 0;
+  {
+    MutexLock lock(mutex_);
+    steady_dirty_ = false;
+    ready = steady_.ready();
+    if (leader && !ready_.empty()) {
+      ++batch_sequence_;
+      batch = takeBatchLocked();
+    }
+    if (leader) sequence = batch_sequence_;
+    part = {sequence, tuning_.current().fusion_threshold_bytes};
+  }
+  if (leader && !batch.empty()) {
+    Status sent = cross_->broadcast(batch, sequence, batch_epoch_, batch_fusion_threshold_);
+    if (!sent.isOk()) {
+      for (auto& r : batch) r.status = sent;
+      failJob(sent.message(), /*node_lost=*/true);
+    }
+  }
+  auto outcome = rounds.exchange(ready, part, Clock::now() + limits_.transfer_timeout);
+  if (!outcome.isOk()) {
+    if (!batch.empty()) runBatch(std::move(batch), sequence);  // fails them: the job failed
+    (void)ringFailed(outcome.status());
+    return false;
+  }
+  // 1. The leader's batches up to the round's sequence.
+  if (leader) {
+    if (!batch.empty()) runBatch(std::move(batch), sequence);
+    MutexLock lock(mutex_);
+    executing_ = false;
+  } else if (!runLeaderBatchesUpTo(outcome->leader_sequence)) {
+    return false;
+  }
+  // 2. The cached collectives every daemon is ready for.
+  if (outcome->ids.empty()) return true;
+  std::vector<coordinator::Response> agreed;
+  {
+    MutexLock lock(mutex_);
+    std::vector<coordinator::Response> responses;
+    for (uint64_t id : outcome->ids) responses.push_back(steady_.take(id));
+    agreed = beginBatchLocked(std::move(responses), outcome->fusion_threshold_bytes);
+  }
+  runBatch(std::move(agreed), kRoundSequenceBase + rounds.round());
+  MutexLock lock(mutex_);
+  executing_ = false;
+  return true;
 }
 
 bool Job::runLeaderBatchesUpTo(uint64_t sequence) {
