@@ -59,6 +59,34 @@ std::string hostName() {
   return name;
 }
 
+// The limits of the daemon's jobs, from its configuration.
+server::RegistryLimits registryLimits(const v1::DaemonConfig& config, gpu::GpuNode* gpus,
+                                      const gpu::NcclLibrary* nccl) {
+  server::RegistryLimits limits;
+  limits.job.fusion_threshold_bytes = config.fusion_threshold_bytes();
+  limits.job.stall_warning = std::chrono::seconds(config.stall_warning_seconds());
+  limits.job.stall_deadline = std::chrono::seconds(config.stall_deadline_seconds());
+  limits.max_jobs = config.max_jobs();
+  limits.max_local_ranks = config.max_local_ranks();
+  limits.max_job_size = config.max_job_size();
+  limits.job.max_inflight_per_rank = config.max_inflight_per_rank();
+  limits.job.data_plane = {config.data_plane_devices(), config.data_plane_tcp_segment_bytes()};
+  limits.job.hostname = hostName();
+  limits.job.join_timeout = std::chrono::seconds(config.join_timeout_seconds());
+  limits.job.cycle_time = std::chrono::milliseconds(config.cycle_time_ms());
+  limits.job.autotune = config.autotune();
+  limits.job.autotune_options.warmup_samples = config.autotune_warmup_samples();
+  limits.job.autotune_options.steps_per_sample = config.autotune_steps_per_sample();
+  limits.job.autotune_options.samples_per_setting = config.autotune_samples_per_setting();
+  limits.job.response_cache_capacity = config.response_cache_capacity();
+  limits.job.gpus = gpus;
+  limits.job.nccl = nccl;
+  limits.job.nccl_between_daemons = config.gpu_cross_node() == "auto";
+  limits.job.leader_failover = config.leader_failover() == "quorum";
+  limits.job.steady_state_rounds = config.steady_state() == "rounds";
+  return limits;
+}
+
 }  // namespace
 
 StatusOr<std::unique_ptr<Daemon>> Daemon::start(const v1::DaemonConfig& config, GpuFactory make_gpus) {
@@ -79,49 +107,13 @@ Status Daemon::startServers() {
   RETURN_IF_ERROR(claimSocketPath(config_.socket_path()));
   RETURN_IF_ERROR(claimSocketPath(config_.handoff_socket_path()));
 
-  server::DaemonFacts facts;
-  facts.version = kVersion;
-  facts.hostname = hostName();
-  facts.pid = static_cast<int64_t>(::getpid());
-  facts.gpus = gpu::probeGpus();
-  gpus_ = make_gpus_ ? make_gpus_(&facts.gpus) : gpu::GpuNode::create(facts.gpus);
-  facts.config = config_;
-  facts.started = std::chrono::steady_clock::now();
-  loadNccl(&facts);
-  GS_LOG(main, info, "GPUs: {}{}; MPS {}; NCCL {}", facts.gpus.gpus.size(),
-         facts.gpus.note.empty() ? "" : " (" + facts.gpus.note + ")", facts.gpus.mps ? "on" : "off",
-         nccl_ ? gpu::ncclVersionString(facts.nccl_version) + " from " + facts.nccl_library : facts.nccl_note);
-  for (const auto& g : facts.gpus.gpus) {
-    GS_LOG(main, info, "GPU {}: {} {} ({} MiB, compute mode {}, PCI {})", g.index, g.uuid, g.name,
-           g.total_memory_bytes >> 20, g.compute_mode, g.pci_bus_id);
-  }
+  server::DaemonFacts facts = probeNode();
 
   const std::string no_gpu_reason = "gradsyncd on host " + facts.hostname + " has no GPU" +
                                     (facts.gpus.note.empty() ? "" : " (" + facts.gpus.note + ")");
 
   pool_ = std::make_unique<executor::ReducePool>(static_cast<int>(config_.reduce_threads()));
-  server::RegistryLimits limits;
-  limits.job.fusion_threshold_bytes = config_.fusion_threshold_bytes();
-  limits.job.stall_warning = std::chrono::seconds(config_.stall_warning_seconds());
-  limits.job.stall_deadline = std::chrono::seconds(config_.stall_deadline_seconds());
-  limits.max_jobs = config_.max_jobs();
-  limits.max_local_ranks = config_.max_local_ranks();
-  limits.max_job_size = config_.max_job_size();
-  limits.job.max_inflight_per_rank = config_.max_inflight_per_rank();
-  limits.job.data_plane = {config_.data_plane_devices(), config_.data_plane_tcp_segment_bytes()};
-  limits.job.hostname = hostName();
-  limits.job.join_timeout = std::chrono::seconds(config_.join_timeout_seconds());
-  limits.job.cycle_time = std::chrono::milliseconds(config_.cycle_time_ms());
-  limits.job.autotune = config_.autotune();
-  limits.job.autotune_options.warmup_samples = config_.autotune_warmup_samples();
-  limits.job.autotune_options.steps_per_sample = config_.autotune_steps_per_sample();
-  limits.job.autotune_options.samples_per_setting = config_.autotune_samples_per_setting();
-  limits.job.response_cache_capacity = config_.response_cache_capacity();
-  limits.job.gpus = gpus_.get();
-  limits.job.nccl = nccl_.get();
-  limits.job.nccl_between_daemons = config_.gpu_cross_node() == "auto";
-  limits.job.leader_failover = config_.leader_failover() == "quorum";
-  limits.job.steady_state_rounds = config_.steady_state() == "rounds";
+  server::RegistryLimits limits = registryLimits(config_, gpus_.get(), nccl_.get());
   limits.job.no_gpu_reason = no_gpu_reason;
   registry_ = std::make_unique<server::JobRegistry>(limits, pool_.get());
   ASSIGN_OR_RETURN(const std::string peer_address, startPeerServer());
@@ -142,6 +134,36 @@ Status Daemon::startServers() {
   handoff_ = std::make_unique<server::HandoffServer>(registry_.get(), handoff_limits, gpus_.get(), no_gpu_reason);
   RETURN_IF_ERROR(handoff_->start(config_.handoff_socket_path(), config_.socket_mode(), gid));
 
+  RETURN_IF_ERROR(startControlSocket(gid));
+  setServing(true);
+  housekeeping_ = std::thread([this] { housekeepingLoop(); });
+  notifier_.ready(statusLine());
+  GS_LOG(main, info, "gradsyncd {} serving on unix:{} (hand-off {}), {} reduce threads", kVersion,
+         config_.socket_path(), config_.handoff_socket_path(), config_.reduce_threads());
+  return okStatus();
+}
+
+server::DaemonFacts Daemon::probeNode() {
+  server::DaemonFacts facts;
+  facts.version = kVersion;
+  facts.hostname = hostName();
+  facts.pid = static_cast<int64_t>(::getpid());
+  facts.gpus = gpu::probeGpus();
+  gpus_ = make_gpus_ ? make_gpus_(&facts.gpus) : gpu::GpuNode::create(facts.gpus);
+  facts.config = config_;
+  facts.started = std::chrono::steady_clock::now();
+  loadNccl(&facts);
+  GS_LOG(main, info, "GPUs: {}{}; MPS {}; NCCL {}", facts.gpus.gpus.size(),
+         facts.gpus.note.empty() ? "" : " (" + facts.gpus.note + ")", facts.gpus.mps ? "on" : "off",
+         nccl_ ? gpu::ncclVersionString(facts.nccl_version) + " from " + facts.nccl_library : facts.nccl_note);
+  for (const auto& g : facts.gpus.gpus) {
+    GS_LOG(main, info, "GPU {}: {} {} ({} MiB, compute mode {}, PCI {})", g.index, g.uuid, g.name,
+           g.total_memory_bytes >> 20, g.compute_mode, g.pci_bus_id);
+  }
+  return facts;
+}
+
+Status Daemon::startControlSocket(int gid) {
   grpc::ServerBuilder builder;
   builder.AddListeningPort("unix:" + config_.socket_path(), grpc::InsecureServerCredentials());
   builder.RegisterService(control_.get());
@@ -157,11 +179,6 @@ Status Daemon::startServers() {
       (gid >= 0 && ::chown(config_.socket_path().c_str(), static_cast<uid_t>(-1), static_cast<gid_t>(gid)) != 0)) {
     return internalError("cannot set permissions of " + config_.socket_path() + ": " + std::strerror(errno));
   }
-  setServing(true);
-  housekeeping_ = std::thread([this] { housekeepingLoop(); });
-  notifier_.ready(statusLine());
-  GS_LOG(main, info, "gradsyncd {} serving on unix:{} (hand-off {}), {} reduce threads", kVersion,
-         config_.socket_path(), config_.handoff_socket_path(), config_.reduce_threads());
   return okStatus();
 }
 

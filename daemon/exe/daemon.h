@@ -52,6 +52,12 @@ class Daemon {
  private:
   Daemon(const v1::DaemonConfig& config, GpuFactory make_gpus) : config_(config), make_gpus_(std::move(make_gpus)) {}
   Status startServers();
+  // This node's facts for gradsyncctl (host, GPUs, NCCL, configuration),
+  // with the GPUs and NCCL opened.
+  server::DaemonFacts probeNode();
+  // The Control and Admin services on the unix socket, with its mode and
+  // group (`gid`, -1: unchanged).
+  Status startControlSocket(int gid);
   // Binds the peer service (TCP) when configured; returns its address.
   StatusOr<std::string> startPeerServer();
   void housekeepingLoop();

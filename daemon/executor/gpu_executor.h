@@ -33,6 +33,8 @@
 
 namespace gradsync::executor {
 
+struct AlltoallRoutes;  // executor_util.h
+
 // One per job: its own stream per device, fusion buffer per device and
 // pinned staging buffer, so that jobs sharing a GPU never wait on each other.
 class GpuExecutor : public DeviceExecutor {
@@ -105,9 +107,19 @@ class GpuExecutor : public DeviceExecutor {
   // Allgather or alltoall across nodes: every rank's input through host
   // memory and the ring's allgather, then each local rank's share back.
   ResponseResult stagedGatherLike(const Response& r, RankAccess& access);
+  // Its last step: into each member's output, from `host` (every rank's
+  // input at offset[its request], `total` bytes) or, alltoall, as
+  // `routes` says, also from `recv` (the other nodes' messages).
+  Status copyGatheredOut(const Response& r, const Members& m, const std::vector<size_t>& index,
+                         const std::vector<size_t>& offset, size_t total, const AlltoallRoutes& routes,
+                         const uint8_t* host, const uint8_t* recv);
   // Reducescatter across nodes: reduced on the GPU, allreduced among the
   // nodes through host memory, each local rank's rows back.
   ResponseResult stagedReducescatter(const Response& r, RankAccess& access);
+  // Its last step: each member's rows of the reduced `fused` buffer (rows:
+  // per request) into its output, with the average and postscale.
+  Status scatterRows(const Response& r, const Members& m, const std::vector<size_t>& index,
+                     const std::vector<int64_t>& rows, const uint8_t* fused);
   // Copies the members' inputs to `host`, each at offset[its request].
   Status stageInputs(const Response& r, const Members& m, const std::vector<size_t>& index,
                      const std::vector<size_t>& offset, uint8_t* host);

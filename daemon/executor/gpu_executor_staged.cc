@@ -45,6 +45,17 @@ std::vector<size_t> requestIndices(const Response& r, const std::vector<int>& me
   return out;
 }
 
+// What each request's rank receives (allgather: every row; alltoall: its
+// blocks), with the output shapes in `result`.
+std::vector<uint64_t> gatheredBytes(const Response& r, ResponseResult* result) {
+  if (r.type != v1::ALLGATHER) return alltoallLayout(r, result).bytes;
+  int64_t total_rows = 0;
+  for (const auto& request : r.requests) total_rows += request->shape.empty() ? 1 : request->shape[0];
+  const std::vector<int64_t> gathered_shape = withFirstDim(r.first().shape, total_rows);
+  for (auto& member : result->members) member.output_shape = gathered_shape;
+  return std::vector<uint64_t>(r.requests.size(), total_rows * rowBytes(r.first()));
+}
+
 }  // namespace
 
 std::vector<uint64_t> GpuExecutor::localBytes(const Members& m, const std::vector<size_t>& index,
@@ -80,21 +91,8 @@ ResponseResult GpuExecutor::stagedGatherLike(const Response& r, RankAccess& acce
   const Members& m = *resolved;
   const std::vector<size_t> index = memberIndices(r, m);
   const GatherLayout layout = gatherLayout(r, access);
-  const size_t row = rowBytes(r.first());
   ResponseResult result = failed(r, okStatus());
-  // What each member receives: allgather every row, alltoall its blocks.
-  std::vector<uint64_t> all_bytes;
-  std::vector<int64_t> gathered_shape;
-  if (r.type == v1::ALLGATHER) {
-    int64_t total_rows = 0;
-    for (const auto& request : r.requests) total_rows += request->shape.empty() ? 1 : request->shape[0];
-    gathered_shape = withFirstDim(r.first().shape, total_rows);
-    all_bytes.assign(r.requests.size(), total_rows * row);
-    for (auto& member : result.members) member.output_shape = gathered_shape;
-  } else {
-    all_bytes = alltoallLayout(r, &result).bytes;
-  }
-  Status status = checkOutputs(r, m, localBytes(m, index, all_bytes));
+  Status status = checkOutputs(r, m, localBytes(m, index, gatheredBytes(r, &result)));
   // Alltoall: each rank's input at layout.offset, then the messages to the
   // other nodes and from them (a pairwise exchange, as on the CPU path).
   const AlltoallRoutes routes = r.type == v1::ALLTOALL ? alltoallRoutes(r, access) : AlltoallRoutes();
@@ -122,26 +120,9 @@ ResponseResult GpuExecutor::stagedGatherLike(const Response& r, RankAccess& acce
     if (status.isOk())
       status = access.dataPlane().alltoall(nodesOf(r, access), send, routes.send_to, recv, routes.recv_from);
   }
-  PhaseScope phase(access, "MEMCPY_HOST_TO_DEVICE");
-  for (size_t k = 0; status.isOk() && k < m.list.size(); ++k) {
-    const std::string what = "tensor '" + r.name + "': copy to rank " + std::to_string(m.list[k].rank);
-    if (r.type == v1::ALLGATHER) {
-      if (layout.total > 0) {
-        status =
-            context(ops_->copy(m.list[k].output, host, layout.total, gpu::CopyKind::kHostToDevice, m.stream), what);
-      }
-      continue;
-    }
-    size_t written = 0;
-    for (const auto& piece : routes.output[index[k]]) {
-      const uint8_t* from = piece.remote ? recv + piece.offset : host + layout.offset[piece.request] + piece.offset;
-      if (piece.bytes > 0) {
-        status = context(
-            ops_->copy(m.list[k].output + written, from, piece.bytes, gpu::CopyKind::kHostToDevice, m.stream), what);
-        if (!status.isOk()) break;
-      }
-      written += piece.bytes;
-    }
+  if (status.isOk()) {
+    PhaseScope phase(access, "MEMCPY_HOST_TO_DEVICE");
+    status = copyGatheredOut(r, m, index, layout.offset, layout.total, routes, host, recv);
   }
   if (waited) status = recordDoneAfter(m, status);
   if (m.stream != nullptr) {  // the staging buffer is the job's: read before the next batch
@@ -151,6 +132,31 @@ ResponseResult GpuExecutor::stagedGatherLike(const Response& r, RankAccess& acce
   return status.isOk() ? result : failed(r, status);
 }
 
+Status GpuExecutor::copyGatheredOut(const Response& r, const Members& m, const std::vector<size_t>& index,
+                                    const std::vector<size_t>& offset, size_t total, const AlltoallRoutes& routes,
+                                    const uint8_t* host, const uint8_t* recv) {
+  for (size_t k = 0; k < m.list.size(); ++k) {
+    const std::string what = "tensor '" + r.name + "': copy to rank " + std::to_string(m.list[k].rank);
+    if (r.type == v1::ALLGATHER) {
+      if (total > 0) {
+        RETURN_IF_ERROR(
+            context(ops_->copy(m.list[k].output, host, total, gpu::CopyKind::kHostToDevice, m.stream), what));
+      }
+      continue;
+    }
+    size_t written = 0;
+    for (const auto& piece : routes.output[index[k]]) {
+      const uint8_t* from = piece.remote ? recv + piece.offset : host + offset[piece.request] + piece.offset;
+      if (piece.bytes > 0) {
+        RETURN_IF_ERROR(context(
+            ops_->copy(m.list[k].output + written, from, piece.bytes, gpu::CopyKind::kHostToDevice, m.stream), what));
+      }
+      written += piece.bytes;
+    }
+  }
+  return okStatus();
+}
+
 ResponseResult GpuExecutor::stagedReducescatter(const Response& r, RankAccess& access) {
   auto resolved = resolve(r, access);
   if (!resolved.isOk()) return failed(r, resolved.status());
@@ -158,9 +164,7 @@ ResponseResult GpuExecutor::stagedReducescatter(const Response& r, RankAccess& a
   const Request& first = r.first();
   if (Status valid = checkReduction(r.name, first); !valid.isOk()) return failed(r, valid);
   const std::vector<size_t> index = memberIndices(r, m);
-  const size_t esize = elementSize(first.dtype);
-  const size_t row = rowBytes(first);
-  const size_t count = first.length / esize;
+  const size_t count = first.length / elementSize(first.dtype);
   const ReduceOp ring_op = first.op == v1::AVERAGE ? v1::SUM : first.op;
   const std::vector<int64_t> rows = reducescatterRows(r);
   ResponseResult result = failed(r, okStatus());
@@ -204,29 +208,36 @@ ResponseResult GpuExecutor::stagedReducescatter(const Response& r, RankAccess& a
     RETURN_IF_ERROR(context(ops_->copy(fused, host, first.length, gpu::CopyKind::kHostToDevice, m.stream),
                             "copy from the staging buffer"));
     // 3. Each local rank's rows, with the average and postscale.
-    std::vector<size_t> start_row(rows.size(), 0);
-    for (size_t j = 1; j < rows.size(); ++j) start_row[j] = start_row[j - 1] + rows[j - 1];
-    for (size_t k = 0; k < m.list.size(); ++k) {
-      const size_t j = index[k];
-      if (rows[j] == 0) continue;
-      cuda::LocalReduceArgs scatter;
-      scatter.dtype = static_cast<cuda::Dtype>(first.dtype);
-      scatter.op = static_cast<cuda::Op>(first.op);
-      scatter.inputs[0] = fused + start_row[j] * row;
-      scatter.num_inputs = 1;
-      scatter.outputs[0] = m.list[k].output;
-      scatter.num_outputs = 1;
-      scatter.count = rows[j] * row / esize;
-      scatter.postscale = first.postscale;
-      scatter.average_divisor = static_cast<int>(r.ranks.size());
-      RETURN_IF_ERROR(context(ops_->reduce(scatter, m.stream), "tensor '" + r.name + "'"));
-    }
-    return okStatus();
+    return scatterRows(r, m, index, rows, fused);
   }();
   status = recordDoneAfter(m, status);
   const Status drained = ops_->waitStream(m.stream, "waiting for the copy from the staging buffer");
   if (status.isOk()) status = drained;
   return status.isOk() ? result : failed(r, status);
+}
+
+Status GpuExecutor::scatterRows(const Response& r, const Members& m, const std::vector<size_t>& index,
+                                const std::vector<int64_t>& rows, const uint8_t* fused) {
+  const Request& first = r.first();
+  const size_t row = rowBytes(first);
+  std::vector<size_t> start_row(rows.size(), 0);
+  for (size_t j = 1; j < rows.size(); ++j) start_row[j] = start_row[j - 1] + rows[j - 1];
+  for (size_t k = 0; k < m.list.size(); ++k) {
+    const size_t j = index[k];
+    if (rows[j] == 0) continue;
+    cuda::LocalReduceArgs scatter;
+    scatter.dtype = static_cast<cuda::Dtype>(first.dtype);
+    scatter.op = static_cast<cuda::Op>(first.op);
+    scatter.inputs[0] = fused + start_row[j] * row;
+    scatter.num_inputs = 1;
+    scatter.outputs[0] = m.list[k].output;
+    scatter.num_outputs = 1;
+    scatter.count = rows[j] * row / elementSize(first.dtype);
+    scatter.postscale = first.postscale;
+    scatter.average_divisor = static_cast<int>(r.ranks.size());
+    RETURN_IF_ERROR(context(ops_->reduce(scatter, m.stream), "tensor '" + r.name + "'"));
+  }
+  return okStatus();
 }
 
 }  // namespace gradsync::executor

@@ -26,47 +26,45 @@ std::vector<ResponseResult> LocalExecutor::run(const fusion::FusedResponse& fuse
   for (const auto& r : fused.responses) {
     if (!r.status.isOk()) {
       results.push_back(failed(r, r.status));
-      continue;
-    }
-    if (access.dataPlane().multiNode()) {
-      if (r.type == v1::BROADCAST) {
-        results.push_back(multiNodeBroadcast(r, access));
-      } else if (r.type == v1::ALLGATHER) {
-        results.push_back(multiNodeAllgather(r, access));
-      } else if (r.type == v1::REDUCESCATTER) {
-        results.push_back(multiNodeReducescatter(r, access));
-      } else if (r.type == v1::ALLTOALL) {
-        results.push_back(multiNodeAlltoall(r, access));
-      } else if (isDataless(r.type)) {
-        results.push_back(failed(r, okStatus()));  // the negotiation across all ranks was the synchronisation
-      } else {
-        results.push_back(failed(r, unimplemented("tensor '" + r.name + "': " + collectiveName(r.type) +
-                                                  " across nodes is not implemented yet")));
-      }
-      continue;
-    }
-    switch (r.type) {
-      case v1::BROADCAST:
-        results.push_back(broadcast(r, access));
-        break;
-      case v1::ALLGATHER:
-        results.push_back(allgather(r, access));
-        break;
-      case v1::ALLTOALL:
-        results.push_back(alltoall(r, access));
-        break;
-      case v1::REDUCESCATTER:
-        results.push_back(reducescatter(r, access));
-        break;
-      case v1::ALLREDUCE:
-        results.push_back(failed(r, allreduce({&r}, access)));
-        break;
-      default:
-        results.push_back(failed(r, okStatus()));
-        break;  // no data (isDataless)
+    } else {
+      results.push_back(access.dataPlane().multiNode() ? runAcrossNodes(r, access) : runOnNode(r, access));
     }
   }
   return results;
+}
+
+ResponseResult LocalExecutor::runAcrossNodes(const Response& r, RankAccess& access) {
+  switch (r.type) {
+    case v1::BROADCAST:
+      return multiNodeBroadcast(r, access);
+    case v1::ALLGATHER:
+      return multiNodeAllgather(r, access);
+    case v1::REDUCESCATTER:
+      return multiNodeReducescatter(r, access);
+    case v1::ALLTOALL:
+      return multiNodeAlltoall(r, access);
+    default:
+      if (isDataless(r.type)) return failed(r, okStatus());  // the negotiation across all ranks was the synchronisation
+      return failed(r, unimplemented("tensor '" + r.name + "': " + collectiveName(r.type) +
+                                     " across nodes is not implemented yet"));
+  }
+}
+
+ResponseResult LocalExecutor::runOnNode(const Response& r, RankAccess& access) {
+  switch (r.type) {
+    case v1::BROADCAST:
+      return broadcast(r, access);
+    case v1::ALLGATHER:
+      return allgather(r, access);
+    case v1::ALLTOALL:
+      return alltoall(r, access);
+    case v1::REDUCESCATTER:
+      return reducescatter(r, access);
+    case v1::ALLREDUCE:
+      return failed(r, allreduce({&r}, access));
+    default:
+      return failed(r, okStatus());  // no data (isDataless)
+  }
 }
 
 // CUDA tensors reach a daemon without GPUs only from other nodes (its own

@@ -32,6 +32,10 @@ class LocalExecutor {
   std::vector<ResponseResult> run(const fusion::FusedResponse& fused, RankAccess& access);
 
  private:
+  // One response that is not an allreduce bucket, by its type: among the
+  // daemons of a job across nodes, or on this one.
+  ResponseResult runAcrossNodes(const Response& r, RankAccess& access);
+  ResponseResult runOnNode(const Response& r, RankAccess& access);
   Status allreduce(const std::vector<const Response*>& responses, RankAccess& access);
   std::vector<ResponseResult> relayWithoutGpu(const fusion::FusedResponse& fused, RankAccess& access);
   // Multi-node allreduce of a fused response: large tensors with one rank

@@ -43,21 +43,29 @@ Status LocalExecutor::hierarchicalAllreduce(const std::vector<const Response*>& 
   return fused.empty() ? okStatus() : fusedAllreduce(fused, access);
 }
 
+namespace {
+
+// The request of the only local rank taking part in `r` (null: none, or
+// several).
+const Request* onlyLocalRequest(const Response& r, const RankAccess& access) {
+  const Request* only = nullptr;
+  for (const auto& request : r.requests) {
+    if (!request || !access.isLocal(request->rank)) continue;
+    if (only != nullptr) return nullptr;
+    only = &*request;
+  }
+  return only;
+}
+
+}  // namespace
+
 Status LocalExecutor::fusedAllreduce(const std::vector<const Response*>& responses, RankAccess& access) {
   const Request& first = responses.front()->first();
   const size_t esize = elementSize(first.dtype);
-  if (responses.size() == 1) {
-    // One tensor held by one local rank: run the ring on its buffer in place
-    // (no copies through the fusion buffer).
-    const Request* only = nullptr;
-    int local = 0;
-    for (const auto& request : responses.front()->requests) {
-      if (request && access.isLocal(request->rank)) {
-        only = &*request;
-        ++local;
-      }
-    }
-    if (local == 1) return inPlaceAllreduce(*responses.front(), *only, access);
+  // One tensor held by one local rank: run the ring on its buffer in place
+  // (no copies through the fusion buffer).
+  if (const Request* only = responses.size() == 1 ? onlyLocalRequest(*responses.front(), access) : nullptr) {
+    return inPlaceAllreduce(*responses.front(), *only, access);
   }
   size_t total = 0;
   for (const Response* r : responses) total += r->first().length / esize;
