@@ -98,6 +98,10 @@ Status checkTypeRules(const std::string& prefix, const v1::Enqueue& e, Request& 
   }
 }
 
+// A CUDA tensor's output buffer: present exactly for the collectives that
+// take one, and inside the rank's mappings.
+Status checkCudaOutput(const std::string& prefix, const v1::Enqueue& e, const gpu::ClientGpu& gpu);
+
 Status checkCuda(const std::string& prefix, const v1::Enqueue& e, const EnqueueContext& c) {
   if (!c.gpus_present) return failedPrecondition(prefix + "is a CUDA tensor, but " + c.no_gpu_reason);
   // "No events" only for an operation that touches nothing of this rank's:
@@ -124,13 +128,17 @@ Status checkCuda(const std::string& prefix, const v1::Enqueue& e, const EnqueueC
     return invalidArgument(prefix + "CUDA offset not aligned to its " + std::to_string(esize) + "-byte elements");
   }
   RETURN_IF_ERROR(c.gpu->check(e.cuda().buffer_id(), e.cuda().offset(), e.length()));
+  return checkCudaOutput(prefix, e, *c.gpu);
+}
+
+Status checkCudaOutput(const std::string& prefix, const v1::Enqueue& e, const gpu::ClientGpu& gpu) {
   const bool has_output = e.type() == v1::ALLGATHER || e.type() == v1::ALLTOALL || e.type() == v1::REDUCESCATTER;
   if (has_output != e.has_cuda_output()) {
     return invalidArgument(prefix + (has_output ? "a CUDA " + collectiveName(e.type()) + " needs its output buffer"
                                                 : "only allgather, alltoall and reducescatter take an output buffer"));
   }
   if (!has_output) return okStatus();
-  return c.gpu->check(e.cuda_output().buffer_id(), e.cuda_output().offset(), e.output_length());
+  return gpu.check(e.cuda_output().buffer_id(), e.cuda_output().offset(), e.output_length());
 }
 
 Status checkData(const std::string& prefix, const v1::Enqueue& e, Request& r, const EnqueueContext& c) {

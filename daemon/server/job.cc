@@ -332,6 +332,11 @@ void Job::submitToCoordinator(const std::shared_ptr<Session>& session, coordinat
     forwarded_.emplace(key, std::move(request));
     return;
   }
+  negotiateLocked(std::move(request), outbox, inline_batch);
+}
+
+void Job::negotiateLocked(coordinator::Request request, Outbox* outbox,
+                          std::vector<coordinator::Response>* inline_batch) {
   coordinator::Request minimal;
   minimal.rank = request.rank;
   minimal.handle = request.handle;

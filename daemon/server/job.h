@@ -191,6 +191,11 @@ class Job : private executor::RankAccess {
   // `steady` false: not held for the rounds (it was, too long).
   void submitToCoordinator(const std::shared_ptr<Session>& session, coordinator::Request request, Outbox* outbox,
                            std::vector<coordinator::Response>* inline_batch, bool steady = true) GS_REQUIRES(mutex_);
+  // The leader's (or one daemon's) negotiation of `request`: what it makes
+  // ready runs inline (small, on one daemon, nothing executing) or wakes
+  // the executor thread.
+  void negotiateLocked(coordinator::Request request, Outbox* outbox, std::vector<coordinator::Response>* inline_batch)
+      GS_REQUIRES(mutex_);
   void submitRemote(int rank, const v1::Enqueue& enqueue);
   void onRemoteBatch(std::vector<coordinator::Response> batch, uint64_t sequence, uint64_t epoch,
                      uint64_t fusion_threshold_bytes);
@@ -204,6 +209,15 @@ class Job : private executor::RankAccess {
   void checkFormation(Clock::time_point now);
 
   void executorLoop();
+  // The executor thread's next batch: the leader's next one (a follower),
+  // or the ready collectives after at most one cycle for more (`lead`: to
+  // broadcast first); nullopt once the job stops.
+  struct NextBatch {
+    std::vector<coordinator::Response> responses;
+    uint64_t sequence = 0;
+    bool lead = false;
+  };
+  std::optional<NextBatch> nextBatchLocked(MutexLock& lock) GS_REQUIRES(mutex_);
   // Takes everything in ready_ as the next batch; needs !executing_.
   std::vector<coordinator::Response> takeBatchLocked(uint64_t fusion_threshold_bytes = 0) GS_REQUIRES(mutex_);
   // `batch` becomes the one executing (executing_, the sessions, epoch,
@@ -244,6 +258,12 @@ class Job : private executor::RankAccess {
   // `started`: when the response's fused batch began executing.
   void complete(const coordinator::Response& response, const executor::ResponseResult& result,
                 Clock::time_point started, Outbox* outbox) GS_REQUIRES(mutex_);
+  // The Done of request `i` of `response` (`admit`: the commit admitted
+  // joiners, the epoch changes).
+  v1::DaemonMessage doneFor(const coordinator::Response& response, const executor::ResponseResult& result, size_t i,
+                            bool admit) const GS_REQUIRES(mutex_);
+  // A commit admitted the joiners: a new epoch here, or the leader's.
+  void admitAtCommitLocked(const std::string& commit, Outbox* outbox) GS_REQUIRES(mutex_);
   // A collective failed or was refused.
   void countErrorLocked(StatusCode code) GS_REQUIRES(mutex_) {
     ++errors_;

@@ -12,50 +12,55 @@ namespace gradsync::server {
 void Job::executorLoop() {
   if (cross_ && limits_.steady_state_rounds && !spec_.elastic) steadyExecutorLoop();
   for (;;) {
-    std::vector<coordinator::Response> batch;
-    uint64_t sequence = 0;
-    bool lead = false;
+    std::optional<NextBatch> next;
     {
       MutexLock lock(mutex_);
-      ready_cv_.wait(lock, [&]() GS_REQUIRES(mutex_) {
-        return stopping_ || (!executing_ && (!ready_.empty() || !remote_batches_.empty()));
-      });
-      if (stopping_) return;
-      const autotune::Settings tuned = tuning_.current();
-      if (remote_batches_.empty() && negotiator_.pendingCount() > 0 && tuned.cycle_time.count() > 0) {
-        // The leader of a multi-node job (or one daemon, when autotune
-        // says so): more tensors are on their way; give them one cycle to
-        // join this batch.
-        const auto until = Clock::now() + tuned.cycle_time;
-        ready_cv_.wait_until(lock, until, [&]() GS_REQUIRES(mutex_) {
-          return stopping_ || negotiator_.pendingCount() == 0 || bytesReady() >= tuned.fusion_threshold_bytes;
-        });
-        if (stopping_) return;
-      }
-      uint64_t fusion_threshold = 0;   // this daemon's
-      if (!remote_batches_.empty()) {  // follower: the leader's batches, in order
-        sequence = remote_batches_.front().sequence;
-        fusion_threshold = remote_batches_.front().fusion_threshold_bytes;
-        for (auto& r : remote_batches_.front().responses) ready_.push_back(std::move(r));
-        remote_batches_.pop_front();
-      } else if (cross_) {
-        sequence = ++batch_sequence_;
-        lead = true;
-      }
-      batch = takeBatchLocked(fusion_threshold);
-      if (lead) markAdmissionLocked(&batch);
+      next = nextBatchLocked(lock);
     }
-    if (lead) {
-      Status sent = cross_->broadcast(batch, sequence, batch_epoch_, batch_fusion_threshold_);
+    if (!next) return;
+    if (next->lead) {
+      Status sent = cross_->broadcast(next->responses, next->sequence, batch_epoch_, batch_fusion_threshold_);
       if (!sent.isOk()) {
-        for (auto& r : batch) r.status = sent;  // fails them on this node; the job fails below
+        for (auto& r : next->responses) r.status = sent;  // fails them on this node; the job fails below
         failJob(sent.message(), /*node_lost=*/true);
       }
     }
-    runBatch(std::move(batch), sequence);
+    runBatch(std::move(next->responses), next->sequence);
     MutexLock lock(mutex_);
     executing_ = false;
   }
+}
+
+std::optional<Job::NextBatch> Job::nextBatchLocked(MutexLock& lock) {
+  ready_cv_.wait(lock, [&]() GS_REQUIRES(mutex_) {
+    return stopping_ || (!executing_ && (!ready_.empty() || !remote_batches_.empty()));
+  });
+  if (stopping_) return std::nullopt;
+  const autotune::Settings tuned = tuning_.current();
+  if (remote_batches_.empty() && negotiator_.pendingCount() > 0 && tuned.cycle_time.count() > 0) {
+    // The leader of a multi-node job (or one daemon, when autotune says
+    // so): more tensors are on their way; give them one cycle to join this
+    // batch.
+    const auto until = Clock::now() + tuned.cycle_time;
+    ready_cv_.wait_until(lock, until, [&]() GS_REQUIRES(mutex_) {
+      return stopping_ || negotiator_.pendingCount() == 0 || bytesReady() >= tuned.fusion_threshold_bytes;
+    });
+    if (stopping_) return std::nullopt;
+  }
+  NextBatch next;
+  uint64_t fusion_threshold = 0;   // this daemon's
+  if (!remote_batches_.empty()) {  // follower: the leader's batches, in order
+    next.sequence = remote_batches_.front().sequence;
+    fusion_threshold = remote_batches_.front().fusion_threshold_bytes;
+    for (auto& r : remote_batches_.front().responses) ready_.push_back(std::move(r));
+    remote_batches_.pop_front();
+  } else if (cross_) {
+    next.sequence = ++batch_sequence_;
+    next.lead = true;
+  }
+  next.responses = takeBatchLocked(fusion_threshold);
+  if (next.lead) markAdmissionLocked(&next.responses);
+  return next;
 }
 
 uint64_t Job::bytesReady() const {
@@ -149,26 +154,12 @@ void Job::complete(const coordinator::Response& response, const executor::Respon
     if (it == batch_sessions_.end()) continue;
     it->second->removeHandle(request->handle);
     forwarded_.erase(std::make_pair(request->rank, request->handle));
-    // A failure in an epoch that has ended (or is ending: a rank of it was
-    // lost) is the membership change's doing: retriable.
-    v1::DaemonMessage message = doneMessage(spec_.job_id, *request, result.status,
-                                            !result.status.isOk() && (batch_epoch_ != epoch_ || epoch_ending_));
-    v1::Done* done = message.mutable_done();
-    if (!result.status.isOk()) {
-      done->mutable_detail()->set_tensor_name(response.name);
-      for (int rank : response.ranks) done->mutable_detail()->add_ranks(rank);
-    } else {
+    v1::DaemonMessage message = doneFor(response, result, i, admit);
+    if (result.status.isOk()) {
       bytes_done_ += request->length;
       const DataType dtype = isDataless(response.type) ? v1::DATA_TYPE_UNSPECIFIED : request->dtype;
       stats_.done(response.type, dtype, request->length, request->received, started, now);
     }
-    if (i < result.members.size()) {
-      for (int64_t d : result.members[i].output_shape) done->add_output_shape(d);
-      for (int64_t s : result.members[i].received_splits) done->add_received_splits(s);
-    }
-    done->set_last_joined_rank(response.last_joined_rank);
-    if (response.type == v1::PROCESS_SET_ADD) done->set_process_set_id(response.changed_process_set);
-    done->set_epoch_changed(admit);
     outbox->emplace_back(it->second, std::move(message));
   }
   if (result.status.isOk() && !history_.empty() && history_.back().epoch() == batch_epoch_ &&
@@ -176,15 +167,40 @@ void Job::complete(const coordinator::Response& response, const executor::Respon
     history_.back().set_recovery_ms(std::max<int64_t>(
         1, std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - epoch_started_).count()));
   }
-  if (admit && cross_) {
-    if (cross_->isLeader())
-      admitAcrossLocked("at the commit '" + response.name + "'", outbox);  // the followers hear of it from the leader
-  } else if (admit) {
-    const auto ready =
-        std::count_if(joiners_.begin(), joiners_.end(), [](const auto& j) { return j->streamAttached(); });
-    changeEpochLocked("admitted " + std::to_string(ready) + " new ranks at the commit '" + response.name + "'", outbox,
-                      /*admit=*/true);  // admits the same joiners: both under mutex_
+  if (admit) admitAtCommitLocked(response.name, outbox);
+}
+
+v1::DaemonMessage Job::doneFor(const coordinator::Response& response, const executor::ResponseResult& result, size_t i,
+                               bool admit) const {
+  const coordinator::Request& request = *response.requests[i];
+  // A failure in an epoch that has ended (or is ending: a rank of it was
+  // lost) is the membership change's doing: retriable.
+  v1::DaemonMessage message = doneMessage(spec_.job_id, request, result.status,
+                                          !result.status.isOk() && (batch_epoch_ != epoch_ || epoch_ending_));
+  v1::Done* done = message.mutable_done();
+  if (!result.status.isOk()) {
+    done->mutable_detail()->set_tensor_name(response.name);
+    for (int rank : response.ranks) done->mutable_detail()->add_ranks(rank);
   }
+  if (i < result.members.size()) {
+    for (int64_t d : result.members[i].output_shape) done->add_output_shape(d);
+    for (int64_t s : result.members[i].received_splits) done->add_received_splits(s);
+  }
+  done->set_last_joined_rank(response.last_joined_rank);
+  if (response.type == v1::PROCESS_SET_ADD) done->set_process_set_id(response.changed_process_set);
+  done->set_epoch_changed(admit);
+  return message;
+}
+
+void Job::admitAtCommitLocked(const std::string& commit, Outbox* outbox) {
+  if (cross_) {
+    // The followers hear of it from the leader.
+    if (cross_->isLeader()) admitAcrossLocked("at the commit '" + commit + "'", outbox);
+    return;
+  }
+  const auto ready = std::count_if(joiners_.begin(), joiners_.end(), [](const auto& j) { return j->streamAttached(); });
+  changeEpochLocked("admitted " + std::to_string(ready) + " new ranks at the commit '" + commit + "'", outbox,
+                    /*admit=*/true);  // admits the same joiners: both under mutex_
 }
 
 executor::DataPlane& Job::dataPlane() {

@@ -8,7 +8,8 @@
 namespace gradsync::server {
 namespace {
 
-Status checkIdentity(const v1::RegisterRequest& r, uint32_t max_local_ranks, uint32_t max_job_size) {
+// The job's name, token and size.
+Status checkJob(const v1::RegisterRequest& r, uint32_t max_job_size) {
   if (r.job_id().empty() || r.job_id().size() > 128) return invalidArgument("job id must have 1..128 characters");
   for (char c : r.job_id()) {
     if (c < 0x21 || c > 0x7e) return invalidArgument("job id must be printable ASCII without spaces");
@@ -19,6 +20,11 @@ Status checkIdentity(const v1::RegisterRequest& r, uint32_t max_local_ranks, uin
     return resourceExhausted("a job of " + std::to_string(r.size()) + " ranks: this daemon serves jobs of at most " +
                              std::to_string(max_job_size) + " (max_job_size)");
   }
+  return okStatus();
+}
+
+// The rank's place in the job and on this node.
+Status checkPlace(const v1::RegisterRequest& r, uint32_t max_local_ranks) {
   if (r.rank() < 0 || r.rank() >= r.size()) {
     return invalidArgument("rank " + std::to_string(r.rank()) + " outside [0, " + std::to_string(r.size()) + ")");
   }
@@ -35,6 +41,11 @@ Status checkIdentity(const v1::RegisterRequest& r, uint32_t max_local_ranks, uin
     return invalidArgument("the job spans nodes (local size " + std::to_string(r.local_size()) + " < size " +
                            std::to_string(r.size()) + "): its leader's address is needed (GRADSYNC_LEADER)");
   }
+  return okStatus();
+}
+
+// The rank's descriptive fields and the job's options.
+Status checkOptions(const v1::RegisterRequest& r) {
   if (r.hostname().size() > 256 || r.client_version().size() > 256)
     return invalidArgument("hostname or version too long");
   if (r.elastic()) {
@@ -50,6 +61,10 @@ Status checkIdentity(const v1::RegisterRequest& r, uint32_t max_local_ranks, uin
     return invalidArgument(
         "autotune: at most 1000 warm-up samples, 10000 steps per sample and 100 samples per setting");
   }
+  return okStatus();
+}
+
+Status checkProcessSets(const v1::RegisterRequest& r) {
   if (r.process_sets_size() > 4096) return invalidArgument("more than 4096 process sets");
   for (int i = 0; i < r.process_sets_size(); ++i) {
     const auto& ranks = r.process_sets(i).ranks();
@@ -62,6 +77,13 @@ Status checkIdentity(const v1::RegisterRequest& r, uint32_t max_local_ranks, uin
     }
   }
   return okStatus();
+}
+
+Status checkIdentity(const v1::RegisterRequest& r, uint32_t max_local_ranks, uint32_t max_job_size) {
+  RETURN_IF_ERROR(checkJob(r, max_job_size));
+  RETURN_IF_ERROR(checkPlace(r, max_local_ranks));
+  RETURN_IF_ERROR(checkOptions(r));
+  return checkProcessSets(r);
 }
 
 bool constantTimeEqual(const std::string& a, const std::string& b) {
