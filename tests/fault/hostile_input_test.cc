@@ -296,6 +296,17 @@ TEST_F(HostileInputTest, MalformedHandoffFramesGetErrorsAndTheSessionGoesOn) {
     ASSERT_TRUE(handoff::decodeFrame(reply, &response).isOk());
     EXPECT_NE(response.code(), 0);
   }
+  // The session goes on: a collective of it still completes.
+  v1::Enqueue e;
+  e.set_handle(1);
+  e.set_name("after.frames");
+  e.set_type(v1::ALLREDUCE);
+  e.set_dtype(v1::FLOAT32);
+  e.add_shape(16);
+  e.set_op(v1::SUM);
+  e.set_length(64);
+  const v1::Done done = roundTrip(stream.get(), e);
+  EXPECT_EQ(done.code(), 0) << done.message();
   std::string junk(200000, '\0');  // longer than any frame
   for (auto& c : junk) c = static_cast<char>(rng());
   ::send(handoff_fd.get(), junk.data(), junk.size(), MSG_NOSIGNAL);

@@ -77,6 +77,23 @@ TEST_F(AutotuneTest, OneDaemonTriesEverySettingAndKeepsTheFastest) {
       << log;
   EXPECT_NE(views[0].find("autotune:           done after 11 samples: "), std::string::npos) << views[0];
   EXPECT_NE(views[0].find("autotune trials (median of each setting's samples):"), std::string::npos) << views[0];
+  // The choice is the fastest setting measured (each was measured once).
+  const std::regex measured(
+      "job 'tune-one': autotune measured fusion threshold ([^,]+), cycle time ([0-9.]+) ms: "
+      "([0-9.]+) MB/s");
+  double fastest = -1;
+  std::string fastest_threshold, fastest_cycle;
+  for (std::sregex_iterator it(log.begin(), log.end(), measured), end; it != end; ++it) {
+    const double mbps = std::stod((*it)[3].str());
+    if (mbps > fastest) {
+      fastest = mbps;
+      fastest_threshold = (*it)[1].str();
+      fastest_cycle = (*it)[2].str();
+    }
+  }
+  EXPECT_DOUBLE_EQ(std::stod(chosen[3].str()), fastest) << log;
+  EXPECT_EQ(chosen[1].str(), fastest_threshold) << log;
+  EXPECT_EQ(chosen[2].str(), fastest_cycle) << log;
   // The setting in force is the one logged.
   const std::string threshold = chosen[1].str() == "none" ? "no fusion" : "up to ";
   EXPECT_NE(views[0].find("fusion:             " + threshold), std::string::npos) << views[0];

@@ -90,8 +90,17 @@ def test_removing_a_set_fails_its_work_in_flight(rank, size):
 
 
 def test_barriers_of_a_set_keep_global_barriers_in_step(rank, size):
+    import time
     from conftest import EVEN_RANKS
-    if EVEN_RANKS.included():
-        hvd.barrier(process_set=EVEN_RANKS)  # ranks outside the set skip it
+    members = EVEN_RANKS.ranks
+    if EVEN_RANKS.included():  # ranks outside the set skip it
+        start = time.monotonic()
+        if len(members) > 1 and rank == members[-1]:
+            time.sleep(0.5)
+        hvd.barrier(process_set=EVEN_RANKS)
+        if len(members) > 1:  # no member passes it before the last one came
+            assert time.monotonic() - start >= 0.45
     hvd.barrier()
     hvd.barrier()
+    # The collectives after the barriers still pair up rank by rank.
+    assert hvd.allreduce(torch.tensor([float(rank)]), op=hvd.Sum).item() == sum(range(size))
