@@ -56,6 +56,40 @@ int usableCpus() {
   return CPU_COUNT(&set);
 }
 
+// The settings only the environment gives (elastic, autotune, polling).
+void applyEnvOnly(const gradsync::client::EnvIdentity& env, ClientOptions* o) {
+  o->leader_address = env.leader.value_or("");
+  o->elastic = env.elastic || env.elastic_join;
+  o->min_size = env.min_size.value_or(0);
+  o->elastic_join = env.elastic_join;
+  o->join_marker = env.join_marker.value_or("");
+  o->elastic_timeout_seconds = env.elastic_timeout.value_or(600);
+  o->cuda_stream_completion = env.cuda_stream_completion;
+  if (env.autotune) o->autotune = *env.autotune ? gradsync::v1::AUTOTUNE_ON : gradsync::v1::AUTOTUNE_OFF;
+  o->autotune_warmup_samples = env.autotune_warmup_samples.value_or(0);
+  o->autotune_steps_per_sample = env.autotune_steps_per_sample.value_or(0);
+  o->autotune_samples_per_setting = env.autotune_samples_per_setting.value_or(0);
+  o->autotune_log_path = env.autotune_log.value_or("");
+  // Polling needs a second CPU: on one, the daemon could not run meanwhile.
+  if (usableCpus() < 2) o->completion_spin = std::chrono::microseconds(0);
+  if (env.spin_us) o->completion_spin = std::chrono::microseconds(std::min<int64_t>(*env.spin_us, 10000));
+}
+
+// The config's process sets (arrays the caller owns), checked.
+gradsync::StatusOr<std::vector<std::vector<int>>> processSetsFrom(const gradsync_config_t* c) {
+  if (c->num_process_sets < 0 || (c->num_process_sets > 0 && (!c->process_set_sizes || !c->process_set_ranks))) {
+    return gradsync::invalidArgument("process sets: sizes and ranks arrays required");
+  }
+  std::vector<std::vector<int>> sets;
+  for (int32_t i = 0; i < c->num_process_sets; ++i) {
+    if (c->process_set_sizes[i] < 0 || (c->process_set_sizes[i] > 0 && !c->process_set_ranks[i])) {
+      return gradsync::invalidArgument("process set " + std::to_string(i + 1) + " is malformed");
+    }
+    sets.emplace_back(c->process_set_ranks[i], c->process_set_ranks[i] + c->process_set_sizes[i]);
+  }
+  return sets;
+}
+
 gradsync::StatusOr<ClientOptions> optionsFrom(const gradsync_config_t* c) {
   if (c->struct_size < sizeof(gradsync_config_t) || c->version != GRADSYNC_CONFIG_VERSION) {
     return gradsync::invalidArgument("gradsync_config_t not initialised with gradsync_config_init (size/version)");
@@ -71,33 +105,11 @@ gradsync::StatusOr<ClientOptions> optionsFrom(const gradsync_config_t* c) {
   o.local_size = c->local_size > 0 ? c->local_size : env.local_size.value_or(o.size);
   o.arena_bytes = c->arena_bytes ? c->arena_bytes : env.arena_bytes.value_or(uint64_t{4} << 30);
   o.connect_timeout_seconds = c->connect_timeout_seconds > 0 ? c->connect_timeout_seconds : 30;
-  o.leader_address = env.leader.value_or("");
-  o.elastic = env.elastic || env.elastic_join;
-  o.min_size = env.min_size.value_or(0);
-  o.elastic_join = env.elastic_join;
-  o.join_marker = env.join_marker.value_or("");
-  o.elastic_timeout_seconds = env.elastic_timeout.value_or(600);
-  o.cuda_stream_completion = env.cuda_stream_completion;
-  if (env.autotune) o.autotune = *env.autotune ? gradsync::v1::AUTOTUNE_ON : gradsync::v1::AUTOTUNE_OFF;
-  o.autotune_warmup_samples = env.autotune_warmup_samples.value_or(0);
-  o.autotune_steps_per_sample = env.autotune_steps_per_sample.value_or(0);
-  o.autotune_samples_per_setting = env.autotune_samples_per_setting.value_or(0);
-  o.autotune_log_path = env.autotune_log.value_or("");
-  // Polling needs a second CPU: on one, the daemon could not run meanwhile.
-  if (usableCpus() < 2) o.completion_spin = std::chrono::microseconds(0);
-  if (env.spin_us) o.completion_spin = std::chrono::microseconds(std::min<int64_t>(*env.spin_us, 10000));
+  applyEnvOnly(env, &o);
   if (o.job_id.empty()) return gradsync::invalidArgument("no job id: set GRADSYNC_JOB_ID or config.job_id");
   if (o.token.empty()) return gradsync::invalidArgument("no job token: set GRADSYNC_TOKEN or config.token");
   if (o.rank < 0 || o.size <= 0) return gradsync::invalidArgument("no rank/size: set GRADSYNC_RANK and GRADSYNC_SIZE");
-  if (c->num_process_sets < 0 || (c->num_process_sets > 0 && (!c->process_set_sizes || !c->process_set_ranks))) {
-    return gradsync::invalidArgument("process sets: sizes and ranks arrays required");
-  }
-  for (int32_t i = 0; i < c->num_process_sets; ++i) {
-    if (c->process_set_sizes[i] < 0 || (c->process_set_sizes[i] > 0 && !c->process_set_ranks[i])) {
-      return gradsync::invalidArgument("process set " + std::to_string(i + 1) + " is malformed");
-    }
-    o.process_sets.emplace_back(c->process_set_ranks[i], c->process_set_ranks[i] + c->process_set_sizes[i]);
-  }
+  ASSIGN_OR_RETURN(o.process_sets, processSetsFrom(c));
   return o;
 }
 

@@ -84,11 +84,18 @@ std::vector<std::pair<const char*, Describe>> checksFor(CollectiveType type) {
 // Whether `a` and `b` agree on every field checksFor(a.type) compares,
 // compared directly: the common case costs no strings. False may still be an
 // agreement (the descriptions decide, as for scale factors printed alike).
+namespace {
+
+// The same collective of the same group, on the same kind of memory.
+bool sameKind(const Request& a, const Request& b) {
+  return a.type == b.type && a.dtype == b.dtype && a.onCuda() == b.onCuda() && a.group_id == b.group_id &&
+         a.group_size == b.group_size;
+}
+
+}  // namespace
+
 bool agreeExactly(const Request& a, const Request& b) {
-  if (a.type != b.type || a.dtype != b.dtype || a.onCuda() != b.onCuda() || a.group_id != b.group_id ||
-      a.group_size != b.group_size) {
-    return false;
-  }
+  if (!sameKind(a, b)) return false;
   switch (a.type) {
     case v1::ALLREDUCE:
     case v1::REDUCESCATTER:
@@ -119,6 +126,23 @@ bool allAgreeExactly(const Response& response) {
 }
 
 // Cross-request rules beyond "all equal". `prefix_of` runs only for an error.
+namespace {
+
+Status checkAdasum(const std::function<std::string()>& prefix_of, const Response& response) {
+  const size_t n = response.ranks.size();
+  if ((n & (n - 1)) != 0) {
+    return failedPrecondition(prefix_of() + "Adasum needs a power-of-two number of ranks, the process set has " +
+                              std::to_string(n));
+  }
+  if (response.activeCount() != static_cast<int>(n)) {
+    return failedPrecondition(prefix_of() + "Adasum does not run with joined ranks");
+  }
+  if (response.first().onCuda()) return failedPrecondition(prefix_of() + "Adasum on CUDA tensors is not implemented");
+  return okStatus();
+}
+
+}  // namespace
+
 Status checkCollectiveRules(const std::function<std::string()>& prefix_of, const Response& response) {
   const Request& first = response.first();
   if (first.type == v1::BROADCAST) {
@@ -141,17 +165,7 @@ Status checkCollectiveRules(const std::function<std::string()>& prefix_of, const
       }
     }
   }
-  if (first.type == v1::ALLREDUCE && first.op == v1::ADASUM) {
-    const size_t n = response.ranks.size();
-    if ((n & (n - 1)) != 0) {
-      return failedPrecondition(prefix_of() + "Adasum needs a power-of-two number of ranks, the process set has " +
-                                std::to_string(n));
-    }
-    if (response.activeCount() != static_cast<int>(n)) {
-      return failedPrecondition(prefix_of() + "Adasum does not run with joined ranks");
-    }
-    if (first.onCuda()) return failedPrecondition(prefix_of() + "Adasum on CUDA tensors is not implemented");
-  }
+  if (first.type == v1::ALLREDUCE && first.op == v1::ADASUM) RETURN_IF_ERROR(checkAdasum(prefix_of, response));
   if (first.type != v1::ALLREDUCE && first.type != v1::BARRIER && first.type != v1::JOIN &&
       response.activeCount() != static_cast<int>(response.ranks.size())) {
     std::vector<int> joined;

@@ -166,6 +166,41 @@ OutputLayout alltoallLayout(const Response& r, ResponseResult* result) {
   return layout;
 }
 
+namespace {
+
+// Rank i's block for rank j: its offset in i's input (local i only).
+std::vector<std::vector<size_t>> blockStarts(const Response& r, const std::vector<bool>& local, size_t row) {
+  const size_t n = r.requests.size();
+  std::vector<std::vector<size_t>> starts(n);
+  for (size_t i = 0; i < n; ++i) {
+    if (!local[i]) continue;
+    starts[i].resize(n);
+    for (size_t j = 1; j < n; ++j) starts[i][j] = starts[i][j - 1] + r.requests[i]->splits[j - 1] * row;
+  }
+  return starts;
+}
+
+// Each message's size, then its place: messages lie in node order.
+void sizeMessages(const Response& r, size_t row, const std::vector<int>& node, const std::vector<bool>& local,
+                  AlltoallRoutes* routes) {
+  const size_t n = r.requests.size();
+  for (size_t i = 0; i < n; ++i) {
+    for (size_t j = 0; j < n; ++j) {
+      const size_t bytes = r.requests[i]->splits[j] * row;
+      if (local[i] && !local[j]) routes->send_to[node[j]].bytes += bytes;
+      if (!local[i] && local[j]) routes->recv_from[node[i]].bytes += bytes;
+    }
+  }
+  for (size_t m = 0; m < routes->send_to.size(); ++m) {
+    routes->send_to[m].offset = routes->send_bytes;
+    routes->recv_from[m].offset = routes->recv_bytes;
+    routes->send_bytes += routes->send_to[m].bytes;
+    routes->recv_bytes += routes->recv_from[m].bytes;
+  }
+}
+
+}  // namespace
+
 AlltoallRoutes alltoallRoutes(const Response& r, const RankAccess& access) {
   const size_t n = r.requests.size();
   const size_t row = rowBytes(r.first());
@@ -176,14 +211,7 @@ AlltoallRoutes alltoallRoutes(const Response& r, const RankAccess& access) {
     node[i] = access.dataPlane().nodeOf(r.requests[i]->rank);
     local[i] = access.isLocal(r.requests[i]->rank);
   }
-  // Rank i's block for rank j: its offset in i's input (local i only),
-  // and its length.
-  std::vector<std::vector<size_t>> starts(n);
-  for (size_t i = 0; i < n; ++i) {
-    if (!local[i]) continue;
-    starts[i].resize(n);
-    for (size_t j = 1; j < n; ++j) starts[i][j] = starts[i][j - 1] + r.requests[i]->splits[j - 1] * row;
-  }
+  const std::vector<std::vector<size_t>> starts = blockStarts(r, local, row);
   const auto skip = [&](size_t i, size_t j) { return starts[i][j]; };
   const auto length = [&](size_t i, size_t j) { return r.requests[i]->splits[j] * row; };
   AlltoallRoutes routes;
@@ -193,20 +221,9 @@ AlltoallRoutes alltoallRoutes(const Response& r, const RankAccess& access) {
   for (size_t j = 0; j < n; ++j) {
     if (local[j]) routes.output[j].assign(n, {});
   }
-  // Each message's size, then its place: messages lie in node order.
-  for (size_t i = 0; i < n; ++i) {
-    for (size_t j = 0; j < n; ++j) {
-      if (local[i] && !local[j]) routes.send_to[node[j]].bytes += length(i, j);
-      if (!local[i] && local[j]) routes.recv_from[node[i]].bytes += length(i, j);
-    }
-  }
+  sizeMessages(r, row, node, local, &routes);
   std::vector<size_t> recv_at(nodes);
-  for (size_t m = 0; m < nodes; ++m) {
-    routes.send_to[m].offset = routes.send_bytes;
-    routes.recv_from[m].offset = recv_at[m] = routes.recv_bytes;
-    routes.send_bytes += routes.send_to[m].bytes;
-    routes.recv_bytes += routes.recv_from[m].bytes;
-  }
+  for (size_t m = 0; m < nodes; ++m) recv_at[m] = routes.recv_from[m].offset;
   // In message order: sender ranks i, then receiver ranks j.
   std::vector<std::vector<AlltoallRoutes::Piece>> packs(nodes);
   for (size_t i = 0; i < n; ++i) {

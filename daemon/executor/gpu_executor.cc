@@ -52,44 +52,32 @@ std::vector<ResponseResult> GpuExecutor::run(const fusion::FusedResponse& fused,
   if (access.dataPlane().multiNode() && head.status.isOk() && head.type == v1::ALLREDUCE) {
     return allWith(fused, stagedAllreduce(responsesOf(fused), access));
   }
-  for (const auto& r : fused.responses) {
-    if (!r.status.isOk()) {
-      results.push_back(failed(r, r.status));
-      continue;
-    }
-    switch (r.type) {
-      case v1::ALLREDUCE:
-        results.push_back(failed(r, allreduce(r, access)));
-        break;
-      case v1::BROADCAST:
-        results.push_back(
-            failed(r, access.dataPlane().multiNode() ? stagedBroadcast(r, access) : broadcast(r, access)));
-        break;
-      case v1::BARRIER:
-      case v1::JOIN:
-      case v1::PROCESS_SET_ADD:
-      case v1::PROCESS_SET_REMOVE:
-        results.push_back(failed(r, okStatus()));
-        break;
-      case v1::ALLGATHER:
-      case v1::ALLTOALL:
-      case v1::REDUCESCATTER:
-        if (access.dataPlane().multiNode()) {
-          results.push_back(r.type == v1::REDUCESCATTER ? stagedReducescatter(r, access) : stagedGatherLike(r, access));
-        } else if (r.type == v1::ALLGATHER) {
-          results.push_back(allgather(r, access));
-        } else if (r.type == v1::ALLTOALL) {
-          results.push_back(alltoall(r, access));
-        } else {
-          results.push_back(reducescatter(r, access));
-        }
-        break;
-      default:
-        results.push_back(failed(r, unimplemented("tensor '" + r.name + "': " + collectiveName(r.type) +
-                                                  " of CUDA tensors is not implemented yet")));
-    }
-  }
+  for (const auto& r : fused.responses) results.push_back(r.status.isOk() ? runOne(r, access) : failed(r, r.status));
   return results;
+}
+
+ResponseResult GpuExecutor::runOne(const Response& r, RankAccess& access) {
+  const bool multi_node = access.dataPlane().multiNode();
+  switch (r.type) {
+    case v1::ALLREDUCE:
+      return failed(r, allreduce(r, access));
+    case v1::BROADCAST:
+      return failed(r, multi_node ? stagedBroadcast(r, access) : broadcast(r, access));
+    case v1::BARRIER:
+    case v1::JOIN:
+    case v1::PROCESS_SET_ADD:
+    case v1::PROCESS_SET_REMOVE:
+      return failed(r, okStatus());
+    case v1::ALLGATHER:
+      return multi_node ? stagedGatherLike(r, access) : allgather(r, access);
+    case v1::ALLTOALL:
+      return multi_node ? stagedGatherLike(r, access) : alltoall(r, access);
+    case v1::REDUCESCATTER:
+      return multi_node ? stagedReducescatter(r, access) : reducescatter(r, access);
+    default:
+      return failed(r, unimplemented("tensor '" + r.name + "': " + collectiveName(r.type) +
+                                     " of CUDA tensors is not implemented yet"));
+  }
 }
 
 StatusOr<GpuExecutor::Members> GpuExecutor::resolve(const Response& r, RankAccess& access) {

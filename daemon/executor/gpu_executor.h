@@ -77,6 +77,8 @@ class GpuExecutor : public DeviceExecutor {
   Status waitForEvent(const gpu::ClientGpu& client, void* event);
   Status recordDone(const Members& m);
   Status recordDoneAfter(const Members& m, Status status);
+  // One response of a bucket that is not a fused allreduce across nodes.
+  ResponseResult runOne(const Response& r, RankAccess& access);
   Status allreduce(const Response& r, RankAccess& access);
   Status broadcast(const Response& r, RankAccess& access);
   // Across nodes, through host memory and the daemons' ring.

@@ -102,13 +102,17 @@ Status checkTypeRules(const std::string& prefix, const v1::Enqueue& e, Request& 
 // take one, and inside the rank's mappings.
 Status checkCudaOutput(const std::string& prefix, const v1::Enqueue& e, const gpu::ClientGpu& gpu);
 
-Status checkCuda(const std::string& prefix, const v1::Enqueue& e, const EnqueueContext& c) {
-  if (!c.gpus_present) return failedPrecondition(prefix + "is a CUDA tensor, but " + c.no_gpu_reason);
-  // "No events" only for an operation that touches nothing of this rank's:
-  // an empty input and no (or an empty) output.
+// An empty input and no (or an empty) output.
+bool touchesNoMemory(const v1::Enqueue& e) {
   const bool no_output = !e.has_cuda_output() || (e.cuda_output().buffer_id() == gpu::kNoBuffer &&
                                                   e.cuda_output().offset() == 0 && e.output_length() == 0);
-  const bool empty = e.cuda().buffer_id() == gpu::kNoBuffer && e.cuda().offset() == 0 && e.length() == 0 && no_output;
+  return e.cuda().buffer_id() == gpu::kNoBuffer && e.cuda().offset() == 0 && e.length() == 0 && no_output;
+}
+
+Status checkCuda(const std::string& prefix, const v1::Enqueue& e, const EnqueueContext& c) {
+  if (!c.gpus_present) return failedPrecondition(prefix + "is a CUDA tensor, but " + c.no_gpu_reason);
+  // "No events" only for an operation that touches nothing of this rank's.
+  const bool empty = touchesNoMemory(e);
   if (e.cuda().event_slot() == gpu::kNoEventSlot && !empty) {
     return invalidArgument(prefix + "a CUDA tensor with memory needs an event slot");
   }

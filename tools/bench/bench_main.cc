@@ -20,6 +20,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -60,44 +62,43 @@ int usage() {
   return 64;
 }
 
+// Whether the options name a benchmark this tool measures.
+bool valid(const BenchOptions& o) {
+  const bool known = o.collective == "allreduce" || o.collective == "broadcast" || o.collective == "allgather" ||
+                     ((o.collective == "reducescatter" || o.collective == "alltoall") &&
+                      o.device == "cpu");  // CUDA outputs: not measured
+  return known && !o.socket.empty() && o.ranks >= 1 && (o.device == "cpu" || o.device == "cuda") &&
+         (o.step_factor == 0 || o.step_factor >= 2) && o.min_bytes > 0;
+}
+
 bool parse(int argc, char** argv, BenchOptions* o) {
+  using Setter = std::function<void(const std::string&)>;
+  const std::map<std::string, Setter> with_value = {
+      {"--socket", [o](const std::string& v) { o->socket = v; }},
+      {"--leader", [o](const std::string& v) { o->leader = v; }},
+      {"-np", [o](const std::string& v) { o->ranks = std::atoi(v.c_str()); }},
+      {"--collective", [o](const std::string& v) { o->collective = v; }},
+      {"--min-bytes", [o](const std::string& v) { o->min_bytes = parseBytes(v); }},
+      {"--max-bytes", [o](const std::string& v) { o->max_bytes = parseBytes(v); }},
+      {"--step-factor", [o](const std::string& v) { o->step_factor = std::atoi(v.c_str()); }},
+      {"--device", [o](const std::string& v) { o->device = v; }},
+      {"--min-time", [o](const std::string& v) { o->min_time = std::atof(v.c_str()); }},
+      {"--min-iters", [o](const std::string& v) { o->min_iters = std::atoi(v.c_str()); }},
+      {"--steps", [o](const std::string& v) { o->steps = std::atoi(v.c_str()); }},
+  };
   for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    auto next = [&]() -> std::string { return i + 1 < argc ? argv[++i] : ""; };
-    if (a == "--socket")
-      o->socket = next();
-    else if (a == "--leader")
-      o->leader = next();
-    else if (a == "-np")
-      o->ranks = std::atoi(next().c_str());
-    else if (a == "--collective")
-      o->collective = next();
-    else if (a == "--min-bytes")
-      o->min_bytes = parseBytes(next());
-    else if (a == "--max-bytes")
-      o->max_bytes = parseBytes(next());
-    else if (a == "--step-factor")
-      o->step_factor = std::atoi(next().c_str());
-    else if (a == "--copy")
+    const std::string a = argv[i];
+    if (a == "--copy") {
       o->zero_copy = false;
-    else if (a == "--device")
-      o->device = next();
-    else if (a == "--min-time")
-      o->min_time = std::atof(next().c_str());
-    else if (a == "--min-iters")
-      o->min_iters = std::atoi(next().c_str());
-    else if (a == "--resnet")
+    } else if (a == "--resnet") {
       o->resnet = true;
-    else if (a == "--steps")
-      o->steps = std::atoi(next().c_str());
-    else
+    } else if (auto it = with_value.find(a); it != with_value.end()) {
+      it->second(i + 1 < argc ? argv[++i] : "");
+    } else {
       return false;
+    }
   }
-  const bool known = o->collective == "allreduce" || o->collective == "broadcast" || o->collective == "allgather" ||
-                     ((o->collective == "reducescatter" || o->collective == "alltoall") &&
-                      o->device == "cpu");  // CUDA outputs: not measured
-  return known && !o->socket.empty() && o->ranks >= 1 && (o->device == "cpu" || o->device == "cuda") &&
-         (o->step_factor == 0 || o->step_factor >= 2) && o->min_bytes > 0;
+  return valid(*o);
 }
 
 }  // namespace

@@ -95,6 +95,47 @@ bool parseTimeout(const std::string& text, double* seconds) {
 
 // Options may come before or after the command; "--" ends them. Returns
 // an empty string on success, else the usage error.
+namespace {
+
+// "--name=value": true, with both parts.
+bool splitOption(const std::string& arg, std::string* name, std::string* value) {
+  const size_t eq = arg.find('=');
+  if (arg.rfind("--", 0) != 0 || eq == std::string::npos) return false;
+  *name = arg.substr(0, eq);
+  *value = arg.substr(eq + 1);
+  return true;
+}
+
+bool isFlag(const std::string& name) { return name == "--json" || name == "--help" || name == "-h"; }
+bool takesValue(const std::string& name) {
+  return name == "--socket" || name == "--timeout" || name == "--interval" || name == "--count";
+}
+
+// One of the options with a value; the error, or empty.
+std::string setValueOption(const std::string& name, const std::string& value, Options* options) {
+  if (name == "--socket") {
+    if (value.empty()) return "--socket needs a non-empty path";
+    options->client.socket_path = value;
+    return "";
+  }
+  if (name == "--interval") {
+    if (parseTimeout(value, &options->interval_seconds)) return "";
+    return "--interval needs a number of seconds in (0, 86400], got '" + value + "'";
+  }
+  if (name == "--count") {
+    char* end = nullptr;
+    options->count = std::strtol(value.c_str(), &end, 10);
+    if (value.empty() || *end != '\0' || options->count < 1) {
+      return "--count needs a positive integer, got '" + value + "'";
+    }
+    return "";
+  }
+  if (parseTimeout(value, &options->client.timeout_seconds)) return "";
+  return "--timeout needs a number of seconds in (0, 86400], got '" + value + "'";
+}
+
+}  // namespace
+
 std::string parseArgs(int argc, char** argv, Options* options) {
   // As for the client library, $GRADSYNC_SOCKET names the daemon by default.
   if (const char* env = std::getenv("GRADSYNC_SOCKET"); env != nullptr && *env != '\0') {
@@ -113,40 +154,18 @@ std::string parseArgs(int argc, char** argv, Options* options) {
     }
     std::string name = arg;
     std::string value;
-    bool has_value = false;
-    size_t eq = arg.find('=');
-    if (arg.rfind("--", 0) == 0 && eq != std::string::npos) {
-      name = arg.substr(0, eq);
-      value = arg.substr(eq + 1);
-      has_value = true;
-    }
-    if (name == "--json" || name == "--help" || name == "-h") {
+    const bool has_value = splitOption(arg, &name, &value);
+    if (isFlag(name)) {
       if (has_value) return "option " + name + " takes no value";
       (name == "--json" ? options->json : options->help) = true;
       continue;
     }
-    if (name != "--socket" && name != "--timeout" && name != "--interval" && name != "--count") {
-      return "unknown option '" + arg + "'";
-    }
+    if (!takesValue(name)) return "unknown option '" + arg + "'";
     if (!has_value) {
       if (i + 1 >= argc) return "option " + name + " needs a value";
       value = argv[++i];
     }
-    if (name == "--socket") {
-      if (value.empty()) return "--socket needs a non-empty path";
-      options->client.socket_path = value;
-    } else if (name == "--interval") {
-      if (!parseTimeout(value, &options->interval_seconds)) {
-        return "--interval needs a number of seconds in (0, 86400], got '" + value + "'";
-      }
-    } else if (name == "--count") {
-      char* end = nullptr;
-      options->count = std::strtol(value.c_str(), &end, 10);
-      if (value.empty() || *end != '\0' || options->count < 1)
-        return "--count needs a positive integer, got '" + value + "'";
-    } else if (!parseTimeout(value, &options->client.timeout_seconds)) {
-      return "--timeout needs a number of seconds in (0, 86400], got '" + value + "'";
-    }
+    if (std::string error = setValueOption(name, value, options); !error.empty()) return error;
   }
   return "";
 }
@@ -293,6 +312,63 @@ int runHealth(AdminClient& client, const Options& options, const std::string& se
   return *status == grpc::health::v1::HealthCheckResponse::SERVING ? kExitOk : kExitFailed;
 }
 
+namespace {
+
+size_t argumentsOf(const Options& options) { return options.command.size() - 1; }
+std::string commandOf(const Options& options) { return options.command[0]; }
+
+int statusCommand(AdminClient& client, const Options& options) {
+  if (argumentsOf(options) != 0) return usageError("status takes no arguments");
+  return runStatus(client, options);
+}
+
+int jobViewCommand(AdminClient& client, const Options& options) {
+  const std::string command = commandOf(options);
+  if (argumentsOf(options) > 1) return usageError(command + " takes at most one JOB_ID");
+  const JobView view = command == "members"   ? JobView::kMembers
+                       : command == "history" ? JobView::kHistory
+                                              : JobView::kJobs;
+  return runJobs(client, options, argumentsOf(options) == 1 ? options.command[1] : std::string(), view);
+}
+
+int timelineCommand(AdminClient& client, const Options& options) {
+  const size_t arguments = argumentsOf(options);
+  const bool start = arguments >= 3 && options.command[2] == "start";
+  const bool marks = arguments == 4 && options.command[4] == "mark-cycles";
+  if (!(arguments == 2 && options.command[2] == "stop") && !(start && (arguments == 3 || marks))) {
+    return usageError("usage: timeline JOB start FILE [mark-cycles] | timeline JOB stop");
+  }
+  return runTimeline(client, options.command[1], start, start ? options.command[3] : "", marks);
+}
+
+int perJobCommand(AdminClient& client, const Options& options) {
+  const std::string command = commandOf(options);
+  if (argumentsOf(options) > 1) return usageError(command + " takes at most one argument");
+  const std::string job = argumentsOf(options) == 1 ? options.command[1] : std::string();
+  if (command == "tensors") return runTensors(client, options, job);
+  if (command == "stats") return runStats(client, options, job);
+  return runHealth(client, options, job);
+}
+
+int daemonCommand(AdminClient& client, const Options& options) {
+  const std::string command = commandOf(options);
+  if (argumentsOf(options) != 0) return usageError(command + " takes no arguments");
+  return command == "top" ? runTop(client, options) : runDrain(client, options, command == "drain");
+}
+
+struct Command {
+  const char* name;
+  int (*run)(AdminClient& client, const Options& options);
+};
+
+constexpr Command kCommands[] = {
+    {"status", statusCommand},     {"jobs", jobViewCommand},   {"members", jobViewCommand}, {"history", jobViewCommand},
+    {"timeline", timelineCommand}, {"tensors", perJobCommand}, {"stats", perJobCommand},    {"health", perJobCommand},
+    {"top", daemonCommand},        {"drain", daemonCommand},   {"undrain", daemonCommand},
+};
+
+}  // namespace
+
 int run(int argc, char** argv) {
   Options options;
   std::string error = parseArgs(argc, argv, &options);
@@ -302,40 +378,12 @@ int run(int argc, char** argv) {
     return kExitOk;
   }
   if (options.command.empty()) return usageError("missing command");
-  const std::string& command = options.command[0];
-  size_t arguments = options.command.size() - 1;
-  AdminClient client(options.client);
-  if (command == "status") {
-    if (arguments != 0) return usageError("status takes no arguments");
-    return runStatus(client, options);
+  for (const Command& command : kCommands) {
+    if (options.command[0] != command.name) continue;
+    AdminClient client(options.client);
+    return command.run(client, options);
   }
-  if (command == "jobs" || command == "members" || command == "history") {
-    if (arguments > 1) return usageError(command + " takes at most one JOB_ID");
-    const JobView view = command == "members"   ? JobView::kMembers
-                         : command == "history" ? JobView::kHistory
-                                                : JobView::kJobs;
-    return runJobs(client, options, arguments == 1 ? options.command[1] : std::string(), view);
-  }
-  if (command == "timeline") {
-    const bool start = arguments >= 3 && options.command[2] == "start";
-    const bool marks = arguments == 4 && options.command[4] == "mark-cycles";
-    if (!(arguments == 2 && options.command[2] == "stop") && !(start && (arguments == 3 || marks))) {
-      return usageError("usage: timeline JOB start FILE [mark-cycles] | timeline JOB stop");
-    }
-    return runTimeline(client, options.command[1], start, start ? options.command[3] : "", marks);
-  }
-  const std::string job_argument = arguments == 1 ? options.command[1] : std::string();
-  if (command == "tensors" || command == "stats" || command == "health") {
-    if (arguments > 1) return usageError(command + " takes at most one argument");
-    return command == "tensors" ? runTensors(client, options, job_argument)
-           : command == "stats" ? runStats(client, options, job_argument)
-                                : runHealth(client, options, job_argument);
-  }
-  if (command == "top" || command == "drain" || command == "undrain") {
-    if (arguments != 0) return usageError(command + " takes no arguments");
-    return command == "top" ? runTop(client, options) : runDrain(client, options, command == "drain");
-  }
-  return usageError("unknown command '" + command + "'");
+  return usageError("unknown command '" + options.command[0] + "'");
 }
 
 }  // namespace
