@@ -263,8 +263,8 @@ void Daemon::housekeepingLoop() {
   // nothing happens (the data path never waits for this loop). The systemd
   // watchdog is fed from here: a stuck loop means a stuck daemon.
   const auto period = std::chrono::milliseconds(std::max<uint32_t>(100, config_.cycle_time_ms()));
-  std::unique_lock<std::mutex> lock(mutex_);
-  while (!stop_cv_.wait_for(lock, period, [&] { return stopping_; })) {
+  MutexLock lock(mutex_);
+  while (!stop_cv_.wait_for(lock, period, [&]() GS_REQUIRES(mutex_) { return stopping_; })) {
     lock.unlock();
     const auto now = std::chrono::steady_clock::now();
     registry_->housekeeping(now);
@@ -326,7 +326,7 @@ std::vector<std::string> Daemon::reload(const v1::DaemonConfig& fresh) {
 
 void Daemon::shutdown() {
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     if (stopping_) return;
     stopping_ = true;
   }

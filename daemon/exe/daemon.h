@@ -4,13 +4,13 @@
 
 #include <grpcpp/grpcpp.h>
 
-#include <condition_variable>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <thread>
 #include <vector>
 
+#include "base/mutex.h"
+#include "base/thread_annotations.h"
 #include "daemon/common/budget.h"
 #include "daemon/exe/service_notifier.h"
 #include "daemon/executor/reduce_pool.h"
@@ -90,9 +90,9 @@ class Daemon {
   std::unique_ptr<grpc::Server> peer_server_;
   std::unique_ptr<metrics::HttpExporter> metrics_;  // null unless metrics_address is set
 
-  std::mutex mutex_;
-  std::condition_variable stop_cv_;
-  bool stopping_ = false;
+  Mutex mutex_;
+  CondVar stop_cv_;
+  bool stopping_ GS_GUARDED_BY(mutex_) = false;
   bool drained_ = false;  // housekeeping thread only
   std::thread housekeeping_;
 };

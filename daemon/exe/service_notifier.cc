@@ -23,32 +23,32 @@ void ServiceNotifier::send(const std::string& state) {
 }
 
 void ServiceNotifier::ready(const std::string& status) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   last_status_ = status;
   send("READY=1\nSTATUS=" + status);
 }
 
 void ServiceNotifier::status(const std::string& status) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   if (status == last_status_) return;
   last_status_ = status;
   send("STATUS=" + status);
 }
 
 void ServiceNotifier::reloading() {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   send("RELOADING=1\nSTATUS=reloading the configuration");
   last_status_.clear();
 }
 
 void ServiceNotifier::stopping() {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   send("STOPPING=1\nSTATUS=stopping: failing the jobs in flight");
 }
 
 void ServiceNotifier::watchdog(Clock::time_point now) {
   if (!watchdogEnabled()) return;
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   if (now - last_ping_ < watchdog_interval_ / 2) return;
   last_ping_ = now;
   send("WATCHDOG=1");

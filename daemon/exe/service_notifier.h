@@ -7,8 +7,10 @@
 #pragma once
 
 #include <chrono>
-#include <mutex>
 #include <string>
+
+#include "base/mutex.h"
+#include "base/thread_annotations.h"
 
 namespace gradsync::exe {
 
@@ -34,10 +36,10 @@ class ServiceNotifier {
  private:
   void send(const std::string& state);
 
-  std::mutex mutex_;
-  std::chrono::microseconds watchdog_interval_{0};
-  Clock::time_point last_ping_{};
-  std::string last_status_;
+  Mutex mutex_;
+  std::chrono::microseconds watchdog_interval_{0};  // set once, by the constructor
+  Clock::time_point last_ping_ GS_GUARDED_BY(mutex_){};
+  std::string last_status_ GS_GUARDED_BY(mutex_);
 };
 
 }  // namespace gradsync::exe

@@ -47,7 +47,7 @@ ClientGpu::~ClientGpu() { releaseAll(); }
 void ClientGpu::releaseAll() {
   std::map<uint64_t, Buffer> gone;
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     gone.swap(buffers_);
   }
   gone.clear();  // each mapping closes once no executor holds it (after its last work)
@@ -73,7 +73,7 @@ Status ClientGpu::addBuffer(const v1::CudaBufferExport& request) {
     return invalidArgument(what + ": IPC handle of " + std::to_string(request.ipc_handle().size()) + " bytes");
   }
   if (request.bytes() == 0) return invalidArgument(what + ": empty allocation");
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   auto it = buffers_.find(request.buffer_id());
   if (it != buffers_.end()) {
     if (it->second.bytes == request.bytes() && it->second.handle == request.ipc_handle()) return okStatus();
@@ -109,7 +109,7 @@ Status ClientGpu::addBuffer(const v1::CudaBufferExport& request) {
 Status ClientGpu::removeBuffer(uint64_t buffer_id) {
   std::shared_ptr<Mapping> gone;
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     auto it = buffers_.find(buffer_id);
     if (it == buffers_.end()) return notFound(who_ + ": unknown CUDA buffer " + std::to_string(buffer_id));
     gone = std::move(it->second.mapping);
@@ -119,7 +119,7 @@ Status ClientGpu::removeBuffer(uint64_t buffer_id) {
 }
 
 size_t ClientGpu::bufferCount() const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   return buffers_.size();
 }
 
@@ -129,7 +129,7 @@ StatusOr<Located> ClientGpu::locate(uint64_t buffer_id, uint64_t offset, uint64_
       return invalidArgument(who_ + ": " + std::to_string(length) + " bytes in no buffer");
     return Located{};
   }
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   auto it = buffers_.find(buffer_id);
   if (it == buffers_.end()) {
     return invalidArgument(who_ + ": CUDA buffer " + std::to_string(buffer_id) + " was never exported");

@@ -14,10 +14,11 @@
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
+#include "base/mutex.h"
+#include "base/thread_annotations.h"
 #include "daemon/common/budget.h"
 #include "daemon/gpu/gpu_backend.h"
 #include "handoff/shm_layout.h"
@@ -135,10 +136,12 @@ class ClientGpu {
   const std::string who_;  // "rank 1 (pid 42, host h)", for messages
   const MappingLimits limits_;
   std::atomic<bool> attached_{true};
+  // The event slots: filled by create, emptied by releaseAll once the
+  // session is gone (read without mutex_ by the executor meanwhile).
   std::vector<void*> ready_;
   std::vector<SharedEvent> done_;
-  mutable std::mutex mutex_;
-  std::map<uint64_t, Buffer> buffers_;
+  mutable Mutex mutex_;
+  std::map<uint64_t, Buffer> buffers_ GS_GUARDED_BY(mutex_);
 };
 
 }  // namespace gradsync::gpu

@@ -60,11 +60,13 @@ Status waitForStream(cudaStream_t stream, std::chrono::milliseconds limit, const
 }
 
 CudaBackend::CudaBackend(int device_count)
-    : streams_(static_cast<size_t>(device_count)), pools_configured_(static_cast<size_t>(device_count), false) {}
+    : device_count_(device_count),
+      streams_(static_cast<size_t>(device_count)),
+      pools_configured_(static_cast<size_t>(device_count), false) {}
 
 CudaBackend::~CudaBackend() {
   {
-    std::lock_guard<std::mutex> lock(reap_mutex_);
+    MutexLock lock(reap_mutex_);
     stopping_ = true;  // mappings still pending stay mapped: the process ends
   }
   reap_cv_.notify_one();
@@ -79,7 +81,7 @@ CudaBackend::~CudaBackend() {
 }
 
 Status CudaBackend::select(int device) {
-  if (device < 0 || device >= static_cast<int>(streams_.size())) {
+  if (device < 0 || device >= device_count_) {
     return invalidArgument("no CUDA device " + std::to_string(device));
   }
   return check(cudaSetDevice(device), "cudaSetDevice");
@@ -154,16 +156,16 @@ StatusOr<void*> CudaBackend::createEvent(int device) {
 }
 
 void CudaBackend::closeWhenIdle(int device, void* address, void* last_use, const std::string& what) {
-  std::lock_guard<std::mutex> lock(reap_mutex_);
+  MutexLock lock(reap_mutex_);
   pending_.push_back(PendingClose{device, address, last_use, what, std::chrono::steady_clock::now()});
   if (!reaper_.joinable()) reaper_ = std::thread([this] { reapLoop(); });
   reap_cv_.notify_one();
 }
 
 void CudaBackend::reapLoop() {
-  std::unique_lock<std::mutex> lock(reap_mutex_);
+  MutexLock lock(reap_mutex_);
   while (!stopping_) {
-    reap_cv_.wait_for(lock, std::chrono::milliseconds(5), [&] { return stopping_; });
+    reap_cv_.wait_for(lock, std::chrono::milliseconds(5), [&]() GS_REQUIRES(reap_mutex_) { return stopping_; });
     for (auto it = pending_.begin(); it != pending_.end();) {
       if (!select(it->device).isOk()) {
         ++it;
@@ -194,7 +196,7 @@ StatusOr<void*> CudaBackend::newStream(int device) {
   cudaStream_t stream = nullptr;
   RETURN_IF_ERROR(
       check(cudaStreamCreateWithPriority(&stream, cudaStreamNonBlocking, greatest), "cudaStreamCreateWithPriority"));
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   streams_[static_cast<size_t>(device)].push_back(stream);
   return static_cast<void*>(stream);
 }
@@ -203,7 +205,7 @@ Status CudaBackend::releaseStream(int device, void* handle) {
   RETURN_IF_ERROR(select(device));
   auto stream = static_cast<cudaStream_t>(handle);
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     auto& list = streams_[static_cast<size_t>(device)];
     list.erase(std::remove(list.begin(), list.end(), stream), list.end());
   }
@@ -244,7 +246,7 @@ StatusOr<void*> CudaBackend::allocate(int device, size_t bytes, void* stream) {
   {
     // The default pool may hand one stream memory another freed by making it
     // wait on that stream: jobs must never wait on each other.
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     if (!pools_configured_[static_cast<size_t>(device)]) {
       cudaMemPool_t pool = nullptr;
       RETURN_IF_ERROR(check(cudaDeviceGetDefaultMemPool(&pool, device), "cudaDeviceGetDefaultMemPool"));

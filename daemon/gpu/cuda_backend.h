@@ -7,11 +7,11 @@
 #include <cuda_runtime_api.h>
 
 #include <chrono>
-#include <condition_variable>
-#include <mutex>
 #include <thread>
 #include <vector>
 
+#include "base/mutex.h"
+#include "base/thread_annotations.h"
 #include "daemon/gpu/device_ops.h"
 #include "daemon/gpu/gpu_backend.h"
 
@@ -64,13 +64,14 @@ class CudaBackend : public GpuBackend, public DeviceOps {
   };
   void reapLoop();
 
-  std::mutex mutex_;
-  std::vector<std::vector<cudaStream_t>> streams_;  // per device
-  std::mutex reap_mutex_;
-  std::condition_variable reap_cv_;
-  std::vector<PendingClose> pending_;
-  std::vector<bool> pools_configured_;  // per device; guarded by mutex_
-  bool stopping_ = false;
+  const int device_count_;
+  Mutex mutex_;
+  std::vector<std::vector<cudaStream_t>> streams_ GS_GUARDED_BY(mutex_);  // per device
+  Mutex reap_mutex_;
+  CondVar reap_cv_;
+  std::vector<PendingClose> pending_ GS_GUARDED_BY(reap_mutex_);
+  std::vector<bool> pools_configured_ GS_GUARDED_BY(mutex_);  // per device
+  bool stopping_ GS_GUARDED_BY(reap_mutex_) = false;
   std::thread reaper_;
 };
 

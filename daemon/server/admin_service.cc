@@ -13,12 +13,12 @@
 namespace gradsync::server {
 
 v1::DaemonConfig AdminService::config() const {
-  std::lock_guard<std::mutex> lock(config_mutex_);
+  MutexLock lock(config_mutex_);
   return config_;
 }
 
 void AdminService::setConfig(const v1::DaemonConfig& config) {
-  std::lock_guard<std::mutex> lock(config_mutex_);
+  MutexLock lock(config_mutex_);
   config_ = config;
 }
 

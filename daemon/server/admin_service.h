@@ -4,8 +4,9 @@
 
 #include <chrono>
 #include <functional>
-#include <mutex>
 
+#include "base/mutex.h"
+#include "base/thread_annotations.h"
 #include "daemon/gpu/gpu_inventory.h"
 #include "daemon/server/job_registry.h"
 #include "proto/gradsync/v1/admin.grpc.pb.h"
@@ -53,8 +54,8 @@ class AdminService final : public v1::Admin::Service {
   JobRegistry* registry_;
   std::function<void(bool)> draining_hook_;  // set before serving
   const DaemonFacts facts_;                  // facts_.config: as started
-  mutable std::mutex config_mutex_;
-  v1::DaemonConfig config_;
+  mutable Mutex config_mutex_;
+  v1::DaemonConfig config_ GS_GUARDED_BY(config_mutex_);
 };
 
 }  // namespace gradsync::server

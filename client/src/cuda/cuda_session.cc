@@ -36,7 +36,7 @@ CudaSession::~CudaSession() {
 
 StatusOr<CudaSession::Prepared> CudaSession::prepare(const std::string& name, const void* data, uint64_t bytes,
                                                      void* stream) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   ASSIGN_OR_RETURN(v1::CudaTensorRef ref, locateLocked(name, data, bytes));
   ASSIGN_OR_RETURN(const uint32_t slot, takeSlotLocked(name, stream));
   Prepared prepared;
@@ -53,7 +53,7 @@ StatusOr<CudaSession::Prepared> CudaSession::prepareEmpty(const std::string& nam
   prepared.ref.set_event_slot(kNoEventSlot);
   prepared.stream = stream;
   if (!with_events) return prepared;
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   if (device_uuid_.empty()) {
     return failedPrecondition("CUDA tensor '" + name +
                               "': an empty tensor as this rank's first CUDA tensor: its GPU is unknown");
@@ -77,7 +77,7 @@ StatusOr<uint32_t> CudaSession::takeSlotLocked(const std::string& name, void* st
 }
 
 StatusOr<v1::CudaTensorRef> CudaSession::prepareOutput(const std::string& name, const void* data, uint64_t bytes) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   if (bytes == 0) {
     v1::CudaTensorRef empty;
     empty.set_buffer_id(kNoCudaBuffer);
@@ -89,7 +89,7 @@ StatusOr<v1::CudaTensorRef> CudaSession::prepareOutput(const std::string& name, 
 }
 
 void CudaSession::releaseOutput(const v1::CudaTensorRef& ref) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   if (ref.buffer_id() == kNoCudaBuffer) return;
   auto it = exports_.find(ref.buffer_id());
   if (it != exports_.end() && it->second.in_flight > 0) --it->second.in_flight;
@@ -139,7 +139,7 @@ Status CudaSession::attachLocked(const PointerInfo& info) {
   v1::CudaAttach* attach = request.mutable_cuda_attach();
   attach->set_device_uuid(info.device_uuid);
   std::vector<void*> ready;
-  auto destroyAll = [&] {
+  auto destroyAll = [&]() GS_REQUIRES(mutex_) {
     for (void* event : ready) driver_->destroyEvent(context_, event);
   };
   for (int i = 0; i < options_.event_slots; ++i) {
@@ -227,7 +227,7 @@ void CudaSession::evictLocked() {
 }
 
 Status CudaSession::complete(const Prepared& prepared, bool ok) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   const uint32_t slot = prepared.ref.event_slot();
   if (slot == kNoEventSlot) return okStatus();  // an empty tensor without events
   if (slot >= done_.size()) return internalError("CUDA event slot out of range");
@@ -246,22 +246,26 @@ Status CudaSession::completeOnHost(const Prepared& prepared, const std::string& 
   const uint32_t slot = prepared.ref.event_slot();
   if (slot == kNoEventSlot) return okStatus();
   void* event = nullptr;
+  CudaDriver* driver = nullptr;  // polled without the lock: set before any tensor, kept until the end
+  void* context = nullptr;
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     if (slot >= done_.size()) return internalError("CUDA event slot out of range");
     event = done_[slot];
+    driver = driver_.get();
+    context = context_;
   }
   const auto start = std::chrono::steady_clock::now();
   for (int polls = 0;; ++polls) {
-    StatusOr<bool> done = driver_->eventDone(context_, event);
+    StatusOr<bool> done = driver->eventDone(context, event);
     if (!done.isOk()) break;  // the stream waits instead (below)
     if (*done) {
-      std::lock_guard<std::mutex> lock(mutex_);
+      MutexLock lock(mutex_);
       releaseSlotLocked(prepared);
       return okStatus();
     }
     if (Status gone = broken(); !gone.isOk()) {
-      std::lock_guard<std::mutex> lock(mutex_);
+      MutexLock lock(mutex_);
       releaseSlotLocked(prepared);  // the daemon and its work are gone
       return gone;
     }
@@ -289,7 +293,7 @@ void CudaSession::releaseSlotLocked(const Prepared& prepared) {
 }
 
 Status CudaSession::releaseExports() {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   Status first = okStatus();
   for (auto it = exports_.begin(); it != exports_.end();) {
     if (it->second.in_flight > 0) {  // still used: released by a later call
@@ -309,17 +313,17 @@ Status CudaSession::releaseExports() {
 }
 
 size_t CudaSession::cachedBuffers() const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   return exports_.size();
 }
 
 bool CudaSession::slotsExhausted() const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   return !ready_.empty() && free_slots_.empty();
 }
 
 int CudaSession::freeSlots() const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   return static_cast<int>(free_slots_.size());
 }
 

@@ -15,10 +15,11 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
+#include "base/mutex.h"
+#include "base/thread_annotations.h"
 #include "client/src/cuda/cuda_driver.h"
 #include "proto/gradsync/v1/control.pb.h"
 
@@ -88,28 +89,29 @@ class CudaSession {
     int in_flight = 0;  // operations referencing it: never evicted meanwhile
   };
   // The operation's event slot is free again; its export no longer in use.
-  void releaseSlotLocked(const Prepared& prepared);
+  void releaseSlotLocked(const Prepared& prepared) GS_REQUIRES(mutex_);
   // Checks `bytes` at `data` against its allocation and this rank's GPU
   // (attaching on the first CUDA tensor); exports the allocation if new.
-  StatusOr<v1::CudaTensorRef> locateLocked(const std::string& name, const void* data, uint64_t bytes);
+  StatusOr<v1::CudaTensorRef> locateLocked(const std::string& name, const void* data, uint64_t bytes)
+      GS_REQUIRES(mutex_);
   // A free event slot whose ready event is now recorded on `stream`.
-  StatusOr<uint32_t> takeSlotLocked(const std::string& name, void* stream);
-  Status attachLocked(const PointerInfo& info);
-  StatusOr<uint64_t> exportLocked(const std::string& name, const PointerInfo& info);
-  void evictLocked();
+  StatusOr<uint32_t> takeSlotLocked(const std::string& name, void* stream) GS_REQUIRES(mutex_);
+  Status attachLocked(const PointerInfo& info) GS_REQUIRES(mutex_);
+  StatusOr<uint64_t> exportLocked(const std::string& name, const PointerInfo& info) GS_REQUIRES(mutex_);
+  void evictLocked() GS_REQUIRES(mutex_);
 
   const CudaSessionOptions options_;
   DriverLoader loader_;
   HandoffChannel channel_;
-  mutable std::mutex mutex_;
-  std::unique_ptr<CudaDriver> driver_;
-  std::string device_uuid_;
-  void* context_ = nullptr;
-  std::vector<void*> ready_;
-  std::vector<void*> done_;
-  std::vector<uint32_t> free_slots_;
-  std::map<uint64_t, Export> exports_;  // by buffer id
-  uint64_t use_clock_ = 0;
+  mutable Mutex mutex_;
+  std::unique_ptr<CudaDriver> driver_ GS_GUARDED_BY(mutex_);
+  std::string device_uuid_ GS_GUARDED_BY(mutex_);
+  void* context_ GS_GUARDED_BY(mutex_) = nullptr;
+  std::vector<void*> ready_ GS_GUARDED_BY(mutex_);
+  std::vector<void*> done_ GS_GUARDED_BY(mutex_);
+  std::vector<uint32_t> free_slots_ GS_GUARDED_BY(mutex_);
+  std::map<uint64_t, Export> exports_ GS_GUARDED_BY(mutex_);  // by buffer id
+  uint64_t use_clock_ GS_GUARDED_BY(mutex_) = 0;
 };
 
 }  // namespace gradsync::client

@@ -306,14 +306,14 @@ size_t UcxTransport::dropStrays() {
 }
 
 void UcxTransport::abort(const std::string& reason) {
-  std::lock_guard<std::mutex> lock(failure_mutex_);
+  MutexLock lock(failure_mutex_);
   if (failed_.load()) return;
   failure_ = reason;
   failed_.store(true);
 }
 
 void UcxTransport::resume() {
-  std::lock_guard<std::mutex> lock(failure_mutex_);
+  MutexLock lock(failure_mutex_);
   failure_.clear();
   failed_.store(false);
 }
@@ -326,7 +326,7 @@ Status UcxTransport::waitAll(Request* const* requests, size_t count, Clock::time
   QuietSpin quiet;
   for (uint64_t spins = 0;; ++spins) {
     if (failed_.load(std::memory_order_relaxed)) {
-      std::lock_guard<std::mutex> lock(failure_mutex_);
+      MutexLock lock(failure_mutex_);
       return unavailable(what + ": " + failure_);
     }
     bool all = true;
@@ -354,7 +354,7 @@ Status UcxTransport::waitAny(Request* const* requests, size_t count, int wake_fd
   QuietSpin quiet;
   for (;;) {
     if (failed_.load(std::memory_order_relaxed)) {
-      std::lock_guard<std::mutex> lock(failure_mutex_);
+      MutexLock lock(failure_mutex_);
       return unavailable(failure_);
     }
     for (size_t i = 0; i < count; ++i) {

@@ -7,8 +7,9 @@
 #include <ucp/api/ucp.h>
 
 #include <atomic>
-#include <mutex>
 
+#include "base/mutex.h"
+#include "base/thread_annotations.h"
 #include "daemon/transport/transport.h"
 
 namespace gradsync::transport {
@@ -56,8 +57,8 @@ class UcxTransport final : public Transport {
   int efd_ = -1;  // the worker's event fd (owned by UCX), for sleeping when idle
   // The first abort() or endpoint error; `failed_` is read on every spin.
   std::atomic<bool> failed_{false};
-  std::mutex failure_mutex_;
-  std::string failure_;
+  Mutex failure_mutex_;
+  std::string failure_ GS_GUARDED_BY(failure_mutex_);
 };
 
 }  // namespace gradsync::transport
