@@ -373,6 +373,20 @@ int duplicate(Client& c, const std::vector<std::string>&) {
 // allgather and stops itself (SIGSTOP): it never answers the output request.
 // Once it is stopped the test creates $GRADSYNC_TEST_GO, the others submit,
 // and the test SIGKILLs rank 3 while its daemon waits for its output grant.
+// One allreduce (the job formed), FORMED, then waits for
+// $GRADSYNC_TEST_GO and runs one more: the job went on meanwhile.
+int formedThenGo(Client& c, const std::vector<std::string>&) {
+  std::vector<float> one(4, 1.0f);
+  WORKER_OK(c.allreduce("formed", one.data(), GRADSYNC_FLOAT32, {4}));
+  std::printf("FORMED\n");
+  std::fflush(stdout);
+  if (int rc = waitForGo(); rc != 0) return rc;
+  std::vector<float> again(4, 1.0f);
+  WORKER_OK(c.allreduce("after.go", again.data(), GRADSYNC_FLOAT32, {4}));
+  WORKER_CHECK(again[3] == static_cast<float>(c.size()), "allreduce after GO = %g", again[3]);
+  return 0;
+}
+
 // Rank 2's allgather fails at once, naming rank 3; ranks 0 and 1 (whose
 // daemon got rank 3's input before asking for outputs) may have finished
 // theirs; the next collective fails everywhere, naming rank 3.
@@ -663,6 +677,7 @@ const std::map<std::string, Scenario>& moreScenarios() {
       {"duplicate", duplicate},
       {"kill_victim", killVictim},
       {"grant_victim", grantVictim},
+      {"formed_then_go", formedThenGo},
       {"stall", stall},
       {"mismatch_allreduce", mismatchAllreduce},
       {"join_failure", joinFailure},
