@@ -16,10 +16,12 @@ wheel=$(packaging/wheel/build_wheel.sh | tail -1)
 scratch=$(mktemp -d /tmp/gradsync-check.XXXXXX)
 trap 'rm -rf "$scratch"' EXIT
 echo "== $deb ($(du -h "$deb" | cut -f1)), $wheel ($(du -h "$wheel" | cut -f1))"
-if command -v lintian >/dev/null; then
-  lintian "$deb" 2>&1 | grep -v 'running with root privileges' | tee "$scratch/lintian" || true
-  if grep -q '^E:' "$scratch/lintian"; then echo "lintian found errors" >&2; exit 1; fi
+if ! command -v lintian >/dev/null; then
+  echo "check_packages: lintian is needed (scripts/install_deps.sh installs it)" >&2
+  exit 1
 fi
+lintian "$deb" 2>&1 | grep -v 'running with root privileges' | tee "$scratch/lintian" || true
+if grep -q '^E:' "$scratch/lintian"; then echo "lintian found errors" >&2; exit 1; fi
 dpkg -x "$deb" "$scratch/root"
 "$scratch/root/usr/sbin/gradsyncd" --version
 "$scratch/root/usr/sbin/gradsyncd" --check-config --config-path "$scratch/root/etc/gradsync/gradsyncd.textproto" >/dev/null && echo "example config: valid"

@@ -24,6 +24,7 @@ PACKAGES=(
   dpkg-dev help2man          # the .deb: dpkg-shlibdeps, man pages from --help
   clang-format               # scripts/check_format.sh
   clang                      # the thread-safety analysis build (--config=threadsafety)
+  lintian                    # packaging/check_packages.sh: the .deb has no lintian errors
 )
 
 missing=()
@@ -41,5 +42,5 @@ fi
 if [ ! -x /usr/local/cuda/bin/nvcc ]; then
   echo "install_deps: note: no CUDA toolkit at /usr/local/cuda; GPU code is linked from there where present" >&2
 fi
-# grpcurl for the reflection and health checks (tests only; best effort).
-"$(dirname "$0")/install_grpcurl.sh" || echo "install_deps: note: grpcurl not installed; its checks will be skipped" >&2
+# grpcurl for the reflection and health checks (operations_test needs it).
+"$(dirname "$0")/install_grpcurl.sh"

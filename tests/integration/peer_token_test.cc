@@ -103,8 +103,7 @@ TEST_F(MultiDaemonTest, EveryPeerCallWithTheWrongTokenIsRefusedAndTheJobGoesOn) 
   auto ranks = launchWith(kJob, {"formed_then_go"}, {0, 1}, {{"GRADSYNC_TEST_GO", go}});
   ASSERT_TRUE(waitFor(
       [&] {
-        return ranks[0].log().find("FORMED") != std::string::npos &&
-               ranks[1].log().find("FORMED") != std::string::npos;
+        return ranks[0].log().find("FORMED") != std::string::npos && ranks[1].log().find("FORMED") != std::string::npos;
       },
       std::chrono::seconds(30)))
       << ranks[0].log() << ranks[1].log() << logs();
