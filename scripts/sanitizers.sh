@@ -13,10 +13,10 @@ which="${1:-all}"
 shift || true
 scripts/install_deps.sh
 if [ "$which" = asan ] || [ "$which" = all ]; then
-  bazel test --config=asan //... "$@"
+  bazel test --config=asan --test_env=GRADSYNC_TEST_TIME_SCALE=3 //... "$@"
 fi
 if [ "$which" = tsan ] || [ "$which" = all ]; then
-  bazel test --config=tsan \
+  bazel test --config=tsan --test_env=GRADSYNC_TEST_TIME_SCALE=5 \
     --test_env=TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/tools/sanitizers/tsan.supp" \
     "$@" -- //... -//client/python:gradsyncrun_test
 fi

@@ -29,7 +29,7 @@ TEST(RankFailureTest, KilledRankFailsPendingCollectivesWithinFiveSeconds) {
   EXPECT_EQ(victim.wait(std::chrono::seconds(5)), 128 + SIGKILL);
   EXPECT_EQ(survivor.wait(std::chrono::seconds(10)), 0) << survivor.log() << daemon.log();
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - killed_at).count();
-  EXPECT_LT(seconds, 5.0);
+  EXPECT_LT(seconds, scaled(5.0));
   const std::string log = survivor.log();
   EXPECT_NE(log.find("rank 1 (pid " + std::to_string(victim_pid)), std::string::npos) << log;
   EXPECT_NE(log.find("the process exited or was killed"), std::string::npos) << log;
@@ -53,7 +53,7 @@ TEST(RankFailureTest, RankThatNeverRegistersFailsTheJobAtTheJoinTimeoutNamingIt)
   }
   std::string report;
   EXPECT_TRUE(allSucceed(ranks, std::chrono::seconds(20), &report)) << report << daemon.log();
-  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count(), 10.0);
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count(), scaled(10.0));
   EXPECT_EQ(daemon.stop(), 0) << daemon.log();
 }
 
@@ -78,7 +78,8 @@ TEST(RankFailureTest, OperationsInFlightPastTheLimitFailAtOnce) {
   std::string error;
   ASSERT_TRUE(daemon.start({"--max-inflight-per-rank", "4"}, &error)) << error;
   std::vector<Process> ranks;
-  for (int r = 0; r < 2; ++r) ranks.push_back(daemon.spawnRank("inflight-job", r, 2, {"inflight_limit"}));
+  const std::map<std::string, std::string> env = {{"GRADSYNC_TEST_GO", daemon.dir() + "/fifth-refused"}};
+  for (int r = 0; r < 2; ++r) ranks.push_back(daemon.spawnRank("inflight-job", r, 2, {"inflight_limit"}, env));
   std::string report;
   EXPECT_TRUE(allSucceed(ranks, std::chrono::seconds(30), &report)) << report << daemon.log();
   EXPECT_EQ(daemon.stop(), 0);

@@ -59,7 +59,8 @@ TEST_F(CollectivesTest, DynamicProcessSets) { runJob("dynsets", "dynamic_process
 TEST_F(CollectivesTest, JoinWithUnevenData) { runJob("join", "join", 3); }
 
 TEST_F(CollectivesTest, ElasticJobGoesOnWithTheSurvivorsOfAKilledRank) {
-  const std::map<std::string, std::string> elastic = {{"GRADSYNC_ELASTIC", "1"}, {"GRADSYNC_MIN_SIZE", "2"}};
+  const std::map<std::string, std::string> elastic = {
+      {"GRADSYNC_ELASTIC", "1"}, {"GRADSYNC_MIN_SIZE", "2"}, {"GRADSYNC_TEST_GO", daemon_.dir() + "/shrink"}};
   std::vector<Process> ranks;
   for (int r = 0; r < 3; ++r) ranks.push_back(daemon_.spawnRank("elastic", r, 3, {"elastic_shrink"}, elastic));
   EXPECT_EQ(ranks[1].wait(kJobTimeout), 128 + SIGKILL) << ranks[1].log();

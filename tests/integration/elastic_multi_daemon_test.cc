@@ -26,7 +26,9 @@ TEST_F(ElasticAcrossDaemonsTest, RankKilledOnAFollowerOrTheLeadersNodeShrinksThe
   startDaemons(2);
   for (const auto& placement : {std::vector<int>{0, 1, 1}, std::vector<int>{0, 0, 1}}) {
     const std::string job = placement[1] == 1 ? "el-follower-rank" : "el-leader-rank";
-    auto ranks = launchWith(job, {"elastic_shrink"}, placement, kElastic);
+    auto env = kElastic;
+    env["GRADSYNC_TEST_GO"] = daemons_[0]->dir() + "/" + job;
+    auto ranks = launchWith(job, {"elastic_shrink"}, placement, env);
     EXPECT_EQ(ranks[1].wait(kTimeout), 128 + SIGKILL) << job << ranks[1].log();
     EXPECT_EQ(ranks[0].wait(kTimeout), 0) << job << ranks[0].log() << logs();
     EXPECT_EQ(ranks[2].wait(kTimeout), 0) << job << ranks[2].log() << logs();

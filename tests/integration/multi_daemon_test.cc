@@ -144,7 +144,8 @@ TEST_F(MultiDaemonTest, ProcessSetRunsAmongItsOwnDaemonsOnly) {
       << ranks[0].log() << ranks[2].log() << logs();
   daemons_[1]->process().kill(SIGSTOP);
   { std::ofstream(go) << "go"; }
-  const bool done = waitFor([&] { return said(0, "SET_DONE") && said(2, "SET_DONE"); }, std::chrono::seconds(3));
+  const bool done =
+      waitFor([&] { return said(0, "SET_DONE") && said(2, "SET_DONE"); }, scaled(std::chrono::seconds(3)));
   daemons_[1]->process().kill(SIGCONT);
   EXPECT_TRUE(done) << "the set's collectives did not finish with daemon 1 stopped\n"
                     << ranks[0].log() << ranks[2].log() << logs();
@@ -175,7 +176,7 @@ TEST_F(MultiDaemonTest, KilledDaemonFailsPendingWorkOnSurvivorsWithinTenSeconds)
 
   const auto [code, seconds] = killDaemonAndWait(1, ranks[0]);
   EXPECT_EQ(code, 0) << ranks[0].log() << logs();
-  EXPECT_LT(seconds, 10.0);
+  EXPECT_LT(seconds, scaled(10.0));
   EXPECT_NE(ranks[0].log().find("lost node 127.0.0.1:"), std::string::npos) << ranks[0].log();
   EXPECT_NE(ranks[0].log().find("ranks [1]"), std::string::npos) << ranks[0].log();
 
@@ -217,7 +218,7 @@ TEST_F(MultiDaemonTest, RankKilledBeforeGrantingItsOutputFailsEveryRankAtOnce) {
   const auto killed_at = std::chrono::steady_clock::now();
   ranks[3].kill(SIGKILL);
   EXPECT_EQ(ranks[2].wait(std::chrono::seconds(20)), 0) << ranks[2].log() << logs();
-  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - killed_at).count(), 10.0);
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - killed_at).count(), scaled(10.0));
   EXPECT_NE(ranks[2].log().find("before answering the output request"), std::string::npos) << ranks[2].log();
   for (int rank : {0, 1}) EXPECT_EQ(ranks[rank].wait(std::chrono::seconds(20)), 0) << ranks[rank].log() << logs();
   EXPECT_EQ(ranks[3].wait(std::chrono::seconds(5)), 128 + SIGKILL);
@@ -232,7 +233,7 @@ TEST_F(MultiDaemonTest, KilledDaemonFailsAHeldCachedStepOnTheSurvivor) {
       << ranks[0].log() << logs();
   const auto [code, seconds] = killDaemonAndWait(1, ranks[0]);
   EXPECT_EQ(code, 0) << ranks[0].log() << logs();
-  EXPECT_LT(seconds, 10.0);
+  EXPECT_LT(seconds, scaled(10.0));
   EXPECT_NE(ranks[0].log().find("ranks [1]"), std::string::npos) << ranks[0].log();
   EXPECT_NE(daemons_[0]->log().find("cached collectives run after rounds"), std::string::npos) << logs();
 }
@@ -262,7 +263,7 @@ TEST_F(MultiDaemonTest, JobThatNeverFormsFailsOnEveryNodeNamingWhoNeverCame) {
   std::string report;
   EXPECT_TRUE(allSucceed(leader_side, kTimeout, &report)) << report << logs();
   EXPECT_TRUE(allSucceed(follower_side, kTimeout, &report)) << report << logs();
-  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count(), 10.0);
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count(), scaled(10.0));
 }
 
 TEST_F(MultiDaemonTest, FollowerFailsAtOnceWhenTheLeaderDiesWhileTheJobForms) {
@@ -281,7 +282,7 @@ TEST_F(MultiDaemonTest, FollowerFailsAtOnceWhenTheLeaderDiesWhileTheJobForms) {
   daemons_[0]->process().kill(SIGKILL);
   std::string report;
   EXPECT_TRUE(allSucceed(follower_side, kTimeout, &report)) << report << logs();
-  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - killed_at).count(), 5.0);
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - killed_at).count(), scaled(5.0));
 }
 
 TEST_F(MultiDaemonTest, WrongTokenAtTheLeaderIsRefused) {

@@ -87,15 +87,28 @@ Result runInSet(Client& c, gradsync_op_t op, gradsync_result_t* out = nullptr) {
   return r;
 }
 
-// Waits up to 30 s for the file the test names in $GRADSYNC_TEST_GO.
-int waitForGo() {
+// Waits up to 30 s for the file the test names in $GRADSYNC_TEST_GO (with
+// `suffix`: a marker another rank makes with mark(suffix)).
+int waitForGo(const std::string& suffix = "") {
   const char* go = std::getenv("GRADSYNC_TEST_GO");
   WORKER_CHECK(go != nullptr, "GRADSYNC_TEST_GO not set");
+  const std::string path = go + suffix;
   const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-  while (access(go, F_OK) != 0) {
-    WORKER_CHECK(std::chrono::steady_clock::now() < give_up, "no GO file");
+  while (access(path.c_str(), F_OK) != 0) {
+    WORKER_CHECK(std::chrono::steady_clock::now() < give_up, "no file %s", path.c_str());
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
+  return 0;
+}
+
+// Makes the marker $GRADSYNC_TEST_GO + `suffix` for another rank's
+// waitForGo(suffix).
+int mark(const std::string& suffix) {
+  const char* go = std::getenv("GRADSYNC_TEST_GO");
+  WORKER_CHECK(go != nullptr, "GRADSYNC_TEST_GO not set");
+  std::FILE* f = std::fopen((go + suffix).c_str(), "w");
+  WORKER_CHECK(f != nullptr, "cannot make %s%s", go, suffix.c_str());
+  std::fclose(f);
   return 0;
 }
 
@@ -237,10 +250,13 @@ int elasticShrink(Client& c, const std::vector<std::string>&) {
   if (first_rank == 1) {
     // A collective completes on a rank before its last bytes have reached
     // every other node; a rank lost in that window fails it (retriable) on
-    // the ranks still receiving. This scenario wants the clean case.
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    // the ranks still receiving. This scenario wants the clean case: it
+    // dies once the others have their result.
+    if (int rc = waitForGo(".before.0"); rc != 0) return rc;
+    if (int rc = waitForGo(".before.2"); rc != 0) return rc;
     raise(SIGKILL);
   }
+  if (int rc = mark(".before." + std::to_string(first_rank)); rc != 0) return rc;
   Result r = c.allreduce("el.lost", data.data(), GRADSYNC_FLOAT32, {8});
   // In flight when rank 1 died, or started after (then refused as stale).
   WORKER_CHECK(r.code == GRADSYNC_MEMBERSHIP_CHANGED, "the collective rank 1 never joined: %d %s", r.code,
@@ -505,18 +521,23 @@ int joinFailure(Client& c, const std::vector<std::string>& args) {
 }
 
 // Run with --max-inflight-per-rank 4: rank 0's fifth operation in flight
-// fails at once; the four complete once rank 1 (1.5 s later) joins them.
+// fails at once; the four complete once rank 1, which starts only then
+// ($GRADSYNC_TEST_GO), joins them.
 int inflightLimit(Client& c, const std::vector<std::string>&) {
   std::vector<std::vector<float>> data(5, std::vector<float>(8, 1.0f));
   const char* names[] = {"in.0", "in.1", "in.2", "in.3", "in.4"};
   const int count = c.rank() == 0 ? 5 : 4;
-  if (c.rank() != 0) std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  if (c.rank() != 0) {
+    if (int rc = waitForGo(); rc != 0) return rc;
+  }
   std::vector<Operation> ops(count);
   for (int i = 0; i < count; ++i) WORKER_OK(c.start(allreduceOp(names[i], data[i], shape8()), &ops[i]));
   if (c.rank() == 0) {
     Result r = ops[4].wait(10);
     WORKER_CHECK(r.code == GRADSYNC_RESOURCE_EXHAUSTED && r.message.find("max_inflight_per_rank") != std::string::npos,
                  "fifth operation got %d: %s", r.code, r.message.c_str());
+    WORKER_CHECK(!ops[0].done(), "in.0 finished without rank 1");
+    if (int rc = mark(""); rc != 0) return rc;
   }
   for (int i = 0; i < 4; ++i) WORKER_OK(ops[i].wait(30));
   WORKER_CHECK(data[3][0] == 2.0f, "in.3 = %g", data[3][0]);

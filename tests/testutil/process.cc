@@ -135,4 +135,10 @@ int envInt(const char* name, int fallback) {
   return value != nullptr && *value != '\0' ? std::atoi(value) : fallback;
 }
 
+double timeScale() {
+  const char* value = std::getenv("GRADSYNC_TEST_TIME_SCALE");
+  const double scale = value != nullptr ? std::atof(value) : 0;
+  return scale >= 1 ? scale : 1;
+}
+
 }  // namespace gradsync::testutil

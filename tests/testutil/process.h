@@ -64,6 +64,14 @@ char processState(pid_t pid);
 // The integer in environment variable `name`, or `fallback` when unset.
 int envInt(const char* name, int fallback);
 
+// The factor the tests' fixed time limits are multiplied by:
+// $GRADSYNC_TEST_TIME_SCALE (scripts/sanitizers.sh sets it), else 1.
+double timeScale();
+inline double scaled(double seconds) { return seconds * timeScale(); }
+inline std::chrono::milliseconds scaled(std::chrono::milliseconds limit) {
+  return std::chrono::milliseconds(static_cast<int64_t>(static_cast<double>(limit.count()) * timeScale()));
+}
+
 // Polls `predicate` every millisecond until it holds or `timeout` passes.
 bool waitFor(const std::function<bool()>& predicate, std::chrono::milliseconds timeout);
 
