@@ -75,8 +75,13 @@ Status CrossNode::callJoinJob(v1::Peer::Stub* stub, const v1::JoinJobRequest& re
       join_call_ = &context;
     }
     v1::JoinJobResponse response;
-    last = connected ? stub->JoinJob(&context, request, &response)
-                     : grpc::Status(grpc::StatusCode::UNAVAILABLE, "its peer service accepts no connection");
+    // Not connected: the call fails at once, with gRPC's reason (refused,
+    // or a TLS handshake the leader rejected).
+    last = stub->JoinJob(&context, request, &response);
+    if (!connected && !last.ok()) {
+      last = grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                          "its peer service accepts no connection (" + last.error_message() + ")");
+    }
     MutexLock lock(mutex_);
     join_call_ = nullptr;
     if (last.ok()) {
