@@ -77,6 +77,14 @@ def test_a_killed_rank_leaves_the_survivors_training_from_the_last_commit(tmp_pa
     assert committed_samples(tmp_path) == list(range(60))
 
 
+def test_past_the_reset_limit_gradsyncrun_stops_the_job(tmp_path):
+    out = run_job(tmp_path, 3, 2, 1, "--reset-limit", "0")
+    assert out.returncode != 0, out.stdout + out.stderr
+    assert "rank 1 exited with code 137; the elastic job goes on" in out.stderr
+    assert "stopping the job: ranks failed 1 times, more than --reset-limit 0" in out.stderr, out.stderr
+    assert results(tmp_path) == {}, "the survivors were stopped before they finished"
+
+
 def test_across_two_daemons_the_survivors_go_on_from_the_last_commit(tmp_path):
     out = run_across_two_hosts(tmp_path, "--on-rank-failure", "blacklist-host")
     assert out.returncode == 0, out.stdout + out.stderr
