@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <grpcpp/grpcpp.h>
 #include <linux/futex.h>
+#include <netinet/in.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
@@ -19,6 +20,7 @@
 #include "handoff/shm_layout.h"
 #include "proto/gradsync/v1/admin.grpc.pb.h"
 #include "proto/gradsync/v1/control.grpc.pb.h"
+#include "proto/gradsync/v1/peer.grpc.pb.h"
 #include "tests/testutil/daemon_fixture.h"
 
 namespace gradsync::testutil {
@@ -376,6 +378,79 @@ TEST_F(HostileInputTest, OversizedMessageIsRejected) {
   while (stream->Read(&reply)) {
   }
   EXPECT_EQ(stream->Finish().error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+}
+
+// The peer service's TCP port takes anything another host could send:
+// random bytes, an HTTP/2 preface followed by garbage, and Peer calls with
+// nonsense in every field. The daemon keeps serving and exits cleanly.
+TEST(HostilePeerInputTest, RandomBytesAndNonsenseCallsOnThePeerPort) {
+  DaemonFixture daemon;
+  std::string error;
+  ASSERT_TRUE(daemon.start({"--peer-address", "127.0.0.1:0"}, &error)) << error;
+  const std::string address = daemon.peerAddress();
+  ASSERT_FALSE(address.empty()) << daemon.log();
+  const int port = std::stoi(address.substr(address.rfind(':') + 1));
+  std::mt19937 rng(11);
+  std::string junk(65536, '\0');
+  for (auto& c : junk) c = static_cast<char>(rng());
+  const std::string preface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+  for (const std::string& bytes : {junk, preface + junk, preface + std::string(9, '\xff') + junk}) {
+    UniqueFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(port));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ASSERT_EQ(::connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+    ::send(fd.get(), bytes.data(), bytes.size(), MSG_NOSIGNAL);
+  }
+  auto stub = v1::Peer::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+  const auto deadline = [](grpc::ClientContext* context) {
+    context->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  };
+  for (const size_t id_length : {size_t{8}, size_t{1} << 20}) {
+    v1::JoinJobRequest request;  // a node with ranks out of every range
+    request.set_job_id(std::string(id_length, 'j'));
+    request.set_size(-5);
+    request.mutable_node()->add_ranks(-1);
+    request.mutable_node()->add_ranks(1 << 30);
+    grpc::ClientContext context;
+    deadline(&context);
+    v1::JoinJobResponse response;
+    // Past the peer service's message limit: refused before it is read.
+    EXPECT_EQ(stub->JoinJob(&context, request, &response).error_code(),
+              id_length == 8 ? grpc::StatusCode::NOT_FOUND : grpc::StatusCode::RESOURCE_EXHAUSTED)
+        << id_length;
+  }
+  {
+    grpc::ClientContext context;  // a stream whose first message is no hello
+    deadline(&context);
+    auto stream = stub->Coordinate(&context);
+    v1::FollowerMessage message;
+    message.mutable_rank_lost()->set_rank(-7);
+    stream->Write(message);
+    stream->WritesDone();
+    v1::LeaderMessage ignored;
+    while (stream->Read(&ignored)) {
+    }
+    EXPECT_EQ(stream->Finish().error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  }
+  {
+    v1::ElectRequest request;
+    request.set_job_id("no-such-job");
+    request.set_epoch(~uint64_t{0});
+    grpc::ClientContext context;
+    deadline(&context);
+    v1::ElectResponse response;
+    EXPECT_EQ(stub->Elect(&context, request, &response).error_code(), grpc::StatusCode::NOT_FOUND);
+  }
+  // Still serving: a well-formed call gets its answer.
+  v1::CheckMemberRequest request;
+  request.set_job_id("no-such-job");
+  grpc::ClientContext context;
+  deadline(&context);
+  v1::CheckMemberResponse response;
+  EXPECT_EQ(stub->CheckMember(&context, request, &response).error_code(), grpc::StatusCode::NOT_FOUND) << daemon.log();
+  EXPECT_EQ(daemon.stop(), 0) << daemon.log();
 }
 
 }  // namespace
