@@ -83,10 +83,31 @@ def test_autotune_flags_reach_the_ranks():
     assert out.returncode != 0 and "--autotune-samples-per-setting must be in [1, 100]" in out.stderr
 
 
-def test_exit_code_is_the_first_failing_ranks():
-    script = ("import os, sys, time; r = int(os.environ['GRADSYNC_RANK']); "
-              "time.sleep(0.5 * r); sys.exit(7 if r == 1 else 9 if r == 2 else 0)")
-    out = run(["-np", "3", "--private-daemon", PY, "-c", script])
+# Rank 1 fails first; rank 2 fails once the launcher has reaped rank 1 (its
+# pid is gone), so the order is certain, not a matter of timing.
+FAIL_IN_ORDER = r"""
+import os, sys, time
+r, marks = int(os.environ["GRADSYNC_RANK"]), sys.argv[1]
+if r == 1:
+    open(marks + "/r1.tmp", "w").write(str(os.getpid()))
+    os.rename(marks + "/r1.tmp", marks + "/r1.pid")
+    sys.exit(7)
+if r == 2:
+    while not os.path.exists(marks + "/r1.pid"):
+        time.sleep(0.01)
+    pid = int(open(marks + "/r1.pid").read())
+    while True:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.01)
+    sys.exit(9)
+"""
+
+
+def test_exit_code_is_the_first_failing_ranks(tmp_path):
+    out = run(["-np", "3", "--private-daemon", PY, "-c", FAIL_IN_ORDER, str(tmp_path)])
     assert out.returncode == 7
     assert "rank 1 exited with code 7" in out.stderr
 
@@ -213,13 +234,15 @@ def test_quick_start_digits_train_to_identical_weights():
 # message (it once arrived empty: the wait loop read the text after a poll
 # had cleared it).
 STALL_RANK = r"""
-import ctypes, sys, time
+import ctypes, os, sys, time
 from gradsync import _native as n
 from gradsync.errors import GradsyncError
 lib = n.load_library()
 client = n.Client(lib, n.new_config(lib))
-if client.rank == 1:
-    time.sleep(6)
+marks = sys.argv[1]
+if client.rank == 1:  # stays in the job until rank 0 has its error
+    while not os.path.exists(marks + "/rank0.done"):
+        time.sleep(0.01)
     client.shutdown()
     sys.exit(0)
 value = (ctypes.c_float * 1)(1.0)
@@ -233,13 +256,14 @@ try:
     print("UNEXPECTED SUCCESS")
 except GradsyncError as e:
     print("ERROR:", e)
+open(marks + "/rank0.done", "w").close()
 client.shutdown()
 """
 
 
-def test_a_stalled_collective_fails_with_the_daemons_message():
+def test_a_stalled_collective_fails_with_the_daemons_message(tmp_path):
     out = run(["--private-daemon", "--daemon-arg=--stall-warning-seconds=1", "--daemon-arg=--stall-deadline-seconds=2",
-               "-np", "2", PY, "-c", STALL_RANK])
+               "-np", "2", PY, "-c", STALL_RANK, str(tmp_path)])
     assert out.returncode == 0, out.stdout + out.stderr
     line = next(l for l in out.stdout.splitlines() if "ERROR:" in l)
     assert "never.joined" in line and "ranks [1]" in line, line
