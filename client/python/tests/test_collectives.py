@@ -231,3 +231,8 @@ def test_grouped_reducescatter_with_scaling_equals_separate_calls(rank, size):
     separate = [hvd.reducescatter(t, op=hvd.Sum, prescale_factor=0.5, postscale_factor=3.0) for t in (a, b)]
     for g, s in zip(grouped, separate):
         assert torch.equal(g, s)
+    # And both are right: each rank's 2 rows of 3 x the sum of 0.5 x every
+    # rank's tensor (small integers and halves: exact in float32).
+    base = torch.arange(2 * size * 3, dtype=torch.float32).reshape(2 * size, 3)
+    expected = 3.0 * sum(0.5 * (base + r) for r in range(size))
+    assert torch.equal(grouped[0], expected[2 * rank:2 * rank + 2]), (grouped[0], expected)
