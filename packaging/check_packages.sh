@@ -7,7 +7,7 @@
 # and a 2-rank training of examples/pytorch/train_digits.py run from
 # outside the checkout by that environment's gradsyncrun against a private
 # gradsyncd from the unpacked .deb. About a minute once Bazel's outputs exist.
-# (The clean Debian root check, with apt and systemd, is issue 14's next part.)
+# (Not checked here: a clean Debian root with apt and systemd.)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$PWD
