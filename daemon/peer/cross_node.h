@@ -263,6 +263,9 @@ class CrossNode : public NodeEndpoints {
   v1::JoinJobRequest joinRequest(const v1::NodeInfo& self) const;
   // The JoinJob calls; on success the membership is formed.
   Status callJoinJob(v1::Peer::Stub* stub, const v1::JoinJobRequest& request) GS_EXCLUDES(mutex_);
+  // The JoinJob call about to be made with `context` (abortTransfers
+  // cancels it), unless the job stopped or failed meanwhile.
+  Status beginJoinCallLocked(grpc::ClientContext* context) GS_REQUIRES(mutex_);
   // Follower thread: follows the leader's stream until it ends (through a
   // failover to a new leader, where switched on).
   void readLeader();
@@ -342,10 +345,11 @@ class CrossNode : public NodeEndpoints {
   std::unique_ptr<grpc::ClientContext> stream_context_;  // with stream_
   std::unique_ptr<grpc::ClientReaderWriter<v1::FollowerMessage, v1::LeaderMessage>> stream_;
   Mutex stream_mutex_;
-  std::vector<v1::FollowerMessage> backlog_;  // requests before the stream opened
-  std::atomic<int64_t> leader_heard_ms_{0};   // follower: last message from the leader
-  CrossClock::time_point last_heartbeat_;     // housekeeping thread only
-  CrossClock::time_point last_tick_;          // housekeeping thread only
+  std::vector<v1::FollowerMessage>
+      backlog_;  // writes while no leader stream is open (before the first; after a lost leader)
+  std::atomic<int64_t> leader_heard_ms_{0};  // follower: last message from the leader
+  CrossClock::time_point last_heartbeat_;    // housekeeping thread only
+  CrossClock::time_point last_tick_;         // housekeeping thread only
   std::thread follower_thread_;
 
   // Response cache and coordination traffic counters.

@@ -45,6 +45,15 @@ v1::JoinJobRequest CrossNode::joinRequest(const v1::NodeInfo& self) const {
   return request;
 }
 
+Status CrossNode::beginJoinCallLocked(grpc::ClientContext* context) {
+  if (stopping_) return cancelled("job stopped while joining");
+  if (!transfers_aborted_.empty()) {
+    return cancelled("job '" + options_.job_id + "' failed while joining: " + transfers_aborted_);
+  }
+  join_call_ = context;
+  return okStatus();
+}
+
 Status CrossNode::callJoinJob(v1::Peer::Stub* stub, const v1::JoinJobRequest& request) {
   const auto deadline = CrossClock::now() + options_.join_timeout;
   grpc::Status last;
@@ -68,11 +77,7 @@ Status CrossNode::callJoinJob(v1::Peer::Stub* stub, const v1::JoinJobRequest& re
                          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - CrossClock::now()));
     {
       MutexLock lock(mutex_);
-      if (stopping_) return cancelled("job stopped while joining");
-      if (!transfers_aborted_.empty()) {
-        return cancelled("job '" + options_.job_id + "' failed while joining: " + transfers_aborted_);
-      }
-      join_call_ = &context;
+      RETURN_IF_ERROR(beginJoinCallLocked(&context));
     }
     v1::JoinJobResponse response;
     // Not connected: the call fails at once, with gRPC's reason (refused,
@@ -144,6 +149,14 @@ void CrossNode::openStream(v1::Peer::Stub* stub) {
 void CrossNode::readLeader() {
   for (;;) {
     const grpc::Status status = readStream();
+    {
+      // Writes from now on wait in the backlog: after a failover the new
+      // leader's stream sends them (a request of the new epoch written to
+      // the ended stream would be lost, and its collective would wait for
+      // it forever).
+      MutexLock lock(stream_mutex_);
+      stream_.reset();
+    }
     {
       MutexLock lock(mutex_);
       if (stopping_) break;
