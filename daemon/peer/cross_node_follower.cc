@@ -83,7 +83,7 @@ Status CrossNode::callJoinJob(v1::Peer::Stub* stub, const v1::JoinJobRequest& re
     // Not connected: the call fails at once, with gRPC's reason (refused,
     // or a TLS handshake the leader rejected).
     last = stub->JoinJob(&context, request, &response);
-    if (!connected && !last.ok()) {
+    if (!connected && last.error_code() == grpc::StatusCode::UNAVAILABLE) {
       last = grpc::Status(grpc::StatusCode::UNAVAILABLE,
                           "its peer service accepts no connection (" + last.error_message() + ")");
     }
