@@ -227,6 +227,8 @@ class CrossNode : public NodeEndpoints {
   // it (those left out are removed, candidates admitted join); the
   // followers are told by announceEpoch, once mutex_ is released.
   StatusOr<EpochPlan> planEpochLocked(StatusOr<v1::NewEpoch> decided) GS_REQUIRES(mutex_);
+  // This node's transfers of the epoch before book_'s end now.
+  void endOldEpochTransfersLocked() GS_REQUIRES(mutex_);
   // Leader: sends the plan's NewEpoch to the kept followers (after every
   // batch encoded with the old cache) and tells the removed ones.
   v1::NewEpoch announceEpoch(EpochPlan plan) GS_EXCLUDES(mutex_);

@@ -123,14 +123,18 @@ bool CrossNode::hasPendingJoiners() const {
   return book_.joinerCount() > 0;
 }
 
+void CrossNode::endOldEpochTransfersLocked() {
+  // ring() lifts it for the new epoch; a job that failed keeps its reason.
+  if (transport_ && transfers_aborted_.empty()) {
+    transport_->abort("the job moved to epoch " + std::to_string(book_.epoch()));
+  }
+}
+
 StatusOr<CrossNode::EpochPlan> CrossNode::planEpochLocked(StatusOr<v1::NewEpoch> decided) {
   RETURN_IF_ERROR(decided.status());
   EpochPlan plan;
   plan.change = std::move(decided).value();
-  // The old epoch's transfers on this node end now (ring() lifts it).
-  if (transport_ && transfers_aborted_.empty()) {
-    transport_->abort("the job moved to epoch " + std::to_string(book_.epoch()));
-  }
+  endOldEpochTransfersLocked();
   std::map<int, std::shared_ptr<Follower>> followers;
   for (auto& [cross_rank, f] : followers_) {
     const v1::NodeInfo* member = book_.member(f->node.peer_address());
@@ -194,9 +198,7 @@ void CrossNode::applyNewEpoch(const v1::NewEpoch& change) {
         break;
       case membership::EpochBook::Applied::kApplied:
         clearCache();  // as the leader did before it sent the change
-        if (transport_ && transfers_aborted_.empty()) {
-          transport_->abort("the job moved to epoch " + std::to_string(book_.epoch()));
-        }
+        endOldEpochTransfersLocked();
         break;
     }
   }

@@ -117,6 +117,18 @@ class HostileInputTest : public ::testing::Test {
     return stream;
   }
   // Sends one Enqueue and returns the Done it gets.
+  // An allreduce (sum) of 16 floats named `name`, for roundTrip.
+  static v1::Enqueue allreduceOf16(uint64_t handle, const std::string& name) {
+    v1::Enqueue e;
+    e.set_handle(handle);
+    e.set_name(name);
+    e.set_type(v1::ALLREDUCE);
+    e.set_dtype(v1::FLOAT32);
+    e.add_shape(16);
+    e.set_op(v1::SUM);
+    e.set_length(64);
+    return e;
+  }
   v1::Done roundTrip(Stream* stream, const v1::Enqueue& enqueue) {
     v1::ClientMessage message;
     *message.mutable_enqueue() = enqueue;
@@ -254,14 +266,7 @@ TEST_F(HostileInputTest, CudaRequestsOnADaemonWithoutGpus) {
   EXPECT_EQ(response.code(), static_cast<int>(grpc::StatusCode::FAILED_PRECONDITION));
   EXPECT_NE(response.message().find("rank 0 (pid"), std::string::npos) << response.message();
   EXPECT_NE(response.message().find("has no GPU"), std::string::npos) << response.message();
-  v1::Enqueue e;
-  e.set_handle(1);
-  e.set_name("gpu.grad");
-  e.set_type(v1::ALLREDUCE);
-  e.set_dtype(v1::FLOAT32);
-  e.add_shape(16);
-  e.set_op(v1::SUM);
-  e.set_length(64);
+  v1::Enqueue e = allreduceOf16(1, "gpu.grad");
   e.mutable_cuda()->set_buffer_id(1);
   v1::Done done = roundTrip(stream.get(), e);
   EXPECT_EQ(done.code(), static_cast<int>(grpc::StatusCode::FAILED_PRECONDITION)) << done.message();
@@ -299,15 +304,7 @@ TEST_F(HostileInputTest, MalformedHandoffFramesGetErrorsAndTheSessionGoesOn) {
     EXPECT_NE(response.code(), 0);
   }
   // The session goes on: a collective of it still completes.
-  v1::Enqueue e;
-  e.set_handle(1);
-  e.set_name("after.frames");
-  e.set_type(v1::ALLREDUCE);
-  e.set_dtype(v1::FLOAT32);
-  e.add_shape(16);
-  e.set_op(v1::SUM);
-  e.set_length(64);
-  const v1::Done done = roundTrip(stream.get(), e);
+  const v1::Done done = roundTrip(stream.get(), allreduceOf16(1, "after.frames"));
   EXPECT_EQ(done.code(), 0) << done.message();
   std::string junk(200000, '\0');  // longer than any frame
   for (auto& c : junk) c = static_cast<char>(rng());
