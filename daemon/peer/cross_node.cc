@@ -42,77 +42,9 @@ CrossNode::CrossNode(CrossNodeOptions options, Hooks hooks)
     : options_(std::move(options)),
       hooks_(std::move(hooks)),
       book_(options_.job_id, options_.self_address, options_.min_size),
-      cache_(options_.response_cache_capacity) {}
-
-v1::NegotiatedResponse CrossNode::encode(const coordinator::Response& response) {
-  std::pair<uint64_t, bool> id;
-  {
-    MutexLock lock(cache_mutex_);
-    id = cache_.assign(response);
-  }
-  if (id.first == 0 || id.second) {
-    v1::NegotiatedResponse full = toProto(response);
-    full.set_cache_id(id.first);
-    return full;
-  }
-  cache_hits_.fetch_add(1);
-  v1::NegotiatedResponse cached;
-  cached.set_cache_id(id.first);
-  cached.set_cached(true);
-  cached.set_admits_joiners(response.admits_joiners);
-  for (size_t i = 0; i < response.ranks.size(); ++i) {
-    auto* r = cached.add_requests();
-    r->set_rank(response.ranks[i]);
-    r->set_present(response.requests[i].has_value());
-    if (response.requests[i]) {
-      r->set_handle(response.requests[i]->handle);
-      r->set_offset(response.requests[i]->offset);
-    }
-  }
-  return cached;
-}
-
-StatusOr<coordinator::Response> CrossNode::decode(const v1::NegotiatedResponse& in) {
-  MutexLock lock(cache_mutex_);
-  if (!in.cached()) {
-    coordinator::Response response = fromProto(in);
-    cache_.remember(in.cache_id(), response);
-    return response;
-  }
-  const coordinator::Response* base = cache_.find(in.cache_id());
-  if (base == nullptr || static_cast<int>(base->requests.size()) != in.requests_size()) {
-    return dataLoss("job '" + options_.job_id + "': the leader referred to unknown cached response " +
-                    std::to_string(in.cache_id()));
-  }
-  cache_hits_.fetch_add(1);
-  coordinator::Response response = *base;
-  response.admits_joiners = in.admits_joiners();
-  for (int i = 0; i < in.requests_size(); ++i) {
-    auto& request = response.requests[i];
-    if (!request) continue;
-    request->handle = in.requests(i).handle();
-    request->offset = in.requests(i).offset();
-  }
-  return response;
-}
-
-StatusOr<v1::Enqueue> CrossNode::expand(const v1::FollowerMessage::Request& in) {
-  if (in.cache_id() == 0) return in.enqueue();
-  MutexLock lock(cache_mutex_);
-  const coordinator::Response* base = cache_.find(in.cache_id());
-  if (base != nullptr) {
-    for (const auto& request : base->requests) {
-      if (!request || request->rank != in.rank()) continue;
-      coordinator::Request copy = *request;
-      copy.handle = in.handle();
-      copy.offset = in.offset();
-      cache_hits_.fetch_add(1);
-      return coordinator::enqueueOf(copy);
-    }
-  }
-  return dataLoss("job '" + options_.job_id + "': a follower referred to unknown cached request " +
-                  std::to_string(in.cache_id()) + " of rank " + std::to_string(in.rank()));
-}
+      mesh_(options_.job_id, options_.token),
+      link_(options_.credentials),
+      codec_(options_.job_id, options_.response_cache_capacity) {}
 
 CrossNode::~CrossNode() {
   {
@@ -121,47 +53,30 @@ CrossNode::~CrossNode() {
     if (join_call_ != nullptr) join_call_->TryCancel();
   }
   formed_cv_.notify_all();
-  {
-    // Leave gracefully: the leader then knows this node's ranks finished
-    // (and other nodes keep running what was already negotiated).
-    MutexLock lock(stream_mutex_);
-    if (stream_) stream_->WritesDone();
-  }
+  // Leave gracefully: the leader then knows this node's ranks finished
+  // (and other nodes keep running what was already negotiated).
+  link_.writesDone();
   {
     MutexLock lock(mutex_);
     if (!formed_cv_.wait_for(lock, std::chrono::seconds(2),
                              [&]() GS_REQUIRES(mutex_) { return reader_done_ || !follower_thread_.joinable(); })) {
-      MutexLock stream_lock(stream_mutex_);
-      if (stream_) stream_context_->TryCancel();
+      link_.cancel();
     }
   }
   {
-    MutexLock lock(stream_mutex_);
-    if (stream_ && !reader_done_) stream_context_->TryCancel();
+    MutexLock lock(mutex_);
+    if (!reader_done_) link_.cancel();
   }
   if (follower_thread_.joinable()) follower_thread_.join();
   waitForAbortNotices();  // before the data plane closes: they carry the cause
   // After the streams ended: the leader's job may wait for them to end
   // before it says goodbye too.
   if (goodbye_.load()) sayGoodbye();
-  // The executor thread has ended: this thread may drive the transport. A
-  // node that finished its part of the last collective may still hold
-  // bytes its neighbours wait for.
-  if (transport_ && !peers_.empty()) transport_->flush(std::chrono::milliseconds(500));
-  if (transport_) {
-    const size_t strays = transport_->dropStrays();
-    if (strays > 0) {
-      GS_LOG(executor, warn,
-             "job '{}': dropped {} data-plane messages that matched no transfer of the job (from outside it, "
-             "forged, or left over from a failed collective)",
-             options_.job_id, strays);
-    }
-  }
-  peers_.clear();
+  // mesh_, destroyed after this, drives what was sent until it left (the
+  // executor thread has ended: this thread may drive the transport).
 }
 
 void CrossNode::sayGoodbye() {
-  if (!transport_ || peers_.empty()) return;
   {
     MutexLock lock(mutex_);
     if (node_lost_announced_) {  // a node is gone: nobody waits for this one's bytes
@@ -169,43 +84,22 @@ void CrossNode::sayGoodbye() {
       return;
     }
   }
-  // The job ended here (stop() aborted the transfers): lifted for the
-  // goodbye alone.
-  transport_->resume();
-  const uint64_t tag = collective::ringTag(tag_key_, ~uint64_t{0}, /*phase=*/4, 0, 0);
-  std::vector<uint8_t> in(peers_.size()), out(peers_.size(), 1);
-  std::vector<transport::RequestPtr> requests;
-  size_t i = 0;
-  for (auto& [address, peer] : peers_) {
-    requests.push_back(peer->irecv(&in[i], 1, tag));
-    requests.push_back(peer->isend(&out[i], 1, tag));
-    ++i;
-  }
-  std::vector<transport::Request*> raw;
-  for (auto& r : requests) raw.push_back(r.get());
-  Status said = transport_->waitAll(raw.data(), raw.size(), CrossClock::now() + std::chrono::seconds(1),
-                                    "the data plane's goodbye");
-  GS_LOG(control, debug, "job '{}': goodbye to {} daemons: {}", options_.job_id, peers_.size(), said.toString());
+  mesh_.goodbye();
 }
 
 void CrossNode::start(const std::vector<int>& local_ranks, const std::vector<int64_t>& pids) {
   leader_ = std::find(local_ranks.begin(), local_ranks.end(), 0) != local_ranks.end();
-  auto transport = transport::UcxTransport::create(options_.data_plane);
-  if (!transport.isOk()) {
-    hooks_.on_failure("cannot start the UCX data plane: " + transport.status().message(), true);
+  Status opened = mesh_.open(options_.data_plane);
+  if (!opened.isOk()) {
+    hooks_.on_failure("cannot start the UCX data plane: " + opened.message(), true);
     return;
-  }
-  {
-    MutexLock lock(mutex_);
-    transport_ = std::move(transport).value();
-    if (!transfers_aborted_.empty()) transport_->abort(transfers_aborted_);
   }
   v1::NodeInfo self;
   self.set_peer_address(options_.self_address);
   self.set_hostname(options_.hostname);
   for (int r : local_ranks) self.add_ranks(r);
   for (int64_t p : pids) self.add_pids(p);
-  self.set_ucx_address(transport_->address());
+  self.set_ucx_address(mesh_.address());
   for (const auto& uuid : options_.gpu_uuids) self.add_gpu_uuids(uuid);
   self.set_nccl(options_.nccl);
   self.set_steady_state_rounds(options_.steady_state_rounds);
@@ -294,8 +188,7 @@ grpc::Status CrossNode::serveFollower(grpc::ServerContext* context, LeaderStream
   v1::FollowerMessage message;
   while (stream->Read(&message)) {
     follower->last_heard_ms = nowMs(CrossClock::now());
-    bytes_received_.fetch_add(message.ByteSizeLong());
-    messages_.fetch_add(1);
+    codec_.countReceived(message.ByteSizeLong());
     if (refuseIfRemoved(follower.get())) {
       MutexLock lock(mutex_);
       return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, follower->removed);
@@ -347,7 +240,7 @@ void CrossNode::onFollowerMessage(Follower* follower, const v1::FollowerMessage&
   } else if (message.has_joiner_ready() || message.has_joiner_gone()) {
     joinerReport(follower, message);
   } else if (message.has_request()) {
-    auto enqueue = expand(message.request());
+    auto enqueue = codec_.expand(message.request());
     if (!enqueue.isOk()) {
       hooks_.on_failure(enqueue.status().message(), true);
       return;
@@ -408,13 +301,12 @@ Status CrossNode::broadcast(const std::vector<coordinator::Response>& batch, uin
   }
   // Encoded once every follower is attached: all of them learn new cache ids.
   MutexLock order(order_mutex_);
-  for (const auto& r : batch) *message.mutable_batch()->add_responses() = encode(r);
+  for (const auto& r : batch) *message.mutable_batch()->add_responses() = codec_.encode(r);
   const size_t bytes = message.ByteSizeLong();
   for (auto& f : followers) {
     MutexLock lock(f->write_mutex);
     if (f->stream) f->stream->Write(message);
-    bytes_sent_.fetch_add(bytes);
-    messages_.fetch_add(1);
+    codec_.countSent(bytes);
   }
   return okStatus();
 }
@@ -487,7 +379,7 @@ void CrossNode::abortTransfers(const std::string& reason) {
   {
     MutexLock lock(mutex_);
     if (transfers_aborted_.empty()) transfers_aborted_ = reason;
-    if (transport_) transport_->abort(reason);
+    mesh_.abort(reason);
     if (join_call_ != nullptr) join_call_->TryCancel();
   }
   formed_cv_.notify_all();
@@ -505,17 +397,9 @@ bool CrossNode::steadyStateRounds() const {
                                        [](const v1::NodeInfo& node) { return node.steady_state_rounds(); });
 }
 
-uint64_t CrossNode::cachedId(const coordinator::Request& request) const {
-  MutexLock lock(cache_mutex_);
-  return cache_.idFor(request);
-}
+uint64_t CrossNode::cachedId(const coordinator::Request& request) const { return codec_.cachedId(request); }
 
-std::optional<coordinator::Response> CrossNode::cachedResponse(uint64_t id) const {
-  MutexLock lock(cache_mutex_);
-  const coordinator::Response* response = cache_.find(id);
-  if (response == nullptr) return std::nullopt;
-  return *response;
-}
+std::optional<coordinator::Response> CrossNode::cachedResponse(uint64_t id) const { return codec_.cachedResponse(id); }
 
 std::vector<int> CrossNode::missingRanks() const {
   MutexLock lock(mutex_);
@@ -577,10 +461,7 @@ void CrossNode::tick(CrossClock::time_point now) {
     }
     return;
   }
-  {
-    MutexLock lock(stream_mutex_);
-    if (!stream_) return;
-  }
+  if (!link_.isOpen()) return;
   current_epoch = epoch();
   if (send) {
     v1::FollowerMessage beat;
@@ -588,13 +469,12 @@ void CrossNode::tick(CrossClock::time_point now) {
     beat.mutable_heartbeat()->set_epoch(current_epoch);
     writeToLeader(beat);
   }
-  if (paused) leader_heard_ms_ = now_ms;  // the leader's silence was this daemon's pause
-  const int64_t heard = leader_heard_ms_.load();
+  if (paused) link_.heardAt(now_ms);  // the leader's silence was this daemon's pause
+  const int64_t heard = link_.heardMs();
   if (heard <= 0 || now_ms - heard <= kSilenceLimitMs) return;
   if (options_.failover) {
     // The reader sees its stream end and starts the failover.
-    MutexLock lock(stream_mutex_);
-    if (stream_) stream_context_->TryCancel();
+    link_.cancel();
   } else {
     hooks_.on_failure("lost the leader at " + options_.leader_address + ": silent for " +
                           std::to_string((now_ms - heard) / 1000) + " s",
@@ -605,10 +485,11 @@ void CrossNode::tick(CrossClock::time_point now) {
 void CrossNode::describe(v1::JobInfo* info, CrossClock::time_point now, double busy_seconds) const {
   MutexLock lock(mutex_);
   info->set_epoch(book_.formed() ? book_.epoch() : 0);
-  info->set_coordination_bytes_sent(bytes_sent_.load());
-  info->set_coordination_bytes_received(bytes_received_.load());
-  info->set_coordination_messages(messages_.load());
-  info->set_cache_hits(cache_hits_.load());
+  const CoordinationCodec::Traffic traffic = codec_.traffic();
+  info->set_coordination_bytes_sent(traffic.bytes_sent);
+  info->set_coordination_bytes_received(traffic.bytes_received);
+  info->set_coordination_messages(traffic.messages);
+  info->set_cache_hits(traffic.cache_hits);
   if (!nccl_id_.empty()) info->set_nccl_id_digest(digest(nccl_id_));
   const int64_t now_ms = nowMs(now);
   for (const auto& node : book_.members()) {
@@ -626,13 +507,11 @@ void CrossNode::describe(v1::JobInfo* info, CrossClock::time_point now, double b
     } else if (leader_) {
       auto it = followers_.find(node.cross_rank());
       if (it != followers_.end()) age = now_ms - it->second->last_heard_ms;
-    } else if (node.cross_rank() == 0 && leader_heard_ms_.load() > 0) {
-      age = now_ms - leader_heard_ms_.load();
+    } else if (node.cross_rank() == 0 && link_.heardMs() > 0) {
+      age = now_ms - link_.heardMs();
     }
     out->set_heartbeat_age_ms(age);
-    transport::PeerStats stats;
-    auto peer = peers_.find(node.ucx_address());
-    if (peer != peers_.end()) stats = peer->second->stats();
+    const transport::PeerStats stats = mesh_.stats(node.ucx_address());
     out->set_bytes_sent(stats.bytes_sent);
     out->set_bytes_received(stats.bytes_received);
     out->set_failed_transfers(stats.failed_transfers);
@@ -658,11 +537,7 @@ Status CrossNode::dataPlane(CrossClock::time_point deadline, uint64_t epoch, std
     }
     // Checked and lifted under one lock: an interruption for a later epoch
     // comes after this and ends this collective's waits.
-    if (ring_epoch_ != book_.epoch()) {
-      new_epoch = true;
-      transport_->resume();
-      ring_epoch_ = book_.epoch();
-    }
+    new_epoch = mesh_.enterEpoch(book_.epoch());
     *members = book_.members();
     *self = -1;
     for (const auto& node : book_.members()) {
@@ -671,45 +546,13 @@ Status CrossNode::dataPlane(CrossClock::time_point deadline, uint64_t epoch, std
   }
   if (*self < 0) return internalError("this daemon is not in its job's membership");
   if (new_epoch) {
-    // Tags keyed by the epoch. The old epoch's strays stay queued (they
-    // match no tag of this one) until the job ends: draining them here
-    // would also take the new epoch's first messages, which may be here.
-    tag_key_ = deriveSipKey(options_.token + '\0' + options_.job_id + '\0' + "epoch " + std::to_string(epoch),
-                            "gradsync data-plane tags v1");
-    // Endpoints to nodes that stay are kept: closing one and connecting
-    // again at once races UCX's own wire-up.
-    std::set<std::string> current;
-    for (const auto& node : *members) current.insert(node.ucx_address());
-    std::vector<transport::PeerPtr> gone;
-    MutexLock lock(mutex_);
-    for (auto it = peers_.begin(); it != peers_.end();) {
-      if (current.count(it->first) > 0) {
-        ++it;
-      } else {
-        gone.push_back(std::move(it->second));
-        it = peers_.erase(it);
-      }
-    }
-    if (!gone.empty() || epoch > 1) {
+    const size_t closed = mesh_.rekey(epoch, *members);
+    if (closed > 0 || epoch > 1) {
       GS_LOG(control, info, "job '{}': the ring re-forms for epoch {} ({} nodes)", options_.job_id, epoch,
              members->size());
     }
   }
   return okStatus();
-}
-
-StatusOr<transport::Peer*> CrossNode::peerFor(const v1::NodeInfo& node) {
-  {
-    MutexLock lock(mutex_);
-    auto it = peers_.find(node.ucx_address());
-    if (it != peers_.end()) return it->second.get();
-  }
-  if (node.ranks_size() == 0) return internalError("node " + node.peer_address() + " holds no rank");
-  ASSIGN_OR_RETURN(auto peer, transport_->connect(node.ucx_address(), node.ranks(0)));
-  MutexLock lock(mutex_);
-  transport::Peer* raw = peer.get();
-  peers_[node.ucx_address()] = std::move(peer);
-  return raw;
 }
 
 namespace {
@@ -736,16 +579,7 @@ StatusOr<std::optional<collective::RingContext>> CrossNode::ring(uint64_t sequen
   RETURN_IF_ERROR(dataPlane(deadline, epoch, &members, &self));
   selectNodes(nodes, &members, &self);
   if (self < 0) return std::optional<collective::RingContext>();
-  const int n = static_cast<int>(members.size());
-  collective::RingContext ring;
-  ASSIGN_OR_RETURN(ring.left, peerFor(members[(self - 1 + n) % n]));
-  ASSIGN_OR_RETURN(ring.right, peerFor(members[(self + 1) % n]));
-  ring.transport = transport_.get();
-  ring.rank = self;
-  ring.size = n;
-  ring.sequence = sequence;
-  ring.tag_key = tag_key_;
-  ring.deadline = deadline;
+  ASSIGN_OR_RETURN(auto ring, mesh_.ring(sequence, deadline, members, self));
   return std::optional<collective::RingContext>(std::move(ring));
 }
 
@@ -756,19 +590,7 @@ StatusOr<std::optional<collective::MeshContext>> CrossNode::mesh(uint64_t sequen
   RETURN_IF_ERROR(dataPlane(deadline, epoch, &members, &self));
   selectNodes(nodes, &members, &self);
   if (self < 0) return std::optional<collective::MeshContext>();
-  collective::MeshContext mesh;
-  for (size_t i = 0; i < members.size(); ++i) {
-    transport::Peer* peer = nullptr;
-    if (static_cast<int>(i) != self) {
-      ASSIGN_OR_RETURN(peer, peerFor(members[i]));
-    }
-    mesh.peers.push_back(peer);
-  }
-  mesh.transport = transport_.get();
-  mesh.rank = self;
-  mesh.sequence = sequence;
-  mesh.tag_key = tag_key_;
-  mesh.deadline = deadline;
+  ASSIGN_OR_RETURN(auto mesh, mesh_.mesh(sequence, deadline, members, self));
   return std::optional<collective::MeshContext>(std::move(mesh));
 }
 

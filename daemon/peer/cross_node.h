@@ -29,9 +29,11 @@
 #include "daemon/coordinator/request_wire.h"
 #include "daemon/membership/builder.h"
 #include "daemon/membership/epoch_book.h"
+#include "daemon/peer/abort_notices.h"
+#include "daemon/peer/coordination_codec.h"
+#include "daemon/peer/leader_link.h"
 #include "daemon/peer/node_endpoints.h"
-#include "daemon/peer/response_cache.h"
-#include "daemon/transport/ucx/ucx_transport.h"
+#include "daemon/peer/ucx_mesh.h"
 #include "proto/gradsync/v1/admin.pb.h"
 #include "proto/gradsync/v1/peer.grpc.pb.h"
 
@@ -271,14 +273,11 @@ class CrossNode : public NodeEndpoints {
   // Follower thread: follows the leader's stream until it ends (through a
   // failover to a new leader, where switched on).
   void readLeader();
-  // Reads the current leader stream until it ends; its final status.
-  grpc::Status readStream();
-  // Opens the coordination stream to the leader behind `stub` (hello, then
-  // the backlog).
-  void openStream(v1::Peer::Stub* stub);
-  // A channel to a leader's peer service, with keepalives (a silent leader
-  // is noticed within about 4 s).
-  std::shared_ptr<grpc::Channel> leaderChannel(const std::string& address) const;
+  // One message on the leader's stream.
+  void onLeaderMessage(const v1::LeaderMessage& message);
+  // Opens the coordination stream to the leader link_ points at (hello,
+  // then what waited).
+  void openStream();
   std::string leaderDescription() const;
   void markRemoved();  // sets removed_
 
@@ -306,17 +305,11 @@ class CrossNode : public NodeEndpoints {
   // destructor waits for the answers, each bounded by a short deadline).
   void tellOtherFollowers(const v1::JobFailure& failure);
   void waitForAbortNotices();
-  struct AbortNotices;
   std::shared_ptr<AbortNotices> abort_notices_ GS_GUARDED_BY(mutex_);  // set once
 
   const CrossNodeOptions options_;
   const Hooks hooks_;
-  // The data plane's tags, from the job's token and the ring's epoch
-  // (executor thread only).
-  SipKey tag_key_;
-  uint64_t ring_epoch_ = 0;
   std::atomic<bool> leader_{false};  // set by start(); read by housekeeping and peer calls
-  std::unique_ptr<transport::UcxTransport> transport_;
 
   mutable Mutex mutex_;
   CondVar formed_cv_;
@@ -324,6 +317,9 @@ class CrossNode : public NodeEndpoints {
   // The members of each epoch (formed once every node joined), joiners,
   // candidates and removed nodes.
   membership::EpochBook book_ GS_GUARDED_BY(mutex_);
+  // The UCX endpoints to the other daemons (its own lock; under mutex_ where
+  // an epoch change must be ordered with it).
+  UcxMesh mesh_;
   // Leader: the streams of the nodes that joined the running job for new
   // ranks (book_'s candidates, by peer address; their stream, once open,
   // gets heartbeats and failures, and the epoch that admits them).
@@ -342,31 +338,18 @@ class CrossNode : public NodeEndpoints {
   std::map<int, std::shared_ptr<Follower>> followers_ GS_GUARDED_BY(mutex_);  // leader: by cross rank
 
   // Follower side.
-  std::shared_ptr<grpc::Channel> channel_;
-  std::string channel_address_;                          // channel_'s leader
-  std::unique_ptr<grpc::ClientContext> stream_context_;  // with stream_
-  std::unique_ptr<grpc::ClientReaderWriter<v1::FollowerMessage, v1::LeaderMessage>> stream_;
-  Mutex stream_mutex_;
-  std::vector<v1::FollowerMessage>
-      backlog_;  // writes while no leader stream is open (before the first; after a lost leader)
-  std::atomic<int64_t> leader_heard_ms_{0};  // follower: last message from the leader
-  CrossClock::time_point last_heartbeat_;    // housekeeping thread only
-  CrossClock::time_point last_tick_;         // housekeeping thread only
+  LeaderLink link_;
+  CrossClock::time_point last_heartbeat_;  // housekeeping thread only
+  CrossClock::time_point last_tick_;       // housekeeping thread only
   std::thread follower_thread_;
 
-  // Response cache and coordination traffic counters.
-  v1::NegotiatedResponse encode(const coordinator::Response& response);            // leader
-  StatusOr<coordinator::Response> decode(const v1::NegotiatedResponse& response);  // follower
-  StatusOr<v1::Enqueue> expand(const v1::FollowerMessage::Request& request);       // leader
-  mutable Mutex cache_mutex_;
-  ResponseCache cache_ GS_GUARDED_BY(cache_mutex_);
-  // Emptied at each epoch (elastic; the leader under order_mutex_).
-  void clearCache();
+  // The response cache and the coordination traffic (codec_.clear() at
+  // each epoch: the leader's under order_mutex_).
+  CoordinationCodec codec_;
   // Leader: a batch's encoding and its writes, and an epoch's cache reset
   // and NewEpoch, happen in one order on every stream. Taken before any
   // write_mutex, never with mutex_.
   Mutex order_mutex_;
-  std::atomic<uint64_t> bytes_sent_{0}, bytes_received_{0}, messages_{0}, cache_hits_{0};
 
   // Data plane (executor thread): the membership of `epoch` and this
   // node's position in it, the tags re-keyed and endpoints to nodes no
@@ -374,15 +357,6 @@ class CrossNode : public NodeEndpoints {
   Status dataPlane(CrossClock::time_point deadline, uint64_t epoch, std::vector<v1::NodeInfo>* members, int* self);
   void sayGoodbye();
   std::atomic<bool> goodbye_{false};
-  // The endpoint to `node`, connected on first use.
-  StatusOr<transport::Peer*> peerFor(const v1::NodeInfo& node);
-  // Endpoints by the peer's UCX worker address (created and removed by the
-  // executor thread under mutex_; stats read under mutex_).
-  std::map<std::string, transport::PeerPtr> peers_;
 };
-
-// Conversions between negotiated responses and their wire form.
-v1::NegotiatedResponse toProto(const coordinator::Response& response);
-coordinator::Response fromProto(const v1::NegotiatedResponse& response);
 
 }  // namespace gradsync::peer

@@ -113,11 +113,6 @@ std::vector<std::shared_ptr<CrossNode::Follower>> CrossNode::streamsLocked(bool 
   return streams;
 }
 
-void CrossNode::clearCache() {
-  MutexLock lock(cache_mutex_);
-  cache_.clear();
-}
-
 bool CrossNode::hasPendingJoiners() const {
   MutexLock lock(mutex_);
   return book_.joinerCount() > 0;
@@ -125,8 +120,8 @@ bool CrossNode::hasPendingJoiners() const {
 
 void CrossNode::endOldEpochTransfersLocked() {
   // ring() lifts it for the new epoch; a job that failed keeps its reason.
-  if (transport_ && transfers_aborted_.empty()) {
-    transport_->abort("the job moved to epoch " + std::to_string(book_.epoch()));
+  if (transfers_aborted_.empty()) {
+    mesh_.abort("the job moved to epoch " + std::to_string(book_.epoch()));
   }
 }
 
@@ -171,7 +166,7 @@ v1::NewEpoch CrossNode::announceEpoch(EpochPlan plan) {
     // Every stream sees the batches encoded with the old cache before the
     // NewEpoch, and those encoded with the new one after it.
     MutexLock order(order_mutex_);
-    clearCache();
+    codec_.clear();
     for (auto& f : plan.kept) {
       MutexLock write_lock(f->write_mutex);
       if (f->stream) f->stream->Write(message);
@@ -197,7 +192,7 @@ void CrossNode::applyNewEpoch(const v1::NewEpoch& change) {
                   std::to_string(change.epoch()) + " (" + change.cause() + ")";
         break;
       case membership::EpochBook::Applied::kApplied:
-        clearCache();  // as the leader did before it sent the change
+        codec_.clear();  // as the leader did before it sent the change
         endOldEpochTransfersLocked();
         break;
     }
@@ -239,7 +234,7 @@ StatusOr<v1::CheckMemberResponse> CrossNode::checkMember(const v1::CheckMemberRe
 }
 
 std::string CrossNode::askIfRemoved() {
-  if (!options_.elastic || !channel_) return "";
+  if (!options_.elastic || link_.channel() == nullptr) return "";
   v1::CheckMemberRequest request;
   request.set_job_id(options_.job_id);
   request.set_token(options_.token);
@@ -249,7 +244,7 @@ std::string CrossNode::askIfRemoved() {
   // connection that is going down fails with the same transport error.
   // The question is asked again until the deadline.
   auto stub = v1::Peer::NewStub(grpc::CreateChannel(
-      channel_address_, options_.credentials ? options_.credentials : grpc::InsecureChannelCredentials()));
+      link_.address(), options_.credentials ? options_.credentials : grpc::InsecureChannelCredentials()));
   const auto deadline = std::chrono::system_clock::now() + std::chrono::seconds(2);
   v1::CheckMemberResponse response;
   grpc::Status status;
@@ -263,7 +258,7 @@ std::string CrossNode::askIfRemoved() {
   }
   if (!status.ok()) {
     GS_LOG(control, warn, "job '{}': could not ask the leader {} whether this node is still a member: {}",
-           options_.job_id, channel_address_, status.error_message());
+           options_.job_id, link_.address(), status.error_message());
     return "";
   }
   if (response.member()) return "";

@@ -58,9 +58,8 @@ StatusOr<bool> CrossNode::failover(const std::string& cause) {
     if (answer.isOk() && self) return true;  // this daemon leads
     if (answer.isOk()) {
       applyNewEpoch(answer->change());
-      channel_ = leaderChannel(candidate.peer_address());  // CheckMember asks the new leader too
-      channel_address_ = candidate.peer_address();
-      openStream(v1::Peer::NewStub(channel_).get());
+      link_.connect(candidate.peer_address());  // CheckMember asks the new leader too
+      openStream();
       leader_changes_.fetch_add(1);
       GS_LOG(control, warn, "job '{}': follows the new leader {} at epoch {}", options_.job_id,
              membership::describeNode(candidate), answer->change().epoch());

@@ -14,11 +14,9 @@ Status CrossNode::joinLeader(const v1::NodeInfo& self) {
                               "' spans nodes but its ranks gave no leader address "
                               "(GRADSYNC_LEADER)");
   }
-  channel_ = leaderChannel(options_.leader_address);
-  channel_address_ = options_.leader_address;
-  auto stub = v1::Peer::NewStub(channel_);
-  RETURN_IF_ERROR(callJoinJob(stub.get(), joinRequest(self)));
-  openStream(stub.get());
+  link_.connect(options_.leader_address);
+  RETURN_IF_ERROR(callJoinJob(link_.stub().get(), joinRequest(self)));
+  openStream();
   if (self.ranks().empty()) {
     GS_LOG(control, info,
            "job '{}': joined the running job (epoch {}) at {} as a candidate node: its new ranks wait "
@@ -62,7 +60,7 @@ Status CrossNode::callJoinJob(v1::Peer::Stub* stub, const v1::JoinJobRequest& re
     // Connected first: a call that then breaks off (UNAVAILABLE) means the
     // leader's daemon died or was cut off while the job was forming, which
     // is final; one that cannot connect yet is retried until the deadline.
-    const bool connected = channel_->WaitForConnected(
+    const bool connected = link_.channel()->WaitForConnected(
         std::chrono::system_clock::now() +
         std::min<std::chrono::milliseconds>(
             std::chrono::seconds(1),
@@ -114,49 +112,23 @@ Status CrossNode::callJoinJob(v1::Peer::Stub* stub, const v1::JoinJobRequest& re
   return okStatus();
 }
 
-std::shared_ptr<grpc::Channel> CrossNode::leaderChannel(const std::string& address) const {
-  grpc::ChannelArguments args;
-  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 1000);     // a silent leader is noticed
-  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 3000);  // within about 4 s
-  args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
-  args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
-  return grpc::CreateCustomChannel(
-      address, options_.credentials ? options_.credentials : grpc::InsecureChannelCredentials(), args);
-}
-
-void CrossNode::openStream(v1::Peer::Stub* stub) {
-  int cross_rank;
-  {
-    MutexLock lock(mutex_);
-    cross_rank = book_.selfCrossRank();
-  }
-  leader_heard_ms_ =
-      std::chrono::duration_cast<std::chrono::milliseconds>(CrossClock::now().time_since_epoch()).count();
-  MutexLock lock(stream_mutex_);
-  stream_.reset();  // before its context
-  stream_context_ = std::make_unique<grpc::ClientContext>();
-  stream_ = stub->Coordinate(stream_context_.get());
+void CrossNode::openStream() {
   v1::FollowerMessage hello;
   hello.mutable_hello()->set_job_id(options_.job_id);
   hello.mutable_hello()->set_token(options_.token);
-  hello.mutable_hello()->set_cross_rank(cross_rank);
+  {
+    MutexLock lock(mutex_);
+    hello.mutable_hello()->set_cross_rank(book_.selfCrossRank());
+  }
   hello.mutable_hello()->set_peer_address(options_.self_address);
-  stream_->Write(hello);
-  for (const auto& m : backlog_) stream_->Write(m);
-  backlog_.clear();
+  link_.open(hello);
 }
 
 void CrossNode::readLeader() {
   for (;;) {
-    const grpc::Status status = readStream();
-    {
-      // Writes from now on wait in the backlog: after a failover the new
-      // leader's stream sends them (a request of the new epoch written to
-      // the ended stream would be lost, and its collective would wait for
-      // it forever).
-      MutexLock lock(stream_mutex_);
-      stream_.reset();
-    }
+    // Once the stream ends, writes wait in the link: after a failover the
+    // new leader's stream sends them.
+    const grpc::Status status = link_.read([this](const v1::LeaderMessage& m) { onLeaderMessage(m); });
     {
       MutexLock lock(mutex_);
       if (stopping_) break;
@@ -203,115 +175,55 @@ std::string CrossNode::leaderDescription() const {
   return options_.leader_address;
 }
 
-grpc::Status CrossNode::readStream() {
-  v1::LeaderMessage message;
-  leader_heard_ms_ =
-      std::chrono::duration_cast<std::chrono::milliseconds>(CrossClock::now().time_since_epoch()).count();
-  while (stream_->Read(&message)) {
-    leader_heard_ms_ =
-        std::chrono::duration_cast<std::chrono::milliseconds>(CrossClock::now().time_since_epoch()).count();
-    bytes_received_.fetch_add(message.ByteSizeLong());
-    messages_.fetch_add(1);
-    if (message.has_batch()) {
-      std::vector<coordinator::Response> batch;
-      for (const auto& r : message.batch().responses()) {
-        auto response = decode(r);
-        if (!response.isOk()) {
-          hooks_.on_failure(response.status().message(), true);
-          break;
-        }
-        batch.push_back(std::move(response).value());
+void CrossNode::onLeaderMessage(const v1::LeaderMessage& message) {
+  codec_.countReceived(message.ByteSizeLong());
+  if (message.has_batch()) {
+    std::vector<coordinator::Response> batch;
+    for (const auto& r : message.batch().responses()) {
+      auto response = codec_.decode(r);
+      if (!response.isOk()) {
+        hooks_.on_failure(response.status().message(), true);
+        break;
       }
-      hooks_.on_batch(std::move(batch), message.batch().sequence(), message.batch().epoch(),
-                      message.batch().fusion_threshold_bytes());
-    } else if (message.has_failure()) {
-      if (message.failure().removed()) markRemoved();
-      hooks_.on_failure(message.failure().message(), message.failure().node_lost());
-    } else if (message.has_new_epoch()) {
-      applyNewEpoch(message.new_epoch());
+      batch.push_back(std::move(response).value());
     }
+    hooks_.on_batch(std::move(batch), message.batch().sequence(), message.batch().epoch(),
+                    message.batch().fusion_threshold_bytes());
+  } else if (message.has_failure()) {
+    if (message.failure().removed()) markRemoved();
+    hooks_.on_failure(message.failure().message(), message.failure().node_lost());
+  } else if (message.has_new_epoch()) {
+    applyNewEpoch(message.new_epoch());
   }
-  return stream_->Finish();
 }
 
 bool CrossNode::writeToLeader(const v1::FollowerMessage& message) {
-  bytes_sent_.fetch_add(message.ByteSizeLong());
-  messages_.fetch_add(1);
-  MutexLock lock(stream_mutex_);
-  if (!stream_) {
-    backlog_.push_back(message);
-    return true;
-  }
-  return stream_->Write(message);
+  codec_.countSent(message.ByteSizeLong());
+  return link_.write(message);
 }
 
 void CrossNode::forward(int rank, const v1::Enqueue& enqueue, uint64_t epoch) {
   v1::FollowerMessage message;
-  auto* request = message.mutable_request();
-  request->set_rank(rank);
-  request->set_epoch(epoch);
-  uint64_t id;
-  {
-    MutexLock lock(cache_mutex_);
-    id = cache_.idFor(coordinator::requestOf(rank, enqueue));
-  }
-  if (id != 0) {
-    cache_hits_.fetch_add(1);
-    request->set_cache_id(id);
-    request->set_handle(enqueue.handle());
-    request->set_offset(enqueue.offset());
-  } else {
-    *request->mutable_enqueue() = enqueue;
-  }
+  *message.mutable_request() = codec_.compact(rank, enqueue, epoch);
   writeToLeader(message);
 }
 
-// AbortJob calls in flight: what each needs until its callback ran.
-struct CrossNode::AbortNotices {
-  struct Call {
-    std::unique_ptr<v1::Peer::Stub> stub;
-    grpc::ClientContext context;
-    v1::AbortJobResponse response;
-  };
-  v1::AbortJobRequest request;
-  std::vector<std::unique_ptr<Call>> calls;
-  Mutex mutex;
-  CondVar done_cv;
-  size_t done GS_GUARDED_BY(mutex) = 0;
-
-  void wait() {
-    MutexLock lock(mutex);
-    done_cv.wait(lock, [&]() GS_REQUIRES(mutex) { return done == calls.size(); });  // each call has a deadline
-  }
-};
-
 void CrossNode::tellOtherFollowers(const v1::JobFailure& failure) {
-  auto notices = std::make_shared<AbortNotices>();
-  notices->request.set_job_id(options_.job_id);
-  notices->request.set_token(options_.token);
-  *notices->request.mutable_failure() = failure;
-  notices->request.set_from_peer_address(options_.self_address);
-  {
-    MutexLock lock(mutex_);
-    if (abort_notices_ || stopping_) return;
-    notices->request.set_epoch(book_.epoch());
-    abort_notices_ = notices;
-    for (const auto& node : book_.members()) {
-      if (node.cross_rank() == 0 || node.peer_address() == options_.self_address) continue;
-      auto call = std::make_unique<AbortNotices::Call>();
-      call->stub = v1::Peer::NewStub(grpc::CreateChannel(
-          node.peer_address(), options_.credentials ? options_.credentials : grpc::InsecureChannelCredentials()));
-      call->context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
-      notices->calls.push_back(std::move(call));
-    }
+  v1::AbortJobRequest request;
+  request.set_job_id(options_.job_id);
+  request.set_token(options_.token);
+  *request.mutable_failure() = failure;
+  request.set_from_peer_address(options_.self_address);
+  std::vector<std::string> addresses;
+  MutexLock lock(mutex_);
+  if (abort_notices_ || stopping_) return;
+  request.set_epoch(book_.epoch());
+  for (const auto& node : book_.members()) {
+    if (node.cross_rank() == 0 || node.peer_address() == options_.self_address) continue;
+    addresses.push_back(node.peer_address());
   }
-  for (auto& call : notices->calls) {
-    call->stub->async()->AbortJob(&call->context, &notices->request, &call->response, [notices](grpc::Status) {
-      MutexLock lock(notices->mutex);
-      ++notices->done;
-      notices->done_cv.notify_all();
-    });
-  }
+  // Asynchronous: the calls start here and answer on gRPC's threads.
+  abort_notices_ = AbortNotices::send(std::move(request), addresses, options_.credentials);
 }
 
 void CrossNode::waitForAbortNotices() {

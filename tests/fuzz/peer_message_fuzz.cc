@@ -4,9 +4,9 @@
 // adds a JoinJob's node to the membership and expands a follower's cached
 // request; a follower decodes the leader's batches through its response
 // cache. The first byte picks the message; the rest is its serialized form.
+#include "daemon/coordinator/request_wire.h"
 #include "daemon/membership/builder.h"
-#include "daemon/peer/cross_node.h"
-#include "daemon/peer/response_cache.h"
+#include "daemon/peer/coordination_codec.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace gradsync;
@@ -28,29 +28,21 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   } else if (kind == 1) {
     v1::LeaderMessage message;
     if (!message.ParseFromArray(bytes, length)) return 0;
-    peer::ResponseCache cache(4);
-    for (const auto& wire : message.batch().responses()) {
-      if (!wire.cached()) {
-        cache.remember(wire.cache_id(), peer::fromProto(wire));
-        continue;
-      }
-      const coordinator::Response* base = cache.find(wire.cache_id());
-      if (base == nullptr || static_cast<int>(base->requests.size()) != wire.requests_size()) continue;
-      (void)peer::ResponseCache::signature(base->first());
-    }
+    peer::CoordinationCodec follower("fuzz", 4);
+    for (const auto& wire : message.batch().responses()) (void)follower.decode(wire);
   } else {
     v1::FollowerMessage message;
     if (!message.ParseFromArray(bytes, length) || !message.has_request()) return 0;
-    peer::ResponseCache cache(4);
+    peer::CoordinationCodec leader("fuzz", 4);
     const auto& request = message.request();
     const coordinator::Request forwarded = coordinator::requestOf(request.rank(), request.enqueue());
     coordinator::Response response;
     response.name = forwarded.name;
     response.ranks = {forwarded.rank};
     response.requests.push_back(forwarded);
-    const auto id = cache.assign(response);
-    (void)cache.find(request.cache_id() == 0 ? id.first : request.cache_id());
-    (void)cache.idFor(forwarded);
+    (void)leader.encode(response);
+    (void)leader.expand(request);
+    (void)leader.cachedId(forwarded);
   }
   return 0;
 }

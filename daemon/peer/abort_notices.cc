@@ -1,0 +1,33 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "daemon/peer/abort_notices.h"
+
+namespace gradsync::peer {
+
+std::shared_ptr<AbortNotices> AbortNotices::send(v1::AbortJobRequest request,
+                                                 const std::vector<std::string>& addresses,
+                                                 const std::shared_ptr<grpc::ChannelCredentials>& credentials) {
+  auto notices = std::make_shared<AbortNotices>();
+  notices->request_ = std::move(request);
+  for (const auto& address : addresses) {
+    auto call = std::make_unique<Call>();
+    call->stub = v1::Peer::NewStub(
+        grpc::CreateChannel(address, credentials ? credentials : grpc::InsecureChannelCredentials()));
+    call->context.set_deadline(std::chrono::system_clock::now() + kDeadline);
+    notices->calls_.push_back(std::move(call));
+  }
+  for (auto& call : notices->calls_) {
+    call->stub->async()->AbortJob(&call->context, &notices->request_, &call->response, [notices](grpc::Status) {
+      MutexLock lock(notices->mutex_);
+      ++notices->done_;
+      notices->done_cv_.notify_all();
+    });
+  }
+  return notices;
+}
+
+void AbortNotices::wait() {
+  MutexLock lock(mutex_);
+  done_cv_.wait(lock, [&]() GS_REQUIRES(mutex_) { return done_ == calls_.size(); });  // each call has a deadline
+}
+
+}  // namespace gradsync::peer

@@ -1,0 +1,42 @@
+// SPDX-License-Identifier: Apache-2.0
+// AbortJob calls to other daemons, made at once and in parallel (a follower
+// whose leader was lost tells the other followers itself), each bounded by
+// a short deadline; wait() returns once every call has answered or timed out.
+#pragma once
+
+#include <grpcpp/grpcpp.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "base/mutex.h"
+#include "base/thread_annotations.h"
+#include "proto/gradsync/v1/peer.grpc.pb.h"
+
+namespace gradsync::peer {
+
+class AbortNotices {
+ public:
+  // Sends `request` to the peer service at each of `addresses` (null
+  // `credentials`: plaintext).
+  static std::shared_ptr<AbortNotices> send(v1::AbortJobRequest request, const std::vector<std::string>& addresses,
+                                            const std::shared_ptr<grpc::ChannelCredentials>& credentials);
+  void wait() GS_EXCLUDES(mutex_);
+
+  static constexpr auto kDeadline = std::chrono::seconds(2);
+
+ private:
+  struct Call {
+    std::unique_ptr<v1::Peer::Stub> stub;
+    grpc::ClientContext context;
+    v1::AbortJobResponse response;
+  };
+  v1::AbortJobRequest request_;
+  std::vector<std::unique_ptr<Call>> calls_;  // set before the first call starts
+  Mutex mutex_;
+  CondVar done_cv_;
+  size_t done_ GS_GUARDED_BY(mutex_) = 0;
+};
+
+}  // namespace gradsync::peer

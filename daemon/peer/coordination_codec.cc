@@ -1,0 +1,168 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "daemon/peer/coordination_codec.h"
+
+#include "daemon/coordinator/request_wire.h"
+
+namespace gradsync::peer {
+
+CoordinationCodec::CoordinationCodec(std::string job_id, size_t cache_capacity)
+    : job_id_(std::move(job_id)), cache_(cache_capacity) {}
+
+v1::NegotiatedResponse CoordinationCodec::encode(const coordinator::Response& response) {
+  std::pair<uint64_t, bool> id;
+  {
+    MutexLock lock(mutex_);
+    id = cache_.assign(response);
+  }
+  if (id.first == 0 || id.second) {
+    v1::NegotiatedResponse full = toProto(response);
+    full.set_cache_id(id.first);
+    return full;
+  }
+  cache_hits_.fetch_add(1);
+  v1::NegotiatedResponse cached;
+  cached.set_cache_id(id.first);
+  cached.set_cached(true);
+  cached.set_admits_joiners(response.admits_joiners);
+  for (size_t i = 0; i < response.ranks.size(); ++i) {
+    auto* r = cached.add_requests();
+    r->set_rank(response.ranks[i]);
+    r->set_present(response.requests[i].has_value());
+    if (response.requests[i]) {
+      r->set_handle(response.requests[i]->handle);
+      r->set_offset(response.requests[i]->offset);
+    }
+  }
+  return cached;
+}
+
+StatusOr<coordinator::Response> CoordinationCodec::decode(const v1::NegotiatedResponse& in) {
+  MutexLock lock(mutex_);
+  if (!in.cached()) {
+    coordinator::Response response = fromProto(in);
+    cache_.remember(in.cache_id(), response);
+    return response;
+  }
+  const coordinator::Response* base = cache_.find(in.cache_id());
+  if (base == nullptr || static_cast<int>(base->requests.size()) != in.requests_size()) {
+    return dataLoss("job '" + job_id_ + "': the leader referred to unknown cached response " +
+                    std::to_string(in.cache_id()));
+  }
+  cache_hits_.fetch_add(1);
+  coordinator::Response response = *base;
+  response.admits_joiners = in.admits_joiners();
+  for (int i = 0; i < in.requests_size(); ++i) {
+    auto& request = response.requests[i];
+    if (!request) continue;
+    request->handle = in.requests(i).handle();
+    request->offset = in.requests(i).offset();
+  }
+  return response;
+}
+
+v1::FollowerMessage::Request CoordinationCodec::compact(int rank, const v1::Enqueue& enqueue, uint64_t epoch) {
+  v1::FollowerMessage::Request request;
+  request.set_rank(rank);
+  request.set_epoch(epoch);
+  const uint64_t id = cachedId(coordinator::requestOf(rank, enqueue));
+  if (id != 0) {
+    cache_hits_.fetch_add(1);
+    request.set_cache_id(id);
+    request.set_handle(enqueue.handle());
+    request.set_offset(enqueue.offset());
+  } else {
+    *request.mutable_enqueue() = enqueue;
+  }
+  return request;
+}
+
+StatusOr<v1::Enqueue> CoordinationCodec::expand(const v1::FollowerMessage::Request& in) {
+  if (in.cache_id() == 0) return in.enqueue();
+  MutexLock lock(mutex_);
+  const coordinator::Response* base = cache_.find(in.cache_id());
+  if (base != nullptr) {
+    for (const auto& request : base->requests) {
+      if (!request || request->rank != in.rank()) continue;
+      coordinator::Request copy = *request;
+      copy.handle = in.handle();
+      copy.offset = in.offset();
+      cache_hits_.fetch_add(1);
+      return coordinator::enqueueOf(copy);
+    }
+  }
+  return dataLoss("job '" + job_id_ + "': a follower referred to unknown cached request " +
+                  std::to_string(in.cache_id()) + " of rank " + std::to_string(in.rank()));
+}
+
+uint64_t CoordinationCodec::cachedId(const coordinator::Request& request) const {
+  MutexLock lock(mutex_);
+  return cache_.idFor(request);
+}
+
+std::optional<coordinator::Response> CoordinationCodec::cachedResponse(uint64_t id) const {
+  MutexLock lock(mutex_);
+  const coordinator::Response* response = cache_.find(id);
+  if (response == nullptr) return std::nullopt;
+  return *response;
+}
+
+void CoordinationCodec::clear() {
+  MutexLock lock(mutex_);
+  cache_.clear();
+}
+
+void CoordinationCodec::countSent(size_t bytes) {
+  bytes_sent_.fetch_add(bytes);
+  messages_.fetch_add(1);
+}
+
+void CoordinationCodec::countReceived(size_t bytes) {
+  bytes_received_.fetch_add(bytes);
+  messages_.fetch_add(1);
+}
+
+CoordinationCodec::Traffic CoordinationCodec::traffic() const {
+  return {bytes_sent_.load(), bytes_received_.load(), messages_.load(), cache_hits_.load()};
+}
+
+v1::NegotiatedResponse toProto(const coordinator::Response& response) {
+  v1::NegotiatedResponse out;
+  out.set_name(response.name);
+  out.set_type(response.type);
+  out.set_process_set_id(response.process_set_id);
+  for (size_t i = 0; i < response.ranks.size(); ++i) {
+    out.add_ranks(response.ranks[i]);
+    auto* r = out.add_requests();
+    r->set_rank(response.ranks[i]);
+    r->set_present(response.requests[i].has_value());
+    if (response.requests[i]) *r->mutable_enqueue() = coordinator::enqueueOf(*response.requests[i]);
+  }
+  out.set_code(static_cast<int>(response.status.code()));
+  out.set_message(response.status.message());
+  out.set_last_joined_rank(response.last_joined_rank);
+  out.set_changed_process_set(response.changed_process_set);
+  out.set_admits_joiners(response.admits_joiners);
+  return out;
+}
+
+coordinator::Response fromProto(const v1::NegotiatedResponse& in) {
+  coordinator::Response out;
+  out.name = in.name();
+  out.type = in.type();
+  out.process_set_id = in.process_set_id();
+  for (const auto& r : in.requests()) {
+    out.ranks.push_back(r.rank());
+    if (r.present()) {
+      out.requests.push_back(coordinator::requestOf(r.rank(), r.enqueue()));
+    } else {
+      out.requests.emplace_back();
+    }
+  }
+  out.status = Status(static_cast<StatusCode>(in.code()), in.message());
+  out.last_joined_rank = in.last_joined_rank();
+  out.changed_process_set = in.changed_process_set();
+  out.admits_joiners = in.admits_joiners();
+  return out;
+}
+
+}  // namespace gradsync::peer

@@ -1,0 +1,66 @@
+// SPDX-License-Identifier: Apache-2.0
+// The coordination streams' messages in their compact form, and their
+// traffic: the leader encodes each negotiated response, in full the first
+// time and as a response-cache id (plus each request's handle and offset)
+// once it repeats; a follower decodes them and sends its ranks' repeated
+// requests by id, which the leader expands. Both sides keep one
+// ResponseCache, emptied at each epoch. Thread-safe.
+#pragma once
+
+#include <atomic>
+#include <optional>
+#include <string>
+
+#include "base/mutex.h"
+#include "base/status.h"
+#include "base/thread_annotations.h"
+#include "daemon/coordinator/request.h"
+#include "daemon/peer/response_cache.h"
+#include "proto/gradsync/v1/peer.pb.h"
+
+namespace gradsync::peer {
+
+class CoordinationCodec {
+ public:
+  CoordinationCodec(std::string job_id, size_t cache_capacity);
+
+  // Leader: `response` for the followers.
+  v1::NegotiatedResponse encode(const coordinator::Response& response) GS_EXCLUDES(mutex_);
+  // Follower: the leader's response (DATA_LOSS naming the id when it refers
+  // to a response this node never received in full).
+  StatusOr<coordinator::Response> decode(const v1::NegotiatedResponse& response) GS_EXCLUDES(mutex_);
+  // Follower: a local rank's request of `epoch`, by id when it repeats a
+  // cached one.
+  v1::FollowerMessage::Request compact(int rank, const v1::Enqueue& enqueue, uint64_t epoch) GS_EXCLUDES(mutex_);
+  // Leader: a follower's request in full (DATA_LOSS for an unknown id).
+  StatusOr<v1::Enqueue> expand(const v1::FollowerMessage::Request& request) GS_EXCLUDES(mutex_);
+  // The cached response a local request repeats (0: none), and a copy of
+  // a cached response.
+  uint64_t cachedId(const coordinator::Request& request) const GS_EXCLUDES(mutex_);
+  std::optional<coordinator::Response> cachedResponse(uint64_t id) const GS_EXCLUDES(mutex_);
+  // A new epoch: ranks were renumbered, and a node that joins knows no id.
+  void clear() GS_EXCLUDES(mutex_);
+
+  // Messages written and read on the coordination streams.
+  void countSent(size_t bytes);
+  void countReceived(size_t bytes);
+  struct Traffic {
+    uint64_t bytes_sent = 0;
+    uint64_t bytes_received = 0;
+    uint64_t messages = 0;
+    uint64_t cache_hits = 0;
+  };
+  Traffic traffic() const;
+
+ private:
+  const std::string job_id_;
+  mutable Mutex mutex_;
+  ResponseCache cache_ GS_GUARDED_BY(mutex_);
+  std::atomic<uint64_t> bytes_sent_{0}, bytes_received_{0}, messages_{0}, cache_hits_{0};
+};
+
+// Conversions between negotiated responses and their wire form.
+v1::NegotiatedResponse toProto(const coordinator::Response& response);
+coordinator::Response fromProto(const v1::NegotiatedResponse& response);
+
+}  // namespace gradsync::peer

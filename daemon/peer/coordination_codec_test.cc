@@ -1,0 +1,122 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "daemon/peer/coordination_codec.h"
+
+#include "daemon/coordinator/request_wire.h"
+#include "gtest/gtest.h"
+
+namespace gradsync::peer {
+namespace {
+
+// One step's allreduce of `name` by ranks 0 and 1 (handles and offsets
+// differ every step; the metadata does not).
+coordinator::Response step(const std::string& name, uint64_t handle_base) {
+  coordinator::Response r;
+  r.name = name;
+  r.type = v1::ALLREDUCE;
+  r.ranks = {0, 1};
+  for (int rank = 0; rank < 2; ++rank) {
+    coordinator::Request q;
+    q.rank = rank;
+    q.name = name;
+    q.type = v1::ALLREDUCE;
+    q.dtype = v1::FLOAT32;
+    q.shape = {8};
+    q.length = 32;
+    q.handle = handle_base + rank;
+    q.offset = 4096 * (handle_base + rank);
+    r.requests.push_back(q);
+  }
+  return r;
+}
+
+TEST(CoordinationCodecTest, RepeatedResponseTravelsByIdAndDecodesWithThisStepsHandles) {
+  CoordinationCodec leader("job", 16), follower("job", 16);
+  const v1::NegotiatedResponse first = leader.encode(step("w", 10));
+  EXPECT_FALSE(first.cached());
+  EXPECT_NE(first.cache_id(), 0u);
+  ASSERT_TRUE(follower.decode(first).isOk());
+
+  const v1::NegotiatedResponse second = leader.encode(step("w", 20));
+  EXPECT_TRUE(second.cached());
+  EXPECT_EQ(second.cache_id(), first.cache_id());
+  EXPECT_LT(second.ByteSizeLong(), first.ByteSizeLong());
+  auto decoded = follower.decode(second);
+  ASSERT_TRUE(decoded.isOk()) << decoded.status().toString();
+  EXPECT_EQ(decoded->name, "w");
+  ASSERT_EQ(decoded->requests.size(), 2u);
+  EXPECT_EQ(decoded->requests[1]->handle, 21u);
+  EXPECT_EQ(decoded->requests[1]->offset, 4096u * 21);
+  EXPECT_EQ(leader.traffic().cache_hits, 1u);
+  EXPECT_EQ(follower.traffic().cache_hits, 1u);
+}
+
+TEST(CoordinationCodecTest, FollowersRepeatedRequestGoesByIdAndTheLeaderExpandsIt) {
+  CoordinationCodec leader("job", 16), follower("job", 16);
+  ASSERT_TRUE(follower.decode(leader.encode(step("w", 10))).isOk());
+  const coordinator::Request next = step("w", 30).requests[1].value();
+  const v1::FollowerMessage::Request compact = follower.compact(1, coordinator::enqueueOf(next), 7);
+  EXPECT_EQ(compact.epoch(), 7u);
+  EXPECT_NE(compact.cache_id(), 0u);
+  EXPECT_FALSE(compact.has_enqueue());
+  auto expanded = leader.expand(compact);
+  ASSERT_TRUE(expanded.isOk()) << expanded.status().toString();
+  EXPECT_EQ(expanded->name(), "w");
+  EXPECT_EQ(expanded->handle(), 31u);
+  EXPECT_EQ(expanded->offset(), 4096u * 31);
+
+  // A request nobody cached goes in full.
+  const coordinator::Request other = step("b", 40).requests[0].value();
+  const v1::FollowerMessage::Request full = follower.compact(0, coordinator::enqueueOf(other), 7);
+  EXPECT_EQ(full.cache_id(), 0u);
+  EXPECT_EQ(full.enqueue().name(), "b");
+  EXPECT_EQ(leader.expand(full)->name(), "b");
+}
+
+TEST(CoordinationCodecTest, UnknownIdsAreDataLossNamingTheJobAndId) {
+  CoordinationCodec leader("job-x", 16), follower("job-x", 16);
+  (void)leader.encode(step("w", 10));
+  const v1::NegotiatedResponse cached = leader.encode(step("w", 20));  // the follower missed the first
+  auto decoded = follower.decode(cached);
+  ASSERT_FALSE(decoded.isOk());
+  EXPECT_EQ(decoded.status().code(), StatusCode::kDataLoss);
+  EXPECT_NE(decoded.status().message().find("job-x"), std::string::npos);
+  EXPECT_NE(decoded.status().message().find("unknown cached response " + std::to_string(cached.cache_id())),
+            std::string::npos);
+
+  v1::FollowerMessage::Request forged;
+  forged.set_rank(5);  // a rank the cached response does not hold
+  forged.set_cache_id(cached.cache_id());
+  auto expanded = leader.expand(forged);
+  ASSERT_FALSE(expanded.isOk());
+  EXPECT_EQ(expanded.status().code(), StatusCode::kDataLoss);
+  EXPECT_NE(expanded.status().message().find("of rank 5"), std::string::npos);
+}
+
+TEST(CoordinationCodecTest, ClearForgetsEveryIdForTheNextEpoch) {
+  CoordinationCodec leader("job", 16), follower("job", 16);
+  const v1::NegotiatedResponse first = leader.encode(step("w", 10));
+  const uint64_t id = first.cache_id();
+  ASSERT_TRUE(follower.decode(first).isOk());
+  ASSERT_TRUE(follower.cachedResponse(id).has_value());
+  leader.clear();
+  follower.clear();
+  EXPECT_FALSE(follower.cachedResponse(id).has_value());
+  EXPECT_EQ(follower.cachedId(step("w", 50).requests[0].value()), 0u);
+  const v1::NegotiatedResponse again = leader.encode(step("w", 60));
+  EXPECT_FALSE(again.cached());  // in full: a node that joins knows no id
+  EXPECT_NE(again.cache_id(), id);  // ids are not reused
+}
+
+TEST(CoordinationCodecTest, CountsTraffic) {
+  CoordinationCodec codec("job", 16);
+  codec.countSent(100);
+  codec.countSent(20);
+  codec.countReceived(7);
+  const CoordinationCodec::Traffic traffic = codec.traffic();
+  EXPECT_EQ(traffic.bytes_sent, 120u);
+  EXPECT_EQ(traffic.bytes_received, 7u);
+  EXPECT_EQ(traffic.messages, 3u);
+}
+
+}  // namespace
+}  // namespace gradsync::peer
