@@ -3,15 +3,14 @@
 
 namespace gradsync::peer {
 
-std::shared_ptr<AbortNotices> AbortNotices::send(v1::AbortJobRequest request,
-                                                 const std::vector<std::string>& addresses,
+std::shared_ptr<AbortNotices> AbortNotices::send(v1::AbortJobRequest request, const std::vector<std::string>& addresses,
                                                  const std::shared_ptr<grpc::ChannelCredentials>& credentials) {
   auto notices = std::make_shared<AbortNotices>();
   notices->request_ = std::move(request);
   for (const auto& address : addresses) {
     auto call = std::make_unique<Call>();
-    call->stub = v1::Peer::NewStub(
-        grpc::CreateChannel(address, credentials ? credentials : grpc::InsecureChannelCredentials()));
+    call->stub =
+        v1::Peer::NewStub(grpc::CreateChannel(address, credentials ? credentials : grpc::InsecureChannelCredentials()));
     call->context.set_deadline(std::chrono::system_clock::now() + kDeadline);
     notices->calls_.push_back(std::move(call));
   }

@@ -103,7 +103,7 @@ TEST(CoordinationCodecTest, ClearForgetsEveryIdForTheNextEpoch) {
   EXPECT_FALSE(follower.cachedResponse(id).has_value());
   EXPECT_EQ(follower.cachedId(step("w", 50).requests[0].value()), 0u);
   const v1::NegotiatedResponse again = leader.encode(step("w", 60));
-  EXPECT_FALSE(again.cached());  // in full: a node that joins knows no id
+  EXPECT_FALSE(again.cached());     // in full: a node that joins knows no id
   EXPECT_NE(again.cache_id(), id);  // ids are not reused
 }
 

@@ -42,6 +42,7 @@ CrossNode::CrossNode(CrossNodeOptions options, Hooks hooks)
     : options_(std::move(options)),
       hooks_(std::move(hooks)),
       book_(options_.job_id, options_.self_address, options_.min_size),
+      ballot_(options_.self_address),
       mesh_(options_.job_id, options_.token),
       link_(options_.credentials),
       codec_(options_.job_id, options_.response_cache_capacity) {}

@@ -27,6 +27,7 @@
 #include "daemon/collective/ring_allreduce.h"
 #include "daemon/coordinator/request.h"
 #include "daemon/coordinator/request_wire.h"
+#include "daemon/membership/ballot.h"
 #include "daemon/membership/builder.h"
 #include "daemon/membership/epoch_book.h"
 #include "daemon/peer/abort_notices.h"
@@ -293,12 +294,7 @@ class CrossNode : public NodeEndpoints {
   // Candidate with a majority: leads the next epoch without the lost
   // leader's node (to announce).
   StatusOr<EpochPlan> takeOverLocked() GS_REQUIRES(mutex_);
-  uint64_t lost_leader_epoch_ GS_GUARDED_BY(mutex_) = 0;         // this follower lost its leader in that epoch
-  std::string voted_for_ GS_GUARDED_BY(mutex_);                  // in lost_leader_epoch_
-  std::set<std::string> votes_ GS_GUARDED_BY(mutex_);            // candidate: voters for this daemon
-  std::optional<v1::NewEpoch> took_over_ GS_GUARDED_BY(mutex_);  // candidate: the epoch it leads
-  uint64_t leading_from_ GS_GUARDED_BY(mutex_) = 0;  // candidate: the epoch it takes over from (once chosen)
-  std::atomic<uint64_t> leader_changes_{0};          // follower: new leaders followed
+  std::atomic<uint64_t> leader_changes_{0};  // follower: new leaders followed
 
   bool writeToLeader(const v1::FollowerMessage& message);
   // Follower: sends AbortJob to every other follower (asynchronously; the
@@ -317,6 +313,8 @@ class CrossNode : public NodeEndpoints {
   // The members of each epoch (formed once every node joined), joiners,
   // candidates and removed nodes.
   membership::EpochBook book_ GS_GUARDED_BY(mutex_);
+  // Leader failover: this daemon's side of the election.
+  membership::Ballot ballot_ GS_GUARDED_BY(mutex_);
   // The UCX endpoints to the other daemons (its own lock; under mutex_ where
   // an epoch change must be ordered with it).
   UcxMesh mesh_;

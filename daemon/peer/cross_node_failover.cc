@@ -38,7 +38,7 @@ StatusOr<bool> CrossNode::failover(const std::string& cause) {
     MutexLock lock(mutex_);
     epoch = book_.epoch();
     daemons = book_.members().size();
-    lost_leader_epoch_ = epoch;
+    ballot_.leaderLost(epoch);
     for (const auto& node : book_.members()) {
       if (node.cross_rank() != 0) candidates.push_back(node);
     }
@@ -102,34 +102,31 @@ StatusOr<v1::ElectResponse> CrossNode::vote(const std::string& voter, uint64_t e
   const size_t majority = book_.members().size() / 2 + 1;
   const auto deadline = CrossClock::now() + kElectionLimit;
   const auto answer = [&]() GS_REQUIRES(mutex_) -> StatusOr<v1::ElectResponse> {
-    if (!formed_cv_.wait_until(lock, deadline,
-                               [&]() GS_REQUIRES(mutex_) { return took_over_.has_value() || stopping_; }) ||
-        !took_over_) {
-      return deadlineExceeded(self + " gathered " + std::to_string(votes_.size()) + " votes, " +
+    const bool decided = formed_cv_.wait_until(
+        lock, deadline, [&]() GS_REQUIRES(mutex_) { return ballot_.decided(epoch) != nullptr || stopping_; });
+    if (!decided || ballot_.decided(epoch) == nullptr) {
+      return deadlineExceeded(self + " gathered " + std::to_string(ballot_.votes()) + " votes, " +
                               std::to_string(majority) + " needed (a strict majority of the job's daemons)");
     }
-    *response.mutable_change() = *took_over_;
+    *response.mutable_change() = *ballot_.decided(epoch);
     return response;
   };
   // Taking over from this epoch already (its epoch moved on meanwhile).
-  if (leading_from_ == epoch && epoch != 0) return answer();
+  if (ballot_.takingOverFrom(epoch)) return answer();
   if (epoch != book_.epoch()) {
     return failedPrecondition(self + " is at epoch " + std::to_string(book_.epoch()) + ", the vote is for epoch " +
                               std::to_string(epoch));
   }
   if (!formed_cv_.wait_for(lock, kCandidateNoticeLimit,
-                           [&]() GS_REQUIRES(mutex_) { return lost_leader_epoch_ == epoch || stopping_; })) {
+                           [&]() GS_REQUIRES(mutex_) { return ballot_.lostLeaderIn(epoch) || stopping_; })) {
     return failedPrecondition(self + " still hears the leader");
   }
   if (stopping_) return cancelled("job stopped");
-  if (!voted_for_.empty() && voted_for_ != self) return failedPrecondition(self + " voted for " + voted_for_);
-  voted_for_ = self;
-  votes_.insert(self);
-  votes_.insert(voter);
+  ASSIGN_OR_RETURN(const bool majority_reached, ballot_.receive(voter, epoch, majority));
   GS_LOG(control, info, "job '{}': vote of {} for {} to lead ({} of the {} needed)", options_.job_id, voter, self,
-         votes_.size(), majority);
-  if (votes_.size() >= majority && !took_over_ && !leader_) {
-    leading_from_ = epoch;
+         ballot_.votes(), majority);
+  if (majority_reached && !leader_) {
+    ballot_.takingOver(epoch);
     ASSIGN_OR_RETURN(EpochPlan plan, takeOverLocked());
     lock.unlock();
     const v1::NewEpoch change = announceEpoch(std::move(plan));
@@ -137,7 +134,7 @@ StatusOr<v1::ElectResponse> CrossNode::vote(const std::string& voter, uint64_t e
     // request of it.
     if (hooks_.on_new_epoch) hooks_.on_new_epoch(change);
     lock.lock();
-    took_over_ = change;
+    ballot_.tookOver(change);
     formed_cv_.notify_all();
   }
   return answer();

@@ -70,7 +70,7 @@ class UcxMesh {
   mutable Mutex mutex_;
   std::unique_ptr<transport::UcxTransport> transport_ GS_GUARDED_BY(mutex_);
   std::string aborted_ GS_GUARDED_BY(mutex_);  // an abort() before open()
-  uint64_t epoch_ GS_GUARDED_BY(mutex_) = 0;  // the epoch transfers run in
+  uint64_t epoch_ GS_GUARDED_BY(mutex_) = 0;   // the epoch transfers run in
   // By the peer's UCX worker address (created and closed by the executor
   // thread; stats read by others).
   std::map<std::string, transport::PeerPtr> peers_ GS_GUARDED_BY(mutex_);

@@ -342,17 +342,14 @@ void Job::negotiateLocked(coordinator::Request request, Outbox* outbox,
   minimal.handle = request.handle;
   minimal.name = request.name;
   const auto type = request.type;
-  const auto tl = timeline();
-  if (tl) timelineRequestLocked(tl.get(), request);
+  timeline_.requestArrived(request);
   auto ready = negotiator_.submit(std::move(request), Clock::now());
   if (!ready.isOk()) {
-    if (tl) timelineNegotiatedLocked(tl.get(), minimal.name, type);
+    timeline_.negotiated(minimal.name, type);
     failRequestLocked(minimal, ready.status(), outbox);
     return;
   }
-  if (tl) {
-    for (const auto& r : *ready) timelineNegotiatedLocked(tl.get(), r.name, r.type);
-  }
+  for (const auto& r : *ready) timeline_.negotiated(r.name, r.type);
   if (ready->empty()) return;
   publishProcessSetsLocked(*ready, /*from_leader=*/false);
   for (auto& r : *ready) ready_.push_back(std::move(r));

@@ -31,6 +31,7 @@
 #include "daemon/peer/data_plane.h"
 #include "daemon/peer/fast_rounds.h"
 #include "daemon/server/enqueue_validation.h"
+#include "daemon/server/job_timeline.h"
 #include "daemon/server/session.h"
 #include "daemon/server/steady_state.h"
 #include "daemon/timeline/timeline.h"
@@ -153,22 +154,13 @@ class Job : private executor::RankAccess {
   // Multi-node jobs: once every local rank registered, takes up this node's
   // role (leader or follower). Idempotent; call without locks held.
   void startCrossNodeIfComplete();
-  // The job's timeline (job_timeline.cc): started in place of one that runs,
-  // or stopped. Negotiation is recorded where it happens (the leader), the
-  // execution phases on every node.
-  // `file`: a regular file opened for writing (INVALID_ARGUMENT otherwise).
-  Status startTimeline(UniqueFd file, bool mark_cycles);
-  void stopTimeline();
+  // The job's timeline (JobTimeline): started in place of one that runs,
+  // or stopped. `file`: a regular file opened for writing (INVALID_ARGUMENT
+  // otherwise).
+  Status startTimeline(UniqueFd file, bool mark_cycles) { return timeline_.start(std::move(file), mark_cycles); }
+  void stopTimeline() { timeline_.stop(); }
 
  private:
-  std::shared_ptr<timeline::Timeline> timeline() const;
-  // Negotiation rows (mutex_ held): a rank's request arrives; responses are ready.
-  void timelineRequestLocked(timeline::Timeline* tl, const coordinator::Request& request) GS_REQUIRES(mutex_);
-  void timelineNegotiatedLocked(timeline::Timeline* tl, const std::string& name, CollectiveType type)
-      GS_REQUIRES(mutex_);
-  // Execution rows of the fused response being run (executor thread).
-  void timelineExecution(const fusion::FusedResponse& fused, bool begin,
-                         const std::vector<executor::ResponseResult>* results);
   void phase(const char* name, bool begin) override;  // RankAccess
   using Outbox = std::vector<std::pair<std::shared_ptr<Session>, v1::DaemonMessage>>;
   using SessionSnapshot = std::map<int, std::shared_ptr<Session>>;
@@ -515,14 +507,7 @@ class Job : private executor::RankAccess {
   // formed, again in each epoch).
   std::vector<v1::NodeInfo> stall_nodes_;
   uint64_t stall_nodes_epoch_ = 0;
-  // Timeline: the current one; the tensors with an open negotiation row
-  // (mutex_); the fused response running and its timeline (executor thread).
-  mutable Mutex timeline_mutex_;
-  std::shared_ptr<timeline::Timeline> timeline_ GS_GUARDED_BY(timeline_mutex_);
-  std::atomic<bool> timeline_on_{false};
-  std::set<std::string> negotiating_ GS_GUARDED_BY(mutex_);
-  std::shared_ptr<timeline::Timeline> executing_timeline_;
-  std::vector<std::string> executing_names_;
+  JobTimeline timeline_;
   std::thread executor_thread_;
 };
 

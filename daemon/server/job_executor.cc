@@ -93,9 +93,9 @@ void Job::runBatch(std::vector<coordinator::Response> batch, uint64_t sequence) 
   if (data_plane_) data_plane_->beginBatch(sequence, batch_epoch_);
   for (const auto& fused : fusion::planFusion(std::move(batch), batch_fusion_threshold_)) {
     const auto started = Clock::now();
-    timelineExecution(fused, true, nullptr);
+    timeline_.executionBegins(fused);
     auto results = executor_.run(fused, *this);
-    timelineExecution(fused, false, &results);
+    timeline_.executionEnds(fused, results);
     GS_LOG(executor, debug, "job '{}': fused response '{}' of {} collectives (ring tags {}), {} bytes, in {} us",
            spec_.job_id, fused.responses.front().name, fused.responses.size(), data_plane_ ? data_plane_->lastTag() : 0,
            fused.bytes, std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - started).count());
@@ -211,6 +211,11 @@ executor::DataPlane& Job::dataPlane() {
 const executor::DataPlane& Job::dataPlane() const {
   if (data_plane_) return *data_plane_;
   return single_node_;
+}
+
+void Job::phase(const char* name, bool begin) {
+  stats_.phase(name, begin, Clock::now());
+  timeline_.phase(name, begin);
 }
 
 const handoff::ShmArena* Job::arena(int rank) {
