@@ -81,6 +81,7 @@ Job::Job(JobSpec spec, JobLimits limits, executor::ReducePool* pool)
       executor_(pool, gpu_executor_.get()),
       negotiator_(spec_.job_id, spec_.size, spec_.process_sets),
       process_sets_(std::make_shared<const coordinator::ProcessSetTable>(negotiator_.processSets())),
+      stalls_(spec_.job_id, limits_.stall_deadline),
       tuning_(spec_.job_id, initialTuning(spec_, limits_), autotuneOptions(spec_, limits_)) {
   if (spec_.local_size < spec_.size) {
     peer::CrossNodeOptions options{spec_.job_id,
@@ -461,55 +462,32 @@ void Job::housekeeping(Clock::time_point now) {
 }
 
 void Job::checkStalls(Clock::time_point now) {
-  // Who holds the ranks of other nodes, for stall messages: the membership,
-  // fixed once the job formed, taken once (before mutex_: the cross-node
-  // state has its own lock).
-  if (cross_ && cross_->formed() && (stall_nodes_.empty() || stall_nodes_epoch_ != cross_->epoch())) {
+  // Who holds the ranks of other nodes, for stall messages: the membership
+  // of each epoch, taken once (before mutex_: the cross-node state has its
+  // own lock).
+  std::optional<std::vector<v1::NodeInfo>> nodes;
+  if (cross_ && cross_->formed() && (stall_nodes_epoch_ == 0 || stall_nodes_epoch_ != cross_->epoch())) {
     stall_nodes_epoch_ = cross_->epoch();
-    stall_nodes_ = cross_->members();
+    nodes = cross_->members();
   }
   Outbox outbox;
   {
     MutexLock lock(mutex_);
-    std::set<std::string> still_stalled;
-    for (const auto& stall : negotiator_.stalls(now, limits_.stall_warning)) {
-      const std::string what = describeStallLocked(stall);
-      if (limits_.stall_deadline.count() > 0 && stall.age >= limits_.stall_deadline) {
-        GS_LOG(coordinator, err, "{}: deadline passed, failing it", what);
-        for (const auto& request : negotiator_.take(stall.name)) {
-          failRequestLocked(request, deadlineExceeded(what + " (stall deadline passed)"), &outbox);
-        }
-        continue;
-      }
-      still_stalled.insert(stall.name);
-      if (stall_warned_.insert(stall.name).second) {
-        ++stall_warnings_;
-        GS_LOG(coordinator, warn, "stall: {}", what);
+    if (nodes) stalls_.setNodes(std::move(*nodes));
+    const auto here = [&](int rank) GS_REQUIRES(mutex_) {
+      auto it = sessions_.find(rank);
+      return it == sessions_.end() ? std::string() : it->second->describe();
+    };
+    const StallWatch::Review review = stalls_.review(negotiator_.stalls(now, limits_.stall_warning), here);
+    for (const auto& what : review.warnings) GS_LOG(coordinator, warn, "stall: {}", what);
+    for (const auto& [name, what] : review.expired) {
+      GS_LOG(coordinator, err, "{}: deadline passed, failing it", what);
+      for (const auto& request : negotiator_.take(name)) {
+        failRequestLocked(request, deadlineExceeded(what + " (stall deadline passed)"), &outbox);
       }
     }
-    stall_warned_.swap(still_stalled);
   }
   flush(&outbox);
-}
-
-std::string Job::describeStallLocked(const coordinator::Stall& stall) const {
-  const auto describeAbsent = [&](int rank) {
-    for (const auto& node : stall_nodes_) {
-      if (std::find(node.ranks().begin(), node.ranks().end(), rank) != node.ranks().end()) {
-        return "rank " + std::to_string(rank) + " (on node " + node.peer_address() + ", host " + node.hostname() + ")";
-      }
-    }
-    return "rank " + std::to_string(rank) + " (not connected)";
-  };
-  const auto seconds = std::chrono::duration_cast<std::chrono::seconds>(stall.age).count();
-  std::string missing;
-  for (int rank : stall.missing_ranks) {
-    auto it = sessions_.find(rank);
-    missing += (missing.empty() ? "" : ", ") + (it != sessions_.end() ? it->second->describe() : describeAbsent(rank));
-  }
-  return "job '" + spec_.job_id + "': collective '" + stall.name + "' has waited " + std::to_string(seconds) +
-         " s for ranks " + coordinator::ranksString(stall.missing_ranks) + " [" + missing + "]; ranks " +
-         coordinator::ranksString(stall.submitted_ranks) + " submitted it";
 }
 
 void Job::stop(const std::string& reason, bool daemon_stopping) {
@@ -589,7 +567,7 @@ v1::JobInfo Job::info() const {
   info.set_errors(errors_);
   info.set_last_error(last_error_);
   info.set_fused_responses(fused_responses_);
-  info.set_stall_warnings(stall_warnings_);
+  info.set_stall_warnings(stalls_.warnings());
   stats_.fill(&info);
   tuning_.fill(decidesTuningLocked(), info.mutable_tuning());
   info.set_healthy(failure_.empty() && !stopping_);

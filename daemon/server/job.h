@@ -33,6 +33,7 @@
 #include "daemon/server/enqueue_validation.h"
 #include "daemon/server/job_timeline.h"
 #include "daemon/server/session.h"
+#include "daemon/server/stall_watch.h"
 #include "daemon/server/steady_state.h"
 #include "daemon/timeline/timeline.h"
 #include "proto/gradsync/v1/admin.pb.h"
@@ -406,7 +407,7 @@ class Job : private executor::RankAccess {
   StatusOr<std::vector<v1::OutputGrant>> awaitGrantsLocked(MutexLock& lock, const std::string& tensor,
                                                            const std::vector<GrantKey>& keys, const std::string& prefix,
                                                            bool abort_on_failure) GS_REQUIRES(mutex_);
-  std::set<std::string> stall_warned_ GS_GUARDED_BY(mutex_);
+  StallWatch stalls_ GS_GUARDED_BY(mutex_);
   std::string failure_ GS_GUARDED_BY(mutex_);  // non-empty once the job has failed
   bool stopping_ GS_GUARDED_BY(mutex_) = false;
   std::string stop_reason_ GS_GUARDED_BY(mutex_);  // why stop() was called (e.g. the daemon shuts down)
@@ -424,7 +425,6 @@ class Job : private executor::RankAccess {
   uint64_t errors_ GS_GUARDED_BY(mutex_) = 0;
   metrics::JobStats stats_;  // thread-safe itself
   uint64_t fused_responses_ GS_GUARDED_BY(mutex_) = 0;
-  uint64_t stall_warnings_ GS_GUARDED_BY(mutex_) = 0;
   uint64_t commits_ GS_GUARDED_BY(mutex_) = 0;  // elastic commit barriers completed
   std::string last_error_ GS_GUARDED_BY(mutex_);
   // Fusion threshold and cycle time, maybe autotuned.
@@ -502,10 +502,8 @@ class Job : private executor::RankAccess {
   // Housekeeping: warns of collectives waiting past the stall warning,
   // naming the missing ranks, and fails those past the stall deadline.
   void checkStalls(Clock::time_point now) GS_EXCLUDES(mutex_);
-  std::string describeStallLocked(const coordinator::Stall& stall) const GS_REQUIRES(mutex_);
-  // The job's nodes, for stall messages (housekeeping thread only; set once
+  // The epoch of the nodes stalls_ names (housekeeping thread only; set once
   // formed, again in each epoch).
-  std::vector<v1::NodeInfo> stall_nodes_;
   uint64_t stall_nodes_epoch_ = 0;
   JobTimeline timeline_;
   std::thread executor_thread_;

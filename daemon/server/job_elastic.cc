@@ -120,7 +120,7 @@ void Job::enterEpochLocked(uint64_t next, const std::vector<int>& survivors, con
   }
   sessions_ = std::move(renumbered);
   resizeLocked(after);
-  stall_warned_.clear();
+  stalls_.clear();
   grants_.clear();
   expected_grants_.clear();
   epoch_ = next;
