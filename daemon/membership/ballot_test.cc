@@ -45,7 +45,7 @@ TEST(BallotTest, TheSameVoterTwiceCountsOnce) {
 TEST(BallotTest, VotesOfAnEarlierElectionDoNotCount) {
   Ballot ballot("c:1");
   ASSERT_TRUE(ballot.receive("d:1", 2, 3).isOk());  // epoch 2: c and d, no majority
-  auto next = ballot.receive("e:1", 5, 3);           // epoch 5: c and e only
+  auto next = ballot.receive("e:1", 5, 3);          // epoch 5: c and e only
   ASSERT_TRUE(next.isOk());
   EXPECT_FALSE(*next);
   EXPECT_EQ(ballot.votes(), 2u);

@@ -56,6 +56,7 @@ Status CrossNode::callJoinJob(v1::Peer::Stub* stub, const v1::JoinJobRequest& re
   const auto deadline = CrossClock::now() + options_.join_timeout;
   grpc::Status last;
   bool reached = false;  // the leader's daemon accepted a connection once
+  bool told_waiting = false;
   while (CrossClock::now() < deadline) {
     // Connected first: a call that then breaks off (UNAVAILABLE) means the
     // leader's daemon died or was cut off while the job was forming, which
@@ -101,6 +102,12 @@ Status CrossNode::callJoinJob(v1::Peer::Stub* stub, const v1::JoinJobRequest& re
     // The leader may not know the job yet (its ranks register later): retry.
     if (last.error_code() != grpc::StatusCode::UNAVAILABLE && last.error_code() != grpc::StatusCode::NOT_FOUND) break;
     if (last.error_code() == grpc::StatusCode::NOT_FOUND) {
+      if (!told_waiting) {
+        GS_LOG(control, info,
+               "job '{}': the leader at {} does not hold the job yet; asking again until the join timeout",
+               options_.job_id, options_.leader_address);
+        told_waiting = true;
+      }
       formed_cv_.wait_for(lock, std::chrono::milliseconds(100),
                           [&]() GS_REQUIRES(mutex_) { return stopping_ || !transfers_aborted_.empty(); });
     }

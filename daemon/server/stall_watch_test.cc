@@ -7,8 +7,8 @@
 namespace gradsync::server {
 namespace {
 
-using ::testing::HasSubstr;
 using std::chrono::seconds;
+using ::testing::HasSubstr;
 
 coordinator::Stall stall(const std::string& name, std::vector<int> submitted, std::vector<int> missing,
                          coordinator::Clock::duration age) {

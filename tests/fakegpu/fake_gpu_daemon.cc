@@ -7,6 +7,8 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -21,6 +23,16 @@ namespace {
 
 class FakeProcessGpu : public gpu::FakeDeviceOps, public gpu::GpuBackend {
  public:
+  // `streams_never_drain`: a job's stream is never released (as a GPU
+  // stream stuck behind a kernel that never ends would hold its teardown),
+  // for tests of the daemon's way out of a shutdown that does not finish.
+  explicit FakeProcessGpu(bool streams_never_drain) : streams_never_drain_(streams_never_drain) {}
+  Status releaseStream(int device, void* stream) override {
+    if (!streams_never_drain_) return gpu::FakeDeviceOps::releaseStream(device, stream);
+    std::fprintf(stderr, "fake GPU: stream %p on device %d never drains\n", stream, device);
+    std::fflush(stderr);
+    for (;;) ::pause();
+  }
   StatusOr<gpu::MappedMemory> openMemory(int device, const std::string& handle) override {
     Handle h{};
     if (handle.size() < sizeof(h)) return invalidArgument("fake IPC handle too short");
@@ -65,6 +77,7 @@ class FakeProcessGpu : public gpu::FakeDeviceOps, public gpu::GpuBackend {
     std::lock_guard<std::mutex> lock(mutex_);
     return reinterpret_cast<void*>(next_event_++);
   }
+  const bool streams_never_drain_;
   std::mutex mutex_;
   std::map<void*, size_t> sizes_;
   uintptr_t next_event_ = 0x9000;
@@ -79,7 +92,8 @@ std::unique_ptr<gpu::GpuNode> fakeGpus(gpu::GpuInventory* inventory) {
   info.compute_mode = "default";
   inventory->gpus = {info};
   inventory->note.clear();
-  return gpu::GpuNode::withBackend(inventory->gpus, std::make_unique<FakeProcessGpu>());
+  const bool never_drain = std::getenv("GRADSYNC_FAKE_GPU_STREAMS_NEVER_DRAIN") != nullptr;
+  return gpu::GpuNode::withBackend(inventory->gpus, std::make_unique<FakeProcessGpu>(never_drain));
 }
 
 }  // namespace

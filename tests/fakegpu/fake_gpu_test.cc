@@ -57,6 +57,38 @@ TEST_F(FakeGpuTest, ARankKilledMidCollectiveIsNamedAndTheDaemonGoesOn) {
   EXPECT_TRUE(allSucceed(next, kTimeout, &report)) << report << daemon_.log();
 }
 
+// A shutdown that cannot finish (a job's GPU stream never drains) ends at
+// a second SIGTERM at once, with exit code 1 and the reason in the log,
+// not after the 30 s limit.
+TEST(FakeGpuShutdownTest, ASecondSignalEndsAShutdownThatDoesNotFinish) {
+  DaemonFixture daemon;
+  daemon.useBinary("tests/fakegpu/gradsyncd_fakegpu");
+  std::string error;
+  ASSERT_TRUE(
+      daemon.startWrapped({}, {{"GRADSYNC_FAKE_GPU_STREAMS_NEVER_DRAIN", "1"}}, {"--log-level", "info"}, &error))
+      << error;
+  const std::map<std::string, std::string> driver = {
+      {"GRADSYNC_TEST_FAKE_LIBCUDA", runfile("tests/fakegpu/libcuda.so.1")}};
+  std::vector<Process> ranks;
+  for (int r = 0; r < 2; ++r) ranks.push_back(daemon.spawnRank("hold", r, 2, {"fake_cuda_hold"}, driver));
+  for (auto& rank : ranks) {
+    ASSERT_TRUE(waitFor([&] { return rank.log().find("holding") != std::string::npos || !rank.running(); },
+                        scaled(std::chrono::seconds(30))))
+        << rank.log() << daemon.log();
+    ASSERT_TRUE(rank.running()) << rank.log();
+  }
+  daemon.process().kill(SIGTERM);
+  // The shutdown reaches the job's stream and stays there.
+  ASSERT_TRUE(
+      waitFor([&] { return daemon.log().find("never drains") != std::string::npos; }, scaled(std::chrono::seconds(10))))
+      << daemon.log();
+  EXPECT_TRUE(daemon.process().running()) << daemon.log();
+  daemon.process().kill(SIGTERM);
+  EXPECT_EQ(daemon.waitForExit(scaled(std::chrono::seconds(5))), 1) << daemon.log();  // not the 30 s limit
+  EXPECT_NE(daemon.log().find("received signal 15 while shutting down; exiting now"), std::string::npos)
+      << daemon.log();
+}
+
 // Two daemons over host-memory GPUs: CUDA tensors between them. With
 // "staging" they go through host memory and the UCX ring; with "auto" the
 // daemons first try NCCL among their GPUs, which cannot form here (no

@@ -12,7 +12,11 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <random>
+#include <set>
+#include <sstream>
 
 #include "gtest/gtest.h"
 #include "handoff/fd_passing.h"
@@ -448,6 +452,73 @@ TEST(HostilePeerInputTest, RandomBytesAndNonsenseCallsOnThePeerPort) {
   v1::CheckMemberResponse response;
   EXPECT_EQ(stub->CheckMember(&context, request, &response).error_code(), grpc::StatusCode::NOT_FOUND) << daemon.log();
   EXPECT_EQ(daemon.stop(), 0) << daemon.log();
+}
+
+// The TCP ports process `pid` listens on at 127.0.0.1 (its sockets' inodes
+// looked up in /proc/<pid>/net/tcp).
+std::set<int> loopbackListeningPorts(pid_t pid) {
+  const std::string proc = "/proc/" + std::to_string(pid);
+  std::set<std::string> inodes;
+  for (const auto& entry : std::filesystem::directory_iterator(proc + "/fd")) {
+    std::error_code ec;
+    const std::string target = std::filesystem::read_symlink(entry.path(), ec).string();
+    if (!ec && target.rfind("socket:[", 0) == 0) inodes.insert(target.substr(8, target.size() - 9));
+  }
+  std::set<int> ports;
+  std::ifstream table(proc + "/net/tcp");
+  std::string line;
+  std::getline(table, line);  // the header
+  while (std::getline(table, line)) {
+    std::istringstream fields(line);
+    std::string slot, local, remote, state, queues, timer, retransmits, uid, timeout, inode;
+    fields >> slot >> local >> remote >> state >> queues >> timer >> retransmits >> uid >> timeout >> inode;
+    if (state != "0A" || inodes.count(inode) == 0 || local.rfind("0100007F:", 0) != 0) continue;  // LISTEN
+    ports.insert(std::stoi(local.substr(local.find(':') + 1), nullptr, 16));
+  }
+  return ports;
+}
+
+// The data plane's UCX ports take anything another host could send while a
+// job runs across two daemons: random bytes, and a connection that sends
+// half a header and closes. The job's next steps still sum correctly, and
+// both daemons exit cleanly (the fixtures check).
+TEST(HostilePeerInputTest, RandomBytesOnTheUcxPortsOfARunningJob) {
+  const std::map<std::string, std::string> loopback_only = {{"UCX_NET_DEVICES", "lo"}, {"UCX_TLS", "tcp,self"}};
+  DaemonFixture a, b;
+  std::string error;
+  ASSERT_TRUE(a.startWrapped({}, loopback_only, {"--peer-address", "127.0.0.1:0"}, &error)) << error;
+  ASSERT_TRUE(b.startWrapped({}, loopback_only, {"--peer-address", "127.0.0.1:0"}, &error)) << error;
+  const std::string go = a.dir() + "/go";
+  auto ranks = launchAcross({&a, &b}, "ucx-hostile", {"training_steps", "2", go, "3"}, {0, 1}, {}, loopback_only);
+  for (auto& rank : ranks) {
+    ASSERT_TRUE(waitFor([&] { return rank.log().find("STEPS DONE") != std::string::npos || !rank.running(); },
+                        scaled(std::chrono::seconds(60))))
+        << rank.log();
+    ASSERT_TRUE(rank.running()) << rank.log() << a.log() << b.log();
+  }
+  const std::string peer = a.peerAddress();
+  std::set<int> ucx_ports = loopbackListeningPorts(a.process().pid());
+  ucx_ports.erase(std::stoi(peer.substr(peer.rfind(':') + 1)));
+  ASSERT_FALSE(ucx_ports.empty()) << "no UCX listener of the job found on 127.0.0.1";
+  std::mt19937 rng(29);
+  std::string junk(1 << 16, '\0');
+  for (auto& c : junk) c = static_cast<char>(rng());
+  for (int port : ucx_ports) {
+    for (const std::string& bytes : {junk, junk.substr(0, 3), std::string(64, '\xff') + junk}) {
+      UniqueFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+      sockaddr_in addr{};
+      addr.sin_family = AF_INET;
+      addr.sin_port = htons(static_cast<uint16_t>(port));
+      addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+      ASSERT_EQ(::connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0) << port;
+      ::send(fd.get(), bytes.data(), bytes.size(), MSG_NOSIGNAL);
+    }
+  }
+  std::ofstream(go).put('1');  // the ranks run 3 more steps over the same data plane
+  std::string report;
+  EXPECT_TRUE(allSucceed(ranks, scaled(std::chrono::seconds(60)), &report)) << report << a.log() << b.log();
+  EXPECT_EQ(a.stop(), 0) << a.log();
+  EXPECT_EQ(b.stop(), 0) << b.log();
 }
 
 }  // namespace

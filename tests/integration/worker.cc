@@ -317,9 +317,11 @@ int scenarioFusedLargeAndSmall(Client& c, const std::vector<std::string>&) {
 // 4.8 MB (sum, zero copy, each started on its own as DDP's hooks do, then
 // all waited for), whose values change every step; every sum is checked.
 // Then prints "STEPS DONE" and, given a file (args[1]), waits up to 60 s
-// for it to exist before leaving the job.
+// for it to exist before leaving the job, or (args[2]) running that many
+// steps more first.
 int scenarioTrainingSteps(Client& c, const std::vector<std::string>& args) {
   const int steps = args.empty() ? 20 : std::stoi(args[0]);
+  const int steps_after = args.size() > 2 ? std::stoi(args[2]) : 0;
   const size_t counts[] = {1000, 300000, 50000, 700000, 7, 250000, 1200000, 3000, 90000, 400000};
   constexpr int kTensors = 10;
   std::vector<void*> data(kTensors);
@@ -331,29 +333,34 @@ int scenarioTrainingSteps(Client& c, const std::vector<std::string>& args) {
     names[t] = "layer" + std::to_string(t) + ".grad";
     shapes[t] = {static_cast<int64_t>(counts[t])};
   }
-  for (int step = 0; step < steps; ++step) {
-    std::vector<Operation> handles(kTensors);
-    for (int t = kTensors - 1; t >= 0; --t) {  // backward: the last layer first
-      for (size_t i = 0; i < counts[t]; ++i) {
-        store(GRADSYNC_FLOAT32, data[t], i, inputValue(GRADSYNC_FLOAT32, GRADSYNC_SUM, c.rank(), i + t * 7 + step));
+  const auto run = [&](int first, int count) {
+    for (int step = first; step < first + count; ++step) {
+      std::vector<Operation> handles(kTensors);
+      for (int t = kTensors - 1; t >= 0; --t) {  // backward: the last layer first
+        for (size_t i = 0; i < counts[t]; ++i) {
+          store(GRADSYNC_FLOAT32, data[t], i, inputValue(GRADSYNC_FLOAT32, GRADSYNC_SUM, c.rank(), i + t * 7 + step));
+        }
+        WORKER_OK(
+            c.start(makeOp(GRADSYNC_ALLREDUCE, names[t].c_str(), data[t], GRADSYNC_FLOAT32, shapes[t]), &handles[t]));
       }
-      WORKER_OK(
-          c.start(makeOp(GRADSYNC_ALLREDUCE, names[t].c_str(), data[t], GRADSYNC_FLOAT32, shapes[t]), &handles[t]));
-    }
-    for (auto& h : handles) WORKER_OK(h.wait(30));
-    for (int t = 0; t < kTensors; ++t) {
-      for (size_t i = 0; i < counts[t]; i += (i % 1000 == 999 ? 1 : 13)) {
-        const double want = expected(GRADSYNC_FLOAT32, GRADSYNC_SUM, c.size(), i + t * 7 + step, 1.0, 1.0);
-        const double got = load(GRADSYNC_FLOAT32, data[t], i);
-        WORKER_CHECK(got == want, "step %d %s element %zu: got %g want %g", step, names[t].c_str(), i, got, want);
+      for (auto& h : handles) WORKER_OK(h.wait(30));
+      for (int t = 0; t < kTensors; ++t) {
+        for (size_t i = 0; i < counts[t]; i += (i % 1000 == 999 ? 1 : 13)) {
+          const double want = expected(GRADSYNC_FLOAT32, GRADSYNC_SUM, c.size(), i + t * 7 + step, 1.0, 1.0);
+          const double got = load(GRADSYNC_FLOAT32, data[t], i);
+          WORKER_CHECK(got == want, "step %d %s element %zu: got %g want %g", step, names[t].c_str(), i, got, want);
+        }
       }
     }
-  }
+    return 0;
+  };
+  if (int rc = run(0, steps); rc != 0) return rc;
   std::printf("STEPS DONE\n");
   std::fflush(stdout);
   for (int waited = 0; args.size() > 1 && ::access(args[1].c_str(), F_OK) != 0 && waited < 6000; ++waited) {
     usleep(10000);
   }
+  if (int rc = run(steps, steps_after); rc != 0) return rc;
   for (void* d : data) c.free(d);
   return 0;
 }

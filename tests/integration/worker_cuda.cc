@@ -235,4 +235,19 @@ int fakeCudaKill(Client& c, const std::vector<std::string>&) {
   return 0;
 }
 
+// One CUDA allreduce (the job's stream exists now), then the rank stays
+// connected ("holding" in its log) until the daemon goes or 60 s pass.
+int fakeCudaHold(Client& c, const std::vector<std::string>&) {
+  FakeMalloc fake_malloc = loadFakeDriver();
+  WORKER_CHECK(fake_malloc != nullptr, "no fake CUDA driver ($GRADSYNC_TEST_FAKE_LIBCUDA)");
+  auto* x = static_cast<float*>(fake_malloc(1 << 12));
+  const std::vector<int64_t> shape = {16};
+  for (int i = 0; i < 16; ++i) x[i] = 1.0f;
+  if (run(c, cudaOp(GRADSYNC_ALLREDUCE, "hold", x, GRADSYNC_FLOAT32, shape))) return 1;
+  std::fprintf(stderr, "[rank %d] holding\n", c.rank());
+  std::fflush(stderr);
+  ::sleep(60);
+  return 0;
+}
+
 }  // namespace gradsync::worker

@@ -145,6 +145,7 @@ const std::map<std::string, Scenario>& moreScenarios();
 int fakeCuda(Client& c, const std::vector<std::string>& args);
 int fakeCudaAcross(Client& c, const std::vector<std::string>& args);
 int fakeCudaKill(Client& c, const std::vector<std::string>& args);
+int fakeCudaHold(Client& c, const std::vector<std::string>& args);
 // Elastic jobs across daemons (worker_elastic.cc).
 const std::map<std::string, Scenario>& elasticScenarios();
 

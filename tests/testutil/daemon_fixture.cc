@@ -60,6 +60,11 @@ int DaemonFixture::stop() {
   return process_.wait(std::chrono::seconds(10));
 }
 
+int DaemonFixture::waitForExit(std::chrono::milliseconds timeout) {
+  running_ = false;
+  return process_.wait(timeout);
+}
+
 DaemonFixture::~DaemonFixture() {
   if (!running_) return;  // stopped by the test, which checked how
   const bool exited_before = !process_.running();

@@ -35,6 +35,10 @@ class DaemonFixture {
   void useBinary(std::string runfile_path) { binary_ = std::move(runfile_path); }
   // SIGTERM; returns the exit code (0 on a clean shutdown).
   int stop();
+  // The daemon exits on its own (the test made it: a signal of its own, a
+  // fault); returns its exit code, or -1 (after killing it) when it still
+  // runs after `timeout`.
+  int waitForExit(std::chrono::milliseconds timeout);
   ~DaemonFixture();
 
   const std::string& socketPath() const { return socket_; }
