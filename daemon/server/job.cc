@@ -48,12 +48,6 @@ std::optional<autotune::Options> autotuneOptions(const JobSpec& spec, const JobL
   return options;
 }
 
-uint64_t bytesOf(const std::deque<coordinator::Response>& responses) {
-  uint64_t bytes = 0;
-  for (const auto& r : responses) bytes += r.first().length;
-  return bytes;
-}
-
 }  // namespace
 
 v1::DaemonMessage Job::doneMessage(const std::string& job_id, const coordinator::Request& request, const Status& status,
@@ -302,8 +296,8 @@ void Job::submit(const std::shared_ptr<Session>& session, const v1::Enqueue& enq
   if (!inline_batch.empty()) {
     runBatch(std::move(inline_batch));
     MutexLock lock(mutex_);
-    executing_ = false;
-    if (!ready_.empty()) ready_cv_.notify_one();
+    queue_.finished();
+    if (!queue_.ready().empty()) ready_cv_.notify_one();
   }
 }
 
@@ -353,12 +347,13 @@ void Job::negotiateLocked(coordinator::Request request, Outbox* outbox,
   for (const auto& r : *ready) timeline_.negotiated(r.name, r.type);
   if (ready->empty()) return;
   publishProcessSetsLocked(*ready, /*from_leader=*/false);
-  for (auto& r : *ready) ready_.push_back(std::move(r));
+  queue_.addReady(std::move(ready).value());
   // (Unless an autotuned cycle time has them wait for more.)
   const bool waits = tuning_.current().cycle_time.count() > 0 && negotiator_.pendingCount() > 0;
-  if (!cross_ && !executing_ && !waits && std::all_of(ready_.begin(), ready_.end(), runsInline) &&
-      bytesOf(ready_) <= kInlineBytes) {
-    *inline_batch = takeBatchLocked();
+  if (!cross_ && !queue_.executing() && !waits &&
+      std::all_of(queue_.ready().begin(), queue_.ready().end(), runsInline) && queue_.bytesReady() <= kInlineBytes) {
+    *inline_batch = std::move(queue_.next(/*lead=*/false).responses);
+    beginBatchLocked();
   } else {
     wakeExecutorLocked();
   }
@@ -388,13 +383,11 @@ void Job::publishProcessSetsLocked(const std::vector<coordinator::Response>& res
 
 void Job::grant(const Session& session, const v1::OutputGrant& grant) {
   MutexLock lock(mutex_);
-  auto key = std::make_pair(session.rank(), grant.handle());
-  if (expected_grants_.erase(key) == 0) {
+  if (!outputs_.deliver({session.rank(), grant.handle()}, grant)) {
     GS_LOG(control, debug, "job '{}': unexpected output grant for handle {} from rank {}", spec_.job_id, grant.handle(),
            session.rank());
     return;
   }
-  grants_[key] = grant;
   grant_cv_.notify_all();
 }
 
@@ -429,13 +422,11 @@ size_t Job::failAllLocked(const Status& status, Outbox* outbox, bool keep_negoti
   auto forwarded = std::move(forwarded_);
   forwarded_.clear();
   for (const auto& [key, request] : forwarded) fail(request);
-  remote_batches_.clear();
-  for (const auto& response : ready_) {
+  for (const auto& response : queue_.takeAllWaiting()) {
     for (const auto& request : response.requests) {
       if (request) fail(*request);
     }
   }
-  ready_.clear();
   return outbox->size() - before;
 }
 
@@ -512,7 +503,7 @@ void Job::stop(const std::string& reason, bool daemon_stopping) {
 }
 
 int Job::inFlightLocked() const {
-  return static_cast<int>(negotiator_.pendingCount() + ready_.size() + forwarded_.size()) + in_flight_executing_;
+  return static_cast<int>(negotiator_.pendingCount() + forwarded_.size() + queue_.inFlight());
 }
 
 v1::JobTensors Job::tensors(Clock::time_point now) const {
@@ -526,18 +517,7 @@ v1::JobTensors Job::tensors(Clock::time_point now) const {
     for (int rank : stall.submitted_ranks) tensor->add_submitted_ranks(rank);
     for (int rank : stall.missing_ranks) tensor->add_missing_ranks(rank);
   }
-  if (grant_wait_) {
-    v1::TensorAwaitingOutput* tensor = out.add_awaiting_output();
-    tensor->set_name(grant_wait_->name);
-    tensor->set_age_seconds(std::chrono::duration<double>(now - grant_wait_->since).count());
-    for (const auto& key : grant_wait_->keys) {
-      if (grants_.count(key)) {
-        tensor->add_granted_ranks(key.first);
-      } else {
-        tensor->add_waiting_ranks(key.first);
-      }
-    }
-  }
+  outputs_.describe(now, &out);
   // (A job that failed meanwhile forgot what it had in flight; the one
   // waiting for grants is still there.)
   out.set_in_flight(std::max(inFlightLocked(), out.awaiting_output_size()));

@@ -30,8 +30,10 @@
 #include "daemon/peer/cross_node.h"
 #include "daemon/peer/data_plane.h"
 #include "daemon/peer/fast_rounds.h"
+#include "daemon/server/batch_queue.h"
 #include "daemon/server/enqueue_validation.h"
 #include "daemon/server/job_timeline.h"
+#include "daemon/server/output_grants.h"
 #include "daemon/server/session.h"
 #include "daemon/server/stall_watch.h"
 #include "daemon/server/steady_state.h"
@@ -202,22 +204,13 @@ class Job : private executor::RankAccess {
   void checkFormation(Clock::time_point now);
 
   void executorLoop();
-  // The executor thread's next batch: the leader's next one (a follower),
-  // or the ready collectives after at most one cycle for more (`lead`: to
-  // broadcast first); nullopt once the job stops.
-  struct NextBatch {
-    std::vector<coordinator::Response> responses;
-    uint64_t sequence = 0;
-    bool lead = false;
-  };
-  std::optional<NextBatch> nextBatchLocked(MutexLock& lock) GS_REQUIRES(mutex_);
-  // Takes everything in ready_ as the next batch; needs !executing_.
-  std::vector<coordinator::Response> takeBatchLocked(uint64_t fusion_threshold_bytes = 0) GS_REQUIRES(mutex_);
-  // `batch` becomes the one executing (executing_, the sessions, epoch,
-  // local ranks and fusion threshold it runs with: `fusion_threshold_bytes`,
-  // the leader's, or 0 for this daemon's). Needs !executing_.
-  std::vector<coordinator::Response> beginBatchLocked(std::vector<coordinator::Response> batch,
-                                                      uint64_t fusion_threshold_bytes = 0) GS_REQUIRES(mutex_);
+  // The executor thread's next batch (queue_.next), begun; nullopt once
+  // the job stops. Waits at most one cycle for more to fuse.
+  std::optional<BatchQueue::Batch> nextBatchLocked(MutexLock& lock) GS_REQUIRES(mutex_);
+  // The batch queue_ began runs with the sessions, epoch, local ranks and
+  // fusion threshold of now: `fusion_threshold_bytes`, the leader's, or 0
+  // for this daemon's.
+  void beginBatchLocked(uint64_t fusion_threshold_bytes = 0) GS_REQUIRES(mutex_);
   // The cached steady state across daemons (job_steady_state.cc). The
   // executor thread's rounds with the other daemons, until the job fails
   // or stops (or at once when a daemon does not offer them).
@@ -245,8 +238,7 @@ class Job : private executor::RankAccess {
   void learnSteadyLocked(uint64_t id) GS_REQUIRES(mutex_);
   // Wakes the executor thread (its condition and, in the rounds, its fd).
   void wakeExecutorLocked() GS_REQUIRES(mutex_);
-  uint64_t bytesReady() const GS_REQUIRES(mutex_);
-  // Runs `batch` (begun with beginBatchLocked), fused up to batch_fusion_threshold_.
+  // Runs `batch` (begun: queue_, beginBatchLocked), fused up to batch_fusion_threshold_.
   void runBatch(std::vector<coordinator::Response> batch, uint64_t sequence = 0);
   // `started`: when the response's fused batch began executing.
   void complete(const coordinator::Response& response, const executor::ResponseResult& result,
@@ -364,7 +356,6 @@ class Job : private executor::RankAccess {
   // The Done answering `request` with `status` (error detail filled in).
   static v1::DaemonMessage doneMessage(const std::string& job_id, const coordinator::Request& request,
                                        const Status& status, bool membership_changed = false);
-  Status grantToPointer(const Session& session, const v1::OutputGrant& grant, uint64_t expected, uint8_t** out);
 
   const JobSpec spec_;
   const JobLimits limits_;
@@ -380,42 +371,34 @@ class Job : private executor::RankAccess {
   // (std::atomic_load), replaced under it when a set is added or removed.
   std::shared_ptr<const coordinator::ProcessSetTable> process_sets_;
   SessionSnapshot sessions_ GS_GUARDED_BY(mutex_);  // by rank
-  std::deque<coordinator::Response> ready_ GS_GUARDED_BY(mutex_);
-  using GrantKey = std::pair<int, uint64_t>;  // (rank, handle)
-  std::map<GrantKey, v1::OutputGrant> grants_ GS_GUARDED_BY(mutex_);
-  std::set<GrantKey> expected_grants_ GS_GUARDED_BY(mutex_);
-  // The collective whose output grants the executor thread waits for (one
-  // at a time), for gradsyncctl tensors.
-  struct GrantWait {
-    std::string name;
-    Clock::time_point since;
-    std::vector<GrantKey> keys;
-  };
-  std::optional<GrantWait> grant_wait_ GS_GUARDED_BY(mutex_);
+  // The negotiated collectives in the order they run here, one batch at a
+  // time: on the executor thread, or inline on the thread whose submission
+  // completed it (saves a thread wake-up per collective) when it needs no
+  // output grants.
+  BatchQueue queue_ GS_GUARDED_BY(mutex_);
+  // The output buffers asked of the local ranks, their answers, and the
+  // executor's wait for them (grant_cv_).
+  OutputGrants outputs_ GS_GUARDED_BY(mutex_);
   // The first of `keys` whose rank's session (in the batch's snapshot) has
   // left the job, or null.
-  const Session* lostGrantRankLocked(const std::vector<GrantKey>& keys) const GS_REQUIRES(mutex_);
+  const Session* lostGrantRankLocked(const std::vector<OutputGrants::Key>& keys) const GS_REQUIRES(mutex_);
   // requestOutputs' parts: asks the local ranks of `response` for their
   // output buffers (the keys to wait for), then waits for every grant
   // until the deadline, a lost rank, a stop, the job's failure (one-node
   // jobs) or a new epoch, each with its error.
-  StatusOr<std::vector<GrantKey>> sendOutputRequests(const coordinator::Response& response,
-                                                     const std::vector<uint64_t>& bytes,
-                                                     const std::vector<std::vector<int64_t>>& shapes,
-                                                     const std::string& prefix, bool abort_on_failure)
+  StatusOr<std::vector<OutputGrants::Key>> sendOutputRequests(const coordinator::Response& response,
+                                                              const std::vector<uint64_t>& bytes,
+                                                              const std::vector<std::vector<int64_t>>& shapes,
+                                                              const std::string& prefix, bool abort_on_failure)
       GS_EXCLUDES(mutex_);
   StatusOr<std::vector<v1::OutputGrant>> awaitGrantsLocked(MutexLock& lock, const std::string& tensor,
-                                                           const std::vector<GrantKey>& keys, const std::string& prefix,
-                                                           bool abort_on_failure) GS_REQUIRES(mutex_);
+                                                           const std::vector<OutputGrants::Key>& keys,
+                                                           const std::string& prefix, bool abort_on_failure)
+      GS_REQUIRES(mutex_);
   StallWatch stalls_ GS_GUARDED_BY(mutex_);
   std::string failure_ GS_GUARDED_BY(mutex_);  // non-empty once the job has failed
   bool stopping_ GS_GUARDED_BY(mutex_) = false;
   std::string stop_reason_ GS_GUARDED_BY(mutex_);  // why stop() was called (e.g. the daemon shuts down)
-  // One batch executes at a time: on the executor thread, or inline on the
-  // thread whose submission completed it (saves a thread wake-up per
-  // collective) when it needs no output grants.
-  bool executing_ GS_GUARDED_BY(mutex_) = false;
-  int in_flight_executing_ GS_GUARDED_BY(mutex_) = 0;
   // Negotiating, ready, forwarded and executing collectives.
   int inFlightLocked() const GS_REQUIRES(mutex_);
 
@@ -459,13 +442,6 @@ class Job : private executor::RankAccess {
       GS_GUARDED_BY(mutex_);  // before the role is known
   std::map<std::pair<int, uint64_t>, coordinator::Request> forwarded_
       GS_GUARDED_BY(mutex_);  // follower: awaiting the leader
-  struct RemoteBatch {
-    uint64_t sequence = 0;
-    uint64_t fusion_threshold_bytes = 0;  // the leader's (0: not said)
-    std::vector<coordinator::Response> responses;
-  };
-  std::deque<RemoteBatch> remote_batches_ GS_GUARDED_BY(mutex_);  // follower
-  uint64_t batch_sequence_ GS_GUARDED_BY(mutex_) = 0;             // leader
   // The bytes among the daemons (with cross_), or none (one node).
   std::unique_ptr<peer::PeerDataPlane> data_plane_;
   executor::SingleNodeDataPlane single_node_;
@@ -475,8 +451,7 @@ class Job : private executor::RankAccess {
   bool steady_dirty_ GS_GUARDED_BY(mutex_) = false;  // a held collective became ready since the last round
   SteadyState steady_ GS_GUARDED_BY(mutex_);
   std::vector<v1::NodeInfo> steady_members_ GS_GUARDED_BY(mutex_);
-  uint64_t batch_sequence_seen_ = 0;  // follower: the leader's batches run up to this one
-  UniqueFd wake_fd_;                  // eventfd: wakes the executor thread in the rounds
+  UniqueFd wake_fd_;  // eventfd: wakes the executor thread in the rounds
 
   // Sessions of the batch being executed, its epoch and this node's ranks
   // in it (executor thread only).

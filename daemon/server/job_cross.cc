@@ -73,7 +73,7 @@ void Job::onRemoteBatch(std::vector<coordinator::Response> batch, uint64_t seque
   // Before any Done of the batch: a local rank told a new set's id may use
   // it at once, and its enqueue is checked here.
   publishProcessSetsLocked(batch, /*from_leader=*/true);
-  remote_batches_.push_back({sequence, fusion_threshold_bytes, std::move(batch)});
+  queue_.addRemote({std::move(batch), sequence, fusion_threshold_bytes});
   wakeExecutorLocked();
 }
 

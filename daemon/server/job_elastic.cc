@@ -121,8 +121,7 @@ void Job::enterEpochLocked(uint64_t next, const std::vector<int>& survivors, con
   sessions_ = std::move(renumbered);
   resizeLocked(after);
   stalls_.clear();
-  grants_.clear();
-  expected_grants_.clear();
+  outputs_.clear();
   epoch_ = next;
   epoch_started_ = Clock::now();
   epoch_ending_ = false;

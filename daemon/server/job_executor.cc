@@ -12,7 +12,7 @@ namespace gradsync::server {
 void Job::executorLoop() {
   if (cross_ && limits_.steady_state_rounds && !spec_.elastic) steadyExecutorLoop();
   for (;;) {
-    std::optional<NextBatch> next;
+    std::optional<BatchQueue::Batch> next;
     {
       MutexLock lock(mutex_);
       next = nextBatchLocked(lock);
@@ -27,66 +27,37 @@ void Job::executorLoop() {
     }
     runBatch(std::move(next->responses), next->sequence);
     MutexLock lock(mutex_);
-    executing_ = false;
+    queue_.finished();
   }
 }
 
-std::optional<Job::NextBatch> Job::nextBatchLocked(MutexLock& lock) {
-  ready_cv_.wait(lock, [&]() GS_REQUIRES(mutex_) {
-    return stopping_ || (!executing_ && (!ready_.empty() || !remote_batches_.empty()));
-  });
+std::optional<BatchQueue::Batch> Job::nextBatchLocked(MutexLock& lock) {
+  ready_cv_.wait(lock, [&]() GS_REQUIRES(mutex_) { return stopping_ || queue_.runnable(); });
   if (stopping_) return std::nullopt;
   const autotune::Settings tuned = tuning_.current();
-  if (remote_batches_.empty() && negotiator_.pendingCount() > 0 && tuned.cycle_time.count() > 0) {
+  if (!queue_.hasRemote() && negotiator_.pendingCount() > 0 && tuned.cycle_time.count() > 0) {
     // The leader of a multi-node job (or one daemon, when autotune says
     // so): more tensors are on their way; give them one cycle to join this
     // batch.
     const auto until = Clock::now() + tuned.cycle_time;
     ready_cv_.wait_until(lock, until, [&]() GS_REQUIRES(mutex_) {
-      return stopping_ || negotiator_.pendingCount() == 0 || bytesReady() >= tuned.fusion_threshold_bytes;
+      return stopping_ || negotiator_.pendingCount() == 0 || queue_.bytesReady() >= tuned.fusion_threshold_bytes;
     });
     if (stopping_) return std::nullopt;
   }
-  NextBatch next;
-  uint64_t fusion_threshold = 0;   // this daemon's
-  if (!remote_batches_.empty()) {  // follower: the leader's batches, in order
-    next.sequence = remote_batches_.front().sequence;
-    fusion_threshold = remote_batches_.front().fusion_threshold_bytes;
-    for (auto& r : remote_batches_.front().responses) ready_.push_back(std::move(r));
-    remote_batches_.pop_front();
-  } else if (cross_) {
-    next.sequence = ++batch_sequence_;
-    next.lead = true;
-  }
-  next.responses = takeBatchLocked(fusion_threshold);
+  BatchQueue::Batch next = queue_.next(/*lead=*/cross_ != nullptr);
+  beginBatchLocked(next.fusion_threshold_bytes);
   if (next.lead) markAdmissionLocked(&next.responses);
   return next;
 }
 
-uint64_t Job::bytesReady() const {
-  uint64_t bytes = 0;
-  for (const auto& r : ready_) bytes += r.first().length;
-  return bytes;
-}
-
-std::vector<coordinator::Response> Job::takeBatchLocked(uint64_t fusion_threshold_bytes) {
-  std::vector<coordinator::Response> batch;
-  for (auto& r : ready_) batch.push_back(std::move(r));
-  ready_.clear();
-  return beginBatchLocked(std::move(batch), fusion_threshold_bytes);
-}
-
-std::vector<coordinator::Response> Job::beginBatchLocked(std::vector<coordinator::Response> batch,
-                                                         uint64_t fusion_threshold_bytes) {
-  executing_ = true;
+void Job::beginBatchLocked(uint64_t fusion_threshold_bytes) {
   tuning_.followLeader(fusion_threshold_bytes);  // (0: none came with the batch)
   batch_fusion_threshold_ =
       fusion_threshold_bytes != 0 ? fusion_threshold_bytes : tuning_.current().fusion_threshold_bytes;
-  in_flight_executing_ = static_cast<int>(batch.size());
   batch_sessions_ = sessions_;
   batch_epoch_ = epoch_;
   if (cross_) batch_local_ranks_ = local_ranks_;  // one node: every rank is local
-  return batch;
 }
 
 void Job::runBatch(std::vector<coordinator::Response> batch, uint64_t sequence) {
@@ -113,7 +84,7 @@ void Job::runBatch(std::vector<coordinator::Response> batch, uint64_t sequence) 
       }
       ++fused_responses_;
       stats_.fused(fused.bytes);
-      in_flight_executing_ -= static_cast<int>(fused.responses.size());
+      queue_.completed(fused.responses.size());
     }
     flush(&outbox);
   }
@@ -228,21 +199,6 @@ std::shared_ptr<gpu::ClientGpu> Job::gpuOf(int rank) {
   return it == batch_sessions_.end() ? nullptr : it->second->gpu();
 }
 
-Status Job::grantToPointer(const Session& session, const v1::OutputGrant& grant, uint64_t expected, uint8_t** out) {
-  if (!grant.error().empty()) {
-    return resourceExhausted(session.describe() + " could not reserve " + std::to_string(expected) +
-                             " bytes of output: " + grant.error());
-  }
-  if (grant.length() != expected) {
-    return invalidArgument(session.describe() + " granted " + std::to_string(grant.length()) + " bytes of output, " +
-                           std::to_string(expected) + " were requested");
-  }
-  const handoff::ShmArena* arena = session.arena();
-  if (arena == nullptr) return failedPrecondition(session.describe() + " has no arena");
-  ASSIGN_OR_RETURN(*out, arena->range(grant.offset(), grant.length()));
-  return okStatus();
-}
-
 StatusOr<std::vector<uint8_t*>> Job::requestOutputs(const coordinator::Response& response,
                                                     const std::vector<uint64_t>& bytes,
                                                     const std::vector<std::vector<int64_t>>& shapes) {
@@ -252,7 +208,7 @@ StatusOr<std::vector<uint8_t*>> Job::requestOutputs(const coordinator::Response&
   // collective already negotiated (the other nodes may have finished it):
   // only a lost local rank (it will never grant) or a stop ends the wait.
   const bool abort_on_failure = cross_ == nullptr;
-  ASSIGN_OR_RETURN(const std::vector<GrantKey> keys,
+  ASSIGN_OR_RETURN(const std::vector<OutputGrants::Key> keys,
                    sendOutputRequests(response, bytes, shapes, prefix, abort_on_failure));
   MutexLock lock(mutex_);
   ASSIGN_OR_RETURN(const std::vector<v1::OutputGrant> answers,
@@ -261,17 +217,18 @@ StatusOr<std::vector<uint8_t*>> Job::requestOutputs(const coordinator::Response&
   for (size_t i = 0, k = 0; i < response.requests.size(); ++i) {
     if (!response.requests[i] || !isLocal(response.requests[i]->rank)) continue;
     const Session& session = *batch_sessions_.at(response.requests[i]->rank);
-    Status status = grantToPointer(session, answers[k++], bytes[i], &pointers[i]);
-    if (!status.isOk()) return Status(status.code(), prefix + status.message());
+    auto pointer = OutputGrants::pointer(session.describe(), session.arena(), answers[k++], bytes[i]);
+    if (!pointer.isOk()) return Status(pointer.status().code(), prefix + pointer.status().message());
+    pointers[i] = *pointer;
   }
   return pointers;
 }
 
-StatusOr<std::vector<Job::GrantKey>> Job::sendOutputRequests(const coordinator::Response& response,
-                                                             const std::vector<uint64_t>& bytes,
-                                                             const std::vector<std::vector<int64_t>>& shapes,
-                                                             const std::string& prefix, bool abort_on_failure) {
-  std::vector<GrantKey> keys;
+StatusOr<std::vector<OutputGrants::Key>> Job::sendOutputRequests(const coordinator::Response& response,
+                                                                 const std::vector<uint64_t>& bytes,
+                                                                 const std::vector<std::vector<int64_t>>& shapes,
+                                                                 const std::string& prefix, bool abort_on_failure) {
+  std::vector<OutputGrants::Key> keys;
   Outbox outbox;
   {
     MutexLock lock(mutex_);
@@ -282,7 +239,7 @@ StatusOr<std::vector<Job::GrantKey>> Job::sendOutputRequests(const coordinator::
       auto session = batch_sessions_.find(request->rank);
       if (session == batch_sessions_.end()) return aborted(prefix + "rank " + std::to_string(request->rank) + " left");
       keys.emplace_back(request->rank, request->handle);
-      expected_grants_.insert(keys.back());
+      outputs_.expect(keys.back());
       v1::DaemonMessage message;
       message.mutable_output_request()->set_handle(request->handle);
       message.mutable_output_request()->set_length(bytes[i]);
@@ -295,33 +252,17 @@ StatusOr<std::vector<Job::GrantKey>> Job::sendOutputRequests(const coordinator::
 }
 
 StatusOr<std::vector<v1::OutputGrant>> Job::awaitGrantsLocked(MutexLock& lock, const std::string& tensor,
-                                                              const std::vector<GrantKey>& keys,
+                                                              const std::vector<OutputGrants::Key>& keys,
                                                               const std::string& prefix, bool abort_on_failure) {
-  auto all_granted = [&]() GS_REQUIRES(mutex_) {
-    return std::all_of(keys.begin(), keys.end(),
-                       [&](const GrantKey& key) GS_REQUIRES(mutex_) { return grants_.count(key) > 0; });
-  };
   const uint64_t epoch = epoch_;
-  grant_wait_ = GrantWait{tensor, Clock::now(), keys};
+  outputs_.beginWait(tensor, keys, Clock::now());
   const Session* lost = nullptr;
   const bool granted = grant_cv_.wait_for(lock, limits_.output_grant_timeout, [&]() GS_REQUIRES(mutex_) {
-    if (all_granted()) return true;
+    if (outputs_.allGranted(keys)) return true;
     lost = lostGrantRankLocked(keys);
     return lost != nullptr || (abort_on_failure && !failure_.empty()) || stopping_ || epoch_ != epoch;
   });
-  grant_wait_.reset();
-  std::vector<v1::OutputGrant> answers;
-  std::vector<int> waiting;
-  for (const auto& key : keys) {
-    auto it = grants_.find(key);
-    if (it != grants_.end()) {
-      answers.push_back(it->second);
-    } else {
-      waiting.push_back(key.first);
-    }
-    grants_.erase(key);
-    expected_grants_.erase(key);
-  }
+  OutputGrants::Outcome outcome = outputs_.endWait(keys);
   if (abort_on_failure && !failure_.empty()) return aborted(prefix + failure_);
   if (stopping_) return unavailable(prefix + "job stopping");
   if (epoch_ != epoch) return aborted(prefix + "the elastic job moved to epoch " + std::to_string(epoch_));
@@ -330,15 +271,15 @@ StatusOr<std::vector<v1::OutputGrant>> Job::awaitGrantsLocked(MutexLock& lock, c
     const std::string cause = failure_.compare(0, who.size(), who) == 0 ? failure_ : who + " left the job";
     return aborted(prefix + cause + " before answering the output request");
   }
-  if (!granted || answers.size() != keys.size()) {
+  if (!granted || outcome.answers.size() != keys.size()) {
     return deadlineExceeded(
-        prefix + "ranks " + coordinator::ranksString(waiting) + " did not answer the output request within " +
+        prefix + "ranks " + coordinator::ranksString(outcome.waiting) + " did not answer the output request within " +
         std::to_string(std::chrono::duration_cast<std::chrono::seconds>(limits_.output_grant_timeout).count()) + " s");
   }
-  return answers;
+  return std::move(outcome.answers);
 }
 
-const Session* Job::lostGrantRankLocked(const std::vector<GrantKey>& keys) const {
+const Session* Job::lostGrantRankLocked(const std::vector<OutputGrants::Key>& keys) const {
   for (const auto& key : keys) {
     auto snapshot = batch_sessions_.find(key.first);
     if (snapshot == batch_sessions_.end()) continue;  // refused before the wait

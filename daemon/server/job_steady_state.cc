@@ -127,22 +127,16 @@ Job::SteadyPass Job::prepareSteadyPass(bool leader) {
       std::vector<coordinator::Response> unused;
       submitToCoordinator(held.session, std::move(held.request), &outbox, &unused, /*steady=*/false);
     }
-    while (!remote_batches_.empty() && remote_batches_.front().sequence == 0) {
-      for (auto& r : remote_batches_.front().responses) errors.push_back(std::move(r));
-      remote_batches_.pop_front();
-    }
-    pass.wanted = steady_dirty_ || (leader && !ready_.empty());
+    errors = queue_.takeErrors();
+    if (!errors.empty()) beginBatchLocked();
+    pass.wanted = steady_dirty_ || (leader && !queue_.ready().empty());
     if (auto oldest = steady_.oldest()) pass.wake_by = std::min(pass.wake_by, *oldest + kHoldLimit);
   }
   flush(&outbox);
   if (!errors.empty()) {
-    {
-      MutexLock lock(mutex_);
-      errors = beginBatchLocked(std::move(errors));
-    }
     runBatch(std::move(errors));
     MutexLock lock(mutex_);
-    executing_ = false;
+    queue_.finished();
   }
   return pass;
 }
@@ -157,11 +151,11 @@ bool Job::steadyRound(peer::FastRounds& rounds, bool leader) {
     MutexLock lock(mutex_);
     steady_dirty_ = false;
     ready = steady_.ready();
-    if (leader && !ready_.empty()) {
-      ++batch_sequence_;
-      batch = takeBatchLocked();
+    if (leader) {
+      batch = std::move(queue_.nextLed().responses);
+      if (!batch.empty()) beginBatchLocked();
+      sequence = queue_.lastSequence();
     }
-    if (leader) sequence = batch_sequence_;
     part = {sequence, tuning_.current().fusion_threshold_bytes};
   }
   if (leader && !batch.empty()) {
@@ -181,7 +175,7 @@ bool Job::steadyRound(peer::FastRounds& rounds, bool leader) {
   if (leader) {
     if (!batch.empty()) runBatch(std::move(batch), sequence);
     MutexLock lock(mutex_);
-    executing_ = false;
+    queue_.finished();
   } else if (!runLeaderBatchesUpTo(outcome->leader_sequence)) {
     return false;
   }
@@ -192,11 +186,13 @@ bool Job::steadyRound(peer::FastRounds& rounds, bool leader) {
     MutexLock lock(mutex_);
     std::vector<coordinator::Response> responses;
     for (uint64_t id : outcome->ids) responses.push_back(steady_.take(id));
-    agreed = beginBatchLocked(std::move(responses), outcome->fusion_threshold_bytes);
+    queue_.begin(responses.size());
+    beginBatchLocked(outcome->fusion_threshold_bytes);
+    agreed = std::move(responses);
   }
   runBatch(std::move(agreed), kRoundSequenceBase + rounds.round());
   MutexLock lock(mutex_);
-  executing_ = false;
+  queue_.finished();
   return true;
 }
 
@@ -206,11 +202,7 @@ bool Job::runLeaderBatchesUpTo(uint64_t sequence) {
     uint64_t next = 0;
     {
       MutexLock lock(mutex_);
-      const auto due = [&]() GS_REQUIRES(mutex_) {
-        return stopping_ || !failure_.empty() ||
-               (!remote_batches_.empty() && remote_batches_.front().sequence <= sequence) ||
-               batch_sequence_seen_ >= sequence;
-      };
+      const auto due = [&]() GS_REQUIRES(mutex_) { return stopping_ || !failure_.empty() || queue_.reached(sequence); };
       // The leader sent it before the round began: it is on its way.
       if (!ready_cv_.wait_for(lock, limits_.transfer_timeout, due)) {
         lock.unlock();
@@ -218,16 +210,15 @@ bool Job::runLeaderBatchesUpTo(uint64_t sequence) {
         return false;
       }
       if (stopping_ || !failure_.empty()) return false;
-      if (remote_batches_.empty() || remote_batches_.front().sequence > sequence) return true;
-      next = remote_batches_.front().sequence;
-      batch_sequence_seen_ = std::max(batch_sequence_seen_, next);
-      batch = beginBatchLocked(std::move(remote_batches_.front().responses),
-                               remote_batches_.front().fusion_threshold_bytes);
-      remote_batches_.pop_front();
+      std::optional<BatchQueue::Batch> due_now = queue_.takeRemoteUpTo(sequence);
+      if (!due_now) return true;
+      next = due_now->sequence;
+      beginBatchLocked(due_now->fusion_threshold_bytes);
+      batch = std::move(due_now->responses);
     }
     runBatch(std::move(batch), next);
     MutexLock lock(mutex_);
-    executing_ = false;
+    queue_.finished();
   }
 }
 
