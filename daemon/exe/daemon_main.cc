@@ -12,6 +12,8 @@
 #include <ctime>
 #include <thread>
 
+#include "base/mutex.h"
+#include "base/thread_annotations.h"
 #include "daemon/common/logging.h"
 #include "daemon/exe/daemon.h"
 #include "daemon/exe/options.h"
@@ -44,6 +46,37 @@ void endShutdownWithin(const sigset_t& signals) {
     }
     std::_Exit(1);
   }).detach();
+}
+
+// Once the shutdown is done (jobs failed, clients told, servers stopped),
+// what is left is the libraries' teardown: gRPC's joins its threads, which
+// can wait several seconds on a client that stopped reading its stream.
+// Nothing of the daemon's depends on it any more: past this long the
+// process exits all the same, with the code of a clean shutdown.
+constexpr int kTeardownLimitSeconds = 3;
+
+// Destroys `daemon` (the teardown), exiting after kTeardownLimitSeconds if
+// that takes longer.
+void tearDownWithin(std::unique_ptr<Daemon> daemon) {
+  struct Watch {
+    Mutex mutex;
+    CondVar cv;
+    bool done GS_GUARDED_BY(mutex) = false;
+  };
+  auto watch = std::make_shared<Watch>();
+  std::thread([watch] {
+    MutexLock lock(watch->mutex);
+    if (watch->cv.wait_for(lock, std::chrono::seconds(kTeardownLimitSeconds),
+                           [&]() GS_REQUIRES(watch->mutex) { return watch->done; })) {
+      return;
+    }
+    GS_LOG(main, warn, "the libraries' teardown did not finish within {} s; exiting now", kTeardownLimitSeconds);
+    std::_Exit(0);
+  }).detach();
+  daemon.reset();
+  MutexLock lock(watch->mutex);
+  watch->done = true;
+  watch->cv.notify_all();
 }
 
 // SIGHUP: the configuration is read again as at start (file, then flags).
@@ -103,6 +136,7 @@ int daemonMain(int argc, char** argv, GpuFactory make_gpus) {
   endShutdownWithin(signals);
   (*daemon)->shutdown();
   GS_LOG(main, info, "stopped");
+  tearDownWithin(std::move(daemon).value());
   return 0;
 }
 

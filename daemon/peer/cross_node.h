@@ -268,6 +268,11 @@ class CrossNode : public NodeEndpoints {
   v1::JoinJobRequest joinRequest(const v1::NodeInfo& self) const;
   // The JoinJob calls; on success the membership is formed.
   Status callJoinJob(v1::Peer::Stub* stub, const v1::JoinJobRequest& request) GS_EXCLUDES(mutex_);
+  // callJoinJob's parts: the leader's answer forms the membership here; the
+  // leader does not hold the job yet (its ranks register later): said once,
+  // then a pause before the next call.
+  void joinedLocked(const v1::JoinJobResponse& response) GS_REQUIRES(mutex_);
+  void waitForTheLeadersJobLocked(MutexLock& lock, bool* told) GS_REQUIRES(mutex_);
   // The JoinJob call about to be made with `context` (abortTransfers
   // cancels it), unless the job stopped or failed meanwhile.
   Status beginJoinCallLocked(grpc::ClientContext* context) GS_REQUIRES(mutex_);

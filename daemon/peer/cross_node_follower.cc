@@ -55,6 +55,7 @@ Status CrossNode::beginJoinCallLocked(grpc::ClientContext* context) {
 Status CrossNode::callJoinJob(v1::Peer::Stub* stub, const v1::JoinJobRequest& request) {
   const auto deadline = CrossClock::now() + options_.join_timeout;
   grpc::Status last;
+  grpc::Status reason;   // the last failure that says more than the deadline
   bool reached = false;  // the leader's daemon accepted a connection once
   bool told_waiting = false;
   while (CrossClock::now() < deadline) {
@@ -88,11 +89,9 @@ Status CrossNode::callJoinJob(v1::Peer::Stub* stub, const v1::JoinJobRequest& re
     }
     MutexLock lock(mutex_);
     join_call_ = nullptr;
+    if (last.error_code() != grpc::StatusCode::DEADLINE_EXCEEDED) reason = last;
     if (last.ok()) {
-      // A candidate joins a running job (at its epoch, not a member yet).
-      book_.form({response.nodes().begin(), response.nodes().end()}, std::max<uint64_t>(1, response.epoch()));
-      nccl_id_ = response.nccl_unique_id();
-      formed_cv_.notify_all();
+      joinedLocked(response);
       break;
     }
     if (connected && last.error_code() == grpc::StatusCode::UNAVAILABLE) {
@@ -101,22 +100,33 @@ Status CrossNode::callJoinJob(v1::Peer::Stub* stub, const v1::JoinJobRequest& re
     }
     // The leader may not know the job yet (its ranks register later): retry.
     if (last.error_code() != grpc::StatusCode::UNAVAILABLE && last.error_code() != grpc::StatusCode::NOT_FOUND) break;
-    if (last.error_code() == grpc::StatusCode::NOT_FOUND) {
-      if (!told_waiting) {
-        GS_LOG(control, info,
-               "job '{}': the leader at {} does not hold the job yet; asking again until the join timeout",
-               options_.job_id, options_.leader_address);
-        told_waiting = true;
-      }
-      formed_cv_.wait_for(lock, std::chrono::milliseconds(100),
-                          [&]() GS_REQUIRES(mutex_) { return stopping_ || !transfers_aborted_.empty(); });
-    }
+    if (last.error_code() == grpc::StatusCode::NOT_FOUND) waitForTheLeadersJobLocked(lock, &told_waiting);
   }
   if (!last.ok()) {
+    // The last call may have run into the join deadline: the one before it
+    // says why (a refused connection, a TLS handshake the leader rejected).
+    const grpc::Status& why = reason.ok() ? last : reason;
     return unavailable("job '" + options_.job_id + "': cannot join the leader at " + options_.leader_address + ": " +
-                       last.error_message());
+                       why.error_message());
   }
   return okStatus();
+}
+
+void CrossNode::joinedLocked(const v1::JoinJobResponse& response) {
+  // A candidate joins a running job (at its epoch, not a member yet).
+  book_.form({response.nodes().begin(), response.nodes().end()}, std::max<uint64_t>(1, response.epoch()));
+  nccl_id_ = response.nccl_unique_id();
+  formed_cv_.notify_all();
+}
+
+void CrossNode::waitForTheLeadersJobLocked(MutexLock& lock, bool* told) {
+  if (!*told) {
+    GS_LOG(control, info, "job '{}': the leader at {} does not hold the job yet; asking again until the join timeout",
+           options_.job_id, options_.leader_address);
+    *told = true;
+  }
+  formed_cv_.wait_for(lock, std::chrono::milliseconds(100),
+                      [&]() GS_REQUIRES(mutex_) { return stopping_ || !transfers_aborted_.empty(); });
 }
 
 void CrossNode::openStream() {

@@ -88,8 +88,8 @@ TEST(BatchQueueTest, TheRoundsTakeErrorsAndTheLeadersBatchesUpToTheirNumber) {
   EXPECT_EQ(names(queue.takeErrors()), (std::vector<std::string>{"e1", "e2"}));
   EXPECT_TRUE(queue.executing());
   queue.finished();
-  EXPECT_FALSE(queue.reached(3));                     // batch 4 is for a later round
-  EXPECT_TRUE(queue.reached(5));                      // batch 4 is due before round 5's
+  EXPECT_FALSE(queue.reached(3));  // batch 4 is for a later round
+  EXPECT_TRUE(queue.reached(5));   // batch 4 is due before round 5's
   EXPECT_FALSE(queue.takeRemoteUpTo(3).has_value());
   auto four = queue.takeRemoteUpTo(4);
   ASSERT_TRUE(four.has_value());

@@ -57,8 +57,8 @@ void OutputGrants::describe(Clock::time_point now, v1::JobTensors* out) const {
 StatusOr<uint8_t*> OutputGrants::pointer(const std::string& who, const handoff::ShmArena* arena,
                                          const v1::OutputGrant& grant, uint64_t expected) {
   if (!grant.error().empty()) {
-    return resourceExhausted(who + " could not reserve " + std::to_string(expected) + " bytes of output: " +
-                             grant.error());
+    return resourceExhausted(who + " could not reserve " + std::to_string(expected) +
+                             " bytes of output: " + grant.error());
   }
   if (grant.length() != expected) {
     return invalidArgument(who + " granted " + std::to_string(grant.length()) + " bytes of output, " +

@@ -55,10 +55,12 @@ TEST(OutputGrantsTest, TheWaitInProgressShowsWhoGrantedAndWhoNot) {
   ASSERT_EQ(out.awaiting_output_size(), 1);
   EXPECT_EQ(out.awaiting_output(0).name(), "gather.w");
   EXPECT_DOUBLE_EQ(out.awaiting_output(0).age_seconds(), 4.0);
-  EXPECT_EQ(std::vector<int>(out.awaiting_output(0).granted_ranks().begin(), out.awaiting_output(0).granted_ranks().end()),
-            std::vector<int>{3});
-  EXPECT_EQ(std::vector<int>(out.awaiting_output(0).waiting_ranks().begin(), out.awaiting_output(0).waiting_ranks().end()),
-            std::vector<int>{0});
+  EXPECT_EQ(
+      std::vector<int>(out.awaiting_output(0).granted_ranks().begin(), out.awaiting_output(0).granted_ranks().end()),
+      std::vector<int>{3});
+  EXPECT_EQ(
+      std::vector<int>(out.awaiting_output(0).waiting_ranks().begin(), out.awaiting_output(0).waiting_ranks().end()),
+      std::vector<int>{0});
   ASSERT_TRUE(grants.deliver({0, 1}, grant(1, 0, 8)));
   EXPECT_TRUE(grants.allGranted(keys));
   grants.endWait(keys);

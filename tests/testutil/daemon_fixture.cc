@@ -7,7 +7,10 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <iterator>
 #include <regex>
 
 #include "gtest/gtest.h"
@@ -57,7 +60,18 @@ int DaemonFixture::stop() {
   if (!running_) return -1;
   running_ = false;
   process_.kill(SIGTERM);
-  return process_.wait(std::chrono::seconds(10));
+  // A daemon that does not exit in time: its threads' stacks go to the
+  // test's log before it is killed (where gdb is installed).
+  if (!waitFor([&] { return !process_.running(); }, std::chrono::seconds(8)) && ::access("/usr/bin/gdb", X_OK) == 0) {
+    const std::string stacks = dir_.path() + "/stacks.txt";
+    const std::string command =
+        "/usr/bin/gdb -batch -p " + std::to_string(process_.pid()) + " -ex 'thread apply all bt' > " + stacks + " 2>&1";
+    (void)!std::system(command.c_str());
+    std::ifstream in(stacks);
+    std::fprintf(stderr, "gradsyncd (%s) still runs 8 s after SIGTERM; its threads:\n%s\n", socket_.c_str(),
+                 std::string(std::istreambuf_iterator<char>(in), {}).c_str());
+  }
+  return process_.wait(std::chrono::seconds(2));
 }
 
 int DaemonFixture::waitForExit(std::chrono::milliseconds timeout) {

@@ -33,7 +33,9 @@ class DaemonFixture {
                     const std::vector<std::string>& extra_flags, std::string* error);
   // The daemon binary to start (a runfiles path), before start().
   void useBinary(std::string runfile_path) { binary_ = std::move(runfile_path); }
-  // SIGTERM; returns the exit code (0 on a clean shutdown).
+  // SIGTERM; returns the exit code (0 on a clean shutdown; -1, after
+  // killing it, when it still runs 10 s later: its threads' stacks are
+  // printed at 8 s).
   int stop();
   // The daemon exits on its own (the test made it: a signal of its own, a
   // fault); returns its exit code, or -1 (after killing it) when it still
