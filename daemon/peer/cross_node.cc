@@ -196,10 +196,7 @@ grpc::Status CrossNode::serveFollower(grpc::ServerContext* context, LeaderStream
     }
     onFollowerMessage(follower.get(), message);
   }
-  {
-    MutexLock lock(follower->write_mutex);
-    follower->stream = nullptr;
-  }
+  follower->stream.detach();
   followerLeft(follower, context->IsCancelled());
   return grpc::Status::OK;
 }
@@ -207,17 +204,15 @@ grpc::Status CrossNode::serveFollower(grpc::ServerContext* context, LeaderStream
 grpc::Status CrossNode::attachFollower(const v1::FollowerMessage& hello, LeaderStream* stream,
                                        std::shared_ptr<Follower>* attached) {
   auto follower = std::make_shared<Follower>();
-  follower->stream = stream;
   MutexLock lock(mutex_);
   const int cross_rank = hello.hello().cross_rank();
   if (hello.hello().token() != options_.token) return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "bad token");
   if (cross_rank < 0) {
     auto candidate = candidates_.find(hello.hello().peer_address());
-    if (candidate == candidates_.end() || candidate->second->stream != nullptr) {
+    if (candidate == candidates_.end() || candidate->second->stream.attached()) {
       return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "not a candidate node of the job");
     }
     follower = candidate->second;
-    follower->stream = stream;
   } else {
     if (cross_rank == 0 || cross_rank >= static_cast<int>(book_.members().size()) || followers_.count(cross_rank)) {
       return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "bad cross rank");
@@ -225,6 +220,7 @@ grpc::Status CrossNode::attachFollower(const v1::FollowerMessage& hello, LeaderS
     follower->node = book_.members()[cross_rank];
     followers_[cross_rank] = follower;
   }
+  follower->stream.attach(stream);
   follower->last_heard_ms = nowMs(CrossClock::now());
   *attached = std::move(follower);
   return grpc::Status::OK;
@@ -305,8 +301,7 @@ Status CrossNode::broadcast(const std::vector<coordinator::Response>& batch, uin
   for (const auto& r : batch) *message.mutable_batch()->add_responses() = codec_.encode(r);
   const size_t bytes = message.ByteSizeLong();
   for (auto& f : followers) {
-    MutexLock lock(f->write_mutex);
-    if (f->stream) f->stream->Write(message);
+    f->stream.write(message);
     codec_.countSent(bytes);
   }
   return okStatus();
@@ -332,8 +327,7 @@ void CrossNode::sendError(const coordinator::Request& request, const Status& sta
   message.mutable_batch()->set_sequence(0);  // not executed: no ring
   message.mutable_batch()->set_epoch(epoch());
   *message.mutable_batch()->add_responses() = toProto(response);
-  MutexLock lock(target->write_mutex);
-  if (target->stream) target->stream->Write(message);
+  target->stream.write(message);
 }
 
 void CrossNode::announceFailure(const std::string& text, bool node_lost) {
@@ -362,10 +356,7 @@ void CrossNode::announceFailure(const std::string& text, bool node_lost) {
       MutexLock lock(mutex_);
       followers = streamsLocked(/*candidates=*/true);  // their new ranks wait in vain otherwise
     }
-    for (auto& f : followers) {
-      MutexLock lock(f->write_mutex);
-      if (f->stream) f->stream->Write(message);
-    }
+    for (auto& f : followers) f->stream.write(message);
   } else {
     v1::FollowerMessage message;
     message.mutable_failure()->set_message(text);
@@ -447,11 +438,7 @@ void CrossNode::tick(CrossClock::time_point now) {
     beat.mutable_heartbeat()->set_sent_ms(now_ms);
     beat.mutable_heartbeat()->set_epoch(current_epoch);
     for (auto& [f, node] : followers) {
-      {
-        MutexLock lock(f->write_mutex);
-        if (!f->stream) continue;
-        if (send) f->stream->Write(beat);
-      }
+      if (!(send ? f->stream.write(beat) : f->stream.attached())) continue;
       if (paused) f->last_heard_ms = now_ms;  // its silence was this daemon's pause
       // A candidate holds nothing of the job yet: its stream's end is enough.
       if (!node.ranks().empty() && now_ms - f->last_heard_ms > kSilenceLimitMs) {

@@ -32,6 +32,7 @@
 #include "daemon/membership/epoch_book.h"
 #include "daemon/peer/abort_notices.h"
 #include "daemon/peer/coordination_codec.h"
+#include "daemon/peer/follower_stream.h"
 #include "daemon/peer/leader_link.h"
 #include "daemon/peer/node_endpoints.h"
 #include "daemon/peer/ucx_mesh.h"
@@ -39,8 +40,6 @@
 #include "proto/gradsync/v1/peer.grpc.pb.h"
 
 namespace gradsync::peer {
-
-using LeaderStream = grpc::ServerReaderWriter<v1::LeaderMessage, v1::FollowerMessage>;
 
 struct CrossNodeOptions {
   std::string job_id;
@@ -203,8 +202,7 @@ class CrossNode : public NodeEndpoints {
   // Leader, once the job formed: the job's ncclUniqueId.
   void makeNcclIdLocked() GS_REQUIRES(mutex_);
   struct Follower {
-    LeaderStream* stream = nullptr;
-    Mutex write_mutex;
+    FollowerStream stream;
     v1::NodeInfo node;                      // under CrossNode::mutex_ (renumbered by epochs)
     std::atomic<int64_t> last_heard_ms{0};  // steady clock
     std::string removed;                    // elastic: why a new epoch left it out (under mutex_)
@@ -351,7 +349,7 @@ class CrossNode : public NodeEndpoints {
   CoordinationCodec codec_;
   // Leader: a batch's encoding and its writes, and an epoch's cache reset
   // and NewEpoch, happen in one order on every stream. Taken before any
-  // write_mutex, never with mutex_.
+  // follower's stream lock, never with mutex_.
   Mutex order_mutex_;
 
   // Data plane (executor thread): the membership of `epoch` and this

@@ -167,10 +167,7 @@ v1::NewEpoch CrossNode::announceEpoch(EpochPlan plan) {
     // NewEpoch, and those encoded with the new one after it.
     MutexLock order(order_mutex_);
     codec_.clear();
-    for (auto& f : plan.kept) {
-      MutexLock write_lock(f->write_mutex);
-      if (f->stream) f->stream->Write(message);
-    }
+    for (auto& f : plan.kept) f->stream.write(message);
   }
   for (auto& [f, why] : plan.removed) {
     GS_LOG(control, warn, "job '{}': {}", options_.job_id, why);
@@ -284,8 +281,7 @@ void CrossNode::tellStale(Follower* follower, const std::string& why) {
   notice.mutable_failure()->set_message(why);
   notice.mutable_failure()->set_node_lost(true);
   notice.mutable_failure()->set_removed(true);
-  MutexLock lock(follower->write_mutex);
-  if (follower->stream) follower->stream->Write(notice);
+  follower->stream.write(notice);
 }
 
 void CrossNode::nodeLost(const v1::NodeInfo& node, uint64_t epoch, const std::string& cause) {
