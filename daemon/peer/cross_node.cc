@@ -242,7 +242,7 @@ void CrossNode::onFollowerMessage(Follower* follower, const v1::FollowerMessage&
       hooks_.on_failure(enqueue.status().message(), true);
       return;
     }
-    hooks_.on_remote_request(message.request().rank(), *enqueue);
+    hooks_.on_remote_request(message.request().rank(), *enqueue, message.request().epoch());
   } else if (message.has_failure()) {
     // Job::failJob then announces it to every follower.
     hooks_.on_failure(message.failure().message(), message.failure().node_lost());

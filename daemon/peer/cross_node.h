@@ -71,8 +71,9 @@ class CrossNode : public NodeEndpoints {
     std::function<void(std::vector<coordinator::Response>, uint64_t sequence, uint64_t epoch,
                        uint64_t fusion_threshold_bytes)>
         on_batch;
-    // Leader: a follower's rank submitted a request.
-    std::function<void(int rank, const v1::Enqueue&)> on_remote_request;
+    // Leader: a follower's rank submitted a request of `epoch` (0: not
+    // elastic); the job drops it when its own epoch has moved on meanwhile.
+    std::function<void(int rank, const v1::Enqueue&, uint64_t epoch)> on_remote_request;
     // The job failed elsewhere (a rank left or died: node_lost false), or a
     // node or the leader was lost (node_lost true).
     std::function<void(const std::string& cause, bool node_lost)> on_failure;

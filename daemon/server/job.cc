@@ -108,7 +108,9 @@ Job::Job(JobSpec spec, JobLimits limits, executor::ReducePool* pool)
       };
       hooks.on_new_epoch = [this](const v1::NewEpoch& change) { onNewEpoch(change); };
     }
-    hooks.on_remote_request = [this](int rank, const v1::Enqueue& enqueue) { submitRemote(rank, enqueue); };
+    hooks.on_remote_request = [this](int rank, const v1::Enqueue& enqueue, uint64_t epoch) {
+      submitRemote(rank, enqueue, epoch);
+    };
     hooks.on_failure = [this](const std::string& cause, bool node_lost) { failJob(cause, node_lost); };
     cross_ = std::make_unique<peer::CrossNode>(std::move(options), std::move(hooks));
     peer::PeerDataPlane::Hooks plane_hooks;

@@ -191,7 +191,9 @@ class Job : private executor::RankAccess {
   // the executor thread.
   void negotiateLocked(coordinator::Request request, Outbox* outbox, std::vector<coordinator::Response>* inline_batch)
       GS_REQUIRES(mutex_);
-  void submitRemote(int rank, const v1::Enqueue& enqueue);
+  // A follower's rank's request of `epoch`; one of an epoch that ended
+  // while it was on its way is dropped (its follower fails it).
+  void submitRemote(int rank, const v1::Enqueue& enqueue, uint64_t epoch);
   void onRemoteBatch(std::vector<coordinator::Response> batch, uint64_t sequence, uint64_t epoch,
                      uint64_t fusion_threshold_bytes);
   void failJob(const std::string& cause, bool node_lost);

@@ -37,13 +37,19 @@ void Job::startCrossNodeIfComplete() {
   flush(&outbox);
 }
 
-void Job::submitRemote(int rank, const v1::Enqueue& enqueue) {
+void Job::submitRemote(int rank, const v1::Enqueue& enqueue, uint64_t epoch) {
   // Its arena lives on the other node, which checked the range.
   auto request = validateEnqueue(enqueue, enqueueContext(rank, nullptr, /*remote=*/true));
   Outbox outbox;
   std::vector<coordinator::Response> unused;
   {
     MutexLock lock(mutex_);
+    // The CrossNode checked the epoch on arrival, but this job may have
+    // moved to the next one since: the rank's number is of the old epoch,
+    // and its follower fails the request when it applies the new one (it
+    // would otherwise wait in the new epoch's negotiator, in another
+    // rank's name or as a duplicate of the rank's retry).
+    if (epoch != 0 && epoch != epoch_) return;
     if (rank < 0 || rank >= size_.load() || local_ranks_.count(rank)) {
       GS_LOG(control, warn, "job '{}': a follower forwarded a request of rank {}, which it does not hold", spec_.job_id,
              rank);
