@@ -43,8 +43,11 @@ transport::UcxTransport* UcxMesh::transport() const {
 
 void UcxMesh::abort(const std::string& reason) {
   MutexLock lock(mutex_);
-  if (aborted_.empty()) aborted_ = reason;
-  if (transport_) transport_->abort(reason);
+  if (transport_) {
+    transport_->abort(reason);
+  } else if (aborted_.empty()) {
+    aborted_ = reason;  // open() applies it
+  }
 }
 
 bool UcxMesh::enterEpoch(uint64_t epoch) {
