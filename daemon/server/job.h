@@ -385,16 +385,15 @@ class Job : private executor::RankAccess {
   // left the job, or null.
   const Session* lostGrantRankLocked(const std::vector<OutputGrants::Key>& keys) const GS_REQUIRES(mutex_);
   // requestOutputs' parts: asks the local ranks of `response` for their
-  // output buffers (the keys to wait for), then waits for every grant
-  // until the deadline, a lost rank, a stop, the job's failure (one-node
-  // jobs) or a new epoch, each with its error.
+  // output buffers (the keys to wait for; the wait shows from then on),
+  // then waits for every grant until the deadline, a lost rank, a stop, the
+  // job's failure (one-node jobs) or a new epoch, each with its error.
   StatusOr<std::vector<OutputGrants::Key>> sendOutputRequests(const coordinator::Response& response,
                                                               const std::vector<uint64_t>& bytes,
                                                               const std::vector<std::vector<int64_t>>& shapes,
                                                               const std::string& prefix, bool abort_on_failure)
       GS_EXCLUDES(mutex_);
-  StatusOr<std::vector<v1::OutputGrant>> awaitGrantsLocked(MutexLock& lock, const std::string& tensor,
-                                                           const std::vector<OutputGrants::Key>& keys,
+  StatusOr<std::vector<v1::OutputGrant>> awaitGrantsLocked(MutexLock& lock, const std::vector<OutputGrants::Key>& keys,
                                                            const std::string& prefix, bool abort_on_failure)
       GS_REQUIRES(mutex_);
   StallWatch stalls_ GS_GUARDED_BY(mutex_);

@@ -211,8 +211,7 @@ StatusOr<std::vector<uint8_t*>> Job::requestOutputs(const coordinator::Response&
   ASSIGN_OR_RETURN(const std::vector<OutputGrants::Key> keys,
                    sendOutputRequests(response, bytes, shapes, prefix, abort_on_failure));
   MutexLock lock(mutex_);
-  ASSIGN_OR_RETURN(const std::vector<v1::OutputGrant> answers,
-                   awaitGrantsLocked(lock, response.name, keys, prefix, abort_on_failure));
+  ASSIGN_OR_RETURN(const std::vector<v1::OutputGrant> answers, awaitGrantsLocked(lock, keys, prefix, abort_on_failure));
   std::vector<uint8_t*> pointers(response.requests.size(), nullptr);
   for (size_t i = 0, k = 0; i < response.requests.size(); ++i) {
     if (!response.requests[i] || !isLocal(response.requests[i]->rank)) continue;
@@ -237,7 +236,10 @@ StatusOr<std::vector<OutputGrants::Key>> Job::sendOutputRequests(const coordinat
       const auto& request = response.requests[i];
       if (!request || !isLocal(request->rank)) continue;  // other nodes grant their own
       auto session = batch_sessions_.find(request->rank);
-      if (session == batch_sessions_.end()) return aborted(prefix + "rank " + std::to_string(request->rank) + " left");
+      if (session == batch_sessions_.end()) {
+        (void)outputs_.endWait(keys);  // forgets those asked for already
+        return aborted(prefix + "rank " + std::to_string(request->rank) + " left");
+      }
       keys.emplace_back(request->rank, request->handle);
       outputs_.expect(keys.back());
       v1::DaemonMessage message;
@@ -246,16 +248,17 @@ StatusOr<std::vector<OutputGrants::Key>> Job::sendOutputRequests(const coordinat
       for (int64_t d : shapes[i]) message.mutable_output_request()->add_shape(d);
       outbox.emplace_back(session->second, std::move(message));
     }
+    // Shown (gradsyncctl tensors) from before any rank can see a request.
+    outputs_.beginWait(response.name, keys, Clock::now());
   }
   flush(&outbox);
   return keys;
 }
 
-StatusOr<std::vector<v1::OutputGrant>> Job::awaitGrantsLocked(MutexLock& lock, const std::string& tensor,
+StatusOr<std::vector<v1::OutputGrant>> Job::awaitGrantsLocked(MutexLock& lock,
                                                               const std::vector<OutputGrants::Key>& keys,
                                                               const std::string& prefix, bool abort_on_failure) {
   const uint64_t epoch = epoch_;
-  outputs_.beginWait(tensor, keys, Clock::now());
   const Session* lost = nullptr;
   const bool granted = grant_cv_.wait_for(lock, limits_.output_grant_timeout, [&]() GS_REQUIRES(mutex_) {
     if (outputs_.allGranted(keys)) return true;

@@ -66,7 +66,7 @@ int64_t Session::pid() const {
   return pid_;
 }
 
-bool Session::attachStream(SessionStream* stream, grpc::ServerContext* context) {
+bool Session::attachStream(SessionWriter* stream, grpc::ServerContext* context) {
   MutexLock lock(write_mutex_);
   if (stream_ != nullptr || writer_.joinable()) return false;
   stream_ = stream;
@@ -102,7 +102,7 @@ void Session::detachStream() {
   stream_attached_.store(false);
   write_cv_.notify_all();
   if (!write_cv_.wait_for(lock, std::chrono::seconds(1), [&]() GS_REQUIRES(write_mutex_) { return writer_done_; })) {
-    context_->TryCancel();  // the client does not read: unblock the writer
+    if (context_ != nullptr) context_->TryCancel();  // the client does not read: unblock the writer
   }
   lock.unlock();
   writer_.join();
@@ -138,7 +138,7 @@ bool Session::send(const v1::DaemonMessage& message) {
   if (queue_.size() >= kMaxQueued) {
     // The client stopped reading its stream: end its session rather than
     // let the queue grow.
-    context_->TryCancel();
+    if (context_ != nullptr) context_->TryCancel();
     return false;
   }
   queue_.push_back(message);

@@ -29,6 +29,9 @@
 namespace gradsync::server {
 
 using SessionStream = grpc::ServerReaderWriter<v1::DaemonMessage, v1::ClientMessage>;
+// What a session's messages are written to: the Session RPC's stream, or a
+// test's stand-in for it.
+using SessionWriter = grpc::ServerReaderWriterInterface<v1::DaemonMessage, v1::ClientMessage>;
 using SessionSecret = std::array<uint8_t, handoff::kSessionSecretBytes>;
 
 struct RankIdentity {
@@ -67,10 +70,11 @@ class Session {
   int64_t pid() const;
 
   // The stream, set by the Session RPC while it runs (false when another
-  // stream is attached already). Messages for it are queued and written by a
+  // stream is attached already). `context` cancels the call (null: the
+  // stream has no call to cancel). Messages for it are queued and written by a
   // thread of the session's own, so a client that stops reading blocks only
   // that thread; past kMaxQueued waiting messages its session is cancelled.
-  bool attachStream(SessionStream* stream, grpc::ServerContext* context);
+  bool attachStream(SessionWriter* stream, grpc::ServerContext* context);
   // Flushes what is queued (cancelling the call if the client does not take
   // it within a second) and stops the writer. Call before the RPC returns.
   void detachStream();
@@ -124,7 +128,7 @@ class Session {
 
   mutable Mutex write_mutex_;  // the completion ring and the queue below
   CondVar write_cv_;
-  SessionStream* stream_ = nullptr;  // written by writer_ only
+  SessionWriter* stream_ = nullptr;  // written by writer_ only
   grpc::ServerContext* context_ = nullptr;
   std::deque<v1::DaemonMessage> queue_ GS_GUARDED_BY(write_mutex_);
   bool writer_stop_ GS_GUARDED_BY(write_mutex_) = false;
