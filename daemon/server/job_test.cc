@@ -64,9 +64,8 @@ class RecordingStream : public SessionWriter {
     return m ? std::optional<v1::Done>(m->done()) : std::nullopt;
   }
   std::optional<v1::OutputRequest> outputRequest(uint64_t handle) {
-    auto m = take([&](const v1::DaemonMessage& m) {
-      return m.has_output_request() && m.output_request().handle() == handle;
-    });
+    auto m = take(
+        [&](const v1::DaemonMessage& m) { return m.has_output_request() && m.output_request().handle() == handle; });
     return m ? std::optional<v1::OutputRequest>(m->output_request()) : std::nullopt;
   }
 

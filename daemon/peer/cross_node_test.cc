@@ -1,0 +1,266 @@
+// SPDX-License-Identifier: Apache-2.0
+// Two CrossNodes of one job in one process, each behind a Peer service of
+// its own on loopback (a stand-in for the daemon's, routing to it): they
+// form, carry a follower's request to the leader and the leader's batch to
+// the follower, and pass on failures. What the hooks receive is recorded.
+#include "daemon/peer/cross_node.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <chrono>
+#include <functional>
+#include <thread>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace gradsync::peer {
+namespace {
+
+using ::testing::HasSubstr;
+using namespace std::chrono_literals;
+
+grpc::Status toGrpc(const Status& status) {
+  return status.isOk() ? grpc::Status::OK
+                       : grpc::Status(static_cast<grpc::StatusCode>(status.code()), status.message());
+}
+
+// What a CrossNode's hooks were called with.
+class Recorder {
+ public:
+  struct Failure {
+    std::string cause;
+    bool node_lost;
+  };
+  void remoteRequest(int rank, const v1::Enqueue& enqueue, uint64_t epoch) {
+    MutexLock lock(mutex_);
+    requests_.push_back({rank, enqueue.name(), epoch});
+    cv_.notify_all();
+  }
+  void batch(const std::vector<coordinator::Response>& batch, uint64_t sequence) {
+    MutexLock lock(mutex_);
+    for (const auto& r : batch) batches_.push_back({sequence, r.name});
+    cv_.notify_all();
+  }
+  void failure(const std::string& cause, bool node_lost) {
+    MutexLock lock(mutex_);
+    failures_.push_back({cause, node_lost});
+    cv_.notify_all();
+  }
+  // Waits (up to 10 s) until `done` holds of the record.
+  bool waitFor(const std::function<bool()>& done) {
+    MutexLock lock(mutex_);
+    return cv_.wait_for(lock, 10s, [&]() GS_REQUIRES(mutex_) { return done(); });
+  }
+  struct Request {
+    int rank;
+    std::string name;
+    uint64_t epoch;
+  };
+  std::vector<Request> requests() {
+    MutexLock lock(mutex_);
+    return requests_;
+  }
+  std::vector<std::pair<uint64_t, std::string>> batches() {
+    MutexLock lock(mutex_);
+    return batches_;
+  }
+  std::vector<Failure> failures() {
+    MutexLock lock(mutex_);
+    return failures_;
+  }
+  size_t requestCount() GS_NO_THREAD_SAFETY_ANALYSIS { return requests_.size(); }  // inside waitFor only
+  size_t batchCount() GS_NO_THREAD_SAFETY_ANALYSIS { return batches_.size(); }
+  size_t failureCount() GS_NO_THREAD_SAFETY_ANALYSIS { return failures_.size(); }
+
+ private:
+  Mutex mutex_;
+  CondVar cv_;
+  std::vector<Request> requests_ GS_GUARDED_BY(mutex_);
+  std::vector<std::pair<uint64_t, std::string>> batches_ GS_GUARDED_BY(mutex_);
+  std::vector<Failure> failures_ GS_GUARDED_BY(mutex_);
+};
+
+// The daemon's Peer service reduced to one job.
+class OneJobPeerService final : public v1::Peer::Service {
+ public:
+  void serve(CrossNode* node) { node_.store(node); }
+  grpc::Status JoinJob(grpc::ServerContext*, const v1::JoinJobRequest* request,
+                       v1::JoinJobResponse* response) override {
+    CrossNode* node = node_.load();
+    if (node == nullptr) return grpc::Status(grpc::StatusCode::NOT_FOUND, "no job here yet");
+    auto answer = node->acceptJoin(*request);
+    if (answer.isOk()) *response = std::move(answer).value();
+    return toGrpc(answer.status());
+  }
+  grpc::Status Coordinate(grpc::ServerContext* context, LeaderStream* stream) override {
+    v1::FollowerMessage hello;
+    CrossNode* node = node_.load();
+    if (node == nullptr || !stream->Read(&hello)) return grpc::Status(grpc::StatusCode::NOT_FOUND, "no job here");
+    return node->serveFollower(context, stream, hello);
+  }
+  grpc::Status AbortJob(grpc::ServerContext*, const v1::AbortJobRequest* request, v1::AbortJobResponse*) override {
+    CrossNode* node = node_.load();
+    return node == nullptr ? grpc::Status(grpc::StatusCode::NOT_FOUND, "no job here")
+                           : toGrpc(node->acceptAbort(*request));
+  }
+
+ private:
+  std::atomic<CrossNode*> node_{nullptr};
+};
+
+// One daemon's side of the job: its Peer service, its CrossNode and what
+// the CrossNode's hooks were told.
+struct Daemon {
+  OneJobPeerService service;
+  std::unique_ptr<grpc::Server> server;
+  std::string address;
+  Recorder recorder;
+  std::unique_ptr<CrossNode> cross;
+
+  void listen() {
+    int port = 0;
+    grpc::ServerBuilder builder;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+    builder.RegisterService(&service);
+    server = builder.BuildAndStart();
+    address = "127.0.0.1:" + std::to_string(port);
+  }
+  void create(const std::string& leader_address, const std::string& hostname) {
+    CrossNodeOptions options;
+    options.job_id = "cross-unit";
+    options.token = "secret";
+    options.size = 2;
+    options.self_address = address;
+    options.leader_address = leader_address;
+    options.hostname = hostname;
+    options.join_timeout = 10s;
+    CrossNode::Hooks hooks;
+    hooks.on_batch = [this](std::vector<coordinator::Response> batch, uint64_t sequence, uint64_t, uint64_t) {
+      recorder.batch(batch, sequence);
+    };
+    hooks.on_remote_request = [this](int rank, const v1::Enqueue& enqueue, uint64_t epoch) {
+      recorder.remoteRequest(rank, enqueue, epoch);
+    };
+    hooks.on_failure = [this](const std::string& cause, bool node_lost) { recorder.failure(cause, node_lost); };
+    cross = std::make_unique<CrossNode>(std::move(options), std::move(hooks));
+    service.serve(cross.get());
+  }
+  void stop() {
+    if (cross) cross->abortTransfers("the test ends");
+    if (server) server->Shutdown(std::chrono::system_clock::now() + 2s);
+    service.serve(nullptr);
+    cross.reset();
+    server.reset();
+  }
+};
+
+coordinator::Request request(int rank, const std::string& name) {
+  coordinator::Request r;
+  r.rank = rank;
+  r.handle = 100 + rank;
+  r.name = name;
+  r.type = v1::ALLREDUCE;
+  r.dtype = v1::FLOAT32;
+  r.shape = {4};
+  r.op = v1::SUM;
+  r.length = 16;
+  return r;
+}
+
+class CrossNodeTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    leader_.listen();
+    follower_.listen();
+    leader_.create(leader_.address, "leader-host");
+    follower_.create(leader_.address, "follower-host");
+    leader_.cross->start({0}, {1000});
+    follower_.cross->start({1}, {2000});
+    const auto deadline = std::chrono::steady_clock::now() + 10s;
+    while (!(leader_.cross->formed() && follower_.cross->formed()) && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(10ms);
+    }
+    ASSERT_TRUE(leader_.cross->formed() && follower_.cross->formed()) << "the job did not form within 10 s";
+  }
+  void TearDown() override {
+    follower_.stop();
+    leader_.stop();
+  }
+  Daemon leader_;
+  Daemon follower_;
+};
+
+TEST_F(CrossNodeTest, TwoNodesFormWithTheRankZeroNodeLeading) {
+  EXPECT_TRUE(leader_.cross->isLeader());
+  EXPECT_FALSE(follower_.cross->isLeader());
+  for (CrossNode* node : {leader_.cross.get(), follower_.cross.get()}) {
+    const auto members = node->members();
+    ASSERT_EQ(members.size(), 2u);
+    EXPECT_EQ(members[0].hostname(), "leader-host");
+    EXPECT_THAT(members[0].ranks(), ::testing::ElementsAre(0));
+    EXPECT_EQ(members[1].hostname(), "follower-host");
+    EXPECT_THAT(members[1].ranks(), ::testing::ElementsAre(1));
+  }
+  EXPECT_EQ(leader_.cross->selfCrossRank(), 0);
+  EXPECT_EQ(follower_.cross->selfCrossRank(), 1);
+  EXPECT_TRUE(leader_.cross->missingRanks().empty());
+}
+
+TEST_F(CrossNodeTest, AFollowersRequestReachesTheLeaderAndTheLeadersBatchTheFollower) {
+  follower_.cross->forward(1, coordinator::enqueueOf(request(1, "grad")), follower_.cross->epoch());
+  ASSERT_TRUE(leader_.recorder.waitFor([&] { return leader_.recorder.requestCount() == 1; }));
+  const auto requests = leader_.recorder.requests();
+  EXPECT_EQ(requests[0].rank, 1);
+  EXPECT_EQ(requests[0].name, "grad");
+  EXPECT_EQ(requests[0].epoch, follower_.cross->epoch());
+
+  coordinator::Response response;
+  response.name = "grad";
+  response.type = v1::ALLREDUCE;
+  response.ranks = {0, 1};
+  response.requests = {request(0, "grad"), request(1, "grad")};
+  ASSERT_TRUE(leader_.cross->broadcast({response}, 1, leader_.cross->epoch(), 64 << 20).isOk());
+  ASSERT_TRUE(follower_.recorder.waitFor([&] { return follower_.recorder.batchCount() == 1; }));
+  EXPECT_EQ(follower_.recorder.batches()[0], std::make_pair(uint64_t{1}, std::string("grad")));
+  EXPECT_TRUE(follower_.recorder.failures().empty());
+}
+
+TEST_F(CrossNodeTest, AFailureTheLeaderAnnouncesFailsTheJobAtTheFollower) {
+  leader_.cross->announceFailure("rank 0 (pid 1000, host leader-host) disconnected", /*node_lost=*/false);
+  ASSERT_TRUE(follower_.recorder.waitFor([&] { return follower_.recorder.failureCount() >= 1; }));
+  const auto failure = follower_.recorder.failures()[0];
+  EXPECT_THAT(failure.cause, HasSubstr("rank 0 (pid 1000, host leader-host) disconnected"));
+  EXPECT_FALSE(failure.node_lost);
+}
+
+TEST_F(CrossNodeTest, AFollowerSilentPastTheLimitIsLostAtTheLeader) {
+  // The leader's housekeeping ticks each second; the follower's never do,
+  // so it sends no heartbeat and, past the silence limit, is lost.
+  const auto start = CrossClock::now();
+  for (int s = 0; s <= CrossNode::kSilenceLimitMs / 1000 + 1; ++s) leader_.cross->tick(start + std::chrono::seconds(s));
+  ASSERT_TRUE(leader_.recorder.waitFor([&] { return leader_.recorder.failureCount() >= 1; }));
+  const auto failure = leader_.recorder.failures()[0];
+  EXPECT_TRUE(failure.node_lost);
+  EXPECT_THAT(failure.cause, HasSubstr("follower-host"));
+  EXPECT_THAT(failure.cause, HasSubstr("silent for"));
+  // The follower hears that its job failed.
+  ASSERT_TRUE(follower_.recorder.waitFor([&] { return follower_.recorder.failureCount() >= 1; }));
+}
+
+TEST_F(CrossNodeTest, NodesThatTickStayMembersPastTheSilenceLimit) {
+  // Real time: a heartbeat is dated when it arrives.
+  const auto end = CrossClock::now() + std::chrono::milliseconds(CrossNode::kSilenceLimitMs + 1500);
+  while (CrossClock::now() < end) {
+    follower_.cross->tick(CrossClock::now());
+    leader_.cross->tick(CrossClock::now());
+    std::this_thread::sleep_for(250ms);
+  }
+  const auto leader_failures = leader_.recorder.failures();
+  const auto follower_failures = follower_.recorder.failures();
+  EXPECT_TRUE(leader_failures.empty()) << leader_failures[0].cause;
+  EXPECT_TRUE(follower_failures.empty()) << follower_failures[0].cause;
+}
+
+}  // namespace
+}  // namespace gradsync::peer
