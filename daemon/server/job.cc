@@ -75,6 +75,7 @@ Job::Job(JobSpec spec, JobLimits limits, executor::ReducePool* pool)
       executor_(pool, gpu_executor_.get()),
       negotiator_(spec_.job_id, spec_.size, spec_.process_sets),
       process_sets_(std::make_shared<const coordinator::ProcessSetTable>(negotiator_.processSets())),
+      ranks_(spec_.job_id),
       stalls_(spec_.job_id, limits_.stall_deadline),
       tuning_(spec_.job_id, initialTuning(spec_, limits_), autotuneOptions(spec_, limits_)) {
   if (spec_.local_size < spec_.size) {
@@ -134,18 +135,12 @@ Status Job::addSession(std::shared_ptr<Session> session) {
   MutexLock lock(mutex_);
   if (!failure_.empty()) return failedPrecondition("job '" + spec_.job_id + "' has failed: " + failure_);
   if (stopping_) return unavailable("job '" + spec_.job_id + "' is stopping");
-  if (epoch_ > 1) {
-    return failedPrecondition("job '" + spec_.job_id + "' is elastic and at epoch " + std::to_string(epoch_) +
+  if (epochs_.current() > 1) {
+    return failedPrecondition("job '" + spec_.job_id + "' is elastic and at epoch " +
+                              std::to_string(epochs_.current()) +
                               ": a new rank joins it with GRADSYNC_ELASTIC_JOIN=1 (admitted at its next commit)");
   }
-  auto [it, inserted] = sessions_.emplace(session->rank(), session);
-  if (!inserted) {
-    return alreadyExists("job '" + spec_.job_id + "': rank " + std::to_string(session->rank()) +
-                         " is already connected as " + it->second->describe());
-  }
-  local_ranks_.insert(session->rank());
-  local_rank_ids_.insert(session->identity().local_rank);
-  return okStatus();
+  return ranks_.add(std::move(session));
 }
 
 void Job::checkFormation(Clock::time_point now) {
@@ -155,11 +150,11 @@ void Job::checkFormation(Clock::time_point now) {
     if (formed_ || !failure_.empty() || stopping_) return;
     // An elastic job on one node that lost a rank before the others all
     // registered went on with those it had (a latecomer must join).
-    if (spec_.elastic && !cross_ && epoch_ > 1) {
+    if (spec_.elastic && !cross_ && epochs_.current() > 1) {
       formed_ = true;
       return;
     }
-    const bool local_complete = static_cast<int>(local_ranks_.size()) >= spec_.local_size;
+    const bool local_complete = static_cast<int>(ranks_.registered().size()) >= spec_.local_size;
     if (local_complete && (!cross_ || cross_->formed())) {
       formed_ = true;
       return;
@@ -172,14 +167,10 @@ void Job::checkFormation(Clock::time_point now) {
       // Which ranks were meant for this node is known only as local ranks
       // on a multi-node job; on one node they are the job's ranks.
       const bool single = spec_.local_size == spec_.size;
-      const std::set<int>& arrived = single ? local_ranks_ : local_rank_ids_;
-      std::vector<int> missing;
-      for (int r = 0; r < spec_.local_size; ++r) {
-        if (!arrived.count(r)) missing.push_back(r);
-      }
-      cause += std::string(single ? "ranks " : "local ranks ") + coordinator::ranksString(missing) +
+      cause += std::string(single ? "ranks " : "local ranks ") +
+               coordinator::ranksString(ranks_.neverRegistered(spec_.local_size, single)) +
                " never registered with gradsyncd on host " + limits_.hostname + " (" +
-               std::to_string(local_ranks_.size()) + " of " + std::to_string(spec_.local_size) + " did)";
+               std::to_string(ranks_.registered().size()) + " of " + std::to_string(spec_.local_size) + " did)";
     } else {
       cause += "the nodes of ranks " + coordinator::ranksString(cross_->missingRanks()) +
                " never joined the leader on host " + limits_.hostname;
@@ -192,21 +183,16 @@ bool Job::removeSession(const Session& session, const std::string& cause, bool c
   RankLoss loss;
   {
     MutexLock lock(mutex_);
-    auto joiner = std::find_if(joiners_.begin(), joiners_.end(), [&](const auto& j) { return j.get() == &session; });
-    if (joiner != joiners_.end()) {  // left before it was admitted: nothing of it is in the job
-      joiners_.erase(joiner);
-      if (reported_joiners_.erase(session.id()) > 0) cross_->reportJoinerGone(session.id());
-      return sessions_.empty() && joiners_.empty();
-    }
-    auto it = sessions_.find(session.rank());
-    if (it == sessions_.end() || it->second.get() != &session) return sessions_.empty() && joiners_.empty();
-    sessions_.erase(it);
+    const JobRanks::Left left = ranks_.remove(session);
+    // A joiner left before it was admitted: nothing of it is in the job.
+    if (left == JobRanks::Left::kReportedJoiner) cross_->reportJoinerGone(session.id());
+    if (left != JobRanks::Left::kRank) return ranks_.empty();
     loseRankLocked(session, session.describe() + " " + cause, crashed, &loss);
     if (!failure_.empty()) refuseJoinersLocked(failure_, &loss.outbox);
     // A follower's joiners wait for the leader's epoch (which admits those
     // reported, or removes the node and so fails them).
-    if (sessions_.empty() && !loss.report) refuseJoinersLocked("every rank of the job left", &loss.outbox);
-    loss.empty = sessions_.empty() && joiners_.empty();
+    if (ranks_.count() == 0 && !loss.report) refuseJoinersLocked("every rank of the job left", &loss.outbox);
+    loss.empty = ranks_.empty();
     // What the other nodes hear: the job's first failure (a rank leaving a
     // job that failed already is no news, and must not be announced first).
     loss.announced = failure_.empty() ? session.describe() + " " + cause : failure_;
@@ -228,20 +214,20 @@ void Job::loseRankLocked(const Session& session, const std::string& what, bool c
   if (elastic_loss && cross_) {
     // Across daemons the leader decides the next epoch.
     if (cross_->isLeader()) {
-      loss->cross_failure = leadEpochLocked({session.rank()}, epoch_, what, &loss->outbox);
+      loss->cross_failure = leadEpochLocked({session.rank()}, epochs_.current(), what, &loss->outbox);
     } else {
-      loss->report.emplace(session.rank(), epoch_);
-      epoch_ending_ = true;
+      loss->report.emplace(session.rank(), epochs_.current());
+      epochs_.markEnding();
       // The node's last rank: the leader keeps the node when it knows of
       // new ranks waiting here, so they go first on the same stream.
-      if (sessions_.empty()) loss->replacements = unreportedJoinersLocked();
+      if (ranks_.count() == 0) loss->replacements = ranks_.unreportedJoiners(cross_->leaderChanges());
     }
     loss->epoch_changed = true;
-  } else if (elastic_loss && !sessions_.empty()) {
+  } else if (elastic_loss && ranks_.count() > 0) {
     // Below min_size the new epoch waits for new ranks (housekeeping).
-    const bool full = static_cast<int>(sessions_.size()) >= spec_.min_size;
+    const bool full = ranks_.count() >= spec_.min_size;
     changeEpochLocked(what, &loss->outbox, /*admit=*/false, /*announce=*/full);
-    if (!full && !below_min_since_) below_min_since_ = Clock::now();
+    if (!full) epochs_.waitBelowMinimum(Clock::now());
     loss->epoch_changed = true;
   } else if (failure_.empty() && !stopping_) {
     failure_ = what;
@@ -325,7 +311,7 @@ void Job::submitToCoordinator(const std::shared_ptr<Session>& session, coordinat
   if (steady && holdSteadyLocked(session, request)) return;
   if (cross_ && !cross_->isLeader()) {
     const auto key = std::make_pair(request.rank, request.handle);
-    cross_->forward(request.rank, coordinator::enqueueOf(request), epoch_);
+    cross_->forward(request.rank, coordinator::enqueueOf(request), epochs_.current());
     forwarded_.emplace(key, std::move(request));
     return;
   }
@@ -398,17 +384,17 @@ void Job::failRequestLocked(const coordinator::Request& request, const Status& s
   countErrorLocked(status.code());
   last_error_ = status.message();
   forwarded_.erase(std::make_pair(request.rank, request.handle));
-  auto it = sessions_.find(request.rank);
-  if (it == sessions_.end()) {
+  const std::shared_ptr<Session> session = ranks_.find(request.rank);
+  if (!session) {
     // A membership change fails the followers' requests there, as each
     // follower applies the new epoch.
-    if (cross_ && cross_->isLeader() && !local_ranks_.count(request.rank) && !membership_changed) {
+    if (cross_ && cross_->isLeader() && !ranks_.registeredHere(request.rank) && !membership_changed) {
       cross_->sendError(request, status);
     }
     return;
   }
-  it->second->removeHandle(request.handle);
-  outbox->emplace_back(it->second, doneMessage(spec_.job_id, request, status, membership_changed));
+  session->removeHandle(request.handle);
+  outbox->emplace_back(session, doneMessage(spec_.job_id, request, status, membership_changed));
 }
 
 size_t Job::failAllLocked(const Status& status, Outbox* outbox, bool keep_negotiated, bool membership_changed) {
@@ -468,8 +454,8 @@ void Job::checkStalls(Clock::time_point now) {
     MutexLock lock(mutex_);
     if (nodes) stalls_.setNodes(std::move(*nodes));
     const auto here = [&](int rank) GS_REQUIRES(mutex_) {
-      auto it = sessions_.find(rank);
-      return it == sessions_.end() ? std::string() : it->second->describe();
+      const std::shared_ptr<Session> session = ranks_.find(rank);
+      return session ? session->describe() : std::string();
     };
     const StallWatch::Review review = stalls_.review(negotiator_.stalls(now, limits_.stall_warning), here);
     for (const auto& what : review.warnings) GS_LOG(coordinator, warn, "stall: {}", what);
@@ -531,9 +517,9 @@ v1::JobInfo Job::info() const {
   v1::JobInfo info;
   info.set_job_id(spec_.job_id);
   info.set_size(size_.load());
-  info.set_local_size(spec_.elastic ? static_cast<int>(sessions_.size()) : spec_.local_size);
+  info.set_local_size(spec_.elastic ? ranks_.count() : spec_.local_size);
   int local_rank = 0;  // elastic jobs renumber: this node's ranks in rank order
-  for (const auto& [rank, session] : sessions_) {
+  for (const auto& [rank, session] : ranks_.byRank()) {
     v1::RankInfo* r = info.add_ranks();
     r->set_rank(rank);
     r->set_local_rank(spec_.elastic ? local_rank++ : session->identity().local_rank);
@@ -556,9 +542,9 @@ v1::JobInfo Job::info() const {
   if (spec_.elastic) {
     info.set_elastic(true);
     info.set_min_size(spec_.min_size);
-    info.set_epoch(epoch_);
-    info.set_commits(commits_);
-    for (const auto& change : history_) *info.add_history() = change;
+    info.set_epoch(epochs_.current());
+    info.set_commits(epochs_.commits());
+    for (const auto& change : epochs_.history()) *info.add_history() = change;
   }
   for (const auto& [id, ranks] : std::atomic_load(&process_sets_)->all()) {
     if (id == 0) continue;

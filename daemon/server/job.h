@@ -32,6 +32,8 @@
 #include "daemon/peer/fast_rounds.h"
 #include "daemon/server/batch_queue.h"
 #include "daemon/server/enqueue_validation.h"
+#include "daemon/server/epoch_log.h"
+#include "daemon/server/job_ranks.h"
 #include "daemon/server/job_timeline.h"
 #include "daemon/server/output_grants.h"
 #include "daemon/server/session.h"
@@ -276,7 +278,7 @@ class Job : private executor::RankAccess {
   // rank its place.
   // `admitted`: joiners of this node becoming ranks (numbered after the
   // survivors); `size_after`: the job's new size (all nodes).
-  using Admitted = std::vector<std::pair<int, std::shared_ptr<Session>>>;
+  using Admitted = JobRanks::Admitted;
   void enterEpochLocked(uint64_t next, const std::vector<int>& survivors, const Admitted& admitted, int size_after,
                         int size_before, const std::string& cause, Outbox* outbox, bool announce) GS_REQUIRES(mutex_);
   // Elastic jobs across daemons (job_elastic_cross.cc). Leader: `ranks` of
@@ -300,8 +302,6 @@ class Job : private executor::RankAccess {
   // returns why the job fails (the elastic timeout passed; empty: it
   // waits on).
   std::string fillAcrossLocked(Clock::time_point now, Outbox* outbox) GS_REQUIRES(mutex_);
-  // "the elastic job stayed below its minimum ... for N s ...".
-  std::string belowMinimumFailure(Clock::time_point now) const GS_REQUIRES(mutex_);
   // Leader: a joiner waits to be admitted, here (stream open) or reported
   // by a follower.
   bool joinersWaitingLocked() const GS_REQUIRES(mutex_);
@@ -313,12 +313,6 @@ class Job : private executor::RankAccess {
   void tellTuningLocked(const std::vector<autotune::TuningEvent>& events, Outbox* outbox) GS_REQUIRES(mutex_);
   // Followers: joiners whose stream opened are reported to the leader (housekeeping).
   void reportJoiners();
-  // Follower: the joiners whose stream opened and that the leader was not
-  // told of yet, marked as told.
-  std::vector<std::shared_ptr<Session>> unreportedJoinersLocked() GS_REQUIRES(mutex_);
-  // Joiners whose session stream is open become ranks, after the others;
-  // returns how many.
-  int admitReadyJoinersLocked() GS_REQUIRES(mutex_);
   // Size (`size`), local ranks, negotiator and process sets for the
   // sessions there are now (only the global process set).
   void resizeLocked(int size) GS_REQUIRES(mutex_);
@@ -372,7 +366,8 @@ class Job : private executor::RankAccess {
   // The process sets enqueues are checked against: read without mutex_
   // (std::atomic_load), replaced under it when a set is added or removed.
   std::shared_ptr<const coordinator::ProcessSetTable> process_sets_;
-  SessionSnapshot sessions_ GS_GUARDED_BY(mutex_);  // by rank
+  // The sessions by rank, the ranks that registered here, and joiners.
+  JobRanks ranks_ GS_GUARDED_BY(mutex_);
   // The negotiated collectives in the order they run here, one batch at a
   // time: on the executor thread, or inline on the thread whose submission
   // completed it (saves a thread wake-up per collective) when it needs no
@@ -409,32 +404,19 @@ class Job : private executor::RankAccess {
   uint64_t errors_ GS_GUARDED_BY(mutex_) = 0;
   metrics::JobStats stats_;  // thread-safe itself
   uint64_t fused_responses_ GS_GUARDED_BY(mutex_) = 0;
-  uint64_t commits_ GS_GUARDED_BY(mutex_) = 0;  // elastic commit barriers completed
   std::string last_error_ GS_GUARDED_BY(mutex_);
   // Fusion threshold and cycle time, maybe autotuned.
   autotune::JobTuning tuning_ GS_GUARDED_BY(mutex_);
   // Whether this daemon decides them: one daemon, or the leader across daemons.
   bool decidesTuningLocked() const GS_REQUIRES(mutex_) { return !cross_ || (cross_started_ && cross_->isLeader()); }
 
-  // Elastic state.
-  uint64_t epoch_ GS_GUARDED_BY(mutex_) = 1;
-  std::vector<v1::EpochChange> history_ GS_GUARDED_BY(mutex_);
-  std::vector<std::shared_ptr<Session>> joiners_ GS_GUARDED_BY(mutex_);  // registered, waiting for a commit
-  std::set<uint64_t> reported_joiners_ GS_GUARDED_BY(mutex_);            // follower: session ids told to the leader
-  uint64_t leader_changes_seen_ GS_GUARDED_BY(mutex_) =
-      0;  // follower: the leader reported_joiners_ went to (leaderChanges())
+  // Elastic state: the epochs (across daemons, an ending epoch makes what
+  // fails meanwhile retriable), and the ranks seen stopped.
+  EpochLog epochs_ GS_GUARDED_BY(mutex_);
   std::map<uint64_t, Clock::time_point> stopped_since_;  // housekeeping thread: session id -> first seen stopped
-  std::optional<Clock::time_point> below_min_since_ GS_GUARDED_BY(mutex_);  // the current epoch waits for joiners
-  Clock::time_point epoch_started_ GS_GUARDED_BY(mutex_) = Clock::now();    // for the history's recovery time
-  // Across daemons: a local rank of this epoch is lost and the leader's next
-  // epoch is on its way; what fails meanwhile (a batch that needed the lost
-  // rank) is retriable.
-  bool epoch_ending_ GS_GUARDED_BY(mutex_) = false;
 
   // Multi-node state.
   std::unique_ptr<peer::CrossNode> cross_;
-  std::set<int> local_ranks_ GS_GUARDED_BY(mutex_);     // ranks that registered here (never shrinks)
-  std::set<int> local_rank_ids_ GS_GUARDED_BY(mutex_);  // their local ranks
   const Clock::time_point created_ = Clock::now();
   bool formed_ GS_GUARDED_BY(mutex_) = false;          // every local rank registered, every node joined
   bool cross_starting_ GS_GUARDED_BY(mutex_) = false;  // claimed by the thread that starts it

@@ -17,9 +17,9 @@ void Job::startCrossNodeIfComplete() {
   {
     MutexLock lock(mutex_);
     // Claimed here: the last two ranks may register at the same moment.
-    if (!cross_ || cross_starting_ || static_cast<int>(sessions_.size()) < spec_.local_size) return;
+    if (!cross_ || cross_starting_ || ranks_.count() < spec_.local_size) return;
     cross_starting_ = true;
-    for (const auto& [rank, session] : sessions_) {
+    for (const auto& [rank, session] : ranks_.byRank()) {
       ranks.push_back(rank);
       pids.push_back(session->pid());
     }
@@ -49,8 +49,8 @@ void Job::submitRemote(int rank, const v1::Enqueue& enqueue, uint64_t epoch) {
     // and its follower fails the request when it applies the new one (it
     // would otherwise wait in the new epoch's negotiator, in another
     // rank's name or as a duplicate of the rank's retry).
-    if (epoch != 0 && epoch != epoch_) return;
-    if (rank < 0 || rank >= size_.load() || local_ranks_.count(rank)) {
+    if (epoch != 0 && epoch != epochs_.current()) return;
+    if (rank < 0 || rank >= size_.load() || ranks_.registeredHere(rank)) {
       GS_LOG(control, warn, "job '{}': a follower forwarded a request of rank {}, which it does not hold", spec_.job_id,
              rank);
       return;
@@ -75,7 +75,7 @@ void Job::onRemoteBatch(std::vector<coordinator::Response> batch, uint64_t seque
   if (stopping_) return;  // negotiated work still runs after a rank left
   // Sent before the leader changed the epoch; its requests failed with the
   // change here (the leader, too, fails it).
-  if (spec_.elastic && epoch != epoch_) return;
+  if (spec_.elastic && epoch != epochs_.current()) return;
   // Before any Done of the batch: a local rank told a new set's id may use
   // it at once, and its enqueue is checked here.
   publishProcessSetsLocked(batch, /*from_leader=*/true);
@@ -124,11 +124,13 @@ Status Job::ringFailed(const Status& status) {
     MutexLock lock(mutex_);
     const auto grace = spec_.elastic ? std::chrono::milliseconds(peer::CrossNode::kSilenceLimitMs + 1000)
                                      : std::chrono::duration_cast<std::chrono::milliseconds>(kRingCauseGrace);
-    grant_cv_.wait_for(lock, grace,
-                       [&]() GS_REQUIRES(mutex_) { return !failure_.empty() || stopping_ || epoch_ != batch_epoch_; });
-    if (spec_.elastic && failure_.empty() && !stopping_ && epoch_ != batch_epoch_) {
+    grant_cv_.wait_for(lock, grace, [&]() GS_REQUIRES(mutex_) {
+      return !failure_.empty() || stopping_ || epochs_.current() != batch_epoch_;
+    });
+    if (spec_.elastic && failure_.empty() && !stopping_ && epochs_.current() != batch_epoch_) {
       return aborted("job '" + spec_.job_id + "': the membership changed during the collective (epoch " +
-                     std::to_string(batch_epoch_) + " -> " + std::to_string(epoch_) + "): " + history_.back().cause());
+                     std::to_string(batch_epoch_) + " -> " + std::to_string(epochs_.current()) +
+                     "): " + epochs_.lastCause());
     }
     cause = failure_;
   }

@@ -13,37 +13,22 @@
 #include "daemon/server/job.h"
 
 namespace gradsync::server {
-namespace {
-
-// To a rank waiting in its rejoin (or to join): the job will not take it.
-v1::DaemonMessage refusal(const std::string& cause) {
-  v1::DaemonMessage message;
-  message.mutable_membership_change()->set_refused(true);
-  message.mutable_membership_change()->set_cause(cause);
-  return message;
-}
-
-}  // namespace
-
 Status Job::addJoiner(std::shared_ptr<Session> session) {
   MutexLock lock(mutex_);
   if (!spec_.elastic) return failedPrecondition("job '" + spec_.job_id + "' is not elastic: it takes no new ranks");
   if (!failure_.empty()) return failedPrecondition("job '" + spec_.job_id + "' has failed: " + failure_);
   if (stopping_) return unavailable("job '" + spec_.job_id + "' is stopping");
-  if (sessions_.empty() && joiners_.empty() && !spec_.joins_running) {
+  if (ranks_.empty() && !spec_.joins_running) {
     return failedPrecondition("job '" + spec_.job_id + "' has no ranks left to join");
   }
-  joiners_.push_back(std::move(session));
+  ranks_.addJoiner(std::move(session));
   GS_LOG(control, info, "job '{}': a rank waits to join at the next commit ({} waiting)", spec_.job_id,
-         joiners_.size());
+         ranks_.joinerCount());
   return okStatus();
 }
 
 void Job::refuseJoinersLocked(const std::string& cause, Outbox* outbox) {
-  for (const auto& joiner : joiners_) {
-    outbox->emplace_back(joiner, refusal("job '" + spec_.job_id + "' takes no new rank: " + cause));
-  }
-  joiners_.clear();
+  for (auto& refused : ranks_.refuseJoiners(cause)) outbox->push_back(std::move(refused));
 }
 
 bool Job::isCommitBarrier(const coordinator::Response& response) {
@@ -53,35 +38,16 @@ bool Job::isCommitBarrier(const coordinator::Response& response) {
 }
 
 bool Job::admitsJoinersLocked(const coordinator::Response& response, const executor::ResponseResult& result) const {
-  if (!spec_.elastic || !result.status.isOk() || batch_epoch_ != epoch_ || !failure_.empty() || stopping_) return false;
+  if (!spec_.elastic || !result.status.isOk() || batch_epoch_ != epochs_.current() || !failure_.empty() || stopping_) {
+    return false;
+  }
   // Across daemons the leader decided before it sent the batch.
   if (cross_) return response.admits_joiners;
-  // Only joiners whose session stream is open: the word of their place goes
-  // over it (a message to a session without one would be lost).
-  const bool ready = std::any_of(joiners_.begin(), joiners_.end(), [](const auto& j) { return j->streamAttached(); });
-  return ready && isCommitBarrier(response);
-}
-
-int Job::admitReadyJoinersLocked() {
-  int admitted = 0;
-  for (auto it = joiners_.begin(); it != joiners_.end();) {
-    if (!(*it)->streamAttached()) {  // a later chance takes it
-      ++it;
-      continue;
-    }
-    const int rank = sessions_.empty() ? 0 : sessions_.rbegin()->first + 1;  // after the ranks there are
-    (*it)->renumber(rank);
-    sessions_.emplace(rank, std::move(*it));
-    it = joiners_.erase(it);
-    ++admitted;
-  }
-  return admitted;
+  return ranks_.readyJoinerCount() > 0 && isCommitBarrier(response);
 }
 
 void Job::resizeLocked(int size) {
   size_.store(size);
-  local_ranks_.clear();
-  for (const auto& [rank, session] : sessions_) local_ranks_.insert(rank);
   // Process sets named ranks of the old numbering: only the global one stays.
   negotiator_ = coordinator::Negotiator(spec_.job_id, size, {});
   std::atomic_store(&process_sets_, std::make_shared<const coordinator::ProcessSetTable>(negotiator_.processSets()));
@@ -89,54 +55,26 @@ void Job::resizeLocked(int size) {
 
 void Job::changeEpochLocked(const std::string& cause, Outbox* outbox, bool admit, bool announce) {
   const int before = size_.load();
-  if (admit) admitReadyJoinersLocked();
+  if (admit) ranks_.admitReadyJoiners();
   std::vector<int> survivors;  // one node holds them all: its sessions, joiners appended
-  for (const auto& [rank, session] : sessions_) survivors.push_back(rank);
-  enterEpochLocked(epoch_ + 1, survivors, {}, static_cast<int>(survivors.size()), before, cause, outbox, announce);
+  for (const auto& [rank, session] : ranks_.byRank()) survivors.push_back(rank);
+  enterEpochLocked(epochs_.current() + 1, survivors, {}, static_cast<int>(survivors.size()), before, cause, outbox,
+                   announce);
 }
 
 void Job::enterEpochLocked(uint64_t next, const std::vector<int>& survivors, const Admitted& admitted, int after,
                            int before, const std::string& cause, Outbox* outbox, bool announce) {
   const Status changed =
-      aborted("job '" + spec_.job_id + "': membership changed (epoch " + std::to_string(epoch_) + " -> " +
+      aborted("job '" + spec_.job_id + "': membership changed (epoch " + std::to_string(epochs_.current()) + " -> " +
               std::to_string(next) + "): " + cause + "; the job goes on with " + std::to_string(after) + " ranks");
   const size_t failed = failAllLocked(changed, outbox, /*keep_negotiated=*/false, /*membership_changed=*/true);
   // Survivors keep their order.
-  SessionSnapshot renumbered;
-  for (const auto& [rank, session] : sessions_) {
-    auto at = std::lower_bound(survivors.begin(), survivors.end(), rank);
-    if (at == survivors.end() || *at != rank) {
-      outbox->emplace_back(session, refusal("job '" + spec_.job_id + "' left " + session->describe() +
-                                            " out of epoch " + std::to_string(next) + ": " + cause));
-      continue;
-    }
-    const int new_rank = static_cast<int>(at - survivors.begin());
-    session->renumber(new_rank);
-    renumbered.emplace(new_rank, session);
-  }
-  for (const auto& [rank, session] : admitted) {
-    session->renumber(rank);
-    renumbered.emplace(rank, session);
-  }
-  sessions_ = std::move(renumbered);
+  for (auto& refused : ranks_.renumber(next, survivors, admitted, cause)) outbox->push_back(std::move(refused));
   resizeLocked(after);
   stalls_.clear();
   outputs_.clear();
-  epoch_ = next;
-  epoch_started_ = Clock::now();
-  epoch_ending_ = false;
+  epochs_.enter(next, cause, before, after, static_cast<int>(failed), Clock::now());
   grant_cv_.notify_all();  // an output wait of the old epoch ends now
-
-  v1::EpochChange record;
-  record.set_epoch(next);
-  record.set_cause(cause);
-  record.set_size_before(before);
-  record.set_size_after(after);
-  record.set_unix_ms(
-      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
-          .count());
-  record.set_failed_collectives(static_cast<int>(failed));
-  history_.push_back(record);
   GS_LOG(control, warn, "job '{}': epoch {} -> {}: {}; {} -> {} ranks, {} collectives failed (retriable){}",
          spec_.job_id, next - 1, next, cause, before, after, failed,
          announce ? ""
@@ -146,47 +84,27 @@ void Job::enterEpochLocked(uint64_t next, const std::vector<int>& survivors, con
 }
 
 void Job::announceEpochLocked(const std::string& cause, Outbox* outbox) {
-  int local_rank = 0;  // this node's ranks in rank order
-  for (const auto& [rank, session] : sessions_) {
-    v1::DaemonMessage message;
-    v1::MembershipChange* change = message.mutable_membership_change();
-    change->set_epoch(epoch_);
-    change->set_rank(rank);
-    change->set_size(size_.load());
-    change->set_local_rank(local_rank++);
-    change->set_local_size(static_cast<int>(sessions_.size()));
-    change->set_cause(cause);
-    outbox->emplace_back(session, std::move(message));
-  }
-}
-
-std::string Job::belowMinimumFailure(Clock::time_point now) const {
-  const auto waited = std::chrono::duration_cast<std::chrono::seconds>(now - *below_min_since_).count();
-  return "the elastic job stayed below its minimum of " + std::to_string(spec_.min_size) + " ranks for " +
-         std::to_string(waited) + " s (" + std::to_string(size_.load()) +
-         " ranks, no new rank came; last change: " + history_.back().cause() + ")";
+  for (auto& place : ranks_.places(epochs_.current(), size_.load(), cause)) outbox->push_back(std::move(place));
 }
 
 std::string Job::fillEpochLocked(Clock::time_point now, Outbox* outbox) {
-  if (!below_min_since_ || !failure_.empty() || stopping_) return "";
+  if (!epochs_.belowMinimum() || !failure_.empty() || stopping_) return "";
   if (cross_) return fillAcrossLocked(now, outbox);
-  const int admitted = admitReadyJoinersLocked();
-  const int size = static_cast<int>(sessions_.size());
+  const int admitted = ranks_.admitReadyJoiners();
+  const int size = ranks_.count();
   if (admitted > 0) {
     resizeLocked(size);  // the epoch that waited grows before anyone used it
-    v1::EpochChange& record = history_.back();
-    record.set_size_after(size);
-    record.set_cause(record.cause() + "; then admitted " + std::to_string(admitted) + " new ranks");
+    epochs_.grew(admitted, size);
   }
   if (size >= spec_.min_size) {
-    below_min_since_.reset();
-    GS_LOG(control, warn, "job '{}': epoch {} has {} ranks again (minimum {}): it goes on", spec_.job_id, epoch_, size,
-           spec_.min_size);
-    announceEpochLocked(history_.back().cause(), outbox);
+    epochs_.filled();
+    GS_LOG(control, warn, "job '{}': epoch {} has {} ranks again (minimum {}): it goes on", spec_.job_id,
+           epochs_.current(), size, spec_.min_size);
+    announceEpochLocked(epochs_.lastCause(), outbox);
     return "";
   }
-  if (now - *below_min_since_ < spec_.elastic_timeout) return "";
-  failure_ = belowMinimumFailure(now);
+  if (!epochs_.belowMinimumFor(spec_.elastic_timeout, now)) return "";
+  failure_ = epochs_.belowMinimumFailure(spec_.min_size, size_.load(), now);
   GS_LOG(control, warn, "job '{}' failed: {}", spec_.job_id, failure_);
   failAllLocked(aborted("job '" + spec_.job_id + "': " + failure_), outbox);
   refuseAllLocked(failure_, outbox);
@@ -196,9 +114,7 @@ std::string Job::fillEpochLocked(Clock::time_point now, Outbox* outbox) {
 void Job::refuseAllLocked(const std::string& cause, Outbox* outbox) {
   refuseJoinersLocked(cause, outbox);
   // The survivors may wait in rejoin: the refusal ends it with the cause.
-  for (const auto& [rank, session] : sessions_) {
-    outbox->emplace_back(session, refusal("job '" + spec_.job_id + "': " + cause));
-  }
+  for (auto& refused : ranks_.refuseRanks(cause)) outbox->push_back(std::move(refused));
 }
 
 std::vector<std::shared_ptr<Session>> Job::stoppedRanks(Clock::time_point now) {
@@ -208,7 +124,7 @@ std::vector<std::shared_ptr<Session>> Job::stoppedRanks(Clock::time_point now) {
   {
     MutexLock lock(mutex_);
     if (!failure_.empty() || stopping_) return stopped;
-    sessions = sessions_;
+    sessions = ranks_.byRank();
   }
   std::map<uint64_t, Clock::time_point> still;  // housekeeping thread only, like stopped_since_
   for (const auto& [rank, session] : sessions) {
@@ -223,7 +139,7 @@ std::vector<std::shared_ptr<Session>> Job::stoppedRanks(Clock::time_point now) {
 }
 
 bool Job::refuseStaleEpochLocked(const std::shared_ptr<Session>& session, const v1::Enqueue& enqueue, Outbox* outbox) {
-  if (!spec_.elastic || enqueue.epoch() == epoch_) return false;
+  if (!spec_.elastic || enqueue.epoch() == epochs_.current()) return false;
   coordinator::Request request;
   request.rank = session->rank();
   request.handle = enqueue.handle();
@@ -231,12 +147,12 @@ bool Job::refuseStaleEpochLocked(const std::shared_ptr<Session>& session, const 
   countErrorLocked(StatusCode::kAborted);
   session->removeHandle(enqueue.handle());
   // Straight to the session: a joiner not yet admitted is not among the ranks.
-  outbox->emplace_back(session,
-                       doneMessage(spec_.job_id, request,
-                                   aborted("job '" + spec_.job_id + "': " + session->describe() +
-                                           "'s collective belongs to epoch " + std::to_string(enqueue.epoch()) +
-                                           ", the job is at epoch " + std::to_string(epoch_) + " (rejoin first)"),
-                                   /*membership_changed=*/true));
+  outbox->emplace_back(
+      session, doneMessage(spec_.job_id, request,
+                           aborted("job '" + spec_.job_id + "': " + session->describe() +
+                                   "'s collective belongs to epoch " + std::to_string(enqueue.epoch()) +
+                                   ", the job is at epoch " + std::to_string(epochs_.current()) + " (rejoin first)"),
+                           /*membership_changed=*/true));
   return true;
 }
 

@@ -46,15 +46,12 @@ std::vector<int> Job::applyNewEpochLocked(const v1::NewEpoch& change, Outbox* ou
   std::vector<int> vanished;
   for (const auto& entry : change.admitted()) {
     if (entry.peer_address() != limits_.peer_address) continue;
-    auto joiner =
-        std::find_if(joiners_.begin(), joiners_.end(), [&](const auto& j) { return j->id() == entry.joiner_id(); });
-    if (joiner == joiners_.end()) {
+    std::shared_ptr<Session> joiner = ranks_.takeJoiner(entry.joiner_id());
+    if (!joiner) {
       vanished.push_back(entry.rank());
       continue;
     }
-    admitted.emplace_back(entry.rank(), *joiner);
-    reported_joiners_.erase(entry.joiner_id());
-    joiners_.erase(joiner);
+    admitted.emplace_back(entry.rank(), std::move(joiner));
   }
   // Below the minimum no rank is told its place: they wait (in rejoin) for
   // the epoch that admits enough joiners, or for the leader's timeout.
@@ -62,9 +59,9 @@ std::vector<int> Job::applyNewEpochLocked(const v1::NewEpoch& change, Outbox* ou
                    change.survivors_size() + change.admitted_size(), size_.load(), change.cause(), outbox,
                    /*announce=*/!change.below_minimum());
   if (!change.below_minimum()) {
-    below_min_since_.reset();
-  } else if (!below_min_since_) {
-    below_min_since_ = Clock::now();
+    epochs_.filled();
+  } else {
+    epochs_.waitBelowMinimum(Clock::now());
   }
   return vanished;
 }
@@ -75,11 +72,11 @@ void Job::onNewEpoch(const v1::NewEpoch& change) {
   std::vector<int> vanished;
   {
     MutexLock lock(mutex_);
-    if (!failure_.empty() || stopping_ || change.epoch() <= epoch_) return;
+    if (!failure_.empty() || stopping_ || change.epoch() <= epochs_.current()) return;
     // Survivors are numbered as in the epoch before: only the next one
     // applies, unless this node held no rank (it joins the job now).
-    if (change.epoch() != epoch_ + 1 && !sessions_.empty()) {
-      gap = "job '" + spec_.job_id + "': the leader moved from epoch " + std::to_string(epoch_) + " to " +
+    if (change.epoch() != epochs_.current() + 1 && ranks_.count() > 0) {
+      gap = "job '" + spec_.job_id + "': the leader moved from epoch " + std::to_string(epochs_.current()) + " to " +
             std::to_string(change.epoch()) + " without telling this node the epochs between";
     } else {
       vanished = applyNewEpochLocked(change, &outbox);
@@ -95,10 +92,7 @@ void Job::onNewEpoch(const v1::NewEpoch& change) {
   }
 }
 
-bool Job::joinersWaitingLocked() const {
-  return cross_->hasPendingJoiners() ||
-         std::any_of(joiners_.begin(), joiners_.end(), [](const auto& j) { return j->streamAttached(); });
-}
+bool Job::joinersWaitingLocked() const { return cross_->hasPendingJoiners() || ranks_.readyJoinerCount() > 0; }
 
 void Job::markAdmissionLocked(std::vector<coordinator::Response>* batch) {
   if (!spec_.elastic || !cross_ || !failure_.empty() || stopping_) return;
@@ -111,11 +105,7 @@ void Job::markAdmissionLocked(std::vector<coordinator::Response>* batch) {
 }
 
 void Job::admitAcrossLocked(const std::string& when, Outbox* outbox) {
-  std::vector<uint64_t> local;
-  for (const auto& joiner : joiners_) {
-    if (joiner->streamAttached()) local.push_back(joiner->id());
-  }
-  auto change = cross_->admitJoiners(local, when);
+  auto change = cross_->admitJoiners(ranks_.readyJoinerIds(), when);
   if (!change.isOk()) {
     GS_LOG(control, warn, "job '{}': new ranks were to join {}: {}", spec_.job_id, when, change.status().message());
     return;
@@ -129,8 +119,8 @@ std::string Job::fillAcrossLocked(Clock::time_point now, Outbox* outbox) {
     admitAcrossLocked("while the job was below its minimum of " + std::to_string(spec_.min_size) + " ranks", outbox);
     return "";
   }
-  if (now - *below_min_since_ < spec_.elastic_timeout) return "";
-  return belowMinimumFailure(now);
+  if (!epochs_.belowMinimumFor(spec_.elastic_timeout, now)) return "";
+  return epochs_.belowMinimumFailure(spec_.min_size, size_.load(), now);
 }
 
 void Job::reportJoiners() {
@@ -138,22 +128,9 @@ void Job::reportJoiners() {
   {
     MutexLock lock(mutex_);
     if (!cross_ || cross_->isLeader() || !failure_.empty() || stopping_) return;
-    ready = unreportedJoinersLocked();
+    ready = ranks_.unreportedJoiners(cross_->leaderChanges());
   }
   for (const auto& joiner : ready) cross_->reportJoiner(joiner->id(), joiner->pid(), joiner->describe());
-}
-
-std::vector<std::shared_ptr<Session>> Job::unreportedJoinersLocked() {
-  // A new leader (failover) knows none of them.
-  if (cross_->leaderChanges() != leader_changes_seen_) {
-    leader_changes_seen_ = cross_->leaderChanges();
-    reported_joiners_.clear();
-  }
-  std::vector<std::shared_ptr<Session>> ready;
-  for (const auto& joiner : joiners_) {
-    if (joiner->streamAttached() && reported_joiners_.insert(joiner->id()).second) ready.push_back(joiner);
-  }
-  return ready;
 }
 
 }  // namespace gradsync::server

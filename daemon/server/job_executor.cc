@@ -55,9 +55,9 @@ void Job::beginBatchLocked(uint64_t fusion_threshold_bytes) {
   tuning_.followLeader(fusion_threshold_bytes);  // (0: none came with the batch)
   batch_fusion_threshold_ =
       fusion_threshold_bytes != 0 ? fusion_threshold_bytes : tuning_.current().fusion_threshold_bytes;
-  batch_sessions_ = sessions_;
-  batch_epoch_ = epoch_;
-  if (cross_) batch_local_ranks_ = local_ranks_;  // one node: every rank is local
+  batch_sessions_ = ranks_.byRank();
+  batch_epoch_ = epochs_.current();
+  if (cross_) batch_local_ranks_ = ranks_.registered();  // one node: every rank is local
 }
 
 void Job::runBatch(std::vector<coordinator::Response> batch, uint64_t sequence) {
@@ -99,7 +99,7 @@ void Job::tellTuningLocked(const std::vector<autotune::TuningEvent>& events, Out
     sample->set_cycle_time_ms(static_cast<double>(event.settings.cycle_time.count()) / 1000.0);
     sample->set_bytes_per_second(event.bytes_per_second);
     sample->set_phase(event.phase);
-    for (const auto& [rank, session] : sessions_) {
+    for (const auto& [rank, session] : ranks_.byRank()) {
       if (session->identity().autotune_log) outbox->emplace_back(session, message);
     }
   }
@@ -111,7 +111,7 @@ void Job::complete(const coordinator::Response& response, const executor::Respon
   const bool admit = admitsJoinersLocked(response, result);
   if (result.status.isOk()) {
     ++operations_done_;
-    if (spec_.elastic && isCommitBarrier(response)) ++commits_;
+    if (spec_.elastic && isCommitBarrier(response)) epochs_.countCommit();
   } else {
     countErrorLocked(result.status.code());
     last_error_ = result.status.message();
@@ -133,11 +133,7 @@ void Job::complete(const coordinator::Response& response, const executor::Respon
     }
     outbox->emplace_back(it->second, std::move(message));
   }
-  if (result.status.isOk() && !history_.empty() && history_.back().epoch() == batch_epoch_ &&
-      history_.back().recovery_ms() == 0) {
-    history_.back().set_recovery_ms(std::max<int64_t>(
-        1, std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - epoch_started_).count()));
-  }
+  if (result.status.isOk()) epochs_.succeeded(batch_epoch_, now);
   if (admit) admitAtCommitLocked(response.name, outbox);
 }
 
@@ -146,8 +142,9 @@ v1::DaemonMessage Job::doneFor(const coordinator::Response& response, const exec
   const coordinator::Request& request = *response.requests[i];
   // A failure in an epoch that has ended (or is ending: a rank of it was
   // lost) is the membership change's doing: retriable.
-  v1::DaemonMessage message = doneMessage(spec_.job_id, request, result.status,
-                                          !result.status.isOk() && (batch_epoch_ != epoch_ || epoch_ending_));
+  v1::DaemonMessage message =
+      doneMessage(spec_.job_id, request, result.status,
+                  !result.status.isOk() && (batch_epoch_ != epochs_.current() || epochs_.ending()));
   v1::Done* done = message.mutable_done();
   if (!result.status.isOk()) {
     done->mutable_detail()->set_tensor_name(response.name);
@@ -169,9 +166,9 @@ void Job::admitAtCommitLocked(const std::string& commit, Outbox* outbox) {
     if (cross_->isLeader()) admitAcrossLocked("at the commit '" + commit + "'", outbox);
     return;
   }
-  const auto ready = std::count_if(joiners_.begin(), joiners_.end(), [](const auto& j) { return j->streamAttached(); });
-  changeEpochLocked("admitted " + std::to_string(ready) + " new ranks at the commit '" + commit + "'", outbox,
-                    /*admit=*/true);  // admits the same joiners: both under mutex_
+  changeEpochLocked(
+      "admitted " + std::to_string(ranks_.readyJoinerCount()) + " new ranks at the commit '" + commit + "'", outbox,
+      /*admit=*/true);  // admits the same joiners: both under mutex_
 }
 
 executor::DataPlane& Job::dataPlane() {
@@ -258,17 +255,19 @@ StatusOr<std::vector<OutputGrants::Key>> Job::sendOutputRequests(const coordinat
 StatusOr<std::vector<v1::OutputGrant>> Job::awaitGrantsLocked(MutexLock& lock,
                                                               const std::vector<OutputGrants::Key>& keys,
                                                               const std::string& prefix, bool abort_on_failure) {
-  const uint64_t epoch = epoch_;
+  const uint64_t epoch = epochs_.current();
   const Session* lost = nullptr;
   const bool granted = grant_cv_.wait_for(lock, limits_.output_grant_timeout, [&]() GS_REQUIRES(mutex_) {
     if (outputs_.allGranted(keys)) return true;
     lost = lostGrantRankLocked(keys);
-    return lost != nullptr || (abort_on_failure && !failure_.empty()) || stopping_ || epoch_ != epoch;
+    return lost != nullptr || (abort_on_failure && !failure_.empty()) || stopping_ || epochs_.current() != epoch;
   });
   OutputGrants::Outcome outcome = outputs_.endWait(keys);
   if (abort_on_failure && !failure_.empty()) return aborted(prefix + failure_);
   if (stopping_) return unavailable(prefix + "job stopping");
-  if (epoch_ != epoch) return aborted(prefix + "the elastic job moved to epoch " + std::to_string(epoch_));
+  if (epochs_.current() != epoch) {
+    return aborted(prefix + "the elastic job moved to epoch " + std::to_string(epochs_.current()));
+  }
   if (lost != nullptr) {  // failure_ names the cause when it is that rank's loss
     const std::string& who = lost->describe();
     const std::string cause = failure_.compare(0, who.size(), who) == 0 ? failure_ : who + " left the job";
@@ -286,8 +285,7 @@ const Session* Job::lostGrantRankLocked(const std::vector<OutputGrants::Key>& ke
   for (const auto& key : keys) {
     auto snapshot = batch_sessions_.find(key.first);
     if (snapshot == batch_sessions_.end()) continue;  // refused before the wait
-    auto now = sessions_.find(key.first);
-    if (now == sessions_.end() || now->second != snapshot->second) return snapshot->second.get();
+    if (ranks_.find(key.first) != snapshot->second) return snapshot->second.get();
   }
   return nullptr;
 }

@@ -41,7 +41,7 @@ void Job::learnSteadyLocked(uint64_t id) {
   for (size_t i = 0; eligible && i < response->ranks.size(); ++i) {
     eligible = response->requests[i].has_value();  // a joined rank: through the leader
     ranks.insert(response->ranks[i]);
-    if (local_ranks_.count(response->ranks[i])) local.insert(response->ranks[i]);
+    if (ranks_.registeredHere(response->ranks[i])) local.insert(response->ranks[i]);
   }
   // Every node must hold a rank of it: a node without one would never say
   // it is ready.
