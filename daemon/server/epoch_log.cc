@@ -47,8 +47,8 @@ std::string EpochLog::belowMinimumFailure(int min_size, int size, Clock::time_po
   const auto waited =
       below_minimum_since_ ? std::chrono::duration_cast<std::chrono::seconds>(now - *below_minimum_since_).count() : 0;
   return "the elastic job stayed below its minimum of " + std::to_string(min_size) + " ranks for " +
-         std::to_string(waited) + " s (" + std::to_string(size) + " ranks, no new rank came; last change: " +
-         lastCause() + ")";
+         std::to_string(waited) + " s (" + std::to_string(size) +
+         " ranks, no new rank came; last change: " + lastCause() + ")";
 }
 
 }  // namespace gradsync::server

@@ -116,11 +116,23 @@ Job::Job(JobSpec spec, JobLimits limits, executor::ReducePool* pool)
     cross_ = std::make_unique<peer::CrossNode>(std::move(options), std::move(hooks));
     peer::PeerDataPlane::Hooks plane_hooks;
     plane_hooks.failed = [this](const Status& status) { return ringFailed(status); };
-    plane_hooks.phase = [this](const char* name, bool begin) { phase(name, begin); };
+    plane_hooks.phase = [this](const char* name, bool begin) { runner_->phase(name, begin); };
     data_plane_ = std::make_unique<peer::PeerDataPlane>(cross_.get(), limits_.transfer_timeout, spec_.elastic,
                                                         std::move(plane_hooks));
     wake_fd_ = UniqueFd(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
   }
+  BatchRunner::Parts parts;
+  parts.job_id = spec_.job_id;
+  parts.executor = &executor_;
+  parts.plane = data_plane_ ? static_cast<executor::DataPlane*>(data_plane_.get()) : &single_node_;
+  parts.peer_plane = data_plane_.get();
+  parts.grants = &outputs_;
+  parts.timeline = &timeline_;
+  parts.stats = &stats_;
+  parts.grant_timeout = limits_.output_grant_timeout;
+  runner_ = std::make_unique<BatchRunner>(
+      std::move(parts), [this](const fusion::FusedResponse& fused, const std::vector<executor::ResponseResult>& results,
+                               Clock::time_point started) { fusedCompleted(fused, results, started); });
   executor_thread_ = std::thread([this] { executorLoop(); });
 }
 
@@ -188,6 +200,10 @@ bool Job::removeSession(const Session& session, const std::string& cause, bool c
     if (left == JobRanks::Left::kReportedJoiner) cross_->reportJoinerGone(session.id());
     if (left != JobRanks::Left::kRank) return ranks_.empty();
     loseRankLocked(session, session.describe() + " " + cause, crashed, &loss);
+    // A wait for its output grant ends now, with the job's failure when
+    // that is this rank's loss.
+    const std::string who = session.describe();
+    outputs_.sessionLeft(session.id(), failure_.compare(0, who.size(), who) == 0 ? failure_ : who + " left the job");
     if (!failure_.empty()) refuseJoinersLocked(failure_, &loss.outbox);
     // A follower's joiners wait for the leader's epoch (which admits those
     // reported, or removes the node and so fails them).
@@ -197,7 +213,7 @@ bool Job::removeSession(const Session& session, const std::string& cause, bool c
     // job that failed already is no news, and must not be announced first).
     loss.announced = failure_.empty() ? session.describe() + " " + cause : failure_;
   }
-  grant_cv_.notify_all();
+  state_cv_.notify_all();
   for (const auto& joiner : loss.replacements) cross_->reportJoiner(joiner->id(), joiner->pid(), joiner->describe());
   if (loss.report) cross_->reportRankLost(loss.report->first, loss.report->second, session.describe() + " " + cause);
   if (!loss.cross_failure.empty()) failJob(loss.cross_failure, /*node_lost=*/true);
@@ -230,7 +246,7 @@ void Job::loseRankLocked(const Session& session, const std::string& what, bool c
     if (!full) epochs_.waitBelowMinimum(Clock::now());
     loss->epoch_changed = true;
   } else if (failure_.empty() && !stopping_) {
-    failure_ = what;
+    failLocked(what);
     failAllLocked(aborted("job '" + spec_.job_id + "': " + failure_), &loss->outbox,
                   /*keep_negotiated=*/cross_ != nullptr);
     if (!loss->outbox.empty()) {
@@ -370,13 +386,10 @@ void Job::publishProcessSetsLocked(const std::vector<coordinator::Response>& res
 }
 
 void Job::grant(const Session& session, const v1::OutputGrant& grant) {
-  MutexLock lock(mutex_);
-  if (!outputs_.deliver({session.rank(), grant.handle()}, grant)) {
+  if (!outputs_.deliver(session.rank(), grant.handle(), grant)) {
     GS_LOG(control, debug, "job '{}': unexpected output grant for handle {} from rank {}", spec_.job_id, grant.handle(),
            session.rank());
-    return;
   }
-  grant_cv_.notify_all();
 }
 
 void Job::failRequestLocked(const coordinator::Request& request, const Status& status, Outbox* outbox,
@@ -476,12 +489,13 @@ void Job::stop(const std::string& reason, bool daemon_stopping) {
     if (stopping_) return;
     stopping_ = true;
     stop_reason_ = reason;
+    outputs_.stopping();
     failAllLocked(unavailable(reason), &outbox);
     refuseJoinersLocked(reason, &outbox);
     wakeExecutorLocked();
   }
   ready_cv_.notify_all();
-  grant_cv_.notify_all();
+  state_cv_.notify_all();
   flush(&outbox);
   if (cross_) cross_->abortTransfers(reason);  // the executor thread is joined next
   // The other nodes cannot run anything with this daemon gone.

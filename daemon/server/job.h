@@ -31,6 +31,7 @@
 #include "daemon/peer/data_plane.h"
 #include "daemon/peer/fast_rounds.h"
 #include "daemon/server/batch_queue.h"
+#include "daemon/server/batch_runner.h"
 #include "daemon/server/enqueue_validation.h"
 #include "daemon/server/epoch_log.h"
 #include "daemon/server/job_ranks.h"
@@ -116,10 +117,10 @@ struct JobLimits {
   bool steady_state_rounds = true;
 };
 
-class Job : private executor::RankAccess {
+class Job {
  public:
   Job(JobSpec spec, JobLimits limits, executor::ReducePool* pool);
-  ~Job() override;
+  ~Job();
   Job(const Job&) = delete;
   Job& operator=(const Job&) = delete;
 
@@ -166,19 +167,8 @@ class Job : private executor::RankAccess {
   void stopTimeline() { timeline_.stop(); }
 
  private:
-  void phase(const char* name, bool begin) override;  // RankAccess
   using Outbox = std::vector<std::pair<std::shared_ptr<Session>, v1::DaemonMessage>>;
   using SessionSnapshot = std::map<int, std::shared_ptr<Session>>;
-
-  // RankAccess, used by the executor thread with the batch's snapshot.
-  const handoff::ShmArena* arena(int rank) override;
-  std::shared_ptr<gpu::ClientGpu> gpuOf(int rank) override;
-  StatusOr<std::vector<uint8_t*>> requestOutputs(const coordinator::Response& response,
-                                                 const std::vector<uint64_t>& bytes,
-                                                 const std::vector<std::vector<int64_t>>& shapes) override;
-  bool isLocal(int rank) const override { return !cross_ || batch_local_ranks_.count(rank) > 0; }
-  executor::DataPlane& dataPlane() override;
-  const executor::DataPlane& dataPlane() const override;
 
   // What validateEnqueue needs to check a request of `rank` (`remote`: a
   // rank on another node, whose range that node checked).
@@ -242,8 +232,12 @@ class Job : private executor::RankAccess {
   void learnSteadyLocked(uint64_t id) GS_REQUIRES(mutex_);
   // Wakes the executor thread (its condition and, in the rounds, its fd).
   void wakeExecutorLocked() GS_REQUIRES(mutex_);
-  // Runs `batch` (begun: queue_, beginBatchLocked), fused up to batch_fusion_threshold_.
+  // Runs `batch` (begun: queue_, beginBatchLocked) as batch_ says.
   void runBatch(std::vector<coordinator::Response> batch, uint64_t sequence = 0);
+  // A fused response of the batch ran (runner_'s hook): its Dones, tuning
+  // and counters.
+  void fusedCompleted(const fusion::FusedResponse& fused, const std::vector<executor::ResponseResult>& results,
+                      Clock::time_point started) GS_EXCLUDES(mutex_);
   // `started`: when the response's fused batch began executing.
   void complete(const coordinator::Response& response, const executor::ResponseResult& result,
                 Clock::time_point started, Outbox* outbox) GS_REQUIRES(mutex_);
@@ -361,7 +355,8 @@ class Job : private executor::RankAccess {
 
   mutable Mutex mutex_;
   CondVar ready_cv_;
-  CondVar grant_cv_;
+  // The job failed, stopped or changed epoch (ringFailed waits for it).
+  CondVar state_cv_;
   coordinator::Negotiator negotiator_ GS_GUARDED_BY(mutex_);
   // The process sets enqueues are checked against: read without mutex_
   // (std::atomic_load), replaced under it when a set is added or removed.
@@ -374,25 +369,16 @@ class Job : private executor::RankAccess {
   // output grants.
   BatchQueue queue_ GS_GUARDED_BY(mutex_);
   // The output buffers asked of the local ranks, their answers, and the
-  // executor's wait for them (grant_cv_).
-  OutputGrants outputs_ GS_GUARDED_BY(mutex_);
-  // The first of `keys` whose rank's session (in the batch's snapshot) has
-  // left the job, or null.
-  const Session* lostGrantRankLocked(const std::vector<OutputGrants::Key>& keys) const GS_REQUIRES(mutex_);
-  // requestOutputs' parts: asks the local ranks of `response` for their
-  // output buffers (the keys to wait for; the wait shows from then on),
-  // then waits for every grant until the deadline, a lost rank, a stop, the
-  // job's failure (one-node jobs) or a new epoch, each with its error.
-  StatusOr<std::vector<OutputGrants::Key>> sendOutputRequests(const coordinator::Response& response,
-                                                              const std::vector<uint64_t>& bytes,
-                                                              const std::vector<std::vector<int64_t>>& shapes,
-                                                              const std::string& prefix, bool abort_on_failure)
-      GS_EXCLUDES(mutex_);
-  StatusOr<std::vector<v1::OutputGrant>> awaitGrantsLocked(MutexLock& lock, const std::vector<OutputGrants::Key>& keys,
-                                                           const std::string& prefix, bool abort_on_failure)
-      GS_REQUIRES(mutex_);
+  // executor's wait for them (its own lock: told of a rank's loss, the
+  // job's failure, stop and new epochs).
+  OutputGrants outputs_;
   StallWatch stalls_ GS_GUARDED_BY(mutex_);
-  std::string failure_ GS_GUARDED_BY(mutex_);  // non-empty once the job has failed
+  std::string failure_ GS_GUARDED_BY(mutex_);  // non-empty once the job has failed (failLocked)
+  // The job fails with `cause` (the output-grant wait hears of it too).
+  void failLocked(const std::string& cause) GS_REQUIRES(mutex_) {
+    failure_ = cause;
+    outputs_.failed(cause);
+  }
   bool stopping_ GS_GUARDED_BY(mutex_) = false;
   std::string stop_reason_ GS_GUARDED_BY(mutex_);  // why stop() was called (e.g. the daemon shuts down)
   // Negotiating, ready, forwarded and executing collectives.
@@ -436,12 +422,12 @@ class Job : private executor::RankAccess {
   std::vector<v1::NodeInfo> steady_members_ GS_GUARDED_BY(mutex_);
   UniqueFd wake_fd_;  // eventfd: wakes the executor thread in the rounds
 
-  // Sessions of the batch being executed, its epoch and this node's ranks
-  // in it (executor thread only).
-  SessionSnapshot batch_sessions_;
-  uint64_t batch_epoch_ = 0;
-  uint64_t batch_fusion_threshold_ = 0;  // this daemon's, or the leader's that came with the batch
-  std::set<int> batch_local_ranks_;
+  // The job as the batch being executed began: its sessions, epoch, fusion
+  // threshold (this daemon's, or the leader's that came with the batch) and
+  // this node's ranks (the thread running the batch only).
+  BatchContext batch_;
+  // Runs the batches: the executors' view of the job (RankAccess).
+  std::unique_ptr<BatchRunner> runner_;
   // What a rank's loss leaves to do once mutex_ is released
   // (removeSession).
   struct RankLoss {

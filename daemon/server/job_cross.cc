@@ -90,7 +90,7 @@ void Job::failJob(const std::string& cause, bool node_lost) {
     if (stopping_) return;
     if (!failure_.empty() && !node_lost) return;
     if (failure_.empty()) {
-      failure_ = cause;
+      failLocked(cause);
       GS_LOG(control, warn, "job '{}' failed: {}", spec_.job_id, cause);
     }
     // A lost node (or data plane) also ends what was negotiated: it cannot
@@ -99,7 +99,7 @@ void Job::failJob(const std::string& cause, bool node_lost) {
     if (spec_.elastic) refuseAllLocked(failure_, &outbox);
     wakeExecutorLocked();
   }
-  grant_cv_.notify_all();
+  state_cv_.notify_all();
   if (cross_) {
     // Transfers with a lost node would otherwise wait for the transfer
     // timeout. The other nodes hear the cause before the local ranks do:
@@ -124,12 +124,12 @@ Status Job::ringFailed(const Status& status) {
     MutexLock lock(mutex_);
     const auto grace = spec_.elastic ? std::chrono::milliseconds(peer::CrossNode::kSilenceLimitMs + 1000)
                                      : std::chrono::duration_cast<std::chrono::milliseconds>(kRingCauseGrace);
-    grant_cv_.wait_for(lock, grace, [&]() GS_REQUIRES(mutex_) {
-      return !failure_.empty() || stopping_ || epochs_.current() != batch_epoch_;
+    state_cv_.wait_for(lock, grace, [&]() GS_REQUIRES(mutex_) {
+      return !failure_.empty() || stopping_ || epochs_.current() != batch_.epoch;
     });
-    if (spec_.elastic && failure_.empty() && !stopping_ && epochs_.current() != batch_epoch_) {
+    if (spec_.elastic && failure_.empty() && !stopping_ && epochs_.current() != batch_.epoch) {
       return aborted("job '" + spec_.job_id + "': the membership changed during the collective (epoch " +
-                     std::to_string(batch_epoch_) + " -> " + std::to_string(epochs_.current()) +
+                     std::to_string(batch_.epoch) + " -> " + std::to_string(epochs_.current()) +
                      "): " + epochs_.lastCause());
     }
     cause = failure_;

@@ -38,7 +38,7 @@ bool Job::isCommitBarrier(const coordinator::Response& response) {
 }
 
 bool Job::admitsJoinersLocked(const coordinator::Response& response, const executor::ResponseResult& result) const {
-  if (!spec_.elastic || !result.status.isOk() || batch_epoch_ != epochs_.current() || !failure_.empty() || stopping_) {
+  if (!spec_.elastic || !result.status.isOk() || batch_.epoch != epochs_.current() || !failure_.empty() || stopping_) {
     return false;
   }
   // Across daemons the leader decided before it sent the batch.
@@ -72,9 +72,9 @@ void Job::enterEpochLocked(uint64_t next, const std::vector<int>& survivors, con
   for (auto& refused : ranks_.renumber(next, survivors, admitted, cause)) outbox->push_back(std::move(refused));
   resizeLocked(after);
   stalls_.clear();
-  outputs_.clear();
+  outputs_.newEpoch(next);
   epochs_.enter(next, cause, before, after, static_cast<int>(failed), Clock::now());
-  grant_cv_.notify_all();  // an output wait of the old epoch ends now
+  state_cv_.notify_all();  // an output wait of the old epoch ends now
   GS_LOG(control, warn, "job '{}': epoch {} -> {}: {}; {} -> {} ranks, {} collectives failed (retriable){}",
          spec_.job_id, next - 1, next, cause, before, after, failed,
          announce ? ""
@@ -104,7 +104,7 @@ std::string Job::fillEpochLocked(Clock::time_point now, Outbox* outbox) {
     return "";
   }
   if (!epochs_.belowMinimumFor(spec_.elastic_timeout, now)) return "";
-  failure_ = epochs_.belowMinimumFailure(spec_.min_size, size_.load(), now);
+  failLocked(epochs_.belowMinimumFailure(spec_.min_size, size_.load(), now));
   GS_LOG(control, warn, "job '{}' failed: {}", spec_.job_id, failure_);
   failAllLocked(aborted("job '" + spec_.job_id + "': " + failure_), outbox);
   refuseAllLocked(failure_, outbox);

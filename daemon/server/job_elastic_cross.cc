@@ -36,7 +36,7 @@ void Job::crossRanksLost(const std::vector<int>& ranks, uint64_t epoch, const st
     if (!failure_.empty() || stopping_) return;
     failure = leadEpochLocked(ranks, epoch, cause, &outbox);
   }
-  grant_cv_.notify_all();
+  state_cv_.notify_all();
   flush(&outbox);
   if (!failure.empty()) failJob(failure, /*node_lost=*/true);
 }
@@ -82,7 +82,7 @@ void Job::onNewEpoch(const v1::NewEpoch& change) {
       vanished = applyNewEpochLocked(change, &outbox);
     }
   }
-  grant_cv_.notify_all();
+  state_cv_.notify_all();
   flush(&outbox);
   if (!gap.empty()) failJob(gap, /*node_lost=*/true);
   // A joiner that left between its report and its admission: lost at once.

@@ -152,7 +152,8 @@ JobRanks::Messages JobRanks::places(uint64_t epoch, int size, const std::string&
 
 JobRanks::Messages JobRanks::refuseRanks(const std::string& cause) const {
   Messages refused;
-  for (const auto& [rank, session] : sessions_) refused.emplace_back(session, refusal("job '" + job_id_ + "': " + cause));
+  for (const auto& [rank, session] : sessions_)
+    refused.emplace_back(session, refusal("job '" + job_id_ + "': " + cause));
   return refused;
 }
 

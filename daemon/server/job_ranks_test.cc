@@ -11,7 +11,8 @@ using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
 std::shared_ptr<Session> session(uint64_t id, int rank, int local_rank = 0) {
-  return std::make_shared<Session>(id, SessionSecret{}, RankIdentity{"j", rank, 4, local_rank, 2, "host-a", "test", false});
+  return std::make_shared<Session>(id, SessionSecret{},
+                                   RankIdentity{"j", rank, 4, local_rank, 2, "host-a", "test", false});
 }
 
 std::vector<int> ranksOf(const JobRanks& ranks) {

@@ -159,7 +159,7 @@ bool Job::steadyRound(peer::FastRounds& rounds, bool leader) {
     part = {sequence, tuning_.current().fusion_threshold_bytes};
   }
   if (leader && !batch.empty()) {
-    Status sent = cross_->broadcast(batch, sequence, batch_epoch_, batch_fusion_threshold_);
+    Status sent = cross_->broadcast(batch, sequence, batch_.epoch, batch_.fusion_threshold_bytes);
     if (!sent.isOk()) {
       for (auto& r : batch) r.status = sent;
       failJob(sent.message(), /*node_lost=*/true);

@@ -3,44 +3,105 @@
 
 #include <algorithm>
 
+#include "daemon/coordinator/request.h"
+
 namespace gradsync::server {
 
-bool OutputGrants::deliver(const Key& key, const v1::OutputGrant& grant) {
+Status OutputGrants::begin(const std::string& tensor, const std::vector<Ask>& asks, uint64_t epoch,
+                           bool ends_at_failure, Clock::time_point now) {
+  MutexLock lock(mutex_);
+  RETURN_IF_ERROR(endedLocked(asks, epoch, ends_at_failure));
+  Wait wait{tensor, now, {}};
+  for (const Ask& ask : asks) {
+    wait.keys.emplace_back(ask.rank, ask.handle);
+    expected_.insert(wait.keys.back());
+  }
+  wait_ = std::move(wait);
+  return okStatus();
+}
+
+bool OutputGrants::deliver(int rank, uint64_t handle, const v1::OutputGrant& grant) {
+  MutexLock lock(mutex_);
+  const Key key(rank, handle);
   if (expected_.erase(key) == 0) return false;
   granted_[key] = grant;
+  cv_.notify_all();
   return true;
 }
 
-void OutputGrants::beginWait(const std::string& tensor, const std::vector<Key>& keys, Clock::time_point since) {
-  wait_ = Wait{tensor, since, keys};
+Status OutputGrants::endedLocked(const std::vector<Ask>& asks, uint64_t epoch, bool ends_at_failure) const {
+  if (ends_at_failure && !failure_.empty()) return aborted(failure_);
+  if (stopping_) return unavailable("job stopping");
+  if (epoch_ != epoch) return aborted("the elastic job moved to epoch " + std::to_string(epoch_));
+  for (const Ask& ask : asks) {
+    auto left = left_.find(ask.session);
+    if (left != left_.end()) return aborted(left->second + " before answering the output request");
+  }
+  return okStatus();
 }
 
-bool OutputGrants::allGranted(const std::vector<Key>& keys) const {
-  return std::all_of(keys.begin(), keys.end(), [&](const Key& key) { return granted_.count(key) > 0; });
-}
-
-OutputGrants::Outcome OutputGrants::endWait(const std::vector<Key>& keys) {
+StatusOr<std::vector<v1::OutputGrant>> OutputGrants::await(const std::vector<Ask>& asks, uint64_t epoch,
+                                                           bool ends_at_failure, Clock::duration timeout,
+                                                           const std::string& prefix) {
+  MutexLock lock(mutex_);
+  Status ended = okStatus();
+  const bool granted = cv_.wait_for(lock, timeout, [&]() GS_REQUIRES(mutex_) {
+    ended = endedLocked(asks, epoch, ends_at_failure);
+    return !ended.isOk() || std::all_of(asks.begin(), asks.end(), [&](const Ask& ask) GS_REQUIRES(mutex_) {
+      return granted_.count({ask.rank, ask.handle}) > 0;
+    });
+  });
   wait_.reset();
-  Outcome outcome;
-  for (const auto& key : keys) {
-    auto it = granted_.find(key);
+  std::vector<v1::OutputGrant> answers;
+  std::vector<int> waiting;
+  for (const Ask& ask : asks) {
+    auto it = granted_.find({ask.rank, ask.handle});
     if (it != granted_.end()) {
-      outcome.answers.push_back(it->second);
+      answers.push_back(it->second);
       granted_.erase(it);
     } else {
-      outcome.waiting.push_back(key.first);
+      waiting.push_back(ask.rank);
     }
-    expected_.erase(key);
+    expected_.erase({ask.rank, ask.handle});
   }
-  return outcome;
+  if (!ended.isOk()) return Status(ended.code(), prefix + ended.message());
+  if (!granted || !waiting.empty()) {
+    return deadlineExceeded(prefix + "ranks " + coordinator::ranksString(waiting) +
+                            " did not answer the output request within " +
+                            std::to_string(std::chrono::duration_cast<std::chrono::seconds>(timeout).count()) + " s");
+  }
+  return answers;
 }
 
-void OutputGrants::clear() {
+void OutputGrants::sessionLeft(uint64_t session, const std::string& cause) {
+  MutexLock lock(mutex_);
+  left_.emplace(session, cause);
+  cv_.notify_all();
+}
+
+void OutputGrants::failed(const std::string& failure) {
+  MutexLock lock(mutex_);
+  if (failure_.empty()) failure_ = failure;
+  cv_.notify_all();
+}
+
+void OutputGrants::stopping() {
+  MutexLock lock(mutex_);
+  stopping_ = true;
+  cv_.notify_all();
+}
+
+void OutputGrants::newEpoch(uint64_t epoch) {
+  MutexLock lock(mutex_);
+  epoch_ = epoch;
   expected_.clear();
   granted_.clear();
+  left_.clear();  // the new epoch's sessions are those that stayed
+  cv_.notify_all();
 }
 
 void OutputGrants::describe(Clock::time_point now, v1::JobTensors* out) const {
+  MutexLock lock(mutex_);
   if (!wait_) return;
   v1::TensorAwaitingOutput* tensor = out->add_awaiting_output();
   tensor->set_name(wait_->tensor);
