@@ -9,6 +9,9 @@
 #                                 then the PyTorch bench with the references (D2D copy, NCCL 1 rank)  (~4 min)
 #   scripts/gpu_check.sh resnet   ResNet-50 training steps: 1 process batch 128 against 2 ranks batch 64,
 #                                 MPS off and (when it starts) on                                  (~5 min)
+#   scripts/gpu_check.sh ab       an A/B of two daemons, interleaved (A B B A A B B A): .gpu_bundle/bin/gradsyncd
+#                                 against .gpu_bundle/bin/gradsyncd.before (copy a build of the older
+#                                 commit there), gradsync_bench --resnet and 1 MiB..64 MiB, 1/2/4 ranks (~2 min)
 #
 # Output goes to stdout and to $OUT/gpu_check-<stage>.log when $OUT is set.
 # Exit code: the number of failed steps (0: all passed).
@@ -219,7 +222,32 @@ case $stage in
     step "ResNet-50, MPS off" resnet "MPS off"
     under_mps step "ResNet-50, MPS on" resnet "MPS on"
     ;;
-  *) echo "unknown stage $stage (tests, bench, resnet)"; exit 100 ;;
+  ab)
+    [[ -x $bundle/bin/gradsyncd.before ]] || { echo "no $bundle/bin/gradsyncd.before"; exit 100; }
+    printf '#!/bin/sh\nLD_LIBRARY_PATH=%s/lib exec %s/bin/gradsyncd.before "$@"\n' "$bundle" "$bundle" \
+      > "$workdir/bin/gradsyncd.before"
+    chmod +x "$workdir/bin/gradsyncd.before"
+    stop_daemon > /dev/null
+    ab_round() {  # ab_round LABEL DAEMON
+      "$2" --socket-path "$socket" --log-level warn > "$workdir/gradsyncd.log" 2>&1 &
+      daemon_pid=$!
+      for _ in $(seq 100); do [[ -S $socket ]] && break; sleep 0.1; done
+      for n in 1 2 4; do
+        "$tools/gradsync_bench" --socket "$socket" -np "$n" --device cuda --resnet | sed -n "s/^CSV,/AB,$1,/p"
+        "$tools/gradsync_bench" --socket "$socket" -np "$n" --device cuda --min-bytes 1M --max-bytes 64M \
+          --min-time 0.3 | sed -n "s/^CSV,/AB,$1,/p"
+      done
+      stop_daemon > /dev/null
+    }
+    for rep in 1 2; do  # A B B A: neither goes first more often
+      ab_round after "$tools/gradsyncd"
+      ab_round before "$workdir/bin/gradsyncd.before"
+      ab_round before "$workdir/bin/gradsyncd.before"
+      ab_round after "$tools/gradsyncd"
+    done
+    step "start gradsyncd again" start_daemon
+    ;;
+  *) echo "unknown stage $stage (tests, bench, resnet, ab)"; exit 100 ;;
 esac
 step "gradsyncd exits cleanly" stop_daemon
 echo "gpu_check $stage: $failures step(s) failed"
