@@ -37,9 +37,7 @@ std::shared_ptr<gpu::ClientGpu> BatchRunner::gpuOf(int rank) {
   return it == context_->sessions.end() ? nullptr : it->second->gpu();
 }
 
-bool BatchRunner::isLocal(int rank) const {
-  return !context_->local_ranks || context_->local_ranks->count(rank) > 0;
-}
+bool BatchRunner::isLocal(int rank) const { return !context_->local_ranks || context_->local_ranks->count(rank) > 0; }
 
 StatusOr<std::vector<uint8_t*>> BatchRunner::requestOutputs(const coordinator::Response& response,
                                                             const std::vector<uint64_t>& bytes,

@@ -51,8 +51,9 @@ class BatchRunner : private executor::RankAccess {
     Clock::duration grant_timeout = std::chrono::seconds(30);
   };
   // A fused response of the batch ran from `started`, with `results`.
-  using Completed = std::function<void(const fusion::FusedResponse& fused,
-                                       const std::vector<executor::ResponseResult>& results, Clock::time_point started)>;
+  using Completed =
+      std::function<void(const fusion::FusedResponse& fused, const std::vector<executor::ResponseResult>& results,
+                         Clock::time_point started)>;
 
   BatchRunner(Parts parts, Completed completed) : parts_(std::move(parts)), completed_(std::move(completed)) {}
 
