@@ -41,6 +41,19 @@ def test_duplicate_name_in_flight(rank, size):
     assert hvd.synchronize(first).tolist() == [size] * 3
 
 
+def test_a_name_is_free_again_once_its_collective_ran_unsynchronized(rank, size):
+    # Horovod frees a name when its collective has run; the handle may never
+    # be synchronized. Later collectives of that name then work.
+    first = hvd.allreduce_async(torch.ones(3), name="err.unsynced", op=hvd.Sum)
+    while not hvd.poll(first):
+        time.sleep(0.001)
+    again = hvd.allreduce_async(torch.full((3,), 2.0), name="err.unsynced", op=hvd.Sum)
+    assert hvd.synchronize(again).tolist() == [2.0 * size] * 3
+    assert hvd.allreduce(torch.ones(2), name="err.unsynced", op=hvd.Sum).tolist() == [size] * 2
+    # The first handle still gives its result.
+    assert hvd.synchronize(first).tolist() == [size] * 3
+
+
 @pytest.mark.parametrize("splits, match", [
     ([5, 5, 5], "splits sum to"), ([-1, 5, 0], "must not be negative"), ([4], "splits for a process set"),
     ([1.0, 3.0, 0.0], "must be integers"), (torch.tensor([1.5, 2.5, 0.0]), "must be integers"),

@@ -19,7 +19,10 @@ class Context:
         self._next_handle = 1
         self._names = {}
         self.pending = {}
-        self.in_flight = set()  # names of this rank's collectives not synchronized yet (under `lock`)
+        # Names of this rank's collectives not synchronized yet, each with its
+        # native handles (under `lock`): a name is free again once its
+        # collective has run, synchronized or not (as in Horovod).
+        self.in_flight = {}
         self.lock = threading.Lock()
         # Native handles of failed groups whose other members were still in
         # flight: released once they end (they end: the daemon fails or

@@ -159,6 +159,19 @@ def _unstarted(ctx):
     return [p for p in ctx.pending.values() if isinstance(p, _Deferred) and p.second is None and p.error is None]
 
 
+def _name_taken(ctx, name):
+    """Whether a collective of this rank named `name` has not run yet (one
+    that ran frees its name, synchronized or not, as in Horovod). Under
+    ctx.lock."""
+    natives = ctx.in_flight.get(name)
+    if natives is None:
+        return False
+    if natives and all(ctx.client.poll(n) for n in natives):  # () : being enqueued on another thread
+        del ctx.in_flight[name]
+        return False
+    return True
+
+
 def submit(ops, keep, finish, what):
     """Enqueues `ops` (several: a group) and returns the Python handle. A
     name this rank has in flight already raises ValueError, as in Horovod."""
@@ -166,19 +179,24 @@ def submit(ops, keep, finish, what):
     names = [op.name.decode() for op in ops if op.name]
     with ctx.lock:  # autograd may run hooks on other threads
         for name in names:
-            if name in ctx.in_flight:
+            if _name_taken(ctx, name):
                 error = ValueError("Requested to %s a tensor with the same name as another tensor that is "
                                    "currently being processed ('%s'). If you want to request another tensor, use a "
                                    "different tensor name." % (_KINDS.get(ops[0].collective, "run"), name))
                 error._gradsync_abandoned = {name}  # the first one stays: the others must not fail it
                 raise error
-        ctx.in_flight.update(names)
+        for name in names:
+            ctx.in_flight[name] = ()  # taken (no native handle yet: never found to have run)
     try:
         natives = ctx.client.enqueue_group(ops, what) if len(ops) > 1 else [ctx.client.enqueue(ops[0], what)]
     except Exception:
         with ctx.lock:
-            ctx.in_flight.difference_update(names)
+            for name in names:
+                ctx.in_flight.pop(name, None)
         raise
+    with ctx.lock:
+        for name in names:
+            ctx.in_flight[name] = tuple(natives)
     handle = ctx.new_handle()
     ctx.pending[handle] = _Pending(natives, keep, finish, what, names)
     return handle
@@ -209,8 +227,7 @@ def synchronize(handle, start_others=True):
         return synchronize(_started(pending), start_others)
     # Waits in short slices only while some deferred operation may need starting.
     between = start_ready if start_others and _unstarted(ctx) else None
-    with ctx.lock:
-        ctx.in_flight.difference_update(pending.names)
+    _free_names(ctx, pending)
     try:
         for n in pending.natives:
             ctx.client.wait(n, pending.what, between=between)
@@ -224,6 +241,16 @@ def synchronize(handle, start_others=True):
             else:
                 ctx.orphans.append(n)
         _release_ended_orphans(ctx)
+
+
+def _free_names(ctx, pending):
+    """Frees the names of `pending` (unless a later collective took one
+    after this one ran)."""
+    mine = tuple(pending.natives)
+    with ctx.lock:
+        for name in pending.names:
+            if ctx.in_flight.get(name) == mine:
+                del ctx.in_flight[name]
 
 
 def _release_ended_orphans(ctx):
