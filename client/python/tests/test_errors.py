@@ -85,6 +85,14 @@ def test_a_process_set_without_this_rank_raises_value_error(rank):
             hvd.allreduce(torch.ones(2), op=hvd.Sum, process_set=EVEN_RANKS)
 
 
+def test_an_even_alltoall_of_rows_the_set_does_not_divide_raises_at_the_call(rank, size):
+    with pytest.raises(ValueError, match="first dimension %d is not a multiple of the process set's %d ranks"
+                       % (size + 1, size)):
+        hvd.alltoall(torch.ones(size + 1), name="err.uneven")
+    # Every rank raised; none waits for the others: the job goes on.
+    assert hvd.alltoall(torch.full((size,), float(rank)), name="err.even").tolist() == list(map(float, range(size)))
+
+
 def test_a_local_error_on_one_rank_fails_the_others_at_once_and_later_unnamed_calls_run(rank, size):
     # The last rank passes splits that do not sum to its first dimension: it
     # raises at the call; the others' same (unnamed) alltoall fails at once

@@ -4,6 +4,7 @@ import pytest
 import torch
 
 import gradsync.torch as hvd
+from conftest import EVEN_RANKS
 
 
 def make_model(seed):
@@ -141,16 +142,19 @@ def sparse_batch(step, size, per_rank):
     return ids, ids.float().mean(1, keepdim=True).div(50)
 
 
-def test_sparse_embedding_trains_to_the_weights_of_one_process(rank, size):
+@pytest.mark.parametrize("sparse_as_dense", [False, True], ids=["sparse", "as_dense"])
+def test_sparse_embedding_trains_to_the_weights_of_one_process(rank, size, sparse_as_dense):
     # sparse_as_dense=False (the default): the embedding's sparse gradients
-    # travel as allgathered indices and values; N ranks with 4 samples each
-    # end where one process with 4N samples does.
+    # travel as allgathered indices and values; True: a dense copy is
+    # reduced, and the optimizer gets a sparse gradient back (as Horovod).
+    # N ranks with 4 samples each end where one process with 4N samples does.
     torch.manual_seed(3)
     reference = EmbeddingBag()
     torch.manual_seed(300 + rank)
     model = EmbeddingBag()
     make = lambda params: torch.optim.SGD(params, lr=0.5)  # noqa: E731 (SGD takes sparse gradients)
-    optimizer = hvd.DistributedOptimizer(make(model.parameters()), named_parameters=model.named_parameters())
+    optimizer = hvd.DistributedOptimizer(make(model.parameters()), named_parameters=model.named_parameters(),
+                                         sparse_as_dense=sparse_as_dense)
     ref_optimizer = make(reference.parameters())
     hvd.broadcast_parameters(reference.state_dict() if rank == 0 else model.state_dict(), root_rank=0)
     if rank == 0:
@@ -165,8 +169,23 @@ def test_sparse_embedding_trains_to_the_weights_of_one_process(rank, size):
         torch.nn.functional.mse_loss(model(ids[mine]), y[mine]).backward()
         assert model.embedding.weight.grad.is_sparse
         optimizer.step()
+        assert model.embedding.weight.grad.is_sparse
     for p, q in zip(model.parameters(), reference.parameters()):
         assert torch.allclose(p, q, atol=1e-6), (p - q).abs().max()
+
+
+def test_sparse_adam_takes_the_gradients_sparse_as_dense_reduces(rank):
+    # SparseAdam refuses dense gradients: sparse_as_dense hands it sparse ones.
+    torch.manual_seed(5)
+    embedding = torch.nn.Embedding(20, 3, sparse=True)
+    optimizer = hvd.DistributedOptimizer(torch.optim.SparseAdam(embedding.parameters(), lr=0.1),
+                                         named_parameters=embedding.named_parameters(), sparse_as_dense=True)
+    for step in range(3):
+        optimizer.zero_grad()
+        embedding(torch.tensor([[rank + step, 7]])).sum().backward()
+        optimizer.step()
+    weights = hvd.allgather_object(embedding.weight.detach().clone())
+    assert all(torch.equal(weights[0], w) for w in weights)
 
 
 def _optimizers():
@@ -206,8 +225,9 @@ def test_broadcast_optimizer_state_of_every_optimizer(rank, optimizer_class):
 
 def test_broadcast_from_a_root_without_gradients_yet(rank, size):
     # Rank 0's optimizer never stepped (its parameters have no gradient, no
-    # state): the others, which stepped, drop their state for rank 0's, and
-    # the parameters (one frozen, without gradient) become rank 0's.
+    # state): as Horovod, it makes its state first (zero gradients, one
+    # step); the others, which stepped, take that state, and the parameters
+    # (one frozen, without gradient) become rank 0's.
     torch.manual_seed(10 + rank)
     model = torch.nn.Sequential(torch.nn.Linear(3, 3), torch.nn.Linear(3, 1))
     model[0].bias.requires_grad_(False)
@@ -217,7 +237,9 @@ def test_broadcast_from_a_root_without_gradients_yet(rank, size):
         optimizer.step()
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
     hvd.broadcast_optimizer_state(optimizer, root_rank=0)
-    assert optimizer.state_dict()["state"] == {}
+    states = hvd.allgather_object(optimizer.state_dict())
+    assert all(_states_equal(states[0], s) for s in states)
+    assert [float(s["step"]) for s in optimizer.state_dict()["state"].values()] == [1.0] * 3
     weights = hvd.allgather_object([p.detach().clone() for p in model.state_dict().values()])
     assert all(_states_equal(weights[0], w) for w in weights)
 
@@ -240,3 +262,39 @@ def test_horovods_warnings(rank):
     with pytest.warns(DeprecationWarning, match="`num_groups` has been replaced by `groups`"):
         hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
                                  named_parameters=model.named_parameters(), num_groups=1)
+
+
+def test_a_rank_outside_the_optimizers_process_set_steps_with_its_own_gradients(rank):
+    # As Horovod: no hooks there, synchronize() returns at once, step()
+    # applies the local gradient; the set's ranks average theirs.
+    model = torch.nn.Linear(1, 1, bias=False)
+    torch.nn.init.zeros_(model.weight)
+    optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=1.0),
+                                         named_parameters=model.named_parameters(), process_set=EVEN_RANKS)
+    for _ in range(2):
+        optimizer.zero_grad()
+        (model(torch.ones(1, 1)) * (rank + 1)).sum().backward()
+        optimizer.step()
+    if EVEN_RANKS.included():
+        expected = -2.0 * sum(r + 1 for r in EVEN_RANKS.ranks) / len(EVEN_RANKS.ranks)
+    else:
+        expected = -2.0 * (rank + 1)
+    assert model.weight.item() == pytest.approx(expected)
+    hvd.barrier()
+
+
+@pytest.mark.parametrize("distributed", [False, True], ids=["plain", "distributed"])
+def test_broadcasting_a_new_optimizers_state_makes_the_state_first(rank, distributed):
+    # As Horovod: an optimizer without state yet gets zero gradients and one
+    # local step, so its state (Adam's moments) exists and is broadcast.
+    model = torch.nn.Linear(3, 2)
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.1)
+    if distributed:
+        optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters())
+    hvd.broadcast_optimizer_state(optimizer, root_rank=0)
+    for p in model.parameters():
+        assert p.grad is not None and not p.grad.any()
+        state = optimizer.state[p]
+        assert set(state) >= {"step", "exp_avg", "exp_avg_sq"}
+        assert float(state["step"]) == 1.0
+    hvd.barrier()

@@ -9,6 +9,7 @@ import pickle
 import torch
 
 from gradsync.torch import _context
+from gradsync.torch import optimizer as _optimizer_module
 from gradsync.torch.mpi_ops import allgather, broadcast_, broadcast_async_
 from gradsync.torch._submit import synchronize
 from gradsync.torch.process_sets import global_process_set
@@ -68,11 +69,31 @@ def allgather_object(obj, name=None, process_set=global_process_set):
     return [_loads(chunk) for chunk in torch.split(gathered, sizes.tolist())]
 
 
+def _initialize_state(optimizer):
+    """A new optimizer has no state yet (momentum buffers, Adam's moments):
+    as Horovod, every parameter that requires a gradient gets a zero one
+    (sparse for SparseAdam) and one local step makes the state. A
+    DistributedOptimizer steps as its wrapped optimizer: its own step would
+    allreduce."""
+    for group in optimizer.param_groups:
+        for p in group["params"]:
+            if p.requires_grad:
+                p.grad = torch.zeros_like(p.data)
+                if isinstance(optimizer, torch.optim.SparseAdam):
+                    p.grad = p.grad.to_sparse()
+    if type(optimizer).__module__ == _optimizer_module.__name__:
+        super(type(optimizer), optimizer).step()
+    else:
+        optimizer.step()
+
+
 def broadcast_optimizer_state(optimizer, root_rank, process_set=global_process_set):
     """Makes every rank's optimizer state (hyper-parameters per param group,
     and per-parameter state such as momentum buffers) equal to root_rank's."""
     if isinstance(optimizer, torch.optim.LBFGS):
         raise ValueError("cannot broadcast torch.optim.LBFGS state")
+    if not optimizer.state_dict()["state"]:
+        _initialize_state(optimizer)
     state = broadcast_object(optimizer.state_dict(), root_rank, "broadcast_optimizer_state", process_set)
     if _context.current().client.rank != root_rank:
         optimizer.load_state_dict(state)

@@ -352,9 +352,15 @@ def broadcast_(tensor, root_rank, name=None, process_set=global_process_set):
 
 def _splits_array(splits, tensor, process_set, what):
     """The splits as a C array, checked as far as this rank can: integers,
-    one per rank of the set, none negative, summing to the first dimension
-    (ValueError otherwise, as Horovod raises at the call)."""
+    one per rank of the set, none negative, summing to the first dimension;
+    without splits, a first dimension the set's size divides (ValueError
+    otherwise, as Horovod raises at the call)."""
+    rows = tensor.shape[0] if tensor.dim() else 1
     if splits is None:
+        ranks = process_set.size() if process_set.included() else None
+        if ranks and rows % ranks != 0:
+            raise ValueError("%s: the tensor's first dimension %d is not a multiple of the process set's %d ranks "
+                             "(give splits for an uneven alltoall)" % (what, rows, ranks))
         return None, 0
     if isinstance(splits, torch.Tensor):
         if splits.dtype.is_floating_point or splits.dtype.is_complex or splits.dtype == torch.bool:
@@ -370,7 +376,6 @@ def _splits_array(splits, tensor, process_set, what):
         raise ValueError("%s: %d splits for a process set of %d ranks" % (what, len(values), process_set.size()))
     if any(v < 0 for v in values):
         raise ValueError("%s: splits must not be negative, got %s" % (what, values))
-    rows = tensor.shape[0] if tensor.dim() else 1
     if sum(values) != rows:
         raise ValueError("%s: splits sum to %d, but the tensor's first dimension is %d" % (what, sum(values), rows))
     array = (ctypes.c_int64 * max(1, len(values)))(*[int(v) for v in values])

@@ -89,7 +89,11 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._should_synchronize = True
         self._arena = self._gradient_arena(zero_copy, compression, sparse_as_dense)
         client = _context.current().client
-        # An elastic job (epoch > 0) may grow from one rank: hooks always.
+        # An elastic job (epoch > 0) may grow from one rank: hooks always. A
+        # rank outside the process set reduces nothing: no hooks, and step()
+        # applies its own gradients (as Horovod).
+        if not process_set.included():
+            return
         if client.size > 1 or process_set is not global_process_set or client.epoch > 0:
             _register_hooks(self)
 
@@ -140,7 +144,9 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         if p.grad is None:
             p.grad = torch.zeros_like(p)
         if p.grad.is_sparse and self._sparse_as_dense:
-            p.grad = p.grad.to_dense()
+            # A dense copy is reduced; the optimizer gets a sparse gradient
+            # back (synchronize), as Horovod.
+            return p.grad.to_dense()
         if self._arena is not None and p in self._arena.views:
             # Placed in the arena at its first dense gradient (one copy),
             # where autograd accumulates from then on. A parameter whose
@@ -203,7 +209,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         """Waits for every gradient's allreduce (starting those whose hooks did
         not fire, e.g. parameters unused in this step) and writes the results
         into p.grad."""
-        if _context.current().client.size == 1 and self._process_set is global_process_set and not self._handles:
+        single = _context.current().client.size == 1 and self._process_set is global_process_set
+        if (single and not self._handles) or not self._process_set.included():
             self._synchronized = True
             return
         for p in self._requires_update:
@@ -223,7 +230,9 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                     p.grad = done[handle]
                     continue
                 output = self._compression.decompress(compressed, ctx)
-                if output.data_ptr() != p.grad.data_ptr():
+                if p.grad.is_sparse:  # sparse_as_dense: reduced dense
+                    p.grad = output.to_sparse()
+                elif output.data_ptr() != p.grad.data_ptr():
                     p.grad.copy_(output)
         except Exception:
             # The step is lost (an elastic job restores its last commit and
