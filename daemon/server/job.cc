@@ -78,49 +78,7 @@ Job::Job(JobSpec spec, JobLimits limits, executor::ReducePool* pool)
       ranks_(spec_.job_id),
       stalls_(spec_.job_id, limits_.stall_deadline),
       tuning_(spec_.job_id, initialTuning(spec_, limits_), autotuneOptions(spec_, limits_)) {
-  if (spec_.local_size < spec_.size) {
-    peer::CrossNodeOptions options{spec_.job_id,
-                                   spec_.token,
-                                   spec_.size,
-                                   spec_.process_sets,
-                                   limits_.peer_address,
-                                   spec_.leader_address,
-                                   limits_.hostname,
-                                   limits_.join_timeout,
-                                   limits_.peer_credentials,
-                                   limits_.response_cache_capacity,
-                                   limits_.gpus ? limits_.gpus->uuids() : std::vector<std::string>(),
-                                   limits_.gpus != nullptr && limits_.nccl != nullptr && limits_.nccl_between_daemons,
-                                   nullptr,
-                                   limits_.data_plane};
-    if (limits_.nccl) options.make_nccl_id = [nccl = limits_.nccl] { return nccl->uniqueId(); };
-    options.elastic = spec_.elastic;
-    options.failover = spec_.elastic && limits_.leader_failover;
-    options.min_size = spec_.min_size;
-    options.steady_state_rounds = limits_.steady_state_rounds && !spec_.elastic;
-    peer::CrossNode::Hooks hooks;
-    hooks.on_batch = [this](std::vector<coordinator::Response> batch, uint64_t sequence, uint64_t epoch,
-                            uint64_t fusion_threshold_bytes) {
-      onRemoteBatch(std::move(batch), sequence, epoch, fusion_threshold_bytes);
-    };
-    if (spec_.elastic) {
-      hooks.on_ranks_lost = [this](const std::vector<int>& ranks, uint64_t epoch, const std::string& cause) {
-        crossRanksLost(ranks, epoch, cause);
-      };
-      hooks.on_new_epoch = [this](const v1::NewEpoch& change) { onNewEpoch(change); };
-    }
-    hooks.on_remote_request = [this](int rank, const v1::Enqueue& enqueue, uint64_t epoch) {
-      submitRemote(rank, enqueue, epoch);
-    };
-    hooks.on_failure = [this](const std::string& cause, bool node_lost) { failJob(cause, node_lost); };
-    cross_ = std::make_unique<peer::CrossNode>(std::move(options), std::move(hooks));
-    peer::PeerDataPlane::Hooks plane_hooks;
-    plane_hooks.failed = [this](const Status& status) { return ringFailed(status); };
-    plane_hooks.phase = [this](const char* name, bool begin) { runner_->phase(name, begin); };
-    data_plane_ = std::make_unique<peer::PeerDataPlane>(cross_.get(), limits_.transfer_timeout, spec_.elastic,
-                                                        std::move(plane_hooks));
-    wake_fd_ = UniqueFd(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
-  }
+  if (spec_.local_size < spec_.size) buildCrossNode();
   BatchRunner::Parts parts;
   parts.job_id = spec_.job_id;
   parts.executor = &executor_;
@@ -134,6 +92,50 @@ Job::Job(JobSpec spec, JobLimits limits, executor::ReducePool* pool)
       std::move(parts), [this](const fusion::FusedResponse& fused, const std::vector<executor::ResponseResult>& results,
                                Clock::time_point started) { fusedCompleted(fused, results, started); });
   executor_thread_ = std::thread([this] { executorLoop(); });
+}
+
+void Job::buildCrossNode() {
+  peer::CrossNodeOptions options{spec_.job_id,
+                                 spec_.token,
+                                 spec_.size,
+                                 spec_.process_sets,
+                                 limits_.peer_address,
+                                 spec_.leader_address,
+                                 limits_.hostname,
+                                 limits_.join_timeout,
+                                 limits_.peer_credentials,
+                                 limits_.response_cache_capacity,
+                                 limits_.gpus ? limits_.gpus->uuids() : std::vector<std::string>(),
+                                 limits_.gpus != nullptr && limits_.nccl != nullptr && limits_.nccl_between_daemons,
+                                 nullptr,
+                                 limits_.data_plane};
+  if (limits_.nccl) options.make_nccl_id = [nccl = limits_.nccl] { return nccl->uniqueId(); };
+  options.elastic = spec_.elastic;
+  options.failover = spec_.elastic && limits_.leader_failover;
+  options.min_size = spec_.min_size;
+  options.steady_state_rounds = limits_.steady_state_rounds && !spec_.elastic;
+  peer::CrossNode::Hooks hooks;
+  hooks.on_batch = [this](std::vector<coordinator::Response> batch, uint64_t sequence, uint64_t epoch,
+                          uint64_t fusion_threshold_bytes) {
+    onRemoteBatch(std::move(batch), sequence, epoch, fusion_threshold_bytes);
+  };
+  if (spec_.elastic) {
+    hooks.on_ranks_lost = [this](const std::vector<int>& ranks, uint64_t epoch, const std::string& cause) {
+      crossRanksLost(ranks, epoch, cause);
+    };
+    hooks.on_new_epoch = [this](const v1::NewEpoch& change) { onNewEpoch(change); };
+  }
+  hooks.on_remote_request = [this](int rank, const v1::Enqueue& enqueue, uint64_t epoch) {
+    submitRemote(rank, enqueue, epoch);
+  };
+  hooks.on_failure = [this](const std::string& cause, bool node_lost) { failJob(cause, node_lost); };
+  cross_ = std::make_unique<peer::CrossNode>(std::move(options), std::move(hooks));
+  peer::PeerDataPlane::Hooks plane_hooks;
+  plane_hooks.failed = [this](const Status& status) { return ringFailed(status); };
+  plane_hooks.phase = [this](const char* name, bool begin) { runner_->phase(name, begin); };
+  data_plane_ = std::make_unique<peer::PeerDataPlane>(cross_.get(), limits_.transfer_timeout, spec_.elastic,
+                                                      std::move(plane_hooks));
+  wake_fd_ = UniqueFd(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
 }
 
 Job::~Job() {

@@ -174,6 +174,10 @@ class Job {
   // rank on another node, whose range that node checked).
   EnqueueContext enqueueContext(int rank, const handoff::ShmArena* arena, bool remote = false) const;
 
+  // A multi-node job's CrossNode (with its hooks into this job), data plane
+  // and executor wake-up fd (construction).
+  void buildCrossNode();
+
   // Multi-node plumbing (job_cross.cc).
   // `steady` false: not held for the rounds (it was, too long).
   void submitToCoordinator(const std::shared_ptr<Session>& session, coordinator::Request request, Outbox* outbox,

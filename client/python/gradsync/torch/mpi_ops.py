@@ -350,6 +350,15 @@ def broadcast_(tensor, root_rank, name=None, process_set=global_process_set):
 
 # -- alltoall ---------------------------------------------------------------
 
+def _check_even_rows(rows, process_set, what):
+    """An alltoall without splits sends rows / size to each rank of the set:
+    ValueError at the call when the size does not divide them (Horovod)."""
+    ranks = process_set.size() if process_set.included() else None
+    if ranks and rows % ranks != 0:
+        raise ValueError("%s: the tensor's first dimension %d is not a multiple of the process set's %d ranks "
+                         "(give splits for an uneven alltoall)" % (what, rows, ranks))
+
+
 def _splits_array(splits, tensor, process_set, what):
     """The splits as a C array, checked as far as this rank can: integers,
     one per rank of the set, none negative, summing to the first dimension;
@@ -357,10 +366,7 @@ def _splits_array(splits, tensor, process_set, what):
     otherwise, as Horovod raises at the call)."""
     rows = tensor.shape[0] if tensor.dim() else 1
     if splits is None:
-        ranks = process_set.size() if process_set.included() else None
-        if ranks and rows % ranks != 0:
-            raise ValueError("%s: the tensor's first dimension %d is not a multiple of the process set's %d ranks "
-                             "(give splits for an uneven alltoall)" % (what, rows, ranks))
+        _check_even_rows(rows, process_set, what)
         return None, 0
     if isinstance(splits, torch.Tensor):
         if splits.dtype.is_floating_point or splits.dtype.is_complex or splits.dtype == torch.bool:
