@@ -311,7 +311,7 @@ class Job {
   void tellTuningLocked(const std::vector<autotune::TuningEvent>& events, Outbox* outbox) GS_REQUIRES(mutex_);
   // Followers: joiners whose stream opened are reported to the leader (housekeeping).
   void reportJoiners();
-  // Size (`size`), local ranks, negotiator and process sets for the
+  // Size (`size`), negotiator and process sets for the
   // sessions there are now (only the global process set).
   void resizeLocked(int size) GS_REQUIRES(mutex_);
   // Tells every rank its place in the current epoch.
