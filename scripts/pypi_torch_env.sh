@@ -35,6 +35,9 @@ ENV
 }
 
 if works; then
+  # numpy came later (c10d's object collectives need it): added in place.
+  "$dir/venv/bin/python" -c "import numpy" 2>/dev/null ||
+    "$dir/venv/bin/pip" install -q --disable-pip-version-check numpy >&2
   echo "$dir"
   exit 0
 fi
@@ -46,7 +49,7 @@ pip=("$dir/venv/bin/pip" install -q --disable-pip-version-check --no-warn-confli
 "${pip[@]}" --no-deps "torch==$version"
 # torch's own Python requirements, and the test runner.
 "${pip[@]}" filelock "typing-extensions>=4.13.0" "setuptools>=77.0.3" "sympy>=1.13.3" "networkx>=2.5.1" jinja2 \
-  "fsspec>=0.8.5" pytest
+  "fsspec>=0.8.5" pytest numpy
 
 # The NVIDIA wheels torch pins that the toolkit does not have.
 mapfile -t extra < <("$dir/venv/bin/python" - <<'PY'

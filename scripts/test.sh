@@ -19,7 +19,7 @@ bazel test //... "$@"
 # made once outside the checkout.
 torch_env="$(scripts/pypi_torch_env.sh)"
 bazel test //client/python:torch_pypi_np2_test //client/python:torch_pypi_np3_test \
-  //client/python:torch_pypi_adasum_np4_test --test_env=GRADSYNC_TORCH_ENV="$torch_env" "$@"
+  //client/python:torch_pypi_adasum_np4_test //client/python:c10d_pypi_test --test_env=GRADSYNC_TORCH_ENV="$torch_env" "$@"
 # The .deb and the wheel, built and used outside the build tree: lintian
 # (where installed), the .deb unpacked, the wheel in a fresh venv training
 # 2 ranks (half a minute). The clean Debian root check is not here: it

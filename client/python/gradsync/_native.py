@@ -282,6 +282,12 @@ class Client:
             if between is not None:
                 between()
 
+    def wait_for(self, handle, seconds):
+        """Waits up to `seconds`; True when the operation has completed
+        (wait() then returns or raises its status)."""
+        status = self._lib.gradsync_wait(self._handle, handle, seconds)
+        return status != DEADLINE_EXCEEDED or self.poll(handle)
+
     def result(self, handle):
         result = Result()
         result.struct_size = ctypes.sizeof(Result)

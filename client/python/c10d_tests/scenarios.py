@@ -1,0 +1,287 @@
+# SPDX-License-Identifier: Apache-2.0
+"""What each rank of a c10d test runs (worker.py calls one by name, after
+init_process_group). A scenario checks what it can itself and returns what
+the test compares across backends (gradsync against Gloo)."""
+import datetime
+import os
+import time
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+
+TIMEOUT = datetime.timedelta(seconds=60)
+DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int32, torch.int64, torch.uint8]
+
+
+def _close(a, b):
+    assert a.dtype == b.dtype and a.shape == b.shape, (a, b)
+    assert torch.allclose(a.double(), b.double(), rtol=1e-2, atol=1e-2), (a, b)
+
+
+def collectives(backend):
+    """Every c10d collective against values computed here."""
+    r, n = dist.get_rank(), dist.get_world_size()
+    for dtype in DTYPES:
+        t = torch.full((3, 2), r + 1, dtype=dtype)
+        dist.all_reduce(t)
+        _close(t, torch.full((3, 2), n * (n + 1) // 2, dtype=dtype))
+    sums = {dist.ReduceOp.SUM: sum(range(1, n + 1)), dist.ReduceOp.PRODUCT: 1.0,
+            dist.ReduceOp.MIN: 1.0, dist.ReduceOp.MAX: float(n), dist.ReduceOp.AVG: (n + 1) / 2}
+    for k in range(1, n + 1):
+        sums[dist.ReduceOp.PRODUCT] *= k
+    for op, want in sums.items():
+        t = torch.full((4,), float(r + 1))
+        dist.all_reduce(t, op=op)
+        _close(t, torch.full((4,), float(want)))
+    t = torch.full((4,), float(r + 1))
+    dist.all_reduce(t, op=dist._make_nccl_premul_sum(0.5))
+    _close(t, torch.full((4,), sum(range(1, n + 1)) * 0.5))
+    scalar = torch.tensor(float(r))
+    dist.all_reduce(scalar)
+    _close(scalar, torch.tensor(float(sum(range(n)))))
+    strided = torch.arange(12.0).view(3, 4).t() * (r + 1)  # not contiguous
+    dist.all_reduce(strided)
+    _close(strided, torch.arange(12.0).view(3, 4).t() * sum(range(1, n + 1)))
+    coalesced = [torch.full((k + 1,), float(r)) for k in range(3)]
+    dist.all_reduce_coalesced(coalesced)
+    for k, c in enumerate(coalesced):
+        _close(c, torch.full((k + 1,), float(sum(range(n)))))
+    t = torch.full((5,), float(r))
+    dist.broadcast(t, src=n - 1)
+    _close(t, torch.full((5,), float(n - 1)))
+    outs = [torch.zeros(2, 2) for _ in range(n)]
+    dist.all_gather(outs, torch.full((2, 2), float(r)))
+    for k, o in enumerate(outs):
+        _close(o, torch.full((2, 2), float(k)))
+    out = torch.zeros(n, 3, dtype=torch.int64)
+    dist.all_gather_into_tensor(out, torch.full((3,), r, dtype=torch.int64))
+    _close(out, torch.arange(n).unsqueeze(1).expand(n, 3).contiguous())
+    out = torch.zeros(2)
+    dist.reduce_scatter_tensor(out, torch.arange(2.0 * n) * (r + 1))
+    _close(out, torch.arange(2.0 * r, 2.0 * r + 2) * sum(range(1, n + 1)))
+    out = torch.zeros(2)
+    dist.reduce_scatter(out, [torch.full((2,), float(k + r)) for k in range(n)], op=dist.ReduceOp.MAX)
+    _close(out, torch.full((2,), float(r + n - 1)))
+    # alltoall with uneven splits: rank r sends k+1 rows to rank k.
+    send = torch.cat([torch.full((k + 1, 2), float(10 * r + k)) for k in range(n)])
+    got = torch.zeros(n * (r + 1), 2)
+    dist.all_to_all_single(got, send, output_split_sizes=[r + 1] * n, input_split_sizes=[k + 1 for k in range(n)])
+    _close(got, torch.cat([torch.full((r + 1, 2), float(10 * k + r)) for k in range(n)]))
+    even = torch.zeros(n)
+    dist.all_to_all_single(even, torch.arange(n, dtype=torch.float32) + 10 * r)
+    _close(even, torch.tensor([10.0 * k + r for k in range(n)]))
+    outs = [torch.zeros(k + 1) for k in range(n)]
+    dist.all_to_all(outs, [torch.full((r + 1,), float(r * 10 + k)) for k in range(n)])
+    for k, o in enumerate(outs):
+        _close(o, torch.full((k + 1,), float(k * 10 + r)))
+    t = torch.full((3,), float(r + 1))
+    dist.reduce(t, dst=0)
+    _close(t, torch.full((3,), float(sum(range(1, n + 1)) if r == 0 else r + 1)))
+    gathered = [torch.zeros(2) for _ in range(n)] if r == 0 else None
+    dist.gather(torch.full((2,), float(r)), gathered, dst=0)
+    if r == 0:
+        for k, g in enumerate(gathered):
+            _close(g, torch.full((2,), float(k)))
+    piece = torch.zeros(3)
+    dist.scatter(piece, [torch.full((3,), float(k * 7)) for k in range(n)] if r == 1 else None, src=1)
+    _close(piece, torch.full((3,), float(r * 7)))
+    dist.barrier()
+    dist.monitored_barrier(timeout=TIMEOUT)
+    objects = [None] * n
+    dist.all_gather_object(objects, {"rank": r})
+    assert objects == [{"rank": k} for k in range(n)], objects
+    box = [{"from": r}]
+    dist.broadcast_object_list(box, src=n - 1)
+    assert box == [{"from": n - 1}], box
+    return {"ok": True}
+
+
+def async_work(backend):
+    """Work objects: wait(timeout), is_completed(), get_future().then(...)."""
+    r, n = dist.get_rank(), dist.get_world_size()
+    t = torch.ones(1000) * (r + 1)
+    work = dist.all_reduce(t, async_op=True)
+    chained = work.get_future().then(lambda f: f.value()[0] * 2)
+    assert work.wait(timeout=datetime.timedelta(seconds=30))
+    assert work.is_completed()
+    _close(chained.wait(), torch.ones(1000) * sum(range(1, n + 1)) * 2)
+    works = [dist.all_reduce(torch.full((10,), float(k)), async_op=True) for k in range(20)]
+    for w in reversed(works):
+        w.wait()
+    return {"ok": True}
+
+
+class _Net(nn.Module):
+    def __init__(self, unused=False):
+        super().__init__()
+        self.a = nn.Linear(16, 32)
+        self.b = nn.Linear(32, 4)
+        self.unused = nn.Linear(4, 4) if unused else None
+
+    def forward(self, x):
+        return self.b(torch.relu(self.a(x)))
+
+
+def _train_ddp(hook=None, optimizer="sgd", unused=False, no_sync_every=0, steps=6):
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    torch.manual_seed(1)
+    model = DDP(_Net(unused), find_unused_parameters=unused, bucket_cap_mb=0.001)
+    if hook is not None:
+        state, fn = hook(dist.group.WORLD)
+        model.register_comm_hook(state, fn)
+    opt = (torch.optim.Adam if optimizer == "adam" else torch.optim.SGD)(model.parameters(), lr=0.05)
+    gen = torch.Generator().manual_seed(100 + dist.get_rank())
+    for step in range(steps):
+        x, y = torch.randn(8, 16, generator=gen), torch.randn(8, 4, generator=gen)
+        if no_sync_every and step % no_sync_every == 0:
+            with model.no_sync():
+                nn.functional.mse_loss(model(x), y).backward()
+            continue
+        opt.zero_grad() if not no_sync_every else None
+        nn.functional.mse_loss(model(x), y).backward()
+        opt.step()
+        if no_sync_every:
+            opt.zero_grad()
+    return {k: v.detach().clone() for k, v in model.module.state_dict().items()}
+
+
+def _powersgd(group):
+    from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as powersgd
+    return powersgd.PowerSGDState(process_group=group, matrix_approximation_rank=1, start_powerSGD_iter=2,
+                                  min_compression_rate=0.5), powersgd.powerSGD_hook
+
+
+def _fp16(group):
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+    return group, default_hooks.fp16_compress_hook
+
+
+def _bf16(group):
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+    return group, default_hooks.bf16_compress_hook
+
+
+def ddp(backend):
+    """DDP training in several configurations; the test compares the weights with Gloo's."""
+    return {
+        "sgd": _train_ddp(),
+        "adam": _train_ddp(optimizer="adam"),
+        "unused": _train_ddp(unused=True),
+        "no_sync": _train_ddp(no_sync_every=2),
+        "fp16": _train_ddp(hook=_fp16),
+        "bf16": _train_ddp(hook=_bf16),
+        "powersgd": _train_ddp(hook=_powersgd),
+    }
+
+
+def fsdp2(backend):
+    """fully_shard on a CPU mesh; the test compares the full weights with Gloo's."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+    mesh = init_device_mesh("cpu", (dist.get_world_size(),))
+    torch.manual_seed(1)
+    model = _Net()
+    fully_shard(model.a, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    opt = torch.optim.Adam(model.parameters(), lr=0.05)
+    gen = torch.Generator().manual_seed(100 + dist.get_rank())
+    for _ in range(4):
+        x, y = torch.randn(8, 16, generator=gen), torch.randn(8, 4, generator=gen)
+        opt.zero_grad()
+        nn.functional.mse_loss(model(x), y).backward()
+        opt.step()
+    return {k: v.full_tensor().detach().clone() for k, v in model.state_dict().items()}
+
+
+def checkpoint(backend):
+    """A distributed checkpoint of a sharded model: saved, changed, loaded back."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+    mesh = init_device_mesh("cpu", (dist.get_world_size(),))
+    torch.manual_seed(1)
+    model = fully_shard(_Net(), mesh=mesh)
+    path = os.environ["C10D_TEST_CHECKPOINT"]
+    before = {k: v.full_tensor().clone() for k, v in model.state_dict().items()}
+    dcp.save(model.state_dict(), checkpoint_id=path)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(1.0)
+    state = model.state_dict()
+    dcp.load(state, checkpoint_id=path)
+    model.load_state_dict(state)
+    after = {k: v.full_tensor() for k, v in model.state_dict().items()}
+    for k in before:
+        _close(after[k], before[k])
+    return {"ok": True}
+
+
+def subgroups(backend):
+    """new_group, new_subgroups and a 2-D DeviceMesh (4 ranks)."""
+    from torch.distributed.device_mesh import init_device_mesh
+    r, n = dist.get_rank(), dist.get_world_size()
+    evens = dist.new_group([k for k in range(n) if k % 2 == 0])
+    odds = dist.new_group([k for k in range(n) if k % 2 == 1])
+    mine = evens if r % 2 == 0 else odds
+    t = torch.full((2,), float(r))
+    dist.all_reduce(t, group=mine)
+    _close(t, torch.full((2,), float(sum(k for k in range(n) if k % 2 == r % 2))))
+    sub, _ = dist.new_subgroups(group_size=2)
+    t = torch.full((2,), float(r))
+    dist.all_reduce(t, group=sub)
+    _close(t, torch.full((2,), float((r // 2 * 2) * 2 + 1)))
+    mesh = init_device_mesh("cpu", (2, n // 2), mesh_dim_names=("dp", "tp"))
+    for dim in ("dp", "tp"):
+        group = mesh.get_group(dim)
+        t = torch.full((1,), float(r))
+        dist.all_reduce(t, group=group)
+        ranks = dist.get_process_group_ranks(group)
+        _close(t, torch.full((1,), float(sum(ranks))))
+    t = torch.ones(3)
+    dist.all_reduce(t)  # the world group still works after the others
+    _close(t, torch.full((3,), float(n)))
+    return {"ok": True}
+
+
+def mismatch(backend):
+    """Ranks disagree on a shape: every rank raises the daemon's error, fast."""
+    r = dist.get_rank()
+    start = time.monotonic()
+    try:
+        dist.all_reduce(torch.ones(4 + r))
+    except RuntimeError as error:
+        return {"error": str(error), "seconds": time.monotonic() - start}
+    return {"error": None, "seconds": time.monotonic() - start}
+
+
+def bad_splits(backend):
+    """One rank's splits do not cover its input: every rank raises, fast."""
+    r, n = dist.get_rank(), dist.get_world_size()
+    start = time.monotonic()
+    try:
+        splits = [1] * n if r else [2] * n
+        dist.all_to_all_single(torch.zeros(n), torch.zeros(n), input_split_sizes=splits)
+    except (RuntimeError, ValueError) as error:
+        return {"error": str(error), "seconds": time.monotonic() - start}
+    return {"error": None, "seconds": time.monotonic() - start}
+
+
+def killed_in_backward(backend):
+    """The last rank SIGKILLs itself inside DDP's backward: the others raise, naming it."""
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    r, n = dist.get_rank(), dist.get_world_size()
+    model = DDP(_Net(), bucket_cap_mb=0.001)
+    x = torch.randn(8, 16)
+    model(x).sum().backward()  # one good step
+    if r == n - 1:
+        model.module.a.weight.register_hook(lambda g: os.kill(os.getpid(), 9))
+    start = time.monotonic()
+    try:
+        model(x).sum().backward()
+        dist.all_reduce(torch.ones(1))
+    except RuntimeError as error:
+        result = {"error": str(error), "seconds": time.monotonic() - start}
+        torch.save(result, os.path.join(os.environ["C10D_TEST_OUT"], "%d.pt" % r))
+        os._exit(0)  # the job is broken: leave without the collective shutdown
+    return {"error": None, "seconds": time.monotonic() - start}

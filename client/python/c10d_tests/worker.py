@@ -1,0 +1,29 @@
+# SPDX-License-Identifier: Apache-2.0
+"""One rank of a c10d test, started by torchrun: runs scenario $1 of
+scenarios.py on backend $2 and saves what it returns to $3/<rank>.pt."""
+import faulthandler
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import gradsync.torch.distributed  # noqa: E402,F401 (registers the backend)
+import scenarios  # noqa: E402
+
+
+def main():
+    # A hung test shows where every thread of the rank was, then ends.
+    faulthandler.dump_traceback_later(float(os.environ.get("C10D_TEST_HANG_SECONDS", "150")), exit=True)
+    scenario, backend, out_dir = sys.argv[1:4]
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    dist.init_process_group(backend, timeout=scenarios.TIMEOUT)
+    result = getattr(scenarios, scenario)(backend)
+    torch.save(result, os.path.join(out_dir, "%d.pt" % dist.get_rank()))
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,192 @@
+# SPDX-License-Identifier: Apache-2.0
+"""c10d Work objects of the gradsync backend, and the one thread per process
+group that completes them in order.
+
+A collective is enqueued on the daemon at the call (DDP's bucket starts as
+soon as DDP hands it over); the completer waits for the daemon's answer,
+copies outputs into the caller's tensors and completes the Work and its
+Future, whose callbacks (DDP's, a comm hook's) then run on that thread."""
+import concurrent.futures
+import datetime
+import queue
+import threading
+import time
+
+import torch
+import torch.distributed as dist
+
+from gradsync.errors import GradsyncError
+
+
+def _seconds(timeout):
+    """A c10d timeout (timedelta, milliseconds from C++, None) in seconds;
+    None for none (c10d's kNoTimeout is 0)."""
+    if timeout is None:
+        return None
+    if isinstance(timeout, datetime.timedelta):
+        seconds = timeout.total_seconds()
+    else:
+        seconds = float(timeout) / 1000.0
+    return seconds if seconds > 0 else None
+
+
+class Work(dist.Work):
+    """One collective of the backend: wait(timeout), is_completed(),
+    get_future() (its value: the output tensors, as DDP's hooks expect)."""
+
+    def __init__(self, what, outputs, default_timeout):
+        super().__init__()
+        self.what = what
+        self._outputs = outputs
+        self._default_timeout = default_timeout
+        # The Future callers see is a continuation of this one, so that an
+        # error reaches C++ consumers (DDP's reducer) as the future's error:
+        # Future.set_exception would hand them the exception as a value.
+        self._base = torch.futures.Future()
+        self._future = self._base.then(_value_or_raise)
+        self._done = threading.Event()
+        self._error = None
+
+    def _finish(self, error=None):
+        self._mark(error)
+        self._deliver()
+
+    def _mark(self, error=None):
+        self._error = error
+        self._done.set()
+
+    def _deliver(self):
+        """Completes the Future: its callbacks run here."""
+        self._base.set_result(self._outputs if self._error is None else _Failure(self._error))
+
+    def wait(self, timeout=None):
+        seconds = _seconds(timeout) or self._default_timeout
+        if not self._done.wait(seconds):
+            raise RuntimeError("gradsync: %s did not complete within %.1f s (Work.wait timeout)" % (self.what,
+                                                                                                 seconds))
+        if self._error is not None:
+            raise self._error
+        return True
+
+    def is_completed(self):
+        return self._done.is_set()
+
+    def is_success(self):
+        return self._done.is_set() and self._error is None
+
+    def exception(self):
+        return self._error
+
+    def get_future(self):
+        return self._future
+
+    def result(self):
+        self.wait()
+        return self._outputs
+
+    def synchronize(self):
+        self.wait()
+
+    def source_rank(self):
+        return -1
+
+
+class DoneWork(Work):
+    """A Work that completed at the call (nothing to move, or an error)."""
+
+    def __init__(self, what, outputs, error=None):
+        super().__init__(what, outputs, None)
+        self._finish(error)
+
+
+class Completer:
+    """Waits for each enqueued collective in call order and completes its
+    Work. `timeout_seconds` bounds each wait beyond the daemon's own stall
+    deadline: an operation past it fails naming it, and its native handle is
+    released once the daemon answers."""
+
+    def __init__(self, client, name, timeout_seconds):
+        self._client = client
+        self._timeout = timeout_seconds
+        self._queue = queue.Queue()
+        self._late = []  # native handles of operations that timed out here
+        # Futures complete on other threads than this one: a callback may wait
+        # for a later collective of the group (PowerSGD's hook does), which
+        # this thread must still be free to complete.
+        self._delivery = concurrent.futures.ThreadPoolExecutor(max_workers=4,
+                                                               thread_name_prefix="gradsync-c10d-%s-done" % name)
+        self._thread = threading.Thread(target=self._run, name="gradsync-c10d-%s" % name, daemon=True)
+        self._thread.start()
+
+    def add(self, work, natives, finish):
+        """`finish(results)` copies the outputs once all `natives` completed.
+        No `work`: only release the handles once the daemon answered."""
+        self._queue.put((work, natives, finish))
+
+    def stop(self):
+        self._queue.put(None)
+        self._thread.join(timeout=self._timeout + 5)
+        self._delivery.shutdown(wait=False)
+
+    def _run(self):
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            work, natives, finish = item
+            if work is None:
+                self._release(natives)
+                continue
+            try:
+                self._wait_all(natives, work.what)
+                finish([self._client.result(n) for n in natives])
+            except Exception as error:  # completes the Work with it
+                work._mark(_as_runtime_error(error, work.what))
+            else:
+                work._mark()
+            finally:
+                self._delivery.submit(work._deliver)
+                self._release(natives)
+
+    def _wait_all(self, natives, what):
+        deadline = time.monotonic() + self._timeout
+        for n in natives:
+            while not self._client.poll(n):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise GradsyncError("%s: no answer from the daemon within the process group's timeout "
+                                        "(%.0f s)" % (what, self._timeout))
+                self._client.wait_for(n, min(left, 0.5))
+            self._client.wait(n, what)  # done: raises its error, if any
+
+    def _release(self, natives):
+        for n in list(self._late) + list(natives):
+            try:
+                if self._client.poll(n):
+                    self._client.release(n)
+                    if n in self._late:
+                        self._late.remove(n)
+                elif n not in self._late:
+                    self._late.append(n)
+            except GradsyncError:
+                pass  # the client is closed: nothing left to release
+
+
+class _Failure:
+    def __init__(self, error):
+        self.error = error
+
+
+def _value_or_raise(future):
+    value = future.value()
+    if isinstance(value, _Failure):
+        raise value.error
+    return value
+
+
+def _as_runtime_error(error, what):
+    """c10d callers catch RuntimeError (DistBackendError is one)."""
+    if isinstance(error, RuntimeError):
+        return error
+    text = str(error)
+    return dist.DistBackendError(text if what in text else "%s: %s" % (what, text))

@@ -1,0 +1,413 @@
+# SPDX-License-Identifier: Apache-2.0
+"""ProcessGroupGradsync: a torch.distributed process group whose collectives
+run on the node's gradsyncd.
+
+Each process group is a gradsync job of its own (its ranks, its job id and
+token agreed through the group's c10d store), so a subgroup forms among its
+members alone, as c10d's new_group requires. Collectives are named by their
+order in the group (c10d requires every rank to call them in the same
+order): ranks that call different collectives at one place get the daemon's
+error saying what differs, on every rank, instead of a hang."""
+import os
+import threading
+
+import torch
+import torch.distributed as dist
+
+from torch._C._distributed_c10d import Backend as _C10dBackend
+
+from gradsync import _native as native
+from gradsync.torch.distributed import _node
+from gradsync.torch.distributed._ops import (check_tensor, copy_chunks, flat_view, new_op, received_splits,
+                                             reduction, result_view, rows)
+from gradsync.torch.distributed._work import Completer, DoneWork, Work, _as_runtime_error
+
+
+class _NamesHolder(_C10dBackend):
+    """The C++ backend that holds the group's name for c10d (it runs nothing)."""
+
+    def getBackendName(self):
+        return "gradsync"
+
+
+class ProcessGroupGradsync(dist.ProcessGroup):
+    """The `gradsync` backend of one process group (see the module's doc)."""
+
+    def __init__(self, store, rank, size, timeout, node_daemon, node_key, owns_daemon):
+        super().__init__(rank, size)
+        # c10d keeps a group's name and devices in its C++ backends: a plain
+        # one per device holds them (the collectives are this class's).
+        self._names_holder = _NamesHolder(rank, size)
+        for device in ("cpu", "cuda"):
+            self._register_backend(torch.device(device), dist.ProcessGroup.BackendType.CUSTOM, self._names_holder)
+        self._set_default_backend(dist.ProcessGroup.BackendType.CUSTOM)
+        self._timeout = timeout.total_seconds()
+        self._node_daemon = node_daemon
+        self._owns_daemon = owns_daemon
+        what = "gradsync process group (rank %d of %d)" % (rank, size)
+        job_id, token = _node.agree_job(store, rank, self._timeout, os.environ, what + ": its job id")
+        local_rank, local_size = _node.place_in_node(store, node_key, rank, size, self._timeout,
+                                                     what + ": every rank's arrival")
+        leader = _node.agree_leader(store, rank, node_daemon, self._timeout, what + ": its leader's address")
+        self._lib = native.load_library()
+        config = native.new_config(self._lib)
+        config.socket_path = node_daemon.socket_path.encode()
+        config.job_id = job_id.encode()
+        config.token = token.encode()
+        config.rank, config.world_size = rank, size
+        config.local_rank, config.local_size = local_rank, local_size
+        config.connect_timeout_seconds = self._timeout
+        self.job_id = job_id
+        self._client = _connect(self._lib, config, leader if local_size < size else "")
+        self._completer = Completer(self._client, job_id, self._timeout)
+        self._sequence = 0
+        self._lock = threading.Lock()
+        self._coalesced = None  # Works since start_coalescing, or None
+        self._closed = False
+
+    # --- identity -------------------------------------------------------
+    def getBackendName(self):
+        return "gradsync"
+
+    def __repr__(self):
+        return "ProcessGroupGradsync(job=%s, rank=%d, size=%d)" % (self.job_id, self.rank(), self.size())
+
+    # --- the collectives c10d and DDP call ------------------------------
+    def allreduce(self, tensors, opts=None):
+        opts = opts if opts is not None else dist.AllreduceOptions()
+        return self._in_place("allreduce", native.ALLREDUCE, tensors, opts, reduction=True)
+
+    def allreduce_coalesced(self, tensors, opts=None):
+        opts = opts if opts is not None else dist.AllreduceCoalescedOptions()
+        return self._in_place("allreduce_coalesced", native.ALLREDUCE, tensors, opts, reduction=True)
+
+    def broadcast(self, tensors, opts=None):
+        opts = opts if opts is not None else dist.BroadcastOptions()
+        return self._in_place("broadcast", native.BROADCAST, tensors, opts, root_rank=opts.rootRank)
+
+    def reduce(self, tensors, opts=None):
+        """An allreduce whose result only the root keeps (the others' tensors
+        are left as they were)."""
+        opts = opts if opts is not None else dist.ReduceOptions()
+        staged = [t if self.rank() == opts.rootRank else t.clone() for t in tensors]
+        return self._in_place("reduce", native.ALLREDUCE, staged, opts, reduction=True)
+
+    def allgather(self, output_tensors, input_tensors, opts=None):
+        return self._gather_lists("allgather", output_tensors, input_tensors)
+
+    def allgather_coalesced(self, output_lists, input_tensors, opts=None):
+        return self._gather_lists("allgather_coalesced", output_lists, input_tensors)
+
+    def all_gather_single(self, output, input, opts=None):
+        return self._gather_into("all_gather_into_tensor", [output], [input])
+
+    def all_gather_single_coalesced(self, outputs, inputs, opts=None):
+        return self._gather_into("all_gather_into_tensor_coalesced", outputs, inputs)
+
+    def gather(self, output_tensors, input_tensors, opts=None):
+        """An allgather whose result only the root keeps."""
+        root = opts.rootRank if opts is not None else 0
+        outputs = output_tensors if self.rank() == root else [[torch.empty_like(input_tensors[0])
+                                                                for _ in range(self.size())]]
+        return self._gather_lists("gather", outputs, input_tensors)
+
+    def gather_single(self, output, input, opts=None):
+        root = opts.rootRank if opts is not None else 0
+        target = output if self.rank() == root else torch.empty((self.size(),) + tuple(input.shape),
+                                                                dtype=input.dtype, device=input.device)
+        return self._gather_into("gather_into_tensor", [target], [input])
+
+    def reduce_scatter(self, output_tensors, input_lists, opts=None):
+        opts = opts if opts is not None else dist.ReduceScatterOptions()
+        inputs = [torch.cat([t.reshape(-1) for t in chunks]) if chunks else torch.empty(0, dtype=out.dtype)
+                  for out, chunks in zip(output_tensors, input_lists)]
+        return self._scatter_reduce("reduce_scatter", output_tensors, inputs, opts)
+
+    def reduce_scatter_single(self, output, input, opts=None):
+        opts = opts if opts is not None else dist.ReduceScatterOptions()
+        return self._scatter_reduce("reduce_scatter_tensor", [output], [input], opts)
+
+    def reduce_scatter_single_coalesced(self, outputs, inputs, opts=None):
+        opts = opts if opts is not None else dist.ReduceScatterOptions()
+        return self._scatter_reduce("reduce_scatter_tensor_coalesced", outputs, inputs, opts)
+
+    def alltoall(self, output_tensors, input_tensors, opts=None):
+        what = self._what("alltoall")
+        source = torch.cat([t.reshape(-1) for t in input_tensors]) if input_tensors else torch.empty(0)
+        splits = [t.numel() for t in input_tensors]
+
+        def finish(result, view):
+            copy_chunks(view, output_tensors, what)
+        return self._exchange(what, source, splits, sum(t.numel() for t in output_tensors), output_tensors, finish)
+
+    def all_to_all_single(self, output, input, output_split_sizes, input_split_sizes, opts=None):
+        what = self._what("all_to_all_single")
+        row = rows(input)
+        first = input.shape[0] if input.dim() else 1
+        if input_split_sizes:
+            splits = [s * row for s in input_split_sizes]
+        elif first % self.size() == 0:
+            splits = [first // self.size() * row] * self.size()
+        else:
+            return self._refuse(what, native.ALLTOALL, ValueError(
+                "%s: the input's %d rows cannot be split evenly among %d ranks" % (what, first, self.size())))
+
+        def finish(result, view):
+            got = received_splits(result)
+            if output_split_sizes and [g // max(1, rows(output)) for g in got] != list(output_split_sizes):
+                raise RuntimeError("%s: received rows %s from the ranks, output_split_sizes says %s" % (
+                    what, [g // max(1, rows(output)) for g in got], list(output_split_sizes)))
+            copy_chunks(view, [output], what)
+        flat, _ = flat_view(input)
+        return self._exchange(what, flat, splits, output.numel(), [output], finish)
+
+    def scatter(self, output_tensors, input_lists, opts=None):
+        """An alltoall in which only the root sends: rank i gets its piece."""
+        root = opts.rootRank if opts is not None else 0
+        what = self._what("scatter")
+        out = output_tensors[0]
+        if self.rank() == root:
+            source = torch.cat([t.reshape(-1) for t in input_lists[0]])
+            splits = [t.numel() for t in input_lists[0]]
+        else:
+            source = torch.empty(0, dtype=out.dtype, device=out.device)
+            splits = [0] * self.size()
+
+        def finish(result, view):
+            copy_chunks(view, [out], what)
+        return self._exchange(what, source, splits, out.numel(), output_tensors, finish)
+
+    def barrier(self, opts=None):
+        what = self._what("barrier")
+        name = self._next_name()
+        keep = []
+        op = new_op(self._lib, native.BARRIER, name, torch.empty(0, dtype=torch.uint8), keep)
+        return self._enqueue(what, [op], keep, [], lambda results: None)
+
+    def monitored_barrier(self, timeout=None, wait_all_ranks=False):
+        self.barrier().wait(timeout)
+
+    def send(self, tensors, dst, tag=0):
+        raise RuntimeError("gradsync: point-to-point send/recv is not supported yet (group %s)" % self.job_id)
+
+    def recv(self, tensors, src, tag=0):
+        raise RuntimeError("gradsync: point-to-point send/recv is not supported yet (group %s)" % self.job_id)
+
+    def recv_anysource(self, tensors, tag=0):
+        return self.recv(tensors, -1, tag)
+
+    # c10d's older names of the same operations (torch before 2.12).
+    _allgather_base = all_gather_single
+    allgather_into_tensor_coalesced = all_gather_single_coalesced
+    _reduce_scatter_base = reduce_scatter_single
+    reduce_scatter_tensor_coalesced = reduce_scatter_single_coalesced
+    alltoall_base = all_to_all_single
+
+    # --- coalescing (c10d's _coalescing_manager) -------------------------
+    def start_coalescing(self, device=None):
+        self._coalesced = []
+
+    def end_coalescing(self, device=None):
+        works, self._coalesced = self._coalesced or [], None
+        return _all_of(self._what("coalesced"), works, self._timeout)
+
+    _start_coalescing = start_coalescing
+    _end_coalescing = end_coalescing
+
+    # --- lifetime --------------------------------------------------------
+    def shutdown(self):
+        """Leaves the job (destroy_process_group); operations in flight fail."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._client.shutdown()
+        finally:
+            self._completer.stop()
+            if self._owns_daemon:
+                self._node_daemon.leave()
+
+    def abort(self):
+        self.shutdown()
+
+    # --- helpers ---------------------------------------------------------
+    def _what(self, op):
+        return "gradsync %s #%d (rank %d of %d, job %s)" % (op, self._sequence, self.rank(), self.size(),
+                                                            self.job_id)
+
+    def _next_name(self):
+        with self._lock:
+            name = "c10d.%d" % self._sequence
+            self._sequence += 1
+            return name
+
+    def _in_place(self, kind, collective, tensors, opts, reduction=False, **fields):
+        """Allreduce / broadcast of each tensor in place (a group when several)."""
+        what = self._what(kind)
+        names = [self._next_name() for _ in tensors]
+        try:
+            if reduction:
+                fields["reduce_op"], fields["prescale"] = _reduction_of(opts)
+            keep, ops, copies = [], [], []
+            for name, tensor in zip(names, tensors):
+                check_tensor(tensor, what)
+                flat, copied = flat_view(tensor)
+                if copied:
+                    copies.append((tensor, flat))
+                ops.append(new_op(self._lib, collective, name, flat, keep, **fields))
+        except (ValueError, TypeError) as error:
+            return self._refuse(what, collective, error, names)
+
+        def finish(results):
+            for tensor, flat in copies:
+                tensor.copy_(flat.view(tensor.shape))
+        return self._enqueue(what, ops, keep, tensors, finish)
+
+    def _gather_lists(self, kind, output_lists, input_tensors):
+        """allgather of each input into its list of per-rank outputs."""
+        what = self._what(kind)
+        names = [self._next_name() for _ in input_tensors]
+        keep, ops = [], []
+        try:
+            for name, tensor in zip(names, input_tensors):
+                check_tensor(tensor, what)
+                ops.append(new_op(self._lib, native.ALLGATHER, name, flat_view(tensor)[0], keep))
+        except (ValueError, TypeError) as error:
+            return self._refuse(what, native.ALLGATHER, error, names)
+
+        def finish(results):
+            for result, outs, tensor in zip(results, output_lists, input_tensors):
+                copy_chunks(result_view(result, tensor.dtype, what, tensor.numel() * len(outs)), outs, what)
+        return self._enqueue(what, ops, keep, output_lists, finish)
+
+    def _gather_into(self, kind, outputs, inputs):
+        """allgather of each input into one flat output tensor."""
+        what = self._what(kind)
+        names = [self._next_name() for _ in inputs]
+        keep, ops = [], []
+        try:
+            for name, out, tensor in zip(names, outputs, inputs):
+                check_tensor(tensor, what)
+                if out.numel() != tensor.numel() * self.size():
+                    raise ValueError("%s: the output holds %d elements, not %d ranks x %d" % (
+                        what, out.numel(), self.size(), tensor.numel()))
+                ops.append(new_op(self._lib, native.ALLGATHER, name, flat_view(tensor)[0], keep))
+        except (ValueError, TypeError) as error:
+            return self._refuse(what, native.ALLGATHER, error, names)
+
+        def finish(results):
+            for result, out, tensor in zip(results, outputs, inputs):
+                copy_chunks(result_view(result, tensor.dtype, what, out.numel()), [out], what)
+        return self._enqueue(what, ops, keep, outputs, finish)
+
+    def _scatter_reduce(self, kind, outputs, inputs, opts):
+        """reducescatter of each flat input; rank i keeps the i-th piece."""
+        what = self._what(kind)
+        names = [self._next_name() for _ in inputs]
+        keep, ops = [], []
+        try:
+            reduce_op, prescale = _reduction_of(opts)
+            for name, out, tensor in zip(names, outputs, inputs):
+                check_tensor(tensor, what)
+                if tensor.numel() != out.numel() * self.size():
+                    raise ValueError("%s: the input holds %d elements, not %d ranks x %d" % (
+                        what, tensor.numel(), self.size(), out.numel()))
+                ops.append(new_op(self._lib, native.REDUCESCATTER, name, flat_view(tensor)[0], keep,
+                                  reduce_op=reduce_op, prescale=prescale))
+        except (ValueError, TypeError) as error:
+            return self._refuse(what, native.REDUCESCATTER, error, names)
+
+        def finish(results):
+            for result, out in zip(results, outputs):
+                copy_chunks(result_view(result, out.dtype, what, out.numel()), [out], what)
+        return self._enqueue(what, ops, keep, outputs, finish)
+
+    def _exchange(self, what, source, splits, expected, outputs, finish_view):
+        """An alltoall of the flat `source` with element `splits`."""
+        name = self._next_name()
+        keep = []
+        try:
+            check_tensor(source, what)
+            if len(splits) != self.size() or sum(splits) != source.numel():
+                raise ValueError("%s: splits %s do not cover the input's %d elements among %d ranks" % (
+                    what, splits, source.numel(), self.size()))
+            op = new_op(self._lib, native.ALLTOALL, name, source, keep, splits=splits)
+        except (ValueError, TypeError) as error:
+            return self._refuse(what, native.ALLTOALL, error, [name])
+
+        def finish(results):
+            finish_view(results[0], result_view(results[0], source.dtype, what, expected))
+        return self._enqueue(what, [op], keep, outputs, finish)
+
+    def _enqueue(self, what, ops, keep, outputs, finish):
+        if self._closed:
+            raise RuntimeError("%s: the process group was shut down" % what)
+        work = Work(what, outputs, self._timeout)
+        try:
+            natives = (self._client.enqueue_group(ops, what) if len(ops) > 1 else
+                       [self._client.enqueue(ops[0], what)]) if ops else []
+        except Exception as error:
+            raise _as_runtime_error(error, what) from None
+
+        def finish_keeping(results):
+            finish(results)
+            keep.clear()
+        if not natives:
+            work._finish()
+        else:
+            self._completer.add(work, natives, finish_keeping)
+        if self._coalesced is not None:
+            self._coalesced.append(work)
+        return work
+
+    def _refuse(self, what, collective, error, names=None):
+        """This rank's arguments are wrong: it still takes part without data,
+        so the other ranks fail at once naming it, and raises."""
+        for name in names or [self._next_name()]:
+            op = native.new_op(self._lib)
+            op.collective = collective
+            op.name = name.encode()
+            try:
+                self._completer.add(None, [self._client.abandon(op, str(error))], None)
+            except Exception:
+                pass  # a broken client: the others learn it from the daemon
+        raise error
+
+
+def _reduction_of(opts):
+    return reduction(opts.reduceOp)
+
+
+def _connect(lib, config, leader):
+    """A client of the group's job; `leader`: the peer address of the
+    daemon of the group's rank 0 when the group spans several nodes (the
+    library reads it from GRADSYNC_LEADER)."""
+    previous = os.environ.pop("GRADSYNC_LEADER", None)
+    try:
+        if leader:
+            os.environ["GRADSYNC_LEADER"] = leader
+        return native.Client(lib, config)
+    finally:
+        os.environ.pop("GRADSYNC_LEADER", None)
+        if previous is not None:
+            os.environ["GRADSYNC_LEADER"] = previous
+
+
+def _all_of(what, works, timeout):
+    """A Work that completes when all `works` have (with the first error)."""
+    if not works:
+        return DoneWork(what, [])
+    combined = Work(what, [t for w in works for t in (w._outputs or [])], timeout)
+    left = [len(works)]
+    lock = threading.Lock()
+
+    def one_done(_):
+        with lock:
+            left[0] -= 1
+            if left[0]:
+                return
+        errors = [w.exception() for w in works if w.exception() is not None]
+        combined._finish(errors[0] if errors else None)
+    for w in works:
+        w.get_future().add_done_callback(one_done)
+    return combined
