@@ -53,7 +53,9 @@ def main(version, package_dir, lib_dir, out_dir):
         "",
     ])
     wheel = "Wheel-Version: 1.0\nGenerator: gradsync build_wheel.py\nRoot-Is-Purelib: false\nTag: %s\n" % TAG
-    entry_points = "[console_scripts]\ngradsyncrun = gradsync.runner.launch:main\n"
+    entry_points = ("[console_scripts]\ngradsyncrun = gradsync.runner.launch:main\n\n"
+                    # torch.distributed finds the "gradsync" backend without an import.
+                    "[torch.distributed.backends]\ngradsync = gradsync.torch.distributed:_register\n")
     files += [(dist_info + "/METADATA", metadata.encode(), 0o644),
               (dist_info + "/WHEEL", wheel.encode(), 0o644),
               (dist_info + "/entry_points.txt", entry_points.encode(), 0o644)]

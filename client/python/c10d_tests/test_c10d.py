@@ -33,13 +33,31 @@ def _plain_launch(np, command, env, timeout):
     return max(abs(p.returncode) for p in processes), "\n".join(errors)
 
 
-def run(scenario, backend="gradsync", np=2, env=None, expect_failure=False, timeout=180, launcher="torchrun"):
-    """Runs `scenario` on `np` ranks; returns each rank's result (None where a rank left none)."""
+def _torchrun_nodes(nnodes, per_node, command, env, timeout):
+    """`nnodes` torchrun agents on this machine, as nodes of one job: each
+    node's first rank starts its own gradsyncd, whose peer service listens
+    on loopback."""
+    port = str(_free_port())
+    agents = [subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nnodes", str(nnodes),
+                                "--node-rank", str(node), "--nproc-per-node", str(per_node), "--master-addr",
+                                "127.0.0.1", "--master-port", port] + command,
+                               env=dict(env, GRADSYNC_PEER_HOST="127.0.0.1"), stdout=subprocess.DEVNULL,
+                               stderr=subprocess.PIPE, text=True) for node in range(nnodes)]
+    errors = [a.communicate(timeout=timeout)[1] for a in agents]
+    return max(abs(a.returncode) for a in agents), "\n".join(errors)
+
+
+def run(scenario, backend="gradsync", np=2, env=None, expect_failure=False, timeout=180, launcher="torchrun",
+        nnodes=1):
+    """Runs `scenario` on `np` ranks (over `nnodes` nodes); returns each
+    rank's result (None where a rank left none)."""
     with tempfile.TemporaryDirectory(prefix="c10d-") as out:
         full_env = dict(os.environ, C10D_TEST_OUT=out, C10D_TEST_CHECKPOINT=os.path.join(out, "ckpt"),
                         OMP_NUM_THREADS="1", **(env or {}))
         worker = [WORKER, scenario, backend, out]
-        if launcher == "torchrun":
+        if nnodes > 1:
+            returncode, stderr = _torchrun_nodes(nnodes, np // nnodes, worker, full_env, timeout)
+        elif launcher == "torchrun":
             command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(np)]
             done = subprocess.run(command + worker, env=full_env, capture_output=True, text=True, timeout=timeout)
             returncode, stderr = done.returncode, done.stderr
@@ -72,6 +90,17 @@ def test_work_objects_and_futures():
     assert run("async_work", np=2) == [{"ok": True}] * 2
 
 
+def test_backend_found_through_its_entry_point_without_an_import(tmp_path):
+    """The wheel's entry point (torch.distributed.backends), as installed metadata."""
+    info = tmp_path / "gradsync-0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: gradsync\nVersion: 0\n")
+    (info / "entry_points.txt").write_text("[torch.distributed.backends]\n"
+                                           "gradsync = gradsync.torch.distributed:_register\n")
+    path = os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])
+    assert run("async_work", np=2, env={"C10D_TEST_ENTRY_POINT": "1", "PYTHONPATH": path}) == [{"ok": True}] * 2
+
+
 @pytest.mark.parametrize("np", [2, 3])
 def test_ddp_trains_to_glooS_weights(np):
     ours = run("ddp", np=np)
@@ -85,6 +114,17 @@ def test_ddp_trains_to_glooS_weights(np):
             assert_same_weights(ours[rank][config], gloo[rank][config], rtol=rtol, atol=rtol * 0.1)
         for config in ours[rank]:
             assert_same_weights(ours[rank][config], ours[0][config], rtol=0, atol=0)  # ranks agree exactly
+
+
+def test_torchrun_across_two_nodes_each_with_its_daemon():
+    assert run("collectives", np=4, nnodes=2) == [{"ok": True}] * 4
+    two_nodes = run("ddp", np=4, nnodes=2)
+    # One node's 4 ranks (which the tests above hold to Gloo's weights at 2
+    # and 3 ranks; Gloo itself aborts now and then at 4 ranks on this machine).
+    one_node = run("ddp", np=4)
+    for rank in range(4):
+        for config in ("sgd", "adam", "unused", "no_sync", "powersgd"):
+            assert_same_weights(two_nodes[rank][config], one_node[rank][config], rtol=1e-5, atol=1e-6)
 
 
 def test_fsdp2_trains_to_glooS_weights():

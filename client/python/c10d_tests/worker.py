@@ -9,8 +9,10 @@ import torch
 import torch.distributed as dist
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import gradsync.torch.distributed  # noqa: E402,F401 (registers the backend)
 import scenarios  # noqa: E402
+
+if not os.environ.get("C10D_TEST_ENTRY_POINT"):  # else torch finds it through the entry point
+    import gradsync.torch.distributed  # noqa: E402,F401 (registers the backend)
 
 
 def main():
