@@ -279,13 +279,17 @@ void Client::wakeWaiters() {
 }
 
 void Client::drainCompletionsLocked() {
+  if (ring_reader_ || !complete_ring_) return;
   std::string bytes;
   v1::Done done;
+  bool applied = false;
   for (;;) {
     bool got = false;
-    if (!complete_ring_ || !complete_ring_->pop(&bytes, &got).isOk() || !got) return;
+    if (!complete_ring_->pop(&bytes, &got).isOk() || !got) break;
     if (done.ParseFromString(bytes)) applyDoneLocked(done);
+    applied = true;
   }
+  if (applied) cv_.notify_all();
 }
 
 void Client::applyDoneLocked(const v1::Done& done) {

@@ -209,6 +209,8 @@ class Client {
   void onDone(const v1::Done& done);
   void applyDoneLocked(const v1::Done& done) GS_REQUIRES(mutex_);
   // Applies every Done waiting in the completion ring.
+  // Applies the completions in the ring (none while another thread sleeps
+  // on it: it will) and wakes the threads waiting on cv_ when any came.
   void drainCompletionsLocked() GS_REQUIRES(mutex_);
   void wakeWaiters();
   void onOutputRequest(const v1::OutputRequest& request);
@@ -280,6 +282,10 @@ class Client {
   mutable Mutex mutex_;
   CondVar cv_;
   std::map<uint64_t, std::unique_ptr<Operation>> ops_ GS_GUARDED_BY(mutex_);
+  // A thread sleeps on the completion ring: only it drains the ring (a
+  // completion another thread took would not wake it) and it wakes cv_ for
+  // the others, which wait there meanwhile.
+  bool ring_reader_ GS_GUARDED_BY(mutex_) = false;
   bool session_open_ GS_GUARDED_BY(mutex_) = false;
   bool reader_done_ GS_GUARDED_BY(mutex_) = false;
   Status broken_ GS_GUARDED_BY(mutex_);  // non-OK once the session ended

@@ -231,9 +231,16 @@ Status Client::waitForCudaSlot(const std::string& name) {
       return resourceExhausted("CUDA tensor '" + name + "': every event slot is held by an operation in flight, " +
                                "and none finished within " + std::to_string(kCudaDoneLimit.count() / 1000) + " s");
     }
+    if (ring_reader_) {  // another thread sleeps on the ring: it wakes this one
+      cv_.wait_until(lock, std::chrono::steady_clock::now() + std::chrono::milliseconds(100));
+      continue;
+    }
+    ring_reader_ = true;
     lock.unlock();
     complete_ring_->wait(std::chrono::milliseconds(100));
     lock.lock();
+    ring_reader_ = false;
+    cv_.notify_all();  // one of the others may take the ring over
   }
 }
 
@@ -274,9 +281,16 @@ Status Client::wait(uint64_t handle, double timeout_seconds) {
       slice =
           std::min(slice, std::chrono::duration_cast<std::chrono::milliseconds>(left) + std::chrono::milliseconds(1));
     }
+    if (ring_reader_) {  // another thread sleeps on the ring: it wakes this one
+      cv_.wait_until(lock, std::chrono::steady_clock::now() + slice);
+      continue;
+    }
+    ring_reader_ = true;
     lock.unlock();
     complete_ring_->wait(slice, *spin);
     lock.lock();
+    ring_reader_ = false;
+    cv_.notify_all();  // one of the others may take the ring over
   }
   if (spin) completion_spin_.record(*spin, std::chrono::steady_clock::now() - start);
   if (!op.finishing) {

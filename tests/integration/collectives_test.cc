@@ -56,6 +56,10 @@ TEST_F(CollectivesTest, FourRanksAllreduceAndAlltoall) {
 TEST_F(CollectivesTest, StaticProcessSets) { runJob("sets", "process_sets", 3); }
 TEST_F(CollectivesTest, DynamicProcessSets) { runJob("dynsets", "dynamic_process_sets", 3); }
 
+TEST_F(CollectivesTest, AWaiterIsWokenWhenAnotherThreadDrainsItsCompletion) {
+  runJob("poller", "waiter_beside_poller", 2);
+}
+
 TEST_F(CollectivesTest, JoinWithUnevenData) { runJob("join", "join", 3); }
 
 TEST_F(CollectivesTest, ElasticJobGoesOnWithTheSurvivorsOfAKilledRank) {

@@ -32,35 +32,85 @@ def _seconds(timeout):
 
 class Work(dist.Work):
     """One collective of the backend: wait(timeout), is_completed(),
-    get_future() (its value: the output tensors, as DDP's hooks expect)."""
+    get_future() (its value: the output tensors, as DDP's hooks expect).
 
-    def __init__(self, what, outputs, default_timeout):
+    One thread waits for the daemon's answer and copies the outputs: the
+    caller of wait() when it comes first (a synchronous collective then
+    costs no thread handoff), else the group's completer thread; the other
+    waits for it. A Work reaches the completer only when something needs it
+    to complete by itself (get_future(), is_completed(), a later collective
+    of the group while it is not done): a synchronous collective never
+    wakes that thread."""
+
+    def __init__(self, what, outputs, default_timeout, client=None, natives=(), finish=None, completer=None):
         super().__init__()
         self.what = what
         self._outputs = outputs
         self._default_timeout = default_timeout
-        # The Future callers see is a continuation of this one, so that an
-        # error reaches C++ consumers (DDP's reducer) as the future's error:
-        # Future.set_exception would hand them the exception as a value.
-        self._base = torch.futures.Future()
-        self._future = self._base.then(_value_or_raise)
+        self._client = client
+        self._natives = natives
+        self._finish_outputs = finish
+        self._lock = threading.Lock()
         self._done = threading.Event()
         self._error = None
+        self._base = None  # made by get_future()
+        self._future = None
+        self._waiter = None  # "caller" or "completer": the thread that waits for the daemon
+        self._completer = completer  # None once handed over (or never to be)
+
+    def _hand_over(self):
+        """Lets the completer complete this Work (once)."""
+        with self._lock:
+            completer, self._completer = self._completer, None
+        if completer is not None:
+            completer.add(self, self._natives)
+
+    def _claim(self, who):
+        """True when `who` is (now) the one to wait for the daemon."""
+        with self._lock:
+            if self._waiter is None:
+                self._waiter = who
+            return self._waiter == who
 
     def _finish(self, error=None):
         self._mark(error)
         self._deliver()
 
     def _mark(self, error=None):
-        self._error = error
-        self._done.set()
+        with self._lock:
+            if self._done.is_set():
+                return
+            self._error = error
+            self._done.set()
+
+    def _complete(self, error=None):
+        """The daemon answered (`error`: how it failed, if it did): copies
+        the outputs unless that was done already."""
+        with self._lock:
+            if self._done.is_set():
+                return
+            if error is None:
+                try:
+                    self._finish_outputs([self._client.result(n) for n in self._natives])
+                except Exception as failure:  # completes the Work with it
+                    error = _as_runtime_error(failure, self.what)
+            self._error = error
+            self._done.set()
 
     def _deliver(self):
-        """Completes the Future: its callbacks run here."""
-        self._base.set_result(self._outputs if self._error is None else _Failure(self._error))
+        """Completes the Future, if anyone asked for it: its callbacks run here."""
+        with self._lock:
+            base = self._base
+        if base is not None and not base.done():
+            try:
+                base.set_result(self._outputs if self._error is None else _Failure(self._error))
+            except RuntimeError:
+                pass  # get_future() on another thread completed it first
 
     def wait(self, timeout=None):
         seconds = _seconds(timeout) or self._default_timeout
+        if not self._done.is_set() and self._client is not None and self._claim("caller"):
+            self._wait_here(seconds)
         if not self._done.wait(seconds):
             raise RuntimeError("gradsync: %s did not complete within %.1f s (Work.wait timeout)" % (self.what,
                                                                                                  seconds))
@@ -68,7 +118,34 @@ class Work(dist.Work):
             raise self._error
         return True
 
+    def _wait_here(self, seconds):
+        """Waits for the daemon's answer on the caller's thread."""
+        deadline = time.monotonic() + seconds
+        try:
+            for n in self._natives:
+                while not self._client.wait_for(n, min(0.5, max(0.0, deadline - time.monotonic()))):
+                    if time.monotonic() >= deadline:
+                        with self._lock:
+                            self._waiter = None  # the completer takes over
+                        return
+                self._client.wait(n, self.what)
+        except Exception as error:
+            self._complete(_as_runtime_error(error, self.what))
+        else:
+            self._complete()
+        with self._lock:
+            release = self._completer is not None  # never handed over: nobody else will
+            self._completer = None
+        if release:
+            for n in self._natives:
+                try:
+                    self._client.release(n)
+                except Exception:
+                    pass  # closed client: nothing left to release
+
     def is_completed(self):
+        if not self._done.is_set():
+            self._hand_over()
         return self._done.is_set()
 
     def is_success(self):
@@ -78,6 +155,18 @@ class Work(dist.Work):
         return self._error
 
     def get_future(self):
+        # The Future callers see is a continuation of this one, so that an
+        # error reaches C++ consumers (DDP's reducer) as the future's error:
+        # Future.set_exception would hand them the exception as a value.
+        with self._lock:
+            if self._base is None:
+                self._base = torch.futures.Future()
+                self._future = self._base.then(_value_or_raise)
+            done = self._done.is_set()
+        if done:
+            self._deliver()
+        else:
+            self._hand_over()
         return self._future
 
     def result(self):
@@ -118,10 +207,10 @@ class Completer:
         self._thread = threading.Thread(target=self._run, name="gradsync-c10d-%s" % name, daemon=True)
         self._thread.start()
 
-    def add(self, work, natives, finish):
-        """`finish(results)` copies the outputs once all `natives` completed.
-        No `work`: only release the handles once the daemon answered."""
-        self._queue.put((work, natives, finish))
+    def add(self, work, natives):
+        """Completes `work` once all `natives` completed. No `work`: only
+        releases the handles once the daemon answered."""
+        self._queue.put((work, natives))
 
     def stop(self):
         self._queue.put(None)
@@ -133,17 +222,22 @@ class Completer:
             item = self._queue.get()
             if item is None:
                 return
-            work, natives, finish = item
+            work, natives = item
             if work is None:
                 self._release(natives)
                 continue
             try:
-                self._wait_all(natives, work.what)
-                finish([self._client.result(n) for n in natives])
+                if work._claim("completer"):
+                    self._wait_all(natives, work.what)
+                else:  # its caller waits for the daemon: wait for the caller
+                    while not work._done.wait(0.5):
+                        if work._claim("completer"):  # the caller gave up (its timeout)
+                            self._wait_all(natives, work.what)
+                            break
             except Exception as error:  # completes the Work with it
-                work._mark(_as_runtime_error(error, work.what))
+                work._complete(_as_runtime_error(error, work.what))
             else:
-                work._mark()
+                work._complete()
             finally:
                 self._delivery.submit(work._deliver)
                 self._release(natives)

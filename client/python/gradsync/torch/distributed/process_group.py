@@ -63,6 +63,7 @@ class ProcessGroupGradsync(dist.ProcessGroup):
         self._sequence = 0
         self._lock = threading.Lock()
         self._coalesced = None  # Works since start_coalescing, or None
+        self._latest = None  # the last Work, until the next collective hands it over if not done
         self._closed = False
 
     # --- identity -------------------------------------------------------
@@ -342,7 +343,6 @@ class ProcessGroupGradsync(dist.ProcessGroup):
     def _enqueue(self, what, ops, keep, outputs, finish):
         if self._closed:
             raise RuntimeError("%s: the process group was shut down" % what)
-        work = Work(what, outputs, self._timeout)
         try:
             natives = (self._client.enqueue_group(ops, what) if len(ops) > 1 else
                        [self._client.enqueue(ops[0], what)]) if ops else []
@@ -352,13 +352,22 @@ class ProcessGroupGradsync(dist.ProcessGroup):
         def finish_keeping(results):
             finish(results)
             keep.clear()
+        work = Work(what, outputs, self._timeout, self._client, natives, finish_keeping,
+                    self._completer if natives else None)
         if not natives:
             work._finish()
-        else:
-            self._completer.add(work, natives, finish_keeping)
+        self._hand_over_earlier(work)
         if self._coalesced is not None:
             self._coalesced.append(work)
         return work
+
+    def _hand_over_earlier(self, latest):
+        """Earlier collectives of the group not done yet go to the completer
+        (so that each completes, in order, whether or not anyone waits)."""
+        with self._lock:
+            earlier, self._latest = self._latest, latest
+        if earlier is not None and not earlier._done.is_set():
+            earlier._hand_over()
 
     def _refuse(self, what, collective, error, names=None):
         """This rank's arguments are wrong: it still takes part without data,
@@ -368,7 +377,7 @@ class ProcessGroupGradsync(dist.ProcessGroup):
             op.collective = collective
             op.name = name.encode()
             try:
-                self._completer.add(None, [self._client.abandon(op, str(error))], None)
+                self._completer.add(None, [self._client.abandon(op, str(error))])
             except Exception:
                 pass  # a broken client: the others learn it from the daemon
         raise error

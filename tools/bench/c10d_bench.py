@@ -1,0 +1,123 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The c10d backend against Gloo and against gradsync.torch, in the same
+processes, interleaved step by step (A B A B: drift hits all alike).
+
+    torchrun --standalone --nproc-per-node 2 tools/bench/c10d_bench.py [--steps 15]
+
+(PYTHONPATH=client/python, GRADSYNC_LIBRARY/GRADSYNC_DAEMON as for the
+tests; scripts/bench_c10d.sh sets them.) The default group is Gloo; a second
+group of the same ranks runs on gradsync, and gradsync.torch joins the
+node's daemon (the one the backend found or started) as a job of its own.
+
+  ddp_buckets  the ResNet-50 gradient set (161 tensors, 97.5 MiB) through
+               DDP's buckets (bucket_cap_mb=25): backward of a loss whose
+               gradients cost nothing to compute, so the step is DDP's
+               communication;
+  grouped      the same set as one gradsync.torch grouped allreduce (the
+               Horovod path), and as c10d allreduce_coalesced;
+  small        one 4-byte allreduce, synchronous: the per-call cost.
+Rank 0 prints medians (ms) and the ratios per interleaved pair.
+"""
+import argparse
+import os
+import statistics
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+
+
+def resnet50_shapes():
+    """torchvision's ResNet-50 parameter shapes, in registration order."""
+    shapes = [(64, 3, 7, 7), (64,), (64,)]
+    cin = 64
+    for width, blocks in ((64, 3), (128, 4), (256, 6), (512, 3)):
+        for b in range(blocks):
+            for cout, cin_, k in ((width, cin, 1), (width, width, 3), (width * 4, width, 1)):
+                shapes += [(cout, cin_, k, k), (cout,), (cout,)]
+            if b == 0:
+                shapes += [(width * 4, cin, 1, 1), (width * 4,), (width * 4,)]
+            cin = width * 4
+    return shapes + [(1000, 2048), (1000,)]
+
+
+class GradientSet(nn.Module):
+    """Parameters of ResNet-50's shapes; backward of forward() gives each a
+    gradient at almost no cost."""
+
+    def __init__(self):
+        super().__init__()
+        self.params = nn.ParameterList([nn.Parameter(torch.zeros(s)) for s in resnet50_shapes()])
+
+    def forward(self):
+        return sum(p.view(-1)[0] for p in self.params)
+
+
+def timed(fn):
+    dist.barrier()
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--steps", type=int, default=15)
+    parser.add_argument("--small-calls", type=int, default=200)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    import gradsync.torch.distributed  # noqa: F401 (registers the backend)
+    dist.init_process_group("gloo")
+    ours = dist.new_group(list(range(dist.get_world_size())), backend="gradsync")
+    os.environ["GRADSYNC_SOCKET"] = ours._node_daemon.socket_path
+    import gradsync.torch as hvd
+    hvd.init()
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    models = {}
+    for name, group in (("gloo", None), ("gradsync", ours)):
+        model = GradientSet()
+        models[name] = DDP(model, process_group=group, bucket_cap_mb=25)
+    grads = [torch.randn(s) for s in resnet50_shapes()]
+    small = torch.ones(1)
+
+    def ddp_step(name):
+        return lambda: models[name]().backward()
+
+    def small_calls(fn):
+        def run():
+            for _ in range(args.small_calls):
+                fn()
+        return run
+    cases = {
+        "ddp_buckets": {"gloo": ddp_step("gloo"), "gradsync c10d": ddp_step("gradsync")},
+        "grouped": {"gloo coalesced": lambda: dist.all_reduce_coalesced(grads),
+                    "gradsync c10d coalesced": lambda: dist.all_reduce_coalesced(grads, group=ours),
+                    "gradsync.torch grouped": lambda: hvd.grouped_allreduce_(grads, op=hvd.Sum)},
+        "small": {"gloo": small_calls(lambda: dist.all_reduce(small)),
+                  "gradsync c10d": small_calls(lambda: dist.all_reduce(small, group=ours)),
+                  "gradsync.torch": small_calls(lambda: hvd.allreduce_(small, op=hvd.Sum))},
+    }
+    for case, fns in cases.items():
+        times = {name: [] for name in fns}
+        names = list(fns)
+        for step in range(args.steps + 2):
+            for name in (names if step % 2 == 0 else names[::-1]):
+                t = timed(fns[name])
+                if step >= 2:  # warm-up
+                    times[name].append(t / (args.small_calls if case == "small" else 1))
+        if dist.get_rank() == 0:
+            base = names[0]
+            for name in names:
+                ratios = [b / a for a, b in zip(times[name], times[base])]
+                unit, scale = ("us", 1e6) if case == "small" else ("ms", 1e3)
+                print("%-12s %-26s median %9.2f %s   %s/this per pair: median %.2fx" % (
+                    case, name, statistics.median(times[name]) * scale, unit, base, statistics.median(ratios)))
+            sys.stdout.flush()
+    hvd.shutdown()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
