@@ -157,6 +157,11 @@ Status Job::addSession(std::shared_ptr<Session> session) {
   return ranks_.add(std::move(session));
 }
 
+bool Job::everyLocalRankRegistered() const {
+  MutexLock lock(mutex_);
+  return formed_ || static_cast<int>(ranks_.registered().size()) >= spec_.local_size;
+}
+
 void Job::checkFormation(Clock::time_point now) {
   std::string cause;
   {

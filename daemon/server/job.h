@@ -160,6 +160,8 @@ class Job {
   // Multi-node jobs: once every local rank registered, takes up this node's
   // role (leader or follower). Idempotent; call without locks held.
   void startCrossNodeIfComplete();
+  // Whether every local rank has registered here (at some point).
+  bool everyLocalRankRegistered() const;
   // The job's timeline (JobTimeline): started in place of one that runs,
   // or stopped. `file`: a regular file opened for writing (INVALID_ARGUMENT
   // otherwise).

@@ -232,6 +232,7 @@ StatusOr<std::shared_ptr<Session>> JobRegistry::addRegistration(const v1::Regist
     return session;
   }
   if (it == jobs_.end()) {
+    RETURN_IF_ERROR(checkNotEndedEarlyLocked(request));
     RETURN_IF_ERROR(roomForAnotherJobLocked());
     job = std::make_shared<Job>(std::move(specOf(request).value()), limits_.job, pool_);
   } else {
@@ -293,12 +294,18 @@ void JobRegistry::sessionLost(uint64_t session_id, const std::string& cause, boo
     sessions_.erase(it);
   }
   GS_LOG(control, info, "job '{}': {} left: {}", job->spec().job_id, session->describe(), cause);
+  const bool early = !job->spec().elastic && !job->everyLocalRankRegistered();
   const bool empty = job->removeSession(*session, cause, crashed);
   if (empty) {
     MutexLock lock(mutex_);
     auto it = jobs_.find(job->spec().job_id);
     if (it != jobs_.end() && it->second == job) {
       jobs_.erase(it);
+      if (early) {
+        ended_early_[job->spec().job_id] = EndedEarly{
+            job->spec().token, session->describe() + " left before every rank of the job had registered: " + cause,
+            Clock::now() + limits_.job.join_timeout};
+      }
       v1::JobInfo info = job->info();
       if (info.elastic()) {  // its history stays readable (gradsyncctl history)
         info.set_ended(true);
@@ -313,6 +320,16 @@ void JobRegistry::sessionLost(uint64_t session_id, const std::string& cause, boo
     }
   }
   retire(std::move(job));  // maybe the last reference: torn down on the reaper
+}
+
+Status JobRegistry::checkNotEndedEarlyLocked(const v1::RegisterRequest& request) {
+  const auto now = Clock::now();
+  for (auto it = ended_early_.begin(); it != ended_early_.end();) {
+    it = it->second.until <= now ? ended_early_.erase(it) : std::next(it);
+  }
+  auto it = ended_early_.find(request.job_id());
+  if (it == ended_early_.end() || !constantTimeEqual(it->second.token, request.token())) return okStatus();
+  return failedPrecondition("job '" + request.job_id() + "' has ended: " + it->second.cause);
 }
 
 void JobRegistry::housekeeping(Clock::time_point now) {

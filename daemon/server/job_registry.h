@@ -1,6 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // The daemon's jobs and sessions. Registration creates a job on its first
-// rank and the job goes away with its last session.
+// rank and the job goes away with its last session. A job whose ranks all
+// left before every one of them had registered is remembered for the join
+// timeout: its later ranks are refused at registration, naming who left,
+// instead of forming the job anew and waiting for the ranks that left.
 #pragma once
 
 #include <atomic>
@@ -77,6 +80,16 @@ class JobRegistry {
   size_t sessionCount() const;
 
  private:
+  // A job that ended before every local rank had registered.
+  struct EndedEarly {
+    std::string token;
+    std::string cause;
+    Clock::time_point until;
+  };
+  // Refuses a rank of a job that ended early (FAILED_PRECONDITION naming
+  // who left); forgets the entries past their time.
+  Status checkNotEndedEarlyLocked(const v1::RegisterRequest& request) GS_REQUIRES(mutex_);
+
   struct SessionEntry {
     std::shared_ptr<Session> session;
     std::shared_ptr<Job> job;
@@ -95,6 +108,7 @@ class JobRegistry {
   executor::ReducePool* pool_;
   mutable Mutex mutex_;
   std::map<std::string, std::shared_ptr<Job>> jobs_ GS_GUARDED_BY(mutex_);
+  std::map<std::string, EndedEarly> ended_early_ GS_GUARDED_BY(mutex_);
   std::map<uint64_t, SessionEntry> sessions_ GS_GUARDED_BY(mutex_);
   std::deque<v1::JobInfo> ended_ GS_GUARDED_BY(mutex_);  // the last elastic jobs that ended, oldest first
 

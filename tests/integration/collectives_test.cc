@@ -60,6 +60,20 @@ TEST_F(CollectivesTest, AWaiterIsWokenWhenAnotherThreadDrainsItsCompletion) {
   runJob("poller", "waiter_beside_poller", 2);
 }
 
+// Rank 0 registers and leaves (a rank that failed at its first call) before
+// rank 1 registers: rank 1 is refused at once, naming rank 0, instead of
+// forming the job anew and waiting for rank 0 until the stall deadline.
+TEST_F(CollectivesTest, ARankThatLeftBeforeTheJobFormedFailsTheLaterRanksAtOnce) {
+  Process first = daemon_.spawnRank("early", 0, 2, {"leave_at_once"});
+  ASSERT_EQ(first.wait(std::chrono::seconds(30)), 0) << first.log();
+  const auto start = std::chrono::steady_clock::now();
+  Process second = daemon_.spawnRank("early", 1, 2, {"allreduce"});
+  EXPECT_EQ(second.wait(std::chrono::seconds(30)), 3) << second.log();  // connect failed
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+  EXPECT_THAT(second.log(), ::testing::HasSubstr("job 'early' has ended: rank 0"));
+  EXPECT_THAT(second.log(), ::testing::HasSubstr("left before every rank of the job had registered"));
+}
+
 TEST_F(CollectivesTest, JoinWithUnevenData) { runJob("join", "join", 3); }
 
 TEST_F(CollectivesTest, ElasticJobGoesOnWithTheSurvivorsOfAKilledRank) {

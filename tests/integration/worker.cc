@@ -410,6 +410,7 @@ int main(int argc, char** argv) {
       {"allgather", scenarioAllgather},
       {"broadcast", scenarioBroadcast},
       {"waiter_beside_poller", scenarioWaiterBesidePoller},
+      {"leave_at_once", [](Client&, const std::vector<std::string>&) { return 0; }},
       {"alltoall", scenarioAlltoall},
       {"reducescatter", scenarioReducescatter},
       {"barrier_grouped_fusion", scenarioBarrierGroupedFusion},

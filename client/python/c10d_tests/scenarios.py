@@ -285,3 +285,49 @@ def killed_in_backward(backend):
         torch.save(result, os.path.join(os.environ["C10D_TEST_OUT"], "%d.pt" % r))
         os._exit(0)  # the job is broken: leave without the collective shutdown
     return {"error": None, "seconds": time.monotonic() - start}
+
+
+def point_to_point(backend):
+    """A ring of isend/irecv, batch_isend_irecv both ways, blocking
+    send/recv with tags, and a pipeline of 2 stages (4 ranks: 2 x 2)."""
+    r, n = dist.get_rank(), dist.get_world_size()
+    right, left = (r + 1) % n, (r - 1) % n
+    got = torch.zeros(3)
+    reqs = [dist.isend(torch.full((3,), float(r)), right), dist.irecv(got, left)]
+    for q in reqs:
+        q.wait()
+    _close(got, torch.full((3,), float(left)))
+    from_left, from_right = torch.zeros(2, dtype=torch.int64), torch.zeros(2, dtype=torch.int64)
+    ops = [dist.P2POp(dist.isend, torch.full((2,), r, dtype=torch.int64), right),
+           dist.P2POp(dist.isend, torch.full((2,), r, dtype=torch.int64), left),
+           dist.P2POp(dist.irecv, from_left, left), dist.P2POp(dist.irecv, from_right, right)]
+    for q in dist.batch_isend_irecv(ops):
+        q.wait()
+    _close(from_left, torch.full((2,), left, dtype=torch.int64))
+    _close(from_right, torch.full((2,), right, dtype=torch.int64))
+    if r < 2:  # tags are matched apart: tag 2 sent first, received second
+        if r == 0:  # (a send completes once received, as NCCL's: both in flight)
+            sends = [dist.isend(torch.full((1,), 2.0), 1, tag=2), dist.isend(torch.full((1,), 1.0), 1, tag=1)]
+            for q in sends:
+                q.wait()
+        else:
+            one, two = torch.zeros(1), torch.zeros(1)
+            dist.recv(one, 0, tag=1)
+            dist.recv(two, 0, tag=2)
+            _close(one, torch.full((1,), 1.0))
+            _close(two, torch.full((1,), 2.0))
+    # A 2-stage pipeline: stage 0 (even ranks) sends activations forward,
+    # stage 1 sends gradients back, 4 micro-batches.
+    peer = r + 1 if r % 2 == 0 else r - 1
+    for micro in range(4):
+        if r % 2 == 0:
+            dist.send(torch.full((4,), float(micro + r)), peer)
+            grad = torch.zeros(4)
+            dist.recv(grad, peer)
+            _close(grad, torch.full((4,), float(micro + r) * 2))
+        else:
+            act = torch.zeros(4)
+            dist.recv(act, peer)
+            dist.send(act * 2, peer)
+    dist.barrier()
+    return {"ok": True}

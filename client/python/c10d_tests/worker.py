@@ -4,6 +4,7 @@ scenarios.py on backend $2 and saves what it returns to $3/<rank>.pt."""
 import faulthandler
 import os
 import sys
+import time
 
 import torch
 import torch.distributed as dist
@@ -21,7 +22,13 @@ def main():
     scenario, backend, out_dir = sys.argv[1:4]
     torch.manual_seed(0)
     torch.set_num_threads(1)
-    dist.init_process_group(backend, timeout=scenarios.TIMEOUT)
+    start = time.monotonic()
+    try:
+        dist.init_process_group(backend, timeout=scenarios.TIMEOUT)
+    except RuntimeError as error:  # a named error at init is an answer too (the test decides)
+        torch.save({"error": str(error), "seconds": time.monotonic() - start, "at": "init"},
+                   os.path.join(out_dir, "%s.pt" % os.environ["RANK"]))
+        raise
     result = getattr(scenarios, scenario)(backend)
     torch.save(result, os.path.join(out_dir, "%d.pt" % dist.get_rank()))
     dist.destroy_process_group()

@@ -189,16 +189,16 @@ class DoneWork(Work):
 
 
 class Completer:
-    """Waits for each enqueued collective in call order and completes its
-    Work. `timeout_seconds` bounds each wait beyond the daemon's own stall
-    deadline: an operation past it fails naming it, and its native handle is
-    released once the daemon answers."""
+    """Waits for each Work handed to it, in order, and completes it (a Work's
+    own client: the group's, or a point-to-point pair's). `timeout_seconds`
+    bounds each wait beyond the daemon's own stall deadline: an operation
+    past it fails naming it, and its native handle is released once the
+    daemon answers."""
 
-    def __init__(self, client, name, timeout_seconds):
-        self._client = client
+    def __init__(self, name, timeout_seconds):
         self._timeout = timeout_seconds
         self._queue = queue.Queue()
-        self._late = []  # native handles of operations that timed out here
+        self._late = []  # (client, native handle) of operations not done when released
         # Futures complete on other threads than this one: a callback may wait
         # for a later collective of the group (PowerSGD's hook does), which
         # this thread must still be free to complete.
@@ -207,10 +207,10 @@ class Completer:
         self._thread = threading.Thread(target=self._run, name="gradsync-c10d-%s" % name, daemon=True)
         self._thread.start()
 
-    def add(self, work, natives):
+    def add(self, work, natives, client=None):
         """Completes `work` once all `natives` completed. No `work`: only
-        releases the handles once the daemon answered."""
-        self._queue.put((work, natives))
+        releases the handles (of `client`) once the daemon answered."""
+        self._queue.put((work, natives, client if work is None else work._client))
 
     def stop(self):
         self._queue.put(None)
@@ -218,52 +218,73 @@ class Completer:
         self._delivery.shutdown(wait=False)
 
     def _run(self):
+        """Completes the Works handed over as each finishes, in any order (a
+        recv waiting for its sender must not hold back the group's other
+        collectives): waits on the oldest, briefly when others wait too."""
+        pending = []  # [work, natives, client, deadline]
         while True:
-            item = self._queue.get()
-            if item is None:
-                return
-            work, natives = item
-            if work is None:
-                self._release(natives)
-                continue
             try:
-                if work._claim("completer"):
-                    self._wait_all(natives, work.what)
-                else:  # its caller waits for the daemon: wait for the caller
-                    while not work._done.wait(0.5):
-                        if work._claim("completer"):  # the caller gave up (its timeout)
-                            self._wait_all(natives, work.what)
-                            break
-            except Exception as error:  # completes the Work with it
-                work._complete(_as_runtime_error(error, work.what))
-            else:
-                work._complete()
-            finally:
-                self._delivery.submit(work._deliver)
-                self._release(natives)
+                while True:
+                    item = self._queue.get(block=not pending, timeout=None)
+                    if item is None:
+                        return
+                    work, natives, client = item
+                    if work is None:
+                        self._release(client, natives)
+                    else:
+                        pending.append([work, natives, client, time.monotonic() + self._timeout])
+                    if self._queue.empty():
+                        break
+            except queue.Empty:
+                pass
+            pending = [p for p in pending if not self._try_complete(*p)]
+            if pending:
+                self._wait_briefly(pending[0], 0.05 if len(pending) == 1 else 0.002)
 
-    def _wait_all(self, natives, what):
-        deadline = time.monotonic() + self._timeout
-        for n in natives:
-            while not self._client.poll(n):
-                left = deadline - time.monotonic()
-                if left <= 0:
+    def _try_complete(self, work, natives, client, deadline):
+        """Completes `work` when it is done (by its caller, or per the
+        daemon); True when it is finished with."""
+        try:
+            if not work._done.is_set():
+                if not work._claim("completer"):
+                    return False  # its caller waits for the daemon
+                if not all(client.poll(n) for n in natives):
+                    if time.monotonic() < deadline:
+                        return False
                     raise GradsyncError("%s: no answer from the daemon within the process group's timeout "
-                                        "(%.0f s)" % (what, self._timeout))
-                self._client.wait_for(n, min(left, 0.5))
-            self._client.wait(n, what)  # done: raises its error, if any
+                                        "(%.0f s)" % (work.what, self._timeout))
+                for n in natives:
+                    client.wait(n, work.what)  # done: raises its error, if any
+                work._complete()
+        except Exception as error:  # completes the Work with it
+            work._complete(_as_runtime_error(error, work.what))
+        self._delivery.submit(work._deliver)
+        self._release(client, natives)
+        return True
 
-    def _release(self, natives):
-        for n in list(self._late) + list(natives):
+    def _wait_briefly(self, entry, seconds):
+        work, natives, client, _ = entry
+        if work._waiter == "caller":
+            work._done.wait(seconds)
+            return
+        for n in natives:
             try:
-                if self._client.poll(n):
-                    self._client.release(n)
-                    if n in self._late:
-                        self._late.remove(n)
-                elif n not in self._late:
-                    self._late.append(n)
+                if not client.wait_for(n, seconds):
+                    return
             except GradsyncError:
-                pass  # the client is closed: nothing left to release
+                return  # its error is raised when it is completed
+
+    def _release(self, client, natives):
+        still = []
+        for c, n in self._late + [(client, n) for n in natives]:
+            try:
+                if c.poll(n):
+                    c.release(n)
+                else:
+                    still.append((c, n))
+            except GradsyncError:
+                pass  # unknown (released already) or a closed client: nothing left to release
+        self._late = still
 
 
 class _Failure:

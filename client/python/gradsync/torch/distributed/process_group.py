@@ -18,13 +18,20 @@ from torch._C._distributed_c10d import Backend as _C10dBackend
 
 from gradsync import _native as native
 from gradsync.torch.distributed import _node
+from gradsync.torch.distributed._p2p import PairChannels
 from gradsync.torch.distributed._ops import (check_tensor, copy_chunks, flat_view, new_op, received_splits,
                                              reduction, result_view, rows)
 from gradsync.torch.distributed._work import Completer, DoneWork, Work, _as_runtime_error
 
 
 class _NamesHolder(_C10dBackend):
-    """The C++ backend that holds the group's name for c10d (it runs nothing)."""
+    """The C++ backend that holds the group's name for c10d (it runs nothing).
+    The capabilities c10d asks a backend for are plain attributes here
+    (through pybind they would recurse)."""
+
+    supports_coalescing = False
+    supports_splitting = False
+    options = None
 
     def getBackendName(self):
         return "gradsync"
@@ -59,7 +66,8 @@ class ProcessGroupGradsync(dist.ProcessGroup):
         config.connect_timeout_seconds = self._timeout
         self.job_id = job_id
         self._client = _connect(self._lib, config, leader if local_size < size else "")
-        self._completer = Completer(self._client, job_id, self._timeout)
+        self._completer = Completer(job_id, self._timeout)
+        self._pairs = PairChannels(store, rank, size, job_id, token, node_daemon, node_key, self._timeout, _connect)
         self._sequence = 0
         self._lock = threading.Lock()
         self._coalesced = None  # Works since start_coalescing, or None
@@ -189,13 +197,14 @@ class ProcessGroupGradsync(dist.ProcessGroup):
         self.barrier().wait(timeout)
 
     def send(self, tensors, dst, tag=0):
-        raise RuntimeError("gradsync: point-to-point send/recv is not supported yet (group %s)" % self.job_id)
+        return self._point_to_point("send to", tensors, dst, tag, sending=True)
 
     def recv(self, tensors, src, tag=0):
-        raise RuntimeError("gradsync: point-to-point send/recv is not supported yet (group %s)" % self.job_id)
+        return self._point_to_point("recv from", tensors, src, tag, sending=False)
 
     def recv_anysource(self, tensors, tag=0):
-        return self.recv(tensors, -1, tag)
+        raise RuntimeError("gradsync: recv from any source is not supported (group %s): name the sender" %
+                           self.job_id)
 
     # c10d's older names of the same operations (torch before 2.12).
     _allgather_base = all_gather_single
@@ -222,6 +231,7 @@ class ProcessGroupGradsync(dist.ProcessGroup):
             return
         self._closed = True
         try:
+            self._pairs.shutdown()
             self._client.shutdown()
         finally:
             self._completer.stop()
@@ -340,19 +350,22 @@ class ProcessGroupGradsync(dist.ProcessGroup):
             finish_view(results[0], result_view(results[0], source.dtype, what, expected))
         return self._enqueue(what, [op], keep, outputs, finish)
 
-    def _enqueue(self, what, ops, keep, outputs, finish):
+    def _enqueue(self, what, ops, keep, outputs, finish, client=None):
+        """Starts `ops` on `client` (the group's unless given) and returns
+        their Work; `finish(results)` copies the outputs once they completed."""
         if self._closed:
             raise RuntimeError("%s: the process group was shut down" % what)
+        client = client or self._client
         try:
-            natives = (self._client.enqueue_group(ops, what) if len(ops) > 1 else
-                       [self._client.enqueue(ops[0], what)]) if ops else []
+            natives = (client.enqueue_group(ops, what) if len(ops) > 1 else
+                       [client.enqueue(ops[0], what)]) if ops else []
         except Exception as error:
             raise _as_runtime_error(error, what) from None
 
         def finish_keeping(results):
             finish(results)
             keep.clear()
-        work = Work(what, outputs, self._timeout, self._client, natives, finish_keeping,
+        work = Work(what, outputs, self._timeout, client, natives, finish_keeping,
                     self._completer if natives else None)
         if not natives:
             work._finish()
@@ -360,6 +373,14 @@ class ProcessGroupGradsync(dist.ProcessGroup):
         if self._coalesced is not None:
             self._coalesced.append(work)
         return work
+
+    def _point_to_point(self, kind, tensors, peer, tag, sending):
+        what = "gradsync %s rank %d, tag %d (rank %d of %d, job %s)" % (kind, peer, tag, self.rank(), self.size(),
+                                                                        self.job_id)
+        if len(tensors) != 1:
+            raise ValueError("%s: one tensor per message, not %d" % (what, len(tensors)))
+        client, op, keep = self._pairs.message(tensors[0], peer, tag, sending, what)
+        return self._enqueue(what, [op], keep, tensors, lambda results: keep.clear(), client=client)
 
     def _hand_over_earlier(self, latest):
         """Earlier collectives of the group not done yet go to the completer
@@ -377,7 +398,7 @@ class ProcessGroupGradsync(dist.ProcessGroup):
             op.collective = collective
             op.name = name.encode()
             try:
-                self._completer.add(None, [self._client.abandon(op, str(error))])
+                self._completer.add(None, [self._client.abandon(op, str(error))], self._client)
             except Exception:
                 pass  # a broken client: the others learn it from the daemon
         raise error
