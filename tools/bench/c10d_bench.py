@@ -12,7 +12,8 @@ node's daemon (the one the backend found or started) as a job of its own.
   ddp_buckets  the ResNet-50 gradient set (161 tensors, 97.5 MiB) through
                DDP's buckets (bucket_cap_mb=25): backward of a loss whose
                gradients cost nothing to compute, so the step is DDP's
-               communication;
+               communication and its copies into and out of the buckets;
+  ddp_as_view  the same with gradient_as_bucket_view=True (no copy out);
   grouped      the same set as one gradsync.torch grouped allreduce (the
                Horovod path), and as c10d allreduce_coalesced;
   small        one 4-byte allreduce, synchronous: the per-call cost.
@@ -77,13 +78,14 @@ def main():
     from torch.nn.parallel import DistributedDataParallel as DDP
     models = {}
     for name, group in (("gloo", None), ("gradsync", ours)):
-        model = GradientSet()
-        models[name] = DDP(model, process_group=group, bucket_cap_mb=25)
+        for view in (False, True):
+            models[name, view] = DDP(GradientSet(), process_group=group, bucket_cap_mb=25,
+                                     gradient_as_bucket_view=view)
     grads = [torch.randn(s) for s in resnet50_shapes()]
     small = torch.ones(1)
 
-    def ddp_step(name):
-        return lambda: models[name]().backward()
+    def ddp_step(name, view=False):
+        return lambda: models[name, view]().backward()
 
     def small_calls(fn):
         def run():
@@ -92,6 +94,7 @@ def main():
         return run
     cases = {
         "ddp_buckets": {"gloo": ddp_step("gloo"), "gradsync c10d": ddp_step("gradsync")},
+        "ddp_as_view": {"gloo": ddp_step("gloo", True), "gradsync c10d": ddp_step("gradsync", True)},
         "grouped": {"gloo coalesced": lambda: dist.all_reduce_coalesced(grads),
                     "gradsync c10d coalesced": lambda: dist.all_reduce_coalesced(grads, group=ours),
                     "gradsync.torch grouped": lambda: hvd.grouped_allreduce_(grads, op=hvd.Sum)},

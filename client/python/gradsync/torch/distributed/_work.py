@@ -295,7 +295,7 @@ class _Failure:
 def _value_or_raise(future):
     value = future.value()
     if isinstance(value, _Failure):
-        raise value.error
+        raise value.error.with_traceback(None)  # the daemon's cause, not the completer's stack
     return value
 
 
