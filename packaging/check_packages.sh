@@ -6,7 +6,8 @@
 # virtual environment (with the system's site packages, for Debian's torch),
 # and a 2-rank training of examples/pytorch/train_digits.py run from
 # outside the checkout by that environment's gradsyncrun against a private
-# gradsyncd from the unpacked .deb. About a minute once Bazel's outputs exist.
+# gradsyncd from the wheel itself (pip alone is enough on one machine).
+# About a minute once Bazel's outputs exist.
 # (Not checked here: a clean Debian root with apt and systemd.)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -30,7 +31,9 @@ dpkg -x "$deb" "$scratch/root"
 cp examples/pytorch/train_digits.py "$scratch/"
 cd "$scratch"
 "$scratch/venv/bin/python" -c "import gradsync, gradsync._native as n; n.load_library(); print('gradsync from', gradsync.__file__)"
-GRADSYNC_DAEMON="$scratch/root/usr/sbin/gradsyncd" "$scratch/venv/bin/gradsyncrun" --private-daemon -np 2 \
-  python train_digits.py | tail -2
+# pip alone is enough: the private daemon is the wheel's (nothing else on PATH).
+"$scratch/venv/bin/gradsyncd" --version
+env -u GRADSYNC_DAEMON -u GRADSYNC_CTL -u GRADSYNC_LIBRARY PATH="$scratch/venv/bin:/usr/bin:/bin" \
+  "$scratch/venv/bin/gradsyncrun" --private-daemon -np 2 python train_digits.py | tail -2
 [ "$PWD" != "$repo" ]
 echo "check_packages: ok"

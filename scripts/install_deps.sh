@@ -22,6 +22,7 @@ PACKAGES=(
   python3-venv               # the PyPI torch environment (scripts/pypi_torch_env.sh)
   python3-sklearn            # the handwritten digits of the Quick start's main job
   dpkg-dev help2man          # the .deb: dpkg-shlibdeps, man pages from --help
+  patchelf                   # the wheel's gradsyncd and gradsyncctl find their libraries beside them
   clang-format               # scripts/check_format.sh
   clang                      # the thread-safety analysis build (--config=threadsafety)
   lintian                    # packaging/check_packages.sh: the .deb has no lintian errors

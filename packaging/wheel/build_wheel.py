@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: Apache-2.0
 """Writes the gradsync wheel: the pure-Python package and, in gradsync/_lib,
-libgradsync.so with the shared libraries it needs that a glibc system may
-lack (its RPATH $ORIGIN finds them there). No compile step at install time,
+libgradsync.so, gradsyncd and gradsyncctl with the shared libraries they
+need that a glibc system may lack (their RPATH $ORIGIN finds them there). No compile step at install time,
 so any Python >= 3.9 with any PyTorch can use it.
 
     build_wheel.py VERSION PACKAGE_DIR LIB_DIR OUT_DIR
@@ -48,12 +48,15 @@ def main(version, package_dir, lib_dir, out_dir):
         "Provides-Extra: torch",
         "Requires-Dist: torch; extra == \"torch\"",
         "",
-        "gradsync.torch is Horovod's PyTorch API over a gradsyncd running on the node; "
-        "gradsyncrun starts the ranks. The daemon comes from the gradsync Debian package.",
+        "gradsync.torch is Horovod's PyTorch API over a gradsyncd running on the node, and "
+        "gradsync.torch.distributed its torch.distributed backend; gradsyncrun starts the ranks. "
+        "The wheel carries gradsyncd and gradsyncctl for a private daemon per job; the gradsync "
+        "Debian package runs the daemon as a service.",
         "",
     ])
     wheel = "Wheel-Version: 1.0\nGenerator: gradsync build_wheel.py\nRoot-Is-Purelib: false\nTag: %s\n" % TAG
-    entry_points = ("[console_scripts]\ngradsyncrun = gradsync.runner.launch:main\n\n"
+    entry_points = ("[console_scripts]\ngradsyncrun = gradsync.runner.launch:main\n"
+                    "gradsyncd = gradsync._binaries:gradsyncd\ngradsyncctl = gradsync._binaries:gradsyncctl\n\n"
                     # torch.distributed finds the "gradsync" backend without an import.
                     "[torch.distributed.backends]\ngradsync = gradsync.torch.distributed:_register\n")
     files += [(dist_info + "/METADATA", metadata.encode(), 0o644),

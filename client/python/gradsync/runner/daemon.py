@@ -26,13 +26,17 @@ def answers(path):
 
 
 def find_binary(name, explicit=None, env_var=None):
-    """An executable: explicit path, $env_var, PATH, or the Bazel output of a checkout."""
+    """An executable: explicit path, $env_var, PATH, the wheel's copy, or the
+    Bazel output of a checkout."""
     for candidate in (explicit, os.environ.get(env_var) if env_var else None):
         if candidate:
             return candidate
     on_path = shutil.which(name)
     if on_path:
         return on_path
+    from gradsync import _binaries  # the wheel's own copy
+    if _binaries.bundled(name):
+        return _binaries.bundled(name)
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
         os.path.abspath(__file__))))))
     for relative in ("daemon/exe/" + name, "tools/gradsyncctl/" + name):
