@@ -34,10 +34,20 @@ export LD_LIBRARY_PATH="$1\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}"
 ENV
 }
 
+# What the c10d backend's tests use beside torch: numpy (c10d's object
+# collectives), PyPI's PyTorch Lightning and Accelerate (trained unchanged).
+# Those that require torch come without their dependencies (pip would
+# otherwise pull the gigabytes of NVIDIA wheels torch was installed without),
+# the rest with theirs.
+add_libraries() {
+  "$dir/venv/bin/python" -c "import numpy, lightning, accelerate" 2>/dev/null && return
+  local add=("$dir/venv/bin/pip" install -q --disable-pip-version-check --no-warn-conflicts)
+  "${add[@]}" numpy pyyaml tqdm packaging psutil safetensors huggingface_hub >&2
+  "${add[@]}" --no-deps lightning lightning-utilities torchmetrics accelerate >&2
+}
+
 if works; then
-  # numpy came later (c10d's object collectives need it): added in place.
-  "$dir/venv/bin/python" -c "import numpy" 2>/dev/null ||
-    "$dir/venv/bin/pip" install -q --disable-pip-version-check numpy >&2
+  add_libraries  # an environment made before they were needed
   echo "$dir"
   exit 0
 fi
@@ -49,7 +59,7 @@ pip=("$dir/venv/bin/pip" install -q --disable-pip-version-check --no-warn-confli
 "${pip[@]}" --no-deps "torch==$version"
 # torch's own Python requirements, and the test runner.
 "${pip[@]}" filelock "typing-extensions>=4.13.0" "setuptools>=77.0.3" "sympy>=1.13.3" "networkx>=2.5.1" jinja2 \
-  "fsspec>=0.8.5" pytest numpy
+  "fsspec>=0.8.5" pytest
 
 # The NVIDIA wheels torch pins that the toolkit does not have.
 mapfile -t extra < <("$dir/venv/bin/python" - <<'PY'
@@ -78,4 +88,5 @@ if ! works; then
   write_env ""
 fi
 works || { echo "pypi_torch_env: torch $version does not import from $dir" >&2; exit 1; }
+add_libraries
 echo "$dir"

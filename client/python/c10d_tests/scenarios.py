@@ -331,3 +331,63 @@ def point_to_point(backend):
             dist.send(act * 2, peer)
     dist.barrier()
     return {"ok": True}
+
+
+# Libraries that call init_process_group themselves (worker.py leaves it to them).
+SELF_INIT = ("lightning",)
+
+
+def _regression_data():
+    gen = torch.Generator().manual_seed(7)
+    x = torch.randn(64, 16, generator=gen)
+    return torch.utils.data.TensorDataset(x, x @ torch.randn(16, 4, generator=gen))
+
+
+def lightning(backend):
+    """PyTorch Lightning's DDPStrategy with process_group_backend=`backend`."""
+    import lightning.pytorch as pl
+    from lightning.pytorch.strategies import DDPStrategy
+
+    class Module(pl.LightningModule):
+        def __init__(self):
+            super().__init__()
+            torch.manual_seed(1)
+            self.net = _Net()
+
+        def training_step(self, batch, _):
+            x, y = batch
+            return nn.functional.mse_loss(self.net(x), y)
+
+        def configure_optimizers(self):
+            return torch.optim.Adam(self.parameters(), lr=0.01)
+
+    module = Module()
+    trainer = pl.Trainer(accelerator="cpu", devices=int(os.environ["LOCAL_WORLD_SIZE"]), max_epochs=2,
+                         strategy=DDPStrategy(process_group_backend=backend, timeout=TIMEOUT),
+                         logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                         enable_model_summary=False)
+    trainer.fit(module, torch.utils.data.DataLoader(_regression_data(), batch_size=8))
+    assert dist.get_backend() == backend, dist.get_backend()
+    return {k: v.detach().clone() for k, v in module.net.state_dict().items()}
+
+
+def accelerate(backend):
+    """Hugging Face Accelerate on the process group worker.py made. On the
+    CPU, Accelerate sets up "gloo" or "mpi" only (InitProcessGroupKwargs'
+    backend is refused there; on CUDA it is taken): a group initialized
+    before Accelerator() is the one it uses."""
+    from accelerate import Accelerator
+    accelerator = Accelerator(cpu=True)
+    assert accelerator.num_processes == dist.get_world_size()
+    torch.manual_seed(1)
+    model = _Net()
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
+    loader = torch.utils.data.DataLoader(_regression_data(), batch_size=8)
+    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+    for _ in range(2):
+        for x, y in loader:
+            optimizer.zero_grad()
+            accelerator.backward(nn.functional.mse_loss(model(x), y))
+            optimizer.step()
+    assert dist.get_backend() == backend, dist.get_backend()
+    return {k: v.detach().clone() for k, v in accelerator.unwrap_model(model).state_dict().items()}

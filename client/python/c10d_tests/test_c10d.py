@@ -139,6 +139,16 @@ def test_fsdp2_trains_to_glooS_weights():
     assert_same_weights(ours[1], ours[0], rtol=0, atol=0)
 
 
+@pytest.mark.parametrize("library", ["lightning", "accelerate"])
+def test_a_library_trains_to_glooS_weights(library):
+    """PyTorch Lightning (DDPStrategy) and Accelerate, unchanged, with the backend named."""
+    ours = run(library, np=2)
+    gloo = run(library, backend="gloo", np=2)
+    for rank in range(2):
+        assert_same_weights(ours[rank], gloo[rank])
+    assert_same_weights(ours[1], ours[0], rtol=0, atol=0)
+
+
 def test_distributed_checkpoint_saves_and_loads():
     assert run("checkpoint", np=2) == [{"ok": True}] * 2
 
