@@ -23,6 +23,7 @@ PACKAGES=(
   python3-sklearn            # the handwritten digits of the Quick start's main job
   dpkg-dev help2man          # the .deb: dpkg-shlibdeps, man pages from --help
   patchelf                   # the wheel's gradsyncd and gradsyncctl find their libraries beside them
+  slurmd slurmctld slurm-client munge  # the c10d backend's test under srun (a one-node cluster the test starts)
   clang-format               # scripts/check_format.sh
   clang                      # the thread-safety analysis build (--config=threadsafety)
   lintian                    # packaging/check_packages.sh: the .deb has no lintian errors

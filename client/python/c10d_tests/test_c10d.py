@@ -11,6 +11,8 @@ import tempfile
 import pytest
 import torch
 
+import slurm_cluster
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORKER = os.path.join(HERE, "worker.py")
 
@@ -47,6 +49,20 @@ def _torchrun_nodes(nnodes, per_node, command, env, timeout):
     return max(abs(a.returncode) for a in agents), "\n".join(errors)
 
 
+# How a Slurm batch script starts the ranks (docs/torch_distributed.md):
+# torch's env:// rendezvous from Slurm's variables, the first node as master.
+SRUN_RANK = ('export RANK=$SLURM_PROCID WORLD_SIZE=$SLURM_NTASKS LOCAL_RANK=$SLURM_LOCALID '
+             'MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1) MASTER_PORT=%d; exec "$@"')
+
+
+def _srun_launch(np, command, env, timeout):
+    """`srun -n np` on the test's Slurm cluster (env has its SLURM_CONF)."""
+    done = subprocess.run(["srun", "--overcommit", "-n", str(np), "--kill-on-bad-exit=0", "bash", "-c",
+                           SRUN_RANK % _free_port(), "rank"] + command, env=env, capture_output=True, text=True,
+                          timeout=timeout)
+    return done.returncode, done.stderr
+
+
 def run(scenario, backend="gradsync", np=2, env=None, expect_failure=False, timeout=180, launcher="torchrun",
         nnodes=1):
     """Runs `scenario` on `np` ranks (over `nnodes` nodes); returns each
@@ -57,6 +73,8 @@ def run(scenario, backend="gradsync", np=2, env=None, expect_failure=False, time
         worker = [WORKER, scenario, backend, out]
         if nnodes > 1:
             returncode, stderr = _torchrun_nodes(nnodes, np // nnodes, worker, full_env, timeout)
+        elif launcher == "srun":
+            returncode, stderr = _srun_launch(np, [sys.executable] + worker, full_env, timeout)
         elif launcher == "torchrun":
             command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(np)]
             done = subprocess.run(command + worker, env=full_env, capture_output=True, text=True, timeout=timeout)
@@ -130,6 +148,17 @@ def test_torchrun_across_two_nodes_each_with_its_daemon():
     for rank in range(4):
         for config in ("sgd", "adam", "unused", "no_sync", "powersgd"):
             assert_same_weights(two_nodes[rank][config], one_node[rank][config], rtol=1e-5, atol=1e-6)
+
+
+def test_srun_on_a_slurm_cluster_runs_ddp_to_glooS_weights():
+    """Real Slurm (Debian's slurmctld and slurmd, started here): srun -n 2."""
+    assert slurm_cluster.available(), "Slurm (munged, slurmctld, slurmd, srun) and root are needed"
+    with slurm_cluster.cluster() as slurm_env:
+        ours = run("ddp", np=2, launcher="srun", env={"SLURM_CONF": slurm_env["SLURM_CONF"]})
+    gloo = run("ddp", backend="gloo", np=2)
+    for rank in range(2):
+        for config in ("sgd", "adam", "powersgd"):
+            assert_same_weights(ours[rank][config], gloo[rank][config])
 
 
 def test_fsdp2_trains_to_glooS_weights():
