@@ -45,8 +45,8 @@ SelectTypeParameters=CR_CPU
 JobAcctGatherType=jobacct_gather/none
 AccountingStorageType=accounting_storage/none
 JobCompType=jobcomp/none
-NodeName={host} NodeAddr=127.0.0.1 CPUs={cpus} State=UNKNOWN
-PartitionName=test Nodes={host} Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:4
+NodeName=localhost NodeHostname={host} NodeAddr=127.0.0.1 CPUs={cpus} State=UNKNOWN
+PartitionName=test Nodes=localhost Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:4
 """
 
 
@@ -56,7 +56,9 @@ def available():
 
 @contextlib.contextmanager
 def cluster(ready_timeout=60):
-    """Yields the environment (SLURM_CONF) under which srun reaches it."""
+    """Yields the environment (SLURM_CONF) under which srun reaches it. The
+    node is named localhost (what SLURM_JOB_NODELIST then holds resolves on
+    any machine)."""
     directory = tempfile.mkdtemp(prefix="slurm-", dir="/tmp")
     host = socket.gethostname().split(".")[0]
     for sub in ("state", "spool"):
@@ -78,7 +80,7 @@ def cluster(ready_timeout=60):
         _wait(lambda: os.path.exists(os.path.join(directory, "munge.sock")), 10, "munged", directory)
         processes.append(subprocess.Popen(["slurmctld", "-D", "-i", "-f", conf], env=env,
                                           stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT))
-        processes.append(subprocess.Popen(["slurmd", "-D", "-f", conf, "-N", host], env=env,
+        processes.append(subprocess.Popen(["slurmd", "-D", "-f", conf, "-N", "localhost"], env=env,
                                           stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT))
         _wait(lambda: _idle(env), ready_timeout, "slurmd to register as idle", directory)
         yield env
