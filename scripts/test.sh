@@ -25,6 +25,9 @@ bazel test //client/python:torch_pypi_np2_test //client/python:torch_pypi_np3_te
 # 2 ranks (half a minute). The clean Debian root check is not here: it
 # downloads a Debian root (packaging/clean_root_check.sh).
 packaging/check_packages.sh
+# The Kubernetes manifests: the API's schemas and a policy scanner (tools
+# from PyPI, made once outside the checkout).
+deploy/check_k8s.sh
 # The multi-process, fault, fuzz-regression and Python tests again with
 # AddressSanitizer, LeakSanitizer and UBSan in the daemon, client and workers.
 bazel test --config=asan //tests/... //client/python/... "$@"

@@ -97,6 +97,18 @@ def collectives(backend):
     return {"ok": True}
 
 
+def token_check(backend):
+    """The group's token is the file's, and the store does not hold it."""
+    import json
+    group = dist.distributed_c10d._get_default_group()
+    published = json.loads(group.store.get("gradsync/job/0"))
+    assert published["token"] is None, published
+    t = torch.ones(2)
+    dist.all_reduce(t)
+    _close(t, torch.full((2,), float(dist.get_world_size())))
+    return {"ok": True} if group.job_id.startswith("c10d-") else {"ok": False}
+
+
 def async_work(backend):
     """Work objects: wait(timeout), is_completed(), get_future().then(...)."""
     r, n = dist.get_rank(), dist.get_world_size()

@@ -109,6 +109,14 @@ def test_send_and_recv(np):
     assert run("point_to_point", np=np) == [{"ok": True}] * np
 
 
+def test_a_token_from_a_file_is_the_jobS(tmp_path):
+    """GRADSYNC_TOKEN_FILE (a Kubernetes Secret mounted as a file): every
+    rank presents that token, and the store never carries it."""
+    token = tmp_path / "token"
+    token.write_text("a-secret-of-this-job\n")
+    assert run("token_check", np=2, env={"GRADSYNC_TOKEN_FILE": str(token)}) == [{"ok": True}] * 2
+
+
 def test_work_objects_and_futures():
     assert run("async_work", np=2) == [{"ok": True}] * 2
 

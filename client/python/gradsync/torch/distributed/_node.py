@@ -158,14 +158,20 @@ def _peer_address(socket_path, env):
 
 def agree_job(store, group_rank, timeout_seconds, env, what):
     """The job id and token of one process group, made by its rank 0 and
-    read by the others from the group's store. A torchrun restart is a new
-    job (its attempt number is in the key)."""
+    read by the others from the group's store. A token every rank has in
+    GRADSYNC_TOKEN or in the file GRADSYNC_TOKEN_FILE names (a Kubernetes
+    Secret, say) is used instead of a drawn one and never enters the store. A torchrun restart is a new job (its
+    attempt number is in the key)."""
     key = "gradsync/job/%s" % env.get("TORCHELASTIC_RESTART_COUNT", "0")
+    own_token = env.get("GRADSYNC_TOKEN")
+    if not own_token and env.get("GRADSYNC_TOKEN_FILE"):
+        with open(env["GRADSYNC_TOKEN_FILE"]) as f:
+            own_token = f.read().strip()
     if group_rank == 0:
-        job = {"id": "c10d-%s" % secrets.token_hex(8), "token": secrets.token_hex(16)}
+        job = {"id": "c10d-%s" % secrets.token_hex(8), "token": None if own_token else secrets.token_hex(16)}
         store.set(key, json.dumps(job))
     job = json.loads(_wait_key(store, key, timeout_seconds, what))
-    return job["id"], job["token"]
+    return job["id"], own_token or job["token"]
 
 
 def place_in_node(store, node_key, group_rank, group_size, timeout_seconds, what):

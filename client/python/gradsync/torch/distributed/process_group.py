@@ -52,6 +52,7 @@ class ProcessGroupGradsync(dist.ProcessGroup):
         self._node_daemon = node_daemon
         self._owns_daemon = owns_daemon
         what = "gradsync process group (rank %d of %d)" % (rank, size)
+        self.store = store  # the group's c10d store (what the ranks agreed is under gradsync/)
         job_id, token = _node.agree_job(store, rank, self._timeout, os.environ, what + ": its job id")
         local_rank, local_size = _node.place_in_node(store, node_key, rank, size, self._timeout,
                                                      what + ": every rank's arrival")
