@@ -16,7 +16,12 @@ node's daemon (the one the backend found or started) as a job of its own.
   ddp_as_view  the same with gradient_as_bucket_view=True (no copy out);
   grouped      the same set as one gradsync.torch grouped allreduce (the
                Horovod path), and as c10d allreduce_coalesced;
-  small        one 4-byte allreduce, synchronous: the per-call cost.
+  small        one 4-byte allreduce, synchronous: the per-call cost;
+  e2e          (--e2e; needs torchvision) a DDP step of torchvision's
+               ResNet-18 (batch 16 of 64x64 images, forward and backward)
+               on Gloo, on gradsync, and under no_sync (the compute alone),
+               and ResNet-18's gradient set through DDP's buckets alone: how
+               much of the communication backward hid.
 Rank 0 prints medians (ms) and the ratios per interleaved pair.
 """
 import argparse
@@ -45,15 +50,41 @@ def resnet50_shapes():
 
 
 class GradientSet(nn.Module):
-    """Parameters of ResNet-50's shapes; backward of forward() gives each a
-    gradient at almost no cost."""
+    """Parameters of the given shapes (ResNet-50's by default); backward of
+    forward() gives each a gradient at almost no cost."""
 
-    def __init__(self):
+    def __init__(self, shapes=None):
         super().__init__()
-        self.params = nn.ParameterList([nn.Parameter(torch.zeros(s)) for s in resnet50_shapes()])
+        self.params = nn.ParameterList([nn.Parameter(torch.zeros(s)) for s in shapes or resnet50_shapes()])
 
     def forward(self):
         return sum(p.view(-1)[0] for p in self.params)
+
+
+def end_to_end_cases(DDP, ours):
+    import torchvision
+    torch.manual_seed(0)
+    shapes = [tuple(p.shape) for p in torchvision.models.resnet18().parameters()]
+    nets = {name: DDP(torchvision.models.resnet18(), process_group=group)
+            for name, group in (("gloo", None), ("gradsync", ours))}
+    x = torch.randn(16, 3, 64, 64)
+    y = torch.randint(0, 1000, (16,))
+    loss = nn.CrossEntropyLoss()
+    comm = DDP(GradientSet(shapes), process_group=ours)
+
+    def step(name, sync=True):
+        def run():
+            net = nets[name]
+            net.zero_grad(set_to_none=False)
+            if sync:
+                loss(net(x), y).backward()
+            else:
+                with net.no_sync():
+                    loss(net(x), y).backward()
+        return run
+    return {"e2e": {"gloo": step("gloo"), "gradsync c10d": step("gradsync"),
+                    "compute only (no_sync)": step("gradsync", sync=False),
+                    "gradsync comm alone": lambda: comm().backward()}}
 
 
 def timed(fn):
@@ -67,6 +98,7 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=15)
     parser.add_argument("--small-calls", type=int, default=200)
+    parser.add_argument("--e2e", action="store_true", help="only the ResNet-18 end-to-end step")
     args = parser.parse_args()
     torch.set_num_threads(1)
     import gradsync.torch.distributed  # noqa: F401 (registers the backend)
@@ -102,6 +134,8 @@ def main():
                   "gradsync c10d": small_calls(lambda: dist.all_reduce(small, group=ours)),
                   "gradsync.torch": small_calls(lambda: hvd.allreduce_(small, op=hvd.Sum))},
     }
+    if args.e2e:
+        cases = end_to_end_cases(DDP, ours)
     for case, fns in cases.items():
         times = {name: [] for name in fns}
         names = list(fns)
