@@ -4,7 +4,7 @@
 # .gpu_bundle/ carried along (made here by scripts/gpu_bundle.sh):
 #
 #   scripts/gpu_check.sh tests    facts, gradsyncctl status, the CUDA pytest suite with 2 and 4 ranks on one
-#                                 GPU, the kill check                                             (~3 min)
+#                                 GPU, the kill check, the torch.distributed backend on CUDA       (~3 min)
 #   scripts/gpu_check.sh bench    gradsync_bench --device cuda (sweep, ResNet-50 gradient set) with 1, 2, 4 ranks,
 #                                 then the PyTorch bench with the references (D2D copy, NCCL 1 rank)  (~4 min)
 #   scripts/gpu_check.sh resnet   ResNet-50 training steps: 1 process batch 128 against 2 ranks batch 64,
@@ -149,6 +149,9 @@ case $stage in
         client/python/tests_gpu
     done
     step "rank killed mid-collective" timeout 200 $python client/python/tests_gpu/kill_check.py "$socket"
+    step "torch.distributed backend on CUDA, 2 ranks on one GPU" env GRADSYNC_SOCKET="$socket" \
+      GRADSYNC_CTL="$tools/gradsyncctl" timeout 200 $python -m torch.distributed.run --standalone \
+      --nproc-per-node 2 client/python/tests_gpu/c10d_cuda_check.py
     step "two daemons on one GPU, host staging + UCX ring" timeout 280 $python \
       client/python/tests_gpu/two_daemons_check.py "$tools/gradsyncd" "$tools/gradsyncctl" "$workdir" staging
     # Two NCCL ranks on one GPU need NCCL >= 2.30 and its opt-in flag.

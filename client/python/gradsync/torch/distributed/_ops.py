@@ -61,6 +61,30 @@ def new_op(lib, collective, name, flat, keep, **fields):
     return op
 
 
+def device_output(like, numel, keep):
+    """CUDA collectives with an output (allgather, reducescatter, alltoall)
+    write into a buffer the caller gives (gradsync.h): a tensor of `numel`
+    elements on `like`'s device, kept alive with the op; None on the CPU,
+    where the library owns the output."""
+    if not like.is_cuda:
+        return None
+    target = torch.empty(numel, dtype=like.dtype, device=like.device)
+    keep.append(target)
+    return target
+
+
+def output_fields(target):
+    """The op's output fields for a device_output() target."""
+    if target is None:
+        return {}
+    return {"output": target.data_ptr(), "output_bytes": target.numel() * target.element_size()}
+
+
+def received(result, target, dtype, what, numel):
+    """The 1-D output of a completed op: the CUDA target, or the library's."""
+    return target if target is not None else result_view(result, dtype, what, numel)
+
+
 def flat_view(tensor):
     """(1-D contiguous tensor over the same data or a copy, copy-back needed)."""
     if tensor.is_contiguous():

@@ -19,8 +19,8 @@ from torch._C._distributed_c10d import Backend as _C10dBackend
 from gradsync import _native as native
 from gradsync.torch.distributed import _node
 from gradsync.torch.distributed._p2p import PairChannels
-from gradsync.torch.distributed._ops import (check_tensor, copy_chunks, flat_view, new_op, received_splits,
-                                             reduction, result_view, rows)
+from gradsync.torch.distributed._ops import (check_tensor, copy_chunks, device_output, flat_view, new_op,
+                                             output_fields, received, received_splits, reduction, rows)
 from gradsync.torch.distributed._work import Completer, DoneWork, Work, _as_runtime_error
 
 
@@ -279,44 +279,48 @@ class ProcessGroupGradsync(dist.ProcessGroup):
         """allgather of each input into its list of per-rank outputs."""
         what = self._what(kind)
         names = [self._next_name() for _ in input_tensors]
-        keep, ops = [], []
+        keep, ops, targets = [], [], []
         try:
-            for name, tensor in zip(names, input_tensors):
+            for name, tensor, outs in zip(names, input_tensors, output_lists):
                 check_tensor(tensor, what)
-                ops.append(new_op(self._lib, native.ALLGATHER, name, flat_view(tensor)[0], keep))
+                targets.append(device_output(tensor, tensor.numel() * len(outs), keep))
+                ops.append(new_op(self._lib, native.ALLGATHER, name, flat_view(tensor)[0], keep,
+                                  **output_fields(targets[-1])))
         except (ValueError, TypeError) as error:
             return self._refuse(what, native.ALLGATHER, error, names)
 
         def finish(results):
-            for result, outs, tensor in zip(results, output_lists, input_tensors):
-                copy_chunks(result_view(result, tensor.dtype, what, tensor.numel() * len(outs)), outs, what)
+            for result, outs, tensor, target in zip(results, output_lists, input_tensors, targets):
+                copy_chunks(received(result, target, tensor.dtype, what, tensor.numel() * len(outs)), outs, what)
         return self._enqueue(what, ops, keep, output_lists, finish)
 
     def _gather_into(self, kind, outputs, inputs):
         """allgather of each input into one flat output tensor."""
         what = self._what(kind)
         names = [self._next_name() for _ in inputs]
-        keep, ops = [], []
+        keep, ops, targets = [], [], []
         try:
             for name, out, tensor in zip(names, outputs, inputs):
                 check_tensor(tensor, what)
                 if out.numel() != tensor.numel() * self.size():
                     raise ValueError("%s: the output holds %d elements, not %d ranks x %d" % (
                         what, out.numel(), self.size(), tensor.numel()))
-                ops.append(new_op(self._lib, native.ALLGATHER, name, flat_view(tensor)[0], keep))
+                targets.append(device_output(tensor, out.numel(), keep))
+                ops.append(new_op(self._lib, native.ALLGATHER, name, flat_view(tensor)[0], keep,
+                                  **output_fields(targets[-1])))
         except (ValueError, TypeError) as error:
             return self._refuse(what, native.ALLGATHER, error, names)
 
         def finish(results):
-            for result, out, tensor in zip(results, outputs, inputs):
-                copy_chunks(result_view(result, tensor.dtype, what, out.numel()), [out], what)
+            for result, out, tensor, target in zip(results, outputs, inputs, targets):
+                copy_chunks(received(result, target, tensor.dtype, what, out.numel()), [out], what)
         return self._enqueue(what, ops, keep, outputs, finish)
 
     def _scatter_reduce(self, kind, outputs, inputs, opts):
         """reducescatter of each flat input; rank i keeps the i-th piece."""
         what = self._what(kind)
         names = [self._next_name() for _ in inputs]
-        keep, ops = [], []
+        keep, ops, targets = [], [], []
         try:
             reduce_op, prescale = _reduction_of(opts)
             for name, out, tensor in zip(names, outputs, inputs):
@@ -324,14 +328,15 @@ class ProcessGroupGradsync(dist.ProcessGroup):
                 if tensor.numel() != out.numel() * self.size():
                     raise ValueError("%s: the input holds %d elements, not %d ranks x %d" % (
                         what, tensor.numel(), self.size(), out.numel()))
+                targets.append(device_output(tensor, out.numel(), keep))
                 ops.append(new_op(self._lib, native.REDUCESCATTER, name, flat_view(tensor)[0], keep,
-                                  reduce_op=reduce_op, prescale=prescale))
+                                  reduce_op=reduce_op, prescale=prescale, **output_fields(targets[-1])))
         except (ValueError, TypeError) as error:
             return self._refuse(what, native.REDUCESCATTER, error, names)
 
         def finish(results):
-            for result, out in zip(results, outputs):
-                copy_chunks(result_view(result, out.dtype, what, out.numel()), [out], what)
+            for result, out, target in zip(results, outputs, targets):
+                copy_chunks(received(result, target, out.dtype, what, out.numel()), [out], what)
         return self._enqueue(what, ops, keep, outputs, finish)
 
     def _exchange(self, what, source, splits, expected, outputs, finish_view):
@@ -343,12 +348,13 @@ class ProcessGroupGradsync(dist.ProcessGroup):
             if len(splits) != self.size() or sum(splits) != source.numel():
                 raise ValueError("%s: splits %s do not cover the input's %d elements among %d ranks" % (
                     what, splits, source.numel(), self.size()))
-            op = new_op(self._lib, native.ALLTOALL, name, source, keep, splits=splits)
+            target = device_output(source, expected, keep)
+            op = new_op(self._lib, native.ALLTOALL, name, source, keep, splits=splits, **output_fields(target))
         except (ValueError, TypeError) as error:
             return self._refuse(what, native.ALLTOALL, error, [name])
 
         def finish(results):
-            finish_view(results[0], result_view(results[0], source.dtype, what, expected))
+            finish_view(results[0], received(results[0], target, source.dtype, what, expected))
         return self._enqueue(what, [op], keep, outputs, finish)
 
     def _enqueue(self, what, ops, keep, outputs, finish, client=None):
