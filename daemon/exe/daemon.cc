@@ -13,6 +13,7 @@
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/health_check_service_interface.h>
 
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 
@@ -270,6 +271,12 @@ void Daemon::housekeepingLoop() {
     registry_->housekeeping(now);
     notifier_.watchdog(now);
     notifier_.status(statusLine());
+    const pid_t owner = static_cast<pid_t>(config_.exit_with_pid());
+    if (owner > 0 && !owner_gone_ && ::kill(owner, 0) != 0 && errno == ESRCH) {
+      owner_gone_ = true;
+      GS_LOG(main, warn, "process {} (this daemon's owner, --exit-with-pid) has exited; exiting", owner);
+      ::kill(::getpid(), SIGTERM);
+    }
     if (registry_->draining() && registry_->jobCount() == 0 && !drained_) {
       // The same way out as SIGTERM: the main thread's signal wait.
       drained_ = true;

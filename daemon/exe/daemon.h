@@ -93,7 +93,8 @@ class Daemon {
   Mutex mutex_;
   CondVar stop_cv_;
   bool stopping_ GS_GUARDED_BY(mutex_) = false;
-  bool drained_ = false;  // housekeeping thread only
+  bool drained_ = false;     // housekeeping thread only
+  bool owner_gone_ = false;  // housekeeping thread only: exit_with_pid has exited
   std::thread housekeeping_;
 };
 

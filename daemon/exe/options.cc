@@ -90,6 +90,7 @@ const std::map<std::string, Setter>& setters() {
       {"--fusion-threshold-bytes", number<uint64_t>("--fusion-threshold-bytes", &C::set_fusion_threshold_bytes)},
       {"--stall-warning-seconds", number<uint32_t>("--stall-warning-seconds", &C::set_stall_warning_seconds)},
       {"--stall-deadline-seconds", number<uint32_t>("--stall-deadline-seconds", &C::set_stall_deadline_seconds)},
+      {"--exit-with-pid", number<uint32_t>("--exit-with-pid", &C::set_exit_with_pid)},
       {"--reduce-threads", number<uint32_t>("--reduce-threads", &C::set_reduce_threads)},
       {"--max-arena-bytes", number<uint64_t>("--max-arena-bytes", &C::set_max_arena_bytes)},
       {"--max-jobs", number<uint32_t>("--max-jobs", &C::set_max_jobs)},

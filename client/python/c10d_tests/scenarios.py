@@ -101,7 +101,7 @@ def token_check(backend):
     """The group's token is the file's, and the store does not hold it."""
     import json
     group = dist.distributed_c10d._get_default_group()
-    published = json.loads(group.store.get("gradsync/job/0"))
+    published = json.loads(group.store.get("gradsync/job"))
     assert published["token"] is None, published
     t = torch.ones(2)
     dist.all_reduce(t)
@@ -230,7 +230,8 @@ def checkpoint(backend):
 
 
 def subgroups(backend):
-    """new_group, new_subgroups and a 2-D DeviceMesh (4 ranks)."""
+    """new_group, new_subgroups, a 2-D DeviceMesh, DTensor and the
+    functional collectives on its groups (4 ranks)."""
     from torch.distributed.device_mesh import init_device_mesh
     r, n = dist.get_rank(), dist.get_world_size()
     evens = dist.new_group([k for k in range(n) if k % 2 == 0])
@@ -250,6 +251,13 @@ def subgroups(backend):
         dist.all_reduce(t, group=group)
         ranks = dist.get_process_group_ranks(group)
         _close(t, torch.full((1,), float(sum(ranks))))
+    # DTensor reaches the groups through the functional collectives (C++).
+    from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+    import torch.distributed._functional_collectives as funcol
+    sharded = distribute_tensor(torch.arange(8.0 * n).view(2 * n, 4), mesh["tp"], [Shard(0)])
+    _close(sharded.redistribute(mesh["tp"], [Replicate()]).to_local(), torch.arange(8.0 * n).view(2 * n, 4))
+    reduced = funcol.all_reduce(torch.full((2,), float(r)), "sum", mesh.get_group("dp")).wait()
+    _close(reduced, torch.full((2,), float(sum(dist.get_process_group_ranks(mesh.get_group("dp"))))))
     t = torch.ones(3)
     dist.all_reduce(t)  # the world group still works after the others
     _close(t, torch.full((3,), float(n)))
@@ -403,3 +411,17 @@ def accelerate(backend):
             optimizer.step()
     assert dist.get_backend() == backend, dist.get_backend()
     return {k: v.detach().clone() for k, v in accelerator.unwrap_model(model).state_dict().items()}
+
+
+def restart(backend):
+    """torchrun --max-restarts 1: the first attempt's last rank dies after a
+    collective; the second attempt runs as a job of its own."""
+    attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+    t = torch.ones(2)
+    dist.all_reduce(t)
+    _close(t, torch.full((2,), float(dist.get_world_size())))
+    if attempt == 0 and dist.get_rank() == dist.get_world_size() - 1:
+        os._exit(1)
+    dist.barrier()
+    group = dist.distributed_c10d._get_default_group()
+    return {"attempt": attempt, "job": getattr(group, "job_id", None)}

@@ -3,10 +3,12 @@
 (torchrun --standalone, a private gradsyncd that the node's first rank
 starts) and compares with Gloo where Gloo runs the same thing."""
 import os
+import shutil
 import socket
 import subprocess
 import sys
 import tempfile
+import time
 
 import pytest
 import torch
@@ -64,7 +66,7 @@ def _srun_launch(np, command, env, timeout):
 
 
 def run(scenario, backend="gradsync", np=2, env=None, expect_failure=False, timeout=180, launcher="torchrun",
-        nnodes=1):
+        nnodes=1, torchrun_args=()):
     """Runs `scenario` on `np` ranks (over `nnodes` nodes); returns each
     rank's result (None where a rank left none)."""
     with tempfile.TemporaryDirectory(prefix="c10d-") as out:
@@ -76,7 +78,8 @@ def run(scenario, backend="gradsync", np=2, env=None, expect_failure=False, time
         elif launcher == "srun":
             returncode, stderr = _srun_launch(np, [sys.executable] + worker, full_env, timeout)
         elif launcher == "torchrun":
-            command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(np)]
+            command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(np),
+                       *torchrun_args]
             done = subprocess.run(command + worker, env=full_env, capture_output=True, text=True, timeout=timeout)
             returncode, stderr = done.returncode, done.stderr
         else:
@@ -117,6 +120,36 @@ def test_a_token_from_a_file_is_the_jobS(tmp_path):
     assert run("token_check", np=2, env={"GRADSYNC_TOKEN_FILE": str(token)}) == [{"ok": True}] * 2
 
 
+def _daemons_under(directory):
+    """Pids of gradsyncd processes whose socket lies under `directory`."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open("/proc/%s/cmdline" % pid, "rb") as f:
+                argv = f.read().split(b"\0")
+        except OSError:
+            continue
+        if argv and argv[0].endswith(b"gradsyncd") and any(directory.encode() in a for a in argv):
+            found.append(int(pid))
+    return found
+
+
+def test_a_torchrun_restart_is_a_new_job_and_the_killed_attempt_leaves_no_daemon():
+    """The first attempt's daemon owner is killed by torchrun (SIGTERM, no
+    atexit): its private daemon exits by itself (--exit-with-pid)."""
+    scratch = tempfile.mkdtemp(prefix="rs", dir="/tmp")  # the private daemons' directories go here (TMPDIR)
+    try:
+        results = run("restart", np=2, env={"TMPDIR": scratch}, torchrun_args=["--max-restarts", "1"])
+        assert [r["attempt"] for r in results] == [1, 1], results
+        assert results[0]["job"] == results[1]["job"] and results[0]["job"].startswith("c10d-")
+        deadline = time.monotonic() + 10
+        while _daemons_under(scratch) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not _daemons_under(scratch), "a private gradsyncd outlived its job"
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
 def test_work_objects_and_futures():
     assert run("async_work", np=2) == [{"ok": True}] * 2
 
@@ -150,9 +183,7 @@ def test_ddp_trains_to_glooS_weights(np):
 def test_torchrun_across_two_nodes_each_with_its_daemon():
     assert run("collectives", np=4, nnodes=2) == [{"ok": True}] * 4
     two_nodes = run("ddp", np=4, nnodes=2)
-    # One node's 4 ranks (which the tests above hold to Gloo's weights at 2
-    # and 3 ranks; Gloo itself aborts now and then at 4 ranks on this machine).
-    one_node = run("ddp", np=4)
+    one_node = run("ddp", np=4)  # one daemon (held to Gloo's weights above)
     for rank in range(4):
         for config in ("sgd", "adam", "unused", "no_sync", "powersgd"):
             assert_same_weights(two_nodes[rank][config], one_node[rank][config], rtol=1e-5, atol=1e-6)

@@ -32,6 +32,11 @@ def main():
         raise
     result = getattr(scenarios, scenario)(backend)
     torch.save(result, os.path.join(out_dir, "%s.pt" % os.environ["RANK"]))
+    if backend == "gloo":
+        # The reference: Gloo aborts now and then in its teardown on this
+        # machine (std::terminate, 1 run in ~20), after the results are saved.
+        sys.stdout.flush()
+        os._exit(0)
     if dist.is_initialized():
         dist.destroy_process_group()
 

@@ -49,7 +49,7 @@ def find_binary(name, explicit=None, env_var=None):
 class PrivateDaemon:
     """A gradsyncd owned by this run, in a fresh temporary directory."""
 
-    def __init__(self, binary, extra_args=(), start_timeout=30.0):
+    def __init__(self, binary, extra_args=(), start_timeout=30.0, owner_pid=None):
         if binary is None:
             raise RuntimeError("no gradsyncd running and none to start: put gradsyncd on PATH, "
                                "set GRADSYNC_DAEMON or pass --daemon")
@@ -60,7 +60,10 @@ class PrivateDaemon:
         self.socket_path = os.path.join(self.directory, "gradsyncd.sock")
         self.log_path = os.path.join(self.directory, "gradsyncd.log")
         self._log = open(self.log_path, "w")
-        self._process = subprocess.Popen([binary, "--socket-path", self.socket_path, *extra_args],
+        # With an owner, the daemon exits once that process has (even when it
+        # was killed before it could stop the daemon).
+        owner = ["--exit-with-pid", str(owner_pid)] if owner_pid else []
+        self._process = subprocess.Popen([binary, "--socket-path", self.socket_path, *owner, *extra_args],
                                          stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.monotonic() + start_timeout
         while not answers(self.socket_path):

@@ -436,7 +436,7 @@ def main(argv=None):
         if not multi_host and is_local(placement[0][0]) and (
                 args.private_daemon or not daemons.answers(socket_path or daemons.DEFAULT_SOCKET)):
             private = daemons.PrivateDaemon(daemons.find_binary("gradsyncd", args.daemon, "GRADSYNC_DAEMON"),
-                                            args.daemon_arg)
+                                            args.daemon_arg, owner_pid=os.getpid())
             socket_path = private.socket_path
         leader = _leader_of(placement[0][0], args) if multi_host else None
     except (OSError, RuntimeError, subprocess.SubprocessError, ValueError) as e:

@@ -25,7 +25,10 @@ BACKEND = "gradsync"
 
 def _create(backend_options, pg_options=None):
     """c10d's creator (extended API): one ProcessGroupGradsync per group."""
-    store = backend_options.store
+    # torchrun keeps its store across restarts (--max-restarts): what the
+    # ranks agree there is kept apart per attempt, and each attempt is a new job.
+    store = dist.PrefixStore("gradsync-attempt-%s/" % os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"),
+                             backend_options.store)
     rank, size = backend_options.group_rank, backend_options.group_size
     timeout = backend_options.timeout
     default = _default_group()

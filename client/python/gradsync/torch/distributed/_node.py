@@ -134,7 +134,8 @@ def _start_private(env, multi_node):
     if multi_node:
         host = env.get("GRADSYNC_PEER_HOST") or socket.gethostbyname(socket.gethostname())
         args += ["--peer-address", "%s:0" % host]
-    return daemons.PrivateDaemon(daemons.find_binary("gradsyncd", env_var="GRADSYNC_DAEMON"), args)
+    return daemons.PrivateDaemon(daemons.find_binary("gradsyncd", env_var="GRADSYNC_DAEMON"), args,
+                                 owner_pid=os.getpid())
 
 
 def _peer_address(socket_path, env):
@@ -160,9 +161,9 @@ def agree_job(store, group_rank, timeout_seconds, env, what):
     """The job id and token of one process group, made by its rank 0 and
     read by the others from the group's store. A token every rank has in
     GRADSYNC_TOKEN or in the file GRADSYNC_TOKEN_FILE names (a Kubernetes
-    Secret, say) is used instead of a drawn one and never enters the store. A torchrun restart is a new job (its
-    attempt number is in the key)."""
-    key = "gradsync/job/%s" % env.get("TORCHELASTIC_RESTART_COUNT", "0")
+    Secret, say) is used instead of a drawn one and never enters the store.
+    A torchrun restart is a new job (the store's keys are per attempt)."""
+    key = "gradsync/job"
     own_token = env.get("GRADSYNC_TOKEN")
     if not own_token and env.get("GRADSYNC_TOKEN_FILE"):
         with open(env["GRADSYNC_TOKEN_FILE"]) as f:
