@@ -84,6 +84,12 @@ class NodeDaemon:
         found = json.loads(published)
         return cls(found["socket"], found["peer"], private, store, node_key, local_size), node_key
 
+    def learn_local_size(self, local_size):
+        """The node's rank count, counted in the store, where the launcher
+        did not say it (the owner waits for that many to leave)."""
+        if not self._local_size:
+            self._local_size = local_size
+
     def leave(self):
         """This rank is done with the daemon. Its owner stops a private one
         once the node's other ranks have left too (bounded wait)."""

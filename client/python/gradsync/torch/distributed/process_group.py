@@ -57,6 +57,8 @@ class ProcessGroupGradsync(dist.ProcessGroup):
         local_rank, local_size = _node.place_in_node(store, node_key, rank, size, self._timeout,
                                                      what + ": every rank's arrival")
         leader = _node.agree_leader(store, rank, node_daemon, self._timeout, what + ": its leader's address")
+        if owns_daemon:
+            node_daemon.learn_local_size(local_size)
         self._lib = native.load_library()
         config = native.new_config(self._lib)
         config.socket_path = node_daemon.socket_path.encode()
