@@ -208,7 +208,6 @@ class Client {
   void readerLoop();
   void onDone(const v1::Done& done);
   void applyDoneLocked(const v1::Done& done) GS_REQUIRES(mutex_);
-  // Applies every Done waiting in the completion ring.
   // Applies the completions in the ring (none while another thread sleeps
   // on it: it will) and wakes the threads waiting on cv_ when any came.
   void drainCompletionsLocked() GS_REQUIRES(mutex_);

@@ -26,7 +26,9 @@ def _scheduler_identity(env):
         if local_size.isdigit():
             ids["GRADSYNC_LOCAL_SIZE"] = local_size
     elif "RANK" in env and "WORLD_SIZE" in env:
-        job = "torchrun-" + (env.get("TORCHELASTIC_RUN_ID") or "%s:%s" % (env.get("MASTER_ADDR"), env.get("MASTER_PORT")))
+        # A restart (--max-restarts) is a new job: its attempt is in the id.
+        run = env.get("TORCHELASTIC_RUN_ID") or "%s:%s" % (env.get("MASTER_ADDR"), env.get("MASTER_PORT"))
+        job = "torchrun-%s-%s" % (run, env.get("TORCHELASTIC_RESTART_COUNT", "0"))
         ids = {"GRADSYNC_RANK": env["RANK"], "GRADSYNC_SIZE": env["WORLD_SIZE"],
                "GRADSYNC_LOCAL_RANK": env.get("LOCAL_RANK", "0"),
                "GRADSYNC_LOCAL_SIZE": env.get("LOCAL_WORLD_SIZE", env["WORLD_SIZE"]),
