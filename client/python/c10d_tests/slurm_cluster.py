@@ -69,7 +69,8 @@ def cluster(ready_timeout=60):
     os.chmod(key, 0o400)
     conf = os.path.join(directory, "slurm.conf")
     with open(conf, "w") as f:
-        f.write(_CONF.format(host=host, dir=directory, cpus=os.cpu_count(), ctld_port=_free_port(), d_port=_free_port()))
+        f.write(_CONF.format(host=host, dir=directory, cpus=os.cpu_count(), ctld_port=_free_port(),
+                             d_port=_free_port()))
     env = dict(os.environ, SLURM_CONF=conf)
     processes = []
     try:
