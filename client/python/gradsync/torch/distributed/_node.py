@@ -9,11 +9,13 @@ otherwise the node's first rank starts a private one for the job (as
 gradsyncrun does), publishes its socket in the store and stops it once
 every rank of the node has left, or when that rank exits."""
 import atexit
+import datetime
 import json
 import os
 import secrets
 import socket
 import subprocess
+import sys
 import threading
 import time
 
@@ -112,7 +114,6 @@ class NodeDaemon:
                 break
         code, log = self._private.stop()
         if code != 0:
-            import sys
             sys.stderr.write("gradsync: the private gradsyncd exited with %d; its log:\n%s" % (code, log[-20000:]))
 
 
@@ -120,17 +121,12 @@ def _wait_key(store, key, timeout_seconds, what):
     deadline = time.monotonic() + timeout_seconds
     while True:
         try:
-            store.wait([key], _timedelta(min(5.0, max(0.1, deadline - time.monotonic()))))
+            store.wait([key], datetime.timedelta(seconds=min(5.0, max(0.1, deadline - time.monotonic()))))
             return _store_get(store, key)
         except Exception as error:  # the store's own timeout
             if time.monotonic() >= deadline:
                 raise GradsyncError("timed out after %.0f s waiting for %s: %s" % (timeout_seconds, what,
                                                                                     error)) from None
-
-
-def _timedelta(seconds):
-    import datetime
-    return datetime.timedelta(seconds=seconds)
 
 
 def _start_private(env, multi_node):

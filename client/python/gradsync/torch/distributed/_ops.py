@@ -27,13 +27,6 @@ def reduction(reduce_op):
     return _REDUCTIONS[name], 0.0
 
 
-def check_tensor(tensor, what):
-    if tensor.device.type not in ("cpu", "cuda"):
-        raise ValueError("%s: tensor is on %s; gradsync moves CPU and CUDA tensors" % (what, tensor.device))
-    if tensor.dtype not in _DTYPES:
-        raise ValueError("%s: dtype %s is not supported by gradsync" % (what, tensor.dtype))
-
-
 def new_op(lib, collective, name, flat, keep, **fields):
     """A gradsync_op_t over the 1-D contiguous tensor `flat`; what the op
     points to goes to `keep` (alive until the operation completed)."""

@@ -16,7 +16,8 @@ import threading
 
 from gradsync import _native as native
 from gradsync.torch.distributed import _node
-from gradsync.torch.distributed._ops import check_tensor, flat_view, new_op
+from gradsync.torch._submit import check_tensor
+from gradsync.torch.distributed._ops import flat_view, new_op
 
 
 class PairChannels:

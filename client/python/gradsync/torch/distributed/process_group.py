@@ -19,8 +19,9 @@ from torch._C._distributed_c10d import Backend as _C10dBackend
 from gradsync import _native as native
 from gradsync.torch.distributed import _node
 from gradsync.torch.distributed._p2p import PairChannels
-from gradsync.torch.distributed._ops import (check_tensor, copy_chunks, device_output, flat_view, new_op,
-                                             output_fields, received, received_splits, reduction, rows)
+from gradsync.torch._submit import check_tensor
+from gradsync.torch.distributed._ops import (copy_chunks, device_output, flat_view, new_op, output_fields, received,
+                                             received_splits, reduction, rows)
 from gradsync.torch.distributed._work import Completer, DoneWork, Work, _as_runtime_error
 
 
@@ -277,15 +278,21 @@ class ProcessGroupGradsync(dist.ProcessGroup):
                 tensor.copy_(flat.view(tensor.shape))
         return self._enqueue(what, ops, keep, tensors, finish)
 
-    def _gather_lists(self, kind, output_lists, input_tensors):
-        """allgather of each input into its list of per-rank outputs."""
+    def _gather_lists(self, kind, output_lists, input_tensors, work_outputs=None):
+        """allgather of each input into its list of outputs (one per rank, or
+        one flat tensor of them all), which must hold the ranks' inputs;
+        `work_outputs`: the Work's value, when not `output_lists`."""
         what = self._what(kind)
         names = [self._next_name() for _ in input_tensors]
         keep, ops, targets = [], [], []
         try:
             for name, tensor, outs in zip(names, input_tensors, output_lists):
                 check_tensor(tensor, what)
-                targets.append(device_output(tensor, tensor.numel() * len(outs), keep))
+                holds = sum(o.numel() for o in outs)
+                if holds != tensor.numel() * self.size():
+                    raise ValueError("%s: the output holds %d elements, not %d ranks x %d" % (
+                        what, holds, self.size(), tensor.numel()))
+                targets.append(device_output(tensor, holds, keep))
                 ops.append(new_op(self._lib, native.ALLGATHER, name, flat_view(tensor)[0], keep,
                                   **output_fields(targets[-1])))
         except (ValueError, TypeError) as error:
@@ -293,30 +300,12 @@ class ProcessGroupGradsync(dist.ProcessGroup):
 
         def finish(results):
             for result, outs, tensor, target in zip(results, output_lists, input_tensors, targets):
-                copy_chunks(received(result, target, tensor.dtype, what, tensor.numel() * len(outs)), outs, what)
-        return self._enqueue(what, ops, keep, output_lists, finish)
+                copy_chunks(received(result, target, tensor.dtype, what, sum(o.numel() for o in outs)), outs, what)
+        return self._enqueue(what, ops, keep, output_lists if work_outputs is None else work_outputs, finish)
 
     def _gather_into(self, kind, outputs, inputs):
         """allgather of each input into one flat output tensor."""
-        what = self._what(kind)
-        names = [self._next_name() for _ in inputs]
-        keep, ops, targets = [], [], []
-        try:
-            for name, out, tensor in zip(names, outputs, inputs):
-                check_tensor(tensor, what)
-                if out.numel() != tensor.numel() * self.size():
-                    raise ValueError("%s: the output holds %d elements, not %d ranks x %d" % (
-                        what, out.numel(), self.size(), tensor.numel()))
-                targets.append(device_output(tensor, out.numel(), keep))
-                ops.append(new_op(self._lib, native.ALLGATHER, name, flat_view(tensor)[0], keep,
-                                  **output_fields(targets[-1])))
-        except (ValueError, TypeError) as error:
-            return self._refuse(what, native.ALLGATHER, error, names)
-
-        def finish(results):
-            for result, out, tensor, target in zip(results, outputs, inputs, targets):
-                copy_chunks(received(result, target, tensor.dtype, what, out.numel()), [out], what)
-        return self._enqueue(what, ops, keep, outputs, finish)
+        return self._gather_lists(kind, [[out] for out in outputs], inputs, work_outputs=outputs)
 
     def _scatter_reduce(self, kind, outputs, inputs, opts):
         """reducescatter of each flat input; rank i keeps the i-th piece."""
