@@ -91,7 +91,8 @@ gradsync::StatusOr<std::vector<std::vector<int>>> processSetsFrom(const gradsync
 }
 
 gradsync::StatusOr<ClientOptions> optionsFrom(const gradsync_config_t* c) {
-  if (c->struct_size < sizeof(gradsync_config_t) || c->version != GRADSYNC_CONFIG_VERSION) {
+  // Structs from callers built against the 0.2 header end before `leader_address`.
+  if (c->struct_size < offsetof(gradsync_config_t, leader_address) || c->version != GRADSYNC_CONFIG_VERSION) {
     return gradsync::invalidArgument("gradsync_config_t not initialised with gradsync_config_init (size/version)");
   }
   const auto env = gradsync::client::readEnvIdentity();
@@ -106,6 +107,9 @@ gradsync::StatusOr<ClientOptions> optionsFrom(const gradsync_config_t* c) {
   o.arena_bytes = c->arena_bytes ? c->arena_bytes : env.arena_bytes.value_or(uint64_t{4} << 30);
   o.connect_timeout_seconds = c->connect_timeout_seconds > 0 ? c->connect_timeout_seconds : 30;
   applyEnvOnly(env, &o);
+  if (c->struct_size >= sizeof(gradsync_config_t) && c->leader_address != nullptr) {
+    o.leader_address = c->leader_address;
+  }
   if (o.job_id.empty()) return gradsync::invalidArgument("no job id: set GRADSYNC_JOB_ID or config.job_id");
   if (o.token.empty()) return gradsync::invalidArgument("no job token: set GRADSYNC_TOKEN or config.token");
   if (o.rank < 0 || o.size <= 0) return gradsync::invalidArgument("no rank/size: set GRADSYNC_RANK and GRADSYNC_SIZE");
@@ -139,7 +143,7 @@ gradsync::StatusOr<OpSpec> specFrom(const gradsync_op_t* op) {
   spec.root_rank = op->root_rank;
   spec.process_set = op->process_set;
   if (op->num_splits > 0) spec.splits.assign(op->splits, op->splits + op->num_splits);
-  if (op->struct_size >= sizeof(gradsync_op_t)) {
+  if (op->struct_size >= offsetof(gradsync_op_t, call)) {  // the 0.2 fields
     if (op->device != GRADSYNC_DEVICE_CPU && op->device != GRADSYNC_DEVICE_CUDA) {
       return gradsync::invalidArgument("unknown device " + std::to_string(op->device));
     }
@@ -151,6 +155,7 @@ gradsync::StatusOr<OpSpec> specFrom(const gradsync_op_t* op) {
       return gradsync::invalidArgument("output_bytes without an output buffer");
     }
   }
+  if (op->struct_size >= sizeof(gradsync_op_t)) spec.call = op->call;
   return spec;
 }
 
@@ -277,6 +282,7 @@ gradsync_status_t gradsync_abandon(gradsync_client_t* client, const gradsync_op_
     spec.type = static_cast<gradsync::v1::CollectiveType>(op->collective);
     spec.name = op->name ? op->name : "";
     spec.process_set = op->process_set;
+    if (op->struct_size >= sizeof(gradsync_op_t)) spec.call = op->call;
     ASSIGN_OR_RETURN(*handle, client->impl->abandon(spec, reason));
     return gradsync::okStatus();
   });

@@ -95,6 +95,7 @@ struct OpSpec {
   void* stream = nullptr;  // CUDA: the stream the tensor is produced and consumed on
   void* output = nullptr;  // CUDA allgather/alltoall/reducescatter: the caller's output
   uint64_t output_bytes = 0;
+  uint64_t call = 0;           // gradsync_op_t.call
   std::string abandoned;       // see Client::abandon
   bool commit = false;         // BARRIER: an elastic job's commit (Client::commitBarrier)
   std::vector<int> set_ranks;  // PROCESS_SET_ADD (client_process_sets.cc)

@@ -70,6 +70,7 @@ StatusOr<uint64_t> Client::abandon(const OpSpec& spec, const std::string& reason
   bare.process_set = spec.process_set;
   bare.abandoned = reason.substr(0, 1024);
   bare.target_set = spec.target_set;
+  bare.call = spec.call;
   return enqueueOne(bare, 0, 0);
 }
 
@@ -159,6 +160,7 @@ void Client::describeEnqueue(const OpSpec& spec, const Operation& op, uint64_t g
   if (!spec.abandoned.empty()) e->set_abandoned(spec.abandoned);
   for (int rank : spec.set_ranks) e->add_process_set_ranks(rank);
   e->set_commit(spec.commit);
+  e->set_call(spec.call);
   e->set_target_process_set(spec.target_set);
   if (op.cuda) *e->mutable_cuda() = op.cuda->ref;
   if (op.cuda_output_ref) {

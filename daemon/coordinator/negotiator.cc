@@ -28,15 +28,22 @@ StatusOr<std::vector<Response>> Negotiator::submit(Request request, Clock::time_
   if (request.type == v1::JOIN) return submitJoin(std::move(request), now);
   RETURN_IF_ERROR(checkMembership(request));
   auto it = table_.find(request.name);
+  if (it != table_.end() && it->second.by_rank.count(request.rank)) {
+    return alreadyExists("job '" + job_id_ + "' tensor '" + request.name + "': rank " + std::to_string(request.rank) +
+                         " already has a collective of this name in flight");
+  }
+  if (request.call != 0) {
+    std::vector<Response> failed = failDifferentCalls(request);
+    if (!failed.empty()) return failed;
+  }
   if (it == table_.end()) {
     Entry entry;
     entry.process_set_id = request.process_set_id;
     entry.first_seen = now;
     entry.sequence = next_sequence_++;
+    entry.call = request.call;
     it = table_.emplace(request.name, std::move(entry)).first;
-  } else if (it->second.by_rank.count(request.rank)) {
-    return alreadyExists("job '" + job_id_ + "' tensor '" + request.name + "': rank " + std::to_string(request.rank) +
-                         " already has a collective of this name in flight");
+    if (request.call != 0) calls_[{request.process_set_id, request.call}] = request.name;
   }
   Entry& entry = it->second;
   std::vector<Response> out;
@@ -46,16 +53,85 @@ StatusOr<std::vector<Response>> Negotiator::submit(Request request, Clock::time_
     std::string message = "job '" + job_id_ + "' tensor '" + request.name + "': ranks disagree on process set: rank " +
                           std::to_string(request.rank) + " uses set " + std::to_string(request.process_set_id) +
                           ", ranks before it use set " + std::to_string(entry.process_set_id);
-    entry.by_rank.emplace(request.rank, std::move(request));
-    Response failed = makeResponse(it->first, std::move(entry));
+    const std::string name = it->first;
+    Entry taken = extract(it);
+    taken.by_rank.emplace(request.rank, std::move(request));
+    Response failed = makeResponse(name, std::move(taken));
     failed.status = failedPrecondition(message);
-    table_.erase(it);
     out.push_back(std::move(failed));
     return out;
   }
   entry.by_rank.emplace(request.rank, std::move(request));
   collectReady(&out);
   return out;
+}
+
+namespace {
+
+// "rank 1 submitted allreduce 'x' (float32 [12], call 7)", or for a rank
+// that failed the call on its side, "rank 1 failed its allreduce 'x' (call
+// 7) at the call: ValueError: ..."
+std::string describeCall(const Request& r) {
+  const std::string rank = "rank " + std::to_string(r.rank);
+  const std::string call = "call " + std::to_string(r.call);
+  if (!r.abandoned.empty()) {
+    return rank + " failed its " + collectiveName(r.type) + " '" + r.name + "' (" + call +
+           ") at the call: " + r.abandoned;
+  }
+  return rank + " submitted " + collectiveName(r.type) + " '" + r.name + "' (" + dataTypeName(r.dtype) + " " +
+         shapeString(r.shape) + ", " + call + ")";
+}
+
+}  // namespace
+
+std::vector<Response> Negotiator::failDifferentCalls(Request& request) {
+  // The pending collectives `request` contradicts: the one of its name under
+  // another call number, and the one of its call number under another name.
+  std::vector<std::string> names;
+  auto same_name = table_.find(request.name);
+  if (same_name != table_.end() && same_name->second.call != request.call) names.push_back(request.name);
+  auto same_call = calls_.find({request.process_set_id, request.call});
+  if (same_call != calls_.end() && same_call->second != request.name) names.push_back(same_call->second);
+  std::vector<Response> failed;
+  if (names.empty()) return failed;
+  const Request& theirs = table_.find(names.back())->second.by_rank.begin()->second;
+  std::string message = "job '" + job_id_ + "': the ranks made different calls on process set " +
+                        std::to_string(request.process_set_id) + ": " + describeCall(request) + " where " +
+                        describeCall(theirs);
+  if (request.abandoned.empty() && theirs.abandoned.empty() && request.type == theirs.type) {
+    if (request.dtype != theirs.dtype) {
+      message += " (the dtypes differ)";
+    } else if (request.shape != theirs.shape) {
+      message += " (the shapes differ)";
+    }
+  }
+  bool placed = false;
+  for (const std::string& name : names) {
+    Entry entry = extract(table_.find(name));
+    if (name == request.name) {
+      entry.by_rank.emplace(request.rank, request);
+      placed = true;
+    }
+    failed.push_back(makeResponse(name, std::move(entry)));
+  }
+  if (!placed) {
+    Entry own;
+    own.process_set_id = request.process_set_id;
+    own.by_rank.emplace(request.rank, request);
+    failed.push_back(makeResponse(request.name, std::move(own)));
+  }
+  for (Response& response : failed) response.status = failedPrecondition(message);
+  return failed;
+}
+
+Negotiator::Entry Negotiator::extract(Table::iterator it) {
+  Entry entry = std::move(it->second);
+  if (entry.call != 0) {
+    auto at = calls_.find({entry.process_set_id, entry.call});
+    if (at != calls_.end() && at->second == it->first) calls_.erase(at);
+  }
+  table_.erase(it);
+  return entry;
 }
 
 StatusOr<std::vector<Response>> Negotiator::submitJoin(Request request, Clock::time_point now) {
@@ -119,9 +195,7 @@ void Negotiator::collectReady(std::vector<Response>* out) {
   std::sort(ready.begin(), ready.end());
   std::vector<Response> responses;
   for (const auto& [sequence, name] : ready) {
-    auto it = table_.find(name);
-    Response response = makeResponse(name, std::move(it->second));
-    table_.erase(it);
+    Response response = makeResponse(name, extract(table_.find(name)));
     if (response.activeCount() == 0) continue;  // every member joined: nothing to do
     response.status = checkAgreement(job_id_, response);
     std::vector<Response> removed_work;
@@ -161,9 +235,7 @@ void Negotiator::changeProcessSets(Response* response, std::vector<Response>* fa
   }
   std::sort(doomed.begin(), doomed.end());
   for (const auto& [sequence, name] : doomed) {
-    auto it = table_.find(name);
-    Response r = makeResponse(name, std::move(it->second));
-    table_.erase(it);
+    Response r = makeResponse(name, extract(table_.find(name)));
     std::vector<int> missing;
     for (size_t i = 0; i < r.ranks.size(); ++i) {
       if (!r.requests[i] && !joined_.count(r.ranks[i])) missing.push_back(r.ranks[i]);
@@ -237,8 +309,7 @@ std::vector<Request> Negotiator::take(const std::string& name) {
   std::vector<Request> out;
   auto it = table_.find(name);
   if (it == table_.end()) return out;
-  for (auto& [rank, request] : it->second.by_rank) out.push_back(std::move(request));
-  table_.erase(it);
+  for (auto& [rank, request] : extract(it).by_rank) out.push_back(std::move(request));
   return out;
 }
 
@@ -248,6 +319,7 @@ std::vector<Request> Negotiator::takeAll() {
     for (auto& [rank, request] : entry.by_rank) out.push_back(std::move(request));
   }
   table_.clear();
+  calls_.clear();
   for (auto& request : join_requests_) out.push_back(std::move(request));
   join_requests_.clear();
   joined_.clear();

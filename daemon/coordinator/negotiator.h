@@ -20,6 +20,11 @@
 //     are ready and agreed: ADD numbers the new set (ids are never reused);
 //     REMOVE fails the set's collectives still being negotiated, naming the
 //     removal, and later requests for it fail as an unknown set.
+//  8. Requests with a call number (Request::call) come from ranks that make
+//     their calls in one order: a request whose call number a pending
+//     collective of another name holds, or whose name a pending collective
+//     holds under another call number, fails at once together with that
+//     collective, naming both (the ranks made different calls).
 // Not thread-safe: the Job serialises access.
 #pragma once
 
@@ -78,9 +83,16 @@ class Negotiator {
     std::map<int, Request> by_rank;
     Clock::time_point first_seen;
     uint64_t sequence = 0;  // submission order of the first request
+    uint64_t call = 0;      // the first request's call number (0: none)
   };
+  using Table = std::map<std::string, Entry>;
 
   Status checkMembership(const Request& request) const;
+  // Point 8: the failed responses when `request` contradicts pending
+  // collectives (it is then part of them); empty when it does not.
+  std::vector<Response> failDifferentCalls(Request& request);
+  // Removes the entry from the table (and from calls_), returning it.
+  Entry extract(Table::iterator it);
   bool isReady(const Entry& entry) const;
   Response makeResponse(const std::string& name, Entry entry) const;
   // Moves ready entries out of the table into `out`, in first-seen order.
@@ -94,7 +106,8 @@ class Negotiator {
 
   std::string job_id_;
   ProcessSetTable sets_;
-  std::map<std::string, Entry> table_;
+  Table table_;
+  std::map<std::pair<int, uint64_t>, std::string> calls_;  // (set, call number) -> pending name
   std::set<int> joined_;
   std::vector<Request> join_requests_;
   int last_joined_rank_ = -1;

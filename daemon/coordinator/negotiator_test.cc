@@ -170,6 +170,65 @@ TEST_F(NegotiatorTest, ProcessSetMembershipAndMismatch) {
   EXPECT_EQ(mismatch[0].activeCount(), 2);
 }
 
+Request numbered(int rank, const std::string& name, uint64_t call, std::vector<int64_t> shape = {4}) {
+  Request r = allreduce(rank, name, v1::FLOAT32, std::move(shape));
+  r.call = call;
+  return r;
+}
+
+TEST_F(NegotiatorTest, NumberedCallsOfOneNumberWithDifferentNamesFailAtOnceNamingBoth) {
+  // A shape that differs makes a different name (the torch.distributed
+  // backend names calls by their metadata): without call numbers the two
+  // would wait for each other until the stall deadline.
+  submit(numbered(0, "allreduce.f32.4.0", 7));
+  auto failed = submit(numbered(1, "allreduce.f32.6.0", 7, {6}));
+  ASSERT_EQ(failed.size(), 2u);
+  for (const Response& response : failed) {
+    EXPECT_EQ(response.status.code(), StatusCode::kFailedPrecondition);
+    EXPECT_THAT(response.status.message(),
+                HasSubstr("job 'job1': the ranks made different calls on process set 0: rank 1 submitted allreduce "
+                          "'allreduce.f32.6.0' (float32 [6], call 7) where rank 0 submitted allreduce "
+                          "'allreduce.f32.4.0' (float32 [4], call 7) (the shapes differ)"));
+  }
+  EXPECT_EQ(failed[0].name, "allreduce.f32.4.0");
+  EXPECT_EQ(failed[0].activeCount(), 1);
+  EXPECT_EQ(failed[1].name, "allreduce.f32.6.0");
+  EXPECT_EQ(negotiator_.pendingCount(), 0u);
+  // The call number is free again: the job goes on.
+  submit(numbered(0, "next", 8));
+  submit(numbered(1, "next", 8));
+  auto ready = submit(numbered(2, "next", 8));
+  ASSERT_EQ(ready.size(), 1u);
+  EXPECT_TRUE(ready[0].status.isOk());
+}
+
+TEST_F(NegotiatorTest, ANameUnderAnotherCallNumberFailsWithTheCollectiveItContradicts) {
+  // Rank 1 skipped a call: its call 1 is rank 0's call 2.
+  submit(numbered(0, "a", 1));
+  submit(numbered(0, "b", 2));
+  auto failed = submit(numbered(1, "b", 1));
+  ASSERT_EQ(failed.size(), 2u);  // "b" (both ranks' requests) and "a", which held call 1
+  EXPECT_EQ(failed[0].name, "b");
+  EXPECT_EQ(failed[0].activeCount(), 2);
+  EXPECT_EQ(failed[1].name, "a");
+  EXPECT_THAT(failed[0].status.message(), HasSubstr("rank 1 submitted allreduce 'b' (float32 [4], call 1)"));
+  EXPECT_EQ(negotiator_.pendingCount(), 0u);
+}
+
+TEST_F(NegotiatorTest, NumberedCallsInStepCompleteAndRepeatTheirNames) {
+  for (uint64_t call = 1; call <= 3; ++call) {
+    for (int rank = 0; rank < 2; ++rank) EXPECT_TRUE(submit(numbered(rank, "same", call)).empty());
+    auto ready = submit(numbered(2, "same", call));
+    ASSERT_EQ(ready.size(), 1u);
+    EXPECT_TRUE(ready[0].status.isOk()) << ready[0].status.toString();
+  }
+  // Calls of other process sets are numbered on their own.
+  Request in_set = numbered(0, "s", 1);
+  in_set.process_set_id = 1;
+  submit(numbered(1, "t", 1));
+  EXPECT_TRUE(submit(in_set).empty());
+}
+
 TEST_F(NegotiatorTest, JoinedRanksDoNotBlockAllreduceAndJoinCompletes) {
   Request join1 = allreduce(1, "");
   join1.type = v1::JOIN;

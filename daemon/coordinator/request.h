@@ -53,6 +53,9 @@ struct Request {
   std::vector<int> set_ranks;
   int target_set = 0;
   bool commit = false;  // BARRIER: an elastic job's commit point (joiners admitted)
+  // Non-zero: the rank's call number on its process set (control.proto
+  // Enqueue.call); not part of the collective's metadata.
+  uint64_t call = 0;
   // When this daemon took the request from its rank (for latency metrics;
   // unset for requests of other daemons' ranks).
   std::chrono::steady_clock::time_point received{};

@@ -24,6 +24,7 @@ v1::Enqueue enqueueOf(const Request& r) {
   for (int rank : r.set_ranks) e.add_process_set_ranks(rank);
   e.set_target_process_set(r.target_set);
   e.set_commit(r.commit);
+  e.set_call(r.call);
   if (r.cuda_output) {
     e.mutable_cuda_output()->set_buffer_id(r.cuda_output->buffer_id);
     e.mutable_cuda_output()->set_offset(r.cuda_output->offset);
@@ -59,6 +60,7 @@ Request requestOf(int rank, const v1::Enqueue& e) {
   r.set_ranks.assign(e.process_set_ranks().begin(), e.process_set_ranks().end());
   r.target_set = e.target_process_set();
   r.commit = e.commit() && e.type() == v1::BARRIER;
+  r.call = e.call();
   if (e.has_cuda()) r.cuda = CudaRef{e.cuda().buffer_id(), e.cuda().offset(), e.cuda().event_slot()};
   if (e.has_cuda_output()) {
     r.cuda_output = CudaRef{e.cuda_output().buffer_id(), e.cuda_output().offset(), 0};

@@ -70,6 +70,7 @@ v1::FollowerMessage::Request CoordinationCodec::compact(int rank, const v1::Enqu
     request.set_cache_id(id);
     request.set_handle(enqueue.handle());
     request.set_offset(enqueue.offset());
+    request.set_call(enqueue.call());
   } else {
     *request.mutable_enqueue() = enqueue;
   }
@@ -86,6 +87,7 @@ StatusOr<v1::Enqueue> CoordinationCodec::expand(const v1::FollowerMessage::Reque
       coordinator::Request copy = *request;
       copy.handle = in.handle();
       copy.offset = in.offset();
+      copy.call = in.call();
       cache_hits_.fetch_add(1);
       return coordinator::enqueueOf(copy);
     }

@@ -14,6 +14,9 @@ node's daemon (the one the backend found or started) as a job of its own.
                gradients cost nothing to compute, so the step is DDP's
                communication and its copies into and out of the buckets;
   ddp_as_view  the same with gradient_as_bucket_view=True (no copy out);
+               each also under "no communication": a comm hook that hands
+               the bucket back untouched, so the step is DDP's own work
+               (gradients, bucket copies): the floor under any backend;
   grouped      the same set as one gradsync.torch grouped allreduce (the
                Horovod path), and as c10d allreduce_coalesced;
   small        one 4-byte allreduce, synchronous: the per-call cost;
@@ -23,6 +26,11 @@ node's daemon (the one the backend found or started) as a job of its own.
                and ResNet-18's gradient set through DDP's buckets alone: how
                much of the communication backward hid.
 Rank 0 prints medians (ms) and the ratios per interleaved pair.
+
+Across nodes (scripts/bench_c10d.sh --nnodes 2: two torchrun agents on
+loopback, each node with its own daemon, gradsync between daemons over TCP)
+the gradsync.torch cases are left out: its job would need a leader of its
+own.
 """
 import argparse
 import os
@@ -87,6 +95,13 @@ def end_to_end_cases(DDP, ours):
                     "gradsync comm alone": lambda: comm().backward()}}
 
 
+def no_communication(state, bucket):
+    """A DDP comm hook that reduces nothing: the bucket comes back as is."""
+    future = torch.futures.Future()
+    future.set_result(bucket.buffer())
+    return future
+
+
 def timed(fn):
     dist.barrier()
     start = time.perf_counter()
@@ -104,15 +119,20 @@ def main():
     import gradsync.torch.distributed  # noqa: F401 (registers the backend)
     dist.init_process_group("gloo")
     ours = dist.new_group(list(range(dist.get_world_size())), backend="gradsync")
-    os.environ["GRADSYNC_SOCKET"] = ours._node_daemon.socket_path
-    import gradsync.torch as hvd
-    hvd.init()
+    one_node = int(os.environ.get("GROUP_WORLD_SIZE", "1")) == 1
+    hvd = None
+    if one_node:
+        os.environ["GRADSYNC_SOCKET"] = ours._node_daemon.socket_path
+        import gradsync.torch as hvd
+        hvd.init()
     from torch.nn.parallel import DistributedDataParallel as DDP
     models = {}
-    for name, group in (("gloo", None), ("gradsync", ours)):
+    for name, group in (("gloo", None), ("gradsync", ours), ("floor", None)):
         for view in (False, True):
             models[name, view] = DDP(GradientSet(), process_group=group, bucket_cap_mb=25,
                                      gradient_as_bucket_view=view)
+            if name == "floor":
+                models[name, view].register_comm_hook(None, no_communication)
     grads = [torch.randn(s) for s in resnet50_shapes()]
     small = torch.ones(1)
 
@@ -125,15 +145,18 @@ def main():
                 fn()
         return run
     cases = {
-        "ddp_buckets": {"gloo": ddp_step("gloo"), "gradsync c10d": ddp_step("gradsync")},
-        "ddp_as_view": {"gloo": ddp_step("gloo", True), "gradsync c10d": ddp_step("gradsync", True)},
+        "ddp_buckets": {"gloo": ddp_step("gloo"), "gradsync c10d": ddp_step("gradsync"),
+                        "no communication": ddp_step("floor")},
+        "ddp_as_view": {"gloo": ddp_step("gloo", True), "gradsync c10d": ddp_step("gradsync", True),
+                        "no communication": ddp_step("floor", True)},
         "grouped": {"gloo coalesced": lambda: dist.all_reduce_coalesced(grads),
-                    "gradsync c10d coalesced": lambda: dist.all_reduce_coalesced(grads, group=ours),
-                    "gradsync.torch grouped": lambda: hvd.grouped_allreduce_(grads, op=hvd.Sum)},
+                    "gradsync c10d coalesced": lambda: dist.all_reduce_coalesced(grads, group=ours)},
         "small": {"gloo": small_calls(lambda: dist.all_reduce(small)),
-                  "gradsync c10d": small_calls(lambda: dist.all_reduce(small, group=ours)),
-                  "gradsync.torch": small_calls(lambda: hvd.allreduce_(small, op=hvd.Sum))},
+                  "gradsync c10d": small_calls(lambda: dist.all_reduce(small, group=ours))},
     }
+    if hvd is not None:
+        cases["grouped"]["gradsync.torch grouped"] = lambda: hvd.grouped_allreduce_(grads, op=hvd.Sum)
+        cases["small"]["gradsync.torch"] = small_calls(lambda: hvd.allreduce_(small, op=hvd.Sum))
     if args.e2e:
         cases = end_to_end_cases(DDP, ours)
     for case, fns in cases.items():
@@ -152,7 +175,8 @@ def main():
                 print("%-12s %-26s median %9.2f %s   %s/this per pair: median %.2fx" % (
                     case, name, statistics.median(times[name]) * scale, unit, base, statistics.median(ratios)))
             sys.stdout.flush()
-    hvd.shutdown()
+    if hvd is not None:
+        hvd.shutdown()
     dist.destroy_process_group()
 
 

@@ -118,6 +118,9 @@ typedef struct gradsync_config {
   int32_t num_process_sets;
   const int32_t* process_set_sizes;
   const int32_t* const* process_set_ranks;
+  /* Added in 0.3. Jobs across daemons: the peer address (host:port) of the
+   * leader's daemon (rank 0's); NULL: GRADSYNC_LEADER, else one daemon. */
+  const char* leader_address;
 } gradsync_config_t;
 
 typedef struct gradsync_op {
@@ -156,6 +159,14 @@ typedef struct gradsync_op {
    * allgather of the first dimensions); gradsync_result then reports it. */
   void* output;
   uint64_t output_bytes;
+  /* Added in 0.3. Non-zero: this is the rank's call number `call` on its
+   * process set, for callers that make their calls in the same order on
+   * every rank and number them 1, 2, 3, ... there (the torch.distributed
+   * backend). A call whose number or name differs between ranks then fails
+   * at once on every rank, naming both sides, instead of waiting for the
+   * stall deadline; names may then repeat from step to step, as the
+   * daemon's response cache needs. 0: names alone match the ranks' calls. */
+  uint64_t call;
 } gradsync_op_t;
 
 typedef struct gradsync_result {

@@ -42,6 +42,7 @@ class Config(ctypes.Structure):
         ("num_process_sets", ctypes.c_int32),
         ("process_set_sizes", ctypes.POINTER(ctypes.c_int32)),
         ("process_set_ranks", ctypes.POINTER(ctypes.POINTER(ctypes.c_int32))),
+        ("leader_address", ctypes.c_char_p),
     ]
 
 
@@ -65,6 +66,7 @@ class Op(ctypes.Structure):
         ("stream", ctypes.c_void_p),
         ("output", ctypes.c_void_p),
         ("output_bytes", ctypes.c_uint64),
+        ("call", ctypes.c_uint64),
     ]
 
 

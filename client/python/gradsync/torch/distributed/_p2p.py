@@ -23,7 +23,7 @@ from gradsync.torch.distributed._ops import flat_view, new_op
 class PairChannels:
     """The pairs of one process group that this rank sends to or receives from."""
 
-    def __init__(self, store, rank, size, job_id, token, node_daemon, node_key, timeout_seconds, connect):
+    def __init__(self, store, rank, size, job_id, token, node_daemon, node_key, timeout_seconds):
         self._store = store
         self._rank = rank
         self._size = size
@@ -31,7 +31,6 @@ class PairChannels:
         self._token = token
         self._socket = node_daemon.socket_path
         self._timeout = timeout_seconds
-        self._connect = connect  # (config, leader) -> native.Client
         self._lib = native.load_library()
         self._pairs = {}  # peer group rank -> native.Client
         self._counts = {}  # (src, dst, tag) -> messages so far
@@ -75,8 +74,9 @@ class PairChannels:
         config.rank, config.world_size = (0 if self._rank == low else 1), 2
         config.local_rank, config.local_size = (config.rank, 2) if same_node else (0, 1)
         config.connect_timeout_seconds = self._timeout
-        leader = "" if same_node else (mine if self._rank == low else theirs)["peer"]
-        client = self._connect(self._lib, config, leader)
+        if not same_node:
+            config.leader_address = (mine if self._rank == low else theirs)["peer"].encode()
+        client = native.Client(self._lib, config)
         with self._lock:
             self._pairs[peer] = client
         return client

@@ -4,10 +4,11 @@ run on the node's gradsyncd.
 
 Each process group is a gradsync job of its own (its ranks, its job id and
 token agreed through the group's c10d store), so a subgroup forms among its
-members alone, as c10d's new_group requires. Collectives are named by their
-order in the group (c10d requires every rank to call them in the same
-order): ranks that call different collectives at one place get the daemon's
-error saying what differs, on every rank, instead of a hang."""
+members alone, as c10d's new_group requires. Collectives are named so that
+the names repeat from step to step and numbered in the group's order, which
+c10d requires to be every rank's (_names.py): ranks that call different
+collectives at one place get the daemon's error saying what differs, on
+every rank, instead of a hang."""
 import os
 import threading
 
@@ -18,6 +19,7 @@ from torch._C._distributed_c10d import Backend as _C10dBackend
 
 from gradsync import _native as native
 from gradsync.torch.distributed import _node
+from gradsync.torch.distributed._names import CallNames, signature
 from gradsync.torch.distributed._p2p import PairChannels
 from gradsync.torch._submit import check_tensor
 from gradsync.torch.distributed._ops import (copy_chunks, device_output, flat_view, new_op, output_fields, received,
@@ -69,10 +71,12 @@ class ProcessGroupGradsync(dist.ProcessGroup):
         config.local_rank, config.local_size = local_rank, local_size
         config.connect_timeout_seconds = self._timeout
         self.job_id = job_id
-        self._client = _connect(self._lib, config, leader if local_size < size else "")
+        if local_size < size:
+            config.leader_address = leader.encode()
+        self._client = native.Client(self._lib, config)
         self._completer = Completer(job_id, self._timeout)
-        self._pairs = PairChannels(store, rank, size, job_id, token, node_daemon, node_key, self._timeout, _connect)
-        self._sequence = 0
+        self._pairs = PairChannels(store, rank, size, job_id, token, node_daemon, node_key, self._timeout)
+        self._names = CallNames()
         self._lock = threading.Lock()
         self._coalesced = None  # Works since start_coalescing, or None
         self._latest = None  # the last Work, until the next collective hands it over if not done
@@ -163,7 +167,8 @@ class ProcessGroupGradsync(dist.ProcessGroup):
             splits = [first // self.size() * row] * self.size()
         else:
             return self._refuse(what, native.ALLTOALL, ValueError(
-                "%s: the input's %d rows cannot be split evenly among %d ranks" % (what, first, self.size())))
+                "%s: the input's %d rows cannot be split evenly among %d ranks" % (what, first, self.size())),
+                self._names.next("alltoall", [signature(input, with_count=False)]))
 
         def finish(result, view):
             got = received_splits(result)
@@ -192,9 +197,9 @@ class ProcessGroupGradsync(dist.ProcessGroup):
 
     def barrier(self, opts=None):
         what = self._what("barrier")
-        name = self._next_name()
+        [(name, call)] = self._names.next("barrier", ["none"])
         keep = []
-        op = new_op(self._lib, native.BARRIER, name, torch.empty(0, dtype=torch.uint8), keep)
+        op = new_op(self._lib, native.BARRIER, name, torch.empty(0, dtype=torch.uint8), keep, call=call)
         return self._enqueue(what, [op], keep, [], lambda results: None)
 
     def monitored_barrier(self, timeout=None, wait_all_ranks=False):
@@ -247,31 +252,25 @@ class ProcessGroupGradsync(dist.ProcessGroup):
 
     # --- helpers ---------------------------------------------------------
     def _what(self, op):
-        return "gradsync %s #%d (rank %d of %d, job %s)" % (op, self._sequence, self.rank(), self.size(),
+        return "gradsync %s #%d (rank %d of %d, job %s)" % (op, self._names.calls + 1, self.rank(), self.size(),
                                                             self.job_id)
-
-    def _next_name(self):
-        with self._lock:
-            name = "c10d.%d" % self._sequence
-            self._sequence += 1
-            return name
 
     def _in_place(self, kind, collective, tensors, opts, reduction=False, **fields):
         """Allreduce / broadcast of each tensor in place (a group when several)."""
         what = self._what(kind)
-        names = [self._next_name() for _ in tensors]
+        calls = self._names.next(kind, [signature(t) for t in tensors])
         try:
             if reduction:
                 fields["reduce_op"], fields["prescale"] = _reduction_of(opts)
             keep, ops, copies = [], [], []
-            for name, tensor in zip(names, tensors):
+            for (name, call), tensor in zip(calls, tensors):
                 check_tensor(tensor, what)
                 flat, copied = flat_view(tensor)
                 if copied:
                     copies.append((tensor, flat))
-                ops.append(new_op(self._lib, collective, name, flat, keep, **fields))
+                ops.append(new_op(self._lib, collective, name, flat, keep, call=call, **fields))
         except (ValueError, TypeError) as error:
-            return self._refuse(what, collective, error, names)
+            return self._refuse(what, collective, error, calls)
 
         def finish(results):
             for tensor, flat in copies:
@@ -283,20 +282,20 @@ class ProcessGroupGradsync(dist.ProcessGroup):
         one flat tensor of them all), which must hold the ranks' inputs;
         `work_outputs`: the Work's value, when not `output_lists`."""
         what = self._what(kind)
-        names = [self._next_name() for _ in input_tensors]
+        calls = self._names.next(kind, [signature(t) for t in input_tensors])
         keep, ops, targets = [], [], []
         try:
-            for name, tensor, outs in zip(names, input_tensors, output_lists):
+            for (name, call), tensor, outs in zip(calls, input_tensors, output_lists):
                 check_tensor(tensor, what)
                 holds = sum(o.numel() for o in outs)
                 if holds != tensor.numel() * self.size():
                     raise ValueError("%s: the output holds %d elements, not %d ranks x %d" % (
                         what, holds, self.size(), tensor.numel()))
                 targets.append(device_output(tensor, holds, keep))
-                ops.append(new_op(self._lib, native.ALLGATHER, name, flat_view(tensor)[0], keep,
+                ops.append(new_op(self._lib, native.ALLGATHER, name, flat_view(tensor)[0], keep, call=call,
                                   **output_fields(targets[-1])))
         except (ValueError, TypeError) as error:
-            return self._refuse(what, native.ALLGATHER, error, names)
+            return self._refuse(what, native.ALLGATHER, error, calls)
 
         def finish(results):
             for result, outs, tensor, target in zip(results, output_lists, input_tensors, targets):
@@ -310,20 +309,20 @@ class ProcessGroupGradsync(dist.ProcessGroup):
     def _scatter_reduce(self, kind, outputs, inputs, opts):
         """reducescatter of each flat input; rank i keeps the i-th piece."""
         what = self._what(kind)
-        names = [self._next_name() for _ in inputs]
+        calls = self._names.next(kind, [signature(t) for t in inputs])
         keep, ops, targets = [], [], []
         try:
             reduce_op, prescale = _reduction_of(opts)
-            for name, out, tensor in zip(names, outputs, inputs):
+            for (name, call), out, tensor in zip(calls, outputs, inputs):
                 check_tensor(tensor, what)
                 if tensor.numel() != out.numel() * self.size():
                     raise ValueError("%s: the input holds %d elements, not %d ranks x %d" % (
                         what, tensor.numel(), self.size(), out.numel()))
                 targets.append(device_output(tensor, out.numel(), keep))
-                ops.append(new_op(self._lib, native.REDUCESCATTER, name, flat_view(tensor)[0], keep,
+                ops.append(new_op(self._lib, native.REDUCESCATTER, name, flat_view(tensor)[0], keep, call=call,
                                   reduce_op=reduce_op, prescale=prescale, **output_fields(targets[-1])))
         except (ValueError, TypeError) as error:
-            return self._refuse(what, native.REDUCESCATTER, error, names)
+            return self._refuse(what, native.REDUCESCATTER, error, calls)
 
         def finish(results):
             for result, out, target in zip(results, outputs, targets):
@@ -331,8 +330,9 @@ class ProcessGroupGradsync(dist.ProcessGroup):
         return self._enqueue(what, ops, keep, outputs, finish)
 
     def _exchange(self, what, source, splits, expected, outputs, finish_view):
-        """An alltoall of the flat `source` with element `splits`."""
-        name = self._next_name()
+        """An alltoall of the flat `source` with element `splits` (the ranks'
+        element counts may differ: the name has the dtype alone)."""
+        [(name, call)] = self._names.next("alltoall", [signature(source, with_count=False)])
         keep = []
         try:
             check_tensor(source, what)
@@ -340,9 +340,10 @@ class ProcessGroupGradsync(dist.ProcessGroup):
                 raise ValueError("%s: splits %s do not cover the input's %d elements among %d ranks" % (
                     what, splits, source.numel(), self.size()))
             target = device_output(source, expected, keep)
-            op = new_op(self._lib, native.ALLTOALL, name, source, keep, splits=splits, **output_fields(target))
+            op = new_op(self._lib, native.ALLTOALL, name, source, keep, splits=splits, call=call,
+                        **output_fields(target))
         except (ValueError, TypeError) as error:
-            return self._refuse(what, native.ALLTOALL, error, [name])
+            return self._refuse(what, native.ALLTOALL, error, [(name, call)])
 
         def finish(results):
             finish_view(results[0], received(results[0], target, source.dtype, what, expected))
@@ -353,7 +354,11 @@ class ProcessGroupGradsync(dist.ProcessGroup):
         their Work; `finish(results)` copies the outputs once they completed."""
         if self._closed:
             raise RuntimeError("%s: the process group was shut down" % what)
+        own = client is None
         client = client or self._client
+        names = [op.name for op in ops]
+        if own:
+            self._names.wait_until_free(names, self._timeout, what)
         try:
             natives = (client.enqueue_group(ops, what) if len(ops) > 1 else
                        [client.enqueue(ops[0], what)]) if ops else []
@@ -367,6 +372,8 @@ class ProcessGroupGradsync(dist.ProcessGroup):
                     self._completer if natives else None)
         if not natives:
             work._finish()
+        elif own:
+            self._names.hold(names, work)
         self._hand_over_earlier(work)
         if self._coalesced is not None:
             self._coalesced.append(work)
@@ -388,13 +395,14 @@ class ProcessGroupGradsync(dist.ProcessGroup):
         if earlier is not None and not earlier._done.is_set():
             earlier._hand_over()
 
-    def _refuse(self, what, collective, error, names=None):
+    def _refuse(self, what, collective, error, calls):
         """This rank's arguments are wrong: it still takes part without data,
         so the other ranks fail at once naming it, and raises."""
-        for name in names or [self._next_name()]:
+        for name, call in calls:
             op = native.new_op(self._lib)
             op.collective = collective
             op.name = name.encode()
+            op.call = call
             try:
                 self._completer.add(None, [self._client.abandon(op, str(error))], self._client)
             except Exception:
@@ -404,21 +412,6 @@ class ProcessGroupGradsync(dist.ProcessGroup):
 
 def _reduction_of(opts):
     return reduction(opts.reduceOp)
-
-
-def _connect(lib, config, leader):
-    """A client of the group's job; `leader`: the peer address of the
-    daemon of the group's rank 0 when the group spans several nodes (the
-    library reads it from GRADSYNC_LEADER)."""
-    previous = os.environ.pop("GRADSYNC_LEADER", None)
-    try:
-        if leader:
-            os.environ["GRADSYNC_LEADER"] = leader
-        return native.Client(lib, config)
-    finally:
-        os.environ.pop("GRADSYNC_LEADER", None)
-        if previous is not None:
-            os.environ["GRADSYNC_LEADER"] = previous
 
 
 def _all_of(what, works, timeout):
