@@ -264,6 +264,31 @@ def subgroups(backend):
     return {"ok": True}
 
 
+def repeated_steps(backend):
+    """Steps that repeat their calls (as training does) reach the daemons'
+    response cache: from the fifth step on, the calls' names are ones the
+    leader has cached. Returns the cache hits this rank's daemon counted."""
+    import json
+    import subprocess
+    from gradsync.runner import daemon as daemons
+    r, n = dist.get_rank(), dist.get_world_size()
+    for step in range(12):
+        for size in (7, 300, 5000):
+            t = torch.full((size,), float(r + step))
+            dist.all_reduce(t)
+            _close(t, torch.full((size,), float(sum(range(n)) + n * step)))
+        b = torch.full((3,), float(r))
+        dist.broadcast(b, src=1)
+        _close(b, torch.ones(3))
+    dist.barrier()
+    group = dist.distributed_c10d._get_default_group()
+    ctl = daemons.find_binary("gradsyncctl", env_var="GRADSYNC_CTL") or "gradsyncctl"
+    shown = subprocess.run([ctl, "--socket", group._node_daemon.socket_path, "--json", "jobs", group.job_id],
+                           capture_output=True, text=True, timeout=30, check=True).stdout
+    jobs = json.loads(shown).get("jobs", [])
+    return {"cache_hits": int(jobs[0].get("cache_hits", 0)) if jobs else -1}
+
+
 def mismatch(backend):
     """Ranks disagree on a shape: every rank raises the daemon's error, fast."""
     r = dist.get_rank()

@@ -189,6 +189,14 @@ def test_torchrun_across_two_nodes_each_with_its_daemon():
             assert_same_weights(two_nodes[rank][config], one_node[rank][config], rtol=1e-5, atol=1e-6)
 
 
+def test_repeated_calls_across_daemons_are_served_by_the_response_cache():
+    """The backend's names repeat from step to step: across two daemons the
+    follower's requests then travel as cache ids (before, every call had a
+    name of its own and none was ever cached)."""
+    hits = [result["cache_hits"] for result in run("repeated_steps", np=2, nnodes=2)]
+    assert min(hits) > 0, hits
+
+
 def test_srun_on_a_slurm_cluster_runs_ddp_to_glooS_weights():
     """Real Slurm (Debian's slurmctld and slurmd, started here): srun -n 2."""
     assert slurm_cluster.available(), "Slurm (munged, slurmctld, slurmd, srun) and root are needed"

@@ -20,6 +20,10 @@ import threading
 import weakref
 
 SLOTS = 4
+# Signatures remembered before the counts start again (calls of ever new
+# sizes, such as object collectives, would grow the tables without end).
+# Every rank sees the same calls, so every rank starts again at one call.
+MAX_SIGNATURES = 4096
 
 
 def signature(tensor, with_count=True):
@@ -48,6 +52,8 @@ class CallNames:
         signatures (several of one signature in a call get names apart)."""
         out = []
         with self._lock:
+            if len(self._seen) >= MAX_SIGNATURES:
+                self._forget()
             within = collections.Counter()
             for sig in signatures:
                 key = (kind, sig)
@@ -74,6 +80,15 @@ class CallNames:
             if not work._done.wait(seconds):
                 raise RuntimeError("gradsync: %s: the earlier call named '%s' (%s) did not complete within %.0f s"
                                    % (what, name, work.what, seconds))
+
+    def _forget(self):
+        """Starts the counts again; names whose call may still be in flight
+        keep their holder, so a slot is still taken only once it is free."""
+        self._seen.clear()
+        for name, held in list(self._holders.items()):
+            work = held()
+            if work is None or work._done.is_set():
+                del self._holders[name]
 
     def hold(self, names, work):
         with self._lock:
