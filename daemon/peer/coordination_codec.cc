@@ -19,20 +19,13 @@ v1::NegotiatedResponse CoordinationCodec::encode(const coordinator::Response& re
     full.set_cache_id(id.first);
     return full;
   }
+  // The id alone: which ranks took part is in the cached metadata, and each
+  // follower knows its own ranks' handles and offsets (decode).
   cache_hits_.fetch_add(1);
   v1::NegotiatedResponse cached;
   cached.set_cache_id(id.first);
   cached.set_cached(true);
   cached.set_admits_joiners(response.admits_joiners);
-  for (size_t i = 0; i < response.ranks.size(); ++i) {
-    auto* r = cached.add_requests();
-    r->set_rank(response.ranks[i]);
-    r->set_present(response.requests[i].has_value());
-    if (response.requests[i]) {
-      r->set_handle(response.requests[i]->handle);
-      r->set_offset(response.requests[i]->offset);
-    }
-  }
   return cached;
 }
 
@@ -41,16 +34,30 @@ StatusOr<coordinator::Response> CoordinationCodec::decode(const v1::NegotiatedRe
   if (!in.cached()) {
     coordinator::Response response = fromProto(in);
     cache_.remember(in.cache_id(), response);
+    for (const auto& request : response.requests) {
+      if (request) forwarded_.erase(forwardedKey(request->rank, request->name));
+    }
     return response;
   }
   const coordinator::Response* base = cache_.find(in.cache_id());
-  if (base == nullptr || static_cast<int>(base->requests.size()) != in.requests_size()) {
+  const bool per_rank = in.requests_size() > 0;  // a leader before the id-only form
+  if (base == nullptr || (per_rank && static_cast<int>(base->requests.size()) != in.requests_size())) {
     return dataLoss("job '" + job_id_ + "': the leader referred to unknown cached response " +
                     std::to_string(in.cache_id()));
   }
   cache_hits_.fetch_add(1);
   coordinator::Response response = *base;
   response.admits_joiners = in.admits_joiners();
+  for (auto& request : response.requests) {
+    if (!request) continue;
+    // This node's ranks: the handle and offset of the request forwarded;
+    // other nodes' ranks keep the cached ones (only used where they run).
+    auto it = forwarded_.find(forwardedKey(request->rank, request->name));
+    if (it == forwarded_.end()) continue;
+    request->handle = it->second.first;
+    request->offset = it->second.second;
+    forwarded_.erase(it);
+  }
   for (int i = 0; i < in.requests_size(); ++i) {
     auto& request = response.requests[i];
     if (!request) continue;
@@ -64,6 +71,10 @@ v1::FollowerMessage::Request CoordinationCodec::compact(int rank, const v1::Enqu
   v1::FollowerMessage::Request request;
   request.set_rank(rank);
   request.set_epoch(epoch);
+  {
+    MutexLock lock(mutex_);
+    forwarded_[forwardedKey(rank, enqueue.name())] = {enqueue.handle(), enqueue.offset()};
+  }
   const uint64_t id = cachedId(coordinator::requestOf(rank, enqueue));
   if (id != 0) {
     cache_hits_.fetch_add(1);
@@ -111,6 +122,11 @@ std::optional<coordinator::Response> CoordinationCodec::cachedResponse(uint64_t 
 void CoordinationCodec::clear() {
   MutexLock lock(mutex_);
   cache_.clear();
+  forwarded_.clear();
+}
+
+std::string CoordinationCodec::forwardedKey(int rank, const std::string& name) {
+  return std::to_string(rank) + '/' + name;
 }
 
 void CoordinationCodec::countSent(size_t bytes) {
@@ -133,8 +149,7 @@ v1::NegotiatedResponse toProto(const coordinator::Response& response) {
   out.set_type(response.type);
   out.set_process_set_id(response.process_set_id);
   for (size_t i = 0; i < response.ranks.size(); ++i) {
-    out.add_ranks(response.ranks[i]);
-    auto* r = out.add_requests();
+    auto* r = out.add_requests();  // (NegotiatedResponse.ranks repeats the requests' ranks: not sent)
     r->set_rank(response.ranks[i]);
     r->set_present(response.requests[i].has_value());
     if (response.requests[i]) *r->mutable_enqueue() = coordinator::enqueueOf(*response.requests[i]);

@@ -1,15 +1,18 @@
 // SPDX-License-Identifier: Apache-2.0
 // The coordination streams' messages in their compact form, and their
 // traffic: the leader encodes each negotiated response, in full the first
-// time and as a response-cache id (plus each request's handle and offset)
-// once it repeats; a follower decodes them and sends its ranks' repeated
-// requests by id, which the leader expands. Both sides keep one
+// time and as a response-cache id alone once it repeats (its size does not
+// grow with the job); a follower decodes them, taking its own ranks'
+// handles and offsets from the requests it forwarded, and sends its ranks'
+// repeated requests by id, which the leader expands. Both sides keep one
 // ResponseCache, emptied at each epoch. Thread-safe.
 #pragma once
 
 #include <atomic>
 #include <optional>
 #include <string>
+#include <unordered_map>
+#include <utility>
 
 #include "base/mutex.h"
 #include "base/status.h"
@@ -53,9 +56,14 @@ class CoordinationCodec {
   Traffic traffic() const;
 
  private:
+  static std::string forwardedKey(int rank, const std::string& name);
+
   const std::string job_id_;
   mutable Mutex mutex_;
   ResponseCache cache_ GS_GUARDED_BY(mutex_);
+  // Follower: (handle, offset) of each local request forwarded and not yet
+  // answered, by rank and name (unique while in flight).
+  std::unordered_map<std::string, std::pair<uint64_t, uint64_t>> forwarded_ GS_GUARDED_BY(mutex_);
   std::atomic<uint64_t> bytes_sent_{0}, bytes_received_{0}, messages_{0}, cache_hits_{0};
 };
 

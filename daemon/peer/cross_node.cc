@@ -299,10 +299,13 @@ Status CrossNode::broadcast(const std::vector<coordinator::Response>& batch, uin
   // Encoded once every follower is attached: all of them learn new cache ids.
   MutexLock order(order_mutex_);
   for (const auto& r : batch) *message.mutable_batch()->add_responses() = codec_.encode(r);
-  const size_t bytes = message.ByteSizeLong();
+  std::vector<v1::LeaderMessage> parts;
+  for (auto& part : splitBatch(message.batch())) *parts.emplace_back().mutable_batch() = std::move(part);
   for (auto& f : followers) {
-    f->stream.write(message);
-    codec_.countSent(bytes);
+    for (const auto& part : parts) {
+      f->stream.write(part);
+      codec_.countSent(part.ByteSizeLong());
+    }
   }
   return okStatus();
 }

@@ -31,6 +31,7 @@
 #include "daemon/membership/builder.h"
 #include "daemon/membership/epoch_book.h"
 #include "daemon/peer/abort_notices.h"
+#include "daemon/peer/batch_parts.h"
 #include "daemon/peer/coordination_codec.h"
 #include "daemon/peer/follower_stream.h"
 #include "daemon/peer/leader_link.h"
@@ -341,6 +342,7 @@ class CrossNode : public NodeEndpoints {
 
   // Follower side.
   LeaderLink link_;
+  BatchAssembler batch_parts_;             // the reader thread's: the leader's batch being received
   CrossClock::time_point last_heartbeat_;  // housekeeping thread only
   CrossClock::time_point last_tick_;       // housekeeping thread only
   std::thread follower_thread_;

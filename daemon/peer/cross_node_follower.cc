@@ -146,6 +146,7 @@ void CrossNode::readLeader() {
     // Once the stream ends, writes wait in the link: after a failover the
     // new leader's stream sends them.
     const grpc::Status status = link_.read([this](const v1::LeaderMessage& m) { onLeaderMessage(m); });
+    batch_parts_.reset();  // a batch cut short with its stream
     {
       MutexLock lock(mutex_);
       if (stopping_) break;
@@ -195,8 +196,15 @@ std::string CrossNode::leaderDescription() const {
 void CrossNode::onLeaderMessage(const v1::LeaderMessage& message) {
   codec_.countReceived(message.ByteSizeLong());
   if (message.has_batch()) {
+    auto assembled = batch_parts_.add(message.batch());
+    if (!assembled.isOk()) {
+      hooks_.on_failure("job '" + options_.job_id + "': " + assembled.status().message(), true);
+      return;
+    }
+    if (!assembled->has_value()) return;  // more parts follow
+    const v1::Batch& whole = **assembled;
     std::vector<coordinator::Response> batch;
-    for (const auto& r : message.batch().responses()) {
+    for (const auto& r : whole.responses()) {
       auto response = codec_.decode(r);
       if (!response.isOk()) {
         hooks_.on_failure(response.status().message(), true);
@@ -204,8 +212,7 @@ void CrossNode::onLeaderMessage(const v1::LeaderMessage& message) {
       }
       batch.push_back(std::move(response).value());
     }
-    hooks_.on_batch(std::move(batch), message.batch().sequence(), message.batch().epoch(),
-                    message.batch().fusion_threshold_bytes());
+    hooks_.on_batch(std::move(batch), whole.sequence(), whole.epoch(), whole.fusion_threshold_bytes());
   } else if (message.has_failure()) {
     if (message.failure().removed()) markRemoved();
     hooks_.on_failure(message.failure().message(), message.failure().node_lost());

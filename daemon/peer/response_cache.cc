@@ -33,6 +33,8 @@ std::pair<uint64_t, bool> ResponseCache::assign(const coordinator::Response& res
   // A barrier carries no data to describe, and each unnamed one has a name
   // of its own ("barrier.N"): cached, they would fill the cache for nothing.
   if (response.type == v1::BARRIER) return {0, false};
+  // JOIN carries the rank that joined last, which a cache id would not.
+  if (response.type == v1::JOIN) return {0, false};
   // CUDA requests carry per-step references (allocation, offset, event slot,
   // output) that a cache id would not: they always travel in full.
   for (const auto& request : response.requests) {

@@ -224,7 +224,7 @@ StatusOr<std::shared_ptr<Session>> JobRegistry::addRegistration(const v1::Regist
       }
     }
     RankIdentity identity{request.job_id(), -1, 0, -1, 0, request.hostname(), request.client_version()};
-    auto session = std::make_shared<Session>(id, secret, std::move(identity));
+    auto session = std::make_shared<Session>(id, secret, std::move(identity), limits_.job.max_inflight_per_rank);
     RETURN_IF_ERROR(job->addJoiner(session));
     jobs_[request.job_id()] = job;
     sessions_[id] = SessionEntry{session, job, Clock::now()};
@@ -241,7 +241,7 @@ StatusOr<std::shared_ptr<Session>> JobRegistry::addRegistration(const v1::Regist
   }
   RankIdentity identity{request.job_id(),     request.rank(),     request.size(),           request.local_rank(),
                         request.local_size(), request.hostname(), request.client_version(), request.autotune_log()};
-  auto session = std::make_shared<Session>(id, secret, std::move(identity));
+  auto session = std::make_shared<Session>(id, secret, std::move(identity), limits_.job.max_inflight_per_rank);
   RETURN_IF_ERROR(job->addSession(session));
   jobs_[request.job_id()] = job;
   sessions_[id] = SessionEntry{session, job, Clock::now()};

@@ -135,7 +135,7 @@ bool Session::send(const v1::DaemonMessage& message) {
   if (complete_ring_ && message.has_done()) {
     if (complete_ring_->push(message.done().SerializeAsString())) return true;
   }
-  if (queue_.size() >= kMaxQueued) {
+  if (queue_.size() >= max_queued_) {
     // The client stopped reading its stream: end its session rather than
     // let the queue grow.
     if (context_ != nullptr) context_->TryCancel();

@@ -47,8 +47,13 @@ struct RankIdentity {
 
 class Session {
  public:
-  Session(uint64_t id, const SessionSecret& secret, RankIdentity identity)
-      : id_(id), secret_(secret), identity_(std::move(identity)), rank_(identity_.rank) {}
+  // `max_inflight`: the job's max_inflight_per_rank (see kQueuedBesideDones).
+  Session(uint64_t id, const SessionSecret& secret, RankIdentity identity, size_t max_inflight = 16384)
+      : id_(id),
+        secret_(secret),
+        identity_(std::move(identity)),
+        rank_(identity_.rank),
+        max_queued_(max_inflight + kQueuedBesideDones) {}
 
   uint64_t id() const { return id_; }
   // As registered; an elastic job's epoch changes renumber rank() only.
@@ -73,12 +78,17 @@ class Session {
   // stream is attached already). `context` cancels the call (null: the
   // stream has no call to cancel). Messages for it are queued and written by a
   // thread of the session's own, so a client that stops reading blocks only
-  // that thread; past kMaxQueued waiting messages its session is cancelled.
+  // that thread; past max_inflight + kQueuedBesideDones waiting messages its
+  // session is cancelled.
   bool attachStream(SessionWriter* stream, grpc::ServerContext* context);
   // Flushes what is queued (cancelling the call if the client does not take
   // it within a second) and stops the writer. Call before the RPC returns.
   void detachStream();
-  static constexpr size_t kMaxQueued = 4096;
+  // Most messages are Dones of operations in flight, which the job's
+  // max_inflight_per_rank bounds: a grouped allreduce of more tensors than
+  // the completion ring holds (their Dones then take the stream) must not
+  // end the session. Beside them: refusals and other messages.
+  static constexpr size_t kQueuedBesideDones = 4096;
   bool streamAttached() const;
   // Ends the session stream now (the client's calls fail at once).
   void cancel();
@@ -113,6 +123,7 @@ class Session {
   const SessionSecret secret_;
   const RankIdentity identity_;
   std::atomic<int> rank_;
+  const size_t max_queued_;  // messages waiting for the writer thread
 
   mutable Mutex mutex_;
   std::unique_ptr<handoff::ShmArena> arena_;

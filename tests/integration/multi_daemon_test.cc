@@ -59,6 +59,16 @@ TEST_F(MultiDaemonTest, SteadyStateRoundsRunRepeatedStepsWithoutTheLeader) {
   EXPECT_LT(ended->cache_hits, 10) << log;  // the steps did not pass the leader's cache
 }
 
+// A batch larger than gRPC's 4 MiB message limit (6,000 responses with long
+// names, about 5 MB in full) reaches the follower in parts of at most 1 MiB;
+// before, the follower's stream broke on it ("lost the leader").
+TEST_F(MultiDaemonTest, ABatchOverFourMiBReachesTheFollowerInParts) {
+  startDaemons(2, {"--steady-state", "leader"});
+  auto ranks = launch("wide-batch", "wide_batch", {0, 1});
+  std::string report;
+  EXPECT_TRUE(allSucceed(ranks, kTimeout, &report)) << report << logs();
+}
+
 // Large tensors of a fused response take a ring of their own where each
 // node holds one rank, in place on the rank's tensor; with two ranks on one
 // node every tensor goes through the fusion buffer. Same sums either way.

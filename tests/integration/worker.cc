@@ -248,6 +248,32 @@ int scenarioReducescatter(Client& c, const std::vector<std::string>&) {
   return 0;
 }
 
+// A grouped allreduce of 6,000 tensors with 250-character names, twice:
+// the leader's first batch holds all of them in full (about 5 MB, over
+// gRPC's 4 MiB default), the second as cache ids.
+int scenarioWideBatch(Client& c, const std::vector<std::string>&) {
+  constexpr int kTensors = 6000;
+  const std::vector<int64_t> shape = {1};
+  for (int step = 0; step < 2; ++step) {
+    std::vector<float> values(kTensors);
+    std::vector<std::string> names(kTensors);
+    std::vector<gradsync_op_t> ops;
+    for (int t = 0; t < kTensors; ++t) {
+      names[t] = std::string(240, 'w') + "." + std::to_string(t);
+      values[t] = static_cast<float>(c.rank() + t);
+      ops.push_back(makeOp(GRADSYNC_ALLREDUCE, names[t].c_str(), &values[t], GRADSYNC_FLOAT32, shape));
+    }
+    std::vector<Operation> handles;
+    WORKER_OK(c.startGroup(ops, &handles));
+    for (auto& h : handles) WORKER_OK(h.wait(60));
+    const int n = c.size();
+    for (int t = 0; t < kTensors; ++t) {
+      WORKER_CHECK(values[t] == n * (n - 1) / 2.0f + n * t, "step %d tensor %d = %g", step, t, values[t]);
+    }
+  }
+  return 0;
+}
+
 int scenarioBarrierGroupedFusion(Client& c, const std::vector<std::string>&) {
   WORKER_OK(c.barrier());
   // Grouped allreduce of three tensors.
@@ -416,6 +442,7 @@ int main(int argc, char** argv) {
       {"barrier_grouped_fusion", scenarioBarrierGroupedFusion},
       {"fused_large_and_small", scenarioFusedLargeAndSmall},
       {"training_steps", scenarioTrainingSteps},
+      {"wide_batch", scenarioWideBatch},
   };
   std::string name = argv[1];
   std::vector<std::string> args(argv + 2, argv + argc);
