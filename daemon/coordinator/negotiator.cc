@@ -62,7 +62,8 @@ StatusOr<std::vector<Response>> Negotiator::submit(Request request, Clock::time_
     return out;
   }
   entry.by_rank.emplace(request.rank, std::move(request));
-  collectReady(&out);
+  // Only this collective can have become ready (a join readies others).
+  if (isReady(entry)) release({{entry.sequence, it->first}}, &out);
   return out;
 }
 
@@ -159,6 +160,8 @@ StatusOr<std::vector<Response>> Negotiator::submitJoin(Request request, Clock::t
 }
 
 bool Negotiator::isReady(const Entry& entry) const {
+  // Requests come only from members: without joined ranks, a count.
+  if (joined_.empty()) return entry.by_rank.size() == membersOf(entry.process_set_id).size();
   for (int rank : membersOf(entry.process_set_id)) {
     if (!entry.by_rank.count(rank) && !joined_.count(rank)) return false;
   }
@@ -192,6 +195,10 @@ void Negotiator::collectReady(std::vector<Response>* out) {
   for (const auto& [name, entry] : table_) {
     if (isReady(entry)) ready.emplace_back(entry.sequence, name);
   }
+  release(std::move(ready), out);
+}
+
+void Negotiator::release(std::vector<std::pair<uint64_t, std::string>> ready, std::vector<Response>* out) {
   std::sort(ready.begin(), ready.end());
   std::vector<Response> responses;
   for (const auto& [sequence, name] : ready) {

@@ -95,8 +95,11 @@ class Negotiator {
   Entry extract(Table::iterator it);
   bool isReady(const Entry& entry) const;
   Response makeResponse(const std::string& name, Entry entry) const;
-  // Moves ready entries out of the table into `out`, in first-seen order.
+  // Moves every ready entry out of the table into `out`, in first-seen
+  // order (after a join; a submit readies at most its own entry).
   void collectReady(std::vector<Response>* out);
+  // Moves the `ready` entries (sequence, name) out into `out`, in order.
+  void release(std::vector<std::pair<uint64_t, std::string>> ready, std::vector<Response>* out);
   void releaseGroups(std::vector<Response> ready, std::vector<Response>* out);
   StatusOr<std::vector<Response>> submitJoin(Request request, Clock::time_point now);
   // Applies an agreed PROCESS_SET_ADD / _REMOVE (failing it when the table

@@ -8,9 +8,7 @@ namespace {
 
 // Bytes an element of `size` adds to a repeated message field numbered
 // below 16 (Batch.responses, NegotiatedResponse.requests): tag, length, body.
-size_t elementBytes(size_t size) {
-  return 1 + google::protobuf::io::CodedOutputStream::VarintSize64(size) + size;
-}
+size_t elementBytes(size_t size) { return 1 + google::protobuf::io::CodedOutputStream::VarintSize64(size) + size; }
 
 // Builds the parts: whole responses while they fit, a response too large
 // for a part of its own cut between its requests.

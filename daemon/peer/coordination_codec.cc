@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "daemon/peer/coordination_codec.h"
 
+#include <algorithm>
+
 #include "daemon/coordinator/request_wire.h"
 
 namespace gradsync::peer {
@@ -34,9 +36,7 @@ StatusOr<coordinator::Response> CoordinationCodec::decode(const v1::NegotiatedRe
   if (!in.cached()) {
     coordinator::Response response = fromProto(in);
     cache_.remember(in.cache_id(), response);
-    for (const auto& request : response.requests) {
-      if (request) forwarded_.erase(forwardedKey(request->rank, request->name));
-    }
+    forwarded_.erase(response.name);
     return response;
   }
   const coordinator::Response* base = cache_.find(in.cache_id());
@@ -48,15 +48,22 @@ StatusOr<coordinator::Response> CoordinationCodec::decode(const v1::NegotiatedRe
   cache_hits_.fetch_add(1);
   coordinator::Response response = *base;
   response.admits_joiners = in.admits_joiners();
-  for (auto& request : response.requests) {
-    if (!request) continue;
-    // This node's ranks: the handle and offset of the request forwarded;
-    // other nodes' ranks keep the cached ones (only used where they run).
-    auto it = forwarded_.find(forwardedKey(request->rank, request->name));
-    if (it == forwarded_.end()) continue;
-    request->handle = it->second.first;
-    request->offset = it->second.second;
-    forwarded_.erase(it);
+  // This node's ranks: the handles and offsets of the requests forwarded;
+  // other nodes' ranks keep the cached ones (only used where they run).
+  auto mine = forwarded_.find(response.name);
+  if (mine != forwarded_.end()) {
+    for (const Forwarded& f : mine->second) {
+      // Ranks are in increasing order (a process set's members).
+      auto at = std::lower_bound(response.ranks.begin(), response.ranks.end(), f.rank);
+      if (at == response.ranks.end() || *at != f.rank)
+        at = std::find(response.ranks.begin(), response.ranks.end(), f.rank);
+      if (at == response.ranks.end()) continue;
+      auto& request = response.requests[at - response.ranks.begin()];
+      if (!request) continue;
+      request->handle = f.handle;
+      request->offset = f.offset;
+    }
+    forwarded_.erase(mine);
   }
   for (int i = 0; i < in.requests_size(); ++i) {
     auto& request = response.requests[i];
@@ -73,7 +80,11 @@ v1::FollowerMessage::Request CoordinationCodec::compact(int rank, const v1::Enqu
   request.set_epoch(epoch);
   {
     MutexLock lock(mutex_);
-    forwarded_[forwardedKey(rank, enqueue.name())] = {enqueue.handle(), enqueue.offset()};
+    auto& same_name = forwarded_[enqueue.name()];
+    same_name.erase(std::remove_if(same_name.begin(), same_name.end(),
+                                   [rank](const Forwarded& f) { return f.rank == rank; }),  // an earlier step's
+                    same_name.end());
+    same_name.push_back({rank, enqueue.handle(), enqueue.offset()});
   }
   const uint64_t id = cachedId(coordinator::requestOf(rank, enqueue));
   if (id != 0) {
@@ -123,10 +134,6 @@ void CoordinationCodec::clear() {
   MutexLock lock(mutex_);
   cache_.clear();
   forwarded_.clear();
-}
-
-std::string CoordinationCodec::forwardedKey(int rank, const std::string& name) {
-  return std::to_string(rank) + '/' + name;
 }
 
 void CoordinationCodec::countSent(size_t bytes) {

@@ -13,6 +13,7 @@
 #include <string>
 #include <unordered_map>
 #include <utility>
+#include <vector>
 
 #include "base/mutex.h"
 #include "base/status.h"
@@ -56,14 +57,17 @@ class CoordinationCodec {
   Traffic traffic() const;
 
  private:
-  static std::string forwardedKey(int rank, const std::string& name);
-
   const std::string job_id_;
   mutable Mutex mutex_;
   ResponseCache cache_ GS_GUARDED_BY(mutex_);
-  // Follower: (handle, offset) of each local request forwarded and not yet
-  // answered, by rank and name (unique while in flight).
-  std::unordered_map<std::string, std::pair<uint64_t, uint64_t>> forwarded_ GS_GUARDED_BY(mutex_);
+  // Follower: the local requests forwarded and not yet answered, by name
+  // (a rank has one request of a name in flight).
+  struct Forwarded {
+    int rank;
+    uint64_t handle;
+    uint64_t offset;
+  };
+  std::unordered_map<std::string, std::vector<Forwarded>> forwarded_ GS_GUARDED_BY(mutex_);
   std::atomic<uint64_t> bytes_sent_{0}, bytes_received_{0}, messages_{0}, cache_hits_{0};
 };
 

@@ -46,16 +46,21 @@ void PeerDataPlane::beginBatch(uint64_t sequence, uint64_t epoch) {
   epoch_ = epoch;
   // The nodes of the batch's epoch (the job formed before any batch runs;
   // one of an epoch that is over fails at its ring).
-  if (members_.empty() || members_epoch_ != epoch) members_ = endpoints_->members(&members_epoch_);
+  if (members_.empty() || members_epoch_ != epoch) {
+    members_ = endpoints_->members(&members_epoch_);
+    node_of_rank_.clear();
+    for (const auto& node : members_) {
+      for (int r : node.ranks()) {
+        if (r < 0) continue;
+        if (static_cast<size_t>(r) >= node_of_rank_.size()) node_of_rank_.resize(r + 1, 0);
+        node_of_rank_[r] = node.cross_rank();
+      }
+    }
+  }
 }
 
 int PeerDataPlane::nodeOf(int rank) const {
-  for (const auto& node : members_) {
-    for (int r : node.ranks()) {
-      if (r == rank) return node.cross_rank();
-    }
-  }
-  return 0;
+  return rank >= 0 && static_cast<size_t>(rank) < node_of_rank_.size() ? node_of_rank_[rank] : 0;
 }
 
 int PeerDataPlane::nodeCount() const { return std::max<int>(1, static_cast<int>(members_.size())); }

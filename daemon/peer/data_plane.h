@@ -73,6 +73,7 @@ class PeerDataPlane : public executor::DataPlane {
   uint64_t epoch_ = 0;
   std::vector<v1::NodeInfo> members_;
   uint64_t members_epoch_ = 0;
+  std::vector<int> node_of_rank_;  // members_' cross rank of each rank
   uint64_t tag_ = 0;
   std::vector<uint8_t> scratch_;
   std::atomic<uint64_t> busy_ns_{0};
