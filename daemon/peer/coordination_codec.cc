@@ -6,6 +6,20 @@
 #include "daemon/coordinator/request_wire.h"
 
 namespace gradsync::peer {
+namespace {
+
+// The request of `rank` in `response`, or null: ranks are in increasing order
+// (a process set's members), so a binary search finds it.
+template <typename ResponseT>
+auto requestOfRank(ResponseT& response, int rank) -> decltype(&response.requests[0]) {
+  auto at = std::lower_bound(response.ranks.begin(), response.ranks.end(), rank);
+  if (at == response.ranks.end() || *at != rank) at = std::find(response.ranks.begin(), response.ranks.end(), rank);
+  if (at == response.ranks.end()) return nullptr;
+  auto* request = &response.requests[at - response.ranks.begin()];
+  return request->has_value() ? request : nullptr;
+}
+
+}  // namespace
 
 CoordinationCodec::CoordinationCodec(std::string job_id, size_t cache_capacity)
     : job_id_(std::move(job_id)), cache_(cache_capacity) {}
@@ -53,15 +67,10 @@ StatusOr<coordinator::Response> CoordinationCodec::decode(const v1::NegotiatedRe
   auto mine = forwarded_.find(response.name);
   if (mine != forwarded_.end()) {
     for (const Forwarded& f : mine->second) {
-      // Ranks are in increasing order (a process set's members).
-      auto at = std::lower_bound(response.ranks.begin(), response.ranks.end(), f.rank);
-      if (at == response.ranks.end() || *at != f.rank)
-        at = std::find(response.ranks.begin(), response.ranks.end(), f.rank);
-      if (at == response.ranks.end()) continue;
-      auto& request = response.requests[at - response.ranks.begin()];
-      if (!request) continue;
-      request->handle = f.handle;
-      request->offset = f.offset;
+      auto* request = requestOfRank(response, f.rank);
+      if (request == nullptr) continue;
+      (*request)->handle = f.handle;
+      (*request)->offset = f.offset;
     }
     forwarded_.erase(mine);
   }
@@ -103,16 +112,14 @@ StatusOr<v1::Enqueue> CoordinationCodec::expand(const v1::FollowerMessage::Reque
   if (in.cache_id() == 0) return in.enqueue();
   MutexLock lock(mutex_);
   const coordinator::Response* base = cache_.find(in.cache_id());
-  if (base != nullptr) {
-    for (const auto& request : base->requests) {
-      if (!request || request->rank != in.rank()) continue;
-      coordinator::Request copy = *request;
-      copy.handle = in.handle();
-      copy.offset = in.offset();
-      copy.call = in.call();
-      cache_hits_.fetch_add(1);
-      return coordinator::enqueueOf(copy);
-    }
+  const auto* request = base != nullptr ? requestOfRank(*base, in.rank()) : nullptr;
+  if (request != nullptr) {
+    coordinator::Request copy = **request;
+    copy.handle = in.handle();
+    copy.offset = in.offset();
+    copy.call = in.call();
+    cache_hits_.fetch_add(1);
+    return coordinator::enqueueOf(copy);
   }
   return dataLoss("job '" + job_id_ + "': a follower referred to unknown cached request " +
                   std::to_string(in.cache_id()) + " of rank " + std::to_string(in.rank()));
