@@ -119,7 +119,8 @@ typedef struct gradsync_config {
   const int32_t* process_set_sizes;
   const int32_t* const* process_set_ranks;
   /* Added in 0.3. Jobs across daemons: the peer address (host:port) of the
-   * leader's daemon (rank 0's); NULL: GRADSYNC_LEADER, else one daemon. */
+   * leader's daemon (rank 0's); "": one daemon, whatever GRADSYNC_LEADER
+   * says; NULL: GRADSYNC_LEADER, else one daemon. */
   const char* leader_address;
 } gradsync_config_t;
 

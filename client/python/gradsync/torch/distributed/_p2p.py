@@ -74,8 +74,7 @@ class PairChannels:
         config.rank, config.world_size = (0 if self._rank == low else 1), 2
         config.local_rank, config.local_size = (config.rank, 2) if same_node else (0, 1)
         config.connect_timeout_seconds = self._timeout
-        if not same_node:
-            config.leader_address = (mine if self._rank == low else theirs)["peer"].encode()
+        config.leader_address = ("" if same_node else (mine if self._rank == low else theirs)["peer"]).encode()
         client = native.Client(self._lib, config)
         with self._lock:
             self._pairs[peer] = client

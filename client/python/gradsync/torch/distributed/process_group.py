@@ -71,8 +71,8 @@ class ProcessGroupGradsync(dist.ProcessGroup):
         config.local_rank, config.local_size = local_rank, local_size
         config.connect_timeout_seconds = self._timeout
         self.job_id = job_id
-        if local_size < size:
-            config.leader_address = leader.encode()
+        # Empty on one node: a GRADSYNC_LEADER meant for another job is not this group's.
+        config.leader_address = (leader if local_size < size else "").encode()
         self._client = native.Client(self._lib, config)
         self._completer = Completer(job_id, self._timeout)
         self._pairs = PairChannels(store, rank, size, job_id, token, node_daemon, node_key, self._timeout)
