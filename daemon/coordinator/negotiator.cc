@@ -85,7 +85,7 @@ std::string describeCall(const Request& r) {
 
 }  // namespace
 
-std::vector<Response> Negotiator::failDifferentCalls(Request& request) {
+std::vector<Response> Negotiator::failDifferentCalls(const Request& request) {
   // The pending collectives `request` contradicts: the one of its name under
   // another call number, and the one of its call number under another name.
   std::vector<std::string> names;

@@ -90,7 +90,7 @@ class Negotiator {
   Status checkMembership(const Request& request) const;
   // Point 8: the failed responses when `request` contradicts pending
   // collectives (it is then part of them); empty when it does not.
-  std::vector<Response> failDifferentCalls(Request& request);
+  std::vector<Response> failDifferentCalls(const Request& request);
   // Removes the entry from the table (and from calls_), returning it.
   Entry extract(Table::iterator it);
   bool isReady(const Entry& entry) const;

@@ -22,11 +22,11 @@ class Splitter {
     startPart();
   }
 
-  void add(const v1::NegotiatedResponse& response) {
+  void add(v1::NegotiatedResponse&& response) {
     const size_t bytes = elementBytes(response.ByteSizeLong());
     if (bytes <= budget_ - header_bytes_) {
       if (used_ + bytes > budget_) startPart();
-      *part().add_responses() = response;
+      *part().add_responses() = std::move(response);
       used_ += bytes;
       return;
     }
@@ -82,10 +82,14 @@ class Splitter {
 
 }  // namespace
 
-std::vector<v1::Batch> splitBatch(const v1::Batch& whole, size_t budget) {
-  if (whole.ByteSizeLong() <= budget) return {whole};
+std::vector<v1::Batch> splitBatch(v1::Batch whole, size_t budget) {
+  std::vector<v1::Batch> parts;
+  if (whole.ByteSizeLong() <= budget) {
+    parts.push_back(std::move(whole));
+    return parts;
+  }
   Splitter splitter(whole, budget);
-  for (const auto& response : whole.responses()) splitter.add(response);
+  for (auto& response : *whole.mutable_responses()) splitter.add(std::move(response));
   return splitter.finish();
 }
 

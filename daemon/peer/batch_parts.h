@@ -22,7 +22,7 @@ constexpr size_t kBatchPartBytes = size_t{1} << 20;
 // `whole` in parts whose encoded size stays within `budget` bytes (a part
 // holds at least one request or response, so a single request above the
 // budget still goes, alone).
-std::vector<v1::Batch> splitBatch(const v1::Batch& whole, size_t budget = kBatchPartBytes);
+std::vector<v1::Batch> splitBatch(v1::Batch whole, size_t budget = kBatchPartBytes);
 
 class BatchAssembler {
  public:

@@ -87,6 +87,8 @@ v1::FollowerMessage::Request CoordinationCodec::compact(int rank, const v1::Enqu
   v1::FollowerMessage::Request request;
   request.set_rank(rank);
   request.set_epoch(epoch);
+  const coordinator::Request metadata = coordinator::requestOf(rank, enqueue);
+  uint64_t id = 0;
   {
     MutexLock lock(mutex_);
     auto& same_name = forwarded_[enqueue.name()];
@@ -94,8 +96,8 @@ v1::FollowerMessage::Request CoordinationCodec::compact(int rank, const v1::Enqu
                                    [rank](const Forwarded& f) { return f.rank == rank; }),  // an earlier step's
                     same_name.end());
     same_name.push_back({rank, enqueue.handle(), enqueue.offset()});
+    id = cache_.idFor(metadata);
   }
-  const uint64_t id = cachedId(coordinator::requestOf(rank, enqueue));
   if (id != 0) {
     cache_hits_.fetch_add(1);
     request.set_cache_id(id);

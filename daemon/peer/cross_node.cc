@@ -300,7 +300,8 @@ Status CrossNode::broadcast(const std::vector<coordinator::Response>& batch, uin
   MutexLock order(order_mutex_);
   for (const auto& r : batch) *message.mutable_batch()->add_responses() = codec_.encode(r);
   std::vector<v1::LeaderMessage> parts;
-  for (auto& part : splitBatch(message.batch())) *parts.emplace_back().mutable_batch() = std::move(part);
+  for (auto& part : splitBatch(std::move(*message.mutable_batch())))
+    *parts.emplace_back().mutable_batch() = std::move(part);
   for (auto& f : followers) {
     for (const auto& part : parts) {
       f->stream.write(part);

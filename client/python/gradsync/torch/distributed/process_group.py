@@ -354,11 +354,10 @@ class ProcessGroupGradsync(dist.ProcessGroup):
         their Work; `finish(results)` copies the outputs once they completed."""
         if self._closed:
             raise RuntimeError("%s: the process group was shut down" % what)
-        own = client is None
+        own = client is None  # the group's calls (a pair's keep names of their own)
         client = client or self._client
-        names = [op.name for op in ops]
-        if own:
-            self._names.wait_until_free(names, self._timeout, what)
+        names = [op.name for op in ops] if own else []
+        self._names.wait_until_free(names, self._timeout, what)
         try:
             natives = (client.enqueue_group(ops, what) if len(ops) > 1 else
                        [client.enqueue(ops[0], what)]) if ops else []
