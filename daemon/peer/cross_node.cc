@@ -431,21 +431,34 @@ void CrossNode::tick(CrossClock::time_point now) {
   const bool paused = selfPaused(now);
   uint64_t current_epoch;
   if (leader_) {
+    if (paused) resumed_ms_.store(now_ms);  // the followers' silence so far was this daemon's pause
     std::vector<std::pair<std::shared_ptr<Follower>, v1::NodeInfo>> followers;
+    std::vector<v1::NodeInfo> absent;  // members that never followed this daemon since it took over
     {
       MutexLock lock(mutex_);
       if (stopping_) return;
       current_epoch = book_.epoch();
       for (auto& f : streamsLocked(/*candidates=*/true)) followers.emplace_back(f, f->node);
+      const int64_t since = std::max(took_over_ms_, resumed_ms_.load());
+      if (took_over_ms_ > 0 && now_ms - since > kSilenceLimitMs) {
+        for (const auto& node : book_.members()) {
+          if (node.cross_rank() != 0 && followers_.count(node.cross_rank()) == 0) absent.push_back(node);
+        }
+      }
+    }
+    for (const auto& node : absent) {
+      nodeLost(node, current_epoch,
+               "lost " + membership::describeNode(node) + ": it did not follow the new leader within " +
+                   std::to_string(kSilenceLimitMs / 1000) + " s");
     }
     v1::LeaderMessage beat;
     beat.mutable_heartbeat()->set_sent_ms(now_ms);
     beat.mutable_heartbeat()->set_epoch(current_epoch);
     for (auto& [f, node] : followers) {
       if (!(send ? f->stream.write(beat) : f->stream.attached())) continue;
-      if (paused) f->last_heard_ms = now_ms;  // its silence was this daemon's pause
+      const int64_t silent_ms = now_ms - std::max(f->last_heard_ms.load(), resumed_ms_.load());
       // A candidate holds nothing of the job yet: its stream's end is enough.
-      if (!node.ranks().empty() && now_ms - f->last_heard_ms > kSilenceLimitMs) {
+      if (!node.ranks().empty() && silent_ms > kSilenceLimitMs) {
         nodeLost(node, current_epoch,
                  "lost " + membership::describeNode(node) + ": silent for " +
                      std::to_string((now_ms - f->last_heard_ms) / 1000) + " s");
@@ -472,6 +485,22 @@ void CrossNode::tick(CrossClock::time_point now) {
                           std::to_string((now_ms - heard) / 1000) + " s",
                       true);
   }
+}
+
+Status CrossNode::majorityLocked(const std::string& lost, CrossClock::time_point now) const {
+  if (!options_.failover || !leader_) return okStatus();
+  const int64_t now_ms = nowMs(now);
+  size_t reached = 1;  // itself
+  for (const auto& [cross_rank, f] : followers_) {
+    if (f->node.peer_address() == lost || !f->stream.attached()) continue;
+    if (now_ms - f->last_heard_ms <= kReachLimitMs) ++reached;
+  }
+  const size_t daemons = book_.members().size();
+  if (reached > daemons / 2) return okStatus();
+  return failedPrecondition("the leader " + options_.self_address + " lost the majority: it reaches " +
+                            std::to_string(reached) + " of the job's " + std::to_string(daemons) +
+                            " daemons (itself counted), " + std::to_string(daemons / 2 + 1) +
+                            " needed; the others may elect a new leader, so this side stops");
 }
 
 void CrossNode::describe(v1::JobInfo* info, CrossClock::time_point now, double busy_seconds) const {

@@ -88,6 +88,10 @@ class CrossNode : public NodeEndpoints {
 
   // A node not heard from for this long is lost (heartbeats every second).
   static constexpr int64_t kSilenceLimitMs = 6000;
+  // Leader failover: a leader reaches the followers it heard within this
+  // (half the silence limit, so that when a partition's first node is
+  // declared lost the others cut with it no longer count).
+  static constexpr int64_t kReachLimitMs = kSilenceLimitMs / 2;
 
   CrossNode(CrossNodeOptions options, Hooks hooks);
   ~CrossNode();  // closes streams and joins threads
@@ -165,8 +169,9 @@ class CrossNode : public NodeEndpoints {
   // when every lost rank is gone already; FAILED_PRECONDITION (nothing
   // changed) when the leader's node would hold no rank.
   StatusOr<v1::NewEpoch> beginEpoch(const std::vector<int>& lost, uint64_t epoch, const std::string& cause);
-  // Elect: a follower's vote for this daemon to lead (leader failover).
-  StatusOr<v1::ElectResponse> acceptVote(const v1::ElectRequest& request);
+  // Elect: a follower's vote for this daemon to lead (leader failover),
+  // counted while `waiting` says its caller still waits for the answer.
+  StatusOr<v1::ElectResponse> acceptVote(const v1::ElectRequest& request, const std::function<bool()>& waiting);
   // Follower: a local rank of `epoch` crashed; the leader decides.
   void reportRankLost(int rank, uint64_t epoch, const std::string& cause);
   // Leader: starts the next epoch with the ranks waiting to join: the
@@ -292,14 +297,29 @@ class CrossNode : public NodeEndpoints {
   // true when this daemon leads now, false when it follows the new leader.
   StatusOr<bool> failover(const std::string& cause);
   // A vote of `voter` (maybe this daemon) for this daemon in `epoch`; waits
-  // for the majority and answers the new epoch.
-  StatusOr<v1::ElectResponse> vote(const std::string& voter, uint64_t epoch);
-  // Votes for `candidate` over Elect (its answer, or the call's failure).
-  StatusOr<v1::ElectResponse> askVote(const v1::NodeInfo& candidate, uint64_t epoch) const;
+  // for the majority and answers the new epoch. The vote counts while
+  // `waiting` (the voter still waits for the answer); withdrawn otherwise.
+  StatusOr<v1::ElectResponse> vote(const std::string& voter, uint64_t epoch, const std::function<bool()>& waiting);
+  // Votes over Elect for the candidate `channel` leads to (its answer, or
+  // the call's failure).
+  StatusOr<v1::ElectResponse> askVote(const std::shared_ptr<grpc::Channel>& channel, uint64_t epoch) const;
   // Candidate with a majority: leads the next epoch without the lost
   // leader's node (to announce).
   StatusOr<EpochPlan> takeOverLocked() GS_REQUIRES(mutex_);
   std::atomic<uint64_t> leader_changes_{0};  // follower: new leaders followed
+  // Leader with failover on: OK while it reaches (kReachLimitMs) a strict
+  // majority of the epoch's daemons, itself counted and `lost` (a peer
+  // address) not; else FAILED_PRECONDITION saying it lost the majority: it
+  // then makes no epoch (the others may be electing a new leader) and the
+  // job fails on its side. OK without failover, and on followers.
+  Status majorityLocked(const std::string& lost, CrossClock::time_point now) const GS_REQUIRES(mutex_);
+  // Leader: when this daemon last woke from a pause (steady clock, ms): the
+  // followers' silence before it is not theirs.
+  std::atomic<int64_t> resumed_ms_{0};
+  // Leader by failover: when it took over (steady clock, ms; 0: it led from
+  // the start). A member whose stream is not attached a silence limit later
+  // is lost.
+  int64_t took_over_ms_ GS_GUARDED_BY(mutex_) = 0;
 
   bool writeToLeader(const v1::FollowerMessage& message);
   // Follower: sends AbortJob to every other follower (asynchronously; the

@@ -54,6 +54,7 @@ StatusOr<v1::NewEpoch> CrossNode::beginEpoch(const std::vector<int>& lost, uint6
 
 StatusOr<v1::NewEpoch> CrossNode::admitJoiners(const std::vector<uint64_t>& local, const std::string& when) {
   MutexLock lock(mutex_);
+  RETURN_IF_ERROR(majorityLocked("", CrossClock::now()));
   ASSIGN_OR_RETURN(EpochPlan plan, planEpochLocked(book_.admit(local, when)));
   lock.unlock();
   return announceEpoch(std::move(plan));
@@ -285,17 +286,23 @@ void CrossNode::tellStale(Follower* follower, const std::string& why) {
 }
 
 void CrossNode::nodeLost(const v1::NodeInfo& node, uint64_t epoch, const std::string& cause) {
+  Status majority = okStatus();
   if (options_.elastic && hooks_.on_ranks_lost) {
     {
-      // Its joiners went with it: the new epoch must not admit them.
       MutexLock lock(mutex_);
-      book_.dropJoinersOf(node.peer_address());
+      majority = majorityLocked(node.peer_address(), CrossClock::now());
+      // Its joiners went with it: the new epoch must not admit them.
+      if (majority.isOk()) book_.dropJoinersOf(node.peer_address());
     }
-    hooks_.on_ranks_lost(ranksOf(node), epoch, cause);
-    return;
+    if (majority.isOk()) {
+      hooks_.on_ranks_lost(ranksOf(node), epoch, cause);
+      return;
+    }
+    GS_LOG(control, err, "job '{}': {}; {}", options_.job_id, cause, majority.message());
   }
-  hooks_.on_failure(cause, true);
-  announceFailure(cause, true);
+  const std::string failure = majority.isOk() ? cause : cause + "; " + majority.message();
+  hooks_.on_failure(failure, true);
+  announceFailure(failure, true);
 }
 
 bool CrossNode::selfPaused(CrossClock::time_point now) {

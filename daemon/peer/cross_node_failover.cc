@@ -6,27 +6,36 @@
 // without the leader's node and ranks.
 //
 //  - Each follower that loses its leader stream (broken, or silent for
-//    kSilenceLimitMs) votes once per epoch, for the first candidate that
-//    answers, in cross-rank order: itself when it is the lowest, else over
-//    Elect. A candidate counts votes only once it has lost the leader too
-//    (a follower cut off alone cannot depose a live leader), and votes for
-//    itself. Two majorities cannot form, so two leaders cannot either.
+//    kSilenceLimitMs) votes once per epoch, for the lowest candidate that
+//    it reaches (all probed at once) and that lost the leader too, in
+//    cross-rank order: itself when it gets that far. A voter records whom
+//    it voted for and refuses votes for itself meanwhile; a candidate counts
+//    a vote only while the voter waits for its answer, counts its own, and
+//    counts votes only once it has lost the leader too (a follower cut off
+//    alone cannot depose a live leader). Two majorities cannot form, so two
+//    leaders cannot either.
 //  - The winner takes over: it becomes cross rank 0, removes the old
 //    leader's node (its ranks are lost), applies the new epoch to its own
 //    Job, and only then answers the voters, which apply it and open their
 //    coordination streams to it.
-//  - No majority within kElectionLimit (two daemons, or too many lost at
-//    once): the job fails on every node, naming the lost leader.
+//  - No majority within kVotingLimit (two daemons, too many lost at once,
+//    or this daemon on the minority side of a partition): the job fails on
+//    this side, saying it lost the majority. The old leader, on its side,
+//    stops once it reaches no majority (CrossNode::majorityLocked).
 #include <algorithm>
 
 #include "daemon/common/logging.h"
 #include "daemon/peer/cross_node.h"
+#include "daemon/peer/reachability.h"
 
 namespace gradsync::peer {
 namespace {
 
-constexpr auto kElectionLimit = std::chrono::seconds(5);
+constexpr auto kElectionLimit = std::chrono::seconds(5);  // a candidate's wait for a majority
 constexpr auto kCandidateNoticeLimit = std::chrono::seconds(3);
+constexpr auto kVotingLimit = std::chrono::seconds(15);  // a voter's whole election
+constexpr auto kProbeLimit = std::chrono::seconds(2);    // to learn which candidates are reachable
+constexpr size_t kProbeWindow = 16;                      // candidates probed at once
 
 }  // namespace
 
@@ -51,36 +60,72 @@ StatusOr<bool> CrossNode::failover(const std::string& cause) {
   GS_LOG(control, warn, "job '{}': {}; electing a new leader among {} daemons", options_.job_id, cause, daemons - 1);
   std::sort(candidates.begin(), candidates.end(),
             [](const v1::NodeInfo& a, const v1::NodeInfo& b) { return a.cross_rank() < b.cross_rank(); });
+  const auto voting_deadline = std::chrono::system_clock::now() + kVotingLimit;
+  const auto lost_majority = [&](const std::string& tried) {
+    return failedPrecondition(cause + "; this daemon lost the majority: no new leader won " +
+                              std::to_string(daemons / 2 + 1) + " of the job's " + std::to_string(daemons) +
+                              " daemons' votes (" + tried + ")");
+  };
   std::string tried;
-  for (const auto& candidate : candidates) {
-    const bool self = candidate.peer_address() == options_.self_address;
-    const auto answer = self ? vote(options_.self_address, epoch) : askVote(candidate, epoch);
-    if (answer.isOk() && self) return true;  // this daemon leads
-    if (answer.isOk()) {
-      applyNewEpoch(answer->change());
-      link_.connect(candidate.peer_address());  // CheckMember asks the new leader too
-      openStream();
-      leader_changes_.fetch_add(1);
-      GS_LOG(control, warn, "job '{}': follows the new leader {} at epoch {}", options_.job_id,
-             membership::describeNode(candidate), answer->change().epoch());
-      return false;
+  const auto note = [&](const v1::NodeInfo& candidate, const std::string& why) {
+    tried += (tried.empty() ? "" : "; ") + membership::describeNode(candidate) + ": " + why;
+  };
+  for (size_t first = 0; first < candidates.size(); first += kProbeWindow) {
+    const size_t end = std::min(candidates.size(), first + kProbeWindow);
+    std::vector<std::shared_ptr<grpc::Channel>> channels;
+    for (size_t i = first; i < end; ++i) {
+      channels.push_back(grpc::CreateChannel(candidates[i].peer_address(), options_.credentials
+                                                                               ? options_.credentials
+                                                                               : grpc::InsecureChannelCredentials()));
     }
-    tried += (tried.empty() ? "" : "; ") + membership::describeNode(candidate) + ": " + answer.status().message();
-    // A candidate that is gone too: the next one. Any other answer is final.
-    const StatusCode code = answer.status().code();
-    if (code != StatusCode::kUnavailable && code != StatusCode::kDeadlineExceeded) break;
+    const std::vector<bool> reachable = probeReachable(channels, std::chrono::system_clock::now() + kProbeLimit);
+    for (size_t i = first; i < end; ++i) {
+      const v1::NodeInfo& candidate = candidates[i];
+      if (candidate.peer_address() == options_.self_address) {
+        const auto answer = vote(options_.self_address, epoch, [] { return true; });
+        if (answer.isOk()) return true;  // this daemon leads
+        note(candidate, answer.status().message());
+        return lost_majority(tried);
+      }
+      if (std::chrono::system_clock::now() > voting_deadline) return lost_majority(tried + "; out of time");
+      if (!reachable[i - first]) {
+        note(candidate, "unreachable");
+        continue;
+      }
+      {
+        MutexLock lock(mutex_);
+        const Status cast = ballot_.cast(candidate.peer_address(), epoch);
+        if (!cast.isOk()) {
+          note(candidate, cast.message());
+          continue;  // this daemon stands itself: its turn comes
+        }
+      }
+      const auto answer = askVote(channels[i - first], epoch);
+      if (answer.isOk()) {
+        applyNewEpoch(answer->change());
+        link_.connect(candidate.peer_address());  // CheckMember asks the new leader too
+        openStream();
+        leader_changes_.fetch_add(1);
+        GS_LOG(control, warn, "job '{}': follows the new leader {} at epoch {}", options_.job_id,
+               membership::describeNode(candidate), answer->change().epoch());
+        return false;
+      }
+      {
+        MutexLock lock(mutex_);
+        ballot_.uncast(epoch);  // refused, or withdrawn when the call ended: the next candidate
+      }
+      note(candidate, answer.status().message());
+    }
   }
-  return failedPrecondition(cause + "; no new leader: " + tried);
+  return lost_majority(tried);
 }
 
-StatusOr<v1::ElectResponse> CrossNode::askVote(const v1::NodeInfo& candidate, uint64_t epoch) const {
+StatusOr<v1::ElectResponse> CrossNode::askVote(const std::shared_ptr<grpc::Channel>& channel, uint64_t epoch) const {
   v1::ElectRequest request;
   request.set_job_id(options_.job_id);
   request.set_token(options_.token);
   request.set_epoch(epoch);
   request.set_voter_address(options_.self_address);
-  auto channel = grpc::CreateChannel(candidate.peer_address(),
-                                     options_.credentials ? options_.credentials : grpc::InsecureChannelCredentials());
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + kElectionLimit + std::chrono::seconds(1));
   v1::ElectResponse response;
@@ -89,12 +134,14 @@ StatusOr<v1::ElectResponse> CrossNode::askVote(const v1::NodeInfo& candidate, ui
   return response;
 }
 
-StatusOr<v1::ElectResponse> CrossNode::acceptVote(const v1::ElectRequest& request) {
+StatusOr<v1::ElectResponse> CrossNode::acceptVote(const v1::ElectRequest& request,
+                                                  const std::function<bool()>& waiting) {
   if (request.token() != options_.token) return unauthenticated("job '" + options_.job_id + "': token does not match");
-  return vote(request.voter_address(), request.epoch());
+  return vote(request.voter_address(), request.epoch(), waiting);
 }
 
-StatusOr<v1::ElectResponse> CrossNode::vote(const std::string& voter, uint64_t epoch) {
+StatusOr<v1::ElectResponse> CrossNode::vote(const std::string& voter, uint64_t epoch,
+                                            const std::function<bool()>& waiting) {
   MutexLock lock(mutex_);
   const std::string self = options_.self_address;
   if (!options_.failover) return failedPrecondition(self + " does not fail over leaders (--leader-failover off)");
@@ -102,9 +149,12 @@ StatusOr<v1::ElectResponse> CrossNode::vote(const std::string& voter, uint64_t e
   const size_t majority = book_.members().size() / 2 + 1;
   const auto deadline = CrossClock::now() + kElectionLimit;
   const auto answer = [&]() GS_REQUIRES(mutex_) -> StatusOr<v1::ElectResponse> {
-    const bool decided = formed_cv_.wait_until(
-        lock, deadline, [&]() GS_REQUIRES(mutex_) { return ballot_.decided(epoch) != nullptr || stopping_; });
-    if (!decided || ballot_.decided(epoch) == nullptr) {
+    // The vote counts while its voter waits for the answer.
+    while (ballot_.decided(epoch) == nullptr && !stopping_ && CrossClock::now() < deadline && waiting()) {
+      formed_cv_.wait_until(lock, std::min(deadline, CrossClock::now() + std::chrono::milliseconds(100)));
+    }
+    if (ballot_.decided(epoch) == nullptr) {
+      ballot_.withdraw(voter, epoch);
       return deadlineExceeded(self + " gathered " + std::to_string(ballot_.votes()) + " votes, " +
                               std::to_string(majority) + " needed (a strict majority of the job's daemons)");
     }
@@ -142,6 +192,7 @@ StatusOr<v1::ElectResponse> CrossNode::vote(const std::string& voter, uint64_t e
 
 StatusOr<CrossNode::EpochPlan> CrossNode::takeOverLocked() {
   followers_.clear();  // the voters open their streams to this daemon
+  took_over_ms_ = std::chrono::duration_cast<std::chrono::milliseconds>(CrossClock::now().time_since_epoch()).count();
   ASSIGN_OR_RETURN(EpochPlan plan, planEpochLocked(book_.takeOver()));
   leader_ = true;
   return plan;

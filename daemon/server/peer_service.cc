@@ -39,12 +39,13 @@ grpc::Status PeerService::CheckMember(grpc::ServerContext*, const v1::CheckMembe
   return grpc::Status::OK;
 }
 
-grpc::Status PeerService::Elect(grpc::ServerContext*, const v1::ElectRequest* request, v1::ElectResponse* response) {
+grpc::Status PeerService::Elect(grpc::ServerContext* context, const v1::ElectRequest* request,
+                                v1::ElectResponse* response) {
   auto job = registry_->findJob(request->job_id());
   if (!job || !job->crossNode()) {
     return grpc::Status(grpc::StatusCode::NOT_FOUND, "no multi-node job '" + request->job_id() + "' here");
   }
-  auto answer = job->crossNode()->acceptVote(*request);
+  auto answer = job->crossNode()->acceptVote(*request, [context] { return !context->IsCancelled(); });
   if (!answer.isOk()) return toGrpc(answer.status());
   *response = std::move(answer).value();
   return grpc::Status::OK;

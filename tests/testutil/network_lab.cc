@@ -3,6 +3,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 
 namespace gradsync::testutil {
@@ -71,6 +72,29 @@ bool NetworkLab::clearImpairments(int i) {
   inHost(i, "tc qdisc del dev " + devices_[i] + " root");
   sh("ip netns exec " + hub_ + " tc qdisc del dev " + hub_ends_[i] + " root");
   return restore(i);
+}
+
+bool NetworkLab::partition(const std::vector<int>& side) {
+  bool ok = true;
+  for (int i = 0; i < static_cast<int>(hosts_.size()); ++i) {
+    const bool mine = std::count(side.begin(), side.end(), i) > 0;
+    std::string across;
+    for (int j = 0; j < static_cast<int>(hosts_.size()); ++j) {
+      if ((std::count(side.begin(), side.end(), j) > 0) != mine) across += (across.empty() ? "" : ", ") + address(j);
+    }
+    if (across.empty()) continue;
+    ok = ok && inHost(i, "nft add table inet gspart") &&
+         inHost(i, "nft add chain inet gspart in '{ type filter hook input priority 0; }'") &&
+         inHost(i, "nft add chain inet gspart out '{ type filter hook output priority 0; }'") &&
+         inHost(i, "nft add rule inet gspart in ip saddr '{ " + across + " }' drop") &&
+         inHost(i, "nft add rule inet gspart out ip daddr '{ " + across + " }' drop");
+  }
+  return ok;
+}
+
+bool NetworkLab::heal() {
+  for (size_t i = 0; i < hosts_.size(); ++i) inHost(static_cast<int>(i), "nft delete table inet gspart");
+  return true;
 }
 
 }  // namespace gradsync::testutil

@@ -36,6 +36,11 @@ class NetworkLab {
   bool dropPercent(int i, int percent);
   bool throttle(int i, const std::string& rate);  // e.g. "20mbit"
   bool clearImpairments(int i);
+  // A partition: the hosts in `side` reach one another, the others reach
+  // one another, and no packet crosses between the two (nftables on every
+  // host); heal() ends it.
+  bool partition(const std::vector<int>& side);
+  bool heal();
 
  private:
   bool inHost(int i, const std::string& command) const;
