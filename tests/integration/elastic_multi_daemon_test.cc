@@ -272,5 +272,31 @@ TEST_F(ElasticAcrossDaemonsTest, LeaderFailoverByQuorumWithThreeDaemonsNotTwo) {
   }
 }
 
+// The leader's daemon paused (SIGSTOP) for 15 s looks, to both sides, like
+// a partition: the two followers elect a new leader and go on at size 2.
+// Woken, the old leader reaches no majority: it makes no epoch of its own
+// (the job's minimum size of 1 would let it go on alone) and its rank fails
+// saying the leader lost the majority.
+TEST_F(ElasticAcrossDaemonsTest, PausedLeaderWakesToFindItLostTheMajority) {
+  startDaemons(3, {"--leader-failover", "quorum"});
+  std::map<std::string, std::string> env = kElastic;
+  env["GRADSYNC_MIN_SIZE"] = "1";
+  auto ranks = launchWith("el-paused-leader", {"elastic_loop", "20", "20"}, {0, 1, 2}, env);
+  ASSERT_TRUE(allLooping(ranks)) << logs();
+  const auto paused_at = std::chrono::steady_clock::now();
+  daemons_[0]->process().kill(SIGSTOP);
+  const bool recovered = waitFor([&] { return recoveredAt(ranks[1].log(), 2) > 0; }, std::chrono::seconds(15));
+  std::this_thread::sleep_until(paused_at + std::chrono::seconds(15));
+  daemons_[0]->process().kill(SIGCONT);
+  ASSERT_TRUE(recovered) << ranks[1].log() << logs();
+  EXPECT_EQ(ranks[0].wait(std::chrono::seconds(30)), 1) << ranks[0].log() << logs();
+  EXPECT_NE(ranks[0].log().find("lost the majority"), std::string::npos) << ranks[0].log() << logs();
+  EXPECT_EQ(ranks[0].log().find("RECOVERED"), std::string::npos) << ranks[0].log();
+  for (int r : {1, 2}) {
+    EXPECT_EQ(ranks[r].wait(kTimeout), 0) << ranks[r].log() << logs();
+    EXPECT_NE(ranks[r].log().find("size 2"), std::string::npos) << ranks[r].log();
+  }
+}
+
 }  // namespace
 }  // namespace gradsync::testutil

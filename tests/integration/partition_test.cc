@@ -75,9 +75,8 @@ TEST_F(PartitionTest, OnlyTheMajorityGoesOnWhenTheLeaderAndOneOtherAreCutFromThr
       const int code = ranks[r].wait(kTimeout);
       if (minority) {
         EXPECT_EQ(code, 1) << "rank " << r << " of the minority went on:\n" << ranks[r].log() << logs();
-        EXPECT_NE(ranks[r].log().find("lost the majority"), std::string::npos)
-            << "rank " << r << ":\n"
-            << ranks[r].log() << logs();
+        EXPECT_NE(ranks[r].log().find("lost the majority"), std::string::npos) << "rank " << r << ":\n"
+                                                                               << ranks[r].log() << logs();
         EXPECT_EQ(ranks[r].log().find("RECOVERED"), std::string::npos) << ranks[r].log();
       } else {
         EXPECT_EQ(code, 0) << "rank " << r << ":\n" << ranks[r].log() << logs();
