@@ -5,8 +5,10 @@
 #include <cstring>
 #include <optional>
 
+#include "daemon/collective/allreduce_choice.h"
 #include "daemon/collective/direct_allreduce.h"
 #include "daemon/collective/pairwise_exchange.h"
+#include "daemon/collective/recursive_doubling.h"
 #include "daemon/collective/ring_allreduce.h"
 
 namespace gradsync::peer {
@@ -71,12 +73,17 @@ Status PeerDataPlane::allreduce(const executor::NodeSet& nodes, void* data, size
   // the tags stay alike on all of them.
   const uint64_t tag = ++tag_;
   if (nodes.size() < 2) return okStatus();  // one node: already reduced there
-  // Small: one step, every daemon to every other (the ring takes 2(n-1)).
-  if (count * elementSize(dtype) * (nodes.size() - 1) <= collective::kDirectAllreduceMaxBytes) {
+  const auto algorithm = collective::chooseAllreduce(count * elementSize(dtype), static_cast<int>(nodes.size()));
+  allreduces_[static_cast<int>(algorithm)].fetch_add(1, std::memory_order_relaxed);
+  if (algorithm != collective::AllreduceAlgorithm::kRing) {
     ASSIGN_OR_RETURN(auto mesh, endpoints_->mesh(tag, until, epoch_, nodes));
     if (!mesh) return okStatus();  // not one of the nodes
+    if (algorithm == collective::AllreduceAlgorithm::kDirect) {
+      return run("CROSS_NODE_ALLREDUCE",
+                 [&] { return collective::directAllreduce(*mesh, data, count, dtype, op, &scratch_); });
+    }
     return run("CROSS_NODE_ALLREDUCE",
-               [&] { return collective::directAllreduce(*mesh, data, count, dtype, op, &scratch_); });
+               [&] { return collective::recursiveDoublingAllreduce(*mesh, data, count, dtype, op); });
   }
   ASSIGN_OR_RETURN(auto ring, endpoints_->ring(tag, until, epoch_, nodes));
   if (!ring) return okStatus();

@@ -1,8 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 // The data plane of a job across daemons, as the executors use it: for each
-// step among the nodes, the algorithm (a direct exchange for small
-// allreduces, the ring otherwise, the pairwise exchange for alltoall), its
-// tags, its scratch memory and busy time, over the endpoints NodeEndpoints (the job's CrossNode) gives.
+// step among the nodes, the algorithm (for an allreduce the direct
+// exchange, recursive doubling or the ring, by size and node count:
+// collective/allreduce_choice.h; the pairwise exchange for alltoall), its
+// tags, its scratch memory and busy time, over the endpoints NodeEndpoints
+// (the job's CrossNode) gives.
 #pragma once
 
 #include <atomic>
@@ -36,6 +38,11 @@ class PeerDataPlane : public executor::DataPlane {
   uint64_t lastTag() const { return tag_; }
   // Seconds spent in transfers among the daemons (any thread).
   double busySeconds() const { return static_cast<double>(busy_ns_.load()) / 1e9; }
+  // Allreduces among the daemons so far by algorithm (direct, recursive
+  // doubling, ring: collective::AllreduceAlgorithm's order; any thread).
+  std::vector<uint64_t> allreducesByAlgorithm() const {
+    return {allreduces_[0].load(), allreduces_[1].load(), allreduces_[2].load()};
+  }
 
   bool multiNode() const override { return true; }
   int nodeOf(int rank) const override;
@@ -77,6 +84,7 @@ class PeerDataPlane : public executor::DataPlane {
   uint64_t tag_ = 0;
   std::vector<uint8_t> scratch_;
   std::atomic<uint64_t> busy_ns_{0};
+  std::atomic<uint64_t> allreduces_[3] = {};
 };
 
 }  // namespace gradsync::peer

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "daemon/peer/fast_rounds.h"
 
+#include <cstring>
 #include <string>
 
 namespace gradsync::peer {
@@ -10,25 +11,22 @@ namespace {
 constexpr int kRoundPhase = 3;
 }  // namespace
 
-FastRounds::FastRounds(collective::MeshContext mesh) : mesh_(std::move(mesh)), theirs_(mesh_.size()) {}
+FastRounds::FastRounds(collective::MeshContext mesh) : mesh_(std::move(mesh)) {}
 
-uint64_t FastRounds::tag(int from) const { return collective::ringTag(mesh_.tag_key, round_, kRoundPhase, from, 0); }
+FastRounds::~FastRounds() = default;
 
-void FastRounds::postReceives() {
-  if (!receives_.empty()) return;
-  receives_.resize(mesh_.size());
-  for (int from = 0; from < mesh_.size(); ++from) {
-    if (from == mesh_.rank) continue;
-    receives_[from] = mesh_.peers[from]->irecv(&theirs_[from], sizeof(Message), tag(from));
+collective::RecursiveDoubling& FastRounds::current() {
+  if (!run_) {
+    mesh_.sequence = round_;
+    run_ = std::make_unique<collective::RecursiveDoubling>(mesh_, kRoundPhase, sizeof(Message));
+    run_->postReceives();
   }
+  return *run_;
 }
 
 StatusOr<bool> FastRounds::waitForPeers(int wake_fd, transport::Clock::time_point until) {
-  postReceives();
-  std::vector<transport::Request*> raw;
-  for (auto& r : receives_) {
-    if (r) raw.push_back(r.get());
-  }
+  std::vector<transport::Request*> raw = current().postReceives();
+  if (raw.empty()) return false;  // no other daemon
   RETURN_IF_ERROR(mesh_.transport->waitAny(raw.data(), raw.size(), wake_fd, until));
   for (auto* r : raw) {
     if (r->test()) return true;
@@ -38,45 +36,48 @@ StatusOr<bool> FastRounds::waitForPeers(int wake_fd, transport::Clock::time_poin
 
 StatusOr<FastRounds::Outcome> FastRounds::exchange(const std::vector<uint64_t>& ready, LeaderPart leader,
                                                    transport::Clock::time_point deadline) {
-  postReceives();
-  mine_ = Message();
-  mine_.round = round_;
-  mine_.leader_sequence = leader.sequence;
-  mine_.fusion_threshold_bytes = leader.fusion_threshold_bytes;
+  collective::RecursiveDoubling& run = current();
+  Message mine;
+  mine.round = round_;
+  if (mesh_.rank == 0) {
+    mine.has_leader = 1;
+    mine.leader_sequence = leader.sequence;
+    mine.fusion_threshold_bytes = leader.fusion_threshold_bytes;
+  }
   for (uint64_t id : ready) {
-    if (id >= 1 && id <= kMaxIds) mine_.bits[(id - 1) / 64] |= uint64_t{1} << ((id - 1) % 64);
+    if (id >= 1 && id <= kMaxIds) mine.bits[(id - 1) / 64] |= uint64_t{1} << ((id - 1) % 64);
   }
-  std::vector<transport::RequestPtr> sends;
-  std::vector<transport::Request*> raw;
-  for (int to = 0; to < mesh_.size(); ++to) {
-    if (to == mesh_.rank) continue;
-    // Every receiver tells the senders apart by their tags.
-    sends.push_back(mesh_.peers[to]->isend(&mine_, sizeof(Message), tag(mesh_.rank)));
-    raw.push_back(sends.back().get());
-    raw.push_back(receives_[to].get());
-  }
-  RETURN_IF_ERROR(mesh_.transport->waitAll(raw.data(), raw.size(), deadline,
-                                           "round " + std::to_string(round_) + " of the cached steady state"));
-  Outcome outcome;
-  Message agreed = mine_;
-  for (int from = 0; from < mesh_.size(); ++from) {
-    if (from == mesh_.rank) continue;
-    const Message& m = theirs_[from];
-    if (m.round != round_) {
-      return dataLoss("the daemon at ring position " + std::to_string(from) + " sent round " + std::to_string(m.round) +
-                      " of the cached steady state where round " + std::to_string(round_) + " was due");
+  uint64_t wrong_round = 0;
+  const collective::DoublingCombine combine = [&](const uint8_t* in, uint8_t* out, bool) {
+    Message theirs;
+    std::memcpy(&theirs, in, sizeof theirs);
+    Message* agreed = reinterpret_cast<Message*>(out);
+    if (theirs.round != round_) wrong_round = theirs.round;
+    for (size_t w = 0; w < kMaxIds / 64; ++w) agreed->bits[w] &= theirs.bits[w];
+    if (theirs.has_leader) {
+      agreed->has_leader = 1;
+      agreed->leader_sequence = theirs.leader_sequence;
+      agreed->fusion_threshold_bytes = theirs.fusion_threshold_bytes;
     }
-    for (size_t w = 0; w < kMaxIds / 64; ++w) agreed.bits[w] &= m.bits[w];
+  };
+  mesh_.deadline = deadline;
+  const Status done = run.run(reinterpret_cast<uint8_t*>(&mine), combine,
+                              "round " + std::to_string(round_) + " of the cached steady state");
+  messages_sent_ += run.messagesSent();
+  run_.reset();
+  RETURN_IF_ERROR(done);
+  if (wrong_round != 0 || mine.round != round_ || !mine.has_leader) {
+    return dataLoss("a daemon sent round " + std::to_string(wrong_round ? wrong_round : mine.round) +
+                    " of the cached steady state where round " + std::to_string(round_) + " was due");
   }
-  const Message& leaders = mesh_.rank == 0 ? mine_ : theirs_[0];
-  outcome.leader_sequence = leaders.leader_sequence;
-  outcome.fusion_threshold_bytes = leaders.fusion_threshold_bytes;
+  Outcome outcome;
+  outcome.leader_sequence = mine.leader_sequence;
+  outcome.fusion_threshold_bytes = mine.fusion_threshold_bytes;
   for (size_t w = 0; w < kMaxIds / 64; ++w) {
-    for (uint64_t bits = agreed.bits[w]; bits != 0; bits &= bits - 1) {
+    for (uint64_t bits = mine.bits[w]; bits != 0; bits &= bits - 1) {
       outcome.ids.push_back(w * 64 + static_cast<uint64_t>(__builtin_ctzll(bits)) + 1);
     }
   }
-  receives_.clear();
   ++round_;
   return outcome;
 }

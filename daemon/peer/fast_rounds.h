@@ -2,19 +2,22 @@
 // The steady state of a job across daemons without the leader's round trip
 // (Horovod's response-cache bit vector, over the data plane): once a
 // collective has been negotiated and cached, each daemon knows when all its
-// own ranks submitted it again. In lock-step rounds every daemon sends every
-// other one the cache ids its ranks are all ready for; the ids every daemon
-// sent run at once, in increasing order, on every daemon. The leader adds the
-// sequence of the last batch it negotiated the usual way, which every daemon
-// runs first, so the two kinds of work keep one order everywhere, and the
-// fusion threshold the round's collectives run with (every daemon must fuse
-// alike, and autotune may change it).
+// own ranks submitted it again. In lock-step rounds the daemons reduce the
+// bit vectors of the cache ids their ranks are all ready for (a bitwise AND
+// by recursive doubling: log2 N messages per daemon and round, not N-1);
+// the ids every daemon set run at once, in increasing order, on every
+// daemon. The leader adds the sequence of the last batch it negotiated the
+// usual way, which every daemon runs first, so the two kinds of work keep
+// one order everywhere, and the fusion threshold the round's collectives
+// run with (every daemon must fuse alike, and autotune may change it).
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "daemon/collective/pairwise_exchange.h"
+#include "daemon/collective/recursive_doubling.h"
 
 namespace gradsync::peer {
 
@@ -36,36 +39,36 @@ class FastRounds {
   // `mesh`: endpoints to every daemon of the job (its sequence is unused);
   // they must outlive this.
   explicit FastRounds(collective::MeshContext mesh);
+  ~FastRounds();
 
-  // Waits until another daemon has sent its part of the current round
-  // (true), `wake_fd` is readable or `until` passes (false).
+  // Waits until another daemon has begun the current round (true),
+  // `wake_fd` is readable or `until` passes (false).
   StatusOr<bool> waitForPeers(int wake_fd, transport::Clock::time_point until);
   // This daemon's part of the current round: `ready` (ids above kMaxIds are
-  // left out) and, on the leader, `leader` (ignored elsewhere). Waits for
-  // every other daemon's part until `deadline`; then the next round begins.
+  // left out) and, on the leader, `leader` (ignored elsewhere). Takes part
+  // in the reduction until `deadline`; then the next round begins.
   StatusOr<Outcome> exchange(const std::vector<uint64_t>& ready, LeaderPart leader,
                              transport::Clock::time_point deadline);
   uint64_t round() const { return round_; }
+  // Messages this daemon sent in all rounds so far.
+  uint64_t messagesSent() const { return messages_sent_; }
+  static constexpr size_t messageBytes() { return sizeof(Message); }
 
  private:
   struct Message {
     uint64_t round = 0;
+    uint64_t has_leader = 0;  // 1: the leader's part is in it
     uint64_t leader_sequence = 0;
     uint64_t fusion_threshold_bytes = 0;
     uint64_t bits[kMaxIds / 64] = {};
   };
-  void postReceives();
-  // The tag of the current round's message from the daemon at `from`.
-  uint64_t tag(int from) const;
+  // The current round's reduction, its receives posted.
+  collective::RecursiveDoubling& current();
 
-  collective::MeshContext mesh_;
+  collective::MeshContext mesh_;  // sequence: the current round
   uint64_t round_ = 1;
-  Message mine_;
-  std::vector<Message> theirs_;  // by daemon position
-  // Of round_, posted (null at this daemon's position). Declared after
-  // theirs_: destroyed first, each cancelled receive waits until UCX lets
-  // go of its buffer.
-  std::vector<transport::RequestPtr> receives_;
+  uint64_t messages_sent_ = 0;
+  std::unique_ptr<collective::RecursiveDoubling> run_;  // of round_
 };
 
 }  // namespace gradsync::peer

@@ -91,10 +91,12 @@ TEST_P(FastRoundsTest, AWaitingDaemonWakesWhenAnotherStartsTheRoundOrItsFdIsWrit
   EXPECT_FALSE(*woken);
   uint64_t drained;
   ASSERT_EQ(::read(fd, &drained, sizeof drained), 8);
-  // Daemon 0 starts the round: daemon 1 sees it, then every daemon takes part.
+  // Daemon 0 starts the round: the first daemon it sends to sees it, then
+  // every daemon takes part.
   std::vector<StatusOr<FastRounds::Outcome>> out(n, internalError("not run"));
   std::thread starter([&] { out[0] = daemons[0].rounds->exchange({3}, {1}, Clock::now() + std::chrono::seconds(20)); });
-  auto started = daemons[1].rounds->waitForPeers(fd, Clock::now() + std::chrono::seconds(10));
+  const int first = collective::doublingSteps(0, n).front().peer;
+  auto started = daemons[first].rounds->waitForPeers(fd, Clock::now() + std::chrono::seconds(10));
   ASSERT_TRUE(started.isOk()) << started.status().toString();
   EXPECT_TRUE(*started);
   std::vector<std::thread> others;
@@ -111,6 +113,21 @@ TEST_P(FastRoundsTest, AWaitingDaemonWakesWhenAnotherStartsTheRoundOrItsFdIsWrit
   ::close(fd);
 }
 
+// Each daemon sends log2(n) messages a round (two more where n is not a
+// power of two), not n - 1.
+TEST_P(FastRoundsTest, ADaemonSendsLogNMessagesPerRound) {
+  const int n = GetParam();
+  auto daemons = makeDaemons(n);
+  for (uint64_t sequence = 1; sequence <= 3; ++sequence) {
+    auto out = round(daemons, std::vector<std::vector<uint64_t>>(n, {sequence}), sequence);
+    for (int i = 0; i < n; ++i) ASSERT_TRUE(out[i].isOk()) << out[i].status().toString();
+  }
+  int log = 0;
+  while ((2 << log) <= n) ++log;
+  for (int i = 0; i < n; ++i) EXPECT_LE(daemons[i].rounds->messagesSent(), 3u * (log + 2)) << "daemon " << i;
+  EXPECT_EQ(daemons[0].rounds->messagesSent() + 0, 3u * (log + (n > (1 << log) ? 2 : 0)));
+}
+
 TEST_P(FastRoundsTest, ADaemonThatNeverAnswersEndsTheRoundAtTheDeadline) {
   auto daemons = makeDaemons(GetParam());
   auto out = daemons[0].rounds->exchange({1}, {}, Clock::now() + std::chrono::milliseconds(200));
@@ -119,7 +136,7 @@ TEST_P(FastRoundsTest, ADaemonThatNeverAnswersEndsTheRoundAtTheDeadline) {
   EXPECT_NE(out.status().message().find("round 1 of the cached steady state"), std::string::npos);
 }
 
-INSTANTIATE_TEST_SUITE_P(Daemons, FastRoundsTest, ::testing::Values(2, 3));
+INSTANTIATE_TEST_SUITE_P(Daemons, FastRoundsTest, ::testing::Values(2, 3, 4, 5, 8));
 
 }  // namespace
 }  // namespace gradsync::peer

@@ -27,6 +27,33 @@ TEST_F(MultiDaemonTest, AllreduceEveryDtypeTwoDaemonsOneRankEach) {
   EXPECT_TRUE(allSucceed(ranks, kTimeout, &report)) << report << logs();
 }
 
+// Sixteen daemons, one rank each: allgather, alltoall, 20 steps of a 256 B
+// allreduce (recursive doubling among 16 nodes), then training steps of ten
+// tensors of 28 B to 4.8 MB (fused: the ring), the steady state's rounds
+// once cached; each result checked by the ranks.
+TEST_F(MultiDaemonTest, SixteenDaemonsOneRankEach) {
+  constexpr int kDaemons = 16;
+  startDaemons(kDaemons);
+  std::vector<int> placement(kDaemons);
+  for (int i = 0; i < kDaemons; ++i) placement[i] = i;
+  const auto started = std::chrono::steady_clock::now();
+  std::string report;
+  for (const std::string scenario : {"allgather", "alltoall", "repeat_allreduce"}) {
+    auto ranks = launch("sixteen-" + scenario, scenario, placement);
+    ASSERT_TRUE(allSucceed(ranks, kTimeout, &report)) << scenario << ": " << report << logs();
+  }
+  auto ranks = launchWith("sixteen-steps", {"training_steps", "6"}, placement, {});
+  ASSERT_TRUE(allSucceed(ranks, kTimeout, &report)) << report << logs();
+  std::string log;
+  auto ended = leaderEndLine("sixteen-steps", &log);
+  ASSERT_TRUE(ended) << log;
+  EXPECT_NE(log.find("job 'sixteen-steps': cached collectives run after rounds among the 16 daemons"),
+            std::string::npos)
+      << log;
+  std::printf("16 daemons: allgather, alltoall, a small allreduce, then 6 training steps: %.1f s\n",
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+}
+
 // --steady-state leader: every step goes through the leader, as ids.
 TEST_F(MultiDaemonTest, SteadyStateStepsHitTheResponseCache) {
   startDaemons(2, {"--steady-state", "leader"});

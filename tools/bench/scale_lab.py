@@ -1,0 +1,233 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
+"""The scale lab's real-daemon part: N gradsyncd on this machine (one rank
+each, UCX over loopback TCP), for N in --nodes. For each N: 4 B / 64 KiB /
+1 MiB allreduce latency (gradsync_bench's median), the ResNet-50 set's step,
+and per step: the CPU time of the leader's daemon and of the median
+follower's (from /proc, over the whole run, warm-up included) and the
+coordination bytes each sent and received (the daemons' job-end lines).
+With --mpi, Open MPI over TCP with N ranks runs the same sizes in the same
+run (the peers' allreduce_sweep.py). With --lose-one, an elastic job of N
+daemons loses one follower's daemon (SIGKILL): detection and recovery time.
+Prints one table. A benchmark, not a test. Run by scripts/scale_lab.sh.
+"""
+import argparse
+import os
+import re
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+SIZES = [4, 65536, 1048576]
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS  # utime, stime
+
+
+class Daemons:
+    """N daemons in a temporary directory; daemon 0 leads the jobs."""
+
+    def __init__(self, binary, n, flags=()):
+        self.dir = tempfile.mkdtemp(prefix="gradsync-scale.")
+        self.procs, self.logs = [], []
+        env = dict(os.environ, UCX_TLS=os.environ.get("UCX_TLS", "tcp"))
+        for i in range(n):
+            log = os.path.join(self.dir, f"d{i}.log")
+            self.logs.append(log)
+            with open(log, "w") as out:
+                self.procs.append(subprocess.Popen(
+                    [binary, "--socket-path", self.socket(i), "--peer-address", "127.0.0.1:0", "--log-level",
+                     "info", "--join-timeout-seconds", "60", *flags],
+                    stdout=out, stderr=subprocess.STDOUT, env=env))
+        self.leader = ""
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            m = re.search(r"peer service on ([0-9.:]+)", self.log(0))
+            if m and all(os.path.exists(self.socket(i)) for i in range(n)):
+                self.leader = m.group(1)
+                break
+            time.sleep(0.05)
+        if not self.leader:
+            self.stop()
+            raise RuntimeError("the daemons did not start:\n" + self.log(0))
+
+    def socket(self, i):
+        return os.path.join(self.dir, f"d{i}.sock")
+
+    def sockets(self):
+        return ",".join(self.socket(i) for i in range(len(self.procs)))
+
+    def log(self, i):
+        with open(self.logs[i]) as f:
+            return f.read()
+
+    def cpu(self):
+        return [cpu_seconds(p.pid) for p in self.procs]
+
+    def ended(self, i, job_prefix):
+        """The last job-end line's (messages, bytes sent, bytes received) for a job named job_prefix*."""
+        found = re.findall(r"job '" + re.escape(job_prefix) + r"[^']*' ended: .*coordination ([0-9]+) messages, "
+                           r"([0-9]+) bytes sent, ([0-9]+) received", self.log(i))
+        return tuple(int(x) for x in found[-1]) if found else (0, 0, 0)
+
+    def stop(self):
+        for p in self.procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        for p in self.procs:
+            try:
+                p.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        subprocess.run(["rm", "-rf", self.dir])
+
+
+def run_bench(args, daemons, n, bench_args):
+    """gradsync_bench across the daemons: (its stdout, iterations, per-daemon CPU s, end lines)."""
+    before = daemons.cpu()
+    out = subprocess.run([args.bench, "--socket", daemons.sockets(), "--leader", daemons.leader, "-np", str(n),
+                          *bench_args], capture_output=True, text=True, timeout=600)
+    if out.returncode != 0:
+        raise RuntimeError("gradsync_bench failed:\n" + out.stdout + out.stderr + daemons.log(0)[-4000:])
+    time.sleep(0.5)  # the job-end lines
+    after = daemons.cpu()
+    return out.stdout, [a - b for a, b in zip(after, before)]
+
+
+def per_step(cpu, iters, daemons):
+    leader = cpu[0] / iters * 1e6
+    followers = [c / iters * 1e6 for c in cpu[1:]]
+    return leader, statistics.median(followers) if followers else 0.0
+
+
+def control_bytes(daemons, iters):
+    _, sent0, recv0 = daemons.ended(0, "bench")
+    follower = [daemons.ended(i, "bench") for i in range(1, len(daemons.procs))]
+    f_bytes = statistics.median([s + r for _, s, r in follower]) if follower else 0
+    return (sent0 + recv0) / iters, f_bytes / iters
+
+
+def mpi_latency(args, n, size):
+    cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(n), "--mca", "btl", "tcp,self", "--mca",
+           "btl_tcp_if_include", "lo", "/usr/bin/python3", os.path.join(args.peers, "allreduce_sweep.py"), "--backend",
+           "mpi", "--sizes", str(size), "--min-time", str(args.min_time), "--label", "mpi-tcp"]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    for line in out.stdout.splitlines():
+        f = line.split(",")
+        if line.startswith("CSV,mpi-tcp,") and len(f) > 6:
+            return float(f[6])
+    return float("nan")
+
+
+def lose_one(args, n):
+    """An elastic job of n daemons (one rank each) loses its last daemon (SIGKILL, with its rank):
+    seconds from the kill to the leader's new epoch and to the survivors' first step without it,
+    and whether every survivor finished."""
+    daemons = Daemons(args.daemon, n)
+    try:
+        base = dict(os.environ, GRADSYNC_ELASTIC="1", GRADSYNC_MIN_SIZE="2", GRADSYNC_LEADER=daemons.leader,
+                    GRADSYNC_JOB_ID="scale-lose-one", GRADSYNC_TOKEN="scale", GRADSYNC_SIZE=str(n),
+                    GRADSYNC_LOCAL_RANK="0", GRADSYNC_LOCAL_SIZE="1", GRADSYNC_ARENA_BYTES=str(64 << 20))
+        logs = [os.path.join(daemons.dir, f"rank{r}.log") for r in range(n)]
+        ranks = []
+        for r in range(n):
+            env = dict(base, GRADSYNC_SOCKET=daemons.socket(r), GRADSYNC_RANK=str(r))
+            with open(logs[r], "w") as out:
+                ranks.append(subprocess.Popen([args.worker, "elastic_loop", "10", "0"], env=env, stdout=out,
+                                              stderr=subprocess.STDOUT))
+
+        def read(r):
+            with open(logs[r]) as f:
+                return f.read()
+
+        deadline = time.time() + 120
+        while time.time() < deadline and not all("LOOPING" in read(r) for r in range(n)):
+            time.sleep(0.1)
+        killed_at = time.time()
+        daemons.procs[-1].kill()
+        ranks[-1].kill()
+        detected = None
+        while time.time() < killed_at + 60 and detected is None:
+            if "job 'scale-lose-one': epoch 1 -> 2" in daemons.log(0):
+                detected = time.time()
+            time.sleep(0.05)
+        ok = True
+        for p in ranks[:-1]:
+            try:
+                ok &= p.wait(timeout=120) == 0
+            except subprocess.TimeoutExpired:
+                p.kill()
+                ok = False
+        recovered = [int(m.group(1)) / 1000 for r in range(n - 1)
+                     for m in re.finditer(r"RECOVERED epoch 2 at ([0-9]+)", read(r))]
+        return ((detected - killed_at) if detected else float("nan"),
+                (min(recovered) - killed_at) if recovered else float("nan"), ok)
+    finally:
+        daemons.stop()
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--daemon", required=True)
+    ap.add_argument("--bench", required=True)
+    ap.add_argument("--worker", help="tests/integration:worker, for --lose-one")
+    ap.add_argument("--peers", help="the peers' scripts (allreduce_sweep.py), for --mpi")
+    ap.add_argument("--nodes", default="2,4,8,16")
+    ap.add_argument("--min-time", type=float, default=1.0)
+    ap.add_argument("--resnet-steps", type=int, default=8)
+    ap.add_argument("--mpi", action="store_true")
+    ap.add_argument("--lose-one", action="store_true")
+    args = ap.parse_args()
+    rows = []
+    for n in [int(x) for x in args.nodes.split(",")]:
+        daemons = Daemons(args.daemon, n)
+        try:
+            for size in SIZES:
+                out, cpu = run_bench(args, daemons, n, ["--min-bytes", str(size), "--max-bytes", str(size),
+                                                         "--min-time", str(args.min_time)])
+                f = next(line.split(",") for line in out.splitlines() if line.startswith("CSV,"))
+                iters, median = int(f[5]), float(f[6])
+                leader_us, follower_us = per_step(cpu, iters, daemons)
+                lb, fb = control_bytes(daemons, iters)
+                mpi = mpi_latency(args, n, size) if args.mpi else float("nan")
+                rows.append((n, f"allreduce {size} B", f"{median:.1f} us", f"{mpi:.1f} us", leader_us, follower_us,
+                             lb, fb))
+                print(f"# N={n} {size} B: {median:.1f} us (mpi {mpi:.1f}), leader {leader_us:.0f} us CPU/step, "
+                      f"follower {follower_us:.0f}, control bytes/step leader {lb:.0f} follower {fb:.0f}",
+                      file=sys.stderr)
+            out, cpu = run_bench(args, daemons, n, ["--resnet", "--steps", str(args.resnet_steps)])
+            steps = int(re.search(r"steps ([0-9]+)", out).group(1)) + 3  # and the warm-up steps
+            median = float(re.search(r"median ([0-9.]+) ms", out).group(1))
+            leader_us, follower_us = per_step(cpu, steps, daemons)
+            lb, fb = control_bytes(daemons, steps)
+            rows.append((n, "ResNet-50 set", f"{median:.1f} ms", "", leader_us, follower_us, lb, fb))
+            print(f"# N={n} resnet: {median:.1f} ms, leader {leader_us / 1e3:.1f} ms CPU/step, follower "
+                  f"{follower_us / 1e3:.1f}, control bytes/step leader {lb:.0f} follower {fb:.0f}", file=sys.stderr)
+        finally:
+            daemons.stop()
+    print("| N | case | gradsync | Open MPI TCP | leader CPU/step | follower CPU/step | leader ctl B/step |"
+          " follower ctl B/step |")
+    print("|---|---|---|---|---|---|---|---|")
+    for n, case, ours, mpi, lcpu, fcpu, lb, fb in rows:
+        unit = 1e3 if case.startswith("ResNet") else 1
+        suffix = " ms" if unit > 1 else " us"
+        print(f"| {n} | {case} | {ours} | {mpi if mpi != 'nan us' else ''} | {lcpu / unit:.1f}{suffix} |"
+              f" {fcpu / unit:.1f}{suffix} | {lb:.0f} | {fb:.0f} |")
+    if args.lose_one:
+        for n in [int(x) for x in args.nodes.split(",")]:
+            if n < 3:
+                continue
+            detect, recover, ok = lose_one(args, n)
+            print(f"| {n} | one follower's daemon killed | detected {detect:.1f} s | first step without it "
+                  f"{recover:.1f} s | {'ok' if ok else 'SURVIVORS FAILED'} | | | |")
+
+
+if __name__ == "__main__":
+    main()
