@@ -30,7 +30,8 @@ std::vector<DoublingStep> doublingSteps(int rank, int n) {
   const bool absorbs = rank + p < n;
   if (absorbs) steps.push_back({DoublingStep::kExchange, rank + p, kSwapStage});
   int stage = 1;
-  for (int distance = 1; distance < p; distance *= 2) steps.push_back({DoublingStep::kExchange, rank ^ distance, stage++});
+  for (int distance = 1; distance < p; distance *= 2)
+    steps.push_back({DoublingStep::kExchange, rank ^ distance, stage++});
   if (absorbs) steps.push_back({DoublingStep::kSend, rank + p, kResultStage});
   return steps;
 }
@@ -78,8 +79,7 @@ Status RecursiveDoubling::run(uint8_t* data, const DoublingCombine& combine, con
     RETURN_IF_ERROR(mesh_.transport->waitAll(raw.data(), raw.size(), mesh_.deadline,
                                              what + ": node " + std::to_string(mesh_.rank) + " with node " +
                                                  std::to_string(s.peer) + " (recursive doubling, step " +
-                                                 std::to_string(i + 1) + " of " + std::to_string(steps_.size()) +
-                                                 ")"));
+                                                 std::to_string(i + 1) + " of " + std::to_string(steps_.size()) + ")"));
     const uint8_t* theirs = inbox_.data() + i * bytes_;
     if (s.kind == DoublingStep::kExchange) combine(theirs, data, s.peer < mesh_.rank);
     if (s.kind == DoublingStep::kReceive) std::memcpy(data, theirs, bytes_);

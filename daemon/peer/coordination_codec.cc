@@ -148,15 +148,23 @@ void CoordinationCodec::clear() {
 void CoordinationCodec::countSent(size_t bytes) {
   bytes_sent_.fetch_add(bytes);
   messages_.fetch_add(1);
+  noteSize(bytes);
 }
 
 void CoordinationCodec::countReceived(size_t bytes) {
   bytes_received_.fetch_add(bytes);
   messages_.fetch_add(1);
+  noteSize(bytes);
+}
+
+void CoordinationCodec::noteSize(size_t bytes) {
+  uint64_t largest = largest_message_.load();
+  while (bytes > largest && !largest_message_.compare_exchange_weak(largest, bytes)) {
+  }
 }
 
 CoordinationCodec::Traffic CoordinationCodec::traffic() const {
-  return {bytes_sent_.load(), bytes_received_.load(), messages_.load(), cache_hits_.load()};
+  return {bytes_sent_.load(), bytes_received_.load(), messages_.load(), cache_hits_.load(), largest_message_.load()};
 }
 
 v1::NegotiatedResponse toProto(const coordinator::Response& response) {

@@ -53,6 +53,7 @@ class CoordinationCodec {
     uint64_t bytes_received = 0;
     uint64_t messages = 0;
     uint64_t cache_hits = 0;
+    uint64_t largest_message = 0;  // bytes
   };
   Traffic traffic() const;
 
@@ -68,7 +69,8 @@ class CoordinationCodec {
     uint64_t offset;
   };
   std::unordered_map<std::string, std::vector<Forwarded>> forwarded_ GS_GUARDED_BY(mutex_);
-  std::atomic<uint64_t> bytes_sent_{0}, bytes_received_{0}, messages_{0}, cache_hits_{0};
+  void noteSize(size_t bytes);  // the largest message so far
+  std::atomic<uint64_t> bytes_sent_{0}, bytes_received_{0}, messages_{0}, cache_hits_{0}, largest_message_{0};
 };
 
 // Conversions between negotiated responses and their wire form.

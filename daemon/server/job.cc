@@ -7,6 +7,7 @@
 #include <algorithm>
 
 #include "daemon/common/logging.h"
+#include "daemon/peer/fast_rounds.h"
 #include "daemon/server/enqueue_validation.h"
 
 namespace gradsync::server {
@@ -573,7 +574,16 @@ v1::JobInfo Job::info() const {
     set->set_id(id);
     for (int r : ranks) set->add_ranks(r);
   }
-  if (cross_) cross_->describe(&info, Clock::now(), data_plane_->busySeconds());
+  if (cross_) {
+    cross_->describe(&info, Clock::now(), data_plane_->busySeconds());
+    const std::vector<uint64_t> by_algorithm = data_plane_->allreducesByAlgorithm();
+    info.set_allreduces_direct(by_algorithm[0]);
+    info.set_allreduces_doubling(by_algorithm[1]);
+    info.set_allreduces_ring(by_algorithm[2]);
+    info.set_steady_rounds(steady_rounds_done_.load());
+    info.set_steady_round_messages(steady_round_messages_.load());
+    info.set_steady_round_message_bytes(peer::FastRounds::messageBytes());
+  }
   return info;
 }
 

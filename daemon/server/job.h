@@ -355,6 +355,10 @@ class Job {
 
   const JobSpec spec_;
   const JobLimits limits_;
+  // The steady state's rounds this daemon took part in, and the messages
+  // it sent in them (executor thread; read by info()).
+  std::atomic<uint64_t> steady_rounds_done_{0};
+  std::atomic<uint64_t> steady_round_messages_{0};
   std::atomic<int> size_;  // the job's size: spec_.size, smaller after elastic epoch changes
   std::unique_ptr<executor::GpuExecutor> gpu_executor_;  // null without GPUs
   executor::LocalExecutor executor_;

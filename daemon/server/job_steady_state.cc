@@ -165,7 +165,10 @@ bool Job::steadyRound(peer::FastRounds& rounds, bool leader) {
       failJob(sent.message(), /*node_lost=*/true);
     }
   }
+  const uint64_t sent_before = rounds.messagesSent();
   auto outcome = rounds.exchange(ready, part, Clock::now() + limits_.transfer_timeout);
+  steady_rounds_done_.fetch_add(1, std::memory_order_relaxed);
+  steady_round_messages_.fetch_add(rounds.messagesSent() - sent_before, std::memory_order_relaxed);
   if (!outcome.isOk()) {
     if (!batch.empty()) runBatch(std::move(batch), sequence);  // fails them: the job failed
     (void)ringFailed(outcome.status());

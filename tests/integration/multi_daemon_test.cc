@@ -50,6 +50,19 @@ TEST_F(MultiDaemonTest, SixteenDaemonsOneRankEach) {
   EXPECT_NE(log.find("job 'sixteen-steps': cached collectives run after rounds among the 16 daemons"),
             std::string::npos)
       << log;
+  // The small allreduce went by recursive doubling; each round cost the
+  // leader log2(16) = 4 messages, not 15.
+  std::smatch m;
+  const std::string small_log = daemons_[0]->log();
+  ASSERT_TRUE(std::regex_search(small_log, m,
+                                std::regex("job 'sixteen-repeat_allreduce' ended: .* ([0-9]+) steady-state rounds, "
+                                           "([0-9]+) messages sent in them; allreduces among daemons: ([0-9]+) "
+                                           "direct, ([0-9]+) recursive doubling")))
+      << small_log;
+  EXPECT_GT(std::stoi(m[1]), 0);
+  EXPECT_EQ(std::stoi(m[2]), 4 * std::stoi(m[1]));
+  EXPECT_EQ(std::stoi(m[3]), 0);
+  EXPECT_GE(std::stoi(m[4]), 20);
   std::printf("16 daemons: allgather, alltoall, a small allreduce, then 6 training steps: %.1f s\n",
               std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
 }

@@ -57,6 +57,26 @@ std::string percentiles(const v1::Histogram& h) {
          rightAligned(formatLatency(histogramQuantile(h, 0.99)), 9);
 }
 
+// A multi-node job's control plane at this daemon: coordination messages
+// and bytes per operation, the cache hit rate, the largest message, the
+// steady state's rounds, and the allreduces by algorithm.
+std::string controlPlane(const v1::JobInfo& job) {
+  const double ops = std::max<double>(1, static_cast<double>(job.operations_done()));
+  const double rounds = std::max<double>(1, static_cast<double>(job.steady_rounds()));
+  std::string out =
+      "  control plane: " + fixed("%.2f", static_cast<double>(job.coordination_messages()) / ops) + " messages and " +
+      formatBytes(static_cast<uint64_t>(
+          static_cast<double>(job.coordination_bytes_sent() + job.coordination_bytes_received()) / ops)) +
+      " per operation through the leader, largest message " + formatBytes(job.largest_coordination_message()) +
+      "; cache hits " + std::to_string(job.cache_hits()) + "\n";
+  out += "  steady-state rounds: " + std::to_string(job.steady_rounds()) + ", " +
+         fixed("%.1f", static_cast<double>(job.steady_round_messages()) / rounds) + " messages of " +
+         formatBytes(job.steady_round_message_bytes()) + " sent per round\n";
+  out += "  allreduces among daemons: direct " + std::to_string(job.allreduces_direct()) + ", recursive doubling " +
+         std::to_string(job.allreduces_doubling()) + ", ring " + std::to_string(job.allreduces_ring()) + "\n";
+  return out;
+}
+
 }  // namespace
 
 double histogramQuantile(const v1::Histogram& histogram, double q) {
@@ -109,6 +129,7 @@ std::string formatStats(const v1::ListJobsResponse& jobs) {
     out += "  fused responses: " + std::to_string(job.fused_responses()) + ", median size " +
            formatBytes(static_cast<uint64_t>(histogramQuantile(job.fused_response_bytes(), 0.5))) +
            "; response-cache hits: " + std::to_string(job.cache_hits()) + "\n";
+    if (!job.nodes().empty()) out += controlPlane(job);
     out += "  queued (negotiation, other ranks): " + fixed("%.3f s", job.queued_seconds()) + "\n";
     if (job.phases_size() > 0) {
       out += "  phases:";
