@@ -29,8 +29,8 @@ double modelledUs(AllreduceAlgorithm algorithm, size_t bytes, int nodes, const L
   switch (algorithm) {
     case AllreduceAlgorithm::kDirect:  // n-1 sends and n-1 receives at once, one latency
       return cost.latency_us + 2 * (n - 1) * cost.message_us + (n - 1) * b * cost.byte_us;
-    case AllreduceAlgorithm::kRecursiveDoubling:
-      return doublingSteps(nodes) * (cost.latency_us + 2 * cost.message_us + b * cost.byte_us);
+    case AllreduceAlgorithm::kRecursiveDoubling:  // each step also reduces and copies the whole buffer
+      return doublingSteps(nodes) * (cost.latency_us + 2 * cost.message_us + 2 * b * cost.byte_us);
     case AllreduceAlgorithm::kRing:  // 2(n-1) steps of b/n bytes
       return 2 * (n - 1) * (cost.latency_us + 2 * cost.message_us + b / n * cost.byte_us);
   }

@@ -20,6 +20,7 @@ TEST(AllreduceChoiceTest, SmallBuffersGoDirectAmongFewNodesAndByDoublingAmongMan
 
 TEST(AllreduceChoiceTest, LargeBuffersTakeTheRing) {
   EXPECT_EQ(chooseAllreduce(64 << 20, 2), A::kRing);  // past doubling's limit
+  EXPECT_EQ(chooseAllreduce(1 << 20, 2), A::kRing);   // the same bytes, pipelined
   EXPECT_EQ(chooseAllreduce(64 << 20, 16), A::kRing);
   EXPECT_EQ(chooseAllreduce(1 << 20, 16), A::kRing);
   // Among many nodes the ring's 2(n-1) latencies outweigh doubling's bytes.

@@ -30,6 +30,15 @@ v1::NegotiatedResponse CoordinationCodec::encode(const coordinator::Response& re
     MutexLock lock(mutex_);
     id = cache_.assign(response);
   }
+  if (id.first == 0 && isPlainBarrier(response)) {
+    v1::NegotiatedResponse barrier;
+    barrier.set_name(response.name);
+    barrier.set_type(response.type);
+    barrier.set_process_set_id(response.process_set_id);
+    barrier.set_own_ranks(true);
+    barrier.set_admits_joiners(response.admits_joiners);
+    return barrier;
+  }
   if (id.first == 0 || id.second) {
     v1::NegotiatedResponse full = toProto(response);
     full.set_cache_id(id.first);
@@ -47,6 +56,7 @@ v1::NegotiatedResponse CoordinationCodec::encode(const coordinator::Response& re
 
 StatusOr<coordinator::Response> CoordinationCodec::decode(const v1::NegotiatedResponse& in) {
   MutexLock lock(mutex_);
+  if (in.own_ranks()) return ownBarrierLocked(in);
   if (!in.cached()) {
     coordinator::Response response = fromProto(in);
     cache_.remember(in.cache_id(), response);
@@ -79,6 +89,37 @@ StatusOr<coordinator::Response> CoordinationCodec::decode(const v1::NegotiatedRe
     if (!request) continue;
     request->handle = in.requests(i).handle();
     request->offset = in.requests(i).offset();
+  }
+  return response;
+}
+
+bool CoordinationCodec::isPlainBarrier(const coordinator::Response& response) {
+  if (response.type != v1::BARRIER || !response.status.isOk()) return false;
+  return std::none_of(response.requests.begin(), response.requests.end(),
+                      [](const auto& request) { return request && request->commit; });
+}
+
+coordinator::Response CoordinationCodec::ownBarrierLocked(const v1::NegotiatedResponse& in) {
+  coordinator::Response response;
+  response.name = in.name();
+  response.type = v1::BARRIER;
+  response.process_set_id = in.process_set_id();
+  response.admits_joiners = in.admits_joiners();
+  auto mine = forwarded_.find(in.name());
+  if (mine == forwarded_.end()) return response;  // none of this node's ranks took part
+  std::vector<Forwarded> forwarded = std::move(mine->second);
+  forwarded_.erase(mine);
+  std::sort(forwarded.begin(), forwarded.end(), [](const Forwarded& a, const Forwarded& b) { return a.rank < b.rank; });
+  for (const Forwarded& f : forwarded) {
+    coordinator::Request request;
+    request.rank = f.rank;
+    request.name = in.name();
+    request.type = v1::BARRIER;
+    request.process_set_id = in.process_set_id();
+    request.handle = f.handle;
+    request.offset = f.offset;
+    response.ranks.push_back(f.rank);
+    response.requests.push_back(std::move(request));
   }
   return response;
 }

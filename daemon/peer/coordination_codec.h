@@ -70,6 +70,11 @@ class CoordinationCodec {
   };
   std::unordered_map<std::string, std::vector<Forwarded>> forwarded_ GS_GUARDED_BY(mutex_);
   void noteSize(size_t bytes);  // the largest message so far
+  // A BARRIER that succeeded and is no commit: it travels without its
+  // requests (NegotiatedResponse.own_ranks), and a follower rebuilds it
+  // from the requests of that name it forwarded.
+  static bool isPlainBarrier(const coordinator::Response& response);
+  coordinator::Response ownBarrierLocked(const v1::NegotiatedResponse& in) GS_REQUIRES(mutex_);
   std::atomic<uint64_t> bytes_sent_{0}, bytes_received_{0}, messages_{0}, cache_hits_{0}, largest_message_{0};
 };
 

@@ -56,6 +56,46 @@ TEST(CoordinationCodecTest, RepeatedResponseTravelsByIdAloneAndDecodesWithThisNo
   EXPECT_EQ(follower.traffic().cache_hits, 2u);  // the forwarded request, and the response
 }
 
+// A barrier carries no data: it travels without its requests, whatever
+// the number of ranks, and each follower completes the ranks it forwarded.
+// A commit barrier (elastic) still travels in full.
+TEST(CoordinationCodecTest, ABarrierTravelsWithoutItsRanksAndTheFollowerCompletesItsOwn) {
+  CoordinationCodec leader("job", 16), follower("job", 16);
+  coordinator::Response barrier;
+  barrier.name = "barrier.7";
+  barrier.type = v1::BARRIER;
+  for (int rank = 0; rank < 1000; ++rank) {
+    coordinator::Request q;
+    q.rank = rank;
+    q.name = barrier.name;
+    q.type = v1::BARRIER;
+    q.handle = 100 + rank;
+    barrier.ranks.push_back(rank);
+    barrier.requests.push_back(q);
+  }
+  // This follower holds ranks 11 and 5 (forwarded in that order).
+  for (int rank : {11, 5}) (void)follower.compact(rank, coordinator::enqueueOf(*barrier.requests[rank]), 1);
+  const v1::NegotiatedResponse sent = leader.encode(barrier);
+  EXPECT_TRUE(sent.own_ranks());
+  EXPECT_EQ(sent.requests_size(), 0);
+  EXPECT_LE(sent.ByteSizeLong(), 20u);
+  auto decoded = follower.decode(sent);
+  ASSERT_TRUE(decoded.isOk()) << decoded.status().toString();
+  EXPECT_EQ(decoded->type, v1::BARRIER);
+  EXPECT_EQ(decoded->ranks, (std::vector<int>{5, 11}));
+  ASSERT_EQ(decoded->requests.size(), 2u);
+  EXPECT_EQ(decoded->requests[0]->handle, 105u);
+  EXPECT_EQ(decoded->requests[1]->handle, 111u);
+  // Another follower, none of whose ranks took part: an empty barrier.
+  CoordinationCodec outsider("job", 16);
+  auto none = outsider.decode(sent);
+  ASSERT_TRUE(none.isOk());
+  EXPECT_TRUE(none->ranks.empty());
+
+  for (auto& q : barrier.requests) q->commit = true;
+  EXPECT_FALSE(leader.encode(barrier).own_ranks());
+}
+
 TEST(CoordinationCodecTest, ACachedResponseWithPerRankHandlesFromAnOlderLeaderStillDecodes) {
   CoordinationCodec follower("job", 16);
   v1::NegotiatedResponse first = toProto(step("w", 10));

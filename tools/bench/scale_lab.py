@@ -3,9 +3,14 @@
 """The scale lab's real-daemon part: N gradsyncd on this machine (one rank
 each, UCX over loopback TCP), for N in --nodes. For each N: 4 B / 64 KiB /
 1 MiB allreduce latency (gradsync_bench's median), the ResNet-50 set's step,
-and per step: the CPU time of the leader's daemon and of the median
-follower's (from /proc, over the whole run, warm-up included) and the
-coordination bytes each sent and received (the daemons' job-end lines).
+and per step of the steady state (the difference between a short and a long
+run of each case, so that the start, the first step's negotiation and the
+end cancel out): the CPU time of the leader's daemon and of the median
+follower's (from /proc), the coordination bytes each sent and received
+through the leader, the largest coordination message, the messages a
+daemon sent per steady-state round, and the allreduce algorithm chosen
+(the daemons' job-end lines). gradsync_bench puts a barrier before each
+timed allreduce: its cost is in the CPU and bytes per step.
 With --mpi, Open MPI over TCP with N ranks runs the same sizes in the same
 run (the peers' allreduce_sweep.py). With --lose-one, an elastic job of N
 daemons loses one follower's daemon (SIGKILL): detection and recovery time.
@@ -71,11 +76,14 @@ class Daemons:
     def cpu(self):
         return [cpu_seconds(p.pid) for p in self.procs]
 
-    def ended(self, i, job_prefix):
-        """The last job-end line's (messages, bytes sent, bytes received) for a job named job_prefix*."""
-        found = re.findall(r"job '" + re.escape(job_prefix) + r"[^']*' ended: .*coordination ([0-9]+) messages, "
-                           r"([0-9]+) bytes sent, ([0-9]+) received", self.log(i))
-        return tuple(int(x) for x in found[-1]) if found else (0, 0, 0)
+    def ended(self, i):
+        """The figures of the last job-end line of daemon i (zeros without one)."""
+        found = re.findall(r"job '[^']*' ended: .*coordination ([0-9]+) messages, ([0-9]+) bytes sent, ([0-9]+) "
+                           r"received, .*largest message ([0-9]+) bytes; ([0-9]+) steady-state rounds, ([0-9]+) "
+                           r"messages sent in them; allreduces among daemons: ([0-9]+) direct, ([0-9]+) recursive "
+                           r"doubling, ([0-9]+) ring", self.log(i))
+        keys = ["messages", "sent", "received", "largest", "rounds", "round_messages", "direct", "doubling", "ring"]
+        return dict(zip(keys, (int(x) for x in found[-1]))) if found else dict.fromkeys(keys, 0)
 
     def stop(self):
         for p in self.procs:
@@ -90,7 +98,7 @@ class Daemons:
 
 
 def run_bench(args, daemons, n, bench_args):
-    """gradsync_bench across the daemons: (its stdout, iterations, per-daemon CPU s, end lines)."""
+    """gradsync_bench across the daemons: its stdout, each daemon's CPU seconds and job-end figures."""
     before = daemons.cpu()
     out = subprocess.run([args.bench, "--socket", daemons.sockets(), "--leader", daemons.leader, "-np", str(n),
                           *bench_args], capture_output=True, text=True, timeout=600)
@@ -98,20 +106,49 @@ def run_bench(args, daemons, n, bench_args):
         raise RuntimeError("gradsync_bench failed:\n" + out.stdout + out.stderr + daemons.log(0)[-4000:])
     time.sleep(0.5)  # the job-end lines
     after = daemons.cpu()
-    return out.stdout, [a - b for a, b in zip(after, before)]
+    return out.stdout, [a - b for a, b in zip(after, before)], [daemons.ended(i) for i in range(n)]
 
 
-def per_step(cpu, iters, daemons):
-    leader = cpu[0] / iters * 1e6
-    followers = [c / iters * 1e6 for c in cpu[1:]]
-    return leader, statistics.median(followers) if followers else 0.0
+class Steady:
+    """Per-step figures of the steady state: the difference between a short and a long run of the same
+    case, so that the first step's negotiation and the job's start and end cancel out."""
+
+    def __init__(self, short, long, steps):
+        (_, cpu_s, end_s), (_, cpu_l, end_l) = short, long
+        d = max(1, steps[1] - steps[0])
+        self.leader_cpu_us = (cpu_l[0] - cpu_s[0]) / d * 1e6
+        self.follower_cpu_us = statistics.median([(cl - cs) / d * 1e6 for cl, cs in zip(cpu_l[1:], cpu_s[1:])])
+
+        def ctl(e):
+            return e["sent"] + e["received"]
+        self.leader_bytes = (ctl(end_l[0]) - ctl(end_s[0])) / d
+        self.follower_bytes = statistics.median([(ctl(el) - ctl(es)) / d for el, es in zip(end_l[1:], end_s[1:])])
+        self.largest = max(e["largest"] for e in end_l)
+        rounds = max(1, end_l[1]["rounds"])
+        self.round_messages = end_l[1]["round_messages"] / rounds  # a follower's, per round
+        self.algorithms = {k: end_l[0][k] - end_s[0][k] for k in ("direct", "doubling", "ring")}
 
 
-def control_bytes(daemons, iters):
-    _, sent0, recv0 = daemons.ended(0, "bench")
-    follower = [daemons.ended(i, "bench") for i in range(1, len(daemons.procs))]
-    f_bytes = statistics.median([s + r for _, s, r in follower]) if follower else 0
-    return (sent0 + recv0) / iters, f_bytes / iters
+def latency_case(args, daemons, n, size):
+    runs, iters = [], []
+    for t in (args.min_time / 4, args.min_time):
+        out, cpu, ends = run_bench(args, daemons, n, ["--min-bytes", str(size), "--max-bytes", str(size),
+                                                      "--min-time", str(t)])
+        f = next(line.split(",") for line in out.splitlines() if line.startswith("CSV,"))
+        runs.append((out, cpu, ends))
+        iters.append(int(f[5]))
+        median = float(f[6])
+    return median, Steady(runs[0], runs[1], iters)
+
+
+def resnet_case(args, daemons, n):
+    runs, steps = [], []
+    for k in (2, 2 + args.resnet_steps):
+        out, cpu, ends = run_bench(args, daemons, n, ["--resnet", "--steps", str(k)])
+        runs.append((out, cpu, ends))
+        steps.append(int(re.search(r"steps ([0-9]+)", out).group(1)))
+        median = float(re.search(r"median ([0-9.]+) ms", out).group(1))
+    return median, Steady(runs[0], runs[1], steps)
 
 
 def mpi_latency(args, n, size):
@@ -190,43 +227,33 @@ def main():
         daemons = Daemons(args.daemon, n)
         try:
             for size in SIZES:
-                out, cpu = run_bench(args, daemons, n, ["--min-bytes", str(size), "--max-bytes", str(size),
-                                                         "--min-time", str(args.min_time)])
-                f = next(line.split(",") for line in out.splitlines() if line.startswith("CSV,"))
-                iters, median = int(f[5]), float(f[6])
-                leader_us, follower_us = per_step(cpu, iters, daemons)
-                lb, fb = control_bytes(daemons, iters)
+                median, st = latency_case(args, daemons, n, size)
                 mpi = mpi_latency(args, n, size) if args.mpi else float("nan")
-                rows.append((n, f"allreduce {size} B", f"{median:.1f} us", f"{mpi:.1f} us", leader_us, follower_us,
-                             lb, fb))
-                print(f"# N={n} {size} B: {median:.1f} us (mpi {mpi:.1f}), leader {leader_us:.0f} us CPU/step, "
-                      f"follower {follower_us:.0f}, control bytes/step leader {lb:.0f} follower {fb:.0f}",
-                      file=sys.stderr)
-            out, cpu = run_bench(args, daemons, n, ["--resnet", "--steps", str(args.resnet_steps)])
-            steps = int(re.search(r"steps ([0-9]+)", out).group(1)) + 3  # and the warm-up steps
-            median = float(re.search(r"median ([0-9.]+) ms", out).group(1))
-            leader_us, follower_us = per_step(cpu, steps, daemons)
-            lb, fb = control_bytes(daemons, steps)
-            rows.append((n, "ResNet-50 set", f"{median:.1f} ms", "", leader_us, follower_us, lb, fb))
-            print(f"# N={n} resnet: {median:.1f} ms, leader {leader_us / 1e3:.1f} ms CPU/step, follower "
-                  f"{follower_us / 1e3:.1f}, control bytes/step leader {lb:.0f} follower {fb:.0f}", file=sys.stderr)
+                algorithm = max(st.algorithms, key=st.algorithms.get) if any(st.algorithms.values()) else "-"
+                rows.append((n, f"allreduce {size} B", f"{median:.1f} us", f"{mpi:.1f} us", st, algorithm, 1))
+                print(f"# N={n} {size} B done", file=sys.stderr)
+            median, st = resnet_case(args, daemons, n)
+            rows.append((n, "ResNet-50 set", f"{median:.1f} ms", "", st, "mixed", 1e3))
+            print(f"# N={n} ResNet-50 set done", file=sys.stderr)
         finally:
             daemons.stop()
     print("| N | case | gradsync | Open MPI TCP | leader CPU/step | follower CPU/step | leader ctl B/step |"
-          " follower ctl B/step |")
-    print("|---|---|---|---|---|---|---|---|")
-    for n, case, ours, mpi, lcpu, fcpu, lb, fb in rows:
-        unit = 1e3 if case.startswith("ResNet") else 1
+          " follower ctl B/step | largest msg | round msgs/daemon | algorithm |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for n, case, ours, mpi, st, algorithm, unit in rows:
         suffix = " ms" if unit > 1 else " us"
-        print(f"| {n} | {case} | {ours} | {mpi if mpi != 'nan us' else ''} | {lcpu / unit:.1f}{suffix} |"
-              f" {fcpu / unit:.1f}{suffix} | {lb:.0f} | {fb:.0f} |")
+        print(f"| {n} | {case} | {ours} | {'' if mpi in ('', 'nan us') else mpi} |"
+              f" {st.leader_cpu_us / unit:.1f}{suffix} | {st.follower_cpu_us / unit:.1f}{suffix} |"
+              f" {st.leader_bytes:.0f} | {st.follower_bytes:.0f} | {st.largest} | {st.round_messages:.1f} |"
+              f" {algorithm} |")
     if args.lose_one:
         for n in [int(x) for x in args.nodes.split(",")]:
             if n < 3:
                 continue
             detect, recover, ok = lose_one(args, n)
-            print(f"| {n} | one follower's daemon killed | detected {detect:.1f} s | first step without it "
-                  f"{recover:.1f} s | {'ok' if ok else 'SURVIVORS FAILED'} | | | |")
+            print(f"| {n} | one follower's daemon killed (SIGKILL) | new epoch after {detect:.1f} s |"
+                  f" first step without it after {recover:.1f} s | {'ok' if ok else 'SURVIVORS FAILED'} |"
+                  " | | | | | |")
 
 
 if __name__ == "__main__":
