@@ -77,13 +77,23 @@ class Daemons:
         return [cpu_seconds(p.pid) for p in self.procs]
 
     def ended(self, i):
-        """The figures of the last job-end line of daemon i (zeros without one)."""
-        found = re.findall(r"job '[^']*' ended: .*coordination ([0-9]+) messages, ([0-9]+) bytes sent, ([0-9]+) "
-                           r"received, .*largest message ([0-9]+) bytes; ([0-9]+) steady-state rounds, ([0-9]+) "
-                           r"messages sent in them; allreduces among daemons: ([0-9]+) direct, ([0-9]+) recursive "
-                           r"doubling, ([0-9]+) ring", self.log(i))
+        """The figures of the last job-end line of daemon i (zeros for those it does not give)."""
         keys = ["messages", "sent", "received", "largest", "rounds", "round_messages", "direct", "doubling", "ring"]
-        return dict(zip(keys, (int(x) for x in found[-1]))) if found else dict.fromkeys(keys, 0)
+        figures = dict.fromkeys(keys, 0)
+        lines = [line for line in self.log(i).splitlines() if re.search(r"job '[^']*' ended: ", line)]
+        if not lines:
+            return figures
+        patterns = {
+            ("messages", "sent", "received"): r"coordination ([0-9]+) messages, ([0-9]+) bytes sent, ([0-9]+) received",
+            ("largest",): r"largest message ([0-9]+) bytes",
+            ("rounds", "round_messages"): r"([0-9]+) steady-state rounds, ([0-9]+) messages",
+            ("direct", "doubling", "ring"): r"([0-9]+) direct, ([0-9]+) recursive doubling, ([0-9]+) ring",
+        }
+        for names, pattern in patterns.items():
+            m = re.search(pattern, lines[-1])
+            if m:
+                figures.update(zip(names, (int(x) for x in m.groups())))
+        return figures
 
     def stop(self):
         for p in self.procs:
@@ -99,12 +109,15 @@ class Daemons:
 
 def run_bench(args, daemons, n, bench_args):
     """gradsync_bench across the daemons: its stdout, each daemon's CPU seconds and job-end figures."""
+    ends_before = [daemons.log(i).count("' ended: ") for i in range(n)]
     before = daemons.cpu()
     out = subprocess.run([args.bench, "--socket", daemons.sockets(), "--leader", daemons.leader, "-np", str(n),
                           *bench_args], capture_output=True, text=True, timeout=600)
     if out.returncode != 0:
         raise RuntimeError("gradsync_bench failed:\n" + out.stdout + out.stderr + daemons.log(0)[-4000:])
-    time.sleep(0.5)  # the job-end lines
+    deadline = time.time() + 20  # every daemon's job-end line of this run
+    while time.time() < deadline and any(daemons.log(i).count("' ended: ") <= ends_before[i] for i in range(n)):
+        time.sleep(0.05)
     after = daemons.cpu()
     return out.stdout, [a - b for a, b in zip(after, before)], [daemons.ended(i) for i in range(n)]
 
