@@ -18,10 +18,7 @@ TEST_P(DirectAllreduceTest, EveryNodeGetsTheSumInNodeOrderBitwise) {
   const int n = GetParam();
   auto nodes = makeMesh(n);
   const size_t count = 1001;
-  std::vector<std::vector<float>> data(n, std::vector<float>(count));
-  for (int r = 0; r < n; ++r) {
-    for (size_t i = 0; i < count; ++i) data[r][i] = (r % 2 ? 1e8f : 1.0f) * static_cast<float>(i % 7 + r) + 0.1f * r;
-  }
+  std::vector<std::vector<float>> data = orderSensitiveFloats(n, count);
   std::vector<float> expected(count);
   for (size_t i = 0; i < count; ++i) {
     float sum = data[0][i];

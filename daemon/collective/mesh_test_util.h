@@ -40,6 +40,16 @@ inline MeshContext contextFor(int rank, MeshNode& node, uint64_t sequence) {
   return mesh;
 }
 
+// `count` floats per node whose sum depends on the order of the additions
+// (large and small values alternate by node): a test of bitwise agreement.
+inline std::vector<std::vector<float>> orderSensitiveFloats(int n, size_t count) {
+  std::vector<std::vector<float>> data(n, std::vector<float>(count));
+  for (int r = 0; r < n; ++r) {
+    for (size_t i = 0; i < count; ++i) data[r][i] = (r % 2 ? 1e8f : 1.0f) * static_cast<float>(i % 7 + r) + 0.1f * r;
+  }
+  return data;
+}
+
 // Runs fn(rank) on one thread per node; returns their statuses.
 template <typename Fn>
 std::vector<Status> onEveryNode(int n, Fn fn) {
