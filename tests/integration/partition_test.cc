@@ -97,10 +97,11 @@ TEST_F(PartitionTest, OnlyTheMajorityGoesOnWhenTheLeaderAndOneOtherAreCutFromThr
       // The majority: a step at size 3 (epoch 2 leaves out the old leader's
       // node; the other node cut with it goes in the same epoch or the next).
       const std::regex at_size_three("RECOVERED epoch [23] at ([0-9]+) size 3");
+      std::string log;  // outlives `m`, which points into it
       std::smatch m;
       const bool stepped = waitFor(
           [&] {
-            const std::string log = ranks[r].log();
+            log = ranks[r].log();
             return std::regex_search(log, m, at_size_three);
           },
           std::chrono::seconds(stepped_ranks > 0 ? 20 : 60));
