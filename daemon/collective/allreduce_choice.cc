@@ -2,15 +2,9 @@
 #include "daemon/collective/allreduce_choice.h"
 
 #include "daemon/collective/direct_allreduce.h"
+#include "daemon/collective/recursive_doubling.h"
 
 namespace gradsync::collective {
-namespace {
-int doublingSteps(int nodes) {
-  int steps = 0, p = 1;
-  while (p * 2 <= nodes) p *= 2, ++steps;
-  return steps + (p < nodes ? 2 : 0);
-}
-}  // namespace
 
 const char* algorithmName(AllreduceAlgorithm algorithm) {
   switch (algorithm) {
@@ -29,8 +23,10 @@ double modelledUs(AllreduceAlgorithm algorithm, size_t bytes, int nodes, const L
   switch (algorithm) {
     case AllreduceAlgorithm::kDirect:  // n-1 sends and n-1 receives at once, one latency
       return cost.latency_us + 2 * (n - 1) * cost.message_us + (n - 1) * b * cost.byte_us;
-    case AllreduceAlgorithm::kRecursiveDoubling:  // each step also reduces and copies the whole buffer
-      return doublingSteps(nodes) * (cost.latency_us + 2 * cost.message_us + 2 * b * cost.byte_us);
+    case AllreduceAlgorithm::kRecursiveDoubling: {  // node 0 takes the most steps; each also reduces the buffer
+      const double steps = static_cast<double>(doublingSteps(0, nodes).size());
+      return steps * (cost.latency_us + 2 * cost.message_us + 2 * b * cost.byte_us);
+    }
     case AllreduceAlgorithm::kRing:  // 2(n-1) steps of b/n bytes
       return 2 * (n - 1) * (cost.latency_us + 2 * cost.message_us + b / n * cost.byte_us);
   }

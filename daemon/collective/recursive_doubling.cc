@@ -96,10 +96,9 @@ Status recursiveDoublingAllreduce(const MeshContext& mesh, void* data, size_t co
   const size_t esize = elementSize(dtype);
   if (esize == 0) return invalidArgument("recursive doubling: unknown dtype");
   const size_t bytes = count * esize;
-  std::vector<uint8_t> combined(bytes);
   const DoublingCombine combine = [&](const uint8_t* theirs, uint8_t* mine, bool theirs_first) {
     const void* inputs[2] = {theirs_first ? theirs : mine, theirs_first ? mine : theirs};
-    void* outputs[] = {combined.data()};
+    void* outputs[] = {mine};  // aliases an input exactly: allowed (cpu_reduce.h)
     reduce::ReduceArgs args;
     args.dtype = dtype;
     args.op = op;
@@ -108,7 +107,6 @@ Status recursiveDoublingAllreduce(const MeshContext& mesh, void* data, size_t co
     args.outputs = outputs;
     args.num_outputs = 1;
     reduce::reduceRange(args, 0, count);
-    std::memcpy(mine, combined.data(), bytes);
   };
   RecursiveDoubling doubling(mesh, kAllreducePhase, bytes);
   return doubling.run(static_cast<uint8_t*>(data), combine, "allreduce of " + std::to_string(bytes) + " bytes");
