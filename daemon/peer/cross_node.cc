@@ -181,27 +181,43 @@ StatusOr<v1::JoinJobResponse> CrossNode::acceptJoin(const v1::JoinJobRequest& re
   return response;
 }
 
-grpc::Status CrossNode::serveFollower(grpc::ServerContext* context, LeaderStream* stream,
-                                      const v1::FollowerMessage& hello) {
-  std::shared_ptr<Follower> follower;
-  if (grpc::Status attached = attachFollower(hello, stream, &follower); !attached.ok()) return attached;
-  formed_cv_.notify_all();  // broadcast() waits for every follower
-  v1::FollowerMessage message;
-  while (stream->Read(&message)) {
-    follower->last_heard_ms = nowMs(CrossClock::now());
-    codec_.countReceived(message.ByteSizeLong());
-    if (refuseIfRemoved(follower.get())) {
-      MutexLock lock(mutex_);
-      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, follower->removed);
-    }
-    onFollowerMessage(follower.get(), message);
+class CrossNode::ServedFollower : public FollowerSession {
+ public:
+  ServedFollower(CrossNode* node, std::shared_ptr<Follower> follower) : node_(node), follower_(std::move(follower)) {}
+  grpc::Status onMessage(const v1::FollowerMessage& message) override {
+    return node_->followerMessage(follower_.get(), message);
   }
-  follower->stream.detach();
-  followerLeft(follower, context->IsCancelled());
+  void onEnd(bool cut_off, const std::string& why) override {
+    follower_->stream.detach();
+    node_->followerLeft(follower_, cut_off, why);
+  }
+
+ private:
+  CrossNode* const node_;
+  const std::shared_ptr<Follower> follower_;
+};
+
+grpc::Status CrossNode::serveFollower(const v1::FollowerMessage& hello, std::shared_ptr<FollowerStream> stream,
+                                      std::unique_ptr<FollowerSession>* session) {
+  std::shared_ptr<Follower> follower;
+  if (grpc::Status attached = attachFollower(hello, std::move(stream), &follower); !attached.ok()) return attached;
+  formed_cv_.notify_all();  // broadcast() waits for every follower
+  *session = std::make_unique<ServedFollower>(this, std::move(follower));
   return grpc::Status::OK;
 }
 
-grpc::Status CrossNode::attachFollower(const v1::FollowerMessage& hello, LeaderStream* stream,
+grpc::Status CrossNode::followerMessage(Follower* follower, const v1::FollowerMessage& message) {
+  follower->last_heard_ms = nowMs(CrossClock::now());
+  codec_.countReceived(message.ByteSizeLong());
+  if (refuseIfRemoved(follower)) {
+    MutexLock lock(mutex_);
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, follower->removed);
+  }
+  onFollowerMessage(follower, message);
+  return grpc::Status::OK;
+}
+
+grpc::Status CrossNode::attachFollower(const v1::FollowerMessage& hello, std::shared_ptr<FollowerStream> stream,
                                        std::shared_ptr<Follower>* attached) {
   auto follower = std::make_shared<Follower>();
   MutexLock lock(mutex_);
@@ -220,7 +236,7 @@ grpc::Status CrossNode::attachFollower(const v1::FollowerMessage& hello, LeaderS
     follower->node = book_.members()[cross_rank];
     followers_[cross_rank] = follower;
   }
-  follower->stream.attach(stream);
+  follower->stream.attach(std::move(stream));
   follower->last_heard_ms = nowMs(CrossClock::now());
   *attached = std::move(follower);
   return grpc::Status::OK;
@@ -249,7 +265,7 @@ void CrossNode::onFollowerMessage(Follower* follower, const v1::FollowerMessage&
   }
 }
 
-void CrossNode::followerLeft(const std::shared_ptr<Follower>& follower, bool cut_off) {
+void CrossNode::followerLeft(const std::shared_ptr<Follower>& follower, bool cut_off, const std::string& why) {
   bool stopping;
   v1::NodeInfo node;
   uint64_t epoch;
@@ -264,7 +280,9 @@ void CrossNode::followerLeft(const std::shared_ptr<Follower>& follower, bool cut
     return;
   }
   if (stopping) return;
-  if (cut_off) {
+  if (!why.empty()) {
+    nodeLost(node, epoch, "cut off " + membership::describeNode(node) + ": it fell behind the leader: " + why);
+  } else if (cut_off) {
     nodeLost(node, epoch, "lost " + membership::describeNode(node) + ": the daemon died or was cut off");
   } else {
     // A clean close: the node's ranks all finished. Only collectives that
@@ -299,13 +317,17 @@ Status CrossNode::broadcast(const std::vector<coordinator::Response>& batch, uin
   // Encoded once every follower is attached: all of them learn new cache ids.
   MutexLock order(order_mutex_);
   for (const auto& r : batch) *message.mutable_batch()->add_responses() = codec_.encode(r);
-  std::vector<v1::LeaderMessage> parts;
-  for (auto& part : splitBatch(std::move(*message.mutable_batch())))
-    *parts.emplace_back().mutable_batch() = std::move(part);
+  std::vector<SharedMessage> parts;
+  for (auto& part : splitBatch(std::move(*message.mutable_batch()))) {
+    v1::LeaderMessage one;
+    *one.mutable_batch() = std::move(part);
+    parts.push_back(share(std::move(one)));
+  }
+  // Queued, never waited for: a follower that falls behind is cut.
   for (auto& f : followers) {
     for (const auto& part : parts) {
-      f->stream.write(part);
-      codec_.countSent(part.ByteSizeLong());
+      f->stream.send(part);
+      codec_.countSent(part.bytes);
     }
   }
   return okStatus();
@@ -331,7 +353,7 @@ void CrossNode::sendError(const coordinator::Request& request, const Status& sta
   message.mutable_batch()->set_sequence(0);  // not executed: no ring
   message.mutable_batch()->set_epoch(epoch());
   *message.mutable_batch()->add_responses() = toProto(response);
-  target->stream.write(message);
+  target->stream.send(std::move(message));
 }
 
 void CrossNode::announceFailure(const std::string& text, bool node_lost) {
@@ -360,7 +382,8 @@ void CrossNode::announceFailure(const std::string& text, bool node_lost) {
       MutexLock lock(mutex_);
       followers = streamsLocked(/*candidates=*/true);  // their new ranks wait in vain otherwise
     }
-    for (auto& f : followers) f->stream.write(message);
+    const SharedMessage shared = share(std::move(message));
+    for (auto& f : followers) f->stream.send(shared);
   } else {
     v1::FollowerMessage message;
     message.mutable_failure()->set_message(text);
@@ -454,8 +477,9 @@ void CrossNode::tick(CrossClock::time_point now) {
     v1::LeaderMessage beat;
     beat.mutable_heartbeat()->set_sent_ms(now_ms);
     beat.mutable_heartbeat()->set_epoch(current_epoch);
+    const SharedMessage shared_beat = share(std::move(beat));
     for (auto& [f, node] : followers) {
-      if (!(send ? f->stream.write(beat) : f->stream.attached())) continue;
+      if (!(send ? f->stream.send(shared_beat) : f->stream.attached())) continue;
       const int64_t silent_ms = now_ms - std::max(f->last_heard_ms.load(), resumed_ms_.load());
       // A candidate holds nothing of the job yet: its stream's end is enough.
       if (!node.ranks().empty() && silent_ms > kSilenceLimitMs) {

@@ -105,9 +105,11 @@ class CrossNode : public NodeEndpoints {
 
   // Leader: a follower's JoinJob, answered once every node joined.
   StatusOr<v1::JoinJobResponse> acceptJoin(const v1::JoinJobRequest& request);
-  // Leader: serves one follower's Coordinate stream (whose first message,
-  // `hello`, the caller has read) until it ends.
-  grpc::Status serveFollower(grpc::ServerContext* context, LeaderStream* stream, const v1::FollowerMessage& hello);
+  // Leader: a follower's Coordinate stream, opened with `hello`, its writes
+  // going to `stream`: sets the session that serves it, or returns why it is
+  // refused.
+  grpc::Status serveFollower(const v1::FollowerMessage& hello, std::shared_ptr<FollowerStream> stream,
+                             std::unique_ptr<FollowerSession>* session);
 
   // Follower: forwards a local rank's request of `epoch` to the leader.
   void forward(int rank, const v1::Enqueue& enqueue, uint64_t epoch);
@@ -208,8 +210,9 @@ class CrossNode : public NodeEndpoints {
  private:
   // Leader, once the job formed: the job's ncclUniqueId.
   void makeNcclIdLocked() GS_REQUIRES(mutex_);
+  class ServedFollower;  // a follower's FollowerSession
   struct Follower {
-    FollowerStream stream;
+    AttachedStream stream;
     v1::NodeInfo node;                      // under CrossNode::mutex_ (renumbered by epochs)
     std::atomic<int64_t> last_heard_ms{0};  // steady clock
     std::string removed;                    // elastic: why a new epoch left it out (under mutex_)
@@ -242,12 +245,15 @@ class CrossNode : public NodeEndpoints {
   v1::NewEpoch announceEpoch(EpochPlan plan) GS_EXCLUDES(mutex_);
   // Leader, serveFollower's parts: the stream of a member (by its cross
   // rank) or a candidate, checked and recorded; one message from it; its
-  // end (`cut_off`: the call was cancelled, not closed): a candidate is
-  // forgotten, a member's node lost, or its ranks finished.
-  grpc::Status attachFollower(const v1::FollowerMessage& hello, LeaderStream* stream,
+  // end (`cut_off`: the call was cancelled, not closed; `why`: the leader
+  // cut it): a candidate is forgotten, a member's node lost, or its ranks
+  // finished.
+  grpc::Status attachFollower(const v1::FollowerMessage& hello, std::shared_ptr<FollowerStream> stream,
                               std::shared_ptr<Follower>* attached) GS_EXCLUDES(mutex_);
+  grpc::Status followerMessage(Follower* follower, const v1::FollowerMessage& message) GS_EXCLUDES(mutex_);
   void onFollowerMessage(Follower* follower, const v1::FollowerMessage& message) GS_EXCLUDES(mutex_);
-  void followerLeft(const std::shared_ptr<Follower>& follower, bool cut_off) GS_EXCLUDES(mutex_);
+  void followerLeft(const std::shared_ptr<Follower>& follower, bool cut_off, const std::string& why)
+      GS_EXCLUDES(mutex_);
   // Leader: a follower's JoinerReady or JoinerGone.
   void joinerReport(Follower* follower, const v1::FollowerMessage& message);
   // Leader: a node holding no rank asks to join the running job for its

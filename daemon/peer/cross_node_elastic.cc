@@ -168,7 +168,8 @@ v1::NewEpoch CrossNode::announceEpoch(EpochPlan plan) {
     // NewEpoch, and those encoded with the new one after it.
     MutexLock order(order_mutex_);
     codec_.clear();
-    for (auto& f : plan.kept) f->stream.write(message);
+    const SharedMessage shared = share(std::move(message));
+    for (auto& f : plan.kept) f->stream.send(shared);
   }
   for (auto& [f, why] : plan.removed) {
     GS_LOG(control, warn, "job '{}': {}", options_.job_id, why);
@@ -282,7 +283,7 @@ void CrossNode::tellStale(Follower* follower, const std::string& why) {
   notice.mutable_failure()->set_message(why);
   notice.mutable_failure()->set_node_lost(true);
   notice.mutable_failure()->set_removed(true);
-  follower->stream.write(notice);
+  follower->stream.send(std::move(notice));
 }
 
 void CrossNode::nodeLost(const v1::NodeInfo& node, uint64_t epoch, const std::string& cause) {

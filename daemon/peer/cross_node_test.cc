@@ -11,6 +11,7 @@
 #include <functional>
 #include <thread>
 
+#include "daemon/peer/coordinate_reactor.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -39,7 +40,14 @@ class Recorder {
   }
   void batch(const std::vector<coordinator::Response>& batch, uint64_t sequence) {
     MutexLock lock(mutex_);
+    // A held follower stops reading its leader's stream (up to 30 s).
+    cv_.wait_for(lock, 30s, [&]() GS_REQUIRES(mutex_) { return !hold_batches_; });
     for (const auto& r : batch) batches_.push_back({sequence, r.name});
+    cv_.notify_all();
+  }
+  void holdBatches(bool hold) {
+    MutexLock lock(mutex_);
+    hold_batches_ = hold;
     cv_.notify_all();
   }
   void failure(const std::string& cause, bool node_lost) {
@@ -79,12 +87,14 @@ class Recorder {
   std::vector<Request> requests_ GS_GUARDED_BY(mutex_);
   std::vector<std::pair<uint64_t, std::string>> batches_ GS_GUARDED_BY(mutex_);
   std::vector<Failure> failures_ GS_GUARDED_BY(mutex_);
+  bool hold_batches_ GS_GUARDED_BY(mutex_) = false;
 };
 
 // The daemon's Peer service reduced to one job.
-class OneJobPeerService final : public v1::Peer::Service {
+class OneJobPeerService final : public v1::Peer::WithCallbackMethod_Coordinate<v1::Peer::Service> {
  public:
   void serve(CrossNode* node) { node_.store(node); }
+  Outbox::Limits follower_limits;
   grpc::Status JoinJob(grpc::ServerContext*, const v1::JoinJobRequest* request,
                        v1::JoinJobResponse* response) override {
     CrossNode* node = node_.load();
@@ -93,11 +103,15 @@ class OneJobPeerService final : public v1::Peer::Service {
     if (answer.isOk()) *response = std::move(answer).value();
     return toGrpc(answer.status());
   }
-  grpc::Status Coordinate(grpc::ServerContext* context, LeaderStream* stream) override {
-    v1::FollowerMessage hello;
-    CrossNode* node = node_.load();
-    if (node == nullptr || !stream->Read(&hello)) return grpc::Status(grpc::StatusCode::NOT_FOUND, "no job here");
-    return node->serveFollower(context, stream, hello);
+  grpc::ServerBidiReactor<v1::FollowerMessage, v1::LeaderMessage>* Coordinate(
+      grpc::CallbackServerContext* context) override {
+    auto resolve = [this](const v1::FollowerMessage& hello, std::shared_ptr<FollowerStream> stream,
+                          std::unique_ptr<FollowerSession>* session) {
+      CrossNode* node = node_.load();
+      if (node == nullptr) return grpc::Status(grpc::StatusCode::NOT_FOUND, "no job here");
+      return node->serveFollower(hello, std::move(stream), session);
+    };
+    return new CoordinateReactor(context, std::move(resolve), follower_limits);
   }
   grpc::Status AbortJob(grpc::ServerContext*, const v1::AbortJobRequest* request, v1::AbortJobResponse*) override {
     CrossNode* node = node_.load();
@@ -171,6 +185,7 @@ coordinator::Request request(int rank, const std::string& name) {
 class CrossNodeTest : public ::testing::Test {
  protected:
   void SetUp() override {
+    leader_.service.follower_limits = follower_limits_;
     leader_.listen();
     follower_.listen();
     leader_.create(leader_.address, "leader-host");
@@ -187,8 +202,15 @@ class CrossNodeTest : public ::testing::Test {
     follower_.stop();
     leader_.stop();
   }
+  Outbox::Limits follower_limits_;  // what the leader lets wait for a follower
   Daemon leader_;
   Daemon follower_;
+};
+
+// A leader that lets few messages wait for a follower.
+class CrossNodeFanOutTest : public CrossNodeTest {
+ protected:
+  CrossNodeFanOutTest() { follower_limits_ = {64, size_t{4} << 20}; }
 };
 
 TEST_F(CrossNodeTest, TwoNodesFormWithTheRankZeroNodeLeading) {
@@ -260,6 +282,34 @@ TEST_F(CrossNodeTest, NodesThatTickStayMembersPastTheSilenceLimit) {
   const auto follower_failures = follower_.recorder.failures();
   EXPECT_TRUE(leader_failures.empty()) << leader_failures[0].cause;
   EXPECT_TRUE(follower_failures.empty()) << follower_failures[0].cause;
+}
+
+TEST_F(CrossNodeFanOutTest, AFollowerThatStopsReadingIsCutWithAnErrorNamingIt) {
+  // The follower's reader stops at the first batch; the leader goes on
+  // broadcasting (never waiting) until the follower's outbox overflows once
+  // the transport's buffers are full.
+  follower_.recorder.holdBatches(true);
+  const std::string padding(8 << 10, 'x');
+  bool cut = false;
+  for (uint64_t i = 1; i <= 20000 && !cut; ++i) {
+    coordinator::Response response;
+    response.name = "grad." + std::to_string(i) + "." + padding;  // never cached: each is new
+    response.type = v1::ALLREDUCE;
+    response.ranks = {0, 1};
+    response.requests = {request(0, response.name), request(1, response.name)};
+    const auto started = std::chrono::steady_clock::now();
+    Status sent = leader_.cross->broadcast({response}, i, leader_.cross->epoch(), 64 << 20);
+    EXPECT_LT(std::chrono::steady_clock::now() - started, 1s) << "a broadcast waited for the follower";
+    if (!sent.isOk()) break;
+    cut = !leader_.recorder.failures().empty();
+  }
+  ASSERT_TRUE(leader_.recorder.waitFor([&] { return leader_.recorder.failureCount() >= 1; }));
+  const auto failure = leader_.recorder.failures()[0];
+  EXPECT_TRUE(failure.node_lost);
+  EXPECT_THAT(failure.cause, HasSubstr("cut off"));
+  EXPECT_THAT(failure.cause, HasSubstr("follower-host"));
+  EXPECT_THAT(failure.cause, HasSubstr("fell behind the leader"));
+  follower_.recorder.holdBatches(false);
 }
 
 }  // namespace

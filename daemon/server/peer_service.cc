@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "daemon/server/peer_service.h"
 
+#include "daemon/peer/coordinate_reactor.h"
 #include "daemon/server/control_service.h"
 
 namespace gradsync::server {
@@ -51,18 +52,48 @@ grpc::Status PeerService::Elect(grpc::ServerContext* context, const v1::ElectReq
   return grpc::Status::OK;
 }
 
-grpc::Status PeerService::Coordinate(grpc::ServerContext* context, peer::LeaderStream* stream) {
-  v1::FollowerMessage hello;
-  if (!stream->Read(&hello) || !hello.has_hello()) {
-    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "the first message must be hello");
+namespace {
+
+// A follower's session, holding its job until the stream ends; the job is
+// then retired (its teardown may wait for the stream's end).
+class JobSession : public peer::FollowerSession {
+ public:
+  JobSession(JobRegistry* registry, std::shared_ptr<Job> job, std::unique_ptr<peer::FollowerSession> served)
+      : registry_(registry), job_(std::move(job)), served_(std::move(served)) {}
+  ~JobSession() override {
+    served_.reset();
+    registry_->retire(std::move(job_));
   }
-  auto job = registry_->findJob(hello.hello().job_id());
-  if (!job || !job->crossNode() || !job->crossNode()->isLeader()) {
-    return grpc::Status(grpc::StatusCode::NOT_FOUND, "this daemon does not lead job '" + hello.hello().job_id() + "'");
-  }
-  grpc::Status status = job->crossNode()->serveFollower(context, stream, hello);
-  registry_->retire(std::move(job));  // the stream ends as this returns; the job's teardown may wait for that
-  return status;
+  grpc::Status onMessage(const v1::FollowerMessage& message) override { return served_->onMessage(message); }
+  void onEnd(bool cut_off, const std::string& why) override { served_->onEnd(cut_off, why); }
+
+ private:
+  JobRegistry* const registry_;
+  std::shared_ptr<Job> job_;
+  std::unique_ptr<peer::FollowerSession> served_;
+};
+
+}  // namespace
+
+grpc::ServerBidiReactor<v1::FollowerMessage, v1::LeaderMessage>* PeerService::Coordinate(
+    grpc::CallbackServerContext* context) {
+  auto resolve = [registry = registry_](const v1::FollowerMessage& hello, std::shared_ptr<peer::FollowerStream> stream,
+                                        std::unique_ptr<peer::FollowerSession>* session) {
+    auto job = registry->findJob(hello.hello().job_id());
+    if (!job || !job->crossNode() || !job->crossNode()->isLeader()) {
+      return grpc::Status(grpc::StatusCode::NOT_FOUND,
+                          "this daemon does not lead job '" + hello.hello().job_id() + "'");
+    }
+    std::unique_ptr<peer::FollowerSession> served;
+    grpc::Status status = job->crossNode()->serveFollower(hello, std::move(stream), &served);
+    if (!status.ok()) {
+      registry->retire(std::move(job));
+      return status;
+    }
+    *session = std::make_unique<JobSession>(registry, std::move(job), std::move(served));
+    return grpc::Status::OK;
+  };
+  return new peer::CoordinateReactor(context, std::move(resolve), follower_limits_);
 }
 
 }  // namespace gradsync::server

@@ -1,20 +1,24 @@
 // SPDX-License-Identifier: Apache-2.0
 // gRPC Peer service (daemon to daemon, TCP): JoinJob and Coordinate, handed
-// to the job's CrossNode.
+// to the job's CrossNode. Coordinate streams run on gRPC's callback API
+// (peer/coordinate_reactor.h): no thread per follower.
 #pragma once
 
+#include "daemon/peer/outbox.h"
 #include "daemon/server/job_registry.h"
 #include "proto/gradsync/v1/peer.grpc.pb.h"
 
 namespace gradsync::server {
 
-class PeerService final : public v1::Peer::Service {
+class PeerService final : public v1::Peer::WithCallbackMethod_Coordinate<v1::Peer::Service> {
  public:
-  explicit PeerService(JobRegistry* registry) : registry_(registry) {}
+  explicit PeerService(JobRegistry* registry, peer::Outbox::Limits follower_limits = {})
+      : registry_(registry), follower_limits_(follower_limits) {}
 
   grpc::Status JoinJob(grpc::ServerContext* context, const v1::JoinJobRequest* request,
                        v1::JoinJobResponse* response) override;
-  grpc::Status Coordinate(grpc::ServerContext* context, peer::LeaderStream* stream) override;
+  grpc::ServerBidiReactor<v1::FollowerMessage, v1::LeaderMessage>* Coordinate(
+      grpc::CallbackServerContext* context) override;
   grpc::Status AbortJob(grpc::ServerContext* context, const v1::AbortJobRequest* request,
                         v1::AbortJobResponse* response) override;
   grpc::Status CheckMember(grpc::ServerContext* context, const v1::CheckMemberRequest* request,
@@ -24,6 +28,7 @@ class PeerService final : public v1::Peer::Service {
 
  private:
   JobRegistry* registry_;
+  const peer::Outbox::Limits follower_limits_;  // what a follower may let wait
 };
 
 }  // namespace gradsync::server
