@@ -49,7 +49,7 @@ class CoordinateReactor : public grpc::ServerBidiReactor<v1::FollowerMessage, v1
 
   grpc::CallbackServerContext* const context_;
   const Resolve resolve_;
-  const std::shared_ptr<Sink> sink_;  // outlives the reactor while the job holds it
+  const std::shared_ptr<Sink> sink_;          // outlives the reactor while the job holds it
   std::unique_ptr<FollowerSession> session_;  // set by the first read
   v1::FollowerMessage incoming_;
   mutable Mutex mutex_;

@@ -40,7 +40,8 @@ v1::NegotiatedResponse CoordinationCodec::encode(const coordinator::Response& re
     return barrier;
   }
   if (id.first == 0 || id.second) {
-    v1::NegotiatedResponse full = toProto(response);
+    std::optional<v1::NegotiatedResponse> uniform = uniformForm(response);
+    v1::NegotiatedResponse full = uniform ? std::move(*uniform) : toProto(response);
     full.set_cache_id(id.first);
     return full;
   }
@@ -57,6 +58,12 @@ v1::NegotiatedResponse CoordinationCodec::encode(const coordinator::Response& re
 StatusOr<coordinator::Response> CoordinationCodec::decode(const v1::NegotiatedResponse& in) {
   MutexLock lock(mutex_);
   if (in.own_ranks()) return ownBarrierLocked(in);
+  if (in.uniform()) {
+    ASSIGN_OR_RETURN(coordinator::Response response, fromUniformLocked(in));
+    cache_.remember(in.cache_id(), response);
+    applyForwardedLocked(&response);
+    return response;
+  }
   if (!in.cached()) {
     coordinator::Response response = fromProto(in);
     cache_.remember(in.cache_id(), response);
@@ -72,24 +79,94 @@ StatusOr<coordinator::Response> CoordinationCodec::decode(const v1::NegotiatedRe
   cache_hits_.fetch_add(1);
   coordinator::Response response = *base;
   response.admits_joiners = in.admits_joiners();
-  // This node's ranks: the handles and offsets of the requests forwarded;
-  // other nodes' ranks keep the cached ones (only used where they run).
-  auto mine = forwarded_.find(response.name);
-  if (mine != forwarded_.end()) {
-    for (const Forwarded& f : mine->second) {
-      auto* request = requestOfRank(response, f.rank);
-      if (request == nullptr) continue;
-      (*request)->handle = f.handle;
-      (*request)->offset = f.offset;
-    }
-    forwarded_.erase(mine);
-  }
+  // Other nodes' ranks keep the cached handles and offsets (only used
+  // where they run).
+  applyForwardedLocked(&response);
   for (int i = 0; i < in.requests_size(); ++i) {
     auto& request = response.requests[i];
     if (!request) continue;
     request->handle = in.requests(i).handle();
     request->offset = in.requests(i).offset();
   }
+  return response;
+}
+
+void CoordinationCodec::applyForwardedLocked(coordinator::Response* response) {
+  auto mine = forwarded_.find(response->name);
+  if (mine == forwarded_.end()) return;
+  for (const Forwarded& f : mine->second) {
+    auto* request = requestOfRank(*response, f.rank);
+    if (request == nullptr) continue;
+    (*request)->handle = f.handle;
+    (*request)->offset = f.offset;
+  }
+  forwarded_.erase(mine);
+}
+
+namespace {
+// A request's metadata: what must match across ranks for the uniform form.
+v1::Enqueue metadataOf(const coordinator::Request& request) {
+  v1::Enqueue e = coordinator::enqueueOf(request);
+  e.clear_handle();
+  e.clear_offset();
+  e.clear_call();
+  return e;
+}
+}  // namespace
+
+std::optional<v1::NegotiatedResponse> CoordinationCodec::uniformForm(const coordinator::Response& response) {
+  if (!response.status.isOk() || response.requests.empty() || response.changed_process_set != 0) return std::nullopt;
+  if (response.type == v1::ALLGATHER || response.type == v1::ALLTOALL) return std::nullopt;  // sizes per rank
+  if (!response.requests[0]) return std::nullopt;
+  const v1::Enqueue first = metadataOf(*response.requests[0]);
+  const std::string wanted = first.SerializeAsString();
+  bool contiguous = true;
+  for (size_t i = 1; i < response.requests.size(); ++i) {
+    if (!response.requests[i] || metadataOf(*response.requests[i]).SerializeAsString() != wanted) return std::nullopt;
+    contiguous = contiguous && response.ranks[i] == response.ranks[i - 1] + 1;
+  }
+  v1::NegotiatedResponse out;
+  out.set_name(response.name);
+  out.set_type(response.type);
+  out.set_process_set_id(response.process_set_id);
+  out.set_last_joined_rank(response.last_joined_rank);
+  out.set_admits_joiners(response.admits_joiners);
+  out.set_uniform(true);
+  auto* r = out.add_requests();
+  r->set_rank(response.ranks[0]);
+  r->set_present(true);
+  *r->mutable_enqueue() = first;
+  if (contiguous) {
+    out.set_uniform_first(response.ranks.front());
+    out.set_uniform_count(static_cast<int>(response.ranks.size()));
+  } else {
+    for (int rank : response.ranks) out.add_uniform_ranks(rank);
+  }
+  return out;
+}
+
+StatusOr<coordinator::Response> CoordinationCodec::fromUniformLocked(const v1::NegotiatedResponse& in) {
+  // Ranks number at most this many (a job of 4M ranks); the leader's word is
+  // checked before anything is sized by it.
+  constexpr int kMaxRanks = 1 << 22;
+  if (in.requests_size() != 1 || in.uniform_count() < 0 || in.uniform_count() > kMaxRanks || in.uniform_first() < 0 ||
+      in.uniform_first() > kMaxRanks - in.uniform_count()) {
+    return dataLoss("job '" + job_id_ + "': the leader's response '" + in.name() + "' names no sane set of ranks");
+  }
+  coordinator::Response response;
+  response.name = in.name();
+  response.type = in.type();
+  response.process_set_id = in.process_set_id();
+  response.last_joined_rank = in.last_joined_rank();
+  response.admits_joiners = in.admits_joiners();
+  if (in.uniform_ranks_size() > 0) {
+    response.ranks.assign(in.uniform_ranks().begin(), in.uniform_ranks().end());
+  } else {
+    for (int i = 0; i < in.uniform_count(); ++i) response.ranks.push_back(in.uniform_first() + i);
+  }
+  const v1::Enqueue& first = in.requests(0).enqueue();
+  response.requests.reserve(response.ranks.size());
+  for (int rank : response.ranks) response.requests.emplace_back(coordinator::requestOf(rank, first));
   return response;
 }
 

@@ -74,6 +74,16 @@ class CoordinationCodec {
   // requests (NegotiatedResponse.own_ranks), and a follower rebuilds it
   // from the requests of that name it forwarded.
   static bool isPlainBarrier(const coordinator::Response& response);
+  // A response whose requests all match the first but for rank, handle,
+  // offset and call, in its uniform form (NegotiatedResponse.uniform);
+  // nullopt for any other. The follower rebuilds it, its own ranks' handles
+  // and offsets from the requests it forwarded.
+  static std::optional<v1::NegotiatedResponse> uniformForm(const coordinator::Response& response);
+  // DATA_LOSS when its ranks are not a sane list.
+  StatusOr<coordinator::Response> fromUniformLocked(const v1::NegotiatedResponse& in) GS_REQUIRES(mutex_);
+  // This node's ranks in `response` get the handles and offsets of the
+  // requests it forwarded of that name (forgotten then).
+  void applyForwardedLocked(coordinator::Response* response) GS_REQUIRES(mutex_);
   coordinator::Response ownBarrierLocked(const v1::NegotiatedResponse& in) GS_REQUIRES(mutex_);
   std::atomic<uint64_t> bytes_sent_{0}, bytes_received_{0}, messages_{0}, cache_hits_{0}, largest_message_{0};
 };

@@ -184,5 +184,80 @@ TEST(CoordinationCodecTest, CountsTraffic) {
   EXPECT_EQ(traffic.messages, 3u);
 }
 
+// A response whose ranks all asked alike travels as one request and the
+// ranks' span: a job's first step does not grow with its ranks.
+coordinator::Response wide(int ranks, uint64_t handle_base, int stride = 1) {
+  coordinator::Response r;
+  r.name = "grad";
+  r.type = v1::ALLREDUCE;
+  for (int i = 0; i < ranks; ++i) {
+    coordinator::Request q;
+    q.rank = i * stride;
+    q.name = "grad";
+    q.type = v1::ALLREDUCE;
+    q.dtype = v1::FLOAT32;
+    q.shape = {1000};
+    q.length = 4000;
+    q.handle = handle_base + i;
+    q.offset = 8192 * i;
+    r.ranks.push_back(q.rank);
+    r.requests.push_back(q);
+  }
+  return r;
+}
+
+TEST(CoordinationCodecTest, AUniformResponseTravelsAsOneRequestAndItsRanksSpan) {
+  CoordinationCodec leader("job", 16), follower("job", 16);
+  const coordinator::Response whole = wide(8192, 100);
+  (void)follower.compact(4000, coordinator::enqueueOf(*whole.requests[4000]), 1);
+  const v1::NegotiatedResponse sent = leader.encode(whole);
+  EXPECT_TRUE(sent.uniform());
+  EXPECT_EQ(sent.requests_size(), 1);
+  EXPECT_LE(sent.ByteSizeLong(), 128u);
+  auto decoded = follower.decode(sent);
+  ASSERT_TRUE(decoded.isOk()) << decoded.status().toString();
+  ASSERT_EQ(decoded->ranks.size(), 8192u);
+  EXPECT_EQ(decoded->ranks[8191], 8191);
+  ASSERT_TRUE(decoded->requests[4000].has_value());
+  EXPECT_EQ(decoded->requests[4000]->rank, 4000);
+  EXPECT_EQ(decoded->requests[4000]->handle, 4100u);  // this node's rank: what it forwarded
+  EXPECT_EQ(decoded->requests[4000]->offset, 8192u * 4000);
+  EXPECT_EQ(decoded->requests[17]->length, 4000u);
+  // The next step is the id alone, and decodes with this step's handle.
+  const coordinator::Response next = wide(8192, 100000);
+  (void)follower.compact(4000, coordinator::enqueueOf(*next.requests[4000]), 1);
+  const v1::NegotiatedResponse again = leader.encode(next);
+  EXPECT_TRUE(again.cached());
+  auto cached = follower.decode(again);
+  ASSERT_TRUE(cached.isOk()) << cached.status().toString();
+  EXPECT_EQ(cached->requests[4000]->handle, 104000u);
+}
+
+TEST(CoordinationCodecTest, AUniformResponseOfScatteredRanksListsThem) {
+  CoordinationCodec leader("job", 16), follower("job", 16);
+  const v1::NegotiatedResponse sent = leader.encode(wide(4, 1, /*stride=*/2));
+  EXPECT_TRUE(sent.uniform());
+  EXPECT_EQ(sent.uniform_ranks_size(), 4);
+  auto decoded = follower.decode(sent);
+  ASSERT_TRUE(decoded.isOk());
+  EXPECT_EQ(decoded->ranks, (std::vector<int>{0, 2, 4, 6}));
+}
+
+TEST(CoordinationCodecTest, RanksThatAskedDifferentlyTravelInFull) {
+  CoordinationCodec leader("job", 16);
+  coordinator::Response mixed = wide(3, 1);
+  mixed.requests[2]->prescale = 0.5;
+  EXPECT_FALSE(leader.encode(mixed).uniform());
+}
+
+TEST(CoordinationCodecTest, AUniformResponseNamingTooManyRanksIsRefused) {
+  CoordinationCodec leader("job", 16), follower("job", 16);
+  v1::NegotiatedResponse sent = leader.encode(wide(2, 1));
+  sent.set_uniform_count(1 << 30);
+  auto decoded = follower.decode(sent);
+  ASSERT_FALSE(decoded.isOk());
+  EXPECT_EQ(decoded.status().code(), StatusCode::kDataLoss);
+}
+
 }  // namespace
 }  // namespace gradsync::peer

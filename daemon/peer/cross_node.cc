@@ -44,7 +44,7 @@ CrossNode::CrossNode(CrossNodeOptions options, Hooks hooks)
       book_(options_.job_id, options_.self_address, options_.min_size),
       ballot_(options_.self_address),
       mesh_(options_.job_id, options_.token),
-      link_(options_.credentials),
+      link_(options_.credentials, [this](size_t bytes) { codec_.countSent(bytes); }),
       codec_(options_.job_id, options_.response_cache_capacity) {}
 
 CrossNode::~CrossNode() {
@@ -243,9 +243,6 @@ grpc::Status CrossNode::attachFollower(const v1::FollowerMessage& hello, std::sh
 }
 
 void CrossNode::onFollowerMessage(Follower* follower, const v1::FollowerMessage& message) {
-  if (message.has_request() && message.request().epoch() != 0 && message.request().epoch() != epoch()) {
-    return;  // of an epoch that ended: the follower fails it when it learns of the new one
-  }
   if (message.has_rank_lost()) {
     if (hooks_.on_ranks_lost) {
       hooks_.on_ranks_lost({message.rank_lost().rank()}, message.rank_lost().epoch(), message.rank_lost().cause());
@@ -253,16 +250,28 @@ void CrossNode::onFollowerMessage(Follower* follower, const v1::FollowerMessage&
   } else if (message.has_joiner_ready() || message.has_joiner_gone()) {
     joinerReport(follower, message);
   } else if (message.has_request()) {
-    auto enqueue = codec_.expand(message.request());
-    if (!enqueue.isOk()) {
-      hooks_.on_failure(enqueue.status().message(), true);
-      return;
+    remoteRequest(message.request());
+  } else if (message.has_requests()) {
+    for (const auto& request : message.requests().requests()) {
+      if (!remoteRequest(request)) return;
     }
-    hooks_.on_remote_request(message.request().rank(), *enqueue, message.request().epoch());
   } else if (message.has_failure()) {
     // Job::failJob then announces it to every follower.
     hooks_.on_failure(message.failure().message(), message.failure().node_lost());
   }
+}
+
+bool CrossNode::remoteRequest(const v1::FollowerMessage::Request& request) {
+  // Of an epoch that ended: dropped (the follower fails it when it learns of
+  // the new one).
+  if (request.epoch() != 0 && request.epoch() != epoch()) return true;
+  auto enqueue = codec_.expand(request);
+  if (!enqueue.isOk()) {
+    hooks_.on_failure(enqueue.status().message(), true);
+    return false;
+  }
+  hooks_.on_remote_request(request.rank(), *enqueue, request.epoch());
+  return true;
 }
 
 void CrossNode::followerLeft(const std::shared_ptr<Follower>& follower, bool cut_off, const std::string& why) {
@@ -390,7 +399,7 @@ void CrossNode::announceFailure(const std::string& text, bool node_lost) {
     message.mutable_failure()->set_node_lost(node_lost);
     // The leader relays it, unless the leader is what was lost.
     if (node_lost) tellOtherFollowers(message.failure());
-    writeToLeader(message);
+    writeToLeader(std::move(message));
   }
 }
 
@@ -496,7 +505,7 @@ void CrossNode::tick(CrossClock::time_point now) {
     v1::FollowerMessage beat;
     beat.mutable_heartbeat()->set_sent_ms(now_ms);
     beat.mutable_heartbeat()->set_epoch(current_epoch);
-    writeToLeader(beat);
+    writeToLeader(std::move(beat));
   }
   if (paused) link_.heardAt(now_ms);  // the leader's silence was this daemon's pause
   const int64_t heard = link_.heardMs();

@@ -252,6 +252,10 @@ class CrossNode : public NodeEndpoints {
                               std::shared_ptr<Follower>* attached) GS_EXCLUDES(mutex_);
   grpc::Status followerMessage(Follower* follower, const v1::FollowerMessage& message) GS_EXCLUDES(mutex_);
   void onFollowerMessage(Follower* follower, const v1::FollowerMessage& message) GS_EXCLUDES(mutex_);
+  // Leader: a follower's rank's request, to the job (dropped when of an
+  // epoch that ended); false when it names a cache id this leader never
+  // gave (the job fails).
+  bool remoteRequest(const v1::FollowerMessage::Request& request) GS_EXCLUDES(mutex_);
   void followerLeft(const std::shared_ptr<Follower>& follower, bool cut_off, const std::string& why)
       GS_EXCLUDES(mutex_);
   // Leader: a follower's JoinerReady or JoinerGone.
@@ -327,7 +331,8 @@ class CrossNode : public NodeEndpoints {
   // is lost.
   int64_t took_over_ms_ GS_GUARDED_BY(mutex_) = 0;
 
-  bool writeToLeader(const v1::FollowerMessage& message);
+  // Queues `message` for the leader (LeaderLink: never waits).
+  void writeToLeader(v1::FollowerMessage message);
   // Follower: sends AbortJob to every other follower (asynchronously; the
   // destructor waits for the answers, each bounded by a short deadline).
   void tellOtherFollowers(const v1::JobFailure& failure);

@@ -209,13 +209,13 @@ void CrossNode::reportJoiner(uint64_t id, int64_t pid, const std::string& descri
   message.mutable_joiner_ready()->set_joiner_id(id);
   message.mutable_joiner_ready()->set_pid(pid);
   message.mutable_joiner_ready()->set_description(description);
-  writeToLeader(message);
+  writeToLeader(std::move(message));
 }
 
 void CrossNode::reportJoinerGone(uint64_t id) {
   v1::FollowerMessage message;
   message.mutable_joiner_gone()->set_joiner_id(id);
-  writeToLeader(message);
+  writeToLeader(std::move(message));
 }
 
 void CrossNode::reportRankLost(int rank, uint64_t epoch, const std::string& cause) {
@@ -223,7 +223,7 @@ void CrossNode::reportRankLost(int rank, uint64_t epoch, const std::string& caus
   message.mutable_rank_lost()->set_rank(rank);
   message.mutable_rank_lost()->set_epoch(epoch);
   message.mutable_rank_lost()->set_cause(cause);
-  writeToLeader(message);
+  writeToLeader(std::move(message));
 }
 
 StatusOr<v1::CheckMemberResponse> CrossNode::checkMember(const v1::CheckMemberRequest& request) const {

@@ -221,15 +221,12 @@ void CrossNode::onLeaderMessage(const v1::LeaderMessage& message) {
   }
 }
 
-bool CrossNode::writeToLeader(const v1::FollowerMessage& message) {
-  codec_.countSent(message.ByteSizeLong());
-  return link_.write(message);
-}
+void CrossNode::writeToLeader(v1::FollowerMessage message) { link_.write(std::move(message)); }
 
 void CrossNode::forward(int rank, const v1::Enqueue& enqueue, uint64_t epoch) {
   v1::FollowerMessage message;
   *message.mutable_request() = codec_.compact(rank, enqueue, epoch);
-  writeToLeader(message);
+  writeToLeader(std::move(message));
 }
 
 void CrossNode::tellOtherFollowers(const v1::JobFailure& failure) {

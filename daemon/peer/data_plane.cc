@@ -72,7 +72,9 @@ Status PeerDataPlane::allreduce(const executor::NodeSet& nodes, void* data, size
   // Every daemon takes a tag for every call, taking part or not, so that
   // the tags stay alike on all of them.
   const uint64_t tag = ++tag_;
-  if (nodes.size() < 2) return okStatus();  // one node: already reduced there
+  // One node: already reduced there. Nothing to reduce (every node sees the
+  // same count): no transfer, and no endpoint to connect.
+  if (nodes.size() < 2 || count == 0) return okStatus();
   const auto algorithm = collective::chooseAllreduce(count * elementSize(dtype), static_cast<int>(nodes.size()));
   allreduces_[static_cast<int>(algorithm)].fetch_add(1, std::memory_order_relaxed);
   if (algorithm != collective::AllreduceAlgorithm::kRing) {

@@ -13,8 +13,19 @@ int64_t steadyNowMs() {
 
 }  // namespace
 
-LeaderLink::LeaderLink(std::shared_ptr<grpc::ChannelCredentials> credentials)
-    : credentials_(credentials ? std::move(credentials) : grpc::InsecureChannelCredentials()) {}
+LeaderLink::LeaderLink(std::shared_ptr<grpc::ChannelCredentials> credentials, std::function<void(size_t)> written)
+    : credentials_(credentials ? std::move(credentials) : grpc::InsecureChannelCredentials()),
+      written_(std::move(written)) {}
+
+LeaderLink::~LeaderLink() {
+  {
+    MutexLock lock(mutex_);
+    stopping_ = true;
+    if (context_) context_->TryCancel();  // a write stuck on a leader that reads no more ends
+  }
+  cv_.notify_all();
+  if (writer_.joinable()) writer_.join();
+}
 
 void LeaderLink::connect(const std::string& address) {
   grpc::ChannelArguments args;
@@ -29,17 +40,20 @@ void LeaderLink::connect(const std::string& address) {
 void LeaderLink::open(const v1::FollowerMessage& hello) {
   heard_ms_ = steadyNowMs();
   auto stub = v1::Peer::NewStub(channel_);
-  MutexLock lock(mutex_);
-  stream_.reset();  // before its context
-  context_ = std::make_unique<grpc::ClientContext>();
-  stream_ = stub->Coordinate(context_.get());
-  stream_->Write(hello);
-  for (const auto& m : backlog_) stream_->Write(m);
-  backlog_.clear();
+  {
+    MutexLock lock(mutex_);
+    // The writer is done with the old stream (read() waited for it).
+    stream_.reset();  // before its context
+    context_ = std::make_unique<grpc::ClientContext>();
+    stream_ = stub->Coordinate(context_.get());
+    queue_.push_front(hello);  // before what waited
+    if (!writer_.joinable()) writer_ = std::thread([this] { writeLoop(); });
+  }
+  cv_.notify_all();
 }
 
 grpc::Status LeaderLink::read(const std::function<void(const v1::LeaderMessage&)>& on_message) {
-  grpc::ClientReaderWriter<v1::FollowerMessage, v1::LeaderMessage>* stream;
+  Stream* stream;
   {
     MutexLock lock(mutex_);
     stream = stream_.get();  // replaced or dropped only on this thread
@@ -51,19 +65,25 @@ grpc::Status LeaderLink::read(const std::function<void(const v1::LeaderMessage&)
     heard_ms_ = steadyNowMs();
     on_message(message);
   }
+  {
+    // The call is over: a write in progress fails at once.
+    MutexLock lock(mutex_);
+    if (context_) context_->TryCancel();
+    cv_.wait(lock, [&]() GS_REQUIRES(mutex_) { return !writing_; });
+  }
   const grpc::Status status = stream->Finish();
   MutexLock lock(mutex_);
   stream_.reset();
   return status;
 }
 
-bool LeaderLink::write(const v1::FollowerMessage& message) {
-  MutexLock lock(mutex_);
-  if (!stream_) {
-    backlog_.push_back(message);
-    return true;
+void LeaderLink::write(v1::FollowerMessage message) {
+  {
+    MutexLock lock(mutex_);
+    if (stopping_) return;
+    queue_.push_back(std::move(message));
   }
-  return stream_->Write(message);
+  cv_.notify_all();
 }
 
 bool LeaderLink::isOpen() const {
@@ -72,13 +92,68 @@ bool LeaderLink::isOpen() const {
 }
 
 void LeaderLink::writesDone() {
-  MutexLock lock(mutex_);
-  if (stream_) stream_->WritesDone();
+  {
+    MutexLock lock(mutex_);
+    writes_done_ = true;
+  }
+  cv_.notify_all();
 }
 
 void LeaderLink::cancel() {
   MutexLock lock(mutex_);
   if (stream_) context_->TryCancel();
+}
+
+std::vector<v1::FollowerMessage> LeaderLink::takeMergedLocked() {
+  std::vector<v1::FollowerMessage> out;
+  size_t merged_bytes = 0;
+  for (auto& message : queue_) {
+    if (!message.has_request()) {
+      out.push_back(std::move(message));
+      continue;
+    }
+    const size_t bytes = message.request().ByteSizeLong();
+    const bool extend = !out.empty() && out.back().has_requests() && merged_bytes + bytes <= kMergedBytes;
+    if (!extend) {
+      out.emplace_back();
+      out.back().mutable_requests();
+      merged_bytes = 0;
+    }
+    *out.back().mutable_requests()->add_requests() = std::move(*message.mutable_request());
+    merged_bytes += bytes;
+  }
+  queue_.clear();
+  return out;
+}
+
+void LeaderLink::writeLoop() {
+  MutexLock lock(mutex_);
+  bool done_sent = false;
+  for (;;) {
+    cv_.wait(lock, [&]() GS_REQUIRES(mutex_) {
+      return stopping_ || (stream_ && (!queue_.empty() || (writes_done_ && !done_sent)));
+    });
+    if (stopping_) return;
+    if (done_sent) {  // nothing is written after the end (a heartbeat of the last second)
+      queue_.clear();
+      continue;
+    }
+    std::vector<v1::FollowerMessage> batch = takeMergedLocked();
+    const bool end = writes_done_;
+    Stream* stream = stream_.get();
+    writing_ = true;
+    lock.unlock();
+    bool ok = true;
+    for (const auto& message : batch) {
+      ok = ok && stream->Write(message);  // after a failure, the rest is lost with the stream
+      if (ok && written_) written_(message.ByteSizeLong());
+    }
+    if (ok && end && !done_sent) done_sent = stream->WritesDone();
+    lock.lock();
+    writing_ = false;
+    cv_.notify_all();
+    if (!ok) done_sent = false;  // the next stream (a new leader) starts afresh
+  }
 }
 
 }  // namespace gradsync::peer

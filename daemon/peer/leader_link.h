@@ -1,17 +1,22 @@
 // SPDX-License-Identifier: Apache-2.0
 // A follower's link to its job's leader: the channel (with keepalives: a
-// silent leader is noticed within about 4 s), the Coordinate stream, the
-// writes that wait while no stream is open (before the first; between a
-// lost leader and the next one's stream), and when the leader was last
-// heard. What the messages mean is CrossNode's business.
+// silent leader is noticed within about 4 s), the Coordinate stream, and
+// when the leader was last heard. Writes never wait: they queue, and the
+// link's writer thread sends them in order, the requests queued meanwhile
+// merged into one message (FollowerMessage.requests: one message per node
+// and cycle, not per rank and tensor); while no stream is open (before the
+// first; between a lost leader and the next one's stream) they wait. What
+// the messages mean is CrossNode's business.
 #pragma once
 
 #include <grpcpp/grpcpp.h>
 
 #include <atomic>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "base/mutex.h"
@@ -22,8 +27,10 @@ namespace gradsync::peer {
 
 class LeaderLink {
  public:
-  // `credentials` null: plaintext.
-  explicit LeaderLink(std::shared_ptr<grpc::ChannelCredentials> credentials);
+  // `credentials` null: plaintext. `written`: told each message's size once
+  // it is written (the coordination traffic).
+  LeaderLink(std::shared_ptr<grpc::ChannelCredentials> credentials, std::function<void(size_t bytes)> written);
+  ~LeaderLink();  // cancels the stream, joins the writer
 
   // Reader thread (the follower's one thread of the link): points the link
   // at the leader at `address`, with a new channel.
@@ -39,12 +46,12 @@ class LeaderLink {
   // to an ended stream would be lost) and returns its final status.
   grpc::Status read(const std::function<void(const v1::LeaderMessage&)>& on_message) GS_EXCLUDES(mutex_);
 
-  // Any thread: writes `message`, or keeps it for the next stream while
-  // none is open. False when the stream refused it.
-  bool write(const v1::FollowerMessage& message) GS_EXCLUDES(mutex_);
+  // Any thread, never waits: queues `message` for the stream.
+  void write(v1::FollowerMessage message) GS_EXCLUDES(mutex_);
   bool isOpen() const GS_EXCLUDES(mutex_);
-  // Ends the stream gracefully (the leader then knows this node's ranks
-  // finished), or at once: the reader sees an error.
+  // Ends the stream gracefully once what was queued is written (the leader
+  // then knows this node's ranks finished), or at once: the reader sees an
+  // error.
   void writesDone() GS_EXCLUDES(mutex_);
   void cancel() GS_EXCLUDES(mutex_);
 
@@ -52,14 +59,30 @@ class LeaderLink {
   int64_t heardMs() const { return heard_ms_.load(); }
   void heardAt(int64_t ms) { heard_ms_.store(ms); }
 
+  // The most bytes of requests merged into one message.
+  static constexpr size_t kMergedBytes = size_t{256} << 10;
+
  private:
+  using Stream = grpc::ClientReaderWriter<v1::FollowerMessage, v1::LeaderMessage>;
+  // The writer thread: sends what is queued while a stream is open.
+  void writeLoop() GS_EXCLUDES(mutex_);
+  // The queued messages in the order to write them, consecutive requests
+  // merged (up to kMergedBytes each).
+  std::vector<v1::FollowerMessage> takeMergedLocked() GS_REQUIRES(mutex_);
+
   const std::shared_ptr<grpc::ChannelCredentials> credentials_;
+  const std::function<void(size_t)> written_;
   std::shared_ptr<grpc::Channel> channel_;  // reader thread
   std::string address_;                     // channel_'s leader
   mutable Mutex mutex_;
+  CondVar cv_;
   std::unique_ptr<grpc::ClientContext> context_ GS_GUARDED_BY(mutex_);  // with stream_
-  std::unique_ptr<grpc::ClientReaderWriter<v1::FollowerMessage, v1::LeaderMessage>> stream_ GS_GUARDED_BY(mutex_);
-  std::vector<v1::FollowerMessage> backlog_ GS_GUARDED_BY(mutex_);
+  std::unique_ptr<Stream> stream_ GS_GUARDED_BY(mutex_);
+  std::deque<v1::FollowerMessage> queue_ GS_GUARDED_BY(mutex_);
+  bool writes_done_ GS_GUARDED_BY(mutex_) = false;  // asked for; done once the queue is written
+  bool writing_ GS_GUARDED_BY(mutex_) = false;      // the writer uses stream_ outside the lock
+  bool stopping_ GS_GUARDED_BY(mutex_) = false;
+  std::thread writer_;  // started by the first open()
   std::atomic<int64_t> heard_ms_{0};
 };
 

@@ -6,6 +6,7 @@
 //   worker <scenario> [args...]
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <functional>
@@ -426,6 +427,33 @@ int scenarioTrainingSteps(Client& c, const std::vector<std::string>& args) {
   return 0;
 }
 
+// `steps` steps of `tensors` empty allreduces: the control plane's work
+// alone (the data plane has nothing to move). Prints the median step.
+int scenarioEmptySteps(Client& c, const std::vector<std::string>& args) {
+  const int steps = args.empty() ? 20 : std::stoi(args[0]);
+  const int tensors = args.size() > 1 ? std::stoi(args[1]) : 161;
+  void* data = c.alloc(64);
+  WORKER_CHECK(data != nullptr, "alloc of 64 bytes");
+  std::vector<std::string> names(tensors);
+  for (int t = 0; t < tensors; ++t) names[t] = "empty." + std::to_string(t);
+  const std::vector<int64_t> shape = {0};
+  std::vector<double> ms;
+  for (int step = 0; step < steps; ++step) {
+    const auto start = std::chrono::steady_clock::now();
+    std::vector<Operation> handles(tensors);
+    for (int t = tensors - 1; t >= 0; --t) {
+      WORKER_OK(c.start(makeOp(GRADSYNC_ALLREDUCE, names[t].c_str(), data, GRADSYNC_FLOAT32, shape), &handles[t]));
+    }
+    for (auto& h : handles) WORKER_OK(h.wait(120));
+    ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
+  }
+  const double first = ms.front();
+  std::sort(ms.begin(), ms.end());
+  std::printf("EMPTY STEPS %d x %d tensors: median %.3f ms, first %.3f ms\n", steps, tensors, ms[ms.size() / 2], first);
+  c.free(data);
+  return 0;
+}
+
 int main(int argc, char** argv) {
   if (argc < 2) {
     std::fprintf(stderr, "usage: worker <scenario> [args]\n");
@@ -443,6 +471,7 @@ int main(int argc, char** argv) {
       {"fused_large_and_small", scenarioFusedLargeAndSmall},
       {"training_steps", scenarioTrainingSteps},
       {"wide_batch", scenarioWideBatch},
+      {"empty_steps", scenarioEmptySteps},
   };
   std::string name = argv[1];
   std::vector<std::string> args(argv + 2, argv + argc);

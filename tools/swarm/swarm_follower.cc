@@ -1,0 +1,216 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "tools/swarm/swarm_follower.h"
+
+#include <algorithm>
+#include <cstdio>
+
+namespace gradsync::swarm {
+
+SwarmFollower::SwarmFollower(const SwarmJob& job, int rank, FollowerEvents* events)
+    : job_(job),
+      rank_(rank),
+      events_(events),
+      address_("swarm-node-" + std::to_string(rank) + ".invalid:1") {}
+
+v1::JoinJobRequest SwarmFollower::joinRequest() const {
+  v1::JoinJobRequest request;
+  request.set_job_id(job_.job_id);
+  request.set_token(job_.token);
+  request.set_size(job_.size);
+  v1::NodeInfo* node = request.mutable_node();
+  node->set_peer_address(address_);
+  node->set_hostname("swarm-" + std::to_string(rank_));
+  node->add_ranks(rank_);
+  node->add_pids(1000000 + rank_);
+  node->set_ucx_address("");  // no data plane: the tensors are empty
+  node->set_steady_state_rounds(false);
+  return request;
+}
+
+void SwarmFollower::open(v1::Peer::Stub* stub, int cross_rank) {
+  stub->async()->Coordinate(&context_, this);
+  v1::FollowerMessage hello;
+  hello.mutable_hello()->set_job_id(job_.job_id);
+  hello.mutable_hello()->set_token(job_.token);
+  hello.mutable_hello()->set_cross_rank(cross_rank);
+  hello.mutable_hello()->set_peer_address(address_);
+  StartRead(&incoming_);
+  StartCall();
+  send(std::move(hello));
+}
+
+void SwarmFollower::submitStep(int tensors) {
+  waiting_.store(tensors);
+  // As a follower daemon's link merges the requests its ranks submitted
+  // while it wrote: here the whole step at once.
+  v1::FollowerMessage message;
+  {
+    MutexLock lock(mutex_);
+    for (int t = 0; t < tensors; ++t) {
+      const std::string name = "empty." + std::to_string(t);
+      v1::FollowerMessage::Request* request = message.mutable_requests()->add_requests();
+      request->set_rank(rank_);
+      auto id = id_of_name_.find(name);
+      if (id != id_of_name_.end()) {
+        request->set_cache_id(id->second);
+        request->set_handle(++handle_);
+        continue;
+      }
+      v1::Enqueue* enqueue = request->mutable_enqueue();
+      enqueue->set_name(name);
+      enqueue->set_type(v1::ALLREDUCE);
+      enqueue->set_dtype(v1::FLOAT32);
+      enqueue->add_shape(0);
+      enqueue->set_op(v1::SUM);
+      enqueue->set_handle(++handle_);
+    }
+  }
+  send(std::move(message));
+}
+
+void SwarmFollower::heartbeat(int64_t now_ms) {
+  v1::FollowerMessage beat;
+  beat.mutable_heartbeat()->set_sent_ms(now_ms);
+  send(std::move(beat));
+}
+
+void SwarmFollower::close() {
+  bool now;
+  {
+    MutexLock lock(mutex_);
+    closing_ = true;
+    now = outgoing_.empty();
+  }
+  if (now) StartWritesDone();
+}
+
+bool SwarmFollower::waitDone(std::chrono::milliseconds timeout) {
+  MutexLock lock(mutex_);
+  return done_cv_.wait_for(lock, timeout, [&]() GS_REQUIRES(mutex_) { return done_; });
+}
+
+SwarmFollower::Traffic SwarmFollower::traffic() const {
+  MutexLock lock(mutex_);
+  return traffic_;
+}
+
+void SwarmFollower::send(v1::FollowerMessage message) {
+  const v1::FollowerMessage* first = nullptr;
+  {
+    MutexLock lock(mutex_);
+    if (closing_ || done_) return;
+    traffic_.bytes_sent += message.ByteSizeLong();
+    outgoing_.push_back(std::move(message));
+    if (outgoing_.size() == 1) first = &outgoing_.front();
+  }
+  // Outside the lock: the write may complete at once, on this thread.
+  if (first != nullptr) StartWrite(first);
+}
+
+void SwarmFollower::OnWriteDone(bool ok) {
+  const v1::FollowerMessage* next = nullptr;
+  bool writes_done = false;
+  {
+    MutexLock lock(mutex_);
+    if (!outgoing_.empty()) outgoing_.pop_front();
+    if (!ok) outgoing_.clear();
+    if (ok && !outgoing_.empty()) {
+      next = &outgoing_.front();
+    } else {
+      writes_done = ok && closing_;
+    }
+  }
+  if (next != nullptr) {
+    StartWrite(next);
+  } else if (writes_done) {
+    StartWritesDone();
+  }
+}
+
+void SwarmFollower::OnReadDone(bool ok) {
+  if (!ok) return;  // OnDone follows
+  {
+    MutexLock lock(mutex_);
+    const uint64_t size = incoming_.ByteSizeLong();
+    traffic_.bytes_received += size;
+    traffic_.largest_received = std::max(traffic_.largest_received, size);
+  }
+  onMessage(incoming_);
+  StartRead(&incoming_);
+}
+
+void SwarmFollower::onMessage(const v1::LeaderMessage& message) {
+  if (message.has_batch()) {
+    auto whole = parts_.add(message.batch());
+    if (!whole.isOk()) {
+      events_->failed("rank " + std::to_string(rank_) + ": " + whole.status().message());
+    } else if (*whole) {
+      onBatch(**whole);
+    }
+  } else if (message.has_failure() && waiting_.load() > 0) {
+    // (Once its step was answered, the job's end is no failure of the step:
+    // the leader's rank may finish and leave first.)
+    events_->failed("rank " + std::to_string(rank_) + ": the leader failed the job: " + message.failure().message());
+  } else if (message.has_new_epoch()) {
+    events_->failed("rank " + std::to_string(rank_) + ": the leader started a new epoch");
+  }
+}
+
+void SwarmFollower::onBatch(const v1::Batch& batch) {
+  int answered = 0;
+  std::string error;
+  {
+    MutexLock lock(mutex_);
+    for (const auto& r : batch.responses()) {
+      if (r.code() != 0) {
+        error = "tensor '" + r.name() + "' failed: " + r.message();
+        break;
+      }
+      bool mine = false;
+      if (r.cached()) {
+        auto known = mine_by_id_.find(r.cache_id());
+        if (known == mine_by_id_.end()) {
+          error = "the leader referred to unknown cached response " + std::to_string(r.cache_id());
+          break;
+        }
+        mine = known->second;
+      } else if (r.uniform()) {
+        mine = r.uniform_ranks_size() > 0
+                   ? std::find(r.uniform_ranks().begin(), r.uniform_ranks().end(), rank_) != r.uniform_ranks().end()
+                   : rank_ >= r.uniform_first() && rank_ < r.uniform_first() + r.uniform_count();
+      } else {
+        mine = std::any_of(r.requests().begin(), r.requests().end(),
+                           [&](const auto& request) { return request.rank() == rank_; });
+      }
+      if (!r.cached() && r.cache_id() != 0) {
+        id_of_name_[r.name()] = r.cache_id();
+        mine_by_id_[r.cache_id()] = mine;
+      }
+      answered += mine ? 1 : 0;
+    }
+  }
+  if (!error.empty()) {
+    events_->failed("rank " + std::to_string(rank_) + ": " + error);
+    return;
+  }
+  if (answered > 0 && waiting_.fetch_sub(answered) == answered) events_->step_done();
+}
+
+void SwarmFollower::OnDone(const grpc::Status& status) {
+  bool closing;
+  {
+    MutexLock lock(mutex_);
+    closing = closing_;
+  }
+  if (!closing) {
+    std::fprintf(stderr, "swarm: rank %d: stream ended (%d) %s\n", rank_, static_cast<int>(status.error_code()),
+                 status.error_message().c_str());
+    events_->failed("rank " + std::to_string(rank_) + ": the coordination stream ended: " + status.error_message());
+  }
+  // Under the lock: the swarm may destroy this once waitDone returns.
+  MutexLock lock(mutex_);
+  done_ = true;
+  done_cv_.notify_all();
+}
+
+}  // namespace gradsync::swarm

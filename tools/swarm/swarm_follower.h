@@ -1,0 +1,96 @@
+// SPDX-License-Identifier: Apache-2.0
+// One simulated follower daemon of the swarm: a node with one rank that
+// joins a real leader, opens its coordination stream (gRPC's callback API:
+// the swarm holds a thousand streams on a few threads), sends heartbeats,
+// and each step forwards its rank's requests in one message, as a real
+// follower's link merges them (by response-cache id once cached), and waits
+// for the leader's batches that answer them. It has no data plane (the
+// swarm's tensors are empty), and it keeps of each response only its cache
+// id and whether its rank took part: a real follower rebuilds every rank's
+// request (CoordinationCodec), which a thousand of them in one process
+// could not afford.
+#pragma once
+
+#include <grpcpp/grpcpp.h>
+
+#include <atomic>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <string>
+#include <unordered_map>
+
+#include "base/mutex.h"
+#include "base/thread_annotations.h"
+#include "daemon/peer/batch_parts.h"
+#include "proto/gradsync/v1/peer.grpc.pb.h"
+
+namespace gradsync::swarm {
+
+struct SwarmJob {
+  std::string job_id;
+  std::string token;
+  int size = 0;  // ranks: the leader's one and the swarm's
+};
+
+// What the followers tell the swarm.
+struct FollowerEvents {
+  std::function<void()> step_done;                          // every request of the step was answered
+  std::function<void(const std::string& cause)> failed;     // the leader failed the job or the stream ended early
+};
+
+class SwarmFollower : public grpc::ClientBidiReactor<v1::FollowerMessage, v1::LeaderMessage> {
+ public:
+  SwarmFollower(const SwarmJob& job, int rank, FollowerEvents* events);
+
+  int rank() const { return rank_; }
+  v1::JoinJobRequest joinRequest() const;
+  // Opens the coordination stream as node `cross_rank` over `stub`.
+  void open(v1::Peer::Stub* stub, int cross_rank);
+  // Forwards this rank's requests for `tensors` empty allreduces.
+  void submitStep(int tensors);
+  void heartbeat(int64_t now_ms);
+  // Closes its side (the rank finished); the stream then ends.
+  void close();
+  // Waits (up to `timeout`) for the stream's end.
+  bool waitDone(std::chrono::milliseconds timeout);
+
+  struct Traffic {
+    uint64_t bytes_received = 0;
+    uint64_t bytes_sent = 0;
+    uint64_t largest_received = 0;
+  };
+  Traffic traffic() const;
+
+  void OnReadDone(bool ok) override;
+  void OnWriteDone(bool ok) override;
+  void OnDone(const grpc::Status& status) override;
+
+ private:
+  void send(v1::FollowerMessage message) GS_EXCLUDES(mutex_);
+  void onMessage(const v1::LeaderMessage& message);
+  void onBatch(const v1::Batch& batch);
+
+  const SwarmJob job_;
+  const int rank_;
+  FollowerEvents* const events_;
+  const std::string address_;  // its name among the job's nodes (nobody connects to it)
+  grpc::ClientContext context_;
+  // What the leader's responses taught: the cache id of each tensor, and
+  // whether this rank takes part in each cached response.
+  std::unordered_map<std::string, uint64_t> id_of_name_ GS_GUARDED_BY(mutex_);
+  std::unordered_map<uint64_t, bool> mine_by_id_ GS_GUARDED_BY(mutex_);
+  peer::BatchAssembler parts_;  // the reader's
+  v1::LeaderMessage incoming_;
+  std::atomic<int> waiting_{0};  // requests of the step not answered yet
+  uint64_t handle_ = 0;
+
+  mutable Mutex mutex_;
+  CondVar done_cv_;
+  std::deque<v1::FollowerMessage> outgoing_ GS_GUARDED_BY(mutex_);  // front: being written
+  bool closing_ GS_GUARDED_BY(mutex_) = false;
+  bool done_ GS_GUARDED_BY(mutex_) = false;
+  Traffic traffic_ GS_GUARDED_BY(mutex_);
+};
+
+}  // namespace gradsync::swarm
