@@ -285,7 +285,7 @@ Status applyDefaultsAndValidate(v1::DaemonConfig* c) {
   applyServingDefaults(c);
   applyLimitDefaults(c);
   applySchedulingDefaults(c);
-  RETURN_IF_ERROR(checkChoice("steady_state", c->steady_state(), {"rounds", "leader"}));
+  RETURN_IF_ERROR(checkChoice("steady_state", c->steady_state(), {"rounds", "leader-rounds", "leader"}));
   RETURN_IF_ERROR(checkChoice("leader_failover", c->leader_failover(), {"off", "quorum"}));
   RETURN_IF_ERROR(checkChoice("gpu_cross_node", c->gpu_cross_node(), {"auto", "staging"}));
   RETURN_IF_ERROR(validateEndpointsAndLogs(*c));

@@ -89,7 +89,7 @@ TEST(OptionsTest, ValidationErrors) {
   EXPECT_THAT(parseOptions({"--leader-failover", "vote"}).status().message(),
               HasSubstr("leader_failover 'vote' is not one of off, quorum"));
   EXPECT_THAT(parseOptions({"--steady-state", "fast"}).status().message(),
-              HasSubstr("steady_state 'fast' is not one of rounds, leader"));
+              HasSubstr("steady_state 'fast' is not one of rounds, leader-rounds, leader"));
   EXPECT_THAT(parseOptions({"--data-plane-tcp-segment-bytes", "4096"}).status().message(),
               HasSubstr("data_plane_tcp_segment_bytes = 4096 is outside [8192, 16777216]"));
   auto staging = parseOptions({"--gpu-cross-node", "staging"});

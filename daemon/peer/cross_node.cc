@@ -54,6 +54,7 @@ CrossNode::~CrossNode() {
     if (join_call_ != nullptr) join_call_->TryCancel();
   }
   formed_cv_.notify_all();
+  abortRounds("job '" + options_.job_id + "' stopped");
   // Leave gracefully: the leader then knows this node's ranks finished
   // (and other nodes keep running what was already negotiated).
   link_.writesDone();
@@ -104,6 +105,7 @@ void CrossNode::start(const std::vector<int>& local_ranks, const std::vector<int
   for (const auto& uuid : options_.gpu_uuids) self.add_gpu_uuids(uuid);
   self.set_nccl(options_.nccl);
   self.set_steady_state_rounds(options_.steady_state_rounds);
+  self.set_leader_rounds(options_.leader_rounds);
   if (leader_) {
     MutexLock lock(mutex_);
     builder_.emplace(options_.job_id, options_.size);
@@ -255,6 +257,15 @@ void CrossNode::onFollowerMessage(Follower* follower, const v1::FollowerMessage&
     for (const auto& request : message.requests().requests()) {
       if (!remoteRequest(request)) return;
     }
+  } else if (message.has_round()) {
+    LeaderRounds* rounds;
+    int cross_rank;
+    {
+      MutexLock lock(mutex_);
+      rounds = roundsLocked();
+      cross_rank = follower->node.cross_rank();
+    }
+    if (rounds != nullptr) rounds->deliver(message.round(), cross_rank);
   } else if (message.has_failure()) {
     // Job::failJob then announces it to every follower.
     hooks_.on_failure(message.failure().message(), message.failure().node_lost());
@@ -411,6 +422,7 @@ void CrossNode::abortTransfers(const std::string& reason) {
     if (join_call_ != nullptr) join_call_->TryCancel();
   }
   formed_cv_.notify_all();
+  abortRounds(reason);
 }
 
 bool CrossNode::formed() const {
@@ -423,6 +435,68 @@ bool CrossNode::steadyStateRounds() const {
   MutexLock lock(mutex_);
   return book_.formed() && std::all_of(book_.members().begin(), book_.members().end(),
                                        [](const v1::NodeInfo& node) { return node.steady_state_rounds(); });
+}
+
+bool CrossNode::leaderRoundsOnLocked() const {
+  const auto& nodes = book_.members();
+  const auto all = [&](bool (v1::NodeInfo::*offered)() const) {
+    return std::all_of(nodes.begin(), nodes.end(), [&](const v1::NodeInfo& node) { return (node.*offered)(); });
+  };
+  return !options_.elastic && book_.formed() && !all(&v1::NodeInfo::steady_state_rounds) &&
+         all(&v1::NodeInfo::leader_rounds);
+}
+
+LeaderRounds* CrossNode::roundsLocked() {
+  if (!rounds_ && leaderRoundsOnLocked()) {
+    rounds_ = std::make_unique<LeaderRounds>(leader_.load(), static_cast<int>(book_.members().size()) - 1,
+                                             [this](const v1::RoundMessage& m) { sendRound(m); });
+    if (stopping_ || !transfers_aborted_.empty()) {
+      rounds_->abort("job '" + options_.job_id + "': " + (stopping_ ? "stopped" : transfers_aborted_));
+    }
+  }
+  return rounds_.get();
+}
+
+RoundExchange* CrossNode::leaderRounds() {
+  MutexLock lock(mutex_);
+  return roundsLocked();
+}
+
+bool CrossNode::waitFormed(CrossClock::time_point deadline) {
+  MutexLock lock(mutex_);
+  formed_cv_.wait_until(
+      lock, deadline, [&]() GS_REQUIRES(mutex_) { return book_.formed() || stopping_ || !transfers_aborted_.empty(); });
+  return book_.formed() && !stopping_ && transfers_aborted_.empty();
+}
+
+void CrossNode::sendRound(const v1::RoundMessage& message) {
+  if (!leader_) {
+    v1::FollowerMessage part;
+    *part.mutable_round() = message;
+    writeToLeader(std::move(part));
+    return;
+  }
+  v1::LeaderMessage out;
+  *out.mutable_round() = message;
+  const SharedMessage shared = share(std::move(out));
+  std::vector<std::shared_ptr<Follower>> followers;
+  {
+    MutexLock lock(mutex_);
+    followers = streamsLocked(/*candidates=*/false);
+  }
+  for (auto& f : followers) {
+    f->stream.send(shared);
+    codec_.countSent(shared.bytes);
+  }
+}
+
+void CrossNode::abortRounds(const std::string& reason) {
+  LeaderRounds* rounds;
+  {
+    MutexLock lock(mutex_);
+    rounds = rounds_.get();
+  }
+  if (rounds != nullptr) rounds->abort(reason);
 }
 
 uint64_t CrossNode::cachedId(const coordinator::Request& request) const { return codec_.cachedId(request); }

@@ -35,6 +35,7 @@
 #include "daemon/peer/coordination_codec.h"
 #include "daemon/peer/follower_stream.h"
 #include "daemon/peer/leader_link.h"
+#include "daemon/peer/leader_rounds.h"
 #include "daemon/peer/node_endpoints.h"
 #include "daemon/peer/ucx_mesh.h"
 #include "proto/gradsync/v1/admin.pb.h"
@@ -62,6 +63,7 @@ struct CrossNodeOptions {
   bool failover = false;             // elastic: a lost leader is replaced by quorum (cross_node_failover.cc)
   int min_size = 0;                  // elastic: an epoch with fewer ranks waits for joiners (NewEpoch.below_minimum)
   bool steady_state_rounds = false;  // offered: cached collectives after rounds among the daemons (fast_rounds.h)
+  bool leader_rounds = false;        // offered: ... after rounds through the leader (leader_rounds.h)
 };
 
 class CrossNode : public NodeEndpoints {
@@ -133,6 +135,12 @@ class CrossNode : public NodeEndpoints {
   // Once formed: whether the job runs cached collectives after rounds
   // among the daemons (every node offered it; never for elastic jobs).
   bool steadyStateRounds() const;
+  // Once formed: the job's rounds through the leader (every node offered
+  // them, not every node rounds among the daemons; never for elastic
+  // jobs), made on first use; null otherwise. Lives as long as this.
+  RoundExchange* leaderRounds();
+  // Waits until the job formed (true), stopped or `deadline` passed.
+  bool waitFormed(CrossClock::time_point deadline);
   // The cached response a local request repeats (0: none), and a copy of
   // a cached response.
   uint64_t cachedId(const coordinator::Request& request) const;
@@ -385,6 +393,14 @@ class CrossNode : public NodeEndpoints {
   // and NewEpoch, happen in one order on every stream. Taken before any
   // follower's stream lock, never with mutex_.
   Mutex order_mutex_;
+
+  // The rounds through the leader, made when first used or first heard
+  // of, if the job runs them (null: not yet, or not this job).
+  LeaderRounds* roundsLocked() GS_REQUIRES(mutex_);
+  bool leaderRoundsOnLocked() const GS_REQUIRES(mutex_);
+  void sendRound(const v1::RoundMessage& message) GS_EXCLUDES(mutex_);
+  void abortRounds(const std::string& reason) GS_EXCLUDES(mutex_);
+  std::unique_ptr<LeaderRounds> rounds_ GS_GUARDED_BY(mutex_);
 
   // Data plane (executor thread): the membership of `epoch` and this
   // node's position in it, the tags re-keyed and endpoints to nodes no

@@ -195,6 +195,15 @@ std::string CrossNode::leaderDescription() const {
 
 void CrossNode::onLeaderMessage(const v1::LeaderMessage& message) {
   codec_.countReceived(message.ByteSizeLong());
+  if (message.has_round()) {
+    LeaderRounds* rounds;
+    {
+      MutexLock lock(mutex_);
+      rounds = roundsLocked();
+    }
+    if (rounds != nullptr) rounds->deliver(message.round(), 0);
+    return;
+  }
   if (message.has_batch()) {
     auto assembled = batch_parts_.add(message.batch());
     if (!assembled.isOk()) {

@@ -18,40 +18,22 @@
 
 #include "daemon/collective/pairwise_exchange.h"
 #include "daemon/collective/recursive_doubling.h"
+#include "daemon/peer/round_exchange.h"
 
 namespace gradsync::peer {
 
-class FastRounds {
+class FastRounds : public RoundExchange {
  public:
-  // Cache ids 1..kMaxIds take part (a bit each in the round's message).
-  static constexpr uint64_t kMaxIds = 4096;
-  // What the leader adds to its part of a round.
-  struct LeaderPart {
-    uint64_t sequence = 0;                // of the last batch it negotiated
-    uint64_t fusion_threshold_bytes = 0;  // the round's collectives fuse up to this
-  };
-  struct Outcome {
-    uint64_t leader_sequence = 0;         // run the leader's batches up to this one first
-    std::vector<uint64_t> ids;            // then these, increasing: every daemon's ranks are ready
-    uint64_t fusion_threshold_bytes = 0;  // fused as the leader said (0: it did not)
-  };
-
   // `mesh`: endpoints to every daemon of the job (its sequence is unused);
   // they must outlive this.
   explicit FastRounds(collective::MeshContext mesh);
   ~FastRounds();
 
-  // Waits until another daemon has begun the current round (true),
-  // `wake_fd` is readable or `until` passes (false).
-  StatusOr<bool> waitForPeers(int wake_fd, transport::Clock::time_point until);
-  // This daemon's part of the current round: `ready` (ids above kMaxIds are
-  // left out) and, on the leader, `leader` (ignored elsewhere). Takes part
-  // in the reduction until `deadline`; then the next round begins.
+  StatusOr<bool> waitForPeers(int wake_fd, transport::Clock::time_point until) override;
   StatusOr<Outcome> exchange(const std::vector<uint64_t>& ready, LeaderPart leader,
-                             transport::Clock::time_point deadline);
-  uint64_t round() const { return round_; }
-  // Messages this daemon sent in all rounds so far.
-  uint64_t messagesSent() const { return messages_sent_; }
+                             transport::Clock::time_point deadline) override;
+  uint64_t round() const override { return round_; }
+  uint64_t messagesSent() const override { return messages_sent_; }
   static constexpr size_t messageBytes() { return sizeof(Message); }
 
  private:

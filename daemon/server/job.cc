@@ -115,6 +115,7 @@ void Job::buildCrossNode() {
   options.failover = spec_.elastic && limits_.leader_failover;
   options.min_size = spec_.min_size;
   options.steady_state_rounds = limits_.steady_state_rounds && !spec_.elastic;
+  options.leader_rounds = limits_.leader_rounds && !spec_.elastic;
   peer::CrossNode::Hooks hooks;
   hooks.on_batch = [this](std::vector<coordinator::Response> batch, uint64_t sequence, uint64_t epoch,
                           uint64_t fusion_threshold_bytes) {
@@ -582,7 +583,7 @@ v1::JobInfo Job::info() const {
     info.set_allreduces_ring(by_algorithm[2]);
     info.set_steady_rounds(steady_rounds_done_.load());
     info.set_steady_round_messages(steady_round_messages_.load());
-    info.set_steady_round_message_bytes(peer::FastRounds::messageBytes());
+    info.set_steady_round_message_bytes(steady_round_message_bytes_.load());
   }
   return info;
 }

@@ -30,6 +30,7 @@
 #include "daemon/peer/cross_node.h"
 #include "daemon/peer/data_plane.h"
 #include "daemon/peer/fast_rounds.h"
+#include "daemon/peer/round_exchange.h"
 #include "daemon/server/batch_queue.h"
 #include "daemon/server/batch_runner.h"
 #include "daemon/server/enqueue_validation.h"
@@ -115,6 +116,10 @@ struct JobLimits {
   // rounds among the daemons, without the leader's round trip
   // (job_steady_state.cc).
   bool steady_state_rounds = true;
+  // Or after rounds through the leader, over the coordination streams,
+  // where some node runs no rounds among the daemons
+  // (peer/leader_rounds.h).
+  bool leader_rounds = true;
 };
 
 class Job {
@@ -227,7 +232,7 @@ class Job {
   // One round: this daemon's part (the leader broadcasts its batch first),
   // then the leader's batches up to the round's sequence and the cached
   // collectives every daemon is ready for; false when the job ends.
-  bool steadyRound(peer::FastRounds& rounds, bool leader) GS_EXCLUDES(mutex_);
+  bool steadyRound(peer::RoundExchange& rounds, bool leader) GS_EXCLUDES(mutex_);
   // Follower, executor thread: runs the leader's batches up to `sequence`
   // (waiting for them); false when the job failed or stops.
   bool runLeaderBatchesUpTo(uint64_t sequence);
@@ -359,6 +364,7 @@ class Job {
   // it sent in them (executor thread; read by info()).
   std::atomic<uint64_t> steady_rounds_done_{0};
   std::atomic<uint64_t> steady_round_messages_{0};
+  std::atomic<uint64_t> steady_round_message_bytes_{0};  // among daemons; 0: through the leader (varies)
   std::atomic<int> size_;  // the job's size: spec_.size, smaller after elastic epoch changes
   std::unique_ptr<executor::GpuExecutor> gpu_executor_;  // null without GPUs
   executor::LocalExecutor executor_;

@@ -10,7 +10,7 @@
 namespace gradsync::server {
 
 void Job::executorLoop() {
-  if (cross_ && limits_.steady_state_rounds && !spec_.elastic) steadyExecutorLoop();
+  if (cross_ && (limits_.steady_state_rounds || limits_.leader_rounds) && !spec_.elastic) steadyExecutorLoop();
   for (;;) {
     std::optional<BatchQueue::Batch> next;
     {

@@ -57,7 +57,7 @@ bool Job::holdSteadyLocked(const std::shared_ptr<Session>& session, coordinator:
   // leave the rest waiting at the leader for them forever.
   if (!steady_rounds_ || !session || request.type != v1::ALLREDUCE || request.group_id != 0) return false;
   const uint64_t id = cross_->cachedId(request);
-  if (id == 0 || id > peer::FastRounds::kMaxIds) return false;
+  if (id == 0 || id > peer::RoundExchange::kMaxIds) return false;
   if (!steady_.knows(id)) learnSteadyLocked(id);
   // A second request of one name: the leader's negotiator names the error.
   if (!steady_.canHold(id, request.rank) || steady_.holds(request.rank, request.name)) return false;
@@ -70,25 +70,39 @@ bool Job::holdSteadyLocked(const std::shared_ptr<Session>& session, coordinator:
 }
 
 void Job::steadyExecutorLoop() {
-  // The membership (fixed: not elastic) and endpoints to every daemon.
-  auto mesh = cross_->mesh(0, Clock::now() + limits_.join_timeout + std::chrono::seconds(5), 1, {});
-  if (!mesh.isOk() || !*mesh || !cross_->steadyStateRounds()) return;  // the usual loop runs (or fails) the job
-  peer::FastRounds rounds(**mesh);
+  // The membership is fixed (not elastic). Rounds among the daemons need
+  // endpoints to every one; rounds through the leader, the streams alone.
+  const auto deadline = Clock::now() + limits_.join_timeout + std::chrono::seconds(5);
+  if (!cross_->waitFormed(deadline)) return;  // the usual loop runs (or fails) the job
+  std::unique_ptr<peer::FastRounds> among_daemons;
+  peer::RoundExchange* rounds = nullptr;
+  const char* how = "among";
+  if (cross_->steadyStateRounds()) {
+    auto mesh = cross_->mesh(0, deadline, 1, {});
+    if (!mesh.isOk() || !*mesh) return;
+    among_daemons = std::make_unique<peer::FastRounds>(**mesh);
+    rounds = among_daemons.get();
+    cross_->sayGoodbyeAtTheEnd();
+  } else if ((rounds = cross_->leaderRounds()) != nullptr) {
+    how = "through the leader among";
+  } else {
+    return;
+  }
   {
     MutexLock lock(mutex_);
     steady_members_ = cross_->members();
     steady_rounds_ = true;
   }
-  cross_->sayGoodbyeAtTheEnd();
+  steady_round_message_bytes_ = among_daemons ? peer::FastRounds::messageBytes() : 0;
   const bool leader = cross_->isLeader();
-  GS_LOG(executor, info, "job '{}': cached collectives run after rounds among the {} daemons", spec_.job_id,
-         (*mesh)->size());
+  GS_LOG(executor, info, "job '{}': cached collectives run after rounds {} the {} daemons", spec_.job_id, how,
+         steady_members_.size());
   bool peers_started = false;
   for (;;) {
     const SteadyPass pass = prepareSteadyPass(leader);
     if (pass.stop) break;
     if (!pass.wanted && !peers_started) {
-      auto started = rounds.waitForPeers(wake_fd_.get(), pass.wake_by);
+      auto started = rounds->waitForPeers(wake_fd_.get(), pass.wake_by);
       uint64_t drained;
       while (::read(wake_fd_.get(), &drained, sizeof drained) > 0) {
       }
@@ -100,7 +114,7 @@ void Job::steadyExecutorLoop() {
       continue;  // look again: what woke it may be local
     }
     peers_started = false;
-    if (!steadyRound(rounds, leader)) break;
+    if (!steadyRound(*rounds, leader)) break;
   }
   MutexLock lock(mutex_);
   steady_rounds_ = false;  // the usual loop fails what is left
@@ -141,11 +155,11 @@ Job::SteadyPass Job::prepareSteadyPass(bool leader) {
   return pass;
 }
 
-bool Job::steadyRound(peer::FastRounds& rounds, bool leader) {
+bool Job::steadyRound(peer::RoundExchange& rounds, bool leader) {
   // This daemon's part of the round.
   std::vector<uint64_t> ready;
   std::vector<coordinator::Response> batch;
-  peer::FastRounds::LeaderPart part;  // the leader's
+  peer::RoundExchange::LeaderPart part;  // the leader's
   uint64_t sequence = 0;
   {
     MutexLock lock(mutex_);

@@ -99,6 +99,37 @@ TEST_F(MultiDaemonTest, SteadyStateRoundsRunRepeatedStepsWithoutTheLeader) {
   EXPECT_LT(ended->cache_hits, 10) << log;  // the steps did not pass the leader's cache
 }
 
+// --steady-state leader-rounds: the same rounds through the leader, over
+// the coordination streams (no data plane for them): each daemon sends one
+// small message per round, whatever its ranks and tensors; the sums are
+// the scenario's to check. Three daemons, ranks interleaved.
+TEST_F(MultiDaemonTest, LeaderRoundsRunRepeatedStepsThroughTheLeader) {
+  startDaemons(3, {"--steady-state", "leader-rounds"});
+  auto ranks = launch("star-job", "repeat_allreduce", {0, 1, 2, 1, 0, 2});
+  std::string report;
+  ASSERT_TRUE(allSucceed(ranks, kTimeout, &report)) << report << logs();
+  auto steps = launchWith("star-steps", {"training_steps", "8"}, {0, 1, 2}, {});
+  ASSERT_TRUE(allSucceed(steps, kTimeout, &report)) << report << logs();
+  std::string log;
+  auto ended = leaderEndLine("star-job", &log);
+  ASSERT_TRUE(ended) << log;
+  EXPECT_NE(log.find("job 'star-job': cached collectives run after rounds through the leader among the 3 daemons"),
+            std::string::npos)
+      << log;
+  EXPECT_GE(ended->operations, 20) << log;
+  EXPECT_LT(ended->cache_hits, 10) << log;  // the steps did not pass the leader's negotiation
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(log, m,
+                                std::regex("job 'star-job' ended: .* ([0-9]+) steady-state rounds, ([0-9]+) messages "
+                                           "sent in them")))
+      << log;
+  EXPECT_GT(std::stoi(m[1]), 0);
+  // The leader sends an outcome to each of the 2 followers per round, and
+  // a BEGIN where one of them had not sent its part yet.
+  EXPECT_GE(std::stoi(m[2]), 2 * std::stoi(m[1]));
+  EXPECT_LE(std::stoi(m[2]), 4 * std::stoi(m[1]));
+}
+
 // A batch larger than gRPC's 4 MiB message limit (6,000 responses with long
 // names, about 5 MB in full) reaches the follower in parts of at most 1 MiB;
 // before, the follower's stream broke on it ("lost the leader").

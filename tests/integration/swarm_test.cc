@@ -33,16 +33,14 @@ TEST(SwarmTest, FollowersOfOneRankEachStepAgainstOneLeader) {
   std::string error;
   ASSERT_TRUE(leader.start({"--peer-address", "127.0.0.1:0", "--join-timeout-seconds", "120"}, &error)) << error;
   const std::string job = "swarm";
-  Process swarm = Process::spawn(
-      {runfile("tools/swarm/swarm"), "--leader", leader.peerAddress(), "--leader-pid",
-       std::to_string(leader.process().pid()), "--job", job, "--token", "secret-token", "--followers",
-       std::to_string(followers), "--tensors", std::to_string(tensors), "--steps", std::to_string(steps),
-       "--timeout-s", "240"},
-      {}, leader.dir() + "/swarm.log");
-  Process rank0 = leader.spawnRank(job, 0, followers + 1, {"empty_steps", std::to_string(steps), std::to_string(tensors)},
-                                   {{"GRADSYNC_LEADER", leader.peerAddress()},
-                                    {"GRADSYNC_LOCAL_RANK", "0"},
-                                    {"GRADSYNC_LOCAL_SIZE", "1"}});
+  Process swarm = Process::spawn({runfile("tools/swarm/swarm"), "--leader", leader.peerAddress(), "--leader-pid",
+                                  std::to_string(leader.process().pid()), "--job", job, "--token", "secret-token",
+                                  "--followers", std::to_string(followers), "--tensors", std::to_string(tensors),
+                                  "--steps", std::to_string(steps), "--timeout-s", "240"},
+                                 {}, leader.dir() + "/swarm.log");
+  Process rank0 = leader.spawnRank(
+      job, 0, followers + 1, {"empty_steps", std::to_string(steps), std::to_string(tensors)},
+      {{"GRADSYNC_LEADER", leader.peerAddress()}, {"GRADSYNC_LOCAL_RANK", "0"}, {"GRADSYNC_LOCAL_SIZE", "1"}});
   const int swarm_code = swarm.wait(std::chrono::seconds(270));
   const int rank0_code = rank0.wait(std::chrono::seconds(30));
   ASSERT_EQ(swarm_code, 0) << swarm.log() << "\n--- rank 0:\n" << rank0.log() << "\n--- leader:\n" << leader.log();
@@ -56,6 +54,23 @@ TEST(SwarmTest, FollowersOfOneRankEachStepAgainstOneLeader) {
   // opened (the JoinJob calls hold one each while the job forms).
   EXPECT_LT(field(line, "leader_threads"), 64) << line;
   EXPECT_LE(field(line, "largest_message"), 1 << 20) << line;
+  // Cached steps went by rounds through the leader (the swarm has no data
+  // plane): a small message per follower and round each way.
+  std::string leader_log;
+  ASSERT_TRUE(waitFor(
+      [&] {
+        leader_log = leader.log();
+        return leader_log.find("job 'swarm' ended") != std::string::npos;
+      },
+      std::chrono::seconds(10)))
+      << leader_log;
+  EXPECT_NE(leader_log.find("cached collectives run after rounds through the leader among the " +
+                            std::to_string(followers + 1) + " daemons"),
+            std::string::npos)
+      << leader_log;
+  EXPECT_LT(field(line, "follower_tx_bytes_per_step"), 1024) << line;
+  ASSERT_TRUE(std::regex_search(leader_log, m, std::regex("job 'swarm' ended: [^\n]*"))) << leader_log;
+  std::printf("%s\n", m[0].str().c_str());
 }
 
 }  // namespace

@@ -70,8 +70,10 @@ std::string controlPlane(const v1::JobInfo& job) {
       " per operation through the leader, largest message " + formatBytes(job.largest_coordination_message()) +
       "; cache hits " + std::to_string(job.cache_hits()) + "\n";
   out += "  steady-state rounds: " + std::to_string(job.steady_rounds()) + ", " +
-         fixed("%.1f", static_cast<double>(job.steady_round_messages()) / rounds) + " messages of " +
-         formatBytes(job.steady_round_message_bytes()) + " sent per round\n";
+         fixed("%.1f", static_cast<double>(job.steady_round_messages()) / rounds) + " messages" +
+         (job.steady_round_message_bytes() > 0 ? " of " + formatBytes(job.steady_round_message_bytes())
+                                               : " (through the leader: counted above too)") +
+         " sent per round\n";
   out += "  allreduces among daemons: direct " + std::to_string(job.allreduces_direct()) + ", recursive doubling " +
          std::to_string(job.allreduces_doubling()) + ", ring " + std::to_string(job.allreduces_ring()) + "\n";
   return out;

@@ -122,7 +122,8 @@ class Progress {
   // at `deadline`.
   bool waitFor(int count, Clock::time_point deadline, std::string* why) {
     MutexLock lock(mutex_);
-    const bool ok = cv_.wait_until(lock, deadline, [&]() GS_REQUIRES(mutex_) { return done_ >= count || !failure_.empty(); });
+    const bool ok =
+        cv_.wait_until(lock, deadline, [&]() GS_REQUIRES(mutex_) { return done_ >= count || !failure_.empty(); });
     if (!failure_.empty()) {
       *why = failure_;
       return false;
@@ -159,8 +160,8 @@ bool joinAll(const std::vector<std::unique_ptr<SwarmFollower>>& followers,
   cross_ranks->assign(n, -1);
   Mutex mutex;
   CondVar cv;
-  size_t answered = 0;                 // for good: joined or refused
-  std::vector<size_t> again;           // refused as too early
+  size_t answered = 0;        // for good: joined or refused
+  std::vector<size_t> again;  // refused as too early
   std::vector<grpc::Status> statuses(n);
   std::vector<v1::JoinJobResponse> responses(n);
   std::vector<std::unique_ptr<grpc::ClientContext>> contexts(n);

@@ -4,13 +4,12 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "daemon/peer/leader_rounds.h"
+
 namespace gradsync::swarm {
 
 SwarmFollower::SwarmFollower(const SwarmJob& job, int rank, FollowerEvents* events)
-    : job_(job),
-      rank_(rank),
-      events_(events),
-      address_("swarm-node-" + std::to_string(rank) + ".invalid:1") {}
+    : job_(job), rank_(rank), events_(events), address_("swarm-node-" + std::to_string(rank) + ".invalid:1") {}
 
 v1::JoinJobRequest SwarmFollower::joinRequest() const {
   v1::JoinJobRequest request;
@@ -22,8 +21,9 @@ v1::JoinJobRequest SwarmFollower::joinRequest() const {
   node->set_hostname("swarm-" + std::to_string(rank_));
   node->add_ranks(rank_);
   node->add_pids(1000000 + rank_);
-  node->set_ucx_address("");  // no data plane: the tensors are empty
-  node->set_steady_state_rounds(false);
+  node->set_ucx_address("");             // no data plane: the tensors are empty
+  node->set_steady_state_rounds(false);  // no data plane: rounds through the leader
+  node->set_leader_rounds(true);
   return request;
 }
 
@@ -41,31 +41,71 @@ void SwarmFollower::open(v1::Peer::Stub* stub, int cross_rank) {
 
 void SwarmFollower::submitStep(int tensors) {
   waiting_.store(tensors);
-  // As a follower daemon's link merges the requests its ranks submitted
-  // while it wrote: here the whole step at once.
-  v1::FollowerMessage message;
+  const v1::FollowerMessage* first = nullptr;
   {
     MutexLock lock(mutex_);
+    std::vector<uint64_t> ids;
     for (int t = 0; t < tensors; ++t) {
-      const std::string name = "empty." + std::to_string(t);
-      v1::FollowerMessage::Request* request = message.mutable_requests()->add_requests();
-      request->set_rank(rank_);
-      auto id = id_of_name_.find(name);
-      if (id != id_of_name_.end()) {
-        request->set_cache_id(id->second);
-        request->set_handle(++handle_);
-        continue;
+      auto id = id_of_name_.find("empty." + std::to_string(t));
+      if (id != id_of_name_.end()) ids.push_back(id->second);
+    }
+    if (static_cast<int>(ids.size()) == tensors) {
+      // Cached: the step's ids go into the rounds.
+      ready_ = std::move(ids);
+      if (!in_round_) first = queueLocked(partLocked());
+    } else {
+      // As a follower daemon's link merges the requests its ranks submitted
+      // while it wrote: here the whole step at once.
+      v1::FollowerMessage message;
+      for (int t = 0; t < tensors; ++t) {
+        v1::FollowerMessage::Request* request = message.mutable_requests()->add_requests();
+        request->set_rank(rank_);
+        v1::Enqueue* enqueue = request->mutable_enqueue();
+        enqueue->set_name("empty." + std::to_string(t));
+        enqueue->set_type(v1::ALLREDUCE);
+        enqueue->set_dtype(v1::FLOAT32);
+        enqueue->add_shape(0);
+        enqueue->set_op(v1::SUM);
+        enqueue->set_handle(++handle_);
       }
-      v1::Enqueue* enqueue = request->mutable_enqueue();
-      enqueue->set_name(name);
-      enqueue->set_type(v1::ALLREDUCE);
-      enqueue->set_dtype(v1::FLOAT32);
-      enqueue->add_shape(0);
-      enqueue->set_op(v1::SUM);
-      enqueue->set_handle(++handle_);
+      first = queueLocked(std::move(message));
     }
   }
-  send(std::move(message));
+  if (first != nullptr) StartWrite(first);
+}
+
+v1::FollowerMessage SwarmFollower::partLocked() {
+  v1::FollowerMessage message;
+  v1::RoundMessage* part = message.mutable_round();
+  part->set_kind(v1::RoundMessage::PART);
+  part->set_round(round_);
+  for (uint64_t word : peer::idsToBits(ready_)) part->add_bits(word);
+  in_round_ = true;
+  return message;
+}
+
+void SwarmFollower::onRound(const v1::RoundMessage& message) {
+  const v1::FollowerMessage* first = nullptr;
+  int answered = 0;
+  {
+    MutexLock lock(mutex_);
+    if (message.kind() == v1::RoundMessage::BEGIN) {
+      if (message.round() == round_ && !in_round_) first = queueLocked(partLocked());
+    } else if (message.kind() == v1::RoundMessage::OUTCOME && message.round() == round_) {
+      in_round_ = false;
+      ++round_;
+      const std::vector<uint64_t> ran = peer::bitsToIds(message.bits().data(), message.bits_size());
+      const auto before = ready_.size();
+      ready_.erase(std::remove_if(ready_.begin(), ready_.end(),
+                                  [&](uint64_t id) { return std::binary_search(ran.begin(), ran.end(), id); }),
+                   ready_.end());
+      answered = static_cast<int>(before - ready_.size());
+      // What is left is still wanted: this follower begins the next round.
+      if (!ready_.empty()) first = queueLocked(partLocked());
+    }
+  }
+  if (first != nullptr) StartWrite(first);
+  if (answered > 0 && waiting_.fetch_sub(answered) == answered) events_->step_done();
 }
 
 void SwarmFollower::heartbeat(int64_t now_ms) {
@@ -98,13 +138,17 @@ void SwarmFollower::send(v1::FollowerMessage message) {
   const v1::FollowerMessage* first = nullptr;
   {
     MutexLock lock(mutex_);
-    if (closing_ || done_) return;
-    traffic_.bytes_sent += message.ByteSizeLong();
-    outgoing_.push_back(std::move(message));
-    if (outgoing_.size() == 1) first = &outgoing_.front();
+    first = queueLocked(std::move(message));
   }
   // Outside the lock: the write may complete at once, on this thread.
   if (first != nullptr) StartWrite(first);
+}
+
+const v1::FollowerMessage* SwarmFollower::queueLocked(v1::FollowerMessage message) {
+  if (closing_ || done_) return nullptr;
+  traffic_.bytes_sent += message.ByteSizeLong();
+  outgoing_.push_back(std::move(message));
+  return outgoing_.size() == 1 ? &outgoing_.front() : nullptr;
 }
 
 void SwarmFollower::OnWriteDone(bool ok) {
@@ -151,6 +195,8 @@ void SwarmFollower::onMessage(const v1::LeaderMessage& message) {
     // (Once its step was answered, the job's end is no failure of the step:
     // the leader's rank may finish and leave first.)
     events_->failed("rank " + std::to_string(rank_) + ": the leader failed the job: " + message.failure().message());
+  } else if (message.has_round()) {
+    onRound(message.round());
   } else if (message.has_new_epoch()) {
     events_->failed("rank " + std::to_string(rank_) + ": the leader started a new epoch");
   }

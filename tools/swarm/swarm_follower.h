@@ -3,8 +3,10 @@
 // joins a real leader, opens its coordination stream (gRPC's callback API:
 // the swarm holds a thousand streams on a few threads), sends heartbeats,
 // and each step forwards its rank's requests in one message, as a real
-// follower's link merges them (by response-cache id once cached), and waits
-// for the leader's batches that answer them. It has no data plane (the
+// follower's link merges them, and waits for the leader's batches that
+// answer them; once the step is cached, it takes part in the rounds through
+// the leader instead (leader_rounds.h: a PART of the ids its rank is ready
+// for, answered by the OUTCOME), as a follower daemon does. It has no data plane (the
 // swarm's tensors are empty), and it keeps of each response only its cache
 // id and whether its rank took part: a real follower rebuilds every rank's
 // request (CoordinationCodec), which a thousand of them in one process
@@ -19,6 +21,7 @@
 #include <memory>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "base/mutex.h"
 #include "base/thread_annotations.h"
@@ -35,8 +38,8 @@ struct SwarmJob {
 
 // What the followers tell the swarm.
 struct FollowerEvents {
-  std::function<void()> step_done;                          // every request of the step was answered
-  std::function<void(const std::string& cause)> failed;     // the leader failed the job or the stream ended early
+  std::function<void()> step_done;                       // every request of the step was answered
+  std::function<void(const std::string& cause)> failed;  // the leader failed the job or the stream ended early
 };
 
 class SwarmFollower : public grpc::ClientBidiReactor<v1::FollowerMessage, v1::LeaderMessage> {
@@ -70,6 +73,12 @@ class SwarmFollower : public grpc::ClientBidiReactor<v1::FollowerMessage, v1::Le
   void send(v1::FollowerMessage message) GS_EXCLUDES(mutex_);
   void onMessage(const v1::LeaderMessage& message);
   void onBatch(const v1::Batch& batch);
+  void onRound(const v1::RoundMessage& message);
+  // The PART of the current round, its ready ids (mutex_ held by the caller:
+  // it must go out before a later round's).
+  v1::FollowerMessage partLocked() GS_REQUIRES(mutex_);
+  // Requests queued; the caller writes the first if it returns it.
+  const v1::FollowerMessage* queueLocked(v1::FollowerMessage message) GS_REQUIRES(mutex_);
 
   const SwarmJob job_;
   const int rank_;
@@ -80,6 +89,11 @@ class SwarmFollower : public grpc::ClientBidiReactor<v1::FollowerMessage, v1::Le
   // whether this rank takes part in each cached response.
   std::unordered_map<std::string, uint64_t> id_of_name_ GS_GUARDED_BY(mutex_);
   std::unordered_map<uint64_t, bool> mine_by_id_ GS_GUARDED_BY(mutex_);
+  // The rounds: the current one, whether its PART went out, and the ids of
+  // this step not run yet.
+  uint64_t round_ GS_GUARDED_BY(mutex_) = 1;
+  bool in_round_ GS_GUARDED_BY(mutex_) = false;
+  std::vector<uint64_t> ready_ GS_GUARDED_BY(mutex_);
   peer::BatchAssembler parts_;  // the reader's
   v1::LeaderMessage incoming_;
   std::atomic<int> waiting_{0};  // requests of the step not answered yet

@@ -1,0 +1,225 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "daemon/peer/leader_rounds.h"
+
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <algorithm>
+
+namespace gradsync::peer {
+
+std::vector<uint64_t> idsToBits(const std::vector<uint64_t>& ids) {
+  std::vector<uint64_t> words(LeaderRounds::kWords, 0);
+  for (uint64_t id : ids) {
+    if (id >= 1 && id <= RoundExchange::kMaxIds) words[(id - 1) / 64] |= uint64_t{1} << ((id - 1) % 64);
+  }
+  while (!words.empty() && words.back() == 0) words.pop_back();
+  return words;
+}
+
+std::vector<uint64_t> bitsToIds(const uint64_t* words, size_t count) {
+  std::vector<uint64_t> ids;
+  for (size_t w = 0; w < count; ++w) {
+    for (uint64_t bits = words[w]; bits != 0; bits &= bits - 1) {
+      ids.push_back(w * 64 + static_cast<uint64_t>(__builtin_ctzll(bits)) + 1);
+    }
+  }
+  return ids;
+}
+
+LeaderRounds::LeaderRounds(bool leader, int followers, std::function<void(const v1::RoundMessage&)> send)
+    : leader_(leader),
+      followers_(leader ? followers : 0),
+      send_(std::move(send)),
+      event_fd_(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {}
+
+void LeaderRounds::deliver(const v1::RoundMessage& message, int cross_rank) {
+  MutexLock lock(mutex_);
+  if (!aborted_.empty()) return;
+  const std::string where = "round " + std::to_string(message.round()) + " of the cached steady state";
+  if (message.bits_size() > static_cast<int>(kWords)) {
+    failLocked(where + ": " + std::to_string(message.bits_size()) + " words of bits, more than " +
+               std::to_string(kWords));
+    return;
+  }
+  if (leader_) {
+    // A follower is at most one round ahead: it sent its part of the round
+    // the leader has just finished announcing.
+    if (message.kind() != v1::RoundMessage::PART || cross_rank < 1 || cross_rank > followers_ ||
+        message.round() < round_ || message.round() > round_ + 1) {
+      failLocked(where + ": node " + std::to_string(cross_rank) + " sent it out of turn (round " +
+                 std::to_string(round_) + " was due)");
+      return;
+    }
+    Parts& parts = parts_[message.round()];
+    if (parts.seen.empty()) parts.seen.assign(static_cast<size_t>(followers_) + 1, false);
+    if (parts.seen[cross_rank]) {
+      failLocked(where + ": node " + std::to_string(cross_rank) + " sent its part twice");
+      return;
+    }
+    parts.seen[cross_rank] = true;
+    ++parts.count;
+    for (size_t w = 0; w < kWords; ++w) {
+      parts.bits[w] &= w < static_cast<size_t>(message.bits_size()) ? message.bits(static_cast<int>(w)) : 0;
+    }
+  } else if (message.kind() == v1::RoundMessage::BEGIN) {
+    begun_ = std::max(begun_, message.round());
+  } else if (message.kind() == v1::RoundMessage::OUTCOME && message.round() >= round_) {
+    outcomes_[message.round()] = message;
+  } else {
+    failLocked(where + ": the leader sent it out of turn (round " + std::to_string(round_) + " was due)");
+    return;
+  }
+  wakeLocked();
+}
+
+void LeaderRounds::abort(const std::string& reason) {
+  MutexLock lock(mutex_);
+  if (aborted_.empty()) failLocked(reason);
+}
+
+void LeaderRounds::failLocked(const std::string& reason) {
+  aborted_ = reason;
+  wakeLocked();
+}
+
+void LeaderRounds::wakeLocked() {
+  cv_.notify_all();
+  const uint64_t one = 1;
+  (void)!::write(event_fd_.get(), &one, sizeof one);
+}
+
+bool LeaderRounds::begunLocked() const {
+  if (leader_) {
+    auto it = parts_.find(round_);
+    return it != parts_.end() && it->second.count > 0;
+  }
+  return begun_ >= round_ || outcomes_.count(round_) > 0;
+}
+
+StatusOr<bool> LeaderRounds::waitForPeers(int wake_fd, transport::Clock::time_point until) {
+  for (;;) {
+    {
+      MutexLock lock(mutex_);
+      if (!aborted_.empty()) return aborted(aborted_);
+      if (begunLocked()) return true;
+    }
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - transport::Clock::now()).count();
+    if (left <= 0) return false;
+    pollfd fds[2] = {{event_fd_.get(), POLLIN, 0}, {wake_fd, POLLIN, 0}};
+    const int ready = ::poll(fds, wake_fd >= 0 ? 2 : 1, static_cast<int>(std::min<int64_t>(left, 1000)));
+    uint64_t drained;
+    while (::read(event_fd_.get(), &drained, sizeof drained) > 0) {
+    }
+    if (ready > 0 && wake_fd >= 0 && (fds[1].revents & POLLIN) != 0) {
+      MutexLock lock(mutex_);
+      return begunLocked();
+    }
+  }
+}
+
+StatusOr<RoundExchange::Outcome> LeaderRounds::exchange(const std::vector<uint64_t>& ready, LeaderPart leader,
+                                                        transport::Clock::time_point deadline) {
+  std::vector<uint64_t> mine = idsToBits(ready);
+  return leader_ ? lead(std::move(mine), leader, deadline) : follow(std::move(mine), deadline);
+}
+
+StatusOr<RoundExchange::Outcome> LeaderRounds::lead(std::vector<uint64_t> mine, LeaderPart part,
+                                                    transport::Clock::time_point deadline) {
+  uint64_t round;
+  bool begin;
+  {
+    MutexLock lock(mutex_);
+    if (!aborted_.empty()) return aborted(aborted_);
+    round = round_;
+    begin = parts_[round].count < followers_;
+  }
+  if (begin) {  // the followers still idle join in
+    v1::RoundMessage message;
+    message.set_kind(v1::RoundMessage::BEGIN);
+    message.set_round(round);
+    send_(message);
+  }
+  v1::RoundMessage outcome;
+  {
+    MutexLock lock(mutex_);
+    messages_sent_ += begin ? static_cast<uint64_t>(followers_) : 0;
+    const bool all = cv_.wait_until(lock, deadline, [&]() GS_REQUIRES(mutex_) {
+      return !aborted_.empty() || parts_[round].count == followers_;
+    });
+    if (!aborted_.empty()) return aborted(aborted_);
+    Parts& parts = parts_[round];
+    if (!all) {
+      std::string missing;
+      int listed = 0;
+      for (int node = 1; node <= followers_ && listed < 8; ++node) {
+        if (!parts.seen.empty() && parts.seen[node]) continue;
+        missing += (missing.empty() ? "" : ", ") + std::to_string(node);
+        ++listed;
+      }
+      return deadlineExceeded("round " + std::to_string(round) + " of the cached steady state: " +
+                              std::to_string(followers_ - parts.count) + " of " + std::to_string(followers_) +
+                              " follower nodes sent no part (nodes " + missing +
+                              (followers_ - parts.count > listed ? ", ..." : "") + ")");
+    }
+    mine.resize(kWords, 0);
+    for (size_t w = 0; w < kWords; ++w) mine[w] &= parts.bits[w];
+    parts_.erase(round);
+    ++round_;
+    messages_sent_ += static_cast<uint64_t>(followers_);
+  }
+  Outcome result;
+  result.leader_sequence = part.sequence;
+  result.fusion_threshold_bytes = part.fusion_threshold_bytes;
+  result.ids = bitsToIds(mine.data(), mine.size());
+  outcome.set_kind(v1::RoundMessage::OUTCOME);
+  outcome.set_round(round);
+  for (uint64_t w : idsToBits(result.ids)) outcome.add_bits(w);
+  outcome.set_leader_sequence(part.sequence);
+  outcome.set_fusion_threshold_bytes(part.fusion_threshold_bytes);
+  send_(outcome);
+  return result;
+}
+
+StatusOr<RoundExchange::Outcome> LeaderRounds::follow(std::vector<uint64_t> mine, transport::Clock::time_point deadline) {
+  v1::RoundMessage message;
+  message.set_kind(v1::RoundMessage::PART);
+  for (uint64_t w : mine) message.add_bits(w);
+  uint64_t round;
+  {
+    MutexLock lock(mutex_);
+    if (!aborted_.empty()) return aborted(aborted_);
+    round = round_;
+    ++messages_sent_;
+  }
+  message.set_round(round);
+  send_(message);
+  MutexLock lock(mutex_);
+  if (!cv_.wait_until(lock, deadline,
+                      [&]() GS_REQUIRES(mutex_) { return !aborted_.empty() || outcomes_.count(round) > 0; })) {
+    return deadlineExceeded("round " + std::to_string(round) +
+                            " of the cached steady state: no outcome from the leader in time");
+  }
+  if (!aborted_.empty()) return aborted(aborted_);
+  const v1::RoundMessage outcome = std::move(outcomes_[round]);
+  outcomes_.erase(round);
+  ++round_;
+  Outcome result;
+  result.leader_sequence = outcome.leader_sequence();
+  result.fusion_threshold_bytes = outcome.fusion_threshold_bytes();
+  result.ids = bitsToIds(outcome.bits().data(), static_cast<size_t>(outcome.bits_size()));
+  return result;
+}
+
+uint64_t LeaderRounds::round() const {
+  MutexLock lock(mutex_);
+  return round_;
+}
+
+uint64_t LeaderRounds::messagesSent() const {
+  MutexLock lock(mutex_);
+  return messages_sent_;
+}
+
+}  // namespace gradsync::peer
