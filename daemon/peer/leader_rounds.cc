@@ -145,9 +145,8 @@ StatusOr<RoundExchange::Outcome> LeaderRounds::lead(std::vector<uint64_t> mine, 
   {
     MutexLock lock(mutex_);
     messages_sent_ += begin ? static_cast<uint64_t>(followers_) : 0;
-    const bool all = cv_.wait_until(lock, deadline, [&]() GS_REQUIRES(mutex_) {
-      return !aborted_.empty() || parts_[round].count == followers_;
-    });
+    const bool all = cv_.wait_until(
+        lock, deadline, [&]() GS_REQUIRES(mutex_) { return !aborted_.empty() || parts_[round].count == followers_; });
     if (!aborted_.empty()) return aborted(aborted_);
     Parts& parts = parts_[round];
     if (!all) {
@@ -158,9 +157,9 @@ StatusOr<RoundExchange::Outcome> LeaderRounds::lead(std::vector<uint64_t> mine, 
         missing += (missing.empty() ? "" : ", ") + std::to_string(node);
         ++listed;
       }
-      return deadlineExceeded("round " + std::to_string(round) + " of the cached steady state: " +
-                              std::to_string(followers_ - parts.count) + " of " + std::to_string(followers_) +
-                              " follower nodes sent no part (nodes " + missing +
+      return deadlineExceeded("round " + std::to_string(round) +
+                              " of the cached steady state: " + std::to_string(followers_ - parts.count) + " of " +
+                              std::to_string(followers_) + " follower nodes sent no part (nodes " + missing +
                               (followers_ - parts.count > listed ? ", ..." : "") + ")");
     }
     mine.resize(kWords, 0);
@@ -182,7 +181,8 @@ StatusOr<RoundExchange::Outcome> LeaderRounds::lead(std::vector<uint64_t> mine, 
   return result;
 }
 
-StatusOr<RoundExchange::Outcome> LeaderRounds::follow(std::vector<uint64_t> mine, transport::Clock::time_point deadline) {
+StatusOr<RoundExchange::Outcome> LeaderRounds::follow(std::vector<uint64_t> mine,
+                                                      transport::Clock::time_point deadline) {
   v1::RoundMessage message;
   message.set_kind(v1::RoundMessage::PART);
   for (uint64_t w : mine) message.add_bits(w);

@@ -69,8 +69,8 @@ class LeaderRounds : public RoundExchange {
   uint64_t round_ GS_GUARDED_BY(mutex_) = 1;
   uint64_t messages_sent_ GS_GUARDED_BY(mutex_) = 0;
   std::string aborted_ GS_GUARDED_BY(mutex_);
-  std::map<uint64_t, Parts> parts_ GS_GUARDED_BY(mutex_);              // leader: by round
-  uint64_t begun_ GS_GUARDED_BY(mutex_) = 0;                          // follower: the last round begun
+  std::map<uint64_t, Parts> parts_ GS_GUARDED_BY(mutex_);                // leader: by round
+  uint64_t begun_ GS_GUARDED_BY(mutex_) = 0;                             // follower: the last round begun
   std::map<uint64_t, v1::RoundMessage> outcomes_ GS_GUARDED_BY(mutex_);  // follower: by round
 };
 

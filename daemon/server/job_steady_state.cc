@@ -88,15 +88,16 @@ void Job::steadyExecutorLoop() {
   } else {
     return;
   }
+  size_t daemons;
   {
     MutexLock lock(mutex_);
     steady_members_ = cross_->members();
     steady_rounds_ = true;
+    daemons = steady_members_.size();
   }
   steady_round_message_bytes_ = among_daemons ? peer::FastRounds::messageBytes() : 0;
   const bool leader = cross_->isLeader();
-  GS_LOG(executor, info, "job '{}': cached collectives run after rounds {} the {} daemons", spec_.job_id, how,
-         steady_members_.size());
+  GS_LOG(executor, info, "job '{}': cached collectives run after rounds {} the {} daemons", spec_.job_id, how, daemons);
   bool peers_started = false;
   for (;;) {
     const SteadyPass pass = prepareSteadyPass(leader);
