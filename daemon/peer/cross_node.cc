@@ -48,11 +48,14 @@ CrossNode::CrossNode(CrossNodeOptions options, Hooks hooks)
       codec_(options_.job_id, options_.response_cache_capacity) {}
 
 CrossNode::~CrossNode() {
+  std::vector<std::pair<JoinAnswer, StatusOr<v1::JoinJobResponse>>> joins;
   {
     MutexLock lock(mutex_);
     stopping_ = true;
     if (join_call_ != nullptr) join_call_->TryCancel();
+    joins = dueJoinsLocked(CrossClock::now());
   }
+  for (auto& [answer, result] : joins) answer(std::move(result));
   formed_cv_.notify_all();
   abortRounds("job '" + options_.job_id + "' stopped");
   // Leave gracefully: the leader then knows this node's ranks finished
@@ -141,8 +144,31 @@ void CrossNode::makeNcclIdLocked() {
   nccl_id_ = std::move(id).value();
 }
 
-StatusOr<v1::JoinJobResponse> CrossNode::acceptJoin(const v1::JoinJobRequest& request) {
-  MutexLock lock(mutex_);
+void CrossNode::acceptJoin(const v1::JoinJobRequest& request, JoinAnswer answer) {
+  std::optional<StatusOr<v1::JoinJobResponse>> now;
+  std::vector<std::pair<JoinAnswer, StatusOr<v1::JoinJobResponse>>> due;
+  bool candidate = false;
+  {
+    MutexLock lock(mutex_);
+    if (Status checked = checkJoinLocked(request); !checked.isOk()) {
+      now = checked;
+    } else if (request.elastic_join()) {
+      candidate = true;
+    } else {
+      now = joinLocked(request);
+      if (!now) pending_joins_.push_back({std::move(answer), CrossClock::now() + options_.join_timeout});
+      due = dueJoinsLocked(CrossClock::now());
+    }
+  }
+  if (candidate) {
+    answer(acceptCandidate(request));
+    return;
+  }
+  if (now) answer(std::move(*now));
+  for (auto& [waiting, result] : due) waiting(std::move(result));
+}
+
+Status CrossNode::checkJoinLocked(const v1::JoinJobRequest& request) const {
   // NOT_FOUND: the follower retries (this daemon's ranks may register later).
   if (!leader_ || !builder_) return notFound("job '" + options_.job_id + "' is not led by this daemon (yet)");
   if (request.token() != options_.token) return unauthenticated("job '" + options_.job_id + "': token does not match");
@@ -150,37 +176,60 @@ StatusOr<v1::JoinJobResponse> CrossNode::acceptJoin(const v1::JoinJobRequest& re
     return failedPrecondition("job '" + options_.job_id + "': " + membership::describeNode(request.node()) +
                               " disagrees on the job's size or process sets");
   }
-  if (request.elastic_join()) {
-    lock.unlock();
-    return acceptCandidate(request);
-  }
+  return okStatus();
+}
+
+std::optional<StatusOr<v1::JoinJobResponse>> CrossNode::joinLocked(const v1::JoinJobRequest& request) {
   if (book_.epoch() > 1) {
     return failedPrecondition("job '" + options_.job_id + "' is at epoch " + std::to_string(book_.epoch()) + ": " +
                               membership::describeNode(request.node()) +
                               " joins a running job only for new ranks "
                               "(GRADSYNC_ELASTIC_JOIN)");
   }
-  if (!book_.formed()) {
-    RETURN_IF_ERROR(builder_->add(request.node()));
-    if (builder_->complete()) {
-      book_.form(builder_->ordered(), 1);
-      makeNcclIdLocked();
-      GS_LOG(control, info, "job '{}': all {} nodes joined", options_.job_id, book_.members().size());
-      formed_cv_.notify_all();
-    }
-  }
-  const auto deadline = CrossClock::now() + options_.join_timeout;
-  if (!formed_cv_.wait_until(lock, deadline, [&]() GS_REQUIRES(mutex_) { return book_.formed() || stopping_; })) {
-    std::string missing;
-    for (int r : builder_->missingRanks()) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
-    return deadlineExceeded("job '" + options_.job_id + "': ranks [" + missing + "] never joined");
-  }
   if (stopping_) return unavailable("job '" + options_.job_id + "' stopped");
+  if (book_.formed()) return membershipLocked();
+  if (Status added = builder_->add(request.node()); !added.isOk()) return added;
+  if (builder_->complete()) {
+    book_.form(builder_->ordered(), 1);
+    makeNcclIdLocked();
+    GS_LOG(control, info, "job '{}': all {} nodes joined", options_.job_id, book_.members().size());
+    formed_cv_.notify_all();
+    return membershipLocked();
+  }
+  return std::nullopt;
+}
+
+v1::JoinJobResponse CrossNode::membershipLocked() const {
   v1::JoinJobResponse response;
   response.set_epoch(1);
   for (const auto& node : book_.members()) *response.add_nodes() = node;
   response.set_nccl_unique_id(nccl_id_);
   return response;
+}
+
+std::vector<std::pair<CrossNode::JoinAnswer, StatusOr<v1::JoinJobResponse>>> CrossNode::dueJoinsLocked(
+    CrossClock::time_point now) {
+  std::vector<std::pair<JoinAnswer, StatusOr<v1::JoinJobResponse>>> due;
+  if (pending_joins_.empty()) return due;
+  std::optional<v1::JoinJobResponse> membership;
+  if (book_.formed()) membership = membershipLocked();  // built once for all of them
+  for (auto it = pending_joins_.begin(); it != pending_joins_.end();) {
+    if (membership) {
+      due.emplace_back(std::move(it->answer), *membership);
+    } else if (stopping_) {
+      due.emplace_back(std::move(it->answer), unavailable("job '" + options_.job_id + "' stopped"));
+    } else if (now >= it->deadline) {
+      std::string missing;
+      for (int r : builder_->missingRanks()) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+      due.emplace_back(std::move(it->answer),
+                       deadlineExceeded("job '" + options_.job_id + "': ranks [" + missing + "] never joined"));
+    } else {
+      ++it;
+      continue;
+    }
+    it = pending_joins_.erase(it);
+  }
+  return due;
 }
 
 class CrossNode::ServedFollower : public FollowerSession {
@@ -537,6 +586,12 @@ void CrossNode::tick(CrossClock::time_point now) {
   const bool paused = selfPaused(now);
   uint64_t current_epoch;
   if (leader_) {
+    std::vector<std::pair<JoinAnswer, StatusOr<v1::JoinJobResponse>>> joins;  // past their deadline
+    {
+      MutexLock lock(mutex_);
+      joins = dueJoinsLocked(now);
+    }
+    for (auto& [answer, result] : joins) answer(std::move(result));
     if (paused) resumed_ms_.store(now_ms);  // the followers' silence so far was this daemon's pause
     std::vector<std::pair<std::shared_ptr<Follower>, v1::NodeInfo>> followers;
     std::vector<v1::NodeInfo> absent;  // members that never followed this daemon since it took over

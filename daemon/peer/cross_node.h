@@ -105,8 +105,12 @@ class CrossNode : public NodeEndpoints {
   void start(const std::vector<int>& local_ranks, const std::vector<int64_t>& pids);
   bool isLeader() const { return leader_; }
 
-  // Leader: a follower's JoinJob, answered once every node joined.
-  StatusOr<v1::JoinJobResponse> acceptJoin(const v1::JoinJobRequest& request);
+  // Leader: a follower's JoinJob. `answer` is called once, maybe at once on
+  // this thread, never under a lock of this: with the membership once every
+  // node joined, or why not (refused, the others did not join within the
+  // join timeout, the job stopped). No thread waits meanwhile.
+  using JoinAnswer = std::function<void(StatusOr<v1::JoinJobResponse>)>;
+  void acceptJoin(const v1::JoinJobRequest& request, JoinAnswer answer);
   // Leader: a follower's Coordinate stream, opened with `hello`, its writes
   // going to `stream`: sets the session that serves it, or returns why it is
   // refused.
@@ -268,6 +272,20 @@ class CrossNode : public NodeEndpoints {
       GS_EXCLUDES(mutex_);
   // Leader: a follower's JoinerReady or JoinerGone.
   void joinerReport(Follower* follower, const v1::FollowerMessage& message);
+  // Leader, acceptJoin's parts: the answer now (nullopt: it waits for the
+  // other nodes), and the answers due at `now` (all of them once the job
+  // formed; those past their deadline; all when it stops), to call outside
+  // the lock.
+  Status checkJoinLocked(const v1::JoinJobRequest& request) const GS_REQUIRES(mutex_);
+  std::optional<StatusOr<v1::JoinJobResponse>> joinLocked(const v1::JoinJobRequest& request) GS_REQUIRES(mutex_);
+  v1::JoinJobResponse membershipLocked() const GS_REQUIRES(mutex_);
+  std::vector<std::pair<JoinAnswer, StatusOr<v1::JoinJobResponse>>> dueJoinsLocked(CrossClock::time_point now)
+      GS_REQUIRES(mutex_);
+  struct PendingJoin {
+    JoinAnswer answer;
+    CrossClock::time_point deadline;
+  };
+  std::vector<PendingJoin> pending_joins_ GS_GUARDED_BY(mutex_);
   // Leader: a node holding no rank asks to join the running job for its
   // new ranks (JoinJobRequest.elastic_join): kept as a candidate.
   StatusOr<v1::JoinJobResponse> acceptCandidate(const v1::JoinJobRequest& request);

@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <functional>
+#include <future>
 #include <thread>
 
 #include "daemon/peer/coordinate_reactor.h"
@@ -99,7 +100,11 @@ class OneJobPeerService final : public v1::Peer::WithCallbackMethod_Coordinate<v
                        v1::JoinJobResponse* response) override {
     CrossNode* node = node_.load();
     if (node == nullptr) return grpc::Status(grpc::StatusCode::NOT_FOUND, "no job here yet");
-    auto answer = node->acceptJoin(*request);
+    std::promise<StatusOr<v1::JoinJobResponse>> promise;
+    auto future = promise.get_future();
+    node->acceptJoin(*request,
+                     [&promise](StatusOr<v1::JoinJobResponse> answer) { promise.set_value(std::move(answer)); });
+    auto answer = future.get();
     if (answer.isOk()) *response = std::move(answer).value();
     return toGrpc(answer.status());
   }

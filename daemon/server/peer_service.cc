@@ -6,18 +6,23 @@
 
 namespace gradsync::server {
 
-grpc::Status PeerService::JoinJob(grpc::ServerContext*, const v1::JoinJobRequest* request,
-                                  v1::JoinJobResponse* response) {
+grpc::ServerUnaryReactor* PeerService::JoinJob(grpc::CallbackServerContext* context, const v1::JoinJobRequest* request,
+                                               v1::JoinJobResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   auto job = registry_->findJob(request->job_id());
   // NOT_FOUND: the leader's own ranks may not have registered yet; the
   // follower retries until its join deadline.
   if (!job || !job->crossNode()) {
-    return grpc::Status(grpc::StatusCode::NOT_FOUND, "no multi-node job '" + request->job_id() + "' here (yet)");
+    reactor->Finish(
+        grpc::Status(grpc::StatusCode::NOT_FOUND, "no multi-node job '" + request->job_id() + "' here (yet)"));
+    return reactor;
   }
-  auto membership = job->crossNode()->acceptJoin(*request);
-  if (!membership.isOk()) return toGrpc(membership.status());
-  *response = std::move(membership).value();
-  return grpc::Status::OK;
+  // The job answers every pending join before it goes (its CrossNode's end).
+  job->crossNode()->acceptJoin(*request, [reactor, response](StatusOr<v1::JoinJobResponse> membership) {
+    if (membership.isOk()) *response = std::move(membership).value();
+    reactor->Finish(toGrpc(membership.status()));
+  });
+  return reactor;
 }
 
 grpc::Status PeerService::AbortJob(grpc::ServerContext*, const v1::AbortJobRequest* request, v1::AbortJobResponse*) {

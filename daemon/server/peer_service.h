@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // gRPC Peer service (daemon to daemon, TCP): JoinJob and Coordinate, handed
-// to the job's CrossNode. Coordinate streams run on gRPC's callback API
-// (peer/coordinate_reactor.h): no thread per follower.
+// to the job's CrossNode. Both run on gRPC's callback API (Coordinate:
+// peer/coordinate_reactor.h): no thread per follower, joining or joined.
 #pragma once
 
 #include "daemon/peer/outbox.h"
@@ -10,13 +10,15 @@
 
 namespace gradsync::server {
 
-class PeerService final : public v1::Peer::WithCallbackMethod_Coordinate<v1::Peer::Service> {
+class PeerService final
+    : public v1::Peer::WithCallbackMethod_JoinJob<v1::Peer::WithCallbackMethod_Coordinate<v1::Peer::Service>> {
  public:
   explicit PeerService(JobRegistry* registry, peer::Outbox::Limits follower_limits = {})
       : registry_(registry), follower_limits_(follower_limits) {}
 
-  grpc::Status JoinJob(grpc::ServerContext* context, const v1::JoinJobRequest* request,
-                       v1::JoinJobResponse* response) override;
+  // Answered once every node joined; no thread waits meanwhile.
+  grpc::ServerUnaryReactor* JoinJob(grpc::CallbackServerContext* context, const v1::JoinJobRequest* request,
+                                    v1::JoinJobResponse* response) override;
   grpc::ServerBidiReactor<v1::FollowerMessage, v1::LeaderMessage>* Coordinate(
       grpc::CallbackServerContext* context) override;
   grpc::Status AbortJob(grpc::ServerContext* context, const v1::AbortJobRequest* request,

@@ -50,9 +50,9 @@ TEST(SwarmTest, FollowersOfOneRankEachStepAgainstOneLeader) {
   ASSERT_TRUE(std::regex_search(log, m, std::regex("SWARM [^\n]*"))) << log;
   const std::string line = m[0].str();
   std::printf("%s\n", line.c_str());
-  // No thread per follower at the leader once the job formed and streams
-  // opened (the JoinJob calls hold one each while the job forms).
+  // No thread per follower at the leader, joining or joined.
   EXPECT_LT(field(line, "leader_threads"), 64) << line;
+  EXPECT_LT(field(line, "leader_threads_joining"), 64) << line;
   EXPECT_LE(field(line, "largest_message"), 1 << 20) << line;
   // Cached steps went by rounds through the leader (the swarm has no data
   // plane): a small message per follower and round each way.

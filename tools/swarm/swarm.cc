@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -231,12 +232,23 @@ int run(const Options& o) {
   const auto join_start = Clock::now();
   std::vector<int> cross_ranks;
   std::string why;
-  if (!joinAll(followers, stubs, deadline, &cross_ranks, &why)) {
+  // The leader's threads while the followers join (the most seen).
+  std::atomic<bool> joining{true};
+  std::atomic<int> threads_joining{0};
+  std::thread sampler([&] {
+    while (joining.load()) {
+      threads_joining = std::max(threads_joining.load(), sample(o.leader_pid).threads);
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  });
+  const bool joined = joinAll(followers, stubs, deadline, &cross_ranks, &why);
+  joining = false;
+  sampler.join();
+  if (!joined) {
     std::fprintf(stderr, "swarm: %s\n", why.c_str());
     return 1;
   }
   const double formed_s = std::chrono::duration<double>(Clock::now() - join_start).count();
-  const ProcessSample at_formation = sample(o.leader_pid);
   for (int i = 0; i < o.followers; ++i) followers[i]->open(stubs[i].get(), cross_ranks[i]);
 
   // Heartbeats every second, as a follower daemon sends them.
@@ -286,11 +298,11 @@ int run(const Options& o) {
   }
   std::printf(
       "SWARM followers=%d tensors=%d steps=%d formed_s=%.2f step_ms_median=%.2f step_ms_p90=%.2f step_ms_max=%.2f "
-      "leader_cpu_ms_per_step=%.2f leader_threads_formed=%d leader_threads=%d leader_rss_mib=%.1f "
+      "leader_cpu_ms_per_step=%.2f leader_threads_joining=%d leader_threads=%d leader_rss_mib=%.1f "
       "leader_peak_rss_mib=%.1f leader_egress_bytes_per_step=%.0f follower_rx_bytes_per_step=%.0f "
       "follower_tx_bytes_per_step=%.0f largest_message=%.0f\n",
       o.followers, o.tensors, o.steps, formed_s, percentile(step_ms, 0.5), percentile(step_ms, 0.9),
-      percentile(step_ms, 1.0), (after.cpu_seconds - before.cpu_seconds) * 1e3 / measured, at_formation.threads,
+      percentile(step_ms, 1.0), (after.cpu_seconds - before.cpu_seconds) * 1e3 / measured, threads_joining.load(),
       after.threads, after.rss_mib, after.peak_rss_mib, rx / measured, rx / measured / o.followers,
       tx / measured / o.followers, largest);
   std::fflush(stdout);
