@@ -11,13 +11,19 @@
 #     1 MiB allreduce and the ResNet-50 set, CPU and control bytes per step
 #     at the leader and a follower, the algorithm chosen, Open MPI over TCP
 #     with N ranks in the same run, and one node of N lost (SIGKILL):
-#     detection and recovery.
-#   scripts/scale_lab.sh            NODES=2,4,8,16,32 scripts/scale_lab.sh
+#     detection and recovery;
+#  3. the swarm (tools/swarm): one real leader against SWARM (default
+#     128,256,512,1024) simulated follower daemons of one rank each, steps
+#     of 161 empty allreduces: step time, the leader's CPU, threads and
+#     memory, bytes per step.
+#   scripts/scale_lab.sh            NODES=2,4,8,16,32 SWARM=256 scripts/scale_lab.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 NODES=${NODES:-2,4,8,16}
 PEERS=${PEERS:-$(cd .. && pwd)/shared/bench/peers}
-bazel build -c opt //daemon/peer:control_plane_bench //:gradsyncd //:gradsync_bench //tests/integration:worker >&2
+SWARM=${SWARM:-128,256,512,1024}
+bazel build -c opt //daemon/peer:control_plane_bench //:gradsyncd //:gradsync_bench //tests/integration:worker \
+  //tools/swarm >&2
 echo "## 1. The control plane in one process (8 ranks per node)"
 for tensors in 16 161 1000; do
   for ranks in 512 4096 32768; do
@@ -35,4 +41,5 @@ else
   echo "(no Open MPI with mpi4py here, or no peers' scripts at $PEERS: its column stays empty)"
 fi
 python3 tools/bench/scale_lab.py --daemon bazel-bin/daemon/exe/gradsyncd --bench bazel-bin/tools/bench/gradsync_bench \
-  --worker bazel-bin/tests/integration/worker --nodes "$NODES" --lose-one "${mpi[@]}"
+  --worker bazel-bin/tests/integration/worker --nodes "$NODES" --lose-one "${mpi[@]}" \
+  --swarm bazel-bin/tools/swarm/swarm --swarm-followers "$SWARM"

@@ -14,6 +14,9 @@ timed allreduce: its cost is in the CPU and bytes per step.
 With --mpi, Open MPI over TCP with N ranks runs the same sizes in the same
 run (the peers' allreduce_sweep.py). With --lose-one, an elastic job of N
 daemons loses one follower's daemon (SIGKILL): detection and recovery time.
+With --swarm-followers, one real leader against the swarm (tools/swarm)
+playing that many follower daemons: steps of 161 empty allreduces (the
+control plane alone).
 Prints one table. A benchmark, not a test. Run by scripts/scale_lab.sh.
 """
 import argparse
@@ -223,6 +226,34 @@ def lose_one(args, n):
         daemons.stop()
 
 
+def swarm(args, followers, flags=(), steps=20, tensors=161):
+    """One real leader (its rank runs the worker's empty_steps) and the swarm playing `followers` follower
+    daemons of one rank each: the swarm's figures line (tools/swarm/swarm.cc)."""
+    daemons = Daemons(args.daemon, 1, flags)
+    try:
+        env = dict(os.environ, GRADSYNC_SOCKET=daemons.socket(0), GRADSYNC_JOB_ID="scale-swarm",
+                   GRADSYNC_TOKEN="scale", GRADSYNC_RANK="0", GRADSYNC_SIZE=str(followers + 1),
+                   GRADSYNC_LOCAL_RANK="0", GRADSYNC_LOCAL_SIZE="1", GRADSYNC_LEADER=daemons.leader,
+                   GRADSYNC_ARENA_BYTES=str(64 << 20))
+        with open(os.path.join(daemons.dir, "rank0.log"), "w") as out:
+            rank0 = subprocess.Popen([args.worker, "empty_steps", str(steps), str(tensors)], env=env, stdout=out,
+                                     stderr=subprocess.STDOUT)
+        done = subprocess.run([args.swarm, "--leader", daemons.leader, "--leader-pid", str(daemons.procs[0].pid),
+                               "--job", "scale-swarm", "--token", "scale", "--followers", str(followers),
+                               "--tensors", str(tensors), "--steps", str(steps), "--timeout-s", "300"],
+                              capture_output=True, text=True, timeout=360)
+        rank0.wait(timeout=60)
+        line = re.search(r"SWARM .*", done.stdout)
+        if done.returncode != 0 or not line:
+            return None, done.stderr[-2000:]
+        figures = dict(re.findall(r"([a-z_0-9]+)=([0-9.]+)", line.group(0)))
+        ended = daemons.ended(0)
+        figures["rounds_per_step"] = ended["rounds"] / max(1, steps - 1)
+        return figures, ""
+    finally:
+        daemons.stop()
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--daemon", required=True)
@@ -234,9 +265,11 @@ def main():
     ap.add_argument("--resnet-steps", type=int, default=8)
     ap.add_argument("--mpi", action="store_true")
     ap.add_argument("--lose-one", action="store_true")
+    ap.add_argument("--swarm", help="tools/swarm:swarm, for --swarm-followers")
+    ap.add_argument("--swarm-followers", default="", help="e.g. 128,256,512,1024")
     args = ap.parse_args()
     rows = []
-    for n in [int(x) for x in args.nodes.split(",")]:
+    for n in [int(x) for x in args.nodes.split(",") if x]:
         daemons = Daemons(args.daemon, n)
         try:
             for size in SIZES:
@@ -260,13 +293,32 @@ def main():
               f" {st.leader_bytes:.0f} | {st.follower_bytes:.0f} | {st.largest} | {st.round_messages:.1f} |"
               f" {algorithm} |")
     if args.lose_one:
-        for n in [int(x) for x in args.nodes.split(",")]:
+        for n in [int(x) for x in args.nodes.split(",") if x]:
             if n < 3:
                 continue
             detect, recover, ok = lose_one(args, n)
             print(f"| {n} | one follower's daemon killed (SIGKILL) | new epoch after {detect:.1f} s |"
                   f" first step without it after {recover:.1f} s | {'ok' if ok else 'SURVIVORS FAILED'} |"
                   " | | | | | |")
+    if args.swarm and args.swarm_followers:
+        print()
+        print("| followers | cached steps | step (median, p90) | leader CPU/step | leader threads joining / running |"
+              " leader RSS | leader egress B/step | follower B/step out / in | largest msg | rounds/step |")
+        print("|---|---|---|---|---|---|---|---|---|---|")
+        for followers, mode in [(int(x), m) for x in args.swarm_followers.split(",") for m in ("rounds", "requests")]:
+            flags = ("--steady-state", "leader") if mode == "requests" else ()
+            f, error = swarm(args, followers, flags)
+            what = "rounds through the leader" if mode == "rounds" else "requests by cache id (--steady-state leader)"
+            if f is None:
+                print(f"| {followers} | {what} | FAILED: {error.strip().splitlines()[-1] if error.strip() else '?'} |"
+                      " | | | | | | |")
+                continue
+            print(f"| {followers} | {what} | {float(f['step_ms_median']):.1f} ms, {float(f['step_ms_p90']):.1f} ms |"
+                  f" {float(f['leader_cpu_ms_per_step']):.1f} ms | {f['leader_threads_joining']} /"
+                  f" {f['leader_threads']} | {float(f['leader_rss_mib']):.0f} MiB |"
+                  f" {float(f['leader_egress_bytes_per_step']):.0f} | {float(f['follower_tx_bytes_per_step']):.0f} /"
+                  f" {float(f['follower_rx_bytes_per_step']):.0f} | {f['largest_message']} |"
+                  f" {f['rounds_per_step']:.1f} |")
 
 
 if __name__ == "__main__":

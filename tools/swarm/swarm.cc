@@ -156,7 +156,7 @@ std::shared_ptr<grpc::Channel> nodeChannel(const std::string& leader, int node) 
 // job yet is made again. Their cross ranks, by follower.
 bool joinAll(const std::vector<std::unique_ptr<SwarmFollower>>& followers,
              const std::vector<std::unique_ptr<v1::Peer::Stub>>& stubs, Clock::time_point deadline,
-             std::vector<int>* cross_ranks, std::string* why) {
+             std::vector<int>* cross_ranks, bool* rounds, std::string* why) {
   const size_t n = followers.size();
   cross_ranks->assign(n, -1);
   Mutex mutex;
@@ -209,6 +209,10 @@ bool joinAll(const std::vector<std::unique_ptr<SwarmFollower>>& followers,
       if (node.ranks_size() == 1 && node.ranks(0) == followers[i]->rank()) (*cross_ranks)[i] = node.cross_rank();
     }
   }
+  // Rounds through the leader where every node offers them (the swarm's do;
+  // the leader's not with --steady-state leader).
+  const auto& nodes = responses[0].nodes();
+  *rounds = std::all_of(nodes.begin(), nodes.end(), [](const v1::NodeInfo& n) { return n.leader_rounds(); });
   return true;
 }
 
@@ -241,7 +245,8 @@ int run(const Options& o) {
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
   });
-  const bool joined = joinAll(followers, stubs, deadline, &cross_ranks, &why);
+  bool rounds = false;
+  const bool joined = joinAll(followers, stubs, deadline, &cross_ranks, &rounds, &why);
   joining = false;
   sampler.join();
   if (!joined) {
@@ -249,7 +254,7 @@ int run(const Options& o) {
     return 1;
   }
   const double formed_s = std::chrono::duration<double>(Clock::now() - join_start).count();
-  for (int i = 0; i < o.followers; ++i) followers[i]->open(stubs[i].get(), cross_ranks[i]);
+  for (int i = 0; i < o.followers; ++i) followers[i]->open(stubs[i].get(), cross_ranks[i], rounds);
 
   // Heartbeats every second, as a follower daemon sends them.
   std::atomic<bool> beating{true};
@@ -297,11 +302,12 @@ int run(const Options& o) {
     largest = std::max(largest, static_cast<double>(t.largest_received));
   }
   std::printf(
-      "SWARM followers=%d tensors=%d steps=%d formed_s=%.2f step_ms_median=%.2f step_ms_p90=%.2f step_ms_max=%.2f "
+      "SWARM followers=%d rounds=%d tensors=%d steps=%d formed_s=%.2f step_ms_median=%.2f step_ms_p90=%.2f "
+      "step_ms_max=%.2f "
       "leader_cpu_ms_per_step=%.2f leader_threads_joining=%d leader_threads=%d leader_rss_mib=%.1f "
       "leader_peak_rss_mib=%.1f leader_egress_bytes_per_step=%.0f follower_rx_bytes_per_step=%.0f "
       "follower_tx_bytes_per_step=%.0f largest_message=%.0f\n",
-      o.followers, o.tensors, o.steps, formed_s, percentile(step_ms, 0.5), percentile(step_ms, 0.9),
+      o.followers, rounds ? 1 : 0, o.tensors, o.steps, formed_s, percentile(step_ms, 0.5), percentile(step_ms, 0.9),
       percentile(step_ms, 1.0), (after.cpu_seconds - before.cpu_seconds) * 1e3 / measured, threads_joining.load(),
       after.threads, after.rss_mib, after.peak_rss_mib, rx / measured, rx / measured / o.followers,
       tx / measured / o.followers, largest);

@@ -27,7 +27,8 @@ v1::JoinJobRequest SwarmFollower::joinRequest() const {
   return request;
 }
 
-void SwarmFollower::open(v1::Peer::Stub* stub, int cross_rank) {
+void SwarmFollower::open(v1::Peer::Stub* stub, int cross_rank, bool rounds) {
+  rounds_ = rounds;
   stub->async()->Coordinate(&context_, this);
   v1::FollowerMessage hello;
   hello.mutable_hello()->set_job_id(job_.job_id);
@@ -49,10 +50,20 @@ void SwarmFollower::submitStep(int tensors) {
       auto id = id_of_name_.find("empty." + std::to_string(t));
       if (id != id_of_name_.end()) ids.push_back(id->second);
     }
-    if (static_cast<int>(ids.size()) == tensors) {
+    if (rounds_ && static_cast<int>(ids.size()) == tensors) {
       // Cached: the step's ids go into the rounds.
       ready_ = std::move(ids);
       if (!in_round_) first = queueLocked(partLocked());
+    } else if (static_cast<int>(ids.size()) == tensors) {
+      // Cached, no rounds: each request by its id, merged into one message.
+      v1::FollowerMessage message;
+      for (uint64_t id : ids) {
+        v1::FollowerMessage::Request* request = message.mutable_requests()->add_requests();
+        request->set_rank(rank_);
+        request->set_cache_id(id);
+        request->set_handle(++handle_);
+      }
+      first = queueLocked(std::move(message));
     } else {
       // As a follower daemon's link merges the requests its ranks submitted
       // while it wrote: here the whole step at once.

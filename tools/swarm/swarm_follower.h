@@ -48,8 +48,10 @@ class SwarmFollower : public grpc::ClientBidiReactor<v1::FollowerMessage, v1::Le
 
   int rank() const { return rank_; }
   v1::JoinJobRequest joinRequest() const;
-  // Opens the coordination stream as node `cross_rank` over `stub`.
-  void open(v1::Peer::Stub* stub, int cross_rank);
+  // Opens the coordination stream as node `cross_rank` over `stub`; cached
+  // steps go by rounds through the leader when the job runs them (every
+  // node offered them), else as requests by cache id.
+  void open(v1::Peer::Stub* stub, int cross_rank, bool rounds);
   // Forwards this rank's requests for `tensors` empty allreduces.
   void submitStep(int tensors);
   void heartbeat(int64_t now_ms);
@@ -91,6 +93,7 @@ class SwarmFollower : public grpc::ClientBidiReactor<v1::FollowerMessage, v1::Le
   std::unordered_map<uint64_t, bool> mine_by_id_ GS_GUARDED_BY(mutex_);
   // The rounds: the current one, whether its PART went out, and the ids of
   // this step not run yet.
+  bool rounds_ = false;  // set before the stream opens
   uint64_t round_ GS_GUARDED_BY(mutex_) = 1;
   bool in_round_ GS_GUARDED_BY(mutex_) = false;
   std::vector<uint64_t> ready_ GS_GUARDED_BY(mutex_);
