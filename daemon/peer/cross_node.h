@@ -357,7 +357,8 @@ class CrossNode : public NodeEndpoints {
   // is lost.
   int64_t took_over_ms_ GS_GUARDED_BY(mutex_) = 0;
 
-  // Queues `message` for the leader (LeaderLink: never waits).
+  // Sends `message` to the leader (LeaderLink: at once when the stream is
+  // idle, else queued for its writer).
   void writeToLeader(v1::FollowerMessage message);
   // Follower: sends AbortJob to every other follower (asynchronously; the
   // destructor waits for the answers, each bounded by a short deadline).

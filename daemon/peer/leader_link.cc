@@ -78,11 +78,23 @@ grpc::Status LeaderLink::read(const std::function<void(const v1::LeaderMessage&)
 }
 
 void LeaderLink::write(v1::FollowerMessage message) {
-  {
-    MutexLock lock(mutex_);
-    if (stopping_) return;
-    queue_.push_back(std::move(message));
+  MutexLock lock(mutex_);
+  if (stopping_) return;
+  if (stream_ && !writing_ && queue_.empty() && !writes_done_) {
+    // Nothing in flight or waiting: written here at once (no hand-over to
+    // the writer, whose wake-up would add to every message's latency).
+    // What queues meanwhile, the writer sends after it, merged.
+    Stream* stream = stream_.get();
+    writing_ = true;
+    lock.unlock();
+    const size_t bytes = message.ByteSizeLong();
+    if (stream->Write(message) && written_) written_(bytes);
+    lock.lock();
+    writing_ = false;
+    cv_.notify_all();
+    return;
   }
+  queue_.push_back(std::move(message));
   cv_.notify_all();
 }
 
@@ -131,7 +143,7 @@ void LeaderLink::writeLoop() {
   bool done_sent = false;
   for (;;) {
     cv_.wait(lock, [&]() GS_REQUIRES(mutex_) {
-      return stopping_ || (stream_ && (!queue_.empty() || (writes_done_ && !done_sent)));
+      return stopping_ || (stream_ && !writing_ && (!queue_.empty() || (writes_done_ && !done_sent)));
     });
     if (stopping_) return;
     if (done_sent) {  // nothing is written after the end (a heartbeat of the last second)

@@ -1,12 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
 // A follower's link to its job's leader: the channel (with keepalives: a
 // silent leader is noticed within about 4 s), the Coordinate stream, and
-// when the leader was last heard. Writes never wait: they queue, and the
-// link's writer thread sends them in order, the requests queued meanwhile
-// merged into one message (FollowerMessage.requests: one message per node
-// and cycle, not per rank and tensor); while no stream is open (before the
-// first; between a lost leader and the next one's stream) they wait. What
-// the messages mean is CrossNode's business.
+// when the leader was last heard. A write with nothing in flight or waiting
+// goes out at once on the caller's thread; otherwise it queues, and the
+// link's writer thread sends what queued in order, the requests merged into
+// one message (FollowerMessage.requests: one message per node and cycle,
+// not per rank and tensor, while the stream is busy); while no stream is
+// open (before the first; between a lost leader and the next one's stream)
+// writes wait. What the messages mean is CrossNode's business.
 #pragma once
 
 #include <grpcpp/grpcpp.h>
@@ -46,7 +47,8 @@ class LeaderLink {
   // to an ended stream would be lost) and returns its final status.
   grpc::Status read(const std::function<void(const v1::LeaderMessage&)>& on_message) GS_EXCLUDES(mutex_);
 
-  // Any thread, never waits: queues `message` for the stream.
+  // Any thread: writes `message` now when the stream is idle (as long as
+  // the stream takes it), else queues it for the writer.
   void write(v1::FollowerMessage message) GS_EXCLUDES(mutex_);
   bool isOpen() const GS_EXCLUDES(mutex_);
   // Ends the stream gracefully once what was queued is written (the leader
@@ -80,7 +82,7 @@ class LeaderLink {
   std::unique_ptr<Stream> stream_ GS_GUARDED_BY(mutex_);
   std::deque<v1::FollowerMessage> queue_ GS_GUARDED_BY(mutex_);
   bool writes_done_ GS_GUARDED_BY(mutex_) = false;  // asked for; done once the queue is written
-  bool writing_ GS_GUARDED_BY(mutex_) = false;      // the writer uses stream_ outside the lock
+  bool writing_ GS_GUARDED_BY(mutex_) = false;      // a thread writes to stream_ outside the lock
   bool stopping_ GS_GUARDED_BY(mutex_) = false;
   std::thread writer_;  // started by the first open()
   std::atomic<int64_t> heard_ms_{0};
