@@ -42,7 +42,7 @@ void LeaderLink::open(const v1::FollowerMessage& hello) {
   auto stub = v1::Peer::NewStub(channel_);
   {
     MutexLock lock(mutex_);
-    // The writer is done with the old stream (read() waited for it).
+    // The old stream ended in read(), which waited for its last write.
     stream_.reset();  // before its context
     context_ = std::make_unique<grpc::ClientContext>();
     stream_ = stub->Coordinate(context_.get());
@@ -65,16 +65,17 @@ grpc::Status LeaderLink::read(const std::function<void(const v1::LeaderMessage&)
     heard_ms_ = steadyNowMs();
     on_message(message);
   }
+  std::unique_ptr<Stream> ended;
   {
-    // The call is over: a write in progress fails at once.
+    // The call is over (the leader finished it, or it broke): a write in
+    // progress fails at once (not cancelled here: that could turn the
+    // leader's OK into CANCELLED). From now on writes wait for the next
+    // stream, and none runs beside Finish.
     MutexLock lock(mutex_);
-    if (context_) context_->TryCancel();
     cv_.wait(lock, [&]() GS_REQUIRES(mutex_) { return !writing_; });
+    ended = std::move(stream_);
   }
-  const grpc::Status status = stream->Finish();
-  MutexLock lock(mutex_);
-  stream_.reset();
-  return status;
+  return ended->Finish();  // its context lives until the next open()
 }
 
 void LeaderLink::write(v1::FollowerMessage message) {
