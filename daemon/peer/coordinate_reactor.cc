@@ -4,10 +4,11 @@
 namespace gradsync::peer {
 
 // The stream as the job holds it: the outbox, and the reactor while it
-// lives. A write starts from send() only when none was in flight, and the
-// stream finishes only once none is (Outbox), so the reactor is alive for
-// it. A cut cancels the call, whose end may run at once, on this thread: the
-// reactor, done meanwhile, is then deleted here.
+// lives. A write starts from send() only when none was in flight, a cut
+// cancels the call before the stream may finish (Outbox::cancelled), and the
+// stream finishes only once nothing is in flight: so the reactor and its
+// call are alive whenever send() touches them. What is sent after the end
+// finds the outbox closed.
 class CoordinateReactor::Sink : public FollowerStream {
  public:
   Sink(CoordinateReactor* reactor, Outbox::Limits limits) : outbox(limits), reactor_(reactor) {}
@@ -20,7 +21,8 @@ class CoordinateReactor::Sink : public FollowerStream {
       case Outbox::Push::kQueued:
         return true;
       case Outbox::Push::kOverflow:
-        cut(outbox.overflow());
+        reactor_->cut(outbox.overflow());
+        if (outbox.cancelled()) reactor_->Finish(reactor_->status());
         return false;
       case Outbox::Push::kClosed:
         return false;
@@ -28,39 +30,10 @@ class CoordinateReactor::Sink : public FollowerStream {
     return false;
   }
 
-  // The reactor is done: deleted now, or by the cut under way.
-  void done() {
-    {
-      MutexLock lock(mutex_);
-      done_ = true;
-      if (cutting_) return;
-    }
-    delete reactor_;
-  }
-
   Outbox outbox;
 
  private:
-  void cut(const std::string& why) {
-    {
-      MutexLock lock(mutex_);
-      if (done_) return;
-      cutting_ = true;
-    }
-    reactor_->cut(why);
-    bool done;
-    {
-      MutexLock lock(mutex_);
-      cutting_ = false;
-      done = done_;
-    }
-    if (done) delete reactor_;
-  }
-
   CoordinateReactor* const reactor_;
-  Mutex mutex_;
-  bool cutting_ GS_GUARDED_BY(mutex_) = false;
-  bool done_ GS_GUARDED_BY(mutex_) = false;
 };
 
 CoordinateReactor::CoordinateReactor(grpc::CallbackServerContext* context, Resolve resolve, Outbox::Limits limits)
@@ -104,8 +77,7 @@ void CoordinateReactor::OnWriteDone(bool ok) {
 void CoordinateReactor::OnDone() {
   endSession();
   session_.reset();
-  const std::shared_ptr<Sink> sink = sink_;
-  sink->done();  // may delete this
+  delete this;
 }
 
 void CoordinateReactor::endSession() {
@@ -116,6 +88,9 @@ void CoordinateReactor::endSession() {
     session_ended_ = true;
     why = cut_;
   }
+  // The outbox says it overflowed before the cut is under way: the read may
+  // end on another thread in between.
+  if (why.empty()) why = sink_->outbox.overflow();
   session_->onEnd(context_->IsCancelled() || !why.empty(), why);
 }
 
@@ -138,7 +113,8 @@ void CoordinateReactor::cut(const std::string& why) {
     cut_ = why;
     status_ = grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, "the leader cut this follower: " + why);
   }
-  // The write in flight (stuck) fails, the read ends: finished from there.
+  // The write in flight (stuck) fails, the read ends; the stream finishes
+  // once the caller says the call is cancelled (Outbox::cancelled).
   context_->TryCancel();
 }
 

@@ -21,7 +21,9 @@ LeaderLink::~LeaderLink() {
   {
     MutexLock lock(mutex_);
     stopping_ = true;
-    if (context_) context_->TryCancel();  // a write stuck on a leader that reads no more ends
+    // A write stuck on a leader that reads no more ends. Only while the
+    // stream lives: an ended call's context must not be cancelled.
+    if (stream_) context_->TryCancel();
   }
   cv_.notify_all();
   if (writer_.joinable()) writer_.join();

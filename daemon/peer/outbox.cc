@@ -19,6 +19,7 @@ Outbox::Push Outbox::push(const SharedMessage& message) {
                 std::to_string(limits_.bytes >> 20) + " MiB a follower may let wait";
     closed_ = true;
     finishing_ = true;
+    cancelling_ = true;
     // Only the message in flight stays (the stream may still take it).
     while (queue_.size() > (writing_ ? 1u : 0u)) {
       bytes_ -= queue_.back().bytes;
@@ -66,8 +67,14 @@ bool Outbox::closeWhenWritten() {
   return finishNowLocked();
 }
 
+bool Outbox::cancelled() {
+  MutexLock lock(mutex_);
+  cancelling_ = false;
+  return finishNowLocked();
+}
+
 bool Outbox::finishNowLocked() {
-  if (!finishing_ || finished_ || writing_) return false;
+  if (!finishing_ || finished_ || writing_ || cancelling_) return false;
   finished_ = true;
   return true;
 }

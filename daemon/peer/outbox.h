@@ -34,7 +34,7 @@ class Outbox {
   enum class Push {
     kQueued,      // behind the write in flight
     kWriteFront,  // no write was in flight: the caller starts writing front()
-    kOverflow,    // past the limits: closed, unsent messages dropped; the caller cuts the stream
+    kOverflow,    // past the limits: closed, unsent messages dropped; the caller cuts the stream, then cancelled()
     kClosed,      // closed before: nothing queued
   };
   // What follows a write: the next message to write (null: none), or the
@@ -57,6 +57,10 @@ class Outbox {
   // stream may finish now (nothing in flight); else the last written() says
   // so. Later calls return false.
   bool closeWhenWritten() GS_EXCLUDES(mutex_);
+  // After kOverflow, the caller has cancelled the call: the stream may
+  // finish from now on (true: now, by the caller). Until then it does not,
+  // so that the call outlives the cancellation.
+  bool cancelled() GS_EXCLUDES(mutex_);
   // What waited when it overflowed ("17000 messages (80 MiB) waited, ...").
   std::string overflow() const GS_EXCLUDES(mutex_);
 
@@ -68,9 +72,10 @@ class Outbox {
   std::deque<SharedMessage> queue_ GS_GUARDED_BY(mutex_);  // front: in flight
   size_t bytes_ GS_GUARDED_BY(mutex_) = 0;
   bool writing_ GS_GUARDED_BY(mutex_) = false;
-  bool closed_ GS_GUARDED_BY(mutex_) = false;     // nothing more is queued
-  bool finishing_ GS_GUARDED_BY(mutex_) = false;  // the stream finishes once nothing is in flight
-  bool finished_ GS_GUARDED_BY(mutex_) = false;   // and that was said
+  bool closed_ GS_GUARDED_BY(mutex_) = false;      // nothing more is queued
+  bool finishing_ GS_GUARDED_BY(mutex_) = false;   // the stream finishes once nothing is in flight
+  bool finished_ GS_GUARDED_BY(mutex_) = false;    // and that was said
+  bool cancelling_ GS_GUARDED_BY(mutex_) = false;  // overflowed, the call not cancelled yet
   std::string overflow_ GS_GUARDED_BY(mutex_);
 };
 

@@ -42,9 +42,23 @@ TEST(OutboxTest, PastTheMessageLimitItOverflowsClosesAndSaysWhatWaited) {
   EXPECT_EQ(outbox.push(heartbeat(4)), Outbox::Push::kOverflow);
   EXPECT_THAT(outbox.overflow(), HasSubstr("4 messages"));
   EXPECT_EQ(outbox.push(heartbeat(5)), Outbox::Push::kClosed);
-  // The write in flight fails (the call is cancelled): the stream finishes.
+  // The cut cancels the call; the write in flight fails meanwhile: the
+  // stream finishes only once the cancellation was made.
   const auto after = outbox.written(false);
   EXPECT_EQ(after.next, nullptr);
+  EXPECT_FALSE(after.finish);
+  EXPECT_TRUE(outbox.cancelled());
+  EXPECT_FALSE(outbox.closeWhenWritten());  // said once
+}
+
+TEST(OutboxTest, AfterAnOverflowTheStreamFinishesOnceTheCallIsCancelledAndTheWriteEnded) {
+  Outbox outbox({2, 1 << 20});
+  EXPECT_EQ(outbox.push(heartbeat(1)), Outbox::Push::kWriteFront);
+  EXPECT_EQ(outbox.push(heartbeat(2)), Outbox::Push::kQueued);
+  EXPECT_EQ(outbox.push(heartbeat(3)), Outbox::Push::kOverflow);
+  EXPECT_FALSE(outbox.cancelled());         // a write is still in flight
+  const auto after = outbox.written(true);  // it went out after all
+  EXPECT_EQ(after.next, nullptr);           // what waited was dropped
   EXPECT_TRUE(after.finish);
 }
 
