@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "daemon/peer/fast_rounds.h"
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 
@@ -44,9 +45,8 @@ StatusOr<FastRounds::Outcome> FastRounds::exchange(const std::vector<uint64_t>& 
     mine.leader_sequence = leader.sequence;
     mine.fusion_threshold_bytes = leader.fusion_threshold_bytes;
   }
-  for (uint64_t id : ready) {
-    if (id >= 1 && id <= kMaxIds) mine.bits[(id - 1) / 64] |= uint64_t{1} << ((id - 1) % 64);
-  }
+  const std::vector<uint64_t> ready_bits = idsToBits(ready);
+  std::copy(ready_bits.begin(), ready_bits.end(), mine.bits);
   uint64_t wrong_round = 0;
   const collective::DoublingCombine combine = [&](const uint8_t* in, uint8_t* out, bool) {
     Message theirs;
@@ -73,11 +73,7 @@ StatusOr<FastRounds::Outcome> FastRounds::exchange(const std::vector<uint64_t>& 
   Outcome outcome;
   outcome.leader_sequence = mine.leader_sequence;
   outcome.fusion_threshold_bytes = mine.fusion_threshold_bytes;
-  for (size_t w = 0; w < kMaxIds / 64; ++w) {
-    for (uint64_t bits = mine.bits[w]; bits != 0; bits &= bits - 1) {
-      outcome.ids.push_back(w * 64 + static_cast<uint64_t>(__builtin_ctzll(bits)) + 1);
-    }
-  }
+  outcome.ids = bitsToIds(mine.bits, kMaxIds / 64);
   ++round_;
   return outcome;
 }

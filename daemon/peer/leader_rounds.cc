@@ -9,25 +9,6 @@
 
 namespace gradsync::peer {
 
-std::vector<uint64_t> idsToBits(const std::vector<uint64_t>& ids) {
-  std::vector<uint64_t> words(LeaderRounds::kWords, 0);
-  for (uint64_t id : ids) {
-    if (id >= 1 && id <= RoundExchange::kMaxIds) words[(id - 1) / 64] |= uint64_t{1} << ((id - 1) % 64);
-  }
-  while (!words.empty() && words.back() == 0) words.pop_back();
-  return words;
-}
-
-std::vector<uint64_t> bitsToIds(const uint64_t* words, size_t count) {
-  std::vector<uint64_t> ids;
-  for (size_t w = 0; w < count; ++w) {
-    for (uint64_t bits = words[w]; bits != 0; bits &= bits - 1) {
-      ids.push_back(w * 64 + static_cast<uint64_t>(__builtin_ctzll(bits)) + 1);
-    }
-  }
-  return ids;
-}
-
 LeaderRounds::LeaderRounds(bool leader, int followers, std::function<void(const v1::RoundMessage&)> send)
     : leader_(leader),
       followers_(leader ? followers : 0),
@@ -174,7 +155,8 @@ StatusOr<RoundExchange::Outcome> LeaderRounds::lead(std::vector<uint64_t> mine, 
   result.ids = bitsToIds(mine.data(), mine.size());
   outcome.set_kind(v1::RoundMessage::OUTCOME);
   outcome.set_round(round);
-  for (uint64_t w : idsToBits(result.ids)) outcome.add_bits(w);
+  while (!mine.empty() && mine.back() == 0) mine.pop_back();
+  for (uint64_t w : mine) outcome.add_bits(w);
   outcome.set_leader_sequence(part.sequence);
   outcome.set_fusion_threshold_bytes(part.fusion_threshold_bytes);
   send_(outcome);

@@ -74,8 +74,4 @@ class LeaderRounds : public RoundExchange {
   std::map<uint64_t, v1::RoundMessage> outcomes_ GS_GUARDED_BY(mutex_);  // follower: by round
 };
 
-// Cache ids as round bits (trailing zero words left out), and back.
-std::vector<uint64_t> idsToBits(const std::vector<uint64_t>& ids);
-std::vector<uint64_t> bitsToIds(const uint64_t* words, size_t count);
-
 }  // namespace gradsync::peer

@@ -45,4 +45,25 @@ class RoundExchange {
   virtual uint64_t messagesSent() const = 0;
 };
 
+// Cache ids 1..kMaxIds as a round's bits (bit i of word i / 64 stands for
+// id i + 1; trailing zero words left out), and back, increasing.
+inline std::vector<uint64_t> idsToBits(const std::vector<uint64_t>& ids) {
+  std::vector<uint64_t> words(RoundExchange::kMaxIds / 64, 0);
+  for (uint64_t id : ids) {
+    if (id >= 1 && id <= RoundExchange::kMaxIds) words[(id - 1) / 64] |= uint64_t{1} << ((id - 1) % 64);
+  }
+  while (!words.empty() && words.back() == 0) words.pop_back();
+  return words;
+}
+
+inline std::vector<uint64_t> bitsToIds(const uint64_t* words, size_t count) {
+  std::vector<uint64_t> ids;
+  for (size_t w = 0; w < count; ++w) {
+    for (uint64_t bits = words[w]; bits != 0; bits &= bits - 1) {
+      ids.push_back(w * 64 + static_cast<uint64_t>(__builtin_ctzll(bits)) + 1);
+    }
+  }
+  return ids;
+}
+
 }  // namespace gradsync::peer

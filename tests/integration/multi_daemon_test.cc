@@ -319,6 +319,22 @@ TEST_F(MultiDaemonTest, KilledDaemonFailsAHeldCachedStepOnTheSurvivor) {
   EXPECT_NE(daemons_[0]->log().find("cached collectives run after rounds"), std::string::npos) << logs();
 }
 
+// The same with the rounds through the leader: the leader waits for the
+// killed follower's part of the round; the follower's stream breaks, the
+// round is aborted, and the held step fails within 10 s naming the node.
+TEST_F(MultiDaemonTest, KilledDaemonFailsAStepHeldForRoundsThroughTheLeader) {
+  startDaemons(2, {"--steady-state", "leader-rounds"});
+  auto ranks = launchWith("lost-node-star", {"kill_victim", "cached"}, {0, 1}, {});
+  ASSERT_TRUE(waitFor([&] { return ranks[0].log().find("ENQUEUED") != std::string::npos; }, std::chrono::seconds(30)))
+      << ranks[0].log() << logs();
+  const auto [code, seconds] = killDaemonAndWait(1, ranks[0]);
+  EXPECT_EQ(code, 0) << ranks[0].log() << logs();
+  EXPECT_LT(seconds, scaled(10.0));
+  EXPECT_NE(ranks[0].log().find("ranks [1]"), std::string::npos) << ranks[0].log();
+  EXPECT_NE(daemons_[0]->log().find("cached collectives run after rounds through the leader"), std::string::npos)
+      << logs();
+}
+
 TEST_F(MultiDaemonTest, FollowerThatCannotReachTheLeaderFailsWithTheReason) {
   startDaemons(1, {"--join-timeout-seconds", "2"});
   auto env = daemons_[0]->rankEnv("no-leader", 1, 2);
