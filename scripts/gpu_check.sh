@@ -13,6 +13,7 @@
 #                                 against .gpu_bundle/bin/gradsyncd.before (copy a build of the older
 #                                 commit there), gradsync_bench --resnet and 1 MiB..64 MiB, 1/2/4 ranks (~2 min)
 #
+# GPU_CHECK_MPS=0 leaves out the bench stage's runs under MPS.
 # Output goes to stdout and to $OUT/gpu_check-<stage>.log when $OUT is set.
 # Exit code: the number of failed steps (0: all passed).
 set -uo pipefail
@@ -34,8 +35,14 @@ step() {  # step NAME COMMAND...: runs it, reports, counts failures
   return 0
 }
 
-[[ -x $bundle/bin/gradsyncd ]] || { echo "no $bundle: run scripts/gpu_bundle.sh here and carry .gpu_bundle"; exit 100; }
+[[ -f $bundle/COMMIT ]] || { echo "no $bundle: run scripts/gpu_bundle.sh here and carry .gpu_bundle"; exit 100; }
 echo "bundle built from $(cat "$bundle/COMMIT"); tree at $(git rev-parse HEAD 2>/dev/null || echo '?')"
+workdir=$(mktemp -d /tmp/gpu_check.XXXXXX)
+# The bundle travels compressed: unpack a copy of it.
+cp -r "$bundle" "$workdir/bundle"
+bundle=$workdir/bundle
+find "$bundle" -name '*.xz' -print0 | xargs -0 -r -n 1 -P 8 xz -d
+chmod +x "$bundle"/bin/*
 python=${PYTHON:-python3}
 nccl=$($python - <<'PY'
 import os
@@ -50,6 +57,8 @@ except ImportError:
     pass
 PY
 )
+# An NCCL the bundle brings (scripts/nccl_build.sh) goes before PyTorch's.
+[[ -f $bundle/nccl/libnccl.so.2 ]] && nccl=$bundle/nccl/libnccl.so.2
 export GRADSYNC_NCCL_LIBRARY=$nccl
 export GRADSYNC_LIBRARY=$bundle/lib/libgradsync.so
 export PYTHONPATH=$(pwd)/client/python${PYTHONPATH:+:$PYTHONPATH}
@@ -61,7 +70,6 @@ $python -c "import torch, sys; print('python', sys.version.split()[0], 'torch', 
 echo "NCCL library for gradsyncd: ${nccl:-none found}"
 uname -a
 
-workdir=$(mktemp -d /tmp/gpu_check.XXXXXX)
 # Our binaries find their libraries in the bundle through these wrappers;
 # libgradsync.so finds them by its RPATH ($ORIGIN), so the ranks (Python with
 # PyTorch) run without LD_LIBRARY_PATH and keep their own libraries.
@@ -154,10 +162,11 @@ case $stage in
       --nproc-per-node 2 client/python/tests_gpu/c10d_cuda_check.py
     step "two daemons on one GPU, host staging + UCX ring" timeout 280 $python \
       client/python/tests_gpu/two_daemons_check.py "$tools/gradsyncd" "$tools/gradsyncctl" "$workdir" staging
-    # Two NCCL ranks on one GPU need NCCL >= 2.30 and its opt-in flag.
-    step "two daemons on one GPU, NCCL between them where it can form" env NCCL_MULTI_RANK_GPU_ENABLE=1 \
-      timeout 280 $python client/python/tests_gpu/two_daemons_check.py "$tools/gradsyncd" \
-      "$tools/gradsyncctl" "$workdir" auto
+    # Two NCCL ranks on one GPU need NCCL >= 2.30 and its opt-in flag; with
+    # the bundle's own NCCL (2.30) the communicator must form.
+    step "two daemons on one GPU, NCCL between them$([[ -f $bundle/nccl/libnccl.so.2 ]] || echo ' where it can form')" \
+      env NCCL_MULTI_RANK_GPU_ENABLE=1 TWO_DAEMONS_TIMEOUT=150 timeout 200 $python client/python/tests_gpu/two_daemons_check.py \
+      "$tools/gradsyncd" "$tools/gradsyncctl" "$workdir" "$([[ -f $bundle/nccl/libnccl.so.2 ]] && echo nccl || echo auto)"
     step "gradsyncctl jobs" "$tools/gradsyncctl" --socket "$socket" jobs
     ;;
   bench)
@@ -210,9 +219,17 @@ case $stage in
       step "PyTorch CUDA allreduce bench under MPS, 2 ranks" run_ranks 2 $python \
         examples/pytorch/cuda_allreduce_bench.py --iters 30
     }
-    under_mps mps_bench && step "start gradsyncd again (MPS off)" start_daemon
+    if [[ ${GPU_CHECK_MPS:-1} == 0 ]]; then
+      echo "MPS skipped (GPU_CHECK_MPS=0)"
+    else
+      under_mps mps_bench && step "start gradsyncd again (MPS off)" start_daemon
+    fi
     step "gradsync_bench --device cuda, 2 daemons x 1 rank, host staging" two_daemon_bench staging
     step "gradsync_bench --device cuda, 2 daemons x 1 rank, NCCL where it forms" two_daemon_bench auto
+    # The peer: torch.distributed's NCCL with 2 ranks on the GPU, on the same
+    # NCCL library (2.30 from the bundle) when there is one.
+    step "torch.distributed NCCL allreduce, 2 ranks on one GPU (the peer of the two daemons over NCCL)" \
+      env NCCL_MULTI_RANK_GPU_ENABLE=1 ${nccl:+LD_PRELOAD=$nccl} timeout 120 $python tools/bench/torch_nccl_allreduce.py -n 2
     ;;
   resnet)
     resnet() {  # resnet LABEL

@@ -6,7 +6,8 @@ and NCCL_MULTI_RANK_GPU_ENABLE=1 for two ranks on one GPU; otherwise the
 daemons fall back) or through host memory and the UCX ring (staging). The
 daemons' logs say which ran; this script prints those lines.
 
-  python3 two_daemons_check.py GRADSYNCD GRADSYNCCTL WORKDIR [auto|staging]
+  python3 two_daemons_check.py GRADSYNCD GRADSYNCCTL WORKDIR [auto|staging|nccl]
+nccl runs auto and also fails unless both daemons formed the NCCL communicator.
 Exit code 0 when every rank passed.
 """
 import json
@@ -36,6 +37,8 @@ def start_daemon(binary, ctl, workdir, name, transport):
 def main():
     binary, ctl, workdir = sys.argv[1:4]
     transport = sys.argv[4] if len(sys.argv) > 4 else "auto"
+    required_nccl = transport == "nccl"
+    transport = "auto" if required_nccl else transport
     workdir = os.path.join(workdir, "two-daemons-" + transport)
     os.makedirs(workdir, exist_ok=True)
     os.environ.setdefault("UCX_TLS", "tcp,self")
@@ -57,7 +60,7 @@ def main():
     codes = []
     for process, _ in ranks:
         try:
-            codes.append(process.wait(timeout=240))
+            codes.append(process.wait(timeout=int(os.environ.get("TWO_DAEMONS_TIMEOUT", "240"))))
         except subprocess.TimeoutExpired:
             process.kill()
             codes.append("timeout")
@@ -67,10 +70,15 @@ def main():
     for rank, (_, path) in enumerate(ranks):
         lines = open(path).read().splitlines()
         print("rank %d (exit %s): %s" % (rank, codes[rank], " | ".join(lines[-3:])))
+    formed = 0
     for name in ("node0", "node1"):
         for line in open(os.path.join(workdir, name + ".log")):
             if "NCCL" in line and ("communicator" in line or "no NCCL" in line):
                 print("%s: %s" % (name, line.rstrip()))
+                formed += "communicator among" in line and "formed" in line
+    if required_nccl and formed < 2:
+        print("NCCL was required between the daemons, and %d of 2 formed it" % formed)
+        codes.append("no NCCL")
     if any(code != 0 for code in codes):
         for rank, (_, path) in enumerate(ranks):
             if codes[rank] != 0:
