@@ -13,7 +13,8 @@
 #                                 against .gpu_bundle/bin/gradsyncd.before (copy a build of the older
 #                                 commit there), gradsync_bench --resnet and 1 MiB..64 MiB, 1/2/4 ranks (~2 min)
 #
-# GPU_CHECK_MPS=0 leaves out the bench stage's runs under MPS.
+# GPU_CHECK_MPS=0 leaves out the bench stage's runs under MPS; GPU_CHECK_ONLY=REGEX
+# runs only the steps whose names match it.
 # Output goes to stdout and to $OUT/gpu_check-<stage>.log when $OUT is set.
 # Exit code: the number of failed steps (0: all passed).
 set -uo pipefail
@@ -26,6 +27,11 @@ failures=0
 step() {  # step NAME COMMAND...: runs it, reports, counts failures
   local name=$1
   shift
+  # GPU_CHECK_ONLY=REGEX runs only the steps whose names match (and those
+  # that start and stop gradsyncd).
+  if [[ -n ${GPU_CHECK_ONLY:-} && ! $name =~ $GPU_CHECK_ONLY && ! $name =~ gradsyncd ]]; then
+    return 0
+  fi
   echo "=== $name: $*"
   local start=$SECONDS
   "$@"
@@ -186,9 +192,10 @@ case $stage in
     two_daemon_bench() {  # two_daemon_bench staging|auto
       local dir=$workdir/bench-$1 pids=() leader
       mkdir -p "$dir"
+      # The daemons run NCCL: two ranks of it on one GPU need the flag there.
       for node in 0 1; do
-        "$tools/gradsyncd" --socket-path "$dir/n$node.sock" --peer-address 127.0.0.1:0 --gpu-cross-node "$1" \
-          > "$dir/n$node.log" 2>&1 &
+        NCCL_MULTI_RANK_GPU_ENABLE=1 "$tools/gradsyncd" --socket-path "$dir/n$node.sock" --peer-address 127.0.0.1:0 \
+          --gpu-cross-node "$1" > "$dir/n$node.log" 2>&1 &
         pids+=($!)
       done
       for _ in $(seq 100); do
@@ -198,14 +205,19 @@ case $stage in
         sleep 0.1
       done
       local rc=0
-      UCX_TLS=tcp,self NCCL_MULTI_RANK_GPU_ENABLE=1 timeout 150 "$tools/gradsync_bench" \
+      UCX_TLS=tcp,self timeout 150 "$tools/gradsync_bench" \
         --socket "$dir/n0.sock,$dir/n1.sock" --leader "$leader" -np 2 --device cuda --min-time 0.5 || rc=$?
-      UCX_TLS=tcp,self NCCL_MULTI_RANK_GPU_ENABLE=1 timeout 100 "$tools/gradsync_bench" \
+      UCX_TLS=tcp,self timeout 100 "$tools/gradsync_bench" \
         --socket "$dir/n0.sock,$dir/n1.sock" --leader "$leader" -np 2 --device cuda --resnet || rc=$?
       kill -TERM "${pids[@]}" 2>/dev/null
       wait "${pids[@]}"
       grep -h "NCCL communicator\|no NCCL among" "$dir"/n*.log
       return $rc
+    }
+    # The peer of two daemons over NCCL: torch.distributed's NCCL with 2 ranks
+    # on the GPU, on the same NCCL library (2.30 from the bundle) when there is one.
+    torch_nccl() {
+      env NCCL_MULTI_RANK_GPU_ENABLE=1 ${nccl:+LD_PRELOAD=$nccl} timeout 120 $python tools/bench/torch_nccl_allreduce.py -n 2
     }
     # Without MPS the GPU switches between the daemon's and the ranks'
     # contexts for every operation; with it their work shares the GPU.
@@ -218,6 +230,8 @@ case $stage in
       done
       step "PyTorch CUDA allreduce bench under MPS, 2 ranks" run_ranks 2 $python \
         examples/pytorch/cuda_allreduce_bench.py --iters 30
+      step "gradsync_bench --device cuda under MPS, 2 daemons x 1 rank, NCCL where it forms" two_daemon_bench auto
+      step "torch.distributed NCCL allreduce under MPS, 2 ranks on one GPU" torch_nccl
     }
     if [[ ${GPU_CHECK_MPS:-1} == 0 ]]; then
       echo "MPS skipped (GPU_CHECK_MPS=0)"
@@ -226,10 +240,7 @@ case $stage in
     fi
     step "gradsync_bench --device cuda, 2 daemons x 1 rank, host staging" two_daemon_bench staging
     step "gradsync_bench --device cuda, 2 daemons x 1 rank, NCCL where it forms" two_daemon_bench auto
-    # The peer: torch.distributed's NCCL with 2 ranks on the GPU, on the same
-    # NCCL library (2.30 from the bundle) when there is one.
-    step "torch.distributed NCCL allreduce, 2 ranks on one GPU (the peer of the two daemons over NCCL)" \
-      env NCCL_MULTI_RANK_GPU_ENABLE=1 ${nccl:+LD_PRELOAD=$nccl} timeout 120 $python tools/bench/torch_nccl_allreduce.py -n 2
+    step "torch.distributed NCCL allreduce, 2 ranks on one GPU" torch_nccl
     ;;
   resnet)
     resnet() {  # resnet LABEL

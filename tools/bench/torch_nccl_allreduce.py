@@ -25,8 +25,11 @@ def run(rank, n, sizes, iters, port):
     torch.cuda.set_device(device)
     dist.init_process_group("nccl", rank=rank, world_size=n, device_id=device)
     if rank == 0:
-        print("torch %s, NCCL %s, %d ranks on %s" % (torch.__version__, ".".join(map(str, torch.cuda.nccl.version())),
-                                                      n, torch.cuda.get_device_name(device)), flush=True)
+        with open("/proc/self/maps") as maps:
+            libraries = sorted({line.split()[-1] for line in maps if "libnccl" in line})
+        print("torch %s, NCCL %s (%s), %d ranks on %s" % (
+            torch.__version__, ".".join(map(str, torch.cuda.nccl.version())), ", ".join(libraries) or "not mapped",
+            n, torch.cuda.get_device_name(device)), flush=True)
     for size in sizes:
         x = torch.full((size // 4,), float(rank + 1), device=device)
         dist.all_reduce(x)

@@ -40,6 +40,26 @@ class _NamesHolder(_C10dBackend):
         return "gradsync"
 
 
+def _names_holder(rank, size):
+    """A C++ backend for c10d to keep the group's name in. Where pybind gives
+    Backend no constructor (PyTorch 2.11 among others), c10d's FakeProcessGroup
+    does it, set to raise on any collective: a collective that reached it
+    through c10d's dispatcher (functional collectives) would otherwise return
+    without running."""
+    try:
+        return _NamesHolder(rank, size)
+    except TypeError as no_constructor:
+        fake = getattr(torch._C._distributed_c10d, "FakeProcessGroup", None)
+        options = getattr(fake, "Options", None)
+        if options is None or not hasattr(options(), "error_on_collective") or not hasattr(fake, "_create_internal"):
+            raise RuntimeError("gradsync backend: PyTorch %s gives c10d's Backend no Python constructor (%s) and has "
+                               "no FakeProcessGroup that raises on collectives to hold the group's name"
+                               % (torch.__version__, no_constructor)) from None
+        opts = options()
+        opts.error_on_collective = True
+        return fake._create_internal(rank, size, opts)
+
+
 class ProcessGroupGradsync(dist.ProcessGroup):
     """The `gradsync` backend of one process group (see the module's doc)."""
 
@@ -47,7 +67,7 @@ class ProcessGroupGradsync(dist.ProcessGroup):
         super().__init__(rank, size)
         # c10d keeps a group's name and devices in its C++ backends: a plain
         # one per device holds them (the collectives are this class's).
-        self._names_holder = _NamesHolder(rank, size)
+        self._names_holder = _names_holder(rank, size)
         for device in ("cpu", "cuda"):
             self._register_backend(torch.device(device), dist.ProcessGroup.BackendType.CUSTOM, self._names_holder)
         self._set_default_backend(dist.ProcessGroup.BackendType.CUSTOM)
