@@ -335,6 +335,27 @@ TEST_F(MultiDaemonTest, KilledDaemonFailsAStepHeldForRoundsThroughTheLeader) {
       << logs();
 }
 
+// The leader's daemon killed while a follower's step waits for a round
+// through it: the follower's stream breaks, its rounds are aborted, and the
+// held step fails within 10 s naming the leader's node (as lost, or as the
+// leader lost, whichever the follower saw first).
+TEST_F(MultiDaemonTest, KilledLeaderFailsAStepHeldForRoundsThroughIt) {
+  startDaemons(2, {"--steady-state", "leader-rounds"});
+  // Rank 0, the survivor, on the follower's daemon; rank 1 on the leader's.
+  auto ranks = launchWith("lost-leader-star", {"kill_victim", "cached"}, {1, 0}, {});
+  ASSERT_TRUE(waitFor([&] { return ranks[0].log().find("ENQUEUED") != std::string::npos; }, std::chrono::seconds(30)))
+      << ranks[0].log() << logs();
+  const auto [code, seconds] = killDaemonAndWait(0, ranks[0]);
+  EXPECT_EQ(code, 0) << ranks[0].log() << logs();
+  EXPECT_LT(seconds, scaled(10.0));
+  const std::string log = ranks[0].log();
+  EXPECT_TRUE(log.find("lost the leader at " + leader_) != std::string::npos ||
+              log.find("lost node " + leader_) != std::string::npos)
+      << log;
+  EXPECT_NE(daemons_[1]->log().find("cached collectives run after rounds through the leader"), std::string::npos)
+      << logs();
+}
+
 TEST_F(MultiDaemonTest, FollowerThatCannotReachTheLeaderFailsWithTheReason) {
   startDaemons(1, {"--join-timeout-seconds", "2"});
   auto env = daemons_[0]->rankEnv("no-leader", 1, 2);
