@@ -91,25 +91,42 @@ StatusOr<coordinator::Response> CoordinationCodec::decode(const v1::NegotiatedRe
   return response;
 }
 
+CoordinationCodec::Forwarded CoordinationCodec::Forwarded::of(int rank, const v1::Enqueue& enqueue) {
+  const coordinator::Request request = coordinator::requestOf(rank, enqueue);
+  return {rank, request.handle, request.offset, request.cuda, request.cuda_output, request.output_length};
+}
+
+void CoordinationCodec::Forwarded::applyTo(coordinator::Request* request) const {
+  request->handle = handle;
+  request->offset = offset;
+  request->cuda = cuda;
+  request->cuda_output = cuda_output;
+  request->output_length = output_length;
+}
+
 void CoordinationCodec::applyForwardedLocked(coordinator::Response* response) {
   auto mine = forwarded_.find(response->name);
   if (mine == forwarded_.end()) return;
   for (const Forwarded& f : mine->second) {
     auto* request = requestOfRank(*response, f.rank);
     if (request == nullptr) continue;
-    (*request)->handle = f.handle;
-    (*request)->offset = f.offset;
+    f.applyTo(&**request);
   }
   forwarded_.erase(mine);
 }
 
 namespace {
 // A request's metadata: what must match across ranks for the uniform form.
+// Where its data lies is each rank's own (a CUDA tensor stays one: its
+// references are emptied, not removed).
 v1::Enqueue metadataOf(const coordinator::Request& request) {
   v1::Enqueue e = coordinator::enqueueOf(request);
   e.clear_handle();
   e.clear_offset();
   e.clear_call();
+  if (e.has_cuda()) e.mutable_cuda()->Clear();
+  if (e.has_cuda_output()) e.mutable_cuda_output()->Clear();
+  e.clear_output_length();
   return e;
 }
 }  // namespace
@@ -193,8 +210,7 @@ coordinator::Response CoordinationCodec::ownBarrierLocked(const v1::NegotiatedRe
     request.name = in.name();
     request.type = v1::BARRIER;
     request.process_set_id = in.process_set_id();
-    request.handle = f.handle;
-    request.offset = f.offset;
+    f.applyTo(&request);
     response.ranks.push_back(f.rank);
     response.requests.push_back(std::move(request));
   }
@@ -213,7 +229,7 @@ v1::FollowerMessage::Request CoordinationCodec::compact(int rank, const v1::Enqu
     same_name.erase(std::remove_if(same_name.begin(), same_name.end(),
                                    [rank](const Forwarded& f) { return f.rank == rank; }),  // an earlier step's
                     same_name.end());
-    same_name.push_back({rank, enqueue.handle(), enqueue.offset()});
+    same_name.push_back(Forwarded::of(rank, enqueue));
     id = cache_.idFor(metadata);
   }
   if (id != 0) {

@@ -63,10 +63,18 @@ class CoordinationCodec {
   ResponseCache cache_ GS_GUARDED_BY(mutex_);
   // Follower: the local requests forwarded and not yet answered, by name
   // (a rank has one request of a name in flight).
+  // What is the rank's own in each step: where its data lies (arena
+  // handle and offset, or its CUDA references and output size).
   struct Forwarded {
     int rank;
     uint64_t handle;
     uint64_t offset;
+    std::optional<coordinator::CudaRef> cuda;
+    std::optional<coordinator::CudaRef> cuda_output;
+    uint64_t output_length;
+
+    static Forwarded of(int rank, const v1::Enqueue& enqueue);
+    void applyTo(coordinator::Request* request) const;
   };
   std::unordered_map<std::string, std::vector<Forwarded>> forwarded_ GS_GUARDED_BY(mutex_);
   void noteSize(size_t bytes);  // the largest message so far

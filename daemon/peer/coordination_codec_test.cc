@@ -56,6 +56,61 @@ TEST(CoordinationCodecTest, RepeatedResponseTravelsByIdAloneAndDecodesWithThisNo
   EXPECT_EQ(follower.traffic().cache_hits, 2u);  // the forwarded request, and the response
 }
 
+// CUDA tensors are cached like the others: each step's allocation, offset,
+// event slot and output are this node's own, taken from what it forwarded,
+// never the step the cache learned them from.
+TEST(CoordinationCodecTest, CudaRequestsRepeatByIdWithEachStepsDeviceReferences) {
+  auto on_gpu = [](uint64_t step_number) {
+    coordinator::Response r = step("g", step_number);
+    for (auto& q : r.requests) {
+      q->type = r.type = v1::REDUCESCATTER;
+      q->cuda = coordinator::CudaRef{step_number, 256 * step_number, static_cast<uint32_t>(step_number % 7)};
+      q->cuda_output = coordinator::CudaRef{step_number + 1, 512 * step_number, 0};
+      q->output_length = 16;
+    }
+    return r;
+  };
+  CoordinationCodec leader("job", 16), follower("job", 16);
+  for (uint64_t s : {10, 20, 30}) {
+    const v1::FollowerMessage::Request forwarded =
+        follower.compact(1, coordinator::enqueueOf(*on_gpu(s).requests[1]), 1);
+    EXPECT_EQ(forwarded.cache_id() != 0, s > 10);
+    auto expanded = leader.expand(forwarded);
+    ASSERT_TRUE(expanded.isOk()) << expanded.status().toString();
+    EXPECT_TRUE(expanded->has_cuda());
+    const v1::NegotiatedResponse sent = leader.encode(on_gpu(s));
+    EXPECT_EQ(sent.cached(), s > 10);
+    auto decoded = follower.decode(sent);
+    ASSERT_TRUE(decoded.isOk()) << decoded.status().toString();
+    const coordinator::Request& mine = *decoded->requests[1];
+    ASSERT_TRUE(mine.cuda && mine.cuda_output);
+    EXPECT_EQ(mine.cuda->buffer_id, s);
+    EXPECT_EQ(mine.cuda->offset, 256 * s);
+    EXPECT_EQ(mine.cuda->event_slot, s % 7);
+    EXPECT_EQ(mine.cuda_output->buffer_id, s + 1);
+    EXPECT_EQ(mine.cuda_output->offset, 512 * s);
+    EXPECT_EQ(mine.output_length, 16u);
+    EXPECT_TRUE(decoded->requests[0]->onCuda());  // the leader's rank: on a GPU, where is the leader's
+  }
+  EXPECT_EQ(leader.traffic().cache_hits, 4u);  // two requests and two responses by id
+}
+
+// The uniform form of a CUDA response (every rank asked alike, each with
+// its own device references) keeps it on the GPU, with this node's.
+TEST(CoordinationCodecTest, AUniformCudaResponseKeepsThisNodesDeviceReferences) {
+  coordinator::Response r = step("u", 10);
+  for (auto& q : r.requests) q->cuda = coordinator::CudaRef{40 + static_cast<uint64_t>(q->rank), 64, 2};
+  CoordinationCodec leader("job", 0), follower("job", 0);  // nothing cached: in full every time
+  (void)follower.compact(1, coordinator::enqueueOf(*r.requests[1]), 1);
+  const v1::NegotiatedResponse sent = leader.encode(r);
+  EXPECT_TRUE(sent.uniform());
+  auto decoded = follower.decode(sent);
+  ASSERT_TRUE(decoded.isOk()) << decoded.status().toString();
+  ASSERT_TRUE(decoded->requests[1]->cuda);
+  EXPECT_EQ(decoded->requests[1]->cuda->buffer_id, 41u);
+  EXPECT_TRUE(decoded->requests[0]->onCuda());
+}
+
 // A barrier carries no data: it travels without its requests, whatever
 // the number of ranks, and each follower completes the ranks it forwarded.
 // A commit barrier (elastic) still travels in full.

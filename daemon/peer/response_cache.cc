@@ -9,7 +9,7 @@ std::string ResponseCache::signature(const coordinator::Request& r) {
   std::ostringstream s;
   s << r.rank << '|' << r.name << '|' << r.type << '|' << r.dtype << '|' << r.op << '|' << r.prescale << '|'
     << r.postscale << '|' << r.root_rank << '|' << r.process_set_id << '|' << r.length << '|' << r.group_id << '/'
-    << r.group_size << '|' << (r.onCuda() ? "cuda" : "cpu") << '|';
+    << r.group_size << '|' << (r.onCuda() ? "cuda" : "cpu") << (r.cuda_output ? "+output" : "") << '|';
   for (int64_t d : r.shape) s << d << ',';
   s << '|';
   for (int64_t x : r.splits) s << x << ',';
@@ -35,11 +35,6 @@ std::pair<uint64_t, bool> ResponseCache::assign(const coordinator::Response& res
   if (response.type == v1::BARRIER) return {0, false};
   // JOIN carries the rank that joined last, which a cache id would not.
   if (response.type == v1::JOIN) return {0, false};
-  // CUDA requests carry per-step references (allocation, offset, event slot,
-  // output) that a cache id would not: they always travel in full.
-  for (const auto& request : response.requests) {
-    if (request && request->onCuda()) return {0, false};
-  }
   const std::string key = signature(response);
   auto it = by_signature_.find(key);
   if (it != by_signature_.end()) return {it->second, false};
@@ -70,7 +65,7 @@ const coordinator::Response* ResponseCache::find(uint64_t id) const {
 }
 
 uint64_t ResponseCache::idFor(const coordinator::Request& request) const {
-  if (request.onCuda() || !request.abandoned.empty()) return 0;
+  if (!request.abandoned.empty()) return 0;
   auto it = by_request_.find(signature(request));
   return it == by_request_.end() ? 0 : it->second;
 }

@@ -4,8 +4,10 @@
 // response an id; both sides keep the response's metadata under it. Later
 // requests and responses with the same metadata travel as the id plus the
 // per-step handle and offset. Bounded: past `capacity` entries nothing new
-// is cached (steady-state training repeats the same tensors). CUDA requests
-// are never cached: their allocation, offset and event slot change per step.
+// is cached (steady-state training repeats the same tensors). Where a
+// request's data lies (arena handle and offset; a CUDA tensor's allocation,
+// offset, event slot and output) is no part of its metadata: each node
+// keeps its own ranks' for the step (CoordinationCodec).
 #pragma once
 
 #include <cstdint>

@@ -64,10 +64,17 @@ TEST(ResponseCacheTest, ChangedMetadataIsNotAHit) {
   EXPECT_TRUE(reshaped.second);
   coordinator::Request other = response("w", 10, 1).requests[0].value();
   EXPECT_EQ(cache.idFor(other), 0u);
+  // The same tensors on a GPU are other metadata; where on the GPU they lie
+  // is not.
   auto on_gpu = response("w", 8, 10);
   for (auto& q : on_gpu.requests) q->cuda = coordinator::CudaRef{1, 0, 0};
-  EXPECT_EQ(cache.assign(on_gpu).first, 0u);  // CUDA requests carry per-step references: never cached
-  EXPECT_EQ(cache.idFor(on_gpu.requests[0].value()), 0u);
+  auto gpu = cache.assign(on_gpu);
+  EXPECT_NE(gpu.first, first.first);
+  EXPECT_TRUE(gpu.second);
+  auto moved = response("w", 8, 10);
+  for (auto& q : moved.requests) q->cuda = coordinator::CudaRef{7, 4096, 3};
+  EXPECT_EQ(cache.assign(moved), std::make_pair(gpu.first, false));
+  EXPECT_EQ(cache.idFor(moved.requests[0].value()), gpu.first);
 }
 
 TEST(ResponseCacheTest, FailedResponsesAreNotCachedAndCapacityHolds) {

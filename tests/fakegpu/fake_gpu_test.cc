@@ -92,7 +92,8 @@ TEST(FakeGpuShutdownTest, ASecondSignalEndsAShutdownThatDoesNotFinish) {
 // Two daemons over host-memory GPUs: CUDA tensors between them. With
 // "staging" they go through host memory and the UCX ring; with "auto" the
 // daemons first try NCCL among their GPUs, which cannot form here (no
-// device), and fall back to the same staging together.
+// device), and fall back to the same staging together. Six steps of the
+// same collectives, each step's tensors elsewhere in device memory.
 class FakeGpuAcrossDaemonsTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(FakeGpuAcrossDaemonsTest, AllreduceAndBroadcastBetweenDaemons) {
@@ -115,12 +116,28 @@ TEST_P(FakeGpuAcrossDaemonsTest, AllreduceAndBroadcastBetweenDaemons) {
     env["GRADSYNC_LOCAL_SIZE"] = std::to_string(r == 2 ? 1 : 2);
     env["GRADSYNC_LEADER"] = leader;
     env["GRADSYNC_TEST_FAKE_LIBCUDA"] = runfile("tests/fakegpu/libcuda.so.1");
-    ranks.push_back(daemons[placement[r]]->spawnRank("across", r, 3, {"fake_cuda_across"}, env));
+    ranks.push_back(daemons[placement[r]]->spawnRank("across", r, 3, {"fake_cuda_across", "6"}, env));
   }
   std::string report;
   EXPECT_TRUE(allSucceed(ranks, kTimeout, &report)) << report << "--- leader:\n"
                                                     << daemons[0]->log() << "--- follower:\n"
                                                     << daemons[1]->log();
+  // After the first step the CUDA collectives repeat from the response
+  // cache (each step's device references its own), the allreduces after
+  // rounds among the daemons.
+  std::smatch ended;
+  const std::regex end_line("job 'across' ended: .* ([0-9]+) response-cache hits.* ([0-9]+) steady-state rounds");
+  std::string log;
+  ASSERT_TRUE(waitFor(
+      [&] {
+        log = daemons[0]->log();
+        return std::regex_search(log, ended, end_line);
+      },
+      std::chrono::seconds(10)))
+      << log;
+  std::printf("%s\n", ended[0].str().c_str());
+  EXPECT_GE(std::stoi(ended[1]), 10) << log;
+  EXPECT_GT(std::stoi(ended[2]), 0) << log;
   if (GetParam() == "auto") {
     for (auto& d : daemons) {  // both tried NCCL (the leader's id reached them) and fell back
       EXPECT_NE(d->log().find("no NCCL among the daemons"), std::string::npos) << d->log();

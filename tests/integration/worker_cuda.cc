@@ -145,23 +145,18 @@ int fakeCuda(Client& c, const std::vector<std::string>&) {
   return 0;
 }
 
-// Ranks on several daemons: CUDA allreduce (a fused bucket of several
-// tensors, every reduction kind), broadcast, allgather and reducescatter
-// go between the daemons (the last two staged through host memory).
-int fakeCudaAcross(Client& c, const std::vector<std::string>&) {
-  FakeMalloc fake_malloc = loadFakeDriver();
-  WORKER_CHECK(fake_malloc != nullptr, "no fake CUDA driver ($GRADSYNC_TEST_FAKE_LIBCUDA)");
+// One step of fakeCudaAcross: every tensor at `base` in the fake device
+// memory, its values shifted by `s`.
+int acrossStep(Client& c, uint8_t* base, int s) {
   const int n = c.size(), me = c.rank();
-  auto* a = static_cast<uint8_t*>(fake_malloc(1 << 20));
-  WORKER_CHECK(a != nullptr, "fake cudaMalloc failed");
   const std::vector<int64_t> s256 = {256}, s7 = {7};
-  auto* sum = reinterpret_cast<float*>(a);
-  auto* avg = reinterpret_cast<double*>(a + 4096);
-  auto* mx = reinterpret_cast<int32_t*>(a + 8192);
+  auto* sum = reinterpret_cast<float*>(base);
+  auto* avg = reinterpret_cast<double*>(base + 4096);
+  auto* mx = reinterpret_cast<int32_t*>(base + 8192);
   for (int i = 0; i < 256; ++i) {
-    sum[i] = static_cast<float>(me + i);
-    avg[i] = static_cast<double>(2 * me);
-    mx[i] = me * 3 + i;
+    sum[i] = static_cast<float>(me + i + s);
+    avg[i] = static_cast<double>(2 * me + s);
+    mx[i] = me * 3 + i + s;
   }
   gradsync_op_t ops[3] = {cudaOp(GRADSYNC_ALLREDUCE, "x.sum", sum, GRADSYNC_FLOAT32, s256),
                           cudaOp(GRADSYNC_ALLREDUCE, "x.avg", avg, GRADSYNC_FLOAT64, s256),
@@ -172,44 +167,62 @@ int fakeCudaAcross(Client& c, const std::vector<std::string>&) {
   for (int k = 0; k < 3; ++k) WORKER_OK(c.start(ops[k], &handles[k]));
   for (auto& h : handles) WORKER_OK(h.wait(60));
   for (int i = 0; i < 256; ++i) {
-    WORKER_CHECK(sum[i] == static_cast<float>(n * (n - 1) / 2 + n * i), "sum %d: %g", i, sum[i]);
-    WORKER_CHECK(avg[i] == static_cast<double>(n - 1), "average %d: %g", i, avg[i]);
-    WORKER_CHECK(mx[i] == (n - 1) * 3 + i, "max %d: %d", i, mx[i]);
+    WORKER_CHECK(sum[i] == static_cast<float>(n * (n - 1) / 2 + n * (i + s)), "step %d sum %d: %g", s, i, sum[i]);
+    WORKER_CHECK(avg[i] == static_cast<double>(n - 1 + s), "step %d average %d: %g", s, i, avg[i]);
+    WORKER_CHECK(mx[i] == (n - 1) * 3 + i + s, "step %d max %d: %d", s, i, mx[i]);
   }
-  auto* b = reinterpret_cast<int64_t*>(a + 16384);
-  for (int i = 0; i < 7; ++i) b[i] = me * 100 + i;
+  auto* b = reinterpret_cast<int64_t*>(base + 16384);
+  for (int i = 0; i < 7; ++i) b[i] = me * 100 + i + s;
   gradsync_op_t bcast = cudaOp(GRADSYNC_BROADCAST, "x.bcast", b, GRADSYNC_INT64, s7);
   bcast.root_rank = n - 1;  // on another daemon than rank 0
   if (run(c, bcast)) return 1;
-  WORKER_CHECK(b[6] == (n - 1) * 100 + 6, "broadcast: %lld", static_cast<long long>(b[6]));
+  WORKER_CHECK(b[6] == (n - 1) * 100 + 6 + s, "step %d broadcast: %lld", s, static_cast<long long>(b[6]));
   // Allgather and reducescatter stage through host memory across daemons.
-  auto* g = reinterpret_cast<float*>(a + 32768);
-  for (int i = 0; i < 7; ++i) g[i] = static_cast<float>(me * 10 + i);
+  auto* g = reinterpret_cast<float*>(base + 32768);
+  for (int i = 0; i < 7; ++i) g[i] = static_cast<float>(me * 10 + i + s);
   gradsync_op_t gather = cudaOp(GRADSYNC_ALLGATHER, "x.gather", g, GRADSYNC_FLOAT32, s7);
-  auto* gathered = reinterpret_cast<float*>(a + 65536);
+  auto* gathered = reinterpret_cast<float*>(base + 65536);
   gather.output = gathered;
   gather.output_bytes = static_cast<uint64_t>(n) * 7 * 4;
   if (run(c, gather)) return 1;
   for (int r = 0; r < n; ++r) {
     for (int i = 0; i < 7; ++i) {
-      WORKER_CHECK(gathered[r * 7 + i] == static_cast<float>(r * 10 + i), "allgather [%d][%d]: %g", r, i,
+      WORKER_CHECK(gathered[r * 7 + i] == static_cast<float>(r * 10 + i + s), "step %d allgather [%d][%d]: %g", s, r, i,
                    gathered[r * 7 + i]);
     }
   }
-  auto* rs = reinterpret_cast<float*>(a + 98304);
-  for (int i = 0; i < 2 * n; ++i) rs[i] = static_cast<float>(me + i);
+  auto* rs = reinterpret_cast<float*>(base + 98304);
+  for (int i = 0; i < 2 * n; ++i) rs[i] = static_cast<float>(me + i + s);
   const std::vector<int64_t> rows = {2 * n};
   gradsync_op_t scatter = cudaOp(GRADSYNC_REDUCESCATTER, "x.scatter", rs, GRADSYNC_FLOAT32, rows);
   scatter.reduce_op = GRADSYNC_SUM;
-  auto* mine = reinterpret_cast<float*>(a + 131072);
+  auto* mine = reinterpret_cast<float*>(base + 131072);
   scatter.output = mine;
   scatter.output_bytes = 2 * 4;
   if (run(c, scatter)) return 1;
   for (int k = 0; k < 2; ++k) {
-    const float expected = static_cast<float>(n * (n - 1) / 2 + n * (2 * me + k));
-    WORKER_CHECK(mine[k] == expected, "reducescatter [%d]: %g, expected %g", k, mine[k], expected);
+    const float expected = static_cast<float>(n * (n - 1) / 2 + n * (2 * me + k + s));
+    WORKER_CHECK(mine[k] == expected, "step %d reducescatter [%d]: %g, expected %g", s, k, mine[k], expected);
   }
-  std::fprintf(stderr, "[rank %d] fake CUDA across daemons OK\n", me);
+  return 0;
+}
+
+// Ranks on several daemons: CUDA allreduce (a fused bucket of several
+// tensors, every reduction kind), broadcast, allgather and reducescatter
+// go between the daemons (the last two staged through host memory). With a
+// step count (args[0]), repeated under the same names (cached after the
+// first), each step's tensors in the other of two allocations and at
+// another offset.
+int fakeCudaAcross(Client& c, const std::vector<std::string>& args) {
+  FakeMalloc fake_malloc = loadFakeDriver();
+  WORKER_CHECK(fake_malloc != nullptr, "no fake CUDA driver ($GRADSYNC_TEST_FAKE_LIBCUDA)");
+  uint8_t* allocations[2] = {static_cast<uint8_t*>(fake_malloc(1 << 20)), static_cast<uint8_t*>(fake_malloc(1 << 20))};
+  WORKER_CHECK(allocations[0] != nullptr && allocations[1] != nullptr, "fake cudaMalloc failed");
+  const int steps = args.empty() ? 1 : std::atoi(args[0].c_str());
+  for (int s = 0; s < steps; ++s) {
+    if (acrossStep(c, allocations[s % 2] + (s % 3) * 262144, s)) return 1;
+  }
+  std::fprintf(stderr, "[rank %d] fake CUDA across daemons OK (%d steps)\n", c.rank(), steps);
   return 0;
 }
 
