@@ -211,7 +211,7 @@ case $stage in
         --socket "$dir/n0.sock,$dir/n1.sock" --leader "$leader" -np 2 --device cuda --resnet || rc=$?
       kill -TERM "${pids[@]}" 2>/dev/null
       wait "${pids[@]}"
-      grep -h "NCCL communicator\|no NCCL among" "$dir"/n*.log
+      grep -h "NCCL communicator\|no NCCL among\|ended:" "$dir"/n*.log
       return $rc
     }
     # The peer of two daemons over NCCL: torch.distributed's NCCL with 2 ranks
