@@ -23,7 +23,9 @@ inline std::vector<MeshNode> makeMesh(int n) {
   for (int a = 0; a < n; ++a) {
     nodes[a].peers.resize(n);
     for (int b = 0; b < n; ++b) {
-      if (a != b) nodes[a].peers[b] = std::move(nodes[a].transport->connect(nodes[b].transport->address(), b).value());
+      if (a != b)
+        nodes[a].peers[b] =
+            std::move(nodes[a].transport->connect(nodes[b].transport->address(), "rank " + std::to_string(b)).value());
     }
   }
   return nodes;

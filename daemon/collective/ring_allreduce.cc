@@ -51,8 +51,7 @@ class Step {
     const Chunks& send = parts_[send_index];
     const Chunks& recv = parts_[recv_index];
     const std::string what = std::string(name_) + " step " + std::to_string(phase == 0 ? step : ring_.size - 1 + step) +
-                             " with the daemons of ranks " + std::to_string(ring_.left->rank()) + " (left) and " +
-                             std::to_string(ring_.right->rank()) + " (right)";
+                             " with " + ring_.left->name() + " (left) and " + ring_.right->name() + " (right)";
     // Step 0 of phase 0 sends this node's own contribution; every later
     // send is what the step before reduced (or received) into `data`.
     const uint8_t* from = phase == 0 && step == 0 ? input_ : data_;

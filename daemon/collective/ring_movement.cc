@@ -18,8 +18,7 @@ Status waitAll(const RingContext& ring, std::vector<RequestPtr>& requests, const
 }
 
 std::string describe(const RingContext& ring, const char* what) {
-  return std::string(what) + " with the daemons of ranks " + std::to_string(ring.left->rank()) + " (left) and " +
-         std::to_string(ring.right->rank()) + " (right)";
+  return std::string(what) + " with " + ring.left->name() + " (left) and " + ring.right->name() + " (right)";
 }
 
 }  // namespace

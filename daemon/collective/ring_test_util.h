@@ -29,9 +29,11 @@ inline std::vector<Node> makeRing(int n, const transport::UcxOptions& options = 
   }
   for (int r = 0; r < n; ++r) {
     const int left = (r - 1 + n) % n, right = (r + 1) % n;
-    nodes[r].left = std::move(nodes[r].transport->connect(nodes[left].transport->address(), left).value());
+    nodes[r].left = std::move(
+        nodes[r].transport->connect(nodes[left].transport->address(), "rank " + std::to_string(left)).value());
     if (right != left)
-      nodes[r].right = std::move(nodes[r].transport->connect(nodes[right].transport->address(), right).value());
+      nodes[r].right = std::move(
+          nodes[r].transport->connect(nodes[right].transport->address(), "rank " + std::to_string(right)).value());
   }
   return nodes;
 }

@@ -89,7 +89,7 @@ StatusOr<transport::Peer*> UcxMesh::peerFor(const v1::NodeInfo& node) {
   }
   if (transport == nullptr) return failedPrecondition("job '" + job_id_ + "': the data plane is not open");
   if (node.ranks_size() == 0) return internalError("node " + node.peer_address() + " holds no rank");
-  ASSIGN_OR_RETURN(auto peer, transport->connect(node.ucx_address(), node.ranks(0)));
+  ASSIGN_OR_RETURN(auto peer, transport->connect(node.ucx_address(), "node " + node.peer_address()));
   MutexLock lock(mutex_);
   transport::Peer* raw = peer.get();
   peers_[node.ucx_address()] = std::move(peer);

@@ -47,8 +47,9 @@ class Peer {
   virtual RequestPtr isend(const void* data, size_t bytes, uint64_t tag) = 0;
   // Receives exactly `bytes` with `tag` from this peer into `data`.
   virtual RequestPtr irecv(void* data, size_t bytes, uint64_t tag) = 0;
-  // Rank of the peer given at connect(), for error messages.
-  virtual int rank() const = 0;
+  // Who the peer is, as given at connect() ("node 10.0.0.2:7070"), for
+  // error messages.
+  virtual const std::string& name() const = 0;
   virtual PeerStats stats() const = 0;
 };
 using PeerPtr = std::unique_ptr<Peer>;
@@ -58,11 +59,13 @@ class Transport {
   virtual ~Transport() = default;
   // Opaque bytes other daemons pass to connect() to reach this one.
   virtual std::string address() const = 0;
-  // Connects to the daemon of `rank` at `address`. Non-blocking where the
-  // implementation allows; the first transfer completes the handshake.
-  virtual StatusOr<PeerPtr> connect(const std::string& address, int rank) = 0;
+  // Connects to the daemon at `address`, called `name` in errors.
+  // Non-blocking where the implementation allows; the first transfer
+  // completes the handshake.
+  virtual StatusOr<PeerPtr> connect(const std::string& address, const std::string& name) = 0;
   // Drives transfers until every one of `requests` has completed or
-  // the deadline passes (DEADLINE_EXCEEDED naming `what`); returns the first
+  // the deadline passes (DEADLINE_EXCEEDED naming `what` and the transfers
+  // still pending); returns the first
   // failed request's status otherwise.
   // Returns at once (UNAVAILABLE, naming the cause) once abort() was called
   // or a peer's connection failed, whichever came first.

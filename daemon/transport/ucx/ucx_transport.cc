@@ -66,7 +66,7 @@ Status ucxError(const std::string& what, ucs_status_t status) {
 // A peer's connection state, written by the endpoint's error handler and
 // read by waits on its requests; lives as long as its UcxPeer.
 struct EndpointState {
-  int rank;
+  std::string name;  // who the peer is, for messages
   std::atomic<bool> failed{false};
   std::string reason;  // written once, before `failed`
 };
@@ -79,8 +79,7 @@ struct EndpointState {
 void onEndpointError(void* arg, ucp_ep_h, ucs_status_t status) {
   auto* state = static_cast<EndpointState*>(arg);
   if (state->failed.load()) return;
-  state->reason = "lost the data-plane connection to the daemon of rank " + std::to_string(state->rank) + ": " +
-                  ucs_status_string(status);
+  state->reason = "lost the data-plane connection to " + state->name + ": " + ucs_status_string(status);
   // Debug only: a peer that closes the job's endpoints at its end looks the
   // same here; a wait that needed the peer reports the reason as its error.
   GS_LOG(executor, debug, "{}", state->reason);
@@ -131,6 +130,8 @@ class UcxRequest final : public Request {
     return true;
   }
   Status status() const override { return status_; }
+  // What it is ("receive from node 10.0.0.2:7070").
+  const std::string& what() const { return what_; }
   // The peer's connection failed: why (null while it is healthy).
   const std::string* peerFailure() const { return peer_->failed.load() ? &peer_->reason : nullptr; }
 
@@ -146,8 +147,8 @@ class UcxRequest final : public Request {
 
 class UcxPeer final : public Peer {
  public:
-  UcxPeer(ucp_worker_h worker, ucp_ep_h endpoint, int rank, std::unique_ptr<EndpointState> state)
-      : worker_(worker), endpoint_(endpoint), rank_(rank), state_(std::move(state)) {}
+  UcxPeer(ucp_worker_h worker, ucp_ep_h endpoint, std::unique_ptr<EndpointState> state)
+      : worker_(worker), endpoint_(endpoint), state_(std::move(state)) {}
   ~UcxPeer() override {
     // Forced: completes locally. The owner flushes the worker first
     // (UcxTransport::flush), so what was sent is not dropped.
@@ -164,7 +165,7 @@ class UcxPeer final : public Peer {
     ucp_request_param_t param{};
     sent_.fetch_add(bytes);
     return std::make_unique<UcxRequest>(worker_, ucp_tag_send_nbx(endpoint_, data, bytes, tag, &param),
-                                        "send to daemon of rank " + std::to_string(rank_), &failures_, state_.get());
+                                        "send to " + state_->name, &failures_, state_.get());
   }
   RequestPtr irecv(void* data, size_t bytes, uint64_t tag) override {
     ucp_request_param_t param{};
@@ -172,16 +173,14 @@ class UcxPeer final : public Peer {
     // ring_allreduce.cc): a full mask matches the one message meant for it.
     received_.fetch_add(bytes);
     return std::make_unique<UcxRequest>(worker_, ucp_tag_recv_nbx(worker_, data, bytes, tag, ~uint64_t{0}, &param),
-                                        "receive from daemon of rank " + std::to_string(rank_), &failures_,
-                                        state_.get());
+                                        "receive from " + state_->name, &failures_, state_.get());
   }
-  int rank() const override { return rank_; }
+  const std::string& name() const override { return state_->name; }
   PeerStats stats() const override { return {sent_.load(), received_.load(), failures_.load()}; }
 
  private:
   ucp_worker_h worker_;
   ucp_ep_h endpoint_;
-  int rank_;
   std::unique_ptr<EndpointState> state_;  // the endpoint's error handler argument
   std::atomic<uint64_t> sent_{0};
   std::atomic<uint64_t> received_{0};
@@ -255,11 +254,11 @@ UcxTransport::~UcxTransport() {
   ucp_cleanup(context_);
 }
 
-StatusOr<PeerPtr> UcxTransport::connect(const std::string& address, int rank) {
-  if (address.empty()) return invalidArgument("empty UCX address for rank " + std::to_string(rank));
+StatusOr<PeerPtr> UcxTransport::connect(const std::string& address, const std::string& name) {
+  if (address.empty()) return invalidArgument("empty UCX address for " + name);
   ucp_ep_params_t params{};
   auto state = std::make_unique<EndpointState>();
-  state->rank = rank;
+  state->name = name;
   params.field_mask =
       UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER;
   params.address = reinterpret_cast<const ucp_address_t*>(address.data());
@@ -268,8 +267,8 @@ StatusOr<PeerPtr> UcxTransport::connect(const std::string& address, int rank) {
   params.err_handler.arg = state.get();
   ucp_ep_h endpoint = nullptr;
   const ucs_status_t s = ucp_ep_create(worker_, &params, &endpoint);
-  if (s != UCS_OK) return ucxError("connecting to the daemon of rank " + std::to_string(rank), s);
-  return PeerPtr(new UcxPeer(worker_, endpoint, rank, std::move(state)));
+  if (s != UCS_OK) return ucxError("connecting to " + name, s);
+  return PeerPtr(new UcxPeer(worker_, endpoint, std::move(state)));
 }
 
 void UcxTransport::flush(Clock::duration timeout) {
@@ -318,6 +317,26 @@ void UcxTransport::resume() {
   failed_.store(false);
 }
 
+namespace {
+// The deadline passed: `what`, naming the transfers still pending (the first
+// few), which tells a message that never came from one that never left.
+Status timedOut(Request* const* requests, size_t count, const std::string& what) {
+  constexpr int kNamed = 4;
+  std::string pending;
+  int named = 0, more = 0;
+  for (size_t i = 0; i < count; ++i) {
+    if (requests[i]->test()) continue;
+    if (named++ < kNamed) {
+      pending += (pending.empty() ? "" : ", ") + static_cast<UcxRequest*>(requests[i])->what();
+    } else {
+      ++more;
+    }
+  }
+  if (more > 0) pending += " and " + std::to_string(more) + " more";
+  return deadlineExceeded(what + ": transfer timed out" + (pending.empty() ? "" : " (pending: " + pending + ")"));
+}
+}  // namespace
+
 Status UcxTransport::waitAll(Request* const* requests, size_t count, Clock::time_point deadline,
                              const std::string& what) {
   // Spin while progress is being made and a little after (QuietSpin); then
@@ -344,7 +363,7 @@ Status UcxTransport::waitAll(Request* const* requests, size_t count, Clock::time
       pollfd pfd{efd_, POLLIN, 0};
       if (::poll(&pfd, 1, 1) > 0) quiet.progressed();
     }
-    if ((spins & 255) == 0 && Clock::now() > deadline) return deadlineExceeded(what + ": transfer timed out");
+    if ((spins & 255) == 0 && Clock::now() > deadline) return timedOut(requests, count, what);
   }
   for (size_t i = 0; i < count; ++i) RETURN_IF_ERROR(requests[i]->status());
   return okStatus();

@@ -30,7 +30,7 @@ class UcxTransport final : public Transport {
   ~UcxTransport() override;
 
   std::string address() const override { return address_; }
-  StatusOr<PeerPtr> connect(const std::string& address, int rank) override;
+  StatusOr<PeerPtr> connect(const std::string& address, const std::string& name) override;
   Status waitAll(Request* const* requests, size_t count, Clock::time_point deadline, const std::string& what) override;
   Status waitAny(Request* const* requests, size_t count, int wake_fd, Clock::time_point until) override;
   void abort(const std::string& reason) override;
