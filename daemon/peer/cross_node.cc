@@ -764,6 +764,8 @@ StatusOr<std::optional<collective::RingContext>> CrossNode::ring(uint64_t sequen
   selectNodes(nodes, &members, &self);
   if (self < 0) return std::optional<collective::RingContext>();
   ASSIGN_OR_RETURN(auto ring, mesh_.ring(sequence, deadline, members, self));
+  GS_LOG(executor, debug, "job '{}': ring {:#x} of epoch {}: node {} of {}, after {}, before {}", options_.job_id,
+         sequence, epoch, self, members.size(), ring.left->name(), ring.right->name());
   return std::optional<collective::RingContext>(std::move(ring));
 }
 

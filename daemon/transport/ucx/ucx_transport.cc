@@ -293,6 +293,7 @@ size_t UcxTransport::dropStrays() {
       if (ucp_worker_progress(worker_) == 0) break;
       continue;
     }
+    GS_LOG(executor, debug, "a stray data-plane message: tag {:#x}, {} bytes", info.sender_tag, info.length);
     ucp_request_param_t param{};
     ucs_status_ptr_t request = ucp_tag_msg_recv_nbx(worker_, sink.data(), sink.size(), message, &param);
     if (request != nullptr && !UCS_PTR_IS_ERR(request)) {
