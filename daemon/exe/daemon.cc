@@ -159,8 +159,8 @@ server::DaemonFacts Daemon::probeNode() {
          facts.gpus.note.empty() ? "" : " (" + facts.gpus.note + ")", facts.gpus.mps ? "on" : "off",
          nccl_ ? gpu::ncclVersionString(facts.nccl_version) + " from " + facts.nccl_library : facts.nccl_note);
   for (const auto& g : facts.gpus.gpus) {
-    GS_LOG(main, info, "GPU {}: {} {} ({} MiB, compute mode {}, PCI {})", g.index, g.uuid, g.name,
-           g.total_memory_bytes >> 20, g.compute_mode, g.pci_bus_id);
+    GS_LOG(main, info, "GPU {}: {} {} ({} MiB, compute mode {}, PCI {}, NUMA node {})", g.index, g.uuid, g.name,
+           g.total_memory_bytes >> 20, g.compute_mode, g.pci_bus_id, g.numa_node);
   }
   return facts;
 }

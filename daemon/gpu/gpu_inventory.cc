@@ -4,8 +4,10 @@
 #include <cuda_runtime_api.h>
 #include <sys/stat.h>
 
+#include <cctype>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 
 namespace gradsync::gpu {
 namespace {
@@ -45,7 +47,38 @@ void probeMps(GpuInventory* inventory) {
   inventory->mps = ::stat((inventory->mps_pipe + "/control").c_str(), &st) == 0;
 }
 
+// Every pair of GPUs: can they reach each other directly, and how well.
+void probePeers(GpuInventory* inventory) {
+  for (GpuInfo& gpu : inventory->gpus) {
+    for (const GpuInfo& other : inventory->gpus) {
+      if (other.index == gpu.index) continue;
+      GpuPeerLink link;
+      link.index = other.index;
+      int value = 0;
+      link.access = cudaDeviceCanAccessPeer(&value, gpu.index, other.index) == cudaSuccess && value != 0;
+      if (cudaDeviceGetP2PAttribute(&value, cudaDevP2PAttrPerformanceRank, gpu.index, other.index) == cudaSuccess) {
+        link.performance_rank = value;
+      }
+      link.native_atomics = cudaDeviceGetP2PAttribute(&value, cudaDevP2PAttrNativeAtomicSupported, gpu.index,
+                                                      other.index) == cudaSuccess &&
+                            value != 0;
+      gpu.peers.push_back(link);
+    }
+  }
+  (void)cudaGetLastError();  // a refused query leaves no sticky error behind
+}
+
 }  // namespace
+
+int numaNodeOf(const std::string& pci_bus_id, const std::string& sysfs) {
+  if (pci_bus_id.empty() || pci_bus_id.find('/') != std::string::npos) return -1;
+  std::string lower = pci_bus_id;
+  for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  std::ifstream in(sysfs + "/bus/pci/devices/" + lower + "/numa_node");
+  int node = -1;
+  if (!(in >> node)) return -1;
+  return node < 0 ? -1 : node;
+}
 
 GpuInventory probeGpus() {
   GpuInventory inventory;
@@ -78,8 +111,10 @@ GpuInventory probeGpus() {
       info.compute_mode = computeModeName(mode);
     char bus[32] = {0};
     if (cudaDeviceGetPCIBusId(bus, sizeof(bus), i) == cudaSuccess) info.pci_bus_id = bus;
+    info.numa_node = numaNodeOf(info.pci_bus_id);
     inventory.gpus.push_back(std::move(info));
   }
+  probePeers(&inventory);
   return inventory;
 }
 

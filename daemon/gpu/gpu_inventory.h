@@ -12,13 +12,23 @@
 
 namespace gradsync::gpu {
 
+// How this GPU reaches another of the node's directly (CUDA peer access).
+struct GpuPeerLink {
+  int index = 0;              // the other GPU's ordinal
+  bool access = false;        // peer access possible (NVLink or PCIe P2P)
+  int performance_rank = -1;  // the driver's relative rank of the link (lower: faster; NVLink is usually 0)
+  bool native_atomics = false;
+};
+
 struct GpuInfo {
   int index = 0;     // CUDA ordinal in this process
   std::string uuid;  // "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx", as nvidia-smi prints it
   std::string name;  // "NVIDIA H100 80GB HBM3"
   uint64_t total_memory_bytes = 0;
-  std::string compute_mode;  // "default", "exclusive-process", "prohibited"
-  std::string pci_bus_id;    // "0000:18:00.0"
+  std::string compute_mode;        // "default", "exclusive-process", "prohibited"
+  std::string pci_bus_id;          // "0000:18:00.0"
+  int numa_node = -1;              // the host NUMA node of its PCI device (-1: unknown)
+  std::vector<GpuPeerLink> peers;  // one per other GPU of the node
 };
 
 struct GpuInventory {
@@ -30,5 +40,9 @@ struct GpuInventory {
 };
 
 GpuInventory probeGpus();
+
+// The NUMA node of the PCI device `pci_bus_id` ("0000:18:00.0", any case)
+// as `sysfs` (normally "/sys") tells it; -1 when it does not.
+int numaNodeOf(const std::string& pci_bus_id, const std::string& sysfs = "/sys");
 
 }  // namespace gradsync::gpu

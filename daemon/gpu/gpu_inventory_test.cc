@@ -5,6 +5,9 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <cstdlib>
+#include <string>
+
 namespace gradsync::gpu {
 namespace {
 
@@ -30,6 +33,22 @@ TEST(GpuInventory, EitherGpusOrAReason) {
     EXPECT_GT(gpu.total_memory_bytes, 0u);
     EXPECT_FALSE(gpu.compute_mode.empty());
   }
+}
+
+TEST(GpuInventory, NumaNodeComesFromThePciDeviceInSysfs) {
+  char root[] = "/tmp/gs_sysfs_XXXXXX";
+  ASSERT_NE(::mkdtemp(root), nullptr);
+  // sysfs names devices in lower case; CUDA reports the bus id in upper case.
+  const std::string device = std::string(root) + "/bus/pci/devices/0000:1b:00.0";
+  ASSERT_EQ(std::system(("mkdir -p '" + device + "' && echo 1 > '" + device + "/numa_node'").c_str()), 0);
+  EXPECT_EQ(numaNodeOf("0000:1B:00.0", root), 1);
+  EXPECT_EQ(numaNodeOf("0000:1b:00.0", root), 1);
+  EXPECT_EQ(numaNodeOf("0000:18:00.0", root), -1);  // no such device
+  EXPECT_EQ(numaNodeOf("", root), -1);
+  EXPECT_EQ(numaNodeOf("../../../etc", root), -1);
+  ASSERT_EQ(std::system(("echo -1 > '" + device + "/numa_node'").c_str()), 0);  // a machine without NUMA
+  EXPECT_EQ(numaNodeOf("0000:1B:00.0", root), -1);
+  ASSERT_EQ(std::system(("rm -rf '" + std::string(root) + "'").c_str()), 0);
 }
 
 TEST(GpuInventory, MpsFollowsThePipeDirectory) {

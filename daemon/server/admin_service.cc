@@ -40,6 +40,14 @@ grpc::Status AdminService::GetStatus(grpc::ServerContext*, const v1::GetStatusRe
     info->set_total_memory_bytes(gpu.total_memory_bytes);
     info->set_compute_mode(gpu.compute_mode);
     info->set_pci_bus_id(gpu.pci_bus_id);
+    info->set_numa_node(gpu.numa_node);
+    for (const auto& peer : gpu.peers) {
+      v1::GpuPeerLink* link = info->add_peers();
+      link->set_index(peer.index);
+      link->set_access(peer.access);
+      link->set_performance_rank(peer.performance_rank);
+      link->set_native_atomics(peer.native_atomics);
+    }
   }
   response->set_gpu_note(facts_.gpus.note);
   response->set_cuda_driver_version(facts_.gpus.driver_version);

@@ -193,9 +193,20 @@ std::string formatStatus(const v1::GetStatusResponse& status, const std::string&
                    ? "none" + (status.gpu_note().empty() ? std::string() : " (" + status.gpu_note() + ")")
                    : std::to_string(status.gpus_size()));
   for (const auto& gpu : status.gpus()) {
-    out += printfString("  %d  %s  %s  %s  compute mode %s  PCI %s\n", gpu.index(), gpu.uuid().c_str(),
+    out += printfString("  %d  %s  %s  %s  compute mode %s  PCI %s  NUMA %s\n", gpu.index(), gpu.uuid().c_str(),
                         gpu.name().c_str(), formatBytes(gpu.total_memory_bytes()).c_str(), gpu.compute_mode().c_str(),
-                        gpu.pci_bus_id().c_str());
+                        gpu.pci_bus_id().c_str(),
+                        gpu.numa_node() < 0 ? "unknown" : std::to_string(gpu.numa_node()).c_str());
+    if (gpu.peers_size() == 0) continue;
+    std::string links;
+    for (const auto& peer : gpu.peers()) {
+      links += printfString("%s%d %s", links.empty() ? "" : ", ", peer.index(),
+                            !peer.access() ? "none"
+                            : peer.performance_rank() < 0
+                                ? "direct"
+                                : ("direct, rank " + std::to_string(peer.performance_rank())).c_str());
+    }
+    out += "     peers: " + links + "\n";
   }
   if (status.cuda_driver_version() > 0) {
     line("cuda driver", std::to_string(status.cuda_driver_version() / 1000) + "." +

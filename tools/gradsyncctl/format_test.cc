@@ -31,6 +31,14 @@ v1::GetStatusResponse makeStatus() {
   gpu->set_total_memory_bytes(85ull << 30);
   gpu->set_compute_mode("default");
   gpu->set_pci_bus_id("0000:18:00.0");
+  gpu->set_numa_node(1);
+  v1::GpuPeerLink* nvlink = gpu->add_peers();
+  nvlink->set_index(1);
+  nvlink->set_access(true);
+  nvlink->set_performance_rank(0);
+  v1::GpuPeerLink* unreachable = gpu->add_peers();
+  unreachable->set_index(2);
+  unreachable->set_performance_rank(-1);
   status.set_cuda_driver_version(13000);
   status.set_mps(true);
   status.set_mps_pipe_directory("/tmp/nvidia-mps");
@@ -121,7 +129,8 @@ TEST(FormatStatus, ShowsIdentityAndEveryConfigField) {
   EXPECT_THAT(text, HasSubstr("/tmp/x.sock"));
   EXPECT_THAT(text, HasSubstr("gpus:         1\n"));
   EXPECT_THAT(text, HasSubstr("  0  GPU-8e0b1977-1fa4-2c3e-9100-abcdef012345  NVIDIA H100 80GB HBM3  85.0 GiB  "
-                              "compute mode default  PCI 0000:18:00.0\n"));
+                              "compute mode default  PCI 0000:18:00.0  NUMA 1\n"
+                              "     peers: 1 direct, rank 0, 2 none\n"));
   EXPECT_THAT(text, HasSubstr("cuda driver:  13.0\n"));
   EXPECT_THAT(text, HasSubstr("mps:          on (/tmp/nvidia-mps)\n"));
   EXPECT_THAT(text, HasSubstr("2.28.7 (/opt/nccl/libnccl.so.2)"));
