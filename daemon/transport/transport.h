@@ -63,10 +63,9 @@ class Transport {
   // Non-blocking where the implementation allows; the first transfer
   // completes the handshake.
   virtual StatusOr<PeerPtr> connect(const std::string& address, const std::string& name) = 0;
-  // Drives transfers until every one of `requests` has completed or
-  // the deadline passes (DEADLINE_EXCEEDED naming `what` and the transfers
-  // still pending); returns the first
-  // failed request's status otherwise.
+  // Drives transfers until every one of `requests` has completed or the
+  // deadline passes (DEADLINE_EXCEEDED naming `what` and the transfers
+  // still pending); returns the first failed request's status otherwise.
   // Returns at once (UNAVAILABLE, naming the cause) once abort() was called
   // or a peer's connection failed, whichever came first.
   virtual Status waitAll(Request* const* requests, size_t count, Clock::time_point deadline,
