@@ -170,9 +170,10 @@ case $stage in
       client/python/tests_gpu/two_daemons_check.py "$tools/gradsyncd" "$tools/gradsyncctl" "$workdir" staging
     # Two NCCL ranks on one GPU need NCCL >= 2.30 and its opt-in flag; with
     # the bundle's own NCCL (2.30) the communicator must form.
-    step "two daemons on one GPU, NCCL between them$([[ -f $bundle/nccl/libnccl.so.2 ]] || echo ' where it can form')" \
+    if [[ -f $bundle/nccl/libnccl.so.2 ]]; then mode=nccl where=; else mode=auto where=" where it can form"; fi
+    step "two daemons on one GPU, NCCL between them$where" \
       env NCCL_MULTI_RANK_GPU_ENABLE=1 TWO_DAEMONS_TIMEOUT=150 timeout 200 $python client/python/tests_gpu/two_daemons_check.py \
-      "$tools/gradsyncd" "$tools/gradsyncctl" "$workdir" "$([[ -f $bundle/nccl/libnccl.so.2 ]] && echo nccl || echo auto)"
+      "$tools/gradsyncd" "$tools/gradsyncctl" "$workdir" "$mode"
     step "gradsyncctl jobs" "$tools/gradsyncctl" --socket "$socket" jobs
     ;;
   bench)

@@ -91,9 +91,8 @@ StatusOr<coordinator::Response> CoordinationCodec::decode(const v1::NegotiatedRe
   return response;
 }
 
-CoordinationCodec::Forwarded CoordinationCodec::Forwarded::of(int rank, const v1::Enqueue& enqueue) {
-  const coordinator::Request request = coordinator::requestOf(rank, enqueue);
-  return {rank, request.handle, request.offset, request.cuda, request.cuda_output, request.output_length};
+CoordinationCodec::Forwarded CoordinationCodec::Forwarded::of(const coordinator::Request& request) {
+  return {request.rank, request.handle, request.offset, request.cuda, request.cuda_output, request.output_length};
 }
 
 void CoordinationCodec::Forwarded::applyTo(coordinator::Request* request) const {
@@ -229,7 +228,7 @@ v1::FollowerMessage::Request CoordinationCodec::compact(int rank, const v1::Enqu
     same_name.erase(std::remove_if(same_name.begin(), same_name.end(),
                                    [rank](const Forwarded& f) { return f.rank == rank; }),  // an earlier step's
                     same_name.end());
-    same_name.push_back(Forwarded::of(rank, enqueue));
+    same_name.push_back(Forwarded::of(metadata));
     id = cache_.idFor(metadata);
   }
   if (id != 0) {

@@ -73,7 +73,7 @@ class CoordinationCodec {
     std::optional<coordinator::CudaRef> cuda_output;
     uint64_t output_length;
 
-    static Forwarded of(int rank, const v1::Enqueue& enqueue);
+    static Forwarded of(const coordinator::Request& request);
     void applyTo(coordinator::Request* request) const;
   };
   std::unordered_map<std::string, std::vector<Forwarded>> forwarded_ GS_GUARDED_BY(mutex_);

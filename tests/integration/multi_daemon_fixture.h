@@ -57,6 +57,23 @@ class MultiDaemonTest : public ::testing::Test {
     return {code, std::chrono::duration<double>(std::chrono::steady_clock::now() - killed_at).count()};
   }
 
+  // A `kill_victim cached` job of two ranks placed by `placement`: once rank
+  // 0's repeat of a cached step is held, kills daemon `victim` and expects
+  // rank 0 to fail that step (exit 0) within 10 s. Returns rank 0's log, or
+  // nullopt (a failure recorded) when the step was never held.
+  std::optional<std::string> killDaemonUnderAHeldStep(const std::string& job, const std::vector<int>& placement,
+                                                      int victim) {
+    auto ranks = launchWith(job, {"kill_victim", "cached"}, placement, {});
+    if (!waitFor([&] { return ranks[0].log().find("ENQUEUED") != std::string::npos; }, std::chrono::seconds(30))) {
+      ADD_FAILURE() << ranks[0].log() << logs();
+      return std::nullopt;
+    }
+    const auto [code, seconds] = killDaemonAndWait(victim, ranks[0]);
+    EXPECT_EQ(code, 0) << ranks[0].log() << logs();
+    EXPECT_LT(seconds, scaled(10.0));
+    return ranks[0].log();
+  }
+
   // The counters the leader logs when `job` ends (waits up to 10 s for the
   // line; `log` gets the leader's log either way).
   struct EndLine {

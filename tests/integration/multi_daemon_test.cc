@@ -309,13 +309,9 @@ TEST_F(MultiDaemonTest, RankKilledBeforeGrantingItsOutputFailsEveryRankAtOnce) {
 // for the rounds (then the leader's), it fails within 10 s naming the node.
 TEST_F(MultiDaemonTest, KilledDaemonFailsAHeldCachedStepOnTheSurvivor) {
   startDaemons(2);
-  auto ranks = launchWith("lost-node-cached", {"kill_victim", "cached"}, {0, 1}, {});
-  ASSERT_TRUE(waitFor([&] { return ranks[0].log().find("ENQUEUED") != std::string::npos; }, std::chrono::seconds(30)))
-      << ranks[0].log() << logs();
-  const auto [code, seconds] = killDaemonAndWait(1, ranks[0]);
-  EXPECT_EQ(code, 0) << ranks[0].log() << logs();
-  EXPECT_LT(seconds, scaled(10.0));
-  EXPECT_NE(ranks[0].log().find("ranks [1]"), std::string::npos) << ranks[0].log();
+  const auto log = killDaemonUnderAHeldStep("lost-node-cached", {0, 1}, 1);
+  ASSERT_TRUE(log);
+  EXPECT_NE(log->find("ranks [1]"), std::string::npos) << *log;
   EXPECT_NE(daemons_[0]->log().find("cached collectives run after rounds"), std::string::npos) << logs();
 }
 
@@ -324,13 +320,9 @@ TEST_F(MultiDaemonTest, KilledDaemonFailsAHeldCachedStepOnTheSurvivor) {
 // round is aborted, and the held step fails within 10 s naming the node.
 TEST_F(MultiDaemonTest, KilledDaemonFailsAStepHeldForRoundsThroughTheLeader) {
   startDaemons(2, {"--steady-state", "leader-rounds"});
-  auto ranks = launchWith("lost-node-star", {"kill_victim", "cached"}, {0, 1}, {});
-  ASSERT_TRUE(waitFor([&] { return ranks[0].log().find("ENQUEUED") != std::string::npos; }, std::chrono::seconds(30)))
-      << ranks[0].log() << logs();
-  const auto [code, seconds] = killDaemonAndWait(1, ranks[0]);
-  EXPECT_EQ(code, 0) << ranks[0].log() << logs();
-  EXPECT_LT(seconds, scaled(10.0));
-  EXPECT_NE(ranks[0].log().find("ranks [1]"), std::string::npos) << ranks[0].log();
+  const auto log = killDaemonUnderAHeldStep("lost-node-star", {0, 1}, 1);
+  ASSERT_TRUE(log);
+  EXPECT_NE(log->find("ranks [1]"), std::string::npos) << *log;
   EXPECT_NE(daemons_[0]->log().find("cached collectives run after rounds through the leader"), std::string::npos)
       << logs();
 }
@@ -342,16 +334,11 @@ TEST_F(MultiDaemonTest, KilledDaemonFailsAStepHeldForRoundsThroughTheLeader) {
 TEST_F(MultiDaemonTest, KilledLeaderFailsAStepHeldForRoundsThroughIt) {
   startDaemons(2, {"--steady-state", "leader-rounds"});
   // Rank 0, the survivor, on the follower's daemon; rank 1 on the leader's.
-  auto ranks = launchWith("lost-leader-star", {"kill_victim", "cached"}, {1, 0}, {});
-  ASSERT_TRUE(waitFor([&] { return ranks[0].log().find("ENQUEUED") != std::string::npos; }, std::chrono::seconds(30)))
-      << ranks[0].log() << logs();
-  const auto [code, seconds] = killDaemonAndWait(0, ranks[0]);
-  EXPECT_EQ(code, 0) << ranks[0].log() << logs();
-  EXPECT_LT(seconds, scaled(10.0));
-  const std::string log = ranks[0].log();
-  EXPECT_TRUE(log.find("lost the leader at " + leader_) != std::string::npos ||
-              log.find("lost node " + leader_) != std::string::npos)
-      << log;
+  const auto log = killDaemonUnderAHeldStep("lost-leader-star", {1, 0}, 0);
+  ASSERT_TRUE(log);
+  EXPECT_TRUE(log->find("lost the leader at " + leader_) != std::string::npos ||
+              log->find("lost node " + leader_) != std::string::npos)
+      << *log;
   EXPECT_NE(daemons_[1]->log().find("cached collectives run after rounds through the leader"), std::string::npos)
       << logs();
 }
