@@ -97,16 +97,7 @@ Status recursiveDoublingAllreduce(const MeshContext& mesh, void* data, size_t co
   if (esize == 0) return invalidArgument("recursive doubling: unknown dtype");
   const size_t bytes = count * esize;
   const DoublingCombine combine = [&](const uint8_t* theirs, uint8_t* mine, bool theirs_first) {
-    const void* inputs[2] = {theirs_first ? theirs : mine, theirs_first ? mine : theirs};
-    void* outputs[] = {mine};  // aliases an input exactly: allowed (cpu_reduce.h)
-    reduce::ReduceArgs args;
-    args.dtype = dtype;
-    args.op = op;
-    args.inputs = inputs;
-    args.num_inputs = 2;
-    args.outputs = outputs;
-    args.num_outputs = 1;
-    reduce::reduceRange(args, 0, count);
+    reduce::combineInto(dtype, op, theirs, mine, count, theirs_first);
   };
   RecursiveDoubling doubling(mesh, kAllreducePhase, bytes);
   return doubling.run(static_cast<uint8_t*>(data), combine, "allreduce of " + std::to_string(bytes) + " bytes");

@@ -7,6 +7,7 @@
 
 #include "daemon/collective/allreduce_choice.h"
 #include "daemon/collective/direct_allreduce.h"
+#include "daemon/collective/halving_doubling.h"
 #include "daemon/collective/pairwise_exchange.h"
 #include "daemon/collective/recursive_doubling.h"
 #include "daemon/collective/ring_allreduce.h"
@@ -83,6 +84,10 @@ Status PeerDataPlane::allreduce(const executor::NodeSet& nodes, void* data, size
     if (algorithm == collective::AllreduceAlgorithm::kDirect) {
       return run("CROSS_NODE_ALLREDUCE",
                  [&] { return collective::directAllreduce(*mesh, data, count, dtype, op, &scratch_); });
+    }
+    if (algorithm == collective::AllreduceAlgorithm::kHalvingDoubling) {
+      return run("CROSS_NODE_ALLREDUCE",
+                 [&] { return collective::halvingDoublingAllreduce(*mesh, data, count, dtype, op, &scratch_); });
     }
     return run("CROSS_NODE_ALLREDUCE",
                [&] { return collective::recursiveDoublingAllreduce(*mesh, data, count, dtype, op); });

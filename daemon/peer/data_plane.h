@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // The data plane of a job across daemons, as the executors use it: for each
 // step among the nodes, the algorithm (for an allreduce the direct
-// exchange, recursive doubling or the ring, by size and node count:
+// exchange, recursive doubling, Rabenseifner's halving and doubling or the
+// ring, by size and node count:
 // collective/allreduce_choice.h; the pairwise exchange for alltoall), its
 // tags, its scratch memory and busy time, over the endpoints NodeEndpoints
 // (the job's CrossNode) gives.
@@ -13,6 +14,7 @@
 #include <functional>
 #include <vector>
 
+#include "daemon/collective/allreduce_choice.h"
 #include "daemon/executor/data_plane.h"
 #include "daemon/peer/node_endpoints.h"
 
@@ -39,9 +41,12 @@ class PeerDataPlane : public executor::DataPlane {
   // Seconds spent in transfers among the daemons (any thread).
   double busySeconds() const { return static_cast<double>(busy_ns_.load()) / 1e9; }
   // Allreduces among the daemons so far by algorithm (direct, recursive
-  // doubling, ring: collective::AllreduceAlgorithm's order; any thread).
+  // doubling, ring, halving-doubling: collective::AllreduceAlgorithm's
+  // order; any thread).
   std::vector<uint64_t> allreducesByAlgorithm() const {
-    return {allreduces_[0].load(), allreduces_[1].load(), allreduces_[2].load()};
+    std::vector<uint64_t> counts;
+    for (const auto& count : allreduces_) counts.push_back(count.load());
+    return counts;
   }
 
   bool multiNode() const override { return true; }
@@ -84,7 +89,7 @@ class PeerDataPlane : public executor::DataPlane {
   uint64_t tag_ = 0;
   std::vector<uint8_t> scratch_;
   std::atomic<uint64_t> busy_ns_{0};
-  std::atomic<uint64_t> allreduces_[3] = {};
+  std::atomic<uint64_t> allreduces_[collective::kAllreduceAlgorithms] = {};
 };
 
 }  // namespace gradsync::peer

@@ -581,6 +581,7 @@ v1::JobInfo Job::info() const {
     info.set_allreduces_direct(by_algorithm[0]);
     info.set_allreduces_doubling(by_algorithm[1]);
     info.set_allreduces_ring(by_algorithm[2]);
+    info.set_allreduces_halving(by_algorithm[3]);
     info.set_steady_rounds(steady_rounds_done_.load());
     info.set_steady_round_messages(steady_round_messages_.load());
     info.set_steady_round_message_bytes(steady_round_message_bytes_.load());

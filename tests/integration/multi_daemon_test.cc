@@ -27,6 +27,26 @@ TEST_F(MultiDaemonTest, AllreduceEveryDtypeTwoDaemonsOneRankEach) {
   EXPECT_TRUE(allSucceed(ranks, kTimeout, &report)) << report << logs();
 }
 
+// Four daemons, one rank each: every dtype and op on 65,536 elements
+// (64 KiB to 512 KiB), some by Rabenseifner's halving and doubling, the
+// larger by the ring; each result checked by the ranks.
+TEST_F(MultiDaemonTest, MediumAllreducesAmongFourDaemonsHalveAndDouble) {
+  startDaemons(4);
+  auto ranks = launchWith("four-medium", {"allreduce", "65536"}, {0, 1, 2, 3}, {});
+  std::string report;
+  ASSERT_TRUE(allSucceed(ranks, kTimeout, &report)) << report << logs();
+  std::string log;
+  ASSERT_TRUE(leaderEndLine("four-medium", &log)) << log;
+  std::smatch m;
+  ASSERT_TRUE(
+      std::regex_search(log, m, std::regex("job 'four-medium' ended: .* ([0-9]+) ring, ([0-9]+) halving-doubling")))
+      << log;
+  EXPECT_GT(std::stoi(m[1]), 0) << log;
+  EXPECT_GT(std::stoi(m[2]), 0) << log;
+  std::printf("four daemons, 65,536 elements of every dtype: %s by the ring, %s by halving and doubling\n",
+              m[1].str().c_str(), m[2].str().c_str());
+}
+
 // Sixteen daemons, one rank each: allgather, alltoall, 20 steps of a 256 B
 // allreduce (recursive doubling among 16 nodes), then training steps of ten
 // tensors of 28 B to 4.8 MB (fused: the ring), the steady state's rounds

@@ -58,8 +58,8 @@ double tolerance(int dtype, double value) {
   return isFloat(dtype) ? 1e-5 * std::max(1.0, std::fabs(value)) : 0;
 }
 
-int allreduceOne(Client& c, int dtype, int op, bool zero_copy, double pre, double post, const std::string& tag) {
-  const size_t count = 2051;  // not a multiple of any vector width
+int allreduceOne(Client& c, int dtype, int op, bool zero_copy, double pre, double post, const std::string& tag,
+                 size_t count) {
   const size_t bytes = count * dtypeSize(dtype);
   std::vector<uint8_t> heap(zero_copy ? 0 : bytes);
   void* data = zero_copy ? c.alloc(bytes) : heap.data();
@@ -85,7 +85,10 @@ int allreduceOne(Client& c, int dtype, int op, bool zero_copy, double pre, doubl
   return 0;
 }
 
-int scenarioAllreduce(Client& c, const std::vector<std::string>&) {
+// Every dtype and op, zero-copy and not, then scale factors; args: the
+// element count (default 2051, not a multiple of any vector width).
+int scenarioAllreduce(Client& c, const std::vector<std::string>& args) {
+  const size_t count = args.empty() ? 2051 : std::stoul(args[0]);
   const int dtypes[] = {GRADSYNC_UINT8,   GRADSYNC_INT8,    GRADSYNC_UINT16,  GRADSYNC_INT16,
                         GRADSYNC_INT32,   GRADSYNC_INT64,   GRADSYNC_FLOAT16, GRADSYNC_BFLOAT16,
                         GRADSYNC_FLOAT32, GRADSYNC_FLOAT64, GRADSYNC_BOOL};
@@ -94,13 +97,13 @@ int scenarioAllreduce(Client& c, const std::vector<std::string>&) {
     for (int op : ops) {
       if (dtype == GRADSYNC_BOOL && op != GRADSYNC_MIN && op != GRADSYNC_MAX) continue;
       for (bool zero_copy : {true, false}) {
-        if (allreduceOne(c, dtype, op, zero_copy, 1.0, 1.0, "plain")) return 1;
+        if (allreduceOne(c, dtype, op, zero_copy, 1.0, 1.0, "plain", count)) return 1;
       }
     }
   }
   // Scale factors on floats.
   for (int dtype : {GRADSYNC_FLOAT16, GRADSYNC_BFLOAT16, GRADSYNC_FLOAT32, GRADSYNC_FLOAT64}) {
-    if (allreduceOne(c, dtype, GRADSYNC_SUM, true, 0.5, 4.0, "scaled")) return 1;
+    if (allreduceOne(c, dtype, GRADSYNC_SUM, true, 0.5, 4.0, "scaled", count)) return 1;
   }
   return 0;
 }

@@ -81,7 +81,8 @@ class Daemons:
 
     def ended(self, i):
         """The figures of the last job-end line of daemon i (zeros for those it does not give)."""
-        keys = ["messages", "sent", "received", "largest", "rounds", "round_messages", "direct", "doubling", "ring"]
+        keys = ["messages", "sent", "received", "largest", "rounds", "round_messages", "direct", "doubling", "ring",
+                "halving"]
         figures = dict.fromkeys(keys, 0)
         lines = [line for line in self.log(i).splitlines() if re.search(r"job '[^']*' ended: ", line)]
         if not lines:
@@ -91,6 +92,7 @@ class Daemons:
             ("largest",): r"largest message ([0-9]+) bytes",
             ("rounds", "round_messages"): r"([0-9]+) steady-state rounds, ([0-9]+) messages",
             ("direct", "doubling", "ring"): r"([0-9]+) direct, ([0-9]+) recursive doubling, ([0-9]+) ring",
+            ("halving",): r"([0-9]+) halving-doubling",
         }
         for names, pattern in patterns.items():
             m = re.search(pattern, lines[-1])
@@ -142,7 +144,7 @@ class Steady:
         self.largest = max(e["largest"] for e in end_l)
         rounds = max(1, end_l[1]["rounds"])
         self.round_messages = end_l[1]["round_messages"] / rounds  # a follower's, per round
-        self.algorithms = {k: end_l[0][k] - end_s[0][k] for k in ("direct", "doubling", "ring")}
+        self.algorithms = {k: end_l[0][k] - end_s[0][k] for k in ("direct", "doubling", "ring", "halving")}
 
 
 def latency_case(args, daemons, n, size):
@@ -262,7 +264,8 @@ def main():
     ap.add_argument("--peers", help="the peers' scripts (allreduce_sweep.py), for --mpi")
     ap.add_argument("--nodes", default="2,4,8,16")
     ap.add_argument("--min-time", type=float, default=1.0)
-    ap.add_argument("--resnet-steps", type=int, default=8)
+    ap.add_argument("--sizes", default=",".join(str(s) for s in SIZES), help="allreduce sizes in bytes")
+    ap.add_argument("--resnet-steps", type=int, default=8, help="0: no ResNet-50 set")
     ap.add_argument("--mpi", action="store_true")
     ap.add_argument("--lose-one", action="store_true")
     ap.add_argument("--swarm", help="tools/swarm:swarm, for --swarm-followers")
@@ -272,15 +275,16 @@ def main():
     for n in [int(x) for x in args.nodes.split(",") if x]:
         daemons = Daemons(args.daemon, n)
         try:
-            for size in SIZES:
+            for size in [int(x) for x in args.sizes.split(",") if x]:
                 median, st = latency_case(args, daemons, n, size)
                 mpi = mpi_latency(args, n, size) if args.mpi else float("nan")
                 algorithm = max(st.algorithms, key=st.algorithms.get) if any(st.algorithms.values()) else "-"
                 rows.append((n, f"allreduce {size} B", f"{median:.1f} us", f"{mpi:.1f} us", st, algorithm, 1))
                 print(f"# N={n} {size} B done", file=sys.stderr)
-            median, st = resnet_case(args, daemons, n)
-            rows.append((n, "ResNet-50 set", f"{median:.1f} ms", "", st, "mixed", 1e3))
-            print(f"# N={n} ResNet-50 set done", file=sys.stderr)
+            if args.resnet_steps > 0:
+                median, st = resnet_case(args, daemons, n)
+                rows.append((n, "ResNet-50 set", f"{median:.1f} ms", "", st, "mixed", 1e3))
+                print(f"# N={n} ResNet-50 set done", file=sys.stderr)
         finally:
             daemons.stop()
     print("| N | case | gradsync | Open MPI TCP | leader CPU/step | follower CPU/step | leader ctl B/step |"

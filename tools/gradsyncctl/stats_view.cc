@@ -75,7 +75,8 @@ std::string controlPlane(const v1::JobInfo& job) {
                                                : " (through the leader: counted above too)") +
          " sent per round\n";
   out += "  allreduces among daemons: direct " + std::to_string(job.allreduces_direct()) + ", recursive doubling " +
-         std::to_string(job.allreduces_doubling()) + ", ring " + std::to_string(job.allreduces_ring()) + "\n";
+         std::to_string(job.allreduces_doubling()) + ", ring " + std::to_string(job.allreduces_ring()) +
+         ", halving-doubling " + std::to_string(job.allreduces_halving()) + "\n";
   return out;
 }
 

@@ -129,4 +129,17 @@ void reduceRange(const ReduceArgs& args, size_t begin, size_t end) {
   }
 }
 
+void combineInto(DataType dtype, ReduceOp op, const void* theirs, void* mine, size_t count, bool theirs_first) {
+  const void* inputs[2] = {theirs_first ? theirs : mine, theirs_first ? mine : theirs};
+  void* outputs[] = {mine};  // aliases an input exactly: allowed
+  ReduceArgs args;
+  args.dtype = dtype;
+  args.op = op;
+  args.inputs = inputs;
+  args.num_inputs = 2;
+  args.outputs = outputs;
+  args.num_outputs = 1;
+  reduceRange(args, 0, count);
+}
+
 }  // namespace gradsync::reduce

@@ -56,6 +56,12 @@ Status validateReduceArgs(const ReduceArgs& args);
 // threads). Does not validate: call validateReduceArgs first.
 void reduceRange(const ReduceArgs& args, size_t begin, size_t end);
 
+// Combines `count` elements of `theirs` into `mine` (in place) with `op`,
+// no scale factors. `theirs_first`: `theirs` is the first operand (the
+// daemons' algorithms put the lower node's buffer first, so that partners
+// compute bitwise the same result).
+void combineInto(DataType dtype, ReduceOp op, const void* theirs, void* mine, size_t count, bool theirs_first);
+
 namespace internal {
 
 // The two compiled variants that reduceRange chooses between at run time;
