@@ -87,7 +87,8 @@ Status halvingDoublingAllreduce(const MeshContext& mesh, void* data, size_t coun
     uint8_t* into = s.reduce ? scratch->data() + scratch_at[i] * esize : buffer + s.receive.begin * esize;
     receives[i] = mesh.peers[s.peer]->irecv(into, s.receive.count * esize, tag(s.peer, s.stage));
   }
-  const std::string what = "allreduce of " + std::to_string(count * esize) + " bytes: node " + std::to_string(mesh.rank);
+  const std::string what =
+      "allreduce of " + std::to_string(count * esize) + " bytes: node " + std::to_string(mesh.rank);
   for (size_t i = 0; i < steps.size(); ++i) {
     const HalvingStep& s = steps[i];
     transport::RequestPtr send;
@@ -98,9 +99,9 @@ Status halvingDoublingAllreduce(const MeshContext& mesh, void* data, size_t coun
     }
     if (receives[i]) raw.push_back(receives[i].get());
     RETURN_IF_ERROR(mesh.transport->waitAll(raw.data(), raw.size(), mesh.deadline,
-                                             what + " with node " + std::to_string(s.peer) +
-                                                 " (halving and doubling, step " + std::to_string(i + 1) + " of " +
-                                                 std::to_string(steps.size()) + ")"));
+                                            what + " with node " + std::to_string(s.peer) +
+                                                " (halving and doubling, step " + std::to_string(i + 1) + " of " +
+                                                std::to_string(steps.size()) + ")"));
     if (s.reduce && s.receive.count > 0) {
       reduce::combineInto(dtype, op, scratch->data() + scratch_at[i] * esize, buffer + s.receive.begin * esize,
                           s.receive.count, s.peer < mesh.rank);

@@ -88,8 +88,10 @@ TEST_P(HalvingDoublingTest, Int64SumMaxAndMinExactly) {
       for (int r = 0; r < n; ++r) {
         data[r][i] = (r * 7919 + static_cast<int64_t>(i) * 104729) % 1000 - 500;
         const int64_t v = data[r][i];
-        expected[i] = r == 0 ? v : op == v1::SUM ? expected[i] + v : op == v1::MAX ? std::max(expected[i], v)
-                                                                                    : std::min(expected[i], v);
+        expected[i] = r == 0          ? v
+                      : op == v1::SUM ? expected[i] + v
+                      : op == v1::MAX ? std::max(expected[i], v)
+                                      : std::min(expected[i], v);
       }
     }
     auto statuses = onEveryNode(n, [&](int r) {

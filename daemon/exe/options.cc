@@ -107,6 +107,7 @@ const std::map<std::string, Setter>& setters() {
        number<uint64_t>("--data-plane-tcp-segment-bytes", &C::set_data_plane_tcp_segment_bytes)},
       {"--max-message-bytes", number<uint32_t>("--max-message-bytes", &C::set_max_message_bytes)},
       {"--peer-address", text(&C::set_peer_address)},
+      {"--topology", text(&C::set_topology)},
       {"--join-timeout-seconds", number<uint32_t>("--join-timeout-seconds", &C::set_join_timeout_seconds)},
       {"--response-cache-capacity", number<uint32_t>("--response-cache-capacity", &C::set_response_cache_capacity)},
       {"--gpu-cross-node", text(&C::set_gpu_cross_node)},
@@ -271,6 +272,14 @@ Status validateEndpointsAndLogs(const v1::DaemonConfig& c) {
     const int set = !tls.cert_path().empty() + !tls.key_path().empty() + !tls.ca_path().empty();
     if (set != 3) return invalidArgument("peer_tls needs cert_path, key_path and ca_path together");
     if (c.peer_address().empty()) return invalidArgument("peer_tls is set but peer_address is not");
+  }
+  constexpr size_t kMaxTopology = 256;
+  const std::string& topology = c.topology();
+  if (topology.size() > kMaxTopology ||
+      topology.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-/:") !=
+          std::string::npos) {
+    return invalidArgument("topology '" + topology.substr(0, kMaxTopology) +
+                           "' must be at most 256 letters, digits and . _ - / :");
   }
   const std::string& level = c.log_level();
   if (level != "off" && spdlog::level::from_str(level) == spdlog::level::off) {

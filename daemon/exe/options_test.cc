@@ -49,6 +49,14 @@ TEST(OptionsTest, AutotuneFlags) {
               HasSubstr("autotune_samples_per_setting = 101"));
 }
 
+TEST(OptionsTest, TopologyLabel) {
+  auto options = parseOptions({"--topology", "zone-a/rack-12/switch-3"});
+  ASSERT_TRUE(options.isOk()) << options.status().toString();
+  EXPECT_EQ(options->config.topology(), "zone-a/rack-12/switch-3");
+  EXPECT_THAT(parseOptions({"--topology", "rack 1"}).status().message(), HasSubstr("topology 'rack 1' must be"));
+  EXPECT_THAT(parseOptions({"--topology", std::string(257, 'a')}).status().message(), HasSubstr("at most 256"));
+}
+
 TEST(OptionsTest, TextFileThenFlagsOverride) {
   auto path = writeFile("a.textproto", "# comment\nsocket_path: \"/tmp/x.sock\"\nfusion_threshold_bytes: 1024\n");
   auto options = parseOptions({"--config-path", path, "--fusion-threshold-bytes=2048", "--socket-mode", "600"});

@@ -26,8 +26,12 @@ Status MembershipBuilder::add(v1::NodeInfo node) {
 
 std::vector<v1::NodeInfo> MembershipBuilder::ordered() const {
   std::vector<v1::NodeInfo> out = nodes_;
-  std::sort(out.begin(), out.end(),
-            [](const v1::NodeInfo& a, const v1::NodeInfo& b) { return a.ranks(0) < b.ranks(0); });
+  std::sort(out.begin(), out.end(), [](const v1::NodeInfo& a, const v1::NodeInfo& b) {
+    if (a.topology() != b.topology()) return a.topology() < b.topology();
+    return a.ranks(0) < b.ranks(0);
+  });
+  const auto first = std::find_if(out.begin(), out.end(), [](const v1::NodeInfo& n) { return n.ranks(0) == 0; });
+  if (first != out.end()) std::rotate(out.begin(), first, out.end());
   for (size_t i = 0; i < out.size(); ++i) out[i].set_cross_rank(static_cast<int>(i));
   return out;
 }

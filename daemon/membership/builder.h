@@ -20,8 +20,10 @@ class MembershipBuilder {
   Status add(v1::NodeInfo node);
   // True once the nodes' ranks cover every rank of the job.
   bool complete() const { return covered_ == size_; }
-  // The nodes in ring order (the node of rank 0 first, then by lowest rank),
-  // with cross_rank set.
+  // The nodes in ring order, with cross_rank set: by topology label, then
+  // by lowest rank, turned so that the node of rank 0 comes first (a ring
+  // has no start: neighbours stay neighbours). Without labels: by lowest
+  // rank.
   std::vector<v1::NodeInfo> ordered() const;
   // Ranks no node holds yet.
   std::vector<int> missingRanks() const;

@@ -30,6 +30,26 @@ TEST(BuilderTest, CompletesWhenEveryRankIsHeldAndOrdersByLowestRank) {
   EXPECT_EQ(ordered[2].cross_rank(), 2);
 }
 
+// Labels group the nodes of a rack or switch in the ring; the ring is
+// turned so that the node of rank 0 (the leader's) stays first.
+TEST(BuilderTest, OrdersByTopologyLabelThenLowestRankWithRankZeroFirst) {
+  MembershipBuilder m("j", 6);
+  const char* labels[] = {"rack-b", "rack-a", "rack-b", "rack-a/switch-2", "", "rack-a"};
+  for (int r = 0; r < 6; ++r) {
+    v1::NodeInfo n = node("n" + std::to_string(r) + ":1", {r});
+    n.set_topology(labels[r]);
+    ASSERT_TRUE(m.add(n).isOk());
+  }
+  // By label: "" (4), rack-a (1, 5), rack-a/switch-2 (3), rack-b (0, 2);
+  // turned to start at rank 0.
+  std::vector<std::string> order;
+  for (const auto& n : m.ordered()) {
+    EXPECT_EQ(n.cross_rank(), static_cast<int>(order.size()));
+    order.push_back(n.peer_address());
+  }
+  EXPECT_EQ(order, (std::vector<std::string>{"n0:1", "n2:1", "n4:1", "n1:1", "n5:1", "n3:1"}));
+}
+
 TEST(BuilderTest, RejectsOverlapsAndBadRanks) {
   MembershipBuilder m("j", 4);
   ASSERT_TRUE(m.add(node("a:1", {0, 1})).isOk());

@@ -102,6 +102,7 @@ void CrossNode::start(const std::vector<int>& local_ranks, const std::vector<int
   v1::NodeInfo self;
   self.set_peer_address(options_.self_address);
   self.set_hostname(options_.hostname);
+  self.set_topology(options_.topology);
   for (int r : local_ranks) self.add_ranks(r);
   for (int64_t p : pids) self.add_pids(p);
   self.set_ucx_address(mesh_.address());
@@ -685,6 +686,7 @@ void CrossNode::describe(v1::JobInfo* info, CrossClock::time_point now, double b
     out->set_self(node.peer_address() == options_.self_address);
     out->set_leader(node.cross_rank() == 0);
     out->set_gpus(node.gpu_uuids_size());
+    out->set_topology(node.topology());
     int64_t age = -1;
     if (out->self()) {
       age = 0;

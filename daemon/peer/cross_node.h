@@ -64,6 +64,7 @@ struct CrossNodeOptions {
   int min_size = 0;                  // elastic: an epoch with fewer ranks waits for joiners (NewEpoch.below_minimum)
   bool steady_state_rounds = false;  // offered: cached collectives after rounds among the daemons (fast_rounds.h)
   bool leader_rounds = false;        // offered: ... after rounds through the leader (leader_rounds.h)
+  std::string topology = {};         // this node's place in the network: orders the ring
 };
 
 class CrossNode : public NodeEndpoints {
@@ -134,6 +135,10 @@ class CrossNode : public NodeEndpoints {
   // Ends every data-plane wait of this job now and from now on (a node was
   // lost, the job stops), and a join to the leader in progress.
   void abortTransfers(const std::string& reason);
+  // Executor thread, between batches: drives the data plane until `wake_fd`
+  // is readable or `until` passes (UcxMesh::idle); false at once when it is
+  // not open.
+  bool idle(int wake_fd, CrossClock::time_point until) { return mesh_.idle(wake_fd, until); }
   // True once every node joined (the membership is known).
   bool formed() const;
   // Once formed: whether the job runs cached collectives after rounds

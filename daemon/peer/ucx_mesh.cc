@@ -129,6 +129,13 @@ StatusOr<collective::MeshContext> UcxMesh::mesh(uint64_t sequence, transport::Cl
   return mesh;
 }
 
+bool UcxMesh::idle(int wake_fd, transport::Clock::time_point until) {
+  transport::UcxTransport* driven = transport();
+  if (driven == nullptr) return false;
+  driven->idle(wake_fd, until);
+  return true;
+}
+
 transport::PeerStats UcxMesh::stats(const std::string& ucx_address) const {
   MutexLock lock(mutex_);
   auto peer = peers_.find(ucx_address);

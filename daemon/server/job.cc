@@ -114,6 +114,7 @@ void Job::buildCrossNode() {
   options.elastic = spec_.elastic;
   options.failover = spec_.elastic && limits_.leader_failover;
   options.min_size = spec_.min_size;
+  options.topology = limits_.topology;
   options.steady_state_rounds = limits_.steady_state_rounds && !spec_.elastic;
   options.leader_rounds = limits_.leader_rounds && !spec_.elastic;
   peer::CrossNode::Hooks hooks;
@@ -310,7 +311,7 @@ void Job::submit(const std::shared_ptr<Session>& session, const v1::Enqueue& enq
     runBatch(std::move(inline_batch));
     MutexLock lock(mutex_);
     queue_.finished();
-    if (!queue_.ready().empty()) ready_cv_.notify_one();
+    if (!queue_.ready().empty()) wakeExecutorLocked();
   }
 }
 

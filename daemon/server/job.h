@@ -89,6 +89,7 @@ struct JobLimits {
   std::string peer_address;
   std::shared_ptr<grpc::ChannelCredentials> peer_credentials;  // null: plaintext
   std::string hostname;
+  std::string topology;  // this node's place in the network (DaemonConfig.topology)
   Clock::duration join_timeout = std::chrono::seconds(30);
   Clock::duration transfer_timeout = std::chrono::seconds(60);
   transport::UcxOptions data_plane;  // the UCX settings of the data plane
@@ -212,6 +213,9 @@ class Job {
   // The executor thread's next batch (queue_.next), begun; nullopt once
   // the job stops. Waits at most one cycle for more to fuse.
   std::optional<BatchQueue::Batch> nextBatchLocked(MutexLock& lock) GS_REQUIRES(mutex_);
+  // Until a batch is runnable or the job stops; across daemons it drives
+  // the data plane meanwhile (unlocked).
+  void waitRunnableLocked(MutexLock& lock) GS_REQUIRES(mutex_);
   // The batch queue_ began runs with the sessions, epoch, local ranks and
   // fusion threshold of now: `fusion_threshold_bytes`, the leader's, or 0
   // for this daemon's.
@@ -436,7 +440,7 @@ class Job {
   bool steady_dirty_ GS_GUARDED_BY(mutex_) = false;  // a held collective became ready since the last round
   SteadyState steady_ GS_GUARDED_BY(mutex_);
   std::vector<v1::NodeInfo> steady_members_ GS_GUARDED_BY(mutex_);
-  UniqueFd wake_fd_;  // eventfd: wakes the executor thread in the rounds
+  UniqueFd wake_fd_;  // eventfd: wakes the executor thread where it drives the data plane
 
   // The job as the batch being executed began: its sessions, epoch, fusion
   // threshold (this daemon's, or the leader's that came with the batch) and

@@ -2,6 +2,8 @@
 // The executor side of Job: the thread that takes ready batches (leading
 // them to the followers), and what becomes of a batch's results (Dones,
 // tuning, counters). BatchRunner runs the batches.
+#include <unistd.h>
+
 #include <algorithm>
 
 #include "daemon/common/logging.h"
@@ -32,7 +34,7 @@ void Job::executorLoop() {
 }
 
 std::optional<BatchQueue::Batch> Job::nextBatchLocked(MutexLock& lock) {
-  ready_cv_.wait(lock, [&]() GS_REQUIRES(mutex_) { return stopping_ || queue_.runnable(); });
+  waitRunnableLocked(lock);
   if (stopping_) return std::nullopt;
   const autotune::Settings tuned = tuning_.current();
   if (!queue_.hasRemote() && negotiator_.pendingCount() > 0 && tuned.cycle_time.count() > 0) {
@@ -49,6 +51,27 @@ std::optional<BatchQueue::Batch> Job::nextBatchLocked(MutexLock& lock) {
   beginBatchLocked(next.fusion_threshold_bytes);
   if (next.lead) markAdmissionLocked(&next.responses);
   return next;
+}
+
+void Job::waitRunnableLocked(MutexLock& lock) {
+  const auto runnable = [&]() GS_REQUIRES(mutex_) { return stopping_ || queue_.runnable(); };
+  if (!cross_) {
+    ready_cv_.wait(lock, runnable);
+    return;
+  }
+  // Across daemons the wait drives the data plane: the last bytes of the
+  // collective just run may still be queued here for a neighbour
+  // (transport::Transport::idle). wakeExecutorLocked() writes wake_fd_
+  // after each change that may make a batch runnable.
+  while (!runnable()) {
+    lock.unlock();
+    const bool driven = cross_->idle(wake_fd_.get(), Clock::now() + std::chrono::milliseconds(100));
+    uint64_t drained;
+    while (::read(wake_fd_.get(), &drained, sizeof drained) > 0) {
+    }
+    lock.lock();
+    if (!driven) ready_cv_.wait_for(lock, std::chrono::milliseconds(100), runnable);
+  }
 }
 
 void Job::beginBatchLocked(uint64_t fusion_threshold_bytes) {

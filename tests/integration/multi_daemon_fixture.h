@@ -4,6 +4,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -19,14 +20,23 @@ namespace gradsync::testutil {
 
 class MultiDaemonTest : public ::testing::Test {
  protected:
-  void startDaemons(int count, std::vector<std::string> extra = {}) {
+  // `count` daemons with the flags `extra`, and daemon i with
+  // `each(i)`'s too (where given).
+  void startDaemons(int count, std::vector<std::string> extra = {},
+                    const std::function<std::vector<std::string>(int)>& each = nullptr) {
     daemons_.resize(count);
     std::vector<std::string> flags = {"--peer-address", "127.0.0.1:0", "--join-timeout-seconds", "10"};
     flags.insert(flags.end(), extra.begin(), extra.end());
-    for (auto& d : daemons_) {
+    for (int i = 0; i < count; ++i) {
+      auto& d = daemons_[i];
       d = std::make_unique<DaemonFixture>();
+      std::vector<std::string> own = flags;
+      if (each) {
+        const auto more = each(i);
+        own.insert(own.end(), more.begin(), more.end());
+      }
       std::string error;
-      ASSERT_TRUE(d->start(flags, &error)) << error;
+      ASSERT_TRUE(d->start(own, &error)) << error;
     }
     leader_ = daemons_[0]->peerAddress();
     ASSERT_FALSE(leader_.empty()) << daemons_[0]->log();

@@ -47,6 +47,28 @@ TEST_F(MultiDaemonTest, MediumAllreducesAmongFourDaemonsHalveAndDouble) {
               m[1].str().c_str(), m[2].str().c_str());
 }
 
+// Topology labels order the ring: daemons 0 and 2 under one rack, 1 and
+// 3 under another, so the ring runs 0, 2, 1, 3 (not in rank order), and
+// every collective still gives each rank its own results.
+TEST_F(MultiDaemonTest, TopologyLabelsOrderTheRingAndEveryCollectiveHoldsUp) {
+  startDaemons(4, {}, [](int i) { return std::vector<std::string>{"--topology", i % 2 ? "rack-a" : "rack-b"}; });
+  std::string report;
+  for (const std::vector<std::string>& args : {std::vector<std::string>{"allreduce", "65536"},
+                                               {"allgather"},
+                                               {"alltoall"},
+                                               {"reducescatter"},
+                                               {"broadcast"}}) {
+    auto ranks = launchWith("racks-" + args[0], args, {0, 1, 2, 3}, {});
+    ASSERT_TRUE(allSucceed(ranks, kTimeout, &report)) << args[0] << ": " << report << logs();
+  }
+  EXPECT_NE(daemons_[2]->log().find("job 'racks-allreduce': joined the leader at " + leader_ + " as node 1"),
+            std::string::npos)
+      << logs();
+  EXPECT_NE(daemons_[1]->log().find("job 'racks-allreduce': joined the leader at " + leader_ + " as node 2"),
+            std::string::npos)
+      << logs();
+}
+
 // Sixteen daemons, one rank each: allgather, alltoall, 20 steps of a 256 B
 // allreduce (recursive doubling among 16 nodes), then training steps of ten
 // tensors of 28 B to 4.8 MB (fused: the ring), the steady state's rounds

@@ -6,21 +6,16 @@
 // and one other host, chosen at random each round, are cut from the other
 // three: the three elect a new leader and step at size 3; the leader, which
 // reaches no majority, stops, and its side fails saying it lost the
-// majority. Rounds: GRADSYNC_PARTITION_ROUNDS (default 2); the seed is
-// printed (GRADSYNC_PARTITION_SEED repeats a run).
+// majority, each of whose ranks steps at size 3 and finishes its loop.
+// Rounds: GRADSYNC_PARTITION_ROUNDS (default 2); the seed is printed
+// (GRADSYNC_PARTITION_SEED repeats a run).
 //
-// GRADSYNC_PARTITION_FINISH=1 requires each of the majority's ranks to
-// step at size 3 and finish its loop. Not yet reliable: in about 1 round
-// in 12 (4 in 83), after the two back-to-back epochs (the old leader's node
-// out, then 6 s later the node cut with it), the first ring of epoch 3
-// (4 MiB among the three) hangs until the transfer timeout on one daemon:
-// its receive of the last chunk of the last step, from a neighbour it first
-// connects to in that ring (both connecting at once), never completes,
-// though the neighbour's send did; once, that message was found unmatched
-// with the very tag the receive waited for (daemon logs at debug level show
-// the rings' sequences and the strays' tags). Closing the departed nodes'
-// endpoints only at the job's end did not help (1 in 31). Without it, the
-// test asks that at least one of them step at size 3.
+// The finish once hung in about 1 round in 12: after the two back-to-back
+// epochs, the first ring of epoch 3 waited for a last chunk that its sender
+// had queued in UCX (an eager send completes once queued) on a connection
+// just made, and then stopped driving its worker while it waited for the
+// next batch. Executor threads now drive the data plane while they wait
+// (transport::Transport::idle): 70 rounds in a row finished.
 #include <signal.h>
 
 #include <algorithm>
@@ -70,9 +65,6 @@ TEST_F(PartitionTest, OnlyTheMajorityGoesOnWhenTheLeaderAndOneOtherAreCutFromThr
   const char* seed_env = std::getenv("GRADSYNC_PARTITION_SEED");
   const int rounds = rounds_env ? std::atoi(rounds_env) : 2;
   const unsigned seed = seed_env ? static_cast<unsigned>(std::atoi(seed_env)) : std::random_device()();
-  // Whether the majority's ranks must also finish their loop (see the
-  // file's comment: not yet reliable).
-  const bool finish = std::getenv("GRADSYNC_PARTITION_FINISH") != nullptr;
   std::printf("partition rounds: %d, seed %u\n", rounds, seed);
   std::mt19937 random(seed);
   std::map<std::string, std::string> env = kElastic;
@@ -114,16 +106,10 @@ TEST_F(PartitionTest, OnlyTheMajorityGoesOnWhenTheLeaderAndOneOtherAreCutFromThr
         ++stepped_ranks;
         if (recovered < 0 || std::stoll(m[1]) < recovered) recovered = std::stoll(m[1]);
       }
-      if (finish) {
-        EXPECT_TRUE(stepped) << "rank " << r << " of the majority:\n" << ranks[r].log() << logs();
-        EXPECT_EQ(ranks[r].wait(kTimeout), 0) << "rank " << r << ":\n" << ranks[r].log() << logs();
-      }
+      EXPECT_TRUE(stepped) << "rank " << r << " of the majority:\n" << ranks[r].log() << logs();
+      EXPECT_EQ(ranks[r].wait(kTimeout), 0) << "rank " << r << ":\n" << ranks[r].log() << logs();
     }
-    // The majority went on. (That each of its ranks steps is the open hang
-    // above: required with GRADSYNC_PARTITION_FINISH only.)
-    EXPECT_GE(stepped_ranks, 1) << "no rank of the majority stepped at size 3:\n" << logs();
-    if (stepped_ranks < 3)
-      std::printf("round %d: %d of the majority's 3 ranks stepped (the open hang)\n", round, stepped_ranks);
+    EXPECT_EQ(stepped_ranks, 3) << logs();
     EXPECT_NE(daemons_[0]->log().find("lost the majority"), std::string::npos) << logs();
     std::printf("round %d (cut 0 and %d): the majority's first step without them %lld ms after the cut\n", round, other,
                 static_cast<long long>(recovered - cut_at));

@@ -326,17 +326,17 @@ std::string formatMembers(const v1::ListJobsResponse& jobs) {
     out += "job " + job.job_id() + "  epoch " + std::to_string(job.epoch()) + (job.nodes_size() ? "" : "  (forming)") +
            (job.nccl_id_digest().empty() ? "" : "  nccl id " + job.nccl_id_digest()) + "\n";
     std::vector<std::vector<std::string>> rows;
-    rows.push_back(
-        {"NODE", "ROLE", "ADDRESS", "HOST", "RANKS", "GPUS", "HEARTBEAT AGE", "SENT", "RECEIVED", "GB/S", "FAILED"});
+    rows.push_back({"NODE", "ROLE", "ADDRESS", "HOST", "TOPOLOGY", "RANKS", "GPUS", "HEARTBEAT AGE", "SENT", "RECEIVED",
+                    "GB/S", "FAILED"});
     for (const auto& node : job.nodes()) {
       std::string ranks;
       for (int r : node.ranks()) ranks += (ranks.empty() ? "" : ",") + std::to_string(r);
       const int64_t age = node.heartbeat_age_ms();
-      rows.push_back({std::to_string(node.cross_rank()) + (node.self() ? " (self)" : ""),
-                      node.leader() ? "leader" : "follower", node.peer_address(), node.hostname(), ranks,
-                      std::to_string(node.gpus()), age < 0 ? "-" : std::to_string(age) + " ms",
-                      formatBytes(node.bytes_sent()), formatBytes(node.bytes_received()), gbps(node.throughput_gbps()),
-                      std::to_string(node.failed_transfers())});
+      rows.push_back(
+          {std::to_string(node.cross_rank()) + (node.self() ? " (self)" : ""), node.leader() ? "leader" : "follower",
+           node.peer_address(), node.hostname(), node.topology().empty() ? "-" : node.topology(), ranks,
+           std::to_string(node.gpus()), age < 0 ? "-" : std::to_string(age) + " ms", formatBytes(node.bytes_sent()),
+           formatBytes(node.bytes_received()), gbps(node.throughput_gbps()), std::to_string(node.failed_transfers())});
     }
     out += formatTable(rows, "  ");
   }

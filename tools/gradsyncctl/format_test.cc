@@ -329,6 +329,7 @@ TEST(FormatTest, MembersShowRolesHeartbeatsAndTraffic) {
   other->set_bytes_sent(3 << 20);
   other->set_throughput_gbps(1.5);
   other->set_gpus(8);
+  other->set_topology("rack-2/switch-1");
   job->set_nccl_id_digest("0123456789abcdef");
   const std::string text = formatMembers(jobs);
   EXPECT_THAT(text, HasSubstr("nccl id 0123456789abcdef"));
@@ -338,6 +339,7 @@ TEST(FormatTest, MembersShowRolesHeartbeatsAndTraffic) {
   EXPECT_THAT(text, HasSubstr("leader"));
   EXPECT_THAT(text, HasSubstr("follower"));
   EXPECT_THAT(text, HasSubstr("10.0.0.2:7731"));
+  EXPECT_THAT(text, HasSubstr("rack-2/switch-1"));
   EXPECT_THAT(text, HasSubstr("250 ms"));
   EXPECT_THAT(text, HasSubstr("3.00 MiB"));
   EXPECT_THAT(text, HasSubstr("1.50"));
