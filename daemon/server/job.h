@@ -213,9 +213,9 @@ class Job {
   // The executor thread's next batch (queue_.next), begun; nullopt once
   // the job stops. Waits at most one cycle for more to fuse.
   std::optional<BatchQueue::Batch> nextBatchLocked(MutexLock& lock) GS_REQUIRES(mutex_);
-  // Until a batch is runnable or the job stops; across daemons it drives
-  // the data plane meanwhile (unlocked).
-  void waitRunnableLocked(MutexLock& lock) GS_REQUIRES(mutex_);
+  // Across daemons: drives the data plane until a batch is runnable or the
+  // job stops (at once on one node).
+  void driveUntilRunnable() GS_EXCLUDES(mutex_);
   // The batch queue_ began runs with the sessions, epoch, local ranks and
   // fusion threshold of now: `fusion_threshold_bytes`, the leader's, or 0
   // for this daemon's.

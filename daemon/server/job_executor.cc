@@ -14,6 +14,7 @@ namespace gradsync::server {
 void Job::executorLoop() {
   if (cross_ && (limits_.steady_state_rounds || limits_.leader_rounds) && !spec_.elastic) steadyExecutorLoop();
   for (;;) {
+    driveUntilRunnable();
     std::optional<BatchQueue::Batch> next;
     {
       MutexLock lock(mutex_);
@@ -34,7 +35,7 @@ void Job::executorLoop() {
 }
 
 std::optional<BatchQueue::Batch> Job::nextBatchLocked(MutexLock& lock) {
-  waitRunnableLocked(lock);
+  ready_cv_.wait(lock, [&]() GS_REQUIRES(mutex_) { return stopping_ || queue_.runnable(); });
   if (stopping_) return std::nullopt;
   const autotune::Settings tuned = tuning_.current();
   if (!queue_.hasRemote() && negotiator_.pendingCount() > 0 && tuned.cycle_time.count() > 0) {
@@ -53,24 +54,25 @@ std::optional<BatchQueue::Batch> Job::nextBatchLocked(MutexLock& lock) {
   return next;
 }
 
-void Job::waitRunnableLocked(MutexLock& lock) {
-  const auto runnable = [&]() GS_REQUIRES(mutex_) { return stopping_ || queue_.runnable(); };
-  if (!cross_) {
-    ready_cv_.wait(lock, runnable);
-    return;
-  }
-  // Across daemons the wait drives the data plane: the last bytes of the
-  // collective just run may still be queued here for a neighbour
-  // (transport::Transport::idle). wakeExecutorLocked() writes wake_fd_
-  // after each change that may make a batch runnable.
-  while (!runnable()) {
-    lock.unlock();
+void Job::driveUntilRunnable() {
+  if (!cross_) return;
+  // The last bytes of the collective just run may still be queued here for
+  // a neighbour (transport::Transport::idle). wakeExecutorLocked() writes
+  // wake_fd_ after each change that may make a batch runnable.
+  for (;;) {
+    {
+      MutexLock lock(mutex_);
+      if (stopping_ || queue_.runnable()) return;
+    }
     const bool driven = cross_->idle(wake_fd_.get(), Clock::now() + std::chrono::milliseconds(100));
     uint64_t drained;
     while (::read(wake_fd_.get(), &drained, sizeof drained) > 0) {
     }
-    lock.lock();
-    if (!driven) ready_cv_.wait_for(lock, std::chrono::milliseconds(100), runnable);
+    if (!driven) {  // no data plane yet: the condition alone
+      MutexLock lock(mutex_);
+      ready_cv_.wait_for(lock, std::chrono::milliseconds(100),
+                         [&]() GS_REQUIRES(mutex_) { return stopping_ || queue_.runnable(); });
+    }
   }
 }
 
