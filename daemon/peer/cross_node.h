@@ -135,10 +135,10 @@ class CrossNode : public NodeEndpoints {
   // Ends every data-plane wait of this job now and from now on (a node was
   // lost, the job stops), and a join to the leader in progress.
   void abortTransfers(const std::string& reason);
-  // Executor thread, between batches: drives the data plane until `wake_fd`
-  // is readable or `until` passes (UcxMesh::idle); false at once when it is
-  // not open.
-  bool idle(int wake_fd, CrossClock::time_point until) { return mesh_.idle(wake_fd, until); }
+  // Executor thread, between batches: drives the data plane until one of
+  // `wake_fds` is readable or `until` passes (UcxMesh::idle); false at once
+  // when it is not open.
+  bool idle(const std::vector<int>& wake_fds, CrossClock::time_point until) { return mesh_.idle(wake_fds, until); }
   // True once every node joined (the membership is known).
   bool formed() const;
   // Once formed: whether the job runs cached collectives after rounds

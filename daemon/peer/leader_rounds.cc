@@ -9,10 +9,11 @@
 
 namespace gradsync::peer {
 
-LeaderRounds::LeaderRounds(bool leader, int followers, std::function<void(const v1::RoundMessage&)> send)
+LeaderRounds::LeaderRounds(bool leader, int followers, std::function<void(const v1::RoundMessage&)> send, Idle idle)
     : leader_(leader),
       followers_(leader ? followers : 0),
       send_(std::move(send)),
+      idle_(std::move(idle)),
       event_fd_(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {}
 
 void LeaderRounds::deliver(const v1::RoundMessage& message, int cross_rank) {
@@ -86,10 +87,14 @@ StatusOr<bool> LeaderRounds::waitForPeers(int wake_fd, transport::Clock::time_po
       if (!aborted_.empty()) return aborted(aborted_);
       if (begunLocked()) return true;
     }
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - transport::Clock::now()).count();
+    const auto now = transport::Clock::now();
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - now).count();
     if (left <= 0) return false;
+    // Drive the data plane meanwhile where there is one; then look at
+    // once, or else wait here.
+    const bool driven = idle_ && idle_({event_fd_.get(), wake_fd}, std::min(until, now + std::chrono::seconds(1)));
     pollfd fds[2] = {{event_fd_.get(), POLLIN, 0}, {wake_fd, POLLIN, 0}};
-    const int ready = ::poll(fds, wake_fd >= 0 ? 2 : 1, static_cast<int>(std::min<int64_t>(left, 1000)));
+    const int ready = ::poll(fds, wake_fd >= 0 ? 2 : 1, driven ? 0 : static_cast<int>(std::min<int64_t>(left, 1000)));
     uint64_t drained;
     while (::read(event_fd_.get(), &drained, sizeof drained) > 0) {
     }

@@ -26,10 +26,15 @@ namespace gradsync::peer {
 
 class LeaderRounds : public RoundExchange {
  public:
+  // Drives the job's data plane while waitForPeers waits, until one of the
+  // fds is readable or the time passes; false when there is none to drive
+  // (CrossNode::idle): the last bytes of a ring this daemon ran may still
+  // be queued for a neighbour.
+  using Idle = std::function<bool(const std::vector<int>& wake_fds, transport::Clock::time_point until)>;
   // On the leader, `followers` nodes take part (cross ranks 1..followers)
   // and `send` goes to every follower; on a follower (`followers` 0) it goes
-  // to the leader. `send` never waits.
-  LeaderRounds(bool leader, int followers, std::function<void(const v1::RoundMessage&)> send);
+  // to the leader. `send` never waits. `idle` may be null.
+  LeaderRounds(bool leader, int followers, std::function<void(const v1::RoundMessage&)> send, Idle idle = nullptr);
 
   // A RoundMessage read from the node at `cross_rank` (the leader's: 0). A
   // message that breaks the protocol (a round out of turn, a part counted
@@ -63,6 +68,7 @@ class LeaderRounds : public RoundExchange {
   const bool leader_;
   const int followers_;
   const std::function<void(const v1::RoundMessage&)> send_;
+  const Idle idle_;
   UniqueFd event_fd_;  // readable once something came for waitForPeers
   mutable Mutex mutex_;
   CondVar cv_;

@@ -129,10 +129,10 @@ StatusOr<collective::MeshContext> UcxMesh::mesh(uint64_t sequence, transport::Cl
   return mesh;
 }
 
-bool UcxMesh::idle(int wake_fd, transport::Clock::time_point until) {
+bool UcxMesh::idle(const std::vector<int>& wake_fds, transport::Clock::time_point until) {
   transport::UcxTransport* driven = transport();
   if (driven == nullptr) return false;
-  driven->idle(wake_fd, until);
+  driven->idle(wake_fds, until);
   return true;
 }
 

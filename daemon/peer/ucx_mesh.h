@@ -55,9 +55,9 @@ class UcxMesh {
   StatusOr<collective::MeshContext> mesh(uint64_t sequence, transport::Clock::time_point deadline,
                                          const std::vector<v1::NodeInfo>& members, int self) GS_EXCLUDES(mutex_);
   // Executor thread, with nothing else to do: drives the transport until
-  // `wake_fd` is readable or `until` passes (transport::Transport::idle);
-  // false at once, before open().
-  bool idle(int wake_fd, transport::Clock::time_point until) GS_EXCLUDES(mutex_);
+  // one of `wake_fds` is readable or `until` passes
+  // (transport::Transport::idle); false at once, before open().
+  bool idle(const std::vector<int>& wake_fds, transport::Clock::time_point until) GS_EXCLUDES(mutex_);
   // Traffic with the node at `ucx_address` (zeros without an endpoint).
   transport::PeerStats stats(const std::string& ucx_address) const GS_EXCLUDES(mutex_);
   // At the job's end, once the executor thread ended: a byte each way with

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "base/status.h"
 
@@ -75,14 +76,14 @@ class Transport {
   // passes; OK in all three cases (the caller looks at which). Errors as
   // waitAll: once abort() was called or a peer's connection failed.
   virtual Status waitAny(Request* const* requests, size_t count, int wake_fd, Clock::time_point until) = 0;
-  // Drives transfers with none to wait for, until `wake_fd` (as in
-  // waitAny) is readable or `until` passes; aborts and failed peers do not
-  // end it. The thread that runs a job's transfers calls it while it has
+  // Drives transfers with none to wait for, until one of `wake_fds` (as
+  // waitAny's; -1 entries are ignored) is readable or `until` passes;
+  // aborts and failed peers do not end it. The thread that runs a job's transfers calls it while it has
   // nothing else to do: a send completes once queued here (UCX's eager
   // protocol), and what is queued, and the answers to a new connection's
   // handshake, leave only while the transport is driven. Without it a
   // neighbour can wait for a collective's last bytes until its timeout.
-  virtual void idle(int wake_fd, Clock::time_point until) = 0;
+  virtual void idle(const std::vector<int>& wake_fds, Clock::time_point until) = 0;
   // Ends the wait in progress, and every later one, with `reason` (the job
   // failed: a node was lost, the daemon stops). Thread-safe; the first
   // reason is kept.

@@ -370,26 +370,29 @@ Status UcxTransport::waitAll(Request* const* requests, size_t count, Clock::time
   return okStatus();
 }
 
-void UcxTransport::idle(int wake_fd, Clock::time_point until) {
+void UcxTransport::idle(const std::vector<int>& wake_fds, Clock::time_point until) {
+  // The worker's event fd first (when it has one), then the callers'.
+  std::vector<pollfd> fds;
+  if (efd_ >= 0) fds.push_back({efd_, POLLIN, 0});
+  const size_t first_wake = fds.size();
+  for (int fd : wake_fds) {
+    if (fd >= 0) fds.push_back({fd, POLLIN, 0});
+  }
   for (;;) {
     while (ucp_worker_progress(worker_) != 0) {
     }
     const auto now = Clock::now();
     if (now >= until) return;
     // Armed only once the worker has nothing left to report; otherwise
-    // there is more to drive.
-    if (efd_ < 0 || ucp_worker_arm(worker_) != UCS_OK) {
-      if (efd_ < 0) {
-        pollfd wake{wake_fd, POLLIN, 0};
-        ::poll(&wake, wake_fd >= 0 ? 1 : 0, 1);  // no event fd: drive every millisecond
-        if (wake.revents & POLLIN) return;
-      }
-      continue;
-    }
-    pollfd fds[2] = {{efd_, POLLIN, 0}, {wake_fd, POLLIN, 0}};
+    // there is more to drive. Without an event fd: driven every millisecond.
+    const bool armed = efd_ >= 0 && ucp_worker_arm(worker_) == UCS_OK;
+    if (efd_ >= 0 && !armed) continue;
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - now).count() + 1;
-    ::poll(fds, wake_fd >= 0 ? 2 : 1, static_cast<int>(std::min<int64_t>(left, 100)));
-    if (wake_fd >= 0 && (fds[1].revents & POLLIN)) return;
+    for (auto& fd : fds) fd.revents = 0;
+    ::poll(fds.data(), fds.size(), armed ? static_cast<int>(std::min<int64_t>(left, 100)) : 1);
+    for (size_t i = first_wake; i < fds.size(); ++i) {
+      if (fds[i].revents & POLLIN) return;
+    }
   }
 }
 

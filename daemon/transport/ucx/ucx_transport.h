@@ -33,7 +33,7 @@ class UcxTransport final : public Transport {
   StatusOr<PeerPtr> connect(const std::string& address, const std::string& name) override;
   Status waitAll(Request* const* requests, size_t count, Clock::time_point deadline, const std::string& what) override;
   Status waitAny(Request* const* requests, size_t count, int wake_fd, Clock::time_point until) override;
-  void idle(int wake_fd, Clock::time_point until) override;
+  void idle(const std::vector<int>& wake_fds, Clock::time_point until) override;
   void abort(const std::string& reason) override;
   void resume() override;
   // Drives the worker until everything sent has left this process (an
