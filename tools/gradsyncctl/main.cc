@@ -40,7 +40,7 @@ constexpr char kUsage[] =
     "commands:\n"
     "  status          daemon version, uptime, pid, host, jobs and the config in effect\n"
     "  jobs [JOB_ID]   jobs with their counters and ranks (only JOB_ID when given)\n"
-    "  members [JOB_ID]  the nodes of multi-node jobs: role, address, ranks, heartbeat age\n"
+    "  members [JOB_ID]  the nodes of multi-node jobs: role, address, topology, ranks, heartbeat age\n"
     "  history [JOB_ID]  the epochs of elastic jobs: when, why, size before and after\n"
     "  timeline JOB start FILE [mark-cycles]\n"
     "                  starts JOB's timeline (Chrome-trace JSON) in FILE, a name inside the\n"
