@@ -378,18 +378,24 @@ void UcxTransport::idle(const std::vector<int>& wake_fds, Clock::time_point unti
   for (int fd : wake_fds) {
     if (fd >= 0) fds.push_back({fd, POLLIN, 0});
   }
+  // A burst of progress at most between looks at the fds: a flood of
+  // messages (stray or forged) cannot keep the caller from its wake-up.
+  constexpr int kBurst = 1024;
   for (;;) {
-    while (ucp_worker_progress(worker_) != 0) {
-    }
+    int progressed = 0;
+    while (progressed < kBurst && ucp_worker_progress(worker_) != 0) ++progressed;
     const auto now = Clock::now();
     if (now >= until) return;
     // Armed only once the worker has nothing left to report; otherwise
-    // there is more to drive. Without an event fd: driven every millisecond.
-    const bool armed = efd_ >= 0 && ucp_worker_arm(worker_) == UCS_OK;
-    if (efd_ >= 0 && !armed) continue;
+    // there is more to drive, after a look at the fds. Without an event
+    // fd: driven every millisecond.
+    const bool armed = progressed < kBurst && efd_ >= 0 && ucp_worker_arm(worker_) == UCS_OK;
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - now).count() + 1;
+    const int timeout = armed                             ? static_cast<int>(std::min<int64_t>(left, 100))
+                        : efd_ < 0 && progressed < kBurst ? 1
+                                                          : 0;
     for (auto& fd : fds) fd.revents = 0;
-    ::poll(fds.data(), fds.size(), armed ? static_cast<int>(std::min<int64_t>(left, 100)) : 1);
+    ::poll(fds.data(), fds.size(), timeout);
     for (size_t i = first_wake; i < fds.size(); ++i) {
       if (fds[i].revents & POLLIN) return;
     }
