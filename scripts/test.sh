@@ -4,16 +4,18 @@
 # tests, multi-process integration and fault
 # tests against a real gradsyncd, config and deploy checks, and the
 # gradsync.torch suite on Debian's torch and on PyPI's current one, the
-# .deb and the wheel; then the multi-process tests once more under
-# ASan+UBSan (--config=asan).
+# .deb and the wheel. The sanitizer passes (a whole build each, longer than
+# all of this) are scripts/sanitizers.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install_deps.sh
 scripts/check_format.sh
 # The daemon, the client and what they share built with Clang's
 # thread-safety analysis (GS_GUARDED_BY, GS_REQUIRES): a lock the code does
-# not hold where it says it must fails the build.
-bazel build --config=threadsafety //daemon/... //client/... //base/... //handoff/...
+# not hold where it says it must fails the build. Only compiled: the analysis
+# is the compiler's, and nothing of this build runs.
+bazel build --config=threadsafety --output_groups=compilation_outputs \
+  //daemon/... //client/... //base/... //handoff/...
 bazel test //... "$@"
 # The gradsync.torch suite on PyPI's current torch, from an environment
 # made once outside the checkout.
@@ -28,6 +30,3 @@ packaging/check_packages.sh
 # The Kubernetes manifests: the API's schemas and a policy scanner (tools
 # from PyPI, made once outside the checkout).
 deploy/check_k8s.sh
-# The multi-process, fault, fuzz-regression and Python tests again with
-# AddressSanitizer, LeakSanitizer and UBSan in the daemon, client and workers.
-bazel test --config=asan //tests/... //client/python/... "$@"

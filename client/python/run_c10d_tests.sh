@@ -18,4 +18,5 @@ export GRADSYNC_CTL="$root/tools/gradsyncctl/gradsyncctl" PYTHONPATH="$root/clie
 export GRADSYNC_DAEMON_ARGS="--stall-warning-seconds=5 --stall-deadline-seconds=20"
 source "$root/client/python/sanitizer_env.sh"
 cd "${TEST_TMPDIR:-/tmp}"
-exec timeout 600 "$PYTHON" -m pytest -q -p no:cacheprovider "$root/client/python/c10d_tests" "$@"
+# Ends itself a little before Bazel would (TEST_TIMEOUT).
+exec timeout $(( ${TEST_TIMEOUT:-900} - 20 )) "$PYTHON" -m pytest -q -p no:cacheprovider "$root/client/python/c10d_tests" "$@"

@@ -8,4 +8,6 @@ export GRADSYNC_LIBRARY="$root/client/libgradsync.so" GRADSYNC_DAEMON="$root/dae
 source "$root/client/python/sanitizer_env.sh"
 export GRADSYNC_CTL="$root/tools/gradsyncctl/gradsyncctl" GRADSYNCRUN="$root/client/python/bin/gradsyncrun"
 export PYTHONDONTWRITEBYTECODE=1 PYTHONPATH="$root/client/python" GRADSYNC_EXAMPLES="$root/examples/pytorch"
-exec timeout 240 /usr/bin/python3 -m pytest -q -p no:cacheprovider "$root/client/python/${1:-runner_tests}"
+# Ends itself a little before Bazel would (TEST_TIMEOUT), so pytest can
+# still print which test was running.
+exec timeout $(( ${TEST_TIMEOUT:-300} - 20 )) /usr/bin/python3 -m pytest -q -p no:cacheprovider "$root/client/python/${1:-runner_tests}"

@@ -24,6 +24,7 @@ fi
 export GRADSYNC_LIBRARY="$root/client/libgradsync.so" GRADSYNC_DAEMON="$root/daemon/exe/gradsyncd"
 source "$root/client/python/sanitizer_env.sh"
 export PYTHONDONTWRITEBYTECODE=1
-exec timeout 240 "$python" "$root/client/python/bin/gradsyncrun" --private-daemon \
+# Ends itself a little before Bazel would (TEST_TIMEOUT).
+exec timeout $(( ${TEST_TIMEOUT:-300} - 20 )) "$python" "$root/client/python/bin/gradsyncrun" --private-daemon \
   --daemon-arg=--stall-warning-seconds=10 --daemon-arg=--stall-deadline-seconds=30 -np "$1" \
   "$python" -m pytest -q -p no:cacheprovider "$root/client/python/tests$([ "${2:-all}" = all ] || echo "/$2")"
