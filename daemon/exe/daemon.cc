@@ -74,6 +74,7 @@ server::RegistryLimits registryLimits(const v1::DaemonConfig& config, gpu::GpuNo
   limits.job.data_plane = {config.data_plane_devices(), config.data_plane_tcp_segment_bytes()};
   limits.job.hostname = hostName();
   limits.job.topology = config.topology();
+  limits.job.membership_part_bytes = config.membership_part_bytes();
   limits.job.join_timeout = std::chrono::seconds(config.join_timeout_seconds());
   limits.job.cycle_time = std::chrono::milliseconds(config.cycle_time_ms());
   limits.job.autotune = config.autotune();

@@ -108,6 +108,7 @@ const std::map<std::string, Setter>& setters() {
       {"--max-message-bytes", number<uint32_t>("--max-message-bytes", &C::set_max_message_bytes)},
       {"--peer-address", text(&C::set_peer_address)},
       {"--topology", text(&C::set_topology)},
+      {"--membership-part-bytes", number<uint32_t>("--membership-part-bytes", &C::set_membership_part_bytes)},
       {"--join-timeout-seconds", number<uint32_t>("--join-timeout-seconds", &C::set_join_timeout_seconds)},
       {"--response-cache-capacity", number<uint32_t>("--response-cache-capacity", &C::set_response_cache_capacity)},
       {"--gpu-cross-node", text(&C::set_gpu_cross_node)},
@@ -185,6 +186,7 @@ void applyServingDefaults(v1::DaemonConfig* c) {
   if (c->log_level().empty()) c->set_log_level("info");
   if (c->timeline_dir().empty()) c->set_timeline_dir("/var/lib/gradsync/timelines");
   if (c->max_message_bytes() == 0) c->set_max_message_bytes(4 << 20);
+  if (c->membership_part_bytes() == 0) c->set_membership_part_bytes(512 << 10);
   if (c->data_plane_tcp_segment_bytes() == 0) c->set_data_plane_tcp_segment_bytes(512 << 10);
 }
 
@@ -247,6 +249,7 @@ Status validateRanges(const v1::DaemonConfig& c) {
   RETURN_IF_ERROR(checkRange("max_local_ranks", c.max_local_ranks(), 1, 65536));
   RETURN_IF_ERROR(checkRange("max_inflight_per_rank", c.max_inflight_per_rank(), 1, 1 << 20));
   RETURN_IF_ERROR(checkRange("max_message_bytes", c.max_message_bytes(), 4096, 1 << 30));
+  RETURN_IF_ERROR(checkRange("membership_part_bytes", c.membership_part_bytes(), 1, c.max_message_bytes() / 4));
   RETURN_IF_ERROR(checkRange("max_job_size", c.max_job_size(), 1, 1 << 20));
   RETURN_IF_ERROR(checkRange("max_ipc_mappings_per_rank", c.max_ipc_mappings_per_rank(), 1, 1 << 20));
   RETURN_IF_ERROR(checkRange("max_ipc_mappings", c.max_ipc_mappings(), 1, 1 << 24));

@@ -43,6 +43,7 @@ CrossNode::CrossNode(CrossNodeOptions options, Hooks hooks)
       hooks_(std::move(hooks)),
       book_(options_.job_id, options_.self_address, options_.min_size),
       ballot_(options_.self_address),
+      published_(options_.membership_part_bytes),
       mesh_(options_.job_id, options_.token),
       link_(options_.credentials, [this](size_t bytes) { codec_.countSent(bytes); }),
       codec_(options_.job_id, options_.response_cache_capacity) {}
@@ -106,7 +107,7 @@ void CrossNode::start(const std::vector<int>& local_ranks, const std::vector<int
   for (int r : local_ranks) self.add_ranks(r);
   for (int64_t p : pids) self.add_pids(p);
   self.set_ucx_address(mesh_.address());
-  for (const auto& uuid : options_.gpu_uuids) self.add_gpu_uuids(uuid);
+  self.set_gpus(options_.gpus);
   self.set_nccl(options_.nccl);
   self.set_steady_state_rounds(options_.steady_state_rounds);
   self.set_leader_rounds(options_.leader_rounds);
@@ -133,9 +134,8 @@ void CrossNode::makeNcclIdLocked() {
   // Only for a job that will use it: NCCL's bootstrap root (a thread and a
   // listening socket) waits until the communicator forms, which a job with
   // a GPU-less node (or an elastic one: host staging) never does.
-  const bool every_node_nccl =
-      std::all_of(book_.members().begin(), book_.members().end(),
-                  [](const v1::NodeInfo& node) { return node.gpu_uuids_size() > 0 && node.nccl(); });
+  const bool every_node_nccl = std::all_of(book_.members().begin(), book_.members().end(),
+                                           [](const v1::NodeInfo& node) { return node.gpus() > 0 && node.nccl(); });
   if (!options_.make_nccl_id || options_.elastic || !every_node_nccl) return;
   auto id = options_.make_nccl_id();
   if (!id.isOk()) {
@@ -200,12 +200,38 @@ std::optional<StatusOr<v1::JoinJobResponse>> CrossNode::joinLocked(const v1::Joi
   return std::nullopt;
 }
 
-v1::JoinJobResponse CrossNode::membershipLocked() const {
+v1::JoinJobResponse CrossNode::membershipLocked() {
   v1::JoinJobResponse response;
   response.set_epoch(1);
   for (const auto& node : book_.members()) *response.add_nodes() = node;
+  response.set_node_count(publishLocked(1, response.mutable_nodes()));
   response.set_nccl_unique_id(nccl_id_);
   return response;
+}
+
+int32_t CrossNode::publishLocked(uint64_t epoch, NodeList* nodes) {
+  published_.publish(epoch, *nodes);
+  return keepFirstPart(nodes, published_.partBytes());
+}
+
+StatusOr<v1::MembersResponse> CrossNode::membersPart(const v1::MembersRequest& request) const {
+  if (request.token() != options_.token) return unauthenticated("job '" + options_.job_id + "': token does not match");
+  MutexLock lock(mutex_);
+  auto part = published_.part(request.epoch(), request.first());
+  if (!part.isOk()) return Status(part.status().code(), "job '" + options_.job_id + "': " + part.status().message());
+  return part;
+}
+
+Status CrossNode::readRestOfMembers(v1::Peer::StubInterface* stub, uint64_t epoch, int32_t node_count,
+                                    NodeList* nodes) const {
+  const auto deadline = std::chrono::system_clock::now() + std::chrono::seconds(10);
+  Status read = readMembers(stub, options_.job_id, options_.token, epoch, node_count, nodes, deadline);
+  if (read.isOk()) {
+    GS_LOG(control, info, "job '{}': read the membership of epoch {} from the leader in parts ({} nodes)",
+           options_.job_id, epoch, node_count);
+    return read;
+  }
+  return Status(read.code(), "job '" + options_.job_id + "': " + read.message());
 }
 
 std::vector<std::pair<CrossNode::JoinAnswer, StatusOr<v1::JoinJobResponse>>> CrossNode::dueJoinsLocked(
@@ -687,7 +713,7 @@ void CrossNode::describe(v1::JobInfo* info, CrossClock::time_point now, double b
     for (int r : node.ranks()) out->add_ranks(r);
     out->set_self(node.peer_address() == options_.self_address);
     out->set_leader(node.cross_rank() == 0);
-    out->set_gpus(node.gpu_uuids_size());
+    out->set_gpus(node.gpus());
     out->set_topology(node.topology());
     int64_t age = -1;
     if (out->self()) {

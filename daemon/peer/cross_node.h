@@ -36,6 +36,7 @@
 #include "daemon/peer/follower_stream.h"
 #include "daemon/peer/leader_link.h"
 #include "daemon/peer/leader_rounds.h"
+#include "daemon/peer/membership_parts.h"
 #include "daemon/peer/node_endpoints.h"
 #include "daemon/peer/ucx_mesh.h"
 #include "proto/gradsync/v1/admin.pb.h"
@@ -54,8 +55,8 @@ struct CrossNodeOptions {
   CrossClock::duration join_timeout = std::chrono::seconds(30);
   std::shared_ptr<grpc::ChannelCredentials> credentials;  // null: plaintext
   size_t response_cache_capacity = 4096;
-  std::vector<std::string> gpu_uuids;  // this daemon's GPUs, told to the others
-  bool nccl = false;                   // this daemon can join the daemons' NCCL communicator
+  int gpus = 0;       // this daemon's GPUs, their number told to the others
+  bool nccl = false;  // this daemon can join the daemons' NCCL communicator
   // Makes the job's ncclUniqueId on the leader (null: this daemon has no NCCL).
   std::function<StatusOr<std::string>()> make_nccl_id;
   transport::UcxOptions data_plane;  // the UCX settings of this job's transport
@@ -65,6 +66,8 @@ struct CrossNodeOptions {
   bool steady_state_rounds = false;  // offered: cached collectives after rounds among the daemons (fast_rounds.h)
   bool leader_rounds = false;        // offered: ... after rounds through the leader (leader_rounds.h)
   std::string topology = {};         // this node's place in the network: orders the ring
+  // A membership above this many bytes travels in parts (membership_parts.h).
+  size_t membership_part_bytes = kMembershipPartBytes;
 };
 
 class CrossNode : public NodeEndpoints {
@@ -210,6 +213,8 @@ class CrossNode : public NodeEndpoints {
   uint64_t leaderChanges() const { return leader_changes_.load(); }
   // Leader: whether the asking node is still in the job (CheckMember).
   StatusOr<v1::CheckMemberResponse> checkMember(const v1::CheckMemberRequest& request) const;
+  // Leader: the nodes of a membership it announced in parts (Members).
+  StatusOr<v1::MembersResponse> membersPart(const v1::MembersRequest& request) const;
   std::vector<v1::NodeInfo> members() const;
   // The same, with the epoch they belong to.
   std::vector<v1::NodeInfo> members(uint64_t* epoch) const override;
@@ -283,7 +288,13 @@ class CrossNode : public NodeEndpoints {
   // the lock.
   Status checkJoinLocked(const v1::JoinJobRequest& request) const GS_REQUIRES(mutex_);
   std::optional<StatusOr<v1::JoinJobResponse>> joinLocked(const v1::JoinJobRequest& request) GS_REQUIRES(mutex_);
-  v1::JoinJobResponse membershipLocked() const GS_REQUIRES(mutex_);
+  v1::JoinJobResponse membershipLocked() GS_REQUIRES(mutex_);
+  // Records `nodes` as the membership of `epoch` and keeps only its first
+  // part in them; returns the message's node_count (0: all fit).
+  int32_t publishLocked(uint64_t epoch, NodeList* nodes) GS_REQUIRES(mutex_);
+  // Follower: the rest of a membership announced in parts, read from the
+  // daemon `stub` reaches (the leader); the failure says whose it was.
+  Status readRestOfMembers(v1::Peer::StubInterface* stub, uint64_t epoch, int32_t node_count, NodeList* nodes) const;
   std::vector<std::pair<JoinAnswer, StatusOr<v1::JoinJobResponse>>> dueJoinsLocked(CrossClock::time_point now)
       GS_REQUIRES(mutex_);
   struct PendingJoin {
@@ -383,6 +394,8 @@ class CrossNode : public NodeEndpoints {
   membership::EpochBook book_ GS_GUARDED_BY(mutex_);
   // Leader failover: this daemon's side of the election.
   membership::Ballot ballot_ GS_GUARDED_BY(mutex_);
+  // Leader: the memberships it announced, for the nodes that read them in parts.
+  PublishedMembers published_ GS_GUARDED_BY(mutex_);
   // The UCX endpoints to the other daemons (its own lock; under mutex_ where
   // an epoch change must be ordered with it).
   UcxMesh mesh_;

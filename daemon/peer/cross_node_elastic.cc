@@ -92,6 +92,7 @@ StatusOr<v1::JoinJobResponse> CrossNode::acceptCandidate(const v1::JoinJobReques
   v1::JoinJobResponse response;
   response.set_epoch(book_.epoch());
   for (const auto& node : book_.members()) *response.add_nodes() = node;
+  response.set_node_count(publishLocked(book_.epoch(), response.mutable_nodes()));
   return response;
 }
 
@@ -163,6 +164,11 @@ v1::NewEpoch CrossNode::announceEpoch(EpochPlan plan) {
   formed_cv_.notify_all();
   v1::LeaderMessage message;
   *message.mutable_new_epoch() = plan.change;
+  {
+    MutexLock lock(mutex_);
+    v1::NewEpoch& change = *message.mutable_new_epoch();
+    change.set_node_count(publishLocked(change.epoch(), change.mutable_nodes()));
+  }
   {
     // Every stream sees the batches encoded with the old cache before the
     // NewEpoch, and those encoded with the new one after it.

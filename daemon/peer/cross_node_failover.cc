@@ -100,9 +100,14 @@ StatusOr<bool> CrossNode::failover(const std::string& cause) {
           continue;  // this daemon stands itself: its turn comes
         }
       }
-      const auto answer = askVote(channels[i - first], epoch);
+      auto answer = askVote(channels[i - first], epoch);
       if (answer.isOk()) {
-        applyNewEpoch(answer->change());
+        v1::NewEpoch& change = *answer->mutable_change();
+        if (change.node_count() > 0) {
+          RETURN_IF_ERROR(readRestOfMembers(v1::Peer::NewStub(channels[i - first]).get(), change.epoch(),
+                                            change.node_count(), change.mutable_nodes()));
+        }
+        applyNewEpoch(change);
         link_.connect(candidate.peer_address());  // CheckMember asks the new leader too
         openStream();
         leader_changes_.fetch_add(1);
@@ -159,6 +164,9 @@ StatusOr<v1::ElectResponse> CrossNode::vote(const std::string& voter, uint64_t e
                               std::to_string(majority) + " needed (a strict majority of the job's daemons)");
     }
     *response.mutable_change() = *ballot_.decided(epoch);
+    // Published when the change was announced: the voter reads the rest.
+    v1::NewEpoch& change = *response.mutable_change();
+    change.set_node_count(keepFirstPart(change.mutable_nodes(), published_.partBytes()));
     return response;
   };
   // Taking over from this epoch already (its epoch moved on meanwhile).

@@ -83,6 +83,13 @@ Status CrossNode::callJoinJob(v1::Peer::Stub* stub, const v1::JoinJobRequest& re
     // Not connected: the call fails at once, with gRPC's reason (refused,
     // or a TLS handshake the leader rejected).
     last = stub->JoinJob(&context, request, &response);
+    if (last.ok() && response.node_count() > 0) {
+      const Status read = readRestOfMembers(stub, response.epoch(), response.node_count(), response.mutable_nodes());
+      if (!read.isOk()) {
+        return unavailable("job '" + options_.job_id + "': joined the leader at " + options_.leader_address +
+                           " but cannot read the job's membership: " + read.message());
+      }
+    }
     if (!connected && last.error_code() == grpc::StatusCode::UNAVAILABLE) {
       last = grpc::Status(grpc::StatusCode::UNAVAILABLE,
                           "its peer service accepts no connection (" + last.error_message() + ")");
@@ -225,8 +232,17 @@ void CrossNode::onLeaderMessage(const v1::LeaderMessage& message) {
   } else if (message.has_failure()) {
     if (message.failure().removed()) markRemoved();
     hooks_.on_failure(message.failure().message(), message.failure().node_lost());
-  } else if (message.has_new_epoch()) {
+  } else if (message.has_new_epoch() && message.new_epoch().node_count() == 0) {
     applyNewEpoch(message.new_epoch());
+  } else if (message.has_new_epoch()) {
+    v1::NewEpoch change = message.new_epoch();
+    const Status read =
+        readRestOfMembers(link_.stub().get(), change.epoch(), change.node_count(), change.mutable_nodes());
+    if (!read.isOk()) {
+      hooks_.on_failure(read.message(), true);
+      return;
+    }
+    applyNewEpoch(change);
   }
 }
 

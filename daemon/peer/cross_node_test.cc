@@ -96,6 +96,7 @@ class OneJobPeerService final : public v1::Peer::WithCallbackMethod_Coordinate<v
  public:
   void serve(CrossNode* node) { node_.store(node); }
   Outbox::Limits follower_limits;
+  std::atomic<int> members_calls{0};
   grpc::Status JoinJob(grpc::ServerContext*, const v1::JoinJobRequest* request,
                        v1::JoinJobResponse* response) override {
     CrossNode* node = node_.load();
@@ -118,6 +119,15 @@ class OneJobPeerService final : public v1::Peer::WithCallbackMethod_Coordinate<v
     };
     return new CoordinateReactor(context, std::move(resolve), follower_limits);
   }
+  grpc::Status Members(grpc::ServerContext*, const v1::MembersRequest* request,
+                       v1::MembersResponse* response) override {
+    CrossNode* node = node_.load();
+    if (node == nullptr) return grpc::Status(grpc::StatusCode::NOT_FOUND, "no job here");
+    members_calls.fetch_add(1);
+    auto part = node->membersPart(*request);
+    if (part.isOk()) *response = std::move(part).value();
+    return toGrpc(part.status());
+  }
   grpc::Status AbortJob(grpc::ServerContext*, const v1::AbortJobRequest* request, v1::AbortJobResponse*) override {
     CrossNode* node = node_.load();
     return node == nullptr ? grpc::Status(grpc::StatusCode::NOT_FOUND, "no job here")
@@ -136,6 +146,7 @@ struct Daemon {
   std::string address;
   Recorder recorder;
   std::unique_ptr<CrossNode> cross;
+  size_t membership_part_bytes = kMembershipPartBytes;
 
   void listen() {
     int port = 0;
@@ -154,6 +165,7 @@ struct Daemon {
     options.leader_address = leader_address;
     options.hostname = hostname;
     options.join_timeout = 10s;
+    options.membership_part_bytes = membership_part_bytes;
     CrossNode::Hooks hooks;
     hooks.on_batch = [this](std::vector<coordinator::Response> batch, uint64_t sequence, uint64_t, uint64_t) {
       recorder.batch(batch, sequence);
@@ -191,6 +203,7 @@ class CrossNodeTest : public ::testing::Test {
  protected:
   void SetUp() override {
     leader_.service.follower_limits = follower_limits_;
+    leader_.membership_part_bytes = membership_part_bytes_;
     leader_.listen();
     follower_.listen();
     leader_.create(leader_.address, "leader-host");
@@ -208,8 +221,15 @@ class CrossNodeTest : public ::testing::Test {
     leader_.stop();
   }
   Outbox::Limits follower_limits_;  // what the leader lets wait for a follower
+  size_t membership_part_bytes_ = kMembershipPartBytes;
   Daemon leader_;
   Daemon follower_;
+};
+
+// A leader that sends the membership one node per part.
+class CrossNodePartsTest : public CrossNodeTest {
+ protected:
+  CrossNodePartsTest() { membership_part_bytes_ = 1; }
 };
 
 // A leader that lets few messages wait for a follower.
@@ -315,6 +335,29 @@ TEST_F(CrossNodeFanOutTest, AFollowerThatStopsReadingIsCutWithAnErrorNamingIt) {
   EXPECT_THAT(failure.cause, HasSubstr("follower-host"));
   EXPECT_THAT(failure.cause, HasSubstr("fell behind the leader"));
   follower_.recorder.holdBatches(false);
+}
+
+}  // namespace
+}  // namespace gradsync::peer
+
+namespace gradsync::peer {
+namespace {
+
+TEST_F(CrossNodePartsTest, AFollowerReadsTheMembershipTheLeaderSentInParts) {
+  const auto leader_view = leader_.cross->members();
+  const auto follower_view = follower_.cross->members();
+  ASSERT_EQ(follower_view.size(), 2u);
+  ASSERT_EQ(leader_view.size(), 2u);
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(follower_view[i].SerializeAsString(), leader_view[i].SerializeAsString()) << "node " << i;
+  }
+  EXPECT_EQ(follower_view[1].hostname(), "follower-host");
+  EXPECT_EQ(follower_.cross->selfCrossRank(), 1);
+  EXPECT_EQ(leader_.service.members_calls.load(), 1);  // the second node: one node per part
+  // The job works as one sent whole.
+  follower_.cross->forward(1, coordinator::enqueueOf(request(1, "parted")), follower_.cross->epoch());
+  ASSERT_TRUE(leader_.recorder.waitFor([&] { return leader_.recorder.requestCount() == 1; }));
+  EXPECT_EQ(leader_.recorder.requests()[0].name, "parted");
 }
 
 }  // namespace

@@ -155,7 +155,7 @@ executor::DataPlane::NcclPeers PeerDataPlane::ncclPeers() const {
   for (const auto& node : members) {
     // A node without GPU, or one that cannot join NCCL: every node stages
     // through host memory (all of them see the same membership).
-    if (node.gpu_uuids_size() == 0 || !node.nccl()) return peers;
+    if (node.gpus() == 0 || !node.nccl()) return peers;
   }
   peers.id = endpoints_->ncclId();
   peers.rank = endpoints_->selfCrossRank();

@@ -106,7 +106,7 @@ void Job::buildCrossNode() {
                                  limits_.join_timeout,
                                  limits_.peer_credentials,
                                  limits_.response_cache_capacity,
-                                 limits_.gpus ? limits_.gpus->uuids() : std::vector<std::string>(),
+                                 limits_.gpus ? static_cast<int>(limits_.gpus->uuids().size()) : 0,
                                  limits_.gpus != nullptr && limits_.nccl != nullptr && limits_.nccl_between_daemons,
                                  nullptr,
                                  limits_.data_plane};
@@ -115,6 +115,7 @@ void Job::buildCrossNode() {
   options.failover = spec_.elastic && limits_.leader_failover;
   options.min_size = spec_.min_size;
   options.topology = limits_.topology;
+  options.membership_part_bytes = limits_.membership_part_bytes;
   options.steady_state_rounds = limits_.steady_state_rounds && !spec_.elastic;
   options.leader_rounds = limits_.leader_rounds && !spec_.elastic;
   peer::CrossNode::Hooks hooks;

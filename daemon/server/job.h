@@ -90,6 +90,7 @@ struct JobLimits {
   std::shared_ptr<grpc::ChannelCredentials> peer_credentials;  // null: plaintext
   std::string hostname;
   std::string topology;  // this node's place in the network (DaemonConfig.topology)
+  size_t membership_part_bytes = peer::kMembershipPartBytes;  // DaemonConfig.membership_part_bytes
   Clock::duration join_timeout = std::chrono::seconds(30);
   Clock::duration transfer_timeout = std::chrono::seconds(60);
   transport::UcxOptions data_plane;  // the UCX settings of the data plane

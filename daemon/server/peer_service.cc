@@ -57,6 +57,18 @@ grpc::Status PeerService::Elect(grpc::ServerContext* context, const v1::ElectReq
   return grpc::Status::OK;
 }
 
+grpc::Status PeerService::Members(grpc::ServerContext*, const v1::MembersRequest* request,
+                                  v1::MembersResponse* response) {
+  auto job = registry_->findJob(request->job_id());
+  if (!job || !job->crossNode()) {
+    return grpc::Status(grpc::StatusCode::NOT_FOUND, "no multi-node job '" + request->job_id() + "' here");
+  }
+  auto answer = job->crossNode()->membersPart(*request);
+  if (!answer.isOk()) return toGrpc(answer.status());
+  *response = std::move(answer).value();
+  return grpc::Status::OK;
+}
+
 namespace {
 
 // A follower's session, holding its job until the stream ends; the job is

@@ -27,6 +27,8 @@ class PeerService final
                            v1::CheckMemberResponse* response) override;
   grpc::Status Elect(grpc::ServerContext* context, const v1::ElectRequest* request,
                      v1::ElectResponse* response) override;
+  grpc::Status Members(grpc::ServerContext* context, const v1::MembersRequest* request,
+                       v1::MembersResponse* response) override;
 
  private:
   JobRegistry* registry_;

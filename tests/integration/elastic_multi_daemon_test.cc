@@ -272,6 +272,33 @@ TEST_F(ElasticAcrossDaemonsTest, LeaderFailoverByQuorumWithThreeDaemonsNotTwo) {
   }
 }
 
+// Memberships sent one node per part (--membership-part-bytes 1): each
+// follower reads the rest from the leader (Members) when the job forms, at
+// the epoch that drops a killed follower, and from the new leader after a
+// failover; the survivors go on as with memberships sent whole.
+TEST_F(ElasticAcrossDaemonsTest, MembershipsInPartsOfOneNodeFormEpochsAndElectLeaders) {
+  const std::vector<std::string> flags = {"--membership-part-bytes", "1", "--leader-failover", "quorum"};
+  const std::vector<int> placement = {0, 1, 2};
+  const std::string parts = "from the leader in parts (3 nodes)";
+  startDaemons(3, flags);
+  auto ranks = launchWith("el-parts-epoch", {"elastic_loop", "20", "0"}, placement, kElastic);
+  int64_t killed_at = killDaemonWhenLooping(ranks, placement, 2);
+  EXPECT_LT(survivorsFinish(ranks, placement, 2, killed_at), 10000);
+  EXPECT_NE(daemons_[1]->log().find("read the membership of epoch 1 " + parts), std::string::npos) << logs();
+  EXPECT_NE(daemons_[1]->log().find("read the membership of epoch 2 from the leader in parts (2 nodes)"),
+            std::string::npos)
+      << logs();
+
+  startDaemons(3, flags);
+  ranks = launchWith("el-parts-failover", {"elastic_loop", "20", "0"}, placement, kElastic);
+  killed_at = killDaemonWhenLooping(ranks, placement, 0);
+  EXPECT_LT(survivorsFinish(ranks, placement, 0, killed_at), 10000);
+  EXPECT_NE(daemons_[2]->log().find("read the membership of epoch 2 from the leader in parts (2 nodes)"),
+            std::string::npos)
+      << logs();
+  EXPECT_NE(daemons_[2]->log().find("follows the new leader"), std::string::npos) << logs();
+}
+
 // The leader's daemon paused (SIGSTOP) for 15 s looks, to both sides, like
 // a partition: the two followers elect a new leader and go on at size 2.
 // Woken, the old leader reaches no majority: it makes no epoch of its own

@@ -562,17 +562,23 @@ int abortedWith(Client& c, const std::vector<std::string>& args) {
 // "RUNNING" after the first step and "STEP n" after each.
 int campaignLoop(Client& c, const std::vector<std::string>& args) {
   const std::string stop_file = args.empty() ? "" : args[0];
+  // "medium": a 64 KiB allreduce too (halving and doubling among 4 or more daemons).
+  const bool medium = args.size() > 1 && args[1] == "medium";
   const std::vector<int64_t> big_shape = {1 << 18};
+  const std::vector<int64_t> medium_shape = {1 << 14};
   const std::vector<int64_t> one = {1};
-  std::vector<float> big(1 << 18), small(8), stop(1);
+  std::vector<float> big(1 << 18), mid(1 << 14), small(8), stop(1);
   for (int step = 0;; ++step) {
     std::fill(big.begin(), big.end(), static_cast<float>(c.rank()));
+    std::fill(mid.begin(), mid.end(), static_cast<float>(c.rank() + 1));
     std::fill(small.begin(), small.end(), static_cast<float>(step));
     stop[0] = !stop_file.empty() && ::access(stop_file.c_str(), F_OK) == 0 ? 1.0f : 0.0f;
-    gradsync_op_t ops[4] = {allreduceOp("campaign.big", big, big_shape), allreduceOp("campaign.small", small, shape8()),
-                            makeOp(GRADSYNC_BROADCAST, "campaign.bcast", small.data(), GRADSYNC_FLOAT32, shape8()),
-                            allreduceOp("campaign.stop", stop, one)};
+    std::vector<gradsync_op_t> ops = {
+        allreduceOp("campaign.big", big, big_shape), allreduceOp("campaign.small", small, shape8()),
+        makeOp(GRADSYNC_BROADCAST, "campaign.bcast", small.data(), GRADSYNC_FLOAT32, shape8()),
+        allreduceOp("campaign.stop", stop, one)};
     ops[2].root_rank = step % c.size();
+    if (medium) ops.insert(ops.begin() + 1, allreduceOp("campaign.medium", mid, medium_shape));
     for (const gradsync_op_t& op : ops) {
       Operation h;
       Result r = c.start(op, &h);
@@ -585,6 +591,9 @@ int campaignLoop(Client& c, const std::vector<std::string>& args) {
     }
     const float want = c.size() * (c.size() - 1) / 2.0f;
     WORKER_CHECK(big[0] == want && big.back() == want, "step %d: allreduce gave %g, want %g", step, big[0], want);
+    const float want_mid = want + c.size();
+    WORKER_CHECK(!medium || (mid[0] == want_mid && mid.back() == want_mid),
+                 "step %d: medium allreduce gave %g, want %g", step, mid[0], want_mid);
     if (step == 0) std::printf("RUNNING\n");
     std::printf("STEP %d\n", step);
     std::fflush(stdout);

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <thread>
+#include <string>
 #include <vector>
 
 #include "daemon/collective/ring_allreduce.h"
@@ -24,8 +25,8 @@ int main(int argc, char** argv) {
   std::vector<transport::PeerPtr> left(n), right(n);
   for (int r = 0; r < n; ++r) {
     const int l = (r - 1 + n) % n, rt = (r + 1) % n;
-    left[r] = std::move(transports[r]->connect(transports[l]->address(), l).value());
-    if (rt != l) right[r] = std::move(transports[r]->connect(transports[rt]->address(), rt).value());
+    left[r] = std::move(transports[r]->connect(transports[l]->address(), "node " + std::to_string(l)).value());
+    if (rt != l) right[r] = std::move(transports[r]->connect(transports[rt]->address(), "node " + std::to_string(rt)).value());
   }
   std::printf("# ring allreduce, %d nodes (threads), float32 sum, chunk %zu bytes\n", n, chunk);
   std::printf("%12s %8s %12s %10s %10s\n", "bytes", "iters", "median_us", "algbw", "busbw");
