@@ -81,8 +81,9 @@ Status readMembers(v1::Peer::StubInterface* stub, const std::string& job_id, con
     v1::MembersResponse response;
     const grpc::Status status = stub->Members(&context, request, &response);
     if (!status.ok()) {
-      return Status(static_cast<StatusCode>(status.error_code()),
-                    "reading " + what + " from node " + std::to_string(nodes->size()) + " on: " + status.error_message());
+      return Status(
+          static_cast<StatusCode>(status.error_code()),
+          "reading " + what + " from node " + std::to_string(nodes->size()) + " on: " + status.error_message());
     }
     if (response.nodes_size() == 0 || nodes->size() + response.nodes_size() > node_count) {
       return dataLoss(what + ": the leader answered " + std::to_string(response.nodes_size()) + " nodes from node " +

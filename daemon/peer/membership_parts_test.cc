@@ -119,8 +119,8 @@ class ReadMembersTest : public ::testing::Test {
     builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
     builder.RegisterService(&service_);
     server_ = builder.BuildAndStart();
-    stub_ = v1::Peer::NewStub(
-        grpc::CreateChannel("127.0.0.1:" + std::to_string(port), grpc::InsecureChannelCredentials()));
+    stub_ =
+        v1::Peer::NewStub(grpc::CreateChannel("127.0.0.1:" + std::to_string(port), grpc::InsecureChannelCredentials()));
   }
   void TearDown() override { server_->Shutdown(std::chrono::system_clock::now()); }
   std::chrono::system_clock::time_point deadline() const {
@@ -152,9 +152,10 @@ TEST_F(ReadMembersTest, FourThousandNodesOfEightGpusArriveWholeInPartsUnderOneMe
   }
   EXPECT_GE(service_.calls.load(), 2);
   EXPECT_LT(service_.largest.load(), size_t{1} << 20);
-  std::printf("4,096 nodes of 8 ranks (a 200 B UCX address each): %zu B whole, %zu B per node; "
-              "the announcement and %d Members answers of at most %zu B\n",
-              whole_bytes, whole_bytes / 4096, service_.calls.load(), service_.largest.load());
+  std::printf(
+      "4,096 nodes of 8 ranks (a 200 B UCX address each): %zu B whole, %zu B per node; "
+      "the announcement and %d Members answers of at most %zu B\n",
+      whole_bytes, whole_bytes / 4096, service_.calls.load(), service_.largest.load());
 }
 
 TEST_F(ReadMembersTest, AnEpochTheLeaderNoLongerKeepsFailsNamingIt) {

@@ -7,8 +7,8 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <thread>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "daemon/collective/ring_allreduce.h"
@@ -26,7 +26,8 @@ int main(int argc, char** argv) {
   for (int r = 0; r < n; ++r) {
     const int l = (r - 1 + n) % n, rt = (r + 1) % n;
     left[r] = std::move(transports[r]->connect(transports[l]->address(), "node " + std::to_string(l)).value());
-    if (rt != l) right[r] = std::move(transports[r]->connect(transports[rt]->address(), "node " + std::to_string(rt)).value());
+    if (rt != l)
+      right[r] = std::move(transports[r]->connect(transports[rt]->address(), "node " + std::to_string(rt)).value());
   }
   std::printf("# ring allreduce, %d nodes (threads), float32 sum, chunk %zu bytes\n", n, chunk);
   std::printf("%12s %8s %12s %10s %10s\n", "bytes", "iters", "median_us", "algbw", "busbw");
