@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
-# Installs the Debian packages gradsync builds and tests with, and grpcurl.
+# Installs the Debian packages gradsync builds and tests with, and grpcurl;
+# packages named as arguments too (a benchmark's peers, say).
 # Idempotent: does nothing when everything is already installed.
 set -euo pipefail
 
@@ -29,6 +30,7 @@ PACKAGES=(
   lintian                    # packaging/check_packages.sh: the .deb has no lintian errors
 )
 
+PACKAGES+=("$@")
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

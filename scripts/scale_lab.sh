@@ -19,6 +19,8 @@
 #   scripts/scale_lab.sh            NODES=2,4,8,16,32 SWARM=256 scripts/scale_lab.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Open MPI and mpi4py: the peer measured in the same run (part 2).
+scripts/install_deps.sh openmpi-bin python3-mpi4py
 NODES=${NODES:-2,4,8,16}
 PEERS=${PEERS:-$(cd .. && pwd)/shared/bench/peers}
 SWARM=${SWARM:-128,256,512,1024}
