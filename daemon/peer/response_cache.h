@@ -15,6 +15,7 @@
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "daemon/coordinator/request.h"
 
@@ -40,15 +41,32 @@ class ResponseCache {
 
   // Metadata of one request, without its per-step handle and offset.
   static std::string signature(const coordinator::Request& request);
+  // The same without the rank: what every rank of a uniform response shares.
+  static std::string metadataSignature(const coordinator::Request& request);
+  // Whether two requests have the same metadata apart from their ranks (the
+  // fields metadataSignature writes, compared exactly).
+  static bool sameMetadata(const coordinator::Request& a, const coordinator::Request& b);
+  // The key of a response's metadata. Where every rank asked alike (the
+  // usual case) it holds one request's metadata and the ranks as numbers,
+  // not every rank's request: building it costs a comparison per rank.
+  static std::string signature(const coordinator::Response& response);
 
  private:
-  static std::string signature(const coordinator::Response& response);
+  // The ranks of a uniform response (sorted) and its id.
+  struct RankedId {
+    std::vector<int> ranks;
+    uint64_t id;
+  };
+  static bool uniform(const coordinator::Response& response);
 
   const size_t capacity_;
   uint64_t next_id_ = 1;
   std::unordered_map<std::string, uint64_t> by_signature_;  // leader
   std::map<uint64_t, coordinator::Response> responses_;
-  std::unordered_map<std::string, uint64_t> by_request_;  // rank + request signature -> id
+  // Requests of uniform responses: one entry per response, by metadata.
+  std::unordered_map<std::string, std::vector<RankedId>> by_metadata_;
+  // Requests of the others: rank + request signature -> id.
+  std::unordered_map<std::string, uint64_t> by_request_;
 };
 
 }  // namespace gradsync::peer

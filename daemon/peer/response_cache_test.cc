@@ -1,6 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "daemon/peer/response_cache.h"
 
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+
 #include "gtest/gtest.h"
 
 namespace gradsync::peer {
@@ -93,6 +98,95 @@ TEST(ResponseCacheTest, BarriersAreNotCached) {
   barrier.type = v1::BARRIER;
   EXPECT_EQ(cache.assign(barrier).first, 0u);
   EXPECT_EQ(cache.idFor(barrier.requests[0].value()), 0u);
+}
+
+// Every field of a request's metadata: changed in one rank's request, the
+// response is another (not uniform any more); changed in every rank's, it
+// is another too. Guards sameMetadata against a field that
+// metadataSignature writes and it would not compare.
+TEST(ResponseCacheTest, EveryMetadataFieldTellsResponsesApart) {
+  using Change = std::function<void(coordinator::Request*)>;
+  const std::vector<std::pair<std::string, Change>> changes = {
+      {"name", [](coordinator::Request* q) { q->name += "x"; }},
+      {"type", [](coordinator::Request* q) { q->type = v1::BROADCAST; }},
+      {"dtype", [](coordinator::Request* q) { q->dtype = v1::FLOAT64; }},
+      {"op", [](coordinator::Request* q) { q->op = v1::MAX; }},
+      {"prescale", [](coordinator::Request* q) { q->prescale = 1.0000001; }},
+      {"postscale", [](coordinator::Request* q) { q->postscale = 0.99999999; }},
+      {"root_rank", [](coordinator::Request* q) { q->root_rank = 1; }},
+      {"process_set_id", [](coordinator::Request* q) { q->process_set_id = 3; }},
+      {"length", [](coordinator::Request* q) { q->length += 4; }},
+      {"group_id", [](coordinator::Request* q) { q->group_id = 9; }},
+      {"group_size", [](coordinator::Request* q) { q->group_size = 2; }},
+      {"cuda",
+       [](coordinator::Request* q) {
+         q->cuda = coordinator::CudaRef{1, 0, 0};
+       }},
+      {"cuda_output",
+       [](coordinator::Request* q) {
+         q->cuda_output = coordinator::CudaRef{1, 0, 0};
+       }},
+      {"shape",
+       [](coordinator::Request* q) {
+         q->shape = {2, 4};
+       }},
+      {"splits",
+       [](coordinator::Request* q) {
+         q->splits = {1, 1};
+       }},
+      {"target_set", [](coordinator::Request* q) { q->target_set = 2; }},
+      {"set_ranks",
+       [](coordinator::Request* q) {
+         q->set_ranks = {0, 1};
+       }},
+  };
+  const std::string base = ResponseCache::signature(response("w", 8, 10));
+  for (const auto& [field, change] : changes) {
+    auto one = response("w", 8, 10);
+    change(&*one.requests[1]);
+    EXPECT_NE(ResponseCache::signature(one), base) << field << " changed in one rank";
+    EXPECT_FALSE(ResponseCache::sameMetadata(*one.requests[0], *one.requests[1])) << field;
+    auto all = response("w", 8, 10);
+    for (auto& q : all.requests) change(&*q);
+    EXPECT_NE(ResponseCache::signature(all), base) << field << " changed in every rank";
+    EXPECT_NE(ResponseCache::signature(all), ResponseCache::signature(one)) << field;
+  }
+  // Where the data lies is no part of it.
+  auto moved = response("w", 8, 99);
+  moved.requests[0]->output_length = 64;
+  moved.requests[1]->call = 7;
+  EXPECT_EQ(ResponseCache::signature(moved), base);
+}
+
+// A uniform response is kept once for all its ranks: a rank of it finds its
+// id, a rank outside it does not; responses whose ranks asked differently
+// keep an entry per rank.
+TEST(ResponseCacheTest, UniformAndMixedResponsesFindTheirRanks) {
+  ResponseCache follower(100);
+  coordinator::Response wide;
+  wide.name = "wide";
+  wide.type = v1::ALLREDUCE;
+  for (int rank = 0; rank < 4096; rank += 2) {
+    coordinator::Request q = response("wide", 16, 1).requests[0].value();
+    q.rank = rank;
+    wide.ranks.push_back(rank);
+    wide.requests.push_back(q);
+  }
+  follower.remember(7, wide);
+  coordinator::Request mine = wide.requests[1000].value();
+  mine.handle = 12345;
+  EXPECT_EQ(follower.idFor(mine), 7u);
+  mine.rank = 2001;  // not in the response
+  EXPECT_EQ(follower.idFor(mine), 0u);
+
+  auto mixed = response("m", 8, 1);
+  mixed.requests[1]->prescale = 0.5;
+  follower.remember(8, mixed);
+  EXPECT_EQ(follower.idFor(mixed.requests[0].value()), 8u);
+  EXPECT_EQ(follower.idFor(mixed.requests[1].value()), 8u);
+  auto other = mixed.requests[1].value();
+  other.prescale = 0.25;
+  EXPECT_EQ(follower.idFor(other), 0u);
 }
 
 }  // namespace
