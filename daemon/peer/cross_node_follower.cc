@@ -86,8 +86,7 @@ Status CrossNode::callJoinJob(v1::Peer::Stub* stub, const v1::JoinJobRequest& re
     if (last.ok() && response.node_count() > 0) {
       const Status read = readRestOfMembers(stub, response.epoch(), response.node_count(), response.mutable_nodes());
       if (!read.isOk()) {
-        return unavailable("job '" + options_.job_id + "': joined the leader at " + options_.leader_address +
-                           " but cannot read the job's membership: " + read.message());
+        return unavailable(read.message() + " (joined the leader at " + options_.leader_address + ")");
       }
     }
     if (!connected && last.error_code() == grpc::StatusCode::UNAVAILABLE) {
