@@ -36,6 +36,7 @@ class GpuNode {
   // The ordinal of the GPU with `uuid`; NOT_FOUND names the GPUs there are.
   StatusOr<int> deviceOf(const std::string& uuid) const;
   std::vector<std::string> uuids() const;
+  int count() const { return static_cast<int>(gpus_.size()); }
 
  private:
   explicit GpuNode(std::vector<GpuInfo> gpus) : gpus_(std::move(gpus)) {}

@@ -43,7 +43,7 @@ int32_t keepFirstPart(NodeList* nodes, size_t budget) {
 void PublishedMembers::publish(uint64_t epoch, const NodeList& nodes) {
   auto it = std::find_if(kept_.begin(), kept_.end(), [&](const auto& e) { return e.first == epoch; });
   if (it != kept_.end()) kept_.erase(it);
-  kept_.emplace_back(epoch, std::make_shared<const NodeList>(nodes));
+  kept_.emplace_back(epoch, nodes);
   while (kept_.size() > kKept) kept_.pop_front();
 }
 
@@ -54,7 +54,7 @@ StatusOr<v1::MembersResponse> PublishedMembers::part(uint64_t epoch, int64_t fir
     return notFound("the membership of epoch " + std::to_string(epoch) + " is no longer kept (the job is at epoch " +
                     std::to_string(kept_.back().first) + ")");
   }
-  const NodeList& nodes = *it->second;
+  const NodeList& nodes = it->second;
   if (first < 0 || first >= nodes.size()) {
     return outOfRange("node " + std::to_string(first) + " of a membership of " + std::to_string(nodes.size()) +
                       " nodes (epoch " + std::to_string(epoch) + ")");

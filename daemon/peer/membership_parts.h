@@ -14,7 +14,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
-#include <memory>
 #include <utility>
 #include <vector>
 
@@ -50,7 +49,7 @@ class PublishedMembers {
 
  private:
   const size_t part_bytes_;
-  std::deque<std::pair<uint64_t, std::shared_ptr<const NodeList>>> kept_;  // oldest first
+  std::deque<std::pair<uint64_t, NodeList>> kept_;  // oldest first
 };
 
 // Follower: reads from the leader (Members calls through `stub`) the nodes

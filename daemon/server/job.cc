@@ -106,7 +106,7 @@ void Job::buildCrossNode() {
                                  limits_.join_timeout,
                                  limits_.peer_credentials,
                                  limits_.response_cache_capacity,
-                                 limits_.gpus ? static_cast<int>(limits_.gpus->uuids().size()) : 0,
+                                 limits_.gpus ? limits_.gpus->count() : 0,
                                  limits_.gpus != nullptr && limits_.nccl != nullptr && limits_.nccl_between_daemons,
                                  nullptr,
                                  limits_.data_plane};
