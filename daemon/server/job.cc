@@ -586,6 +586,7 @@ v1::JobInfo Job::info() const {
     info.set_allreduces_halving(by_algorithm[3]);
     info.set_steady_rounds(steady_rounds_done_.load());
     info.set_steady_round_messages(steady_round_messages_.load());
+    info.set_steady_round_collectives(steady_round_collectives_.load());
     info.set_steady_round_message_bytes(steady_round_message_bytes_.load());
   }
   return info;

@@ -369,6 +369,7 @@ class Job {
   // it sent in them (executor thread; read by info()).
   std::atomic<uint64_t> steady_rounds_done_{0};
   std::atomic<uint64_t> steady_round_messages_{0};
+  std::atomic<uint64_t> steady_round_collectives_{0};    // run after the rounds
   std::atomic<uint64_t> steady_round_message_bytes_{0};  // among daemons; 0: through the leader (varies)
   std::atomic<int> size_;  // the job's size: spec_.size, smaller after elastic epoch changes
   std::unique_ptr<executor::GpuExecutor> gpu_executor_;  // null without GPUs

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // Job, the cached steady state across daemons (daemon/peer/fast_rounds.h,
-// steady_state.h): local requests that repeat a cached allreduce are held
+// steady_state.h): local requests that repeat a cached collective are held
 // here instead of going to the leader; the executor thread takes part in
 // lock-step rounds with the other daemons and runs, after the leader's
 // batches the round names, the cached collectives every daemon's ranks are
@@ -24,6 +24,21 @@ namespace {
 constexpr auto kHoldLimit = std::chrono::milliseconds(200);
 // The rounds' batches tag their rings apart from the leader's batches.
 constexpr uint64_t kRoundSequenceBase = uint64_t{1} << 40;
+
+// The collectives the rounds run: those the response cache keeps that move
+// data (not barriers, joins or process-set changes).
+bool runsInRounds(CollectiveType type) {
+  switch (type) {
+    case v1::ALLREDUCE:
+    case v1::ALLGATHER:
+    case v1::BROADCAST:
+    case v1::REDUCESCATTER:
+    case v1::ALLTOALL:
+      return true;
+    default:
+      return false;
+  }
+}
 }  // namespace
 
 void Job::wakeExecutorLocked() {
@@ -36,7 +51,7 @@ void Job::wakeExecutorLocked() {
 
 void Job::learnSteadyLocked(uint64_t id) {
   auto response = cross_->cachedResponse(id);
-  bool eligible = response && response->type == v1::ALLREDUCE && response->status.isOk();
+  bool eligible = response && runsInRounds(response->type) && response->status.isOk();
   std::set<int> ranks, local;
   for (size_t i = 0; eligible && i < response->ranks.size(); ++i) {
     eligible = response->requests[i].has_value();  // a joined rank: through the leader
@@ -52,17 +67,15 @@ void Job::learnSteadyLocked(uint64_t id) {
 }
 
 bool Job::holdSteadyLocked(const std::shared_ptr<Session>& session, coordinator::Request& request) {
-  // A grouped allreduce runs whole or not at all: the leader negotiates its
-  // members together. Held one by one, a round could run some members and
-  // leave the rest waiting at the leader for them forever.
-  if (!steady_rounds_ || !session || request.type != v1::ALLREDUCE || request.group_id != 0) return false;
+  // A grouped allreduce runs whole or not at all (SteadyState holds its
+  // members until all are ready, and releases them together).
+  if (!steady_rounds_ || !session || !runsInRounds(request.type)) return false;
   const uint64_t id = cross_->cachedId(request);
   if (id == 0 || id > peer::RoundExchange::kMaxIds) return false;
   if (!steady_.knows(id)) learnSteadyLocked(id);
   // A second request of one name: the leader's negotiator names the error.
   if (!steady_.canHold(id, request.rank) || steady_.holds(request.rank, request.name)) return false;
-  steady_.hold(id, {session, std::move(request), Clock::now()});
-  if (steady_.isReady(id)) {
+  if (steady_.hold(id, {session, std::move(request), Clock::now()})) {
     steady_dirty_ = true;
     wakeExecutorLocked();
   }
@@ -197,13 +210,15 @@ bool Job::steadyRound(peer::RoundExchange& rounds, bool leader) {
   } else if (!runLeaderBatchesUpTo(outcome->leader_sequence)) {
     return false;
   }
-  // 2. The cached collectives every daemon is ready for.
+  // 2. The cached collectives every daemon is ready for (whole groups).
   if (outcome->ids.empty()) return true;
   std::vector<coordinator::Response> agreed;
   {
     MutexLock lock(mutex_);
     std::vector<coordinator::Response> responses;
-    for (uint64_t id : outcome->ids) responses.push_back(steady_.take(id));
+    for (uint64_t id : steady_.runnable(outcome->ids)) responses.push_back(steady_.take(id));
+    if (responses.empty()) return true;
+    steady_round_collectives_.fetch_add(responses.size(), std::memory_order_relaxed);
     queue_.begin(responses.size());
     beginBatchLocked(outcome->fusion_threshold_bytes);
     agreed = std::move(responses);

@@ -5,6 +5,12 @@ namespace gradsync::server {
 
 void SteadyState::learn(uint64_t id, coordinator::Response response, std::set<int> local) {
   Entry& entry = entries_[id];
+  if (!local.empty()) {
+    const coordinator::Request& first = response.first();
+    entry.group_id = first.group_id;
+    entry.group_size = first.group_size;
+    if (entry.group_id != 0) groups_[entry.group_id].insert(id);
+  }
   entry.response = std::move(response);
   entry.local = std::move(local);
 }
@@ -14,22 +20,18 @@ bool SteadyState::canHold(uint64_t id, int rank) const {
   return it != entries_.end() && it->second.local.count(rank) > 0;
 }
 
-void SteadyState::hold(uint64_t id, Held held) {
+bool SteadyState::hold(uint64_t id, Held held) {
   Entry& entry = entries_.at(id);
   const int rank = held.request.rank;
+  held_names_.emplace(std::make_pair(rank, held.request.name), id);
   entry.held[rank].push_back(std::move(held));
   ++held_count_;
+  if (!isReady(id)) return false;
+  return entry.group_id == 0 || groupReady(entry.group_id, entry.group_size);
 }
 
 bool SteadyState::holds(int rank, const std::string& name) const {
-  for (const auto& [id, entry] : entries_) {
-    auto it = entry.held.find(rank);
-    if (it == entry.held.end()) continue;
-    for (const auto& h : it->second) {
-      if (h.request.name == name) return true;
-    }
-  }
-  return false;
+  return held_names_.count(std::make_pair(rank, name)) > 0;
 }
 
 bool SteadyState::isReady(uint64_t id) const {
@@ -42,10 +44,38 @@ bool SteadyState::isReady(uint64_t id) const {
   return true;
 }
 
+// The members' names differ (a rank holds one request per name), so as
+// many ready versions as members are the whole group.
+bool SteadyState::groupReady(uint64_t group_id, uint32_t group_size) const {
+  auto group = groups_.find(group_id);
+  if (group == groups_.end()) return false;
+  uint32_t ready = 0;
+  for (uint64_t id : group->second) ready += isReady(id) ? 1 : 0;
+  return ready == group_size;
+}
+
 std::vector<uint64_t> SteadyState::ready() const {
   std::vector<uint64_t> ids;
   for (const auto& [id, entry] : entries_) {
-    if (isReady(id)) ids.push_back(id);
+    if (!entry.held.empty() && isReady(id) && (entry.group_id == 0 || groupReady(entry.group_id, entry.group_size))) {
+      ids.push_back(id);
+    }
+  }
+  return ids;
+}
+
+std::vector<uint64_t> SteadyState::runnable(const std::vector<uint64_t>& agreed) const {
+  std::map<uint64_t, uint32_t> agreed_members;  // group id -> its members among `agreed`
+  for (uint64_t id : agreed) {
+    auto entry = entries_.find(id);
+    if (entry != entries_.end() && entry->second.group_id != 0) ++agreed_members[entry->second.group_id];
+  }
+  std::vector<uint64_t> ids;
+  for (uint64_t id : agreed) {
+    auto entry = entries_.find(id);
+    if (entry == entries_.end()) continue;
+    if (entry->second.group_id != 0 && agreed_members[entry->second.group_id] != entry->second.group_size) continue;
+    ids.push_back(id);
   }
   return ids;
 }
@@ -56,23 +86,47 @@ coordinator::Response SteadyState::take(uint64_t id) {
   for (size_t i = 0; i < response.ranks.size(); ++i) {
     auto it = entry.held.find(response.ranks[i]);
     if (it == entry.held.end() || it->second.empty()) continue;
-    response.requests[i] = std::move(it->second.front().request);
+    Held& oldest = it->second.front();
+    forget(id, oldest.request);
+    response.requests[i] = std::move(oldest.request);
     it->second.pop_front();
     --held_count_;
   }
   return response;
 }
 
+void SteadyState::forget(uint64_t id, const coordinator::Request& request) {
+  auto name = held_names_.equal_range(std::make_pair(request.rank, request.name));
+  for (auto n = name.first; n != name.second; ++n) {
+    if (n->second == id) {
+      held_names_.erase(n);
+      return;
+    }
+  }
+}
+
+void SteadyState::release(uint64_t id, Entry& entry, Clock::time_point cutoff, std::vector<Held>* out) {
+  for (auto& [rank, queue] : entry.held) {
+    while (!queue.empty() && queue.front().since < cutoff) {
+      forget(id, queue.front().request);
+      out->push_back(std::move(queue.front()));
+      queue.pop_front();
+      --held_count_;
+    }
+  }
+}
+
 std::vector<SteadyState::Held> SteadyState::takeOlderThan(Clock::time_point cutoff) {
   std::vector<Held> out;
+  std::set<uint64_t> groups;  // of the requests released
   for (auto& [id, entry] : entries_) {
-    for (auto& [rank, queue] : entry.held) {
-      while (!queue.empty() && queue.front().since < cutoff) {
-        out.push_back(std::move(queue.front()));
-        queue.pop_front();
-        --held_count_;
-      }
-    }
+    const size_t before = out.size();
+    release(id, entry, cutoff, &out);
+    if (out.size() > before && entry.group_id != 0) groups.insert(entry.group_id);
+  }
+  // The rest of their groups: the leader negotiates a group whole.
+  for (uint64_t group : groups) {
+    for (uint64_t id : groups_[group]) release(id, entries_.at(id), Clock::time_point::max(), &out);
   }
   return out;
 }

@@ -69,5 +69,67 @@ TEST(SteadyState, RequestsHeldTooLongAreReleasedOldestFirst) {
   EXPECT_FALSE(state.oldest().has_value());
 }
 
+// Member `name` of group 9 (of `size` members), ranks 0..3 as above.
+coordinator::Response member(const std::string& name, uint32_t size) {
+  coordinator::Response response = cached(name);
+  for (auto& r : response.requests) {
+    r->group_id = 9;
+    r->group_size = size;
+  }
+  return response;
+}
+
+coordinator::Request grouped(int rank, const std::string& name, uint64_t handle) {
+  coordinator::Request r = request(rank, name, handle);
+  r.group_id = 9;
+  r.group_size = 2;
+  return r;
+}
+
+TEST(SteadyState, AGroupIsReadyOnlyWhole) {
+  SteadyState state;
+  const auto t0 = SteadyState::Clock::now();
+  state.learn(1, member("a", 2), {1, 2});
+  state.learn(2, member("b", 2), {1, 2});
+  state.learn(3, cached("c"), {1, 2});
+  EXPECT_FALSE(state.hold(1, {nullptr, grouped(1, "a", 1), t0}));
+  EXPECT_FALSE(state.hold(1, {nullptr, grouped(2, "a", 2), t0}));  // "a" ready, "b" not
+  EXPECT_TRUE(state.isReady(1));
+  EXPECT_TRUE(state.ready().empty());
+  EXPECT_FALSE(state.hold(3, {nullptr, request(1, "c", 3), t0}));
+  EXPECT_TRUE(state.hold(3, {nullptr, request(2, "c", 4), t0}));  // not grouped: ready alone
+  EXPECT_EQ(state.ready(), (std::vector<uint64_t>{3}));
+  EXPECT_FALSE(state.hold(2, {nullptr, grouped(1, "b", 5), t0}));
+  EXPECT_TRUE(state.hold(2, {nullptr, grouped(2, "b", 6), t0}));  // the group is whole
+  EXPECT_EQ(state.ready(), (std::vector<uint64_t>{1, 2, 3}));
+  // Every daemon offered both members: they run; one only (another daemon's
+  // ranks asked for another version of "a"): neither does.
+  EXPECT_EQ(state.runnable({1, 2, 3}), (std::vector<uint64_t>{1, 2, 3}));
+  EXPECT_EQ(state.runnable({2, 3}), (std::vector<uint64_t>{3}));
+  EXPECT_EQ(state.runnable({2}), (std::vector<uint64_t>{}));
+}
+
+TEST(SteadyState, AMemberHeldTooLongTakesItsGroupToTheLeader) {
+  SteadyState state;
+  const auto t0 = SteadyState::Clock::now();
+  const auto later = t0 + std::chrono::milliseconds(100);
+  state.learn(1, member("a", 2), {1, 2});
+  state.learn(2, member("b", 2), {1, 2});
+  state.learn(3, cached("c"), {1, 2});
+  state.hold(1, {nullptr, grouped(1, "a", 1), t0});
+  state.hold(2, {nullptr, grouped(2, "b", 2), later});
+  state.hold(3, {nullptr, request(1, "c", 3), later});
+  auto old = state.takeOlderThan(t0 + std::chrono::milliseconds(10));
+  ASSERT_EQ(old.size(), 2u);  // "a", and "b" with it; not "c"
+  EXPECT_EQ(old[0].request.name, "a");
+  EXPECT_EQ(old[1].request.name, "b");
+  EXPECT_FALSE(state.holds(1, "a"));
+  EXPECT_FALSE(state.holds(2, "b"));
+  EXPECT_TRUE(state.holds(1, "c"));
+  auto rest = state.takeAll();
+  ASSERT_EQ(rest.size(), 1u);
+  EXPECT_FALSE(state.holds(1, "c"));
+}
+
 }  // namespace
 }  // namespace gradsync::server

@@ -475,6 +475,7 @@ int main(int argc, char** argv) {
       {"training_steps", scenarioTrainingSteps},
       {"wide_batch", scenarioWideBatch},
       {"empty_steps", scenarioEmptySteps},
+      {"sharded_steps", shardedStepsScenario},
   };
   std::string name = argv[1];
   std::vector<std::string> args(argv + 2, argv + argc);

@@ -146,6 +146,8 @@ int fakeCuda(Client& c, const std::vector<std::string>& args);
 int fakeCudaAcross(Client& c, const std::vector<std::string>& args);
 int fakeCudaKill(Client& c, const std::vector<std::string>& args);
 int fakeCudaHold(Client& c, const std::vector<std::string>& args);
+// A sharded-data-parallel loop (worker_sharded.cc).
+int shardedStepsScenario(Client& c, const std::vector<std::string>& args);
 // Elastic jobs across daemons (worker_elastic.cc).
 const std::map<std::string, Scenario>& elasticScenarios();
 

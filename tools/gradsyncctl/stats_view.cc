@@ -73,7 +73,7 @@ std::string controlPlane(const v1::JobInfo& job) {
          fixed("%.1f", static_cast<double>(job.steady_round_messages()) / rounds) + " messages" +
          (job.steady_round_message_bytes() > 0 ? " of " + formatBytes(job.steady_round_message_bytes())
                                                : " (through the leader: counted above too)") +
-         " sent per round\n";
+         " sent per round, " + std::to_string(job.steady_round_collectives()) + " collectives run after them\n";
   out += "  allreduces among daemons: direct " + std::to_string(job.allreduces_direct()) + ", recursive doubling " +
          std::to_string(job.allreduces_doubling()) + ", ring " + std::to_string(job.allreduces_ring()) +
          ", halving-doubling " + std::to_string(job.allreduces_halving()) + "\n";
