@@ -8,7 +8,8 @@
 #     bytes a follower receives, the largest message, the heap;
 #  2. real daemons on this machine, N in $NODES (default 2,4,8,16), one rank
 #     each, UCX over loopback TCP (tools/bench/scale_lab.py): 4 B / 64 KiB /
-#     1 MiB allreduce and the ResNet-50 set, CPU and control bytes per step
+#     1 MiB allreduce (and of each of $COLLECTIVES: e.g.
+#     allreduce,allgather,reducescatter) and the ResNet-50 set, CPU and control bytes per step
 #     at the leader and a follower, the algorithm chosen, Open MPI over TCP
 #     with N ranks in the same run, and one node of N lost (SIGKILL):
 #     detection and recovery;
@@ -43,5 +44,6 @@ else
   echo "(no Open MPI with mpi4py here, or no peers' scripts at $PEERS: its column stays empty)"
 fi
 python3 tools/bench/scale_lab.py --daemon bazel-bin/daemon/exe/gradsyncd --bench bazel-bin/tools/bench/gradsync_bench \
-  --worker bazel-bin/tests/integration/worker --nodes "$NODES" --lose-one "${mpi[@]}" \
+  --worker bazel-bin/tests/integration/worker --nodes "$NODES" --collectives "${COLLECTIVES:-allreduce}" \
+  --lose-one "${mpi[@]}" \
   --swarm bazel-bin/tools/swarm/swarm --swarm-followers "$SWARM"

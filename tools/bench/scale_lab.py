@@ -2,7 +2,8 @@
 # SPDX-License-Identifier: Apache-2.0
 """The scale lab's real-daemon part: N gradsyncd on this machine (one rank
 each, UCX over loopback TCP), for N in --nodes. For each N: 4 B / 64 KiB /
-1 MiB allreduce latency (gradsync_bench's median), the ResNet-50 set's step,
+1 MiB latency of each of --collectives (gradsync_bench's median; default the
+allreduce), the ResNet-50 set's step,
 and per step of the steady state (the difference between a short and a long
 run of each case, so that the start, the first step's negotiation and the
 end cancel out): the CPU time of the leader's daemon and of the median
@@ -147,11 +148,11 @@ class Steady:
         self.algorithms = {k: end_l[0][k] - end_s[0][k] for k in ("direct", "doubling", "ring", "halving")}
 
 
-def latency_case(args, daemons, n, size):
+def latency_case(args, daemons, n, size, collective="allreduce"):
     runs, iters = [], []
     for t in (args.min_time / 4, args.min_time):
-        out, cpu, ends = run_bench(args, daemons, n, ["--min-bytes", str(size), "--max-bytes", str(size),
-                                                      "--min-time", str(t)])
+        out, cpu, ends = run_bench(args, daemons, n, ["--collective", collective, "--min-bytes", str(size),
+                                                      "--max-bytes", str(size), "--min-time", str(t)])
         f = next(line.split(",") for line in out.splitlines() if line.startswith("CSV,"))
         runs.append((out, cpu, ends))
         iters.append(int(f[5]))
@@ -264,7 +265,9 @@ def main():
     ap.add_argument("--peers", help="the peers' scripts (allreduce_sweep.py), for --mpi")
     ap.add_argument("--nodes", default="2,4,8,16")
     ap.add_argument("--min-time", type=float, default=1.0)
-    ap.add_argument("--sizes", default=",".join(str(s) for s in SIZES), help="allreduce sizes in bytes")
+    ap.add_argument("--sizes", default=",".join(str(s) for s in SIZES), help="sizes in bytes")
+    ap.add_argument("--collectives", default="allreduce",
+                    help="of gradsync_bench's: allreduce,allgather,reducescatter,broadcast,alltoall")
     ap.add_argument("--resnet-steps", type=int, default=8, help="0: no ResNet-50 set")
     ap.add_argument("--mpi", action="store_true")
     ap.add_argument("--lose-one", action="store_true")
@@ -275,12 +278,15 @@ def main():
     for n in [int(x) for x in args.nodes.split(",") if x]:
         daemons = Daemons(args.daemon, n)
         try:
-            for size in [int(x) for x in args.sizes.split(",") if x]:
-                median, st = latency_case(args, daemons, n, size)
-                mpi = mpi_latency(args, n, size) if args.mpi else float("nan")
+            for collective, size in [(c, int(x)) for c in args.collectives.split(",") if c
+                                     for x in args.sizes.split(",") if x]:
+                median, st = latency_case(args, daemons, n, size, collective)
+                allreduce = collective == "allreduce"
+                mpi = mpi_latency(args, n, size) if args.mpi and allreduce else float("nan")
                 algorithm = max(st.algorithms, key=st.algorithms.get) if any(st.algorithms.values()) else "-"
-                rows.append((n, f"allreduce {size} B", f"{median:.1f} us", f"{mpi:.1f} us", st, algorithm, 1))
-                print(f"# N={n} {size} B done", file=sys.stderr)
+                rows.append((n, f"{collective} {size} B", f"{median:.1f} us", f"{mpi:.1f} us", st,
+                             algorithm if allreduce else "-", 1))
+                print(f"# N={n} {collective} {size} B done", file=sys.stderr)
             if args.resnet_steps > 0:
                 median, st = resnet_case(args, daemons, n)
                 rows.append((n, "ResNet-50 set", f"{median:.1f} ms", "", st, "mixed", 1e3))
