@@ -114,6 +114,7 @@ const std::map<std::string, Setter>& setters() {
       {"--gpu-cross-node", text(&C::set_gpu_cross_node)},
       {"--leader-failover", text(&C::set_leader_failover)},
       {"--steady-state", text(&C::set_steady_state)},
+      {"--link-cost", text(&C::set_link_cost)},
       {"--metrics-address", text(&C::set_metrics_address)},
       {"--autotune", boolean("--autotune", &C::set_autotune)},
       {"--autotune-warmup-samples", number<uint32_t>("--autotune-warmup-samples", &C::set_autotune_warmup_samples)},
@@ -213,6 +214,7 @@ void applySchedulingDefaults(v1::DaemonConfig* c) {
   if (c->join_timeout_seconds() == 0) c->set_join_timeout_seconds(30);
   if (c->leader_failover().empty()) c->set_leader_failover("off");
   if (c->steady_state().empty()) c->set_steady_state("rounds");
+  if (c->link_cost().empty()) c->set_link_cost("measured");
   if (c->autotune_warmup_samples() == 0) c->set_autotune_warmup_samples(3);
   if (c->autotune_steps_per_sample() == 0) c->set_autotune_steps_per_sample(10);
   if (c->autotune_samples_per_setting() == 0) c->set_autotune_samples_per_setting(5);
@@ -298,6 +300,7 @@ Status applyDefaultsAndValidate(v1::DaemonConfig* c) {
   applyLimitDefaults(c);
   applySchedulingDefaults(c);
   RETURN_IF_ERROR(checkChoice("steady_state", c->steady_state(), {"rounds", "leader-rounds", "leader"}));
+  RETURN_IF_ERROR(checkChoice("link_cost", c->link_cost(), {"measured", "fixed"}));
   RETURN_IF_ERROR(checkChoice("leader_failover", c->leader_failover(), {"off", "quorum"}));
   RETURN_IF_ERROR(checkChoice("gpu_cross_node", c->gpu_cross_node(), {"auto", "staging"}));
   RETURN_IF_ERROR(validateEndpointsAndLogs(*c));

@@ -8,6 +8,7 @@
 #include "daemon/collective/allreduce_choice.h"
 #include "daemon/collective/direct_allreduce.h"
 #include "daemon/collective/halving_doubling.h"
+#include "daemon/collective/link_probe.h"
 #include "daemon/collective/pairwise_exchange.h"
 #include "daemon/collective/recursive_doubling.h"
 #include "daemon/collective/ring_allreduce.h"
@@ -51,6 +52,9 @@ void PeerDataPlane::beginBatch(uint64_t sequence, uint64_t epoch) {
   // one of an epoch that is over fails at its ring).
   if (members_.empty() || members_epoch_ != epoch) {
     members_ = endpoints_->members(&members_epoch_);
+    link_costs_.clear();
+    measure_links_ =
+        std::none_of(members_.begin(), members_.end(), [](const v1::NodeInfo& node) { return node.fixed_link_cost(); });
     node_of_rank_.clear();
     for (const auto& node : members_) {
       for (int r : node.ranks()) {
@@ -76,7 +80,9 @@ Status PeerDataPlane::allreduce(const executor::NodeSet& nodes, void* data, size
   // One node: already reduced there. Nothing to reduce (every node sees the
   // same count): no transfer, and no endpoint to connect.
   if (nodes.size() < 2 || count == 0) return okStatus();
-  const auto algorithm = collective::chooseAllreduce(count * elementSize(dtype), static_cast<int>(nodes.size()));
+  ASSIGN_OR_RETURN(const auto cost, linkCost(tag, until, nodes));
+  if (!cost) return okStatus();  // not one of the nodes
+  const auto algorithm = collective::chooseAllreduce(count * elementSize(dtype), static_cast<int>(nodes.size()), *cost);
   allreduces_[static_cast<int>(algorithm)].fetch_add(1, std::memory_order_relaxed);
   if (algorithm != collective::AllreduceAlgorithm::kRing) {
     ASSIGN_OR_RETURN(auto mesh, endpoints_->mesh(tag, until, epoch_, nodes));
@@ -96,6 +102,23 @@ Status PeerDataPlane::allreduce(const executor::NodeSet& nodes, void* data, size
   if (!ring) return okStatus();
   return run("CROSS_NODE_ALLREDUCE",
              [&] { return collective::ringAllreduce(*ring, data, count, dtype, op, &scratch_); });
+}
+
+StatusOr<std::optional<collective::LinkCost>> PeerDataPlane::linkCost(uint64_t tag, CrossClock::time_point until,
+                                                                      const executor::NodeSet& nodes) {
+  if (!measure_links_) return std::optional<collective::LinkCost>(collective::LinkCost{});
+  auto known = link_costs_.find(nodes);
+  if (known != link_costs_.end()) return std::optional<collective::LinkCost>(known->second);
+  ASSIGN_OR_RETURN(auto mesh, endpoints_->mesh(tag, until, epoch_, nodes));
+  if (!mesh) return std::optional<collective::LinkCost>();
+  collective::LinkCost cost;
+  RETURN_IF_ERROR(run("CROSS_NODE_LINK_PROBE", [&]() -> Status {
+    ASSIGN_OR_RETURN(cost, collective::probeLinkCost(*mesh));
+    return okStatus();
+  }));
+  link_costs_.emplace(nodes, cost);
+  if (hooks_.measured) hooks_.measured(nodes.size(), cost);
+  return std::optional<collective::LinkCost>(cost);
 }
 
 Status PeerDataPlane::reduceScatter(const executor::NodeSet& nodes, const void* input, void* data, DataType dtype,

@@ -2,16 +2,23 @@
 // The data plane of a job across daemons, as the executors use it: for each
 // step among the nodes, the algorithm (for an allreduce the direct
 // exchange, recursive doubling, Rabenseifner's halving and doubling or the
-// ring, by size and node count:
+// ring, by size, node count and the cost of one message:
 // collective/allreduce_choice.h; the pairwise exchange for alltoall), its
 // tags, its scratch memory and busy time, over the endpoints NodeEndpoints
 // (the job's CrossNode) gives.
+//
+// The cost of a message is measured (collective/link_probe.h) at the first
+// allreduce among each set of nodes in an epoch, by those nodes, unless a
+// node of the job asks for the fixed figures (NodeInfo.fixed_link_cost):
+// every node of the set agrees on it before its first choice.
 #pragma once
 
 #include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <map>
+#include <optional>
 #include <vector>
 
 #include "daemon/collective/allreduce_choice.h"
@@ -28,6 +35,8 @@ class PeerDataPlane : public executor::DataPlane {
     std::function<Status(const Status& status)> failed;
     // A phase of the collective begins or ends (the job's timeline).
     std::function<void(const char* name, bool begin)> phase;
+    // The links among `nodes` nodes were measured (optional).
+    std::function<void(size_t nodes, const collective::LinkCost& cost)> measured;
   };
   // `endpoints` outlives this. `elastic`: no NCCL among the daemons (their
   // communicator would have to change with every epoch).
@@ -75,6 +84,11 @@ class PeerDataPlane : public executor::DataPlane {
     return status.isOk() ? status : hooks_.failed(status);
   }
   CrossClock::time_point deadline() const { return CrossClock::now() + transfer_timeout_; }
+  // The cost of a message among `nodes` (measured the first time in an
+  // epoch, with the endpoints of collective `tag`); nullopt when this node
+  // is not one of them.
+  StatusOr<std::optional<collective::LinkCost>> linkCost(uint64_t tag, CrossClock::time_point until,
+                                                         const executor::NodeSet& nodes);
 
   NodeEndpoints* const endpoints_;
   const CrossClock::duration transfer_timeout_;
@@ -85,7 +99,9 @@ class PeerDataPlane : public executor::DataPlane {
   uint64_t epoch_ = 0;
   std::vector<v1::NodeInfo> members_;
   uint64_t members_epoch_ = 0;
-  std::vector<int> node_of_rank_;  // members_' cross rank of each rank
+  std::vector<int> node_of_rank_;                                 // members_' cross rank of each rank
+  bool measure_links_ = false;                                    // no node of members_ asked for the fixed cost
+  std::map<executor::NodeSet, collective::LinkCost> link_costs_;  // of members_epoch_, by node set
   uint64_t tag_ = 0;
   std::vector<uint8_t> scratch_;
   std::atomic<uint64_t> busy_ns_{0};

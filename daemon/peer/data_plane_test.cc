@@ -20,7 +20,8 @@ using collective::MeshNode;
 // Node `self` of `n`, rank r on node r; endpoints from the test's mesh.
 class FakeEndpoints : public NodeEndpoints {
  public:
-  FakeEndpoints(int self, MeshNode* node) : self_(self), node_(node) {}
+  FakeEndpoints(int self, MeshNode* node, bool fixed_link_cost)
+      : self_(self), node_(node), fixed_link_cost_(fixed_link_cost) {}
 
   StatusOr<std::optional<collective::RingContext>> ring(uint64_t sequence, CrossClock::time_point deadline, uint64_t,
                                                         const std::vector<int>& nodes) override {
@@ -57,6 +58,7 @@ class FakeEndpoints : public NodeEndpoints {
     for (size_t i = 0; i < nodes.size(); ++i) {
       nodes[i].set_cross_rank(static_cast<int>(i));
       nodes[i].add_ranks(static_cast<int>(i));
+      nodes[i].set_fixed_link_cost(fixed_link_cost_ && i == 1);  // one node asking is enough
     }
     return nodes;
   }
@@ -68,6 +70,7 @@ class FakeEndpoints : public NodeEndpoints {
  private:
   const int self_;
   MeshNode* node_;
+  const bool fixed_link_cost_;
 };
 
 struct Daemon {
@@ -75,19 +78,23 @@ struct Daemon {
   std::unique_ptr<PeerDataPlane> plane;
   std::vector<std::string> phases;
   std::vector<std::string> failures;
+  std::vector<collective::LinkCost> measured;
 };
 
-std::vector<Daemon> makeDaemons(std::vector<MeshNode>& mesh, std::chrono::milliseconds timeout) {
+// With the fixed cost of a message unless `measure_links`.
+std::vector<Daemon> makeDaemons(std::vector<MeshNode>& mesh, std::chrono::milliseconds timeout,
+                                bool measure_links = false) {
   std::vector<Daemon> daemons(mesh.size());
   for (size_t i = 0; i < mesh.size(); ++i) {
     Daemon& d = daemons[i];
-    d.endpoints = std::make_unique<FakeEndpoints>(static_cast<int>(i), &mesh[i]);
+    d.endpoints = std::make_unique<FakeEndpoints>(static_cast<int>(i), &mesh[i], !measure_links);
     PeerDataPlane::Hooks hooks;
     hooks.phase = [&d](const char* name, bool begin) { d.phases.push_back(std::string(begin ? "+" : "-") + name); };
     hooks.failed = [&d](const Status& status) {
       d.failures.push_back(status.message());
       return aborted("the job's cause (then " + status.message() + ")");
     };
+    hooks.measured = [&d](size_t, const collective::LinkCost& cost) { d.measured.push_back(cost); };
     d.plane = std::make_unique<PeerDataPlane>(d.endpoints.get(), timeout, /*elastic=*/false, std::move(hooks));
     d.plane->beginBatch(/*sequence=*/7, /*epoch=*/1);
   }
@@ -119,6 +126,39 @@ TEST(PeerDataPlane, SmallAllreducesTakeTheDirectExchangeLargeOnesTheRing) {
     EXPECT_GT(d.plane->busySeconds(), 0.0);
     EXPECT_TRUE(d.failures.empty());
   }
+}
+
+// The links are measured once per set of nodes and epoch, at its first
+// allreduce, by its nodes alone (with that allreduce's endpoints and tag),
+// and every node of the set gets the same cost.
+TEST(PeerDataPlane, TheLinksAreMeasuredOncePerSetOfNodesAndAgreedOn) {
+  auto mesh = collective::makeMesh(3);
+  auto daemons = makeDaemons(mesh, std::chrono::seconds(30), /*measure_links=*/true);
+  auto statuses = collective::onEveryNode(3, [&](int r) {
+    for (const executor::NodeSet& nodes : {executor::NodeSet{0, 1, 2}, executor::NodeSet{0, 2}}) {
+      for (size_t count : {size_t{16}, size_t{1} << 18, size_t{16}}) {
+        std::vector<float> data(count, static_cast<float>(r + 1));
+        RETURN_IF_ERROR(daemons[r].plane->allreduce(nodes, data.data(), count, v1::FLOAT32, v1::SUM));
+        const bool member = std::find(nodes.begin(), nodes.end(), r) != nodes.end();
+        float want = static_cast<float>(r + 1);
+        if (member) want = nodes.size() == 3 ? 6.0f : 4.0f;
+        if (data[count - 1] != want) return internalError("allreduce gave " + std::to_string(data[count - 1]));
+      }
+    }
+    return okStatus();
+  });
+  for (int r = 0; r < 3; ++r) ASSERT_TRUE(statuses[r].isOk()) << r << ": " << statuses[r].toString();
+  ASSERT_EQ(daemons[0].measured.size(), 2u);  // all three, then nodes 0 and 2
+  ASSERT_EQ(daemons[1].measured.size(), 1u);  // not one of {0, 2}
+  ASSERT_EQ(daemons[2].measured.size(), 2u);
+  for (size_t k = 0; k < 2; ++k) {
+    EXPECT_EQ(daemons[0].measured[k].latency_us, daemons[2].measured[k].latency_us) << k;
+    EXPECT_EQ(daemons[0].measured[k].message_us, daemons[2].measured[k].message_us) << k;
+    EXPECT_EQ(daemons[0].measured[k].byte_us, daemons[2].measured[k].byte_us) << k;
+  }
+  EXPECT_EQ(daemons[0].measured[0].latency_us, daemons[1].measured[0].latency_us);
+  EXPECT_EQ(std::count(daemons[1].phases.begin(), daemons[1].phases.end(), "+CROSS_NODE_LINK_PROBE"), 1);
+  EXPECT_EQ(std::count(daemons[0].phases.begin(), daemons[0].phases.end(), "+CROSS_NODE_LINK_PROBE"), 2);
 }
 
 TEST(PeerDataPlane, ANodeOutsideTheStepSkipsItButKeepsTheTagsAlike) {

@@ -117,6 +117,7 @@ void Job::buildCrossNode() {
   options.topology = limits_.topology;
   options.membership_part_bytes = limits_.membership_part_bytes;
   options.steady_state_rounds = limits_.steady_state_rounds && !spec_.elastic;
+  options.fixed_link_cost = limits_.fixed_link_cost;
   options.leader_rounds = limits_.leader_rounds && !spec_.elastic;
   peer::CrossNode::Hooks hooks;
   hooks.on_batch = [this](std::vector<coordinator::Response> batch, uint64_t sequence, uint64_t epoch,
@@ -137,6 +138,7 @@ void Job::buildCrossNode() {
   peer::PeerDataPlane::Hooks plane_hooks;
   plane_hooks.failed = [this](const Status& status) { return ringFailed(status); };
   plane_hooks.phase = [this](const char* name, bool begin) { runner_->phase(name, begin); };
+  plane_hooks.measured = [this](size_t nodes, const collective::LinkCost& cost) { linksMeasured(nodes, cost); };
   data_plane_ = std::make_unique<peer::PeerDataPlane>(cross_.get(), limits_.transfer_timeout, spec_.elastic,
                                                       std::move(plane_hooks));
   wake_fd_ = UniqueFd(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
@@ -587,6 +589,9 @@ v1::JobInfo Job::info() const {
     info.set_steady_rounds(steady_rounds_done_.load());
     info.set_steady_round_messages(steady_round_messages_.load());
     info.set_steady_round_collectives(steady_round_collectives_.load());
+    info.set_link_latency_us(link_latency_us_.load());
+    info.set_link_message_us(link_message_us_.load());
+    info.set_link_bytes_per_second(link_bytes_per_second_.load());
     info.set_steady_round_message_bytes(steady_round_message_bytes_.load());
   }
   return info;

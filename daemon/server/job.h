@@ -118,6 +118,9 @@ struct JobLimits {
   // rounds among the daemons, without the leader's round trip
   // (job_steady_state.cc).
   bool steady_state_rounds = true;
+  // DaemonConfig.link_cost "fixed": allreduces chosen by the built-in cost
+  // of a message, not one the daemons measure (peer/data_plane.h).
+  bool fixed_link_cost = false;
   // Or after rounds through the leader, over the coordination streams,
   // where some node runs no rounds among the daemons
   // (peer/leader_rounds.h).
@@ -206,6 +209,9 @@ class Job {
   // and returns the error led by the job's earlier failure, if any (the
   // likely reason the other node left the ring).
   Status ringFailed(const Status& status);
+  // The data plane measured the links among `nodes` daemons: logged, and
+  // kept for info().
+  void linksMeasured(size_t nodes, const collective::LinkCost& cost);
   // Fails the job once the join timeout passed before it formed (every
   // local rank registered, every node joined), naming who never came.
   void checkFormation(Clock::time_point now);
@@ -369,7 +375,12 @@ class Job {
   // it sent in them (executor thread; read by info()).
   std::atomic<uint64_t> steady_rounds_done_{0};
   std::atomic<uint64_t> steady_round_messages_{0};
-  std::atomic<uint64_t> steady_round_collectives_{0};    // run after the rounds
+  std::atomic<uint64_t> steady_round_collectives_{0};  // run after the rounds
+  // The cost of a message among the daemons, as last measured (executor
+  // thread; read by info()).
+  std::atomic<double> link_latency_us_{0};
+  std::atomic<double> link_message_us_{0};
+  std::atomic<double> link_bytes_per_second_{0};
   std::atomic<uint64_t> steady_round_message_bytes_{0};  // among daemons; 0: through the leader (varies)
   std::atomic<int> size_;  // the job's size: spec_.size, smaller after elastic epoch changes
   std::unique_ptr<executor::GpuExecutor> gpu_executor_;  // null without GPUs

@@ -114,6 +114,16 @@ namespace {
 constexpr auto kRingCauseGrace = std::chrono::milliseconds(500);
 }  // namespace
 
+void Job::linksMeasured(size_t nodes, const collective::LinkCost& cost) {
+  link_latency_us_.store(cost.latency_us);
+  link_message_us_.store(cost.message_us);
+  link_bytes_per_second_.store(1e6 / cost.byte_us);
+  GS_LOG(executor, info,
+         "job '{}': measured the links among {} daemons: latency {:.1f} us, {:.1f} us per message, {:.2f} GB/s; "
+         "allreduces among them chosen by it",
+         spec_.job_id, nodes, cost.latency_us, cost.message_us, 1e-3 / cost.byte_us);
+}
+
 Status Job::ringFailed(const Status& status) {
   std::string cause;
   {

@@ -28,7 +28,8 @@ int gatherLayers(Client& c, int step, std::vector<Operation>* handles, std::vect
   return 0;
 }
 
-int checkGathered(Client& c, int step, std::vector<Operation>* handles, const std::vector<std::vector<int64_t>>& shapes) {
+int checkGathered(Client& c, int step, std::vector<Operation>* handles,
+                  const std::vector<std::vector<int64_t>>& shapes) {
   for (int l = 0; l < kLayers; ++l) {
     gradsync_result_t out;
     WORKER_OK((*handles)[l].output(&out));
@@ -39,8 +40,8 @@ int checkGathered(Client& c, int step, std::vector<Operation>* handles, const st
     for (int r = 0; r < c.size(); ++r) {
       for (int64_t i = 0; i < rows * kCols; ++i) {
         const float want = shardValue(r, l, step, i);
-        WORKER_CHECK(got[r * rows * kCols + i] == want, "step %d layer %d rank %d element %ld: %g, want %g", step, l,
-                     r, static_cast<long>(i), got[r * rows * kCols + i], want);
+        WORKER_CHECK(got[r * rows * kCols + i] == want, "step %d layer %d rank %d element %ld: %g, want %g", step, l, r,
+                     static_cast<long>(i), got[r * rows * kCols + i], want);
       }
     }
   }

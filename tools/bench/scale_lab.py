@@ -264,6 +264,8 @@ def main():
     ap.add_argument("--worker", help="tests/integration:worker, for --lose-one")
     ap.add_argument("--peers", help="the peers' scripts (allreduce_sweep.py), for --mpi")
     ap.add_argument("--nodes", default="2,4,8,16")
+    ap.add_argument("--daemon-flag", action="append", default=[],
+                    help="passed to every daemon of part 2, e.g. --daemon-flag=--link-cost --daemon-flag=fixed")
     ap.add_argument("--min-time", type=float, default=1.0)
     ap.add_argument("--sizes", default=",".join(str(s) for s in SIZES), help="sizes in bytes")
     ap.add_argument("--collectives", default="allreduce",
@@ -276,7 +278,7 @@ def main():
     args = ap.parse_args()
     rows = []
     for n in [int(x) for x in args.nodes.split(",") if x]:
-        daemons = Daemons(args.daemon, n)
+        daemons = Daemons(args.daemon, n, args.daemon_flag)
         try:
             for collective, size in [(c, int(x)) for c in args.collectives.split(",") if c
                                      for x in args.sizes.split(",") if x]:

@@ -76,7 +76,12 @@ std::string controlPlane(const v1::JobInfo& job) {
          " sent per round, " + std::to_string(job.steady_round_collectives()) + " collectives run after them\n";
   out += "  allreduces among daemons: direct " + std::to_string(job.allreduces_direct()) + ", recursive doubling " +
          std::to_string(job.allreduces_doubling()) + ", ring " + std::to_string(job.allreduces_ring()) +
-         ", halving-doubling " + std::to_string(job.allreduces_halving()) + "\n";
+         ", halving-doubling " + std::to_string(job.allreduces_halving()) + "; chosen by " +
+         (job.link_bytes_per_second() > 0 ? "the links measured: latency " + fixed("%.1f", job.link_latency_us()) +
+                                                " us, " + fixed("%.1f", job.link_message_us()) + " us per message, " +
+                                                fixed("%.2f", job.link_bytes_per_second() / 1e9) + " GB/s"
+                                          : std::string("the fixed cost of a message (no links measured)")) +
+         "\n";
   return out;
 }
 
