@@ -18,7 +18,7 @@ namespace {
 // rounds 3, goodbye 4, direct 5, recursive doubling 6, halving 7): one per
 // run, each run one message per (sender, stage).
 constexpr int kProbePhase = 16;
-constexpr int kTimedRuns = 3;  // of each kind, after one that connects
+constexpr int kTimedRuns = 8;  // of each kind, after one that connects
 constexpr int kSmallPhase = kProbePhase;
 constexpr int kDirectPhase = kSmallPhase + 1 + kTimedRuns;
 constexpr int kLargePhase = kDirectPhase + 1 + kTimedRuns;
@@ -99,22 +99,23 @@ StatusOr<LinkCost> probeLinkCost(const MeshContext& mesh, const LinkCost& defaul
                    fastest(kLargePhase, [&](int phase) { return doublingRun(mesh, phase, kProbeBytes, &buffer); }));
   // A step of b bytes = latency + 2 message + 2 b per byte.
   cost.byte_us = std::clamp((large_us / steps - step_us) / (2.0 * kProbeBytes), 1e-6, 1.0);
-  // The slowest node's figures, everywhere.
+  // The nodes' mean figures, everywhere (the same sums in the same order
+  // on every node: recursive doubling combines the lower position first).
   double figures[3] = {cost.latency_us, cost.message_us, cost.byte_us};
   RecursiveDoubling agree(mesh, kAgreePhase, sizeof figures);
   RETURN_IF_ERROR(agree.run(
       reinterpret_cast<uint8_t*>(figures),
-      [](const uint8_t* theirs, uint8_t* mine, bool) {
+      [](const uint8_t* theirs, uint8_t* mine, bool theirs_first) {
         double a[3], b[3];
         std::memcpy(a, theirs, sizeof a);
         std::memcpy(b, mine, sizeof b);
-        for (int i = 0; i < 3; ++i) b[i] = std::max(a[i], b[i]);
+        for (int i = 0; i < 3; ++i) b[i] = theirs_first ? a[i] + b[i] : b[i] + a[i];
         std::memcpy(mine, b, sizeof b);
       },
       "link probe, agreeing on the cost"));
-  cost.latency_us = figures[0];
-  cost.message_us = figures[1];
-  cost.byte_us = figures[2];
+  cost.latency_us = figures[0] / n;
+  cost.message_us = figures[1] / n;
+  cost.byte_us = figures[2] / n;
   return cost;
 }
 

@@ -4,7 +4,7 @@
 //
 // Every node of the mesh runs it at the same point (the data plane: the
 // first allreduce among those nodes in an epoch), on the mesh of that
-// collective, with tags of its own (phases 16 to 28 of the data plane's
+// collective, with tags of its own (phases 16 to 43 of the data plane's
 // tag space):
 //  1. recursive doubling runs of 8 bytes: one exchange step (latency and
 //     the work of two messages);
@@ -12,9 +12,9 @@
 //     8 bytes (one latency, 2(n-1) messages at each node): the work of one
 //     message, the rest of the step being latency;
 //  3. recursive doubling runs of kProbeBytes: the time per byte;
-//  4. one more recursive doubling run takes each figure's maximum over the
-//     nodes: every node ends with the same cost (the slowest node's), so
-//     all of them make the same choices.
+//  4. one more recursive doubling run takes each figure's mean over the
+//     nodes (summed in the same order everywhere): every node ends with
+//     bitwise the same cost, so all of them make the same choices.
 // Each figure is the fastest of its runs (the first run of each kind is not
 // timed: it connects the endpoints). Bounded by the mesh's deadline; an
 // error names the node and the run.

@@ -87,7 +87,7 @@ server::RegistryLimits registryLimits(const v1::DaemonConfig& config, gpu::GpuNo
   limits.job.nccl_between_daemons = config.gpu_cross_node() == "auto";
   limits.job.leader_failover = config.leader_failover() == "quorum";
   limits.job.steady_state_rounds = config.steady_state() == "rounds";
-  limits.job.fixed_link_cost = config.link_cost() == "fixed";
+  limits.job.link_cost = config.link_cost();
   limits.job.leader_rounds = config.steady_state() != "leader";
   return limits;
 }

@@ -214,7 +214,7 @@ void applySchedulingDefaults(v1::DaemonConfig* c) {
   if (c->join_timeout_seconds() == 0) c->set_join_timeout_seconds(30);
   if (c->leader_failover().empty()) c->set_leader_failover("off");
   if (c->steady_state().empty()) c->set_steady_state("rounds");
-  if (c->link_cost().empty()) c->set_link_cost("measured");
+  if (c->link_cost().empty()) c->set_link_cost("auto");
   if (c->autotune_warmup_samples() == 0) c->set_autotune_warmup_samples(3);
   if (c->autotune_steps_per_sample() == 0) c->set_autotune_steps_per_sample(10);
   if (c->autotune_samples_per_setting() == 0) c->set_autotune_samples_per_setting(5);
@@ -300,7 +300,7 @@ Status applyDefaultsAndValidate(v1::DaemonConfig* c) {
   applyLimitDefaults(c);
   applySchedulingDefaults(c);
   RETURN_IF_ERROR(checkChoice("steady_state", c->steady_state(), {"rounds", "leader-rounds", "leader"}));
-  RETURN_IF_ERROR(checkChoice("link_cost", c->link_cost(), {"measured", "fixed"}));
+  RETURN_IF_ERROR(checkChoice("link_cost", c->link_cost(), {"auto", "measured", "fixed"}));
   RETURN_IF_ERROR(checkChoice("leader_failover", c->leader_failover(), {"off", "quorum"}));
   RETURN_IF_ERROR(checkChoice("gpu_cross_node", c->gpu_cross_node(), {"auto", "staging"}));
   RETURN_IF_ERROR(validateEndpointsAndLogs(*c));

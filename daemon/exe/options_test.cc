@@ -32,6 +32,7 @@ TEST(OptionsTest, DefaultsAreFilledIn) {
   EXPECT_EQ(c.gpu_cross_node(), "auto");
   EXPECT_EQ(c.leader_failover(), "off");
   EXPECT_EQ(c.steady_state(), "rounds");
+  EXPECT_EQ(c.link_cost(), "auto");
   EXPECT_EQ(c.data_plane_tcp_segment_bytes(), 512u << 10);
   EXPECT_FALSE(c.autotune());
   EXPECT_EQ(c.autotune_warmup_samples(), 3u);

@@ -110,7 +110,7 @@ void CrossNode::start(const std::vector<int>& local_ranks, const std::vector<int
   self.set_gpus(options_.gpus);
   self.set_nccl(options_.nccl);
   self.set_steady_state_rounds(options_.steady_state_rounds);
-  self.set_fixed_link_cost(options_.fixed_link_cost);
+  self.set_link_cost(options_.link_cost);
   self.set_leader_rounds(options_.leader_rounds);
   if (leader_) {
     MutexLock lock(mutex_);

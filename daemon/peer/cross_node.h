@@ -64,7 +64,7 @@ struct CrossNodeOptions {
   bool failover = false;             // elastic: a lost leader is replaced by quorum (cross_node_failover.cc)
   int min_size = 0;                  // elastic: an epoch with fewer ranks waits for joiners (NewEpoch.below_minimum)
   bool steady_state_rounds = false;  // offered: cached collectives after rounds among the daemons (fast_rounds.h)
-  bool fixed_link_cost = false;      // NodeInfo.fixed_link_cost
+  std::string link_cost = "auto";    // NodeInfo.link_cost
   bool leader_rounds = false;        // offered: ... after rounds through the leader (leader_rounds.h)
   std::string topology = {};         // this node's place in the network: orders the ring
   // A membership above this many bytes travels in parts (membership_parts.h).

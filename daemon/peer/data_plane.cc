@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cstring>
 #include <optional>
+#include <set>
+#include <string>
 
 #include "daemon/collective/allreduce_choice.h"
 #include "daemon/collective/direct_allreduce.h"
@@ -40,6 +42,20 @@ void copyOwned(const void* input, void* data, DataType dtype,
 
 }  // namespace
 
+bool measuresLinks(const std::vector<v1::NodeInfo>& members) {
+  const auto says = [&](const char* mode) {
+    return std::any_of(members.begin(), members.end(),
+                       [&](const v1::NodeInfo& node) { return node.link_cost() == mode; });
+  };
+  if (says("fixed")) return false;
+  if (says("measured")) return true;
+  std::set<std::string> hosts;
+  for (const auto& node : members) {
+    if (!hosts.insert(node.hostname()).second) return false;
+  }
+  return members.size() >= 2;
+}
+
 PeerDataPlane::PeerDataPlane(NodeEndpoints* endpoints, CrossClock::duration transfer_timeout, bool elastic, Hooks hooks)
     : endpoints_(endpoints), transfer_timeout_(transfer_timeout), elastic_(elastic), hooks_(std::move(hooks)) {}
 
@@ -53,8 +69,7 @@ void PeerDataPlane::beginBatch(uint64_t sequence, uint64_t epoch) {
   if (members_.empty() || members_epoch_ != epoch) {
     members_ = endpoints_->members(&members_epoch_);
     link_costs_.clear();
-    measure_links_ =
-        std::none_of(members_.begin(), members_.end(), [](const v1::NodeInfo& node) { return node.fixed_link_cost(); });
+    measure_links_ = measuresLinks(members_);
     node_of_rank_.clear();
     for (const auto& node : members_) {
       for (int r : node.ranks()) {

@@ -8,9 +8,9 @@
 // (the job's CrossNode) gives.
 //
 // The cost of a message is measured (collective/link_probe.h) at the first
-// allreduce among each set of nodes in an epoch, by those nodes, unless a
-// node of the job asks for the fixed figures (NodeInfo.fixed_link_cost):
-// every node of the set agrees on it before its first choice.
+// allreduce among each set of nodes in an epoch, by those nodes, where the
+// job measures its links (measuresLinks): every node of the set agrees on it
+// before its first choice.
 #pragma once
 
 #include <atomic>
@@ -26,6 +26,12 @@
 #include "daemon/peer/node_endpoints.h"
 
 namespace gradsync::peer {
+
+// Whether a job of these nodes measures its links (NodeInfo.link_cost): not
+// if one says "fixed"; if one says "measured"; else (all "auto") if no two
+// share a host name (daemons sharing a host time their CPUs, not a
+// network). Every node decides alike from the same membership.
+bool measuresLinks(const std::vector<v1::NodeInfo>& members);
 
 class PeerDataPlane : public executor::DataPlane {
  public:
@@ -100,7 +106,7 @@ class PeerDataPlane : public executor::DataPlane {
   std::vector<v1::NodeInfo> members_;
   uint64_t members_epoch_ = 0;
   std::vector<int> node_of_rank_;                                 // members_' cross rank of each rank
-  bool measure_links_ = false;                                    // no node of members_ asked for the fixed cost
+  bool measure_links_ = false;                                    // measuresLinks(members_)
   std::map<executor::NodeSet, collective::LinkCost> link_costs_;  // of members_epoch_, by node set
   uint64_t tag_ = 0;
   std::vector<uint8_t> scratch_;

@@ -20,8 +20,8 @@ using collective::MeshNode;
 // Node `self` of `n`, rank r on node r; endpoints from the test's mesh.
 class FakeEndpoints : public NodeEndpoints {
  public:
-  FakeEndpoints(int self, MeshNode* node, bool fixed_link_cost)
-      : self_(self), node_(node), fixed_link_cost_(fixed_link_cost) {}
+  FakeEndpoints(int self, MeshNode* node, bool measure_links)
+      : self_(self), node_(node), measure_links_(measure_links) {}
 
   StatusOr<std::optional<collective::RingContext>> ring(uint64_t sequence, CrossClock::time_point deadline, uint64_t,
                                                         const std::vector<int>& nodes) override {
@@ -58,7 +58,8 @@ class FakeEndpoints : public NodeEndpoints {
     for (size_t i = 0; i < nodes.size(); ++i) {
       nodes[i].set_cross_rank(static_cast<int>(i));
       nodes[i].add_ranks(static_cast<int>(i));
-      nodes[i].set_fixed_link_cost(fixed_link_cost_ && i == 1);  // one node asking is enough
+      nodes[i].set_hostname("host" + std::to_string(i));               // distinct: "auto" measures
+      if (!measure_links_ && i == 1) nodes[i].set_link_cost("fixed");  // one node asking is enough
     }
     return nodes;
   }
@@ -70,7 +71,7 @@ class FakeEndpoints : public NodeEndpoints {
  private:
   const int self_;
   MeshNode* node_;
-  const bool fixed_link_cost_;
+  const bool measure_links_;
 };
 
 struct Daemon {
@@ -87,7 +88,7 @@ std::vector<Daemon> makeDaemons(std::vector<MeshNode>& mesh, std::chrono::millis
   std::vector<Daemon> daemons(mesh.size());
   for (size_t i = 0; i < mesh.size(); ++i) {
     Daemon& d = daemons[i];
-    d.endpoints = std::make_unique<FakeEndpoints>(static_cast<int>(i), &mesh[i], !measure_links);
+    d.endpoints = std::make_unique<FakeEndpoints>(static_cast<int>(i), &mesh[i], measure_links);
     PeerDataPlane::Hooks hooks;
     hooks.phase = [&d](const char* name, bool begin) { d.phases.push_back(std::string(begin ? "+" : "-") + name); };
     hooks.failed = [&d](const Status& status) {
@@ -159,6 +160,23 @@ TEST(PeerDataPlane, TheLinksAreMeasuredOncePerSetOfNodesAndAgreedOn) {
   EXPECT_EQ(daemons[0].measured[0].latency_us, daemons[1].measured[0].latency_us);
   EXPECT_EQ(std::count(daemons[1].phases.begin(), daemons[1].phases.end(), "+CROSS_NODE_LINK_PROBE"), 1);
   EXPECT_EQ(std::count(daemons[0].phases.begin(), daemons[0].phases.end(), "+CROSS_NODE_LINK_PROBE"), 2);
+}
+
+TEST(PeerDataPlane, AJobMeasuresItsLinksUnlessANodeSaysFixedOrAutoNodesShareAHost) {
+  const auto nodes = [](std::vector<std::pair<std::string, std::string>> host_and_mode) {
+    std::vector<v1::NodeInfo> members;
+    for (const auto& [host, mode] : host_and_mode) {
+      members.emplace_back();
+      members.back().set_hostname(host);
+      members.back().set_link_cost(mode);
+    }
+    return members;
+  };
+  EXPECT_TRUE(measuresLinks(nodes({{"a", "auto"}, {"b", ""}})));  // "" from an older daemon: auto
+  EXPECT_FALSE(measuresLinks(nodes({{"a", "auto"}, {"a", "auto"}})));
+  EXPECT_TRUE(measuresLinks(nodes({{"a", "auto"}, {"a", "measured"}})));
+  EXPECT_FALSE(measuresLinks(nodes({{"a", "measured"}, {"b", "fixed"}})));
+  EXPECT_FALSE(measuresLinks(nodes({{"a", "auto"}})));
 }
 
 TEST(PeerDataPlane, ANodeOutsideTheStepSkipsItButKeepsTheTagsAlike) {

@@ -117,7 +117,7 @@ void Job::buildCrossNode() {
   options.topology = limits_.topology;
   options.membership_part_bytes = limits_.membership_part_bytes;
   options.steady_state_rounds = limits_.steady_state_rounds && !spec_.elastic;
-  options.fixed_link_cost = limits_.fixed_link_cost;
+  options.link_cost = limits_.link_cost;
   options.leader_rounds = limits_.leader_rounds && !spec_.elastic;
   peer::CrossNode::Hooks hooks;
   hooks.on_batch = [this](std::vector<coordinator::Response> batch, uint64_t sequence, uint64_t epoch,

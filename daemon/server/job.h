@@ -118,9 +118,9 @@ struct JobLimits {
   // rounds among the daemons, without the leader's round trip
   // (job_steady_state.cc).
   bool steady_state_rounds = true;
-  // DaemonConfig.link_cost "fixed": allreduces chosen by the built-in cost
-  // of a message, not one the daemons measure (peer/data_plane.h).
-  bool fixed_link_cost = false;
+  // DaemonConfig.link_cost: how the allreduces among daemons are chosen
+  // (peer/data_plane.h).
+  std::string link_cost = "auto";
   // Or after rounds through the leader, over the coordination streams,
   // where some node runs no rounds among the daemons
   // (peer/leader_rounds.h).

@@ -29,10 +29,10 @@ TEST_F(MultiDaemonTest, AllreduceEveryDtypeTwoDaemonsOneRankEach) {
 
 // Four daemons, one rank each: every dtype and op on 65,536 elements
 // (64 KiB to 512 KiB), some by Rabenseifner's halving and doubling, the
-// larger by the ring (by the built-in cost of a message); each result
-// checked by the ranks.
+// larger by the ring (by the built-in cost of a message: the daemons
+// share a host); each result checked by the ranks.
 TEST_F(MultiDaemonTest, MediumAllreducesAmongFourDaemonsHalveAndDouble) {
-  startDaemons(4, {"--link-cost", "fixed"});
+  startDaemons(4);
   auto ranks = launchWith("four-medium", {"allreduce", "65536"}, {0, 1, 2, 3}, {});
   std::string report;
   ASSERT_TRUE(allSucceed(ranks, kTimeout, &report)) << report << logs();
@@ -76,9 +76,7 @@ TEST_F(MultiDaemonTest, TopologyLabelsOrderTheRingAndEveryCollectiveHoldsUp) {
 // once cached; each result checked by the ranks.
 TEST_F(MultiDaemonTest, SixteenDaemonsOneRankEach) {
   constexpr int kDaemons = 16;
-  // The built-in cost of a message: 16 daemons on 2 cores measure links
-  // that a real network does not have.
-  startDaemons(kDaemons, {"--link-cost", "fixed"});
+  startDaemons(kDaemons);
   std::vector<int> placement(kDaemons);
   for (int i = 0; i < kDaemons; ++i) placement[i] = i;
   const auto started = std::chrono::steady_clock::now();
@@ -133,7 +131,7 @@ TEST_F(MultiDaemonTest, SteadyStateStepsHitTheResponseCache) {
 // nothing), with the same sums (the scenario checks them), ranks
 // interleaved two per daemon.
 TEST_F(MultiDaemonTest, SteadyStateRoundsRunRepeatedStepsWithoutTheLeader) {
-  startDaemons(2, {"--steady-state", "rounds"});
+  startDaemons(2, {"--steady-state", "rounds", "--link-cost", "measured"});  // one host: "auto" would not measure
   auto ranks = launch("rounds-job", "repeat_allreduce", {0, 1, 1, 0});
   std::string report;
   ASSERT_TRUE(allSucceed(ranks, kTimeout, &report)) << report << logs();
@@ -144,8 +142,8 @@ TEST_F(MultiDaemonTest, SteadyStateRoundsRunRepeatedStepsWithoutTheLeader) {
       << log;
   EXPECT_GE(ended->operations, 20) << log;  // 20 steps
   EXPECT_LT(ended->cache_hits, 10) << log;  // the steps did not pass the leader's cache
-  // Both daemons measured their link at the first allreduce and agreed on
-  // one cost.
+  // Both daemons measured their link at the first allreduce (as they were
+  // told: they share a host) and agreed on one cost.
   std::smatch m0, m1;
   const std::regex measured("job 'rounds-job': measured the links among 2 daemons: ([^;]*);");
   const std::string log0 = daemons_[0]->log(), log1 = daemons_[1]->log();
