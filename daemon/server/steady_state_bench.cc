@@ -12,7 +12,6 @@
 // cached responses hold.
 #include <malloc.h>
 
-
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -63,7 +62,8 @@ int run(int ranks, int tensors, int local, int steps) {
   for (int step = 1; step <= steps; ++step) {
     const auto start = Clock::now();
     for (int r = 0; r < local; ++r) {
-      for (int t = 0; t < tensors; ++t) state.hold(static_cast<uint64_t>(t + 1), {nullptr, requestOf(r, t, step), start});
+      for (int t = 0; t < tensors; ++t)
+        state.hold(static_cast<uint64_t>(t + 1), {nullptr, requestOf(r, t, step), start});
     }
     const auto ready = state.runnable(state.ready());
     size_t requests = 0;
@@ -75,8 +75,9 @@ int run(int ranks, int tensors, int local, int steps) {
     }
   }
   std::sort(ms.begin(), ms.end());
-  std::printf("W=%d T=%d L=%d: a daemon's step in the rounds (hold, ready, take) median %.3f ms; cached responses %.1f MiB\n",
-              ranks, tensors, local, ms[ms.size() / 2], heap_mib);
+  std::printf(
+      "W=%d T=%d L=%d: a daemon's step in the rounds (hold, ready, take) median %.3f ms; cached responses %.1f MiB\n",
+      ranks, tensors, local, ms[ms.size() / 2], heap_mib);
   return 0;
 }
 
@@ -87,10 +88,14 @@ int main(int argc, char** argv) {
   int ranks = 64, tensors = 161, local = 8, steps = 5;
   for (int i = 1; i + 1 < argc; i += 2) {
     const int v = std::atoi(argv[i + 1]);
-    if (!std::strcmp(argv[i], "--ranks")) ranks = v;
-    else if (!std::strcmp(argv[i], "--tensors")) tensors = v;
-    else if (!std::strcmp(argv[i], "--ranks-per-node")) local = v;
-    else if (!std::strcmp(argv[i], "--steps")) steps = v;
+    if (!std::strcmp(argv[i], "--ranks"))
+      ranks = v;
+    else if (!std::strcmp(argv[i], "--tensors"))
+      tensors = v;
+    else if (!std::strcmp(argv[i], "--ranks-per-node"))
+      local = v;
+    else if (!std::strcmp(argv[i], "--steps"))
+      steps = v;
   }
   if (ranks < local || local < 1 || tensors < 1 || steps < 1) {
     std::fprintf(stderr, "need --ranks >= --ranks-per-node >= 1, --tensors >= 1, --steps >= 1\n");

@@ -56,7 +56,8 @@ TEST_F(ElasticAcrossDaemonsTest, RankKilledOnAFollowerOrTheLeadersNodeShrinksThe
 TEST_F(ElasticAcrossDaemonsTest, FollowerDaemonKilledTheSurvivorsGoOnAndTheRingReforms) {
   for (const auto& placement : {std::vector<int>{0, 1, 2}, std::vector<int>{0, 0, 1}}) {
     const int count = placement.back() + 1;
-    startDaemons(count);
+    // Three daemons measure their links: again among the two left.
+    startDaemons(count, count == 3 ? std::vector<std::string>{"--link-cost", "measured"} : std::vector<std::string>{});
     auto ranks = launchWith("el-" + std::to_string(count), {"elastic_loop", "20", "0"}, placement, kElastic);
     const int victim = 1;
     const int64_t killed_at = killDaemonWhenLooping(ranks, placement, victim);
@@ -66,6 +67,8 @@ TEST_F(ElasticAcrossDaemonsTest, FollowerDaemonKilledTheSurvivorsGoOnAndTheRingR
     EXPECT_LT(recovery, 10000);
     if (count == 3) {
       EXPECT_NE(daemons_[2]->log().find("the ring re-forms for epoch 2 (2 nodes"), std::string::npos) << logs();
+      EXPECT_NE(daemons_[2]->log().find("measured the links among 3 daemons"), std::string::npos) << logs();
+      EXPECT_NE(daemons_[2]->log().find("measured the links among 2 daemons"), std::string::npos) << logs();
     }
   }
 }
