@@ -338,6 +338,14 @@ void Job::submitToCoordinator(const std::shared_ptr<Session>& session, coordinat
     return;
   }
   if (steady && holdSteadyLocked(session, request)) return;
+  if (steady && request.group_id != 0) {
+    // A member that is not held goes to the leader: so do the members of
+    // its group held so far (the leader negotiates a group whole; they
+    // would wait there for them until the hold limit).
+    for (auto& held : steady_.takeGroup(request.group_id)) {
+      submitToCoordinator(held.session, std::move(held.request), outbox, inline_batch, /*steady=*/false);
+    }
+  }
   if (cross_ && !cross_->isLeader()) {
     const auto key = std::make_pair(request.rank, request.handle);
     cross_->forward(request.rank, coordinator::enqueueOf(request), epochs_.current());

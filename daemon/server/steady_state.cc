@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "daemon/server/steady_state.h"
 
+#include <iterator>
+
 namespace gradsync::server {
 
 void SteadyState::learn(uint64_t id, coordinator::Response response, std::set<int> local) {
@@ -126,8 +128,17 @@ std::vector<SteadyState::Held> SteadyState::takeOlderThan(Clock::time_point cuto
   }
   // The rest of their groups: the leader negotiates a group whole.
   for (uint64_t group : groups) {
-    for (uint64_t id : groups_[group]) release(id, entries_.at(id), Clock::time_point::max(), &out);
+    auto rest = takeGroup(group);
+    std::move(rest.begin(), rest.end(), std::back_inserter(out));
   }
+  return out;
+}
+
+std::vector<SteadyState::Held> SteadyState::takeGroup(uint64_t group_id) {
+  std::vector<Held> out;
+  auto group = groups_.find(group_id);
+  if (group == groups_.end()) return out;
+  for (uint64_t id : group->second) release(id, entries_.at(id), Clock::time_point::max(), &out);
   return out;
 }
 

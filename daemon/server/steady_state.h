@@ -66,6 +66,10 @@ class SteadyState {
   // Requests held since before `cutoff`, and every request held for the
   // groups of those (released from here).
   std::vector<Held> takeOlderThan(Clock::time_point cutoff);
+  // Every request held for the members of group `group_id` (released from
+  // here: one of its members went to the leader, which negotiates a group
+  // whole).
+  std::vector<Held> takeGroup(uint64_t group_id);
   std::vector<Held> takeAll();
   // When the oldest request held arrived.
   std::optional<Clock::time_point> oldest() const;

@@ -129,6 +129,13 @@ TEST(SteadyState, AMemberHeldTooLongTakesItsGroupToTheLeader) {
   auto rest = state.takeAll();
   ASSERT_EQ(rest.size(), 1u);
   EXPECT_FALSE(state.holds(1, "c"));
+  // A member that goes to the leader takes the others held with it.
+  state.hold(1, {nullptr, grouped(1, "a", 7), later});
+  state.hold(1, {nullptr, grouped(2, "a", 8), later});
+  EXPECT_EQ(state.takeGroup(9).size(), 2u);
+  EXPECT_TRUE(state.takeGroup(9).empty());
+  EXPECT_TRUE(state.takeGroup(10).empty());  // unknown
+  EXPECT_TRUE(state.empty());
 }
 
 }  // namespace
