@@ -267,7 +267,9 @@ def subgroups(backend):
 def repeated_steps(backend):
     """Steps that repeat their calls (as training does) reach the daemons'
     response cache: from the fifth step on, the calls' names are ones the
-    leader has cached. Returns the cache hits this rank's daemon counted."""
+    leader has cached. Returns the cache hits this rank's daemon counted and
+    the collectives it ran after the steady-state rounds (which only cached
+    collectives take)."""
     import json
     import subprocess
     from gradsync.runner import daemon as daemons
@@ -286,7 +288,10 @@ def repeated_steps(backend):
     shown = subprocess.run([ctl, "--socket", group._node_daemon.socket_path, "--json", "jobs", group.job_id],
                            capture_output=True, text=True, timeout=30, check=True).stdout
     jobs = json.loads(shown).get("jobs", [])
-    return {"cache_hits": int(jobs[0].get("cache_hits", 0)) if jobs else -1}
+    if not jobs:
+        return {"cache_hits": -1, "steady_round_collectives": -1}
+    return {"cache_hits": int(jobs[0].get("cache_hits", 0)),
+            "steady_round_collectives": int(jobs[0].get("steady_round_collectives", 0))}
 
 
 def mismatch(backend):
