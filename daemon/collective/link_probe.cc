@@ -105,11 +105,11 @@ StatusOr<LinkCost> probeLinkCost(const MeshContext& mesh, const LinkCost& defaul
   RecursiveDoubling agree(mesh, kAgreePhase, sizeof figures);
   RETURN_IF_ERROR(agree.run(
       reinterpret_cast<uint8_t*>(figures),
-      [](const uint8_t* theirs, uint8_t* mine, bool theirs_first) {
+      [](const uint8_t* theirs, uint8_t* mine, bool) {
         double a[3], b[3];
         std::memcpy(a, theirs, sizeof a);
         std::memcpy(b, mine, sizeof b);
-        for (int i = 0; i < 3; ++i) b[i] = theirs_first ? a[i] + b[i] : b[i] + a[i];
+        for (int i = 0; i < 3; ++i) b[i] += a[i];  // a + b == b + a: the order of the levels is what matters
         std::memcpy(mine, b, sizeof b);
       },
       "link probe, agreeing on the cost"));
