@@ -22,7 +22,7 @@ cp bazel-bin/client/libgradsync.so "$out/lib/"
 chmod u+w "$out"/bin/* "$out"/lib/*
 strip --strip-debug "$out"/bin/* "$out"/lib/libgradsync.so
 scripts/bundle_shared_libs.sh "$out/lib" "$out"/bin/* "$out"/lib/libgradsync.so
-nccl=$(ls "${GRADSYNC_CACHE:-$HOME/.cache/gradsync}"/nccl-*-sm90/libnccl.so.2.xz 2>/dev/null | sort -V | tail -n 1)
+nccl=$(ls "${GRADSYNC_CACHE:-$HOME/.cache/gradsync}"/nccl-*-sm90/libnccl.so.2.xz 2>/dev/null | sort -V | tail -n 1 || true)
 if [[ -n $nccl ]]; then
   mkdir -p "$out/nccl"
   cp "$nccl" "$out/nccl/"
