@@ -150,7 +150,7 @@ StatusOr<std::vector<Response>> Negotiator::submitJoin(Request request, Clock::t
     join.type = v1::JOIN;
     join.ranks = membersOf(0);
     join.requests.resize(join.ranks.size());
-    for (auto& r : join_requests_) join.requests[r.rank] = std::move(r);
+    for (auto& r : join_requests_) join.requests.set(r.rank, std::move(r));
     join.last_joined_rank = last_joined_rank_;
     join_requests_.clear();
     joined_.clear();
@@ -176,7 +176,7 @@ Response Negotiator::makeResponse(const std::string& name, Entry entry) const {
   response.requests.resize(response.ranks.size());
   for (size_t i = 0; i < response.ranks.size(); ++i) {
     auto found = entry.by_rank.find(response.ranks[i]);
-    if (found != entry.by_rank.end()) response.requests[i] = std::move(found->second);
+    if (found != entry.by_rank.end()) response.requests.set(i, std::move(found->second));
   }
   for (auto& [rank, request] : entry.by_rank) {
     // A rank outside the set (only reachable through a set mismatch) still
@@ -332,7 +332,7 @@ std::vector<Request> Negotiator::takeAll() {
   joined_.clear();
   for (auto& [id, members] : groups_) {
     for (auto& response : members) {
-      for (auto& request : response.requests) {
+      for (auto& request : response.requests.mutableAll()) {
         if (request) out.push_back(std::move(*request));
       }
     }

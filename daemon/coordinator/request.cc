@@ -1,7 +1,45 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "daemon/coordinator/request.h"
 
+#include <algorithm>
+#include <atomic>
+
 namespace gradsync::coordinator {
+
+namespace {
+bool byIndex(const std::pair<size_t, RequestList::Entry>& change, size_t i) { return change.first < i; }
+}  // namespace
+
+const RequestList::Entry* RequestList::changedAt(size_t i) const {
+  auto it = std::lower_bound(changed_.begin(), changed_.end(), i, byIndex);
+  return it != changed_.end() && it->first == i ? &it->second : nullptr;
+}
+
+RequestList::Entry& RequestList::mutableAt(size_t i) {
+  auto it = std::lower_bound(changed_.begin(), changed_.end(), i, byIndex);
+  if (it != changed_.end() && it->first == i) return it->second;
+  // A list no other copy shares changes in place (a copy holding it could
+  // only come from this one, which is being changed, so no other thread can
+  // be taking one now).
+  if (base_.use_count() == 1) {
+    std::atomic_thread_fence(std::memory_order_acquire);  // after the last reads of a copy gone
+    return (*base_)[i];
+  }
+  return changed_.insert(it, {i, (*base_)[i]})->second;
+}
+
+std::vector<RequestList::Entry>& RequestList::own() {
+  if (!base_) {
+    base_ = std::make_shared<std::vector<Entry>>();
+  } else if (base_.use_count() > 1) {
+    base_ = std::make_shared<std::vector<Entry>>(*base_);
+  } else {
+    std::atomic_thread_fence(std::memory_order_acquire);  // as in mutableAt
+  }
+  for (auto& [i, entry] : changed_) (*base_)[i] = std::move(entry);
+  changed_.clear();
+  return *base_;
+}
 
 const Request& Response::first() const {
   for (const auto& r : requests) {

@@ -4,9 +4,14 @@
 #pragma once
 
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
+#include <initializer_list>
+#include <iterator>
+#include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "base/dtype.h"
@@ -63,6 +68,80 @@ struct Request {
   bool onCuda() const { return cuda.has_value(); }
 };
 
+// The requests of a response, one per rank, copied in O(1): copies share
+// the list, and an entry changed in a copy (a node's own ranks' requests in
+// a cached response, each step) is kept beside it. A cached collective of W
+// ranks then costs a daemon O(its own ranks) per step to set up, not O(W)
+// request copies. Reads never copy; appending makes the list its own.
+class RequestList {
+ public:
+  using Entry = std::optional<Request>;
+
+  RequestList() = default;
+  RequestList(std::initializer_list<Entry> entries) : base_(std::make_shared<std::vector<Entry>>(entries)) {}
+
+  size_t size() const { return base_ ? base_->size() : 0; }
+  bool empty() const { return size() == 0; }
+  const Entry& operator[](size_t i) const {
+    if (!changed_.empty() && i >= changed_.front().first && i <= changed_.back().first) {
+      if (const Entry* entry = changedAt(i)) return *entry;
+    }
+    return (*base_)[i];
+  }
+  // Entry `i`, to change it in place (copied beside the shared list first).
+  Entry& mutableAt(size_t i);
+  void set(size_t i, Entry entry) { mutableAt(i) = std::move(entry); }
+  // Every entry, to change them all (the list made its own first).
+  std::vector<Entry>& mutableAll() { return own(); }
+
+  // Building a list: each makes the list its own first (copies a shared one).
+  void resize(size_t n) { own().resize(n); }
+  void reserve(size_t n) { own().reserve(n); }
+  void push_back(Entry entry) { own().push_back(std::move(entry)); }
+  template <typename... Args>
+  void emplace_back(Args&&... args) {
+    own().emplace_back(std::forward<Args>(args)...);
+  }
+
+  // Reads every entry in order, changes included.
+  class const_iterator {
+   public:
+    using iterator_category = std::forward_iterator_tag;
+    using value_type = Entry;
+    using difference_type = std::ptrdiff_t;
+    using pointer = const Entry*;
+    using reference = const Entry&;
+    const_iterator(const RequestList* list, size_t i) : list_(list), i_(i) {}
+    reference operator*() const { return (*list_)[i_]; }
+    pointer operator->() const { return &(*list_)[i_]; }
+    const_iterator& operator++() {
+      ++i_;
+      return *this;
+    }
+    const_iterator operator++(int) {
+      const_iterator before = *this;
+      ++i_;
+      return before;
+    }
+    bool operator==(const const_iterator& other) const { return i_ == other.i_; }
+    bool operator!=(const const_iterator& other) const { return i_ != other.i_; }
+
+   private:
+    const RequestList* list_;
+    size_t i_;
+  };
+  const_iterator begin() const { return {this, 0}; }
+  const_iterator end() const { return {this, size()}; }
+
+ private:
+  const Entry* changedAt(size_t i) const;
+  std::vector<Entry>& own();
+
+  std::shared_ptr<std::vector<Entry>> base_;
+  // Entries changed in this copy, by index, increasing (few: a node's ranks).
+  std::vector<std::pair<size_t, Entry>> changed_;
+};
+
 // A negotiated collective. `requests[i]` belongs to `ranks[i]`; it is empty
 // for a rank that has joined (it contributes nothing, receives nothing).
 struct Response {
@@ -70,7 +149,7 @@ struct Response {
   CollectiveType type = v1::COLLECTIVE_TYPE_UNSPECIFIED;
   int process_set_id = 0;
   std::vector<int> ranks;
-  std::vector<std::optional<Request>> requests;
+  RequestList requests;
   // Non-OK: every present request fails with this status.
   Status status;
   // JOIN: the rank that joined last.

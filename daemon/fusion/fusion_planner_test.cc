@@ -58,16 +58,16 @@ TEST(FusionPlannerTest, NeverFusesAcrossDtypesTypesOrErrors) {
 
 TEST(FusionPlannerTest, NeverFusesCpuWithCudaTensors) {
   auto gpu = make("gpu", 4);
-  for (auto& q : gpu.requests) q->cuda = coordinator::CudaRef{1, 0, 0};
+  for (auto& q : gpu.requests.mutableAll()) q->cuda = coordinator::CudaRef{1, 0, 0};
   auto gpu2 = make("gpu2", 4);
-  for (auto& q : gpu2.requests) q->cuda = coordinator::CudaRef{2, 0, 1};
+  for (auto& q : gpu2.requests.mutableAll()) q->cuda = coordinator::CudaRef{2, 0, 1};
   auto plan = planFusion({make("cpu", 4), gpu, make("cpu2", 4), gpu2}, 1 << 20);
   EXPECT_EQ(names(plan), (std::vector<std::vector<std::string>>{{"cpu", "cpu2"}, {"gpu", "gpu2"}}));
 }
 
 TEST(FusionPlannerTest, DifferentJoinedRanksAreNotFused) {
   auto partial = make("p", 4);
-  partial.requests[1].reset();
+  partial.requests.mutableAt(1).reset();
   auto plan = planFusion({make("full", 4), partial}, 1 << 20);
   EXPECT_EQ(plan.size(), 2u);
 }

@@ -2,21 +2,23 @@
 #include "daemon/peer/coordination_codec.h"
 
 #include <algorithm>
+#include <optional>
 
 #include "daemon/coordinator/request_wire.h"
 
 namespace gradsync::peer {
 namespace {
 
-// The request of `rank` in `response`, or null: ranks are in increasing order
-// (a process set's members), so a binary search finds it.
-template <typename ResponseT>
-auto requestOfRank(ResponseT& response, int rank) -> decltype(&response.requests[0]) {
+// The index of `rank`'s request in `response`, or nothing (not there, or
+// joined): ranks are in increasing order (a process set's members), so a
+// binary search finds it.
+std::optional<size_t> indexOfRank(const coordinator::Response& response, int rank) {
   auto at = std::lower_bound(response.ranks.begin(), response.ranks.end(), rank);
   if (at == response.ranks.end() || *at != rank) at = std::find(response.ranks.begin(), response.ranks.end(), rank);
-  if (at == response.ranks.end()) return nullptr;
-  auto* request = &response.requests[at - response.ranks.begin()];
-  return request->has_value() ? request : nullptr;
+  if (at == response.ranks.end()) return std::nullopt;
+  const size_t i = at - response.ranks.begin();
+  if (!response.requests[i]) return std::nullopt;
+  return i;
 }
 
 }  // namespace
@@ -83,8 +85,8 @@ StatusOr<coordinator::Response> CoordinationCodec::decode(const v1::NegotiatedRe
   // where they run).
   applyForwardedLocked(&response);
   for (int i = 0; i < in.requests_size(); ++i) {
-    auto& request = response.requests[i];
-    if (!request) continue;
+    if (!response.requests[i]) continue;
+    auto& request = response.requests.mutableAt(i);
     request->handle = in.requests(i).handle();
     request->offset = in.requests(i).offset();
   }
@@ -107,9 +109,7 @@ void CoordinationCodec::applyForwardedLocked(coordinator::Response* response) {
   auto mine = forwarded_.find(response->name);
   if (mine == forwarded_.end()) return;
   for (const Forwarded& f : mine->second) {
-    auto* request = requestOfRank(*response, f.rank);
-    if (request == nullptr) continue;
-    f.applyTo(&**request);
+    if (auto i = indexOfRank(*response, f.rank)) f.applyTo(&*response->requests.mutableAt(*i));
   }
   forwarded_.erase(mine);
 }
@@ -247,9 +247,9 @@ StatusOr<v1::Enqueue> CoordinationCodec::expand(const v1::FollowerMessage::Reque
   if (in.cache_id() == 0) return in.enqueue();
   MutexLock lock(mutex_);
   const coordinator::Response* base = cache_.find(in.cache_id());
-  const auto* request = base != nullptr ? requestOfRank(*base, in.rank()) : nullptr;
-  if (request != nullptr) {
-    coordinator::Request copy = **request;
+  const std::optional<size_t> at = base != nullptr ? indexOfRank(*base, in.rank()) : std::nullopt;
+  if (at) {
+    coordinator::Request copy = *base->requests[*at];
     copy.handle = in.handle();
     copy.offset = in.offset();
     copy.call = in.call();

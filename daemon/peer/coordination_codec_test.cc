@@ -62,7 +62,7 @@ TEST(CoordinationCodecTest, RepeatedResponseTravelsByIdAloneAndDecodesWithThisNo
 TEST(CoordinationCodecTest, CudaRequestsRepeatByIdWithEachStepsDeviceReferences) {
   auto on_gpu = [](uint64_t step_number) {
     coordinator::Response r = step("g", step_number);
-    for (auto& q : r.requests) {
+    for (auto& q : r.requests.mutableAll()) {
       q->type = r.type = v1::REDUCESCATTER;
       q->cuda = coordinator::CudaRef{step_number, 256 * step_number, static_cast<uint32_t>(step_number % 7)};
       q->cuda_output = coordinator::CudaRef{step_number + 1, 512 * step_number, 0};
@@ -99,7 +99,7 @@ TEST(CoordinationCodecTest, CudaRequestsRepeatByIdWithEachStepsDeviceReferences)
 // its own device references) keeps it on the GPU, with this node's.
 TEST(CoordinationCodecTest, AUniformCudaResponseKeepsThisNodesDeviceReferences) {
   coordinator::Response r = step("u", 10);
-  for (auto& q : r.requests) q->cuda = coordinator::CudaRef{40 + static_cast<uint64_t>(q->rank), 64, 2};
+  for (auto& q : r.requests.mutableAll()) q->cuda = coordinator::CudaRef{40 + static_cast<uint64_t>(q->rank), 64, 2};
   CoordinationCodec leader("job", 0), follower("job", 0);  // nothing cached: in full every time
   (void)follower.compact(1, coordinator::enqueueOf(*r.requests[1]), 1);
   const v1::NegotiatedResponse sent = leader.encode(r);
@@ -147,7 +147,7 @@ TEST(CoordinationCodecTest, ABarrierTravelsWithoutItsRanksAndTheFollowerComplete
   ASSERT_TRUE(none.isOk());
   EXPECT_TRUE(none->ranks.empty());
 
-  for (auto& q : barrier.requests) q->commit = true;
+  for (auto& q : barrier.requests.mutableAll()) q->commit = true;
   EXPECT_FALSE(leader.encode(barrier).own_ranks());
 }
 
@@ -301,7 +301,7 @@ TEST(CoordinationCodecTest, AUniformResponseOfScatteredRanksListsThem) {
 TEST(CoordinationCodecTest, RanksThatAskedDifferentlyTravelInFull) {
   CoordinationCodec leader("job", 16);
   coordinator::Response mixed = wide(3, 1);
-  mixed.requests[2]->prescale = 0.5;
+  mixed.requests.mutableAt(2)->prescale = 0.5;
   EXPECT_FALSE(leader.encode(mixed).uniform());
 }
 

@@ -72,12 +72,12 @@ TEST(ResponseCacheTest, ChangedMetadataIsNotAHit) {
   // The same tensors on a GPU are other metadata; where on the GPU they lie
   // is not.
   auto on_gpu = response("w", 8, 10);
-  for (auto& q : on_gpu.requests) q->cuda = coordinator::CudaRef{1, 0, 0};
+  for (auto& q : on_gpu.requests.mutableAll()) q->cuda = coordinator::CudaRef{1, 0, 0};
   auto gpu = cache.assign(on_gpu);
   EXPECT_NE(gpu.first, first.first);
   EXPECT_TRUE(gpu.second);
   auto moved = response("w", 8, 10);
-  for (auto& q : moved.requests) q->cuda = coordinator::CudaRef{7, 4096, 3};
+  for (auto& q : moved.requests.mutableAll()) q->cuda = coordinator::CudaRef{7, 4096, 3};
   EXPECT_EQ(cache.assign(moved), std::make_pair(gpu.first, false));
   EXPECT_EQ(cache.idFor(moved.requests[0].value()), gpu.first);
 }
@@ -143,18 +143,18 @@ TEST(ResponseCacheTest, EveryMetadataFieldTellsResponsesApart) {
   const std::string base = ResponseCache::signature(response("w", 8, 10));
   for (const auto& [field, change] : changes) {
     auto one = response("w", 8, 10);
-    change(&*one.requests[1]);
+    change(&*one.requests.mutableAt(1));
     EXPECT_NE(ResponseCache::signature(one), base) << field << " changed in one rank";
     EXPECT_FALSE(ResponseCache::sameMetadata(*one.requests[0], *one.requests[1])) << field;
     auto all = response("w", 8, 10);
-    for (auto& q : all.requests) change(&*q);
+    for (auto& q : all.requests.mutableAll()) change(&*q);
     EXPECT_NE(ResponseCache::signature(all), base) << field << " changed in every rank";
     EXPECT_NE(ResponseCache::signature(all), ResponseCache::signature(one)) << field;
   }
   // Where the data lies is no part of it.
   auto moved = response("w", 8, 99);
-  moved.requests[0]->output_length = 64;
-  moved.requests[1]->call = 7;
+  moved.requests.mutableAt(0)->output_length = 64;
+  moved.requests.mutableAt(1)->call = 7;
   EXPECT_EQ(ResponseCache::signature(moved), base);
 }
 
@@ -180,7 +180,7 @@ TEST(ResponseCacheTest, UniformAndMixedResponsesFindTheirRanks) {
   EXPECT_EQ(follower.idFor(mine), 0u);
 
   auto mixed = response("m", 8, 1);
-  mixed.requests[1]->prescale = 0.5;
+  mixed.requests.mutableAt(1)->prescale = 0.5;
   follower.remember(8, mixed);
   EXPECT_EQ(follower.idFor(mixed.requests[0].value()), 8u);
   EXPECT_EQ(follower.idFor(mixed.requests[1].value()), 8u);

@@ -37,7 +37,14 @@ std::shared_ptr<gpu::ClientGpu> BatchRunner::gpuOf(int rank) {
   return it == context_->sessions.end() ? nullptr : it->second->gpu();
 }
 
-bool BatchRunner::isLocal(int rank) const { return !context_->local_ranks || context_->local_ranks->count(rank) > 0; }
+bool BatchRunner::isLocal(int rank) const {
+  if (!context_->local_ranks) return true;
+  const std::set<int>& local = *context_->local_ranks;
+  // A node's ranks are mostly one span: the executors ask this of every
+  // rank of every response, so other nodes' ranks are told apart first.
+  if (local.empty() || rank < *local.begin() || rank > *local.rbegin()) return false;
+  return local.count(rank) > 0;
+}
 
 StatusOr<std::vector<uint8_t*>> BatchRunner::requestOutputs(const coordinator::Response& response,
                                                             const std::vector<uint64_t>& bytes,

@@ -135,12 +135,17 @@ void Job::complete(const coordinator::Response& response, const executor::Respon
     countErrorLocked(result.status.code());
     last_error_ = result.status.message();
   }
+  const auto& sessions = batch_.sessions;
   for (size_t i = 0; i < response.requests.size(); ++i) {
     const auto& request = response.requests[i];
-    if (!request) continue;
+    // Other nodes' ranks (most of them, in a large job) are told apart first.
+    if (!request || sessions.empty() || request->rank < sessions.begin()->first ||
+        request->rank > sessions.rbegin()->first) {
+      continue;
+    }
     // The batch's own sessions: an elastic epoch change may have renumbered
     // the job's since (a lost rank's session still takes its Done quietly).
-    auto it = batch_.sessions.find(request->rank);
+    auto it = sessions.find(request->rank);
     if (it == batch_.sessions.end()) continue;
     it->second->removeHandle(request->handle);
     forwarded_.erase(std::make_pair(request->rank, request->handle));

@@ -13,8 +13,11 @@ void SteadyState::learn(uint64_t id, coordinator::Response response, std::set<in
     entry.group_size = first.group_size;
     if (entry.group_id != 0) groups_[entry.group_id].insert(id);
   }
+  entry.local.clear();
+  for (size_t i = 0; i < response.ranks.size(); ++i) {
+    if (local.count(response.ranks[i])) entry.local[response.ranks[i]] = i;
+  }
   entry.response = std::move(response);
-  entry.local = std::move(local);
 }
 
 bool SteadyState::canHold(uint64_t id, int rank) const {
@@ -39,7 +42,7 @@ bool SteadyState::holds(int rank, const std::string& name) const {
 bool SteadyState::isReady(uint64_t id) const {
   auto entry = entries_.find(id);
   if (entry == entries_.end() || entry->second.local.empty()) return false;
-  for (int rank : entry->second.local) {
+  for (const auto& [rank, index] : entry->second.local) {
     auto it = entry->second.held.find(rank);
     if (it == entry->second.held.end() || it->second.empty()) return false;
   }
@@ -84,14 +87,14 @@ std::vector<uint64_t> SteadyState::runnable(const std::vector<uint64_t>& agreed)
 
 coordinator::Response SteadyState::take(uint64_t id) {
   Entry& entry = entries_.at(id);
+  // A copy shares the other ranks' requests (O(this node's ranks)).
   coordinator::Response response = entry.response;
-  for (size_t i = 0; i < response.ranks.size(); ++i) {
-    auto it = entry.held.find(response.ranks[i]);
-    if (it == entry.held.end() || it->second.empty()) continue;
-    Held& oldest = it->second.front();
+  for (auto& [rank, requests] : entry.held) {
+    if (requests.empty()) continue;
+    Held& oldest = requests.front();
     forget(id, oldest.request);
-    response.requests[i] = std::move(oldest.request);
-    it->second.pop_front();
+    response.requests.set(entry.local.at(rank), std::move(oldest.request));
+    requests.pop_front();
     --held_count_;
   }
   return response;

@@ -78,7 +78,7 @@ class SteadyState {
  private:
   struct Entry {
     coordinator::Response response;
-    std::set<int> local;
+    std::map<int, size_t> local;           // this node's ranks: their index in the response
     std::map<int, std::deque<Held>> held;  // by rank
     uint64_t group_id = 0;                 // 0: not grouped
     uint32_t group_size = 0;

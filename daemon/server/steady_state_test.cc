@@ -72,7 +72,7 @@ TEST(SteadyState, RequestsHeldTooLongAreReleasedOldestFirst) {
 // Member `name` of group 9 (of `size` members), ranks 0..3 as above.
 coordinator::Response member(const std::string& name, uint32_t size) {
   coordinator::Response response = cached(name);
-  for (auto& r : response.requests) {
+  for (auto& r : response.requests.mutableAll()) {
     r->group_id = 9;
     r->group_size = size;
   }
