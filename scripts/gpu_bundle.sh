@@ -13,11 +13,18 @@
 #   run(command="scripts/gpu_check.sh tests", carry=[".gpu_bundle"])
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bazel build //:gradsyncd //:gradsyncctl //:libgradsync //:gradsync_bench
+bazel build //:gradsyncd //:gradsyncctl //:libgradsync //:gradsync_bench //daemon/collective/cuda:local_reduce_bench
 out=.gpu_bundle
 rm -rf "$out"
 mkdir -p "$out/bin" "$out/lib"
-cp bazel-bin/daemon/exe/gradsyncd bazel-bin/tools/gradsyncctl/gradsyncctl bazel-bin/tools/bench/gradsync_bench "$out/bin/"
+cp bazel-bin/daemon/exe/gradsyncd bazel-bin/tools/gradsyncctl/gradsyncctl bazel-bin/tools/bench/gradsync_bench \
+  bazel-bin/daemon/collective/cuda/local_reduce_bench "$out/bin/"
+# An older build of the kernel bench to compare with (GPU_BUNDLE_BEFORE=DIR:
+# a checkout of that commit, built here).
+if [[ -n ${GPU_BUNDLE_BEFORE:-} ]]; then
+  (cd "$GPU_BUNDLE_BEFORE" && bazel build //daemon/collective/cuda:local_reduce_bench)
+  cp "$GPU_BUNDLE_BEFORE/bazel-bin/daemon/collective/cuda/local_reduce_bench" "$out/bin/local_reduce_bench.before"
+fi
 cp bazel-bin/client/libgradsync.so "$out/lib/"
 chmod u+w "$out"/bin/* "$out"/lib/*
 strip --strip-debug "$out"/bin/* "$out"/lib/libgradsync.so

@@ -80,7 +80,8 @@ uname -a
 # libgradsync.so finds them by its RPATH ($ORIGIN), so the ranks (Python with
 # PyTorch) run without LD_LIBRARY_PATH and keep their own libraries.
 mkdir -p "$workdir/bin"
-for tool in gradsyncd gradsyncctl gradsync_bench; do
+for tool in gradsyncd gradsyncctl gradsync_bench local_reduce_bench local_reduce_bench.before; do
+  [[ -f $bundle/bin/$tool ]] || continue
   printf '#!/bin/sh\nLD_LIBRARY_PATH=%s/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} exec %s/bin/%s "$@"\n' \
     "$bundle" "$bundle" "$tool" > "$workdir/bin/$tool"
   chmod +x "$workdir/bin/$tool"
@@ -177,6 +178,16 @@ case $stage in
     step "gradsyncctl jobs" "$tools/gradsyncctl" --socket "$socket" jobs
     ;;
   bench)
+    # The reduction kernel alone against a device copy; against the build in
+    # bin/local_reduce_bench.before (an older commit's) when the bundle has one,
+    # interleaved A B A B.
+    for inputs in 2 4; do
+      for round in 1 2; do
+        step "local reduction kernel, $inputs inputs (this build)" timeout 60 "$tools/local_reduce_bench" --inputs $inputs
+        [[ -x $tools/local_reduce_bench.before ]] && step "local reduction kernel, $inputs inputs (the build before)" \
+          timeout 60 "$tools/local_reduce_bench.before" --inputs $inputs
+      done
+    done
     for n in 1 2 4; do
       step "gradsync_bench --device cuda, $n ranks" timeout 200 "$tools/gradsync_bench" --socket "$socket" \
         -np "$n" --device cuda --min-time 0.5
