@@ -110,97 +110,50 @@ __global__ void floatKernel(Params p) {
 // The same in 16-byte vectors (4 floats, 8 halves, 2 doubles per load and
 // store), for buffers all 16-byte aligned: the same arithmetic per element,
 // fewer memory transactions. Elements [0, vectors * V); the scalar kernel
-// does the rest. kInputs > 0: that many inputs, known at compile time, and
-// each thread issues the loads of kUnroll vectors of every input before it
-// uses any (more bytes in flight per thread; 2 ranks sharing a GPU is the
-// usual case); 0: p.num_inputs, one vector and one input at a time.
+// does the rest.
 template <typename T, Op kOp>
-__device__ __forceinline__ void combine(typename Wide<T>::type* acc, const uint4& raw, bool first, const Params& p) {
-  using C = typename Wide<T>::type;
-  constexpr int V = 16 / sizeof(T);
-  const C pre = static_cast<C>(p.prescale);
-  const T* e = reinterpret_cast<const T*>(&raw);
-#pragma unroll
-  for (int j = 0; j < V; ++j) {
-    C x = widen(e[j]);
-    if (p.pre_on) x = x * pre;  // built with --fmad=false: no contraction, as on the CPU
-    if (first)
-      acc[j] = x;
-    else if constexpr (kOp == Op::kSum || kOp == Op::kAverage)
-      acc[j] = acc[j] + x;
-    else if constexpr (kOp == Op::kProduct)
-      acc[j] = acc[j] * x;
-    else if constexpr (kOp == Op::kMin)
-      acc[j] = nanMin(acc[j], x);
-    else
-      acc[j] = nanMax(acc[j], x);
-  }
-}
-
-template <typename T, Op kOp>
-__device__ __forceinline__ uint4 finish(const typename Wide<T>::type* acc, const Params& p) {
-  using C = typename Wide<T>::type;
-  constexpr int V = 16 / sizeof(T);
-  const C post = static_cast<C>(p.postscale);
-  const C divisor = static_cast<C>(p.divisor);
-  uint4 packed;
-  T* out = reinterpret_cast<T*>(&packed);
-#pragma unroll
-  for (int j = 0; j < V; ++j) {
-    C r = acc[j];
-    if (kOp == Op::kAverage && p.divisor != 1) r = r / divisor;
-    if (p.post_on) r = r * post;
-    out[j] = narrow<T>(r);
-  }
-  return packed;
-}
-
-// Vectors per input a thread loads at once: 16 registers of loads in flight.
-template <int kInputs>
-constexpr int kUnroll = kInputs <= 2 ? 4 : 2;
-
-template <typename T, Op kOp, int kInputs>
 __global__ void floatKernelVector(Params p, uint64_t vectors) {
   using C = typename Wide<T>::type;
   constexpr int V = 16 / sizeof(T);
+  const C pre = static_cast<C>(p.prescale);
+  const C post = static_cast<C>(p.postscale);
+  const C divisor = static_cast<C>(p.divisor);
   const uint64_t stride = static_cast<uint64_t>(gridDim.x) * blockDim.x;
-  const uint64_t first = blockIdx.x * static_cast<uint64_t>(blockDim.x) + threadIdx.x;
-  if constexpr (kInputs > 0) {
-    // Rounds of kUnroll vectors, stride apart, while all of them are in range.
-    uint64_t v = first;
-    for (; v + (kUnroll<kInputs> - 1) * stride < vectors; v += kUnroll<kInputs> * stride) {
-      uint4 raw[kInputs][kUnroll<kInputs>];
+  for (uint64_t v = blockIdx.x * static_cast<uint64_t>(blockDim.x) + threadIdx.x; v < vectors; v += stride) {
+    C acc[V];
+    {
+      const uint4 raw = static_cast<const uint4*>(p.inputs[0])[v];
+      const T* e = reinterpret_cast<const T*>(&raw);
 #pragma unroll
-      for (int k = 0; k < kInputs; ++k) {
+      for (int j = 0; j < V; ++j) acc[j] = p.pre_on ? widen(e[j]) * pre : widen(e[j]);
+    }
+    for (int k = 1; k < p.num_inputs; ++k) {
+      const uint4 raw = static_cast<const uint4*>(p.inputs[k])[v];
+      const T* e = reinterpret_cast<const T*>(&raw);
 #pragma unroll
-        for (int u = 0; u < kUnroll<kInputs>; ++u) raw[k][u] = static_cast<const uint4*>(p.inputs[k])[v + u * stride];
+      for (int j = 0; j < V; ++j) {
+        C x = widen(e[j]);
+        if (p.pre_on) x = x * pre;
+        if constexpr (kOp == Op::kSum || kOp == Op::kAverage)
+          acc[j] = acc[j] + x;
+        else if constexpr (kOp == Op::kProduct)
+          acc[j] = acc[j] * x;
+        else if constexpr (kOp == Op::kMin)
+          acc[j] = nanMin(acc[j], x);
+        else
+          acc[j] = nanMax(acc[j], x);
       }
-#pragma unroll
-      for (int u = 0; u < kUnroll<kInputs>; ++u) {
-        C acc[V];
-#pragma unroll
-        for (int k = 0; k < kInputs; ++k) combine<T, kOp>(acc, raw[k][u], k == 0, p);
-        const uint4 packed = finish<T, kOp>(acc, p);
-        for (int o = 0; o < p.num_outputs; ++o) static_cast<uint4*>(p.outputs[o])[v + u * stride] = packed;
-      }
     }
-    for (; v < vectors; v += stride) {
-      uint4 raw[kInputs];
+    uint4 packed;
+    T* out = reinterpret_cast<T*>(&packed);
 #pragma unroll
-      for (int k = 0; k < kInputs; ++k) raw[k] = static_cast<const uint4*>(p.inputs[k])[v];
-      C acc[V];
-#pragma unroll
-      for (int k = 0; k < kInputs; ++k) combine<T, kOp>(acc, raw[k], k == 0, p);
-      const uint4 packed = finish<T, kOp>(acc, p);
-      for (int o = 0; o < p.num_outputs; ++o) static_cast<uint4*>(p.outputs[o])[v] = packed;
+    for (int j = 0; j < V; ++j) {
+      C r = acc[j];
+      if (kOp == Op::kAverage && p.divisor != 1) r = r / divisor;
+      if (p.post_on) r = r * post;
+      out[j] = narrow<T>(r);
     }
-  } else {
-    for (uint64_t v = first; v < vectors; v += stride) {
-      C acc[V];
-      for (int k = 0; k < p.num_inputs; ++k) combine<T, kOp>(acc, static_cast<const uint4*>(p.inputs[k])[v], k == 0, p);
-      const uint4 packed = finish<T, kOp>(acc, p);
-      for (int o = 0; o < p.num_outputs; ++o) static_cast<uint4*>(p.outputs[o])[v] = packed;
-    }
+    for (int o = 0; o < p.num_outputs; ++o) static_cast<uint4*>(p.outputs[o])[v] = packed;
   }
 }
 
@@ -274,13 +227,7 @@ void launchFloatOp(Params p, dim3 block, cudaStream_t s) {
   const uint64_t vectors = aligned ? p.count / V : 0;
   if (vectors > 0) {
     const uint64_t blocks = (vectors + block.x - 1) / block.x;
-    const dim3 grid(static_cast<unsigned>(blocks < 8192 ? blocks : 8192));
-    if (p.num_inputs == 2)
-      floatKernelVector<T, kOp, 2><<<grid, block, 0, s>>>(p, vectors);
-    else if (p.num_inputs == 4)
-      floatKernelVector<T, kOp, 4><<<grid, block, 0, s>>>(p, vectors);
-    else
-      floatKernelVector<T, kOp, 0><<<grid, block, 0, s>>>(p, vectors);
+    floatKernelVector<T, kOp><<<dim3(static_cast<unsigned>(blocks < 8192 ? blocks : 8192)), block, 0, s>>>(p, vectors);
     p.start = vectors * V;
   }
   if (p.start < p.count) {
