@@ -90,10 +90,11 @@ coordinator::Response SteadyState::take(uint64_t id) {
   // A copy shares the other ranks' requests (O(this node's ranks)).
   coordinator::Response response = entry.response;
   for (auto& [rank, requests] : entry.held) {
-    if (requests.empty()) continue;
+    auto index = entry.local.find(rank);  // always there: only local ranks hold
+    if (requests.empty() || index == entry.local.end()) continue;
     Held& oldest = requests.front();
     forget(id, oldest.request);
-    response.requests.set(entry.local.at(rank), std::move(oldest.request));
+    response.requests.set(index->second, std::move(oldest.request));
     requests.pop_front();
     --held_count_;
   }
