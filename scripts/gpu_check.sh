@@ -5,7 +5,8 @@
 #
 #   scripts/gpu_check.sh tests    facts, gradsyncctl status, the CUDA pytest suite with 2 and 4 ranks on one
 #                                 GPU, the kill check, the torch.distributed backend on CUDA       (~3 min)
-#   scripts/gpu_check.sh bench    gradsync_bench --device cuda (sweep, ResNet-50 gradient set) with 1, 2, 4 ranks,
+#   scripts/gpu_check.sh bench    the reduction kernel alone against a device copy (local_reduce_bench),
+#                                 gradsync_bench --device cuda (sweep, ResNet-50 gradient set) with 1, 2, 4 ranks,
 #                                 then the PyTorch bench with the references (D2D copy, NCCL 1 rank)  (~4 min)
 #   scripts/gpu_check.sh resnet   ResNet-50 training steps: 1 process batch 128 against 2 ranks batch 64,
 #                                 MPS off and (when it starts) on                                  (~5 min)
