@@ -146,7 +146,7 @@ void Job::complete(const coordinator::Response& response, const executor::Respon
     // The batch's own sessions: an elastic epoch change may have renumbered
     // the job's since (a lost rank's session still takes its Done quietly).
     auto it = sessions.find(request->rank);
-    if (it == batch_.sessions.end()) continue;
+    if (it == sessions.end()) continue;
     it->second->removeHandle(request->handle);
     forwarded_.erase(std::make_pair(request->rank, request->handle));
     v1::DaemonMessage message = doneFor(response, result, i, admit);
