@@ -240,6 +240,9 @@ class Job {
     Clock::time_point wake_by;
   };
   SteadyPass prepareSteadyPass(bool leader) GS_EXCLUDES(mutex_);
+  // How long a request is held for the rounds before it goes to the
+  // leader (executor thread).
+  Clock::duration steadyHoldLimit() const;
   // One round: this daemon's part (the leader broadcasts its batch first),
   // then the leader's batches up to the round's sequence and the cached
   // collectives every daemon is ready for; false when the job ends.
@@ -376,6 +379,9 @@ class Job {
   std::atomic<uint64_t> steady_rounds_done_{0};
   std::atomic<uint64_t> steady_round_messages_{0};
   std::atomic<uint64_t> steady_round_collectives_{0};  // run after the rounds
+  // The recent rounds' duration, decaying from the slowest (executor
+  // thread only): how long a held request waits (steadyHoldLimit).
+  Clock::duration steady_round_time_{};
   // The cost of a message among the daemons, as last measured (executor
   // thread; read by info()).
   std::atomic<double> link_latency_us_{0};

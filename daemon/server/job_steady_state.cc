@@ -22,6 +22,14 @@ namespace {
 // across two daemons took 315-321 ms against 292-296 ms through the leader
 // alone; at 200 ms, 290-296 ms.
 constexpr auto kHoldLimit = std::chrono::milliseconds(200);
+// When rounds take longer (hundreds of daemons through the leader on a busy
+// machine: 150-250 ms a round at 1,024), a request waits this many of the
+// slowest recent rounds: one that just missed a round is offered in the
+// next, and must not leave for the leader meanwhile, where the others'
+// requests never come while their rounds go on. Capped well below the
+// stall deadline.
+constexpr int kHoldRounds = 3;
+constexpr auto kHoldCap = std::chrono::seconds(10);
 // The rounds' batches tag their rings apart from the leader's batches.
 constexpr uint64_t kRoundSequenceBase = uint64_t{1} << 40;
 
@@ -151,14 +159,15 @@ Job::SteadyPass Job::prepareSteadyPass(bool leader) {
       pass.stop = true;
       return pass;
     }
-    for (auto& held : steady_.takeOlderThan(Clock::now() - kHoldLimit)) {
+    const Clock::duration hold_limit = steadyHoldLimit();
+    for (auto& held : steady_.takeOlderThan(Clock::now() - hold_limit)) {
       std::vector<coordinator::Response> unused;
       submitToCoordinator(held.session, std::move(held.request), &outbox, &unused, /*steady=*/false);
     }
     errors = queue_.takeErrors();
     if (!errors.empty()) beginBatchLocked();
     pass.wanted = steady_dirty_ || (leader && !queue_.ready().empty());
-    if (auto oldest = steady_.oldest()) pass.wake_by = std::min(pass.wake_by, *oldest + kHoldLimit);
+    if (auto oldest = steady_.oldest()) pass.wake_by = std::min(pass.wake_by, *oldest + hold_limit);
   }
   flush(&outbox);
   if (!errors.empty()) {
@@ -167,6 +176,10 @@ Job::SteadyPass Job::prepareSteadyPass(bool leader) {
     queue_.finished();
   }
   return pass;
+}
+
+Clock::duration Job::steadyHoldLimit() const {
+  return std::clamp<Clock::duration>(kHoldRounds * steady_round_time_, kHoldLimit, kHoldCap);
 }
 
 bool Job::steadyRound(peer::RoundExchange& rounds, bool leader) {
@@ -194,7 +207,10 @@ bool Job::steadyRound(peer::RoundExchange& rounds, bool leader) {
     }
   }
   const uint64_t sent_before = rounds.messagesSent();
-  auto outcome = rounds.exchange(ready, part, Clock::now() + limits_.transfer_timeout);
+  const auto began = Clock::now();
+  auto outcome = rounds.exchange(ready, part, began + limits_.transfer_timeout);
+  const Clock::duration took = Clock::now() - began;
+  steady_round_time_ = std::max(took, steady_round_time_ - steady_round_time_ / 8);
   steady_rounds_done_.fetch_add(1, std::memory_order_relaxed);
   steady_round_messages_.fetch_add(rounds.messagesSent() - sent_before, std::memory_order_relaxed);
   if (!outcome.isOk()) {
