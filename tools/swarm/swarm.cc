@@ -256,14 +256,18 @@ int run(const Options& o) {
   const double formed_s = std::chrono::duration<double>(Clock::now() - join_start).count();
   for (int i = 0; i < o.followers; ++i) followers[i]->open(stubs[i].get(), cross_ranks[i], rounds);
 
-  // Heartbeats every second, as a follower daemon sends them.
+  // Heartbeats every second, as a follower daemon sends them; held ids
+  // past the hold limit to the leader (tick).
   std::atomic<bool> beating{true};
   std::thread beats([&] {
     while (beating.load()) {
       const int64_t now_ms =
           std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now().time_since_epoch()).count();
       for (auto& f : followers) f->heartbeat(now_ms);
-      for (int i = 0; i < 10 && beating.load(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      for (int i = 0; i < 10 && beating.load(); ++i) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        for (auto& f : followers) f->tick();
+      }
     }
   });
 

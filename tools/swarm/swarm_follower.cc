@@ -53,17 +53,11 @@ void SwarmFollower::submitStep(int tensors) {
     if (rounds_ && static_cast<int>(ids.size()) == tensors) {
       // Cached: the step's ids go into the rounds.
       ready_ = std::move(ids);
+      held_since_ = std::chrono::steady_clock::now();
       if (!in_round_) first = queueLocked(partLocked());
     } else if (static_cast<int>(ids.size()) == tensors) {
       // Cached, no rounds: each request by its id, merged into one message.
-      v1::FollowerMessage message;
-      for (uint64_t id : ids) {
-        v1::FollowerMessage::Request* request = message.mutable_requests()->add_requests();
-        request->set_rank(rank_);
-        request->set_cache_id(id);
-        request->set_handle(++handle_);
-      }
-      first = queueLocked(std::move(message));
+      first = queueLocked(requestsByIdLocked(ids));
     } else {
       // As a follower daemon's link merges the requests its ranks submitted
       // while it wrote: here the whole step at once.
@@ -85,6 +79,35 @@ void SwarmFollower::submitStep(int tensors) {
   if (first != nullptr) StartWrite(first);
 }
 
+v1::FollowerMessage SwarmFollower::requestsByIdLocked(const std::vector<uint64_t>& ids) {
+  v1::FollowerMessage message;
+  for (uint64_t id : ids) {
+    v1::FollowerMessage::Request* request = message.mutable_requests()->add_requests();
+    request->set_rank(rank_);
+    request->set_cache_id(id);
+    request->set_handle(++handle_);
+  }
+  return message;
+}
+
+void SwarmFollower::tick() {
+  const v1::FollowerMessage* first = nullptr;
+  {
+    MutexLock lock(mutex_);
+    if (!in_round_) first = fallBackLocked();
+  }
+  if (first != nullptr) StartWrite(first);
+}
+
+const v1::FollowerMessage* SwarmFollower::fallBackLocked() {
+  const auto limit = std::clamp<std::chrono::steady_clock::duration>(3 * round_time_, std::chrono::milliseconds(200),
+                                                                     std::chrono::seconds(10));
+  if (ready_.empty() || std::chrono::steady_clock::now() - held_since_ < limit) return nullptr;
+  const v1::FollowerMessage* first = queueLocked(requestsByIdLocked(ready_));
+  ready_.clear();
+  return first;
+}
+
 v1::FollowerMessage SwarmFollower::partLocked() {
   v1::FollowerMessage message;
   v1::RoundMessage* part = message.mutable_round();
@@ -92,6 +115,7 @@ v1::FollowerMessage SwarmFollower::partLocked() {
   part->set_round(round_);
   for (uint64_t word : peer::idsToBits(ready_)) part->add_bits(word);
   in_round_ = true;
+  part_sent_ = std::chrono::steady_clock::now();
   return message;
 }
 
@@ -105,13 +129,17 @@ void SwarmFollower::onRound(const v1::RoundMessage& message) {
     } else if (message.kind() == v1::RoundMessage::OUTCOME && message.round() == round_) {
       in_round_ = false;
       ++round_;
+      const auto took = std::chrono::steady_clock::now() - part_sent_;
+      round_time_ = std::max<std::chrono::steady_clock::duration>(took, round_time_ - round_time_ / 8);
       const std::vector<uint64_t> ran = peer::bitsToIds(message.bits().data(), message.bits_size());
       const auto before = ready_.size();
       ready_.erase(std::remove_if(ready_.begin(), ready_.end(),
                                   [&](uint64_t id) { return std::binary_search(ran.begin(), ran.end(), id); }),
                    ready_.end());
       answered = static_cast<int>(before - ready_.size());
-      // What is left is still wanted: this follower begins the next round.
+      // What is left is still wanted: this follower begins the next round,
+      // unless it has waited too long.
+      first = fallBackLocked();
       if (!ready_.empty()) first = queueLocked(partLocked());
     }
   }

@@ -16,6 +16,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include <atomic>
+#include <chrono>
 #include <deque>
 #include <functional>
 #include <memory>
@@ -55,6 +56,12 @@ class SwarmFollower : public grpc::ClientBidiReactor<v1::FollowerMessage, v1::Le
   // Forwards this rank's requests for `tensors` empty allreduces.
   void submitStep(int tensors);
   void heartbeat(int64_t now_ms);
+  // Between rounds, ids held for the rounds past the hold limit go to the
+  // leader as requests by cache id, as a follower daemon's do
+  // (daemon/server/job_steady_state.cc: 200 ms, or three of the slowest
+  // recent rounds): the leader's own rank may have sent its requests
+  // there, and then no round runs them.
+  void tick();
   // Closes its side (the rank finished); the stream then ends.
   void close();
   // Waits (up to `timeout`) for the stream's end.
@@ -81,6 +88,11 @@ class SwarmFollower : public grpc::ClientBidiReactor<v1::FollowerMessage, v1::Le
   v1::FollowerMessage partLocked() GS_REQUIRES(mutex_);
   // Requests queued; the caller writes the first if it returns it.
   const v1::FollowerMessage* queueLocked(v1::FollowerMessage message) GS_REQUIRES(mutex_);
+  // Ids held past the hold limit go to the leader (see tick); the
+  // caller writes the message if this returns it.
+  const v1::FollowerMessage* fallBackLocked() GS_REQUIRES(mutex_);
+  // One message asking for `ids` by cache id.
+  v1::FollowerMessage requestsByIdLocked(const std::vector<uint64_t>& ids) GS_REQUIRES(mutex_);
 
   const SwarmJob job_;
   const int rank_;
@@ -97,7 +109,10 @@ class SwarmFollower : public grpc::ClientBidiReactor<v1::FollowerMessage, v1::Le
   uint64_t round_ GS_GUARDED_BY(mutex_) = 1;
   bool in_round_ GS_GUARDED_BY(mutex_) = false;
   std::vector<uint64_t> ready_ GS_GUARDED_BY(mutex_);
-  peer::BatchAssembler parts_;  // the reader's
+  std::chrono::steady_clock::time_point held_since_ GS_GUARDED_BY(mutex_);  // of ready_
+  std::chrono::steady_clock::time_point part_sent_ GS_GUARDED_BY(mutex_);
+  std::chrono::steady_clock::duration round_time_ GS_GUARDED_BY(mutex_){};  // decaying from the slowest
+  peer::BatchAssembler parts_;                                              // the reader's
   v1::LeaderMessage incoming_;
   std::atomic<int> waiting_{0};  // requests of the step not answered yet
   uint64_t handle_ = 0;
