@@ -527,7 +527,7 @@ LeaderRounds* CrossNode::roundsLocked() {
   if (!rounds_ && leaderRoundsOnLocked()) {
     rounds_ = std::make_unique<LeaderRounds>(
         leader_.load(), static_cast<int>(book_.members().size()) - 1,
-        [this](const v1::RoundMessage& m) { sendRound(m); },
+        [this](const v1::RoundMessage& m, const std::vector<int>* to) { sendRound(m, to); },
         [this](const std::vector<int>& wake_fds, CrossClock::time_point until) { return idle(wake_fds, until); });
     if (stopping_ || !transfers_aborted_.empty()) {
       rounds_->abort("job '" + options_.job_id + "': " + (stopping_ ? "stopped" : transfers_aborted_));
@@ -548,7 +548,7 @@ bool CrossNode::waitFormed(CrossClock::time_point deadline) {
   return book_.formed() && !stopping_ && transfers_aborted_.empty();
 }
 
-void CrossNode::sendRound(const v1::RoundMessage& message) {
+void CrossNode::sendRound(const v1::RoundMessage& message, const std::vector<int>* to) {
   if (!leader_) {
     v1::FollowerMessage part;
     *part.mutable_round() = message;
@@ -562,6 +562,18 @@ void CrossNode::sendRound(const v1::RoundMessage& message) {
   {
     MutexLock lock(mutex_);
     followers = streamsLocked(/*candidates=*/false);
+    if (to != nullptr) {  // those at the cross ranks `to` (the membership is fixed: not elastic)
+      std::vector<bool> wanted(book_.members().size(), false);
+      for (int rank : *to) {
+        if (rank >= 0 && static_cast<size_t>(rank) < wanted.size()) wanted[rank] = true;
+      }
+      followers.erase(std::remove_if(followers.begin(), followers.end(),
+                                     [&](const std::shared_ptr<Follower>& f) GS_REQUIRES(mutex_) {
+                                       const int rank = f->node.cross_rank();
+                                       return rank < 0 || static_cast<size_t>(rank) >= wanted.size() || !wanted[rank];
+                                     }),
+                      followers.end());
+    }
   }
   for (auto& f : followers) {
     f->stream.send(shared);

@@ -9,12 +9,32 @@
 
 namespace gradsync::peer {
 
-LeaderRounds::LeaderRounds(bool leader, int followers, std::function<void(const v1::RoundMessage&)> send, Idle idle)
+LeaderRounds::LeaderRounds(bool leader, int followers, Send send, Idle idle, std::chrono::milliseconds begin_grace)
     : leader_(leader),
       followers_(leader ? followers : 0),
       send_(std::move(send)),
       idle_(std::move(idle)),
-      event_fd_(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {}
+      begin_grace_(begin_grace),
+      event_fd_(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)),
+      holding_(static_cast<size_t>(followers_) + 1, false) {}
+
+LeaderRounds::Parts& LeaderRounds::partsLocked(uint64_t round) {
+  Parts& parts = parts_[round];
+  if (parts.seen.empty()) {
+    parts.seen.assign(static_cast<size_t>(followers_) + 1, false);
+    parts.of.resize(static_cast<size_t>(followers_) + 1);
+  }
+  return parts;
+}
+
+void LeaderRounds::begin(uint64_t round, const std::vector<int>* to) {
+  v1::RoundMessage message;
+  message.set_kind(v1::RoundMessage::BEGIN);
+  message.set_round(round);
+  send_(message, to);
+  MutexLock lock(mutex_);
+  messages_sent_ += to != nullptr ? to->size() : static_cast<uint64_t>(followers_);
+}
 
 void LeaderRounds::deliver(const v1::RoundMessage& message, int cross_rank) {
   MutexLock lock(mutex_);
@@ -34,8 +54,7 @@ void LeaderRounds::deliver(const v1::RoundMessage& message, int cross_rank) {
                  std::to_string(round_) + " was due)");
       return;
     }
-    Parts& parts = parts_[message.round()];
-    if (parts.seen.empty()) parts.seen.assign(static_cast<size_t>(followers_) + 1, false);
+    Parts& parts = partsLocked(message.round());
     if (parts.seen[cross_rank]) {
       failLocked(where + ": node " + std::to_string(cross_rank) + " sent its part twice");
       return;
@@ -45,6 +64,9 @@ void LeaderRounds::deliver(const v1::RoundMessage& message, int cross_rank) {
     for (size_t w = 0; w < kWords; ++w) {
       parts.bits[w] &= w < static_cast<size_t>(message.bits_size()) ? message.bits(static_cast<int>(w)) : 0;
     }
+    std::vector<uint64_t>& of = parts.of[cross_rank];
+    of.assign(message.bits().begin(), message.bits().end());
+    while (!of.empty() && of.back() == 0) of.pop_back();
   } else if (message.kind() == v1::RoundMessage::BEGIN) {
     begun_ = std::max(begun_, message.round());
   } else if (message.kind() == v1::RoundMessage::OUTCOME && message.round() >= round_) {
@@ -114,32 +136,45 @@ StatusOr<RoundExchange::Outcome> LeaderRounds::exchange(const std::vector<uint64
 StatusOr<RoundExchange::Outcome> LeaderRounds::lead(std::vector<uint64_t> mine, LeaderPart part,
                                                     transport::Clock::time_point deadline) {
   uint64_t round;
-  bool begin;
+  bool everyone;                 // a batch of the leader's to order: every follower takes part now
+  std::vector<int> begun, rest;  // followers that hold ids (begun at once), and the others still silent
   {
     MutexLock lock(mutex_);
     if (!aborted_.empty()) return aborted(aborted_);
     round = round_;
-    begin = parts_[round].count < followers_;
+    const Parts& parts = partsLocked(round);
+    everyone = part.sequence != announced_sequence_ && parts.count < followers_;
+    for (int f = 1; f <= followers_ && !everyone; ++f) {
+      if (!parts.seen[f]) (holding_[f] ? begun : rest).push_back(f);
+    }
   }
-  if (begin) {  // the followers still idle join in
-    v1::RoundMessage message;
-    message.set_kind(v1::RoundMessage::BEGIN);
-    message.set_round(round);
-    send_(message);
+  if (everyone) {
+    begin(round, nullptr);
+  } else if (!begun.empty()) {
+    begin(round, &begun);
   }
   v1::RoundMessage outcome;
   {
     MutexLock lock(mutex_);
-    messages_sent_ += begin ? static_cast<uint64_t>(followers_) : 0;
-    const bool all = cv_.wait_until(
-        lock, deadline, [&]() GS_REQUIRES(mutex_) { return !aborted_.empty() || parts_[round].count == followers_; });
+    const auto all_in = [&]() GS_REQUIRES(mutex_) { return !aborted_.empty() || parts_[round].count == followers_; };
+    bool all =
+        cv_.wait_until(lock, everyone ? deadline : std::min(deadline, transport::Clock::now() + begin_grace_), all_in);
+    if (!all && !everyone && aborted_.empty()) {
+      // The others have not begun on their own: they join now.
+      const Parts& parts = parts_[round];
+      rest.erase(std::remove_if(rest.begin(), rest.end(), [&](int f) { return parts.seen[f]; }), rest.end());
+      lock.unlock();
+      begin(round, &rest);
+      lock.lock();
+      all = cv_.wait_until(lock, deadline, all_in);
+    }
     if (!aborted_.empty()) return aborted(aborted_);
     Parts& parts = parts_[round];
     if (!all) {
       std::string missing;
       int listed = 0;
       for (int node = 1; node <= followers_ && listed < 8; ++node) {
-        if (!parts.seen.empty() && parts.seen[node]) continue;
+        if (parts.seen[node]) continue;
         missing += (missing.empty() ? "" : ", ") + std::to_string(node);
         ++listed;
       }
@@ -150,6 +185,12 @@ StatusOr<RoundExchange::Outcome> LeaderRounds::lead(std::vector<uint64_t> mine, 
     }
     mine.resize(kWords, 0);
     for (size_t w = 0; w < kWords; ++w) mine[w] &= parts.bits[w];
+    for (int f = 1; f <= followers_; ++f) {
+      const std::vector<uint64_t>& of = parts.of[f];
+      holding_[f] = false;
+      for (size_t w = 0; w < of.size() && !holding_[f]; ++w) holding_[f] = (of[w] & ~mine[w]) != 0;
+    }
+    announced_sequence_ = part.sequence;
     parts_.erase(round);
     ++round_;
     messages_sent_ += static_cast<uint64_t>(followers_);
@@ -164,7 +205,7 @@ StatusOr<RoundExchange::Outcome> LeaderRounds::lead(std::vector<uint64_t> mine, 
   for (uint64_t w : mine) outcome.add_bits(w);
   outcome.set_leader_sequence(part.sequence);
   outcome.set_fusion_threshold_bytes(part.fusion_threshold_bytes);
-  send_(outcome);
+  send_(outcome, nullptr);
   return result;
 }
 
@@ -181,7 +222,7 @@ StatusOr<RoundExchange::Outcome> LeaderRounds::follow(std::vector<uint64_t> mine
     ++messages_sent_;
   }
   message.set_round(round);
-  send_(message);
+  send_(message, nullptr);
   MutexLock lock(mutex_);
   if (!cv_.wait_until(lock, deadline,
                       [&]() GS_REQUIRES(mutex_) { return !aborted_.empty() || outcomes_.count(round) > 0; })) {

@@ -3,13 +3,20 @@
 // streams (RoundExchange; proto RoundMessage): each follower sends the
 // leader its PART of a round, one small message whatever its ranks and
 // tensors; the leader ANDs them with its own and sends every follower the
-// OUTCOME. A round begins when any daemon has work: the leader then says
-// BEGIN to the followers, so that those idle join it. Per round, a
-// follower sends and receives one message or two, and the leader handles
-// one per follower: the job's steady state costs the leader O(N) small
-// messages, not O(N x ranks x tensors) requests, and needs no data plane.
+// OUTCOME. A round begins when any daemon has work; the leader says BEGIN
+// to the followers whose part it still lacks, so that those idle join it:
+// at once when the leader has a batch of its own for the round to order,
+// or to a follower whose last part asked for ids its round did not run
+// (it holds them still, and waits for a round); to the others only after
+// `begin_grace`, since an idle follower's empty part only makes the round
+// run nothing (while ranks drift apart, most of a step's followers send
+// their parts on their own within it). Per round, a follower sends and
+// receives one message or two, and the leader handles one or two per
+// follower: the job's steady state costs the leader O(N) small messages,
+// not O(N x ranks x tensors) requests, and needs no data plane.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -31,10 +38,15 @@ class LeaderRounds : public RoundExchange {
   // (CrossNode::idle): the last bytes of a ring this daemon ran may still
   // be queued for a neighbour.
   using Idle = std::function<bool(const std::vector<int>& wake_fds, transport::Clock::time_point until)>;
-  // On the leader, `followers` nodes take part (cross ranks 1..followers)
-  // and `send` goes to every follower; on a follower (`followers` 0) it goes
-  // to the leader. `send` never waits. `idle` may be null.
-  LeaderRounds(bool leader, int followers, std::function<void(const v1::RoundMessage&)> send, Idle idle = nullptr);
+  // Sends a message, never waiting: on the leader to the followers at the
+  // cross ranks `to` (nullptr: every follower), on a follower to the
+  // leader.
+  using Send = std::function<void(const v1::RoundMessage&, const std::vector<int>* to)>;
+  static constexpr std::chrono::milliseconds kBeginGrace{100};
+  // On the leader, `followers` nodes take part (cross ranks 1..followers);
+  // on a follower, `followers` is 0. `idle` may be null.
+  LeaderRounds(bool leader, int followers, Send send, Idle idle = nullptr,
+               std::chrono::milliseconds begin_grace = kBeginGrace);
 
   // A RoundMessage read from the node at `cross_rank` (the leader's: 0). A
   // message that breaks the protocol (a round out of turn, a part counted
@@ -54,10 +66,14 @@ class LeaderRounds : public RoundExchange {
  private:
   // Leader: the followers' parts of one round so far.
   struct Parts {
-    std::vector<bool> seen;  // by cross rank
+    std::vector<bool> seen;                 // by cross rank
+    std::vector<std::vector<uint64_t>> of;  // by cross rank: its bits, no trailing zero words
     int count = 0;
     std::vector<uint64_t> bits = std::vector<uint64_t>(kWords, ~uint64_t{0});  // their AND
   };
+  Parts& partsLocked(uint64_t round) GS_REQUIRES(mutex_);
+  // Leader: BEGIN of `round` to the followers `to` (nullptr: all).
+  void begin(uint64_t round, const std::vector<int>* to) GS_EXCLUDES(mutex_);
   StatusOr<Outcome> lead(std::vector<uint64_t> mine, LeaderPart part, transport::Clock::time_point deadline);
   StatusOr<Outcome> follow(std::vector<uint64_t> mine, transport::Clock::time_point deadline);
   // Whether another daemon has begun the current round.
@@ -67,15 +83,20 @@ class LeaderRounds : public RoundExchange {
 
   const bool leader_;
   const int followers_;
-  const std::function<void(const v1::RoundMessage&)> send_;
+  const Send send_;
   const Idle idle_;
+  const std::chrono::milliseconds begin_grace_;
   UniqueFd event_fd_;  // readable once something came for waitForPeers
   mutable Mutex mutex_;
   CondVar cv_;
   uint64_t round_ GS_GUARDED_BY(mutex_) = 1;
   uint64_t messages_sent_ GS_GUARDED_BY(mutex_) = 0;
   std::string aborted_ GS_GUARDED_BY(mutex_);
-  std::map<uint64_t, Parts> parts_ GS_GUARDED_BY(mutex_);                // leader: by round
+  std::map<uint64_t, Parts> parts_ GS_GUARDED_BY(mutex_);  // leader: by round
+  // Leader: by cross rank, whether the follower's last part asked for ids
+  // its round did not run; and the batch sequence the last outcome carried.
+  std::vector<bool> holding_ GS_GUARDED_BY(mutex_);
+  uint64_t announced_sequence_ GS_GUARDED_BY(mutex_) = 0;
   uint64_t begun_ GS_GUARDED_BY(mutex_) = 0;                             // follower: the last round begun
   std::map<uint64_t, v1::RoundMessage> outcomes_ GS_GUARDED_BY(mutex_);  // follower: by round
 };
