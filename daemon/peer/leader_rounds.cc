@@ -67,6 +67,10 @@ void LeaderRounds::deliver(const v1::RoundMessage& message, int cross_rank) {
     std::vector<uint64_t>& of = parts.of[cross_rank];
     of.assign(message.bits().begin(), message.bits().end());
     while (!of.empty() && of.back() == 0) of.pop_back();
+    // Only the first part of a round (it begins: waitForPeers) and the
+    // last (lead's wait ends) change what a waiter looks at: a thousand
+    // followers' parts would otherwise wake the executor a thousand times.
+    if (parts.count != 1 && parts.count != followers_) return;
   } else if (message.kind() == v1::RoundMessage::BEGIN) {
     begun_ = std::max(begun_, message.round());
   } else if (message.kind() == v1::RoundMessage::OUTCOME && message.round() >= round_) {
