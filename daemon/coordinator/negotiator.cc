@@ -11,14 +11,16 @@ Negotiator::Negotiator(std::string job_id, int size, std::vector<std::vector<int
     : job_id_(std::move(job_id)), sets_(size, std::move(process_sets)) {}
 
 Status Negotiator::checkMembership(const Request& request) const {
-  const std::string prefix = "job '" + job_id_ + "' tensor '" + request.name + "': ";
+  // (Every request of every rank passes here: the message is built only
+  // for an error.)
+  const auto prefix = [&] { return "job '" + job_id_ + "' tensor '" + request.name + "': "; };
   const std::vector<int>* set = sets_.find(request.process_set_id);
   if (set == nullptr) {
-    return invalidArgument(prefix + "unknown process set " + std::to_string(request.process_set_id) +
+    return invalidArgument(prefix() + "unknown process set " + std::to_string(request.process_set_id) +
                            " (never added, or removed)");
   }
   if (!std::binary_search(set->begin(), set->end(), request.rank)) {
-    return invalidArgument(prefix + "rank " + std::to_string(request.rank) + " is not a member of process set " +
+    return invalidArgument(prefix() + "rank " + std::to_string(request.rank) + " is not a member of process set " +
                            std::to_string(request.process_set_id));
   }
   return okStatus();

@@ -55,13 +55,13 @@ void Job::submitRemote(int rank, const v1::Enqueue& enqueue, uint64_t epoch) {
              rank);
       return;
     }
-    coordinator::Request minimal = coordinator::requestOf(rank, enqueue);
     if (!request.isOk()) {
-      failRequestLocked(minimal,
+      failRequestLocked(coordinator::requestOf(rank, enqueue),
                         Status(request.status().code(), "job '" + spec_.job_id + "' " + request.status().message()),
                         &outbox);
     } else if (!failure_.empty() || stopping_) {
-      failRequestLocked(minimal, aborted("job '" + spec_.job_id + "': " + failure_), &outbox);
+      failRequestLocked(coordinator::requestOf(rank, enqueue), aborted("job '" + spec_.job_id + "': " + failure_),
+                        &outbox);
     } else {
       submitToCoordinator(nullptr, std::move(request).value(), &outbox, &unused);
     }
