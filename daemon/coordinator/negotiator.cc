@@ -6,6 +6,18 @@
 #include "daemon/coordinator/agreement.h"
 
 namespace gradsync::coordinator {
+namespace {
+
+// An entry's requests in increasing rank order (released from it).
+std::vector<Request> inRankOrder(std::unordered_map<int, Request>&& by_rank) {
+  std::vector<Request> out;
+  out.reserve(by_rank.size());
+  for (auto& [rank, request] : by_rank) out.push_back(std::move(request));
+  std::sort(out.begin(), out.end(), [](const Request& a, const Request& b) { return a.rank < b.rank; });
+  return out;
+}
+
+}  // namespace
 
 Negotiator::Negotiator(std::string job_id, int size, std::vector<std::vector<int>> process_sets)
     : job_id_(std::move(job_id)), sets_(size, std::move(process_sets)) {}
@@ -41,6 +53,7 @@ StatusOr<std::vector<Response>> Negotiator::submit(Request request, Clock::time_
   if (it == table_.end()) {
     Entry entry;
     entry.process_set_id = request.process_set_id;
+    entry.by_rank.reserve(membersOf(request.process_set_id).size());
     entry.first_seen = now;
     entry.sequence = next_sequence_++;
     entry.call = request.call;
@@ -97,7 +110,10 @@ std::vector<Response> Negotiator::failDifferentCalls(const Request& request) {
   if (same_call != calls_.end() && same_call->second != request.name) names.push_back(same_call->second);
   std::vector<Response> failed;
   if (names.empty()) return failed;
-  const Request& theirs = table_.find(names.back())->second.by_rank.begin()->second;
+  const auto& pending = table_.find(names.back())->second.by_rank;
+  const Request& theirs = std::min_element(pending.begin(), pending.end(), [](const auto& a, const auto& b) {
+                            return a.first < b.first;
+                          })->second;  // the lowest rank's
   std::string message = "job '" + job_id_ + "': the ranks made different calls on process set " +
                         std::to_string(request.process_set_id) + ": " + describeCall(request) + " where " +
                         describeCall(theirs);
@@ -176,17 +192,24 @@ Response Negotiator::makeResponse(const std::string& name, Entry entry) const {
   response.process_set_id = entry.process_set_id;
   response.ranks = membersOf(entry.process_set_id);
   response.requests.resize(response.ranks.size());
+  size_t placed = 0;
   for (size_t i = 0; i < response.ranks.size(); ++i) {
     auto found = entry.by_rank.find(response.ranks[i]);
-    if (found != entry.by_rank.end()) response.requests.set(i, std::move(found->second));
+    if (found == entry.by_rank.end()) continue;
+    response.requests.set(i, std::move(found->second));
+    ++placed;
   }
+  // A rank outside the set (only reachable through a set mismatch) still
+  // needs its answer: appended, in rank order.
+  std::vector<Request> outside;
   for (auto& [rank, request] : entry.by_rank) {
-    // A rank outside the set (only reachable through a set mismatch) still
-    // needs its answer: append it.
-    if (!std::binary_search(response.ranks.begin(), response.ranks.end(), rank)) {
-      response.ranks.push_back(rank);
-      response.requests.push_back(std::move(request));
-    }
+    if (placed == entry.by_rank.size()) break;
+    if (!std::binary_search(response.ranks.begin(), response.ranks.end(), rank)) outside.push_back(std::move(request));
+  }
+  std::sort(outside.begin(), outside.end(), [](const Request& a, const Request& b) { return a.rank < b.rank; });
+  for (Request& request : outside) {
+    response.ranks.push_back(request.rank);
+    response.requests.push_back(std::move(request));
   }
   response.type = response.first().type;
   return response;
@@ -318,14 +341,13 @@ std::vector<Request> Negotiator::take(const std::string& name) {
   std::vector<Request> out;
   auto it = table_.find(name);
   if (it == table_.end()) return out;
-  for (auto& [rank, request] : extract(it).by_rank) out.push_back(std::move(request));
-  return out;
+  return inRankOrder(std::move(extract(it).by_rank));
 }
 
 std::vector<Request> Negotiator::takeAll() {
   std::vector<Request> out;
   for (auto& [name, entry] : table_) {
-    for (auto& [rank, request] : entry.by_rank) out.push_back(std::move(request));
+    for (Request& request : inRankOrder(std::move(entry.by_rank))) out.push_back(std::move(request));
   }
   table_.clear();
   calls_.clear();

@@ -32,6 +32,7 @@
 #include <map>
 #include <set>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "daemon/coordinator/process_set_table.h"
@@ -80,7 +81,9 @@ class Negotiator {
  private:
   struct Entry {
     int process_set_id = 0;
-    std::map<int, Request> by_rank;
+    // Hashed: a thousand nodes' ranks each look up their own entry every
+    // step (a tree's walk missed the cache at every level).
+    std::unordered_map<int, Request> by_rank;
     Clock::time_point first_seen;
     uint64_t sequence = 0;  // submission order of the first request
     uint64_t call = 0;      // the first request's call number (0: none)
