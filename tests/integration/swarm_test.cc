@@ -3,10 +3,12 @@
 // (tools/swarm) playing GRADSYNC_SWARM_FOLLOWERS follower daemons (256 by
 // default), one rank each: the job forms, every step's requests are
 // answered, the leader holds no thread per follower, and no coordination
-// message passes 1 MiB. Prints the swarm's figures.
+// message passes 1 MiB; with slow rounds, held requests stay in them.
+// Prints the swarm's figures.
 #include <cstdlib>
 #include <regex>
 #include <string>
+#include <vector>
 
 #include "gtest/gtest.h"
 #include "tests/testutil/daemon_fixture.h"
@@ -25,19 +27,40 @@ double field(const std::string& line, const std::string& name) {
   return std::stod(m[1].str());
 }
 
-TEST(SwarmTest, FollowersOfOneRankEachStepAgainstOneLeader) {
-  const int followers = envOr("GRADSYNC_SWARM_FOLLOWERS", 256);
-  const int tensors = envOr("GRADSYNC_SWARM_TENSORS", 161);
-  const int steps = envOr("GRADSYNC_SWARM_STEPS", 6);
+// What one run of the swarm against a real leader printed.
+struct SwarmRun {
+  std::string line;        // the swarm's figures
+  std::string leader_log;  // the leader's whole log, its job's end line in it
+  std::string ended;       // that end line
+};
+
+// Runs the swarm of `followers` against a fresh leader (its rank 0 runs
+// `steps` steps of `tensors` empty allreduces); fails the test on any
+// error.
+void runSwarm(int followers, int tensors, int steps, const std::vector<std::string>& swarm_flags, SwarmRun* run) {
   DaemonFixture leader;
   std::string error;
   ASSERT_TRUE(leader.start({"--peer-address", "127.0.0.1:0", "--join-timeout-seconds", "120"}, &error)) << error;
   const std::string job = "swarm";
-  Process swarm = Process::spawn({runfile("tools/swarm/swarm"), "--leader", leader.peerAddress(), "--leader-pid",
-                                  std::to_string(leader.process().pid()), "--job", job, "--token", "secret-token",
-                                  "--followers", std::to_string(followers), "--tensors", std::to_string(tensors),
-                                  "--steps", std::to_string(steps), "--timeout-s", "240"},
-                                 {}, leader.dir() + "/swarm.log");
+  std::vector<std::string> argv = {runfile("tools/swarm/swarm"),
+                                   "--leader",
+                                   leader.peerAddress(),
+                                   "--leader-pid",
+                                   std::to_string(leader.process().pid()),
+                                   "--job",
+                                   job,
+                                   "--token",
+                                   "secret-token",
+                                   "--followers",
+                                   std::to_string(followers),
+                                   "--tensors",
+                                   std::to_string(tensors),
+                                   "--steps",
+                                   std::to_string(steps),
+                                   "--timeout-s",
+                                   "240"};
+  argv.insert(argv.end(), swarm_flags.begin(), swarm_flags.end());
+  Process swarm = Process::spawn(argv, {}, leader.dir() + "/swarm.log");
   Process rank0 = leader.spawnRank(
       job, 0, followers + 1, {"empty_steps", std::to_string(steps), std::to_string(tensors)},
       {{"GRADSYNC_LEADER", leader.peerAddress()}, {"GRADSYNC_LOCAL_RANK", "0"}, {"GRADSYNC_LOCAL_SIZE", "1"}});
@@ -48,29 +71,53 @@ TEST(SwarmTest, FollowersOfOneRankEachStepAgainstOneLeader) {
   std::smatch m;
   const std::string log = swarm.log();
   ASSERT_TRUE(std::regex_search(log, m, std::regex("SWARM [^\n]*"))) << log;
-  const std::string line = m[0].str();
-  std::printf("%s\n", line.c_str());
-  // No thread per follower at the leader, joining or joined.
-  EXPECT_LT(field(line, "leader_threads"), 64) << line;
-  EXPECT_LT(field(line, "leader_threads_joining"), 64) << line;
-  EXPECT_LE(field(line, "largest_message"), 1 << 20) << line;
-  // Cached steps went by rounds through the leader (the swarm has no data
-  // plane): a small message per follower and round each way.
-  std::string leader_log;
+  run->line = m[0].str();
+  std::printf("%s\n", run->line.c_str());
   ASSERT_TRUE(waitFor(
       [&] {
-        leader_log = leader.log();
-        return leader_log.find("job 'swarm' ended") != std::string::npos;
+        run->leader_log = leader.log();
+        return run->leader_log.find("job 'swarm' ended") != std::string::npos;
       },
       std::chrono::seconds(10)))
-      << leader_log;
-  EXPECT_NE(leader_log.find("cached collectives run after rounds through the leader among the " +
-                            std::to_string(followers + 1) + " daemons"),
+      << run->leader_log;
+  ASSERT_TRUE(std::regex_search(run->leader_log, m, std::regex("job 'swarm' ended: [^\n]*"))) << run->leader_log;
+  run->ended = m[0].str();
+  std::printf("%s\n", run->ended.c_str());
+}
+
+TEST(SwarmTest, FollowersOfOneRankEachStepAgainstOneLeader) {
+  const int followers = envOr("GRADSYNC_SWARM_FOLLOWERS", 256);
+  SwarmRun run;
+  ASSERT_NO_FATAL_FAILURE(
+      runSwarm(followers, envOr("GRADSYNC_SWARM_TENSORS", 161), envOr("GRADSYNC_SWARM_STEPS", 6), {}, &run));
+  // No thread per follower at the leader, joining or joined.
+  EXPECT_LT(field(run.line, "leader_threads"), 64) << run.line;
+  EXPECT_LT(field(run.line, "leader_threads_joining"), 64) << run.line;
+  EXPECT_LE(field(run.line, "largest_message"), 1 << 20) << run.line;
+  // Cached steps went by rounds through the leader (the swarm has no data
+  // plane): a small message per follower and round each way.
+  EXPECT_NE(run.leader_log.find("cached collectives run after rounds through the leader among the " +
+                                std::to_string(followers + 1) + " daemons"),
             std::string::npos)
-      << leader_log;
-  EXPECT_LT(field(line, "follower_tx_bytes_per_step"), 1024) << line;
-  ASSERT_TRUE(std::regex_search(leader_log, m, std::regex("job 'swarm' ended: [^\n]*"))) << leader_log;
-  std::printf("%s\n", m[0].str().c_str());
+      << run.leader_log;
+  EXPECT_LT(field(run.line, "follower_tx_bytes_per_step"), 1024) << run.line;
+}
+
+// Rounds slower than the 200 ms a held request waits (each follower's part
+// leaves 300 ms late; its ranks begin each step 150 ms after the leader's,
+// so a step's first round runs nothing): the leader's rank holds its
+// requests through the next round instead of sending them to the leader's
+// negotiation, where the followers' never come (1,024 followers stalled
+// that way). Every cached step runs after the rounds; no request goes by
+// cache id.
+TEST(SwarmTest, SlowRoundsKeepHeldRequestsInTheRounds) {
+  constexpr int kTensors = 16, kSteps = 6;
+  SwarmRun run;
+  ASSERT_NO_FATAL_FAILURE(runSwarm(16, kTensors, kSteps, {"--part-delay-ms", "300", "--step-delay-ms", "150"}, &run));
+  EXPECT_NE(run.ended.find(" 0 response-cache hits"), std::string::npos) << run.leader_log;
+  EXPECT_NE(run.ended.find(" " + std::to_string((kSteps - 1) * kTensors) + " collectives run after them"),
+            std::string::npos)
+      << run.leader_log;
 }
 
 }  // namespace

@@ -41,6 +41,7 @@ struct Options {
   int tensors = 161;
   int steps = 20;
   int timeout_s = 300;
+  std::chrono::milliseconds step_delay{0};  // before each step after the first, the swarm's ranks wait
 };
 
 bool parse(int argc, char** argv, Options* options) {
@@ -58,6 +59,8 @@ bool parse(int argc, char** argv, Options* options) {
   options->tensors = std::stoi(get("--tensors", "161"));
   options->steps = std::stoi(get("--steps", "20"));
   options->timeout_s = std::stoi(get("--timeout-s", "300"));
+  options->job.part_delay = std::chrono::milliseconds(std::stoi(get("--part-delay-ms", "0")));
+  options->step_delay = std::chrono::milliseconds(std::stoi(get("--step-delay-ms", "0")));
   options->job.size = options->followers + 1;
   return !options->leader.empty() && !options->job.job_id.empty() && options->followers > 0 && options->steps > 2;
 }
@@ -283,6 +286,7 @@ int run(const Options& o) {
     }
     progress.reset();
     const auto start = Clock::now();
+    if (step > 0) std::this_thread::sleep_for(o.step_delay);
     for (auto& f : followers) f->submitStep(o.tensors);
     ok = progress.waitFor(o.followers, deadline, &why);
     if (step >= kWarmup) step_ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - start).count());
@@ -327,7 +331,7 @@ int main(int argc, char** argv) {
   if (!gradsync::swarm::parse(argc, argv, &options)) {
     std::fprintf(stderr,
                  "usage: swarm --leader HOST:PORT --leader-pid PID --job ID --token T --followers N "
-                 "[--tensors 161] [--steps 20 (> 2)] [--timeout-s 300]\n");
+                 "[--tensors 161] [--steps 20 (> 2)] [--timeout-s 300] [--part-delay-ms 0] [--step-delay-ms 0]\n");
     return 64;
   }
   // A connection per follower.

@@ -54,7 +54,7 @@ void SwarmFollower::submitStep(int tensors) {
       // Cached: the step's ids go into the rounds.
       ready_ = std::move(ids);
       held_since_ = std::chrono::steady_clock::now();
-      if (!in_round_) first = queueLocked(partLocked());
+      if (!in_round_) first = partOutLocked();
     } else if (static_cast<int>(ids.size()) == tensors) {
       // Cached, no rounds: each request by its id, merged into one message.
       first = queueLocked(requestsByIdLocked(ids));
@@ -94,9 +94,22 @@ void SwarmFollower::tick() {
   const v1::FollowerMessage* first = nullptr;
   {
     MutexLock lock(mutex_);
-    if (!in_round_) first = fallBackLocked();
+    if (delayed_part_ && std::chrono::steady_clock::now() >= part_due_) {
+      first = queueLocked(std::move(*delayed_part_));
+      delayed_part_.reset();
+    } else if (!in_round_) {
+      first = fallBackLocked();
+    }
   }
   if (first != nullptr) StartWrite(first);
+}
+
+const v1::FollowerMessage* SwarmFollower::partOutLocked() {
+  v1::FollowerMessage part = partLocked();
+  if (job_.part_delay.count() == 0) return queueLocked(std::move(part));
+  delayed_part_ = std::move(part);
+  part_due_ = std::chrono::steady_clock::now() + job_.part_delay;
+  return nullptr;
 }
 
 const v1::FollowerMessage* SwarmFollower::fallBackLocked() {
@@ -125,7 +138,7 @@ void SwarmFollower::onRound(const v1::RoundMessage& message) {
   {
     MutexLock lock(mutex_);
     if (message.kind() == v1::RoundMessage::BEGIN) {
-      if (message.round() == round_ && !in_round_) first = queueLocked(partLocked());
+      if (message.round() == round_ && !in_round_) first = partOutLocked();
     } else if (message.kind() == v1::RoundMessage::OUTCOME && message.round() == round_) {
       in_round_ = false;
       ++round_;
@@ -140,7 +153,7 @@ void SwarmFollower::onRound(const v1::RoundMessage& message) {
       // What is left is still wanted: this follower begins the next round,
       // unless it has waited too long.
       first = fallBackLocked();
-      if (!ready_.empty()) first = queueLocked(partLocked());
+      if (!ready_.empty()) first = partOutLocked();
     }
   }
   if (first != nullptr) StartWrite(first);

@@ -20,6 +20,7 @@
 #include <deque>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -35,6 +36,9 @@ struct SwarmJob {
   std::string job_id;
   std::string token;
   int size = 0;  // ranks: the leader's one and the swarm's
+  // Each PART leaves this much later (slow rounds, as on a loaded
+  // network); sent by tick, so in steps of its period.
+  std::chrono::milliseconds part_delay{0};
 };
 
 // What the followers tell the swarm.
@@ -56,8 +60,8 @@ class SwarmFollower : public grpc::ClientBidiReactor<v1::FollowerMessage, v1::Le
   // Forwards this rank's requests for `tensors` empty allreduces.
   void submitStep(int tensors);
   void heartbeat(int64_t now_ms);
-  // Between rounds, ids held for the rounds past the hold limit go to the
-  // leader as requests by cache id, as a follower daemon's do
+  // Sends a delayed PART that is due. Between rounds, ids held for the
+  // rounds past the hold limit go to the leader as requests by cache id, as a follower daemon's do
   // (daemon/server/job_steady_state.cc: 200 ms, or three of the slowest
   // recent rounds): the leader's own rank may have sent its requests
   // there, and then no round runs them.
@@ -88,6 +92,9 @@ class SwarmFollower : public grpc::ClientBidiReactor<v1::FollowerMessage, v1::Le
   v1::FollowerMessage partLocked() GS_REQUIRES(mutex_);
   // Requests queued; the caller writes the first if it returns it.
   const v1::FollowerMessage* queueLocked(v1::FollowerMessage message) GS_REQUIRES(mutex_);
+  // The PART of the current round out now, or held for part_delay (tick
+  // sends it); the caller writes the message if this returns it.
+  const v1::FollowerMessage* partOutLocked() GS_REQUIRES(mutex_);
   // Ids held past the hold limit go to the leader (see tick); the
   // caller writes the message if this returns it.
   const v1::FollowerMessage* fallBackLocked() GS_REQUIRES(mutex_);
@@ -112,7 +119,9 @@ class SwarmFollower : public grpc::ClientBidiReactor<v1::FollowerMessage, v1::Le
   std::chrono::steady_clock::time_point held_since_ GS_GUARDED_BY(mutex_);  // of ready_
   std::chrono::steady_clock::time_point part_sent_ GS_GUARDED_BY(mutex_);
   std::chrono::steady_clock::duration round_time_ GS_GUARDED_BY(mutex_){};  // decaying from the slowest
-  peer::BatchAssembler parts_;                                              // the reader's
+  std::optional<v1::FollowerMessage> delayed_part_ GS_GUARDED_BY(mutex_);
+  std::chrono::steady_clock::time_point part_due_ GS_GUARDED_BY(mutex_);
+  peer::BatchAssembler parts_;  // the reader's
   v1::LeaderMessage incoming_;
   std::atomic<int> waiting_{0};  // requests of the step not answered yet
   uint64_t handle_ = 0;
