@@ -245,6 +245,11 @@ v1::FollowerMessage::Request CoordinationCodec::compact(int rank, const v1::Enqu
 
 StatusOr<v1::Enqueue> CoordinationCodec::expand(const v1::FollowerMessage::Request& in) {
   if (in.cache_id() == 0) return in.enqueue();
+  ASSIGN_OR_RETURN(const coordinator::Request request, expandCached(in));
+  return coordinator::enqueueOf(request);
+}
+
+StatusOr<coordinator::Request> CoordinationCodec::expandCached(const v1::FollowerMessage::Request& in) {
   MutexLock lock(mutex_);
   const coordinator::Response* base = cache_.find(in.cache_id());
   const std::optional<size_t> at = base != nullptr ? indexOfRank(*base, in.rank()) : std::nullopt;
@@ -254,7 +259,7 @@ StatusOr<v1::Enqueue> CoordinationCodec::expand(const v1::FollowerMessage::Reque
     copy.offset = in.offset();
     copy.call = in.call();
     cache_hits_.fetch_add(1);
-    return coordinator::enqueueOf(copy);
+    return copy;
   }
   return dataLoss("job '" + job_id_ + "': a follower referred to unknown cached request " +
                   std::to_string(in.cache_id()) + " of rank " + std::to_string(in.rank()));

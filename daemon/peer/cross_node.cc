@@ -353,6 +353,15 @@ bool CrossNode::remoteRequest(const v1::FollowerMessage::Request& request) {
   // Of an epoch that ended: dropped (the follower fails it when it learns of
   // the new one).
   if (request.epoch() != 0 && request.epoch() != epoch()) return true;
+  if (request.cache_id() != 0) {
+    auto cached = codec_.expandCached(request);
+    if (!cached.isOk()) {
+      hooks_.on_failure(cached.status().message(), true);
+      return false;
+    }
+    hooks_.on_remote_cached(std::move(cached).value(), request.epoch());
+    return true;
+  }
   auto enqueue = codec_.expand(request);
   if (!enqueue.isOk()) {
     hooks_.on_failure(enqueue.status().message(), true);

@@ -82,6 +82,9 @@ class CrossNode : public NodeEndpoints {
     // Leader: a follower's rank submitted a request of `epoch` (0: not
     // elastic); the job drops it when its own epoch has moved on meanwhile.
     std::function<void(int rank, const v1::Enqueue&, uint64_t epoch)> on_remote_request;
+    // Leader: the same, by cache id: the cached request of the rank (checked
+    // when first negotiated) with this step's handle, offset and call.
+    std::function<void(coordinator::Request request, uint64_t epoch)> on_remote_cached;
     // The job failed elsewhere (a rank left or died: node_lost false), or a
     // node or the leader was lost (node_lost true).
     std::function<void(const std::string& cause, bool node_lost)> on_failure;

@@ -12,6 +12,7 @@
 #include <future>
 #include <thread>
 
+#include "daemon/coordinator/request_wire.h"
 #include "daemon/peer/coordinate_reactor.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -172,6 +173,9 @@ struct Daemon {
     };
     hooks.on_remote_request = [this](int rank, const v1::Enqueue& enqueue, uint64_t epoch) {
       recorder.remoteRequest(rank, enqueue, epoch);
+    };
+    hooks.on_remote_cached = [this](coordinator::Request request, uint64_t epoch) {
+      recorder.remoteRequest(request.rank, coordinator::enqueueOf(request), epoch);
     };
     hooks.on_failure = [this](const std::string& cause, bool node_lost) { recorder.failure(cause, node_lost); };
     cross = std::make_unique<CrossNode>(std::move(options), std::move(hooks));

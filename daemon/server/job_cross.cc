@@ -39,7 +39,15 @@ void Job::startCrossNodeIfComplete() {
 
 void Job::submitRemote(int rank, const v1::Enqueue& enqueue, uint64_t epoch) {
   // Its arena lives on the other node, which checked the range.
-  auto request = validateEnqueue(enqueue, enqueueContext(rank, nullptr, /*remote=*/true));
+  admitRemote(rank, validateEnqueue(enqueue, enqueueContext(rank, nullptr, /*remote=*/true)), &enqueue, epoch);
+}
+
+void Job::submitRemoteCached(coordinator::Request request, uint64_t epoch) {
+  const int rank = request.rank;
+  admitRemote(rank, std::move(request), nullptr, epoch);
+}
+
+void Job::admitRemote(int rank, StatusOr<coordinator::Request> request, const v1::Enqueue* enqueue, uint64_t epoch) {
   Outbox outbox;
   std::vector<coordinator::Response> unused;
   {
@@ -56,12 +64,13 @@ void Job::submitRemote(int rank, const v1::Enqueue& enqueue, uint64_t epoch) {
       return;
     }
     if (!request.isOk()) {
-      failRequestLocked(coordinator::requestOf(rank, enqueue),
+      coordinator::Request named;  // (only a checked enqueue fails here)
+      named.rank = rank;
+      failRequestLocked(enqueue != nullptr ? coordinator::requestOf(rank, *enqueue) : named,
                         Status(request.status().code(), "job '" + spec_.job_id + "' " + request.status().message()),
                         &outbox);
     } else if (!failure_.empty() || stopping_) {
-      failRequestLocked(coordinator::requestOf(rank, enqueue), aborted("job '" + spec_.job_id + "': " + failure_),
-                        &outbox);
+      failRequestLocked(*request, aborted("job '" + spec_.job_id + "': " + failure_), &outbox);
     } else {
       submitToCoordinator(nullptr, std::move(request).value(), &outbox, &unused);
     }
