@@ -14,9 +14,10 @@
 #     with N ranks in the same run, and one node of N lost (SIGKILL):
 #     detection and recovery;
 #  3. the swarm (tools/swarm): one real leader against SWARM (default
-#     128,256,512,1024) simulated follower daemons of one rank each, steps
-#     of 161 empty allreduces: step time, the leader's CPU, threads and
-#     memory, bytes per step.
+#     128,256,512,1024) simulated follower daemons of one rank each, and
+#     the most of them again with 8 ranks each, steps of 161 empty
+#     allreduces: the first step's time, a cached step's, the leader's
+#     CPU, threads and memory, bytes per step.
 #   scripts/scale_lab.sh            NODES=2,4,8,16,32 SWARM=256 scripts/scale_lab.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -34,10 +34,11 @@ struct SwarmRun {
   std::string ended;       // that end line
 };
 
-// Runs the swarm of `followers` against a fresh leader (its rank 0 runs
-// `steps` steps of `tensors` empty allreduces); fails the test on any
-// error.
-void runSwarm(int followers, int tensors, int steps, const std::vector<std::string>& swarm_flags, SwarmRun* run) {
+// Runs the swarm of `followers` (of `ranks_per_follower` ranks each)
+// against a fresh leader (its rank 0 runs `steps` steps of `tensors` empty
+// allreduces); fails the test on any error.
+void runSwarm(int followers, int tensors, int steps, const std::vector<std::string>& swarm_flags, SwarmRun* run,
+              int ranks_per_follower = 1) {
   DaemonFixture leader;
   std::string error;
   ASSERT_TRUE(leader.start({"--peer-address", "127.0.0.1:0", "--join-timeout-seconds", "120"}, &error)) << error;
@@ -60,9 +61,10 @@ void runSwarm(int followers, int tensors, int steps, const std::vector<std::stri
                                    "--timeout-s",
                                    "240"};
   argv.insert(argv.end(), swarm_flags.begin(), swarm_flags.end());
+  argv.insert(argv.end(), {"--ranks-per-follower", std::to_string(ranks_per_follower)});
   Process swarm = Process::spawn(argv, {}, leader.dir() + "/swarm.log");
   Process rank0 = leader.spawnRank(
-      job, 0, followers + 1, {"empty_steps", std::to_string(steps), std::to_string(tensors)},
+      job, 0, followers * ranks_per_follower + 1, {"empty_steps", std::to_string(steps), std::to_string(tensors)},
       {{"GRADSYNC_LEADER", leader.peerAddress()}, {"GRADSYNC_LOCAL_RANK", "0"}, {"GRADSYNC_LOCAL_SIZE", "1"}});
   const int swarm_code = swarm.wait(std::chrono::seconds(270));
   const int rank0_code = rank0.wait(std::chrono::seconds(30));
@@ -100,6 +102,19 @@ TEST(SwarmTest, FollowersOfOneRankEachStepAgainstOneLeader) {
                                 std::to_string(followers + 1) + " daemons"),
             std::string::npos)
       << run.leader_log;
+  EXPECT_LT(field(run.line, "follower_tx_bytes_per_step"), 1024) << run.line;
+}
+
+// Followers of 8 ranks each (a node of 8 GPUs): each step's requests of
+// all its ranks in one message, then one PART per round whatever its ranks.
+TEST(SwarmTest, FollowersOfEightRanksEachStepAgainstOneLeader) {
+  SwarmRun run;
+  ASSERT_NO_FATAL_FAILURE(runSwarm(32, 161, 4, {}, &run, /*ranks_per_follower=*/8));
+  EXPECT_EQ(field(run.line, "ranks_per_follower"), 8) << run.line;
+  EXPECT_NE(run.leader_log.find("cached collectives run after rounds through the leader among the 33 daemons"),
+            std::string::npos)
+      << run.leader_log;
+  EXPECT_NE(run.ended.find(" 483 collectives run after them"), std::string::npos) << run.leader_log;  // 3 x 161
   EXPECT_LT(field(run.line, "follower_tx_bytes_per_step"), 1024) << run.line;
 }
 

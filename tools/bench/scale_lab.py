@@ -229,13 +229,13 @@ def lose_one(args, n):
         daemons.stop()
 
 
-def swarm(args, followers, flags=(), steps=20, tensors=161):
+def swarm(args, followers, flags=(), steps=20, tensors=161, ranks_per_follower=1):
     """One real leader (its rank runs the worker's empty_steps) and the swarm playing `followers` follower
-    daemons of one rank each: the swarm's figures line (tools/swarm/swarm.cc)."""
+    daemons of `ranks_per_follower` ranks each: the swarm's figures line (tools/swarm/swarm.cc)."""
     daemons = Daemons(args.daemon, 1, flags)
     try:
         env = dict(os.environ, GRADSYNC_SOCKET=daemons.socket(0), GRADSYNC_JOB_ID="scale-swarm",
-                   GRADSYNC_TOKEN="scale", GRADSYNC_RANK="0", GRADSYNC_SIZE=str(followers + 1),
+                   GRADSYNC_TOKEN="scale", GRADSYNC_RANK="0", GRADSYNC_SIZE=str(followers * ranks_per_follower + 1),
                    GRADSYNC_LOCAL_RANK="0", GRADSYNC_LOCAL_SIZE="1", GRADSYNC_LEADER=daemons.leader,
                    GRADSYNC_ARENA_BYTES=str(64 << 20))
         with open(os.path.join(daemons.dir, "rank0.log"), "w") as out:
@@ -243,7 +243,8 @@ def swarm(args, followers, flags=(), steps=20, tensors=161):
                                      stderr=subprocess.STDOUT)
         done = subprocess.run([args.swarm, "--leader", daemons.leader, "--leader-pid", str(daemons.procs[0].pid),
                                "--job", "scale-swarm", "--token", "scale", "--followers", str(followers),
-                               "--tensors", str(tensors), "--steps", str(steps), "--timeout-s", "300"],
+                               "--tensors", str(tensors), "--steps", str(steps), "--timeout-s", "300",
+                               "--ranks-per-follower", str(ranks_per_follower)],
                               capture_output=True, text=True, timeout=360)
         rank0.wait(timeout=60)
         line = re.search(r"SWARM .*", done.stdout)
@@ -275,6 +276,8 @@ def main():
     ap.add_argument("--lose-one", action="store_true")
     ap.add_argument("--swarm", help="tools/swarm:swarm, for --swarm-followers")
     ap.add_argument("--swarm-followers", default="", help="e.g. 128,256,512,1024")
+    ap.add_argument("--swarm-ranks", type=int, default=8,
+                    help="and the most followers again with this many ranks each (rounds only; 1: not)")
     args = ap.parse_args()
     rows = []
     for n in [int(x) for x in args.nodes.split(",") if x]:
@@ -314,18 +317,25 @@ def main():
                   " | | | | | |")
     if args.swarm and args.swarm_followers:
         print()
-        print("| followers | cached steps | step (median, p90) | leader CPU/step | leader threads joining / running |"
-              " leader RSS | leader egress B/step | follower B/step out / in | largest msg | rounds/step |")
-        print("|---|---|---|---|---|---|---|---|---|---|")
-        for followers, mode in [(int(x), m) for x in args.swarm_followers.split(",") for m in ("rounds", "requests")]:
+        print("| followers | cached steps | first step | step (median, p90) | leader CPU/step |"
+              " leader threads joining / running | leader RSS | leader egress B/step | follower B/step out / in |"
+              " largest msg | rounds/step |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|")
+        counts = [int(x) for x in args.swarm_followers.split(",") if x]
+        cases = [(n, m, 1) for n in counts for m in ("rounds", "requests")]
+        if counts and args.swarm_ranks > 1:
+            cases.append((max(counts), "rounds", args.swarm_ranks))
+        for followers, mode, ranks in cases:
             flags = ("--steady-state", "leader") if mode == "requests" else ()
-            f, error = swarm(args, followers, flags)
+            f, error = swarm(args, followers, flags, ranks_per_follower=ranks)
             what = "rounds through the leader" if mode == "rounds" else "requests by cache id (--steady-state leader)"
+            who = f"{followers}" if ranks == 1 else f"{followers} x {ranks} ranks"
             if f is None:
-                print(f"| {followers} | {what} | FAILED: {error.strip().splitlines()[-1] if error.strip() else '?'} |"
-                      " | | | | | | |")
+                print(f"| {who} | {what} | FAILED: {error.strip().splitlines()[-1] if error.strip() else '?'} |"
+                      " | | | | | | | |")
                 continue
-            print(f"| {followers} | {what} | {float(f['step_ms_median']):.1f} ms, {float(f['step_ms_p90']):.1f} ms |"
+            print(f"| {who} | {what} | {float(f['first_step_ms']):.0f} ms |"
+                  f" {float(f['step_ms_median']):.1f} ms, {float(f['step_ms_p90']):.1f} ms |"
                   f" {float(f['leader_cpu_ms_per_step']):.1f} ms | {f['leader_threads_joining']} /"
                   f" {f['leader_threads']} | {float(f['leader_rss_mib']):.0f} MiB |"
                   f" {float(f['leader_egress_bytes_per_step']):.0f} | {float(f['follower_tx_bytes_per_step']):.0f} /"

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// The swarm: one process that plays many follower daemons, one rank each,
-// against one real leader (gradsyncd, whose own rank runs the worker's
+// The swarm: one process that plays many follower daemons (one rank each,
+// or --ranks-per-follower) against one real leader (gradsyncd, whose own rank runs the worker's
 // empty_steps scenario). It joins them all, opens their coordination
 // streams, sends their heartbeats, and runs steps of empty allreduces
 // (the control plane alone), then prints one line of figures: formation
@@ -9,6 +9,7 @@
 //
 //   swarm --leader HOST:PORT --leader-pid PID --job ID --token T
 //         --followers N [--tensors 161] [--steps 20] [--timeout-s 300]
+//         [--ranks-per-follower 1] [--part-delay-ms 0] [--step-delay-ms 0]
 #include <grpcpp/grpcpp.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -61,8 +62,10 @@ bool parse(int argc, char** argv, Options* options) {
   options->timeout_s = std::stoi(get("--timeout-s", "300"));
   options->job.part_delay = std::chrono::milliseconds(std::stoi(get("--part-delay-ms", "0")));
   options->step_delay = std::chrono::milliseconds(std::stoi(get("--step-delay-ms", "0")));
-  options->job.size = options->followers + 1;
-  return !options->leader.empty() && !options->job.job_id.empty() && options->followers > 0 && options->steps > 2;
+  options->job.ranks_per_follower = std::stoi(get("--ranks-per-follower", "1"));
+  options->job.size = options->followers * options->job.ranks_per_follower + 1;
+  return !options->leader.empty() && !options->job.job_id.empty() && options->followers > 0 && options->steps > 2 &&
+         options->job.ranks_per_follower > 0;
 }
 
 // The leader's process as /proc tells it.
@@ -209,7 +212,7 @@ bool joinAll(const std::vector<std::unique_ptr<SwarmFollower>>& followers,
       return false;
     }
     for (const auto& node : responses[i].nodes()) {
-      if (node.ranks_size() == 1 && node.ranks(0) == followers[i]->rank()) (*cross_ranks)[i] = node.cross_rank();
+      if (node.ranks_size() > 0 && node.ranks(0) == followers[i]->rank()) (*cross_ranks)[i] = node.cross_rank();
     }
   }
   // Rounds through the leader where every node offers them (the swarm's do;
@@ -231,7 +234,7 @@ int run(const Options& o) {
   std::vector<std::shared_ptr<grpc::Channel>> channels;
   std::vector<std::unique_ptr<v1::Peer::Stub>> stubs;
   for (int i = 0; i < o.followers; ++i) {
-    followers.push_back(std::make_unique<SwarmFollower>(o.job, i + 1, &events));
+    followers.push_back(std::make_unique<SwarmFollower>(o.job, 1 + i * o.job.ranks_per_follower, &events));
     channels.push_back(nodeChannel(o.leader, i));
     stubs.push_back(v1::Peer::NewStub(channels.back()));
   }
@@ -276,6 +279,7 @@ int run(const Options& o) {
 
   constexpr int kWarmup = 2;  // the first step negotiates in full; the cache serves the rest
   std::vector<double> step_ms;
+  double first_step_ms = 0;  // negotiated in full, rank by rank
   ProcessSample before;
   std::vector<SwarmFollower::Traffic> traffic_before(followers.size());
   bool ok = true;
@@ -289,7 +293,9 @@ int run(const Options& o) {
     if (step > 0) std::this_thread::sleep_for(o.step_delay);
     for (auto& f : followers) f->submitStep(o.tensors);
     ok = progress.waitFor(o.followers, deadline, &why);
-    if (step >= kWarmup) step_ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - start).count());
+    const double took_ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+    if (step == 0) first_step_ms = took_ms;
+    if (step >= kWarmup) step_ms.push_back(took_ms);
   }
   const ProcessSample after = sample(o.leader_pid);
   progress.over();
@@ -310,15 +316,17 @@ int run(const Options& o) {
     largest = std::max(largest, static_cast<double>(t.largest_received));
   }
   std::printf(
-      "SWARM followers=%d rounds=%d tensors=%d steps=%d formed_s=%.2f step_ms_median=%.2f step_ms_p90=%.2f "
+      "SWARM followers=%d ranks_per_follower=%d rounds=%d tensors=%d steps=%d formed_s=%.2f first_step_ms=%.1f "
+      "step_ms_median=%.2f "
+      "step_ms_p90=%.2f "
       "step_ms_max=%.2f "
       "leader_cpu_ms_per_step=%.2f leader_threads_joining=%d leader_threads=%d leader_rss_mib=%.1f "
       "leader_peak_rss_mib=%.1f leader_egress_bytes_per_step=%.0f follower_rx_bytes_per_step=%.0f "
       "follower_tx_bytes_per_step=%.0f largest_message=%.0f\n",
-      o.followers, rounds ? 1 : 0, o.tensors, o.steps, formed_s, percentile(step_ms, 0.5), percentile(step_ms, 0.9),
-      percentile(step_ms, 1.0), (after.cpu_seconds - before.cpu_seconds) * 1e3 / measured, threads_joining.load(),
-      after.threads, after.rss_mib, after.peak_rss_mib, rx / measured, rx / measured / o.followers,
-      tx / measured / o.followers, largest);
+      o.followers, o.job.ranks_per_follower, rounds ? 1 : 0, o.tensors, o.steps, formed_s, first_step_ms,
+      percentile(step_ms, 0.5), percentile(step_ms, 0.9), percentile(step_ms, 1.0),
+      (after.cpu_seconds - before.cpu_seconds) * 1e3 / measured, threads_joining.load(), after.threads, after.rss_mib,
+      after.peak_rss_mib, rx / measured, rx / measured / o.followers, tx / measured / o.followers, largest);
   std::fflush(stdout);
   return 0;
 }
@@ -331,7 +339,8 @@ int main(int argc, char** argv) {
   if (!gradsync::swarm::parse(argc, argv, &options)) {
     std::fprintf(stderr,
                  "usage: swarm --leader HOST:PORT --leader-pid PID --job ID --token T --followers N "
-                 "[--tensors 161] [--steps 20 (> 2)] [--timeout-s 300] [--part-delay-ms 0] [--step-delay-ms 0]\n");
+                 "[--tensors 161] [--steps 20 (> 2)] [--timeout-s 300] [--part-delay-ms 0] [--step-delay-ms 0] "
+                 "[--ranks-per-follower 1]\n");
     return 64;
   }
   // A connection per follower.

@@ -19,8 +19,10 @@ v1::JoinJobRequest SwarmFollower::joinRequest() const {
   v1::NodeInfo* node = request.mutable_node();
   node->set_peer_address(address_);
   node->set_hostname("swarm-" + std::to_string(rank_));
-  node->add_ranks(rank_);
-  node->add_pids(1000000 + rank_);
+  for (int r = rank_; r < rank_ + job_.ranks_per_follower; ++r) {
+    node->add_ranks(r);
+    node->add_pids(1000000 + r);
+  }
   node->set_ucx_address("");             // no data plane: the tensors are empty
   node->set_steady_state_rounds(false);  // no data plane: rounds through the leader
   node->set_leader_rounds(true);
@@ -62,16 +64,18 @@ void SwarmFollower::submitStep(int tensors) {
       // As a follower daemon's link merges the requests its ranks submitted
       // while it wrote: here the whole step at once.
       v1::FollowerMessage message;
-      for (int t = 0; t < tensors; ++t) {
-        v1::FollowerMessage::Request* request = message.mutable_requests()->add_requests();
-        request->set_rank(rank_);
-        v1::Enqueue* enqueue = request->mutable_enqueue();
-        enqueue->set_name("empty." + std::to_string(t));
-        enqueue->set_type(v1::ALLREDUCE);
-        enqueue->set_dtype(v1::FLOAT32);
-        enqueue->add_shape(0);
-        enqueue->set_op(v1::SUM);
-        enqueue->set_handle(++handle_);
+      for (int r = rank_; r < rank_ + job_.ranks_per_follower; ++r) {
+        for (int t = 0; t < tensors; ++t) {
+          v1::FollowerMessage::Request* request = message.mutable_requests()->add_requests();
+          request->set_rank(r);
+          v1::Enqueue* enqueue = request->mutable_enqueue();
+          enqueue->set_name("empty." + std::to_string(t));
+          enqueue->set_type(v1::ALLREDUCE);
+          enqueue->set_dtype(v1::FLOAT32);
+          enqueue->add_shape(0);
+          enqueue->set_op(v1::SUM);
+          enqueue->set_handle(++handle_);
+        }
       }
       first = queueLocked(std::move(message));
     }
@@ -81,11 +85,13 @@ void SwarmFollower::submitStep(int tensors) {
 
 v1::FollowerMessage SwarmFollower::requestsByIdLocked(const std::vector<uint64_t>& ids) {
   v1::FollowerMessage message;
-  for (uint64_t id : ids) {
-    v1::FollowerMessage::Request* request = message.mutable_requests()->add_requests();
-    request->set_rank(rank_);
-    request->set_cache_id(id);
-    request->set_handle(++handle_);
+  for (int r = rank_; r < rank_ + job_.ranks_per_follower; ++r) {
+    for (uint64_t id : ids) {
+      v1::FollowerMessage::Request* request = message.mutable_requests()->add_requests();
+      request->set_rank(r);
+      request->set_cache_id(id);
+      request->set_handle(++handle_);
+    }
   }
   return message;
 }
@@ -273,12 +279,13 @@ void SwarmFollower::onBatch(const v1::Batch& batch) {
         }
         mine = known->second;
       } else if (r.uniform()) {
-        mine = r.uniform_ranks_size() > 0
-                   ? std::find(r.uniform_ranks().begin(), r.uniform_ranks().end(), rank_) != r.uniform_ranks().end()
-                   : rank_ >= r.uniform_first() && rank_ < r.uniform_first() + r.uniform_count();
+        mine =
+            r.uniform_ranks_size() > 0
+                ? std::any_of(r.uniform_ranks().begin(), r.uniform_ranks().end(), [&](int x) { return holds(x); })
+                : rank_ < r.uniform_first() + r.uniform_count() && r.uniform_first() < rank_ + job_.ranks_per_follower;
       } else {
         mine = std::any_of(r.requests().begin(), r.requests().end(),
-                           [&](const auto& request) { return request.rank() == rank_; });
+                           [&](const auto& request) { return holds(request.rank()); });
       }
       if (!r.cached() && r.cache_id() != 0) {
         id_of_name_[r.name()] = r.cache_id();

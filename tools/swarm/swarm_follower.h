@@ -35,7 +35,8 @@ namespace gradsync::swarm {
 struct SwarmJob {
   std::string job_id;
   std::string token;
-  int size = 0;  // ranks: the leader's one and the swarm's
+  int size = 0;                // ranks: the leader's one and the swarm's
+  int ranks_per_follower = 1;  // each follower's ranks, numbered in a row
   // Each PART leaves this much later (slow rounds, as on a loaded
   // network); sent by tick, so in steps of its period.
   std::chrono::milliseconds part_delay{0};
@@ -49,15 +50,18 @@ struct FollowerEvents {
 
 class SwarmFollower : public grpc::ClientBidiReactor<v1::FollowerMessage, v1::LeaderMessage> {
  public:
+  // The follower of ranks [rank, rank + job.ranks_per_follower).
   SwarmFollower(const SwarmJob& job, int rank, FollowerEvents* events);
 
-  int rank() const { return rank_; }
+  int rank() const { return rank_; }  // its first
+  // Whether `rank` is one of its ranks.
+  bool holds(int rank) const { return rank >= rank_ && rank < rank_ + job_.ranks_per_follower; }
   v1::JoinJobRequest joinRequest() const;
   // Opens the coordination stream as node `cross_rank` over `stub`; cached
   // steps go by rounds through the leader when the job runs them (every
   // node offered them), else as requests by cache id.
   void open(v1::Peer::Stub* stub, int cross_rank, bool rounds);
-  // Forwards this rank's requests for `tensors` empty allreduces.
+  // Forwards its ranks' requests for `tensors` empty allreduces.
   void submitStep(int tensors);
   void heartbeat(int64_t now_ms);
   // Sends a delayed PART that is due. Between rounds, ids held for the
