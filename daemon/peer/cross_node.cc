@@ -279,8 +279,12 @@ class CrossNode::ServedFollower : public FollowerSession {
 grpc::Status CrossNode::serveFollower(const v1::FollowerMessage& hello, std::shared_ptr<FollowerStream> stream,
                                       std::unique_ptr<FollowerSession>* session) {
   std::shared_ptr<Follower> follower;
-  if (grpc::Status attached = attachFollower(hello, std::move(stream), &follower); !attached.ok()) return attached;
-  formed_cv_.notify_all();  // broadcast() waits for every follower
+  std::optional<SharedMessage> failure;
+  if (grpc::Status attached = attachFollower(hello, std::move(stream), &follower, &failure); !attached.ok()) {
+    return attached;
+  }
+  if (failure) follower->stream.send(*failure);  // announced before it attached
+  formed_cv_.notify_all();                       // broadcast() waits for every follower
   *session = std::make_unique<ServedFollower>(this, std::move(follower));
   return grpc::Status::OK;
 }
@@ -297,7 +301,7 @@ grpc::Status CrossNode::followerMessage(Follower* follower, const v1::FollowerMe
 }
 
 grpc::Status CrossNode::attachFollower(const v1::FollowerMessage& hello, std::shared_ptr<FollowerStream> stream,
-                                       std::shared_ptr<Follower>* attached) {
+                                       std::shared_ptr<Follower>* attached, std::optional<SharedMessage>* failure) {
   auto follower = std::make_shared<Follower>();
   MutexLock lock(mutex_);
   const int cross_rank = hello.hello().cross_rank();
@@ -318,6 +322,7 @@ grpc::Status CrossNode::attachFollower(const v1::FollowerMessage& hello, std::sh
   follower->stream.attach(std::move(stream));
   follower->last_heard_ms = nowMs(CrossClock::now());
   *attached = std::move(follower);
+  *failure = announced_failure_;  // (announceFailure sends to the followers attached under the same lock)
   return grpc::Status::OK;
 }
 
@@ -483,12 +488,13 @@ void CrossNode::announceFailure(const std::string& text, bool node_lost) {
     v1::LeaderMessage message;
     message.mutable_failure()->set_message(text);
     message.mutable_failure()->set_node_lost(node_lost);
+    const SharedMessage shared = share(std::move(message));
     std::vector<std::shared_ptr<Follower>> followers;
     {
       MutexLock lock(mutex_);
       followers = streamsLocked(/*candidates=*/true);  // their new ranks wait in vain otherwise
+      announced_failure_ = shared;
     }
-    const SharedMessage shared = share(std::move(message));
     for (auto& f : followers) f->stream.send(shared);
   } else {
     v1::FollowerMessage message;

@@ -275,7 +275,8 @@ class CrossNode : public NodeEndpoints {
   // cut it): a candidate is forgotten, a member's node lost, or its ranks
   // finished.
   grpc::Status attachFollower(const v1::FollowerMessage& hello, std::shared_ptr<FollowerStream> stream,
-                              std::shared_ptr<Follower>* attached) GS_EXCLUDES(mutex_);
+                              std::shared_ptr<Follower>* attached, std::optional<SharedMessage>* failure)
+      GS_EXCLUDES(mutex_);
   grpc::Status followerMessage(Follower* follower, const v1::FollowerMessage& message) GS_EXCLUDES(mutex_);
   void onFollowerMessage(Follower* follower, const v1::FollowerMessage& message) GS_EXCLUDES(mutex_);
   // Leader: a follower's rank's request, to the job (dropped when of an
@@ -411,6 +412,9 @@ class CrossNode : public NodeEndpoints {
   bool stopping_ GS_GUARDED_BY(mutex_) = false;
   bool failure_announced_ GS_GUARDED_BY(mutex_) = false;
   bool node_lost_announced_ GS_GUARDED_BY(mutex_) = false;
+  // Leader: the failure it announced last, for a follower whose stream
+  // attaches after it (it would otherwise wait on for the job).
+  std::optional<SharedMessage> announced_failure_ GS_GUARDED_BY(mutex_);
   // This node learnt that the leader removed it: its failure is its own,
   // and announcing it could fail nodes that have not yet heard of the
   // removal (their epoch still counts this node as a member).
