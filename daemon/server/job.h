@@ -30,6 +30,7 @@
 #include "daemon/peer/cross_node.h"
 #include "daemon/peer/data_plane.h"
 #include "daemon/peer/fast_rounds.h"
+#include "daemon/peer/hold_limit.h"
 #include "daemon/peer/round_exchange.h"
 #include "daemon/server/batch_queue.h"
 #include "daemon/server/batch_runner.h"
@@ -247,9 +248,6 @@ class Job {
     Clock::time_point wake_by;
   };
   SteadyPass prepareSteadyPass(bool leader) GS_EXCLUDES(mutex_);
-  // How long a request is held for the rounds before it goes to the
-  // leader (executor thread).
-  Clock::duration steadyHoldLimit() const;
   // One round: this daemon's part (the leader broadcasts its batch first),
   // then the leader's batches up to the round's sequence and the cached
   // collectives every daemon is ready for; false when the job ends.
@@ -386,9 +384,9 @@ class Job {
   std::atomic<uint64_t> steady_rounds_done_{0};
   std::atomic<uint64_t> steady_round_messages_{0};
   std::atomic<uint64_t> steady_round_collectives_{0};  // run after the rounds
-  // The recent rounds' duration, decaying from the slowest (executor
-  // thread only): how long a held request waits (steadyHoldLimit).
-  Clock::duration steady_round_time_{};
+  // How long a held request waits for the rounds, from their recent
+  // durations (executor thread only).
+  peer::HoldLimit steady_hold_;
   // The cost of a message among the daemons, as last measured (executor
   // thread; read by info()).
   std::atomic<double> link_latency_us_{0};

@@ -11,25 +11,11 @@
 
 #include "daemon/common/logging.h"
 #include "daemon/peer/fast_rounds.h"
+#include "daemon/peer/hold_limit.h"
 #include "daemon/server/job.h"
 
 namespace gradsync::server {
 namespace {
-// A request held this long goes to the leader (another node's rank may
-// never submit it this way: it joined, or its metadata differs). Ranks of
-// a training job drift tens of milliseconds apart on busy CPUs: at 20 ms
-// most gradients went to the leader after waiting, and a ResNet-18 step
-// across two daemons took 315-321 ms against 292-296 ms through the leader
-// alone; at 200 ms, 290-296 ms.
-constexpr auto kHoldLimit = std::chrono::milliseconds(200);
-// When rounds take longer (hundreds of daemons through the leader on a busy
-// machine: 150-250 ms a round at 1,024), a request waits this many of the
-// slowest recent rounds: one that just missed a round is offered in the
-// next, and must not leave for the leader meanwhile, where the others'
-// requests never come while their rounds go on. Capped well below the
-// stall deadline.
-constexpr int kHoldRounds = 3;
-constexpr auto kHoldCap = std::chrono::seconds(10);
 // The rounds' batches tag their rings apart from the leader's batches.
 constexpr uint64_t kRoundSequenceBase = uint64_t{1} << 40;
 
@@ -159,7 +145,7 @@ Job::SteadyPass Job::prepareSteadyPass(bool leader) {
       pass.stop = true;
       return pass;
     }
-    const Clock::duration hold_limit = steadyHoldLimit();
+    const Clock::duration hold_limit = steady_hold_.limit();
     for (auto& held : steady_.takeOlderThan(Clock::now() - hold_limit)) {
       std::vector<coordinator::Response> unused;
       submitToCoordinator(held.session, std::move(held.request), &outbox, &unused, /*steady=*/false);
@@ -176,10 +162,6 @@ Job::SteadyPass Job::prepareSteadyPass(bool leader) {
     queue_.finished();
   }
   return pass;
-}
-
-Clock::duration Job::steadyHoldLimit() const {
-  return std::clamp<Clock::duration>(kHoldRounds * steady_round_time_, kHoldLimit, kHoldCap);
 }
 
 bool Job::steadyRound(peer::RoundExchange& rounds, bool leader) {
@@ -209,8 +191,7 @@ bool Job::steadyRound(peer::RoundExchange& rounds, bool leader) {
   const uint64_t sent_before = rounds.messagesSent();
   const auto began = Clock::now();
   auto outcome = rounds.exchange(ready, part, began + limits_.transfer_timeout);
-  const Clock::duration took = Clock::now() - began;
-  steady_round_time_ = std::max(took, steady_round_time_ - steady_round_time_ / 8);
+  steady_hold_.roundTook(Clock::now() - began);
   steady_rounds_done_.fetch_add(1, std::memory_order_relaxed);
   steady_round_messages_.fetch_add(rounds.messagesSent() - sent_before, std::memory_order_relaxed);
   if (!outcome.isOk()) {

@@ -119,9 +119,7 @@ const v1::FollowerMessage* SwarmFollower::partOutLocked() {
 }
 
 const v1::FollowerMessage* SwarmFollower::fallBackLocked() {
-  const auto limit = std::clamp<std::chrono::steady_clock::duration>(3 * round_time_, std::chrono::milliseconds(200),
-                                                                     std::chrono::seconds(10));
-  if (ready_.empty() || std::chrono::steady_clock::now() - held_since_ < limit) return nullptr;
+  if (ready_.empty() || std::chrono::steady_clock::now() - held_since_ < hold_.limit()) return nullptr;
   const v1::FollowerMessage* first = queueLocked(requestsByIdLocked(ready_));
   ready_.clear();
   return first;
@@ -148,8 +146,7 @@ void SwarmFollower::onRound(const v1::RoundMessage& message) {
     } else if (message.kind() == v1::RoundMessage::OUTCOME && message.round() == round_) {
       in_round_ = false;
       ++round_;
-      const auto took = std::chrono::steady_clock::now() - part_sent_;
-      round_time_ = std::max<std::chrono::steady_clock::duration>(took, round_time_ - round_time_ / 8);
+      hold_.roundTook(std::chrono::steady_clock::now() - part_sent_);
       const std::vector<uint64_t> ran = peer::bitsToIds(message.bits().data(), message.bits_size());
       const auto before = ready_.size();
       ready_.erase(std::remove_if(ready_.begin(), ready_.end(),

@@ -28,6 +28,7 @@
 #include "base/mutex.h"
 #include "base/thread_annotations.h"
 #include "daemon/peer/batch_parts.h"
+#include "daemon/peer/hold_limit.h"
 #include "proto/gradsync/v1/peer.grpc.pb.h"
 
 namespace gradsync::swarm {
@@ -65,10 +66,9 @@ class SwarmFollower : public grpc::ClientBidiReactor<v1::FollowerMessage, v1::Le
   void submitStep(int tensors);
   void heartbeat(int64_t now_ms);
   // Sends a delayed PART that is due. Between rounds, ids held for the
-  // rounds past the hold limit go to the leader as requests by cache id, as a follower daemon's do
-  // (daemon/server/job_steady_state.cc: 200 ms, or three of the slowest
-  // recent rounds): the leader's own rank may have sent its requests
-  // there, and then no round runs them.
+  // rounds past the hold limit go to the leader as requests by cache id,
+  // as a follower daemon's do (peer::HoldLimit): the leader's own rank may
+  // have sent its requests there, and then no round runs them.
   void tick();
   // Closes its side (the rank finished); the stream then ends.
   void close();
@@ -122,7 +122,7 @@ class SwarmFollower : public grpc::ClientBidiReactor<v1::FollowerMessage, v1::Le
   std::vector<uint64_t> ready_ GS_GUARDED_BY(mutex_);
   std::chrono::steady_clock::time_point held_since_ GS_GUARDED_BY(mutex_);  // of ready_
   std::chrono::steady_clock::time_point part_sent_ GS_GUARDED_BY(mutex_);
-  std::chrono::steady_clock::duration round_time_ GS_GUARDED_BY(mutex_){};  // decaying from the slowest
+  peer::HoldLimit hold_ GS_GUARDED_BY(mutex_);  // a follower daemon's rule, from its rounds' durations
   std::optional<v1::FollowerMessage> delayed_part_ GS_GUARDED_BY(mutex_);
   std::chrono::steady_clock::time_point part_due_ GS_GUARDED_BY(mutex_);
   peer::BatchAssembler parts_;  // the reader's
