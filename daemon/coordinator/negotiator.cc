@@ -6,21 +6,61 @@
 #include "daemon/coordinator/agreement.h"
 
 namespace gradsync::coordinator {
-namespace {
+Negotiator::Negotiator(std::string job_id, int size, std::vector<std::vector<int>> process_sets)
+    : job_id_(std::move(job_id)), sets_(size, std::move(process_sets)) {}
 
-// An entry's requests in increasing rank order (released from it).
-std::vector<Request> inRankOrder(std::unordered_map<int, Request>&& by_rank) {
+bool Negotiator::Entry::has(int rank, const std::vector<int>& members) const {
+  auto at = std::lower_bound(members.begin(), members.end(), rank);
+  if (at != members.end() && *at == rank && slots[at - members.begin()]) return true;
+  return std::any_of(outside.begin(), outside.end(), [&](const Request& r) { return r.rank == rank; });
+}
+
+const Request& Negotiator::Entry::lowest() const {
+  const Request* found = nullptr;
+  for (const auto& slot : slots) {
+    if (slot) {
+      found = &*slot;
+      break;
+    }
+  }
+  for (const Request& r : outside) {
+    if (found == nullptr || r.rank < found->rank) found = &r;
+  }
+  return *found;
+}
+
+std::vector<Request> Negotiator::Entry::takeInRankOrder() {
   std::vector<Request> out;
-  out.reserve(by_rank.size());
-  for (auto& [rank, request] : by_rank) out.push_back(std::move(request));
+  out.reserve(submitted + outside.size());
+  for (auto& slot : slots) {
+    if (slot) out.push_back(std::move(*slot));
+  }
+  for (Request& r : outside) out.push_back(std::move(r));
   std::sort(out.begin(), out.end(), [](const Request& a, const Request& b) { return a.rank < b.rank; });
+  slots.clear();
+  outside.clear();
+  submitted = 0;
   return out;
 }
 
-}  // namespace
+Negotiator::Entry Negotiator::newEntry(int process_set_id, Clock::time_point now) const {
+  Entry entry;
+  entry.process_set_id = process_set_id;
+  entry.slots.resize(membersOf(process_set_id).size());
+  entry.first_seen = now;
+  return entry;
+}
 
-Negotiator::Negotiator(std::string job_id, int size, std::vector<std::vector<int>> process_sets)
-    : job_id_(std::move(job_id)), sets_(size, std::move(process_sets)) {}
+void Negotiator::place(Entry* entry, Request request) const {
+  const std::vector<int>& members = membersOf(entry->process_set_id);
+  auto at = std::lower_bound(members.begin(), members.end(), request.rank);
+  if (at != members.end() && *at == request.rank && !entry->slots[at - members.begin()]) {
+    entry->slots[at - members.begin()] = std::move(request);
+    ++entry->submitted;
+    return;
+  }
+  entry->outside.push_back(std::move(request));
+}
 
 Status Negotiator::checkMembership(const Request& request) const {
   // (Every request of every rank passes here: the message is built only
@@ -42,7 +82,7 @@ StatusOr<std::vector<Response>> Negotiator::submit(Request request, Clock::time_
   if (request.type == v1::JOIN) return submitJoin(std::move(request), now);
   RETURN_IF_ERROR(checkMembership(request));
   auto it = table_.find(request.name);
-  if (it != table_.end() && it->second.by_rank.count(request.rank)) {
+  if (it != table_.end() && it->second.has(request.rank, membersOf(it->second.process_set_id))) {
     return alreadyExists("job '" + job_id_ + "' tensor '" + request.name + "': rank " + std::to_string(request.rank) +
                          " already has a collective of this name in flight");
   }
@@ -51,10 +91,7 @@ StatusOr<std::vector<Response>> Negotiator::submit(Request request, Clock::time_
     if (!failed.empty()) return failed;
   }
   if (it == table_.end()) {
-    Entry entry;
-    entry.process_set_id = request.process_set_id;
-    entry.by_rank.reserve(membersOf(request.process_set_id).size());
-    entry.first_seen = now;
+    Entry entry = newEntry(request.process_set_id, now);
     entry.sequence = next_sequence_++;
     entry.call = request.call;
     it = table_.emplace(request.name, std::move(entry)).first;
@@ -70,13 +107,13 @@ StatusOr<std::vector<Response>> Negotiator::submit(Request request, Clock::time_
                           ", ranks before it use set " + std::to_string(entry.process_set_id);
     const std::string name = it->first;
     Entry taken = extract(it);
-    taken.by_rank.emplace(request.rank, std::move(request));
+    place(&taken, std::move(request));
     Response failed = makeResponse(name, std::move(taken));
     failed.status = failedPrecondition(message);
     out.push_back(std::move(failed));
     return out;
   }
-  entry.by_rank.emplace(request.rank, std::move(request));
+  place(&entry, std::move(request));
   // Only this collective can have become ready (a join readies others).
   if (isReady(entry)) release({{entry.sequence, it->first}}, &out);
   return out;
@@ -110,10 +147,7 @@ std::vector<Response> Negotiator::failDifferentCalls(const Request& request) {
   if (same_call != calls_.end() && same_call->second != request.name) names.push_back(same_call->second);
   std::vector<Response> failed;
   if (names.empty()) return failed;
-  const auto& pending = table_.find(names.back())->second.by_rank;
-  const Request& theirs = std::min_element(pending.begin(), pending.end(), [](const auto& a, const auto& b) {
-                            return a.first < b.first;
-                          })->second;  // the lowest rank's
+  const Request& theirs = table_.find(names.back())->second.lowest();
   std::string message = "job '" + job_id_ + "': the ranks made different calls on process set " +
                         std::to_string(request.process_set_id) + ": " + describeCall(request) + " where " +
                         describeCall(theirs);
@@ -128,15 +162,14 @@ std::vector<Response> Negotiator::failDifferentCalls(const Request& request) {
   for (const std::string& name : names) {
     Entry entry = extract(table_.find(name));
     if (name == request.name) {
-      entry.by_rank.emplace(request.rank, request);
+      place(&entry, request);
       placed = true;
     }
     failed.push_back(makeResponse(name, std::move(entry)));
   }
   if (!placed) {
-    Entry own;
-    own.process_set_id = request.process_set_id;
-    own.by_rank.emplace(request.rank, request);
+    Entry own = newEntry(request.process_set_id, Clock::now());
+    place(&own, request);
     failed.push_back(makeResponse(request.name, std::move(own)));
   }
   for (Response& response : failed) response.status = failedPrecondition(message);
@@ -179,9 +212,10 @@ StatusOr<std::vector<Response>> Negotiator::submitJoin(Request request, Clock::t
 
 bool Negotiator::isReady(const Entry& entry) const {
   // Requests come only from members: without joined ranks, a count.
-  if (joined_.empty()) return entry.by_rank.size() == membersOf(entry.process_set_id).size();
-  for (int rank : membersOf(entry.process_set_id)) {
-    if (!entry.by_rank.count(rank) && !joined_.count(rank)) return false;
+  if (joined_.empty()) return entry.submitted == entry.slots.size();
+  const std::vector<int>& members = membersOf(entry.process_set_id);
+  for (size_t i = 0; i < members.size(); ++i) {
+    if (!entry.slots[i] && !joined_.count(members[i])) return false;
   }
   return true;
 }
@@ -191,23 +225,12 @@ Response Negotiator::makeResponse(const std::string& name, Entry entry) const {
   response.name = name;
   response.process_set_id = entry.process_set_id;
   response.ranks = membersOf(entry.process_set_id);
-  response.requests.resize(response.ranks.size());
-  size_t placed = 0;
-  for (size_t i = 0; i < response.ranks.size(); ++i) {
-    auto found = entry.by_rank.find(response.ranks[i]);
-    if (found == entry.by_rank.end()) continue;
-    response.requests.set(i, std::move(found->second));
-    ++placed;
-  }
+  response.requests = RequestList(std::move(entry.slots));
   // A rank outside the set (only reachable through a set mismatch) still
   // needs its answer: appended, in rank order.
-  std::vector<Request> outside;
-  for (auto& [rank, request] : entry.by_rank) {
-    if (placed == entry.by_rank.size()) break;
-    if (!std::binary_search(response.ranks.begin(), response.ranks.end(), rank)) outside.push_back(std::move(request));
-  }
-  std::sort(outside.begin(), outside.end(), [](const Request& a, const Request& b) { return a.rank < b.rank; });
-  for (Request& request : outside) {
+  std::sort(entry.outside.begin(), entry.outside.end(),
+            [](const Request& a, const Request& b) { return a.rank < b.rank; });
+  for (Request& request : entry.outside) {
     response.ranks.push_back(request.rank);
     response.requests.push_back(std::move(request));
   }
@@ -322,11 +345,12 @@ std::vector<Stall> Negotiator::stalls(Clock::time_point now, Clock::duration thr
     Stall stall;
     stall.name = name;
     stall.age = now - entry.first_seen;
-    for (int rank : membersOf(entry.process_set_id)) {
-      if (entry.by_rank.count(rank)) {
-        stall.submitted_ranks.push_back(rank);
-      } else if (!joined_.count(rank)) {
-        stall.missing_ranks.push_back(rank);
+    const std::vector<int>& members = membersOf(entry.process_set_id);
+    for (size_t i = 0; i < members.size(); ++i) {
+      if (entry.slots[i]) {
+        stall.submitted_ranks.push_back(members[i]);
+      } else if (!joined_.count(members[i])) {
+        stall.missing_ranks.push_back(members[i]);
       }
     }
     found.emplace_back(entry.first_seen, std::move(stall));
@@ -341,13 +365,17 @@ std::vector<Request> Negotiator::take(const std::string& name) {
   std::vector<Request> out;
   auto it = table_.find(name);
   if (it == table_.end()) return out;
-  return inRankOrder(std::move(extract(it).by_rank));
+  return extract(it).takeInRankOrder();
 }
 
 std::vector<Request> Negotiator::takeAll() {
   std::vector<Request> out;
-  for (auto& [name, entry] : table_) {
-    for (Request& request : inRankOrder(std::move(entry.by_rank))) out.push_back(std::move(request));
+  // In submission order, each collective's requests in rank order.
+  std::vector<std::pair<uint64_t, Entry*>> pending;
+  for (auto& [name, entry] : table_) pending.emplace_back(entry.sequence, &entry);
+  std::sort(pending.begin(), pending.end());
+  for (auto& [sequence, entry] : pending) {
+    for (Request& request : entry->takeInRankOrder()) out.push_back(std::move(request));
   }
   table_.clear();
   calls_.clear();

@@ -30,6 +30,7 @@
 
 #include <chrono>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <unordered_map>
@@ -81,14 +82,31 @@ class Negotiator {
  private:
   struct Entry {
     int process_set_id = 0;
-    // Hashed: a thousand nodes' ranks each look up their own entry every
-    // step (a tree's walk missed the cache at every level).
-    std::unordered_map<int, Request> by_rank;
+    // One slot per member of the process set, in its (increasing) rank
+    // order: a thousand nodes' ranks each fill their own with no lookup and
+    // no allocation, and a ready entry's slots become its response's
+    // requests as they are.
+    std::vector<std::optional<Request>> slots;
+    size_t submitted = 0;  // slots filled
+    // Requests of ranks outside the set (only after the ranks disagreed on
+    // the set, which fails the entry).
+    std::vector<Request> outside;
     Clock::time_point first_seen;
     uint64_t sequence = 0;  // submission order of the first request
     uint64_t call = 0;      // the first request's call number (0: none)
+
+    bool has(int rank, const std::vector<int>& members) const;
+    // The lowest rank's request (there is one).
+    const Request& lowest() const;
+    // Every request, in increasing rank order (the entry is emptied).
+    std::vector<Request> takeInRankOrder();
   };
-  using Table = std::map<std::string, Entry>;
+  using Table = std::unordered_map<std::string, Entry>;
+
+  // A new entry for `process_set_id` (a known set).
+  Entry newEntry(int process_set_id, Clock::time_point now) const;
+  // Puts `request` into its slot of `entry`, or among its outsiders.
+  void place(Entry* entry, Request request) const;
 
   Status checkMembership(const Request& request) const;
   // Point 8: the failed responses when `request` contradicts pending

@@ -79,6 +79,8 @@ class RequestList {
 
   RequestList() = default;
   RequestList(std::initializer_list<Entry> entries) : base_(std::make_shared<std::vector<Entry>>(entries)) {}
+  // Takes `entries` as they are (no copy).
+  explicit RequestList(std::vector<Entry> entries) : base_(std::make_shared<std::vector<Entry>>(std::move(entries))) {}
 
   size_t size() const { return base_ ? base_->size() : 0; }
   bool empty() const { return size() == 0; }

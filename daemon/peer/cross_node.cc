@@ -336,9 +336,7 @@ void CrossNode::onFollowerMessage(Follower* follower, const v1::FollowerMessage&
   } else if (message.has_request()) {
     remoteRequest(message.request());
   } else if (message.has_requests()) {
-    for (const auto& request : message.requests().requests()) {
-      if (!remoteRequest(request)) return;
-    }
+    remoteRequests(message.requests().requests());
   } else if (message.has_round()) {
     LeaderRounds* rounds;
     int cross_rank;
@@ -364,7 +362,9 @@ bool CrossNode::remoteRequest(const v1::FollowerMessage::Request& request) {
       hooks_.on_failure(cached.status().message(), true);
       return false;
     }
-    hooks_.on_remote_cached(std::move(cached).value(), request.epoch());
+    std::vector<coordinator::Request> one;
+    one.push_back(std::move(cached).value());
+    hooks_.on_remote_cached(std::move(one), request.epoch());
     return true;
   }
   auto enqueue = codec_.expand(request);
@@ -373,6 +373,35 @@ bool CrossNode::remoteRequest(const v1::FollowerMessage::Request& request) {
     return false;
   }
   hooks_.on_remote_request(request.rank(), *enqueue, request.epoch());
+  return true;
+}
+
+bool CrossNode::remoteRequests(const google::protobuf::RepeatedPtrField<v1::FollowerMessage::Request>& requests) {
+  const uint64_t current = epoch();
+  std::vector<coordinator::Request> run;  // by cache id, of `run_epoch`
+  uint64_t run_epoch = 0;
+  const auto hand_over = [&] {
+    if (!run.empty()) hooks_.on_remote_cached(std::move(run), run_epoch);
+    run.clear();
+  };
+  for (const auto& request : requests) {
+    // Of an epoch that ended: dropped (as in remoteRequest).
+    if (request.epoch() != 0 && request.epoch() != current) continue;
+    if (request.cache_id() == 0 || request.epoch() != run_epoch) hand_over();
+    if (request.cache_id() == 0) {
+      if (!remoteRequest(request)) return false;
+      continue;
+    }
+    auto cached = codec_.expandCached(request);
+    if (!cached.isOk()) {
+      hand_over();
+      hooks_.on_failure(cached.status().message(), true);
+      return false;
+    }
+    run_epoch = request.epoch();
+    run.push_back(std::move(cached).value());
+  }
+  hand_over();
   return true;
 }
 

@@ -181,8 +181,8 @@ struct Daemon {
     hooks.on_remote_request = [this](int rank, const v1::Enqueue& enqueue, uint64_t epoch) {
       recorder.remoteRequest(rank, enqueue, epoch);
     };
-    hooks.on_remote_cached = [this](coordinator::Request request, uint64_t epoch) {
-      recorder.remoteRequest(request.rank, coordinator::enqueueOf(request), epoch);
+    hooks.on_remote_cached = [this](std::vector<coordinator::Request> requests, uint64_t epoch) {
+      for (const auto& request : requests) recorder.remoteRequest(request.rank, coordinator::enqueueOf(request), epoch);
     };
     hooks.on_failure = [this](const std::string& cause, bool node_lost) { recorder.failure(cause, node_lost); };
     cross = std::make_unique<CrossNode>(std::move(options), std::move(hooks));

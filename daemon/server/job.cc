@@ -133,8 +133,8 @@ void Job::buildCrossNode() {
   hooks.on_remote_request = [this](int rank, const v1::Enqueue& enqueue, uint64_t epoch) {
     submitRemote(rank, enqueue, epoch);
   };
-  hooks.on_remote_cached = [this](coordinator::Request request, uint64_t epoch) {
-    submitRemoteCached(std::move(request), epoch);
+  hooks.on_remote_cached = [this](std::vector<coordinator::Request> requests, uint64_t epoch) {
+    submitRemoteCached(std::move(requests), epoch);
   };
   hooks.on_failure = [this](const std::string& cause, bool node_lost) { failJob(cause, node_lost); };
   cross_ = std::make_unique<peer::CrossNode>(std::move(options), std::move(hooks));

@@ -203,13 +203,15 @@ class Job {
   // A follower's rank's request of `epoch`; one of an epoch that ended
   // while it was on its way is dropped (its follower fails it).
   void submitRemote(int rank, const v1::Enqueue& enqueue, uint64_t epoch);
-  // The same for a request by cache id, expanded from the cache: it
-  // repeats one the leader checked when it was first negotiated.
-  void submitRemoteCached(coordinator::Request request, uint64_t epoch);
+  // The same for requests by cache id, expanded from the cache: they
+  // repeat ones the leader checked when first negotiated. A follower's
+  // message of them is admitted under one lock.
+  void submitRemoteCached(std::vector<coordinator::Request> requests, uint64_t epoch);
   // Both: `request` (or why it was refused; `enqueue` names it then) into
   // the negotiation, unless its epoch ended or its rank is not another
   // node's.
-  void admitRemote(int rank, StatusOr<coordinator::Request> request, const v1::Enqueue* enqueue, uint64_t epoch);
+  void admitRemoteLocked(int rank, StatusOr<coordinator::Request> request, const v1::Enqueue* enqueue, uint64_t epoch,
+                         Outbox* outbox) GS_REQUIRES(mutex_);
   void onRemoteBatch(std::vector<coordinator::Response> batch, uint64_t sequence, uint64_t epoch,
                      uint64_t fusion_threshold_bytes);
   void failJob(const std::string& cause, bool node_lost);

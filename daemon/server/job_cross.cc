@@ -39,43 +39,52 @@ void Job::startCrossNodeIfComplete() {
 
 void Job::submitRemote(int rank, const v1::Enqueue& enqueue, uint64_t epoch) {
   // Its arena lives on the other node, which checked the range.
-  admitRemote(rank, validateEnqueue(enqueue, enqueueContext(rank, nullptr, /*remote=*/true)), &enqueue, epoch);
-}
-
-void Job::submitRemoteCached(coordinator::Request request, uint64_t epoch) {
-  const int rank = request.rank;
-  admitRemote(rank, std::move(request), nullptr, epoch);
-}
-
-void Job::admitRemote(int rank, StatusOr<coordinator::Request> request, const v1::Enqueue* enqueue, uint64_t epoch) {
+  auto request = validateEnqueue(enqueue, enqueueContext(rank, nullptr, /*remote=*/true));
   Outbox outbox;
-  std::vector<coordinator::Response> unused;
   {
     MutexLock lock(mutex_);
-    // The CrossNode checked the epoch on arrival, but this job may have
-    // moved to the next one since: the rank's number is of the old epoch,
-    // and its follower fails the request when it applies the new one (it
-    // would otherwise wait in the new epoch's negotiator, in another
-    // rank's name or as a duplicate of the rank's retry).
-    if (epoch != 0 && epoch != epochs_.current()) return;
-    if (rank < 0 || rank >= size_.load() || ranks_.registeredHere(rank)) {
-      GS_LOG(control, warn, "job '{}': a follower forwarded a request of rank {}, which it does not hold", spec_.job_id,
-             rank);
-      return;
-    }
-    if (!request.isOk()) {
-      coordinator::Request named;  // (only a checked enqueue fails here)
-      named.rank = rank;
-      failRequestLocked(enqueue != nullptr ? coordinator::requestOf(rank, *enqueue) : named,
-                        Status(request.status().code(), "job '" + spec_.job_id + "' " + request.status().message()),
-                        &outbox);
-    } else if (!failure_.empty() || stopping_) {
-      failRequestLocked(*request, aborted("job '" + spec_.job_id + "': " + failure_), &outbox);
-    } else {
-      submitToCoordinator(nullptr, std::move(request).value(), &outbox, &unused);
+    admitRemoteLocked(rank, std::move(request), &enqueue, epoch, &outbox);
+  }
+  flush(&outbox);
+}
+
+void Job::submitRemoteCached(std::vector<coordinator::Request> requests, uint64_t epoch) {
+  Outbox outbox;
+  {
+    MutexLock lock(mutex_);
+    for (coordinator::Request& request : requests) {
+      const int rank = request.rank;
+      admitRemoteLocked(rank, std::move(request), nullptr, epoch, &outbox);
     }
   }
   flush(&outbox);
+}
+
+void Job::admitRemoteLocked(int rank, StatusOr<coordinator::Request> request, const v1::Enqueue* enqueue,
+                            uint64_t epoch, Outbox* outbox) {
+  // The CrossNode checked the epoch on arrival, but this job may have
+  // moved to the next one since: the rank's number is of the old epoch,
+  // and its follower fails the request when it applies the new one (it
+  // would otherwise wait in the new epoch's negotiator, in another
+  // rank's name or as a duplicate of the rank's retry).
+  if (epoch != 0 && epoch != epochs_.current()) return;
+  if (rank < 0 || rank >= size_.load() || ranks_.registeredHere(rank)) {
+    GS_LOG(control, warn, "job '{}': a follower forwarded a request of rank {}, which it does not hold", spec_.job_id,
+           rank);
+    return;
+  }
+  std::vector<coordinator::Response> unused;  // (no inline batches across nodes)
+  if (!request.isOk()) {
+    coordinator::Request named;  // (only a checked enqueue fails here)
+    named.rank = rank;
+    failRequestLocked(enqueue != nullptr ? coordinator::requestOf(rank, *enqueue) : named,
+                      Status(request.status().code(), "job '" + spec_.job_id + "' " + request.status().message()),
+                      outbox);
+  } else if (!failure_.empty() || stopping_) {
+    failRequestLocked(*request, aborted("job '" + spec_.job_id + "': " + failure_), outbox);
+  } else {
+    submitToCoordinator(nullptr, std::move(request).value(), outbox, &unused);
+  }
 }
 
 void Job::onRemoteBatch(std::vector<coordinator::Response> batch, uint64_t sequence, uint64_t epoch,
