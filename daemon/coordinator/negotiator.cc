@@ -6,6 +6,19 @@
 #include "daemon/coordinator/agreement.h"
 
 namespace gradsync::coordinator {
+namespace {
+
+// Every member's request repeats one cached response (Request::repeats),
+// which passed the agreement checks with all of them present.
+bool repeatsOneCached(const Response& response) {
+  const uint64_t id = response.requests.empty() || !response.requests[0] ? 0 : response.requests[0]->repeats;
+  if (id == 0) return false;
+  return std::all_of(response.requests.begin(), response.requests.end(),
+                     [&](const RequestList::Entry& request) { return request && request->repeats == id; });
+}
+
+}  // namespace
+
 Negotiator::Negotiator(std::string job_id, int size, std::vector<std::vector<int>> process_sets)
     : job_id_(std::move(job_id)), sets_(size, std::move(process_sets)) {}
 
@@ -252,7 +265,7 @@ void Negotiator::release(std::vector<std::pair<uint64_t, std::string>> ready, st
   for (const auto& [sequence, name] : ready) {
     Response response = makeResponse(name, extract(table_.find(name)));
     if (response.activeCount() == 0) continue;  // every member joined: nothing to do
-    response.status = checkAgreement(job_id_, response);
+    response.status = repeatsOneCached(response) ? okStatus() : checkAgreement(job_id_, response);
     std::vector<Response> removed_work;
     if (response.status.isOk() && changesProcessSets(response.type)) changeProcessSets(&response, &removed_work);
     responses.push_back(std::move(response));

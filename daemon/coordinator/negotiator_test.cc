@@ -424,4 +424,47 @@ TEST_F(ProcessSetChangeTest, AFollowerAppliesTheLeadersIds) {
 }
 
 }  // namespace
+// Requests that all repeat one cached response (Request::repeats, set by the
+// leader from its cache) are not checked again; any other mix is.
+TEST_F(NegotiatorTest, RequestsRepeatingOneCachedResponseSkipTheSecondCheck) {
+  std::vector<Response> trusted;
+  for (int rank = 0; rank < 3; ++rank) {
+    Request r = allreduce(rank, "w", v1::FLOAT32, {4 + rank});  // (shapes that would disagree)
+    r.repeats = 7;
+    trusted = submit(std::move(r));
+  }
+  // (Only the leader's cache sets `repeats`, for requests it already checked:
+  // the negotiator trusts it, which the disagreeing shapes here show.)
+  ASSERT_EQ(trusted.size(), 1u);
+  EXPECT_TRUE(trusted[0].status.isOk());
+  for (int rank = 0; rank < 3; ++rank) {
+    Request r = allreduce(rank, "v", v1::FLOAT32, {4 + rank});
+    r.repeats = rank == 2 ? 8 : 7;  // another cached response
+    auto ready = submit(std::move(r));
+    if (rank < 2) continue;
+    ASSERT_EQ(ready.size(), 1u);
+    EXPECT_THAT(ready[0].status.message(), HasSubstr("shape"));
+  }
+  for (int rank = 0; rank < 3; ++rank) {
+    Request r = allreduce(rank, "u", v1::FLOAT32, {4 + rank});
+    r.repeats = rank == 1 ? 0 : 7;  // one not known to repeat it
+    auto ready = submit(std::move(r));
+    if (rank < 2) continue;
+    ASSERT_EQ(ready.size(), 1u);
+    EXPECT_FALSE(ready[0].status.isOk());
+  }
+}
+
+TEST_F(NegotiatorTest, RepeatedCachedRequestsReadyTogetherAndOk) {
+  std::vector<Response> ready;
+  for (int rank = 0; rank < 3; ++rank) {
+    Request r = allreduce(rank, "w");
+    r.repeats = 7;
+    ready = submit(std::move(r));
+  }
+  ASSERT_EQ(ready.size(), 1u);
+  EXPECT_TRUE(ready[0].status.isOk());
+  EXPECT_EQ(ready[0].requests[2]->handle, 102u);
+}
+
 }  // namespace gradsync::coordinator

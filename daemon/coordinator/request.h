@@ -61,6 +61,12 @@ struct Request {
   // Non-zero: the rank's call number on its process set (control.proto
   // Enqueue.call); not part of the collective's metadata.
   uint64_t call = 0;
+  // Non-zero: the id of the leader's cached response whose request of this
+  // rank this one repeats in every field but handle, offset and call (set
+  // by the leader from its response cache, never taken from the wire). A
+  // collective whose requests all repeat one cached response needs no
+  // second check: it passed them with the same metadata.
+  uint64_t repeats = 0;
   // When this daemon took the request from its rank (for latency metrics;
   // unset for requests of other daemons' ranks).
   std::chrono::steady_clock::time_point received{};

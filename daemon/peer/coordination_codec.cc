@@ -13,6 +13,10 @@ namespace {
 // joined): ranks are in increasing order (a process set's members), so a
 // binary search finds it.
 std::optional<size_t> indexOfRank(const coordinator::Response& response, int rank) {
+  // The job's whole set (ranks 0 to W-1) needs no search.
+  if (rank >= 0 && static_cast<size_t>(rank) < response.ranks.size() && response.ranks[rank] == rank) {
+    return response.requests[rank] ? std::optional<size_t>(rank) : std::nullopt;
+  }
   auto at = std::lower_bound(response.ranks.begin(), response.ranks.end(), rank);
   if (at == response.ranks.end() || *at != rank) at = std::find(response.ranks.begin(), response.ranks.end(), rank);
   if (at == response.ranks.end()) return std::nullopt;
@@ -258,6 +262,7 @@ StatusOr<coordinator::Request> CoordinationCodec::expandCached(const v1::Followe
     copy.handle = in.handle();
     copy.offset = in.offset();
     copy.call = in.call();
+    copy.repeats = in.cache_id();
     cache_hits_.fetch_add(1);
     return copy;
   }

@@ -64,6 +64,7 @@ std::pair<uint64_t, bool> ResponseCache::assign(const coordinator::Response& res
   if (response.type == v1::BARRIER) return {0, false};
   // JOIN carries the rank that joined last, which a cache id would not.
   if (response.type == v1::JOIN) return {0, false};
+  if (const uint64_t id = repeated(response)) return {id, false};
   const std::string key = signature(response);
   auto it = by_signature_.find(key);
   if (it != by_signature_.end()) return {it->second, false};
@@ -72,6 +73,17 @@ std::pair<uint64_t, bool> ResponseCache::assign(const coordinator::Response& res
   by_signature_.emplace(key, id);
   remember(id, response);
   return {id, true};
+}
+
+uint64_t ResponseCache::repeated(const coordinator::Response& response) const {
+  const uint64_t id = response.requests.empty() || !response.requests[0] ? 0 : response.requests[0]->repeats;
+  if (id == 0) return 0;
+  for (const auto& request : response.requests) {
+    if (!request || request->repeats != id) return 0;
+  }
+  const coordinator::Response* cached = find(id);
+  if (cached == nullptr || cached->name != response.name || cached->ranks != response.ranks) return 0;
+  return id;
 }
 
 void ResponseCache::clear() {

@@ -58,6 +58,9 @@ class ResponseCache {
     uint64_t id;
   };
   static bool uniform(const coordinator::Response& response);
+  // The id of the cached response every request of `response` repeats
+  // (Request::repeats, every rank present), or 0: no key to build.
+  uint64_t repeated(const coordinator::Response& response) const;
 
   const size_t capacity_;
   uint64_t next_id_ = 1;

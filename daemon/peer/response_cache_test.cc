@@ -190,4 +190,27 @@ TEST(ResponseCacheTest, UniformAndMixedResponsesFindTheirRanks) {
 }
 
 }  // namespace
+// A response whose requests all repeat a cached one (Request::repeats, set
+// by the leader when it expands a request by cache id) gets that id
+// without a key built; one whose requests do not all repeat it is keyed.
+TEST(ResponseCacheTest, ARepeatedResponseKeepsItsIdWithoutAKey) {
+  ResponseCache leader(100);
+  const uint64_t id = leader.assign(response("w", 8, 10)).first;
+  ASSERT_NE(id, 0u);
+  coordinator::Response repeated = response("w", 8, 20);
+  for (auto& request : repeated.requests.mutableAll()) request->repeats = id;
+  EXPECT_EQ(leader.assign(repeated), std::make_pair(id, false));
+  // Tagged with an id of another response: keyed, and new.
+  const uint64_t other = leader.assign(response("v", 8, 10)).first;
+  coordinator::Response mistagged = response("w", 16, 20);
+  for (auto& request : mistagged.requests.mutableAll()) request->repeats = other;
+  auto fresh = leader.assign(mistagged);
+  EXPECT_NE(fresh.first, id);
+  EXPECT_TRUE(fresh.second);
+  // One rank not known to repeat it: keyed, and found the same.
+  coordinator::Response partly = response("w", 8, 30);
+  partly.requests.mutableAt(0)->repeats = id;
+  EXPECT_EQ(leader.assign(partly), std::make_pair(id, false));
+}
+
 }  // namespace gradsync::peer

@@ -355,6 +355,9 @@ void Job::submitToCoordinator(const std::shared_ptr<Session>& session, coordinat
     forwarded_.emplace(key, std::move(request));
     return;
   }
+  // The leader's own ranks: which cached response each request repeats
+  // (the followers' ranks say so by cache id).
+  if (cross_ && session) request.repeats = cross_->cachedId(request);
   negotiateLocked(std::move(request), outbox, inline_batch);
 }
 
