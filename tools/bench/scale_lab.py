@@ -324,10 +324,13 @@ def main():
         counts = [int(x) for x in args.swarm_followers.split(",") if x]
         cases = [(n, m, 1) for n in counts for m in ("rounds", "requests")]
         if counts and args.swarm_ranks > 1:
-            cases.append((max(counts), "rounds", args.swarm_ranks))
+            # Nodes of 8 ranks; by cache id as every step of an elastic job
+            # (fewer steps: each costs seconds at the largest count here).
+            cases += [(max(counts), "rounds", args.swarm_ranks), (max(counts), "requests", args.swarm_ranks)]
         for followers, mode, ranks in cases:
             flags = ("--steady-state", "leader") if mode == "requests" else ()
-            f, error = swarm(args, followers, flags, ranks_per_follower=ranks)
+            steps = 8 if ranks > 1 and mode == "requests" else 20
+            f, error = swarm(args, followers, flags, steps=steps, ranks_per_follower=ranks)
             what = "rounds through the leader" if mode == "rounds" else "requests by cache id (--steady-state leader)"
             who = f"{followers}" if ranks == 1 else f"{followers} x {ranks} ranks"
             if f is None:
