@@ -423,7 +423,6 @@ TEST_F(ProcessSetChangeTest, AFollowerAppliesTheLeadersIds) {
   EXPECT_FALSE(follower.processSets().contains(5));
 }
 
-}  // namespace
 // Requests that all repeat one cached response (Request::repeats, set by the
 // leader from its cache) are not checked again; any other mix is.
 TEST_F(NegotiatorTest, RequestsRepeatingOneCachedResponseSkipTheSecondCheck) {
@@ -467,4 +466,5 @@ TEST_F(NegotiatorTest, RepeatedCachedRequestsReadyTogetherAndOk) {
   EXPECT_EQ(ready[0].requests[2]->handle, 102u);
 }
 
+}  // namespace
 }  // namespace gradsync::coordinator

@@ -189,7 +189,6 @@ TEST(ResponseCacheTest, UniformAndMixedResponsesFindTheirRanks) {
   EXPECT_EQ(follower.idFor(other), 0u);
 }
 
-}  // namespace
 // A response whose requests all repeat a cached one (Request::repeats, set
 // by the leader when it expands a request by cache id) gets that id
 // without a key built; one whose requests do not all repeat it is keyed.
@@ -213,4 +212,5 @@ TEST(ResponseCacheTest, ARepeatedResponseKeepsItsIdWithoutAKey) {
   EXPECT_EQ(leader.assign(partly), std::make_pair(id, false));
 }
 
+}  // namespace
 }  // namespace gradsync::peer
