@@ -6,26 +6,19 @@
 #include "daemon/coordinator/agreement.h"
 
 namespace gradsync::coordinator {
-namespace {
-
-// Every member's request repeats one cached response (Request::repeats),
-// which passed the agreement checks with all of them present.
-bool repeatsOneCached(const Response& response) {
-  const uint64_t id = response.requests.empty() || !response.requests[0] ? 0 : response.requests[0]->repeats;
-  if (id == 0) return false;
-  return std::all_of(response.requests.begin(), response.requests.end(),
-                     [&](const RequestList::Entry& request) { return request && request->repeats == id; });
-}
-
-}  // namespace
-
 Negotiator::Negotiator(std::string job_id, int size, std::vector<std::vector<int>> process_sets)
     : job_id_(std::move(job_id)), sets_(size, std::move(process_sets)) {}
 
-bool Negotiator::Entry::has(int rank, const std::vector<int>& members) const {
+std::optional<size_t> Negotiator::slotOf(const Entry& entry, int rank) const {
+  const std::vector<int>& members = membersOf(entry.process_set_id);
   auto at = std::lower_bound(members.begin(), members.end(), rank);
-  if (at != members.end() && *at == rank && slots[at - members.begin()]) return true;
-  return std::any_of(outside.begin(), outside.end(), [&](const Request& r) { return r.rank == rank; });
+  if (at == members.end() || *at != rank) return std::nullopt;
+  return at - members.begin();
+}
+
+bool Negotiator::has(const Entry& entry, int rank) const {
+  if (auto slot = slotOf(entry, rank); slot && entry.slots[*slot]) return true;
+  return std::any_of(entry.outside.begin(), entry.outside.end(), [&](const Request& r) { return r.rank == rank; });
 }
 
 const Request& Negotiator::Entry::lowest() const {
@@ -65,10 +58,8 @@ Negotiator::Entry Negotiator::newEntry(int process_set_id, Clock::time_point now
 }
 
 void Negotiator::place(Entry* entry, Request request) const {
-  const std::vector<int>& members = membersOf(entry->process_set_id);
-  auto at = std::lower_bound(members.begin(), members.end(), request.rank);
-  if (at != members.end() && *at == request.rank && !entry->slots[at - members.begin()]) {
-    entry->slots[at - members.begin()] = std::move(request);
+  if (auto slot = slotOf(*entry, request.rank); slot && !entry->slots[*slot]) {
+    entry->slots[*slot] = std::move(request);
     ++entry->submitted;
     return;
   }
@@ -95,7 +86,7 @@ StatusOr<std::vector<Response>> Negotiator::submit(Request request, Clock::time_
   if (request.type == v1::JOIN) return submitJoin(std::move(request), now);
   RETURN_IF_ERROR(checkMembership(request));
   auto it = table_.find(request.name);
-  if (it != table_.end() && it->second.has(request.rank, membersOf(it->second.process_set_id))) {
+  if (it != table_.end() && has(it->second, request.rank)) {
     return alreadyExists("job '" + job_id_ + "' tensor '" + request.name + "': rank " + std::to_string(request.rank) +
                          " already has a collective of this name in flight");
   }
@@ -265,7 +256,9 @@ void Negotiator::release(std::vector<std::pair<uint64_t, std::string>> ready, st
   for (const auto& [sequence, name] : ready) {
     Response response = makeResponse(name, extract(table_.find(name)));
     if (response.activeCount() == 0) continue;  // every member joined: nothing to do
-    response.status = repeatsOneCached(response) ? okStatus() : checkAgreement(job_id_, response);
+    // Requests that all repeat one cached response passed these checks
+    // together, with the same metadata.
+    response.status = response.repeatedId() != 0 ? okStatus() : checkAgreement(job_id_, response);
     std::vector<Response> removed_work;
     if (response.status.isOk() && changesProcessSets(response.type)) changeProcessSets(&response, &removed_work);
     responses.push_back(std::move(response));

@@ -95,7 +95,6 @@ class Negotiator {
     uint64_t sequence = 0;  // submission order of the first request
     uint64_t call = 0;      // the first request's call number (0: none)
 
-    bool has(int rank, const std::vector<int>& members) const;
     // The lowest rank's request (there is one).
     const Request& lowest() const;
     // Every request, in increasing rank order (the entry is emptied).
@@ -105,6 +104,10 @@ class Negotiator {
 
   // A new entry for `process_set_id` (a known set).
   Entry newEntry(int process_set_id, Clock::time_point now) const;
+  // `rank`'s slot in `entry` (its index among the set's members), if a member.
+  std::optional<size_t> slotOf(const Entry& entry, int rank) const;
+  // Whether `entry` holds a request of `rank`.
+  bool has(const Entry& entry, int rank) const;
   // Puts `request` into its slot of `entry`, or among its outsiders.
   void place(Entry* entry, Request request) const;
 

@@ -49,6 +49,15 @@ const Request& Response::first() const {
   return kEmpty;
 }
 
+uint64_t Response::repeatedId() const {
+  const uint64_t id = requests.empty() || !requests[0] ? 0 : requests[0]->repeats;
+  if (id == 0) return 0;
+  for (const auto& r : requests) {
+    if (!r || r->repeats != id) return 0;
+  }
+  return id;
+}
+
 int Response::activeCount() const {
   int n = 0;
   for (const auto& r : requests) n += r.has_value();

@@ -173,6 +173,9 @@ struct Response {
   const Request& first() const;
   // Number of ranks taking part with data.
   int activeCount() const;
+  // The cached response every request repeats (Request::repeats, every
+  // rank present), or 0.
+  uint64_t repeatedId() const;
 };
 
 // "[0, 2, 5]", for error messages.

@@ -76,11 +76,8 @@ std::pair<uint64_t, bool> ResponseCache::assign(const coordinator::Response& res
 }
 
 uint64_t ResponseCache::repeated(const coordinator::Response& response) const {
-  const uint64_t id = response.requests.empty() || !response.requests[0] ? 0 : response.requests[0]->repeats;
+  const uint64_t id = response.repeatedId();
   if (id == 0) return 0;
-  for (const auto& request : response.requests) {
-    if (!request || request->repeats != id) return 0;
-  }
   const coordinator::Response* cached = find(id);
   if (cached == nullptr || cached->name != response.name || cached->ranks != response.ranks) return 0;
   return id;
