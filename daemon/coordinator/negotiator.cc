@@ -17,33 +17,46 @@ std::optional<size_t> Negotiator::slotOf(const Entry& entry, int rank) const {
 }
 
 bool Negotiator::has(const Entry& entry, int rank) const {
-  if (auto slot = slotOf(entry, rank); slot && entry.slots[*slot]) return true;
+  if (auto slot = slotOf(entry, rank); slot && entry.slots[*slot] != Entry::Slot::kEmpty) return true;
   return std::any_of(entry.outside.begin(), entry.outside.end(), [&](const Request& r) { return r.rank == rank; });
 }
 
-const Request& Negotiator::Entry::lowest() const {
-  const Request* found = nullptr;
-  for (const auto& slot : slots) {
-    if (slot) {
-      found = &*slot;
+Request Negotiator::Entry::at(size_t slot) const {
+  if (slots[slot] == Slot::kRepeated) {
+    Repeat repeat{repeated, repeated_id, {repeated->ranks[slot]}, call};
+    return repeat.request(0);
+  }
+  for (const auto& [i, request] : given) {
+    if (i == slot) return request;
+  }
+  return Request{};  // (unreachable: an empty slot is never asked for)
+}
+
+Request Negotiator::Entry::lowest() const {
+  std::optional<Request> found;
+  for (size_t i = 0; i < slots.size(); ++i) {
+    if (slots[i] != Slot::kEmpty) {
+      found = at(i);
       break;
     }
   }
   for (const Request& r : outside) {
-    if (found == nullptr || r.rank < found->rank) found = &r;
+    if (!found || r.rank < found->rank) found = r;
   }
-  return *found;
+  return found.value_or(Request{});
 }
 
 std::vector<Request> Negotiator::Entry::takeInRankOrder() {
   std::vector<Request> out;
   out.reserve(submitted + outside.size());
-  for (auto& slot : slots) {
-    if (slot) out.push_back(std::move(*slot));
+  for (size_t i = 0; i < slots.size(); ++i) {
+    if (slots[i] == Slot::kRepeated) out.push_back(at(i));
   }
+  for (auto& [slot, request] : given) out.push_back(std::move(request));
   for (Request& r : outside) out.push_back(std::move(r));
   std::sort(out.begin(), out.end(), [](const Request& a, const Request& b) { return a.rank < b.rank; });
   slots.clear();
+  given.clear();
   outside.clear();
   submitted = 0;
   return out;
@@ -52,14 +65,15 @@ std::vector<Request> Negotiator::Entry::takeInRankOrder() {
 Negotiator::Entry Negotiator::newEntry(int process_set_id, Clock::time_point now) const {
   Entry entry;
   entry.process_set_id = process_set_id;
-  entry.slots.resize(membersOf(process_set_id).size());
+  entry.slots.assign(membersOf(process_set_id).size(), Entry::Slot::kEmpty);
   entry.first_seen = now;
   return entry;
 }
 
 void Negotiator::place(Entry* entry, Request request) const {
-  if (auto slot = slotOf(*entry, request.rank); slot && !entry->slots[*slot]) {
-    entry->slots[*slot] = std::move(request);
+  if (auto slot = slotOf(*entry, request.rank); slot && entry->slots[*slot] == Entry::Slot::kEmpty) {
+    entry->slots[*slot] = Entry::Slot::kGiven;
+    entry->given.emplace_back(*slot, std::move(request));
     ++entry->submitted;
     return;
   }
@@ -123,6 +137,67 @@ StatusOr<std::vector<Response>> Negotiator::submit(Request request, Clock::time_
   return out;
 }
 
+std::optional<std::vector<size_t>> Negotiator::markable(const Repeat& repeat) const {
+  const Response& cached = *repeat.cached;
+  const std::vector<int>* members = sets_.find(cached.process_set_id);
+  if (members == nullptr || members->size() != cached.ranks.size() || cached.type == v1::JOIN) return std::nullopt;
+  auto it = table_.find(cached.name);
+  const Entry* entry = it == table_.end() ? nullptr : &it->second;
+  if (entry != nullptr) {
+    if (entry->process_set_id != cached.process_set_id) return std::nullopt;
+    if (entry->repeated && entry->repeated_id != repeat.id) return std::nullopt;
+    if (repeat.call != 0 && entry->call != repeat.call) return std::nullopt;
+  } else if (repeat.call != 0 && calls_.count({cached.process_set_id, repeat.call})) {
+    return std::nullopt;
+  }
+  std::vector<size_t> slots;
+  slots.reserve(repeat.ranks.size());
+  for (int rank : repeat.ranks) {
+    const std::optional<size_t> slot = cached.indexOf(rank);
+    if (!slot || (*members)[*slot] != rank || !cached.requests[*slot]) return std::nullopt;
+    if (entry != nullptr && entry->slots[*slot] != Entry::Slot::kEmpty) return std::nullopt;
+    slots.push_back(*slot);
+  }
+  std::vector<size_t> sorted = slots;
+  std::sort(sorted.begin(), sorted.end());
+  if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end()) return std::nullopt;
+  return slots;
+}
+
+Negotiator::Repeated Negotiator::submit(const Repeat& repeat, Clock::time_point now) {
+  Repeated out;
+  const std::optional<std::vector<size_t>> slots = markable(repeat);
+  if (!slots) {
+    for (size_t i = 0; i < repeat.ranks.size(); ++i) {
+      auto ready = submit(repeat.request(i), now);
+      if (!ready.isOk()) {
+        out.refused.emplace_back(repeat.request(i), ready.status());
+        continue;
+      }
+      for (Response& response : *ready) out.ready.push_back(std::move(response));
+    }
+    return out;
+  }
+  const Response& cached = *repeat.cached;
+  auto it = table_.find(cached.name);
+  if (it == table_.end()) {
+    Entry entry = newEntry(cached.process_set_id, now);
+    entry.sequence = next_sequence_++;
+    entry.call = repeat.call;
+    it = table_.emplace(cached.name, std::move(entry)).first;
+    if (repeat.call != 0) calls_[{cached.process_set_id, repeat.call}] = cached.name;
+  }
+  Entry& entry = it->second;
+  if (!entry.repeated) {
+    entry.repeated = repeat.cached;
+    entry.repeated_id = repeat.id;
+  }
+  for (size_t slot : *slots) entry.slots[slot] = Entry::Slot::kRepeated;
+  entry.submitted += slots->size();
+  if (isReady(entry)) release({{entry.sequence, it->first}}, &out.ready);
+  return out;
+}
+
 namespace {
 
 // "rank 1 submitted allreduce 'x' (float32 [12], call 7)", or for a rank
@@ -151,7 +226,7 @@ std::vector<Response> Negotiator::failDifferentCalls(const Request& request) {
   if (same_call != calls_.end() && same_call->second != request.name) names.push_back(same_call->second);
   std::vector<Response> failed;
   if (names.empty()) return failed;
-  const Request& theirs = table_.find(names.back())->second.lowest();
+  const Request theirs = table_.find(names.back())->second.lowest();
   std::string message = "job '" + job_id_ + "': the ranks made different calls on process set " +
                         std::to_string(request.process_set_id) + ": " + describeCall(request) + " where " +
                         describeCall(theirs);
@@ -219,7 +294,7 @@ bool Negotiator::isReady(const Entry& entry) const {
   if (joined_.empty()) return entry.submitted == entry.slots.size();
   const std::vector<int>& members = membersOf(entry.process_set_id);
   for (size_t i = 0; i < members.size(); ++i) {
-    if (!entry.slots[i] && !joined_.count(members[i])) return false;
+    if (entry.slots[i] == Entry::Slot::kEmpty && !joined_.count(members[i])) return false;
   }
   return true;
 }
@@ -229,7 +304,29 @@ Response Negotiator::makeResponse(const std::string& name, Entry entry) const {
   response.name = name;
   response.process_set_id = entry.process_set_id;
   response.ranks = membersOf(entry.process_set_id);
-  response.requests = RequestList(std::move(entry.slots));
+  std::sort(entry.given.begin(), entry.given.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  const bool every_slot = entry.submitted == entry.slots.size();
+  if (entry.repeated && every_slot && entry.outside.empty() &&
+      std::all_of(entry.given.begin(), entry.given.end(),
+                  [&](const auto& g) { return g.second.repeats == entry.repeated_id; })) {
+    // Every rank repeats one cached response: its requests, shared, with
+    // the given ones (this node's ranks, with their handles) in place.
+    response.requests = entry.repeated->requests;
+    response.repeats = entry.repeated_id;
+    for (auto& [slot, request] : entry.given) response.requests.set(slot, std::move(request));
+  } else {
+    std::vector<RequestList::Entry> requests(entry.slots.size());
+    auto given = entry.given.begin();
+    for (size_t i = 0; i < entry.slots.size(); ++i) {
+      if (entry.slots[i] == Entry::Slot::kGiven) {
+        requests[i] = std::move(given->second);
+        ++given;
+      } else if (entry.slots[i] == Entry::Slot::kRepeated) {
+        requests[i] = entry.at(i);
+      }
+    }
+    response.requests = RequestList(std::move(requests));
+  }
   // A rank outside the set (only reachable through a set mismatch) still
   // needs its answer: appended, in rank order.
   std::sort(entry.outside.begin(), entry.outside.end(),
@@ -353,7 +450,7 @@ std::vector<Stall> Negotiator::stalls(Clock::time_point now, Clock::duration thr
     stall.age = now - entry.first_seen;
     const std::vector<int>& members = membersOf(entry.process_set_id);
     for (size_t i = 0; i < members.size(); ++i) {
-      if (entry.slots[i]) {
+      if (entry.slots[i] != Entry::Slot::kEmpty) {
         stall.submitted_ranks.push_back(members[i]);
       } else if (!joined_.count(members[i])) {
         stall.missing_ranks.push_back(members[i]);

@@ -30,6 +30,7 @@
 
 #include <chrono>
 #include <map>
+#include <memory>
 #include <optional>
 #include <set>
 #include <string>
@@ -62,6 +63,15 @@ class Negotiator {
   // take part at all (unknown process set, rank outside it, name in flight)
   // is rejected with its own error and changes nothing else.
   StatusOr<std::vector<Response>> submit(Request request, Clock::time_point now);
+  // Adds the requests of `repeat`'s ranks, as `submit` each would: where
+  // each fills an empty slot of the collective with nothing to check (no
+  // other call number or cached response), as marks, without a copy of a
+  // request (a follower's ranks repeating a cached collective, each step).
+  struct Repeated {
+    std::vector<Response> ready;
+    std::vector<std::pair<Request, Status>> refused;  // each rank's own error
+  };
+  Repeated submit(const Repeat& repeat, Clock::time_point now);
 
   // Collectives waiting for longer than `threshold`, oldest first.
   std::vector<Stall> stalls(Clock::time_point now, Clock::duration threshold) const;
@@ -82,11 +92,17 @@ class Negotiator {
  private:
   struct Entry {
     int process_set_id = 0;
-    // One slot per member of the process set, in its (increasing) rank
-    // order: a thousand nodes' ranks each fill their own with no lookup and
-    // no allocation, and a ready entry's slots become its response's
-    // requests as they are.
-    std::vector<std::optional<Request>> slots;
+    // What each member of the process set submitted, in its (increasing)
+    // rank order: a thousand nodes' ranks each mark their own with no
+    // lookup and no copy of a request.
+    enum class Slot : uint8_t { kEmpty, kGiven, kRepeated };
+    std::vector<Slot> slots;
+    // The requests given in full, with their slots (in arrival order).
+    std::vector<std::pair<size_t, Request>> given;
+    // What the kRepeated slots repeat: their requests in this cached
+    // response, at the same index.
+    std::shared_ptr<const Response> repeated;
+    uint64_t repeated_id = 0;
     size_t submitted = 0;  // slots filled
     // Requests of ranks outside the set (only after the ranks disagreed on
     // the set, which fails the entry).
@@ -95,8 +111,10 @@ class Negotiator {
     uint64_t sequence = 0;  // submission order of the first request
     uint64_t call = 0;      // the first request's call number (0: none)
 
+    // The request in `slot` (filled) in full.
+    Request at(size_t slot) const;
     // The lowest rank's request (there is one).
-    const Request& lowest() const;
+    Request lowest() const;
     // Every request, in increasing rank order (the entry is emptied).
     std::vector<Request> takeInRankOrder();
   };
@@ -110,6 +128,9 @@ class Negotiator {
   bool has(const Entry& entry, int rank) const;
   // Puts `request` into its slot of `entry`, or among its outsiders.
   void place(Entry* entry, Request request) const;
+  // The slots `repeat` would mark as they are, or nullopt where it needs
+  // the checks of `submit` for each rank.
+  std::optional<std::vector<size_t>> markable(const Repeat& repeat) const;
 
   Status checkMembership(const Request& request) const;
   // Point 8: the failed responses when `request` contradicts pending

@@ -466,5 +466,98 @@ TEST_F(NegotiatorTest, RepeatedCachedRequestsReadyTogetherAndOk) {
   EXPECT_EQ(ready[0].requests[2]->handle, 102u);
 }
 
+// A cached response of the whole job (3 ranks) and ranks repeating it.
+class RepeatTest : public NegotiatorTest {
+ protected:
+  static std::shared_ptr<const Response> cached(const std::string& name) {
+    auto response = std::make_shared<Response>();
+    response->name = name;
+    response->type = v1::ALLREDUCE;
+    response->ranks = {0, 1, 2};
+    for (int rank = 0; rank < 3; ++rank) response->requests.push_back(allreduce(rank, name));
+    return response;
+  }
+  static Repeat repeat(std::shared_ptr<const Response> cached, std::vector<int> ranks, uint64_t call = 0) {
+    return Repeat{std::move(cached), 7, std::move(ranks), call};
+  }
+  Negotiator::Repeated submitRepeat(const Repeat& r) { return negotiator_.submit(r, now_); }
+};
+
+TEST_F(RepeatTest, RanksRepeatingACachedResponseShareItsRequestsBesideTheGivenOnes) {
+  auto w = cached("w");
+  Request own = allreduce(0, "w");
+  own.handle = 555;  // this node's rank: its own handle this step
+  own.repeats = 7;
+  EXPECT_TRUE(submit(own).empty());
+  auto out = submitRepeat(repeat(w, {2, 1}));
+  EXPECT_TRUE(out.refused.empty());
+  ASSERT_EQ(out.ready.size(), 1u);
+  const Response& ready = out.ready[0];
+  EXPECT_TRUE(ready.status.isOk());
+  EXPECT_EQ(ready.repeatedId(), 7u);
+  EXPECT_EQ(ready.requests[0]->handle, 555u);
+  EXPECT_EQ(ready.requests[1]->handle, 101u);        // the cached one's (used only where rank 1 runs)
+  EXPECT_EQ(&*ready.requests[2], &*w->requests[2]);  // shared, not copied
+  EXPECT_EQ(negotiator_.pendingCount(), 0u);
+}
+
+TEST_F(RepeatTest, AGivenRequestOfOtherMetadataMakesTheResponseCheckedInFull) {
+  submitRepeat(repeat(cached("w"), {1, 2}));
+  Request other = allreduce(0, "w", v1::INT32);  // repeats nothing
+  auto ready = submit(other);
+  ASSERT_EQ(ready.size(), 1u);
+  EXPECT_EQ(ready[0].repeatedId(), 0u);
+  EXPECT_THAT(ready[0].status.message(), HasSubstr("dtype: int32 on ranks [0]; float32 on ranks [1, 2]"));
+  EXPECT_EQ(ready[0].requests[1]->repeats, 7u);
+}
+
+TEST_F(RepeatTest, ARankAlreadyInFlightIsRefusedAloneAndTheOthersCount) {
+  auto w = cached("w");
+  submitRepeat(repeat(w, {1}));
+  auto out = submitRepeat(repeat(w, {1, 2}));
+  ASSERT_EQ(out.refused.size(), 1u);
+  EXPECT_EQ(out.refused[0].first.rank, 1);
+  EXPECT_EQ(out.refused[0].second.code(), StatusCode::kAlreadyExists);
+  EXPECT_TRUE(out.ready.empty());
+  auto ready = submit(allreduce(0, "w"));
+  ASSERT_EQ(ready.size(), 1u);
+  EXPECT_TRUE(ready[0].status.isOk());
+}
+
+TEST_F(RepeatTest, AnotherCallNumberFailsTheCollectiveNamingBothCalls) {
+  Request first = allreduce(0, "w");
+  first.call = 3;
+  submit(first);
+  auto out = submitRepeat(repeat(cached("w"), {1, 2}, /*call=*/4));
+  ASSERT_FALSE(out.ready.empty());
+  EXPECT_THAT(out.ready[0].status.message(), HasSubstr("the ranks made different calls"));
+  EXPECT_THAT(out.ready[0].status.message(), HasSubstr("call 4"));
+}
+
+TEST_F(RepeatTest, StallsTakeAndJoinSeeMarkedRanks) {
+  submitRepeat(repeat(cached("w"), {2}, /*call=*/9));
+  auto stalls = negotiator_.stalls(now_ + std::chrono::seconds(5), std::chrono::seconds(1));
+  ASSERT_EQ(stalls.size(), 1u);
+  EXPECT_EQ(stalls[0].submitted_ranks, (std::vector<int>{2}));
+  EXPECT_EQ(stalls[0].missing_ranks, (std::vector<int>{0, 1}));
+  auto taken = negotiator_.take("w");
+  ASSERT_EQ(taken.size(), 1u);
+  EXPECT_EQ(taken[0].rank, 2);
+  EXPECT_EQ(taken[0].call, 9u);
+  EXPECT_EQ(taken[0].name, "w");
+
+  // A joined rank leaves its slot empty: the response is built in full.
+  submitRepeat(repeat(cached("v"), {1, 2}));
+  Request join;
+  join.rank = 0;
+  join.name = "join";
+  join.type = v1::JOIN;
+  auto ready = submit(join);
+  ASSERT_EQ(ready.size(), 1u);
+  EXPECT_EQ(ready[0].name, "v");
+  EXPECT_FALSE(ready[0].requests[0].has_value());
+  EXPECT_EQ(ready[0].activeCount(), 2);
+}
+
 }  // namespace
 }  // namespace gradsync::coordinator

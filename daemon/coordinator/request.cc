@@ -50,12 +50,32 @@ const Request& Response::first() const {
 }
 
 uint64_t Response::repeatedId() const {
+  if (repeats != 0) return repeats;
   const uint64_t id = requests.empty() || !requests[0] ? 0 : requests[0]->repeats;
   if (id == 0) return 0;
   for (const auto& r : requests) {
     if (!r || r->repeats != id) return 0;
   }
   return id;
+}
+
+std::optional<size_t> Response::indexOf(int rank) const {
+  if (rank >= 0 && static_cast<size_t>(rank) < ranks.size() && ranks[rank] == rank) return rank;
+  auto at = std::lower_bound(ranks.begin(), ranks.end(), rank);
+  if (at == ranks.end() || *at != rank) at = std::find(ranks.begin(), ranks.end(), rank);
+  if (at == ranks.end()) return std::nullopt;
+  return at - ranks.begin();
+}
+
+Request Repeat::request(size_t i) const {
+  const std::optional<size_t> at = cached->indexOf(ranks[i]);
+  Request request = *cached->requests[*at];  // (present: checked when the repeat was made)
+  request.handle = 0;
+  request.offset = 0;
+  request.call = call;
+  request.repeats = id;
+  request.received = {};
+  return request;
 }
 
 int Response::activeCount() const {

@@ -168,14 +168,35 @@ struct Response {
   // Elastic jobs across daemons: this commit barrier admits the waiting
   // joiners (decided by the leader before it sends the batch).
   bool admits_joiners = false;
+  // Non-zero: the leader built it from this cached response, which every
+  // rank (each present) repeats; its shared requests keep the cached
+  // handles, offsets and calls of other nodes' ranks (only used there).
+  uint64_t repeats = 0;
 
   // The first present request (there is always one).
   const Request& first() const;
   // Number of ranks taking part with data.
   int activeCount() const;
-  // The cached response every request repeats (Request::repeats, every
-  // rank present), or 0.
+  // The cached response every request repeats (`repeats`, or
+  // Request::repeats of every rank, each present), or 0.
   uint64_t repeatedId() const;
+  // The index of `rank` in `ranks` (increasing in a process set's
+  // response; the whole job's set needs no search), if there.
+  std::optional<size_t> indexOf(int rank) const;
+};
+
+// Requests of several ranks, each repeating its own request in one cached
+// response but for handle, offset and call (a follower's ranks, by cache
+// id, at the leader): negotiated without a copy of the request per rank.
+struct Repeat {
+  std::shared_ptr<const Response> cached;  // holds a request of every rank below
+  uint64_t id = 0;                         // its cache id
+  std::vector<int> ranks;
+  uint64_t call = 0;  // every rank's (Request::call)
+
+  // `ranks[i]`'s request in full: the cached one with this call (handle and
+  // offset 0: they are known only where the rank runs).
+  Request request(size_t i) const;
 };
 
 // "[0, 2, 5]", for error messages.

@@ -13,16 +13,9 @@ namespace {
 // joined): ranks are in increasing order (a process set's members), so a
 // binary search finds it.
 std::optional<size_t> indexOfRank(const coordinator::Response& response, int rank) {
-  // The job's whole set (ranks 0 to W-1) needs no search.
-  if (rank >= 0 && static_cast<size_t>(rank) < response.ranks.size() && response.ranks[rank] == rank) {
-    return response.requests[rank] ? std::optional<size_t>(rank) : std::nullopt;
-  }
-  auto at = std::lower_bound(response.ranks.begin(), response.ranks.end(), rank);
-  if (at == response.ranks.end() || *at != rank) at = std::find(response.ranks.begin(), response.ranks.end(), rank);
-  if (at == response.ranks.end()) return std::nullopt;
-  const size_t i = at - response.ranks.begin();
-  if (!response.requests[i]) return std::nullopt;
-  return i;
+  const std::optional<size_t> at = response.indexOf(rank);
+  if (!at || !response.requests[*at]) return std::nullopt;
+  return at;
 }
 
 }  // namespace
@@ -249,25 +242,30 @@ v1::FollowerMessage::Request CoordinationCodec::compact(int rank, const v1::Enqu
 
 StatusOr<v1::Enqueue> CoordinationCodec::expand(const v1::FollowerMessage::Request& in) {
   if (in.cache_id() == 0) return in.enqueue();
-  ASSIGN_OR_RETURN(const coordinator::Request request, expandCached(in));
+  ASSIGN_OR_RETURN(const coordinator::Repeat repeat, expandRepeat(in));
+  coordinator::Request request = repeat.request(0);
+  request.handle = in.handle();
+  request.offset = in.offset();
   return coordinator::enqueueOf(request);
 }
 
-StatusOr<coordinator::Request> CoordinationCodec::expandCached(const v1::FollowerMessage::Request& in) {
+StatusOr<coordinator::Repeat> CoordinationCodec::expandRepeat(const v1::FollowerMessage::Request& in) {
+  coordinator::Repeat repeat;
+  repeat.id = in.cache_id();
+  repeat.call = in.call();
+  repeat.ranks.reserve(1 + in.same_ranks_size());
+  repeat.ranks.push_back(in.rank());
+  repeat.ranks.insert(repeat.ranks.end(), in.same_ranks().begin(), in.same_ranks().end());
   MutexLock lock(mutex_);
-  const coordinator::Response* base = cache_.find(in.cache_id());
-  const std::optional<size_t> at = base != nullptr ? indexOfRank(*base, in.rank()) : std::nullopt;
-  if (at) {
-    coordinator::Request copy = *base->requests[*at];
-    copy.handle = in.handle();
-    copy.offset = in.offset();
-    copy.call = in.call();
-    copy.repeats = in.cache_id();
-    cache_hits_.fetch_add(1);
-    return copy;
+  repeat.cached = cache_.shared(in.cache_id());
+  for (int rank : repeat.ranks) {
+    if (repeat.cached == nullptr || !indexOfRank(*repeat.cached, rank)) {
+      return dataLoss("job '" + job_id_ + "': a follower referred to unknown cached request " +
+                      std::to_string(in.cache_id()) + " of rank " + std::to_string(rank));
+    }
   }
-  return dataLoss("job '" + job_id_ + "': a follower referred to unknown cached request " +
-                  std::to_string(in.cache_id()) + " of rank " + std::to_string(in.rank()));
+  cache_hits_.fetch_add(repeat.ranks.size());
+  return repeat;
 }
 
 uint64_t CoordinationCodec::cachedId(const coordinator::Request& request) const {

@@ -38,10 +38,10 @@ class CoordinationCodec {
   v1::FollowerMessage::Request compact(int rank, const v1::Enqueue& enqueue, uint64_t epoch) GS_EXCLUDES(mutex_);
   // Leader: a follower's request in full (DATA_LOSS for an unknown id).
   StatusOr<v1::Enqueue> expand(const v1::FollowerMessage::Request& request) GS_EXCLUDES(mutex_);
-  // Leader: a follower's request by cache id (cache_id != 0) as the cached
-  // request of its rank with the request's handle, offset and call: no
-  // wire form in between (DATA_LOSS for an unknown id).
-  StatusOr<coordinator::Request> expandCached(const v1::FollowerMessage::Request& request) GS_EXCLUDES(mutex_);
+  // Leader: a follower's request by cache id (cache_id != 0) and its
+  // same_ranks as ranks repeating the cached response, without a copy of a
+  // request (DATA_LOSS for an unknown id, or a rank it does not hold).
+  StatusOr<coordinator::Repeat> expandRepeat(const v1::FollowerMessage::Request& request) GS_EXCLUDES(mutex_);
   // The cached response a local request repeats (0: none), and a copy of
   // a cached response.
   uint64_t cachedId(const coordinator::Request& request) const GS_EXCLUDES(mutex_);

@@ -213,6 +213,32 @@ TEST(CoordinationCodecTest, UnknownIdsAreDataLossNamingTheJobAndId) {
   EXPECT_NE(expanded.status().message().find("of rank 5"), std::string::npos);
 }
 
+TEST(CoordinationCodecTest, ANodesRanksByOneIdAreOneRepeatSharingTheCachedResponse) {
+  CoordinationCodec leader("job-r", 16);
+  const v1::NegotiatedResponse first = leader.encode(step("w", 10));
+  v1::FollowerMessage::Request both;
+  both.set_rank(1);
+  both.add_same_ranks(0);
+  both.set_cache_id(first.cache_id());
+  both.set_call(12);
+  auto repeat = leader.expandRepeat(both);
+  ASSERT_TRUE(repeat.isOk()) << repeat.status().toString();
+  EXPECT_EQ(repeat->id, first.cache_id());
+  EXPECT_EQ(repeat->ranks, (std::vector<int>{1, 0}));
+  EXPECT_EQ(repeat->cached->name, "w");
+  const coordinator::Request zero = repeat->request(1);
+  EXPECT_EQ(zero.rank, 0);
+  EXPECT_EQ(zero.call, 12u);
+  EXPECT_EQ(zero.repeats, first.cache_id());
+  EXPECT_EQ(leader.traffic().cache_hits, 2u);
+
+  both.add_same_ranks(2);  // not in the cached response: the whole entry is refused
+  auto forged = leader.expandRepeat(both);
+  ASSERT_FALSE(forged.isOk());
+  EXPECT_EQ(forged.status().code(), StatusCode::kDataLoss);
+  EXPECT_NE(forged.status().message().find("of rank 2"), std::string::npos);
+}
+
 TEST(CoordinationCodecTest, ClearForgetsEveryIdForTheNextEpoch) {
   CoordinationCodec leader("job", 16), follower("job", 16);
   const v1::NegotiatedResponse first = leader.encode(step("w", 10));

@@ -334,9 +334,10 @@ void CrossNode::onFollowerMessage(Follower* follower, const v1::FollowerMessage&
   } else if (message.has_joiner_ready() || message.has_joiner_gone()) {
     joinerReport(follower, message);
   } else if (message.has_request()) {
-    remoteRequest(message.request());
+    const v1::FollowerMessage::Request* one = &message.request();
+    remoteRequests(&one, 1);
   } else if (message.has_requests()) {
-    remoteRequests(message.requests().requests());
+    remoteRequests(message.requests().requests().data(), message.requests().requests_size());
   } else if (message.has_round()) {
     LeaderRounds* rounds;
     int cross_rank;
@@ -352,54 +353,37 @@ void CrossNode::onFollowerMessage(Follower* follower, const v1::FollowerMessage&
   }
 }
 
-bool CrossNode::remoteRequest(const v1::FollowerMessage::Request& request) {
-  // Of an epoch that ended: dropped (the follower fails it when it learns of
-  // the new one).
-  if (request.epoch() != 0 && request.epoch() != epoch()) return true;
-  if (request.cache_id() != 0) {
-    auto cached = codec_.expandCached(request);
-    if (!cached.isOk()) {
-      hooks_.on_failure(cached.status().message(), true);
-      return false;
-    }
-    std::vector<coordinator::Request> one;
-    one.push_back(std::move(cached).value());
-    hooks_.on_remote_cached(std::move(one), request.epoch());
-    return true;
-  }
-  auto enqueue = codec_.expand(request);
-  if (!enqueue.isOk()) {
-    hooks_.on_failure(enqueue.status().message(), true);
-    return false;
-  }
-  hooks_.on_remote_request(request.rank(), *enqueue, request.epoch());
-  return true;
-}
-
-bool CrossNode::remoteRequests(const google::protobuf::RepeatedPtrField<v1::FollowerMessage::Request>& requests) {
+bool CrossNode::remoteRequests(const v1::FollowerMessage::Request* const* requests, int count) {
   const uint64_t current = epoch();
-  std::vector<coordinator::Request> run;  // by cache id, of `run_epoch`
+  std::vector<coordinator::Repeat> run;  // by cache id, of `run_epoch`
   uint64_t run_epoch = 0;
   const auto hand_over = [&] {
-    if (!run.empty()) hooks_.on_remote_cached(std::move(run), run_epoch);
+    if (!run.empty()) hooks_.on_remote_repeats(std::move(run), run_epoch);
     run.clear();
   };
-  for (const auto& request : requests) {
-    // Of an epoch that ended: dropped (as in remoteRequest).
+  for (int i = 0; i < count; ++i) {
+    const v1::FollowerMessage::Request& request = *requests[i];
+    // Of an epoch that ended: dropped (the follower fails it when it learns
+    // of the new one).
     if (request.epoch() != 0 && request.epoch() != current) continue;
     if (request.cache_id() == 0 || request.epoch() != run_epoch) hand_over();
     if (request.cache_id() == 0) {
-      if (!remoteRequest(request)) return false;
+      auto enqueue = codec_.expand(request);
+      if (!enqueue.isOk()) {
+        hooks_.on_failure(enqueue.status().message(), true);
+        return false;
+      }
+      hooks_.on_remote_request(request.rank(), *enqueue, request.epoch());
       continue;
     }
-    auto cached = codec_.expandCached(request);
-    if (!cached.isOk()) {
+    auto repeat = codec_.expandRepeat(request);
+    if (!repeat.isOk()) {
       hand_over();
-      hooks_.on_failure(cached.status().message(), true);
+      hooks_.on_failure(repeat.status().message(), true);
       return false;
     }
     run_epoch = request.epoch();
-    run.push_back(std::move(cached).value());
+    run.push_back(std::move(repeat).value());
   }
   hand_over();
   return true;

@@ -82,11 +82,11 @@ class CrossNode : public NodeEndpoints {
     // Leader: a follower's rank submitted a request of `epoch` (0: not
     // elastic); the job drops it when its own epoch has moved on meanwhile.
     std::function<void(int rank, const v1::Enqueue&, uint64_t epoch)> on_remote_request;
-    // Leader: the same, by cache id: the cached requests of the ranks
-    // (checked when first negotiated) with this step's handles, offsets and
-    // calls, all of `epoch`, in the order the follower sent them (a node's
-    // message at once: one hand-over, not one per rank and tensor).
-    std::function<void(std::vector<coordinator::Request> requests, uint64_t epoch)> on_remote_cached;
+    // Leader: the same, by cache id: ranks repeating their requests of a
+    // cached response (checked when first negotiated), all of `epoch`, in
+    // the order the follower sent them (a node's message at once: one
+    // hand-over, not one per rank and tensor).
+    std::function<void(std::vector<coordinator::Repeat> repeats, uint64_t epoch)> on_remote_repeats;
     // The job failed elsewhere (a rank left or died: node_lost false), or a
     // node or the leader was lost (node_lost true).
     std::function<void(const std::string& cause, bool node_lost)> on_failure;
@@ -281,14 +281,11 @@ class CrossNode : public NodeEndpoints {
       GS_EXCLUDES(mutex_);
   grpc::Status followerMessage(Follower* follower, const v1::FollowerMessage& message) GS_EXCLUDES(mutex_);
   void onFollowerMessage(Follower* follower, const v1::FollowerMessage& message) GS_EXCLUDES(mutex_);
-  // Leader: a follower's rank's request, to the job (dropped when of an
-  // epoch that ended); false when it names a cache id this leader never
-  // gave (the job fails).
-  bool remoteRequest(const v1::FollowerMessage::Request& request) GS_EXCLUDES(mutex_);
-  // The same for a follower's message of requests: runs of requests by
-  // cache id go to the job together, in order with those in full.
-  bool remoteRequests(const google::protobuf::RepeatedPtrField<v1::FollowerMessage::Request>& requests)
-      GS_EXCLUDES(mutex_);
+  // Leader: a follower's `count` requests, to the job in order (each
+  // dropped when of an epoch that ended), runs of requests by cache id
+  // together; false when one names a cache id this leader never gave, or
+  // a rank that id does not hold (the job fails).
+  bool remoteRequests(const v1::FollowerMessage::Request* const* requests, int count) GS_EXCLUDES(mutex_);
   void followerLeft(const std::shared_ptr<Follower>& follower, bool cut_off, const std::string& why)
       GS_EXCLUDES(mutex_);
   // Leader: a follower's JoinerReady or JoinerGone.

@@ -181,8 +181,12 @@ struct Daemon {
     hooks.on_remote_request = [this](int rank, const v1::Enqueue& enqueue, uint64_t epoch) {
       recorder.remoteRequest(rank, enqueue, epoch);
     };
-    hooks.on_remote_cached = [this](std::vector<coordinator::Request> requests, uint64_t epoch) {
-      for (const auto& request : requests) recorder.remoteRequest(request.rank, coordinator::enqueueOf(request), epoch);
+    hooks.on_remote_repeats = [this](std::vector<coordinator::Repeat> repeats, uint64_t epoch) {
+      for (const auto& repeat : repeats) {
+        for (size_t i = 0; i < repeat.ranks.size(); ++i) {
+          recorder.remoteRequest(repeat.ranks[i], coordinator::enqueueOf(repeat.request(i)), epoch);
+        }
+      }
     };
     hooks.on_failure = [this](const std::string& cause, bool node_lost) { recorder.failure(cause, node_lost); };
     cross = std::make_unique<CrossNode>(std::move(options), std::move(hooks));

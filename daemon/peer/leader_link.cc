@@ -3,6 +3,8 @@
 
 #include <chrono>
 
+#include "daemon/peer/request_batch.h"
+
 namespace gradsync::peer {
 namespace {
 
@@ -121,22 +123,20 @@ void LeaderLink::cancel() {
 
 std::vector<v1::FollowerMessage> LeaderLink::takeMergedLocked() {
   std::vector<v1::FollowerMessage> out;
-  size_t merged_bytes = 0;
+  RequestBatch batch;
+  const auto close = [&] {
+    if (!batch.empty()) out.push_back(batch.take());
+  };
   for (auto& message : queue_) {
     if (!message.has_request()) {
+      close();
       out.push_back(std::move(message));
       continue;
     }
-    const size_t bytes = message.request().ByteSizeLong();
-    const bool extend = !out.empty() && out.back().has_requests() && merged_bytes + bytes <= kMergedBytes;
-    if (!extend) {
-      out.emplace_back();
-      out.back().mutable_requests();
-      merged_bytes = 0;
-    }
-    *out.back().mutable_requests()->add_requests() = std::move(*message.mutable_request());
-    merged_bytes += bytes;
+    if (batch.bytes() + message.request().ByteSizeLong() > kMergedBytes) close();
+    batch.add(std::move(*message.mutable_request()));
   }
+  close();
   queue_.clear();
   return out;
 }

@@ -69,7 +69,7 @@ class LeaderLink {
   // The writer thread: sends what is queued while a stream is open.
   void writeLoop() GS_EXCLUDES(mutex_);
   // The queued messages in the order to write them, consecutive requests
-  // merged (up to kMergedBytes each).
+  // merged (up to kMergedBytes each; RequestBatch).
   std::vector<v1::FollowerMessage> takeMergedLocked() GS_REQUIRES(mutex_);
 
   const std::shared_ptr<grpc::ChannelCredentials> credentials_;

@@ -92,7 +92,9 @@ void ResponseCache::clear() {
 
 void ResponseCache::remember(uint64_t id, const coordinator::Response& response) {
   if (id == 0 || responses_.size() >= capacity_) return;
-  responses_[id] = response;
+  auto stored = std::make_shared<coordinator::Response>(response);
+  stored->repeats = 0;  // (of another cached response, if any)
+  responses_[id] = std::move(stored);
   if (uniform(response)) {
     RankedId entry{response.ranks, id};
     std::sort(entry.ranks.begin(), entry.ranks.end());
@@ -109,7 +111,12 @@ void ResponseCache::remember(uint64_t id, const coordinator::Response& response)
 
 const coordinator::Response* ResponseCache::find(uint64_t id) const {
   auto it = responses_.find(id);
-  return it == responses_.end() ? nullptr : &it->second;
+  return it == responses_.end() ? nullptr : it->second.get();
+}
+
+std::shared_ptr<const coordinator::Response> ResponseCache::shared(uint64_t id) const {
+  auto it = responses_.find(id);
+  return it == responses_.end() ? nullptr : it->second;
 }
 
 uint64_t ResponseCache::idFor(const coordinator::Request& request) const {

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -30,8 +31,9 @@ class ResponseCache {
   std::pair<uint64_t, bool> assign(const coordinator::Response& response);
   // Follower: remembers a response the leader sent in full with `id`.
   void remember(uint64_t id, const coordinator::Response& response);
-  // The response stored under `id`, or null.
+  // The response stored under `id`, or null; shared, it outlives a clear().
   const coordinator::Response* find(uint64_t id) const;
+  std::shared_ptr<const coordinator::Response> shared(uint64_t id) const;
   // Follower: the id under which the leader holds a response containing a
   // request of `request.rank` with `request`'s metadata, or 0.
   uint64_t idFor(const coordinator::Request& request) const;
@@ -65,7 +67,7 @@ class ResponseCache {
   const size_t capacity_;
   uint64_t next_id_ = 1;
   std::unordered_map<std::string, uint64_t> by_signature_;  // leader
-  std::map<uint64_t, coordinator::Response> responses_;
+  std::map<uint64_t, std::shared_ptr<const coordinator::Response>> responses_;
   // Requests of uniform responses: one entry per response, by metadata.
   std::unordered_map<std::string, std::vector<RankedId>> by_metadata_;
   // Requests of the others: rank + request signature -> id.

@@ -133,8 +133,8 @@ void Job::buildCrossNode() {
   hooks.on_remote_request = [this](int rank, const v1::Enqueue& enqueue, uint64_t epoch) {
     submitRemote(rank, enqueue, epoch);
   };
-  hooks.on_remote_cached = [this](std::vector<coordinator::Request> requests, uint64_t epoch) {
-    submitRemoteCached(std::move(requests), epoch);
+  hooks.on_remote_repeats = [this](std::vector<coordinator::Repeat> repeats, uint64_t epoch) {
+    submitRemoteRepeats(std::move(repeats), epoch);
   };
   hooks.on_failure = [this](const std::string& cause, bool node_lost) { failJob(cause, node_lost); };
   cross_ = std::make_unique<peer::CrossNode>(std::move(options), std::move(hooks));
@@ -375,10 +375,14 @@ void Job::negotiateLocked(coordinator::Request request, Outbox* outbox,
     failRequestLocked(minimal, ready.status(), outbox);
     return;
   }
-  for (const auto& r : *ready) timeline_.negotiated(r.name, r.type);
-  if (ready->empty()) return;
-  publishProcessSetsLocked(*ready, /*from_leader=*/false);
-  queue_.addReady(std::move(ready).value());
+  readyLocked(std::move(ready).value(), inline_batch);
+}
+
+void Job::readyLocked(std::vector<coordinator::Response> ready, std::vector<coordinator::Response>* inline_batch) {
+  for (const auto& r : ready) timeline_.negotiated(r.name, r.type);
+  if (ready.empty()) return;
+  publishProcessSetsLocked(ready, /*from_leader=*/false);
+  queue_.addReady(std::move(ready));
   // (Unless an autotuned cycle time has them wait for more.)
   const bool waits = tuning_.current().cycle_time.count() > 0 && negotiator_.pendingCount() > 0;
   if (!cross_ && !queue_.executing() && !waits &&

@@ -203,15 +203,23 @@ class Job {
   // A follower's rank's request of `epoch`; one of an epoch that ended
   // while it was on its way is dropped (its follower fails it).
   void submitRemote(int rank, const v1::Enqueue& enqueue, uint64_t epoch);
-  // The same for requests by cache id, expanded from the cache: they
-  // repeat ones the leader checked when first negotiated. A follower's
-  // message of them is admitted under one lock.
-  void submitRemoteCached(std::vector<coordinator::Request> requests, uint64_t epoch);
-  // Both: `request` (or why it was refused; `enqueue` names it then) into
-  // the negotiation, unless its epoch ended or its rank is not another
-  // node's.
+  // The same for requests by cache id: ranks repeating requests the
+  // leader checked when first negotiated. A follower's message of them is
+  // admitted under one lock.
+  void submitRemoteRepeats(std::vector<coordinator::Repeat> repeats, uint64_t epoch);
+  // `request` (or why it was refused; `enqueue` names it then) into the
+  // negotiation, unless its epoch ended or its rank is not another node's.
   void admitRemoteLocked(int rank, StatusOr<coordinator::Request> request, const v1::Enqueue* enqueue, uint64_t epoch,
                          Outbox* outbox) GS_REQUIRES(mutex_);
+  // The same for the ranks of `repeat`.
+  void admitRepeatLocked(coordinator::Repeat repeat, uint64_t epoch, Outbox* outbox) GS_REQUIRES(mutex_);
+  // Whether a follower's request of `rank` may be negotiated here (a rank
+  // of this node's is not: warned of).
+  bool isOtherNodesRankLocked(int rank) const GS_REQUIRES(mutex_);
+  // Responses the negotiation made ready: queued, and run inline (small,
+  // on one daemon, nothing executing) or handed to the executor thread.
+  void readyLocked(std::vector<coordinator::Response> ready, std::vector<coordinator::Response>* inline_batch)
+      GS_REQUIRES(mutex_);
   void onRemoteBatch(std::vector<coordinator::Response> batch, uint64_t sequence, uint64_t epoch,
                      uint64_t fusion_threshold_bytes);
   void failJob(const std::string& cause, bool node_lost);

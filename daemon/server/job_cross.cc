@@ -48,16 +48,20 @@ void Job::submitRemote(int rank, const v1::Enqueue& enqueue, uint64_t epoch) {
   flush(&outbox);
 }
 
-void Job::submitRemoteCached(std::vector<coordinator::Request> requests, uint64_t epoch) {
+void Job::submitRemoteRepeats(std::vector<coordinator::Repeat> repeats, uint64_t epoch) {
   Outbox outbox;
   {
     MutexLock lock(mutex_);
-    for (coordinator::Request& request : requests) {
-      const int rank = request.rank;
-      admitRemoteLocked(rank, std::move(request), nullptr, epoch, &outbox);
-    }
+    for (coordinator::Repeat& repeat : repeats) admitRepeatLocked(std::move(repeat), epoch, &outbox);
   }
   flush(&outbox);
+}
+
+bool Job::isOtherNodesRankLocked(int rank) const {
+  if (rank >= 0 && rank < size_.load() && !ranks_.registeredHere(rank)) return true;
+  GS_LOG(control, warn, "job '{}': a follower forwarded a request of rank {}, which it does not hold", spec_.job_id,
+         rank);
+  return false;
 }
 
 void Job::admitRemoteLocked(int rank, StatusOr<coordinator::Request> request, const v1::Enqueue* enqueue,
@@ -68,11 +72,7 @@ void Job::admitRemoteLocked(int rank, StatusOr<coordinator::Request> request, co
   // would otherwise wait in the new epoch's negotiator, in another
   // rank's name or as a duplicate of the rank's retry).
   if (epoch != 0 && epoch != epochs_.current()) return;
-  if (rank < 0 || rank >= size_.load() || ranks_.registeredHere(rank)) {
-    GS_LOG(control, warn, "job '{}': a follower forwarded a request of rank {}, which it does not hold", spec_.job_id,
-           rank);
-    return;
-  }
+  if (!isOtherNodesRankLocked(rank)) return;
   std::vector<coordinator::Response> unused;  // (no inline batches across nodes)
   if (!request.isOk()) {
     coordinator::Request named;  // (only a checked enqueue fails here)
@@ -85,6 +85,29 @@ void Job::admitRemoteLocked(int rank, StatusOr<coordinator::Request> request, co
   } else {
     submitToCoordinator(nullptr, std::move(request).value(), outbox, &unused);
   }
+}
+
+void Job::admitRepeatLocked(coordinator::Repeat repeat, uint64_t epoch, Outbox* outbox) {
+  if (epoch != 0 && epoch != epochs_.current()) return;  // (as in admitRemoteLocked)
+  std::vector<int>& ranks = repeat.ranks;
+  ranks.erase(std::remove_if(ranks.begin(), ranks.end(),
+                             [&](int rank) GS_REQUIRES(mutex_) { return !isOtherNodesRankLocked(rank); }),
+              ranks.end());
+  if (!failure_.empty() || stopping_) {
+    for (size_t i = 0; i < ranks.size(); ++i) {
+      failRequestLocked(repeat.request(i), aborted("job '" + spec_.job_id + "': " + failure_), outbox);
+    }
+    return;
+  }
+  if (ranks.empty()) return;
+  for (int rank : ranks) timeline_.requestArrived(repeat.cached->name, repeat.cached->type, rank);
+  coordinator::Negotiator::Repeated submitted = negotiator_.submit(repeat, Clock::now());
+  for (const auto& [request, status] : submitted.refused) {
+    timeline_.negotiated(request.name, request.type);
+    failRequestLocked(request, status, outbox);
+  }
+  std::vector<coordinator::Response> unused;  // (no inline batches across nodes)
+  readyLocked(std::move(submitted.ready), &unused);
 }
 
 void Job::onRemoteBatch(std::vector<coordinator::Response> batch, uint64_t sequence, uint64_t epoch,

@@ -36,15 +36,12 @@ std::shared_ptr<timeline::Timeline> JobTimeline::current() const {
   return timeline_;
 }
 
-void JobTimeline::requestArrived(const coordinator::Request& request) {
+void JobTimeline::requestArrived(const std::string& name, CollectiveType type, int rank) {
   if (!on_.load(std::memory_order_relaxed)) return;
   MutexLock lock(mutex_);
   if (!timeline_) return;
-  if (negotiating_.insert(request.name).second) {
-    timeline_->begin(request.name, "NEGOTIATE_" + upper(collectiveName(request.type)));
-  }
-  timeline_->instant(request.name, "rank " + std::to_string(request.rank) + " ready",
-                     {{"rank", std::to_string(request.rank)}});
+  if (negotiating_.insert(name).second) timeline_->begin(name, "NEGOTIATE_" + upper(collectiveName(type)));
+  timeline_->instant(name, "rank " + std::to_string(rank) + " ready", {{"rank", std::to_string(rank)}});
 }
 
 void JobTimeline::negotiated(const std::string& name, CollectiveType type) {

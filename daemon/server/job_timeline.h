@@ -32,7 +32,10 @@ class JobTimeline {
   void stop() GS_EXCLUDES(mutex_);
 
   // Negotiation: a rank's request arrived; a collective was negotiated.
-  void requestArrived(const coordinator::Request& request) GS_EXCLUDES(mutex_);
+  void requestArrived(const coordinator::Request& request) GS_EXCLUDES(mutex_) {
+    requestArrived(request.name, request.type, request.rank);
+  }
+  void requestArrived(const std::string& name, CollectiveType type, int rank) GS_EXCLUDES(mutex_);
   void negotiated(const std::string& name, CollectiveType type) GS_EXCLUDES(mutex_);
 
   // Execution (executor thread): a fused response begins, a phase inside it

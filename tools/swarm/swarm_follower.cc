@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "daemon/peer/leader_rounds.h"
+#include "daemon/peer/request_batch.h"
 
 namespace gradsync::swarm {
 
@@ -84,16 +85,18 @@ void SwarmFollower::submitStep(int tensors) {
 }
 
 v1::FollowerMessage SwarmFollower::requestsByIdLocked(const std::vector<uint64_t>& ids) {
-  v1::FollowerMessage message;
+  // As a follower daemon's link merges them (RequestBatch).
+  peer::RequestBatch batch;
   for (int r = rank_; r < rank_ + job_.ranks_per_follower; ++r) {
     for (uint64_t id : ids) {
-      v1::FollowerMessage::Request* request = message.mutable_requests()->add_requests();
-      request->set_rank(r);
-      request->set_cache_id(id);
-      request->set_handle(++handle_);
+      v1::FollowerMessage::Request request;
+      request.set_rank(r);
+      request.set_cache_id(id);
+      request.set_handle(++handle_);
+      batch.add(std::move(request));
     }
   }
-  return message;
+  return batch.take();
 }
 
 void SwarmFollower::tick() {
