@@ -66,7 +66,9 @@ StatusOr<coordinator::Response> CoordinationCodec::decode(const v1::NegotiatedRe
   if (!in.cached()) {
     coordinator::Response response = fromProto(in);
     cache_.remember(in.cache_id(), response);
-    forwarded_.erase(response.name);
+    // This node's ranks' requests that went by cache id reached the leader
+    // without their handles and offsets (it keeps the cached ones).
+    applyForwardedLocked(&response);
     return response;
   }
   const coordinator::Response* base = cache_.find(in.cache_id());
@@ -105,10 +107,17 @@ void CoordinationCodec::Forwarded::applyTo(coordinator::Request* request) const 
 void CoordinationCodec::applyForwardedLocked(coordinator::Response* response) {
   auto mine = forwarded_.find(response->name);
   if (mine == forwarded_.end()) return;
-  for (const Forwarded& f : mine->second) {
-    if (auto i = indexOfRank(*response, f.rank)) f.applyTo(&*response->requests.mutableAt(*i));
-  }
-  forwarded_.erase(mine);
+  // Those of ranks the response answers are forgotten; others (a
+  // response for one rank: an error) wait for their own.
+  std::vector<Forwarded>& forwarded = mine->second;
+  forwarded.erase(std::remove_if(forwarded.begin(), forwarded.end(),
+                                 [&](const Forwarded& f) {
+                                   const auto i = indexOfRank(*response, f.rank);
+                                   if (i) f.applyTo(&*response->requests.mutableAt(*i));
+                                   return i.has_value();
+                                 }),
+                  forwarded.end());
+  if (forwarded.empty()) forwarded_.erase(mine);
 }
 
 namespace {

@@ -239,6 +239,33 @@ TEST(CoordinationCodecTest, ANodesRanksByOneIdAreOneRepeatSharingTheCachedRespon
   EXPECT_NE(forged.status().message().find("of rank 2"), std::string::npos);
 }
 
+// The leader knows only the cached handles of ranks that went by id: what
+// it sends in full (an error for one rank; a response it could not send by
+// id) gets this node's own handles, each rank's forgotten once answered.
+TEST(CoordinationCodecTest, AResponseInFullGetsThisNodesHandlesRankByRank) {
+  CoordinationCodec leader("job", 16), follower("job", 16);
+  ASSERT_TRUE(follower.decode(leader.encode(step("w", 10))).isOk());
+  const coordinator::Response next = step("w", 30);
+  for (int rank = 0; rank < 2; ++rank) {
+    EXPECT_NE(follower.compact(rank, coordinator::enqueueOf(next.requests[rank].value()), 0).cache_id(), 0u);
+  }
+  coordinator::Response error;  // as CrossNode::sendError makes it, from the cached request
+  error.name = "w";
+  error.type = v1::ALLREDUCE;
+  error.ranks = {1};
+  error.requests.push_back(step("w", 10).requests[1]);
+  error.status = deadlineExceeded("stalled");
+  auto failed = follower.decode(toProto(error));
+  ASSERT_TRUE(failed.isOk()) << failed.status().toString();
+  EXPECT_EQ(failed->requests[0]->handle, 31u);
+  EXPECT_EQ(failed->requests[0]->offset, 4096u * 31);
+
+  auto rest = follower.decode(toProto(step("w", 10)));  // rank 0's still known, rank 1's forgotten
+  ASSERT_TRUE(rest.isOk()) << rest.status().toString();
+  EXPECT_EQ(rest->requests[0]->handle, 30u);
+  EXPECT_EQ(rest->requests[1]->handle, 11u);
+}
+
 TEST(CoordinationCodecTest, ClearForgetsEveryIdForTheNextEpoch) {
   CoordinationCodec leader("job", 16), follower("job", 16);
   const v1::NegotiatedResponse first = leader.encode(step("w", 10));
