@@ -26,6 +26,7 @@ Request Negotiator::Entry::at(size_t slot) const {
     Repeat repeat{repeated, repeated_id, {repeated->ranks[slot]}, call};
     return repeat.request(0);
   }
+  if (!dense.empty()) return *dense[slot];
   for (const auto& [i, request] : given) {
     if (i == slot) return request;
   }
@@ -53,10 +54,14 @@ std::vector<Request> Negotiator::Entry::takeInRankOrder() {
     if (slots[i] == Slot::kRepeated) out.push_back(at(i));
   }
   for (auto& [slot, request] : given) out.push_back(std::move(request));
+  for (auto& request : dense) {
+    if (request) out.push_back(std::move(*request));
+  }
   for (Request& r : outside) out.push_back(std::move(r));
   std::sort(out.begin(), out.end(), [](const Request& a, const Request& b) { return a.rank < b.rank; });
   slots.clear();
   given.clear();
+  dense.clear();
   outside.clear();
   submitted = 0;
   return out;
@@ -73,8 +78,17 @@ Negotiator::Entry Negotiator::newEntry(int process_set_id, Clock::time_point now
 void Negotiator::place(Entry* entry, Request request) const {
   if (auto slot = slotOf(*entry, request.rank); slot && entry->slots[*slot] == Entry::Slot::kEmpty) {
     entry->slots[*slot] = Entry::Slot::kGiven;
-    entry->given.emplace_back(*slot, std::move(request));
     ++entry->submitted;
+    if (!entry->dense.empty()) {
+      entry->dense[*slot] = std::move(request);
+      return;
+    }
+    entry->given.emplace_back(*slot, std::move(request));
+    if (entry->given.size() > Entry::kDenseAfter) {
+      entry->dense.resize(entry->slots.size());
+      for (auto& [i, r] : entry->given) entry->dense[i] = std::move(r);
+      std::vector<std::pair<size_t, Request>>().swap(entry->given);
+    }
     return;
   }
   entry->outside.push_back(std::move(request));
@@ -304,26 +318,23 @@ Response Negotiator::makeResponse(const std::string& name, Entry entry) const {
   response.name = name;
   response.process_set_id = entry.process_set_id;
   response.ranks = membersOf(entry.process_set_id);
-  std::sort(entry.given.begin(), entry.given.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
   const bool every_slot = entry.submitted == entry.slots.size();
-  if (entry.repeated && every_slot && entry.outside.empty() &&
+  if (entry.repeated && every_slot && entry.outside.empty() && entry.dense.empty() &&
       std::all_of(entry.given.begin(), entry.given.end(),
                   [&](const auto& g) { return g.second.repeats == entry.repeated_id; })) {
     // Every rank repeats one cached response: its requests, shared, with
-    // the given ones (this node's ranks, with their handles) in place.
+    // the given ones (this node's ranks, with their handles) in place, in
+    // increasing order (each then goes at the end of the list's changes).
+    std::sort(entry.given.begin(), entry.given.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
     response.requests = entry.repeated->requests;
     response.repeats = entry.repeated_id;
     for (auto& [slot, request] : entry.given) response.requests.set(slot, std::move(request));
   } else {
-    std::vector<RequestList::Entry> requests(entry.slots.size());
-    auto given = entry.given.begin();
+    std::vector<RequestList::Entry> requests = std::move(entry.dense);
+    requests.resize(entry.slots.size());
+    for (auto& [slot, request] : entry.given) requests[slot] = std::move(request);
     for (size_t i = 0; i < entry.slots.size(); ++i) {
-      if (entry.slots[i] == Entry::Slot::kGiven) {
-        requests[i] = std::move(given->second);
-        ++given;
-      } else if (entry.slots[i] == Entry::Slot::kRepeated) {
-        requests[i] = entry.at(i);
-      }
+      if (entry.slots[i] == Entry::Slot::kRepeated) requests[i] = entry.at(i);
     }
     response.requests = RequestList(std::move(requests));
   }

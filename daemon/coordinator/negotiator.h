@@ -97,8 +97,12 @@ class Negotiator {
     // lookup and no copy of a request.
     enum class Slot : uint8_t { kEmpty, kGiven, kRepeated };
     std::vector<Slot> slots;
-    // The requests given in full, with their slots (in arrival order).
+    // The requests given in full: few (this node's own ranks, each step)
+    // with their slots, in arrival order; past kDenseAfter of them (every
+    // rank's, a first step), one slot each in `dense` instead.
     std::vector<std::pair<size_t, Request>> given;
+    std::vector<std::optional<Request>> dense;  // empty, or one per member
+    static constexpr size_t kDenseAfter = 64;
     // What the kRepeated slots repeat: their requests in this cached
     // response, at the same index.
     std::shared_ptr<const Response> repeated;

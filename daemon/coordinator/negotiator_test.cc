@@ -559,5 +559,40 @@ TEST_F(RepeatTest, StallsTakeAndJoinSeeMarkedRanks) {
   EXPECT_EQ(ready[0].activeCount(), 2);
 }
 
+// Past a few dozen requests given in full (a first step: every rank's), an
+// entry keeps them in a slot each; marks and takes see them the same.
+TEST(NegotiatorDenseTest, ManyGivenRequestsBesideMarksMakeTheSameResponse) {
+  constexpr int kRanks = 100;
+  Negotiator negotiator("job1", kRanks, {});
+  const auto now = Clock::now();
+  auto cached = std::make_shared<Response>();
+  cached->name = "w";
+  cached->type = v1::ALLREDUCE;
+  for (int rank = 0; rank < kRanks; ++rank) {
+    cached->ranks.push_back(rank);
+    cached->requests.push_back(allreduce(rank, "w"));
+  }
+  for (int rank = 0; rank < 90; ++rank) {
+    Request r = allreduce(rank, "w");
+    r.handle = 1000 + rank;
+    ASSERT_TRUE(negotiator.submit(r, now).isOk());
+    ASSERT_TRUE(negotiator.submit(allreduce(rank, "v"), now).isOk());
+  }
+  std::vector<int> rest;
+  for (int rank = 90; rank < kRanks; ++rank) rest.push_back(rank);
+  auto out = negotiator.submit(Repeat{cached, 7, rest, 0}, now);
+  ASSERT_EQ(out.ready.size(), 1u);
+  const Response& ready = out.ready[0];
+  EXPECT_TRUE(ready.status.isOk()) << ready.status.toString();
+  EXPECT_EQ(ready.activeCount(), kRanks);
+  EXPECT_EQ(ready.requests[89]->handle, 1089u);
+  EXPECT_EQ(ready.requests[95]->rank, 95);
+  EXPECT_EQ(ready.requests[95]->repeats, 7u);
+
+  auto taken = negotiator.take("v");
+  ASSERT_EQ(taken.size(), 90u);
+  EXPECT_EQ(taken[89].rank, 89);
+}
+
 }  // namespace
 }  // namespace gradsync::coordinator
