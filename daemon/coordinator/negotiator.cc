@@ -75,6 +75,15 @@ Negotiator::Entry Negotiator::newEntry(int process_set_id, Clock::time_point now
   return entry;
 }
 
+Negotiator::Table::iterator Negotiator::addEntry(const std::string& name, int process_set_id, uint64_t call,
+                                                 Clock::time_point now) {
+  Entry entry = newEntry(process_set_id, now);
+  entry.sequence = next_sequence_++;
+  entry.call = call;
+  if (call != 0) calls_[{process_set_id, call}] = name;
+  return table_.emplace(name, std::move(entry)).first;
+}
+
 void Negotiator::place(Entry* entry, Request request) const {
   if (auto slot = slotOf(*entry, request.rank); slot && entry->slots[*slot] == Entry::Slot::kEmpty) {
     entry->slots[*slot] = Entry::Slot::kGiven;
@@ -122,13 +131,7 @@ StatusOr<std::vector<Response>> Negotiator::submit(Request request, Clock::time_
     std::vector<Response> failed = failDifferentCalls(request);
     if (!failed.empty()) return failed;
   }
-  if (it == table_.end()) {
-    Entry entry = newEntry(request.process_set_id, now);
-    entry.sequence = next_sequence_++;
-    entry.call = request.call;
-    it = table_.emplace(request.name, std::move(entry)).first;
-    if (request.call != 0) calls_[{request.process_set_id, request.call}] = request.name;
-  }
+  if (it == table_.end()) it = addEntry(request.name, request.process_set_id, request.call, now);
   Entry& entry = it->second;
   std::vector<Response> out;
   if (request.process_set_id != entry.process_set_id) {
@@ -194,13 +197,7 @@ Negotiator::Repeated Negotiator::submit(const Repeat& repeat, Clock::time_point 
   }
   const Response& cached = *repeat.cached;
   auto it = table_.find(cached.name);
-  if (it == table_.end()) {
-    Entry entry = newEntry(cached.process_set_id, now);
-    entry.sequence = next_sequence_++;
-    entry.call = repeat.call;
-    it = table_.emplace(cached.name, std::move(entry)).first;
-    if (repeat.call != 0) calls_[{cached.process_set_id, repeat.call}] = cached.name;
-  }
+  if (it == table_.end()) it = addEntry(cached.name, cached.process_set_id, repeat.call, now);
   Entry& entry = it->second;
   if (!entry.repeated) {
     entry.repeated = repeat.cached;

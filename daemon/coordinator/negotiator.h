@@ -126,6 +126,9 @@ class Negotiator {
 
   // A new entry for `process_set_id` (a known set).
   Entry newEntry(int process_set_id, Clock::time_point now) const;
+  // The same, next in submission order, put in the table (and `call`, if
+  // any, in calls_) under `name`.
+  Table::iterator addEntry(const std::string& name, int process_set_id, uint64_t call, Clock::time_point now);
   // `rank`'s slot in `entry` (its index among the set's members), if a member.
   std::optional<size_t> slotOf(const Entry& entry, int rank) const;
   // Whether `entry` holds a request of `rank`.
