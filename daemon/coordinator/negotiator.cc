@@ -22,10 +22,7 @@ bool Negotiator::has(const Entry& entry, int rank) const {
 }
 
 Request Negotiator::Entry::at(size_t slot) const {
-  if (slots[slot] == Slot::kRepeated) {
-    Repeat repeat{repeated, repeated_id, {repeated->ranks[slot]}, call};
-    return repeat.request(0);
-  }
+  if (slots[slot] == Slot::kRepeated) return repeatedRequest(*repeated, slot, repeated_id, call);
   if (!dense.empty()) return *dense[slot];
   for (const auto& [i, request] : given) {
     if (i == slot) return request;
@@ -154,12 +151,10 @@ StatusOr<std::vector<Response>> Negotiator::submit(Request request, Clock::time_
   return out;
 }
 
-std::optional<std::vector<size_t>> Negotiator::markable(const Repeat& repeat) const {
+std::optional<std::vector<size_t>> Negotiator::markable(const Repeat& repeat, const Entry* entry) const {
   const Response& cached = *repeat.cached;
   const std::vector<int>* members = sets_.find(cached.process_set_id);
   if (members == nullptr || members->size() != cached.ranks.size() || cached.type == v1::JOIN) return std::nullopt;
-  auto it = table_.find(cached.name);
-  const Entry* entry = it == table_.end() ? nullptr : &it->second;
   if (entry != nullptr) {
     if (entry->process_set_id != cached.process_set_id) return std::nullopt;
     if (entry->repeated && entry->repeated_id != repeat.id) return std::nullopt;
@@ -183,7 +178,9 @@ std::optional<std::vector<size_t>> Negotiator::markable(const Repeat& repeat) co
 
 Negotiator::Repeated Negotiator::submit(const Repeat& repeat, Clock::time_point now) {
   Repeated out;
-  const std::optional<std::vector<size_t>> slots = markable(repeat);
+  const Response& cached = *repeat.cached;
+  auto it = table_.find(cached.name);
+  const std::optional<std::vector<size_t>> slots = markable(repeat, it == table_.end() ? nullptr : &it->second);
   if (!slots) {
     for (size_t i = 0; i < repeat.ranks.size(); ++i) {
       auto ready = submit(repeat.request(i), now);
@@ -195,8 +192,6 @@ Negotiator::Repeated Negotiator::submit(const Repeat& repeat, Clock::time_point 
     }
     return out;
   }
-  const Response& cached = *repeat.cached;
-  auto it = table_.find(cached.name);
   if (it == table_.end()) it = addEntry(cached.name, cached.process_set_id, repeat.call, now);
   Entry& entry = it->second;
   if (!entry.repeated) {

@@ -135,9 +135,10 @@ class Negotiator {
   bool has(const Entry& entry, int rank) const;
   // Puts `request` into its slot of `entry`, or among its outsiders.
   void place(Entry* entry, Request request) const;
-  // The slots `repeat` would mark as they are, or nullopt where it needs
-  // the checks of `submit` for each rank.
-  std::optional<std::vector<size_t>> markable(const Repeat& repeat) const;
+  // The slots `repeat` would mark as they are in `entry` (its pending
+  // collective; null: none yet), or nullopt where it needs the checks of
+  // `submit` for each rank.
+  std::optional<std::vector<size_t>> markable(const Repeat& repeat, const Entry* entry) const;
 
   Status checkMembership(const Request& request) const;
   // Point 8: the failed responses when `request` contradicts pending

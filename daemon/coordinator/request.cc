@@ -67,9 +67,8 @@ std::optional<size_t> Response::indexOf(int rank) const {
   return at - ranks.begin();
 }
 
-Request Repeat::request(size_t i) const {
-  const std::optional<size_t> at = cached->indexOf(ranks[i]);
-  Request request = *cached->requests[*at];  // (present: checked when the repeat was made)
+Request repeatedRequest(const Response& cached, size_t index, uint64_t id, uint64_t call) {
+  Request request = *cached.requests[index];  // (present: checked by whoever names it)
   request.handle = 0;
   request.offset = 0;
   request.call = call;
@@ -77,6 +76,8 @@ Request Repeat::request(size_t i) const {
   request.received = {};
   return request;
 }
+
+Request Repeat::request(size_t i) const { return repeatedRequest(*cached, *cached->indexOf(ranks[i]), id, call); }
 
 int Response::activeCount() const {
   int n = 0;

@@ -194,10 +194,14 @@ struct Repeat {
   std::vector<int> ranks;
   uint64_t call = 0;  // every rank's (Request::call)
 
-  // `ranks[i]`'s request in full: the cached one with this call (handle and
-  // offset 0: they are known only where the rank runs).
+  // `ranks[i]`'s request in full (repeatedRequest).
   Request request(size_t i) const;
 };
+
+// The request at `index` of cached response `cached` (id `id`) as its rank
+// repeats it with call number `call` (handle and offset 0: they are known
+// only where the rank runs).
+Request repeatedRequest(const Response& cached, size_t index, uint64_t id, uint64_t call);
 
 // "[0, 2, 5]", for error messages.
 std::string ranksString(const std::vector<int>& ranks);
