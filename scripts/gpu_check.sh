@@ -10,12 +10,17 @@
 #                                 then the PyTorch bench with the references (D2D copy, NCCL 1 rank)  (~4 min)
 #   scripts/gpu_check.sh resnet   ResNet-50 training steps: 1 process batch 128 against 2 ranks batch 64,
 #                                 MPS off and (when it starts) on                                  (~5 min)
+#   scripts/gpu_check.sh facts    what the multi-GPU design rests on (tools/bench/gpu_facts.py): the device
+#                                 inventory, how each PyTorch allocator's memory exports (legacy IPC, cuMem
+#                                 handle by file descriptor), N NCCL ranks on the GPU in one process against
+#                                 torch.distributed's N processes                                  (~2 min)
 #   scripts/gpu_check.sh ab       an A/B of two daemons, interleaved (A B B A A B B A): .gpu_bundle/bin/gradsyncd
 #                                 against .gpu_bundle/bin/gradsyncd.before (copy a build of the older
 #                                 commit there), gradsync_bench --resnet and 1 MiB..64 MiB, 1/2/4 ranks (~2 min)
 #
 # GPU_CHECK_MPS=0 leaves out the bench stage's runs under MPS; GPU_CHECK_ONLY=REGEX
-# runs only the steps whose names match it.
+# runs only the steps whose names match it; GPU_FACTS_RANKS (default "2 4") the
+# rank counts of the facts stage's NCCL runs.
 # Output goes to stdout and to $OUT/gpu_check-<stage>.log when $OUT is set.
 # Exit code: the number of failed steps (0: all passed).
 set -uo pipefail
@@ -255,6 +260,20 @@ case $stage in
     step "gradsync_bench --device cuda, 2 daemons x 1 rank, NCCL where it forms" two_daemon_bench auto
     step "torch.distributed NCCL allreduce, 2 ranks on one GPU" torch_nccl
     ;;
+  facts)
+    step "device inventory" timeout 60 $python tools/bench/gpu_facts.py inventory
+    for alloc in native expandable async; do
+      step "export of a tensor, $alloc allocator" timeout 120 $python tools/bench/gpu_facts.py vmm $alloc
+    done
+    if [[ -n $nccl ]]; then
+      for n in ${GPU_FACTS_RANKS:-2 4}; do
+        step "NCCL, $n ranks on the GPU in one process" env NCCL_MULTI_RANK_GPU_ENABLE=1 LD_PRELOAD=$nccl \
+          timeout 60 $python tools/bench/gpu_facts.py nccl $n "$nccl"
+        step "torch.distributed NCCL, $n processes on the GPU" env NCCL_MULTI_RANK_GPU_ENABLE=1 LD_PRELOAD=$nccl \
+          timeout 120 $python tools/bench/torch_nccl_allreduce.py -n $n --sizes 1048576 16777216 67108864 268435456
+      done
+    fi
+    ;;
   resnet)
     resnet() {  # resnet LABEL
       echo "--- $1"
@@ -291,7 +310,7 @@ case $stage in
     done
     step "start gradsyncd again" start_daemon
     ;;
-  *) echo "unknown stage $stage (tests, bench, resnet, ab)"; exit 100 ;;
+  *) echo "unknown stage $stage (tests, bench, facts, resnet, ab)"; exit 100 ;;
 esac
 step "gradsyncd exits cleanly" stop_daemon
 echo "gpu_check $stage: $failures step(s) failed"
