@@ -27,19 +27,27 @@ Status waitReadable(int sock, std::chrono::milliseconds timeout) {
 }  // namespace
 
 Status sendWithFd(int sock, const void* data, size_t len, int fd) {
+  return sendWithFds(sock, data, len, fd >= 0 ? std::vector<int>{fd} : std::vector<int>{});
+}
+
+Status sendWithFds(int sock, const void* data, size_t len, const std::vector<int>& fds) {
+  if (fds.size() > kMaxFdsPerFrame) {
+    return invalidArgument(std::to_string(fds.size()) + " descriptors in one hand-off message (at most " +
+                           std::to_string(kMaxFdsPerFrame) + ")");
+  }
   iovec iov{const_cast<void*>(data), len};
   msghdr msg{};
   msg.msg_iov = &iov;
   msg.msg_iovlen = 1;
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-  if (fd >= 0) {
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kMaxFdsPerFrame)] = {};
+  if (!fds.empty()) {
     msg.msg_control = control;
-    msg.msg_controllen = sizeof(control);
+    msg.msg_controllen = CMSG_SPACE(sizeof(int) * fds.size());
     cmsghdr* cmsg = CMSG_FIRSTHDR(&msg);
     cmsg->cmsg_level = SOL_SOCKET;
     cmsg->cmsg_type = SCM_RIGHTS;
-    cmsg->cmsg_len = CMSG_LEN(sizeof(int));
-    std::memcpy(CMSG_DATA(cmsg), &fd, sizeof(int));
+    cmsg->cmsg_len = CMSG_LEN(sizeof(int) * fds.size());
+    std::memcpy(CMSG_DATA(cmsg), fds.data(), sizeof(int) * fds.size());
   }
   ssize_t n;
   do {
@@ -59,7 +67,7 @@ ssize_t receive(int sock, void* data, size_t len, int flags, std::vector<int>* f
   msghdr msg{};
   msg.msg_iov = &iov;
   msg.msg_iovlen = 1;
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * 4)] = {};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kMaxFdsPerFrame)] = {};
   msg.msg_control = control;
   msg.msg_controllen = sizeof(control);
   ssize_t n;
@@ -103,17 +111,18 @@ Status recvWithFd(int sock, void* data, size_t len, UniqueFd* fd, std::chrono::m
   return okStatus();
 }
 
-Status recvMessage(int sock, std::string* out, size_t max, std::chrono::milliseconds timeout, UniqueFd* fd) {
+Status recvMessage(int sock, std::string* out, size_t max, std::chrono::milliseconds timeout,
+                   std::vector<UniqueFd>* fds) {
   RETURN_IF_ERROR(waitReadable(sock, timeout));
   out->resize(max);
-  std::vector<int> fds;
+  std::vector<int> received;
   int flags = 0;
-  const ssize_t n = receive(sock, out->data(), max, 0, &fds, &flags);
-  for (size_t i = 0; i < fds.size(); ++i) {
-    if (i == 0 && fd != nullptr && n > 0) {
-      *fd = UniqueFd(fds[0]);
+  const ssize_t n = receive(sock, out->data(), max, 0, &received, &flags);
+  for (int fd : received) {
+    if (fds != nullptr && n > 0) {
+      fds->emplace_back(fd);
     } else {
-      ::close(fds[i]);
+      ::close(fd);
     }
   }
   if (n < 0) {
@@ -122,6 +131,9 @@ Status recvMessage(int sock, std::string* out, size_t max, std::chrono::millisec
   }
   out->resize(static_cast<size_t>(n));
   if (flags & MSG_TRUNC) return invalidArgument("hand-off message longer than " + std::to_string(max) + " bytes");
+  if (flags & MSG_CTRUNC) {
+    return invalidArgument("hand-off message carried more than " + std::to_string(kMaxFdsPerFrame) + " descriptors");
+  }
   return okStatus();
 }
 

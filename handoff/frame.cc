@@ -37,10 +37,10 @@ Status decodeFrame(const std::string& bytes, google::protobuf::MessageLite* mess
 }
 
 Status exchangeFrames(int sock, const google::protobuf::MessageLite& request, google::protobuf::MessageLite* response,
-                      std::chrono::milliseconds timeout, int fd) {
+                      std::chrono::milliseconds timeout, const std::vector<int>& fds) {
   const std::string frame = encodeFrame(request);
   if (frame.size() > sizeof(FrameHeader) + kMaxFramePayload) return invalidArgument("hand-off request too large");
-  RETURN_IF_ERROR(sendWithFd(sock, frame.data(), frame.size(), fd));
+  RETURN_IF_ERROR(sendWithFds(sock, frame.data(), frame.size(), fds));
   std::string reply;
   RETURN_IF_ERROR(recvMessage(sock, &reply, sizeof(FrameHeader) + kMaxFramePayload, timeout));
   if (reply.empty()) return unavailable("gradsyncd closed the hand-off connection");

@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <string>
+#include <vector>
 
 #include "base/status.h"
 
@@ -17,9 +18,9 @@ std::string encodeFrame(const google::protobuf::MessageLite& message);
 // an oversized payload or a payload that does not parse.
 Status decodeFrame(const std::string& bytes, google::protobuf::MessageLite* message);
 
-// One request, one response, bounded by `timeout` (client side); `fd`
-// (when >= 0) travels with the request.
+// One request, one response, bounded by `timeout` (client side); `fds`
+// travel with the request.
 Status exchangeFrames(int sock, const google::protobuf::MessageLite& request, google::protobuf::MessageLite* response,
-                      std::chrono::milliseconds timeout, int fd = -1);
+                      std::chrono::milliseconds timeout, const std::vector<int>& fds = {});
 
 }  // namespace gradsync::handoff

@@ -8,6 +8,7 @@
 
 #include <cstring>
 #include <thread>
+#include <vector>
 
 #include "handoff/fd_passing.h"
 #include "handoff/shm_layout.h"
@@ -80,6 +81,29 @@ TEST(Frame, RecvMessageSeesEndOfConnection) {
   ASSERT_TRUE(recvMessage(pair[0], &bytes, 64, std::chrono::milliseconds(100)).isOk());
   EXPECT_TRUE(bytes.empty());
   ::close(pair[0]);
+}
+
+// A cuMem export's chunks: many descriptors with one message, all received
+// in order; more than a message may carry are refused before sending.
+TEST(Frame, ManyDescriptorsTravelWithOneMessage) {
+  int pair[2];
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_SEQPACKET, 0, pair), 0);
+  int pipe_fds[2];
+  ASSERT_EQ(::pipe(pipe_fds), 0);
+  std::vector<int> fds(kMaxFdsPerFrame, pipe_fds[1]);
+  ASSERT_TRUE(sendWithFds(pair[0], "m", 1, fds).isOk());
+  std::string bytes;
+  std::vector<UniqueFd> received;
+  ASSERT_TRUE(recvMessage(pair[1], &bytes, 64, std::chrono::milliseconds(2000), &received).isOk());
+  EXPECT_EQ(bytes, "m");
+  ASSERT_EQ(received.size(), kMaxFdsPerFrame);
+  ASSERT_EQ(::write(received.back().get(), "x", 1), 1);  // the pipe's write end, dup'ed
+  char c = 0;
+  ASSERT_EQ(::read(pipe_fds[0], &c, 1), 1);
+  EXPECT_EQ(c, 'x');
+  fds.push_back(pipe_fds[1]);
+  EXPECT_THAT(sendWithFds(pair[0], "m", 1, fds).message(), HasSubstr("251 descriptors"));
+  for (int fd : {pair[0], pair[1], pipe_fds[0], pipe_fds[1]}) ::close(fd);
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 // daemon answers each with one frame holding a v1::HandoffResponse.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 namespace gradsync::handoff {
@@ -33,7 +34,10 @@ struct HandoffHello {
 constexpr uint64_t kNoCudaBuffer = 0;
 constexpr uint32_t kNoEventSlot = 0xffffffffu;
 
-constexpr uint32_t kFrameMagic = 0x47534632;    // "GSF2"
+constexpr uint32_t kFrameMagic = 0x47534632;  // "GSF2"
+// Most descriptors one hand-off message carries (the kernel's SCM_MAX_FD
+// is 253): a cuMem export's chunks (CudaBufferExport.chunk_bytes).
+constexpr size_t kMaxFdsPerFrame = 250;
 constexpr uint32_t kMaxFramePayload = 1 << 17;  // 1024 event handles fit with room to spare
 
 struct FrameHeader {

@@ -104,7 +104,7 @@ Status Client::stopTimeline() {
 
 Status Client::handoffCall(const v1::HandoffRequest& request, int fd, const std::string& what) {
   v1::HandoffResponse response;
-  Status exchanged = exchangeHandoff(request, &response, fd);
+  Status exchanged = exchangeHandoff(request, &response, fd >= 0 ? std::vector<int>{fd} : std::vector<int>{});
   if (!exchanged.isOk()) return Status(exchanged.code(), what + ": " + exchanged.message());
   if (response.code() != 0) return Status(static_cast<StatusCode>(response.code()), what + ": " + response.message());
   return okStatus();
@@ -119,17 +119,18 @@ CudaSession& Client::cuda() {
     options.daemon_name = "gradsyncd at " + options_.socket_path;
     cuda_ = std::make_unique<CudaSession>(
         options, [] { return loadCudaDriver(); },
-        [this](const v1::HandoffRequest& request, v1::HandoffResponse* response) {
-          return exchangeHandoff(request, response);
+        [this](const v1::HandoffRequest& request, v1::HandoffResponse* response, const std::vector<int>& fds) {
+          return exchangeHandoff(request, response, fds);
         });
   });
   return *cuda_;
 }
 
-Status Client::exchangeHandoff(const v1::HandoffRequest& request, v1::HandoffResponse* response, int fd) {
+Status Client::exchangeHandoff(const v1::HandoffRequest& request, v1::HandoffResponse* response,
+                               const std::vector<int>& fds) {
   MutexLock lock(handoff_mutex_);
   if (!handoff_fd_.valid()) return failedPrecondition("the hand-off connection is closed");
-  return handoff::exchangeFrames(handoff_fd_.get(), request, response, toMillis(options_.connect_timeout_seconds), fd);
+  return handoff::exchangeFrames(handoff_fd_.get(), request, response, toMillis(options_.connect_timeout_seconds), fds);
 }
 
 Status Client::releaseCudaExports() {

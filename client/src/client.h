@@ -241,9 +241,10 @@ class Client {
   bool send(const v1::ClientMessage& message);
   // The CUDA side, made on the first CUDA tensor.
   CudaSession& cuda();
-  // One request and its response on the hand-off socket; `fd` (>= 0)
-  // travels with the request.
-  Status exchangeHandoff(const v1::HandoffRequest& request, v1::HandoffResponse* response, int fd = -1);
+  // One request and its response on the hand-off socket; `fds` travel with
+  // the request.
+  Status exchangeHandoff(const v1::HandoffRequest& request, v1::HandoffResponse* response,
+                         const std::vector<int>& fds = {});
   // One hand-off request (with `fd` attached when >= 0); a non-zero response
   // code becomes the error, prefixed with `what`.
   Status handoffCall(const v1::HandoffRequest& request, int fd, const std::string& what);

@@ -64,19 +64,64 @@ std::vector<std::string> ClientGpu::doneEventHandles() const {
   return handles;
 }
 
-Status ClientGpu::addBuffer(const v1::CudaBufferExport& request) {
+namespace {
+
+// What identifies an export for a repeated one: the IPC handle, or the
+// chunks' sizes.
+std::string exportKey(const v1::CudaBufferExport& request) {
+  if (request.chunk_bytes_size() == 0) return request.ipc_handle();
+  std::string key = "chunks";
+  for (uint64_t bytes : request.chunk_bytes()) key += " " + std::to_string(bytes);
+  return key;
+}
+
+}  // namespace
+
+StatusOr<MappedMemory> ClientGpu::open(const v1::CudaBufferExport& request, std::vector<UniqueFd> fds) {
+  if (request.chunk_bytes_size() == 0) {
+    if (!fds.empty()) return invalidArgument("descriptors with an IPC handle export");
+    if (request.ipc_handle().size() != kIpcHandleBytes) {
+      return invalidArgument("IPC handle of " + std::to_string(request.ipc_handle().size()) + " bytes");
+    }
+    return backend_->openMemory(device_, request.ipc_handle());
+  }
+  const size_t chunks = static_cast<size_t>(request.chunk_bytes_size());
+  if (!request.ipc_handle().empty()) return invalidArgument("both an IPC handle and cuMem chunks");
+  if (chunks > handoff::kMaxFdsPerFrame) {
+    return invalidArgument("" + std::to_string(chunks) + " cuMem chunks (at most " +
+                           std::to_string(handoff::kMaxFdsPerFrame) + ")");
+  }
+  if (fds.size() != chunks) {
+    return invalidArgument("" + std::to_string(chunks) + " cuMem chunks but " + std::to_string(fds.size()) +
+                           " descriptors came with them");
+  }
+  uint64_t total = 0;
+  for (uint64_t bytes : request.chunk_bytes()) {
+    if (bytes == 0 || bytes > request.bytes() - total) {
+      return invalidArgument("cuMem chunks of " + std::to_string(bytes) + " bytes do not add up to " +
+                             std::to_string(request.bytes()));
+    }
+    total += bytes;
+  }
+  if (total != request.bytes()) {
+    return invalidArgument("cuMem chunks of " + std::to_string(total) + " bytes for an export of " +
+                           std::to_string(request.bytes()));
+  }
+  const std::vector<uint64_t> sizes(request.chunk_bytes().begin(), request.chunk_bytes().end());
+  return backend_->openChunks(device_, std::move(fds), sizes);
+}
+
+Status ClientGpu::addBuffer(const v1::CudaBufferExport& request, std::vector<UniqueFd> fds) {
   const std::string what = who_ + ": CUDA buffer " + std::to_string(request.buffer_id());
   if (request.device_uuid() != device_uuid_) {
     return invalidArgument(what + " is on " + request.device_uuid() + ", but the rank attached to " + device_uuid_);
   }
-  if (request.ipc_handle().size() != kIpcHandleBytes) {
-    return invalidArgument(what + ": IPC handle of " + std::to_string(request.ipc_handle().size()) + " bytes");
-  }
   if (request.bytes() == 0) return invalidArgument(what + ": empty allocation");
+  const std::string key = exportKey(request);
   MutexLock lock(mutex_);
   auto it = buffers_.find(request.buffer_id());
   if (it != buffers_.end()) {
-    if (it->second.bytes == request.bytes() && it->second.handle == request.ipc_handle()) return okStatus();
+    if (it->second.bytes == request.bytes() && it->second.handle == key) return okStatus();
     return alreadyExists(what + " was exported before with another size or handle (buffer ids are never reused)");
   }
   if (buffers_.size() >= limits_.per_client) {
@@ -89,7 +134,7 @@ Status ClientGpu::addBuffer(const v1::CudaBufferExport& request) {
     if (!taken.isOk()) return Status(taken.status().code(), taken.status().message() + " (max_ipc_mappings)");
     lease = std::move(*taken);
   }
-  auto memory = backend_->openMemory(device_, request.ipc_handle());
+  auto memory = open(request, std::move(fds));
   if (!memory.isOk()) {
     return Status(memory.status().code(),
                   what + " (" + std::to_string(request.bytes()) + " bytes): cannot map: " + memory.status().message());
@@ -102,7 +147,7 @@ Status ClientGpu::addBuffer(const v1::CudaBufferExport& request) {
                            std::to_string(memory->bytes));
   }
   auto mapping = std::make_shared<Mapping>(backend_, device_, *memory, *last_use, what, std::move(lease));
-  buffers_[request.buffer_id()] = Buffer{std::move(mapping), request.bytes(), request.ipc_handle()};
+  buffers_[request.buffer_id()] = Buffer{std::move(mapping), request.bytes(), key};
   return okStatus();
 }
 

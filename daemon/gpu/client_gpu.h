@@ -104,8 +104,9 @@ class ClientGpu {
   std::vector<std::string> doneEventHandles() const;
 
   // Maps an allocation (idempotent for the same id, size and handle). The
-  // size the client states must not exceed what the driver reports.
-  Status addBuffer(const v1::CudaBufferExport& request);
+  // size the client states must not exceed what the driver reports. cuMem
+  // memory (request.chunk_bytes) comes as one descriptor per chunk in `fds`.
+  Status addBuffer(const v1::CudaBufferExport& request, std::vector<UniqueFd> fds = {});
   // Forgets an allocation: it is unmapped once no queued work uses it.
   Status removeBuffer(uint64_t buffer_id);
   size_t bufferCount() const;
@@ -124,11 +125,13 @@ class ClientGpu {
   struct Buffer {
     std::shared_ptr<Mapping> mapping;
     uint64_t bytes = 0;  // as exported (checked against the driver's size)
-    std::string handle;
+    std::string handle;  // the IPC handle, or the chunks' sizes
   };
   ClientGpu(GpuBackend* backend, int device, std::string uuid, std::string who, MappingLimits limits)
       : backend_(backend), device_(device), device_uuid_(std::move(uuid)), who_(std::move(who)), limits_(limits) {}
   void releaseAll();
+  // Checks an export and maps it: an IPC handle, or cuMem chunks.
+  StatusOr<MappedMemory> open(const v1::CudaBufferExport& request, std::vector<UniqueFd> fds);
 
   GpuBackend* const backend_;
   const int device_;

@@ -3,6 +3,7 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include "daemon/gpu/fake_gpu_backend.h"
 
@@ -175,6 +176,60 @@ TEST_F(ClientGpuTest, AMappingWhoseLastUseWasNotRecordedIsNeverUnmapped) {
   client.reset();
   EXPECT_EQ(backend_.open_memory.size(), 1u);
   EXPECT_EQ(backend_.deferred_closes, 0);
+}
+
+// cuMem memory: one descriptor per chunk with the frame; every count and
+// size is checked before anything is mapped.
+v1::CudaBufferExport chunkRequest(uint64_t id, const std::vector<uint64_t>& chunks) {
+  v1::CudaBufferExport request;
+  request.set_buffer_id(id);
+  request.set_device_uuid(kUuid);
+  uint64_t total = 0;
+  for (uint64_t bytes : chunks) {
+    request.add_chunk_bytes(bytes);
+    total += bytes;
+  }
+  request.set_bytes(total);
+  return request;
+}
+
+std::vector<UniqueFd> descriptors(size_t n) {
+  std::vector<UniqueFd> fds;
+  for (size_t i = 0; i < n; ++i) fds.emplace_back(::dup(STDERR_FILENO));
+  return fds;
+}
+
+TEST_F(ClientGpuTest, CuMemChunksAreCheckedThenMappedAsOneRange) {
+  auto client = attach();
+  ASSERT_TRUE(client->addBuffer(chunkRequest(1ull << 62, {2 << 20, 2 << 20}), descriptors(2)).isOk());
+  EXPECT_EQ(backend_.memory_opens, 1);
+  EXPECT_EQ(backend_.open_memory.begin()->second, "2 chunks");
+  auto located = client->locate(1ull << 62, (2 << 20) + 8, 2 << 20);  // reaches past the end
+  EXPECT_EQ(located.status().code(), StatusCode::kOutOfRange);
+  EXPECT_TRUE(client->locate(1ull << 62, (2 << 20) - 8, 16).isOk());  // across the two chunks
+  // A resend of the same chunks: no second mapping.
+  ASSERT_TRUE(client->addBuffer(chunkRequest(1ull << 62, {2 << 20, 2 << 20}), descriptors(2)).isOk());
+  EXPECT_EQ(backend_.memory_opens, 1);
+  EXPECT_EQ(client->addBuffer(chunkRequest(1ull << 62, {4 << 20}), descriptors(1)).code(), StatusCode::kAlreadyExists);
+
+  auto fewer = client->addBuffer(chunkRequest(2, {4096, 4096}), descriptors(1));
+  EXPECT_THAT(fewer.message(), HasSubstr("CUDA buffer 2 (8192 bytes): cannot map: 2 cuMem chunks but 1 descriptors"));
+  auto lying = chunkRequest(3, {4096, 4096});
+  lying.set_bytes(4096);
+  EXPECT_THAT(client->addBuffer(lying, descriptors(2)).message(), HasSubstr("do not add up to 4096"));
+  lying.set_bytes(1 << 20);
+  EXPECT_THAT(client->addBuffer(lying, descriptors(2)).message(), HasSubstr("chunks of 8192 bytes for an export of"));
+  auto zero = chunkRequest(4, {4096, 0});
+  EXPECT_EQ(client->addBuffer(zero, descriptors(2)).code(), StatusCode::kInvalidArgument);
+  auto both = chunkRequest(5, {4096});
+  both.set_ipc_handle(std::string(kIpcHandleBytes, 'h'));
+  EXPECT_THAT(client->addBuffer(both, descriptors(1)).message(), HasSubstr("both an IPC handle and cuMem chunks"));
+  EXPECT_THAT(client->addBuffer(exportRequest(6, 4096), descriptors(1)).message(),
+              HasSubstr("descriptors with an IPC handle export"));
+  std::vector<uint64_t> many(251, 4096);
+  EXPECT_THAT(client->addBuffer(chunkRequest(7, many), descriptors(1)).message(), HasSubstr("251 cuMem chunks"));
+  EXPECT_EQ(backend_.memory_opens, 1);  // none of these reached the driver
+  EXPECT_EQ(client->bufferCount(), 1u);
 }
 
 }  // namespace

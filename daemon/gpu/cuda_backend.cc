@@ -23,23 +23,74 @@ Status check(cudaError_t err, const char* what) {
   return internalError(std::string(what) + ": " + cudaErrorText(err));
 }
 
+// A driver function through the runtime's entry-point lookup (no link to
+// the driver: the daemon starts on machines without one); null if absent.
+void* driverEntry(const char* name) {
+  void* address = nullptr;
+  cudaDriverEntryPointQueryResult found{};
+  if (cudaGetDriverEntryPointByVersion(name, &address, 12000, cudaEnableDefault, &found) != cudaSuccess ||
+      found != cudaDriverEntryPointSuccess) {
+    return nullptr;
+  }
+  return address;
+}
+
 using AddressRange = CUresult (*)(CUdeviceptr*, size_t*, CUdeviceptr);
 
-// cuMemGetAddressRange through the runtime's entry-point lookup (no link to
-// the driver: the daemon starts on machines without one).
 StatusOr<AddressRange> driverAddressRange() {
-  static AddressRange fn = [] {
-    void* address = nullptr;
-    cudaDriverEntryPointQueryResult found{};
-    if (cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", &address, 12000, cudaEnableDefault, &found) !=
-            cudaSuccess ||
-        found != cudaDriverEntryPointSuccess) {
-      return static_cast<AddressRange>(nullptr);
-    }
-    return reinterpret_cast<AddressRange>(address);
-  }();
+  static AddressRange fn = reinterpret_cast<AddressRange>(driverEntry("cuMemGetAddressRange"));
   if (fn == nullptr) return failedPrecondition("the CUDA driver lacks cuMemGetAddressRange");
   return fn;
+}
+
+// The driver's virtual memory management calls behind importing cuMem
+// memory another process exported by file descriptor.
+struct VmmApi {
+  CUresult (*import)(CUmemGenericAllocationHandle*, void*, CUmemAllocationHandleType) = nullptr;
+  CUresult (*reserve)(CUdeviceptr*, size_t, size_t, CUdeviceptr, unsigned long long) = nullptr;
+  CUresult (*map)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long) = nullptr;
+  CUresult (*setAccess)(CUdeviceptr, size_t, const CUmemAccessDesc*, size_t) = nullptr;
+  CUresult (*unmap)(CUdeviceptr, size_t) = nullptr;
+  CUresult (*release)(CUmemGenericAllocationHandle) = nullptr;
+  CUresult (*addressFree)(CUdeviceptr, size_t) = nullptr;
+};
+
+StatusOr<const VmmApi*> vmmApi() {
+  static const VmmApi api = [] {
+    VmmApi a;
+    a.import = reinterpret_cast<decltype(a.import)>(driverEntry("cuMemImportFromShareableHandle"));
+    a.reserve = reinterpret_cast<decltype(a.reserve)>(driverEntry("cuMemAddressReserve"));
+    a.map = reinterpret_cast<decltype(a.map)>(driverEntry("cuMemMap"));
+    a.setAccess = reinterpret_cast<decltype(a.setAccess)>(driverEntry("cuMemSetAccess"));
+    a.unmap = reinterpret_cast<decltype(a.unmap)>(driverEntry("cuMemUnmap"));
+    a.release = reinterpret_cast<decltype(a.release)>(driverEntry("cuMemRelease"));
+    a.addressFree = reinterpret_cast<decltype(a.addressFree)>(driverEntry("cuMemAddressFree"));
+    return a;
+  }();
+  if (!api.import || !api.reserve || !api.map || !api.setAccess || !api.unmap || !api.release || !api.addressFree) {
+    return failedPrecondition("the CUDA driver lacks the cuMem virtual memory calls");
+  }
+  return &api;
+}
+
+Status checkDriver(CUresult result, const char* what) {
+  if (result == CUDA_SUCCESS) return okStatus();
+  return internalError(std::string(what) + " failed (CUresult " + std::to_string(static_cast<int>(result)) + ")");
+}
+
+// Unmaps the chunks mapped back to back from `base` and frees the range.
+Status unmapChunks(const VmmApi& api, CUdeviceptr base, const std::vector<uint64_t>& chunks, size_t mapped) {
+  Status first = okStatus();
+  uint64_t offset = 0;
+  for (size_t i = 0; i < mapped; ++i) {
+    Status unmapped = checkDriver(api.unmap(base + offset, chunks[i]), "cuMemUnmap");
+    if (first.isOk()) first = unmapped;
+    offset += chunks[i];
+  }
+  uint64_t total = 0;
+  for (uint64_t bytes : chunks) total += bytes;
+  Status freed = checkDriver(api.addressFree(base, total), "cuMemAddressFree");
+  return first.isOk() ? freed : first;
 }
 
 }  // namespace
@@ -115,9 +166,63 @@ StatusOr<MappedMemory> CudaBackend::openMemory(int device, const std::string& ha
   return MappedMemory{address, static_cast<uint64_t>(bytes)};
 }
 
+StatusOr<MappedMemory> CudaBackend::openChunks(int device, std::vector<UniqueFd> fds,
+                                               const std::vector<uint64_t>& chunk_bytes) {
+  RETURN_IF_ERROR(select(device));
+  ASSIGN_OR_RETURN(const VmmApi* api, vmmApi());
+  if (fds.size() != chunk_bytes.size() || fds.empty()) return invalidArgument("cuMem chunks without descriptors");
+  uint64_t total = 0;
+  for (uint64_t bytes : chunk_bytes) total += bytes;
+  CUdeviceptr base = 0;
+  RETURN_IF_ERROR(checkDriver(api->reserve(&base, total, 0, 0, 0), "cuMemAddressReserve"));
+  size_t mapped = 0;
+  Status status = okStatus();
+  for (uint64_t offset = 0; mapped < fds.size() && status.isOk(); offset += chunk_bytes[mapped++]) {
+    CUmemGenericAllocationHandle handle = 0;
+    status = checkDriver(api->import(&handle, reinterpret_cast<void*>(static_cast<intptr_t>(fds[mapped].get())),
+                                     CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR),
+                         "cuMemImportFromShareableHandle");
+    if (!status.isOk()) break;
+    // The mapping keeps the memory; the handle goes at once.
+    status = checkDriver(api->map(base + offset, chunk_bytes[mapped], 0, handle, 0), "cuMemMap");
+    (void)api->release(handle);
+    if (!status.isOk()) break;
+  }
+  if (status.isOk()) {
+    CUmemAccessDesc access{};
+    access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    access.location.id = device;
+    access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    status = checkDriver(api->setAccess(base, total, &access, 1), "cuMemSetAccess");
+  }
+  if (!status.isOk()) {
+    (void)unmapChunks(*api, base, chunk_bytes, mapped);
+    return Status(status.code(),
+                  "chunk " + std::to_string(mapped) + " of " + std::to_string(fds.size()) + ": " + status.message());
+  }
+  MutexLock lock(mutex_);
+  chunked_[reinterpret_cast<void*>(base)] = chunk_bytes;
+  return MappedMemory{reinterpret_cast<void*>(base), total};
+}
+
+Status CudaBackend::unmap(void* address) {
+  std::vector<uint64_t> chunks;
+  {
+    MutexLock lock(mutex_);
+    auto it = chunked_.find(address);
+    if (it != chunked_.end()) {
+      chunks = std::move(it->second);
+      chunked_.erase(it);
+    }
+  }
+  if (chunks.empty()) return check(cudaIpcCloseMemHandle(address), "cudaIpcCloseMemHandle");
+  ASSIGN_OR_RETURN(const VmmApi* api, vmmApi());
+  return unmapChunks(*api, reinterpret_cast<CUdeviceptr>(address), chunks, chunks.size());
+}
+
 Status CudaBackend::closeMemory(int device, void* address) {
   RETURN_IF_ERROR(select(device));
-  return check(cudaIpcCloseMemHandle(address), "cudaIpcCloseMemHandle");
+  return unmap(address);
 }
 
 StatusOr<void*> CudaBackend::openEvent(int device, const std::string& handle) {
@@ -181,8 +286,9 @@ void CudaBackend::reapLoop() {
         ++it;
         continue;
       }
-      const cudaError_t closed = cudaIpcCloseMemHandle(it->address);
-      if (closed != cudaSuccess) GS_LOG(gpu, warn, "{}: unmapping: {}", it->what, cudaErrorText(closed));
+      if (Status closed = unmap(it->address); !closed.isOk()) {
+        GS_LOG(gpu, warn, "{}: unmapping: {}", it->what, closed.message());
+      }
       (void)cudaEventDestroy(static_cast<cudaEvent_t>(it->last_use));
       it = pending_.erase(it);
     }

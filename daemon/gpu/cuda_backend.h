@@ -7,6 +7,7 @@
 #include <cuda_runtime_api.h>
 
 #include <chrono>
+#include <map>
 #include <thread>
 #include <vector>
 
@@ -31,6 +32,8 @@ class CudaBackend : public GpuBackend, public DeviceOps {
 
   // GpuBackend: importing clients' memory and events.
   StatusOr<MappedMemory> openMemory(int device, const std::string& handle) override;
+  StatusOr<MappedMemory> openChunks(int device, std::vector<UniqueFd> fds,
+                                    const std::vector<uint64_t>& chunk_bytes) override;
   Status closeMemory(int device, void* address) override;
   StatusOr<void*> openEvent(int device, const std::string& handle) override;
   StatusOr<SharedEvent> createSharedEvent(int device) override;
@@ -63,6 +66,8 @@ class CudaBackend : public GpuBackend, public DeviceOps {
     bool warned = false;
   };
   void reapLoop();
+  // Unmaps an IPC mapping or a range of cuMem chunks (the device selected).
+  Status unmap(void* address);
 
   const int device_count_;
   Mutex mutex_;
@@ -71,6 +76,8 @@ class CudaBackend : public GpuBackend, public DeviceOps {
   CondVar reap_cv_;
   std::vector<PendingClose> pending_ GS_GUARDED_BY(reap_mutex_);
   std::vector<bool> pools_configured_ GS_GUARDED_BY(mutex_);  // per device
+  // The ranges of cuMem chunks mapped (openChunks), with their chunks' sizes.
+  std::map<void*, std::vector<uint64_t>> chunked_ GS_GUARDED_BY(mutex_);
   bool stopping_ GS_GUARDED_BY(reap_mutex_) = false;
   std::thread reaper_;
 };

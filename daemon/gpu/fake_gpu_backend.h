@@ -22,6 +22,17 @@ class FakeGpuBackend : public GpuBackend {
     open_memory[address] = handle;
     return MappedMemory{address, mapped_bytes};
   }
+  StatusOr<MappedMemory> openChunks(int device, std::vector<UniqueFd> fds,
+                                    const std::vector<uint64_t>& chunk_bytes) override {
+    ++memory_opens;
+    if (fail_open) return internalError("CUDA_ERROR_INVALID_VALUE");
+    void* address = reinterpret_cast<void*>(next_address_);
+    next_address_ += uint64_t{1} << 32;
+    uint64_t total = 0;
+    for (uint64_t bytes : chunk_bytes) total += bytes;
+    open_memory[address] = std::to_string(fds.size()) + " chunks";
+    return MappedMemory{address, total};
+  }
   Status closeMemory(int device, void* address) override {
     if (open_memory.erase(address) == 0) return internalError("closing an address that is not open");
     return okStatus();

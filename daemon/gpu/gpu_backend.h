@@ -7,8 +7,10 @@
 #include <chrono>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "base/status.h"
+#include "base/unique_fd.h"
 
 namespace gradsync::gpu {
 
@@ -37,6 +39,13 @@ class GpuBackend {
   virtual ~GpuBackend() = default;
   // Maps another process's allocation (cudaIpcOpenMemHandle); milliseconds.
   virtual StatusOr<MappedMemory> openMemory(int device, const std::string& handle) = 0;
+  // Maps cuMem allocations another process exported as POSIX file
+  // descriptors (PyTorch's expandable segments), back to back in one range
+  // of the sum of `chunk_bytes`; the descriptors are closed. A chunk smaller
+  // than its stated size fails the whole call. closeMemory and closeWhenIdle
+  // unmap the range like an IPC mapping.
+  virtual StatusOr<MappedMemory> openChunks(int device, std::vector<UniqueFd> fds,
+                                            const std::vector<uint64_t>& chunk_bytes) = 0;
   virtual Status closeMemory(int device, void* address) = 0;
   // Opens another process's interprocess event.
   virtual StatusOr<void*> openEvent(int device, const std::string& handle) = 0;

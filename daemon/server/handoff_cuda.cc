@@ -22,7 +22,7 @@ void setStatus(const Status& status, v1::HandoffResponse* response) {
 
 bool HandoffServer::handleFrame(Connection& connection) {
   std::string bytes;
-  UniqueFd attached;
+  std::vector<UniqueFd> attached;
   const Status received =
       handoff::recvMessage(connection.fd.get(), &bytes, sizeof(handoff::FrameHeader) + handoff::kMaxFramePayload,
                            std::chrono::milliseconds(0), &attached);
@@ -42,12 +42,13 @@ bool HandoffServer::handleFrame(Connection& connection) {
   return handoff::sendWithFd(connection.fd.get(), frame.data(), frame.size(), -1).isOk();
 }
 
-v1::HandoffResponse HandoffServer::handleRequest(Session& session, const v1::HandoffRequest& request, UniqueFd fd) {
+v1::HandoffResponse HandoffServer::handleRequest(Session& session, const v1::HandoffRequest& request,
+                                                 std::vector<UniqueFd> fds) {
   v1::HandoffResponse response;
   const std::string who = session.describe();
   if (request.msg_case() == v1::HandoffRequest::kTimelineStart ||
       request.msg_case() == v1::HandoffRequest::kTimelineStop) {
-    setStatus(controlTimeline(session, request, std::move(fd)), &response);
+    setStatus(controlTimeline(session, request, fds.empty() ? UniqueFd() : std::move(fds[0])), &response);
     return response;
   }
   if (gpus_ == nullptr) {
@@ -64,7 +65,7 @@ v1::HandoffResponse HandoffServer::handleRequest(Session& session, const v1::Han
       if (!gpu) {
         setStatus(failedPrecondition(who + " exported CUDA memory before attaching its GPU"), &response);
       } else if (request.msg_case() == v1::HandoffRequest::kBufferExport) {
-        setStatus(gpu->addBuffer(request.buffer_export()), &response);
+        setStatus(gpu->addBuffer(request.buffer_export(), std::move(fds)), &response);
       } else {
         setStatus(gpu->removeBuffer(request.buffer_release().buffer_id()), &response);
       }

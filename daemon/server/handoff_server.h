@@ -11,6 +11,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "base/unique_fd.h"
 #include "daemon/common/budget.h"
@@ -56,7 +57,9 @@ class HandoffServer {
   Status handleHello(Connection& connection);
   // A frame after the hello; false when the connection ended.
   bool handleFrame(Connection& connection);
-  v1::HandoffResponse handleRequest(Session& session, const v1::HandoffRequest& request, UniqueFd fd);
+  // `fds`: the descriptors that came with the frame (a timeline's file, a
+  // cuMem export's chunks).
+  v1::HandoffResponse handleRequest(Session& session, const v1::HandoffRequest& request, std::vector<UniqueFd> fds);
   Status controlTimeline(Session& session, const v1::HandoffRequest& request, UniqueFd fd);
   Status attachGpu(Session& session, const v1::CudaAttach& request, v1::HandoffResponse* response);
   void closeConnection(int fd, const std::string& cause);

@@ -5,6 +5,7 @@
 // (FakeDeviceOps). Everything else is the real daemon.
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -49,6 +50,30 @@ class FakeProcessGpu : public gpu::FakeDeviceOps, public gpu::GpuBackend {
     std::lock_guard<std::mutex> lock(mutex_);
     sizes_[p] = static_cast<size_t>(size);
     return gpu::MappedMemory{p, static_cast<uint64_t>(size)};  // the true size, as the driver reports it
+  }
+  // cuMem chunks: each "exported handle" is the memfd of a chunk, mapped
+  // back to back in one reserved range, as the driver does.
+  StatusOr<gpu::MappedMemory> openChunks(int device, std::vector<UniqueFd> fds,
+                                         const std::vector<uint64_t>& chunk_bytes) override {
+    uint64_t total = 0;
+    for (uint64_t bytes : chunk_bytes) total += bytes;
+    void* base = ::mmap(nullptr, total, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (base == MAP_FAILED) return resourceExhausted("cannot reserve " + std::to_string(total) + " bytes");
+    uint64_t offset = 0;
+    for (size_t i = 0; i < fds.size(); ++i) {
+      struct stat st {};
+      // A chunk smaller than stated fails, as cuMemMap would (no SIGBUS later).
+      if (::fstat(fds[i].get(), &st) != 0 || static_cast<uint64_t>(st.st_size) < chunk_bytes[i] ||
+          ::mmap(static_cast<uint8_t*>(base) + offset, chunk_bytes[i], PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED,
+                 fds[i].get(), 0) == MAP_FAILED) {
+        ::munmap(base, total);
+        return invalidArgument("fake cuMemMap of chunk " + std::to_string(i) + " failed");
+      }
+      offset += chunk_bytes[i];
+    }
+    std::lock_guard<std::mutex> lock(mutex_);
+    sizes_[base] = total;
+    return gpu::MappedMemory{base, total};
   }
   Status closeMemory(int device, void* address) override {
     std::lock_guard<std::mutex> lock(mutex_);

@@ -44,6 +44,17 @@ TEST_F(FakeGpuTest, EveryCollectiveOnCudaTensorsWithTwoAndThreeRanks) {
   EXPECT_NE(log.find("attached GPU GPU-fa4e0000-0000-0000-0000-000000000001"), std::string::npos) << log;
 }
 
+// The same in cuMem memory (PyTorch's expandable segments): chunks exported
+// by file descriptor, mapped back to back, tensors across them, and a chunk
+// the allocator replaced exported again rather than read stale.
+TEST_F(FakeGpuTest, EveryCollectiveOnCuMemMemory) {
+  std::vector<Process> ranks;
+  for (int r = 0; r < 3; ++r) ranks.push_back(daemon_.spawnRank("fake-vmm", r, 3, {"fake_cuda", "vmm"}, fakeDriver()));
+  std::string report;
+  EXPECT_TRUE(allSucceed(ranks, kTimeout, &report)) << report << daemon_.log();
+  for (auto& rank : ranks) EXPECT_NE(rank.log().find("collectives OK (cuMem memory)"), std::string::npos) << rank.log();
+}
+
 TEST_F(FakeGpuTest, ARankKilledMidCollectiveIsNamedAndTheDaemonGoesOn) {
   std::vector<Process> ranks;
   for (int r = 0; r < 3; ++r) ranks.push_back(daemon_.spawnRank("cuda-kill", r, 3, {"fake_cuda_kill"}, fakeDriver()));

@@ -3,9 +3,14 @@
 // without a GPU: the client library finds it exactly as it finds the real
 // one (dlopen RTLD_NOLOAD + cuGetProcAddress_v2) once a test process has
 // loaded it. "Device memory" comes from gradsync_fake_cuda_malloc: memfd
-// pages mapped shared, exportable to the fake daemon (fake_gpu_daemon.cc).
+// pages mapped shared, exportable to the fake daemon (fake_gpu_daemon.cc);
+// or, as cuMem memory (PyTorch's expandable segments), from
+// gradsync_fake_cuda_malloc_vmm: a reserved range with a memfd mapped per
+// chunk, each exportable by file descriptor, and remappable
+// (gradsync_fake_cuda_remap) as an allocator that frees and maps again.
 // Streams and events do nothing: the fake daemon runs everything at once.
 #include <cuda.h>
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -25,8 +30,23 @@ struct Allocation {
   unsigned long long id;
 };
 
+// cuMem memory: one reserved range, a memfd mapped per chunk.
+struct Chunk {
+  int fd;
+  unsigned long long block_id;
+};
+struct VmmRange {
+  uintptr_t base;
+  size_t bytes;
+  size_t chunk;
+  unsigned long long id;
+  std::vector<Chunk> chunks;
+};
+
 std::mutex g_mutex;
 std::vector<Allocation> g_allocations;
+std::vector<VmmRange> g_ranges;
+unsigned long long g_next_block = 1000;
 unsigned long long g_next_id = 1;
 uintptr_t g_next_event = 0x7000;
 CUcontext const kContext = reinterpret_cast<CUcontext>(0xC0);
@@ -38,6 +58,63 @@ const Allocation* find(uintptr_t p) {
   return nullptr;
 }
 
+VmmRange* findRange(uintptr_t p) {
+  for (auto& r : g_ranges) {
+    if (p >= r.base && p < r.base + r.bytes) return &r;
+  }
+  return nullptr;
+}
+
+// A fresh memfd chunk mapped over [at, at + bytes).
+bool mapChunk(uintptr_t at, size_t bytes, Chunk* chunk) {
+  const int fd = ::memfd_create("fake-cuda-chunk", MFD_CLOEXEC);
+  if (fd < 0 || ::ftruncate(fd, static_cast<off_t>(bytes)) != 0 ||
+      ::mmap(reinterpret_cast<void*>(at), bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0) == MAP_FAILED) {
+    return false;
+  }
+  *chunk = Chunk{fd, g_next_block++};
+  return true;
+}
+
+CUresult vmmAttribute(const VmmRange& r, uintptr_t p, CUpointer_attribute attribute, void* data) {
+  const size_t index = (p - r.base) / r.chunk;
+  switch (attribute) {
+    case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
+      *static_cast<unsigned*>(data) = CU_MEMORYTYPE_DEVICE;
+      break;
+    case CU_POINTER_ATTRIBUTE_BUFFER_ID:
+      *static_cast<unsigned long long*>(data) = r.id;
+      break;
+    case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
+      *static_cast<CUdeviceptr*>(data) = r.base;
+      break;
+    case CU_POINTER_ATTRIBUTE_RANGE_SIZE:
+      *static_cast<size_t*>(data) = r.bytes;
+      break;
+    case CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE:
+      *static_cast<int*>(data) = 0;
+      break;
+    case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL:
+      *static_cast<int*>(data) = 0;
+      break;
+    case CU_POINTER_ATTRIBUTE_CONTEXT:
+      *static_cast<CUcontext*>(data) = kContext;
+      break;
+    case CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR:
+      *static_cast<void**>(data) = reinterpret_cast<void*>(r.base + index * r.chunk);
+      break;
+    case CU_POINTER_ATTRIBUTE_MAPPING_SIZE:
+      *static_cast<size_t*>(data) = r.chunk;
+      break;
+    case CU_POINTER_ATTRIBUTE_MEMORY_BLOCK_ID:
+      *static_cast<unsigned long long*>(data) = r.chunks[index].block_id;
+      break;
+    default:
+      return CUDA_ERROR_INVALID_VALUE;
+  }
+  return CUDA_SUCCESS;
+}
+
 CUresult getErrorName(CUresult, const char** out) {
   *out = "FAKE_CUDA_ERROR";
   return CUDA_SUCCESS;
@@ -45,6 +122,14 @@ CUresult getErrorName(CUresult, const char** out) {
 
 CUresult pointerGetAttributes(unsigned n, CUpointer_attribute* attributes, void** data, CUdeviceptr ptr) {
   std::lock_guard<std::mutex> lock(g_mutex);
+  if (const VmmRange* r = findRange(static_cast<uintptr_t>(ptr))) {
+    for (unsigned i = 0; i < n; ++i) {
+      if (CUresult e = vmmAttribute(*r, static_cast<uintptr_t>(ptr), attributes[i], data[i]); e != CUDA_SUCCESS) {
+        return e;
+      }
+    }
+    return CUDA_SUCCESS;
+  }
   const Allocation* a = find(static_cast<uintptr_t>(ptr));
   for (unsigned i = 0; i < n; ++i) {
     switch (attributes[i]) {
@@ -101,6 +186,28 @@ CUresult ipcGetMemHandle(CUipcMemHandle* handle, CUdeviceptr ptr) {
   return CUDA_SUCCESS;
 }
 
+// A cuMem handle names a range and a chunk: (range index << 32 | chunk) + 1.
+CUresult memRetainAllocationHandle(CUmemGenericAllocationHandle* handle, void* address) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  const auto p = reinterpret_cast<uintptr_t>(address);
+  VmmRange* r = findRange(p);
+  if (r == nullptr) return CUDA_ERROR_INVALID_VALUE;  // cudaMalloc memory has no cuMem handle
+  *handle = ((static_cast<unsigned long long>(r - g_ranges.data()) << 32) | ((p - r->base) / r->chunk)) + 1;
+  return CUDA_SUCCESS;
+}
+
+CUresult memExportToShareableHandle(void* out, CUmemGenericAllocationHandle handle, CUmemAllocationHandleType type,
+                                    unsigned long long) {
+  if (type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR || handle == 0) return CUDA_ERROR_INVALID_VALUE;
+  std::lock_guard<std::mutex> lock(g_mutex);
+  const size_t range = (handle - 1) >> 32, chunk = (handle - 1) & 0xffffffffu;
+  if (range >= g_ranges.size() || chunk >= g_ranges[range].chunks.size()) return CUDA_ERROR_INVALID_VALUE;
+  *static_cast<int*>(out) = ::fcntl(g_ranges[range].chunks[chunk].fd, F_DUPFD_CLOEXEC, 0);
+  return CUDA_SUCCESS;
+}
+
+CUresult memRelease(CUmemGenericAllocationHandle) { return CUDA_SUCCESS; }
+
 CUresult eventCreate(CUevent* event, unsigned) {
   std::lock_guard<std::mutex> lock(g_mutex);
   *event = reinterpret_cast<CUevent>(g_next_event++);
@@ -144,6 +251,39 @@ void* gradsync_fake_cuda_malloc(size_t bytes) {
   return p;
 }
 
+// Test helper: `bytes` of fake cuMem memory (zeroed) in chunks of `chunk`
+// bytes (a multiple of the page size), or null.
+void* gradsync_fake_cuda_malloc_vmm(size_t bytes, size_t chunk) {
+  const size_t count = (bytes + chunk - 1) / chunk;
+  void* p = ::mmap(nullptr, count * chunk, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p == MAP_FAILED) return nullptr;
+  std::lock_guard<std::mutex> lock(g_mutex);
+  VmmRange range{reinterpret_cast<uintptr_t>(p), count * chunk, chunk, g_next_id++, {}};
+  for (size_t i = 0; i < count; ++i) {
+    Chunk c{};
+    if (!mapChunk(range.base + i * chunk, chunk, &c)) return nullptr;
+    range.chunks.push_back(c);
+  }
+  g_ranges.push_back(std::move(range));
+  return p;
+}
+
+// Test helper: the chunk holding `address` is unmapped and other (zeroed)
+// memory mapped there, as an allocator that releases and maps again; 0 on
+// success.
+int gradsync_fake_cuda_remap(void* address) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  const auto p = reinterpret_cast<uintptr_t>(address);
+  VmmRange* r = findRange(p);
+  if (r == nullptr) return -1;
+  const size_t index = (p - r->base) / r->chunk;
+  Chunk fresh{};
+  if (!mapChunk(r->base + index * r->chunk, r->chunk, &fresh)) return -1;
+  ::close(r->chunks[index].fd);
+  r->chunks[index] = fresh;
+  return 0;
+}
+
 CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int, cuuint64_t, CUdriverProcAddressQueryResult* status) {
   static const Entry table[] = {
       {"cuGetErrorName", reinterpret_cast<void*>(&getErrorName)},
@@ -160,6 +300,9 @@ CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int, cuuint64_t, CU
       {"cuEventDestroy", reinterpret_cast<void*>(&eventDestroy)},
       {"cuCtxPushCurrent", reinterpret_cast<void*>(&ctxPushCurrent)},
       {"cuCtxPopCurrent", reinterpret_cast<void*>(&ctxPopCurrent)},
+      {"cuMemRetainAllocationHandle", reinterpret_cast<void*>(&memRetainAllocationHandle)},
+      {"cuMemExportToShareableHandle", reinterpret_cast<void*>(&memExportToShareableHandle)},
+      {"cuMemRelease", reinterpret_cast<void*>(&memRelease)},
   };
   for (const auto& e : table) {
     if (std::strcmp(e.name, symbol) == 0) {

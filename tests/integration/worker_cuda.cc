@@ -15,7 +15,8 @@ namespace {
 
 using FakeMalloc = void* (*)(size_t);
 
-FakeMalloc loadFakeDriver() {
+// A symbol of the fake CUDA driver, which this process loads first.
+void* fakeSymbol(const char* name) {
   const char* path = std::getenv("GRADSYNC_TEST_FAKE_LIBCUDA");
   if (path == nullptr) return nullptr;
   void* handle = ::dlopen(path, RTLD_NOW | RTLD_GLOBAL);
@@ -23,8 +24,10 @@ FakeMalloc loadFakeDriver() {
     std::fprintf(stderr, "cannot load %s: %s\n", path, ::dlerror());
     return nullptr;
   }
-  return reinterpret_cast<FakeMalloc>(::dlsym(handle, "gradsync_fake_cuda_malloc"));
+  return ::dlsym(handle, name);
 }
+
+FakeMalloc loadFakeDriver() { return reinterpret_cast<FakeMalloc>(fakeSymbol("gradsync_fake_cuda_malloc")); }
 
 // `shape` must outlive the operation's start (the op points into it).
 gradsync_op_t cudaOp(int collective, const char* name, void* data, int dtype, const std::vector<int64_t>& shape) {
@@ -43,12 +46,26 @@ int run(Client& c, gradsync_op_t op) {
 
 }  // namespace
 
-int fakeCuda(Client& c, const std::vector<std::string>&) {
-  FakeMalloc fake_malloc = loadFakeDriver();
-  WORKER_CHECK(fake_malloc != nullptr, "no fake CUDA driver ($GRADSYNC_TEST_FAKE_LIBCUDA)");
+// args: "vmm": the tensors live in cuMem memory (as PyTorch's expandable
+// segments), in chunks of 16 KiB that tensors cross; after the collectives
+// the chunk under one tensor is replaced, as an allocator that frees and
+// maps again, and an allreduce on the new memory must see the new values.
+int fakeCuda(Client& c, const std::vector<std::string>& args) {
+  const bool vmm = !args.empty() && args[0] == "vmm";
+  constexpr size_t kChunk = 16384;
+  using VmmMalloc = void* (*)(size_t, size_t);
+  using Remap = int (*)(void*);
+  auto fake_malloc = reinterpret_cast<FakeMalloc>(fakeSymbol("gradsync_fake_cuda_malloc"));
+  auto vmm_malloc = reinterpret_cast<VmmMalloc>(fakeSymbol("gradsync_fake_cuda_malloc_vmm"));
+  auto remap = reinterpret_cast<Remap>(fakeSymbol("gradsync_fake_cuda_remap"));
+  WORKER_CHECK(fake_malloc != nullptr && vmm_malloc != nullptr && remap != nullptr,
+               "no fake CUDA driver ($GRADSYNC_TEST_FAKE_LIBCUDA)");
+  auto allocate = [&](size_t bytes) {
+    return static_cast<uint8_t*>(vmm ? vmm_malloc(bytes, kChunk) : fake_malloc(bytes));
+  };
   const int n = c.size(), me = c.rank();
-  auto* a = static_cast<uint8_t*>(fake_malloc(1 << 20));  // one allocation, several tensors
-  auto* b = static_cast<uint8_t*>(fake_malloc(1 << 16));  // another
+  auto* a = allocate(1 << 20);  // one allocation, several tensors
+  auto* b = allocate(1 << 16);  // another
   WORKER_CHECK(a != nullptr && b != nullptr, "fake cudaMalloc failed");
 
   // Allreduce, float32 sum, at an offset inside the allocation.
@@ -141,7 +158,25 @@ int fakeCuda(Client& c, const std::vector<std::string>&) {
   for (int i = 0; i < 1000; ++i) x[i] = 1.0f;
   if (run(c, cudaOp(GRADSYNC_ALLREDUCE, "cuda.after_release", x, GRADSYNC_FLOAT32, s1000))) return 1;
   WORKER_CHECK(x[999] == static_cast<float>(n), "after release: %g", x[999]);
-  std::fprintf(stderr, "[rank %d] fake CUDA collectives OK\n", me);
+  if (vmm) {
+    // A tensor across three chunks, mapped back to back by the daemon.
+    auto* across = reinterpret_cast<float*>(a + kChunk - 4096);
+    const std::vector<int64_t> s_across = {8192};
+    for (int i = 0; i < 8192; ++i) across[i] = static_cast<float>(me + i % 11);
+    if (run(c, cudaOp(GRADSYNC_ALLREDUCE, "cuda.across_chunks", across, GRADSYNC_FLOAT32, s_across))) return 1;
+    for (int i = 0; i < 8192; ++i) {
+      const float want = n * (n - 1) / 2.0f + n * (i % 11);
+      WORKER_CHECK(across[i] == want, "across chunks, element %d: %g, want %g", i, across[i], want);
+    }
+    // x (at a + 4096) lies in the first chunk: other memory is mapped there
+    // now. A view exported before would still show the daemon the old memory.
+    WORKER_CHECK(remap(x) == 0, "fake remap failed");
+    for (int i = 0; i < 1000; ++i) x[i] = static_cast<float>(me + 2);
+    if (run(c, cudaOp(GRADSYNC_ALLREDUCE, "cuda.after_remap", x, GRADSYNC_FLOAT32, s1000))) return 1;
+    const float want = n * (n - 1) / 2.0f + 2.0f * n;
+    for (int i = 0; i < 1000; ++i) WORKER_CHECK(x[i] == want, "after remap, element %d: %g, want %g", i, x[i], want);
+  }
+  std::fprintf(stderr, "[rank %d] fake CUDA collectives OK (%s memory)\n", me, vmm ? "cuMem" : "cudaMalloc");
   return 0;
 }
 

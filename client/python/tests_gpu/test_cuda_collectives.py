@@ -1,6 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
 """Every supported collective on CUDA tensors against a reference computed on
 the CPU from every rank's input."""
+import os
+
 import pytest
 import torch
 
@@ -224,3 +226,21 @@ def test_release_cuda_exports_then_continue(rank, size, device):
     y = torch.ones(100, device=device)
     hvd.allreduce_(y, op=hvd.Sum, name="cuda.after_release")
     assert float(y[0].item()) == size
+
+
+def test_memory_the_allocator_replaced_is_exported_again(rank, size, device):
+    # With expandable segments the daemon maps each tensor's cuMem chunks;
+    # empty_cache() unmaps free ones and a new tensor may get other memory at
+    # the same addresses: the daemon must see the new memory, not the old.
+    if "expandable_segments:True" not in os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ""):
+        pytest.skip("PyTorch's expandable segments are off")
+    x = torch.full((8 << 20,), 1.0, device=device)  # 32 MiB: across 20 MiB mappings
+    hvd.allreduce_(x, op=hvd.Sum, name="cuda.replaced")
+    assert float(x.max().item()) == size
+    del x
+    torch.cuda.synchronize(device)
+    torch.cuda.empty_cache()
+    y = torch.full((8 << 20,), float(rank + 2), device=device)
+    hvd.allreduce_(y, op=hvd.Sum, name="cuda.replaced")
+    want = sum(r + 2 for r in range(size))
+    assert float(y.min().item()) == float(y.max().item()) == want

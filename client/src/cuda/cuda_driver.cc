@@ -29,6 +29,11 @@ struct DriverApi {
   CUresult (*eventDestroy)(CUevent) = nullptr;
   CUresult (*ctxPushCurrent)(CUcontext) = nullptr;
   CUresult (*ctxPopCurrent)(CUcontext*) = nullptr;
+  // Optional (cuMem memory only): null where the driver lacks them.
+  CUresult (*retainAllocationHandle)(CUmemGenericAllocationHandle*, void*) = nullptr;
+  CUresult (*exportToShareableHandle)(void*, CUmemGenericAllocationHandle, CUmemAllocationHandleType,
+                                      unsigned long long) = nullptr;
+  CUresult (*release)(CUmemGenericAllocationHandle) = nullptr;
 };
 
 class RealCudaDriver : public CudaDriver {
@@ -74,6 +79,35 @@ class RealCudaDriver : public CudaDriver {
     CUipcMemHandle handle{};
     RETURN_IF_ERROR(check(api_.ipcGetMemHandle(&handle, static_cast<CUdeviceptr>(base)), "cuIpcGetMemHandle"));
     return std::string(handle.reserved, sizeof(handle.reserved));
+  }
+
+  StatusOr<MemoryChunk> chunkAt(uint64_t address) override {
+    CUpointer_attribute attributes[] = {CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR, CU_POINTER_ATTRIBUTE_MAPPING_SIZE,
+                                        CU_POINTER_ATTRIBUTE_MEMORY_BLOCK_ID};
+    void* base = nullptr;
+    size_t size = 0;
+    unsigned long long block_id = 0;
+    void* data[] = {&base, &size, &block_id};
+    RETURN_IF_ERROR(check(api_.pointerGetAttributes(3, attributes, data, static_cast<CUdeviceptr>(address)),
+                          "cuPointerGetAttributes (cuMem mapping)"));
+    return MemoryChunk{reinterpret_cast<uint64_t>(base), size, block_id};
+  }
+
+  StatusOr<UniqueFd> exportChunk(void* context, uint64_t address) override {
+    if (api_.retainAllocationHandle == nullptr || api_.exportToShareableHandle == nullptr || api_.release == nullptr) {
+      return failedPrecondition("the CUDA driver lacks cuMemExportToShareableHandle");
+    }
+    Scoped scoped(this, context);
+    CUmemGenericAllocationHandle handle = 0;
+    Status retained =
+        check(api_.retainAllocationHandle(&handle, reinterpret_cast<void*>(address)), "cuMemRetainAllocationHandle");
+    if (!retained.isOk()) return Status(StatusCode::kFailedPrecondition, retained.message());
+    int fd = -1;
+    Status exported = check(api_.exportToShareableHandle(&fd, handle, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
+                            "cuMemExportToShareableHandle (POSIX file descriptor)");
+    (void)api_.release(handle);  // the retain's reference
+    if (!exported.isOk()) return Status(StatusCode::kFailedPrecondition, exported.message());
+    return UniqueFd(fd);
   }
 
   StatusOr<void*> createIpcEvent(void* context, std::string* handle) override {
@@ -188,6 +222,9 @@ StatusOr<std::unique_ptr<CudaDriver>> loadCudaDriver() {
   RETURN_IF_ERROR(resolve(get, "cuEventDestroy", &api.eventDestroy));
   RETURN_IF_ERROR(resolve(get, "cuCtxPushCurrent", &api.ctxPushCurrent));
   RETURN_IF_ERROR(resolve(get, "cuCtxPopCurrent", &api.ctxPopCurrent));
+  (void)resolve(get, "cuMemRetainAllocationHandle", &api.retainAllocationHandle);
+  (void)resolve(get, "cuMemExportToShareableHandle", &api.exportToShareableHandle);
+  (void)resolve(get, "cuMemRelease", &api.release);
   return std::unique_ptr<CudaDriver>(new RealCudaDriver(api));
 }
 

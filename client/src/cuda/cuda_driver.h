@@ -12,6 +12,7 @@
 #include <string>
 
 #include "base/status.h"
+#include "base/unique_fd.h"
 
 namespace gradsync::client {
 
@@ -26,12 +27,27 @@ struct PointerInfo {
   void* context = nullptr;     // CUcontext the allocation belongs to
 };
 
+// One cuMem mapping (a physical allocation) of VMM memory, e.g. PyTorch's
+// expandable segments: a segment is one reserved range with many mappings.
+struct MemoryChunk {
+  uint64_t base = 0;      // where the mapping starts
+  uint64_t size = 0;      // its bytes
+  uint64_t block_id = 0;  // the physical allocation's id: another one mapped there has another
+};
+
 class CudaDriver {
  public:
   virtual ~CudaDriver() = default;
   virtual StatusOr<PointerInfo> pointerInfo(const void* pointer) = 0;
   // cuIpcGetMemHandle of an allocation's base: 64 bytes.
   virtual StatusOr<std::string> exportMemory(void* context, uint64_t base) = 0;
+  // The cuMem mapping holding `address`.
+  virtual StatusOr<MemoryChunk> chunkAt(uint64_t address) = 0;
+  // A POSIX file descriptor of the physical allocation mapped at `address`
+  // (cuMemRetainAllocationHandle + cuMemExportToShareableHandle);
+  // FAILED_PRECONDITION for memory that cannot be exported so (a
+  // cudaMallocAsync pool).
+  virtual StatusOr<UniqueFd> exportChunk(void* context, uint64_t address) = 0;
   // An interprocess event (DisableTiming) and its 64-byte handle.
   virtual StatusOr<void*> createIpcEvent(void* context, std::string* handle) = 0;
   virtual StatusOr<void*> openIpcEvent(void* context, const std::string& handle) = 0;

@@ -9,8 +9,13 @@
 namespace gradsync::client {
 namespace {
 
+using handoff::kMaxFdsPerFrame;
 using handoff::kNoCudaBuffer;
 using handoff::kNoEventSlot;
+
+// View ids (cuMem memory) lie far above the driver's buffer ids, which count
+// allocations from 1.
+constexpr uint64_t kFirstViewId = uint64_t{1} << 62;
 
 Status fromResponse(const v1::HandoffResponse& response) {
   if (response.code() == 0) return okStatus();
@@ -26,7 +31,10 @@ std::string joined(const std::vector<std::string>& items) {
 }  // namespace
 
 CudaSession::CudaSession(CudaSessionOptions options, DriverLoader loader, HandoffChannel channel)
-    : options_(std::move(options)), loader_(std::move(loader)), channel_(std::move(channel)) {}
+    : options_(std::move(options)),
+      loader_(std::move(loader)),
+      channel_(std::move(channel)),
+      next_view_id_(kFirstViewId) {}
 
 CudaSession::~CudaSession() {
   if (!driver_) return;
@@ -91,8 +99,7 @@ StatusOr<v1::CudaTensorRef> CudaSession::prepareOutput(const std::string& name, 
 void CudaSession::releaseOutput(const v1::CudaTensorRef& ref) {
   MutexLock lock(mutex_);
   if (ref.buffer_id() == kNoCudaBuffer) return;
-  auto it = exports_.find(ref.buffer_id());
-  if (it != exports_.end() && it->second.in_flight > 0) --it->second.in_flight;
+  unuseLocked(ref.buffer_id());
 }
 
 StatusOr<v1::CudaTensorRef> CudaSession::locateLocked(const std::string& name, const void* data, uint64_t bytes) {
@@ -121,10 +128,15 @@ StatusOr<v1::CudaTensorRef> CudaSession::locateLocked(const std::string& name, c
     return unimplemented(prefix + "is on " + info->device_uuid + ", but this rank's earlier CUDA tensors were on " +
                          device_uuid_ + " (one GPU per rank)");
   }
-  ASSIGN_OR_RETURN(uint64_t buffer_id, exportLocked(name, *info));
+  Located located{info->buffer_id, info->base};
+  if (info->legacy_ipc) {
+    ASSIGN_OR_RETURN(located.id, exportLocked(name, *info));
+  } else {
+    ASSIGN_OR_RETURN(located, exportViewLocked(name, *info, start, bytes));
+  }
   v1::CudaTensorRef ref;
-  ref.set_buffer_id(buffer_id);
-  ref.set_offset(start - info->base);
+  ref.set_buffer_id(located.id);
+  ref.set_offset(start - located.base);
   return ref;
 }
 
@@ -153,7 +165,7 @@ Status CudaSession::attachLocked(const PointerInfo& info) {
     attach->add_ready_events(handle);
   }
   v1::HandoffResponse response;
-  Status sent = channel_(request, &response);
+  Status sent = channel_(request, &response, {});
   if (sent.isOk()) sent = fromResponse(response);
   if (sent.isOk() && response.done_events_size() != options_.event_slots) {
     sent = internalError("gradsyncd answered the GPU attach with " + std::to_string(response.done_events_size()) +
@@ -188,12 +200,6 @@ StatusOr<uint64_t> CudaSession::exportLocked(const std::string& name, const Poin
     return info.buffer_id;
   }
   const std::string prefix = "CUDA tensor '" + name + "': ";
-  if (!info.legacy_ipc) {
-    return unimplemented(prefix +
-                         "its memory comes from a cuMem/VMM allocator (PyTorch's expandable_segments or "
-                         "cudaMallocAsync), which CUDA IPC cannot export yet; use the default caching "
-                         "allocator (PYTORCH_CUDA_ALLOC_CONF without expandable_segments:True)");
-  }
   auto handle = driver_->exportMemory(info.context, info.base);
   if (!handle.isOk()) return Status(handle.status().code(), prefix + handle.status().message());
   v1::HandoffRequest request;
@@ -203,12 +209,125 @@ StatusOr<uint64_t> CudaSession::exportLocked(const std::string& name, const Poin
   exported->set_ipc_handle(*handle);
   exported->set_device_uuid(info.device_uuid);
   v1::HandoffResponse response;
-  Status sent = channel_(request, &response);
+  Status sent = channel_(request, &response, {});
   if (sent.isOk()) sent = fromResponse(response);
   if (!sent.isOk()) return Status(sent.code(), prefix + sent.message());
   if (exports_.size() >= options_.max_cached_buffers) evictLocked();
-  exports_[info.buffer_id] = Export{info.base, info.size, ++use_clock_};
+  Export& added = exports_[info.buffer_id];
+  added.base = info.base;
+  added.size = info.size;
+  added.last_use = ++use_clock_;
   return info.buffer_id;
+}
+
+StatusOr<CudaSession::Located> CudaSession::exportViewLocked(const std::string& name, const PointerInfo& info,
+                                                             uint64_t start, uint64_t bytes) {
+  const std::string prefix = "CUDA tensor '" + name + "': ";
+  // The mappings under the tensor, each asked of the driver on every use: a
+  // mapping the allocator replaced has another block id.
+  std::vector<MemoryChunk> chunks;
+  const uint64_t end = start + std::max<uint64_t>(bytes, 1);
+  for (uint64_t at = start; at < end;) {
+    if (chunks.size() == kMaxFdsPerFrame) {
+      return unimplemented(prefix + "its " + std::to_string(bytes) + " bytes span more than " +
+                           std::to_string(kMaxFdsPerFrame) + " cuMem mappings, the most one export may hold");
+    }
+    auto chunk = driver_->chunkAt(at);
+    if (!chunk.isOk()) return Status(chunk.status().code(), prefix + chunk.status().message());
+    if (chunk->size == 0 || chunk->base > at || at - chunk->base >= chunk->size) {
+      return internalError(prefix + "the driver describes the cuMem mapping at " + std::to_string(at) + " as [" +
+                           std::to_string(chunk->base) + ", +" + std::to_string(chunk->size) + ")");
+    }
+    chunks.push_back(*chunk);
+    at = chunk->base + chunk->size;
+  }
+  const uint64_t base = chunks.front().base;
+  auto view = views_.find(base);
+  if (view != views_.end()) {
+    auto it = exports_.find(view->second);
+    const bool same = it != exports_.end() && it->second.blocks.size() >= chunks.size() &&
+                      std::equal(chunks.begin(), chunks.end(), it->second.blocks.begin(),
+                                 [](const MemoryChunk& c, uint64_t block) { return c.block_id == block; });
+    if (same) {
+      it->second.last_use = ++use_clock_;
+      return Located{it->first, base};
+    }
+    // A mapping changed, or the tensor reaches further: a new view. The old
+    // one goes now, or once the operations using it are done.
+    views_.erase(view);
+    if (it != exports_.end()) {
+      if (it->second.in_flight > 0) {
+        it->second.stale = true;
+      } else {
+        (void)forgetLocked(it);
+      }
+    }
+  }
+  const uint64_t id = next_view_id_++;
+  Status sent = sendViewLocked(id, info, chunks);
+  if (!sent.isOk()) return Status(sent.code(), prefix + sent.message());
+  if (exports_.size() >= options_.max_cached_buffers) evictLocked();
+  Export& added = exports_[id];
+  added.base = base;
+  added.last_use = ++use_clock_;
+  for (const auto& chunk : chunks) {
+    added.size += chunk.size;
+    added.blocks.push_back(chunk.block_id);
+  }
+  views_[base] = id;
+  return Located{id, base};
+}
+
+Status CudaSession::sendViewLocked(uint64_t id, const PointerInfo& info, const std::vector<MemoryChunk>& chunks) {
+  v1::HandoffRequest request;
+  v1::CudaBufferExport* exported = request.mutable_buffer_export();
+  exported->set_buffer_id(id);
+  exported->set_device_uuid(info.device_uuid);
+  std::vector<UniqueFd> owned;
+  std::vector<int> fds;
+  uint64_t total = 0;
+  for (const auto& chunk : chunks) {
+    auto fd = driver_->exportChunk(info.context, chunk.base);
+    if (!fd.isOk()) {
+      if (fd.status().code() != StatusCode::kFailedPrecondition) return fd.status();
+      return unimplemented(
+          "its memory is neither a cudaMalloc allocation nor cuMem memory exportable by file descriptor (a "
+          "cudaMallocAsync pool, as PyTorch's backend:cudaMallocAsync makes): use PyTorch's default allocator, "
+          "with or without expandable_segments:True (" +
+          fd.status().message() + ")");
+    }
+    fds.push_back(fd->get());
+    owned.push_back(std::move(fd).value());
+    exported->add_chunk_bytes(chunk.size);
+    total += chunk.size;
+  }
+  exported->set_bytes(total);
+  v1::HandoffResponse response;
+  Status sent = channel_(request, &response, fds);
+  if (sent.isOk()) sent = fromResponse(response);
+  return sent;  // `owned` closes this process's copies of the descriptors
+}
+
+void CudaSession::unuseLocked(uint64_t id) {
+  auto it = exports_.find(id);
+  if (it == exports_.end()) return;
+  if (it->second.in_flight > 0) --it->second.in_flight;
+  if (it->second.in_flight == 0 && it->second.stale) (void)forgetLocked(it);
+}
+
+Status CudaSession::forgetLocked(std::map<uint64_t, Export>::iterator it) {
+  const uint64_t id = it->first;
+  if (!it->second.blocks.empty()) {
+    auto view = views_.find(it->second.base);
+    if (view != views_.end() && view->second == id) views_.erase(view);
+  }
+  exports_.erase(it);
+  v1::HandoffRequest request;
+  request.mutable_buffer_release()->set_buffer_id(id);
+  v1::HandoffResponse response;
+  Status sent = channel_(request, &response, {});
+  if (sent.isOk()) sent = fromResponse(response);
+  return sent;
 }
 
 void CudaSession::evictLocked() {
@@ -219,11 +338,7 @@ void CudaSession::evictLocked() {
     }
   }
   if (oldest == exports_.end()) return;  // all in use: the cache grows past its bound for now
-  v1::HandoffRequest request;
-  request.mutable_buffer_release()->set_buffer_id(oldest->first);
-  v1::HandoffResponse response;
-  (void)channel_(request, &response);  // best effort: the daemon unmaps at the session's end anyway
-  exports_.erase(oldest);
+  (void)forgetLocked(oldest);            // best effort: the daemon unmaps at the session's end anyway
 }
 
 Status CudaSession::complete(const Prepared& prepared, bool ok) {
@@ -288,8 +403,7 @@ Status CudaSession::completeOnHost(const Prepared& prepared, const std::string& 
 
 void CudaSession::releaseSlotLocked(const Prepared& prepared) {
   free_slots_.push_back(prepared.ref.event_slot());
-  auto it = exports_.find(prepared.ref.buffer_id());
-  if (it != exports_.end() && it->second.in_flight > 0) --it->second.in_flight;
+  unuseLocked(prepared.ref.buffer_id());
 }
 
 Status CudaSession::releaseExports() {
@@ -300,13 +414,7 @@ Status CudaSession::releaseExports() {
       ++it;
       continue;
     }
-    const uint64_t id = it->first;
-    it = exports_.erase(it);
-    v1::HandoffRequest request;
-    request.mutable_buffer_release()->set_buffer_id(id);
-    v1::HandoffResponse response;
-    Status sent = channel_(request, &response);
-    if (sent.isOk()) sent = fromResponse(response);
+    Status sent = forgetLocked(it++);
     if (!sent.isOk() && first.isOk()) first = sent;
   }
   return first;

@@ -6,9 +6,14 @@
 // daemon records a "done" event that wait() awaits on the host (or, with
 // complete(), that the rank's stream waits on).
 //
-// Only legacy (cudaMalloc) allocations can be exported; memory from
-// cuMem/VMM allocators (PyTorch's expandable segments, cudaMallocAsync) is
-// refused with an error saying so. Thread-safe.
+// Legacy (cudaMalloc) allocations are exported whole by CUDA IPC handle,
+// keyed by the driver's buffer id. cuMem/VMM memory (PyTorch's expandable
+// segments: one reserved range, many mappings) is exported as a "view": the
+// run of mappings under a tensor, one file descriptor each, keyed by its
+// first mapping and checked on every use against the mappings' block ids, so
+// that a mapping the allocator replaced is exported again, never read
+// stale. cudaMallocAsync pools export neither way and are refused with an
+// error saying so. Thread-safe.
 #pragma once
 
 #include <chrono>
@@ -25,8 +30,10 @@
 
 namespace gradsync::client {
 
-// Sends one hand-off request and returns the daemon's response.
-using HandoffChannel = std::function<Status(const v1::HandoffRequest&, v1::HandoffResponse*)>;
+// Sends one hand-off request, with `fds` attached, and returns the daemon's
+// response.
+using HandoffChannel =
+    std::function<Status(const v1::HandoffRequest&, v1::HandoffResponse*, const std::vector<int>& fds)>;
 using DriverLoader = std::function<StatusOr<std::unique_ptr<CudaDriver>>()>;
 
 struct CudaSessionOptions {
@@ -86,7 +93,13 @@ class CudaSession {
     uint64_t base = 0;
     uint64_t size = 0;
     uint64_t last_use = 0;
-    int in_flight = 0;  // operations referencing it: never evicted meanwhile
+    int in_flight = 0;             // operations referencing it: never evicted meanwhile
+    std::vector<uint64_t> blocks;  // a view's mappings' block ids (empty: a legacy allocation)
+    bool stale = false;            // a view replaced while in flight: forgotten once idle
+  };
+  struct Located {
+    uint64_t id = 0;
+    uint64_t base = 0;
   };
   // The operation's event slot is free again; its export no longer in use.
   void releaseSlotLocked(const Prepared& prepared) GS_REQUIRES(mutex_);
@@ -98,6 +111,17 @@ class CudaSession {
   StatusOr<uint32_t> takeSlotLocked(const std::string& name, void* stream) GS_REQUIRES(mutex_);
   Status attachLocked(const PointerInfo& info) GS_REQUIRES(mutex_);
   StatusOr<uint64_t> exportLocked(const std::string& name, const PointerInfo& info) GS_REQUIRES(mutex_);
+  // The view of cuMem mappings under [start, start + bytes), exported if new
+  // or if a mapping under it changed.
+  StatusOr<Located> exportViewLocked(const std::string& name, const PointerInfo& info, uint64_t start, uint64_t bytes)
+      GS_REQUIRES(mutex_);
+  // Sends the export of `chunks` as view `id`.
+  Status sendViewLocked(uint64_t id, const PointerInfo& info, const std::vector<MemoryChunk>& chunks)
+      GS_REQUIRES(mutex_);
+  // One operation less uses the export; a stale view is forgotten once idle.
+  void unuseLocked(uint64_t id) GS_REQUIRES(mutex_);
+  // Tells the daemon to unmap the export and drops it (best effort).
+  Status forgetLocked(std::map<uint64_t, Export>::iterator it) GS_REQUIRES(mutex_);
   void evictLocked() GS_REQUIRES(mutex_);
 
   const CudaSessionOptions options_;
@@ -110,7 +134,9 @@ class CudaSession {
   std::vector<void*> ready_ GS_GUARDED_BY(mutex_);
   std::vector<void*> done_ GS_GUARDED_BY(mutex_);
   std::vector<uint32_t> free_slots_ GS_GUARDED_BY(mutex_);
-  std::map<uint64_t, Export> exports_ GS_GUARDED_BY(mutex_);  // by buffer id
+  std::map<uint64_t, Export> exports_ GS_GUARDED_BY(mutex_);  // by buffer id (or view id)
+  std::map<uint64_t, uint64_t> views_ GS_GUARDED_BY(mutex_);  // a view's id by its first mapping's address
+  uint64_t next_view_id_ GS_GUARDED_BY(mutex_);
   uint64_t use_clock_ GS_GUARDED_BY(mutex_) = 0;
 };
 

@@ -1,8 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "client/src/cuda/cuda_session.h"
 
+#include <fcntl.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+
+#include <map>
 
 namespace gradsync::client {
 namespace {
@@ -12,18 +15,23 @@ using ::testing::HasSubstr;
 constexpr const char* kGpu = "GPU-11111111-2222-3333-4444-555555555555";
 
 // Allocations of the fake process: [base, base + size) with a buffer id.
+// Not legacy: cuMem memory mapped in chunks of `chunk` bytes, exportable by
+// file descriptor or not (a cudaMallocAsync pool).
 struct FakeAllocation {
   uint64_t base;
   uint64_t size;
   uint64_t id;
   bool legacy = true;
   std::string uuid = kGpu;
+  uint64_t chunk = 0x100;
+  bool exportable = true;
 };
 
 class FakeDriver : public CudaDriver {
  public:
-  explicit FakeDriver(std::vector<FakeAllocation>* allocations, std::vector<std::string>* log)
-      : allocations_(allocations), log_(log) {}
+  FakeDriver(std::vector<FakeAllocation>* allocations, std::map<uint64_t, uint64_t>* remapped,
+             std::vector<std::string>* log)
+      : allocations_(allocations), remapped_(remapped), log_(log) {}
   StatusOr<PointerInfo> pointerInfo(const void* pointer) override {
     const auto p = reinterpret_cast<uint64_t>(pointer);
     PointerInfo info;
@@ -38,6 +46,19 @@ class FakeDriver : public CudaDriver {
       }
     }
     return info;
+  }
+  StatusOr<MemoryChunk> chunkAt(uint64_t address) override {
+    const FakeAllocation* a = find(address);
+    if (a == nullptr || a->legacy) return internalError("cuPointerGetAttributes failed");
+    const uint64_t base = a->base + (address - a->base) / a->chunk * a->chunk;
+    auto moved = remapped_->find(base);  // another physical allocation mapped there since
+    return MemoryChunk{base, a->chunk, moved != remapped_->end() ? moved->second : a->id * 1000 + base};
+  }
+  StatusOr<UniqueFd> exportChunk(void*, uint64_t address) override {
+    const FakeAllocation* a = find(address);
+    if (a == nullptr || !a->exportable) return failedPrecondition("cuMemRetainAllocationHandle failed");
+    log_->push_back("export chunk " + std::to_string(address));
+    return UniqueFd(::open("/dev/null", O_RDONLY | O_CLOEXEC));
   }
   StatusOr<std::string> exportMemory(void*, uint64_t base) override {
     log_->push_back("export " + std::to_string(base));
@@ -66,7 +87,14 @@ class FakeDriver : public CudaDriver {
   int destroyed = 0;
 
  private:
+  const FakeAllocation* find(uint64_t p) const {
+    for (const auto& a : *allocations_) {
+      if (p >= a.base && p < a.base + a.size) return &a;
+    }
+    return nullptr;
+  }
   std::vector<FakeAllocation>* allocations_;
+  std::map<uint64_t, uint64_t>* remapped_;
   std::vector<std::string>* log_;
   uint64_t events_ = 0;
 };
@@ -82,12 +110,14 @@ class CudaSessionTest : public ::testing::Test {
     auto loader = [this]() -> StatusOr<std::unique_ptr<CudaDriver>> {
       ++driver_loads_;
       if (!driver_available_) return failedPrecondition("no CUDA driver is loaded in this process");
-      auto driver = std::make_unique<FakeDriver>(&allocations_, &log_);
+      auto driver = std::make_unique<FakeDriver>(&allocations_, &remapped_, &log_);
       driver_ = driver.get();
       return std::unique_ptr<CudaDriver>(std::move(driver));
     };
-    auto channel = [this](const v1::HandoffRequest& request, v1::HandoffResponse* response) {
+    auto channel = [this](const v1::HandoffRequest& request, v1::HandoffResponse* response,
+                          const std::vector<int>& fds) {
       requests_.push_back(request);
+      fds_sent_.push_back(fds.size());
       if (request.has_cuda_attach()) {
         for (int i = 0; i < request.cuda_attach().ready_events_size(); ++i) {
           response->add_done_events(std::string(64, 'd'));
@@ -111,6 +141,8 @@ class CudaSessionTest : public ::testing::Test {
   std::vector<std::string> log_;
   FakeDriver* driver_ = nullptr;  // owned by the session
   std::vector<v1::HandoffRequest> requests_;
+  std::vector<size_t> fds_sent_;           // descriptors with each request
+  std::map<uint64_t, uint64_t> remapped_;  // chunk address -> the block id mapped there now
   bool driver_available_ = true;
   bool reject_exports_ = false;
   int driver_loads_ = 0;
@@ -180,8 +212,11 @@ TEST_F(CudaSessionTest, ErrorsNameTheTensorAndTheCause) {
   EXPECT_THAT(session->prepare("host", at(0x5), 4, nullptr).status().message(),
               HasSubstr("'host': the pointer is not CUDA device memory"));
   EXPECT_EQ(session->prepare("past", at(0x10ff0), 32, nullptr).status().code(), StatusCode::kOutOfRange);
-  allocations_.push_back({0x40000, 0x1000, 10, /*legacy=*/false});
-  EXPECT_THAT(session->prepare("vmm", at(0x40000), 4, nullptr).status().message(), HasSubstr("expandable_segments"));
+  allocations_.push_back({0x40000, 0x1000, 10, /*legacy=*/false, kGpu, 0x100, /*exportable=*/false});
+  auto pool = session->prepare("pool", at(0x40000), 4, nullptr);
+  EXPECT_EQ(pool.status().code(), StatusCode::kUnimplemented);
+  EXPECT_THAT(pool.status().message(), HasSubstr("'pool': its memory is neither a cudaMalloc allocation"));
+  EXPECT_THAT(pool.status().message(), HasSubstr("cudaMallocAsync"));
   allocations_.push_back({0x50000, 0x1000, 11, true, "GPU-other"});
   EXPECT_THAT(session->prepare("other", at(0x50000), 4, nullptr).status().message(), HasSubstr("is on GPU-other"));
   reject_exports_ = true;
@@ -293,6 +328,82 @@ TEST_F(CudaSessionTest, CompleteOnHostPastItsLimitLeavesTheStreamWaitingAndNames
   ASSERT_EQ(log_.size(), 1u);
   EXPECT_EQ(log_[0].rfind("wait 5 for", 0), 0u) << log_[0];
   EXPECT_EQ(session->freeSlots(), 2);
+}
+
+}  // namespace
+}  // namespace gradsync::client
+
+namespace gradsync::client {
+namespace {
+
+// cuMem memory (PyTorch's expandable segments): the mappings under a tensor
+// go as one view, a descriptor each, exported once and reused while the
+// mappings stay the same.
+TEST_F(CudaSessionTest, CuMemTensorsExportTheMappingsUnderThemOnceAsAView) {
+  allocations_.push_back({0x40000, 0x1000, 10, /*legacy=*/false});
+  auto session = makeSession();
+  auto first = session->prepare("spans", at(0x40080), 0x200, nullptr);  // mappings 0x40000, 0x40100, 0x40200
+  ASSERT_TRUE(first.isOk()) << first.status().message();
+  EXPECT_GE(first->ref.buffer_id(), uint64_t{1} << 62);
+  EXPECT_EQ(first->ref.offset(), 0x80u);
+  ASSERT_EQ(countRequests(v1::HandoffRequest::kBufferExport), 1);
+  const auto& exported = requests_.back().buffer_export();
+  EXPECT_EQ(exported.bytes(), 0x300u);
+  EXPECT_EQ(exported.chunk_bytes_size(), 3);
+  EXPECT_TRUE(exported.ipc_handle().empty());
+  EXPECT_EQ(fds_sent_.back(), 3u);
+  ASSERT_TRUE(session->complete(*first, true).isOk());
+  // The same tensor, and a smaller one from the same first mapping: no export.
+  auto again = session->prepare("spans", at(0x40080), 0x200, nullptr);
+  ASSERT_TRUE(again.isOk());
+  EXPECT_EQ(again->ref.buffer_id(), first->ref.buffer_id());
+  auto inside = session->prepare("inside", at(0x40010), 0x10, nullptr);
+  ASSERT_TRUE(inside.isOk());
+  EXPECT_EQ(inside->ref.buffer_id(), first->ref.buffer_id());
+  EXPECT_EQ(inside->ref.offset(), 0x10u);
+  EXPECT_EQ(countRequests(v1::HandoffRequest::kBufferExport), 1);
+  EXPECT_EQ(session->cachedBuffers(), 1u);
+}
+
+// The allocator unmapped a chunk and mapped other memory there: the view is
+// exported again (the daemon's old mapping holds the old memory), and the
+// old view is released once the operation using it is done.
+TEST_F(CudaSessionTest, AReplacedMappingIsExportedAgainAndTheOldViewReleasedOnceIdle) {
+  allocations_.push_back({0x40000, 0x1000, 10, /*legacy=*/false});
+  auto session = makeSession();
+  auto before = session->prepare("t", at(0x40000), 0x180, nullptr);
+  ASSERT_TRUE(before.isOk());
+  remapped_[0x40100] = 77;
+  auto after = session->prepare("t", at(0x40000), 0x180, nullptr);
+  ASSERT_TRUE(after.isOk()) << after.status().message();
+  EXPECT_NE(after->ref.buffer_id(), before->ref.buffer_id());
+  EXPECT_EQ(countRequests(v1::HandoffRequest::kBufferExport), 2);
+  EXPECT_EQ(countRequests(v1::HandoffRequest::kBufferRelease), 0);  // the first is still in flight
+  ASSERT_TRUE(session->complete(*before, true).isOk());
+  ASSERT_EQ(countRequests(v1::HandoffRequest::kBufferRelease), 1);
+  EXPECT_EQ(requests_.back().buffer_release().buffer_id(), before->ref.buffer_id());
+  ASSERT_TRUE(session->complete(*after, true).isOk());
+  // A tensor reaching past the view: a longer view replaces it at once.
+  auto longer = session->prepare("t", at(0x40000), 0x280, nullptr);
+  ASSERT_TRUE(longer.isOk());
+  EXPECT_EQ(countRequests(v1::HandoffRequest::kBufferExport), 3);
+  EXPECT_EQ(countRequests(v1::HandoffRequest::kBufferRelease), 2);
+  EXPECT_EQ(session->cachedBuffers(), 1u);
+  ASSERT_TRUE(session->complete(*longer, true).isOk());
+  // Released views are exported again on their next use.
+  ASSERT_TRUE(session->releaseExports().isOk());
+  ASSERT_TRUE(session->prepare("t", at(0x40000), 0x10, nullptr).isOk());
+  EXPECT_EQ(countRequests(v1::HandoffRequest::kBufferExport), 4);
+}
+
+TEST_F(CudaSessionTest, ATensorOverMoreMappingsThanOneExportHoldsIsRefused) {
+  allocations_.push_back({0x100000, 0x10000, 10, /*legacy=*/false, kGpu, /*chunk=*/0x10});
+  auto session = makeSession();
+  auto refused = session->prepare("huge", at(0x100000), 251 * 0x10, nullptr);
+  EXPECT_EQ(refused.status().code(), StatusCode::kUnimplemented);
+  EXPECT_THAT(refused.status().message(), HasSubstr("'huge': its 4016 bytes span more than 250 cuMem mappings"));
+  EXPECT_TRUE(session->prepare("fits", at(0x100000), 250 * 0x10, nullptr).isOk());
+  EXPECT_EQ(fds_sent_.back(), 250u);
 }
 
 }  // namespace
