@@ -24,7 +24,7 @@ StatusOr<gpu::NcclComm*> GpuExecutor::ncclFor(RankAccess& access, int device, Da
   }
   const DataPlane::NcclPeers peers = access.dataPlane().ncclPeers();
   if (peers.id.empty()) return nullptr;
-  auto comm = gpu::NcclComm::create(*nccl_, peers.id, peers.nranks, peers.rank, device, std::chrono::seconds(30));
+  auto comm = gpu::NcclComm::create(*nccl_, ops_, peers.id, peers.nranks, peers.rank, device, std::chrono::seconds(30));
   if (!comm.isOk()) {
     nccl_failed_ = true;
     GS_LOG(gpu, warn, "no NCCL among the daemons ({}); CUDA tensors go through host memory", comm.status().message());

@@ -343,6 +343,13 @@ Status CudaBackend::reduce(const cuda::LocalReduceArgs& args, void* stream) {
   return okStatus();
 }
 
+StatusOr<bool> CudaBackend::streamIdle(void* stream) {
+  const cudaError_t q = cudaStreamQuery(static_cast<cudaStream_t>(stream));
+  if (q == cudaErrorNotReady) return false;
+  RETURN_IF_ERROR(check(q, "cudaStreamQuery"));
+  return true;
+}
+
 Status CudaBackend::waitStream(void* stream, const std::string& what) {
   return waitForStream(static_cast<cudaStream_t>(stream), kStreamWaitLimit, what);
 }

@@ -52,6 +52,7 @@ class CudaBackend : public GpuBackend, public DeviceOps {
   Status copy(void* dst, const void* src, size_t bytes, CopyKind kind, void* stream) override;
   Status reduce(const cuda::LocalReduceArgs& args, void* stream) override;
   Status waitStream(void* stream, const std::string& what) override;
+  StatusOr<bool> streamIdle(void* stream) override;
   StatusOr<void*> allocate(int device, size_t bytes, void* stream) override;
   void release(int device, void* data, void* stream) override;
 

@@ -36,6 +36,9 @@ class DeviceOps {
   virtual Status reduce(const cuda::LocalReduceArgs& args, void* stream) = 0;
   // Host waits for the stream to drain, at most kStreamWaitLimit.
   virtual Status waitStream(void* stream, const std::string& what) = 0;
+  // Whether the stream has drained (a host query that never blocks:
+  // cudaStreamQuery).
+  virtual StatusOr<bool> streamIdle(void* stream) = 0;
   // Device memory on `device`, ordered on `stream` (cudaMallocAsync /
   // cudaFreeAsync): neither call waits for the device, so a stream stuck on
   // a dead client's event elsewhere never blocks them.

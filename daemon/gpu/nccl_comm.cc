@@ -4,8 +4,6 @@
 #include <cstring>
 #include <thread>
 
-#include "daemon/gpu/cuda_backend.h"
-
 namespace gradsync::gpu {
 
 bool ncclTypeOf(DataType dtype, ncclDataType_t* out) {
@@ -62,14 +60,14 @@ bool ncclOpOf(ReduceOp op, ncclRedOp_t* out) {
 
 }  // namespace
 
-StatusOr<std::unique_ptr<NcclComm>> NcclComm::create(const NcclLibrary& nccl, const std::string& id, int nranks,
-                                                     int rank, int device, std::chrono::milliseconds timeout) {
+StatusOr<std::unique_ptr<NcclComm>> NcclComm::create(const NcclLibrary& nccl, DeviceOps* ops, const std::string& id,
+                                                     int nranks, int rank, int device,
+                                                     std::chrono::milliseconds timeout) {
   ncclUniqueId unique{};
   if (id.size() != sizeof(unique.internal))
     return invalidArgument("NCCL id of " + std::to_string(id.size()) + " bytes");
   std::memcpy(unique.internal, id.data(), sizeof(unique.internal));
-  const cudaError_t selected = cudaSetDevice(device);
-  if (selected != cudaSuccess) return internalError("cudaSetDevice: " + cudaErrorText(selected));
+  RETURN_IF_ERROR(ops->select(device));
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;
   ncclComm_t comm = nullptr;
@@ -78,7 +76,7 @@ StatusOr<std::unique_ptr<NcclComm>> NcclComm::create(const NcclLibrary& nccl, co
     return internalError("ncclCommInitRankConfig (rank " + std::to_string(rank) + " of " + std::to_string(nranks) +
                          "): " + nccl.errorText(started));
   }
-  std::unique_ptr<NcclComm> result(new NcclComm(nccl, comm));
+  std::unique_ptr<NcclComm> result(new NcclComm(nccl, ops, comm));
   RETURN_IF_ERROR(result->waitDone(nullptr, timeout, "forming the daemons' NCCL communicator"));
   return result;
 }
@@ -103,16 +101,17 @@ Status NcclComm::waitDone(cudaStream_t stream, std::chrono::milliseconds timeout
     const ncclResult_t polled = nccl_.api().commGetAsyncError(comm_, &state);
     if (polled != ncclSuccess) state = polled;
     if (state != ncclSuccess && state != ncclInProgress) {
-      const char* detail = nccl_.api().getLastError ? nccl_.api().getLastError(comm_) : nullptr;
+      // Copied before the abort, which frees the communicator and its text.
+      const char* last = nccl_.api().getLastError ? nccl_.api().getLastError(comm_) : nullptr;
+      const std::string detail = last != nullptr ? last : "";
       abort();
-      return internalError(what + ": " + nccl_.errorText(state) +
-                           (detail && *detail ? std::string(" (") + detail + ")" : ""));
+      return internalError(what + ": " + nccl_.errorText(state) + (detail.empty() ? "" : " (" + detail + ")"));
     }
     bool stream_done = true;
     if (state == ncclSuccess && stream != nullptr) {
-      const cudaError_t q = cudaStreamQuery(stream);
-      if (q != cudaSuccess && q != cudaErrorNotReady) return internalError(what + ": " + cudaErrorText(q));
-      stream_done = q == cudaSuccess;
+      StatusOr<bool> idle = ops_->streamIdle(stream);
+      if (!idle.isOk()) return internalError(what + ": " + idle.status().message());
+      stream_done = *idle;
     }
     if (state == ncclSuccess && stream_done) return okStatus();
     if (std::chrono::steady_clock::now() > deadline) {

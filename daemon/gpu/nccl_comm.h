@@ -13,6 +13,7 @@
 #include <string>
 
 #include "base/dtype.h"
+#include "daemon/gpu/device_ops.h"
 #include "daemon/gpu/nccl_library.h"
 
 namespace gradsync::gpu {
@@ -24,8 +25,10 @@ bool ncclTypeOf(DataType dtype, ncclDataType_t* out);
 class NcclComm {
  public:
   // Collective: every node calls it with the same id and its own rank.
-  static StatusOr<std::unique_ptr<NcclComm>> create(const NcclLibrary& nccl, const std::string& id, int nranks,
-                                                    int rank, int device, std::chrono::milliseconds timeout);
+  // `ops` selects the device and tells when a stream drained.
+  static StatusOr<std::unique_ptr<NcclComm>> create(const NcclLibrary& nccl, DeviceOps* ops, const std::string& id,
+                                                    int nranks, int rank, int device,
+                                                    std::chrono::milliseconds timeout);
   ~NcclComm();
   NcclComm(const NcclComm&) = delete;
   NcclComm& operator=(const NcclComm&) = delete;
@@ -39,12 +42,13 @@ class NcclComm {
   bool aborted() const { return aborted_; }
 
  private:
-  NcclComm(const NcclLibrary& nccl, ncclComm_t comm) : nccl_(nccl), comm_(comm) {}
+  NcclComm(const NcclLibrary& nccl, DeviceOps* ops, ncclComm_t comm) : nccl_(nccl), ops_(ops), comm_(comm) {}
   // Polls the communicator (and `stream`, when given) until both are done.
   Status waitDone(cudaStream_t stream, std::chrono::milliseconds timeout, const std::string& what);
   void abort();
 
   const NcclLibrary& nccl_;
+  DeviceOps* const ops_;
   ncclComm_t comm_;
   bool aborted_ = false;
 };

@@ -100,39 +100,71 @@ TEST(FakeGpuShutdownTest, ASecondSignalEndsAShutdownThatDoesNotFinish) {
       << daemon.log();
 }
 
+// Two fake-GPU daemons for CUDA jobs across nodes; `env[i]` for daemon i.
+struct DaemonPair {
+  std::vector<std::unique_ptr<DaemonFixture>> daemons;
+  std::string leader;  // the leader's peer address
+
+  bool start(const std::string& cross_node, const std::vector<std::map<std::string, std::string>>& env,
+             std::string* error) {
+    for (size_t i = 0; i < 2; ++i) {
+      daemons.push_back(std::make_unique<DaemonFixture>());
+      daemons.back()->useBinary("tests/fakegpu/gradsyncd_fakegpu");
+      if (!daemons.back()->startWrapped({}, env[i], {"--peer-address", "127.0.0.1:0", "--gpu-cross-node", cross_node},
+                                        error)) {
+        return false;
+      }
+    }
+    std::smatch match;
+    const std::string log = daemons[0]->log();
+    if (!std::regex_search(log, match, std::regex("peer service on ([0-9.]+:[0-9]+)"))) {
+      *error = "no peer address in the leader's log:\n" + log;
+      return false;
+    }
+    leader = match[1].str();
+    return true;
+  }
+  // Ranks 0 and 1 on the leader's node, rank 2 on the other, running the
+  // worker's scenario `args`.
+  std::vector<Process> spawn(const std::string& job, const std::vector<std::string>& args) {
+    const std::vector<int> placement = {0, 0, 1};
+    std::vector<Process> ranks;
+    for (int r = 0; r < 3; ++r) {
+      auto env = daemons[placement[r]]->rankEnv(job, r, 3);
+      env["GRADSYNC_LOCAL_RANK"] = std::to_string(r == 2 ? 0 : r);
+      env["GRADSYNC_LOCAL_SIZE"] = std::to_string(r == 2 ? 1 : 2);
+      env["GRADSYNC_LEADER"] = leader;
+      env["GRADSYNC_TEST_FAKE_LIBCUDA"] = runfile("tests/fakegpu/libcuda.so.1");
+      ranks.push_back(daemons[placement[r]]->spawnRank(job, r, 3, args, env));
+    }
+    return ranks;
+  }
+  std::string logs() const { return "--- leader:\n" + daemons[0]->log() + "--- follower:\n" + daemons[1]->log(); }
+};
+
+std::map<std::string, std::string> fakeNccl() {
+  return {{"GRADSYNC_NCCL_LIBRARY", runfile("tests/fakenccl/libnccl.so.2")}};
+}
+
 // Two daemons over host-memory GPUs: CUDA tensors between them. With
 // "staging" they go through host memory and the UCX ring; with "auto" the
 // daemons first try NCCL among their GPUs, which cannot form here (no
-// device), and fall back to the same staging together. Six steps of the
-// same collectives, each step's tensors elsewhere in device memory.
+// device), and fall back to the same staging together; with "nccl" they load
+// the stand-in NCCL (tests/fakenccl) and allreduce and broadcast through it.
+// Six steps of the same collectives, each step's tensors elsewhere in
+// device memory.
 class FakeGpuAcrossDaemonsTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(FakeGpuAcrossDaemonsTest, AllreduceAndBroadcastBetweenDaemons) {
-  std::vector<std::unique_ptr<DaemonFixture>> daemons(2);
-  for (auto& d : daemons) {
-    d = std::make_unique<DaemonFixture>();
-    d->useBinary("tests/fakegpu/gradsyncd_fakegpu");
-    std::string error;
-    ASSERT_TRUE(d->start({"--peer-address", "127.0.0.1:0", "--gpu-cross-node", GetParam()}, &error)) << error;
-  }
-  std::smatch match;
-  const std::string leader_log = daemons[0]->log();
-  ASSERT_TRUE(std::regex_search(leader_log, match, std::regex("peer service on ([0-9.]+:[0-9]+)"))) << leader_log;
-  const std::string leader = match[1].str();
-  const std::vector<int> placement = {0, 0, 1};  // two ranks here, one there
-  std::vector<Process> ranks;
-  for (int r = 0; r < 3; ++r) {
-    auto env = daemons[placement[r]]->rankEnv("across", r, 3);
-    env["GRADSYNC_LOCAL_RANK"] = std::to_string(r == 2 ? 0 : r);
-    env["GRADSYNC_LOCAL_SIZE"] = std::to_string(r == 2 ? 1 : 2);
-    env["GRADSYNC_LEADER"] = leader;
-    env["GRADSYNC_TEST_FAKE_LIBCUDA"] = runfile("tests/fakegpu/libcuda.so.1");
-    ranks.push_back(daemons[placement[r]]->spawnRank("across", r, 3, {"fake_cuda_across", "6"}, env));
-  }
+  const bool nccl = GetParam() == "nccl";
+  const std::map<std::string, std::string> env = nccl ? fakeNccl() : std::map<std::string, std::string>{};
+  DaemonPair pair;
+  std::string error;
+  ASSERT_TRUE(pair.start(nccl ? "auto" : GetParam(), {env, env}, &error)) << error;
+  auto& daemons = pair.daemons;
+  std::vector<Process> ranks = pair.spawn("across", {"fake_cuda_across", "6"});
   std::string report;
-  EXPECT_TRUE(allSucceed(ranks, kTimeout, &report)) << report << "--- leader:\n"
-                                                    << daemons[0]->log() << "--- follower:\n"
-                                                    << daemons[1]->log();
+  EXPECT_TRUE(allSucceed(ranks, kTimeout, &report)) << report << pair.logs();
   // After the first step the CUDA collectives (allreduces and broadcasts)
   // repeat from the response cache (each step's device references its
   // own), after rounds among the daemons, not through the leader.
@@ -156,10 +188,43 @@ TEST_P(FakeGpuAcrossDaemonsTest, AllreduceAndBroadcastBetweenDaemons) {
       EXPECT_NE(d->log().find("no NCCL among the daemons"), std::string::npos) << d->log();
     }
   }
+  if (nccl) {
+    for (auto& d : daemons) {
+      EXPECT_NE(d->log().find("NCCL communicator among 2 daemons formed"), std::string::npos) << d->log();
+      EXPECT_EQ(d->log().find("no NCCL among the daemons"), std::string::npos) << d->log();
+    }
+  }
   for (auto& d : daemons) EXPECT_EQ(d->stop(), 0) << d->log();
 }
 
-INSTANTIATE_TEST_SUITE_P(Transports, FakeGpuAcrossDaemonsTest, ::testing::Values("staging", "auto"));
+INSTANTIATE_TEST_SUITE_P(Transports, FakeGpuAcrossDaemonsTest, ::testing::Values("staging", "auto", "nccl"));
+
+// An NCCL failure on one node (asynchronous, as a network error): every rank
+// of the job gets an error naming NCCL and the cause, within seconds; the
+// daemons then run the next job, through a new communicator.
+TEST(FakeGpuNcclFailureTest, EveryRankNamesTheFailureAndTheNextJobRuns) {
+  auto failing = fakeNccl();
+  failing["GRADSYNC_FAKE_NCCL_FAIL_AT"] = "3";  // the follower's third NCCL call
+  DaemonPair pair;
+  std::string error;
+  ASSERT_TRUE(pair.start("auto", {fakeNccl(), failing}, &error)) << error;
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<Process> ranks = pair.spawn("fails", {"fake_cuda_across", "6"});
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_NE(ranks[r].wait(kTimeout), 0) << ranks[r].log();
+    EXPECT_NE(ranks[r].log().find("ncclAllReduce among the daemons"), std::string::npos)
+        << ranks[r].log() << pair.logs();
+    // The follower's rank learns the cause; the leader's, that the other node failed.
+    EXPECT_NE(ranks[r].log().find(r == 2 ? "injected failure of call 3" : "another rank failed or aborted"),
+              std::string::npos)
+        << ranks[r].log();
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10)) << pair.logs();
+  std::vector<Process> next = pair.spawn("after", {"fake_cuda_across", "3"});
+  std::string report;
+  EXPECT_TRUE(allSucceed(next, kTimeout, &report)) << report << pair.logs();
+  for (auto& d : pair.daemons) EXPECT_EQ(d->stop(), 0) << d->log();
+}
 
 }  // namespace
 }  // namespace gradsync::testutil

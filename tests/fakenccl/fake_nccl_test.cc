@@ -1,0 +1,132 @@
+// SPDX-License-Identifier: Apache-2.0
+// The stand-in NCCL through the daemon's own loader and communicator: ranks
+// on threads (as daemons would be processes), several ranks in one thread
+// with grouped calls (as a daemon holding every GPU of its node), and an
+// abort that every other rank sees at once.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "daemon/gpu/fake_device_ops.h"
+#include "daemon/gpu/nccl_comm.h"
+#include "tests/testutil/process.h"
+
+namespace gradsync::gpu {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr auto kLimit = std::chrono::seconds(10);
+
+std::unique_ptr<NcclLibrary> load() {
+  auto nccl = NcclLibrary::load(testutil::runfile("tests/fakenccl/libnccl.so.2"));
+  EXPECT_TRUE(nccl.isOk()) << nccl.status().toString();
+  return nccl.isOk() ? std::move(nccl).value() : nullptr;
+}
+
+TEST(FakeNccl, LoadsAsNcclAndRanksOnThreadsAllreduceAndBroadcast) {
+  auto nccl = load();
+  ASSERT_NE(nccl, nullptr);
+  EXPECT_EQ(nccl->version(), 23007);
+  auto id = nccl->uniqueId();
+  ASSERT_TRUE(id.isOk());
+  constexpr int kRanks = 3;
+  std::vector<std::string> errors(kRanks);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < kRanks; ++r) {
+    threads.emplace_back([&, r] {
+      FakeDeviceOps ops;
+      auto comm = NcclComm::create(*nccl, &ops, *id, kRanks, r, 0, kLimit);
+      if (!comm.isOk()) {
+        errors[r] = comm.status().toString();
+        return;
+      }
+      for (int step = 0; step < 20; ++step) {  // the next call reuses the areas: readers first
+        std::vector<float> x(1000);
+        for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(r + i + step);
+        Status s = (*comm)->allReduce(x.data(), x.size(), v1::FLOAT32, v1::SUM, nullptr, kLimit);
+        if (!s.isOk() || x[7] != static_cast<float>(0 + 1 + 2 + 3 * (7 + step))) {
+          errors[r] = "allreduce step " + std::to_string(step) + ": " + s.toString() + " " + std::to_string(x[7]);
+          return;
+        }
+      }
+      std::vector<int64_t> m = {r * 10, -r};
+      Status s = (*comm)->allReduce(m.data(), m.size(), v1::INT64, v1::MAX, nullptr, kLimit);
+      if (!s.isOk() || m[0] != 20 || m[1] != 0) errors[r] = "max: " + s.toString();
+      std::string text = r == 2 ? "from rank two" : "-------------";
+      s = (*comm)->broadcast(text.data(), text.size(), 2, nullptr, kLimit);
+      if (!s.isOk() || text != "from rank two") errors[r] = "broadcast: " + s.toString() + " " + text;
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < kRanks; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
+}
+
+// One thread holds two ranks: their calls go in one group (NCCL's way for a
+// process driving several GPUs), the k-th call of each rank together.
+TEST(FakeNccl, OneThreadHoldsSeveralRanksThroughGroupedCalls) {
+  auto nccl = load();
+  ASSERT_NE(nccl, nullptr);
+  const NcclApi& api = nccl->api();
+  ncclUniqueId id;
+  ASSERT_EQ(api.getUniqueId(&id), ncclSuccess);
+  ncclComm_t comms[2] = {nullptr, nullptr};
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  ASSERT_EQ(api.groupStart(), ncclSuccess);
+  for (int r = 0; r < 2; ++r) ASSERT_EQ(api.commInitRankConfig(&comms[r], 2, id, r, &config), ncclSuccess);
+  ASSERT_EQ(api.groupEnd(), ncclSuccess);
+  std::vector<double> a = {1, 2}, b = {10, 20}, c = {5, 5}, d = {7, 9};
+  ASSERT_EQ(api.groupStart(), ncclSuccess);
+  ASSERT_EQ(api.allReduce(a.data(), a.data(), 2, ncclFloat64, ncclSum, comms[0], nullptr), ncclSuccess);
+  ASSERT_EQ(api.allReduce(c.data(), c.data(), 2, ncclFloat64, ncclAvg, comms[0], nullptr), ncclSuccess);
+  ASSERT_EQ(api.allReduce(b.data(), b.data(), 2, ncclFloat64, ncclSum, comms[1], nullptr), ncclSuccess);
+  ASSERT_EQ(api.allReduce(d.data(), d.data(), 2, ncclFloat64, ncclAvg, comms[1], nullptr), ncclSuccess);
+  ASSERT_EQ(api.groupEnd(), ncclSuccess);
+  EXPECT_EQ(a, (std::vector<double>{11, 22}));
+  EXPECT_EQ(b, (std::vector<double>{11, 22}));
+  EXPECT_EQ(c, (std::vector<double>{6, 7}));
+  EXPECT_EQ(d, (std::vector<double>{6, 7}));
+  // Allgather and reducescatter, grouped the same way.
+  std::vector<double> mine[2] = {{1, 2}, {3, 4}}, gathered_by[2] = {std::vector<double>(4), std::vector<double>(4)};
+  std::vector<double> rows = {1, 2, 3, 4}, rows1 = {10, 20, 30, 40}, part[2] = {std::vector<double>(2),
+                                                                                  std::vector<double>(2)};
+  ASSERT_EQ(api.groupStart(), ncclSuccess);
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_EQ(api.allGather(mine[r].data(), gathered_by[r].data(), 2, ncclFloat64, comms[r], nullptr), ncclSuccess);
+  }
+  ASSERT_EQ(api.reduceScatter(rows.data(), part[0].data(), 2, ncclFloat64, ncclSum, comms[0], nullptr), ncclSuccess);
+  ASSERT_EQ(api.reduceScatter(rows1.data(), part[1].data(), 2, ncclFloat64, ncclSum, comms[1], nullptr), ncclSuccess);
+  ASSERT_EQ(api.groupEnd(), ncclSuccess);
+  for (int r = 0; r < 2; ++r) EXPECT_EQ(gathered_by[r], (std::vector<double>{1, 2, 3, 4}));
+  EXPECT_EQ(part[0], (std::vector<double>{11, 22}));
+  EXPECT_EQ(part[1], (std::vector<double>{33, 44}));
+  for (auto* comm : comms) EXPECT_EQ(api.commDestroy(comm), ncclSuccess);
+}
+
+// A rank that aborts ends the others' waits at once with an error naming
+// the cause (not at the end of their limit).
+TEST(FakeNccl, AnAbortedRankFailsTheOthersPromptly) {
+  auto nccl = load();
+  ASSERT_NE(nccl, nullptr);
+  auto id = nccl->uniqueId();
+  ASSERT_TRUE(id.isOk());
+  FakeDeviceOps ops;
+  std::unique_ptr<NcclComm> comms[3];
+  for (int r = 0; r < 3; ++r) {
+    auto comm = NcclComm::create(*nccl, &ops, *id, 3, r, 0, kLimit);
+    ASSERT_TRUE(comm.isOk());
+    comms[r] = std::move(comm).value();
+  }
+  comms[1].reset();  // the destructor aborts a live communicator
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<float> x(4, 1.0f);
+  Status s = comms[0]->allReduce(x.data(), x.size(), v1::FLOAT32, v1::SUM, nullptr, kLimit);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
+  EXPECT_THAT(s.message(), HasSubstr("ncclAllReduce among the daemons"));
+  EXPECT_THAT(s.message(), HasSubstr("another rank failed or aborted"));
+  EXPECT_TRUE(comms[0]->aborted());
+}
+
+}  // namespace
+}  // namespace gradsync::gpu
