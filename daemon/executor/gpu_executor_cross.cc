@@ -24,7 +24,8 @@ StatusOr<gpu::NcclComm*> GpuExecutor::ncclFor(RankAccess& access, int device, Da
   }
   const DataPlane::NcclPeers peers = access.dataPlane().ncclPeers();
   if (peers.id.empty()) return nullptr;
-  auto comm = gpu::NcclComm::create(*nccl_, ops_, peers.id, peers.nranks, peers.rank, device, std::chrono::seconds(30));
+  auto comm = gpu::NcclComm::create(*nccl_, ops_, peers.id, peers.nranks, peers.rank, {device}, "among the daemons",
+                                    std::chrono::seconds(30));
   if (!comm.isOk()) {
     nccl_failed_ = true;
     GS_LOG(gpu, warn, "no NCCL among the daemons ({}); CUDA tensors go through host memory", comm.status().message());
@@ -115,8 +116,7 @@ Status GpuExecutor::ncclAcrossNodes(const FusedAllreduce& f, gpu::NcclComm* comm
   }
   // allReduce waits for the stream: the phase covers the local reduction too.
   PhaseScope phase(f.access, "NCCL_ALLREDUCE");
-  Status reduced = comm->allReduce(f.fused, f.total, f.first.dtype, f.ring_op, static_cast<cudaStream_t>(f.stream),
-                                   gpu::kStreamWaitLimit);
+  Status reduced = comm->allReduce({f.fused}, f.total, f.first.dtype, f.ring_op, {f.stream}, gpu::kStreamWaitLimit);
   if (!reduced.isOk()) nccl_failed_ = true;  // aborted: the rest of the job stages through host memory
   return reduced;
 }
@@ -188,8 +188,8 @@ Status GpuExecutor::stagedBroadcast(const Response& r, RankAccess& access) {
     if (comm != nullptr) {
       RETURN_IF_ERROR(waitReady(m));
       uint8_t* landing = root != nullptr ? root : m.list.front().data;
-      Status status = comm->broadcast(landing, first.length, access.dataPlane().nodeOf(first.root_rank),
-                                      static_cast<cudaStream_t>(m.stream), gpu::kStreamWaitLimit);
+      Status status = comm->broadcast({landing}, first.length, access.dataPlane().nodeOf(first.root_rank), {m.stream},
+                                      gpu::kStreamWaitLimit);
       if (!status.isOk()) nccl_failed_ = true;  // aborted: the rest of the job stages through host memory
       for (const auto& member : m.list) {
         if (!status.isOk() || member.data == landing) continue;

@@ -61,59 +61,78 @@ bool ncclOpOf(ReduceOp op, ncclRedOp_t* out) {
 }  // namespace
 
 StatusOr<std::unique_ptr<NcclComm>> NcclComm::create(const NcclLibrary& nccl, DeviceOps* ops, const std::string& id,
-                                                     int nranks, int rank, int device,
-                                                     std::chrono::milliseconds timeout) {
+                                                     int nranks, int first_rank, const std::vector<int>& devices,
+                                                     const std::string& label, std::chrono::milliseconds timeout) {
   ncclUniqueId unique{};
   if (id.size() != sizeof(unique.internal))
     return invalidArgument("NCCL id of " + std::to_string(id.size()) + " bytes");
+  if (devices.empty() || first_rank < 0 || first_rank + static_cast<int>(devices.size()) > nranks) {
+    return invalidArgument("NCCL ranks " + std::to_string(first_rank) + " +" + std::to_string(devices.size()) + " of " +
+                           std::to_string(nranks));
+  }
   std::memcpy(unique.internal, id.data(), sizeof(unique.internal));
-  RETURN_IF_ERROR(ops->select(device));
+  std::unique_ptr<NcclComm> result(new NcclComm(nccl, ops, devices, label));
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;
-  ncclComm_t comm = nullptr;
-  const ncclResult_t started = nccl.api().commInitRankConfig(&comm, nranks, unique, rank, &config);
-  if (started != ncclSuccess && started != ncclInProgress) {
-    return internalError("ncclCommInitRankConfig (rank " + std::to_string(rank) + " of " + std::to_string(nranks) +
+  (void)nccl.api().groupStart();
+  ncclResult_t started = ncclSuccess;
+  for (size_t i = 0; i < devices.size() && (started == ncclSuccess || started == ncclInProgress); ++i) {
+    Status selected = ops->select(devices[i]);
+    if (!selected.isOk()) {
+      (void)nccl.api().groupEnd();
+      return selected;
+    }
+    ncclComm_t comm = nullptr;
+    started = nccl.api().commInitRankConfig(&comm, nranks, unique, first_rank + static_cast<int>(i), &config);
+    if (comm != nullptr) result->comms_.push_back(comm);
+  }
+  const ncclResult_t ended = nccl.api().groupEnd();
+  if (started == ncclSuccess || started == ncclInProgress) started = ended;
+  if ((started != ncclSuccess && started != ncclInProgress) || result->comms_.size() != devices.size()) {
+    return internalError("ncclCommInitRankConfig (ranks " + std::to_string(first_rank) + " +" +
+                         std::to_string(devices.size()) + " of " + std::to_string(nranks) +
                          "): " + nccl.errorText(started));
   }
-  std::unique_ptr<NcclComm> result(new NcclComm(nccl, ops, comm));
-  RETURN_IF_ERROR(result->waitDone(nullptr, timeout, "forming the daemons' NCCL communicator"));
+  RETURN_IF_ERROR(result->waitDone({}, timeout, "forming the NCCL communicator " + label));
   return result;
 }
 
 NcclComm::~NcclComm() {
-  if (comm_ == nullptr) return;
-  if (aborted_) return;
   // Finalize can wait on peers: abort is the bounded way out.
-  (void)nccl_.api().commAbort(comm_);
+  abort();
 }
 
 void NcclComm::abort() {
   if (aborted_) return;
   aborted_ = true;
-  (void)nccl_.api().commAbort(comm_);
+  for (ncclComm_t comm : comms_) (void)nccl_.api().commAbort(comm);
 }
 
-Status NcclComm::waitDone(cudaStream_t stream, std::chrono::milliseconds timeout, const std::string& what) {
+Status NcclComm::waitDone(const std::vector<void*>& streams, std::chrono::milliseconds timeout,
+                          const std::string& what) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   for (auto pause = std::chrono::microseconds(20);; pause = std::min(pause * 2, std::chrono::microseconds(1000))) {
-    ncclResult_t state = ncclSuccess;
-    const ncclResult_t polled = nccl_.api().commGetAsyncError(comm_, &state);
-    if (polled != ncclSuccess) state = polled;
-    if (state != ncclSuccess && state != ncclInProgress) {
-      // Copied before the abort, which frees the communicator and its text.
-      const char* last = nccl_.api().getLastError ? nccl_.api().getLastError(comm_) : nullptr;
-      const std::string detail = last != nullptr ? last : "";
-      abort();
-      return internalError(what + ": " + nccl_.errorText(state) + (detail.empty() ? "" : " (" + detail + ")"));
+    bool done = true;
+    for (ncclComm_t comm : comms_) {
+      ncclResult_t state = ncclSuccess;
+      const ncclResult_t polled = nccl_.api().commGetAsyncError(comm, &state);
+      if (polled != ncclSuccess) state = polled;
+      if (state != ncclSuccess && state != ncclInProgress) {
+        // Copied before the abort, which frees the communicator and its text.
+        const char* last = nccl_.api().getLastError ? nccl_.api().getLastError(comm) : nullptr;
+        const std::string detail = last != nullptr ? last : "";
+        abort();
+        return internalError(what + ": " + nccl_.errorText(state) + (detail.empty() ? "" : " (" + detail + ")"));
+      }
+      done = done && state == ncclSuccess;
     }
-    bool stream_done = true;
-    if (state == ncclSuccess && stream != nullptr) {
-      StatusOr<bool> idle = ops_->streamIdle(stream);
+    for (size_t i = 0; done && i < streams.size(); ++i) {
+      if (streams[i] == nullptr) continue;
+      StatusOr<bool> idle = ops_->streamIdle(streams[i]);
       if (!idle.isOk()) return internalError(what + ": " + idle.status().message());
-      stream_done = *idle;
+      done = *idle;
     }
-    if (state == ncclSuccess && stream_done) return okStatus();
+    if (done) return okStatus();
     if (std::chrono::steady_clock::now() > deadline) {
       abort();
       return deadlineExceeded(what + ": not done within " +
@@ -124,30 +143,54 @@ Status NcclComm::waitDone(cudaStream_t stream, std::chrono::milliseconds timeout
   }
 }
 
-Status NcclComm::broadcast(void* data, size_t bytes, int root, cudaStream_t stream, std::chrono::milliseconds timeout) {
-  if (aborted_) return failedPrecondition("the daemons' NCCL communicator was aborted");
-  const ncclResult_t issued = nccl_.api().broadcast(data, data, bytes, ncclUint8, root, comm_, stream);
+Status NcclComm::grouped(const std::vector<void*>& buffers, const std::vector<void*>& streams, const char* name,
+                         const std::function<ncclResult_t(size_t)>& call) {
+  if (aborted_) return failedPrecondition(std::string(name) + ": the NCCL communicator " + label_ + " was aborted");
+  if (buffers.size() != comms_.size() || streams.size() != comms_.size()) {
+    return internalError(std::string(name) + ": " + std::to_string(buffers.size()) + " buffers for " +
+                         std::to_string(comms_.size()) + " ranks");
+  }
+  (void)nccl_.api().groupStart();
+  ncclResult_t issued = ncclSuccess;
+  for (size_t i = 0; i < comms_.size() && (issued == ncclSuccess || issued == ncclInProgress); ++i) {
+    Status selected = ops_->select(devices_[i]);
+    if (!selected.isOk()) {
+      (void)nccl_.api().groupEnd();
+      abort();
+      return selected;
+    }
+    issued = call(i);
+  }
+  const ncclResult_t ended = nccl_.api().groupEnd();
+  if (issued == ncclSuccess || issued == ncclInProgress) issued = ended;
   if (issued != ncclSuccess && issued != ncclInProgress) {
     abort();
-    return internalError("ncclBroadcast: " + nccl_.errorText(issued));
+    return internalError(std::string(name) + " " + label_ + ": " + nccl_.errorText(issued));
   }
-  return waitDone(stream, timeout, "ncclBroadcast among the daemons");
+  return okStatus();
 }
 
-Status NcclComm::allReduce(void* data, size_t count, DataType dtype, ReduceOp op, cudaStream_t stream,
+Status NcclComm::broadcast(const std::vector<void*>& buffers, size_t bytes, int root, const std::vector<void*>& streams,
                            std::chrono::milliseconds timeout) {
-  if (aborted_) return failedPrecondition("the daemons' NCCL communicator was aborted");
+  RETURN_IF_ERROR(grouped(buffers, streams, "ncclBroadcast", [&](size_t i) {
+    return nccl_.api().broadcast(buffers[i], buffers[i], bytes, ncclUint8, root, comms_[i],
+                                 static_cast<cudaStream_t>(streams[i]));
+  }));
+  return waitDone(streams, timeout, "ncclBroadcast " + label_);
+}
+
+Status NcclComm::allReduce(const std::vector<void*>& buffers, size_t count, DataType dtype, ReduceOp op,
+                           const std::vector<void*>& streams, std::chrono::milliseconds timeout) {
   ncclDataType_t type;
   ncclRedOp_t red;
   if (!ncclTypeOf(dtype, &type) || !ncclOpOf(op, &red)) {
     return invalidArgument("NCCL cannot reduce " + dataTypeName(dtype) + " with " + reduceOpName(op));
   }
-  const ncclResult_t issued = nccl_.api().allReduce(data, data, count, type, red, comm_, stream);
-  if (issued != ncclSuccess && issued != ncclInProgress) {
-    abort();
-    return internalError("ncclAllReduce: " + nccl_.errorText(issued));
-  }
-  return waitDone(stream, timeout, "ncclAllReduce among the daemons");
+  RETURN_IF_ERROR(grouped(buffers, streams, "ncclAllReduce", [&](size_t i) {
+    return nccl_.api().allReduce(buffers[i], buffers[i], count, type, red, comms_[i],
+                                 static_cast<cudaStream_t>(streams[i]));
+  }));
+  return waitDone(streams, timeout, "ncclAllReduce " + label_);
 }
 
 }  // namespace gradsync::gpu

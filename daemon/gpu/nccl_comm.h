@@ -1,16 +1,19 @@
 // SPDX-License-Identifier: Apache-2.0
-// The NCCL communicator among a multi-node job's daemons: one rank per node
-// (the node's GPU holding the job's local ranks), formed from the id the
-// leader made when the job formed (JoinJobResponse.nccl_unique_id). Every
-// wait is bounded: a non-blocking communicator is polled, and a communicator
-// whose operation does not finish in time is aborted.
+// NCCL communicators the daemon holds ranks of: among a multi-node job's
+// daemons (one rank per node, formed from the id the leader made when the
+// job formed: JoinJobResponse.nccl_unique_id), and over the GPUs of one node
+// that a job's ranks use (all its ranks here). Every wait is bounded: a
+// non-blocking communicator is polled, and a communicator whose operation
+// does not finish in time is aborted.
 #pragma once
 
 #include <cuda_runtime_api.h>
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "base/dtype.h"
 #include "daemon/gpu/device_ops.h"
@@ -22,34 +25,49 @@ namespace gradsync::gpu {
 // int16, bool).
 bool ncclTypeOf(DataType dtype, ncclDataType_t* out);
 
+// A communicator's ranks that this daemon holds: one per GPU it lists, all
+// driven from this process with grouped calls (NCCL's way for a process
+// with several GPUs). Among the daemons of a job, one rank per node; over a
+// node's GPUs, a communicator of this daemon alone.
 class NcclComm {
  public:
-  // Collective: every node calls it with the same id and its own rank.
-  // `ops` selects the device and tells when a stream drained.
+  // Collective: every holder of ranks calls it with the same id; this one
+  // holds ranks first_rank .. first_rank + devices.size() - 1, on `devices`.
+  // `ops` selects the devices and tells when a stream drained; `label`
+  // ("among the daemons") names the communicator in errors.
   static StatusOr<std::unique_ptr<NcclComm>> create(const NcclLibrary& nccl, DeviceOps* ops, const std::string& id,
-                                                    int nranks, int rank, int device,
-                                                    std::chrono::milliseconds timeout);
+                                                    int nranks, int first_rank, const std::vector<int>& devices,
+                                                    const std::string& label, std::chrono::milliseconds timeout);
   ~NcclComm();
   NcclComm(const NcclComm&) = delete;
   NcclComm& operator=(const NcclComm&) = delete;
 
-  // In place on `stream`; returns once it finished (bounded by `timeout`,
-  // after which the communicator is aborted and unusable).
-  Status allReduce(void* data, size_t count, DataType dtype, ReduceOp op, cudaStream_t stream,
+  // In place, buffers[i] on the i-th device's streams[i]; returns once
+  // every rank here finished (bounded by `timeout`, after which the
+  // communicator is aborted and unusable).
+  Status allReduce(const std::vector<void*>& buffers, size_t count, DataType dtype, ReduceOp op,
+                   const std::vector<void*>& streams, std::chrono::milliseconds timeout);
+  // `bytes` from rank `root` to every rank, in place.
+  Status broadcast(const std::vector<void*>& buffers, size_t bytes, int root, const std::vector<void*>& streams,
                    std::chrono::milliseconds timeout);
-  // `bytes` from the node with rank `root` to every node, in place.
-  Status broadcast(void* data, size_t bytes, int root, cudaStream_t stream, std::chrono::milliseconds timeout);
+  const std::vector<int>& devices() const { return devices_; }
   bool aborted() const { return aborted_; }
 
  private:
-  NcclComm(const NcclLibrary& nccl, DeviceOps* ops, ncclComm_t comm) : nccl_(nccl), ops_(ops), comm_(comm) {}
-  // Polls the communicator (and `stream`, when given) until both are done.
-  Status waitDone(cudaStream_t stream, std::chrono::milliseconds timeout, const std::string& what);
+  NcclComm(const NcclLibrary& nccl, DeviceOps* ops, std::vector<int> devices, std::string label)
+      : nccl_(nccl), ops_(ops), devices_(std::move(devices)), label_(std::move(label)) {}
+  // Polls the communicator's ranks (and `streams`) until all are done.
+  Status waitDone(const std::vector<void*>& streams, std::chrono::milliseconds timeout, const std::string& what);
+  // Issues `call(rank index)` for every rank here in one group.
+  Status grouped(const std::vector<void*>& buffers, const std::vector<void*>& streams, const char* name,
+                 const std::function<ncclResult_t(size_t)>& call);
   void abort();
 
   const NcclLibrary& nccl_;
   DeviceOps* const ops_;
-  ncclComm_t comm_;
+  const std::vector<int> devices_;
+  const std::string label_;
+  std::vector<ncclComm_t> comms_;  // parallel to devices_
   bool aborted_ = false;
 };
 

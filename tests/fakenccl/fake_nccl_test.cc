@@ -37,7 +37,7 @@ TEST(FakeNccl, LoadsAsNcclAndRanksOnThreadsAllreduceAndBroadcast) {
   for (int r = 0; r < kRanks; ++r) {
     threads.emplace_back([&, r] {
       FakeDeviceOps ops;
-      auto comm = NcclComm::create(*nccl, &ops, *id, kRanks, r, 0, kLimit);
+      auto comm = NcclComm::create(*nccl, &ops, *id, kRanks, r, {0}, "among the daemons", kLimit);
       if (!comm.isOk()) {
         errors[r] = comm.status().toString();
         return;
@@ -45,17 +45,17 @@ TEST(FakeNccl, LoadsAsNcclAndRanksOnThreadsAllreduceAndBroadcast) {
       for (int step = 0; step < 20; ++step) {  // the next call reuses the areas: readers first
         std::vector<float> x(1000);
         for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(r + i + step);
-        Status s = (*comm)->allReduce(x.data(), x.size(), v1::FLOAT32, v1::SUM, nullptr, kLimit);
+        Status s = (*comm)->allReduce({x.data()}, x.size(), v1::FLOAT32, v1::SUM, {nullptr}, kLimit);
         if (!s.isOk() || x[7] != static_cast<float>(0 + 1 + 2 + 3 * (7 + step))) {
           errors[r] = "allreduce step " + std::to_string(step) + ": " + s.toString() + " " + std::to_string(x[7]);
           return;
         }
       }
       std::vector<int64_t> m = {r * 10, -r};
-      Status s = (*comm)->allReduce(m.data(), m.size(), v1::INT64, v1::MAX, nullptr, kLimit);
+      Status s = (*comm)->allReduce({m.data()}, m.size(), v1::INT64, v1::MAX, {nullptr}, kLimit);
       if (!s.isOk() || m[0] != 20 || m[1] != 0) errors[r] = "max: " + s.toString();
       std::string text = r == 2 ? "from rank two" : "-------------";
-      s = (*comm)->broadcast(text.data(), text.size(), 2, nullptr, kLimit);
+      s = (*comm)->broadcast({text.data()}, text.size(), 2, {nullptr}, kLimit);
       if (!s.isOk() || text != "from rank two") errors[r] = "broadcast: " + s.toString() + " " + text;
     });
   }
@@ -89,8 +89,8 @@ TEST(FakeNccl, OneThreadHoldsSeveralRanksThroughGroupedCalls) {
   EXPECT_EQ(d, (std::vector<double>{6, 7}));
   // Allgather and reducescatter, grouped the same way.
   std::vector<double> mine[2] = {{1, 2}, {3, 4}}, gathered_by[2] = {std::vector<double>(4), std::vector<double>(4)};
-  std::vector<double> rows = {1, 2, 3, 4}, rows1 = {10, 20, 30, 40}, part[2] = {std::vector<double>(2),
-                                                                                  std::vector<double>(2)};
+  std::vector<double> rows = {1, 2, 3, 4}, rows1 = {10, 20, 30, 40},
+                      part[2] = {std::vector<double>(2), std::vector<double>(2)};
   ASSERT_EQ(api.groupStart(), ncclSuccess);
   for (int r = 0; r < 2; ++r) {
     ASSERT_EQ(api.allGather(mine[r].data(), gathered_by[r].data(), 2, ncclFloat64, comms[r], nullptr), ncclSuccess);
@@ -104,6 +104,28 @@ TEST(FakeNccl, OneThreadHoldsSeveralRanksThroughGroupedCalls) {
   for (auto* comm : comms) EXPECT_EQ(api.commDestroy(comm), ncclSuccess);
 }
 
+// The daemon's shape for the GPUs of its node: one NcclComm holding every
+// rank, its calls grouped.
+TEST(FakeNccl, OneCommunicatorHoldsTheRanksOfSeveralGpus) {
+  auto nccl = load();
+  ASSERT_NE(nccl, nullptr);
+  auto id = nccl->uniqueId();
+  ASSERT_TRUE(id.isOk());
+  FakeDeviceOps ops;
+  auto comm = NcclComm::create(*nccl, &ops, *id, 3, 0, {0, 1, 2}, "over this node's GPUs", kLimit);
+  ASSERT_TRUE(comm.isOk()) << comm.status().toString();
+  std::vector<float> x[3] = {{1, 2}, {10, 20}, {100, 200}};
+  std::vector<void*> streams(3, nullptr);
+  ASSERT_TRUE(
+      (*comm)->allReduce({x[0].data(), x[1].data(), x[2].data()}, 2, v1::FLOAT32, v1::SUM, streams, kLimit).isOk());
+  for (const auto& v : x) EXPECT_EQ(v, (std::vector<float>{111, 222}));
+  std::string text[3] = {"-----", "hello", "-----"};
+  ASSERT_TRUE((*comm)->broadcast({text[0].data(), text[1].data(), text[2].data()}, 5, 1, streams, kLimit).isOk());
+  for (const auto& t : text) EXPECT_EQ(t, "hello");
+  auto wrong = (*comm)->allReduce({x[0].data()}, 2, v1::FLOAT32, v1::SUM, {nullptr}, kLimit);
+  EXPECT_THAT(wrong.message(), HasSubstr("1 buffers for 3 ranks"));
+}
+
 // A rank that aborts ends the others' waits at once with an error naming
 // the cause (not at the end of their limit).
 TEST(FakeNccl, AnAbortedRankFailsTheOthersPromptly) {
@@ -114,14 +136,14 @@ TEST(FakeNccl, AnAbortedRankFailsTheOthersPromptly) {
   FakeDeviceOps ops;
   std::unique_ptr<NcclComm> comms[3];
   for (int r = 0; r < 3; ++r) {
-    auto comm = NcclComm::create(*nccl, &ops, *id, 3, r, 0, kLimit);
+    auto comm = NcclComm::create(*nccl, &ops, *id, 3, r, {0}, "among the daemons", kLimit);
     ASSERT_TRUE(comm.isOk());
     comms[r] = std::move(comm).value();
   }
   comms[1].reset();  // the destructor aborts a live communicator
   const auto start = std::chrono::steady_clock::now();
   std::vector<float> x(4, 1.0f);
-  Status s = comms[0]->allReduce(x.data(), x.size(), v1::FLOAT32, v1::SUM, nullptr, kLimit);
+  Status s = comms[0]->allReduce({x.data()}, x.size(), v1::FLOAT32, v1::SUM, {nullptr}, kLimit);
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
   EXPECT_THAT(s.message(), HasSubstr("ncclAllReduce among the daemons"));
   EXPECT_THAT(s.message(), HasSubstr("another rank failed or aborted"));
