@@ -80,8 +80,9 @@ ResponseResult GpuExecutor::runOne(const Response& r, RankAccess& access) {
   }
 }
 
-StatusOr<GpuExecutor::Members> GpuExecutor::resolve(const Response& r, RankAccess& access) {
-  Members m;
+StatusOr<std::vector<GpuExecutor::Members>> GpuExecutor::resolveByDevice(const Response& r, RankAccess& access) {
+  std::map<int, Members> by_device;
+  std::vector<Member> without_memory;
   for (const auto& request : r.requests) {
     if (!request || !access.isLocal(request->rank)) continue;
     Member member;
@@ -93,7 +94,7 @@ StatusOr<GpuExecutor::Members> GpuExecutor::resolve(const Response& r, RankAcces
                        request->cuda->event_slot == gpu::kNoEventSlot && request->length == 0 && no_output;
     if (empty) {  // no elements, no events: nothing of this rank's to touch
       member.slot = gpu::kNoEventSlot;
-      m.list.push_back(std::move(member));
+      without_memory.push_back(std::move(member));
       continue;
     }
     if (!member.gpu || !request->cuda) {
@@ -113,23 +114,36 @@ StatusOr<GpuExecutor::Members> GpuExecutor::resolve(const Response& r, RankAcces
       member.output_length = request->output_length;
     }
     RETURN_IF_ERROR(member.gpu->checkSlot(member.slot));
-    if (m.device < 0) m.device = member.gpu->device();
-    if (member.gpu->device() != m.device) {
-      return unimplemented("tensor '" + r.name + "': the ranks on this node use several GPUs (" +
-                           std::to_string(m.device) + " and " + std::to_string(member.gpu->device()) +
-                           "); one GPU per node is supported so far");
+    Members& group = by_device[member.gpu->device()];
+    group.device = member.gpu->device();
+    group.list.push_back(std::move(member));
+  }
+  std::vector<Members> groups;
+  for (auto& [device, group] : by_device) {
+    if (group.list.size() > static_cast<size_t>(cuda::kMaxLocalBuffers)) {
+      return unimplemented("tensor '" + r.name + "': " + std::to_string(group.list.size()) +
+                           " ranks on one GPU (at most " + std::to_string(cuda::kMaxLocalBuffers) + ")");
     }
-    m.list.push_back(std::move(member));
+    ASSIGN_OR_RETURN(group.stream, streamFor(device));
+    groups.push_back(std::move(group));
   }
-  if (m.list.size() > static_cast<size_t>(cuda::kMaxLocalBuffers)) {
-    return unimplemented("tensor '" + r.name + "': " + std::to_string(m.list.size()) + " ranks on one GPU (at most " +
-                         std::to_string(cuda::kMaxLocalBuffers) + ")");
+  if (!without_memory.empty()) {
+    if (groups.empty()) groups.emplace_back();
+    for (auto& member : without_memory) groups.front().list.push_back(std::move(member));
   }
-  if (m.device < 0) return m;  // no local member with memory: nothing to queue here
-  ASSIGN_OR_RETURN(void* stream, streamFor(m.device));
-  RETURN_IF_ERROR(ops_->select(m.device));
-  m.stream = stream;
-  return m;
+  if (!groups.empty() && groups.front().device >= 0) RETURN_IF_ERROR(ops_->select(groups.front().device));
+  return groups;
+}
+
+StatusOr<GpuExecutor::Members> GpuExecutor::resolve(const Response& r, RankAccess& access) {
+  ASSIGN_OR_RETURN(std::vector<Members> groups, resolveByDevice(r, access));
+  if (groups.size() > 1) {
+    return unimplemented("tensor '" + r.name + "': the ranks on this node use " + std::to_string(groups.size()) +
+                         " GPUs (" + std::to_string(groups[0].device) + " and " + std::to_string(groups[1].device) +
+                         "); " + collectiveName(r.type) + (access.dataPlane().multiNode() ? " across nodes" : "") +
+                         " over several GPUs of a node is not built yet");
+  }
+  return groups.empty() ? Members{} : std::move(groups.front());
 }
 
 Status GpuExecutor::waitReady(const Members& m) {
@@ -199,9 +213,11 @@ Status GpuExecutor::recordDone(const Members& m) {
 }
 
 Status GpuExecutor::allreduce(const Response& r, RankAccess& access) {
-  ASSIGN_OR_RETURN(Members m, resolve(r, access));
+  ASSIGN_OR_RETURN(std::vector<Members> groups, resolveByDevice(r, access));
   const Request& first = r.first();
   RETURN_IF_ERROR(checkReduction(r.name, first));
+  if (groups.size() > 1) return multiGpuAllreduce(r, groups, access);
+  Members m = groups.empty() ? Members{} : std::move(groups.front());
   if (m.device < 0 || first.length == 0) return okStatus();  // no elements
   cuda::LocalReduceArgs args;
   args.dtype = static_cast<cuda::Dtype>(first.dtype);
@@ -220,7 +236,9 @@ Status GpuExecutor::allreduce(const Response& r, RankAccess& access) {
 }
 
 Status GpuExecutor::broadcast(const Response& r, RankAccess& access) {
-  ASSIGN_OR_RETURN(Members m, resolve(r, access));
+  ASSIGN_OR_RETURN(std::vector<Members> groups, resolveByDevice(r, access));
+  if (groups.size() > 1) return multiGpuBroadcast(r, groups, access);
+  Members m = groups.empty() ? Members{} : std::move(groups.front());
   if (m.device < 0 || r.first().length == 0) return okStatus();  // no elements
   const int root = r.first().root_rank;
   const uint8_t* source = nullptr;

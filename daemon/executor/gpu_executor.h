@@ -18,8 +18,14 @@
 //
 // Allgather, alltoall and reducescatter across nodes stage through host
 // memory (gpu_executor_staged.cc); NCCL carries only allreduce and the
-// whole job's broadcast. Not yet: several GPUs in one node (UNIMPLEMENTED,
-// naming the tensor).
+// whole job's broadcast.
+//
+// Several GPUs in one node (gpu_executor_gpus.cc): allreduce and broadcast
+// of a one-node job reduce each GPU's ranks on that GPU, then combine the
+// GPUs through an NCCL communicator over them that the daemon holds whole
+// (host memory for a dtype NCCL lacks, without NCCL, or after it failed).
+// Not yet with several GPUs: the other collectives, and jobs across nodes
+// (UNIMPLEMENTED, naming the tensor).
 #pragma once
 
 #include <chrono>
@@ -70,7 +76,11 @@ class GpuExecutor : public DeviceExecutor {
     int device = -1;
     void* stream = nullptr;  // cudaStream_t
   };
+  // The members on this node's GPU (UNIMPLEMENTED if they use several).
   StatusOr<Members> resolve(const Response& r, RankAccess& access);
+  // The members by GPU, in device order; members without memory go with
+  // the first (or alone, with device -1).
+  StatusOr<std::vector<Members>> resolveByDevice(const Response& r, RankAccess& access);
   // Waits on the host until every member's ready event is reached; fails
   // (naming the rank) when a rank disconnects first or kReadyWaitLimit passes.
   Status waitReady(const Members& m);
@@ -136,6 +146,23 @@ class GpuExecutor : public DeviceExecutor {
   ResponseResult reducescatter(const Response& r, RankAccess& access);
   Status checkOutputs(const Response& r, const Members& m, const std::vector<uint64_t>& bytes);
 
+  // One node, several GPUs (gpu_executor_gpus.cc): each GPU's ranks into
+  // its fusion buffer, the GPUs combined, the result back to every rank.
+  Status multiGpuAllreduce(const Response& r, const std::vector<Members>& groups, RankAccess& access);
+  // The root's tensor to every GPU, then to each rank there.
+  Status multiGpuBroadcast(const Response& r, const std::vector<Members>& groups, RankAccess& access);
+  // In place across `buffers` (one per GPU of `groups`, `bytes` each): NCCL
+  // allreduce with `op`, or (bytes from index `root` >= 0) broadcast; host
+  // memory where NCCL cannot.
+  Status acrossGpus(const Response& r, const std::vector<Members>& groups, const std::vector<void*>& buffers,
+                    size_t bytes, ReduceOp op, int root, RankAccess& access);
+  Status acrossGpusOnHost(const Response& r, const std::vector<Members>& groups, const std::vector<void*>& buffers,
+                          size_t bytes, ReduceOp op, int root);
+  // The NCCL communicator over `devices` (this job's GPUs here), formed on
+  // first use and again when they change; null without NCCL or after it
+  // failed, or for a dtype NCCL lacks.
+  StatusOr<gpu::NcclComm*> localNcclFor(const std::vector<int>& devices, DataType dtype);
+
   // This job's stream and fusion buffer on `device` (made on first use).
   StatusOr<void*> streamFor(int device);
   StatusOr<gpu::GrowingBuffer*> fusionFor(int device);
@@ -153,6 +180,8 @@ class GpuExecutor : public DeviceExecutor {
   std::unique_ptr<gpu::NcclComm> comm_;
   int comm_device_ = -1;
   bool nccl_failed_ = false;
+  std::unique_ptr<gpu::NcclComm> local_comm_;  // over this node's GPUs
+  bool local_nccl_failed_ = false;
   std::map<int, void*> streams_;
   std::map<int, std::unique_ptr<gpu::GrowingBuffer>> fusion_;
   // Host memory for transfers between daemons (pageable: they go at network

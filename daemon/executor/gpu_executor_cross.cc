@@ -45,8 +45,12 @@ Status GpuExecutor::stagedAllreduce(const std::vector<const Response*>& response
   int device = -1;
   for (const Response* r : responses) {
     ASSIGN_OR_RETURN(Members m, resolve(*r, access));
-    if (m.device >= 0) {
-      if (device >= 0 && m.device != device) return unimplemented("tensor '" + r->name + "': several GPUs on one node");
+    if (m.device >= 0) {  // resolve refuses several GPUs for one tensor; so does a batch
+      if (device >= 0 && m.device != device) {
+        return unimplemented("tensor '" + r->name + "': the ranks on this node use GPUs " + std::to_string(device) +
+                             " and " + std::to_string(m.device) +
+                             "; allreduce across nodes over several GPUs of a node is not built yet");
+      }
       device = m.device;
     }
     if (r->first().length == 0) m.list.clear();  // no elements: contributes an empty range

@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -108,14 +109,21 @@ class FakeProcessGpu : public gpu::FakeDeviceOps, public gpu::GpuBackend {
   uintptr_t next_event_ = 0x9000;
 };
 
+// GRADSYNC_FAKE_GPUS (default 1) fake GPUs, with the UUIDs the fake driver
+// gives the clients' devices.
 std::unique_ptr<gpu::GpuNode> fakeGpus(gpu::GpuInventory* inventory) {
-  gpu::GpuInfo info;
-  info.index = 0;
-  info.uuid = kUuidText;
-  info.name = "fake GPU (host memory, tests only)";
-  info.total_memory_bytes = uint64_t{1} << 30;
-  info.compute_mode = "default";
-  inventory->gpus = {info};
+  const char* wanted = std::getenv("GRADSYNC_FAKE_GPUS");
+  const int count = std::clamp(wanted != nullptr ? std::atoi(wanted) : 1, 1, kMaxDevices);
+  inventory->gpus.clear();
+  for (int d = 0; d < count; ++d) {
+    gpu::GpuInfo info;
+    info.index = d;
+    info.uuid = uuidText(d);
+    info.name = "fake GPU (host memory, tests only)";
+    info.total_memory_bytes = uint64_t{1} << 30;
+    info.compute_mode = "default";
+    inventory->gpus.push_back(info);
+  }
   inventory->note.clear();
   const bool never_drain = std::getenv("GRADSYNC_FAKE_GPU_STREAMS_NEVER_DRAIN") != nullptr;
   return gpu::GpuNode::withBackend(inventory->gpus, std::make_unique<FakeProcessGpu>(never_drain));

@@ -199,6 +199,46 @@ TEST_P(FakeGpuAcrossDaemonsTest, AllreduceAndBroadcastBetweenDaemons) {
 
 INSTANTIATE_TEST_SUITE_P(Transports, FakeGpuAcrossDaemonsTest, ::testing::Values("staging", "auto", "nccl"));
 
+// Every GPU of a node: one daemon with 4 fake GPUs, its ranks spread over
+// them (one per GPU, or two per GPU on 2), each GPU's ranks reduced there
+// and the GPUs combined through the stand-in NCCL (host memory for int16,
+// which NCCL lacks); without NCCL, through host memory for every dtype.
+struct GpusCase {
+  int ranks;
+  int gpus;  // the ranks use these many of the daemon's 4
+  bool nccl;
+};
+
+class FakeGpusOfANodeTest : public ::testing::TestWithParam<GpusCase> {};
+
+TEST_P(FakeGpusOfANodeTest, AllreduceAndBroadcastAcrossTheNodesGpus) {
+  const GpusCase c = GetParam();
+  DaemonFixture daemon;
+  daemon.useBinary("tests/fakegpu/gradsyncd_fakegpu");
+  std::map<std::string, std::string> env = c.nccl ? fakeNccl() : std::map<std::string, std::string>{};
+  env["GRADSYNC_FAKE_GPUS"] = "4";
+  std::string error;
+  ASSERT_TRUE(daemon.startWrapped({}, env, {"--log-level", "info"}, &error)) << error;
+  std::vector<Process> ranks;
+  const std::vector<std::string> args = {"fake_cuda_gpus", std::to_string(c.gpus), "4"};
+  const std::map<std::string, std::string> driver = {
+      {"GRADSYNC_TEST_FAKE_LIBCUDA", runfile("tests/fakegpu/libcuda.so.1")}};
+  for (int r = 0; r < c.ranks; ++r) ranks.push_back(daemon.spawnRank("gpus", r, c.ranks, args, driver));
+  std::string report;
+  EXPECT_TRUE(allSucceed(ranks, kTimeout, &report)) << report << daemon.log();
+  const std::string log = daemon.log();
+  std::string devices;
+  for (int d = 0; d < c.gpus; ++d) devices += (d == 0 ? "" : ", ") + std::to_string(d);
+  if (c.nccl) {
+    EXPECT_NE(log.find("NCCL communicator over this node's GPUs " + devices + " formed"), std::string::npos) << log;
+    EXPECT_EQ(log.find("no NCCL over this node's GPUs"), std::string::npos) << log;
+  }  // else the build's NCCL, which cannot form without a GPU, or none: host memory either way
+  EXPECT_EQ(daemon.stop(), 0) << daemon.log();
+}
+
+INSTANTIATE_TEST_SUITE_P(Placements, FakeGpusOfANodeTest,
+                         ::testing::Values(GpusCase{4, 4, true}, GpusCase{4, 2, true}, GpusCase{3, 2, false}));
+
 // An NCCL failure on one node (asynchronous, as a network error): every rank
 // of the job gets an error naming NCCL and the cause, within seconds; the
 // daemons then run the next job, through a new communicator.

@@ -5,14 +5,25 @@
 #pragma once
 
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
+#include <string>
 
 namespace gradsync::fakegpu {
 
 constexpr char kHandleMagic[8] = {'F', 'A', 'K', 'E', 'I', 'P', 'C', '1'};
-// The fake GPU's UUID bytes ("GPU-fa4e0000-0000-0000-0000-000000000001").
+// The fake GPUs' UUID bytes: device d is "GPU-fa4e0000-0000-0000-0000-0000000000<d + 1>"
+// (device 0: kUuidText).
 constexpr unsigned char kUuid[16] = {0xfa, 0x4e, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x01};
 constexpr const char* kUuidText = "GPU-fa4e0000-0000-0000-0000-000000000001";
+// Most fake GPUs one process sees.
+constexpr int kMaxDevices = 8;
+
+inline std::string uuidText(int device) {
+  char text[48];
+  std::snprintf(text, sizeof(text), "GPU-fa4e0000-0000-0000-0000-0000000000%02x", device + 1);
+  return text;
+}
 
 struct Handle {  // fits the 64 bytes of cudaIpcMemHandle_t
   char magic[8];

@@ -28,6 +28,7 @@ struct Allocation {
   size_t bytes;
   int fd;
   unsigned long long id;
+  int device;
 };
 
 // cuMem memory: one reserved range, a memfd mapped per chunk.
@@ -149,7 +150,7 @@ CUresult pointerGetAttributes(unsigned n, CUpointer_attribute* attributes, void*
         *static_cast<int*>(data[i]) = a ? 1 : 0;
         break;
       case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL:
-        *static_cast<int*>(data[i]) = 0;
+        *static_cast<int*>(data[i]) = a ? a->device : 0;
         break;
       case CU_POINTER_ATTRIBUTE_CONTEXT:
         *static_cast<CUcontext*>(data[i]) = a ? kContext : nullptr;
@@ -162,13 +163,14 @@ CUresult pointerGetAttributes(unsigned n, CUpointer_attribute* attributes, void*
 }
 
 CUresult deviceGet(CUdevice* device, int ordinal) {
-  if (ordinal != 0) return CUDA_ERROR_INVALID_DEVICE;
-  *device = 0;
+  if (ordinal < 0 || ordinal >= gradsync::fakegpu::kMaxDevices) return CUDA_ERROR_INVALID_DEVICE;
+  *device = ordinal;
   return CUDA_SUCCESS;
 }
 
-CUresult deviceGetUuid(CUuuid* uuid, CUdevice) {
+CUresult deviceGetUuid(CUuuid* uuid, CUdevice device) {
   std::memcpy(uuid->bytes, gradsync::fakegpu::kUuid, sizeof(uuid->bytes));
+  uuid->bytes[15] = static_cast<char>(device + 1);
   return CUDA_SUCCESS;
 }
 
@@ -240,16 +242,21 @@ struct Entry {
 
 extern "C" {
 
-// Test helper: `bytes` of fake device memory (zeroed), or null.
-void* gradsync_fake_cuda_malloc(size_t bytes) {
+// Test helper: `bytes` of fake device memory (zeroed) on fake GPU
+// `device`, or null.
+void* gradsync_fake_cuda_malloc_on(size_t bytes, int device) {
+  if (device < 0 || device >= gradsync::fakegpu::kMaxDevices) return nullptr;
   const int fd = ::memfd_create("fake-cuda", MFD_CLOEXEC);
   if (fd < 0 || ::ftruncate(fd, static_cast<off_t>(bytes)) != 0) return nullptr;
   void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (p == MAP_FAILED) return nullptr;
   std::lock_guard<std::mutex> lock(g_mutex);
-  g_allocations.push_back({reinterpret_cast<uintptr_t>(p), bytes, fd, g_next_id++});
+  g_allocations.push_back({reinterpret_cast<uintptr_t>(p), bytes, fd, g_next_id++, device});
   return p;
 }
+
+// Test helper: the same on GPU 0.
+void* gradsync_fake_cuda_malloc(size_t bytes) { return gradsync_fake_cuda_malloc_on(bytes, 0); }
 
 // Test helper: `bytes` of fake cuMem memory (zeroed) in chunks of `chunk`
 // bytes (a multiple of the page size), or null.

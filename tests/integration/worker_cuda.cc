@@ -182,7 +182,7 @@ int fakeCuda(Client& c, const std::vector<std::string>& args) {
 
 // One step of fakeCudaAcross: every tensor at `base` in the fake device
 // memory, its values shifted by `s`.
-int acrossStep(Client& c, uint8_t* base, int s) {
+int acrossStep(Client& c, uint8_t* base, int s, bool gather_like = true) {
   const int n = c.size(), me = c.rank();
   const std::vector<int64_t> s256 = {256}, s7 = {7};
   auto* sum = reinterpret_cast<float*>(base);
@@ -212,6 +212,7 @@ int acrossStep(Client& c, uint8_t* base, int s) {
   bcast.root_rank = n - 1;  // on another daemon than rank 0
   if (run(c, bcast)) return 1;
   WORKER_CHECK(b[6] == (n - 1) * 100 + 6 + s, "step %d broadcast: %lld", s, static_cast<long long>(b[6]));
+  if (!gather_like) return 0;
   // Allgather and reducescatter stage through host memory across daemons.
   auto* g = reinterpret_cast<float*>(base + 32768);
   for (int i = 0; i < 7; ++i) g[i] = static_cast<float>(me * 10 + i + s);
@@ -295,6 +296,49 @@ int fakeCudaHold(Client& c, const std::vector<std::string>&) {
   std::fprintf(stderr, "[rank %d] holding\n", c.rank());
   std::fflush(stderr);
   ::sleep(60);
+  return 0;
+}
+
+// args: GPUS STEPS: this rank's tensors on fake GPU (local rank % GPUS), as
+// on a node whose ranks use GPUS GPUs; the steps of fakeCudaAcross, and an
+// int16 sum each step (a dtype NCCL lacks: combined through host memory).
+int fakeCudaGpus(Client& c, const std::vector<std::string>& args) {
+  using MallocOn = void* (*)(size_t, int);
+  auto malloc_on = reinterpret_cast<MallocOn>(fakeSymbol("gradsync_fake_cuda_malloc_on"));
+  WORKER_CHECK(malloc_on != nullptr, "no fake CUDA driver ($GRADSYNC_TEST_FAKE_LIBCUDA)");
+  WORKER_CHECK(args.size() == 2, "fake_cuda_gpus GPUS STEPS");
+  const int gpus = std::atoi(args[0].c_str()), steps = std::atoi(args[1].c_str());
+  const char* local = std::getenv("GRADSYNC_LOCAL_RANK");
+  const int device = (local != nullptr ? std::atoi(local) : c.rank()) % gpus;
+  uint8_t* allocations[2] = {static_cast<uint8_t*>(malloc_on(1 << 20, device)),
+                             static_cast<uint8_t*>(malloc_on(1 << 20, device))};
+  WORKER_CHECK(allocations[0] != nullptr && allocations[1] != nullptr, "fake cudaMalloc failed");
+  const int n = c.size(), me = c.rank();
+  const std::vector<int64_t> s300 = {300};
+  for (int s = 0; s < steps; ++s) {
+    if (acrossStep(c, allocations[s % 2] + (s % 3) * 262144, s, /*gather_like=*/false)) return 1;
+    auto* h = reinterpret_cast<int16_t*>(allocations[s % 2] + 786432);
+    for (int i = 0; i < 300; ++i) h[i] = static_cast<int16_t>(me + i % 5 + s);
+    if (run(c, cudaOp(GRADSYNC_ALLREDUCE, "gpus.int16", h, GRADSYNC_INT16, s300))) return 1;
+    for (int i = 0; i < 300; ++i) {
+      const int want = n * (n - 1) / 2 + n * (i % 5 + s);
+      WORKER_CHECK(h[i] == want, "step %d int16 sum %d: %d, want %d", s, i, h[i], want);
+    }
+  }
+  if (gpus > 1) {  // not built over several GPUs yet: refused, saying so
+    auto* g = reinterpret_cast<float*>(allocations[0] + 917504);
+    const std::vector<int64_t> s7 = {7};
+    gradsync_op_t gather = cudaOp(GRADSYNC_ALLGATHER, "gpus.gather", g, GRADSYNC_FLOAT32, s7);
+    gather.output = g + 64;
+    gather.output_bytes = static_cast<uint64_t>(n) * 7 * 4;
+    Operation h;
+    WORKER_OK(c.start(gather, &h));
+    const Result r = h.wait(30);
+    WORKER_CHECK(
+        !r.ok() && r.message.find("allgather over several GPUs of a node is not built yet") != std::string::npos,
+        "allgather over several GPUs: %d %s", r.code, r.message.c_str());
+  }
+  std::fprintf(stderr, "[rank %d] fake CUDA on GPU %d of %d OK (%d steps)\n", me, device, gpus, steps);
   return 0;
 }
 

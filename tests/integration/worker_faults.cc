@@ -720,6 +720,7 @@ const std::map<std::string, Scenario>& moreScenarios() {
       {"cuda_without_gpu", cudaWithoutGpu},
       {"fake_cuda", fakeCuda},
       {"fake_cuda_across", fakeCudaAcross},
+      {"fake_cuda_gpus", fakeCudaGpus},
       {"fake_cuda_kill", fakeCudaKill},
       {"fake_cuda_hold", fakeCudaHold},
   };

@@ -144,6 +144,7 @@ const std::map<std::string, Scenario>& moreScenarios();
 // CUDA tensors through the fake CUDA driver of tests/fakegpu (worker_cuda.cc).
 int fakeCuda(Client& c, const std::vector<std::string>& args);
 int fakeCudaAcross(Client& c, const std::vector<std::string>& args);
+int fakeCudaGpus(Client& c, const std::vector<std::string>& args);
 int fakeCudaKill(Client& c, const std::vector<std::string>& args);
 int fakeCudaHold(Client& c, const std::vector<std::string>& args);
 // A sharded-data-parallel loop (worker_sharded.cc).

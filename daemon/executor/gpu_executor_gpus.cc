@@ -1,0 +1,186 @@
+// SPDX-License-Identifier: Apache-2.0
+// GpuExecutor over several GPUs of one node: each GPU's ranks are combined
+// on that GPU (the local kernels), the GPUs through an NCCL communicator
+// over them that the daemon holds whole (grouped calls, NVLink or PCIe as
+// NCCL finds them), or through host memory where NCCL cannot (a dtype it
+// lacks, no NCCL loaded, or after it failed for this job).
+#include <algorithm>
+
+#include "base/dtype.h"
+#include "daemon/collective/cuda/local_reduce.h"
+#include "daemon/collective/reduce/cpu_reduce.h"
+#include "daemon/common/logging.h"
+#include "daemon/executor/executor_util.h"
+#include "daemon/executor/gpu_executor.h"
+#include "daemon/executor/gpu_executor_util.h"
+
+namespace gradsync::executor {
+
+StatusOr<gpu::NcclComm*> GpuExecutor::localNcclFor(const std::vector<int>& devices, DataType dtype) {
+  ncclDataType_t type;
+  if (nccl_ == nullptr || local_nccl_failed_ || !gpu::ncclTypeOf(dtype, &type)) return nullptr;
+  if (local_comm_ && local_comm_->devices() == devices) return local_comm_.get();
+  local_comm_.reset();  // the job's ranks moved to other GPUs: a new communicator
+  std::string list;
+  for (int device : devices) list += (list.empty() ? "" : ", ") + std::to_string(device);
+  auto id = nccl_->uniqueId();
+  auto comm = id.isOk() ? gpu::NcclComm::create(*nccl_, ops_, *id, static_cast<int>(devices.size()), 0, devices,
+                                                "over this node's GPUs", std::chrono::seconds(30))
+                        : StatusOr<std::unique_ptr<gpu::NcclComm>>(id.status());
+  if (!comm.isOk()) {
+    local_nccl_failed_ = true;
+    GS_LOG(gpu, warn, "no NCCL over this node's GPUs {} ({}); CUDA tensors between them go through host memory",
+           list, comm.status().message());
+    return nullptr;
+  }
+  GS_LOG(gpu, info, "NCCL communicator over this node's GPUs {} formed", list);
+  local_comm_ = std::move(comm).value();
+  return local_comm_.get();
+}
+
+Status GpuExecutor::multiGpuAllreduce(const Response& r, const std::vector<Members>& groups, RankAccess& access) {
+  const Request& first = r.first();
+  if (first.length == 0) return okStatus();
+  const size_t esize = elementSize(first.dtype);
+  const size_t count = first.length / esize;
+  const ReduceOp across = first.op == v1::AVERAGE ? v1::SUM : first.op;  // the average comes last
+  std::vector<void*> fused;
+  for (const auto& group : groups) {
+    ASSIGN_OR_RETURN(gpu::GrowingBuffer * buffer, fusionFor(group.device));
+    ASSIGN_OR_RETURN(uint8_t * data, buffer->reserve(first.length));
+    fused.push_back(data);
+  }
+  size_t waited = 0;  // groups whose ready events were awaited: their done events are recorded whatever happens
+  Status status = [&]() -> Status {
+    for (size_t g = 0; g < groups.size(); ++g) {  // each GPU's ranks into its fusion buffer
+      RETURN_IF_ERROR(waitReady(groups[g]));
+      ++waited;
+      cuda::LocalReduceArgs gather;
+      gather.dtype = static_cast<cuda::Dtype>(first.dtype);
+      gather.op = static_cast<cuda::Op>(across);
+      for (size_t k = 0; k < groups[g].list.size(); ++k) gather.inputs[k] = groups[g].list[k].data;
+      gather.num_inputs = static_cast<int>(groups[g].list.size());
+      gather.outputs[0] = fused[g];
+      gather.num_outputs = 1;
+      gather.count = count;
+      gather.prescale = first.prescale;
+      RETURN_IF_ERROR(context(ops_->reduce(gather, groups[g].stream), "tensor '" + r.name + "'"));
+    }
+    RETURN_IF_ERROR(acrossGpus(r, groups, fused, first.length, across, -1, access));
+    for (size_t g = 0; g < groups.size(); ++g) {  // back to every rank, with the average and postscale
+      cuda::LocalReduceArgs scatter;
+      scatter.dtype = static_cast<cuda::Dtype>(first.dtype);
+      scatter.op = static_cast<cuda::Op>(first.op);
+      scatter.inputs[0] = fused[g];
+      scatter.num_inputs = 1;
+      for (size_t k = 0; k < groups[g].list.size(); ++k) scatter.outputs[k] = groups[g].list[k].data;
+      scatter.num_outputs = static_cast<int>(groups[g].list.size());
+      scatter.count = count;
+      scatter.postscale = first.postscale;
+      scatter.average_divisor = static_cast<int>(r.ranks.size());
+      RETURN_IF_ERROR(context(ops_->reduce(scatter, groups[g].stream), "tensor '" + r.name + "'"));
+    }
+    return okStatus();
+  }();
+  for (size_t g = 0; g < waited; ++g) status = recordDoneAfter(groups[g], status);
+  return status;
+}
+
+Status GpuExecutor::multiGpuBroadcast(const Response& r, const std::vector<Members>& groups, RankAccess& access) {
+  const Request& first = r.first();
+  if (first.length == 0) return okStatus();
+  int root = -1;  // the root's GPU, as an index into groups
+  std::vector<void*> landing;  // where each GPU receives: the root's tensor there, the first rank's elsewhere
+  for (size_t g = 0; g < groups.size(); ++g) {
+    landing.push_back(groups[g].list.front().data);
+    for (const auto& member : groups[g].list) {
+      if (member.rank != first.root_rank) continue;
+      root = static_cast<int>(g);
+      landing.back() = member.data;
+    }
+  }
+  if (root < 0) {
+    return failedPrecondition("tensor '" + r.name + "': broadcast root " + std::to_string(first.root_rank) +
+                              " is not on this node");
+  }
+  size_t waited = 0;
+  Status status = [&]() -> Status {
+    for (const auto& group : groups) {
+      RETURN_IF_ERROR(waitReady(group));
+      ++waited;
+    }
+    RETURN_IF_ERROR(acrossGpus(r, groups, landing, first.length, v1::SUM, root, access));
+    for (size_t g = 0; g < groups.size(); ++g) {  // then to each rank on that GPU
+      for (const auto& member : groups[g].list) {
+        if (member.data == landing[g]) continue;
+        RETURN_IF_ERROR(context(ops_->copy(member.data, landing[g], first.length, gpu::CopyKind::kDeviceToDevice,
+                                           groups[g].stream),
+                                "tensor '" + r.name + "': copy to rank " + std::to_string(member.rank)));
+      }
+    }
+    return okStatus();
+  }();
+  for (size_t g = 0; g < waited; ++g) status = recordDoneAfter(groups[g], status);
+  return status;
+}
+
+Status GpuExecutor::acrossGpus(const Response& r, const std::vector<Members>& groups,
+                               const std::vector<void*>& buffers, size_t bytes, ReduceOp op, int root,
+                               RankAccess& access) {
+  std::vector<int> devices;
+  std::vector<void*> streams;
+  for (const auto& group : groups) {
+    devices.push_back(group.device);
+    streams.push_back(group.stream);
+  }
+  const DataType dtype = root >= 0 ? v1::UINT8 : r.first().dtype;
+  ASSIGN_OR_RETURN(gpu::NcclComm * comm, localNcclFor(devices, dtype));
+  if (comm == nullptr) return acrossGpusOnHost(r, groups, buffers, bytes, op, root);
+  PhaseScope phase(access, root >= 0 ? "NCCL_BROADCAST" : "NCCL_ALLREDUCE");
+  Status status = root >= 0 ? comm->broadcast(buffers, bytes, root, streams, gpu::kStreamWaitLimit)
+                            : comm->allReduce(buffers, bytes / elementSize(dtype), dtype, op, streams,
+                                              gpu::kStreamWaitLimit);
+  if (!status.isOk()) local_nccl_failed_ = true;  // aborted: the rest of the job goes through host memory
+  return context(status, "tensor '" + r.name + "'");
+}
+
+Status GpuExecutor::acrossGpusOnHost(const Response& r, const std::vector<Members>& groups,
+                                     const std::vector<void*>& buffers, size_t bytes, ReduceOp op, int root) {
+  // A copy to pageable memory blocks the host until the stream reaches it:
+  // bound the wait first.
+  for (const auto& group : groups) RETURN_IF_ERROR(ops_->waitStream(group.stream, "waiting for the local work"));
+  const size_t n = groups.size();
+  uint8_t* host = staging(bytes * n);
+  std::vector<const void*> inputs;
+  for (size_t g = 0; g < n; ++g) {
+    if (root >= 0 && static_cast<int>(g) != root) continue;
+    RETURN_IF_ERROR(context(ops_->copy(host + bytes * g, buffers[g], bytes, gpu::CopyKind::kDeviceToHost,
+                                       groups[g].stream),
+                            "tensor '" + r.name + "': copy to host memory"));
+    inputs.push_back(host + bytes * g);
+  }
+  for (const auto& group : groups) RETURN_IF_ERROR(ops_->waitStream(group.stream, "waiting for the copies"));
+  uint8_t* result = host + bytes * static_cast<size_t>(std::max(root, 0));
+  if (root < 0) {
+    void* outputs[1] = {result};
+    reduce::ReduceArgs args;
+    args.dtype = r.first().dtype;
+    args.op = op;
+    args.inputs = inputs.data();
+    args.num_inputs = static_cast<int>(inputs.size());
+    args.outputs = outputs;
+    args.num_outputs = 1;
+    RETURN_IF_ERROR(context(reduce::validateReduceArgs(args), "tensor '" + r.name + "'"));
+    reduce::reduceRange(args, 0, bytes / elementSize(args.dtype));
+  }
+  for (size_t g = 0; g < n; ++g) {
+    if (static_cast<int>(g) == root) continue;
+    RETURN_IF_ERROR(context(ops_->copy(buffers[g], result, bytes, gpu::CopyKind::kHostToDevice, groups[g].stream),
+                            "tensor '" + r.name + "': copy from host memory"));
+  }
+  // The staging buffer is the job's: free for the next batch only once read.
+  for (const auto& group : groups) RETURN_IF_ERROR(ops_->waitStream(group.stream, "waiting for the copies back"));
+  return okStatus();
+}
+
+}  // namespace gradsync::executor
