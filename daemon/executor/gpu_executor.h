@@ -107,6 +107,9 @@ class GpuExecutor : public DeviceExecutor {
     uint8_t* staging = nullptr;  // host
     uint8_t* fused = nullptr;    // device
     void* stream = nullptr;      // cudaStream_t
+    // The fusion buffer holds every response's values already (identities
+    // where no local rank contributes): several GPUs of a node, combined.
+    bool filled = false;
   };
   // Its steps: the local ranks into the fusion buffer (`waited`: the
   // members whose ready events were awaited); among the nodes with NCCL, or
@@ -146,6 +149,14 @@ class GpuExecutor : public DeviceExecutor {
   ResponseResult reducescatter(const Response& r, RankAccess& access);
   Status checkOutputs(const Response& r, const Members& m, const std::vector<uint64_t>& bytes);
 
+  // Across nodes, several GPUs here (gpu_executor_gpus.cc): each GPU's ranks
+  // into its fusion buffer, the GPUs combined, the first GPU's buffer among
+  // the nodes, then back to the other GPUs and to every rank.
+  // `groups[t]`: response t's members by GPU; `devices`: all of them.
+  Status multiGpuStagedAllreduce(const std::vector<const Response*>& responses, RankAccess& access,
+                                 std::vector<std::vector<Members>> groups, const std::vector<int>& devices);
+  // Identities into `f.fused` where no member of response t is on f's GPU.
+  Status fillIdentitiesOnDevice(const FusedAllreduce& f);
   // One node, several GPUs (gpu_executor_gpus.cc): each GPU's ranks into
   // its fusion buffer, the GPUs combined, the result back to every rank.
   Status multiGpuAllreduce(const Response& r, const std::vector<Members>& groups, RankAccess& access);

@@ -2,6 +2,7 @@
 // GpuExecutor across nodes: the node's ranks reduced on its GPU, then NCCL
 // among the daemons' GPUs or host staging through the daemons' ring.
 #include <algorithm>
+#include <set>
 
 #include "base/dtype.h"
 #include "daemon/collective/cuda/local_reduce.h"
@@ -42,17 +43,22 @@ Status GpuExecutor::stagedAllreduce(const std::vector<const Response*>& response
   const Request& first = responses.front()->first();
   RETURN_IF_ERROR(checkReduction(responses.front()->name, first));
   FusedAllreduce f{responses, access, first, elementSize(first.dtype), first.op == v1::AVERAGE ? v1::SUM : first.op};
-  int device = -1;
+  std::vector<std::vector<Members>> groups;  // per response, by GPU
+  std::set<int> devices;
   for (const Response* r : responses) {
-    ASSIGN_OR_RETURN(Members m, resolve(*r, access));
-    if (m.device >= 0) {  // resolve refuses several GPUs for one tensor; so does a batch
-      if (device >= 0 && m.device != device) {
-        return unimplemented("tensor '" + r->name + "': the ranks on this node use GPUs " + std::to_string(device) +
-                             " and " + std::to_string(m.device) +
-                             "; allreduce across nodes over several GPUs of a node is not built yet");
-      }
-      device = m.device;
+    ASSIGN_OR_RETURN(std::vector<Members> by_device, resolveByDevice(*r, access));
+    for (const auto& group : by_device) {
+      if (group.device >= 0) devices.insert(group.device);
     }
+    groups.push_back(std::move(by_device));
+  }
+  if (devices.size() > 1) {
+    return multiGpuStagedAllreduce(responses, access, std::move(groups), {devices.begin(), devices.end()});
+  }
+  int device = devices.empty() ? -1 : *devices.begin();
+  for (size_t t = 0; t < responses.size(); ++t) {
+    const Response* r = responses[t];
+    Members m = groups[t].empty() ? Members{} : std::move(groups[t].front());
     if (r->first().length == 0) m.list.clear();  // no elements: contributes an empty range
     f.offsets.push_back(f.total);
     f.total += r->first().length / f.esize;
@@ -106,7 +112,7 @@ Status GpuExecutor::reduceIntoFused(const FusedAllreduce& f, std::vector<const M
 Status GpuExecutor::ncclAcrossNodes(const FusedAllreduce& f, gpu::NcclComm* comm) {
   bool waited_for_inputs = false;
   for (size_t t = 0; t < f.responses.size(); ++t) {  // identities where no local rank contributes
-    if (!f.members[t].list.empty()) continue;
+    if (!f.members[t].list.empty() || f.filled) continue;
     const size_t bytes = f.responses[t]->first().length;
     if (!waited_for_inputs) {  // a copy from pageable memory waits for the stream: bound it first
       RETURN_IF_ERROR(ops_->waitStream(f.stream, "waiting for the local reduction"));
@@ -139,7 +145,7 @@ Status GpuExecutor::stagedAcrossNodes(const FusedAllreduce& f) {
                             "copy to the staging buffer"));
   }
   for (size_t t = 0; t < f.responses.size(); ++t) {
-    if (f.members[t].list.empty()) {
+    if (f.members[t].list.empty() && !f.filled) {
       fillIdentity(f.staging + f.offsets[t] * f.esize, f.responses[t]->first().length / f.esize, f.first.dtype,
                    f.ring_op);
     }

@@ -5,6 +5,7 @@
 // NCCL finds them), or through host memory where NCCL cannot (a dtype it
 // lacks, no NCCL loaded, or after it failed for this job).
 #include <algorithm>
+#include <set>
 
 #include "base/dtype.h"
 #include "daemon/collective/cuda/local_reduce.h"
@@ -29,8 +30,8 @@ StatusOr<gpu::NcclComm*> GpuExecutor::localNcclFor(const std::vector<int>& devic
                         : StatusOr<std::unique_ptr<gpu::NcclComm>>(id.status());
   if (!comm.isOk()) {
     local_nccl_failed_ = true;
-    GS_LOG(gpu, warn, "no NCCL over this node's GPUs {} ({}); CUDA tensors between them go through host memory",
-           list, comm.status().message());
+    GS_LOG(gpu, warn, "no NCCL over this node's GPUs {} ({}); CUDA tensors between them go through host memory", list,
+           comm.status().message());
     return nullptr;
   }
   GS_LOG(gpu, info, "NCCL communicator over this node's GPUs {} formed", list);
@@ -89,7 +90,7 @@ Status GpuExecutor::multiGpuAllreduce(const Response& r, const std::vector<Membe
 Status GpuExecutor::multiGpuBroadcast(const Response& r, const std::vector<Members>& groups, RankAccess& access) {
   const Request& first = r.first();
   if (first.length == 0) return okStatus();
-  int root = -1;  // the root's GPU, as an index into groups
+  int root = -1;               // the root's GPU, as an index into groups
   std::vector<void*> landing;  // where each GPU receives: the root's tensor there, the first rank's elsewhere
   for (size_t g = 0; g < groups.size(); ++g) {
     landing.push_back(groups[g].list.front().data);
@@ -113,9 +114,9 @@ Status GpuExecutor::multiGpuBroadcast(const Response& r, const std::vector<Membe
     for (size_t g = 0; g < groups.size(); ++g) {  // then to each rank on that GPU
       for (const auto& member : groups[g].list) {
         if (member.data == landing[g]) continue;
-        RETURN_IF_ERROR(context(ops_->copy(member.data, landing[g], first.length, gpu::CopyKind::kDeviceToDevice,
-                                           groups[g].stream),
-                                "tensor '" + r.name + "': copy to rank " + std::to_string(member.rank)));
+        RETURN_IF_ERROR(
+            context(ops_->copy(member.data, landing[g], first.length, gpu::CopyKind::kDeviceToDevice, groups[g].stream),
+                    "tensor '" + r.name + "': copy to rank " + std::to_string(member.rank)));
       }
     }
     return okStatus();
@@ -124,9 +125,8 @@ Status GpuExecutor::multiGpuBroadcast(const Response& r, const std::vector<Membe
   return status;
 }
 
-Status GpuExecutor::acrossGpus(const Response& r, const std::vector<Members>& groups,
-                               const std::vector<void*>& buffers, size_t bytes, ReduceOp op, int root,
-                               RankAccess& access) {
+Status GpuExecutor::acrossGpus(const Response& r, const std::vector<Members>& groups, const std::vector<void*>& buffers,
+                               size_t bytes, ReduceOp op, int root, RankAccess& access) {
   std::vector<int> devices;
   std::vector<void*> streams;
   for (const auto& group : groups) {
@@ -137,9 +137,9 @@ Status GpuExecutor::acrossGpus(const Response& r, const std::vector<Members>& gr
   ASSIGN_OR_RETURN(gpu::NcclComm * comm, localNcclFor(devices, dtype));
   if (comm == nullptr) return acrossGpusOnHost(r, groups, buffers, bytes, op, root);
   PhaseScope phase(access, root >= 0 ? "NCCL_BROADCAST" : "NCCL_ALLREDUCE");
-  Status status = root >= 0 ? comm->broadcast(buffers, bytes, root, streams, gpu::kStreamWaitLimit)
-                            : comm->allReduce(buffers, bytes / elementSize(dtype), dtype, op, streams,
-                                              gpu::kStreamWaitLimit);
+  Status status = root >= 0
+                      ? comm->broadcast(buffers, bytes, root, streams, gpu::kStreamWaitLimit)
+                      : comm->allReduce(buffers, bytes / elementSize(dtype), dtype, op, streams, gpu::kStreamWaitLimit);
   if (!status.isOk()) local_nccl_failed_ = true;  // aborted: the rest of the job goes through host memory
   return context(status, "tensor '" + r.name + "'");
 }
@@ -154,9 +154,9 @@ Status GpuExecutor::acrossGpusOnHost(const Response& r, const std::vector<Member
   std::vector<const void*> inputs;
   for (size_t g = 0; g < n; ++g) {
     if (root >= 0 && static_cast<int>(g) != root) continue;
-    RETURN_IF_ERROR(context(ops_->copy(host + bytes * g, buffers[g], bytes, gpu::CopyKind::kDeviceToHost,
-                                       groups[g].stream),
-                            "tensor '" + r.name + "': copy to host memory"));
+    RETURN_IF_ERROR(
+        context(ops_->copy(host + bytes * g, buffers[g], bytes, gpu::CopyKind::kDeviceToHost, groups[g].stream),
+                "tensor '" + r.name + "': copy to host memory"));
     inputs.push_back(host + bytes * g);
   }
   for (const auto& group : groups) RETURN_IF_ERROR(ops_->waitStream(group.stream, "waiting for the copies"));
@@ -181,6 +181,81 @@ Status GpuExecutor::acrossGpusOnHost(const Response& r, const std::vector<Member
   // The staging buffer is the job's: free for the next batch only once read.
   for (const auto& group : groups) RETURN_IF_ERROR(ops_->waitStream(group.stream, "waiting for the copies back"));
   return okStatus();
+}
+
+Status GpuExecutor::fillIdentitiesOnDevice(const FusedAllreduce& f) {
+  bool waited = false;
+  for (size_t t = 0; t < f.responses.size(); ++t) {
+    const size_t bytes = f.responses[t]->first().length;
+    if (!f.members[t].list.empty() || bytes == 0) continue;
+    if (!waited) {  // a copy from pageable memory waits for the stream: bound it first
+      RETURN_IF_ERROR(ops_->waitStream(f.stream, "waiting for the local reduction"));
+      waited = true;
+    }
+    uint8_t* host = f.staging + f.offsets[t] * f.esize;
+    fillIdentity(host, bytes / f.esize, f.first.dtype, f.ring_op);
+    RETURN_IF_ERROR(
+        context(ops_->copy(f.fused + f.offsets[t] * f.esize, host, bytes, gpu::CopyKind::kHostToDevice, f.stream),
+                "identity values to the fusion buffer"));
+  }
+  // The staging buffer is read before the next GPU's identities go there.
+  return waited ? ops_->waitStream(f.stream, "waiting for the identity values") : okStatus();
+}
+
+Status GpuExecutor::multiGpuStagedAllreduce(const std::vector<const Response*>& responses, RankAccess& access,
+                                            std::vector<std::vector<Members>> groups, const std::vector<int>& devices) {
+  const Request& first = responses.front()->first();
+  const ReduceOp ring_op = first.op == v1::AVERAGE ? v1::SUM : first.op;
+  // One view of the batch per GPU: its members of each response, its
+  // fusion buffer and stream.
+  std::vector<FusedAllreduce> per_gpu;
+  for (int device : devices) {
+    FusedAllreduce f{responses, access, first, elementSize(first.dtype), ring_op};
+    for (size_t t = 0; t < responses.size(); ++t) {
+      Members mine;
+      for (auto& group : groups[t]) {
+        if (group.device == device) mine = std::move(group);
+      }
+      if (responses[t]->first().length == 0) mine.list.clear();
+      f.offsets.push_back(f.total);
+      f.total += responses[t]->first().length / f.esize;
+      f.members.push_back(std::move(mine));
+    }
+    ASSIGN_OR_RETURN(f.stream, streamFor(device));
+    ASSIGN_OR_RETURN(gpu::GrowingBuffer * fusion, fusionFor(device));
+    ASSIGN_OR_RETURN(f.fused, fusion->reserve(f.total * f.esize));
+    f.filled = true;
+    per_gpu.push_back(std::move(f));
+  }
+  const size_t bytes = per_gpu.front().total * per_gpu.front().esize;
+  std::vector<const Members*> waited;  // their done events are recorded whatever happens next
+  std::vector<Members> gpus;           // each GPU as a group without members: its device and stream
+  std::vector<void*> fused;
+  for (size_t i = 0; i < devices.size(); ++i) {
+    gpus.emplace_back();
+    gpus.back().device = devices[i];
+    gpus.back().stream = per_gpu[i].stream;
+    fused.push_back(per_gpu[i].fused);
+  }
+  const Response& head = *responses.front();
+  Status status = [&]() -> Status {
+    for (auto& f : per_gpu) {  // each GPU's ranks, identities where it has none of a tensor's
+      RETURN_IF_ERROR(reduceIntoFused(f, &waited));
+      f.staging = staging(bytes);
+      RETURN_IF_ERROR(fillIdentitiesOnDevice(f));
+    }
+    RETURN_IF_ERROR(acrossGpus(head, gpus, fused, bytes, ring_op, -1, access));
+    // The first GPU's buffer among the nodes, as with one GPU here.
+    FusedAllreduce& lead = per_gpu.front();
+    lead.staging = staging(bytes);
+    ASSIGN_OR_RETURN(gpu::NcclComm * comm, ncclFor(access, devices.front(), first.dtype));
+    RETURN_IF_ERROR(comm != nullptr ? ncclAcrossNodes(lead, comm) : stagedAcrossNodes(lead));
+    RETURN_IF_ERROR(acrossGpus(head, gpus, fused, bytes, ring_op, 0, access));
+    for (const auto& f : per_gpu) RETURN_IF_ERROR(scatterFromFused(f));
+    return okStatus();
+  }();
+  for (const Members* m : waited) status = recordDoneAfter(*m, status);
+  return status;
 }
 
 }  // namespace gradsync::executor

@@ -124,18 +124,27 @@ struct DaemonPair {
     leader = match[1].str();
     return true;
   }
-  // Ranks 0 and 1 on the leader's node, rank 2 on the other, running the
-  // worker's scenario `args`.
-  std::vector<Process> spawn(const std::string& job, const std::vector<std::string>& args) {
-    const std::vector<int> placement = {0, 0, 1};
+  // Rank r on daemon placement[r] (by default ranks 0 and 1 on the
+  // leader's node, rank 2 on the other), running the worker's scenario
+  // `args`.
+  std::vector<Process> spawn(const std::string& job, const std::vector<std::string>& args,
+                             const std::vector<int>& placement = {0, 0, 1}) {
+    const int size = static_cast<int>(placement.size());
     std::vector<Process> ranks;
-    for (int r = 0; r < 3; ++r) {
-      auto env = daemons[placement[r]]->rankEnv(job, r, 3);
-      env["GRADSYNC_LOCAL_RANK"] = std::to_string(r == 2 ? 0 : r);
-      env["GRADSYNC_LOCAL_SIZE"] = std::to_string(r == 2 ? 1 : 2);
+    for (int r = 0; r < size; ++r) {
+      const int node = placement[r];
+      int local_rank = 0, local_size = 0;
+      for (int other = 0; other < size; ++other) {
+        if (placement[other] != node) continue;
+        if (other < r) ++local_rank;
+        ++local_size;
+      }
+      auto env = daemons[node]->rankEnv(job, r, size);
+      env["GRADSYNC_LOCAL_RANK"] = std::to_string(local_rank);
+      env["GRADSYNC_LOCAL_SIZE"] = std::to_string(local_size);
       env["GRADSYNC_LEADER"] = leader;
       env["GRADSYNC_TEST_FAKE_LIBCUDA"] = runfile("tests/fakegpu/libcuda.so.1");
-      ranks.push_back(daemons[placement[r]]->spawnRank(job, r, 3, args, env));
+      ranks.push_back(daemons[node]->spawnRank(job, r, size, args, env));
     }
     return ranks;
   }
@@ -238,6 +247,33 @@ TEST_P(FakeGpusOfANodeTest, AllreduceAndBroadcastAcrossTheNodesGpus) {
 
 INSTANTIATE_TEST_SUITE_P(Placements, FakeGpusOfANodeTest,
                          ::testing::Values(GpusCase{4, 4, true}, GpusCase{4, 2, true}, GpusCase{3, 2, false}));
+
+// Nodes of several GPUs: two daemons of 2 fake GPUs each, two ranks on
+// each, one per GPU. Each node's GPUs combine over NCCL (or host memory),
+// the first GPU's buffer goes among the daemons (NCCL or the ring), then
+// back to the other GPU and every rank.
+class FakeGpusAcrossDaemonsTest : public ::testing::TestWithParam<bool> {};
+
+TEST_P(FakeGpusAcrossDaemonsTest, AllreduceAcrossNodesOfTwoGpus) {
+  const bool nccl = GetParam();
+  std::map<std::string, std::string> env = nccl ? fakeNccl() : std::map<std::string, std::string>{};
+  env["GRADSYNC_FAKE_GPUS"] = "2";
+  DaemonPair pair;
+  std::string error;
+  ASSERT_TRUE(pair.start(nccl ? "auto" : "staging", {env, env}, &error)) << error;
+  std::vector<Process> ranks = pair.spawn("nodes", {"fake_cuda_gpus", "2", "4", "allreduce-only"}, {0, 0, 1, 1});
+  std::string report;
+  EXPECT_TRUE(allSucceed(ranks, kTimeout, &report)) << report << pair.logs();
+  for (auto& d : pair.daemons) {
+    if (nccl) {
+      EXPECT_NE(d->log().find("NCCL communicator over this node's GPUs 0, 1 formed"), std::string::npos) << d->log();
+      EXPECT_NE(d->log().find("NCCL communicator among 2 daemons formed"), std::string::npos) << d->log();
+    }
+    EXPECT_EQ(d->stop(), 0) << d->log();
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(WithAndWithoutNccl, FakeGpusAcrossDaemonsTest, ::testing::Bool());
 
 // An NCCL failure on one node (asynchronous, as a network error): every rank
 // of the job gets an error naming NCCL and the cause, within seconds; the

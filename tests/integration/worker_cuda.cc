@@ -182,7 +182,7 @@ int fakeCuda(Client& c, const std::vector<std::string>& args) {
 
 // One step of fakeCudaAcross: every tensor at `base` in the fake device
 // memory, its values shifted by `s`.
-int acrossStep(Client& c, uint8_t* base, int s, bool gather_like = true) {
+int acrossStep(Client& c, uint8_t* base, int s, bool gather_like = true, bool with_broadcast = true) {
   const int n = c.size(), me = c.rank();
   const std::vector<int64_t> s256 = {256}, s7 = {7};
   auto* sum = reinterpret_cast<float*>(base);
@@ -206,6 +206,7 @@ int acrossStep(Client& c, uint8_t* base, int s, bool gather_like = true) {
     WORKER_CHECK(avg[i] == static_cast<double>(n - 1 + s), "step %d average %d: %g", s, i, avg[i]);
     WORKER_CHECK(mx[i] == (n - 1) * 3 + i + s, "step %d max %d: %d", s, i, mx[i]);
   }
+  if (!with_broadcast) return 0;
   auto* b = reinterpret_cast<int64_t*>(base + 16384);
   for (int i = 0; i < 7; ++i) b[i] = me * 100 + i + s;
   gradsync_op_t bcast = cudaOp(GRADSYNC_BROADCAST, "x.bcast", b, GRADSYNC_INT64, s7);
@@ -299,14 +300,17 @@ int fakeCudaHold(Client& c, const std::vector<std::string>&) {
   return 0;
 }
 
-// args: GPUS STEPS: this rank's tensors on fake GPU (local rank % GPUS), as
-// on a node whose ranks use GPUS GPUs; the steps of fakeCudaAcross, and an
-// int16 sum each step (a dtype NCCL lacks: combined through host memory).
+// args: GPUS STEPS [allreduce-only]: this rank's tensors on fake GPU (local
+// rank % GPUS), as on a node whose ranks use GPUS GPUs; the steps of
+// fakeCudaAcross (allgather and reducescatter left out) and an int16 sum
+// each step (a dtype NCCL lacks: combined through host memory); with
+// "allreduce-only" (jobs across nodes) the broadcast is left out too.
 int fakeCudaGpus(Client& c, const std::vector<std::string>& args) {
   using MallocOn = void* (*)(size_t, int);
   auto malloc_on = reinterpret_cast<MallocOn>(fakeSymbol("gradsync_fake_cuda_malloc_on"));
   WORKER_CHECK(malloc_on != nullptr, "no fake CUDA driver ($GRADSYNC_TEST_FAKE_LIBCUDA)");
-  WORKER_CHECK(args.size() == 2, "fake_cuda_gpus GPUS STEPS");
+  WORKER_CHECK(args.size() == 2 || args.size() == 3, "fake_cuda_gpus GPUS STEPS [allreduce-only]");
+  const bool allreduce_only = args.size() == 3 && args[2] == "allreduce-only";
   const int gpus = std::atoi(args[0].c_str()), steps = std::atoi(args[1].c_str());
   const char* local = std::getenv("GRADSYNC_LOCAL_RANK");
   const int device = (local != nullptr ? std::atoi(local) : c.rank()) % gpus;
@@ -316,7 +320,7 @@ int fakeCudaGpus(Client& c, const std::vector<std::string>& args) {
   const int n = c.size(), me = c.rank();
   const std::vector<int64_t> s300 = {300};
   for (int s = 0; s < steps; ++s) {
-    if (acrossStep(c, allocations[s % 2] + (s % 3) * 262144, s, /*gather_like=*/false)) return 1;
+    if (acrossStep(c, allocations[s % 2] + (s % 3) * 262144, s, /*gather_like=*/false, !allreduce_only)) return 1;
     auto* h = reinterpret_cast<int16_t*>(allocations[s % 2] + 786432);
     for (int i = 0; i < 300; ++i) h[i] = static_cast<int16_t>(me + i % 5 + s);
     if (run(c, cudaOp(GRADSYNC_ALLREDUCE, "gpus.int16", h, GRADSYNC_INT16, s300))) return 1;
@@ -325,7 +329,7 @@ int fakeCudaGpus(Client& c, const std::vector<std::string>& args) {
       WORKER_CHECK(h[i] == want, "step %d int16 sum %d: %d, want %d", s, i, h[i], want);
     }
   }
-  if (gpus > 1) {  // not built over several GPUs yet: refused, saying so
+  if (gpus > 1 && !allreduce_only) {  // not built over several GPUs yet: refused, saying so
     auto* g = reinterpret_cast<float*>(allocations[0] + 917504);
     const std::vector<int64_t> s7 = {7};
     gradsync_op_t gather = cudaOp(GRADSYNC_ALLGATHER, "gpus.gather", g, GRADSYNC_FLOAT32, s7);
