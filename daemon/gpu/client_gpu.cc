@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "daemon/gpu/client_gpu.h"
 
+#include <algorithm>
+
 #include "daemon/common/logging.h"
 
 namespace gradsync::gpu {
@@ -130,7 +132,9 @@ Status ClientGpu::addBuffer(const v1::CudaBufferExport& request, std::vector<Uni
   }
   Budget::Lease lease;
   if (limits_.daemon != nullptr) {
-    auto taken = limits_.daemon->acquire(1, what);
+    // A cuMem view maps each of its chunks: each counts, as an IPC mapping does.
+    const uint64_t mappings = std::max<uint64_t>(1, static_cast<uint64_t>(request.chunk_bytes_size()));
+    auto taken = limits_.daemon->acquire(mappings, what);
     if (!taken.isOk()) return Status(taken.status().code(), taken.status().message() + " (max_ipc_mappings)");
     lease = std::move(*taken);
   }

@@ -232,5 +232,20 @@ TEST_F(ClientGpuTest, CuMemChunksAreCheckedThenMappedAsOneRange) {
   EXPECT_EQ(client->bufferCount(), 1u);
 }
 
+// Each chunk of a cuMem view is a mapping of the daemon's budget.
+TEST_F(ClientGpuTest, EachCuMemChunkCountsAgainstTheDaemonsMappings) {
+  Budget daemon("CUDA IPC mappings", 3);
+  auto client = ClientGpu::attach(&backend_, 0, kUuid, attachRequest(1), "rank 0", {16, &daemon});
+  ASSERT_TRUE(client.isOk());
+  ASSERT_TRUE((*client)->addBuffer(chunkRequest(1, {4096, 4096}), descriptors(2)).isOk());
+  EXPECT_EQ(daemon.used(), 2u);
+  const Status over = (*client)->addBuffer(chunkRequest(2, {4096, 4096}), descriptors(2));
+  EXPECT_EQ(over.code(), StatusCode::kResourceExhausted);
+  EXPECT_THAT(over.message(), HasSubstr("max_ipc_mappings"));
+  ASSERT_TRUE((*client)->removeBuffer(1).isOk());
+  EXPECT_EQ(daemon.used(), 0u);
+  client->reset();
+}
+
 }  // namespace
 }  // namespace gradsync::gpu
