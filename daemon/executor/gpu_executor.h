@@ -155,7 +155,8 @@ class GpuExecutor : public DeviceExecutor {
   // `groups[t]`: response t's members by GPU; `devices`: all of them.
   Status multiGpuStagedAllreduce(const std::vector<const Response*>& responses, RankAccess& access,
                                  std::vector<std::vector<Members>> groups, const std::vector<int>& devices);
-  // Identities into `f.fused` where no member of response t is on f's GPU.
+  // Identities into `f.fused` where no member of response t is on f's GPU
+  // (through f.staging, read before it returns).
   Status fillIdentitiesOnDevice(const FusedAllreduce& f);
   // One node, several GPUs (gpu_executor_gpus.cc): each GPU's ranks into
   // its fusion buffer, the GPUs combined, the result back to every rank.

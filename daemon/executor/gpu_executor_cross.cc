@@ -110,20 +110,7 @@ Status GpuExecutor::reduceIntoFused(const FusedAllreduce& f, std::vector<const M
 }
 
 Status GpuExecutor::ncclAcrossNodes(const FusedAllreduce& f, gpu::NcclComm* comm) {
-  bool waited_for_inputs = false;
-  for (size_t t = 0; t < f.responses.size(); ++t) {  // identities where no local rank contributes
-    if (!f.members[t].list.empty() || f.filled) continue;
-    const size_t bytes = f.responses[t]->first().length;
-    if (!waited_for_inputs) {  // a copy from pageable memory waits for the stream: bound it first
-      RETURN_IF_ERROR(ops_->waitStream(f.stream, "waiting for the local reduction"));
-      waited_for_inputs = true;
-    }
-    uint8_t* host = f.staging + f.offsets[t] * f.esize;
-    fillIdentity(host, bytes / f.esize, f.first.dtype, f.ring_op);
-    RETURN_IF_ERROR(
-        context(ops_->copy(f.fused + f.offsets[t] * f.esize, host, bytes, gpu::CopyKind::kHostToDevice, f.stream),
-                "identity values to the fusion buffer"));
-  }
+  if (!f.filled) RETURN_IF_ERROR(fillIdentitiesOnDevice(f));  // where no local rank contributes
   // allReduce waits for the stream: the phase covers the local reduction too.
   PhaseScope phase(f.access, "NCCL_ALLREDUCE");
   Status reduced = comm->allReduce({f.fused}, f.total, f.first.dtype, f.ring_op, {f.stream}, gpu::kStreamWaitLimit);

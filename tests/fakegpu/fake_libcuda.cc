@@ -77,83 +77,70 @@ bool mapChunk(uintptr_t at, size_t bytes, Chunk* chunk) {
   return true;
 }
 
-CUresult vmmAttribute(const VmmRange& r, uintptr_t p, CUpointer_attribute attribute, void* data) {
-  const size_t index = (p - r.base) / r.chunk;
-  switch (attribute) {
-    case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
-      *static_cast<unsigned*>(data) = CU_MEMORYTYPE_DEVICE;
-      break;
-    case CU_POINTER_ATTRIBUTE_BUFFER_ID:
-      *static_cast<unsigned long long*>(data) = r.id;
-      break;
-    case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
-      *static_cast<CUdeviceptr*>(data) = r.base;
-      break;
-    case CU_POINTER_ATTRIBUTE_RANGE_SIZE:
-      *static_cast<size_t*>(data) = r.bytes;
-      break;
-    case CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE:
-      *static_cast<int*>(data) = 0;
-      break;
-    case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL:
-      *static_cast<int*>(data) = 0;
-      break;
-    case CU_POINTER_ATTRIBUTE_CONTEXT:
-      *static_cast<CUcontext*>(data) = kContext;
-      break;
-    case CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR:
-      *static_cast<void**>(data) = reinterpret_cast<void*>(r.base + index * r.chunk);
-      break;
-    case CU_POINTER_ATTRIBUTE_MAPPING_SIZE:
-      *static_cast<size_t*>(data) = r.chunk;
-      break;
-    case CU_POINTER_ATTRIBUTE_MEMORY_BLOCK_ID:
-      *static_cast<unsigned long long*>(data) = r.chunks[index].block_id;
-      break;
-    default:
-      return CUDA_ERROR_INVALID_VALUE;
-  }
-  return CUDA_SUCCESS;
-}
-
 CUresult getErrorName(CUresult, const char** out) {
   *out = "FAKE_CUDA_ERROR";
   return CUDA_SUCCESS;
 }
 
+// What the driver says about a pointer: fake device memory of either kind,
+// or host memory.
+struct PointerFacts {
+  bool device = false;
+  unsigned long long id = 0;
+  uintptr_t range_start = 0;
+  size_t range_size = 0;
+  bool legacy = false;
+  int ordinal = 0;
+  uintptr_t mapping_base = 0;
+  size_t mapping_size = 0;
+  unsigned long long block_id = 0;
+};
+
+PointerFacts factsOf(uintptr_t p) {
+  PointerFacts f;
+  if (const VmmRange* r = findRange(p)) {
+    const size_t index = (p - r->base) / r->chunk;
+    f = {true, r->id, r->base, r->bytes, false, 0, r->base + index * r->chunk, r->chunk, r->chunks[index].block_id};
+  } else if (const Allocation* a = find(p)) {
+    f = {true, a->id, a->base, a->bytes, true, a->device, a->base, a->bytes, a->id};
+  }
+  return f;
+}
+
 CUresult pointerGetAttributes(unsigned n, CUpointer_attribute* attributes, void** data, CUdeviceptr ptr) {
   std::lock_guard<std::mutex> lock(g_mutex);
-  if (const VmmRange* r = findRange(static_cast<uintptr_t>(ptr))) {
-    for (unsigned i = 0; i < n; ++i) {
-      if (CUresult e = vmmAttribute(*r, static_cast<uintptr_t>(ptr), attributes[i], data[i]); e != CUDA_SUCCESS) {
-        return e;
-      }
-    }
-    return CUDA_SUCCESS;
-  }
-  const Allocation* a = find(static_cast<uintptr_t>(ptr));
+  const PointerFacts f = factsOf(static_cast<uintptr_t>(ptr));
   for (unsigned i = 0; i < n; ++i) {
     switch (attributes[i]) {
       case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
-        *static_cast<unsigned*>(data[i]) = a ? CU_MEMORYTYPE_DEVICE : CU_MEMORYTYPE_HOST;
+        *static_cast<unsigned*>(data[i]) = f.device ? CU_MEMORYTYPE_DEVICE : CU_MEMORYTYPE_HOST;
         break;
       case CU_POINTER_ATTRIBUTE_BUFFER_ID:
-        *static_cast<unsigned long long*>(data[i]) = a ? a->id : 0;
+        *static_cast<unsigned long long*>(data[i]) = f.id;
         break;
       case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
-        *static_cast<CUdeviceptr*>(data[i]) = a ? a->base : 0;
+        *static_cast<CUdeviceptr*>(data[i]) = f.range_start;
         break;
       case CU_POINTER_ATTRIBUTE_RANGE_SIZE:
-        *static_cast<size_t*>(data[i]) = a ? a->bytes : 0;
+        *static_cast<size_t*>(data[i]) = f.range_size;
         break;
       case CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE:
-        *static_cast<int*>(data[i]) = a ? 1 : 0;
+        *static_cast<int*>(data[i]) = f.legacy ? 1 : 0;
         break;
       case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL:
-        *static_cast<int*>(data[i]) = a ? a->device : 0;
+        *static_cast<int*>(data[i]) = f.ordinal;
         break;
       case CU_POINTER_ATTRIBUTE_CONTEXT:
-        *static_cast<CUcontext*>(data[i]) = a ? kContext : nullptr;
+        *static_cast<CUcontext*>(data[i]) = f.device ? kContext : nullptr;
+        break;
+      case CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR:
+        *static_cast<void**>(data[i]) = reinterpret_cast<void*>(f.mapping_base);
+        break;
+      case CU_POINTER_ATTRIBUTE_MAPPING_SIZE:
+        *static_cast<size_t*>(data[i]) = f.mapping_size;
+        break;
+      case CU_POINTER_ATTRIBUTE_MEMORY_BLOCK_ID:
+        *static_cast<unsigned long long*>(data[i]) = f.block_id;
         break;
       default:
         return CUDA_ERROR_INVALID_VALUE;
