@@ -53,7 +53,8 @@ Status GpuExecutor::multiGpuAllreduce(const Response& r, const std::vector<Membe
   }
   size_t waited = 0;  // groups whose ready events were awaited: their done events are recorded whatever happens
   Status status = [&]() -> Status {
-    for (size_t g = 0; g < groups.size(); ++g) {  // each GPU's ranks into its fusion buffer
+    for (size_t g = 0; g < groups.size(); ++g) {        // each GPU's ranks into its fusion buffer
+      RETURN_IF_ERROR(ops_->select(groups[g].device));  // a kernel goes to the current device's streams
       RETURN_IF_ERROR(waitReady(groups[g]));
       ++waited;
       cuda::LocalReduceArgs gather;
@@ -69,6 +70,7 @@ Status GpuExecutor::multiGpuAllreduce(const Response& r, const std::vector<Membe
     }
     RETURN_IF_ERROR(acrossGpus(r, groups, fused, first.length, across, -1, access));
     for (size_t g = 0; g < groups.size(); ++g) {  // back to every rank, with the average and postscale
+      RETURN_IF_ERROR(ops_->select(groups[g].device));
       cuda::LocalReduceArgs scatter;
       scatter.dtype = static_cast<cuda::Dtype>(first.dtype);
       scatter.op = static_cast<cuda::Op>(first.op);
@@ -83,7 +85,10 @@ Status GpuExecutor::multiGpuAllreduce(const Response& r, const std::vector<Membe
     }
     return okStatus();
   }();
-  for (size_t g = 0; g < waited; ++g) status = recordDoneAfter(groups[g], status);
+  for (size_t g = 0; g < waited; ++g) {
+    (void)ops_->select(groups[g].device);
+    status = recordDoneAfter(groups[g], status);
+  }
   return status;
 }
 
@@ -112,6 +117,7 @@ Status GpuExecutor::multiGpuBroadcast(const Response& r, const std::vector<Membe
     }
     RETURN_IF_ERROR(acrossGpus(r, groups, landing, first.length, v1::SUM, root, access));
     for (size_t g = 0; g < groups.size(); ++g) {  // then to each rank on that GPU
+      RETURN_IF_ERROR(ops_->select(groups[g].device));
       for (const auto& member : groups[g].list) {
         if (member.data == landing[g]) continue;
         RETURN_IF_ERROR(
@@ -121,7 +127,10 @@ Status GpuExecutor::multiGpuBroadcast(const Response& r, const std::vector<Membe
     }
     return okStatus();
   }();
-  for (size_t g = 0; g < waited; ++g) status = recordDoneAfter(groups[g], status);
+  for (size_t g = 0; g < waited; ++g) {
+    (void)ops_->select(groups[g].device);
+    status = recordDoneAfter(groups[g], status);
+  }
   return status;
 }
 
@@ -154,6 +163,7 @@ Status GpuExecutor::acrossGpusOnHost(const Response& r, const std::vector<Member
   std::vector<const void*> inputs;
   for (size_t g = 0; g < n; ++g) {
     if (root >= 0 && static_cast<int>(g) != root) continue;
+    RETURN_IF_ERROR(ops_->select(groups[g].device));
     RETURN_IF_ERROR(
         context(ops_->copy(host + bytes * g, buffers[g], bytes, gpu::CopyKind::kDeviceToHost, groups[g].stream),
                 "tensor '" + r.name + "': copy to host memory"));
@@ -175,6 +185,7 @@ Status GpuExecutor::acrossGpusOnHost(const Response& r, const std::vector<Member
   }
   for (size_t g = 0; g < n; ++g) {
     if (static_cast<int>(g) == root) continue;
+    RETURN_IF_ERROR(ops_->select(groups[g].device));
     RETURN_IF_ERROR(context(ops_->copy(buffers[g], result, bytes, gpu::CopyKind::kHostToDevice, groups[g].stream),
                             "tensor '" + r.name + "': copy from host memory"));
   }
@@ -239,7 +250,9 @@ Status GpuExecutor::multiGpuStagedAllreduce(const std::vector<const Response*>& 
   }
   const Response& head = *responses.front();
   Status status = [&]() -> Status {
-    for (auto& f : per_gpu) {  // each GPU's ranks, identities where it has none of a tensor's
+    for (size_t i = 0; i < per_gpu.size(); ++i) {  // each GPU's ranks, identities where it has none
+      FusedAllreduce& f = per_gpu[i];
+      RETURN_IF_ERROR(ops_->select(devices[i]));
       RETURN_IF_ERROR(reduceIntoFused(f, &waited));
       f.staging = staging(bytes);
       RETURN_IF_ERROR(fillIdentitiesOnDevice(f));
@@ -247,14 +260,21 @@ Status GpuExecutor::multiGpuStagedAllreduce(const std::vector<const Response*>& 
     RETURN_IF_ERROR(acrossGpus(head, gpus, fused, bytes, ring_op, -1, access));
     // The first GPU's buffer among the nodes, as with one GPU here.
     FusedAllreduce& lead = per_gpu.front();
+    RETURN_IF_ERROR(ops_->select(devices.front()));
     lead.staging = staging(bytes);
     ASSIGN_OR_RETURN(gpu::NcclComm * comm, ncclFor(access, devices.front(), first.dtype));
     RETURN_IF_ERROR(comm != nullptr ? ncclAcrossNodes(lead, comm) : stagedAcrossNodes(lead));
     RETURN_IF_ERROR(acrossGpus(head, gpus, fused, bytes, ring_op, 0, access));
-    for (const auto& f : per_gpu) RETURN_IF_ERROR(scatterFromFused(f));
+    for (size_t i = 0; i < per_gpu.size(); ++i) {
+      RETURN_IF_ERROR(ops_->select(devices[i]));
+      RETURN_IF_ERROR(scatterFromFused(per_gpu[i]));
+    }
     return okStatus();
   }();
-  for (const Members* m : waited) status = recordDoneAfter(*m, status);
+  for (const Members* m : waited) {
+    (void)ops_->select(m->device);
+    status = recordDoneAfter(*m, status);
+  }
   return status;
 }
 

@@ -4,11 +4,14 @@
 // kernels (same semantics), copies are memcpy, everything runs at once.
 // Event waits and records are logged in order, so tests can check that a
 // rank's ready event is waited for before anything touches its tensor and
-// its done event recorded after.
+// its done event recorded after. As the CUDA runtime, a kernel or copy on
+// a stream of another device than the thread's current one fails.
 #pragma once
 
 #include <cstdlib>
 #include <cstring>
+#include <map>
+#include <mutex>
 #include <set>
 #include <string>
 #include <vector>
@@ -20,10 +23,16 @@ namespace gradsync::gpu {
 
 class FakeDeviceOps : public DeviceOps {
  public:
-  Status select(int device) override { return okStatus(); }
+  Status select(int device) override {
+    current_device_ = device;
+    return okStatus();
+  }
   StatusOr<void*> newStream(int device) override {
+    std::lock_guard<std::mutex> lock(mutex_);
     ++streams_made;
-    return reinterpret_cast<void*>(static_cast<uintptr_t>(0x5000 + streams_made));
+    void* stream = reinterpret_cast<void*>(static_cast<uintptr_t>(0x5000 + streams_made));
+    stream_devices_[stream] = device;
+    return stream;
   }
   Status releaseStream(int device, void* stream) override {
     ++streams_released;
@@ -39,11 +48,13 @@ class FakeDeviceOps : public DeviceOps {
     return okStatus();
   }
   Status copy(void* dst, const void* src, size_t bytes, CopyKind kind, void* stream) override {
+    RETURN_IF_ERROR(checkCurrent(stream, "copy"));
     std::memmove(dst, src, bytes);
     log.push_back("copy");
     return okStatus();
   }
   Status reduce(const cuda::LocalReduceArgs& args, void* stream) override {
+    RETURN_IF_ERROR(checkCurrent(stream, "kernel"));
     reduce::ReduceArgs cpu;
     cpu.dtype = static_cast<DataType>(args.dtype);
     cpu.op = static_cast<ReduceOp>(args.op);
@@ -70,11 +81,25 @@ class FakeDeviceOps : public DeviceOps {
   // Events are named by the test (ClientGpu's fake backend makes them).
   static std::string name(void* event) { return std::to_string(reinterpret_cast<uintptr_t>(event)); }
 
+  // A stream this made must belong to the thread's current device.
+  Status checkCurrent(void* stream, const char* what) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = stream_devices_.find(stream);
+    if (it == stream_devices_.end() || it->second == current_device_) return okStatus();
+    return internalError(std::string(what) + " on a stream of device " + std::to_string(it->second) + " while device " +
+                         std::to_string(current_device_) + " is current");
+  }
+
   std::vector<std::string> log;
   std::set<void*> never_done;  // events whose work never finishes (a client died)
   int streams_made = 0;
   int streams_released = 0;
   int allocations = 0;
+
+ private:
+  inline static thread_local int current_device_ = 0;
+  std::mutex mutex_;
+  std::map<void*, int> stream_devices_;
 };
 
 }  // namespace gradsync::gpu
