@@ -113,18 +113,27 @@ Status NcclComm::waitDone(const std::vector<void*>& streams, std::chrono::millis
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   for (auto pause = std::chrono::microseconds(20);; pause = std::min(pause * 2, std::chrono::microseconds(1000))) {
     bool done = true;
+    // A failed rank here; of several, one that failed itself rather than
+    // through another (ncclRemoteError): its error names the cause.
+    ncclComm_t failed = nullptr;
+    ncclResult_t failure = ncclSuccess;
     for (ncclComm_t comm : comms_) {
       ncclResult_t state = ncclSuccess;
       const ncclResult_t polled = nccl_.api().commGetAsyncError(comm, &state);
       if (polled != ncclSuccess) state = polled;
-      if (state != ncclSuccess && state != ncclInProgress) {
-        // Copied before the abort, which frees the communicator and its text.
-        const char* last = nccl_.api().getLastError ? nccl_.api().getLastError(comm) : nullptr;
-        const std::string detail = last != nullptr ? last : "";
-        abort();
-        return internalError(what + ": " + nccl_.errorText(state) + (detail.empty() ? "" : " (" + detail + ")"));
+      if (state != ncclSuccess && state != ncclInProgress &&
+          (failed == nullptr || (failure == ncclRemoteError && state != ncclRemoteError))) {
+        failed = comm;
+        failure = state;
       }
       done = done && state == ncclSuccess;
+    }
+    if (failed != nullptr) {
+      // Copied before the abort, which frees the communicator and its text.
+      const char* last = nccl_.api().getLastError ? nccl_.api().getLastError(failed) : nullptr;
+      const std::string detail = last != nullptr ? last : "";
+      abort();
+      return internalError(what + ": " + nccl_.errorText(failure) + (detail.empty() ? "" : " (" + detail + ")"));
     }
     for (size_t i = 0; done && i < streams.size(); ++i) {
       if (streams[i] == nullptr) continue;

@@ -245,6 +245,35 @@ TEST_P(FakeGpusOfANodeTest, AllreduceAndBroadcastAcrossTheNodesGpus) {
   EXPECT_EQ(daemon.stop(), 0) << daemon.log();
 }
 
+// An NCCL failure over the node's GPUs: every rank gets an error naming it
+// within seconds, and the daemon runs the next job (a new communicator).
+TEST(FakeGpusOfANodeFailureTest, AnNcclFailureIsNamedOnEveryRankAndTheNextJobRuns) {
+  DaemonFixture daemon;
+  daemon.useBinary("tests/fakegpu/gradsyncd_fakegpu");
+  std::map<std::string, std::string> env = fakeNccl();
+  env["GRADSYNC_FAKE_GPUS"] = "2";
+  env["GRADSYNC_FAKE_NCCL_FAIL_AT"] = "2";  // the daemon's second NCCL call
+  std::string error;
+  ASSERT_TRUE(daemon.startWrapped({}, env, {"--log-level", "info"}, &error)) << error;
+  const std::map<std::string, std::string> driver = {
+      {"GRADSYNC_TEST_FAKE_LIBCUDA", runfile("tests/fakegpu/libcuda.so.1")}};
+  const std::vector<std::string> args = {"fake_cuda_gpus", "2", "3"};
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<Process> ranks;
+  for (int r = 0; r < 2; ++r) ranks.push_back(daemon.spawnRank("fails", r, 2, args, driver));
+  for (auto& rank : ranks) {
+    EXPECT_NE(rank.wait(kTimeout), 0) << rank.log();
+    EXPECT_NE(rank.log().find("ncclAllReduce over this node's GPUs"), std::string::npos) << rank.log() << daemon.log();
+    EXPECT_NE(rank.log().find("injected failure of call 2"), std::string::npos) << rank.log();
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10)) << daemon.log();
+  std::vector<Process> next;
+  for (int r = 0; r < 2; ++r) next.push_back(daemon.spawnRank("after", r, 2, args, driver));
+  std::string report;
+  EXPECT_TRUE(allSucceed(next, kTimeout, &report)) << report << daemon.log();
+  EXPECT_EQ(daemon.stop(), 0) << daemon.log();
+}
+
 INSTANTIATE_TEST_SUITE_P(Placements, FakeGpusOfANodeTest,
                          ::testing::Values(GpusCase{4, 4, true}, GpusCase{4, 2, true}, GpusCase{3, 2, false}));
 
