@@ -24,8 +24,10 @@
 // of a one-node job reduce each GPU's ranks on that GPU, then combine the
 // GPUs through an NCCL communicator over them that the daemon holds whole
 // (host memory for a dtype NCCL lacks, without NCCL, or after it failed).
-// Not yet with several GPUs: the other collectives, and jobs across nodes
-// (UNIMPLEMENTED, naming the tensor).
+// Across nodes, allreduce combines the node's GPUs first, then the first
+// GPU's buffer among the daemons, then back to the others. Not yet with
+// several GPUs: allgather, alltoall, reducescatter, and broadcast across
+// nodes (UNIMPLEMENTED, naming the tensor).
 #pragma once
 
 #include <chrono>
