@@ -14,6 +14,11 @@
 #                                 inventory, how each PyTorch allocator's memory exports (legacy IPC, cuMem
 #                                 handle by file descriptor), N NCCL ranks on the GPU in one process against
 #                                 torch.distributed's N processes                                  (~2 min)
+#   scripts/gpu_check.sh virtual  the paths over several GPUs of a node on the one GPU there: gradsyncd with
+#                                 --virtual-gpus-per-gpu 2 and 4 (NCCL 2.30 from the bundle), the CUDA suite
+#                                 (allreduce and broadcast) with 4 ranks, gradsync_bench against
+#                                 torch.distributed's NCCL with as many processes, two daemons x 2 virtual
+#                                 GPUs                                                             (~5 min)
 #   scripts/gpu_check.sh ab       an A/B of two daemons, interleaved (A B B A A B B A): .gpu_bundle/bin/gradsyncd
 #                                 against .gpu_bundle/bin/gradsyncd.before (copy a build of the older
 #                                 commit there), gradsync_bench --resnet and 1 MiB..64 MiB, 1/2/4 ranks (~2 min)
@@ -95,9 +100,10 @@ done
 tools=$workdir/bin
 socket=$workdir/gs.sock
 daemon_pid=
+daemon_flags=()  # more flags for the next start_daemon
 start_daemon() {
   "$tools/gradsyncd" --socket-path "$socket" --log-level info --stall-warning-seconds 10 \
-    --stall-deadline-seconds 60 > "$workdir/gradsyncd.log" 2>&1 &
+    --stall-deadline-seconds 60 "${daemon_flags[@]}" > "$workdir/gradsyncd.log" 2>&1 &
   daemon_pid=$!
   for _ in $(seq 100); do
     [[ -S $socket ]] && "$tools/gradsyncctl" --socket "$socket" status > /dev/null 2>&1 && return 0
@@ -313,7 +319,40 @@ case $stage in
     done
     step "start gradsyncd again" start_daemon
     ;;
-  *) echo "unknown stage $stage (tests, bench, facts, resnet, ab)"; exit 100 ;;
+  virtual)
+    # Several NCCL ranks on one GPU in one process: NCCL >= 2.30 with its
+    # opt-in flag, and past 2 ranks a cap on channels (it hangs without:
+    # docs/gpus.md). The peer runs with the same library and settings.
+    export NCCL_MULTI_RANK_GPU_ENABLE=1 NCCL_MAX_NCHANNELS=2 NCCL_LAUNCH_MODE=GROUP
+    # What several GPUs of a node run (the others are refused, naming what is missing).
+    suite_k="not allgather and not alltoall and not reducescatter and not autograd and not wrong_output"
+    virtual_nccl_formed() { grep "NCCL communicator over this node's GPUs\|no NCCL over" "$workdir/gradsyncd.log"; \
+      grep -q "NCCL communicator over this node's GPUs .* formed" "$workdir/gradsyncd.log"; }
+    for per_gpu in 2 4; do
+      stop_daemon > /dev/null
+      daemon_flags=(--virtual-gpus-per-gpu "$per_gpu")
+      step "start gradsyncd, $per_gpu virtual GPUs" start_daemon
+      step "gradsyncctl status, $per_gpu virtual GPUs" "$tools/gradsyncctl" --socket "$socket" status
+      step "CUDA suite, 4 ranks on $per_gpu virtual GPUs" run_ranks 4 $python -m pytest -q -x -p no:cacheprovider \
+        -k "$suite_k" client/python/tests_gpu
+      step "NCCL over the $per_gpu virtual GPUs formed" virtual_nccl_formed
+      step "gradsync_bench --device cuda, 4 ranks on $per_gpu virtual GPUs" timeout 150 "$tools/gradsync_bench" \
+        --socket "$socket" -np 4 --device cuda --min-time 0.3 --min-bytes 1M
+    done
+    stop_daemon > /dev/null
+    daemon_flags=()
+    step "start gradsyncd again (one GPU as it is)" start_daemon
+    step "gradsync_bench --device cuda, 4 ranks on one GPU (no virtual GPUs)" timeout 150 "$tools/gradsync_bench" \
+      --socket "$socket" -np 4 --device cuda --min-time 0.3 --min-bytes 1M
+    step "torch.distributed NCCL, 4 processes on the GPU (same NCCL and settings)" ${nccl:+env LD_PRELOAD=$nccl} \
+      timeout 150 $python tools/bench/torch_nccl_allreduce.py -n 4 --sizes 1048576 16777216 67108864 268435456
+    step "two daemons x 2 virtual GPUs, NCCL inside and between them" env TWO_DAEMONS_TIMEOUT=200 \
+      TWO_DAEMONS_FLAGS="--virtual-gpus-per-gpu 2" \
+      TWO_DAEMONS_K="not broadcast and not optimizer and not cpu_and_cuda and not more_operations and $suite_k" \
+      timeout 260 $python client/python/tests_gpu/two_daemons_check.py "$tools/gradsyncd" "$tools/gradsyncctl" \
+      "$workdir" nccl
+    ;;
+  *) echo "unknown stage $stage (tests, bench, facts, resnet, ab, virtual)"; exit 100 ;;
 esac
 step "gradsyncd exits cleanly" stop_daemon
 echo "gpu_check $stage: $failures step(s) failed"

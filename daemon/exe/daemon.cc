@@ -155,6 +155,7 @@ server::DaemonFacts Daemon::probeNode() {
   facts.pid = static_cast<int64_t>(::getpid());
   facts.gpus = gpu::probeGpus();
   gpus_ = make_gpus_ ? make_gpus_(&facts.gpus) : gpu::GpuNode::create(facts.gpus);
+  if (gpus_ && config_.virtual_gpus_per_gpu() > 1) gpus_->virtualize(config_.virtual_gpus_per_gpu(), &facts.gpus);
   facts.config = config_;
   facts.started = std::chrono::steady_clock::now();
   loadNccl(&facts);

@@ -112,6 +112,7 @@ const std::map<std::string, Setter>& setters() {
       {"--join-timeout-seconds", number<uint32_t>("--join-timeout-seconds", &C::set_join_timeout_seconds)},
       {"--response-cache-capacity", number<uint32_t>("--response-cache-capacity", &C::set_response_cache_capacity)},
       {"--gpu-cross-node", text(&C::set_gpu_cross_node)},
+      {"--virtual-gpus-per-gpu", number<uint32_t>("--virtual-gpus-per-gpu", &C::set_virtual_gpus_per_gpu)},
       {"--leader-failover", text(&C::set_leader_failover)},
       {"--steady-state", text(&C::set_steady_state)},
       {"--link-cost", text(&C::set_link_cost)},
@@ -258,6 +259,7 @@ Status validateRanges(const v1::DaemonConfig& c) {
   RETURN_IF_ERROR(checkRange("autotune_warmup_samples", c.autotune_warmup_samples(), 1, 1000));
   RETURN_IF_ERROR(checkRange("autotune_steps_per_sample", c.autotune_steps_per_sample(), 1, 10000));
   RETURN_IF_ERROR(checkRange("autotune_samples_per_setting", c.autotune_samples_per_setting(), 1, 100));
+  RETURN_IF_ERROR(checkRange("virtual_gpus_per_gpu", c.virtual_gpus_per_gpu(), 0, 8));
   RETURN_IF_ERROR(checkRange("data_plane_tcp_segment_bytes", c.data_plane_tcp_segment_bytes(), 8 << 10, 16 << 20));
   if (c.stall_deadline_seconds() < c.stall_warning_seconds()) {
     return invalidArgument("stall_deadline_seconds (" + std::to_string(c.stall_deadline_seconds()) +

@@ -31,12 +31,21 @@ class GpuNode {
     return node;
   }
 
+  // Presents each GPU as `per_gpu` (virtual_gpus.h; tests only): GPU d
+  // becomes devices d * per_gpu .. d * per_gpu + per_gpu - 1, listed in
+  // `inventory` too (same UUID, the name says which of how many).
+  void virtualize(int per_gpu, GpuInventory* inventory);
+
   GpuBackend& backend() { return *backend_; }
   DeviceOps& ops() { return *ops_; }
   // The ordinal of the GPU with `uuid`; NOT_FOUND names the GPUs there are.
   StatusOr<int> deviceOf(const std::string& uuid) const;
+  // Where a rank whose memory is on GPU `uuid` goes: that GPU, or with
+  // virtual GPUs the (rank mod per_gpu)-th of those it is presented as.
+  StatusOr<int> placeRank(const std::string& uuid, int rank) const;
   std::vector<std::string> uuids() const;
   int count() const { return static_cast<int>(gpus_.size()); }
+  int virtualPerGpu() const { return per_gpu_; }
 
  private:
   explicit GpuNode(std::vector<GpuInfo> gpus) : gpus_(std::move(gpus)) {}
@@ -44,6 +53,8 @@ class GpuNode {
   GpuBackend* backend_ = nullptr;
   DeviceOps* ops_ = nullptr;
   std::shared_ptr<void> owned_;
+  std::shared_ptr<void> virtual_;  // a VirtualGpus over owned_'s backend
+  int per_gpu_ = 1;
 };
 
 }  // namespace gradsync::gpu

@@ -93,7 +93,7 @@ Status HandoffServer::controlTimeline(Session& session, const v1::HandoffRequest
 
 Status HandoffServer::attachGpu(Session& session, const v1::CudaAttach& request, v1::HandoffResponse* response) {
   const std::string who = session.describe();
-  auto device = gpus_->deviceOf(request.device_uuid());
+  auto device = gpus_->placeRank(request.device_uuid(), session.rank());
   if (!device.isOk()) return Status(device.status().code(), who + ": " + device.status().message());
   ASSIGN_OR_RETURN(std::shared_ptr<gpu::ClientGpu> client,
                    gpu::ClientGpu::attach(&gpus_->backend(), *device, request.device_uuid(), request, who,

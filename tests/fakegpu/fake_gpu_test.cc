@@ -212,10 +212,13 @@ INSTANTIATE_TEST_SUITE_P(Transports, FakeGpuAcrossDaemonsTest, ::testing::Values
 // them (one per GPU, or two per GPU on 2), each GPU's ranks reduced there
 // and the GPUs combined through the stand-in NCCL (host memory for int16,
 // which NCCL lacks); without NCCL, through host memory for every dtype.
+// With `virtual_per_gpu`, the daemon has `gpus` fake GPUs, each presented
+// as that many (--virtual-gpus-per-gpu): rank r on the (r mod it)-th.
 struct GpusCase {
   int ranks;
   int gpus;  // the ranks use these many of the daemon's 4
   bool nccl;
+  int virtual_per_gpu = 0;
 };
 
 class FakeGpusOfANodeTest : public ::testing::TestWithParam<GpusCase> {};
@@ -225,9 +228,11 @@ TEST_P(FakeGpusOfANodeTest, AllreduceAndBroadcastAcrossTheNodesGpus) {
   DaemonFixture daemon;
   daemon.useBinary("tests/fakegpu/gradsyncd_fakegpu");
   std::map<std::string, std::string> env = c.nccl ? fakeNccl() : std::map<std::string, std::string>{};
-  env["GRADSYNC_FAKE_GPUS"] = "4";
+  env["GRADSYNC_FAKE_GPUS"] = c.virtual_per_gpu > 0 ? std::to_string(c.gpus) : "4";
+  std::vector<std::string> flags = {"--log-level", "info"};
+  if (c.virtual_per_gpu > 0) flags.insert(flags.end(), {"--virtual-gpus-per-gpu", std::to_string(c.virtual_per_gpu)});
   std::string error;
-  ASSERT_TRUE(daemon.startWrapped({}, env, {"--log-level", "info"}, &error)) << error;
+  ASSERT_TRUE(daemon.startWrapped({}, env, flags, &error)) << error;
   std::vector<Process> ranks;
   const std::vector<std::string> args = {"fake_cuda_gpus", std::to_string(c.gpus), "4"};
   const std::map<std::string, std::string> driver = {
@@ -237,7 +242,14 @@ TEST_P(FakeGpusOfANodeTest, AllreduceAndBroadcastAcrossTheNodesGpus) {
   EXPECT_TRUE(allSucceed(ranks, kTimeout, &report)) << report << daemon.log();
   const std::string log = daemon.log();
   std::string devices;
-  for (int d = 0; d < c.gpus; ++d) devices += (d == 0 ? "" : ", ") + std::to_string(d);
+  const int used = c.virtual_per_gpu > 0 ? std::min(c.ranks, c.gpus * c.virtual_per_gpu) : c.gpus;
+  for (int d = 0; d < used; ++d) devices += (d == 0 ? "" : ", ") + std::to_string(d);
+  if (c.virtual_per_gpu > 0) {
+    EXPECT_NE(log.find("(virtual GPU " + std::to_string(c.virtual_per_gpu) + " of " +
+                       std::to_string(c.virtual_per_gpu) + " on device 0)"),
+              std::string::npos)
+        << log;
+  }
   if (c.nccl) {
     EXPECT_NE(log.find("NCCL communicator over this node's GPUs " + devices + " formed"), std::string::npos) << log;
     EXPECT_EQ(log.find("no NCCL over this node's GPUs"), std::string::npos) << log;
@@ -275,7 +287,9 @@ TEST(FakeGpusOfANodeFailureTest, AnNcclFailureIsNamedOnEveryRankAndTheNextJobRun
 }
 
 INSTANTIATE_TEST_SUITE_P(Placements, FakeGpusOfANodeTest,
-                         ::testing::Values(GpusCase{4, 4, true}, GpusCase{4, 2, true}, GpusCase{3, 2, false}));
+                         ::testing::Values(GpusCase{4, 4, true}, GpusCase{4, 2, true}, GpusCase{3, 2, false},
+                                           // One GPU as 4 virtual ones, 4 ranks: one on each.
+                                           GpusCase{4, 1, true, 4}));
 
 // Nodes of several GPUs: two daemons of 2 fake GPUs each, two ranks on
 // each, one per GPU. Each node's GPUs combine over NCCL (or host memory),

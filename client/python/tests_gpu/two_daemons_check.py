@@ -8,6 +8,8 @@ daemons' logs say which ran; this script prints those lines.
 
   python3 two_daemons_check.py GRADSYNCD GRADSYNCCTL WORKDIR [auto|staging|nccl]
 nccl runs auto and also fails unless both daemons formed the NCCL communicator.
+TWO_DAEMONS_FLAGS: more flags for both daemons (split at spaces);
+TWO_DAEMONS_K: a pytest -k expression, the tests to run.
 Exit code 0 when every rank passed.
 """
 import json
@@ -23,7 +25,8 @@ def start_daemon(binary, ctl, workdir, name, transport):
     socket = os.path.join(workdir, name + ".sock")
     log = open(os.path.join(workdir, name + ".log"), "w")
     process = subprocess.Popen([binary, "--socket-path", socket, "--peer-address", "127.0.0.1:0",
-                                "--stall-deadline-seconds", "60", "--gpu-cross-node", transport],
+                                "--stall-deadline-seconds", "60", "--gpu-cross-node", transport]
+                               + os.environ.get("TWO_DAEMONS_FLAGS", "").split(),
                                stdout=log, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
@@ -53,8 +56,9 @@ def main():
                    GRADSYNC_LOCAL_RANK=str(rank % per_node), GRADSYNC_LOCAL_SIZE=str(per_node),
                    GRADSYNC_LEADER=leader)
         log = open(os.path.join(workdir, "rank%d.log" % rank), "w")
-        ranks.append((subprocess.Popen([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
-                                        os.path.join(HERE, "test_cuda_collectives.py"),
+        only = ["-k", os.environ["TWO_DAEMONS_K"]] if os.environ.get("TWO_DAEMONS_K") else []
+        ranks.append((subprocess.Popen([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider"] + only +
+                                       [os.path.join(HERE, "test_cuda_collectives.py"),
                                         os.path.join(HERE, "test_cuda_optimizer.py")],
                                        cwd=HERE, env=env, stdout=log, stderr=subprocess.STDOUT), log.name))
     codes = []
