@@ -272,9 +272,10 @@ Status GpuExecutor::checkOutputs(const Response& r, const Members& m, const std:
 }
 
 ResponseResult GpuExecutor::allgather(const Response& r, RankAccess& access) {
-  auto resolved = resolve(r, access);
-  if (!resolved.isOk()) return failed(r, resolved.status());
-  const Members& m = *resolved;
+  auto groups = resolveByDevice(r, access);
+  if (!groups.isOk()) return failed(r, groups.status());
+  if (groups->size() > 1) return multiGpuGatherLike(r, *groups, access);
+  const Members m = groups->empty() ? Members{} : std::move(groups->front());
   const size_t row = rowBytes(r.first());
   int64_t total_rows = 0;
   for (const auto& request : r.requests) total_rows += request->shape.empty() ? 1 : request->shape[0];
@@ -306,9 +307,10 @@ ResponseResult GpuExecutor::allgather(const Response& r, RankAccess& access) {
 }
 
 ResponseResult GpuExecutor::alltoall(const Response& r, RankAccess& access) {
-  auto resolved = resolve(r, access);
-  if (!resolved.isOk()) return failed(r, resolved.status());
-  const Members& m = *resolved;
+  auto groups = resolveByDevice(r, access);
+  if (!groups.isOk()) return failed(r, groups.status());
+  if (groups->size() > 1) return multiGpuGatherLike(r, *groups, access);
+  const Members m = groups->empty() ? Members{} : std::move(groups->front());
   const size_t n = m.list.size();
   const size_t row = rowBytes(r.first());
   ResponseResult result = failed(r, okStatus());
@@ -338,9 +340,10 @@ ResponseResult GpuExecutor::alltoall(const Response& r, RankAccess& access) {
 }
 
 ResponseResult GpuExecutor::reducescatter(const Response& r, RankAccess& access) {
-  auto resolved = resolve(r, access);
-  if (!resolved.isOk()) return failed(r, resolved.status());
-  const Members& m = *resolved;
+  auto groups = resolveByDevice(r, access);
+  if (!groups.isOk()) return failed(r, groups.status());
+  if (groups->size() > 1) return multiGpuReducescatter(r, *groups, access);
+  const Members m = groups->empty() ? Members{} : std::move(groups->front());
   const Request& first = r.first();
   const size_t row = rowBytes(first);
   const size_t esize = elementSize(first.dtype);

@@ -25,9 +25,11 @@
 // GPUs through an NCCL communicator over them that the daemon holds whole
 // (host memory for a dtype NCCL lacks, without NCCL, or after it failed).
 // Across nodes, allreduce combines the node's GPUs first, then the first
-// GPU's buffer among the daemons, then back to the others. Not yet with
-// several GPUs: allgather, alltoall, reducescatter, and broadcast across
-// nodes (UNIMPLEMENTED, naming the tensor).
+// GPU's buffer among the daemons, then back to the others. Allgather,
+// alltoall and reducescatter of a one-node job over several GPUs:
+// gpu_executor_gpus_gather.cc. Not yet with several GPUs: allgather,
+// alltoall, reducescatter and broadcast across nodes (UNIMPLEMENTED,
+// naming the tensor).
 #pragma once
 
 #include <chrono>
@@ -172,6 +174,23 @@ class GpuExecutor : public DeviceExecutor {
                     size_t bytes, ReduceOp op, int root, RankAccess& access);
   Status acrossGpusOnHost(const Response& r, const std::vector<Members>& groups, const std::vector<void*>& buffers,
                           size_t bytes, ReduceOp op, int root);
+  // Several GPUs of one node (gpu_executor_gpus_gather.cc): allgather and
+  // alltoall through every GPU's blocks gathered on every GPU; reducescatter
+  // through an allreduce of the GPUs' sums.
+  ResponseResult multiGpuGatherLike(const Response& r, const std::vector<Members>& groups, RankAccess& access);
+  ResponseResult multiGpuReducescatter(const Response& r, const std::vector<Members>& groups, RankAccess& access);
+  // Into each member's output from its GPU's `gathered` buffer, where
+  // request i's input starts at at[i].
+  Status copyFromGathered(const Response& r, const Members& m, const std::vector<size_t>& index,
+                          const std::vector<size_t>& at, const uint8_t* gathered);
+  // In place across `buffers` (one per GPU, groups.size() blocks of `block`
+  // bytes each): GPU g's block g to every GPU; NCCL, else host memory.
+  Status gatherAcrossGpus(const Response& r, const std::vector<Members>& groups, const std::vector<void*>& buffers,
+                          size_t block, RankAccess& access);
+  Status gatherAcrossGpusOnHost(const Response& r, const std::vector<Members>& groups,
+                                const std::vector<void*>& buffers, size_t block);
+  // The group's inputs reduced with `op` (and the prescale) into `out`.
+  Status reduceOnGpu(const Response& r, const Members& group, void* out, ReduceOp op);
   // The NCCL communicator over `devices` (this job's GPUs here), formed on
   // first use and again when they change; null without NCCL or after it
   // failed, or for a dtype NCCL lacks.

@@ -57,16 +57,7 @@ Status GpuExecutor::multiGpuAllreduce(const Response& r, const std::vector<Membe
       RETURN_IF_ERROR(ops_->select(groups[g].device));  // a kernel goes to the current device's streams
       RETURN_IF_ERROR(waitReady(groups[g]));
       ++waited;
-      cuda::LocalReduceArgs gather;
-      gather.dtype = static_cast<cuda::Dtype>(first.dtype);
-      gather.op = static_cast<cuda::Op>(across);
-      for (size_t k = 0; k < groups[g].list.size(); ++k) gather.inputs[k] = groups[g].list[k].data;
-      gather.num_inputs = static_cast<int>(groups[g].list.size());
-      gather.outputs[0] = fused[g];
-      gather.num_outputs = 1;
-      gather.count = count;
-      gather.prescale = first.prescale;
-      RETURN_IF_ERROR(context(ops_->reduce(gather, groups[g].stream), "tensor '" + r.name + "'"));
+      RETURN_IF_ERROR(reduceOnGpu(r, groups[g], fused[g], across));
     }
     RETURN_IF_ERROR(acrossGpus(r, groups, fused, first.length, across, -1, access));
     for (size_t g = 0; g < groups.size(); ++g) {  // back to every rank, with the average and postscale

@@ -45,8 +45,8 @@ std::vector<size_t> requestIndices(const Response& r, const std::vector<int>& me
   return out;
 }
 
-// What each request's rank receives (allgather: every row; alltoall: its
-// blocks), with the output shapes in `result`.
+}  // namespace
+
 std::vector<uint64_t> gatheredBytes(const Response& r, ResponseResult* result) {
   if (r.type != v1::ALLGATHER) return alltoallLayout(r, result).bytes;
   int64_t total_rows = 0;
@@ -55,8 +55,6 @@ std::vector<uint64_t> gatheredBytes(const Response& r, ResponseResult* result) {
   for (auto& member : result->members) member.output_shape = gathered_shape;
   return std::vector<uint64_t>(r.requests.size(), total_rows * rowBytes(r.first()));
 }
-
-}  // namespace
 
 std::vector<uint64_t> GpuExecutor::localBytes(const Members& m, const std::vector<size_t>& index,
                                               const std::vector<uint64_t>& all) {

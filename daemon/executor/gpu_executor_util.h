@@ -1,11 +1,15 @@
 // SPDX-License-Identifier: Apache-2.0
-// Helpers of the GPU executor's two files.
+// Helpers of the GPU executor's files.
 #pragma once
 
 #include <string>
 
+#include <cstdint>
+#include <vector>
+
 #include "base/dtype.h"
 #include "daemon/coordinator/request.h"
+#include "daemon/executor/rank_access.h"
 
 namespace gradsync::executor {
 
@@ -27,5 +31,9 @@ inline Status checkReduction(const std::string& name, const coordinator::Request
   }
   return okStatus();
 }
+
+// Allgather or alltoall: what each request's rank receives (allgather:
+// every row; alltoall: its blocks), with the output shapes in `result`.
+std::vector<uint64_t> gatheredBytes(const Response& r, ResponseResult* result);
 
 }  // namespace gradsync::executor

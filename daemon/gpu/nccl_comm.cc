@@ -71,7 +71,7 @@ StatusOr<std::unique_ptr<NcclComm>> NcclComm::create(const NcclLibrary& nccl, De
                            std::to_string(nranks));
   }
   std::memcpy(unique.internal, id.data(), sizeof(unique.internal));
-  std::unique_ptr<NcclComm> result(new NcclComm(nccl, ops, devices, label));
+  std::unique_ptr<NcclComm> result(new NcclComm(nccl, ops, first_rank, devices, label));
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;
   (void)nccl.api().groupStart();
@@ -186,6 +186,16 @@ Status NcclComm::broadcast(const std::vector<void*>& buffers, size_t bytes, int 
                                  static_cast<cudaStream_t>(streams[i]));
   }));
   return waitDone(streams, timeout, "ncclBroadcast " + label_);
+}
+
+Status NcclComm::allGather(const std::vector<void*>& buffers, size_t bytes, const std::vector<void*>& streams,
+                           std::chrono::milliseconds timeout) {
+  RETURN_IF_ERROR(grouped(buffers, streams, "ncclAllGather", [&](size_t i) {
+    // The rank's own block: i counts the ranks held here, first_rank_ on.
+    uint8_t* own = static_cast<uint8_t*>(buffers[i]) + (static_cast<size_t>(first_rank_) + i) * bytes;
+    return nccl_.api().allGather(own, buffers[i], bytes, ncclUint8, comms_[i], static_cast<cudaStream_t>(streams[i]));
+  }));
+  return waitDone(streams, timeout, "ncclAllGather " + label_);
 }
 
 Status NcclComm::allReduce(const std::vector<void*>& buffers, size_t count, DataType dtype, ReduceOp op,

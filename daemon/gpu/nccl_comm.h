@@ -50,12 +50,16 @@ class NcclComm {
   // `bytes` from rank `root` to every rank, in place.
   Status broadcast(const std::vector<void*>& buffers, size_t bytes, int root, const std::vector<void*>& streams,
                    std::chrono::milliseconds timeout);
+  // In place: rank i's `bytes` at buffers[i] + i * bytes go to that place
+  // of every rank's buffer (nranks * bytes each).
+  Status allGather(const std::vector<void*>& buffers, size_t bytes, const std::vector<void*>& streams,
+                   std::chrono::milliseconds timeout);
   const std::vector<int>& devices() const { return devices_; }
   bool aborted() const { return aborted_; }
 
  private:
-  NcclComm(const NcclLibrary& nccl, DeviceOps* ops, std::vector<int> devices, std::string label)
-      : nccl_(nccl), ops_(ops), devices_(std::move(devices)), label_(std::move(label)) {}
+  NcclComm(const NcclLibrary& nccl, DeviceOps* ops, int first_rank, std::vector<int> devices, std::string label)
+      : nccl_(nccl), ops_(ops), first_rank_(first_rank), devices_(std::move(devices)), label_(std::move(label)) {}
   // Polls the communicator's ranks (and `streams`) until all are done.
   Status waitDone(const std::vector<void*>& streams, std::chrono::milliseconds timeout, const std::string& what);
   // Issues `call(rank index)` for every rank here in one group.
@@ -65,6 +69,7 @@ class NcclComm {
 
   const NcclLibrary& nccl_;
   DeviceOps* const ops_;
+  const int first_rank_;
   const std::vector<int> devices_;
   const std::string label_;
   std::vector<ncclComm_t> comms_;  // parallel to devices_

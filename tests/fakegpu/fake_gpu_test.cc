@@ -52,7 +52,7 @@ TEST_F(FakeGpuTest, EveryCollectiveOnCuMemMemory) {
   for (int r = 0; r < 3; ++r) ranks.push_back(daemon_.spawnRank("fake-vmm", r, 3, {"fake_cuda", "vmm"}, fakeDriver()));
   std::string report;
   EXPECT_TRUE(allSucceed(ranks, kTimeout, &report)) << report << daemon_.log();
-  for (auto& rank : ranks) EXPECT_NE(rank.log().find("collectives OK (cuMem memory)"), std::string::npos) << rank.log();
+  for (auto& rank : ranks) EXPECT_NE(rank.log().find("collectives OK (cuMem memory"), std::string::npos) << rank.log();
 }
 
 TEST_F(FakeGpuTest, ARankKilledMidCollectiveIsNamedAndTheDaemonGoesOn) {
@@ -221,40 +221,58 @@ struct GpusCase {
   int virtual_per_gpu = 0;
 };
 
-class FakeGpusOfANodeTest : public ::testing::TestWithParam<GpusCase> {};
+class FakeGpusOfANodeTest : public ::testing::TestWithParam<GpusCase> {
+ protected:
+  void SetUp() override {
+    const GpusCase c = GetParam();
+    daemon_.useBinary("tests/fakegpu/gradsyncd_fakegpu");
+    std::map<std::string, std::string> env = c.nccl ? fakeNccl() : std::map<std::string, std::string>{};
+    env["GRADSYNC_FAKE_GPUS"] = c.virtual_per_gpu > 0 ? std::to_string(c.gpus) : "4";
+    std::vector<std::string> flags = {"--log-level", "info"};
+    if (c.virtual_per_gpu > 0) {
+      flags.insert(flags.end(), {"--virtual-gpus-per-gpu", std::to_string(c.virtual_per_gpu)});
+    }
+    std::string error;
+    ASSERT_TRUE(daemon_.startWrapped({}, env, flags, &error)) << error;
+  }
+  // Runs the job `args` on c.ranks ranks; every rank must succeed, and with
+  // NCCL the GPUs must have been combined through it.
+  void runJob(const std::vector<std::string>& args) {
+    const GpusCase c = GetParam();
+    const std::map<std::string, std::string> driver = {
+        {"GRADSYNC_TEST_FAKE_LIBCUDA", runfile("tests/fakegpu/libcuda.so.1")}};
+    std::vector<Process> ranks;
+    for (int r = 0; r < c.ranks; ++r) ranks.push_back(daemon_.spawnRank("gpus", r, c.ranks, args, driver));
+    std::string report;
+    EXPECT_TRUE(allSucceed(ranks, kTimeout, &report)) << report << daemon_.log();
+    const std::string log = daemon_.log();
+    std::string devices;
+    const int used = c.virtual_per_gpu > 0 ? std::min(c.ranks, c.gpus * c.virtual_per_gpu) : c.gpus;
+    for (int d = 0; d < used; ++d) devices += (d == 0 ? "" : ", ") + std::to_string(d);
+    if (c.virtual_per_gpu > 0) {
+      EXPECT_NE(log.find("(virtual GPU " + std::to_string(c.virtual_per_gpu) + " of " +
+                         std::to_string(c.virtual_per_gpu) + " on device 0)"),
+                std::string::npos)
+          << log;
+    }
+    if (c.nccl) {
+      EXPECT_NE(log.find("NCCL communicator over this node's GPUs " + devices + " formed"), std::string::npos) << log;
+      EXPECT_EQ(log.find("no NCCL over this node's GPUs"), std::string::npos) << log;
+    }  // else the build's NCCL, which cannot form without a GPU, or none: host memory either way
+  }
+  void TearDown() override { EXPECT_EQ(daemon_.stop(), 0) << daemon_.log(); }
+  DaemonFixture daemon_;
+};
 
 TEST_P(FakeGpusOfANodeTest, AllreduceAndBroadcastAcrossTheNodesGpus) {
-  const GpusCase c = GetParam();
-  DaemonFixture daemon;
-  daemon.useBinary("tests/fakegpu/gradsyncd_fakegpu");
-  std::map<std::string, std::string> env = c.nccl ? fakeNccl() : std::map<std::string, std::string>{};
-  env["GRADSYNC_FAKE_GPUS"] = c.virtual_per_gpu > 0 ? std::to_string(c.gpus) : "4";
-  std::vector<std::string> flags = {"--log-level", "info"};
-  if (c.virtual_per_gpu > 0) flags.insert(flags.end(), {"--virtual-gpus-per-gpu", std::to_string(c.virtual_per_gpu)});
-  std::string error;
-  ASSERT_TRUE(daemon.startWrapped({}, env, flags, &error)) << error;
-  std::vector<Process> ranks;
-  const std::vector<std::string> args = {"fake_cuda_gpus", std::to_string(c.gpus), "4"};
-  const std::map<std::string, std::string> driver = {
-      {"GRADSYNC_TEST_FAKE_LIBCUDA", runfile("tests/fakegpu/libcuda.so.1")}};
-  for (int r = 0; r < c.ranks; ++r) ranks.push_back(daemon.spawnRank("gpus", r, c.ranks, args, driver));
-  std::string report;
-  EXPECT_TRUE(allSucceed(ranks, kTimeout, &report)) << report << daemon.log();
-  const std::string log = daemon.log();
-  std::string devices;
-  const int used = c.virtual_per_gpu > 0 ? std::min(c.ranks, c.gpus * c.virtual_per_gpu) : c.gpus;
-  for (int d = 0; d < used; ++d) devices += (d == 0 ? "" : ", ") + std::to_string(d);
-  if (c.virtual_per_gpu > 0) {
-    EXPECT_NE(log.find("(virtual GPU " + std::to_string(c.virtual_per_gpu) + " of " +
-                       std::to_string(c.virtual_per_gpu) + " on device 0)"),
-              std::string::npos)
-        << log;
-  }
-  if (c.nccl) {
-    EXPECT_NE(log.find("NCCL communicator over this node's GPUs " + devices + " formed"), std::string::npos) << log;
-    EXPECT_EQ(log.find("no NCCL over this node's GPUs"), std::string::npos) << log;
-  }  // else the build's NCCL, which cannot form without a GPU, or none: host memory either way
-  EXPECT_EQ(daemon.stop(), 0) << daemon.log();
+  runJob({"fake_cuda_gpus", std::to_string(GetParam().gpus), "4"});
+}
+
+// Every collective (ragged and empty allgather, alltoall, reducescatter of
+// uneven rows) with each rank's tensors on its GPU: each GPU's block of
+// inputs gathered on every GPU, or the GPUs' sums allreduced.
+TEST_P(FakeGpusOfANodeTest, EveryCollectiveAcrossTheNodesGpus) {
+  runJob({"fake_cuda", "gpus", std::to_string(GetParam().gpus)});
 }
 
 // An NCCL failure over the node's GPUs: every rank gets an error naming it
@@ -288,6 +306,8 @@ TEST(FakeGpusOfANodeFailureTest, AnNcclFailureIsNamedOnEveryRankAndTheNextJobRun
 
 INSTANTIATE_TEST_SUITE_P(Placements, FakeGpusOfANodeTest,
                          ::testing::Values(GpusCase{4, 4, true}, GpusCase{4, 2, true}, GpusCase{3, 2, false},
+                                           // Uneven: 3 ranks on one GPU, 2 on the other.
+                                           GpusCase{5, 2, true},
                                            // One GPU as 4 virtual ones, 4 ranks: one on each.
                                            GpusCase{4, 1, true, 4}));
 

@@ -50,17 +50,24 @@ int run(Client& c, gradsync_op_t op) {
 // segments), in chunks of 16 KiB that tensors cross; after the collectives
 // the chunk under one tensor is replaced, as an allocator that frees and
 // maps again, and an allreduce on the new memory must see the new values.
+// "gpus G": on fake GPU (local rank % G), as on a node whose ranks use G.
 int fakeCuda(Client& c, const std::vector<std::string>& args) {
   const bool vmm = !args.empty() && args[0] == "vmm";
+  const int gpus = args.size() == 2 && args[0] == "gpus" ? std::atoi(args[1].c_str()) : 0;
   constexpr size_t kChunk = 16384;
   using VmmMalloc = void* (*)(size_t, size_t);
+  using MallocOn = void* (*)(size_t, int);
   using Remap = int (*)(void*);
   auto fake_malloc = reinterpret_cast<FakeMalloc>(fakeSymbol("gradsync_fake_cuda_malloc"));
   auto vmm_malloc = reinterpret_cast<VmmMalloc>(fakeSymbol("gradsync_fake_cuda_malloc_vmm"));
+  auto malloc_on = reinterpret_cast<MallocOn>(fakeSymbol("gradsync_fake_cuda_malloc_on"));
   auto remap = reinterpret_cast<Remap>(fakeSymbol("gradsync_fake_cuda_remap"));
-  WORKER_CHECK(fake_malloc != nullptr && vmm_malloc != nullptr && remap != nullptr,
+  WORKER_CHECK(fake_malloc != nullptr && vmm_malloc != nullptr && malloc_on != nullptr && remap != nullptr,
                "no fake CUDA driver ($GRADSYNC_TEST_FAKE_LIBCUDA)");
+  const char* local = std::getenv("GRADSYNC_LOCAL_RANK");
+  const int device = gpus > 0 ? (local != nullptr ? std::atoi(local) : c.rank()) % gpus : 0;
   auto allocate = [&](size_t bytes) {
+    if (gpus > 0) return static_cast<uint8_t*>(malloc_on(bytes, device));
     return static_cast<uint8_t*>(vmm ? vmm_malloc(bytes, kChunk) : fake_malloc(bytes));
   };
   const int n = c.size(), me = c.rank();
@@ -176,7 +183,8 @@ int fakeCuda(Client& c, const std::vector<std::string>& args) {
     const float want = n * (n - 1) / 2.0f + 2.0f * n;
     for (int i = 0; i < 1000; ++i) WORKER_CHECK(x[i] == want, "after remap, element %d: %g, want %g", i, x[i], want);
   }
-  std::fprintf(stderr, "[rank %d] fake CUDA collectives OK (%s memory)\n", me, vmm ? "cuMem" : "cudaMalloc");
+  std::fprintf(stderr, "[rank %d] fake CUDA collectives OK (%s memory, GPU %d)\n", me, vmm ? "cuMem" : "cudaMalloc",
+               device);
   return 0;
 }
 
@@ -302,9 +310,9 @@ int fakeCudaHold(Client& c, const std::vector<std::string>&) {
 
 // args: GPUS STEPS [allreduce-only]: this rank's tensors on fake GPU (local
 // rank % GPUS), as on a node whose ranks use GPUS GPUs; the steps of
-// fakeCudaAcross (allgather and reducescatter left out) and an int16 sum
-// each step (a dtype NCCL lacks: combined through host memory); with
-// "allreduce-only" (jobs across nodes) the broadcast is left out too.
+// fakeCudaAcross and an int16 sum each step (a dtype NCCL lacks: combined
+// through host memory); with "allreduce-only" (jobs across nodes) only
+// the allreduces, and an allgather refused as not built yet.
 int fakeCudaGpus(Client& c, const std::vector<std::string>& args) {
   using MallocOn = void* (*)(size_t, int);
   auto malloc_on = reinterpret_cast<MallocOn>(fakeSymbol("gradsync_fake_cuda_malloc_on"));
@@ -320,7 +328,7 @@ int fakeCudaGpus(Client& c, const std::vector<std::string>& args) {
   const int n = c.size(), me = c.rank();
   const std::vector<int64_t> s300 = {300};
   for (int s = 0; s < steps; ++s) {
-    if (acrossStep(c, allocations[s % 2] + (s % 3) * 262144, s, /*gather_like=*/false, !allreduce_only)) return 1;
+    if (acrossStep(c, allocations[s % 2] + (s % 3) * 262144, s, !allreduce_only, !allreduce_only)) return 1;
     auto* h = reinterpret_cast<int16_t*>(allocations[s % 2] + 786432);
     for (int i = 0; i < 300; ++i) h[i] = static_cast<int16_t>(me + i % 5 + s);
     if (run(c, cudaOp(GRADSYNC_ALLREDUCE, "gpus.int16", h, GRADSYNC_INT16, s300))) return 1;
@@ -329,7 +337,7 @@ int fakeCudaGpus(Client& c, const std::vector<std::string>& args) {
       WORKER_CHECK(h[i] == want, "step %d int16 sum %d: %d, want %d", s, i, h[i], want);
     }
   }
-  if (gpus > 1 && !allreduce_only) {  // not built over several GPUs yet: refused, saying so
+  if (gpus > 1 && allreduce_only) {  // across nodes, not built over several GPUs yet: refused, saying so
     auto* g = reinterpret_cast<float*>(allocations[0] + 917504);
     const std::vector<int64_t> s7 = {7};
     gradsync_op_t gather = cudaOp(GRADSYNC_ALLGATHER, "gpus.gather", g, GRADSYNC_FLOAT32, s7);
@@ -338,9 +346,9 @@ int fakeCudaGpus(Client& c, const std::vector<std::string>& args) {
     Operation h;
     WORKER_OK(c.start(gather, &h));
     const Result r = h.wait(30);
-    WORKER_CHECK(
-        !r.ok() && r.message.find("allgather over several GPUs of a node is not built yet") != std::string::npos,
-        "allgather over several GPUs: %d %s", r.code, r.message.c_str());
+    WORKER_CHECK(!r.ok() && r.message.find("allgather across nodes over several GPUs of a node is not built yet") !=
+                                std::string::npos,
+                 "allgather across nodes over several GPUs: %d %s", r.code, r.message.c_str());
   }
   std::fprintf(stderr, "[rank %d] fake CUDA on GPU %d of %d OK (%d steps)\n", me, device, gpus, steps);
   return 0;
