@@ -135,17 +135,6 @@ StatusOr<std::vector<GpuExecutor::Members>> GpuExecutor::resolveByDevice(const R
   return groups;
 }
 
-StatusOr<GpuExecutor::Members> GpuExecutor::resolve(const Response& r, RankAccess& access) {
-  ASSIGN_OR_RETURN(std::vector<Members> groups, resolveByDevice(r, access));
-  if (groups.size() > 1) {
-    return unimplemented("tensor '" + r.name + "': the ranks on this node use " + std::to_string(groups.size()) +
-                         " GPUs (" + std::to_string(groups[0].device) + " and " + std::to_string(groups[1].device) +
-                         "); " + collectiveName(r.type) + (access.dataPlane().multiNode() ? " across nodes" : "") +
-                         " over several GPUs of a node is not built yet");
-  }
-  return groups.empty() ? Members{} : std::move(groups.front());
-}
-
 Status GpuExecutor::waitReady(const Members& m) {
   // On the host, not on the stream: a stream told to wait for the event of a
   // client that dies before reaching it would never run again, and every

@@ -25,11 +25,11 @@
 // GPUs through an NCCL communicator over them that the daemon holds whole
 // (host memory for a dtype NCCL lacks, without NCCL, or after it failed).
 // Across nodes, allreduce combines the node's GPUs first, then the first
-// GPU's buffer among the daemons, then back to the others. Allgather,
-// alltoall and reducescatter of a one-node job over several GPUs:
-// gpu_executor_gpus_gather.cc. Not yet with several GPUs: allgather,
-// alltoall, reducescatter and broadcast across nodes (UNIMPLEMENTED,
-// naming the tensor).
+// GPU's buffer among the daemons, then back to the others; broadcast
+// among the first GPUs of the nodes, the root's node spreading it to its
+// GPUs first, the others after. Allgather, alltoall and reducescatter of a
+// one-node job over several GPUs: gpu_executor_gpus_gather.cc; across
+// nodes they stage every GPU's ranks through host memory.
 #pragma once
 
 #include <chrono>
@@ -80,8 +80,6 @@ class GpuExecutor : public DeviceExecutor {
     int device = -1;
     void* stream = nullptr;  // cudaStream_t
   };
-  // The members on this node's GPU (UNIMPLEMENTED if they use several).
-  StatusOr<Members> resolve(const Response& r, RankAccess& access);
   // The members by GPU, in device order; members without memory go with
   // the first (or alone, with device -1).
   StatusOr<std::vector<Members>> resolveByDevice(const Response& r, RankAccess& access);

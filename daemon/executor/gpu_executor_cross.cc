@@ -166,59 +166,110 @@ Status GpuExecutor::scatterFromFused(const FusedAllreduce& f) {
 }
 
 Status GpuExecutor::stagedBroadcast(const Response& r, RankAccess& access) {
-  ASSIGN_OR_RETURN(Members m, resolve(r, access));
+  ASSIGN_OR_RETURN(std::vector<Members> groups, resolveByDevice(r, access));
   // No member of the set here (the call only keeps the ring sequence), or
   // local members without elements: the ring still runs.
-  if (m.list.empty() || m.device < 0) {
+  if (groups.empty() || groups.front().device < 0) {
     std::vector<uint8_t> none(1);
     return access.dataPlane().broadcast(nodesOf(r, access), none.data(), 0, r.first().root_rank);
   }
   const Request& first = r.first();
   uint8_t* root = nullptr;
-  for (const auto& member : m.list) {
-    if (member.rank == first.root_rank) root = member.data;
+  int root_gpu = -1;           // the root's GPU here, as an index into groups
+  std::vector<void*> landing;  // per GPU: the root's tensor there, the first member's elsewhere
+  for (size_t g = 0; g < groups.size(); ++g) {
+    landing.push_back(groups[g].list.front().data);
+    for (const auto& member : groups[g].list) {
+      if (member.rank != first.root_rank) continue;
+      root = member.data;
+      root_gpu = static_cast<int>(g);
+      landing.back() = root;
+    }
   }
+  size_t waited = 0;  // groups whose ready events were awaited: their done events are recorded whatever happens
+  auto waitAll = [&]() -> Status {
+    for (const auto& group : groups) {
+      RETURN_IF_ERROR(ops_->select(group.device));
+      RETURN_IF_ERROR(waitReady(group));
+      ++waited;
+    }
+    return okStatus();
+  };
+  auto recordAll = [&](Status status) {
+    for (size_t g = 0; g < waited; ++g) {
+      (void)ops_->select(groups[g].device);
+      status = recordDoneAfter(groups[g], status);
+    }
+    return status;
+  };
+  // From each GPU's landing place to its other members.
+  auto toMembers = [&]() -> Status {
+    for (size_t g = 0; g < groups.size(); ++g) {
+      RETURN_IF_ERROR(ops_->select(groups[g].device));
+      for (const auto& member : groups[g].list) {
+        if (member.data == landing[g]) continue;
+        RETURN_IF_ERROR(
+            context(ops_->copy(member.data, landing[g], first.length, gpu::CopyKind::kDeviceToDevice, groups[g].stream),
+                    "tensor '" + r.name + "': copy to rank " + std::to_string(member.rank)));
+      }
+    }
+    return okStatus();
+  };
   // NCCL among the daemons' GPUs when every node takes part (the whole job;
   // process sets would need communicator splits): every node decides alike.
+  // Between the first GPUs of the nodes; on the root's node, from the
+  // root's GPU to the others first, on the other nodes from the first GPU
+  // to the others after.
   if (r.process_set_id == 0) {
-    ASSIGN_OR_RETURN(gpu::NcclComm * comm, ncclFor(access, m.device, v1::UINT8));
+    ASSIGN_OR_RETURN(gpu::NcclComm * comm, ncclFor(access, groups.front().device, v1::UINT8));
     if (comm != nullptr) {
-      RETURN_IF_ERROR(waitReady(m));
-      uint8_t* landing = root != nullptr ? root : m.list.front().data;
-      Status status = comm->broadcast({landing}, first.length, access.dataPlane().nodeOf(first.root_rank), {m.stream},
-                                      gpu::kStreamWaitLimit);
-      if (!status.isOk()) nccl_failed_ = true;  // aborted: the rest of the job stages through host memory
-      for (const auto& member : m.list) {
-        if (!status.isOk() || member.data == landing) continue;
-        status = context(ops_->copy(member.data, landing, first.length, gpu::CopyKind::kDeviceToDevice, m.stream),
-                         "tensor '" + r.name + "': copy to rank " + std::to_string(member.rank));
-      }
-      return recordDoneAfter(m, status);
+      Status status = [&]() -> Status {
+        RETURN_IF_ERROR(waitAll());
+        if (root_gpu > 0) RETURN_IF_ERROR(acrossGpus(r, groups, landing, first.length, v1::SUM, root_gpu, access));
+        RETURN_IF_ERROR(ops_->select(groups.front().device));
+        Status sent = comm->broadcast({landing.front()}, first.length, access.dataPlane().nodeOf(first.root_rank),
+                                      {groups.front().stream}, gpu::kStreamWaitLimit);
+        if (!sent.isOk()) nccl_failed_ = true;  // aborted: the rest of the job stages through host memory
+        RETURN_IF_ERROR(context(sent, "tensor '" + r.name + "'"));
+        if (root_gpu <= 0 && groups.size() > 1) {
+          RETURN_IF_ERROR(acrossGpus(r, groups, landing, first.length, v1::SUM, 0, access));
+        }
+        return toMembers();
+      }();
+      return recordAll(status);
     }
   }
   uint8_t* host = staging(first.length);
-  RETURN_IF_ERROR(waitReady(m));
   Status status = [&]() -> Status {
+    RETURN_IF_ERROR(waitAll());
     if (root != nullptr) {
       // Bounded wait first: a copy to pageable memory blocks the host until
       // the stream reaches it, and the stream waits on the ranks' events.
-      RETURN_IF_ERROR(ops_->waitStream(m.stream, "waiting for the root's tensor"));
-      RETURN_IF_ERROR(context(ops_->copy(host, root, first.length, gpu::CopyKind::kDeviceToHost, m.stream),
+      const Members& home = groups[root_gpu];
+      RETURN_IF_ERROR(ops_->select(home.device));
+      RETURN_IF_ERROR(ops_->waitStream(home.stream, "waiting for the root's tensor"));
+      RETURN_IF_ERROR(context(ops_->copy(host, root, first.length, gpu::CopyKind::kDeviceToHost, home.stream),
                               "tensor '" + r.name + "': copy of the root's tensor to the staging buffer"));
     }
     RETURN_IF_ERROR(access.dataPlane().broadcast(nodesOf(r, access), host, first.length, first.root_rank));
-    for (const auto& member : m.list) {
-      if (member.data == root) continue;
-      RETURN_IF_ERROR(context(ops_->copy(member.data, host, first.length, gpu::CopyKind::kHostToDevice, m.stream),
-                              "tensor '" + r.name + "': copy to rank " + std::to_string(member.rank)));
+    for (const auto& group : groups) {
+      RETURN_IF_ERROR(ops_->select(group.device));
+      for (const auto& member : group.list) {
+        if (member.data == root) continue;
+        RETURN_IF_ERROR(context(ops_->copy(member.data, host, first.length, gpu::CopyKind::kHostToDevice, group.stream),
+                                "tensor '" + r.name + "': copy to rank " + std::to_string(member.rank)));
+      }
     }
     return okStatus();
   }();
-  status = recordDoneAfter(m, status);
+  status = recordAll(status);
   // The staging buffer is the job's: free for the next batch only once read
   // (also after an error: copies from it may be queued).
-  const Status drained = ops_->waitStream(m.stream, "waiting for the copies from the staging buffer");
-  return status.isOk() ? drained : status;
+  for (const auto& group : groups) {
+    const Status drained = ops_->waitStream(group.stream, "waiting for the copies from the staging buffer");
+    if (status.isOk()) status = drained;
+  }
+  return status;
 }
 
 }  // namespace gradsync::executor

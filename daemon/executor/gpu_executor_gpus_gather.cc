@@ -69,10 +69,10 @@ ResponseResult GpuExecutor::multiGpuGatherLike(const Response& r, const std::vec
       for (size_t k = 0; k < groups[g].list.size(); ++k) {
         const size_t i = index[g][k];
         if (r.requests[i]->length == 0) continue;
-        RETURN_IF_ERROR(context(ops_->copy(static_cast<uint8_t*>(gathered[g]) + at[i], groups[g].list[k].data,
-                                           r.requests[i]->length, gpu::CopyKind::kDeviceToDevice, groups[g].stream),
-                                "tensor '" + r.name + "': copy of rank " + std::to_string(groups[g].list[k].rank) +
-                                    "'s input"));
+        RETURN_IF_ERROR(
+            context(ops_->copy(static_cast<uint8_t*>(gathered[g]) + at[i], groups[g].list[k].data,
+                               r.requests[i]->length, gpu::CopyKind::kDeviceToDevice, groups[g].stream),
+                    "tensor '" + r.name + "': copy of rank " + std::to_string(groups[g].list[k].rank) + "'s input"));
       }
     }
     if (block > 0) RETURN_IF_ERROR(gatherAcrossGpus(r, groups, gathered, block, access));
@@ -103,9 +103,9 @@ Status GpuExecutor::copyFromGathered(const Response& r, const Members& m, const 
         length = splits[j] * row;
       }
       if (length > 0) {
-        RETURN_IF_ERROR(context(ops_->copy(m.list[k].output + written, gathered + from, length,
-                                           gpu::CopyKind::kDeviceToDevice, m.stream),
-                                "tensor '" + r.name + "': copy to rank " + std::to_string(m.list[k].rank)));
+        RETURN_IF_ERROR(context(
+            ops_->copy(m.list[k].output + written, gathered + from, length, gpu::CopyKind::kDeviceToDevice, m.stream),
+            "tensor '" + r.name + "': copy to rank " + std::to_string(m.list[k].rank)));
       }
       written += length;
     }
@@ -146,11 +146,12 @@ Status GpuExecutor::gatherAcrossGpusOnHost(const Response& r, const std::vector<
   for (size_t g = 0; g < n; ++g) {  // the other GPUs' blocks: those before this one's, then those after
     RETURN_IF_ERROR(ops_->select(groups[g].device));
     auto* buffer = static_cast<uint8_t*>(buffers[g]);
-    for (const auto& [from, bytes] : {std::pair<size_t, size_t>{0, block * g}, {block * (g + 1), block * (n - g - 1)}}) {
+    for (const auto& [from, bytes] :
+         {std::pair<size_t, size_t>{0, block * g}, {block * (g + 1), block * (n - g - 1)}}) {
       if (bytes == 0) continue;
-      RETURN_IF_ERROR(context(
-          ops_->copy(buffer + from, host + from, bytes, gpu::CopyKind::kHostToDevice, groups[g].stream),
-          "tensor '" + r.name + "': copy from host memory"));
+      RETURN_IF_ERROR(
+          context(ops_->copy(buffer + from, host + from, bytes, gpu::CopyKind::kHostToDevice, groups[g].stream),
+                  "tensor '" + r.name + "': copy from host memory"));
     }
   }
   // The staging buffer is the job's: free for the next batch only once read.

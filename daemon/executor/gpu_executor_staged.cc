@@ -1,8 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 // GpuExecutor across nodes for allgather, alltoall and reducescatter of CUDA
 // tensors: through host memory and the daemons' ring (alltoall: their
-// pairwise exchange), as the CPU executor does them (multi_node_executor.cc), with the node's ranks copied out of
-// and back into their GPU memory. Exact results; NCCL for these is to come.
+// pairwise exchange), as the CPU executor does them
+// (multi_node_executor.cc), with the node's ranks copied out of and back
+// into their GPU memory, whichever of the node's GPUs they use (the GPUs'
+// sums combined first for reducescatter). Exact results; NCCL for these is
+// to come.
 #include <algorithm>
 #include <cstring>
 #include <map>
@@ -84,32 +87,44 @@ Status GpuExecutor::stageInputs(const Response& r, const Members& m, const std::
 }
 
 ResponseResult GpuExecutor::stagedGatherLike(const Response& r, RankAccess& access) {
-  auto resolved = resolve(r, access);
+  auto resolved = resolveByDevice(r, access);
   if (!resolved.isOk()) return failed(r, resolved.status());
-  const Members& m = *resolved;
-  const std::vector<size_t> index = memberIndices(r, m);
+  const std::vector<Members>& groups = *resolved;  // by GPU: each stages through the same host buffer
+  std::vector<std::vector<size_t>> index;
+  for (const auto& group : groups) index.push_back(memberIndices(r, group));
   const GatherLayout layout = gatherLayout(r, access);
   ResponseResult result = failed(r, okStatus());
-  Status status = checkOutputs(r, m, localBytes(m, index, gatheredBytes(r, &result)));
+  const std::vector<uint64_t> out_bytes = gatheredBytes(r, &result);
+  Status status = okStatus();
+  for (size_t g = 0; status.isOk() && g < groups.size(); ++g) {
+    status = checkOutputs(r, groups[g], localBytes(groups[g], index[g], out_bytes));
+  }
   // Alltoall: each rank's input at layout.offset, then the messages to the
   // other nodes and from them (a pairwise exchange, as on the CPU path).
   const AlltoallRoutes routes = r.type == v1::ALLTOALL ? alltoallRoutes(r, access) : AlltoallRoutes();
   uint8_t* host = staging(std::max<size_t>(layout.total + routes.send_bytes + routes.recv_bytes, 1));
   uint8_t* send = host + layout.total;
   uint8_t* recv = send + routes.send_bytes;
-  bool waited = false;
-  if (status.isOk()) {
-    status = waitReady(m);
-    waited = status.isOk();
+  size_t waited = 0;  // groups whose ready events were awaited: their done events are recorded whatever happens
+  for (size_t g = 0; status.isOk() && g < groups.size(); ++g) {
+    if (groups[g].device >= 0) status = ops_->select(groups[g].device);
+    if (status.isOk()) status = waitReady(groups[g]);
+    if (status.isOk()) ++waited;
   }
   if (status.isOk()) {
     PhaseScope phase(access, "MEMCPY_DEVICE_TO_HOST");
-    status = stageInputs(r, m, index, layout.offset, host);
+    for (size_t g = 0; status.isOk() && g < groups.size(); ++g) {
+      if (groups[g].device >= 0) status = ops_->select(groups[g].device);
+      if (status.isOk()) status = stageInputs(r, groups[g], index[g], layout.offset, host);
+    }
   }
   if (status.isOk() && r.type == v1::ALLGATHER)
     status = access.dataPlane().allgather(nodesOf(r, access), host, layout.owned);
   if (status.isOk() && r.type == v1::ALLTOALL) {
-    if (m.stream != nullptr) status = ops_->waitStream(m.stream, "waiting for the copies to the staging buffer");
+    for (const auto& group : groups) {
+      if (status.isOk() && group.stream != nullptr)
+        status = ops_->waitStream(group.stream, "waiting for the copies to the staging buffer");
+    }
     size_t at = 0;
     for (const auto& piece : routes.pack) {
       std::memcpy(send + at, host + layout.offset[piece.request] + piece.offset, piece.bytes);
@@ -120,11 +135,19 @@ ResponseResult GpuExecutor::stagedGatherLike(const Response& r, RankAccess& acce
   }
   if (status.isOk()) {
     PhaseScope phase(access, "MEMCPY_HOST_TO_DEVICE");
-    status = copyGatheredOut(r, m, index, layout.offset, layout.total, routes, host, recv);
+    for (size_t g = 0; status.isOk() && g < groups.size(); ++g) {
+      if (groups[g].device >= 0) status = ops_->select(groups[g].device);
+      if (status.isOk())
+        status = copyGatheredOut(r, groups[g], index[g], layout.offset, layout.total, routes, host, recv);
+    }
   }
-  if (waited) status = recordDoneAfter(m, status);
-  if (m.stream != nullptr) {  // the staging buffer is the job's: read before the next batch
-    const Status drained = ops_->waitStream(m.stream, "waiting for the copies from the staging buffer");
+  for (size_t g = 0; g < waited; ++g) {
+    if (groups[g].device >= 0) (void)ops_->select(groups[g].device);
+    status = recordDoneAfter(groups[g], status);
+  }
+  for (const auto& group : groups) {  // the staging buffer is the job's: read before the next batch
+    if (group.stream == nullptr) continue;
+    const Status drained = ops_->waitStream(group.stream, "waiting for the copies from the staging buffer");
     if (status.isOk()) status = drained;
   }
   return status.isOk() ? result : failed(r, status);
@@ -156,61 +179,77 @@ Status GpuExecutor::copyGatheredOut(const Response& r, const Members& m, const s
 }
 
 ResponseResult GpuExecutor::stagedReducescatter(const Response& r, RankAccess& access) {
-  auto resolved = resolve(r, access);
+  auto resolved = resolveByDevice(r, access);
   if (!resolved.isOk()) return failed(r, resolved.status());
-  const Members& m = *resolved;
+  const std::vector<Members>& groups = *resolved;
   const Request& first = r.first();
   if (Status valid = checkReduction(r.name, first); !valid.isOk()) return failed(r, valid);
-  const std::vector<size_t> index = memberIndices(r, m);
   const size_t count = first.length / elementSize(first.dtype);
   const ReduceOp ring_op = first.op == v1::AVERAGE ? v1::SUM : first.op;
   const std::vector<int64_t> rows = reducescatterRows(r);
   ResponseResult result = failed(r, okStatus());
   const OutputLayout layout = reducescatterLayout(r, rows, &result);
-  Status status = checkOutputs(r, m, localBytes(m, index, layout.bytes));
+  std::vector<std::vector<size_t>> index;
+  for (const auto& group : groups) {
+    index.push_back(memberIndices(r, group));
+    if (Status ok = checkOutputs(r, group, localBytes(group, index.back(), layout.bytes)); !ok.isOk()) {
+      return failed(r, ok);
+    }
+  }
   uint8_t* host = staging(std::max<size_t>(first.length, 1));
-  if (status.isOk() && m.stream == nullptr) {  // no local rank holds memory: identities into the ring
+  if (groups.empty() || groups.front().device < 0) {  // no local rank holds memory: identities into the ring
     fillIdentity(host, count, first.dtype, ring_op);
-    status = access.dataPlane().reduceScatter(nodesOf(r, access), host, host, first.dtype, ring_op,
-                                              reducescatterOwned(r, rows, access));
+    Status status = access.dataPlane().reduceScatter(nodesOf(r, access), host, host, first.dtype, ring_op,
+                                                     reducescatterOwned(r, rows, access));
     return status.isOk() ? result : failed(r, status);
   }
-  if (!status.isOk()) return failed(r, status);
-  status = waitReady(m);
-  if (!status.isOk()) return failed(r, status);
-  status = [&]() -> Status {
-    ASSIGN_OR_RETURN(gpu::GrowingBuffer * fusion, fusionFor(m.device));
-    ASSIGN_OR_RETURN(uint8_t * fused, fusion->reserve(first.length));
-    // 1. The node's ranks reduced on the GPU (prescale, no average yet).
-    cuda::LocalReduceArgs gather;
-    gather.dtype = static_cast<cuda::Dtype>(first.dtype);
-    gather.op = static_cast<cuda::Op>(ring_op);
-    for (size_t k = 0; k < m.list.size(); ++k) gather.inputs[k] = m.list[k].data;
-    gather.num_inputs = static_cast<int>(m.list.size());
-    gather.outputs[0] = fused;
-    gather.num_outputs = 1;
-    gather.count = count;
-    gather.prescale = first.prescale;
-    RETURN_IF_ERROR(context(ops_->reduce(gather, m.stream), "tensor '" + r.name + "'"));
+  size_t waited = 0;  // groups whose ready events were awaited: their done events are recorded whatever happens
+  Status status = [&]() -> Status {
+    std::vector<void*> fused;
+    for (const auto& group : groups) {
+      ASSIGN_OR_RETURN(gpu::GrowingBuffer * fusion, fusionFor(group.device));
+      ASSIGN_OR_RETURN(uint8_t * data, fusion->reserve(first.length));
+      fused.push_back(data);
+    }
+    // 1. The node's ranks reduced on their GPUs (prescale, no average yet),
+    //    then the GPUs combined into the first one's buffer.
+    for (size_t g = 0; g < groups.size(); ++g) {
+      RETURN_IF_ERROR(ops_->select(groups[g].device));
+      RETURN_IF_ERROR(waitReady(groups[g]));
+      ++waited;
+      RETURN_IF_ERROR(reduceOnGpu(r, groups[g], fused[g], ring_op));
+    }
+    if (groups.size() > 1) RETURN_IF_ERROR(acrossGpus(r, groups, fused, first.length, ring_op, -1, access));
+    const Members& lead = groups.front();
+    RETURN_IF_ERROR(ops_->select(lead.device));
     {
       PhaseScope phase(access, "MEMCPY_DEVICE_TO_HOST");
-      RETURN_IF_ERROR(ops_->waitStream(m.stream, "waiting for the local reduction"));
-      RETURN_IF_ERROR(context(ops_->copy(host, fused, first.length, gpu::CopyKind::kDeviceToHost, m.stream),
+      RETURN_IF_ERROR(ops_->waitStream(lead.stream, "waiting for the local reduction"));
+      RETURN_IF_ERROR(context(ops_->copy(host, fused.front(), first.length, gpu::CopyKind::kDeviceToHost, lead.stream),
                               "copy to the staging buffer"));
     }
     // 2. Among the nodes, a ring reduce-scatter (as on the CPU path): this
     //    node's ranks' rows come back reduced over every node.
     RETURN_IF_ERROR(access.dataPlane().reduceScatter(nodesOf(r, access), host, host, first.dtype, ring_op,
                                                      reducescatterOwned(r, rows, access)));
+    // 3. To each GPU, and each local rank's rows, with the average and postscale.
     PhaseScope phase(access, "MEMCPY_HOST_TO_DEVICE");
-    RETURN_IF_ERROR(context(ops_->copy(fused, host, first.length, gpu::CopyKind::kHostToDevice, m.stream),
-                            "copy from the staging buffer"));
-    // 3. Each local rank's rows, with the average and postscale.
-    return scatterRows(r, m, index, rows, fused);
+    for (size_t g = 0; g < groups.size(); ++g) {
+      RETURN_IF_ERROR(ops_->select(groups[g].device));
+      RETURN_IF_ERROR(context(ops_->copy(fused[g], host, first.length, gpu::CopyKind::kHostToDevice, groups[g].stream),
+                              "copy from the staging buffer"));
+      RETURN_IF_ERROR(scatterRows(r, groups[g], index[g], rows, static_cast<const uint8_t*>(fused[g])));
+    }
+    return okStatus();
   }();
-  status = recordDoneAfter(m, status);
-  const Status drained = ops_->waitStream(m.stream, "waiting for the copy from the staging buffer");
-  if (status.isOk()) status = drained;
+  for (size_t g = 0; g < waited; ++g) {
+    (void)ops_->select(groups[g].device);
+    status = recordDoneAfter(groups[g], status);
+  }
+  for (const auto& group : groups) {  // the staging buffer is the job's: read before the next batch
+    const Status drained = ops_->waitStream(group.stream, "waiting for the copy from the staging buffer");
+    if (status.isOk()) status = drained;
+  }
   return status.isOk() ? result : failed(r, status);
 }
 

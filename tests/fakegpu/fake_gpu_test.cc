@@ -312,29 +312,36 @@ INSTANTIATE_TEST_SUITE_P(Placements, FakeGpusOfANodeTest,
                                            GpusCase{4, 1, true, 4}));
 
 // Nodes of several GPUs: two daemons of 2 fake GPUs each, two ranks on
-// each, one per GPU. Each node's GPUs combine over NCCL (or host memory),
-// the first GPU's buffer goes among the daemons (NCCL or the ring), then
-// back to the other GPU and every rank.
-class FakeGpusAcrossDaemonsTest : public ::testing::TestWithParam<bool> {};
-
-TEST_P(FakeGpusAcrossDaemonsTest, AllreduceAcrossNodesOfTwoGpus) {
-  const bool nccl = GetParam();
-  std::map<std::string, std::string> env = nccl ? fakeNccl() : std::map<std::string, std::string>{};
-  env["GRADSYNC_FAKE_GPUS"] = "2";
-  DaemonPair pair;
-  std::string error;
-  ASSERT_TRUE(pair.start(nccl ? "auto" : "staging", {env, env}, &error)) << error;
-  std::vector<Process> ranks = pair.spawn("nodes", {"fake_cuda_gpus", "2", "4", "allreduce-only"}, {0, 0, 1, 1});
-  std::string report;
-  EXPECT_TRUE(allSucceed(ranks, kTimeout, &report)) << report << pair.logs();
-  for (auto& d : pair.daemons) {
-    if (nccl) {
-      EXPECT_NE(d->log().find("NCCL communicator over this node's GPUs 0, 1 formed"), std::string::npos) << d->log();
-      EXPECT_NE(d->log().find("NCCL communicator among 2 daemons formed"), std::string::npos) << d->log();
+// each, one per GPU. Allreduce: each node's GPUs combine over NCCL (or host
+// memory), the first GPU's buffer goes among the daemons (NCCL or the
+// ring), then back to the other GPU and every rank. Broadcast: from the
+// root's GPU to its node's first GPU, among the nodes, to the other GPUs.
+// Allgather, alltoall, reducescatter: every GPU's ranks through host memory.
+class FakeGpusAcrossDaemonsTest : public ::testing::TestWithParam<bool> {
+ protected:
+  void runJob(const std::vector<std::string>& args) {
+    const bool nccl = GetParam();
+    std::map<std::string, std::string> env = nccl ? fakeNccl() : std::map<std::string, std::string>{};
+    env["GRADSYNC_FAKE_GPUS"] = "2";
+    DaemonPair pair;
+    std::string error;
+    ASSERT_TRUE(pair.start(nccl ? "auto" : "staging", {env, env}, &error)) << error;
+    std::vector<Process> ranks = pair.spawn("nodes", args, {0, 0, 1, 1});
+    std::string report;
+    EXPECT_TRUE(allSucceed(ranks, kTimeout, &report)) << report << pair.logs();
+    for (auto& d : pair.daemons) {
+      if (nccl) {
+        EXPECT_NE(d->log().find("NCCL communicator over this node's GPUs 0, 1 formed"), std::string::npos) << d->log();
+        EXPECT_NE(d->log().find("NCCL communicator among 2 daemons formed"), std::string::npos) << d->log();
+      }
+      EXPECT_EQ(d->stop(), 0) << d->log();
     }
-    EXPECT_EQ(d->stop(), 0) << d->log();
   }
-}
+};
+
+TEST_P(FakeGpusAcrossDaemonsTest, FusedCollectivesAcrossNodesOfTwoGpus) { runJob({"fake_cuda_gpus", "2", "4"}); }
+
+TEST_P(FakeGpusAcrossDaemonsTest, EveryCollectiveAcrossNodesOfTwoGpus) { runJob({"fake_cuda", "gpus", "2"}); }
 
 INSTANTIATE_TEST_SUITE_P(WithAndWithoutNccl, FakeGpusAcrossDaemonsTest, ::testing::Bool());
 

@@ -308,17 +308,14 @@ int fakeCudaHold(Client& c, const std::vector<std::string>&) {
   return 0;
 }
 
-// args: GPUS STEPS [allreduce-only]: this rank's tensors on fake GPU (local
-// rank % GPUS), as on a node whose ranks use GPUS GPUs; the steps of
-// fakeCudaAcross and an int16 sum each step (a dtype NCCL lacks: combined
-// through host memory); with "allreduce-only" (jobs across nodes) only
-// the allreduces, and an allgather refused as not built yet.
+// args: GPUS STEPS: this rank's tensors on fake GPU (local rank % GPUS), as
+// on a node whose ranks use GPUS GPUs; the steps of fakeCudaAcross and an
+// int16 sum each step (a dtype NCCL lacks: combined through host memory).
 int fakeCudaGpus(Client& c, const std::vector<std::string>& args) {
   using MallocOn = void* (*)(size_t, int);
   auto malloc_on = reinterpret_cast<MallocOn>(fakeSymbol("gradsync_fake_cuda_malloc_on"));
   WORKER_CHECK(malloc_on != nullptr, "no fake CUDA driver ($GRADSYNC_TEST_FAKE_LIBCUDA)");
-  WORKER_CHECK(args.size() == 2 || args.size() == 3, "fake_cuda_gpus GPUS STEPS [allreduce-only]");
-  const bool allreduce_only = args.size() == 3 && args[2] == "allreduce-only";
+  WORKER_CHECK(args.size() == 2, "fake_cuda_gpus GPUS STEPS");
   const int gpus = std::atoi(args[0].c_str()), steps = std::atoi(args[1].c_str());
   const char* local = std::getenv("GRADSYNC_LOCAL_RANK");
   const int device = (local != nullptr ? std::atoi(local) : c.rank()) % gpus;
@@ -328,7 +325,7 @@ int fakeCudaGpus(Client& c, const std::vector<std::string>& args) {
   const int n = c.size(), me = c.rank();
   const std::vector<int64_t> s300 = {300};
   for (int s = 0; s < steps; ++s) {
-    if (acrossStep(c, allocations[s % 2] + (s % 3) * 262144, s, !allreduce_only, !allreduce_only)) return 1;
+    if (acrossStep(c, allocations[s % 2] + (s % 3) * 262144, s)) return 1;
     auto* h = reinterpret_cast<int16_t*>(allocations[s % 2] + 786432);
     for (int i = 0; i < 300; ++i) h[i] = static_cast<int16_t>(me + i % 5 + s);
     if (run(c, cudaOp(GRADSYNC_ALLREDUCE, "gpus.int16", h, GRADSYNC_INT16, s300))) return 1;
@@ -336,19 +333,6 @@ int fakeCudaGpus(Client& c, const std::vector<std::string>& args) {
       const int want = n * (n - 1) / 2 + n * (i % 5 + s);
       WORKER_CHECK(h[i] == want, "step %d int16 sum %d: %d, want %d", s, i, h[i], want);
     }
-  }
-  if (gpus > 1 && allreduce_only) {  // across nodes, not built over several GPUs yet: refused, saying so
-    auto* g = reinterpret_cast<float*>(allocations[0] + 917504);
-    const std::vector<int64_t> s7 = {7};
-    gradsync_op_t gather = cudaOp(GRADSYNC_ALLGATHER, "gpus.gather", g, GRADSYNC_FLOAT32, s7);
-    gather.output = g + 64;
-    gather.output_bytes = static_cast<uint64_t>(n) * 7 * 4;
-    Operation h;
-    WORKER_OK(c.start(gather, &h));
-    const Result r = h.wait(30);
-    WORKER_CHECK(!r.ok() && r.message.find("allgather across nodes over several GPUs of a node is not built yet") !=
-                                std::string::npos,
-                 "allgather across nodes over several GPUs: %d %s", r.code, r.message.c_str());
   }
   std::fprintf(stderr, "[rank %d] fake CUDA on GPU %d of %d OK (%d steps)\n", me, device, gpus, steps);
   return 0;
