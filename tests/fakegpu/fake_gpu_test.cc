@@ -15,6 +15,10 @@ namespace {
 
 constexpr auto kTimeout = std::chrono::seconds(60);
 
+std::map<std::string, std::string> fakeNccl() {
+  return {{"GRADSYNC_NCCL_LIBRARY", runfile("tests/fakenccl/libnccl.so.2")}};
+}
+
 class FakeGpuTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -66,6 +70,39 @@ TEST_F(FakeGpuTest, ARankKilledMidCollectiveIsNamedAndTheDaemonGoesOn) {
   for (int r = 0; r < 2; ++r) next.push_back(daemon_.spawnRank("after-kill", r, 2, {"fake_cuda"}, fakeDriver()));
   std::string report;
   EXPECT_TRUE(allSucceed(next, kTimeout, &report)) << report << daemon_.log();
+}
+
+// The same over several GPUs of a node (3 ranks on 3 GPUs, NCCL over them)
+// and on cuMem memory: the survivors get the error naming the dead rank,
+// and the next job runs on the same GPUs.
+TEST(FakeGpusKillTest, ARankKilledOverSeveralGpusOrOnCuMemMemoryIsNamed) {
+  const std::map<std::string, std::string> driver = {
+      {"GRADSYNC_TEST_FAKE_LIBCUDA", runfile("tests/fakegpu/libcuda.so.1")}};
+  for (const std::vector<std::string>& memory : {std::vector<std::string>{"gpus", "3"}, {"vmm"}}) {
+    DaemonFixture daemon;
+    daemon.useBinary("tests/fakegpu/gradsyncd_fakegpu");
+    std::map<std::string, std::string> env = fakeNccl();
+    env["GRADSYNC_FAKE_GPUS"] = "3";
+    std::string error;
+    ASSERT_TRUE(daemon.startWrapped({}, env, {"--log-level", "info"}, &error)) << error;
+    std::vector<std::string> args = {"fake_cuda_kill"};
+    args.insert(args.end(), memory.begin(), memory.end());
+    std::vector<Process> ranks;
+    for (int r = 0; r < 3; ++r) ranks.push_back(daemon.spawnRank("kill", r, 3, args, driver));
+    for (int r = 0; r < 2; ++r) EXPECT_EQ(ranks[r].wait(kTimeout), 0) << ranks[r].log() << daemon.log();
+    EXPECT_EQ(ranks[2].wait(kTimeout), 128 + SIGKILL) << ranks[2].log();
+    std::vector<std::string> next_args = {"fake_cuda"};
+    next_args.insert(next_args.end(), memory.begin(), memory.end());
+    std::vector<Process> next;
+    for (int r = 0; r < 3; ++r) next.push_back(daemon.spawnRank("after", r, 3, next_args, driver));
+    std::string report;
+    EXPECT_TRUE(allSucceed(next, kTimeout, &report)) << report << daemon.log();
+    if (memory.front() == "gpus") {
+      EXPECT_NE(daemon.log().find("NCCL communicator over this node's GPUs 0, 1, 2 formed"), std::string::npos)
+          << daemon.log();
+    }
+    EXPECT_EQ(daemon.stop(), 0) << daemon.log();
+  }
 }
 
 // A shutdown that cannot finish (a job's GPU stream never drains) ends at
@@ -150,10 +187,6 @@ struct DaemonPair {
   }
   std::string logs() const { return "--- leader:\n" + daemons[0]->log() + "--- follower:\n" + daemons[1]->log(); }
 };
-
-std::map<std::string, std::string> fakeNccl() {
-  return {{"GRADSYNC_NCCL_LIBRARY", runfile("tests/fakenccl/libnccl.so.2")}};
-}
 
 // Two daemons over host-memory GPUs: CUDA tensors between them. With
 // "staging" they go through host memory and the UCX ring; with "auto" the

@@ -6,7 +6,9 @@
 #include <dlfcn.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <cstdlib>
+#include <functional>
 
 #include "tests/integration/worker_util.h"
 
@@ -46,30 +48,55 @@ int run(Client& c, gradsync_op_t op) {
 
 }  // namespace
 
-// args: "vmm": the tensors live in cuMem memory (as PyTorch's expandable
-// segments), in chunks of 16 KiB that tensors cross; after the collectives
-// the chunk under one tensor is replaced, as an allocator that frees and
-// maps again, and an allreduce on the new memory must see the new values.
-// "gpus G": on fake GPU (local rank % G), as on a node whose ranks use G.
-int fakeCuda(Client& c, const std::vector<std::string>& args) {
-  const bool vmm = !args.empty() && args[0] == "vmm";
-  const int gpus = args.size() == 2 && args[0] == "gpus" ? std::atoi(args[1].c_str()) : 0;
-  constexpr size_t kChunk = 16384;
+// Fake device memory as `args` say: "vmm": cuMem memory in chunks of
+// kVmmChunk (as PyTorch's expandable segments); "gpus G": on fake GPU
+// (local rank % G), as on a node whose ranks use G GPUs; else cudaMalloc
+// memory on GPU 0. Null (with a message) without the fake driver.
+constexpr size_t kVmmChunk = 16384;
+struct FakeAllocator {
+  std::function<uint8_t*(size_t)> allocate;
+  int device = 0;
+  const char* kind = "cudaMalloc";
+};
+
+FakeAllocator fakeAllocator(const Client& c, const std::vector<std::string>& args) {
   using VmmMalloc = void* (*)(size_t, size_t);
   using MallocOn = void* (*)(size_t, int);
-  using Remap = int (*)(void*);
   auto fake_malloc = reinterpret_cast<FakeMalloc>(fakeSymbol("gradsync_fake_cuda_malloc"));
   auto vmm_malloc = reinterpret_cast<VmmMalloc>(fakeSymbol("gradsync_fake_cuda_malloc_vmm"));
   auto malloc_on = reinterpret_cast<MallocOn>(fakeSymbol("gradsync_fake_cuda_malloc_on"));
+  FakeAllocator out;
+  if (fake_malloc == nullptr || vmm_malloc == nullptr || malloc_on == nullptr) {
+    std::fprintf(stderr, "no fake CUDA driver ($GRADSYNC_TEST_FAKE_LIBCUDA)\n");
+    return out;
+  }
+  if (!args.empty() && args[0] == "vmm") {
+    out.kind = "cuMem";
+    out.allocate = [=](size_t bytes) { return static_cast<uint8_t*>(vmm_malloc(bytes, kVmmChunk)); };
+  } else if (args.size() == 2 && args[0] == "gpus") {
+    const char* local = std::getenv("GRADSYNC_LOCAL_RANK");
+    out.device = (local != nullptr ? std::atoi(local) : c.rank()) % std::max(1, std::atoi(args[1].c_str()));
+    const int device = out.device;
+    out.allocate = [=](size_t bytes) { return static_cast<uint8_t*>(malloc_on(bytes, device)); };
+  } else {
+    out.allocate = [=](size_t bytes) { return static_cast<uint8_t*>(fake_malloc(bytes)); };
+  }
+  return out;
+}
+
+// Every collective on fake device memory (args: fakeAllocator's). With
+// "vmm", tensors cross chunks, and after the collectives the chunk under
+// one tensor is replaced, as an allocator that frees and maps again: an
+// allreduce on the new memory must see the new values.
+int fakeCuda(Client& c, const std::vector<std::string>& args) {
+  const bool vmm = !args.empty() && args[0] == "vmm";
+  constexpr size_t kChunk = kVmmChunk;
+  using Remap = int (*)(void*);
   auto remap = reinterpret_cast<Remap>(fakeSymbol("gradsync_fake_cuda_remap"));
-  WORKER_CHECK(fake_malloc != nullptr && vmm_malloc != nullptr && malloc_on != nullptr && remap != nullptr,
-               "no fake CUDA driver ($GRADSYNC_TEST_FAKE_LIBCUDA)");
-  const char* local = std::getenv("GRADSYNC_LOCAL_RANK");
-  const int device = gpus > 0 ? (local != nullptr ? std::atoi(local) : c.rank()) % gpus : 0;
-  auto allocate = [&](size_t bytes) {
-    if (gpus > 0) return static_cast<uint8_t*>(malloc_on(bytes, device));
-    return static_cast<uint8_t*>(vmm ? vmm_malloc(bytes, kChunk) : fake_malloc(bytes));
-  };
+  const FakeAllocator allocator = fakeAllocator(c, args);
+  WORKER_CHECK(allocator.allocate && remap != nullptr, "no fake CUDA driver ($GRADSYNC_TEST_FAKE_LIBCUDA)");
+  const auto& allocate = allocator.allocate;
+  const int device = allocator.device;
   const int n = c.size(), me = c.rank();
   auto* a = allocate(1 << 20);  // one allocation, several tensors
   auto* b = allocate(1 << 16);  // another
@@ -183,8 +210,7 @@ int fakeCuda(Client& c, const std::vector<std::string>& args) {
     const float want = n * (n - 1) / 2.0f + 2.0f * n;
     for (int i = 0; i < 1000; ++i) WORKER_CHECK(x[i] == want, "after remap, element %d: %g, want %g", i, x[i], want);
   }
-  std::fprintf(stderr, "[rank %d] fake CUDA collectives OK (%s memory, GPU %d)\n", me, vmm ? "cuMem" : "cudaMalloc",
-               device);
+  std::fprintf(stderr, "[rank %d] fake CUDA collectives OK (%s memory, GPU %d)\n", me, allocator.kind, device);
   return 0;
 }
 
@@ -273,12 +299,13 @@ int fakeCudaAcross(Client& c, const std::vector<std::string>& args) {
 
 // The last rank dies (SIGKILL) after its GPU is attached and its memory
 // exported, while the others wait in a CUDA allreduce: they get the error
-// naming it, and the daemon unmaps the dead rank's memory.
-int fakeCudaKill(Client& c, const std::vector<std::string>&) {
-  FakeMalloc fake_malloc = loadFakeDriver();
-  WORKER_CHECK(fake_malloc != nullptr, "no fake CUDA driver ($GRADSYNC_TEST_FAKE_LIBCUDA)");
+// naming it, and the daemon unmaps the dead rank's memory. args: the
+// memory, as fakeAllocator's.
+int fakeCudaKill(Client& c, const std::vector<std::string>& args) {
+  const FakeAllocator allocator = fakeAllocator(c, args);
+  WORKER_CHECK(allocator.allocate, "no fake CUDA driver ($GRADSYNC_TEST_FAKE_LIBCUDA)");
   const int n = c.size(), me = c.rank();
-  auto* x = static_cast<float*>(fake_malloc(1 << 16));
+  auto* x = reinterpret_cast<float*>(allocator.allocate(1 << 16));
   const std::vector<int64_t> shape = {1024};
   for (int i = 0; i < 1024; ++i) x[i] = 1.0f;
   if (run(c, cudaOp(GRADSYNC_ALLREDUCE, "k.first", x, GRADSYNC_FLOAT32, shape))) return 1;
