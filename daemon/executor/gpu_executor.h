@@ -189,9 +189,10 @@ class GpuExecutor : public DeviceExecutor {
                                 const std::vector<void*>& buffers, size_t block);
   // The group's inputs reduced with `op` (and the prescale) into `out`.
   Status reduceOnGpu(const Response& r, const Members& group, void* out, ReduceOp op);
-  // The NCCL communicator over `devices` (this job's GPUs here), formed on
-  // first use and again when they change; null without NCCL or after it
-  // failed, or for a dtype NCCL lacks.
+  // The NCCL communicator over `devices` (this job's GPUs here, or a
+  // process set's), formed on first use and kept (kMaxLocalComms, least
+  // recently used dropped); null without NCCL or after it failed, or for a
+  // dtype NCCL lacks.
   StatusOr<gpu::NcclComm*> localNcclFor(const std::vector<int>& devices, DataType dtype);
 
   // This job's stream and fusion buffer on `device` (made on first use).
@@ -211,7 +212,10 @@ class GpuExecutor : public DeviceExecutor {
   std::unique_ptr<gpu::NcclComm> comm_;
   int comm_device_ = -1;
   bool nccl_failed_ = false;
-  std::unique_ptr<gpu::NcclComm> local_comm_;  // over this node's GPUs
+  // Over this node's GPUs, one per set of them this job's collectives used
+  // (process sets), the most recently used first.
+  static constexpr size_t kMaxLocalComms = 4;
+  std::vector<std::unique_ptr<gpu::NcclComm>> local_comms_;
   bool local_nccl_failed_ = false;
   std::map<int, void*> streams_;
   std::map<int, std::unique_ptr<gpu::GrowingBuffer>> fusion_;

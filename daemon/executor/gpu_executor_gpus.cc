@@ -20,8 +20,14 @@ namespace gradsync::executor {
 StatusOr<gpu::NcclComm*> GpuExecutor::localNcclFor(const std::vector<int>& devices, DataType dtype) {
   ncclDataType_t type;
   if (nccl_ == nullptr || local_nccl_failed_ || !gpu::ncclTypeOf(dtype, &type)) return nullptr;
-  if (local_comm_ && local_comm_->devices() == devices) return local_comm_.get();
-  local_comm_.reset();  // the job's ranks moved to other GPUs: a new communicator
+  // The most recently used first: a job alternating between process sets
+  // on different GPUs keeps a communicator for each.
+  auto used = std::find_if(local_comms_.begin(), local_comms_.end(),
+                           [&](const std::unique_ptr<gpu::NcclComm>& c) { return c->devices() == devices; });
+  if (used != local_comms_.end()) {
+    std::rotate(local_comms_.begin(), used, used + 1);
+    return local_comms_.front().get();
+  }
   std::string list;
   for (int device : devices) list += (list.empty() ? "" : ", ") + std::to_string(device);
   auto id = nccl_->uniqueId();
@@ -35,8 +41,9 @@ StatusOr<gpu::NcclComm*> GpuExecutor::localNcclFor(const std::vector<int>& devic
     return nullptr;
   }
   GS_LOG(gpu, info, "NCCL communicator over this node's GPUs {} formed", list);
-  local_comm_ = std::move(comm).value();
-  return local_comm_.get();
+  if (local_comms_.size() >= kMaxLocalComms) local_comms_.pop_back();  // the least recently used
+  local_comms_.insert(local_comms_.begin(), std::move(comm).value());
+  return local_comms_.front().get();
 }
 
 Status GpuExecutor::multiGpuAllreduce(const Response& r, const std::vector<Members>& groups, RankAccess& access) {

@@ -308,6 +308,37 @@ TEST_P(FakeGpusOfANodeTest, EveryCollectiveAcrossTheNodesGpus) {
   runJob({"fake_cuda", "gpus", std::to_string(GetParam().gpus)});
 }
 
+// Process sets on a node's GPUs: sets {0, 1} and {2, 3} on 4 GPUs,
+// alternating with the whole job for 5 steps; the daemon keeps one NCCL
+// communicator per set of GPUs: 4 + 2 + 2 ranks initialized in all, not
+// again at every switch.
+TEST(FakeGpusProcessSetsTest, EachSetOfGpusFormsItsCommunicatorOnce) {
+  DaemonFixture daemon;
+  daemon.useBinary("tests/fakegpu/gradsyncd_fakegpu");
+  std::map<std::string, std::string> env = fakeNccl();
+  env["GRADSYNC_FAKE_GPUS"] = "4";
+  env["GRADSYNC_FAKE_NCCL_VERBOSE"] = "1";
+  std::string error;
+  ASSERT_TRUE(daemon.startWrapped({}, env, {"--log-level", "info"}, &error)) << error;
+  const std::map<std::string, std::string> driver = {
+      {"GRADSYNC_TEST_FAKE_LIBCUDA", runfile("tests/fakegpu/libcuda.so.1")}};
+  std::vector<Process> ranks;
+  for (int r = 0; r < 4; ++r) ranks.push_back(daemon.spawnRank("sets", r, 4, {"fake_cuda_sets", "4", "5"}, driver));
+  std::string report;
+  EXPECT_TRUE(allSucceed(ranks, kTimeout, &report)) << report << daemon.log();
+  const std::string log = daemon.log();
+  std::map<std::string, int> initialized;  // "rank R of N" -> times
+  const std::regex line("fake NCCL: (rank [0-9]+ of [0-9]+) initialized");
+  for (auto it = std::sregex_iterator(log.begin(), log.end(), line); it != std::sregex_iterator(); ++it) {
+    ++initialized[(*it)[1].str()];
+  }
+  const std::map<std::string, int> once = {{"rank 0 of 4", 1}, {"rank 1 of 4", 1},
+                                           {"rank 2 of 4", 1}, {"rank 3 of 4", 1},
+                                           {"rank 0 of 2", 2}, {"rank 1 of 2", 2}};  // one communicator per set
+  EXPECT_EQ(initialized, once) << log;
+  EXPECT_EQ(daemon.stop(), 0) << daemon.log();
+}
+
 // An NCCL failure over the node's GPUs: every rank gets an error naming it
 // within seconds, and the daemon runs the next job (a new communicator).
 TEST(FakeGpusOfANodeFailureTest, AnNcclFailureIsNamedOnEveryRankAndTheNextJobRuns) {

@@ -19,7 +19,8 @@
 // collective (an asynchronous error, as NCCL reports a network failure);
 // GRADSYNC_FAKE_NCCL_TIMEOUT_MS bounds each wait (default 30000);
 // GRADSYNC_FAKE_NCCL_SLOT_BYTES is the most one rank contributes to one
-// call (default 16 MiB). ncclSend, ncclRecv and ncclCommSplit are not
+// call (default 16 MiB); GRADSYNC_FAKE_NCCL_VERBOSE prints a line on stderr
+// for each rank initialized. ncclSend, ncclRecv and ncclCommSplit are not
 // implemented (ncclInvalidUsage).
 #include <fcntl.h>
 #include <nccl.h>
@@ -29,6 +30,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -381,6 +383,9 @@ ncclResult_t ncclCommInitRankConfig(ncclComm_t* out, int nranks, ncclUniqueId id
   if (region == MAP_FAILED) return ncclSystemError;
   comm->region = static_cast<uint8_t*>(region);
   std::memcpy(header(comm.get())->magic, kMagic, sizeof(kMagic));
+  if (std::getenv("GRADSYNC_FAKE_NCCL_VERBOSE") != nullptr) {
+    std::fprintf(stderr, "fake NCCL: rank %d of %d initialized (%s)\n", rank, nranks, name.c_str());
+  }
   *out = comm.release();
   return ncclSuccess;
 }

@@ -365,4 +365,62 @@ int fakeCudaGpus(Client& c, const std::vector<std::string>& args) {
   return 0;
 }
 
+// Four ranks on fake GPUs (local rank % GPUS) with process sets {0, 1} and
+// {2, 3} added at run time; each of STEPS steps alternates collectives of
+// the whole job and of each rank's set (allreduce, broadcast, allgather),
+// so the daemon combines GPUs 0-3, then 0-1 and 2-3, again and again.
+int fakeCudaSets(Client& c, const std::vector<std::string>& args) {
+  WORKER_CHECK(args.size() == 2, "fake_cuda_sets GPUS STEPS");
+  WORKER_CHECK(c.size() == 4, "fake_cuda_sets needs 4 ranks, not %d", c.size());
+  const FakeAllocator allocator = fakeAllocator(c, {"gpus", args[0]});
+  WORKER_CHECK(allocator.allocate, "no fake CUDA driver ($GRADSYNC_TEST_FAKE_LIBCUDA)");
+  const int steps = std::atoi(args[1].c_str()), me = c.rank();
+  int32_t low = -1, high = -1;
+  WORKER_OK(c.addProcessSet({0, 1}, &low, 30));
+  WORKER_OK(c.addProcessSet({2, 3}, &high, 30));
+  const int32_t mine = me < 2 ? low : high;
+  const int base = me < 2 ? 0 : 2;  // the first rank of this rank's set
+  // A name belongs to one set at a time (as in Horovod): each set its own.
+  const std::string tag = me < 2 ? ".low" : ".high";
+  const std::string mine_name = "sets.mine" + tag, bcast_name = "sets.bcast" + tag, gather_name = "sets.gather" + tag;
+  uint8_t* memory = allocator.allocate(1 << 16);
+  WORKER_CHECK(memory != nullptr, "fake cudaMalloc failed");
+  auto* x = reinterpret_cast<float*>(memory);
+  auto* b = reinterpret_cast<int32_t*>(memory + 8192);
+  auto* g = reinterpret_cast<float*>(memory + 16384);
+  auto* gathered = reinterpret_cast<float*>(memory + 24576);
+  const std::vector<int64_t> s64 = {64}, s5 = {5};
+  for (int s = 0; s < steps; ++s) {
+    for (int i = 0; i < 64; ++i) x[i] = static_cast<float>(me + i + s);
+    if (run(c, cudaOp(GRADSYNC_ALLREDUCE, "sets.all", x, GRADSYNC_FLOAT32, s64))) return 1;
+    WORKER_CHECK(x[3] == static_cast<float>(6 + 4 * (3 + s)), "step %d, the job's sum: %g", s, x[3]);
+    for (int i = 0; i < 64; ++i) x[i] = static_cast<float>(me + i + s);
+    gradsync_op_t in_set = cudaOp(GRADSYNC_ALLREDUCE, mine_name.c_str(), x, GRADSYNC_FLOAT32, s64);
+    in_set.process_set = mine;
+    if (run(c, in_set)) return 1;
+    WORKER_CHECK(x[3] == static_cast<float>(2 * base + 1 + 2 * (3 + s)), "step %d, the set's sum: %g", s, x[3]);
+    for (int i = 0; i < 5; ++i) b[i] = me * 100 + i + s;
+    gradsync_op_t bcast = cudaOp(GRADSYNC_BROADCAST, bcast_name.c_str(), b, GRADSYNC_INT32, s5);
+    bcast.process_set = mine;
+    bcast.root_rank = base + 1;
+    if (run(c, bcast)) return 1;
+    WORKER_CHECK(b[4] == (base + 1) * 100 + 4 + s, "step %d, the set's broadcast: %d", s, b[4]);
+    for (int i = 0; i < 5; ++i) g[i] = static_cast<float>(me * 10 + i + s);
+    gradsync_op_t gather = cudaOp(GRADSYNC_ALLGATHER, gather_name.c_str(), g, GRADSYNC_FLOAT32, s5);
+    gather.process_set = mine;
+    gather.output = gathered;
+    gather.output_bytes = 2 * 5 * 4;
+    if (run(c, gather)) return 1;
+    for (int r = 0; r < 2; ++r) {
+      WORKER_CHECK(gathered[r * 5 + 2] == static_cast<float>((base + r) * 10 + 2 + s), "step %d, gathered from %d: %g",
+                   s, base + r, gathered[r * 5 + 2]);
+    }
+  }
+  // A rank that leaves fails the job: none goes before every set is done.
+  const std::vector<int64_t> s1 = {1};
+  if (run(c, cudaOp(GRADSYNC_ALLREDUCE, "sets.end", x, GRADSYNC_FLOAT32, s1))) return 1;
+  std::fprintf(stderr, "[rank %d] process sets over fake GPUs OK (%d steps)\n", me, steps);
+  return 0;
+}
+
 }  // namespace gradsync::worker

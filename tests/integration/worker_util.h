@@ -145,6 +145,7 @@ const std::map<std::string, Scenario>& moreScenarios();
 int fakeCuda(Client& c, const std::vector<std::string>& args);
 int fakeCudaAcross(Client& c, const std::vector<std::string>& args);
 int fakeCudaGpus(Client& c, const std::vector<std::string>& args);
+int fakeCudaSets(Client& c, const std::vector<std::string>& args);
 int fakeCudaKill(Client& c, const std::vector<std::string>& args);
 int fakeCudaHold(Client& c, const std::vector<std::string>& args);
 // A sharded-data-parallel loop (worker_sharded.cc).
