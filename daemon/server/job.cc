@@ -177,8 +177,10 @@ void Job::checkFormation(Clock::time_point now) {
     MutexLock lock(mutex_);
     if (formed_ || !failure_.empty() || stopping_) return;
     // An elastic job on one node that lost a rank before the others all
-    // registered went on with those it had (a latecomer must join).
-    if (spec_.elastic && !cross_ && epochs_.current() > 1) {
+    // registered went on with those it had (a latecomer must join). Across
+    // nodes, a job past its first epoch formed (no epoch changes before),
+    // even if a rank was lost before this check saw them all.
+    if (spec_.elastic && epochs_.current() > 1 && (!cross_ || cross_->formed())) {
       formed_ = true;
       return;
     }

@@ -165,7 +165,8 @@ struct DaemonPair {
   // leader's node, rank 2 on the other), running the worker's scenario
   // `args`.
   std::vector<Process> spawn(const std::string& job, const std::vector<std::string>& args,
-                             const std::vector<int>& placement = {0, 0, 1}) {
+                             const std::vector<int>& placement = {0, 0, 1},
+                             const std::map<std::string, std::string>& extra_env = {}) {
     const int size = static_cast<int>(placement.size());
     std::vector<Process> ranks;
     for (int r = 0; r < size; ++r) {
@@ -181,6 +182,7 @@ struct DaemonPair {
       env["GRADSYNC_LOCAL_SIZE"] = std::to_string(local_size);
       env["GRADSYNC_LEADER"] = leader;
       env["GRADSYNC_TEST_FAKE_LIBCUDA"] = runfile("tests/fakegpu/libcuda.so.1");
+      for (const auto& [key, value] : extra_env) env[key] = value;
       ranks.push_back(daemons[node]->spawnRank(job, r, size, args, env));
     }
     return ranks;
@@ -408,6 +410,33 @@ TEST_P(FakeGpusAcrossDaemonsTest, FusedCollectivesAcrossNodesOfTwoGpus) { runJob
 TEST_P(FakeGpusAcrossDaemonsTest, EveryCollectiveAcrossNodesOfTwoGpus) { runJob({"fake_cuda", "gpus", "2"}); }
 
 INSTANTIATE_TEST_SUITE_P(WithAndWithoutNccl, FakeGpusAcrossDaemonsTest, ::testing::Bool());
+
+// Elastic jobs of CUDA tensors across daemons (through host memory: NCCL
+// among the daemons is not used for elastic jobs). Rank 2 dies (SIGKILL)
+// while CUDA allreduces run; the survivors rejoin at size 2 and go on.
+TEST(FakeGpuElasticTest, ARankKilledTheSurvivorsGoOnWithCudaTensors) {
+  DaemonPair pair;
+  std::string error;
+  ASSERT_TRUE(pair.start("auto", {fakeNccl(), fakeNccl()}, &error)) << error;
+  std::vector<Process> ranks = pair.spawn("elastic", {"elastic_cuda_loop", "1", "10", "0", "plain", "2"}, {0, 1, 1},
+                                          {{"GRADSYNC_ELASTIC", "1"}, {"GRADSYNC_MIN_SIZE", "2"}});
+  const bool looping = waitFor(
+      [&] {
+        return std::all_of(ranks.begin(), ranks.end(),
+                           [](Process& p) { return p.log().find("LOOPING") != std::string::npos; });
+      },
+      std::chrono::seconds(30));
+  ASSERT_TRUE(looping) << pair.logs();
+  ranks[2].kill(SIGKILL);
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(ranks[r].wait(kTimeout), 0) << "rank " << r << ":\n" << ranks[r].log() << pair.logs();
+    EXPECT_NE(ranks[r].log().find("RECOVERED epoch 2"), std::string::npos) << ranks[r].log();
+  }
+  for (auto& d : pair.daemons) {
+    EXPECT_EQ(d->log().find("NCCL communicator among"), std::string::npos) << d->log();
+    EXPECT_EQ(d->stop(), 0) << d->log();
+  }
+}
 
 // An NCCL failure on one node (asynchronous, as a network error): every rank
 // of the job gets an error naming NCCL and the cause, within seconds; the

@@ -84,6 +84,11 @@ FakeAllocator fakeAllocator(const Client& c, const std::vector<std::string>& arg
   return out;
 }
 
+uint8_t* fakeDeviceMemory(const Client& c, int gpus, size_t bytes) {
+  const FakeAllocator allocator = fakeAllocator(c, {"gpus", std::to_string(gpus)});
+  return allocator.allocate ? allocator.allocate(bytes) : nullptr;
+}
+
 // Every collective on fake device memory (args: fakeAllocator's). With
 // "vmm", tensors cross chunks, and after the collectives the chunk under
 // one tensor is replaced, as an allocator that frees and maps again: an

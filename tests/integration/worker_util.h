@@ -148,6 +148,9 @@ int fakeCudaGpus(Client& c, const std::vector<std::string>& args);
 int fakeCudaSets(Client& c, const std::vector<std::string>& args);
 int fakeCudaKill(Client& c, const std::vector<std::string>& args);
 int fakeCudaHold(Client& c, const std::vector<std::string>& args);
+// `bytes` of the fake driver's device memory on GPU (local rank % gpus);
+// null without the driver.
+uint8_t* fakeDeviceMemory(const Client& c, int gpus, size_t bytes);
 // A sharded-data-parallel loop (worker_sharded.cc).
 int shardedStepsScenario(Client& c, const std::vector<std::string>& args);
 // Elastic jobs across daemons (worker_elastic.cc).
