@@ -575,6 +575,12 @@ v1::JobInfo Job::info() const {
     r->set_connected(session->streamAttached());
     r->set_joined(negotiator_.joined(rank));
     r->set_arena_bytes(session->arena() ? session->arena()->size() : 0);
+    const auto gpu = session->gpu();
+    r->set_gpu(gpu ? gpu->device() : -1);
+    if (gpu) {
+      r->set_gpu_uuid(gpu->deviceUuid());
+      r->set_gpu_buffers(gpu->bufferCount());
+    }
   }
   info.set_tensors_in_flight(inFlightLocked());
   info.set_operations_done(operations_done_);

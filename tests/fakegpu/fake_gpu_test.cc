@@ -105,6 +105,40 @@ TEST(FakeGpusKillTest, ARankKilledOverSeveralGpusOrOnCuMemMemoryIsNamed) {
   }
 }
 
+// Placement, as `gradsyncctl jobs` shows it: one GPU presented as 2
+// (--virtual-gpus-per-gpu), rank r of a job on the (r mod 2)-th, each with
+// its mapped allocations.
+TEST(FakeGpuPlacementTest, GradsyncctlJobsShowsEachRanksGpu) {
+  DaemonFixture daemon;
+  daemon.useBinary("tests/fakegpu/gradsyncd_fakegpu");
+  std::string error;
+  ASSERT_TRUE(daemon.startWrapped({}, {}, {"--log-level", "info", "--virtual-gpus-per-gpu", "2"}, &error)) << error;
+  const std::map<std::string, std::string> driver = {
+      {"GRADSYNC_TEST_FAKE_LIBCUDA", runfile("tests/fakegpu/libcuda.so.1")}};
+  std::vector<Process> ranks;
+  for (int r = 0; r < 2; ++r) ranks.push_back(daemon.spawnRank("placed", r, 2, {"fake_cuda_hold"}, driver));
+  ASSERT_TRUE(waitFor(
+      [&] {
+        return std::all_of(ranks.begin(), ranks.end(),
+                           [](Process& p) { return p.log().find("holding") != std::string::npos; });
+      },
+      std::chrono::seconds(30)))
+      << daemon.log();
+  Process ctl = Process::spawn({runfile("tools/gradsyncctl/gradsyncctl"), "--socket", daemon.socketPath(), "jobs"}, {},
+                               daemon.dir() + "/jobs.log");
+  EXPECT_EQ(ctl.wait(std::chrono::seconds(20)), 0) << ctl.log();
+  const std::string jobs = ctl.log();
+  // Rows "RANK LOCAL PID HOST CONNECTED JOINED ARENA GPU GPU-BUFFERS".
+  for (int r = 0; r < 2; ++r) {
+    const std::regex row("\\n +" + std::to_string(r) + " +[0-9]+ +[0-9]+ .* " + std::to_string(r) +
+                         " \\(GPU-fa4e0000-0000-0000-0000-000000000001\\) +1\\n");
+    EXPECT_TRUE(std::regex_search(jobs, row)) << "rank " << r << " in\n" << jobs;
+  }
+  for (auto& rank : ranks) rank.kill(SIGKILL);
+  for (auto& rank : ranks) rank.wait(kTimeout);
+  EXPECT_EQ(daemon.stop(), 0) << daemon.log();
+}
+
 // A shutdown that cannot finish (a job's GPU stream never drains) ends at
 // a second SIGTERM at once, with exit code 1 and the reason in the log,
 // not after the 30 s limit.

@@ -251,11 +251,15 @@ std::string autotuneOf(const v1::JobTuning& tuning) {
 
 std::string formatRankTable(const v1::JobInfo& job) {
   std::vector<std::vector<std::string>> rows;
-  rows.push_back({"RANK", "LOCAL", "PID", "HOST", "CONNECTED", "JOINED", "ARENA"});
+  rows.push_back({"RANK", "LOCAL", "PID", "HOST", "CONNECTED", "JOINED", "ARENA", "GPU", "GPU BUFFERS"});
   for (const auto& rank : job.ranks()) {
+    // Where its CUDA tensors go; "-" for a rank of CPU tensors only.
+    const bool gpu = !rank.gpu_uuid().empty();
     rows.push_back({std::to_string(rank.rank()), std::to_string(rank.local_rank()), std::to_string(rank.pid()),
                     rank.hostname().empty() ? "-" : rank.hostname(), yesNo(rank.connected()), yesNo(rank.joined()),
-                    formatBytes(rank.arena_bytes())});
+                    formatBytes(rank.arena_bytes()),
+                    gpu ? std::to_string(rank.gpu()) + " (" + rank.gpu_uuid() + ")" : "-",
+                    gpu ? std::to_string(rank.gpu_buffers()) : "-"});
   }
   return formatTable(rows, "    ");
 }

@@ -87,6 +87,9 @@ v1::ListJobsResponse makeJobs() {
   rank->set_connected(true);
   rank->set_joined(false);
   rank->set_arena_bytes(256ull << 20);
+  rank->set_gpu(3);
+  rank->set_gpu_uuid("GPU-1234");
+  rank->set_gpu_buffers(17);
   rank = job->add_ranks();
   rank->set_rank(5);
   rank->set_local_rank(1);
@@ -201,6 +204,9 @@ TEST(FormatJobs, ShowsCountersAndRankTable) {
                                "CONNECTED",
                                "JOINED",
                                "ARENA",
+                               "GPU BUFFERS",
+                               "3 (GPU-1234)",
+                               "17",
                                "1001",
                                "1002",
                                "256 MiB",
