@@ -179,6 +179,29 @@ Status GpuExecutor::recordDoneAfter(const Members& m, Status status) {
   return status.isOk() ? recorded : status;
 }
 
+Status GpuExecutor::recordDoneOnGpus(const std::vector<Members>& groups, size_t waited, Status status) {
+  for (size_t g = 0; g < waited && g < groups.size(); ++g) {
+    if (groups[g].device >= 0) (void)ops_->select(groups[g].device);
+    status = recordDoneAfter(groups[g], status);
+  }
+  return status;
+}
+
+Status GpuExecutor::copyFromLanding(const Response& r, const std::vector<Members>& groups,
+                                    const std::vector<void*>& landing) {
+  const size_t bytes = r.first().length;
+  for (size_t g = 0; g < groups.size(); ++g) {
+    RETURN_IF_ERROR(ops_->select(groups[g].device));
+    for (const auto& member : groups[g].list) {
+      if (member.data == landing[g]) continue;
+      RETURN_IF_ERROR(
+          context(ops_->copy(member.data, landing[g], bytes, gpu::CopyKind::kDeviceToDevice, groups[g].stream),
+                  "tensor '" + r.name + "': copy to rank " + std::to_string(member.rank)));
+    }
+  }
+  return okStatus();
+}
+
 Status GpuExecutor::recordDone(const Members& m) {
   // Every event is recorded even after one fails: a mapping whose last-use
   // event is missing could be unmapped under queued work.

@@ -89,6 +89,11 @@ class GpuExecutor : public DeviceExecutor {
   Status waitForEvent(const gpu::ClientGpu& client, void* event);
   Status recordDone(const Members& m);
   Status recordDoneAfter(const Members& m, Status status);
+  // recordDoneAfter for the first `waited` of `groups` (those whose ready
+  // events were awaited), each on its device.
+  Status recordDoneOnGpus(const std::vector<Members>& groups, size_t waited, Status status);
+  // From each GPU's `landing` place to its other members (broadcast).
+  Status copyFromLanding(const Response& r, const std::vector<Members>& groups, const std::vector<void*>& landing);
   // One response of a bucket that is not a fused allreduce across nodes.
   ResponseResult runOne(const Response& r, RankAccess& access);
   Status allreduce(const Response& r, RankAccess& access);

@@ -195,26 +195,6 @@ Status GpuExecutor::stagedBroadcast(const Response& r, RankAccess& access) {
     }
     return okStatus();
   };
-  auto recordAll = [&](Status status) {
-    for (size_t g = 0; g < waited; ++g) {
-      (void)ops_->select(groups[g].device);
-      status = recordDoneAfter(groups[g], status);
-    }
-    return status;
-  };
-  // From each GPU's landing place to its other members.
-  auto toMembers = [&]() -> Status {
-    for (size_t g = 0; g < groups.size(); ++g) {
-      RETURN_IF_ERROR(ops_->select(groups[g].device));
-      for (const auto& member : groups[g].list) {
-        if (member.data == landing[g]) continue;
-        RETURN_IF_ERROR(
-            context(ops_->copy(member.data, landing[g], first.length, gpu::CopyKind::kDeviceToDevice, groups[g].stream),
-                    "tensor '" + r.name + "': copy to rank " + std::to_string(member.rank)));
-      }
-    }
-    return okStatus();
-  };
   // NCCL among the daemons' GPUs when every node takes part (the whole job;
   // process sets would need communicator splits): every node decides alike.
   // Between the first GPUs of the nodes; on the root's node, from the
@@ -234,9 +214,9 @@ Status GpuExecutor::stagedBroadcast(const Response& r, RankAccess& access) {
         if (root_gpu <= 0 && groups.size() > 1) {
           RETURN_IF_ERROR(acrossGpus(r, groups, landing, first.length, v1::SUM, 0, access));
         }
-        return toMembers();
+        return copyFromLanding(r, groups, landing);
       }();
-      return recordAll(status);
+      return recordDoneOnGpus(groups, waited, status);
     }
   }
   uint8_t* host = staging(first.length);
@@ -262,7 +242,7 @@ Status GpuExecutor::stagedBroadcast(const Response& r, RankAccess& access) {
     }
     return okStatus();
   }();
-  status = recordAll(status);
+  status = recordDoneOnGpus(groups, waited, status);
   // The staging buffer is the job's: free for the next batch only once read
   // (also after an error: copies from it may be queued).
   for (const auto& group : groups) {

@@ -83,10 +83,7 @@ Status GpuExecutor::multiGpuAllreduce(const Response& r, const std::vector<Membe
     }
     return okStatus();
   }();
-  for (size_t g = 0; g < waited; ++g) {
-    (void)ops_->select(groups[g].device);
-    status = recordDoneAfter(groups[g], status);
-  }
+  status = recordDoneOnGpus(groups, waited, status);
   return status;
 }
 
@@ -114,21 +111,9 @@ Status GpuExecutor::multiGpuBroadcast(const Response& r, const std::vector<Membe
       ++waited;
     }
     RETURN_IF_ERROR(acrossGpus(r, groups, landing, first.length, v1::SUM, root, access));
-    for (size_t g = 0; g < groups.size(); ++g) {  // then to each rank on that GPU
-      RETURN_IF_ERROR(ops_->select(groups[g].device));
-      for (const auto& member : groups[g].list) {
-        if (member.data == landing[g]) continue;
-        RETURN_IF_ERROR(
-            context(ops_->copy(member.data, landing[g], first.length, gpu::CopyKind::kDeviceToDevice, groups[g].stream),
-                    "tensor '" + r.name + "': copy to rank " + std::to_string(member.rank)));
-      }
-    }
-    return okStatus();
+    return copyFromLanding(r, groups, landing);  // then to each rank on that GPU
   }();
-  for (size_t g = 0; g < waited; ++g) {
-    (void)ops_->select(groups[g].device);
-    status = recordDoneAfter(groups[g], status);
-  }
+  status = recordDoneOnGpus(groups, waited, status);
   return status;
 }
 

@@ -82,10 +82,7 @@ ResponseResult GpuExecutor::multiGpuGatherLike(const Response& r, const std::vec
     }
     return okStatus();
   }();
-  for (size_t g = 0; g < waited; ++g) {
-    (void)ops_->select(groups[g].device);
-    status = recordDoneAfter(groups[g], status);
-  }
+  status = recordDoneOnGpus(groups, waited, status);
   return status.isOk() ? result : failed(r, status);
 }
 
@@ -194,10 +191,7 @@ ResponseResult GpuExecutor::multiGpuReducescatter(const Response& r, const std::
     }
     return okStatus();
   }();
-  for (size_t g = 0; g < waited; ++g) {
-    (void)ops_->select(groups[g].device);
-    status = recordDoneAfter(groups[g], status);
-  }
+  status = recordDoneOnGpus(groups, waited, status);
   return status.isOk() ? result : failed(r, status);
 }
 

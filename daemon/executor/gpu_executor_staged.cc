@@ -141,10 +141,7 @@ ResponseResult GpuExecutor::stagedGatherLike(const Response& r, RankAccess& acce
         status = copyGatheredOut(r, groups[g], index[g], layout.offset, layout.total, routes, host, recv);
     }
   }
-  for (size_t g = 0; g < waited; ++g) {
-    if (groups[g].device >= 0) (void)ops_->select(groups[g].device);
-    status = recordDoneAfter(groups[g], status);
-  }
+  status = recordDoneOnGpus(groups, waited, status);
   for (const auto& group : groups) {  // the staging buffer is the job's: read before the next batch
     if (group.stream == nullptr) continue;
     const Status drained = ops_->waitStream(group.stream, "waiting for the copies from the staging buffer");
@@ -242,10 +239,7 @@ ResponseResult GpuExecutor::stagedReducescatter(const Response& r, RankAccess& a
     }
     return okStatus();
   }();
-  for (size_t g = 0; g < waited; ++g) {
-    (void)ops_->select(groups[g].device);
-    status = recordDoneAfter(groups[g], status);
-  }
+  status = recordDoneOnGpus(groups, waited, status);
   for (const auto& group : groups) {  // the staging buffer is the job's: read before the next batch
     const Status drained = ops_->waitStream(group.stream, "waiting for the copy from the staging buffer");
     if (status.isOk()) status = drained;
