@@ -15,6 +15,16 @@ namespace {
 
 constexpr auto kTimeout = std::chrono::seconds(60);
 
+// Whether every one of `ranks` printed `text` within 30 s.
+bool allSay(std::vector<Process>& ranks, const std::string& text) {
+  return waitFor(
+      [&] {
+        return std::all_of(ranks.begin(), ranks.end(),
+                           [&](Process& p) { return p.log().find(text) != std::string::npos; });
+      },
+      std::chrono::seconds(30));
+}
+
 std::map<std::string, std::string> fakeNccl() {
   return {{"GRADSYNC_NCCL_LIBRARY", runfile("tests/fakenccl/libnccl.so.2")}};
 }
@@ -117,13 +127,7 @@ TEST(FakeGpuPlacementTest, GradsyncctlJobsShowsEachRanksGpu) {
       {"GRADSYNC_TEST_FAKE_LIBCUDA", runfile("tests/fakegpu/libcuda.so.1")}};
   std::vector<Process> ranks;
   for (int r = 0; r < 2; ++r) ranks.push_back(daemon.spawnRank("placed", r, 2, {"fake_cuda_hold"}, driver));
-  ASSERT_TRUE(waitFor(
-      [&] {
-        return std::all_of(ranks.begin(), ranks.end(),
-                           [](Process& p) { return p.log().find("holding") != std::string::npos; });
-      },
-      std::chrono::seconds(30)))
-      << daemon.log();
+  ASSERT_TRUE(allSay(ranks, "holding")) << daemon.log();
   Process ctl = Process::spawn({runfile("tools/gradsyncctl/gradsyncctl"), "--socket", daemon.socketPath(), "jobs"}, {},
                                daemon.dir() + "/jobs.log");
   EXPECT_EQ(ctl.wait(std::chrono::seconds(20)), 0) << ctl.log();
@@ -454,13 +458,7 @@ TEST(FakeGpuElasticTest, ARankKilledTheSurvivorsGoOnWithCudaTensors) {
   ASSERT_TRUE(pair.start("auto", {fakeNccl(), fakeNccl()}, &error)) << error;
   std::vector<Process> ranks = pair.spawn("elastic", {"elastic_cuda_loop", "1", "10", "0", "plain", "2"}, {0, 1, 1},
                                           {{"GRADSYNC_ELASTIC", "1"}, {"GRADSYNC_MIN_SIZE", "2"}});
-  const bool looping = waitFor(
-      [&] {
-        return std::all_of(ranks.begin(), ranks.end(),
-                           [](Process& p) { return p.log().find("LOOPING") != std::string::npos; });
-      },
-      std::chrono::seconds(30));
-  ASSERT_TRUE(looping) << pair.logs();
+  ASSERT_TRUE(allSay(ranks, "LOOPING")) << pair.logs();
   ranks[2].kill(SIGKILL);
   for (int r = 0; r < 2; ++r) {
     EXPECT_EQ(ranks[r].wait(kTimeout), 0) << "rank " << r << ":\n" << ranks[r].log() << pair.logs();

@@ -46,8 +46,6 @@ int run(Client& c, gradsync_op_t op) {
   return 0;
 }
 
-}  // namespace
-
 // Fake device memory as `args` say: "vmm": cuMem memory in chunks of
 // kVmmChunk (as PyTorch's expandable segments); "gpus G": on fake GPU
 // (local rank % G), as on a node whose ranks use G GPUs; else cudaMalloc
@@ -84,6 +82,8 @@ FakeAllocator fakeAllocator(const Client& c, const std::vector<std::string>& arg
   return out;
 }
 
+}  // namespace
+
 uint8_t* fakeDeviceMemory(const Client& c, int gpus, size_t bytes) {
   const FakeAllocator allocator = fakeAllocator(c, {"gpus", std::to_string(gpus)});
   return allocator.allocate ? allocator.allocate(bytes) : nullptr;
@@ -95,7 +95,6 @@ uint8_t* fakeDeviceMemory(const Client& c, int gpus, size_t bytes) {
 // allreduce on the new memory must see the new values.
 int fakeCuda(Client& c, const std::vector<std::string>& args) {
   const bool vmm = !args.empty() && args[0] == "vmm";
-  constexpr size_t kChunk = kVmmChunk;
   using Remap = int (*)(void*);
   auto remap = reinterpret_cast<Remap>(fakeSymbol("gradsync_fake_cuda_remap"));
   const FakeAllocator allocator = fakeAllocator(c, args);
@@ -199,7 +198,7 @@ int fakeCuda(Client& c, const std::vector<std::string>& args) {
   WORKER_CHECK(x[999] == static_cast<float>(n), "after release: %g", x[999]);
   if (vmm) {
     // A tensor across three chunks, mapped back to back by the daemon.
-    auto* across = reinterpret_cast<float*>(a + kChunk - 4096);
+    auto* across = reinterpret_cast<float*>(a + kVmmChunk - 4096);
     const std::vector<int64_t> s_across = {8192};
     for (int i = 0; i < 8192; ++i) across[i] = static_cast<float>(me + i % 11);
     if (run(c, cudaOp(GRADSYNC_ALLREDUCE, "cuda.across_chunks", across, GRADSYNC_FLOAT32, s_across))) return 1;
