@@ -72,6 +72,7 @@ StatusOr<std::unique_ptr<NcclComm>> NcclComm::create(const NcclLibrary& nccl, De
   }
   std::memcpy(unique.internal, id.data(), sizeof(unique.internal));
   std::unique_ptr<NcclComm> result(new NcclComm(nccl, ops, first_rank, devices, label));
+  result->nranks_ = nranks;
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;
   (void)nccl.api().groupStart();
@@ -196,6 +197,36 @@ Status NcclComm::allGather(const std::vector<void*>& buffers, size_t bytes, cons
     return nccl_.api().allGather(own, buffers[i], bytes, ncclUint8, comms_[i], static_cast<cudaStream_t>(streams[i]));
   }));
   return waitDone(streams, timeout, "ncclAllGather " + label_);
+}
+
+Status NcclComm::exchange(const void* send, const std::vector<PeerBytes>& send_to, void* recv,
+                          const std::vector<PeerBytes>& recv_from, void* stream, std::chrono::milliseconds timeout) {
+  if (comms_.size() != 1 || send_to.size() != static_cast<size_t>(nranks_) ||
+      recv_from.size() != static_cast<size_t>(nranks_)) {
+    return internalError("ncclSend/ncclRecv " + label_ + ": " + std::to_string(send_to.size()) + " and " +
+                         std::to_string(recv_from.size()) + " parts for " + std::to_string(nranks_) + " ranks, " +
+                         std::to_string(comms_.size()) + " here");
+  }
+  RETURN_IF_ERROR(grouped({recv}, {stream}, "ncclSend/ncclRecv", [&](size_t) {
+    const auto s = static_cast<cudaStream_t>(stream);
+    for (int p = 0; p < nranks_; ++p) {
+      if (p == first_rank_) continue;
+      const PeerBytes& out = send_to[p];
+      const PeerBytes& in = recv_from[p];
+      if (out.bytes > 0) {
+        const ncclResult_t sent =
+            nccl_.api().send(static_cast<const uint8_t*>(send) + out.offset, out.bytes, ncclUint8, p, comms_[0], s);
+        if (sent != ncclSuccess && sent != ncclInProgress) return sent;
+      }
+      if (in.bytes > 0) {
+        const ncclResult_t received =
+            nccl_.api().recv(static_cast<uint8_t*>(recv) + in.offset, in.bytes, ncclUint8, p, comms_[0], s);
+        if (received != ncclSuccess && received != ncclInProgress) return received;
+      }
+    }
+    return ncclSuccess;
+  }));
+  return waitDone({stream}, timeout, "ncclSend/ncclRecv " + label_);
 }
 
 Status NcclComm::allReduce(const std::vector<void*>& buffers, size_t count, DataType dtype, ReduceOp op,

@@ -54,6 +54,16 @@ class NcclComm {
   // of every rank's buffer (nranks * bytes each).
   Status allGather(const std::vector<void*>& buffers, size_t bytes, const std::vector<void*>& streams,
                    std::chrono::milliseconds timeout);
+  // One peer's part of an exchange: `bytes` at `offset` of a buffer.
+  struct PeerBytes {
+    size_t offset = 0;
+    size_t bytes = 0;
+  };
+  // For a communicator with one rank here: send_to[p] of `send` to rank p
+  // and recv_from[p] of `recv` from it, for every other rank p (grouped
+  // ncclSend and ncclRecv; empty parts are left out, both sides alike).
+  Status exchange(const void* send, const std::vector<PeerBytes>& send_to, void* recv,
+                  const std::vector<PeerBytes>& recv_from, void* stream, std::chrono::milliseconds timeout);
   const std::vector<int>& devices() const { return devices_; }
   bool aborted() const { return aborted_; }
 
@@ -70,6 +80,7 @@ class NcclComm {
   const NcclLibrary& nccl_;
   DeviceOps* const ops_;
   const int first_rank_;
+  int nranks_ = 0;
   const std::vector<int> devices_;
   const std::string label_;
   std::vector<ncclComm_t> comms_;  // parallel to devices_

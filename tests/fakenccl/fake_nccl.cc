@@ -20,8 +20,10 @@
 // GRADSYNC_FAKE_NCCL_TIMEOUT_MS bounds each wait (default 30000);
 // GRADSYNC_FAKE_NCCL_SLOT_BYTES is the most one rank contributes to one
 // call (default 16 MiB); GRADSYNC_FAKE_NCCL_VERBOSE prints a line on stderr
-// for each rank initialized. ncclSend, ncclRecv and ncclCommSplit are not
-// implemented (ncclInvalidUsage).
+// for each rank initialized. ncclSend and ncclRecv go through a mailbox per
+// ordered pair of ranks: the sends of a group to one peer are one message,
+// posted when the peer took the last one; its receives from that peer must
+// add up to it. ncclCommSplit is not implemented (ncclInvalidUsage).
 #include <fcntl.h>
 #include <nccl.h>
 #include <sys/mman.h>
@@ -51,6 +53,7 @@ struct ncclComm {
   ncclResult_t error = ncclSuccess;
   std::string last_error;
   bool detached = false;
+  std::vector<uint64_t> sent, received;  // messages, by peer
 };
 
 namespace {
@@ -87,6 +90,20 @@ Slot* slot(ncclComm* c, int rank) { return reinterpret_cast<Slot*>(c->region + k
 uint8_t* area(ncclComm* c, int rank) {
   return c->region + kHeaderBytes + kSlotBytes * c->nranks + areaBytes() * static_cast<size_t>(rank);
 }
+// The mailbox from rank `from` to rank `to`: a slot (posted: messages
+// posted; done: taken), then the message.
+size_t mailboxBytes() { return kSlotBytes + areaBytes(); }
+size_t regionBytes(int nranks) {
+  const auto n = static_cast<size_t>(nranks);
+  return kHeaderBytes + kSlotBytes * n + areaBytes() * n + mailboxBytes() * n * n;
+}
+Slot* mailbox(ncclComm* c, int from, int to) {
+  const auto n = static_cast<size_t>(c->nranks);
+  uint8_t* at = c->region + kHeaderBytes + kSlotBytes * n + areaBytes() * n +
+                mailboxBytes() * (static_cast<size_t>(from) * n + static_cast<size_t>(to));
+  return reinterpret_cast<Slot*>(at);
+}
+uint8_t* message(Slot* box) { return reinterpret_cast<uint8_t*>(box) + kSlotBytes; }
 
 bool typeOf(ncclDataType_t type, DataType* out, size_t* size) {
   switch (type) {
@@ -141,7 +158,15 @@ bool opOf(ncclRedOp_t op, ReduceOp* out) {
   }
 }
 
-enum class Kind { kAllReduce, kBroadcast, kAllGather, kReduceScatter };
+enum class Kind { kAllReduce, kBroadcast, kAllGather, kReduceScatter, kSend, kRecv, kExchange };
+
+// A message of an exchange: `bytes` from `send` or into `recv`, with `peer`.
+struct Part {
+  const void* send;
+  void* recv;
+  size_t bytes;
+  int peer;
+};
 
 // One collective call of one rank.
 struct Call {
@@ -154,6 +179,7 @@ struct Call {
   size_t esize;
   ReduceOp op;
   int root;
+  std::vector<Part> sends = {}, recvs = {};  // kExchange
 };
 
 ncclResult_t fail(ncclComm* c, ncclResult_t error, const std::string& why) {
@@ -192,6 +218,89 @@ bool waitAll(ncclComm* c, uint64_t seq, bool posted, const char* what) {
   }
 }
 
+// Waits until `counter` reaches `value`.
+bool waitFor(ncclComm* c, const std::atomic<uint64_t>& counter, uint64_t value, const std::string& what) {
+  const auto limit = std::chrono::milliseconds(envNumber("GRADSYNC_FAKE_NCCL_TIMEOUT_MS", 30000));
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  for (int spins = 0; counter.load() < value; ++spins) {
+    if (header(c)->failed.load() != 0) {
+      c->error = ncclRemoteError;
+      c->last_error = "fake NCCL: another rank failed or aborted (" + what + ")";
+      return false;
+    }
+    if (std::chrono::steady_clock::now() > deadline) {
+      fail(c, ncclSystemError, "fake NCCL: " + what + " waited past its limit");
+      return false;
+    }
+    if (spins < 100) {
+      std::this_thread::yield();
+    } else {
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+  }
+  return true;
+}
+
+// An exchange's sends: one message to each peer with any, once the peer
+// took the last one.
+bool postSends(Call& k) {
+  ncclComm* c = k.comm;
+  if (c->error != ncclSuccess) return false;
+  for (int peer = 0; peer < c->nranks; ++peer) {
+    size_t bytes = 0;
+    for (const Part& part : k.sends) bytes += part.peer == peer ? part.bytes : 0;
+    if (bytes == 0) continue;
+    if (bytes > areaBytes()) {
+      fail(c, ncclInvalidArgument,
+           "fake NCCL: " + std::to_string(bytes) + " bytes in one message (GRADSYNC_FAKE_NCCL_SLOT_BYTES)");
+      return false;
+    }
+    Slot* box = mailbox(c, c->rank, peer);
+    if (!waitFor(c, box->done, c->sent[peer],
+                 "a send waiting for rank " + std::to_string(peer) + " to take the last")) {
+      return false;
+    }
+    uint8_t* at = message(box);
+    for (const Part& part : k.sends) {
+      if (part.peer != peer) continue;
+      std::memcpy(at, part.send, part.bytes);
+      at += part.bytes;
+    }
+    box->bytes = bytes;
+    box->posted.store(++c->sent[peer]);
+  }
+  return true;
+}
+
+// An exchange's receives: each peer's message, which must be as long as the
+// receives from it.
+bool takeReceives(Call& k) {
+  ncclComm* c = k.comm;
+  if (c->error != ncclSuccess) return false;
+  for (int peer = 0; peer < c->nranks; ++peer) {
+    size_t bytes = 0;
+    for (const Part& part : k.recvs) bytes += part.peer == peer ? part.bytes : 0;
+    if (bytes == 0) continue;
+    Slot* box = mailbox(c, peer, c->rank);
+    const uint64_t expected = c->received[peer] + 1;
+    if (!waitFor(c, box->posted, expected, "a receive waiting for rank " + std::to_string(peer))) return false;
+    if (box->bytes != bytes) {
+      fail(c, ncclInvalidUsage,
+           "fake NCCL: rank " + std::to_string(c->rank) + " receives " + std::to_string(bytes) + " bytes from rank " +
+               std::to_string(peer) + ", which sent " + std::to_string(box->bytes));
+      return false;
+    }
+    const uint8_t* from = message(box);
+    for (const Part& part : k.recvs) {
+      if (part.peer != peer) continue;
+      std::memcpy(part.recv, from, part.bytes);
+      from += part.bytes;
+    }
+    box->done.store(c->received[peer] = expected);
+  }
+  return true;
+}
+
 size_t contribution(const Call& k) {
   switch (k.kind) {
     case Kind::kBroadcast:
@@ -207,6 +316,7 @@ size_t contribution(const Call& k) {
 
 // Phase 1: this rank's contribution into its area.
 bool post(Call& k) {
+  if (k.kind == Kind::kExchange) return postSends(k);
   ncclComm* c = k.comm;
   if (c->error != ncclSuccess) return false;
   const uint64_t seq = ++c->seq;
@@ -217,7 +327,9 @@ bool post(Call& k) {
          "fake NCCL: " + std::to_string(bytes) + " bytes in one call (GRADSYNC_FAKE_NCCL_SLOT_BYTES)");
     return false;
   }
-  if (bytes > 0) std::memcpy(area(c, c->rank), k.send, bytes);
+  if (bytes > 0) {
+    std::memcpy(area(c, c->rank), k.send, bytes);
+  }
   slot(c, c->rank)->bytes = bytes;
   slot(c, c->rank)->posted.store(seq);
   return true;
@@ -225,6 +337,7 @@ bool post(Call& k) {
 
 // Phase 2: this rank's result from every area.
 bool complete(Call& k) {
+  if (k.kind == Kind::kExchange) return takeReceives(k);
   ncclComm* c = k.comm;
   if (c->error != ncclSuccess) return false;
   const uint64_t seq = c->seq;
@@ -267,8 +380,27 @@ int g_calls = 0;  // collectives of this process, for GRADSYNC_FAKE_NCCL_FAIL_AT
 thread_local int t_group_depth = 0;
 thread_local std::vector<Call> t_group;
 
+// The sends and receives of each communicator in a group as one exchange,
+// where the first of them was.
+std::vector<Call> mergeExchanges(std::vector<Call>& calls) {
+  std::vector<Call> merged;
+  std::map<ncclComm*, size_t> exchange;  // its index in `merged`
+  for (auto& k : calls) {
+    if (k.kind != Kind::kSend && k.kind != Kind::kRecv) {
+      merged.push_back(std::move(k));
+      continue;
+    }
+    auto [it, added] = exchange.emplace(k.comm, merged.size());
+    if (added) merged.push_back(Call{Kind::kExchange, k.comm, nullptr, nullptr, 0, v1::UINT8, 1, v1::SUM, 0});
+    Call& into = merged[it->second];
+    (k.kind == Kind::kSend ? into.sends : into.recvs).push_back({k.send, k.recv, k.count, k.root});
+  }
+  return merged;
+}
+
 // The calls of a group, the k-th call of each communicator together.
-void runGroup(std::vector<Call>& calls) {
+void runGroup(std::vector<Call>& group) {
+  std::vector<Call> calls = mergeExchanges(group);
   std::map<ncclComm*, int> seen;
   std::vector<std::vector<Call*>> waves;
   for (auto& k : calls) {
@@ -373,7 +505,9 @@ ncclResult_t ncclCommInitRankConfig(ncclComm_t* out, int nranks, ncclUniqueId id
   comm->path = std::string(dir != nullptr && *dir != '\0' ? dir : "/tmp") + "/" + name;
   comm->nranks = nranks;
   comm->rank = rank;
-  comm->region_bytes = kHeaderBytes + kSlotBytes * nranks + areaBytes() * static_cast<size_t>(nranks);
+  comm->region_bytes = regionBytes(nranks);
+  comm->sent.assign(nranks, 0);
+  comm->received.assign(nranks, 0);
   const int fd = ::open(comm->path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
   if (fd < 0) return ncclSystemError;
   // Every rank sizes the file alike (sparse: pages come on first touch).
@@ -458,7 +592,20 @@ ncclResult_t ncclAllGather(const void* send, void* recv, size_t count, ncclDataT
   return issue(k);
 }
 
-ncclResult_t ncclSend(const void*, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t) { return ncclInvalidUsage; }
-ncclResult_t ncclRecv(void*, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t) { return ncclInvalidUsage; }
+ncclResult_t ncclSend(const void* send, size_t count, ncclDataType_t type, int peer, ncclComm_t comm, cudaStream_t) {
+  Call k{Kind::kSend, comm, send, nullptr, 0, v1::DATA_TYPE_UNSPECIFIED, 0, v1::SUM, peer};
+  if (comm == nullptr || peer < 0 || peer >= comm->nranks || peer == comm->rank) return ncclInvalidArgument;
+  if (!typeOf(type, &k.dtype, &k.esize)) return ncclInvalidArgument;
+  k.count = count * k.esize;  // bytes, as a Part holds them
+  return issue(k);
+}
+
+ncclResult_t ncclRecv(void* recv, size_t count, ncclDataType_t type, int peer, ncclComm_t comm, cudaStream_t) {
+  Call k{Kind::kRecv, comm, nullptr, recv, 0, v1::DATA_TYPE_UNSPECIFIED, 0, v1::SUM, peer};
+  if (comm == nullptr || peer < 0 || peer >= comm->nranks || peer == comm->rank) return ncclInvalidArgument;
+  if (!typeOf(type, &k.dtype, &k.esize)) return ncclInvalidArgument;
+  k.count = count * k.esize;
+  return issue(k);
+}
 
 }  // extern "C"

@@ -63,6 +63,55 @@ TEST(FakeNccl, LoadsAsNcclAndRanksOnThreadsAllreduceAndBroadcast) {
   for (int r = 0; r < kRanks; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
 }
 
+// Rank r sends r + 1 + p bytes of value 10r + p to each peer p, except that
+// rank 0 sends nothing to rank 2 (and rank 2 expects nothing from it), for
+// several rounds: the mailboxes are reused once taken.
+TEST(FakeNccl, ExchangesThroughSendAndReceive) {
+  auto nccl = load();
+  ASSERT_NE(nccl, nullptr);
+  auto id = nccl->uniqueId();
+  ASSERT_TRUE(id.isOk());
+  constexpr int kRanks = 3;
+  const auto length = [](int from, int to) -> size_t { return from == 0 && to == 2 ? 0 : from + 1 + to; };
+  std::vector<std::string> errors(kRanks);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < kRanks; ++r) {
+    threads.emplace_back([&, r] {
+      FakeDeviceOps ops;
+      auto comm = NcclComm::create(*nccl, &ops, *id, kRanks, r, {0}, "among the daemons", kLimit);
+      if (!comm.isOk()) {
+        errors[r] = comm.status().toString();
+        return;
+      }
+      for (int round = 0; round < 5; ++round) {
+        std::vector<uint8_t> send, recv(64, 0xff);
+        std::vector<NcclComm::PeerBytes> send_to(kRanks), recv_from(kRanks);
+        size_t at = 0;
+        for (int p = 0; p < kRanks; ++p) {
+          if (p == r) continue;
+          send_to[p] = {send.size(), length(r, p)};
+          send.insert(send.end(), length(r, p), static_cast<uint8_t>(10 * r + p + round));
+          recv_from[p] = {at, length(p, r)};
+          at += length(p, r);
+        }
+        Status s = (*comm)->exchange(send.data(), send_to, recv.data(), recv_from, nullptr, kLimit);
+        for (int p = 0; s.isOk() && p < kRanks; ++p) {
+          for (size_t i = 0; p != r && i < length(p, r); ++i) {
+            if (recv[recv_from[p].offset + i] != 10 * p + r + round)
+              s = internalError("wrong byte from " + std::to_string(p));
+          }
+        }
+        if (!s.isOk()) {
+          errors[r] = "round " + std::to_string(round) + ": " + s.toString();
+          return;
+        }
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < kRanks; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
+}
+
 // One thread holds two ranks: their calls go in one group (NCCL's way for a
 // process driving several GPUs), the k-th call of each rank together.
 TEST(FakeNccl, OneThreadHoldsSeveralRanksThroughGroupedCalls) {
