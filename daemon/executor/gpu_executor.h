@@ -16,9 +16,9 @@
 // caller sized beforehand (Enqueue.cuda_output); its size is checked against
 // the negotiated result.
 //
-// Allgather, alltoall and reducescatter across nodes stage through host
-// memory (gpu_executor_staged.cc); NCCL carries only allreduce and the
-// whole job's broadcast.
+// Allgather, alltoall and reducescatter across nodes go over NCCL for the
+// whole job (gpu_executor_nccl_gather.cc) and stage through host memory
+// otherwise (gpu_executor_staged.cc).
 //
 // Several GPUs in one node (gpu_executor_gpus.cc): allreduce and broadcast
 // of a one-node job reduce each GPU's ranks on that GPU, then combine the
@@ -28,8 +28,7 @@
 // GPU's buffer among the daemons, then back to the others; broadcast
 // among the first GPUs of the nodes, the root's node spreading it to its
 // GPUs first, the others after. Allgather, alltoall and reducescatter of a
-// one-node job over several GPUs: gpu_executor_gpus_gather.cc; across
-// nodes they stage every GPU's ranks through host memory.
+// one-node job over several GPUs: gpu_executor_gpus_gather.cc.
 #pragma once
 
 #include <chrono>
@@ -135,6 +134,18 @@ class GpuExecutor : public DeviceExecutor {
   Status copyGatheredOut(const Response& r, const Members& m, const std::vector<size_t>& index,
                          const std::vector<size_t>& offset, size_t total, const AlltoallRoutes& routes,
                          const uint8_t* host, const uint8_t* recv);
+  // Across nodes over the daemons' NCCL communicator (the whole job's
+  // responses; gpu_executor_nccl_gather.cc).
+  ResponseResult ncclGatherLike(const Response& r, RankAccess& access, gpu::NcclComm* comm,
+                                std::vector<Members> resolved);
+  ResponseResult ncclReducescatter(const Response& r, RankAccess& access, gpu::NcclComm* comm,
+                                   std::vector<Members> resolved);
+  // `groups` with the one on `lead` first (an empty one added if no local
+  // rank uses that GPU).
+  StatusOr<std::vector<Members>> withLead(std::vector<Members> groups, int lead);
+  // The GPU for the daemons' communicator: its own once formed, else the
+  // first of `groups`.
+  int leadDevice(const std::vector<Members>& groups) const;
   // Reducescatter across nodes: reduced on the GPU, allreduced among the
   // nodes through host memory, each local rank's rows back.
   ResponseResult stagedReducescatter(const Response& r, RankAccess& access);

@@ -18,8 +18,9 @@ StatusOr<gpu::NcclComm*> GpuExecutor::ncclFor(RankAccess& access, int device, Da
   if (nccl_ == nullptr || nccl_failed_ || !gpu::ncclTypeOf(dtype, &type)) return nullptr;
   if (comm_) {
     if (device != comm_device_) {
-      return unimplemented("this node's ranks use GPU " + std::to_string(device) + " and " +
-                           std::to_string(comm_device_) + "; one GPU per node is supported so far");
+      // The callers lead with the communicator's GPU (leadDevice, withLead).
+      return internalError("the daemons' NCCL communicator is on GPU " + std::to_string(comm_device_) +
+                           ", asked for GPU " + std::to_string(device));
     }
     return comm_.get();
   }
@@ -52,8 +53,16 @@ Status GpuExecutor::stagedAllreduce(const std::vector<const Response*>& response
     }
     groups.push_back(std::move(by_device));
   }
+  // The GPU of the daemons' communicator takes part (with identities where
+  // no local rank uses it) and leads: the communicator stays on the GPU it
+  // was formed on, whichever GPUs a batch's ranks use.
+  if (comm_ && !nccl_failed_ && !devices.empty()) devices.insert(comm_device_);
   if (devices.size() > 1) {
-    return multiGpuStagedAllreduce(responses, access, std::move(groups), {devices.begin(), devices.end()});
+    std::vector<int> ordered(devices.begin(), devices.end());
+    const int lead = comm_ && !nccl_failed_ ? comm_device_ : ordered.front();
+    std::rotate(ordered.begin(), std::find(ordered.begin(), ordered.end(), lead),
+                std::find(ordered.begin(), ordered.end(), lead) + 1);
+    return multiGpuStagedAllreduce(responses, access, std::move(groups), ordered);
   }
   int device = devices.empty() ? -1 : *devices.begin();
   for (size_t t = 0; t < responses.size(); ++t) {
@@ -201,8 +210,27 @@ Status GpuExecutor::stagedBroadcast(const Response& r, RankAccess& access) {
   // root's GPU to the others first, on the other nodes from the first GPU
   // to the others after.
   if (r.process_set_id == 0) {
-    ASSIGN_OR_RETURN(gpu::NcclComm * comm, ncclFor(access, groups.front().device, v1::UINT8));
+    ASSIGN_OR_RETURN(gpu::NcclComm * comm, ncclFor(access, leadDevice(groups), v1::UINT8));
     if (comm != nullptr) {
+      // The communicator's GPU first (it may hold none of the ranks: then
+      // its fusion buffer is the landing place).
+      ASSIGN_OR_RETURN(groups, withLead(std::move(groups), comm->devices().front()));
+      landing.clear();
+      root_gpu = -1;
+      for (size_t g = 0; g < groups.size(); ++g) {
+        if (groups[g].list.empty()) {
+          ASSIGN_OR_RETURN(gpu::GrowingBuffer * fusion, fusionFor(groups[g].device));
+          ASSIGN_OR_RETURN(uint8_t * place, fusion->reserve(first.length));
+          landing.push_back(place);
+          continue;
+        }
+        landing.push_back(groups[g].list.front().data);
+        for (const auto& member : groups[g].list) {
+          if (member.rank != first.root_rank) continue;
+          root_gpu = static_cast<int>(g);
+          landing.back() = member.data;
+        }
+      }
       Status status = [&]() -> Status {
         RETURN_IF_ERROR(waitAll());
         if (root_gpu > 0) RETURN_IF_ERROR(acrossGpus(r, groups, landing, first.length, v1::SUM, root_gpu, access));

@@ -4,8 +4,9 @@
 // pairwise exchange), as the CPU executor does them
 // (multi_node_executor.cc), with the node's ranks copied out of and back
 // into their GPU memory, whichever of the node's GPUs they use (the GPUs'
-// sums combined first for reducescatter). Exact results; NCCL for these is
-// to come.
+// sums combined first for reducescatter): for process sets, jobs without
+// the daemons' NCCL communicator, and after it failed. The whole job's go
+// over NCCL (gpu_executor_nccl_gather.cc).
 #include <algorithm>
 #include <cstring>
 #include <map>
@@ -89,6 +90,11 @@ Status GpuExecutor::stageInputs(const Response& r, const Members& m, const std::
 ResponseResult GpuExecutor::stagedGatherLike(const Response& r, RankAccess& access) {
   auto resolved = resolveByDevice(r, access);
   if (!resolved.isOk()) return failed(r, resolved.status());
+  if (r.process_set_id == 0) {  // every node decides alike
+    auto comm = ncclFor(access, leadDevice(*resolved), v1::UINT8);
+    if (!comm.isOk()) return failed(r, comm.status());
+    if (*comm != nullptr) return ncclGatherLike(r, access, *comm, std::move(resolved).value());
+  }
   const std::vector<Members>& groups = *resolved;  // by GPU: each stages through the same host buffer
   std::vector<std::vector<size_t>> index;
   for (const auto& group : groups) index.push_back(memberIndices(r, group));
@@ -178,8 +184,13 @@ Status GpuExecutor::copyGatheredOut(const Response& r, const Members& m, const s
 ResponseResult GpuExecutor::stagedReducescatter(const Response& r, RankAccess& access) {
   auto resolved = resolveByDevice(r, access);
   if (!resolved.isOk()) return failed(r, resolved.status());
-  const std::vector<Members>& groups = *resolved;
   const Request& first = r.first();
+  if (r.process_set_id == 0 && first.length > 0) {  // every node decides alike
+    auto comm = ncclFor(access, leadDevice(*resolved), first.dtype);
+    if (!comm.isOk()) return failed(r, comm.status());
+    if (*comm != nullptr) return ncclReducescatter(r, access, *comm, std::move(resolved).value());
+  }
+  const std::vector<Members>& groups = *resolved;
   if (Status valid = checkReduction(r.name, first); !valid.isOk()) return failed(r, valid);
   const size_t count = first.length / elementSize(first.dtype);
   const ReduceOp ring_op = first.op == v1::AVERAGE ? v1::SUM : first.op;

@@ -415,39 +415,82 @@ INSTANTIATE_TEST_SUITE_P(Placements, FakeGpusOfANodeTest,
                                            // One GPU as 4 virtual ones, 4 ranks: one on each.
                                            GpusCase{4, 1, true, 4}));
 
-// Nodes of several GPUs: two daemons of 2 fake GPUs each, two ranks on
-// each, one per GPU. Allreduce: each node's GPUs combine over NCCL (or host
-// memory), the first GPU's buffer goes among the daemons (NCCL or the
-// ring), then back to the other GPU and every rank. Broadcast: from the
-// root's GPU to its node's first GPU, among the nodes, to the other GPUs.
-// Allgather, alltoall, reducescatter: every GPU's ranks through host memory.
-class FakeGpusAcrossDaemonsTest : public ::testing::TestWithParam<bool> {
+// Nodes of one or several GPUs: two daemons of 1 or 2 fake GPUs each, two
+// ranks on each, one per GPU or both on the one. Allreduce: each node's GPUs
+// combine over NCCL (or host memory), the first GPU's buffer goes among the
+// daemons (NCCL or the ring), then back to the other GPU and every rank.
+// Broadcast: from the root's GPU to its node's first GPU, among the nodes,
+// to the other GPUs. Allgather, alltoall, reducescatter: over NCCL among
+// the daemons (each call of the stand-in counted), or every GPU's ranks
+// through host memory.
+struct NodesCase {
+  int gpus;
+  bool nccl;
+};
+
+class FakeGpusAcrossDaemonsTest : public ::testing::TestWithParam<NodesCase> {
  protected:
-  void runJob(const std::vector<std::string>& args) {
-    const bool nccl = GetParam();
-    std::map<std::string, std::string> env = nccl ? fakeNccl() : std::map<std::string, std::string>{};
-    env["GRADSYNC_FAKE_GPUS"] = "2";
+  void runJob(const std::string& scenario, const std::vector<std::string>& args) {
+    const NodesCase c = GetParam();
+    std::map<std::string, std::string> env = c.nccl ? fakeNccl() : std::map<std::string, std::string>{};
+    env["GRADSYNC_FAKE_GPUS"] = std::to_string(c.gpus);
+    if (c.nccl) env["GRADSYNC_FAKE_NCCL_VERBOSE"] = "2";
     DaemonPair pair;
     std::string error;
-    ASSERT_TRUE(pair.start(nccl ? "auto" : "staging", {env, env}, &error)) << error;
-    std::vector<Process> ranks = pair.spawn("nodes", args, {0, 0, 1, 1});
+    ASSERT_TRUE(pair.start(c.nccl ? "auto" : "staging", {env, env}, &error)) << error;
+    std::vector<std::string> command = {scenario};
+    if (scenario == "fake_cuda") command.push_back("gpus");
+    command.push_back(std::to_string(c.gpus));
+    command.insert(command.end(), args.begin(), args.end());
+    std::vector<Process> ranks = pair.spawn("nodes", command, {0, 0, 1, 1});
     std::string report;
     EXPECT_TRUE(allSucceed(ranks, kTimeout, &report)) << report << pair.logs();
     for (auto& d : pair.daemons) {
-      if (nccl) {
-        EXPECT_NE(d->log().find("NCCL communicator over this node's GPUs 0, 1 formed"), std::string::npos) << d->log();
-        EXPECT_NE(d->log().find("NCCL communicator among 2 daemons formed"), std::string::npos) << d->log();
+      const std::string log = d->log();
+      if (c.nccl) {
+        if (c.gpus > 1) EXPECT_NE(log.find("NCCL communicator over this node's GPUs 0, 1 formed"), std::string::npos);
+        EXPECT_NE(log.find("NCCL communicator among 2 daemons formed"), std::string::npos) << log;
+        for (const char* call : {"of 2: allreduce", "of 2: broadcast"}) {
+          EXPECT_NE(log.find(call), std::string::npos) << call << "\n" << log;
+        }
+        if (scenario == "fake_cuda") {  // among the daemons (2 ranks; over the GPUs too with 2 of them)
+          for (const char* call : {"of 2: allgather", "of 2: send/receive"}) {
+            EXPECT_NE(log.find(call), std::string::npos) << call << "\n" << log;
+          }
+        }
       }
       EXPECT_EQ(d->stop(), 0) << d->log();
     }
   }
 };
 
-TEST_P(FakeGpusAcrossDaemonsTest, FusedCollectivesAcrossNodesOfTwoGpus) { runJob({"fake_cuda_gpus", "2", "4"}); }
+TEST_P(FakeGpusAcrossDaemonsTest, FusedCollectivesAcrossNodes) { runJob("fake_cuda_gpus", {"4"}); }
 
-TEST_P(FakeGpusAcrossDaemonsTest, EveryCollectiveAcrossNodesOfTwoGpus) { runJob({"fake_cuda", "gpus", "2"}); }
+TEST_P(FakeGpusAcrossDaemonsTest, EveryCollectiveAcrossNodes) { runJob("fake_cuda", {}); }
 
-INSTANTIATE_TEST_SUITE_P(WithAndWithoutNccl, FakeGpusAcrossDaemonsTest, ::testing::Bool());
+// The daemons' communicator formed on GPU 1 (by a process set's allreduce
+// there), then every collective of the whole job over GPUs 0 and 1.
+TEST(FakeGpusLeadTest, TheDaemonsCommunicatorsGpuLeadsWhereverItFormed) {
+  std::map<std::string, std::string> env = fakeNccl();
+  env["GRADSYNC_FAKE_GPUS"] = "2";
+  DaemonPair pair;
+  std::string error;
+  ASSERT_TRUE(pair.start("auto", {env, env}, &error)) << error;
+  std::vector<Process> ranks = pair.spawn("lead", {"fake_cuda_lead"}, {0, 0, 1, 1});
+  std::string report;
+  EXPECT_TRUE(allSucceed(ranks, kTimeout, &report)) << report << pair.logs();
+  for (auto& d : pair.daemons) {
+    const std::regex formed("NCCL communicator among 2 daemons formed \\(this node rank [01], GPU 1\\)");
+    EXPECT_TRUE(std::regex_search(d->log(), formed)) << d->log();
+    EXPECT_EQ(d->stop(), 0) << d->log();
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(GpusAndNccl, FakeGpusAcrossDaemonsTest,
+                         ::testing::Values(NodesCase{2, true}, NodesCase{2, false}, NodesCase{1, true}),
+                         [](const ::testing::TestParamInfo<NodesCase>& info) {
+                           return std::to_string(info.param.gpus) + "Gpus" + (info.param.nccl ? "Nccl" : "Staging");
+                         });
 
 // Elastic jobs of CUDA tensors across daemons (through host memory: NCCL
 // among the daemons is not used for elastic jobs). Rank 2 dies (SIGKILL)

@@ -20,7 +20,7 @@
 // GRADSYNC_FAKE_NCCL_TIMEOUT_MS bounds each wait (default 30000);
 // GRADSYNC_FAKE_NCCL_SLOT_BYTES is the most one rank contributes to one
 // call (default 16 MiB); GRADSYNC_FAKE_NCCL_VERBOSE prints a line on stderr
-// for each rank initialized. ncclSend and ncclRecv go through a mailbox per
+// for each rank initialized, and at 2 also for each call. ncclSend and ncclRecv go through a mailbox per
 // ordered pair of ranks: the sends of a group to one peer are one message,
 // posted when the peer took the last one; its receives from that peer must
 // add up to it. ncclCommSplit is not implemented (ncclInvalidUsage).
@@ -398,9 +398,29 @@ std::vector<Call> mergeExchanges(std::vector<Call>& calls) {
   return merged;
 }
 
+const char* kindName(Kind kind) {
+  switch (kind) {
+    case Kind::kAllReduce:
+      return "allreduce";
+    case Kind::kBroadcast:
+      return "broadcast";
+    case Kind::kAllGather:
+      return "allgather";
+    case Kind::kReduceScatter:
+      return "reducescatter";
+    default:
+      return "send/receive";
+  }
+}
+
 // The calls of a group, the k-th call of each communicator together.
 void runGroup(std::vector<Call>& group) {
   std::vector<Call> calls = mergeExchanges(group);
+  if (envNumber("GRADSYNC_FAKE_NCCL_VERBOSE", 0) >= 2) {
+    for (const auto& k : calls) {
+      std::fprintf(stderr, "fake NCCL: rank %d of %d: %s\n", k.comm->rank, k.comm->nranks, kindName(k.kind));
+    }
+  }
   std::map<ncclComm*, int> seen;
   std::vector<std::vector<Call*>> waves;
   for (auto& k : calls) {

@@ -369,6 +369,30 @@ int fakeCudaGpus(Client& c, const std::vector<std::string>& args) {
   return 0;
 }
 
+// Two nodes of 2 fake GPUs, ranks 0, 1 on the first and 2, 3 on the
+// second (local rank = GPU). A CUDA allreduce of process set {1, 3} first,
+// so that the daemons' NCCL communicator forms on GPU 1, then every
+// collective of the whole job, whose ranks use GPUs 0 and 1: GPU 1 must
+// lead among the nodes.
+int fakeCudaLead(Client& c, const std::vector<std::string>&) {
+  WORKER_CHECK(c.size() == 4, "fake_cuda_lead needs 4 ranks, not %d", c.size());
+  const FakeAllocator allocator = fakeAllocator(c, {"gpus", "2"});
+  WORKER_CHECK(allocator.allocate, "no fake CUDA driver ($GRADSYNC_TEST_FAKE_LIBCUDA)");
+  int32_t odd = -1;
+  WORKER_OK(c.addProcessSet({1, 3}, &odd, 30));
+  if (c.rank() % 2 == 1) {
+    auto* x = reinterpret_cast<float*>(allocator.allocate(256));
+    WORKER_CHECK(x != nullptr, "fake cudaMalloc failed");
+    for (int i = 0; i < 64; ++i) x[i] = static_cast<float>(c.rank() + i);
+    const std::vector<int64_t> s64 = {64};
+    gradsync_op_t in_set = cudaOp(GRADSYNC_ALLREDUCE, "lead.odd", x, GRADSYNC_FLOAT32, s64);
+    in_set.process_set = odd;
+    if (run(c, in_set)) return 1;
+    WORKER_CHECK(x[5] == static_cast<float>(1 + 3 + 2 * 5), "the set's sum: %g", x[5]);
+  }
+  return fakeCuda(c, {"gpus", "2"});
+}
+
 // Four ranks on fake GPUs (local rank % GPUS) with process sets {0, 1} and
 // {2, 3} added at run time; each of STEPS steps alternates collectives of
 // the whole job and of each rank's set (allreduce, broadcast, allgather),

@@ -722,6 +722,7 @@ const std::map<std::string, Scenario>& moreScenarios() {
       {"fake_cuda_across", fakeCudaAcross},
       {"fake_cuda_gpus", fakeCudaGpus},
       {"fake_cuda_sets", fakeCudaSets},
+      {"fake_cuda_lead", fakeCudaLead},
       {"fake_cuda_kill", fakeCudaKill},
       {"fake_cuda_hold", fakeCudaHold},
   };

@@ -146,6 +146,7 @@ int fakeCuda(Client& c, const std::vector<std::string>& args);
 int fakeCudaAcross(Client& c, const std::vector<std::string>& args);
 int fakeCudaGpus(Client& c, const std::vector<std::string>& args);
 int fakeCudaSets(Client& c, const std::vector<std::string>& args);
+int fakeCudaLead(Client& c, const std::vector<std::string>& args);
 int fakeCudaKill(Client& c, const std::vector<std::string>& args);
 int fakeCudaHold(Client& c, const std::vector<std::string>& args);
 // `bytes` of the fake driver's device memory on GPU (local rank % gpus);

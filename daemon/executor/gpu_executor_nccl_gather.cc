@@ -1,0 +1,309 @@
+// SPDX-License-Identifier: Apache-2.0
+// GpuExecutor across nodes over NCCL for allgather, alltoall and
+// reducescatter of the whole job (every node decides alike: the daemons'
+// communicator exists, the response is not a process set's; reducescatter
+// also has elements).
+//
+// Several GPUs here: their ranks' inputs are first gathered on every GPU of
+// the node (gpu_executor_gpus_gather.cc's blocks). Then, on the lead GPU
+// (the one of the daemons' communicator):
+// - allgather: this node's inputs, end to end in request order, into its
+//   block of a buffer of one block per node (blocks as large as the largest
+//   node's share), an in-place ncclAllGather, the buffer to the node's other
+//   GPUs, and each rank's output from its GPU's copy;
+// - alltoall: the messages to each other node packed as the ring's
+//   exchange packs them (executor_util.h's routes), grouped ncclSend and
+//   ncclRecv with each node, the received messages to the other GPUs, and
+//   each rank's output from its GPU's inputs and messages.
+// - reducescatter: the node's GPUs' sum allreduced among the nodes, to the
+//   other GPUs, and each rank's rows (an allreduce: twice the bytes of a
+//   reduce-scatter, whose equal blocks per node the ranks' rows rarely
+//   make, but one call and no layout across nodes).
+#include <algorithm>
+
+#include "daemon/executor/executor_util.h"
+#include "daemon/executor/gpu_executor.h"
+#include "daemon/executor/gpu_executor_util.h"
+
+namespace gradsync::executor {
+namespace {
+
+constexpr size_t kAlignment = 256;
+
+size_t aligned(size_t bytes) { return (bytes + kAlignment - 1) / kAlignment * kAlignment; }
+
+// Allgather among the nodes: each node's share of the gathered tensor in
+// one block; at[i]: where request i's input lies.
+struct NodeBlocks {
+  std::vector<size_t> at;
+  size_t block = 0;
+};
+
+NodeBlocks nodeBlocks(const Response& r, RankAccess& access) {
+  const auto nodes = static_cast<size_t>(access.dataPlane().nodeCount());
+  std::vector<size_t> used(nodes, 0);
+  NodeBlocks blocks;
+  for (const auto& request : r.requests) {
+    const auto node = static_cast<size_t>(access.dataPlane().nodeOf(request->rank));
+    blocks.at.push_back(used[node]);
+    used[node] += request->length;
+  }
+  blocks.block = aligned(*std::max_element(used.begin(), used.end()));
+  for (size_t i = 0; i < r.requests.size(); ++i) {
+    blocks.at[i] += static_cast<size_t>(access.dataPlane().nodeOf(r.requests[i]->rank)) * blocks.block;
+  }
+  return blocks;
+}
+
+std::vector<gpu::NcclComm::PeerBytes> peerBytes(const std::vector<collective::Range>& ranges) {
+  std::vector<gpu::NcclComm::PeerBytes> out;
+  for (const auto& range : ranges) out.push_back({range.offset, range.bytes});
+  return out;
+}
+
+}  // namespace
+
+StatusOr<std::vector<GpuExecutor::Members>> GpuExecutor::withLead(std::vector<Members> groups, int lead) {
+  if (groups.empty() || groups.front().device < 0) return groups;  // no memory of a local rank here
+  auto at = std::find_if(groups.begin(), groups.end(), [&](const Members& m) { return m.device == lead; });
+  if (at == groups.end()) {
+    Members empty;
+    empty.device = lead;
+    ASSIGN_OR_RETURN(empty.stream, streamFor(lead));
+    groups.insert(groups.begin(), std::move(empty));
+  } else {
+    std::rotate(groups.begin(), at, at + 1);
+  }
+  return groups;
+}
+
+ResponseResult GpuExecutor::ncclGatherLike(const Response& r, RankAccess& access, gpu::NcclComm* comm,
+                                           std::vector<Members> resolved) {
+  auto arranged = withLead(std::move(resolved), comm->devices().front());
+  if (!arranged.isOk()) return failed(r, arranged.status());
+  const std::vector<Members>& groups = *arranged;
+  ResponseResult result = failed(r, okStatus());
+  const std::vector<uint64_t> out_bytes = gatheredBytes(r, &result);
+  std::vector<std::vector<size_t>> index;
+  for (const auto& group : groups) index.push_back(memberIndices(r, group));
+  const size_t nodes = static_cast<size_t>(access.dataPlane().nodeCount());
+  // Several GPUs: local_at[i], where local request i's input lies on each
+  // GPU once their blocks were gathered (the first local_bytes of each
+  // GPU's buffer).
+  std::vector<size_t> local_at(r.requests.size(), 0);
+  size_t local_block = 0;
+  if (groups.size() > 1) {
+    for (const auto& member_index : index) {
+      size_t used = 0;
+      for (size_t i : member_index) {
+        local_at[i] = used;
+        used += r.requests[i]->length;
+      }
+      local_block = std::max(local_block, used);
+    }
+    local_block = aligned(local_block);
+    for (size_t g = 0; g < groups.size(); ++g) {
+      for (size_t i : index[g]) local_at[i] += g * local_block;
+    }
+  }
+  const size_t local_bytes = local_block * groups.size();
+  // Among the nodes, after local_bytes: allgather's blocks, or alltoall's
+  // send and receive buffers.
+  const bool gather = r.type == v1::ALLGATHER;
+  const NodeBlocks blocks = gather ? nodeBlocks(r, access) : NodeBlocks{};
+  const AlltoallRoutes routes = gather ? AlltoallRoutes() : alltoallRoutes(r, access);
+  const size_t send_bytes = aligned(routes.send_bytes);
+  const size_t cross_bytes = gather ? blocks.block * nodes : send_bytes + routes.recv_bytes;
+  size_t waited = 0;  // groups whose ready events were awaited: their done events are recorded whatever happens
+  Status status = [&]() -> Status {
+    for (size_t g = 0; g < groups.size(); ++g) {
+      RETURN_IF_ERROR(checkOutputs(r, groups[g], localBytes(groups[g], index[g], out_bytes)));
+    }
+    if (groups.empty() || groups.front().device < 0) {
+      // No local rank holds memory: nothing to send or receive here.
+      if (cross_bytes == 0 || (!gather && routes.send_bytes == 0 && routes.recv_bytes == 0)) return okStatus();
+      return internalError("tensor '" + r.name + "': this node's ranks have no memory for the exchange");
+    }
+    std::vector<uint8_t*> buffers;
+    for (const auto& group : groups) {
+      ASSIGN_OR_RETURN(gpu::GrowingBuffer * buffer, fusionFor(group.device));
+      ASSIGN_OR_RETURN(uint8_t * data, buffer->reserve(std::max<size_t>(local_bytes + cross_bytes, 1)));
+      buffers.push_back(data);
+    }
+    for (const auto& group : groups) {
+      RETURN_IF_ERROR(ops_->select(group.device));
+      RETURN_IF_ERROR(waitReady(group));
+      ++waited;
+    }
+    // Where local request i's input lies on GPU g.
+    const auto input = [&](size_t g, size_t i) -> const uint8_t* {
+      if (groups.size() > 1) return buffers[g] + local_at[i];
+      for (size_t k = 0; k < index[0].size(); ++k) {
+        if (index[0][k] == i) return groups[0].list[k].data;
+      }
+      return nullptr;
+    };
+    if (groups.size() > 1) {
+      for (size_t g = 0; g < groups.size(); ++g) {
+        RETURN_IF_ERROR(ops_->select(groups[g].device));
+        for (size_t k = 0; k < groups[g].list.size(); ++k) {
+          const size_t i = index[g][k];
+          if (r.requests[i]->length == 0) continue;
+          RETURN_IF_ERROR(context(
+              ops_->copy(buffers[g] + local_at[i], groups[g].list[k].data, r.requests[i]->length,
+                         gpu::CopyKind::kDeviceToDevice, groups[g].stream),
+              "tensor '" + r.name + "': copy of rank " + std::to_string(groups[g].list[k].rank) + "'s input"));
+        }
+      }
+      if (local_block > 0) {
+        std::vector<void*> local(buffers.begin(), buffers.end());
+        RETURN_IF_ERROR(gatherAcrossGpus(r, groups, local, local_block, access));
+      }
+    }
+    const Members& lead = groups.front();
+    RETURN_IF_ERROR(ops_->select(lead.device));
+    uint8_t* cross = buffers.front() + local_bytes;
+    // This node's part into the lead GPU's buffer.
+    std::vector<std::pair<const uint8_t*, size_t>> parts;  // (from, bytes), in buffer order
+    std::vector<size_t> to;
+    if (gather) {
+      for (const auto& member_index : index) {
+        for (size_t i : member_index) {
+          parts.push_back({input(0, i), r.requests[i]->length});
+          to.push_back(blocks.at[i]);
+        }
+      }
+    } else {
+      size_t at = 0;
+      for (const auto& piece : routes.pack) {
+        parts.push_back({input(0, piece.request) + piece.offset, piece.bytes});
+        to.push_back(at);
+        at += piece.bytes;
+      }
+    }
+    for (size_t p = 0; p < parts.size(); ++p) {
+      if (parts[p].second == 0) continue;
+      RETURN_IF_ERROR(context(ops_->copy(cross + to[p], parts[p].first, parts[p].second,
+                                         gpu::CopyKind::kDeviceToDevice, lead.stream),
+                              "tensor '" + r.name + "': copy to the buffer among the nodes"));
+    }
+    Status moved = okStatus();
+    if (gather && blocks.block > 0) {
+      PhaseScope phase(access, "NCCL_ALLGATHER");
+      moved = comm->allGather({cross}, blocks.block, {lead.stream}, gpu::kStreamWaitLimit);
+    } else if (!gather) {
+      PhaseScope phase(access, "NCCL_ALLTOALL");
+      moved = comm->exchange(cross, peerBytes(routes.send_to), cross + send_bytes, peerBytes(routes.recv_from),
+                             lead.stream, gpu::kStreamWaitLimit);
+    }
+    if (!moved.isOk()) nccl_failed_ = true;  // aborted: the rest of the job stages through host memory
+    RETURN_IF_ERROR(context(moved, "tensor '" + r.name + "'"));
+    // What came from the other nodes, to the other GPUs here.
+    const size_t received = gather ? cross_bytes : routes.recv_bytes;
+    const size_t received_at = local_bytes + (gather ? 0 : send_bytes);
+    if (groups.size() > 1 && received > 0) {
+      std::vector<void*> landing;
+      for (uint8_t* buffer : buffers) landing.push_back(buffer + received_at);
+      RETURN_IF_ERROR(acrossGpus(r, groups, landing, received, v1::SUM, 0, access));
+    }
+    for (size_t g = 0; g < groups.size(); ++g) {
+      RETURN_IF_ERROR(ops_->select(groups[g].device));
+      if (gather) {
+        RETURN_IF_ERROR(copyFromGathered(r, groups[g], index[g], blocks.at, buffers[g] + local_bytes));
+        continue;
+      }
+      for (size_t k = 0; k < groups[g].list.size(); ++k) {
+        size_t written = 0;
+        for (const auto& piece : routes.output[index[g][k]]) {
+          const uint8_t* from =
+              piece.remote ? buffers[g] + received_at + piece.offset : input(g, piece.request) + piece.offset;
+          if (piece.bytes > 0) {
+            RETURN_IF_ERROR(context(ops_->copy(groups[g].list[k].output + written, from, piece.bytes,
+                                               gpu::CopyKind::kDeviceToDevice, groups[g].stream),
+                                    "tensor '" + r.name + "': copy to rank " + std::to_string(groups[g].list[k].rank)));
+          }
+          written += piece.bytes;
+        }
+      }
+    }
+    return okStatus();
+  }();
+  status = recordDoneOnGpus(groups, waited, status);
+  return status.isOk() ? result : failed(r, status);
+}
+
+
+ResponseResult GpuExecutor::ncclReducescatter(const Response& r, RankAccess& access, gpu::NcclComm* comm,
+                                              std::vector<Members> resolved) {
+  const Request& first = r.first();
+  if (Status valid = checkReduction(r.name, first); !valid.isOk()) return failed(r, valid);
+  const ReduceOp across = first.op == v1::AVERAGE ? v1::SUM : first.op;  // the average comes last
+  const std::vector<int64_t> rows = reducescatterRows(r);
+  ResponseResult result = failed(r, okStatus());
+  const OutputLayout layout = reducescatterLayout(r, rows, &result);
+  auto arranged = withLead(std::move(resolved), comm->devices().front());
+  if (!arranged.isOk()) return failed(r, arranged.status());
+  const std::vector<Members>& groups = *arranged;
+  if (groups.empty() || groups.front().device < 0) {
+    return failed(r, internalError("tensor '" + r.name + "': this node's ranks have no memory for the reducescatter"));
+  }
+  // The lead GPU (the daemons' communicator's) may hold none of this job's
+  // ranks: it then takes the other GPUs' sum.
+  const size_t with_ranks = groups.front().list.empty() ? 1 : 0;
+  size_t waited = 0;
+  Status status = [&]() -> Status {
+    std::vector<std::vector<size_t>> index;
+    for (const auto& group : groups) {
+      index.push_back(memberIndices(r, group));
+      RETURN_IF_ERROR(checkOutputs(r, group, localBytes(group, index.back(), layout.bytes)));
+    }
+    std::vector<void*> fused;
+    for (const auto& group : groups) {
+      ASSIGN_OR_RETURN(gpu::GrowingBuffer * buffer, fusionFor(group.device));
+      ASSIGN_OR_RETURN(uint8_t * data, buffer->reserve(first.length));
+      fused.push_back(data);
+    }
+    for (size_t g = 0; g < groups.size(); ++g) {  // each GPU's ranks into its fusion buffer
+      RETURN_IF_ERROR(ops_->select(groups[g].device));
+      RETURN_IF_ERROR(waitReady(groups[g]));
+      ++waited;
+      if (!groups[g].list.empty()) RETURN_IF_ERROR(reduceOnGpu(r, groups[g], fused[g], across));
+    }
+    if (groups.size() - with_ranks > 1) {
+      const std::vector<Members> ranked(groups.begin() + with_ranks, groups.end());
+      RETURN_IF_ERROR(acrossGpus(r, ranked, {fused.begin() + with_ranks, fused.end()}, first.length, across, -1,
+                                 access));
+    }
+    const Members& lead = groups.front();
+    if (with_ranks > 0) {  // a peer copy once the sum is there
+      RETURN_IF_ERROR(ops_->select(groups[1].device));
+      RETURN_IF_ERROR(ops_->waitStream(groups[1].stream, "waiting for the local reduction"));
+      RETURN_IF_ERROR(ops_->select(lead.device));
+      RETURN_IF_ERROR(ops_->copy(fused[0], fused[1], first.length, gpu::CopyKind::kDeviceToDevice, lead.stream));
+    }
+    RETURN_IF_ERROR(ops_->select(lead.device));
+    {
+      // allReduce waits for the stream: the phase covers the local reduction too.
+      PhaseScope phase(access, "NCCL_ALLREDUCE");
+      Status reduced = comm->allReduce({fused[0]}, first.length / elementSize(first.dtype), first.dtype, across,
+                                       {lead.stream}, gpu::kStreamWaitLimit);
+      if (!reduced.isOk()) nccl_failed_ = true;  // aborted: the rest of the job stages through host memory
+      RETURN_IF_ERROR(context(reduced, "tensor '" + r.name + "'"));
+    }
+    if (groups.size() > 1) RETURN_IF_ERROR(acrossGpus(r, groups, fused, first.length, v1::SUM, 0, access));
+    for (size_t g = with_ranks; g < groups.size(); ++g) {  // each rank's rows, with the average and postscale
+      RETURN_IF_ERROR(ops_->select(groups[g].device));
+      RETURN_IF_ERROR(scatterRows(r, groups[g], index[g], rows, static_cast<const uint8_t*>(fused[g])));
+    }
+    return okStatus();
+  }();
+  status = recordDoneOnGpus(groups, waited, status);
+  return status.isOk() ? result : failed(r, status);
+}
+
+int GpuExecutor::leadDevice(const std::vector<Members>& groups) const {
+  if (comm_device_ >= 0) return comm_device_;
+  return !groups.empty() && groups.front().device >= 0 ? groups.front().device : 0;
+}
+
+}  // namespace gradsync::executor
