@@ -49,6 +49,10 @@ uint8_t* GpuExecutor::staging(size_t bytes) {
 std::vector<ResponseResult> GpuExecutor::run(const fusion::FusedResponse& fused, RankAccess& access) {
   std::vector<ResponseResult> results;
   const Response& head = fused.responses.front();
+  if (head.status.isOk() && head.type == v1::ALLREDUCE && head.first().op == v1::ADASUM) {
+    for (const auto& r : fused.responses) results.push_back(adasumAllreduce(r, access));  // one op per bucket
+    return results;
+  }
   if (access.dataPlane().multiNode() && head.status.isOk() && head.type == v1::ALLREDUCE) {
     return allWith(fused, stagedAllreduce(responsesOf(fused), access));
   }

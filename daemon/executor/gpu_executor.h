@@ -161,6 +161,10 @@ class GpuExecutor : public DeviceExecutor {
   static std::vector<size_t> memberIndices(const Response& r, const Members& m);
   static std::vector<uint64_t> localBytes(const Members& m, const std::vector<size_t>& index,
                                           const std::vector<uint64_t>& all);
+  // Adasum: every rank's tensor through host memory (and the daemons'
+  // allgather), reduce::adasum, the result to every local rank
+  // (gpu_executor_adasum.cc).
+  ResponseResult adasumAllreduce(const Response& r, RankAccess& access);
   // One node: into the callers' output buffers (sizes checked first).
   ResponseResult allgather(const Response& r, RankAccess& access);
   ResponseResult alltoall(const Response& r, RankAccess& access);

@@ -149,10 +149,10 @@ ResponseResult GpuExecutor::ncclGatherLike(const Response& r, RankAccess& access
         for (size_t k = 0; k < groups[g].list.size(); ++k) {
           const size_t i = index[g][k];
           if (r.requests[i]->length == 0) continue;
-          RETURN_IF_ERROR(context(
-              ops_->copy(buffers[g] + local_at[i], groups[g].list[k].data, r.requests[i]->length,
-                         gpu::CopyKind::kDeviceToDevice, groups[g].stream),
-              "tensor '" + r.name + "': copy of rank " + std::to_string(groups[g].list[k].rank) + "'s input"));
+          RETURN_IF_ERROR(
+              context(ops_->copy(buffers[g] + local_at[i], groups[g].list[k].data, r.requests[i]->length,
+                                 gpu::CopyKind::kDeviceToDevice, groups[g].stream),
+                      "tensor '" + r.name + "': copy of rank " + std::to_string(groups[g].list[k].rank) + "'s input"));
         }
       }
       if (local_block > 0) {
@@ -183,9 +183,9 @@ ResponseResult GpuExecutor::ncclGatherLike(const Response& r, RankAccess& access
     }
     for (size_t p = 0; p < parts.size(); ++p) {
       if (parts[p].second == 0) continue;
-      RETURN_IF_ERROR(context(ops_->copy(cross + to[p], parts[p].first, parts[p].second,
-                                         gpu::CopyKind::kDeviceToDevice, lead.stream),
-                              "tensor '" + r.name + "': copy to the buffer among the nodes"));
+      RETURN_IF_ERROR(context(
+          ops_->copy(cross + to[p], parts[p].first, parts[p].second, gpu::CopyKind::kDeviceToDevice, lead.stream),
+          "tensor '" + r.name + "': copy to the buffer among the nodes"));
     }
     Status moved = okStatus();
     if (gather && blocks.block > 0) {
@@ -232,7 +232,6 @@ ResponseResult GpuExecutor::ncclGatherLike(const Response& r, RankAccess& access
   return status.isOk() ? result : failed(r, status);
 }
 
-
 ResponseResult GpuExecutor::ncclReducescatter(const Response& r, RankAccess& access, gpu::NcclComm* comm,
                                               std::vector<Members> resolved) {
   const Request& first = r.first();
@@ -271,8 +270,8 @@ ResponseResult GpuExecutor::ncclReducescatter(const Response& r, RankAccess& acc
     }
     if (groups.size() - with_ranks > 1) {
       const std::vector<Members> ranked(groups.begin() + with_ranks, groups.end());
-      RETURN_IF_ERROR(acrossGpus(r, ranked, {fused.begin() + with_ranks, fused.end()}, first.length, across, -1,
-                                 access));
+      RETURN_IF_ERROR(
+          acrossGpus(r, ranked, {fused.begin() + with_ranks, fused.end()}, first.length, across, -1, access));
     }
     const Members& lead = groups.front();
     if (with_ranks > 0) {  // a peer copy once the sum is there

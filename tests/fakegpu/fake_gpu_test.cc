@@ -228,6 +228,34 @@ struct DaemonPair {
   std::string logs() const { return "--- leader:\n" + daemons[0]->log() + "--- follower:\n" + daemons[1]->log(); }
 };
 
+// Adasum of CUDA tensors through host memory: 4 ranks over 2 fake GPUs of
+// one daemon, then 2 daemons of 2 GPUs with 2 ranks each; the result equals
+// the CPU path's bit for bit.
+TEST(FakeGpuAdasumTest, AdasumOfCudaTensorsEqualsTheCpuPath) {
+  {
+    DaemonFixture daemon;
+    daemon.useBinary("tests/fakegpu/gradsyncd_fakegpu");
+    std::string error;
+    ASSERT_TRUE(daemon.startWrapped({}, {{"GRADSYNC_FAKE_GPUS", "2"}}, {}, &error)) << error;
+    const std::map<std::string, std::string> driver = {
+        {"GRADSYNC_TEST_FAKE_LIBCUDA", runfile("tests/fakegpu/libcuda.so.1")}};
+    std::vector<Process> ranks;
+    for (int r = 0; r < 4; ++r) ranks.push_back(daemon.spawnRank("adasum", r, 4, {"fake_cuda_adasum", "2"}, driver));
+    std::string report;
+    EXPECT_TRUE(allSucceed(ranks, kTimeout, &report)) << report << daemon.log();
+    EXPECT_EQ(daemon.stop(), 0) << daemon.log();
+  }
+  std::map<std::string, std::string> env = fakeNccl();
+  env["GRADSYNC_FAKE_GPUS"] = "2";
+  DaemonPair pair;
+  std::string error;
+  ASSERT_TRUE(pair.start("auto", {env, env}, &error)) << error;
+  std::vector<Process> ranks = pair.spawn("adasum", {"fake_cuda_adasum", "2"}, {0, 0, 1, 1});
+  std::string report;
+  EXPECT_TRUE(allSucceed(ranks, kTimeout, &report)) << report << pair.logs();
+  for (auto& d : pair.daemons) EXPECT_EQ(d->stop(), 0) << d->log();
+}
+
 // Two daemons over host-memory GPUs: CUDA tensors between them. With
 // "staging" they go through host memory and the UCX ring; with "auto" the
 // daemons first try NCCL among their GPUs, which cannot form here (no

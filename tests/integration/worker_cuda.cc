@@ -7,7 +7,9 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <functional>
 
 #include "tests/integration/worker_util.h"
@@ -366,6 +368,49 @@ int fakeCudaGpus(Client& c, const std::vector<std::string>& args) {
     }
   }
   std::fprintf(stderr, "[rank %d] fake CUDA on GPU %d of %d OK (%d steps)\n", me, device, gpus, steps);
+  return 0;
+}
+
+// args: GPUS. Adasum of CUDA tensors (float32 and float64, on fake GPU
+// local rank % GPUS) against the same tensors on the CPU path: equal bit for
+// bit, for two steps.
+int fakeCudaAdasum(Client& c, const std::vector<std::string>& args) {
+  WORKER_CHECK(args.size() == 1, "fake_cuda_adasum GPUS");
+  const FakeAllocator allocator = fakeAllocator(c, {"gpus", args[0]});
+  WORKER_CHECK(allocator.allocate, "no fake CUDA driver ($GRADSYNC_TEST_FAKE_LIBCUDA)");
+  constexpr int kCount = 37;
+  uint8_t* memory = allocator.allocate(4096);
+  WORKER_CHECK(memory != nullptr, "fake cudaMalloc failed");
+  const std::vector<int64_t> shape = {kCount};
+  for (int step = 0; step < 2; ++step) {
+    auto* f = reinterpret_cast<float*>(memory);
+    auto* d = reinterpret_cast<double*>(memory + 1024);
+    std::vector<float> f_cpu(kCount);
+    std::vector<double> d_cpu(kCount);
+    for (int i = 0; i < kCount; ++i) {
+      f[i] = f_cpu[i] = static_cast<float>(std::sin(c.rank() + 1.0 + i + step));
+      d[i] = d_cpu[i] = std::cos(c.rank() * 0.5 + i - step);
+    }
+    struct Pair {
+      const char* name;
+      void* cuda;
+      void* cpu;
+      int dtype;
+      size_t bytes;
+    };
+    for (const Pair& p : {Pair{"adasum.f32", f, f_cpu.data(), GRADSYNC_FLOAT32, sizeof(float) * kCount},
+                          Pair{"adasum.f64", d, d_cpu.data(), GRADSYNC_FLOAT64, sizeof(double) * kCount}}) {
+      gradsync_op_t on_gpu =
+          cudaOp(GRADSYNC_ALLREDUCE, (std::string(p.name) + ".cuda").c_str(), p.cuda, p.dtype, shape);
+      on_gpu.reduce_op = GRADSYNC_ADASUM;
+      if (run(c, on_gpu)) return 1;
+      gradsync_op_t on_cpu = makeOp(GRADSYNC_ALLREDUCE, (std::string(p.name) + ".cpu").c_str(), p.cpu, p.dtype, shape);
+      on_cpu.reduce_op = GRADSYNC_ADASUM;
+      if (run(c, on_cpu)) return 1;
+      WORKER_CHECK(std::memcmp(p.cuda, p.cpu, p.bytes) == 0, "step %d %s: CUDA and CPU Adasum differ", step, p.name);
+    }
+  }
+  std::fprintf(stderr, "[rank %d] Adasum of CUDA tensors OK\n", c.rank());
   return 0;
 }
 

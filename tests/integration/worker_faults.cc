@@ -723,6 +723,7 @@ const std::map<std::string, Scenario>& moreScenarios() {
       {"fake_cuda_gpus", fakeCudaGpus},
       {"fake_cuda_sets", fakeCudaSets},
       {"fake_cuda_lead", fakeCudaLead},
+      {"fake_cuda_adasum", fakeCudaAdasum},
       {"fake_cuda_kill", fakeCudaKill},
       {"fake_cuda_hold", fakeCudaHold},
   };

@@ -1,0 +1,87 @@
+// SPDX-License-Identifier: Apache-2.0
+// GpuExecutor: Adasum of CUDA tensors, through host memory. Every rank's
+// tensor is copied out (across nodes, the daemons' allgather brings the
+// other nodes' ranks), combined by the CPU path's reduce::adasum in rank
+// order, and the result copied back to every local rank: the same result,
+// bit for bit, as for CPU tensors. Horovod combines a node's GPUs with NCCL
+// first and runs Adasum among the nodes only; that changes the result (a
+// sum within the node, Adasum between nodes), so gradsync keeps the one
+// definition. Host memory holds every rank's tensor (ranks x bytes), as on
+// the CPU path.
+#include <vector>
+
+#include "base/dtype.h"
+#include "daemon/collective/reduce/adasum.h"
+#include "daemon/executor/executor_util.h"
+#include "daemon/executor/gpu_executor.h"
+#include "daemon/executor/gpu_executor_util.h"
+
+namespace gradsync::executor {
+
+ResponseResult GpuExecutor::adasumAllreduce(const Response& r, RankAccess& access) {
+  auto resolved = resolveByDevice(r, access);
+  if (!resolved.isOk()) return failed(r, resolved.status());
+  const std::vector<Members>& groups = *resolved;
+  const Request& first = r.first();
+  const size_t bytes = first.length;
+  const size_t n = r.requests.size();
+  // Rank i's tensor at i * bytes, the result after them.
+  uint8_t* host = staging(bytes * (n + 1) + 1);
+  std::vector<size_t> offset;
+  std::vector<uint8_t*> work;
+  std::vector<std::vector<collective::Range>> owned(access.dataPlane().multiNode() ? access.dataPlane().nodeCount()
+                                                                                   : 0);
+  for (size_t i = 0; i < n; ++i) {
+    offset.push_back(i * bytes);
+    work.push_back(host + i * bytes);
+    if (!owned.empty()) owned[access.dataPlane().nodeOf(r.requests[i]->rank)].push_back({i * bytes, bytes});
+  }
+  uint8_t* result = host + n * bytes;
+  size_t waited = 0;  // groups whose ready events were awaited: their done events are recorded whatever happens
+  Status status = [&]() -> Status {
+    std::vector<std::vector<size_t>> index;
+    for (const auto& group : groups) {
+      index.push_back(memberIndices(r, group));
+      if (group.device < 0) continue;  // no elements
+      RETURN_IF_ERROR(ops_->select(group.device));
+      RETURN_IF_ERROR(waitReady(group));
+      ++waited;
+    }
+    {
+      PhaseScope phase(access, "MEMCPY_DEVICE_TO_HOST");
+      for (size_t g = 0; g < groups.size(); ++g) {
+        if (groups[g].device < 0) continue;
+        RETURN_IF_ERROR(ops_->select(groups[g].device));
+        RETURN_IF_ERROR(stageInputs(r, groups[g], index[g], offset, host));
+        RETURN_IF_ERROR(ops_->waitStream(groups[g].stream, "waiting for the copies to host memory"));
+      }
+    }
+    if (!owned.empty()) RETURN_IF_ERROR(access.dataPlane().allgather(nodesOf(r, access), host, owned));
+    {
+      PhaseScope phase(access, "ADASUM_COMBINE");
+      RETURN_IF_ERROR(context(reduce::adasum(work, bytes / elementSize(first.dtype), first.dtype, first.prescale,
+                                             first.postscale, {result}),
+                              "tensor '" + r.name + "'"));
+    }
+    PhaseScope phase(access, "MEMCPY_HOST_TO_DEVICE");
+    for (const auto& group : groups) {
+      if (group.device < 0 || bytes == 0) continue;
+      RETURN_IF_ERROR(ops_->select(group.device));
+      for (const auto& member : group.list) {
+        RETURN_IF_ERROR(context(ops_->copy(member.data, result, bytes, gpu::CopyKind::kHostToDevice, group.stream),
+                                "tensor '" + r.name + "': copy to rank " + std::to_string(member.rank)));
+      }
+    }
+    return okStatus();
+  }();
+  status = recordDoneOnGpus(groups, waited, status);
+  // The staging buffer is the job's: free for the next batch only once read.
+  for (const auto& group : groups) {
+    if (group.stream == nullptr) continue;
+    const Status drained = ops_->waitStream(group.stream, "waiting for the copies from host memory");
+    if (status.isOk()) status = drained;
+  }
+  return failed(r, status);
+}
+
+}  // namespace gradsync::executor
