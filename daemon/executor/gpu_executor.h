@@ -79,6 +79,17 @@ class GpuExecutor : public DeviceExecutor {
     int device = -1;
     void* stream = nullptr;  // cudaStream_t
   };
+  // The daemons' communicator for a response: the job's for the whole job;
+  // for a process set, one split from it (ncclCommSplit, collective over
+  // every daemon, which all run every response) holding the set's nodes,
+  // made at the set's first response and kept (kMaxSetComms, least
+  // recently used dropped alike on every node).
+  struct NodesComm {
+    gpu::NcclComm* comm = nullptr;  // null: host staging (or nothing, outside)
+    bool outside = false;           // no rank of the set is on this node
+    NodeSet nodes;                  // the node of each of its ranks
+    int rankOf(int node) const;
+  };
   // The members by GPU, in device order; members without memory go with
   // the first (or alone, with device -1).
   StatusOr<std::vector<Members>> resolveByDevice(const Response& r, RankAccess& access);
@@ -125,6 +136,8 @@ class GpuExecutor : public DeviceExecutor {
   Status stagedAcrossNodes(const FusedAllreduce& f);
   Status scatterFromFused(const FusedAllreduce& f);
   Status stagedBroadcast(const Response& r, RankAccess& access);
+  // Broadcast over the daemons' communicator for `r` (`nodes`).
+  Status ncclBroadcast(const Response& r, RankAccess& access, const NodesComm& nodes, std::vector<Members> resolved);
   // Allgather or alltoall across nodes: every rank's input through host
   // memory and the ring's allgather, then each local rank's share back.
   ResponseResult stagedGatherLike(const Response& r, RankAccess& access);
@@ -136,7 +149,7 @@ class GpuExecutor : public DeviceExecutor {
                          const uint8_t* host, const uint8_t* recv);
   // Across nodes over the daemons' NCCL communicator (the whole job's
   // responses; gpu_executor_nccl_gather.cc).
-  ResponseResult ncclGatherLike(const Response& r, RankAccess& access, gpu::NcclComm* comm,
+  ResponseResult ncclGatherLike(const Response& r, RankAccess& access, const NodesComm& nodes,
                                 std::vector<Members> resolved);
   ResponseResult ncclReducescatter(const Response& r, RankAccess& access, gpu::NcclComm* comm,
                                    std::vector<Members> resolved);
@@ -174,9 +187,12 @@ class GpuExecutor : public DeviceExecutor {
   // Across nodes, several GPUs here (gpu_executor_gpus.cc): each GPU's ranks
   // into its fusion buffer, the GPUs combined, the first GPU's buffer among
   // the nodes, then back to the other GPUs and to every rank.
-  // `groups[t]`: response t's members by GPU; `devices`: all of them.
+  // `groups[t]`: response t's members by GPU; `devices`: all of them, the
+  // lead first; `comm`: the daemons' communicator for the batch (null: the
+  // ring).
   Status multiGpuStagedAllreduce(const std::vector<const Response*>& responses, RankAccess& access,
-                                 std::vector<std::vector<Members>> groups, const std::vector<int>& devices);
+                                 std::vector<std::vector<Members>> groups, const std::vector<int>& devices,
+                                 gpu::NcclComm* comm);
   // Identities into `f.fused` where no member of response t is on f's GPU
   // (through f.staging, read before it returns).
   Status fillIdentitiesOnDevice(const FusedAllreduce& f);
@@ -226,12 +242,23 @@ class GpuExecutor : public DeviceExecutor {
   // when this job cannot use one (then host staging). A failure to form it
   // (or an aborted one) falls back to staging for the rest of the job.
   StatusOr<gpu::NcclComm*> ncclFor(RankAccess& access, int device, DataType dtype);
+  // NodesComm's, on `device` for a new one.
+  StatusOr<NodesComm> nodesNcclFor(const Response& r, RankAccess& access, int device, DataType dtype);
 
   gpu::DeviceOps* ops_;
   const gpu::NcclLibrary* nccl_;
   std::unique_ptr<gpu::NcclComm> comm_;
   int comm_device_ = -1;
   bool nccl_failed_ = false;
+  // Split from comm_ for process sets, the most recently used first; a null
+  // comm where this node is outside the set.
+  struct SetComm {
+    int32_t process_set_id;
+    NodeSet nodes;
+    std::unique_ptr<gpu::NcclComm> comm;
+  };
+  static constexpr size_t kMaxSetComms = 8;
+  std::vector<SetComm> set_comms_;
   // Over this node's GPUs, one per set of them this job's collectives used
   // (process sets), the most recently used first.
   static constexpr size_t kMaxLocalComms = 4;

@@ -40,6 +40,45 @@ StatusOr<gpu::NcclComm*> GpuExecutor::ncclFor(RankAccess& access, int device, Da
   return comm_.get();
 }
 
+int GpuExecutor::NodesComm::rankOf(int node) const {
+  return static_cast<int>(std::find(nodes.begin(), nodes.end(), node) - nodes.begin());
+}
+
+StatusOr<GpuExecutor::NodesComm> GpuExecutor::nodesNcclFor(const Response& r, RankAccess& access, int device,
+                                                           DataType dtype) {
+  NodesComm out;
+  const NodeSet set_nodes = nodesOf(r, access);
+  ASSIGN_OR_RETURN(gpu::NcclComm * whole, ncclFor(access, device, dtype));
+  if (whole == nullptr) return out;  // host staging: its paths handle nodes outside a set
+  if (r.process_set_id == 0) {
+    out.comm = whole;
+    for (int node = 0; node < whole->size(); ++node) out.nodes.push_back(node);
+    return out;
+  }
+  out.nodes = set_nodes;
+  const int self = whole->rank();  // among the daemons, node index = NCCL rank
+  out.outside = std::find(set_nodes.begin(), set_nodes.end(), self) == set_nodes.end();
+  auto known = std::find_if(set_comms_.begin(), set_comms_.end(), [&](const SetComm& c) {
+    return c.process_set_id == r.process_set_id && c.nodes == set_nodes;
+  });
+  if (known == set_comms_.end()) {
+    // Every daemon splits here, at the same response: members by node index.
+    std::string label = "of process set " + std::to_string(r.process_set_id) + " among its daemons";
+    auto split = whole->split(!out.outside, 0, self, label, gpu::kStreamWaitLimit);
+    if (!split.isOk()) {
+      nccl_failed_ = true;  // the rest of the job stages through host memory
+      return context(split.status(), "tensor '" + r.name + "'");
+    }
+    if (!out.outside) GS_LOG(gpu, info, "NCCL communicator {} formed ({} daemons)", label, set_nodes.size());
+    if (set_comms_.size() >= kMaxSetComms) set_comms_.pop_back();  // the least recently used
+    set_comms_.insert(set_comms_.begin(), SetComm{r.process_set_id, set_nodes, std::move(split).value()});
+  } else {
+    std::rotate(set_comms_.begin(), known, known + 1);
+  }
+  out.comm = set_comms_.front().comm.get();
+  return out;
+}
+
 Status GpuExecutor::stagedAllreduce(const std::vector<const Response*>& responses, RankAccess& access) {
   const Request& first = responses.front()->first();
   RETURN_IF_ERROR(checkReduction(responses.front()->name, first));
@@ -53,16 +92,21 @@ Status GpuExecutor::stagedAllreduce(const std::vector<const Response*>& response
     }
     groups.push_back(std::move(by_device));
   }
+  // Every node decides alike: same membership, same batch, same dtype.
+  const int lead = comm_ && !nccl_failed_ ? comm_device_ : devices.empty() ? 0 : *devices.begin();
+  ASSIGN_OR_RETURN(NodesComm nodes, nodesNcclFor(*responses.front(), access, lead, first.dtype));
+  if (nodes.outside) return okStatus();  // a process set with no rank here
+  gpu::NcclComm* comm = nodes.comm;
   // The GPU of the daemons' communicator takes part (with identities where
   // no local rank uses it) and leads: the communicator stays on the GPU it
   // was formed on, whichever GPUs a batch's ranks use.
-  if (comm_ && !nccl_failed_ && !devices.empty()) devices.insert(comm_device_);
+  if (comm != nullptr && !devices.empty()) devices.insert(comm_device_);
   if (devices.size() > 1) {
     std::vector<int> ordered(devices.begin(), devices.end());
-    const int lead = comm_ && !nccl_failed_ ? comm_device_ : ordered.front();
-    std::rotate(ordered.begin(), std::find(ordered.begin(), ordered.end(), lead),
-                std::find(ordered.begin(), ordered.end(), lead) + 1);
-    return multiGpuStagedAllreduce(responses, access, std::move(groups), ordered);
+    const int first_device = comm != nullptr ? comm_device_ : ordered.front();
+    std::rotate(ordered.begin(), std::find(ordered.begin(), ordered.end(), first_device),
+                std::find(ordered.begin(), ordered.end(), first_device) + 1);
+    return multiGpuStagedAllreduce(responses, access, std::move(groups), ordered, comm);
   }
   int device = devices.empty() ? -1 : *devices.begin();
   for (size_t t = 0; t < responses.size(); ++t) {
@@ -75,11 +119,8 @@ Status GpuExecutor::stagedAllreduce(const std::vector<const Response*>& response
   }
   // The previous batch read the staging buffer before it returned (waited).
   f.staging = staging(f.total * f.esize);
-  // Every node decides alike: same membership, same batch, same dtype.
-  ASSIGN_OR_RETURN(gpu::NcclComm * comm,
-                   ncclFor(access, device >= 0 ? device : std::max(comm_device_, 0), first.dtype));
   if (device < 0 && comm == nullptr) {
-    // No local rank takes part (process sets, joins): add identities only.
+    // No local rank takes part (joined ranks): add identities only.
     fillIdentity(f.staging, f.total, first.dtype, f.ring_op);
     return access.dataPlane().allreduce(nodesOf(*responses.front(), access), f.staging, f.total, first.dtype,
                                         f.ring_op);
@@ -174,25 +215,73 @@ Status GpuExecutor::scatterFromFused(const FusedAllreduce& f) {
   return okStatus();
 }
 
+Status GpuExecutor::ncclBroadcast(const Response& r, RankAccess& access, const NodesComm& nodes,
+                                  std::vector<Members> resolved) {
+  // Between the communicator's GPUs of the nodes (it may hold none of the
+  // ranks here: then its fusion buffer is the landing place); on the root's
+  // node from the root's GPU to the others first, on the other nodes from
+  // the communicator's GPU to the others after.
+  ASSIGN_OR_RETURN(std::vector<Members> groups, withLead(std::move(resolved), nodes.comm->devices().front()));
+  const Request& first = r.first();
+  int root_gpu = -1;           // the root's GPU here, as an index into groups
+  std::vector<void*> landing;  // per GPU: the root's tensor there, the first member's elsewhere
+  for (size_t g = 0; g < groups.size(); ++g) {
+    if (groups[g].list.empty()) {
+      ASSIGN_OR_RETURN(gpu::GrowingBuffer * fusion, fusionFor(groups[g].device));
+      ASSIGN_OR_RETURN(uint8_t * place, fusion->reserve(first.length));
+      landing.push_back(place);
+      continue;
+    }
+    landing.push_back(groups[g].list.front().data);
+    for (const auto& member : groups[g].list) {
+      if (member.rank != first.root_rank) continue;
+      root_gpu = static_cast<int>(g);
+      landing.back() = member.data;
+    }
+  }
+  size_t waited = 0;  // groups whose ready events were awaited: their done events are recorded whatever happens
+  Status status = [&]() -> Status {
+    for (const auto& group : groups) {
+      RETURN_IF_ERROR(ops_->select(group.device));
+      RETURN_IF_ERROR(waitReady(group));
+      ++waited;
+    }
+    if (root_gpu > 0) RETURN_IF_ERROR(acrossGpus(r, groups, landing, first.length, v1::SUM, root_gpu, access));
+    RETURN_IF_ERROR(ops_->select(groups.front().device));
+    Status sent =
+        nodes.comm->broadcast({landing.front()}, first.length, nodes.rankOf(access.dataPlane().nodeOf(first.root_rank)),
+                              {groups.front().stream}, gpu::kStreamWaitLimit);
+    if (!sent.isOk()) nccl_failed_ = true;  // aborted: the rest of the job stages through host memory
+    RETURN_IF_ERROR(context(sent, "tensor '" + r.name + "'"));
+    if (root_gpu <= 0 && groups.size() > 1) {
+      RETURN_IF_ERROR(acrossGpus(r, groups, landing, first.length, v1::SUM, 0, access));
+    }
+    return copyFromLanding(r, groups, landing);
+  }();
+  return recordDoneOnGpus(groups, waited, status);
+}
+
 Status GpuExecutor::stagedBroadcast(const Response& r, RankAccess& access) {
   ASSIGN_OR_RETURN(std::vector<Members> groups, resolveByDevice(r, access));
+  const Request& first = r.first();
+  if (first.length > 0) {  // every node decides alike
+    ASSIGN_OR_RETURN(NodesComm nodes, nodesNcclFor(r, access, leadDevice(groups), v1::UINT8));
+    if (nodes.outside) return okStatus();  // a process set with no rank here
+    if (nodes.comm != nullptr) return ncclBroadcast(r, access, nodes, std::move(groups));
+  }
   // No member of the set here (the call only keeps the ring sequence), or
   // local members without elements: the ring still runs.
   if (groups.empty() || groups.front().device < 0) {
     std::vector<uint8_t> none(1);
-    return access.dataPlane().broadcast(nodesOf(r, access), none.data(), 0, r.first().root_rank);
+    return access.dataPlane().broadcast(nodesOf(r, access), none.data(), 0, first.root_rank);
   }
-  const Request& first = r.first();
   uint8_t* root = nullptr;
-  int root_gpu = -1;           // the root's GPU here, as an index into groups
-  std::vector<void*> landing;  // per GPU: the root's tensor there, the first member's elsewhere
+  int root_gpu = -1;  // the root's GPU here, as an index into groups
   for (size_t g = 0; g < groups.size(); ++g) {
-    landing.push_back(groups[g].list.front().data);
     for (const auto& member : groups[g].list) {
       if (member.rank != first.root_rank) continue;
       root = member.data;
       root_gpu = static_cast<int>(g);
-      landing.back() = root;
     }
   }
   size_t waited = 0;  // groups whose ready events were awaited: their done events are recorded whatever happens
@@ -204,49 +293,6 @@ Status GpuExecutor::stagedBroadcast(const Response& r, RankAccess& access) {
     }
     return okStatus();
   };
-  // NCCL among the daemons' GPUs when every node takes part (the whole job;
-  // process sets would need communicator splits): every node decides alike.
-  // Between the first GPUs of the nodes; on the root's node, from the
-  // root's GPU to the others first, on the other nodes from the first GPU
-  // to the others after.
-  if (r.process_set_id == 0) {
-    ASSIGN_OR_RETURN(gpu::NcclComm * comm, ncclFor(access, leadDevice(groups), v1::UINT8));
-    if (comm != nullptr) {
-      // The communicator's GPU first (it may hold none of the ranks: then
-      // its fusion buffer is the landing place).
-      ASSIGN_OR_RETURN(groups, withLead(std::move(groups), comm->devices().front()));
-      landing.clear();
-      root_gpu = -1;
-      for (size_t g = 0; g < groups.size(); ++g) {
-        if (groups[g].list.empty()) {
-          ASSIGN_OR_RETURN(gpu::GrowingBuffer * fusion, fusionFor(groups[g].device));
-          ASSIGN_OR_RETURN(uint8_t * place, fusion->reserve(first.length));
-          landing.push_back(place);
-          continue;
-        }
-        landing.push_back(groups[g].list.front().data);
-        for (const auto& member : groups[g].list) {
-          if (member.rank != first.root_rank) continue;
-          root_gpu = static_cast<int>(g);
-          landing.back() = member.data;
-        }
-      }
-      Status status = [&]() -> Status {
-        RETURN_IF_ERROR(waitAll());
-        if (root_gpu > 0) RETURN_IF_ERROR(acrossGpus(r, groups, landing, first.length, v1::SUM, root_gpu, access));
-        RETURN_IF_ERROR(ops_->select(groups.front().device));
-        Status sent = comm->broadcast({landing.front()}, first.length, access.dataPlane().nodeOf(first.root_rank),
-                                      {groups.front().stream}, gpu::kStreamWaitLimit);
-        if (!sent.isOk()) nccl_failed_ = true;  // aborted: the rest of the job stages through host memory
-        RETURN_IF_ERROR(context(sent, "tensor '" + r.name + "'"));
-        if (root_gpu <= 0 && groups.size() > 1) {
-          RETURN_IF_ERROR(acrossGpus(r, groups, landing, first.length, v1::SUM, 0, access));
-        }
-        return copyFromLanding(r, groups, landing);
-      }();
-      return recordDoneOnGpus(groups, waited, status);
-    }
-  }
   uint8_t* host = staging(first.length);
   Status status = [&]() -> Status {
     RETURN_IF_ERROR(waitAll());

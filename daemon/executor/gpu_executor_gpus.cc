@@ -197,7 +197,8 @@ Status GpuExecutor::fillIdentitiesOnDevice(const FusedAllreduce& f) {
 }
 
 Status GpuExecutor::multiGpuStagedAllreduce(const std::vector<const Response*>& responses, RankAccess& access,
-                                            std::vector<std::vector<Members>> groups, const std::vector<int>& devices) {
+                                            std::vector<std::vector<Members>> groups, const std::vector<int>& devices,
+                                            gpu::NcclComm* comm) {
   const Request& first = responses.front()->first();
   const ReduceOp ring_op = first.op == v1::AVERAGE ? v1::SUM : first.op;
   // One view of the batch per GPU: its members of each response, its
@@ -245,7 +246,6 @@ Status GpuExecutor::multiGpuStagedAllreduce(const std::vector<const Response*>& 
     FusedAllreduce& lead = per_gpu.front();
     RETURN_IF_ERROR(ops_->select(devices.front()));
     lead.staging = staging(bytes);
-    ASSIGN_OR_RETURN(gpu::NcclComm * comm, ncclFor(access, devices.front(), first.dtype));
     RETURN_IF_ERROR(comm != nullptr ? ncclAcrossNodes(lead, comm) : stagedAcrossNodes(lead));
     RETURN_IF_ERROR(acrossGpus(head, gpus, fused, bytes, ring_op, 0, access));
     for (size_t i = 0; i < per_gpu.size(); ++i) {

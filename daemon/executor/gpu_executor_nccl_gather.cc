@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // GpuExecutor across nodes over NCCL for allgather, alltoall and
-// reducescatter of the whole job (every node decides alike: the daemons'
-// communicator exists, the response is not a process set's; reducescatter
-// also has elements).
+// reducescatter (every node decides alike: the daemons' communicator exists;
+// reducescatter also has elements), over the job's communicator or a
+// process set's split of it (gpu_executor_cross.cc: nodesNcclFor).
 //
 // Several GPUs here: their ranks' inputs are first gathered on every GPU of
 // the node (gpu_executor_gpus_gather.cc's blocks). Then, on the lead GPU
@@ -20,6 +20,7 @@
 //   reduce-scatter, whose equal blocks per node the ranks' rows rarely
 //   make, but one call and no layout across nodes).
 #include <algorithm>
+#include <functional>
 
 #include "daemon/executor/executor_util.h"
 #include "daemon/executor/gpu_executor.h"
@@ -39,25 +40,26 @@ struct NodeBlocks {
   size_t block = 0;
 };
 
-NodeBlocks nodeBlocks(const Response& r, RankAccess& access) {
-  const auto nodes = static_cast<size_t>(access.dataPlane().nodeCount());
-  std::vector<size_t> used(nodes, 0);
+// `rank_of(node)`: the node's rank in the communicator (blocks in rank
+// order).
+NodeBlocks nodeBlocks(const Response& r, RankAccess& access, size_t ranks, const std::function<int(int)>& rank_of) {
+  std::vector<size_t> used(ranks, 0), rank(r.requests.size());
   NodeBlocks blocks;
-  for (const auto& request : r.requests) {
-    const auto node = static_cast<size_t>(access.dataPlane().nodeOf(request->rank));
-    blocks.at.push_back(used[node]);
-    used[node] += request->length;
+  for (size_t i = 0; i < r.requests.size(); ++i) {
+    rank[i] = static_cast<size_t>(rank_of(access.dataPlane().nodeOf(r.requests[i]->rank)));
+    blocks.at.push_back(used[rank[i]]);
+    used[rank[i]] += r.requests[i]->length;
   }
   blocks.block = aligned(*std::max_element(used.begin(), used.end()));
-  for (size_t i = 0; i < r.requests.size(); ++i) {
-    blocks.at[i] += static_cast<size_t>(access.dataPlane().nodeOf(r.requests[i]->rank)) * blocks.block;
-  }
+  for (size_t i = 0; i < r.requests.size(); ++i) blocks.at[i] += rank[i] * blocks.block;
   return blocks;
 }
 
-std::vector<gpu::NcclComm::PeerBytes> peerBytes(const std::vector<collective::Range>& ranges) {
+// The ranges of `by_node` (indexed by node) for the communicator's ranks,
+// whose nodes `nodes` lists.
+std::vector<gpu::NcclComm::PeerBytes> peerBytes(const std::vector<collective::Range>& by_node, const NodeSet& nodes) {
   std::vector<gpu::NcclComm::PeerBytes> out;
-  for (const auto& range : ranges) out.push_back({range.offset, range.bytes});
+  for (int node : nodes) out.push_back({by_node[node].offset, by_node[node].bytes});
   return out;
 }
 
@@ -77,8 +79,9 @@ StatusOr<std::vector<GpuExecutor::Members>> GpuExecutor::withLead(std::vector<Me
   return groups;
 }
 
-ResponseResult GpuExecutor::ncclGatherLike(const Response& r, RankAccess& access, gpu::NcclComm* comm,
+ResponseResult GpuExecutor::ncclGatherLike(const Response& r, RankAccess& access, const NodesComm& nodes_comm,
                                            std::vector<Members> resolved) {
+  gpu::NcclComm* comm = nodes_comm.comm;
   auto arranged = withLead(std::move(resolved), comm->devices().front());
   if (!arranged.isOk()) return failed(r, arranged.status());
   const std::vector<Members>& groups = *arranged;
@@ -86,7 +89,7 @@ ResponseResult GpuExecutor::ncclGatherLike(const Response& r, RankAccess& access
   const std::vector<uint64_t> out_bytes = gatheredBytes(r, &result);
   std::vector<std::vector<size_t>> index;
   for (const auto& group : groups) index.push_back(memberIndices(r, group));
-  const size_t nodes = static_cast<size_t>(access.dataPlane().nodeCount());
+  const size_t nodes = nodes_comm.nodes.size();  // the communicator's ranks
   // Several GPUs: local_at[i], where local request i's input lies on each
   // GPU once their blocks were gathered (the first local_bytes of each
   // GPU's buffer).
@@ -110,7 +113,8 @@ ResponseResult GpuExecutor::ncclGatherLike(const Response& r, RankAccess& access
   // Among the nodes, after local_bytes: allgather's blocks, or alltoall's
   // send and receive buffers.
   const bool gather = r.type == v1::ALLGATHER;
-  const NodeBlocks blocks = gather ? nodeBlocks(r, access) : NodeBlocks{};
+  const NodeBlocks blocks =
+      gather ? nodeBlocks(r, access, nodes, [&](int node) { return nodes_comm.rankOf(node); }) : NodeBlocks{};
   const AlltoallRoutes routes = gather ? AlltoallRoutes() : alltoallRoutes(r, access);
   const size_t send_bytes = aligned(routes.send_bytes);
   const size_t cross_bytes = gather ? blocks.block * nodes : send_bytes + routes.recv_bytes;
@@ -193,8 +197,8 @@ ResponseResult GpuExecutor::ncclGatherLike(const Response& r, RankAccess& access
       moved = comm->allGather({cross}, blocks.block, {lead.stream}, gpu::kStreamWaitLimit);
     } else if (!gather) {
       PhaseScope phase(access, "NCCL_ALLTOALL");
-      moved = comm->exchange(cross, peerBytes(routes.send_to), cross + send_bytes, peerBytes(routes.recv_from),
-                             lead.stream, gpu::kStreamWaitLimit);
+      moved = comm->exchange(cross, peerBytes(routes.send_to, nodes_comm.nodes), cross + send_bytes,
+                             peerBytes(routes.recv_from, nodes_comm.nodes), lead.stream, gpu::kStreamWaitLimit);
     }
     if (!moved.isOk()) nccl_failed_ = true;  // aborted: the rest of the job stages through host memory
     RETURN_IF_ERROR(context(moved, "tensor '" + r.name + "'"));

@@ -90,10 +90,11 @@ Status GpuExecutor::stageInputs(const Response& r, const Members& m, const std::
 ResponseResult GpuExecutor::stagedGatherLike(const Response& r, RankAccess& access) {
   auto resolved = resolveByDevice(r, access);
   if (!resolved.isOk()) return failed(r, resolved.status());
-  if (r.process_set_id == 0) {  // every node decides alike
-    auto comm = ncclFor(access, leadDevice(*resolved), v1::UINT8);
-    if (!comm.isOk()) return failed(r, comm.status());
-    if (*comm != nullptr) return ncclGatherLike(r, access, *comm, std::move(resolved).value());
+  {  // every node decides alike
+    auto nodes = nodesNcclFor(r, access, leadDevice(*resolved), v1::UINT8);
+    if (!nodes.isOk()) return failed(r, nodes.status());
+    if (nodes->outside) return failed(r, okStatus());  // a process set with no rank here
+    if (nodes->comm != nullptr) return ncclGatherLike(r, access, *nodes, std::move(resolved).value());
   }
   const std::vector<Members>& groups = *resolved;  // by GPU: each stages through the same host buffer
   std::vector<std::vector<size_t>> index;
@@ -185,10 +186,11 @@ ResponseResult GpuExecutor::stagedReducescatter(const Response& r, RankAccess& a
   auto resolved = resolveByDevice(r, access);
   if (!resolved.isOk()) return failed(r, resolved.status());
   const Request& first = r.first();
-  if (r.process_set_id == 0 && first.length > 0) {  // every node decides alike
-    auto comm = ncclFor(access, leadDevice(*resolved), first.dtype);
-    if (!comm.isOk()) return failed(r, comm.status());
-    if (*comm != nullptr) return ncclReducescatter(r, access, *comm, std::move(resolved).value());
+  if (first.length > 0) {  // every node decides alike
+    auto nodes = nodesNcclFor(r, access, leadDevice(*resolved), first.dtype);
+    if (!nodes.isOk()) return failed(r, nodes.status());
+    if (nodes->outside) return failed(r, okStatus());  // a process set with no rank here
+    if (nodes->comm != nullptr) return ncclReducescatter(r, access, nodes->comm, std::move(resolved).value());
   }
   const std::vector<Members>& groups = *resolved;
   if (Status valid = checkReduction(r.name, first); !valid.isOk()) return failed(r, valid);

@@ -98,6 +98,40 @@ StatusOr<std::unique_ptr<NcclComm>> NcclComm::create(const NcclLibrary& nccl, De
   return result;
 }
 
+StatusOr<std::unique_ptr<NcclComm>> NcclComm::split(bool member, int color, int key, const std::string& label,
+                                                    std::chrono::milliseconds timeout) {
+  if (aborted_) return failedPrecondition("ncclCommSplit: the NCCL communicator " + label_ + " was aborted");
+  if (comms_.size() != 1) {
+    return internalError("ncclCommSplit " + label_ + ": " + std::to_string(comms_.size()) + " ranks here, not 1");
+  }
+  RETURN_IF_ERROR(ops_->select(devices_.front()));
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  ncclComm_t made = nullptr;
+  const ncclResult_t started =
+      nccl_.api().commSplit(comms_.front(), member ? color : NCCL_SPLIT_NOCOLOR, key, &made, &config);
+  if (started != ncclSuccess && started != ncclInProgress) {
+    abort();
+    return internalError("ncclCommSplit " + label_ + ": " + nccl_.errorText(started));
+  }
+  // The parent reports the split's progress (and any failure of it).
+  RETURN_IF_ERROR(waitDone({}, timeout, "ncclCommSplit " + label_));
+  if (!member) return std::unique_ptr<NcclComm>();
+  if (made == nullptr)
+    return internalError("ncclCommSplit " + label_ + ": no communicator for color " + std::to_string(color));
+  std::unique_ptr<NcclComm> result(new NcclComm(nccl_, ops_, 0, devices_, label));
+  result->comms_.push_back(made);
+  RETURN_IF_ERROR(result->waitDone({}, timeout, "forming the NCCL communicator " + label));
+  int rank = 0, count = 0;
+  // The new rank and size, as NCCL numbered them.
+  if (nccl_.api().commUserRank(made, &rank) == ncclSuccess && nccl_.api().commCount(made, &count) == ncclSuccess) {
+    result->first_rank_ = rank;
+    result->nranks_ = count;
+    return result;
+  }
+  return internalError("ncclCommSplit " + label + ": the new communicator's rank is unknown");
+}
+
 NcclComm::~NcclComm() {
   // Finalize can wait on peers: abort is the bounded way out.
   abort();

@@ -38,6 +38,11 @@ class NcclComm {
   static StatusOr<std::unique_ptr<NcclComm>> create(const NcclLibrary& nccl, DeviceOps* ops, const std::string& id,
                                                     int nranks, int first_rank, const std::vector<int>& devices,
                                                     const std::string& label, std::chrono::milliseconds timeout);
+  // Collective over every rank of this communicator (one here): the ranks
+  // of the same `color` form a new one, ordered by `key`
+  // (ncclCommSplit). Null, once every rank has called, for `member` false.
+  StatusOr<std::unique_ptr<NcclComm>> split(bool member, int color, int key, const std::string& label,
+                                            std::chrono::milliseconds timeout);
   ~NcclComm();
   NcclComm(const NcclComm&) = delete;
   NcclComm& operator=(const NcclComm&) = delete;
@@ -65,6 +70,9 @@ class NcclComm {
   Status exchange(const void* send, const std::vector<PeerBytes>& send_to, void* recv,
                   const std::vector<PeerBytes>& recv_from, void* stream, std::chrono::milliseconds timeout);
   const std::vector<int>& devices() const { return devices_; }
+  // The first rank held here, and the communicator's size.
+  int rank() const { return first_rank_; }
+  int size() const { return nranks_; }
   bool aborted() const { return aborted_; }
 
  private:
@@ -79,7 +87,7 @@ class NcclComm {
 
   const NcclLibrary& nccl_;
   DeviceOps* const ops_;
-  const int first_rank_;
+  int first_rank_;
   int nranks_ = 0;
   const std::vector<int> devices_;
   const std::string label_;

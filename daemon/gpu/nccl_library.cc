@@ -25,6 +25,8 @@ Status resolveAll(void* h, NcclApi* a) {
   RETURN_IF_ERROR(resolve(h, "ncclGetErrorString", &a->getErrorString));
   RETURN_IF_ERROR(resolve(h, "ncclCommInitRankConfig", &a->commInitRankConfig));
   RETURN_IF_ERROR(resolve(h, "ncclCommSplit", &a->commSplit));
+  RETURN_IF_ERROR(resolve(h, "ncclCommCount", &a->commCount));
+  RETURN_IF_ERROR(resolve(h, "ncclCommUserRank", &a->commUserRank));
   RETURN_IF_ERROR(resolve(h, "ncclCommGetAsyncError", &a->commGetAsyncError));
   RETURN_IF_ERROR(resolve(h, "ncclCommAbort", &a->commAbort));
   RETURN_IF_ERROR(resolve(h, "ncclCommFinalize", &a->commFinalize));

@@ -26,6 +26,8 @@ struct NcclApi {
   const char* (*getLastError)(ncclComm_t) = nullptr;
   ncclResult_t (*commInitRankConfig)(ncclComm_t*, int, ncclUniqueId, int, ncclConfig_t*) = nullptr;
   ncclResult_t (*commSplit)(ncclComm_t, int, int, ncclComm_t*, ncclConfig_t*) = nullptr;
+  ncclResult_t (*commCount)(const ncclComm_t, int*) = nullptr;
+  ncclResult_t (*commUserRank)(const ncclComm_t, int*) = nullptr;
   ncclResult_t (*commGetAsyncError)(ncclComm_t, ncclResult_t*) = nullptr;
   ncclResult_t (*commAbort)(ncclComm_t) = nullptr;
   ncclResult_t (*commFinalize)(ncclComm_t) = nullptr;

@@ -514,6 +514,45 @@ TEST(FakeGpusLeadTest, TheDaemonsCommunicatorsGpuLeadsWhereverItFormed) {
   }
 }
 
+// Process sets across two daemons over NCCL: sets {0, 1} and {2, 3} of 4
+// ranks alternate with the whole job (allreduce, broadcast, allgather).
+// Placed 0, 0, 1, 1 each set lives on one node (the other is outside it);
+// placed 0, 1, 0, 1 each spans both. Every daemon splits the job's
+// communicator once per set (ncclCommSplit), and each set's collectives go
+// over its split.
+class FakeGpuSetsAcrossDaemonsTest : public ::testing::TestWithParam<std::vector<int>> {};
+
+TEST_P(FakeGpuSetsAcrossDaemonsTest, EachSetGoesOverASplitOfTheJobsCommunicator) {
+  const std::vector<int> placement = GetParam();
+  std::map<std::string, std::string> env = fakeNccl();
+  env["GRADSYNC_FAKE_NCCL_VERBOSE"] = "2";
+  DaemonPair pair;
+  std::string error;
+  ASSERT_TRUE(pair.start("auto", {env, env}, &error)) << error;
+  std::vector<Process> ranks = pair.spawn("sets", {"fake_cuda_sets", "1", "4"}, placement);
+  std::string report;
+  EXPECT_TRUE(allSucceed(ranks, kTimeout, &report)) << report << pair.logs();
+  const bool spanning = placement[1] != placement[0];
+  const std::regex formed("NCCL communicator of process set [0-9]+ among its daemons formed \\(([0-9]+) daemons\\)");
+  for (auto& d : pair.daemons) {
+    const std::string log = d->log();
+    int splits = 0;
+    for (auto it = std::sregex_iterator(log.begin(), log.end(), formed); it != std::sregex_iterator(); ++it) {
+      ++splits;
+      EXPECT_EQ((*it)[1].str(), spanning ? "2" : "1") << log;
+    }
+    EXPECT_EQ(splits, spanning ? 2 : 1) << log;  // one per set this node is in, once
+    if (spanning) EXPECT_NE(log.find("of 2: allgather"), std::string::npos) << log;
+    EXPECT_EQ(d->stop(), 0) << d->log();
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Placements, FakeGpuSetsAcrossDaemonsTest,
+                         ::testing::Values(std::vector<int>{0, 0, 1, 1}, std::vector<int>{0, 1, 0, 1}),
+                         [](const ::testing::TestParamInfo<std::vector<int>>& info) {
+                           return info.param[1] == info.param[0] ? std::string("SetPerNode") : std::string("Spanning");
+                         });
+
 INSTANTIATE_TEST_SUITE_P(GpusAndNccl, FakeGpusAcrossDaemonsTest,
                          ::testing::Values(NodesCase{2, true}, NodesCase{2, false}, NodesCase{1, true}),
                          [](const ::testing::TestParamInfo<NodesCase>& info) {

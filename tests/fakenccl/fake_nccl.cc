@@ -23,7 +23,10 @@
 // for each rank initialized, and at 2 also for each call. ncclSend and ncclRecv go through a mailbox per
 // ordered pair of ranks: the sends of a group to one peer are one message,
 // posted when the peer took the last one; its receives from that peer must
-// add up to it. ncclCommSplit is not implemented (ncclInvalidUsage).
+// add up to it. ncclCommSplit gathers every rank's color and key over the
+// parent (a collective of its own, run at once: one rank of the parent per
+// thread) and opens the file of the new communicator, named after the
+// parent's, the split's number and the color.
 #include <fcntl.h>
 #include <nccl.h>
 #include <sys/mman.h>
@@ -54,6 +57,7 @@ struct ncclComm {
   std::string last_error;
   bool detached = false;
   std::vector<uint64_t> sent, received;  // messages, by peer
+  uint64_t splits = 0;
 };
 
 namespace {
@@ -470,6 +474,33 @@ void detach(ncclComm* c) {
   c->region = nullptr;
 }
 
+// Maps the communicator file at `path` (created by the first rank there)
+// as rank `rank` of `nranks`.
+ncclResult_t openComm(const std::string& path, int nranks, int rank, ncclComm_t* out) {
+  auto comm = std::make_unique<ncclComm>();
+  comm->path = path;
+  comm->nranks = nranks;
+  comm->rank = rank;
+  comm->region_bytes = regionBytes(nranks);
+  comm->sent.assign(nranks, 0);
+  comm->received.assign(nranks, 0);
+  const int fd = ::open(comm->path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (fd < 0) return ncclSystemError;
+  // Every rank sizes the file alike (sparse: pages come on first touch).
+  const bool sized = ::ftruncate(fd, static_cast<off_t>(comm->region_bytes)) == 0;
+  void* region = sized ? ::mmap(nullptr, comm->region_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0) : MAP_FAILED;
+  ::close(fd);
+  if (region == MAP_FAILED) return ncclSystemError;
+  comm->region = static_cast<uint8_t*>(region);
+  std::memcpy(header(comm.get())->magic, kMagic, sizeof(kMagic));
+  if (std::getenv("GRADSYNC_FAKE_NCCL_VERBOSE") != nullptr) {
+    std::fprintf(stderr, "fake NCCL: rank %d of %d initialized (%s)\n", rank, nranks,
+                 path.substr(path.rfind('/') + 1).c_str());
+  }
+  *out = comm.release();
+  return ncclSuccess;
+}
+
 }  // namespace
 
 extern "C" {
@@ -521,30 +552,40 @@ ncclResult_t ncclCommInitRankConfig(ncclComm_t* out, int nranks, ncclUniqueId id
     name += hex[b & 15];
   }
   const char* dir = std::getenv("TEST_TMPDIR");
-  auto comm = std::make_unique<ncclComm>();
-  comm->path = std::string(dir != nullptr && *dir != '\0' ? dir : "/tmp") + "/" + name;
-  comm->nranks = nranks;
-  comm->rank = rank;
-  comm->region_bytes = regionBytes(nranks);
-  comm->sent.assign(nranks, 0);
-  comm->received.assign(nranks, 0);
-  const int fd = ::open(comm->path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-  if (fd < 0) return ncclSystemError;
-  // Every rank sizes the file alike (sparse: pages come on first touch).
-  const bool sized = ::ftruncate(fd, static_cast<off_t>(comm->region_bytes)) == 0;
-  void* region = sized ? ::mmap(nullptr, comm->region_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0) : MAP_FAILED;
-  ::close(fd);
-  if (region == MAP_FAILED) return ncclSystemError;
-  comm->region = static_cast<uint8_t*>(region);
-  std::memcpy(header(comm.get())->magic, kMagic, sizeof(kMagic));
-  if (std::getenv("GRADSYNC_FAKE_NCCL_VERBOSE") != nullptr) {
-    std::fprintf(stderr, "fake NCCL: rank %d of %d initialized (%s)\n", rank, nranks, name.c_str());
+  return openComm(std::string(dir != nullptr && *dir != '\0' ? dir : "/tmp") + "/" + name, nranks, rank, out);
+}
+
+ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* out, ncclConfig_t*) {
+  if (comm == nullptr || out == nullptr || comm->detached) return ncclInvalidArgument;
+  *out = nullptr;
+  // Every rank's (color, key) through an allgather of the parent.
+  std::vector<int32_t> mine = {color, key}, all(2 * static_cast<size_t>(comm->nranks));
+  std::vector<Call> gather = {Call{Kind::kAllGather, comm, mine.data(), all.data(), 2, v1::INT32, 4, v1::SUM, 0}};
+  runGroup(gather);
+  if (comm->error != ncclSuccess) return ncclSuccess;  // asynchronous, as the parent's other errors
+  const uint64_t split = ++comm->splits;
+  if (color == NCCL_SPLIT_NOCOLOR) return ncclSuccess;
+  int nranks = 0, rank = 0;
+  for (int r = 0; r < comm->nranks; ++r) {
+    if (all[2 * r] != color) continue;
+    ++nranks;
+    const int other_key = all[2 * r + 1];
+    if (other_key < key || (other_key == key && r < comm->rank)) ++rank;
   }
-  *out = comm.release();
+  return openComm(comm->path + "-s" + std::to_string(split) + "-c" + std::to_string(color), nranks, rank, out);
+}
+
+ncclResult_t ncclCommCount(const ncclComm_t comm, int* count) {
+  if (comm == nullptr || count == nullptr) return ncclInvalidArgument;
+  *count = comm->nranks;
   return ncclSuccess;
 }
 
-ncclResult_t ncclCommSplit(ncclComm_t, int, int, ncclComm_t*, ncclConfig_t*) { return ncclInvalidUsage; }
+ncclResult_t ncclCommUserRank(const ncclComm_t comm, int* rank) {
+  if (comm == nullptr || rank == nullptr) return ncclInvalidArgument;
+  *rank = comm->rank;
+  return ncclSuccess;
+}
 
 ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* state) {
   if (comm == nullptr) return ncclInvalidArgument;

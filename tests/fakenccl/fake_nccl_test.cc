@@ -112,6 +112,46 @@ TEST(FakeNccl, ExchangesThroughSendAndReceive) {
   for (int r = 0; r < kRanks; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
 }
 
+// Ranks 0 and 2 of 3 split off a communicator (new ranks 0 and 1, by key),
+// rank 1 stays out; the new one and the parent both go on working.
+TEST(FakeNccl, SplitsACommunicatorForSomeRanks) {
+  auto nccl = load();
+  ASSERT_NE(nccl, nullptr);
+  auto id = nccl->uniqueId();
+  ASSERT_TRUE(id.isOk());
+  constexpr int kRanks = 3;
+  std::vector<std::string> errors(kRanks);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < kRanks; ++r) {
+    threads.emplace_back([&, r] {
+      FakeDeviceOps ops;
+      auto comm = NcclComm::create(*nccl, &ops, *id, kRanks, r, {0}, "among the daemons", kLimit);
+      if (!comm.isOk()) {
+        errors[r] = comm.status().toString();
+        return;
+      }
+      auto part = (*comm)->split(r != 1, 0, r, "of a set", kLimit);
+      if (!part.isOk() || (r == 1) != (*part == nullptr)) {
+        errors[r] = "split: " + part.status().toString();
+        return;
+      }
+      if (*part != nullptr) {
+        std::vector<int64_t> x = {r + 1};
+        Status s = (*part)->allReduce({x.data()}, 1, v1::INT64, v1::SUM, {nullptr}, kLimit);
+        if (!s.isOk() || x[0] != 4) errors[r] = "the split's allreduce: " + s.toString() + " " + std::to_string(x[0]);
+        std::string text = r == 2 ? "from two" : "--------";
+        s = (*part)->broadcast({text.data()}, text.size(), 1, {nullptr}, kLimit);  // new rank 1: rank 2
+        if (!s.isOk() || text != "from two") errors[r] = "the split's broadcast: " + s.toString() + " " + text;
+      }
+      std::vector<int64_t> y = {r + 1};
+      Status s = (*comm)->allReduce({y.data()}, 1, v1::INT64, v1::SUM, {nullptr}, kLimit);
+      if (!s.isOk() || y[0] != 6) errors[r] += "the parent's allreduce: " + s.toString();
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < kRanks; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
+}
+
 // One thread holds two ranks: their calls go in one group (NCCL's way for a
 // process driving several GPUs), the k-th call of each rank together.
 TEST(FakeNccl, OneThreadHoldsSeveralRanksThroughGroupedCalls) {
