@@ -607,5 +607,35 @@ TEST(FakeGpuNcclFailureTest, EveryRankNamesTheFailureAndTheNextJobRuns) {
   for (auto& d : pair.daemons) EXPECT_EQ(d->stop(), 0) << d->log();
 }
 
+// The same when the failing call is an alltoall's sends and receives or an
+// allgather among the daemons.
+class FakeGpuNcclExchangeFailureTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(FakeGpuNcclExchangeFailureTest, EveryRankNamesTheFailureAndTheNextJobRuns) {
+  auto failing = fakeNccl();
+  failing["GRADSYNC_FAKE_NCCL_FAIL_AT"] = "1";  // the follower's first NCCL call
+  DaemonPair pair;
+  std::string error;
+  ASSERT_TRUE(pair.start("auto", {fakeNccl(), failing}, &error)) << error;
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<Process> ranks = pair.spawn("fails", {"fake_cuda_exchange", GetParam()});
+  const std::string call =
+      GetParam() == "alltoall" ? "ncclSend/ncclRecv among the daemons" : "ncclAllGather among the daemons";
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_NE(ranks[r].wait(kTimeout), 0) << ranks[r].log();
+    EXPECT_NE(ranks[r].log().find(call), std::string::npos) << ranks[r].log() << pair.logs();
+    EXPECT_NE(ranks[r].log().find(r == 2 ? "injected failure of call 1" : "another rank failed or aborted"),
+              std::string::npos)
+        << ranks[r].log();
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10)) << pair.logs();
+  std::vector<Process> next = pair.spawn("after", {"fake_cuda_exchange", GetParam()});
+  std::string report;
+  EXPECT_TRUE(allSucceed(next, kTimeout, &report)) << report << pair.logs();
+  for (auto& d : pair.daemons) EXPECT_EQ(d->stop(), 0) << d->log();
+}
+
+INSTANTIATE_TEST_SUITE_P(Calls, FakeGpuNcclExchangeFailureTest, ::testing::Values("alltoall", "allgather"));
+
 }  // namespace
 }  // namespace gradsync::testutil

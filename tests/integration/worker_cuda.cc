@@ -371,6 +371,50 @@ int fakeCudaGpus(Client& c, const std::vector<std::string>& args) {
   return 0;
 }
 
+// args: FIRST ("alltoall" or "allgather"). Three steps of an alltoall and
+// an allgather of CUDA tensors, FIRST first in each (so that it is the
+// first NCCL call among the daemons).
+int fakeCudaExchange(Client& c, const std::vector<std::string>& args) {
+  WORKER_CHECK(args.size() == 1, "fake_cuda_exchange alltoall|allgather");
+  const FakeAllocator allocator = fakeAllocator(c, {});
+  WORKER_CHECK(allocator.allocate, "no fake CUDA driver ($GRADSYNC_TEST_FAKE_LIBCUDA)");
+  const int n = c.size(), me = c.rank();
+  uint8_t* memory = allocator.allocate(4096);
+  WORKER_CHECK(memory != nullptr, "fake cudaMalloc failed");
+  auto* send = reinterpret_cast<float*>(memory);
+  auto* receive = reinterpret_cast<float*>(memory + 1024);
+  auto* mine = reinterpret_cast<float*>(memory + 2048);
+  auto* gathered = reinterpret_cast<float*>(memory + 3072);
+  const std::vector<int64_t> s_n = {n}, s2 = {1, 2};
+  const bool alltoall_first = args[0] == "alltoall";
+  for (int step = 0; step < 3; ++step) {
+    for (int k = 0; k < 2; ++k) {
+      if ((k == 0) == alltoall_first) {
+        for (int j = 0; j < n; ++j) send[j] = static_cast<float>(me * 100 + j + step);
+        gradsync_op_t a2a = cudaOp(GRADSYNC_ALLTOALL, "exchange.alltoall", send, GRADSYNC_FLOAT32, s_n);
+        a2a.output = receive;
+        a2a.output_bytes = static_cast<uint64_t>(n) * 4;
+        if (run(c, a2a)) return 1;
+        for (int r = 0; r < n; ++r) {
+          WORKER_CHECK(receive[r] == r * 100 + me + step, "step %d alltoall from %d: %g", step, r, receive[r]);
+        }
+      } else {
+        for (int i = 0; i < 2; ++i) mine[i] = static_cast<float>(me * 10 + i + step);
+        gradsync_op_t gather = cudaOp(GRADSYNC_ALLGATHER, "exchange.allgather", mine, GRADSYNC_FLOAT32, s2);
+        gather.output = gathered;
+        gather.output_bytes = static_cast<uint64_t>(n) * 2 * 4;
+        if (run(c, gather)) return 1;
+        for (int r = 0; r < n; ++r) {
+          WORKER_CHECK(gathered[r * 2 + 1] == r * 10 + 1 + step, "step %d allgather from %d: %g", step, r,
+                       gathered[r * 2 + 1]);
+        }
+      }
+    }
+  }
+  std::fprintf(stderr, "[rank %d] exchanges of CUDA tensors OK\n", me);
+  return 0;
+}
+
 // args: GPUS. Adasum of CUDA tensors (float32 and float64, on fake GPU
 // local rank % GPUS) against the same tensors on the CPU path: equal bit for
 // bit, for two steps.

@@ -724,6 +724,7 @@ const std::map<std::string, Scenario>& moreScenarios() {
       {"fake_cuda_sets", fakeCudaSets},
       {"fake_cuda_lead", fakeCudaLead},
       {"fake_cuda_adasum", fakeCudaAdasum},
+      {"fake_cuda_exchange", fakeCudaExchange},
       {"fake_cuda_kill", fakeCudaKill},
       {"fake_cuda_hold", fakeCudaHold},
   };

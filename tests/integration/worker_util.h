@@ -148,6 +148,7 @@ int fakeCudaGpus(Client& c, const std::vector<std::string>& args);
 int fakeCudaSets(Client& c, const std::vector<std::string>& args);
 int fakeCudaLead(Client& c, const std::vector<std::string>& args);
 int fakeCudaAdasum(Client& c, const std::vector<std::string>& args);
+int fakeCudaExchange(Client& c, const std::vector<std::string>& args);
 int fakeCudaKill(Client& c, const std::vector<std::string>& args);
 int fakeCudaHold(Client& c, const std::vector<std::string>& args);
 // `bytes` of the fake driver's device memory on GPU (local rank % gpus);
