@@ -178,6 +178,9 @@ case $stage in
     step "CUDA suite, 2 ranks, PyTorch's expandable segments (cuMem memory)" env \
       PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True run_ranks 2 $python -m pytest -q -x -p no:cacheprovider \
       client/python/tests_gpu
+    step "CUDA suite, 2 ranks, PyTorch's cudaMallocAsync backend (staging buffers)" env \
+      PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync run_ranks 2 $python -m pytest -q -x -p no:cacheprovider \
+      client/python/tests_gpu
     step "rank killed mid-collective" timeout 200 $python client/python/tests_gpu/kill_check.py "$socket"
     step "torch.distributed backend on CUDA, 2 ranks on one GPU" env GRADSYNC_SOCKET="$socket" \
       GRADSYNC_CTL="$tools/gradsyncctl" timeout 200 $python -m torch.distributed.run --standalone \

@@ -187,7 +187,7 @@ class Client {
     bool owns_input = false;
     std::optional<CudaSession::Prepared> cuda;  // CUDA: its event slot and stream
     void* cuda_output = nullptr;                // CUDA: the caller's output buffer
-    std::optional<v1::CudaTensorRef> cuda_output_ref;
+    std::optional<CudaSession::PreparedOutput> cuda_output_ref;
     bool has_output = false;
     uint64_t output_offset = 0;
     uint64_t output_length = 0;

@@ -114,7 +114,7 @@ StatusOr<uint64_t> Client::enqueueOne(const OpSpec& spec, uint64_t group_id, uin
 Status Client::placeInput(const OpSpec& spec, Operation* op) {
   const bool has_output = spec.type == v1::ALLGATHER || spec.type == v1::ALLTOALL || spec.type == v1::REDUCESCATTER;
   if (spec.cuda && has_output) {
-    ASSIGN_OR_RETURN(op->cuda_output_ref, cuda().prepareOutput(spec.name, spec.output, spec.output_bytes));
+    ASSIGN_OR_RETURN(op->cuda_output_ref, cuda().prepareOutput(spec.name, spec.output, spec.output_bytes, spec.stream));
     op->cuda_output = spec.output;
     op->output_length = spec.output_bytes;
   }
@@ -122,9 +122,9 @@ Status Client::placeInput(const OpSpec& spec, Operation* op) {
     if (cuda().slotsExhausted()) RETURN_IF_ERROR(waitForCudaSlot(spec.name));
     // A tensor without elements still travels as CUDA (the ranks agree on
     // the device); it takes events only when this rank gets an output.
-    ASSIGN_OR_RETURN(op->cuda, op->length > 0
-                                   ? cuda().prepare(spec.name, spec.data, op->length, spec.stream)
-                                   : cuda().prepareEmpty(spec.name, spec.stream, has_output && spec.output_bytes > 0));
+    ASSIGN_OR_RETURN(
+        op->cuda, op->length > 0 ? cuda().prepare(spec.name, spec.data, op->length, spec.stream, copiesBack(spec.type))
+                                 : cuda().prepareEmpty(spec.name, spec.stream, has_output && spec.output_bytes > 0));
   } else if (op->length > 0 && arena_->contains(spec.data, op->length, &op->input_offset)) {
     // Zero copy: the tensor already lives in the arena.
   } else if (op->length > 0) {
@@ -139,7 +139,7 @@ Status Client::placeInput(const OpSpec& spec, Operation* op) {
 void Client::discard(Operation& op) {
   if (op.owns_input) (void)arena_->release(op.input_offset);
   if (op.cuda) (void)cuda_->complete(*op.cuda, false);
-  if (op.cuda_output_ref) cuda_->releaseOutput(*op.cuda_output_ref);
+  if (op.cuda_output_ref) (void)cuda_->releaseOutput(*op.cuda_output_ref, false);
 }
 
 void Client::describeEnqueue(const OpSpec& spec, const Operation& op, uint64_t group_id, uint32_t group_size,
@@ -164,7 +164,7 @@ void Client::describeEnqueue(const OpSpec& spec, const Operation& op, uint64_t g
   e->set_target_process_set(spec.target_set);
   if (op.cuda) *e->mutable_cuda() = op.cuda->ref;
   if (op.cuda_output_ref) {
-    *e->mutable_cuda_output() = *op.cuda_output_ref;
+    *e->mutable_cuda_output() = op.cuda_output_ref->ref;
     e->set_output_length(spec.output_bytes);
   }
 }
@@ -198,7 +198,8 @@ void Client::finish(Operation& op) {
     op.cuda.reset();
   }
   if (op.cuda_output_ref) {
-    cuda_->releaseOutput(*op.cuda_output_ref);
+    Status copied = cuda_->releaseOutput(*op.cuda_output_ref, op.status.isOk());
+    if (!copied.isOk() && op.status.isOk()) op.status = copied;
     op.cuda_output_ref.reset();
   }
   if (op.copy_back_to != nullptr && op.status.isOk()) {
@@ -350,7 +351,7 @@ Status Client::release(uint64_t handle) {
   if (op->owns_input) (void)arena_->release(op->input_offset);
   if (op->has_output) (void)arena_->release(op->output_offset);
   if (op->cuda) (void)cuda_->complete(*op->cuda, op->status.isOk());  // never waited for: free its slot
-  if (op->cuda_output_ref) cuda_->releaseOutput(*op->cuda_output_ref);
+  if (op->cuda_output_ref) (void)cuda_->releaseOutput(*op->cuda_output_ref, op->status.isOk());
   return okStatus();
 }
 

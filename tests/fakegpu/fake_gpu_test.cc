@@ -69,6 +69,19 @@ TEST_F(FakeGpuTest, EveryCollectiveOnCuMemMemory) {
   for (auto& rank : ranks) EXPECT_NE(rank.log().find("collectives OK (cuMem memory"), std::string::npos) << rank.log();
 }
 
+// Memory of a cudaMallocAsync pool, which exports neither way: every
+// collective through the client's staging buffers.
+TEST_F(FakeGpuTest, EveryCollectiveOnPoolMemory) {
+  std::vector<Process> ranks;
+  for (int r = 0; r < 3; ++r)
+    ranks.push_back(daemon_.spawnRank("fake-pool", r, 3, {"fake_cuda", "pool"}, fakeDriver()));
+  std::string report;
+  EXPECT_TRUE(allSucceed(ranks, kTimeout, &report)) << report << daemon_.log();
+  for (auto& rank : ranks) {
+    EXPECT_NE(rank.log().find("collectives OK (cudaMallocAsync memory"), std::string::npos) << rank.log();
+  }
+}
+
 TEST_F(FakeGpuTest, ARankKilledMidCollectiveIsNamedAndTheDaemonGoesOn) {
   std::vector<Process> ranks;
   for (int r = 0; r < 3; ++r) ranks.push_back(daemon_.spawnRank("cuda-kill", r, 3, {"fake_cuda_kill"}, fakeDriver()));
@@ -374,6 +387,12 @@ TEST_P(FakeGpusOfANodeTest, AllreduceAndBroadcastAcrossTheNodesGpus) {
 // inputs gathered on every GPU, or the GPUs' sums allreduced.
 TEST_P(FakeGpusOfANodeTest, EveryCollectiveAcrossTheNodesGpus) {
   runJob({"fake_cuda", "gpus", std::to_string(GetParam().gpus)});
+}
+
+// The same on cudaMallocAsync memory: each rank's staging buffers on its
+// own GPU.
+TEST_P(FakeGpusOfANodeTest, EveryCollectiveOnPoolMemoryAcrossTheNodesGpus) {
+  runJob({"fake_cuda", "pool", std::to_string(GetParam().gpus)});
 }
 
 // Process sets on a node's GPUs: sets {0, 1} and {2, 3} on 4 GPUs,

@@ -7,8 +7,11 @@
 // or, as cuMem memory (PyTorch's expandable segments), from
 // gradsync_fake_cuda_malloc_vmm: a reserved range with a memfd mapped per
 // chunk, each exportable by file descriptor, and remappable
-// (gradsync_fake_cuda_remap) as an allocator that frees and maps again.
-// Streams and events do nothing: the fake daemon runs everything at once.
+// (gradsync_fake_cuda_remap) as an allocator that frees and maps again; or,
+// as a cudaMallocAsync pool's, from gradsync_fake_cuda_malloc_pool: memory
+// that exports neither way. Each device has its context (made current by
+// cuCtxPushCurrent, where cuMemAlloc allocates). Streams and events do
+// nothing: copies run at once, and the fake daemon runs everything at once.
 #include <cuda.h>
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -29,6 +32,7 @@ struct Allocation {
   int fd;
   unsigned long long id;
   int device;
+  bool pool = false;
 };
 
 // cuMem memory: one reserved range, a memfd mapped per chunk.
@@ -50,7 +54,9 @@ std::vector<VmmRange> g_ranges;
 unsigned long long g_next_block = 1000;
 unsigned long long g_next_id = 1;
 uintptr_t g_next_event = 0x7000;
-CUcontext const kContext = reinterpret_cast<CUcontext>(0xC0);
+// Device d's context is 0xC0 + d.
+CUcontext contextOf(int device) { return reinterpret_cast<CUcontext>(0xC0 + static_cast<uintptr_t>(device)); }
+thread_local int t_device = 0;  // the current context's device
 
 const Allocation* find(uintptr_t p) {
   for (const auto& a : g_allocations) {
@@ -90,6 +96,7 @@ struct PointerFacts {
   uintptr_t range_start = 0;
   size_t range_size = 0;
   bool legacy = false;
+  bool pool = false;
   int ordinal = 0;
   uintptr_t mapping_base = 0;
   size_t mapping_size = 0;
@@ -100,9 +107,13 @@ PointerFacts factsOf(uintptr_t p) {
   PointerFacts f;
   if (const VmmRange* r = findRange(p)) {
     const size_t index = (p - r->base) / r->chunk;
-    f = {true, r->id, r->base, r->bytes, false, 0, r->base + index * r->chunk, r->chunk, r->chunks[index].block_id};
+    f = {true,     r->id,
+         r->base,  r->bytes,
+         false,    false,
+         0,        r->base + index * r->chunk,
+         r->chunk, r->chunks[index].block_id};
   } else if (const Allocation* a = find(p)) {
-    f = {true, a->id, a->base, a->bytes, true, a->device, a->base, a->bytes, a->id};
+    f = {true, a->id, a->base, a->bytes, !a->pool, a->pool, a->device, a->base, a->bytes, a->id};
   }
   return f;
 }
@@ -131,7 +142,10 @@ CUresult pointerGetAttributes(unsigned n, CUpointer_attribute* attributes, void*
         *static_cast<int*>(data[i]) = f.ordinal;
         break;
       case CU_POINTER_ATTRIBUTE_CONTEXT:
-        *static_cast<CUcontext*>(data[i]) = f.device ? kContext : nullptr;
+        *static_cast<CUcontext*>(data[i]) = f.device ? contextOf(f.ordinal) : nullptr;
+        break;
+      case CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE:
+        *static_cast<CUmemoryPool*>(data[i]) = f.pool ? reinterpret_cast<CUmemoryPool>(0x9001) : nullptr;
         break;
       case CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR:
         *static_cast<void**>(data[i]) = reinterpret_cast<void*>(f.mapping_base);
@@ -164,7 +178,7 @@ CUresult deviceGetUuid(CUuuid* uuid, CUdevice device) {
 CUresult ipcGetMemHandle(CUipcMemHandle* handle, CUdeviceptr ptr) {
   std::lock_guard<std::mutex> lock(g_mutex);
   const Allocation* a = find(static_cast<uintptr_t>(ptr));
-  if (a == nullptr || a->base != ptr) return CUDA_ERROR_INVALID_VALUE;
+  if (a == nullptr || a->base != ptr || a->pool) return CUDA_ERROR_INVALID_VALUE;
   gradsync::fakegpu::Handle h{};
   std::memcpy(h.magic, gradsync::fakegpu::kHandleMagic, sizeof(h.magic));
   h.pid = ::getpid();
@@ -214,10 +228,50 @@ CUresult eventRecord(CUevent, CUstream) { return CUDA_SUCCESS; }
 CUresult streamWaitEvent(CUstream, CUevent, unsigned) { return CUDA_SUCCESS; }
 CUresult eventQuery(CUevent) { return CUDA_SUCCESS; }  // the host-memory "GPU" works at once
 CUresult eventDestroy(CUevent) { return CUDA_SUCCESS; }
-CUresult ctxPushCurrent(CUcontext) { return CUDA_SUCCESS; }
-CUresult ctxPopCurrent(CUcontext* ctx) {
-  *ctx = kContext;
+CUresult ctxPushCurrent(CUcontext ctx) {
+  t_device = static_cast<int>(reinterpret_cast<uintptr_t>(ctx) - 0xC0);
   return CUDA_SUCCESS;
+}
+CUresult ctxPopCurrent(CUcontext* ctx) {
+  *ctx = contextOf(t_device);
+  return CUDA_SUCCESS;
+}
+
+void* allocate(size_t bytes, int device, bool pool);
+
+CUresult memAlloc(CUdeviceptr* out, size_t bytes) {
+  void* p = allocate(bytes, t_device, false);
+  if (p == nullptr) return CUDA_ERROR_OUT_OF_MEMORY;
+  *out = reinterpret_cast<CUdeviceptr>(p);
+  return CUDA_SUCCESS;
+}
+
+CUresult memFree(CUdeviceptr ptr) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  for (auto it = g_allocations.begin(); it != g_allocations.end(); ++it) {
+    if (it->base != ptr) continue;
+    ::munmap(reinterpret_cast<void*>(it->base), it->bytes);
+    ::close(it->fd);
+    g_allocations.erase(it);
+    return CUDA_SUCCESS;
+  }
+  return CUDA_ERROR_INVALID_VALUE;
+}
+
+CUresult memcpyDtoDAsync(CUdeviceptr dst, CUdeviceptr src, size_t bytes, CUstream) {
+  std::memmove(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), bytes);
+  return CUDA_SUCCESS;
+}
+
+void* allocate(size_t bytes, int device, bool pool) {
+  if (device < 0 || device >= gradsync::fakegpu::kMaxDevices) return nullptr;
+  const int fd = ::memfd_create("fake-cuda", MFD_CLOEXEC);
+  if (fd < 0 || ::ftruncate(fd, static_cast<off_t>(bytes)) != 0) return nullptr;
+  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED) return nullptr;
+  std::lock_guard<std::mutex> lock(g_mutex);
+  g_allocations.push_back({reinterpret_cast<uintptr_t>(p), bytes, fd, g_next_id++, device, pool});
+  return p;
 }
 
 struct Entry {
@@ -231,16 +285,10 @@ extern "C" {
 
 // Test helper: `bytes` of fake device memory (zeroed) on fake GPU
 // `device`, or null.
-void* gradsync_fake_cuda_malloc_on(size_t bytes, int device) {
-  if (device < 0 || device >= gradsync::fakegpu::kMaxDevices) return nullptr;
-  const int fd = ::memfd_create("fake-cuda", MFD_CLOEXEC);
-  if (fd < 0 || ::ftruncate(fd, static_cast<off_t>(bytes)) != 0) return nullptr;
-  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  if (p == MAP_FAILED) return nullptr;
-  std::lock_guard<std::mutex> lock(g_mutex);
-  g_allocations.push_back({reinterpret_cast<uintptr_t>(p), bytes, fd, g_next_id++, device});
-  return p;
-}
+void* gradsync_fake_cuda_malloc_on(size_t bytes, int device) { return allocate(bytes, device, false); }
+
+// Test helper: the same from a stream-ordered pool (cudaMallocAsync).
+void* gradsync_fake_cuda_malloc_pool(size_t bytes, int device) { return allocate(bytes, device, true); }
 
 // Test helper: the same on GPU 0.
 void* gradsync_fake_cuda_malloc(size_t bytes) { return gradsync_fake_cuda_malloc_on(bytes, 0); }
@@ -297,6 +345,9 @@ CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int, cuuint64_t, CU
       {"cuMemRetainAllocationHandle", reinterpret_cast<void*>(&memRetainAllocationHandle)},
       {"cuMemExportToShareableHandle", reinterpret_cast<void*>(&memExportToShareableHandle)},
       {"cuMemRelease", reinterpret_cast<void*>(&memRelease)},
+      {"cuMemAlloc", reinterpret_cast<void*>(&memAlloc)},
+      {"cuMemFree", reinterpret_cast<void*>(&memFree)},
+      {"cuMemcpyDtoDAsync", reinterpret_cast<void*>(&memcpyDtoDAsync)},
   };
   for (const auto& e : table) {
     if (std::strcmp(e.name, symbol) == 0) {

@@ -49,7 +49,8 @@ int run(Client& c, gradsync_op_t op) {
 }
 
 // Fake device memory as `args` say: "vmm": cuMem memory in chunks of
-// kVmmChunk (as PyTorch's expandable segments); "gpus G": on fake GPU
+// kVmmChunk (as PyTorch's expandable segments); "pool [G]": from a
+// cudaMallocAsync pool (on fake GPU local rank % G); "gpus G": on fake GPU
 // (local rank % G), as on a node whose ranks use G GPUs; else cudaMalloc
 // memory on GPU 0. Null (with a message) without the fake driver.
 constexpr size_t kVmmChunk = 16384;
@@ -70,7 +71,18 @@ FakeAllocator fakeAllocator(const Client& c, const std::vector<std::string>& arg
     std::fprintf(stderr, "no fake CUDA driver ($GRADSYNC_TEST_FAKE_LIBCUDA)\n");
     return out;
   }
-  if (!args.empty() && args[0] == "vmm") {
+  if (!args.empty() && args[0] == "pool") {
+    using PoolMalloc = void* (*)(size_t, int);
+    auto pool_malloc = reinterpret_cast<PoolMalloc>(fakeSymbol("gradsync_fake_cuda_malloc_pool"));
+    const char* local = std::getenv("GRADSYNC_LOCAL_RANK");
+    const int gpus = args.size() > 1 ? std::max(1, std::atoi(args[1].c_str())) : 1;
+    out.kind = "cudaMallocAsync";
+    out.device = (local != nullptr ? std::atoi(local) : c.rank()) % gpus;
+    const int device = out.device;
+    if (pool_malloc != nullptr) {
+      out.allocate = [=](size_t bytes) { return static_cast<uint8_t*>(pool_malloc(bytes, device)); };
+    }
+  } else if (!args.empty() && args[0] == "vmm") {
     out.kind = "cuMem";
     out.allocate = [=](size_t bytes) { return static_cast<uint8_t*>(vmm_malloc(bytes, kVmmChunk)); };
   } else if (args.size() == 2 && args[0] == "gpus") {

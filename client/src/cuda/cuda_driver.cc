@@ -29,6 +29,9 @@ struct DriverApi {
   CUresult (*eventDestroy)(CUevent) = nullptr;
   CUresult (*ctxPushCurrent)(CUcontext) = nullptr;
   CUresult (*ctxPopCurrent)(CUcontext*) = nullptr;
+  CUresult (*memAlloc)(CUdeviceptr*, size_t) = nullptr;
+  CUresult (*memFree)(CUdeviceptr) = nullptr;
+  CUresult (*memcpyDtoDAsync)(CUdeviceptr, CUdeviceptr, size_t, CUstream) = nullptr;
   // Optional (cuMem memory only): null where the driver lacks them.
   CUresult (*retainAllocationHandle)(CUmemGenericAllocationHandle*, void*) = nullptr;
   CUresult (*exportToShareableHandle)(void*, CUmemGenericAllocationHandle, CUmemAllocationHandleType,
@@ -47,7 +50,8 @@ class RealCudaDriver : public CudaDriver {
                                         CU_POINTER_ATTRIBUTE_RANGE_SIZE,
                                         CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE,
                                         CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
-                                        CU_POINTER_ATTRIBUTE_CONTEXT};
+                                        CU_POINTER_ATTRIBUTE_CONTEXT,
+                                        CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE};
     unsigned int memory_type = 0;
     unsigned long long buffer_id = 0;
     CUdeviceptr start = 0;
@@ -55,8 +59,9 @@ class RealCudaDriver : public CudaDriver {
     int legacy = 0;
     int ordinal = -1;
     CUcontext context = nullptr;
-    void* data[] = {&memory_type, &buffer_id, &start, &size, &legacy, &ordinal, &context};
-    RETURN_IF_ERROR(check(api_.pointerGetAttributes(7, attributes, data, reinterpret_cast<CUdeviceptr>(pointer)),
+    CUmemoryPool pool = nullptr;
+    void* data[] = {&memory_type, &buffer_id, &start, &size, &legacy, &ordinal, &context, &pool};
+    RETURN_IF_ERROR(check(api_.pointerGetAttributes(8, attributes, data, reinterpret_cast<CUdeviceptr>(pointer)),
                           "cuPointerGetAttributes"));
     PointerInfo info;
     info.device_memory = memory_type == CU_MEMORYTYPE_DEVICE;
@@ -65,6 +70,7 @@ class RealCudaDriver : public CudaDriver {
     info.base = static_cast<uint64_t>(start);
     info.size = size;
     info.legacy_ipc = legacy != 0;
+    info.pool = pool != nullptr;
     info.context = context;
     CUdevice device = 0;
     RETURN_IF_ERROR(check(api_.deviceGet(&device, ordinal), "cuDeviceGet"));
@@ -158,6 +164,32 @@ class RealCudaDriver : public CudaDriver {
     (void)api_.eventDestroy(static_cast<CUevent>(event));
   }
 
+  StatusOr<void*> createEvent(void* context) override {
+    Scoped scoped(this, context);
+    CUevent event = nullptr;
+    RETURN_IF_ERROR(check(api_.eventCreate(&event, CU_EVENT_DISABLE_TIMING), "cuEventCreate"));
+    return static_cast<void*>(event);
+  }
+
+  StatusOr<uint64_t> allocate(void* context, uint64_t bytes) override {
+    Scoped scoped(this, context);
+    CUdeviceptr address = 0;
+    RETURN_IF_ERROR(check(api_.memAlloc(&address, bytes), "cuMemAlloc (a staging buffer)"));
+    return static_cast<uint64_t>(address);
+  }
+
+  void freeMemory(void* context, uint64_t address) override {
+    Scoped scoped(this, context);
+    (void)api_.memFree(static_cast<CUdeviceptr>(address));
+  }
+
+  Status copy(void* context, uint64_t dst, uint64_t src, uint64_t bytes, void* stream) override {
+    Scoped scoped(this, context);
+    return check(api_.memcpyDtoDAsync(static_cast<CUdeviceptr>(dst), static_cast<CUdeviceptr>(src), bytes,
+                                      static_cast<CUstream>(stream)),
+                 "cuMemcpyDtoDAsync");
+  }
+
  private:
   // Makes the allocation's context current for the calls in its scope (the
   // calling thread may have none, e.g. a fresh Python thread).
@@ -222,6 +254,9 @@ StatusOr<std::unique_ptr<CudaDriver>> loadCudaDriver() {
   RETURN_IF_ERROR(resolve(get, "cuEventDestroy", &api.eventDestroy));
   RETURN_IF_ERROR(resolve(get, "cuCtxPushCurrent", &api.ctxPushCurrent));
   RETURN_IF_ERROR(resolve(get, "cuCtxPopCurrent", &api.ctxPopCurrent));
+  RETURN_IF_ERROR(resolve(get, "cuMemAlloc", &api.memAlloc));
+  RETURN_IF_ERROR(resolve(get, "cuMemFree", &api.memFree));
+  RETURN_IF_ERROR(resolve(get, "cuMemcpyDtoDAsync", &api.memcpyDtoDAsync));
   (void)resolve(get, "cuMemRetainAllocationHandle", &api.retainAllocationHandle);
   (void)resolve(get, "cuMemExportToShareableHandle", &api.exportToShareableHandle);
   (void)resolve(get, "cuMemRelease", &api.release);

@@ -23,6 +23,7 @@ struct PointerInfo {
   uint64_t base = 0;           // start of the allocation holding the pointer
   uint64_t size = 0;           // bytes of that allocation
   bool legacy_ipc = false;     // exportable with cuIpcGetMemHandle (cudaMalloc)
+  bool pool = false;           // from a stream-ordered pool (cudaMallocAsync): exportable neither way
   std::string device_uuid;     // "GPU-..."
   void* context = nullptr;     // CUcontext the allocation belongs to
 };
@@ -56,6 +57,15 @@ class CudaDriver {
   // Whether the work before the event's latest record finished (cuEventQuery).
   virtual StatusOr<bool> eventDone(void* context, void* event) = 0;
   virtual void destroyEvent(void* context, void* event) = 0;
+  // A local event (DisableTiming).
+  virtual StatusOr<void*> createEvent(void* context) = 0;
+  // `bytes` of device memory on the context's device (cuMemAlloc:
+  // exportable with exportMemory).
+  virtual StatusOr<uint64_t> allocate(void* context, uint64_t bytes) = 0;
+  virtual void freeMemory(void* context, uint64_t address) = 0;
+  // `bytes` from device address `src` to `dst`, queued on `stream`
+  // (cuMemcpyDtoDAsync).
+  virtual Status copy(void* context, uint64_t dst, uint64_t src, uint64_t bytes, void* stream) = 0;
 };
 
 // FAILED_PRECONDITION when the process has no CUDA driver loaded.

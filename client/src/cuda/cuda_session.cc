@@ -38,18 +38,24 @@ CudaSession::CudaSession(CudaSessionOptions options, DriverLoader loader, Handof
 
 CudaSession::~CudaSession() {
   if (!driver_) return;
+  staging_.freeAll(*driver_, context_);
   for (void* event : ready_) driver_->destroyEvent(context_, event);
   for (void* event : done_) driver_->destroyEvent(context_, event);
 }
 
 StatusOr<CudaSession::Prepared> CudaSession::prepare(const std::string& name, const void* data, uint64_t bytes,
-                                                     void* stream) {
+                                                     void* stream, bool written) {
   MutexLock lock(mutex_);
-  ASSIGN_OR_RETURN(v1::CudaTensorRef ref, locateLocked(name, data, bytes));
-  ASSIGN_OR_RETURN(const uint32_t slot, takeSlotLocked(name, stream));
   Prepared prepared;
+  ASSIGN_OR_RETURN(v1::CudaTensorRef ref, locateLocked(name, data, bytes, &prepared.staged, stream, true));
+  prepared.staged.copy_back = written;
+  auto slot = takeSlotLocked(name, stream);
+  if (!slot.isOk()) {
+    (void)unstageLocked(prepared.staged, stream, false);
+    return slot.status();
+  }
   prepared.ref = ref;
-  prepared.ref.set_event_slot(slot);
+  prepared.ref.set_event_slot(*slot);
   prepared.stream = stream;
   ++exports_[ref.buffer_id()].in_flight;
   return prepared;
@@ -84,25 +90,40 @@ StatusOr<uint32_t> CudaSession::takeSlotLocked(const std::string& name, void* st
   return slot;
 }
 
-StatusOr<v1::CudaTensorRef> CudaSession::prepareOutput(const std::string& name, const void* data, uint64_t bytes) {
+StatusOr<CudaSession::PreparedOutput> CudaSession::prepareOutput(const std::string& name, const void* data,
+                                                                 uint64_t bytes, void* stream) {
   MutexLock lock(mutex_);
+  PreparedOutput output;
+  output.stream = stream;
   if (bytes == 0) {
-    v1::CudaTensorRef empty;
-    empty.set_buffer_id(kNoCudaBuffer);
-    return empty;
+    output.ref.set_buffer_id(kNoCudaBuffer);
+    return output;
   }
-  ASSIGN_OR_RETURN(v1::CudaTensorRef ref, locateLocked(name + " (output)", data, bytes));
-  ++exports_[ref.buffer_id()].in_flight;
-  return ref;
+  ASSIGN_OR_RETURN(output.ref, locateLocked(name + " (output)", data, bytes, &output.staged, stream, false));
+  output.staged.copy_back = true;
+  ++exports_[output.ref.buffer_id()].in_flight;
+  return output;
 }
 
-void CudaSession::releaseOutput(const v1::CudaTensorRef& ref) {
+Status CudaSession::releaseOutput(const PreparedOutput& output, bool ok) {
   MutexLock lock(mutex_);
-  if (ref.buffer_id() == kNoCudaBuffer) return;
-  unuseLocked(ref.buffer_id());
+  if (output.ref.buffer_id() == kNoCudaBuffer) return okStatus();
+  unuseLocked(output.ref.buffer_id());
+  return unstageLocked(output.staged, output.stream, ok);
 }
 
-StatusOr<v1::CudaTensorRef> CudaSession::locateLocked(const std::string& name, const void* data, uint64_t bytes) {
+Status CudaSession::unstageLocked(const Staged& staged, void* stream, bool copy) {
+  if (staged.staging == 0) return okStatus();
+  Status copied = okStatus();
+  if (copy && staged.copy_back && staged.bytes > 0) {
+    copied = driver_->copy(context_, staged.user, staged.staging, staged.bytes, stream);
+  }
+  Status given = staging_.give(*driver_, context_, staged.staging, stream);
+  return copied.isOk() ? given : copied;
+}
+
+StatusOr<v1::CudaTensorRef> CudaSession::locateLocked(const std::string& name, const void* data, uint64_t bytes,
+                                                      Staged* staged, void* stream, bool copy_in) {
   const std::string prefix = "CUDA tensor '" + name + "': ";
   // A daemon without GPUs: say so before touching CUDA at all.
   if (options_.daemon_gpus.empty()) {
@@ -127,6 +148,21 @@ StatusOr<v1::CudaTensorRef> CudaSession::locateLocked(const std::string& name, c
   if (info->device_uuid != device_uuid_) {
     return unimplemented(prefix + "is on " + info->device_uuid + ", but this rank's earlier CUDA tensors were on " +
                          device_uuid_ + " (one GPU per rank)");
+  }
+  if (info->pool && staged != nullptr) {
+    // Copied into a buffer of this session, which the daemon maps instead.
+    ASSIGN_OR_RETURN(const uint64_t buffer, staging_.take(*driver_, context_, bytes, stream));
+    *staged = Staged{buffer, start, bytes, false};
+    Status copied = copy_in && bytes > 0 ? driver_->copy(context_, buffer, start, bytes, stream) : okStatus();
+    auto located = copied.isOk() ? locateLocked(name, reinterpret_cast<const void*>(buffer), bytes)
+                                 : StatusOr<v1::CudaTensorRef>(copied);
+    if (!located.isOk()) {
+      (void)unstageLocked(*staged, stream, false);
+      *staged = Staged{};
+      return Status(located.status().code(),
+                    prefix + "staging its cudaMallocAsync memory: " + located.status().message());
+    }
+    return located;
   }
   Located located{info->buffer_id, info->base};
   if (info->legacy_ipc) {
@@ -291,10 +327,9 @@ Status CudaSession::sendViewLocked(uint64_t id, const PointerInfo& info, const s
     if (!fd.isOk()) {
       if (fd.status().code() != StatusCode::kFailedPrecondition) return fd.status();
       return unimplemented(
-          "its memory is neither a cudaMalloc allocation nor cuMem memory exportable by file descriptor (a "
-          "cudaMallocAsync pool, as PyTorch's backend:cudaMallocAsync makes): use PyTorch's default allocator, "
-          "with or without expandable_segments:True (" +
-          fd.status().message() + ")");
+          "its cuMem memory cannot be exported by file descriptor (allocated without "
+          "CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR?): " +
+          fd.status().message());
     }
     fds.push_back(fd->get());
     owned.push_back(std::move(fd).value());
@@ -350,10 +385,9 @@ Status CudaSession::complete(const Prepared& prepared, bool ok) {
   // before it failed (the daemon records done once it waited for ready):
   // the caller's stream waits either way. A done event never recorded for
   // this operation holds its earlier, completed record: no wait then.
-  (void)ok;
   Status waited = driver_->streamWaitEvent(context_, prepared.stream, done_[slot]);
-  releaseSlotLocked(prepared);
-  return waited;
+  Status released = releaseSlotLocked(prepared, ok && waited.isOk());
+  return waited.isOk() ? released : waited;
 }
 
 Status CudaSession::completeOnHost(const Prepared& prepared, const std::string& name,
@@ -376,12 +410,11 @@ Status CudaSession::completeOnHost(const Prepared& prepared, const std::string& 
     if (!done.isOk()) break;  // the stream waits instead (below)
     if (*done) {
       MutexLock lock(mutex_);
-      releaseSlotLocked(prepared);
-      return okStatus();
+      return releaseSlotLocked(prepared, true);
     }
     if (Status gone = broken(); !gone.isOk()) {
       MutexLock lock(mutex_);
-      releaseSlotLocked(prepared);  // the daemon and its work are gone
+      (void)releaseSlotLocked(prepared, false);  // the daemon and its work are gone
       return gone;
     }
     const auto waited = std::chrono::steady_clock::now() - start;
@@ -401,9 +434,10 @@ Status CudaSession::completeOnHost(const Prepared& prepared, const std::string& 
   return complete(prepared, true);
 }
 
-void CudaSession::releaseSlotLocked(const Prepared& prepared) {
+Status CudaSession::releaseSlotLocked(const Prepared& prepared, bool copy) {
   free_slots_.push_back(prepared.ref.event_slot());
   unuseLocked(prepared.ref.buffer_id());
+  return unstageLocked(prepared.staged, prepared.stream, copy);
 }
 
 Status CudaSession::releaseExports() {
@@ -416,6 +450,10 @@ Status CudaSession::releaseExports() {
     }
     Status sent = forgetLocked(it++);
     if (!sent.isOk() && first.isOk()) first = sent;
+  }
+  // Staging buffers no operation holds: their exports were forgotten above.
+  if (driver_) {
+    for (uint64_t address : staging_.idle()) staging_.free(*driver_, context_, address);
   }
   return first;
 }

@@ -12,8 +12,10 @@
 // run of mappings under a tensor, one file descriptor each, keyed by its
 // first mapping and checked on every use against the mappings' block ids, so
 // that a mapping the allocator replaced is exported again, never read
-// stale. cudaMallocAsync pools export neither way and are refused with an
-// error saying so. Thread-safe.
+// stale. cudaMallocAsync pools export neither way: such a tensor is copied
+// (on its stream) into a buffer of this session (staging_pool.h) that the
+// daemon maps instead, and, where the operation writes it, copied back
+// after the daemon's done event. Thread-safe.
 #pragma once
 
 #include <chrono>
@@ -26,6 +28,7 @@
 #include "base/mutex.h"
 #include "base/thread_annotations.h"
 #include "client/src/cuda/cuda_driver.h"
+#include "client/src/cuda/staging_pool.h"
 #include "proto/gradsync/v1/control.pb.h"
 
 namespace gradsync::client {
@@ -48,23 +51,42 @@ class CudaSession {
   CudaSession(CudaSessionOptions options, DriverLoader loader, HandoffChannel channel);
   ~CudaSession();
 
+  // A tensor in a stream-ordered pool, through a staging buffer.
+  struct Staged {
+    uint64_t staging = 0;  // the buffer the daemon maps (0: none)
+    uint64_t user = 0;     // the caller's memory
+    uint64_t bytes = 0;
+    bool copy_back = false;  // the operation writes it
+  };
   struct Prepared {
     v1::CudaTensorRef ref;
     void* stream = nullptr;
+    Staged staged;
   };
   // Makes `bytes` at `data` (device memory) usable by the daemon: attaches,
-  // exports the allocation if new, takes an event slot and records the ready
-  // event on `stream`. Errors name the tensor.
-  StatusOr<Prepared> prepare(const std::string& name, const void* data, uint64_t bytes, void* stream);
+  // exports the allocation if new (pool memory: copies it to a staging
+  // buffer on `stream`), takes an event slot and records the ready event on
+  // `stream`. `written`: the operation writes the tensor (allreduce,
+  // broadcast), so staged memory is copied back at completion. Errors name
+  // the tensor.
+  StatusOr<Prepared> prepare(const std::string& name, const void* data, uint64_t bytes, void* stream,
+                             bool written = true);
   // A tensor without elements (no memory). With `with_events` (the
   // operation writes an output of this rank's) it takes an event slot like
   // any tensor; without, it needs neither GPU nor events.
   StatusOr<Prepared> prepareEmpty(const std::string& name, void* stream, bool with_events);
   // The caller's output buffer of a CUDA allgather/alltoall/reducescatter:
-  // exported like an input (no event slot: the input's orders both).
-  StatusOr<v1::CudaTensorRef> prepareOutput(const std::string& name, const void* data, uint64_t bytes);
-  // The operation that took `ref` with prepareOutput finished.
-  void releaseOutput(const v1::CudaTensorRef& ref);
+  // exported like an input (no event slot: the input's orders both; pool
+  // memory gets a staging buffer, for which `stream`, the input's, waits).
+  struct PreparedOutput {
+    v1::CudaTensorRef ref;
+    void* stream = nullptr;
+    Staged staged;
+  };
+  StatusOr<PreparedOutput> prepareOutput(const std::string& name, const void* data, uint64_t bytes, void* stream);
+  // The operation that took `output` finished (after complete or
+  // completeOnHost): with `ok`, staged memory is copied back on its stream.
+  Status releaseOutput(const PreparedOutput& output, bool ok);
   // After the operation's Done: `stream` waits for the daemon's done event
   // (also when it failed: work it queued first must finish before the
   // caller reuses its tensors), and the slot is free again.
@@ -101,12 +123,19 @@ class CudaSession {
     uint64_t id = 0;
     uint64_t base = 0;
   };
-  // The operation's event slot is free again; its export no longer in use.
-  void releaseSlotLocked(const Prepared& prepared) GS_REQUIRES(mutex_);
+  // The operation's event slot is free again; its export no longer in use;
+  // staged memory copied back if `copy`.
+  Status releaseSlotLocked(const Prepared& prepared, bool copy) GS_REQUIRES(mutex_);
   // Checks `bytes` at `data` against its allocation and this rank's GPU
   // (attaching on the first CUDA tensor); exports the allocation if new.
-  StatusOr<v1::CudaTensorRef> locateLocked(const std::string& name, const void* data, uint64_t bytes)
+  // Pool memory: into `staged` (null: refused), a staging buffer for which
+  // `stream` waits, the tensor copied there first if `copy_in`.
+  StatusOr<v1::CudaTensorRef> locateLocked(const std::string& name, const void* data, uint64_t bytes,
+                                           Staged* staged = nullptr, void* stream = nullptr, bool copy_in = false)
       GS_REQUIRES(mutex_);
+  // Staged memory back to the caller's (if `copy`), its buffer free for
+  // another operation after the work on `stream`.
+  Status unstageLocked(const Staged& staged, void* stream, bool copy) GS_REQUIRES(mutex_);
   // A free event slot whose ready event is now recorded on `stream`.
   StatusOr<uint32_t> takeSlotLocked(const std::string& name, void* stream) GS_REQUIRES(mutex_);
   Status attachLocked(const PointerInfo& info) GS_REQUIRES(mutex_);
@@ -138,6 +167,7 @@ class CudaSession {
   std::map<uint64_t, uint64_t> views_ GS_GUARDED_BY(mutex_);  // a view's id by its first mapping's address
   uint64_t next_view_id_ GS_GUARDED_BY(mutex_);
   uint64_t use_clock_ GS_GUARDED_BY(mutex_) = 0;
+  StagingPool staging_ GS_GUARDED_BY(mutex_);
 };
 
 }  // namespace gradsync::client

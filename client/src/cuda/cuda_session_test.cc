@@ -5,6 +5,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 
 namespace gradsync::client {
@@ -16,7 +17,7 @@ constexpr const char* kGpu = "GPU-11111111-2222-3333-4444-555555555555";
 
 // Allocations of the fake process: [base, base + size) with a buffer id.
 // Not legacy: cuMem memory mapped in chunks of `chunk` bytes, exportable by
-// file descriptor or not (a cudaMallocAsync pool).
+// file descriptor or not; or memory of a cudaMallocAsync pool (`pool`).
 struct FakeAllocation {
   uint64_t base;
   uint64_t size;
@@ -25,6 +26,7 @@ struct FakeAllocation {
   std::string uuid = kGpu;
   uint64_t chunk = 0x100;
   bool exportable = true;
+  bool pool = false;
 };
 
 class FakeDriver : public CudaDriver {
@@ -42,6 +44,7 @@ class FakeDriver : public CudaDriver {
         info.base = a.base;
         info.size = a.size;
         info.legacy_ipc = a.legacy;
+        info.pool = a.pool;
         info.device_uuid = a.uuid;
       }
     }
@@ -82,6 +85,25 @@ class FakeDriver : public CudaDriver {
     return okStatus();
   }
   void destroyEvent(void*, void*) override { ++destroyed; }
+  StatusOr<void*> createEvent(void*) override { return reinterpret_cast<void*>(2000 + ++events_); }
+  // Staging buffers at 0x1000000, 0x2000000, ...
+  StatusOr<uint64_t> allocate(void*, uint64_t bytes) override {
+    const uint64_t base = 0x1000000 * ++allocated_;
+    allocations_->push_back({base, bytes, 100 + allocated_});
+    log_->push_back("alloc " + std::to_string(base));
+    return base;
+  }
+  void freeMemory(void*, uint64_t address) override {
+    log_->push_back("free " + std::to_string(address));
+    allocations_->erase(std::remove_if(allocations_->begin(), allocations_->end(),
+                                       [&](const FakeAllocation& a) { return a.base == address; }),
+                        allocations_->end());
+  }
+  Status copy(void*, uint64_t dst, uint64_t src, uint64_t bytes, void* stream) override {
+    log_->push_back("copy " + std::to_string(dst) + " <- " + std::to_string(src) + " " + std::to_string(bytes) +
+                    " on " + std::to_string(reinterpret_cast<uint64_t>(stream)));
+    return okStatus();
+  }
   StatusOr<bool> eventDone(void*, void*) override { return !pending; }
   bool pending = false;  // no event's work has finished
   int destroyed = 0;
@@ -97,6 +119,7 @@ class FakeDriver : public CudaDriver {
   std::map<uint64_t, uint64_t>* remapped_;
   std::vector<std::string>* log_;
   uint64_t events_ = 0;
+  uint64_t allocated_ = 0;
 };
 
 class CudaSessionTest : public ::testing::Test {
@@ -213,10 +236,9 @@ TEST_F(CudaSessionTest, ErrorsNameTheTensorAndTheCause) {
               HasSubstr("'host': the pointer is not CUDA device memory"));
   EXPECT_EQ(session->prepare("past", at(0x10ff0), 32, nullptr).status().code(), StatusCode::kOutOfRange);
   allocations_.push_back({0x40000, 0x1000, 10, /*legacy=*/false, kGpu, 0x100, /*exportable=*/false});
-  auto pool = session->prepare("pool", at(0x40000), 4, nullptr);
-  EXPECT_EQ(pool.status().code(), StatusCode::kUnimplemented);
-  EXPECT_THAT(pool.status().message(), HasSubstr("'pool': its memory is neither a cudaMalloc allocation"));
-  EXPECT_THAT(pool.status().message(), HasSubstr("cudaMallocAsync"));
+  auto closed = session->prepare("closed", at(0x40000), 4, nullptr);
+  EXPECT_EQ(closed.status().code(), StatusCode::kUnimplemented);
+  EXPECT_THAT(closed.status().message(), HasSubstr("'closed': its cuMem memory cannot be exported"));
   allocations_.push_back({0x50000, 0x1000, 11, true, "GPU-other"});
   EXPECT_THAT(session->prepare("other", at(0x50000), 4, nullptr).status().message(), HasSubstr("is on GPU-other"));
   reject_exports_ = true;
@@ -234,7 +256,7 @@ TEST_F(CudaSessionTest, EmptyTensorsTakeEventsOnlyWhenTheyGetAnOutput) {
   EXPECT_EQ(driver_loads_, 0);  // no CUDA needed at all
   EXPECT_TRUE(session->complete(*bare, true).isOk());
   EXPECT_THAT(session->prepareEmpty("g", nullptr, true).status().message(), HasSubstr("its GPU is unknown"));
-  auto out = session->prepareOutput("g", at(0x10000), 16);  // attaches
+  auto out = session->prepareOutput("g", at(0x10000), 16, nullptr);  // attaches
   ASSERT_TRUE(out.isOk());
   auto with_events = session->prepareEmpty("g", reinterpret_cast<void*>(9), true);
   ASSERT_TRUE(with_events.isOk());
@@ -242,7 +264,7 @@ TEST_F(CudaSessionTest, EmptyTensorsTakeEventsOnlyWhenTheyGetAnOutput) {
   EXPECT_EQ(session->freeSlots(), 1);
   ASSERT_TRUE(session->complete(*with_events, true).isOk());
   EXPECT_EQ(session->freeSlots(), 2);
-  EXPECT_EQ(session->prepareOutput("g", nullptr, 0)->buffer_id(), 0u);
+  EXPECT_EQ(session->prepareOutput("g", nullptr, 0, nullptr)->ref.buffer_id(), 0u);
 }
 
 TEST_F(CudaSessionTest, NoDriverIsAClearError) {
@@ -268,8 +290,8 @@ TEST_F(CudaSessionTest, CacheIsBoundedAndReleasesWhatItForgets) {
 
 TEST_F(CudaSessionTest, ExportsInUseAreNeitherEvictedNorReleased) {
   auto session = makeSession();
-  auto a = session->prepare("a", at(0x10000), 4, nullptr);  // in flight on buffer 7
-  auto out = session->prepareOutput("a", at(0x20000), 4);   // its output on buffer 8
+  auto a = session->prepare("a", at(0x10000), 4, nullptr);          // in flight on buffer 7
+  auto out = session->prepareOutput("a", at(0x20000), 4, nullptr);  // its output on buffer 8
   ASSERT_TRUE(a.isOk() && out.isOk());
   auto c = session->prepare("c", at(0x30000), 4, nullptr);  // past the bound of 2: nothing evictable
   ASSERT_TRUE(c.isOk());
@@ -277,10 +299,61 @@ TEST_F(CudaSessionTest, ExportsInUseAreNeitherEvictedNorReleased) {
   ASSERT_TRUE(session->releaseExports().isOk());
   EXPECT_EQ(session->cachedBuffers(), 3u);  // all still used
   ASSERT_TRUE(session->complete(*a, true).isOk());
-  session->releaseOutput(*out);
+  ASSERT_TRUE(session->releaseOutput(*out, true).isOk());
   ASSERT_TRUE(session->releaseExports().isOk());
   EXPECT_EQ(session->cachedBuffers(), 1u);  // "c" is still in flight
   EXPECT_EQ(countRequests(v1::HandoffRequest::kBufferRelease), 2);
+}
+
+// Memory of a cudaMallocAsync pool: copied on its stream into a staging
+// buffer of the session (exported like cudaMalloc memory), copied back after
+// the done event where the operation writes it (not for an input it only
+// reads); the buffer is reused, the next stream waiting for its last copy,
+// and freed by releaseExports once idle.
+TEST_F(CudaSessionTest, PoolMemoryGoesThroughAStagingBuffer) {
+  auto session = makeSession();
+  allocations_.push_back({0x40000, 0x1000, 10, /*legacy=*/false, kGpu, 0x100, /*exportable=*/false, /*pool=*/true});
+  auto* five = reinterpret_cast<void*>(5);
+  auto* six = reinterpret_cast<void*>(6);
+  const std::string staging = std::to_string(0x1000000);
+  auto p = session->prepare("p", at(0x40010), 16, five);
+  ASSERT_TRUE(p.isOk()) << p.status().toString();
+  EXPECT_EQ(p->staged.staging, 0x1000000u);
+  EXPECT_EQ(p->ref.offset(), 0u);
+  EXPECT_THAT(log_, ::testing::Contains("alloc " + staging));
+  EXPECT_THAT(log_, ::testing::Contains("copy " + staging + " <- " + std::to_string(0x40010) + " 16 on 5"));
+  EXPECT_THAT(log_, ::testing::Contains("export " + staging));
+  log_.clear();
+  ASSERT_TRUE(session->complete(*p, true).isOk());
+  ASSERT_EQ(log_.size(), 3u);
+  EXPECT_THAT(log_[0], HasSubstr("wait 5 for"));
+  EXPECT_EQ(log_[1], "copy " + std::to_string(0x40010) + " <- " + staging + " 16 on 5");
+  EXPECT_THAT(log_[2], HasSubstr("on 5"));  // the buffer's release event
+  const std::string released = log_[2].substr(7, log_[2].find(" on") - 7);
+  log_.clear();
+  // An input only read (allgather): no copy back; the same buffer, after
+  // its last copy on stream 5.
+  auto q = session->prepare("q", at(0x40000), 32, six, /*written=*/false);
+  ASSERT_TRUE(q.isOk());
+  EXPECT_EQ(q->staged.staging, 0x1000000u);
+  EXPECT_EQ(log_[0], "wait 6 for " + released);
+  EXPECT_THAT(log_, ::testing::Not(::testing::Contains(HasSubstr("alloc"))));
+  EXPECT_EQ(countRequests(v1::HandoffRequest::kBufferExport), 1);  // exported once
+  // Its output in the pool too: a second buffer, copied back with `ok`.
+  auto out = session->prepareOutput("q", at(0x40100), 64, six);
+  ASSERT_TRUE(out.isOk());
+  EXPECT_EQ(out->staged.staging, 0x2000000u);
+  log_.clear();
+  ASSERT_TRUE(session->complete(*q, true).isOk());
+  EXPECT_THAT(log_, ::testing::Not(::testing::Contains(HasSubstr("copy"))));
+  ASSERT_TRUE(session->releaseOutput(*out, true).isOk());
+  EXPECT_THAT(log_,
+              ::testing::Contains("copy " + std::to_string(0x40100) + " <- " + std::to_string(0x2000000) + " 64 on 6"));
+  log_.clear();
+  ASSERT_TRUE(session->releaseExports().isOk());
+  EXPECT_THAT(log_, ::testing::Contains("free " + staging));
+  EXPECT_THAT(log_, ::testing::Contains("free " + std::to_string(0x2000000)));
+  EXPECT_EQ(session->cachedBuffers(), 0u);
 }
 
 // wait() completes on the host: the done event is polled, the caller's
