@@ -12,6 +12,7 @@
 #include "daemon/common/logging.h"
 #include "daemon/executor/executor_util.h"
 #include "daemon/executor/gpu_executor_util.h"
+#include "daemon/executor/gpu_phase_timer.h"
 
 namespace gradsync::executor {
 
@@ -248,7 +249,13 @@ Status GpuExecutor::allreduce(const Response& r, RankAccess& access) {
   args.postscale = first.postscale;
   args.average_divisor = static_cast<int>(r.ranks.size());
   RETURN_IF_ERROR(waitReady(m));
-  return recordDoneAfter(m, context(ops_->reduce(args, m.stream), "tensor '" + r.name + "'"));
+  GpuPhaseTimer timer(ops_, access, m.device, m.stream);
+  timer.begin("GPU_REDUCE");
+  Status reduced = context(ops_->reduce(args, m.stream), "tensor '" + r.name + "'");
+  timer.end();
+  Status status = recordDoneAfter(m, reduced);
+  timer.finish();
+  return status;
 }
 
 Status GpuExecutor::broadcast(const Response& r, RankAccess& access) {
@@ -266,13 +273,18 @@ Status GpuExecutor::broadcast(const Response& r, RankAccess& access) {
                               " is not on this node");
   }
   RETURN_IF_ERROR(waitReady(m));
+  GpuPhaseTimer timer(ops_, access, m.device, m.stream);
+  timer.begin("GPU_COPY");
   Status status = okStatus();
   for (const auto& member : m.list) {
     if (member.data == source || !status.isOk()) continue;
     status = context(ops_->copy(member.data, source, r.first().length, gpu::CopyKind::kDeviceToDevice, m.stream),
                      "tensor '" + r.name + "': copy to rank " + std::to_string(member.rank));
   }
-  return recordDoneAfter(m, status);
+  timer.end();
+  status = recordDoneAfter(m, status);
+  timer.finish();
+  return status;
 }
 
 Status GpuExecutor::checkOutputs(const Response& r, const Members& m, const std::vector<uint64_t>& bytes) {
@@ -302,6 +314,8 @@ ResponseResult GpuExecutor::allgather(const Response& r, RankAccess& access) {
     status = waitReady(m);
     waited = status.isOk();
   }
+  GpuPhaseTimer timer(ops_, access, m.device, waited ? m.stream : nullptr);
+  timer.begin("GPU_COPY");
   for (size_t j = 0; status.isOk() && j < m.list.size(); ++j) {
     size_t offset = 0;
     for (size_t i = 0; status.isOk() && i < m.list.size(); ++i) {
@@ -314,7 +328,9 @@ ResponseResult GpuExecutor::allgather(const Response& r, RankAccess& access) {
       offset += length;
     }
   }
+  timer.end();
   if (waited) status = recordDoneAfter(m, status);
+  timer.finish();
   ResponseResult result = failed(r, status);
   if (status.isOk()) {
     for (auto& member : result.members) member.output_shape = shape;
@@ -337,6 +353,8 @@ ResponseResult GpuExecutor::alltoall(const Response& r, RankAccess& access) {
     status = waitReady(m);
     waited = status.isOk();
   }
+  GpuPhaseTimer timer(ops_, access, m.device, waited ? m.stream : nullptr);
+  timer.begin("GPU_COPY");
   std::vector<size_t> written(n, 0);
   for (size_t i = 0; status.isOk() && i < n; ++i) {
     size_t read = 0;
@@ -351,7 +369,9 @@ ResponseResult GpuExecutor::alltoall(const Response& r, RankAccess& access) {
       read += length;
     }
   }
+  timer.end();
   if (waited) status = recordDoneAfter(m, status);
+  timer.finish();
   return status.isOk() ? result : failed(r, status);
 }
 
@@ -373,6 +393,8 @@ ResponseResult GpuExecutor::reducescatter(const Response& r, RankAccess& access)
     status = waitReady(m);
     waited = status.isOk();
   }
+  GpuPhaseTimer timer(ops_, access, m.device, waited ? m.stream : nullptr);
+  timer.begin("GPU_REDUCE");
   size_t start_row = 0;
   for (size_t j = 0; status.isOk() && j < m.list.size(); ++j) {
     cuda::LocalReduceArgs args;
@@ -389,7 +411,9 @@ ResponseResult GpuExecutor::reducescatter(const Response& r, RankAccess& access)
     if (args.count > 0) status = context(ops_->reduce(args, m.stream), "tensor '" + r.name + "'");
     start_row += rows[j];
   }
+  timer.end();
   if (waited) status = recordDoneAfter(m, status);
+  timer.finish();
   return status.isOk() ? result : failed(r, status);
 }
 

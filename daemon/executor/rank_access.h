@@ -4,6 +4,7 @@
 // the daemons; and what it returns.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -52,6 +53,11 @@ class RankAccess {
   virtual const DataPlane& dataPlane() const = 0;
   // A phase of the collective running begins or ends (the job's timeline).
   virtual void phase(const char* name, bool begin) {}
+  // Whether the job's timeline records the collective running; a phase of
+  // it measured on the GPU (CUDA events read back), from `start` to `end`.
+  virtual bool timelineOn() const { return false; }
+  virtual void gpuPhase(const char* name, std::chrono::steady_clock::time_point start,
+                        std::chrono::steady_clock::time_point end) {}
 };
 
 // A phase for RankAccess::phase, from construction to destruction.

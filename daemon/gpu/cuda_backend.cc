@@ -253,6 +253,22 @@ void CudaBackend::destroyEvent(int device, void* event) {
   if (select(device).isOk()) (void)cudaEventDestroy(static_cast<cudaEvent_t>(event));
 }
 
+StatusOr<void*> CudaBackend::newTimedEvent(int device) {
+  RETURN_IF_ERROR(select(device));
+  cudaEvent_t event = nullptr;
+  RETURN_IF_ERROR(check(cudaEventCreate(&event), "cudaEventCreate"));
+  return static_cast<void*>(event);
+}
+
+StatusOr<float> CudaBackend::elapsedMs(void* from, void* to) {
+  float ms = 0;
+  RETURN_IF_ERROR(check(cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(from), static_cast<cudaEvent_t>(to)),
+                        "cudaEventElapsedTime"));
+  return ms;
+}
+
+void CudaBackend::destroyTimedEvent(int device, void* event) { destroyEvent(device, event); }
+
 StatusOr<void*> CudaBackend::createEvent(int device) {
   RETURN_IF_ERROR(select(device));
   cudaEvent_t event = nullptr;

@@ -55,6 +55,9 @@ class CudaBackend : public GpuBackend, public DeviceOps {
   StatusOr<bool> streamIdle(void* stream) override;
   StatusOr<void*> allocate(int device, size_t bytes, void* stream) override;
   void release(int device, void* data, void* stream) override;
+  StatusOr<void*> newTimedEvent(int device) override;
+  StatusOr<float> elapsedMs(void* from, void* to) override;
+  void destroyTimedEvent(int device, void* event) override;
 
  private:
   // Mappings waiting for their last use to finish, polled by reaper_.

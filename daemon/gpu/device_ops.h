@@ -44,6 +44,12 @@ class DeviceOps {
   // a dead client's event elsewhere never blocks them.
   virtual StatusOr<void*> allocate(int device, size_t bytes, void* stream) = 0;
   virtual void release(int device, void* data, void* stream) = 0;
+  // Events that keep time (cudaEventCreate), for the timeline's GPU phases:
+  // made on `device`, milliseconds between two recorded and reached ones
+  // (cudaEventElapsedTime), destroyed.
+  virtual StatusOr<void*> newTimedEvent(int device) = 0;
+  virtual StatusOr<float> elapsedMs(void* from, void* to) = 0;
+  virtual void destroyTimedEvent(int device, void* event) = 0;
 };
 
 // Device memory that only grows, allocated and freed on one stream: reused

@@ -8,6 +8,7 @@
 // a stream of another device than the thread's current one fails.
 #pragma once
 
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -44,6 +45,13 @@ class FakeDeviceOps : public DeviceOps {
     return true;
   }
   Status recordEvent(void* event, void* stream) override {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (timed_.count(event) > 0) {
+        *static_cast<std::chrono::steady_clock::time_point*>(event) = std::chrono::steady_clock::now();
+        return okStatus();
+      }
+    }
     log.push_back("record " + name(event));
     return okStatus();
   }
@@ -77,6 +85,23 @@ class FakeDeviceOps : public DeviceOps {
     return std::calloc(bytes, 1);
   }
   void release(int device, void* data, void* stream) override { std::free(data); }
+  // A timed event holds the host time of its last record (the work before
+  // it ran at once); its records are not logged.
+  StatusOr<void*> newTimedEvent(int device) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto* event = new std::chrono::steady_clock::time_point();
+    timed_.insert(event);
+    return static_cast<void*>(event);
+  }
+  StatusOr<float> elapsedMs(void* from, void* to) override {
+    using Time = std::chrono::steady_clock::time_point;
+    return std::chrono::duration<float, std::milli>(*static_cast<Time*>(to) - *static_cast<Time*>(from)).count();
+  }
+  void destroyTimedEvent(int device, void* event) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    timed_.erase(event);
+    delete static_cast<std::chrono::steady_clock::time_point*>(event);
+  }
 
   // Events are named by the test (ClientGpu's fake backend makes them).
   static std::string name(void* event) { return std::to_string(reinterpret_cast<uintptr_t>(event)); }
@@ -100,6 +125,7 @@ class FakeDeviceOps : public DeviceOps {
   inline static thread_local int current_device_ = 0;
   std::mutex mutex_;
   std::map<void*, int> stream_devices_;
+  std::set<void*> timed_;
 };
 
 }  // namespace gradsync::gpu

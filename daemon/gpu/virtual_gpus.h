@@ -55,6 +55,9 @@ class VirtualGpus : public GpuBackend, public DeviceOps {
     return ops_->allocate(real(device), bytes, stream);
   }
   void release(int device, void* data, void* stream) override { ops_->release(real(device), data, stream); }
+  StatusOr<void*> newTimedEvent(int device) override { return ops_->newTimedEvent(real(device)); }
+  StatusOr<float> elapsedMs(void* from, void* to) override { return ops_->elapsedMs(from, to); }
+  void destroyTimedEvent(int device, void* event) override { ops_->destroyTimedEvent(real(device), event); }
 
  private:
   GpuBackend* const backend_;

@@ -27,6 +27,13 @@ void BatchRunner::phase(const char* name, bool begin) {
   parts_.timeline->phase(name, begin);
 }
 
+bool BatchRunner::timelineOn() const { return parts_.timeline->recording(); }
+
+void BatchRunner::gpuPhase(const char* name, std::chrono::steady_clock::time_point start,
+                           std::chrono::steady_clock::time_point end) {
+  parts_.timeline->gpuSpan(name, start, end);
+}
+
 const handoff::ShmArena* BatchRunner::arena(int rank) {
   auto it = context_->sessions.find(rank);
   return it == context_->sessions.end() ? nullptr : it->second->arena();

@@ -63,6 +63,9 @@ class BatchRunner : private executor::RankAccess {
   // The job's phases (the executors', the data plane's): statistics and
   // the timeline.
   void phase(const char* name, bool begin) override;
+  bool timelineOn() const override;
+  void gpuPhase(const char* name, std::chrono::steady_clock::time_point start,
+                std::chrono::steady_clock::time_point end) override;
 
  private:
   // RankAccess, with the batch's context.

@@ -77,6 +77,12 @@ void JobTimeline::phase(const char* name, bool begin) {
   }
 }
 
+void JobTimeline::gpuSpan(const char* name, std::chrono::steady_clock::time_point start,
+                          std::chrono::steady_clock::time_point end) {
+  if (!executing_) return;
+  for (const auto& tensor : executing_names_) executing_->span(tensor, name, start, end);
+}
+
 void JobTimeline::executionEnds(const fusion::FusedResponse& fused,
                                 const std::vector<executor::ResponseResult>& results) {
   if (executing_) {

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <memory>
 #include <set>
 #include <string>
@@ -43,6 +44,11 @@ class JobTimeline {
   void executionBegins(const fusion::FusedResponse& fused);
   void phase(const char* name, bool begin);
   void executionEnds(const fusion::FusedResponse& fused, const std::vector<executor::ResponseResult>& results);
+  // Whether the fused response running is recorded; a GPU phase of it
+  // measured with CUDA events (executor thread).
+  bool recording() const { return executing_ != nullptr; }
+  void gpuSpan(const char* name, std::chrono::steady_clock::time_point start,
+               std::chrono::steady_clock::time_point end);
 
  private:
   std::shared_ptr<timeline::Timeline> current() const GS_EXCLUDES(mutex_);

@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -91,6 +92,16 @@ void Timeline::begin(const std::string& tensor, const std::string& phase, const 
 void Timeline::end(const std::string& tensor, const std::string& phase, const Args& args) {
   write(tensor, "\"tid\":0,\"ph\":\"E\",\"name\":" + quote(phase) + ",\"ts\":" + std::to_string(nowMicros()) +
                     (args.empty() ? "" : ",\"args\":" + argsJson(args)));
+}
+
+void Timeline::span(const std::string& tensor, const std::string& phase, std::chrono::steady_clock::time_point start,
+                    std::chrono::steady_clock::time_point end) {
+  using std::chrono::duration_cast;
+  using std::chrono::microseconds;
+  const int64_t ts = duration_cast<microseconds>(start - origin_).count();
+  const int64_t dur = std::max<int64_t>(0, duration_cast<microseconds>(end - start).count());
+  write(tensor, "\"tid\":1,\"ph\":\"X\",\"name\":" + quote(phase) + ",\"ts\":" + std::to_string(ts) +
+                    ",\"dur\":" + std::to_string(dur));
 }
 
 void Timeline::instant(const std::string& tensor, const std::string& what, const Args& args) {

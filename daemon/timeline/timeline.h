@@ -33,6 +33,10 @@ class Timeline {
   // Phase `phase` of tensor `tensor` begins / ends (ph "B" / "E").
   void begin(const std::string& tensor, const std::string& phase, const Args& args = {});
   void end(const std::string& tensor, const std::string& phase, const Args& args = {});
+  // A phase measured elsewhere (the GPU's, from CUDA events): from `start`
+  // to `end` on the tensor's second track (ph "X", tid 1).
+  void span(const std::string& tensor, const std::string& phase, std::chrono::steady_clock::time_point start,
+            std::chrono::steady_clock::time_point end);
   // A moment on the tensor's row (ph "i"), e.g. a rank that became ready.
   void instant(const std::string& tensor, const std::string& what, const Args& args = {});
   // A cycle of the job's executor (only with mark_cycles).

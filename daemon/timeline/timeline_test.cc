@@ -47,6 +47,23 @@ class TimelineTest : public ::testing::Test {
   UniqueFd fd_;
 };
 
+// A span measured elsewhere (the GPU's) is one complete event on the
+// tensor's second track, with its start and duration in microseconds.
+TEST_F(TimelineTest, ASpanIsACompleteEventOnTheSecondTrack) {
+  auto timeline = Timeline::start(std::move(fd_), /*mark_cycles=*/false);
+  ASSERT_TRUE(timeline.isOk()) << timeline.status().toString();
+  const auto start = std::chrono::steady_clock::now() + std::chrono::milliseconds(5);
+  (*timeline)->span("w.grad", "GPU_REDUCE", start, start + std::chrono::microseconds(1500));
+  const auto list = parse();
+  ASSERT_EQ(list.values_size(), 3);
+  const auto& event = list.values(2).struct_value().fields();
+  EXPECT_EQ(event.at("ph").string_value(), "X");
+  EXPECT_EQ(event.at("name").string_value(), "GPU_REDUCE");
+  EXPECT_EQ(event.at("tid").number_value(), 1);
+  EXPECT_EQ(event.at("dur").number_value(), 1500);
+  EXPECT_GE(event.at("ts").number_value(), 5000);
+}
+
 TEST_F(TimelineTest, ValidJsonAfterEveryEventWithOneRowPerTensor) {
   ASSERT_EQ(::write(fd_.get(), "old content that must go", 24), 24);
   auto timeline = Timeline::start(std::move(fd_), /*mark_cycles=*/true);

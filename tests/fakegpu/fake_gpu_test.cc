@@ -5,6 +5,8 @@
 // frames, validation, executor and completion as on a GPU.
 #include <signal.h>
 
+#include <fstream>
+#include <iterator>
 #include <regex>
 
 #include "gtest/gtest.h"
@@ -79,6 +81,29 @@ TEST_F(FakeGpuTest, EveryCollectiveOnPoolMemory) {
   EXPECT_TRUE(allSucceed(ranks, kTimeout, &report)) << report << daemon_.log();
   for (auto& rank : ranks) {
     EXPECT_NE(rank.log().find("collectives OK (cudaMallocAsync memory"), std::string::npos) << rank.log();
+  }
+}
+
+// The job's timeline (GRADSYNC_TIMELINE) holds the GPU's phases of each
+// collective on one node, measured with events read back: the reduction
+// kernel and the copies, each a complete event on the tensor's GPU track.
+TEST_F(FakeGpuTest, TheTimelineHoldsTheGpuPhases) {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string path = std::string(tmp != nullptr ? tmp : "/tmp") + "/gpu_timeline.json";
+  auto env = fakeDriver();
+  env["GRADSYNC_TIMELINE"] = path;
+  std::vector<Process> ranks;
+  for (int r = 0; r < 2; ++r) ranks.push_back(daemon_.spawnRank("timed", r, 2, {"fake_cuda"}, env));
+  std::string report;
+  EXPECT_TRUE(allSucceed(ranks, kTimeout, &report)) << report << daemon_.log();
+  std::ifstream in(path);
+  const std::string trace((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  ASSERT_FALSE(trace.empty()) << path;
+  EXPECT_EQ(trace.back(), ']') << trace.substr(trace.size() > 200 ? trace.size() - 200 : 0);
+  for (const char* phase : {"GPU_REDUCE", "GPU_COPY"}) {
+    const std::regex event("\\{[^{}]*\"tid\":1,\"ph\":\"X\",\"name\":\"" + std::string(phase) +
+                           "\",\"ts\":[0-9]+,\"dur\":[0-9]+\\}");
+    EXPECT_TRUE(std::regex_search(trace, event)) << phase << "\n" << trace.substr(0, 3000);
   }
 }
 

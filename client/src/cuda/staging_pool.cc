@@ -42,8 +42,8 @@ std::vector<uint64_t> StagingPool::idle() const {
 }
 
 void StagingPool::free(CudaDriver& driver, void* context, uint64_t address) {
-  auto it = std::find_if(buffers_.begin(), buffers_.end(),
-                         [&](const Buffer& b) { return b.address == address && !b.lent; });
+  auto it =
+      std::find_if(buffers_.begin(), buffers_.end(), [&](const Buffer& b) { return b.address == address && !b.lent; });
   if (it == buffers_.end()) return;
   if (it->released != nullptr) driver.destroyEvent(context, it->released);
   driver.freeMemory(context, it->address);
