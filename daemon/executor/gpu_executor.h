@@ -36,7 +36,9 @@
 #include <memory>
 #include <vector>
 
+#include "daemon/executor/daemon_comms.h"
 #include "daemon/executor/local_executor.h"
+#include "daemon/executor/node_gpu_comms.h"
 #include "daemon/gpu/device_ops.h"
 #include "daemon/gpu/nccl_comm.h"
 
@@ -54,7 +56,8 @@ class GpuExecutor : public DeviceExecutor {
 
   // `nccl` (null: none, or disabled) carries CUDA tensors between daemons
   // when every node has a GPU; host staging otherwise.
-  GpuExecutor(gpu::DeviceOps* ops, const gpu::NcclLibrary* nccl) : ops_(ops), nccl_(nccl) {}
+  GpuExecutor(gpu::DeviceOps* ops, const gpu::NcclLibrary* nccl)
+      : ops_(ops), daemons_(ops, nccl), gpu_comms_(ops, nccl) {}
   ~GpuExecutor() override;
   GpuExecutor(const GpuExecutor&) = delete;
   GpuExecutor& operator=(const GpuExecutor&) = delete;
@@ -78,17 +81,6 @@ class GpuExecutor : public DeviceExecutor {
     std::vector<Member> list;
     int device = -1;
     void* stream = nullptr;  // cudaStream_t
-  };
-  // The daemons' communicator for a response: the job's for the whole job;
-  // for a process set, one split from it (ncclCommSplit, collective over
-  // every daemon, which all run every response) holding the set's nodes,
-  // made at the set's first response and kept (kMaxSetComms, least
-  // recently used dropped alike on every node).
-  struct NodesComm {
-    gpu::NcclComm* comm = nullptr;  // null: host staging (or nothing, outside)
-    bool outside = false;           // no rank of the set is on this node
-    NodeSet nodes;                  // the node of each of its ranks
-    int rankOf(int node) const;
   };
   // The members by GPU, in device order; members without memory go with
   // the first (or alone, with device -1).
@@ -225,12 +217,6 @@ class GpuExecutor : public DeviceExecutor {
                                 const std::vector<void*>& buffers, size_t block);
   // The group's inputs reduced with `op` (and the prescale) into `out`.
   Status reduceOnGpu(const Response& r, const Members& group, void* out, ReduceOp op);
-  // The NCCL communicator over `devices` (this job's GPUs here, or a
-  // process set's), formed on first use and kept (kMaxLocalComms, least
-  // recently used dropped); null without NCCL or after it failed, or for a
-  // dtype NCCL lacks.
-  StatusOr<gpu::NcclComm*> localNcclFor(const std::vector<int>& devices, DataType dtype);
-
   // This job's stream and fusion buffer on `device` (made on first use).
   StatusOr<void*> streamFor(int device);
   StatusOr<gpu::GrowingBuffer*> fusionFor(int device);
@@ -238,32 +224,10 @@ class GpuExecutor : public DeviceExecutor {
   // between batches: the staged paths wait for theirs).
   uint8_t* staging(size_t bytes);
 
-  // The daemons' NCCL communicator for a batch, formed on first use; null
-  // when this job cannot use one (then host staging). A failure to form it
-  // (or an aborted one) falls back to staging for the rest of the job.
-  StatusOr<gpu::NcclComm*> ncclFor(RankAccess& access, int device, DataType dtype);
-  // NodesComm's, on `device` for a new one.
-  StatusOr<NodesComm> nodesNcclFor(const Response& r, RankAccess& access, int device, DataType dtype);
-
   gpu::DeviceOps* ops_;
-  const gpu::NcclLibrary* nccl_;
-  std::unique_ptr<gpu::NcclComm> comm_;
-  int comm_device_ = -1;
-  bool nccl_failed_ = false;
-  // Split from comm_ for process sets, the most recently used first; a null
-  // comm where this node is outside the set.
-  struct SetComm {
-    int32_t process_set_id;
-    NodeSet nodes;
-    std::unique_ptr<gpu::NcclComm> comm;
-  };
-  static constexpr size_t kMaxSetComms = 8;
-  std::vector<SetComm> set_comms_;
-  // Over this node's GPUs, one per set of them this job's collectives used
-  // (process sets), the most recently used first.
-  static constexpr size_t kMaxLocalComms = 4;
-  std::vector<std::unique_ptr<gpu::NcclComm>> local_comms_;
-  bool local_nccl_failed_ = false;
+  // NCCL among the daemons, and over this node's GPUs.
+  DaemonComms daemons_;
+  NodeGpuComms gpu_comms_;
   std::map<int, void*> streams_;
   std::map<int, std::unique_ptr<gpu::GrowingBuffer>> fusion_;
   // Host memory for transfers between daemons (pageable: they go at network

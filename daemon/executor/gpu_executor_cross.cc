@@ -13,72 +13,6 @@
 
 namespace gradsync::executor {
 
-StatusOr<gpu::NcclComm*> GpuExecutor::ncclFor(RankAccess& access, int device, DataType dtype) {
-  ncclDataType_t type;
-  if (nccl_ == nullptr || nccl_failed_ || !gpu::ncclTypeOf(dtype, &type)) return nullptr;
-  if (comm_) {
-    if (device != comm_device_) {
-      // The callers lead with the communicator's GPU (leadDevice, withLead).
-      return internalError("the daemons' NCCL communicator is on GPU " + std::to_string(comm_device_) +
-                           ", asked for GPU " + std::to_string(device));
-    }
-    return comm_.get();
-  }
-  const DataPlane::NcclPeers peers = access.dataPlane().ncclPeers();
-  if (peers.id.empty()) return nullptr;
-  auto comm = gpu::NcclComm::create(*nccl_, ops_, peers.id, peers.nranks, peers.rank, {device}, "among the daemons",
-                                    std::chrono::seconds(30));
-  if (!comm.isOk()) {
-    nccl_failed_ = true;
-    GS_LOG(gpu, warn, "no NCCL among the daemons ({}); CUDA tensors go through host memory", comm.status().message());
-    return nullptr;
-  }
-  GS_LOG(gpu, info, "NCCL communicator among {} daemons formed (this node rank {}, GPU {})", peers.nranks, peers.rank,
-         device);
-  comm_ = std::move(comm).value();
-  comm_device_ = device;
-  return comm_.get();
-}
-
-int GpuExecutor::NodesComm::rankOf(int node) const {
-  return static_cast<int>(std::find(nodes.begin(), nodes.end(), node) - nodes.begin());
-}
-
-StatusOr<GpuExecutor::NodesComm> GpuExecutor::nodesNcclFor(const Response& r, RankAccess& access, int device,
-                                                           DataType dtype) {
-  NodesComm out;
-  const NodeSet set_nodes = nodesOf(r, access);
-  ASSIGN_OR_RETURN(gpu::NcclComm * whole, ncclFor(access, device, dtype));
-  if (whole == nullptr) return out;  // host staging: its paths handle nodes outside a set
-  if (r.process_set_id == 0) {
-    out.comm = whole;
-    for (int node = 0; node < whole->size(); ++node) out.nodes.push_back(node);
-    return out;
-  }
-  out.nodes = set_nodes;
-  const int self = whole->rank();  // among the daemons, node index = NCCL rank
-  out.outside = std::find(set_nodes.begin(), set_nodes.end(), self) == set_nodes.end();
-  auto known = std::find_if(set_comms_.begin(), set_comms_.end(), [&](const SetComm& c) {
-    return c.process_set_id == r.process_set_id && c.nodes == set_nodes;
-  });
-  if (known == set_comms_.end()) {
-    // Every daemon splits here, at the same response: members by node index.
-    std::string label = "of process set " + std::to_string(r.process_set_id) + " among its daemons";
-    auto split = whole->split(!out.outside, 0, self, label, gpu::kStreamWaitLimit);
-    if (!split.isOk()) {
-      nccl_failed_ = true;  // the rest of the job stages through host memory
-      return context(split.status(), "tensor '" + r.name + "'");
-    }
-    if (!out.outside) GS_LOG(gpu, info, "NCCL communicator {} formed ({} daemons)", label, set_nodes.size());
-    if (set_comms_.size() >= kMaxSetComms) set_comms_.pop_back();  // the least recently used
-    set_comms_.insert(set_comms_.begin(), SetComm{r.process_set_id, set_nodes, std::move(split).value()});
-  } else {
-    std::rotate(set_comms_.begin(), known, known + 1);
-  }
-  out.comm = set_comms_.front().comm.get();
-  return out;
-}
-
 Status GpuExecutor::stagedAllreduce(const std::vector<const Response*>& responses, RankAccess& access) {
   const Request& first = responses.front()->first();
   RETURN_IF_ERROR(checkReduction(responses.front()->name, first));
@@ -93,17 +27,17 @@ Status GpuExecutor::stagedAllreduce(const std::vector<const Response*>& response
     groups.push_back(std::move(by_device));
   }
   // Every node decides alike: same membership, same batch, same dtype.
-  const int lead = comm_ && !nccl_failed_ ? comm_device_ : devices.empty() ? 0 : *devices.begin();
-  ASSIGN_OR_RETURN(NodesComm nodes, nodesNcclFor(*responses.front(), access, lead, first.dtype));
+  const int lead = daemons_.active() ? daemons_.device() : devices.empty() ? 0 : *devices.begin();
+  ASSIGN_OR_RETURN(NodesComm nodes, daemons_.forResponse(*responses.front(), access, lead, first.dtype));
   if (nodes.outside) return okStatus();  // a process set with no rank here
   gpu::NcclComm* comm = nodes.comm;
   // The GPU of the daemons' communicator takes part (with identities where
   // no local rank uses it) and leads: the communicator stays on the GPU it
   // was formed on, whichever GPUs a batch's ranks use.
-  if (comm != nullptr && !devices.empty()) devices.insert(comm_device_);
+  if (comm != nullptr && !devices.empty()) devices.insert(daemons_.device());
   if (devices.size() > 1) {
     std::vector<int> ordered(devices.begin(), devices.end());
-    const int first_device = comm != nullptr ? comm_device_ : ordered.front();
+    const int first_device = comm != nullptr ? daemons_.device() : ordered.front();
     std::rotate(ordered.begin(), std::find(ordered.begin(), ordered.end(), first_device),
                 std::find(ordered.begin(), ordered.end(), first_device) + 1);
     return multiGpuStagedAllreduce(responses, access, std::move(groups), ordered, comm);
@@ -125,7 +59,7 @@ Status GpuExecutor::stagedAllreduce(const std::vector<const Response*>& response
     return access.dataPlane().allreduce(nodesOf(*responses.front(), access), f.staging, f.total, first.dtype,
                                         f.ring_op);
   }
-  if (device < 0) device = comm_device_;
+  if (device < 0) device = daemons_.device();
   ASSIGN_OR_RETURN(f.stream, streamFor(device));
   ASSIGN_OR_RETURN(gpu::GrowingBuffer * fusion, fusionFor(device));
   ASSIGN_OR_RETURN(f.fused, fusion->reserve(f.total * f.esize));
@@ -164,7 +98,7 @@ Status GpuExecutor::ncclAcrossNodes(const FusedAllreduce& f, gpu::NcclComm* comm
   // allReduce waits for the stream: the phase covers the local reduction too.
   PhaseScope phase(f.access, "NCCL_ALLREDUCE");
   Status reduced = comm->allReduce({f.fused}, f.total, f.first.dtype, f.ring_op, {f.stream}, gpu::kStreamWaitLimit);
-  if (!reduced.isOk()) nccl_failed_ = true;  // aborted: the rest of the job stages through host memory
+  if (!reduced.isOk()) daemons_.fail();  // aborted: the rest of the job stages through host memory
   return reduced;
 }
 
@@ -251,7 +185,7 @@ Status GpuExecutor::ncclBroadcast(const Response& r, RankAccess& access, const N
     Status sent =
         nodes.comm->broadcast({landing.front()}, first.length, nodes.rankOf(access.dataPlane().nodeOf(first.root_rank)),
                               {groups.front().stream}, gpu::kStreamWaitLimit);
-    if (!sent.isOk()) nccl_failed_ = true;  // aborted: the rest of the job stages through host memory
+    if (!sent.isOk()) daemons_.fail();  // aborted: the rest of the job stages through host memory
     RETURN_IF_ERROR(context(sent, "tensor '" + r.name + "'"));
     if (root_gpu <= 0 && groups.size() > 1) {
       RETURN_IF_ERROR(acrossGpus(r, groups, landing, first.length, v1::SUM, 0, access));
@@ -265,7 +199,7 @@ Status GpuExecutor::stagedBroadcast(const Response& r, RankAccess& access) {
   ASSIGN_OR_RETURN(std::vector<Members> groups, resolveByDevice(r, access));
   const Request& first = r.first();
   if (first.length > 0) {  // every node decides alike
-    ASSIGN_OR_RETURN(NodesComm nodes, nodesNcclFor(r, access, leadDevice(groups), v1::UINT8));
+    ASSIGN_OR_RETURN(NodesComm nodes, daemons_.forResponse(r, access, leadDevice(groups), v1::UINT8));
     if (nodes.outside) return okStatus();  // a process set with no rank here
     if (nodes.comm != nullptr) return ncclBroadcast(r, access, nodes, std::move(groups));
   }

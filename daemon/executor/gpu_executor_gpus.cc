@@ -17,35 +17,6 @@
 
 namespace gradsync::executor {
 
-StatusOr<gpu::NcclComm*> GpuExecutor::localNcclFor(const std::vector<int>& devices, DataType dtype) {
-  ncclDataType_t type;
-  if (nccl_ == nullptr || local_nccl_failed_ || !gpu::ncclTypeOf(dtype, &type)) return nullptr;
-  // The most recently used first: a job alternating between process sets
-  // on different GPUs keeps a communicator for each.
-  auto used = std::find_if(local_comms_.begin(), local_comms_.end(),
-                           [&](const std::unique_ptr<gpu::NcclComm>& c) { return c->devices() == devices; });
-  if (used != local_comms_.end()) {
-    std::rotate(local_comms_.begin(), used, used + 1);
-    return local_comms_.front().get();
-  }
-  std::string list;
-  for (int device : devices) list += (list.empty() ? "" : ", ") + std::to_string(device);
-  auto id = nccl_->uniqueId();
-  auto comm = id.isOk() ? gpu::NcclComm::create(*nccl_, ops_, *id, static_cast<int>(devices.size()), 0, devices,
-                                                "over this node's GPUs", std::chrono::seconds(30))
-                        : StatusOr<std::unique_ptr<gpu::NcclComm>>(id.status());
-  if (!comm.isOk()) {
-    local_nccl_failed_ = true;
-    GS_LOG(gpu, warn, "no NCCL over this node's GPUs {} ({}); CUDA tensors between them go through host memory", list,
-           comm.status().message());
-    return nullptr;
-  }
-  GS_LOG(gpu, info, "NCCL communicator over this node's GPUs {} formed", list);
-  if (local_comms_.size() >= kMaxLocalComms) local_comms_.pop_back();  // the least recently used
-  local_comms_.insert(local_comms_.begin(), std::move(comm).value());
-  return local_comms_.front().get();
-}
-
 Status GpuExecutor::multiGpuAllreduce(const Response& r, const std::vector<Members>& groups, RankAccess& access) {
   const Request& first = r.first();
   if (first.length == 0) return okStatus();
@@ -126,13 +97,13 @@ Status GpuExecutor::acrossGpus(const Response& r, const std::vector<Members>& gr
     streams.push_back(group.stream);
   }
   const DataType dtype = root >= 0 ? v1::UINT8 : r.first().dtype;
-  ASSIGN_OR_RETURN(gpu::NcclComm * comm, localNcclFor(devices, dtype));
+  ASSIGN_OR_RETURN(gpu::NcclComm * comm, gpu_comms_.over(devices, dtype));
   if (comm == nullptr) return acrossGpusOnHost(r, groups, buffers, bytes, op, root);
   PhaseScope phase(access, root >= 0 ? "NCCL_BROADCAST" : "NCCL_ALLREDUCE");
   Status status = root >= 0
                       ? comm->broadcast(buffers, bytes, root, streams, gpu::kStreamWaitLimit)
                       : comm->allReduce(buffers, bytes / elementSize(dtype), dtype, op, streams, gpu::kStreamWaitLimit);
-  if (!status.isOk()) local_nccl_failed_ = true;  // aborted: the rest of the job goes through host memory
+  if (!status.isOk()) gpu_comms_.fail();  // aborted: the rest of the job goes through host memory
   return context(status, "tensor '" + r.name + "'");
 }
 

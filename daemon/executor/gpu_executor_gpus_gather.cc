@@ -118,11 +118,11 @@ Status GpuExecutor::gatherAcrossGpus(const Response& r, const std::vector<Member
     devices.push_back(group.device);
     streams.push_back(group.stream);
   }
-  ASSIGN_OR_RETURN(gpu::NcclComm * comm, localNcclFor(devices, v1::UINT8));
+  ASSIGN_OR_RETURN(gpu::NcclComm * comm, gpu_comms_.over(devices, v1::UINT8));
   if (comm == nullptr) return gatherAcrossGpusOnHost(r, groups, buffers, block);
   PhaseScope phase(access, "NCCL_ALLGATHER");
   Status status = comm->allGather(buffers, block, streams, gpu::kStreamWaitLimit);
-  if (!status.isOk()) local_nccl_failed_ = true;  // aborted: the rest of the job goes through host memory
+  if (!status.isOk()) gpu_comms_.fail();  // aborted: the rest of the job goes through host memory
   return context(status, "tensor '" + r.name + "'");
 }
 

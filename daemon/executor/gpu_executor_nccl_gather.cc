@@ -2,7 +2,7 @@
 // GpuExecutor across nodes over NCCL for allgather, alltoall and
 // reducescatter (every node decides alike: the daemons' communicator exists;
 // reducescatter also has elements), over the job's communicator or a
-// process set's split of it (gpu_executor_cross.cc: nodesNcclFor).
+// process set's split of it (daemon_comms.h).
 //
 // Several GPUs here: their ranks' inputs are first gathered on every GPU of
 // the node (gpu_executor_gpus_gather.cc's blocks). Then, on the lead GPU
@@ -200,7 +200,7 @@ ResponseResult GpuExecutor::ncclGatherLike(const Response& r, RankAccess& access
       moved = comm->exchange(cross, peerBytes(routes.send_to, nodes_comm.nodes), cross + send_bytes,
                              peerBytes(routes.recv_from, nodes_comm.nodes), lead.stream, gpu::kStreamWaitLimit);
     }
-    if (!moved.isOk()) nccl_failed_ = true;  // aborted: the rest of the job stages through host memory
+    if (!moved.isOk()) daemons_.fail();  // aborted: the rest of the job stages through host memory
     RETURN_IF_ERROR(context(moved, "tensor '" + r.name + "'"));
     // What came from the other nodes, to the other GPUs here.
     const size_t received = gather ? cross_bytes : routes.recv_bytes;
@@ -290,7 +290,7 @@ ResponseResult GpuExecutor::ncclReducescatter(const Response& r, RankAccess& acc
       PhaseScope phase(access, "NCCL_ALLREDUCE");
       Status reduced = comm->allReduce({fused[0]}, first.length / elementSize(first.dtype), first.dtype, across,
                                        {lead.stream}, gpu::kStreamWaitLimit);
-      if (!reduced.isOk()) nccl_failed_ = true;  // aborted: the rest of the job stages through host memory
+      if (!reduced.isOk()) daemons_.fail();  // aborted: the rest of the job stages through host memory
       RETURN_IF_ERROR(context(reduced, "tensor '" + r.name + "'"));
     }
     if (groups.size() > 1) RETURN_IF_ERROR(acrossGpus(r, groups, fused, first.length, v1::SUM, 0, access));
@@ -305,7 +305,7 @@ ResponseResult GpuExecutor::ncclReducescatter(const Response& r, RankAccess& acc
 }
 
 int GpuExecutor::leadDevice(const std::vector<Members>& groups) const {
-  if (comm_device_ >= 0) return comm_device_;
+  if (daemons_.device() >= 0) return daemons_.device();
   return !groups.empty() && groups.front().device >= 0 ? groups.front().device : 0;
 }
 

@@ -91,7 +91,7 @@ ResponseResult GpuExecutor::stagedGatherLike(const Response& r, RankAccess& acce
   auto resolved = resolveByDevice(r, access);
   if (!resolved.isOk()) return failed(r, resolved.status());
   {  // every node decides alike
-    auto nodes = nodesNcclFor(r, access, leadDevice(*resolved), v1::UINT8);
+    auto nodes = daemons_.forResponse(r, access, leadDevice(*resolved), v1::UINT8);
     if (!nodes.isOk()) return failed(r, nodes.status());
     if (nodes->outside) return failed(r, okStatus());  // a process set with no rank here
     if (nodes->comm != nullptr) return ncclGatherLike(r, access, *nodes, std::move(resolved).value());
@@ -187,7 +187,7 @@ ResponseResult GpuExecutor::stagedReducescatter(const Response& r, RankAccess& a
   if (!resolved.isOk()) return failed(r, resolved.status());
   const Request& first = r.first();
   if (first.length > 0) {  // every node decides alike
-    auto nodes = nodesNcclFor(r, access, leadDevice(*resolved), first.dtype);
+    auto nodes = daemons_.forResponse(r, access, leadDevice(*resolved), first.dtype);
     if (!nodes.isOk()) return failed(r, nodes.status());
     if (nodes->outside) return failed(r, okStatus());  // a process set with no rank here
     if (nodes->comm != nullptr) return ncclReducescatter(r, access, nodes->comm, std::move(resolved).value());

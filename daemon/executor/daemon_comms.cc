@@ -1,0 +1,77 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "daemon/executor/daemon_comms.h"
+
+#include <algorithm>
+#include <string>
+
+#include "daemon/common/logging.h"
+#include "daemon/executor/executor_util.h"
+
+namespace gradsync::executor {
+
+int NodesComm::rankOf(int node) const {
+  return static_cast<int>(std::find(nodes.begin(), nodes.end(), node) - nodes.begin());
+}
+
+StatusOr<gpu::NcclComm*> DaemonComms::forJob(RankAccess& access, int device, DataType dtype) {
+  ncclDataType_t type;
+  if (nccl_ == nullptr || failed_ || !gpu::ncclTypeOf(dtype, &type)) return nullptr;
+  if (job_) {
+    if (device != device_) {
+      // The callers lead with the communicator's GPU (device()).
+      return internalError("the daemons' NCCL communicator is on GPU " + std::to_string(device_) + ", asked for GPU " +
+                           std::to_string(device));
+    }
+    return job_.get();
+  }
+  const DataPlane::NcclPeers peers = access.dataPlane().ncclPeers();
+  if (peers.id.empty()) return nullptr;
+  auto comm = gpu::NcclComm::create(*nccl_, ops_, peers.id, peers.nranks, peers.rank, {device}, "among the daemons",
+                                    std::chrono::seconds(30));
+  if (!comm.isOk()) {
+    failed_ = true;
+    GS_LOG(gpu, warn, "no NCCL among the daemons ({}); CUDA tensors go through host memory", comm.status().message());
+    return nullptr;
+  }
+  GS_LOG(gpu, info, "NCCL communicator among {} daemons formed (this node rank {}, GPU {})", peers.nranks, peers.rank,
+         device);
+  job_ = std::move(comm).value();
+  device_ = device;
+  return job_.get();
+}
+
+StatusOr<NodesComm> DaemonComms::forResponse(const Response& r, RankAccess& access, int device, DataType dtype) {
+  NodesComm out;
+  const NodeSet set_nodes = nodesOf(r, access);
+  ASSIGN_OR_RETURN(gpu::NcclComm * whole, forJob(access, device, dtype));
+  if (whole == nullptr) return out;  // host staging: its paths handle nodes outside a set
+  if (r.process_set_id == 0) {
+    out.comm = whole;
+    for (int node = 0; node < whole->size(); ++node) out.nodes.push_back(node);
+    return out;
+  }
+  out.nodes = set_nodes;
+  const int self = whole->rank();  // among the daemons, node index = NCCL rank
+  out.outside = std::find(set_nodes.begin(), set_nodes.end(), self) == set_nodes.end();
+  auto known = std::find_if(sets_.begin(), sets_.end(), [&](const SetComm& c) {
+    return c.process_set_id == r.process_set_id && c.nodes == set_nodes;
+  });
+  if (known == sets_.end()) {
+    // Every daemon splits here, at the same response: members by node index.
+    std::string label = "of process set " + std::to_string(r.process_set_id) + " among its daemons";
+    auto split = whole->split(!out.outside, 0, self, label, gpu::kStreamWaitLimit);
+    if (!split.isOk()) {
+      failed_ = true;  // the rest of the job stages through host memory
+      return Status(split.status().code(), "tensor '" + r.name + "': " + split.status().message());
+    }
+    if (!out.outside) GS_LOG(gpu, info, "NCCL communicator {} formed ({} daemons)", label, set_nodes.size());
+    if (sets_.size() >= kMaxSetComms) sets_.pop_back();  // the least recently used
+    sets_.insert(sets_.begin(), SetComm{r.process_set_id, set_nodes, std::move(split).value()});
+  } else {
+    std::rotate(sets_.begin(), known, known + 1);
+  }
+  out.comm = sets_.front().comm.get();
+  return out;
+}
+
+}  // namespace gradsync::executor

@@ -1,0 +1,67 @@
+// SPDX-License-Identifier: Apache-2.0
+// A job's NCCL communicators among its daemons, held by this daemon's GPU
+// executor: the job's (one rank per node, formed on the first CUDA batch
+// from the id the leader made, DataPlane::ncclPeers) and, for process sets,
+// communicators split from it. Every node makes the same calls in the same
+// order (all daemons run every response), so each node decides alike
+// whether NCCL carries a response. After a failure to form or a failed
+// operation (the communicator aborted) the job stages through host memory.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "base/dtype.h"
+#include "daemon/coordinator/request.h"
+#include "daemon/executor/rank_access.h"
+#include "daemon/gpu/nccl_comm.h"
+
+namespace gradsync::executor {
+
+// The daemons' communicator for one response.
+struct NodesComm {
+  gpu::NcclComm* comm = nullptr;  // null: host staging (or nothing, outside)
+  bool outside = false;           // no rank of the set is on this node
+  NodeSet nodes;                  // the node of each of its ranks
+  int rankOf(int node) const;
+};
+
+class DaemonComms {
+ public:
+  // `nccl`: null without NCCL (or disabled).
+  DaemonComms(gpu::DeviceOps* ops, const gpu::NcclLibrary* nccl) : ops_(ops), nccl_(nccl) {}
+
+  // The job's communicator, formed on `device` at first use; null when this
+  // job cannot use one (no id from the leader, a dtype NCCL lacks, a
+  // failure so far).
+  StatusOr<gpu::NcclComm*> forJob(RankAccess& access, int device, DataType dtype);
+  // For `r`: the job's for the whole job; for a process set, one split from
+  // it (ncclCommSplit, collective over every daemon) holding the set's
+  // nodes, made at the set's first response and kept (kMaxSetComms, least
+  // recently used dropped alike on every node). `device`: for a new job's
+  // communicator.
+  StatusOr<NodesComm> forResponse(const Response& r, RankAccess& access, int device, DataType dtype);
+  // An operation on one of them failed (it aborted): host staging from now.
+  void fail() { failed_ = true; }
+  // Formed and not failed.
+  bool active() const { return job_ != nullptr && !failed_; }
+  // The GPU the job's communicator is on (-1 before it formed).
+  int device() const { return device_; }
+
+ private:
+  static constexpr size_t kMaxSetComms = 8;
+  struct SetComm {
+    int32_t process_set_id;
+    NodeSet nodes;
+    std::unique_ptr<gpu::NcclComm> comm;  // null where this node is outside the set
+  };
+
+  gpu::DeviceOps* const ops_;
+  const gpu::NcclLibrary* const nccl_;
+  std::unique_ptr<gpu::NcclComm> job_;
+  int device_ = -1;
+  bool failed_ = false;
+  std::vector<SetComm> sets_;  // the most recently used first
+};
+
+}  // namespace gradsync::executor
