@@ -38,6 +38,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <string>
@@ -193,40 +194,13 @@ ncclResult_t fail(ncclComm* c, ncclResult_t error, const std::string& why) {
   return error;
 }
 
-// Waits until every rank's counter (posted or done) reaches `seq`.
-bool waitAll(ncclComm* c, uint64_t seq, bool posted, const char* what) {
+// Waits until `reached()`: false once another rank failed (what it did
+// before failing still counts: a rank that leaves after the last call does
+// not fail the others' reading of it) or past the limit.
+bool waitUntil(ncclComm* c, const std::function<bool()>& reached, const std::string& what) {
   const auto limit = std::chrono::milliseconds(envNumber("GRADSYNC_FAKE_NCCL_TIMEOUT_MS", 30000));
   const auto deadline = std::chrono::steady_clock::now() + limit;
-  for (int spins = 0;; ++spins) {
-    // What every rank did before failing still counts: a rank that leaves
-    // after the last call does not fail the others' reading of it.
-    bool all = true;
-    for (int r = 0; r < c->nranks && all; ++r) {
-      all = (posted ? slot(c, r)->posted.load() : slot(c, r)->done.load()) >= seq;
-    }
-    if (all) return true;
-    if (header(c)->failed.load() != 0) {
-      c->error = ncclRemoteError;
-      c->last_error = std::string("fake NCCL: another rank failed or aborted (") + what + ")";
-      return false;
-    }
-    if (std::chrono::steady_clock::now() > deadline) {
-      fail(c, ncclSystemError, std::string("fake NCCL: ") + what + " waited past its limit");
-      return false;
-    }
-    if (spins < 100) {
-      std::this_thread::yield();
-    } else {
-      std::this_thread::sleep_for(std::chrono::microseconds(50));
-    }
-  }
-}
-
-// Waits until `counter` reaches `value`.
-bool waitFor(ncclComm* c, const std::atomic<uint64_t>& counter, uint64_t value, const std::string& what) {
-  const auto limit = std::chrono::milliseconds(envNumber("GRADSYNC_FAKE_NCCL_TIMEOUT_MS", 30000));
-  const auto deadline = std::chrono::steady_clock::now() + limit;
-  for (int spins = 0; counter.load() < value; ++spins) {
+  for (int spins = 0; !reached(); ++spins) {
     if (header(c)->failed.load() != 0) {
       c->error = ncclRemoteError;
       c->last_error = "fake NCCL: another rank failed or aborted (" + what + ")";
@@ -243,6 +217,25 @@ bool waitFor(ncclComm* c, const std::atomic<uint64_t>& counter, uint64_t value, 
     }
   }
   return true;
+}
+
+// Waits until every rank's counter (posted or done) reaches `seq`.
+bool waitAll(ncclComm* c, uint64_t seq, bool posted, const char* what) {
+  return waitUntil(
+      c,
+      [&] {
+        for (int r = 0; r < c->nranks; ++r) {
+          if ((posted ? slot(c, r)->posted.load() : slot(c, r)->done.load()) < seq) return false;
+        }
+        return true;
+      },
+      what);
+}
+
+// Waits until `counter` reaches `value`.
+bool waitFor(ncclComm* c, const std::atomic<uint64_t>& counter, uint64_t value, const std::string& what) {
+  return waitUntil(
+      c, [&] { return counter.load() >= value; }, what);
 }
 
 // An exchange's sends: one message to each peer with any, once the peer
