@@ -140,6 +140,17 @@ def test_broadcast_from_every_root(rank, size, device, dtype):
         assert torch.equal(x.cpu(), contribution(root, (5, 7), dtype))
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16], ids=str)
+def test_adasum_equals_the_cpu_path(rank, size, device, dtype):
+    if size & (size - 1):
+        pytest.skip("Adasum needs a power-of-two number of ranks")
+    x = contribution(rank, (257,), dtype)
+    on_gpu = hvd.allreduce(x.to(device), op=hvd.Adasum, name="adasum.gpu.%s" % dtype)
+    on_cpu = hvd.allreduce(x, op=hvd.Adasum, name="adasum.cpu.%s" % dtype)
+    assert on_gpu.device == device
+    assert torch.equal(on_gpu.cpu(), on_cpu)
+
+
 def test_cpu_and_cuda_tensors_in_one_job(rank, size, device):
     on_gpu = hvd.allreduce(torch.ones(8, device=device), op=hvd.Sum, name="mixed.gpu")
     on_cpu = hvd.allreduce(torch.ones(8), op=hvd.Sum, name="mixed.cpu")

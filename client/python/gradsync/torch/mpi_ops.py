@@ -52,14 +52,13 @@ def _member_names(base, tensors):
 def _check_adasum(tensor, process_set, what):
     """Horovod's rules for Adasum: a power-of-two number of ranks
     (NotImplementedError, Horovod's text), floating-point tensors (ValueError
-    at the call; Horovod fails them later), CPU tensors."""
+    at the call; Horovod fails them later). CUDA tensors go through host
+    memory in the daemon, with the CPU path's result."""
     n = process_set.size()
     if n & (n - 1):
         raise NotImplementedError("Running Adasum with non-power of 2 ranks is not supported yet.")
     if not tensor.dtype.is_floating_point:
         raise ValueError("%s: Adasum needs a floating-point tensor, got %s" % (what, tensor.dtype))
-    if tensor.is_cuda:
-        raise NotImplementedError("%s: gradsync runs Adasum on CPU tensors only" % what)
 
 
 def _check_reduction(tensor, op, prescale_factor, postscale_factor, what, process_set=global_process_set):
