@@ -140,6 +140,15 @@ StatusOr<std::vector<GpuExecutor::Members>> GpuExecutor::resolveByDevice(const R
   return groups;
 }
 
+Status GpuExecutor::waitReadyOnGpus(const std::vector<Members>& groups, size_t* waited) {
+  for (const auto& group : groups) {
+    if (group.device >= 0) RETURN_IF_ERROR(ops_->select(group.device));
+    RETURN_IF_ERROR(waitReady(group));
+    ++*waited;
+  }
+  return okStatus();
+}
+
 Status GpuExecutor::waitReady(const Members& m) {
   // On the host, not on the stream: a stream told to wait for the event of a
   // client that dies before reaching it would never run again, and every

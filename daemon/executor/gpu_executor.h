@@ -88,6 +88,9 @@ class GpuExecutor : public DeviceExecutor {
   // Waits on the host until every member's ready event is reached; fails
   // (naming the rank) when a rank disconnects first or kReadyWaitLimit passes.
   Status waitReady(const Members& m);
+  // waitReady for each group, on its device; `waited` counts those awaited
+  // (their done events must be recorded whatever happens next).
+  Status waitReadyOnGpus(const std::vector<Members>& groups, size_t* waited);
   Status waitForEvent(const gpu::ClientGpu& client, void* event);
   Status recordDone(const Members& m);
   Status recordDoneAfter(const Members& m, Status status);
@@ -217,6 +220,11 @@ class GpuExecutor : public DeviceExecutor {
                                 const std::vector<void*>& buffers, size_t block);
   // The group's inputs reduced with `op` (and the prescale) into `out`.
   Status reduceOnGpu(const Response& r, const Members& group, void* out, ReduceOp op);
+  // Each group's fusion buffer (r's length) on its GPU, its ranks reduced
+  // there with `op` once their ready events are reached (a group without
+  // ranks: the buffer only); `waited` counts the groups awaited.
+  StatusOr<std::vector<void*>> reduceEachGpu(const Response& r, const std::vector<Members>& groups, ReduceOp op,
+                                             size_t* waited);
   // This job's stream and fusion buffer on `device` (made on first use).
   StatusOr<void*> streamFor(int device);
   StatusOr<gpu::GrowingBuffer*> fusionFor(int device);

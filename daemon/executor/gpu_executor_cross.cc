@@ -175,11 +175,7 @@ Status GpuExecutor::ncclBroadcast(const Response& r, RankAccess& access, const N
   }
   size_t waited = 0;  // groups whose ready events were awaited: their done events are recorded whatever happens
   Status status = [&]() -> Status {
-    for (const auto& group : groups) {
-      RETURN_IF_ERROR(ops_->select(group.device));
-      RETURN_IF_ERROR(waitReady(group));
-      ++waited;
-    }
+    RETURN_IF_ERROR(waitReadyOnGpus(groups, &waited));
     if (root_gpu > 0) RETURN_IF_ERROR(acrossGpus(r, groups, landing, first.length, v1::SUM, root_gpu, access));
     RETURN_IF_ERROR(ops_->select(groups.front().device));
     Status sent =
@@ -219,17 +215,9 @@ Status GpuExecutor::stagedBroadcast(const Response& r, RankAccess& access) {
     }
   }
   size_t waited = 0;  // groups whose ready events were awaited: their done events are recorded whatever happens
-  auto waitAll = [&]() -> Status {
-    for (const auto& group : groups) {
-      RETURN_IF_ERROR(ops_->select(group.device));
-      RETURN_IF_ERROR(waitReady(group));
-      ++waited;
-    }
-    return okStatus();
-  };
   uint8_t* host = staging(first.length);
   Status status = [&]() -> Status {
-    RETURN_IF_ERROR(waitAll());
+    RETURN_IF_ERROR(waitReadyOnGpus(groups, &waited));
     if (root != nullptr) {
       // Bounded wait first: a copy to pageable memory blocks the host until
       // the stream reaches it, and the stream waits on the ranks' events.

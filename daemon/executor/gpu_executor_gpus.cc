@@ -23,20 +23,9 @@ Status GpuExecutor::multiGpuAllreduce(const Response& r, const std::vector<Membe
   const size_t esize = elementSize(first.dtype);
   const size_t count = first.length / esize;
   const ReduceOp across = first.op == v1::AVERAGE ? v1::SUM : first.op;  // the average comes last
-  std::vector<void*> fused;
-  for (const auto& group : groups) {
-    ASSIGN_OR_RETURN(gpu::GrowingBuffer * buffer, fusionFor(group.device));
-    ASSIGN_OR_RETURN(uint8_t * data, buffer->reserve(first.length));
-    fused.push_back(data);
-  }
   size_t waited = 0;  // groups whose ready events were awaited: their done events are recorded whatever happens
   Status status = [&]() -> Status {
-    for (size_t g = 0; g < groups.size(); ++g) {        // each GPU's ranks into its fusion buffer
-      RETURN_IF_ERROR(ops_->select(groups[g].device));  // a kernel goes to the current device's streams
-      RETURN_IF_ERROR(waitReady(groups[g]));
-      ++waited;
-      RETURN_IF_ERROR(reduceOnGpu(r, groups[g], fused[g], across));
-    }
+    ASSIGN_OR_RETURN(std::vector<void*> fused, reduceEachGpu(r, groups, across, &waited));
     RETURN_IF_ERROR(acrossGpus(r, groups, fused, first.length, across, -1, access));
     for (size_t g = 0; g < groups.size(); ++g) {  // back to every rank, with the average and postscale
       RETURN_IF_ERROR(ops_->select(groups[g].device));
@@ -77,10 +66,7 @@ Status GpuExecutor::multiGpuBroadcast(const Response& r, const std::vector<Membe
   }
   size_t waited = 0;
   Status status = [&]() -> Status {
-    for (const auto& group : groups) {
-      RETURN_IF_ERROR(waitReady(group));
-      ++waited;
-    }
+    RETURN_IF_ERROR(waitReadyOnGpus(groups, &waited));
     RETURN_IF_ERROR(acrossGpus(r, groups, landing, first.length, v1::SUM, root, access));
     return copyFromLanding(r, groups, landing);  // then to each rank on that GPU
   }();

@@ -172,18 +172,7 @@ ResponseResult GpuExecutor::multiGpuReducescatter(const Response& r, const std::
       RETURN_IF_ERROR(checkOutputs(r, group, localBytes(group, index.back(), layout.bytes)));
     }
     if (first.length == 0) return okStatus();
-    std::vector<void*> fused;
-    for (const auto& group : groups) {
-      ASSIGN_OR_RETURN(gpu::GrowingBuffer * buffer, fusionFor(group.device));
-      ASSIGN_OR_RETURN(uint8_t * data, buffer->reserve(first.length));
-      fused.push_back(data);
-    }
-    for (size_t g = 0; g < groups.size(); ++g) {  // each GPU's ranks into its fusion buffer
-      RETURN_IF_ERROR(ops_->select(groups[g].device));
-      RETURN_IF_ERROR(waitReady(groups[g]));
-      ++waited;
-      RETURN_IF_ERROR(reduceOnGpu(r, groups[g], fused[g], across));
-    }
+    ASSIGN_OR_RETURN(std::vector<void*> fused, reduceEachGpu(r, groups, across, &waited));
     RETURN_IF_ERROR(acrossGpus(r, groups, fused, first.length, across, -1, access));
     for (size_t g = 0; g < groups.size(); ++g) {  // each rank's rows, with the average and postscale
       RETURN_IF_ERROR(ops_->select(groups[g].device));
@@ -193,6 +182,23 @@ ResponseResult GpuExecutor::multiGpuReducescatter(const Response& r, const std::
   }();
   status = recordDoneOnGpus(groups, waited, status);
   return status.isOk() ? result : failed(r, status);
+}
+
+StatusOr<std::vector<void*>> GpuExecutor::reduceEachGpu(const Response& r, const std::vector<Members>& groups,
+                                                        ReduceOp op, size_t* waited) {
+  std::vector<void*> fused;
+  for (const auto& group : groups) {
+    ASSIGN_OR_RETURN(gpu::GrowingBuffer * buffer, fusionFor(group.device));
+    ASSIGN_OR_RETURN(uint8_t * data, buffer->reserve(r.first().length));
+    fused.push_back(data);
+  }
+  for (size_t g = 0; g < groups.size(); ++g) {
+    RETURN_IF_ERROR(ops_->select(groups[g].device));  // a kernel goes to the current device's streams
+    RETURN_IF_ERROR(waitReady(groups[g]));
+    ++*waited;
+    if (!groups[g].list.empty()) RETURN_IF_ERROR(reduceOnGpu(r, groups[g], fused[g], op));
+  }
+  return fused;
 }
 
 Status GpuExecutor::reduceOnGpu(const Response& r, const Members& group, void* out, ReduceOp op) {

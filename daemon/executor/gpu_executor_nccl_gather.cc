@@ -134,11 +134,7 @@ ResponseResult GpuExecutor::ncclGatherLike(const Response& r, RankAccess& access
       ASSIGN_OR_RETURN(uint8_t * data, buffer->reserve(std::max<size_t>(local_bytes + cross_bytes, 1)));
       buffers.push_back(data);
     }
-    for (const auto& group : groups) {
-      RETURN_IF_ERROR(ops_->select(group.device));
-      RETURN_IF_ERROR(waitReady(group));
-      ++waited;
-    }
+    RETURN_IF_ERROR(waitReadyOnGpus(groups, &waited));
     // Where local request i's input lies on GPU g.
     const auto input = [&](size_t g, size_t i) -> const uint8_t* {
       if (groups.size() > 1) return buffers[g] + local_at[i];
@@ -260,18 +256,7 @@ ResponseResult GpuExecutor::ncclReducescatter(const Response& r, RankAccess& acc
       index.push_back(memberIndices(r, group));
       RETURN_IF_ERROR(checkOutputs(r, group, localBytes(group, index.back(), layout.bytes)));
     }
-    std::vector<void*> fused;
-    for (const auto& group : groups) {
-      ASSIGN_OR_RETURN(gpu::GrowingBuffer * buffer, fusionFor(group.device));
-      ASSIGN_OR_RETURN(uint8_t * data, buffer->reserve(first.length));
-      fused.push_back(data);
-    }
-    for (size_t g = 0; g < groups.size(); ++g) {  // each GPU's ranks into its fusion buffer
-      RETURN_IF_ERROR(ops_->select(groups[g].device));
-      RETURN_IF_ERROR(waitReady(groups[g]));
-      ++waited;
-      if (!groups[g].list.empty()) RETURN_IF_ERROR(reduceOnGpu(r, groups[g], fused[g], across));
-    }
+    ASSIGN_OR_RETURN(std::vector<void*> fused, reduceEachGpu(r, groups, across, &waited));
     if (groups.size() - with_ranks > 1) {
       const std::vector<Members> ranked(groups.begin() + with_ranks, groups.end());
       RETURN_IF_ERROR(

@@ -215,20 +215,9 @@ ResponseResult GpuExecutor::stagedReducescatter(const Response& r, RankAccess& a
   }
   size_t waited = 0;  // groups whose ready events were awaited: their done events are recorded whatever happens
   Status status = [&]() -> Status {
-    std::vector<void*> fused;
-    for (const auto& group : groups) {
-      ASSIGN_OR_RETURN(gpu::GrowingBuffer * fusion, fusionFor(group.device));
-      ASSIGN_OR_RETURN(uint8_t * data, fusion->reserve(first.length));
-      fused.push_back(data);
-    }
     // 1. The node's ranks reduced on their GPUs (prescale, no average yet),
     //    then the GPUs combined into the first one's buffer.
-    for (size_t g = 0; g < groups.size(); ++g) {
-      RETURN_IF_ERROR(ops_->select(groups[g].device));
-      RETURN_IF_ERROR(waitReady(groups[g]));
-      ++waited;
-      RETURN_IF_ERROR(reduceOnGpu(r, groups[g], fused[g], ring_op));
-    }
+    ASSIGN_OR_RETURN(std::vector<void*> fused, reduceEachGpu(r, groups, ring_op, &waited));
     if (groups.size() > 1) RETURN_IF_ERROR(acrossGpus(r, groups, fused, first.length, ring_op, -1, access));
     const Members& lead = groups.front();
     RETURN_IF_ERROR(ops_->select(lead.device));

@@ -6,6 +6,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <thread>
 
 #include "daemon/gpu/fake_device_ops.h"
@@ -25,41 +26,52 @@ std::unique_ptr<NcclLibrary> load() {
   return nccl.isOk() ? std::move(nccl).value() : nullptr;
 }
 
-TEST(FakeNccl, LoadsAsNcclAndRanksOnThreadsAllreduceAndBroadcast) {
-  auto nccl = load();
-  ASSERT_NE(nccl, nullptr);
-  EXPECT_EQ(nccl->version(), 23007);
-  auto id = nccl->uniqueId();
-  ASSERT_TRUE(id.isOk());
-  constexpr int kRanks = 3;
-  std::vector<std::string> errors(kRanks);
+// Runs `body` for each of `ranks` ranks on its own thread (as daemons would
+// be processes), each with its rank of a new communicator among them;
+// returns what each rank put in `error` ("" when nothing went wrong).
+std::vector<std::string> onDaemonRanks(const NcclLibrary& nccl, int ranks,
+                                       const std::function<void(int, NcclComm&, std::string&)>& body) {
+  auto id = nccl.uniqueId();
+  std::vector<std::string> errors(ranks, id.isOk() ? "" : id.status().toString());
+  if (!id.isOk()) return errors;
   std::vector<std::thread> threads;
-  for (int r = 0; r < kRanks; ++r) {
+  for (int r = 0; r < ranks; ++r) {
     threads.emplace_back([&, r] {
       FakeDeviceOps ops;
-      auto comm = NcclComm::create(*nccl, &ops, *id, kRanks, r, {0}, "among the daemons", kLimit);
+      auto comm = NcclComm::create(nccl, &ops, *id, ranks, r, {0}, "among the daemons", kLimit);
       if (!comm.isOk()) {
         errors[r] = comm.status().toString();
         return;
       }
-      for (int step = 0; step < 20; ++step) {  // the next call reuses the areas: readers first
-        std::vector<float> x(1000);
-        for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(r + i + step);
-        Status s = (*comm)->allReduce({x.data()}, x.size(), v1::FLOAT32, v1::SUM, {nullptr}, kLimit);
-        if (!s.isOk() || x[7] != static_cast<float>(0 + 1 + 2 + 3 * (7 + step))) {
-          errors[r] = "allreduce step " + std::to_string(step) + ": " + s.toString() + " " + std::to_string(x[7]);
-          return;
-        }
-      }
-      std::vector<int64_t> m = {r * 10, -r};
-      Status s = (*comm)->allReduce({m.data()}, m.size(), v1::INT64, v1::MAX, {nullptr}, kLimit);
-      if (!s.isOk() || m[0] != 20 || m[1] != 0) errors[r] = "max: " + s.toString();
-      std::string text = r == 2 ? "from rank two" : "-------------";
-      s = (*comm)->broadcast({text.data()}, text.size(), 2, {nullptr}, kLimit);
-      if (!s.isOk() || text != "from rank two") errors[r] = "broadcast: " + s.toString() + " " + text;
+      body(r, **comm, errors[r]);
     });
   }
   for (auto& t : threads) t.join();
+  return errors;
+}
+
+TEST(FakeNccl, LoadsAsNcclAndRanksOnThreadsAllreduceAndBroadcast) {
+  auto nccl = load();
+  ASSERT_NE(nccl, nullptr);
+  EXPECT_EQ(nccl->version(), 23007);
+  constexpr int kRanks = 3;
+  const std::vector<std::string> errors = onDaemonRanks(*nccl, kRanks, [&](int r, NcclComm& comm, std::string& error) {
+    for (int step = 0; step < 20; ++step) {  // the next call reuses the areas: readers first
+      std::vector<float> x(1000);
+      for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(r + i + step);
+      Status s = comm.allReduce({x.data()}, x.size(), v1::FLOAT32, v1::SUM, {nullptr}, kLimit);
+      if (!s.isOk() || x[7] != static_cast<float>(0 + 1 + 2 + 3 * (7 + step))) {
+        error = "allreduce step " + std::to_string(step) + ": " + s.toString() + " " + std::to_string(x[7]);
+        return;
+      }
+    }
+    std::vector<int64_t> m = {r * 10, -r};
+    Status s = comm.allReduce({m.data()}, m.size(), v1::INT64, v1::MAX, {nullptr}, kLimit);
+    if (!s.isOk() || m[0] != 20 || m[1] != 0) error = "max: " + s.toString();
+    std::string text = r == 2 ? "from rank two" : "-------------";
+    s = comm.broadcast({text.data()}, text.size(), 2, {nullptr}, kLimit);
+    if (!s.isOk() || text != "from rank two") error = "broadcast: " + s.toString() + " " + text;
+  });
   for (int r = 0; r < kRanks; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
 }
 
@@ -69,46 +81,33 @@ TEST(FakeNccl, LoadsAsNcclAndRanksOnThreadsAllreduceAndBroadcast) {
 TEST(FakeNccl, ExchangesThroughSendAndReceive) {
   auto nccl = load();
   ASSERT_NE(nccl, nullptr);
-  auto id = nccl->uniqueId();
-  ASSERT_TRUE(id.isOk());
   constexpr int kRanks = 3;
   const auto length = [](int from, int to) -> size_t { return from == 0 && to == 2 ? 0 : from + 1 + to; };
-  std::vector<std::string> errors(kRanks);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < kRanks; ++r) {
-    threads.emplace_back([&, r] {
-      FakeDeviceOps ops;
-      auto comm = NcclComm::create(*nccl, &ops, *id, kRanks, r, {0}, "among the daemons", kLimit);
-      if (!comm.isOk()) {
-        errors[r] = comm.status().toString();
+  const std::vector<std::string> errors = onDaemonRanks(*nccl, kRanks, [&](int r, NcclComm& comm, std::string& error) {
+    for (int round = 0; round < 5; ++round) {
+      std::vector<uint8_t> send, recv(64, 0xff);
+      std::vector<NcclComm::PeerBytes> send_to(kRanks), recv_from(kRanks);
+      size_t at = 0;
+      for (int p = 0; p < kRanks; ++p) {
+        if (p == r) continue;
+        send_to[p] = {send.size(), length(r, p)};
+        send.insert(send.end(), length(r, p), static_cast<uint8_t>(10 * r + p + round));
+        recv_from[p] = {at, length(p, r)};
+        at += length(p, r);
+      }
+      Status s = comm.exchange(send.data(), send_to, recv.data(), recv_from, nullptr, kLimit);
+      for (int p = 0; s.isOk() && p < kRanks; ++p) {
+        for (size_t i = 0; p != r && i < length(p, r); ++i) {
+          if (recv[recv_from[p].offset + i] != 10 * p + r + round)
+            s = internalError("wrong byte from " + std::to_string(p));
+        }
+      }
+      if (!s.isOk()) {
+        error = "round " + std::to_string(round) + ": " + s.toString();
         return;
       }
-      for (int round = 0; round < 5; ++round) {
-        std::vector<uint8_t> send, recv(64, 0xff);
-        std::vector<NcclComm::PeerBytes> send_to(kRanks), recv_from(kRanks);
-        size_t at = 0;
-        for (int p = 0; p < kRanks; ++p) {
-          if (p == r) continue;
-          send_to[p] = {send.size(), length(r, p)};
-          send.insert(send.end(), length(r, p), static_cast<uint8_t>(10 * r + p + round));
-          recv_from[p] = {at, length(p, r)};
-          at += length(p, r);
-        }
-        Status s = (*comm)->exchange(send.data(), send_to, recv.data(), recv_from, nullptr, kLimit);
-        for (int p = 0; s.isOk() && p < kRanks; ++p) {
-          for (size_t i = 0; p != r && i < length(p, r); ++i) {
-            if (recv[recv_from[p].offset + i] != 10 * p + r + round)
-              s = internalError("wrong byte from " + std::to_string(p));
-          }
-        }
-        if (!s.isOk()) {
-          errors[r] = "round " + std::to_string(round) + ": " + s.toString();
-          return;
-        }
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
+    }
+  });
   for (int r = 0; r < kRanks; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
 }
 
@@ -117,38 +116,25 @@ TEST(FakeNccl, ExchangesThroughSendAndReceive) {
 TEST(FakeNccl, SplitsACommunicatorForSomeRanks) {
   auto nccl = load();
   ASSERT_NE(nccl, nullptr);
-  auto id = nccl->uniqueId();
-  ASSERT_TRUE(id.isOk());
   constexpr int kRanks = 3;
-  std::vector<std::string> errors(kRanks);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < kRanks; ++r) {
-    threads.emplace_back([&, r] {
-      FakeDeviceOps ops;
-      auto comm = NcclComm::create(*nccl, &ops, *id, kRanks, r, {0}, "among the daemons", kLimit);
-      if (!comm.isOk()) {
-        errors[r] = comm.status().toString();
-        return;
-      }
-      auto part = (*comm)->split(r != 1, 0, r, "of a set", kLimit);
-      if (!part.isOk() || (r == 1) != (*part == nullptr)) {
-        errors[r] = "split: " + part.status().toString();
-        return;
-      }
-      if (*part != nullptr) {
-        std::vector<int64_t> x = {r + 1};
-        Status s = (*part)->allReduce({x.data()}, 1, v1::INT64, v1::SUM, {nullptr}, kLimit);
-        if (!s.isOk() || x[0] != 4) errors[r] = "the split's allreduce: " + s.toString() + " " + std::to_string(x[0]);
-        std::string text = r == 2 ? "from two" : "--------";
-        s = (*part)->broadcast({text.data()}, text.size(), 1, {nullptr}, kLimit);  // new rank 1: rank 2
-        if (!s.isOk() || text != "from two") errors[r] = "the split's broadcast: " + s.toString() + " " + text;
-      }
-      std::vector<int64_t> y = {r + 1};
-      Status s = (*comm)->allReduce({y.data()}, 1, v1::INT64, v1::SUM, {nullptr}, kLimit);
-      if (!s.isOk() || y[0] != 6) errors[r] += "the parent's allreduce: " + s.toString();
-    });
-  }
-  for (auto& t : threads) t.join();
+  const std::vector<std::string> errors = onDaemonRanks(*nccl, kRanks, [&](int r, NcclComm& comm, std::string& error) {
+    auto part = comm.split(r != 1, 0, r, "of a set", kLimit);
+    if (!part.isOk() || (r == 1) != (*part == nullptr)) {
+      error = "split: " + part.status().toString();
+      return;
+    }
+    if (*part != nullptr) {
+      std::vector<int64_t> x = {r + 1};
+      Status s = (*part)->allReduce({x.data()}, 1, v1::INT64, v1::SUM, {nullptr}, kLimit);
+      if (!s.isOk() || x[0] != 4) error = "the split's allreduce: " + s.toString() + " " + std::to_string(x[0]);
+      std::string text = r == 2 ? "from two" : "--------";
+      s = (*part)->broadcast({text.data()}, text.size(), 1, {nullptr}, kLimit);  // new rank 1: rank 2
+      if (!s.isOk() || text != "from two") error = "the split's broadcast: " + s.toString() + " " + text;
+    }
+    std::vector<int64_t> y = {r + 1};
+    Status s = comm.allReduce({y.data()}, 1, v1::INT64, v1::SUM, {nullptr}, kLimit);
+    if (!s.isOk() || y[0] != 6) error += "the parent's allreduce: " + s.toString();
+  });
   for (int r = 0; r < kRanks; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
 }
 
