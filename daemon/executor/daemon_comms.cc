@@ -2,6 +2,7 @@
 #include "daemon/executor/daemon_comms.h"
 
 #include <algorithm>
+#include <chrono>
 #include <string>
 
 #include "daemon/common/logging.h"
@@ -13,9 +14,35 @@ int NodesComm::rankOf(int node) const {
   return static_cast<int>(std::find(nodes.begin(), nodes.end(), node) - nodes.begin());
 }
 
+namespace {
+
+// A limit ended early once the batch's epoch is over.
+gpu::WaitLimit batchWait(const DataPlane& plane, std::chrono::milliseconds limit) {
+  return gpu::WaitLimit(limit, [&plane] { return plane.batchRuns(); });
+}
+
+}  // namespace
+
+gpu::WaitLimit DaemonComms::waitFor(const RankAccess& access) {
+  return batchWait(access.dataPlane(), gpu::kStreamWaitLimit);
+}
+
 StatusOr<gpu::NcclComm*> DaemonComms::forJob(RankAccess& access, int device, DataType dtype) {
   ncclDataType_t type;
-  if (nccl_ == nullptr || failed_ || !gpu::ncclTypeOf(dtype, &type)) return nullptr;
+  if (nccl_ == nullptr || !gpu::ncclTypeOf(dtype, &type)) return nullptr;
+  const DataPlane::NcclPeers peers = access.dataPlane().ncclPeers();
+  if (peers.id.empty()) return nullptr;  // no NCCL among these daemons, or the batch's epoch is over
+  if (peers.epoch != epoch_) {
+    // A new epoch (elastic): the last one's communicators go (aborted, as
+    // every node's do at this batch), and a failure there is forgotten.
+    if (job_)
+      GS_LOG(gpu, info, "epoch {}: the NCCL communicators among the daemons of epoch {} closed", peers.epoch, epoch_);
+    sets_.clear();
+    job_.reset();
+    failed_ = false;
+    epoch_ = peers.epoch;
+  }
+  if (failed_) return nullptr;
   if (job_) {
     if (device != device_) {
       // The callers lead with the communicator's GPU (device()).
@@ -24,20 +51,26 @@ StatusOr<gpu::NcclComm*> DaemonComms::forJob(RankAccess& access, int device, Dat
     }
     return job_.get();
   }
-  const DataPlane::NcclPeers peers = access.dataPlane().ncclPeers();
-  if (peers.id.empty()) return nullptr;
   auto comm = gpu::NcclComm::create(*nccl_, ops_, peers.id, peers.nranks, peers.rank, {device}, "among the daemons",
-                                    std::chrono::seconds(30));
+                                    batchWait(access.dataPlane(), std::chrono::seconds(30)));
   if (!comm.isOk()) {
     failed_ = true;
     GS_LOG(gpu, warn, "no NCCL among the daemons ({}); CUDA tensors go through host memory", comm.status().message());
     return nullptr;
   }
-  GS_LOG(gpu, info, "NCCL communicator among {} daemons formed (this node rank {}, GPU {})", peers.nranks, peers.rank,
-         device);
+  GS_LOG(gpu, info, "NCCL communicator among {} daemons formed (this node rank {}, GPU {}; epoch {})", peers.nranks,
+         peers.rank, device, peers.epoch);
   job_ = std::move(comm).value();
   device_ = device;
   return job_.get();
+}
+
+void DaemonComms::fail(const Status& why) {
+  failed_ = true;
+  GS_LOG(gpu, warn,
+         "NCCL among the daemons failed in epoch {} ({}); CUDA tensors among them go through host memory "
+         "until the next epoch",
+         epoch_, why.message());
 }
 
 StatusOr<NodesComm> DaemonComms::forResponse(const Response& r, RankAccess& access, int device, DataType dtype) {
@@ -59,7 +92,7 @@ StatusOr<NodesComm> DaemonComms::forResponse(const Response& r, RankAccess& acce
   if (known == sets_.end()) {
     // Every daemon splits here, at the same response: members by node index.
     std::string label = "of process set " + std::to_string(r.process_set_id) + " among its daemons";
-    auto split = whole->split(!out.outside, 0, self, label, gpu::kStreamWaitLimit);
+    auto split = whole->split(!out.outside, 0, self, label, waitFor(access));
     if (!split.isOk()) {
       failed_ = true;  // the rest of the job stages through host memory
       return Status(split.status().code(), "tensor '" + r.name + "': " + split.status().message());

@@ -1,11 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
 // A job's NCCL communicators among its daemons, held by this daemon's GPU
 // executor: the job's (one rank per node, formed on the first CUDA batch
-// from the id the leader made, DataPlane::ncclPeers) and, for process sets,
-// communicators split from it. Every node makes the same calls in the same
-// order (all daemons run every response), so each node decides alike
-// whether NCCL carries a response. After a failure to form or a failed
-// operation (the communicator aborted) the job stages through host memory.
+// of an epoch from the id the leader made for it, DataPlane::ncclPeers)
+// and, for process sets, communicators split from it. Every node makes the
+// same calls in the same order (all daemons run every response), so each
+// node decides alike whether NCCL carries a response. After a failure to
+// form or a failed operation (the communicator aborted) the job stages
+// through host memory until its next epoch. An elastic job's new epoch
+// drops the last one's communicators (aborted) and forms new ones; a wait
+// in NCCL ends as soon as its batch's epoch is over (NodesComm::wait).
 #pragma once
 
 #include <memory>
@@ -14,6 +17,7 @@
 #include "base/dtype.h"
 #include "daemon/coordinator/request.h"
 #include "daemon/executor/rank_access.h"
+#include "daemon/gpu/gpu_backend.h"
 #include "daemon/gpu/nccl_comm.h"
 
 namespace gradsync::executor {
@@ -31,9 +35,10 @@ class DaemonComms {
   // `nccl`: null without NCCL (or disabled).
   DaemonComms(gpu::DeviceOps* ops, const gpu::NcclLibrary* nccl) : ops_(ops), nccl_(nccl) {}
 
-  // The job's communicator, formed on `device` at first use; null when this
-  // job cannot use one (no id from the leader, a dtype NCCL lacks, a
-  // failure so far).
+  // The job's communicator of the batch's epoch, formed on `device` at
+  // first use; null when this job cannot use one (no id from the leader, a
+  // dtype NCCL lacks, a failure in this epoch so far, an epoch that is
+  // over).
   StatusOr<gpu::NcclComm*> forJob(RankAccess& access, int device, DataType dtype);
   // For `r`: the job's for the whole job; for a process set, one split from
   // it (ncclCommSplit, collective over every daemon) holding the set's
@@ -41,8 +46,12 @@ class DaemonComms {
   // recently used dropped alike on every node). `device`: for a new job's
   // communicator.
   StatusOr<NodesComm> forResponse(const Response& r, RankAccess& access, int device, DataType dtype);
-  // An operation on one of them failed (it aborted): host staging from now.
-  void fail() { failed_ = true; }
+  // The limit of an operation of theirs in the batch `access` runs:
+  // kStreamWaitLimit, ended early once the batch's epoch is over.
+  static gpu::WaitLimit waitFor(const RankAccess& access);
+  // An operation on one of them failed with `why` (it aborted): host
+  // staging until the next epoch.
+  void fail(const Status& why);
   // Formed and not failed.
   bool active() const { return job_ != nullptr && !failed_; }
   // The GPU the job's communicator is on (-1 before it formed).
@@ -59,6 +68,7 @@ class DaemonComms {
   gpu::DeviceOps* const ops_;
   const gpu::NcclLibrary* const nccl_;
   std::unique_ptr<gpu::NcclComm> job_;
+  uint64_t epoch_ = 0;  // of job_, sets_ and failed_
   int device_ = -1;
   bool failed_ = false;
   std::vector<SetComm> sets_;  // the most recently used first

@@ -51,14 +51,19 @@ class DataPlane {
   virtual Status reduceScatter(const NodeSet& nodes, const void* input, void* data, DataType dtype, ReduceOp op,
                                const std::vector<std::vector<collective::ElementRange>>& owned) = 0;
   // Jobs whose every node has a GPU: what the daemons' NCCL communicator
-  // forms from (the leader's id, this node's rank among the nodes, their
-  // number). An empty id: no NCCL among these daemons.
+  // of the batch's epoch forms from (the leader's id for that epoch, this
+  // node's rank among the nodes, their number). An empty id: no NCCL among
+  // these daemons (or the batch's epoch is over).
   struct NcclPeers {
     std::string id;
     int rank = -1;
     int nranks = 0;
+    uint64_t epoch = 0;
   };
   virtual NcclPeers ncclPeers() const = 0;
+  // OK while the batch may go on; the error that ends it once its epoch is
+  // over or the job failed (asked while it waits in NCCL among the daemons).
+  virtual Status batchRuns() const = 0;
 };
 
 // A job on one daemon: one node, nothing crosses it.
@@ -81,6 +86,7 @@ class SingleNodeDataPlane : public DataPlane {
     return oneNode();
   }
   NcclPeers ncclPeers() const override { return {}; }
+  Status batchRuns() const override { return okStatus(); }
 
  private:
   static Status oneNode() { return unimplemented("single-node job: nothing crosses nodes"); }

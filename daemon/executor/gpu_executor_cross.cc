@@ -97,8 +97,9 @@ Status GpuExecutor::ncclAcrossNodes(const FusedAllreduce& f, gpu::NcclComm* comm
   if (!f.filled) RETURN_IF_ERROR(fillIdentitiesOnDevice(f));  // where no local rank contributes
   // allReduce waits for the stream: the phase covers the local reduction too.
   PhaseScope phase(f.access, "NCCL_ALLREDUCE");
-  Status reduced = comm->allReduce({f.fused}, f.total, f.first.dtype, f.ring_op, {f.stream}, gpu::kStreamWaitLimit);
-  if (!reduced.isOk()) daemons_.fail();  // aborted: the rest of the job stages through host memory
+  Status reduced =
+      comm->allReduce({f.fused}, f.total, f.first.dtype, f.ring_op, {f.stream}, DaemonComms::waitFor(f.access));
+  if (!reduced.isOk()) daemons_.fail(reduced);
   return reduced;
 }
 
@@ -180,8 +181,8 @@ Status GpuExecutor::ncclBroadcast(const Response& r, RankAccess& access, const N
     RETURN_IF_ERROR(ops_->select(groups.front().device));
     Status sent =
         nodes.comm->broadcast({landing.front()}, first.length, nodes.rankOf(access.dataPlane().nodeOf(first.root_rank)),
-                              {groups.front().stream}, gpu::kStreamWaitLimit);
-    if (!sent.isOk()) daemons_.fail();  // aborted: the rest of the job stages through host memory
+                              {groups.front().stream}, DaemonComms::waitFor(access));
+    if (!sent.isOk()) daemons_.fail(sent);
     RETURN_IF_ERROR(context(sent, "tensor '" + r.name + "'"));
     if (root_gpu <= 0 && groups.size() > 1) {
       RETURN_IF_ERROR(acrossGpus(r, groups, landing, first.length, v1::SUM, 0, access));

@@ -190,13 +190,13 @@ ResponseResult GpuExecutor::ncclGatherLike(const Response& r, RankAccess& access
     Status moved = okStatus();
     if (gather && blocks.block > 0) {
       PhaseScope phase(access, "NCCL_ALLGATHER");
-      moved = comm->allGather({cross}, blocks.block, {lead.stream}, gpu::kStreamWaitLimit);
+      moved = comm->allGather({cross}, blocks.block, {lead.stream}, DaemonComms::waitFor(access));
     } else if (!gather) {
       PhaseScope phase(access, "NCCL_ALLTOALL");
       moved = comm->exchange(cross, peerBytes(routes.send_to, nodes_comm.nodes), cross + send_bytes,
-                             peerBytes(routes.recv_from, nodes_comm.nodes), lead.stream, gpu::kStreamWaitLimit);
+                             peerBytes(routes.recv_from, nodes_comm.nodes), lead.stream, DaemonComms::waitFor(access));
     }
-    if (!moved.isOk()) daemons_.fail();  // aborted: the rest of the job stages through host memory
+    if (!moved.isOk()) daemons_.fail(moved);
     RETURN_IF_ERROR(context(moved, "tensor '" + r.name + "'"));
     // What came from the other nodes, to the other GPUs here.
     const size_t received = gather ? cross_bytes : routes.recv_bytes;
@@ -274,8 +274,8 @@ ResponseResult GpuExecutor::ncclReducescatter(const Response& r, RankAccess& acc
       // allReduce waits for the stream: the phase covers the local reduction too.
       PhaseScope phase(access, "NCCL_ALLREDUCE");
       Status reduced = comm->allReduce({fused[0]}, first.length / elementSize(first.dtype), first.dtype, across,
-                                       {lead.stream}, gpu::kStreamWaitLimit);
-      if (!reduced.isOk()) daemons_.fail();  // aborted: the rest of the job stages through host memory
+                                       {lead.stream}, DaemonComms::waitFor(access));
+      if (!reduced.isOk()) daemons_.fail(reduced);
       RETURN_IF_ERROR(context(reduced, "tensor '" + r.name + "'"));
     }
     if (groups.size() > 1) RETURN_IF_ERROR(acrossGpus(r, groups, fused, first.length, v1::SUM, 0, access));

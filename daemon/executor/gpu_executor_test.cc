@@ -65,6 +65,7 @@ class FakeAccess : public RankAccess, public DataPlane {
     return cross_alltoall(send, send_to, recv, recv_from);
   }
   NcclPeers ncclPeers() const override { return {}; }
+  Status batchRuns() const override { return okStatus(); }
   DataPlane& dataPlane() override { return *this; }
   const DataPlane& dataPlane() const override { return *this; }
   std::shared_ptr<gpu::ClientGpu> gpuOf(int rank) override {

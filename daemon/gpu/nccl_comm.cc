@@ -62,7 +62,7 @@ bool ncclOpOf(ReduceOp op, ncclRedOp_t* out) {
 
 StatusOr<std::unique_ptr<NcclComm>> NcclComm::create(const NcclLibrary& nccl, DeviceOps* ops, const std::string& id,
                                                      int nranks, int first_rank, const std::vector<int>& devices,
-                                                     const std::string& label, std::chrono::milliseconds timeout) {
+                                                     const std::string& label, const WaitLimit& limit) {
   ncclUniqueId unique{};
   if (id.size() != sizeof(unique.internal))
     return invalidArgument("NCCL id of " + std::to_string(id.size()) + " bytes");
@@ -94,12 +94,12 @@ StatusOr<std::unique_ptr<NcclComm>> NcclComm::create(const NcclLibrary& nccl, De
                          std::to_string(devices.size()) + " of " + std::to_string(nranks) +
                          "): " + nccl.errorText(started));
   }
-  RETURN_IF_ERROR(result->waitDone({}, timeout, "forming the NCCL communicator " + label));
+  RETURN_IF_ERROR(result->waitDone({}, limit, "forming the NCCL communicator " + label));
   return result;
 }
 
 StatusOr<std::unique_ptr<NcclComm>> NcclComm::split(bool member, int color, int key, const std::string& label,
-                                                    std::chrono::milliseconds timeout) {
+                                                    const WaitLimit& limit) {
   if (aborted_) return failedPrecondition("ncclCommSplit: the NCCL communicator " + label_ + " was aborted");
   if (comms_.size() != 1) {
     return internalError("ncclCommSplit " + label_ + ": " + std::to_string(comms_.size()) + " ranks here, not 1");
@@ -115,13 +115,13 @@ StatusOr<std::unique_ptr<NcclComm>> NcclComm::split(bool member, int color, int 
     return internalError("ncclCommSplit " + label_ + ": " + nccl_.errorText(started));
   }
   // The parent reports the split's progress (and any failure of it).
-  RETURN_IF_ERROR(waitDone({}, timeout, "ncclCommSplit " + label_));
+  RETURN_IF_ERROR(waitDone({}, limit, "ncclCommSplit " + label_));
   if (!member) return std::unique_ptr<NcclComm>();
   if (made == nullptr)
     return internalError("ncclCommSplit " + label_ + ": no communicator for color " + std::to_string(color));
   std::unique_ptr<NcclComm> result(new NcclComm(nccl_, ops_, 0, devices_, label));
   result->comms_.push_back(made);
-  RETURN_IF_ERROR(result->waitDone({}, timeout, "forming the NCCL communicator " + label));
+  RETURN_IF_ERROR(result->waitDone({}, limit, "forming the NCCL communicator " + label));
   int rank = 0, count = 0;
   // The new rank and size, as NCCL numbered them.
   if (nccl_.api().commUserRank(made, &rank) == ncclSuccess && nccl_.api().commCount(made, &count) == ncclSuccess) {
@@ -143,9 +143,8 @@ void NcclComm::abort() {
   for (ncclComm_t comm : comms_) (void)nccl_.api().commAbort(comm);
 }
 
-Status NcclComm::waitDone(const std::vector<void*>& streams, std::chrono::milliseconds timeout,
-                          const std::string& what) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
+Status NcclComm::waitDone(const std::vector<void*>& streams, const WaitLimit& limit, const std::string& what) {
+  const auto deadline = std::chrono::steady_clock::now() + limit.timeout;
   for (auto pause = std::chrono::microseconds(20);; pause = std::min(pause * 2, std::chrono::microseconds(1000))) {
     bool done = true;
     // A failed rank here; of several, one that failed itself rather than
@@ -177,10 +176,16 @@ Status NcclComm::waitDone(const std::vector<void*>& streams, std::chrono::millis
       done = *idle;
     }
     if (done) return okStatus();
+    if (limit.interrupted) {
+      if (Status why = limit.interrupted(); !why.isOk()) {
+        abort();
+        return Status(why.code(), what + ": " + why.message() + "; the communicator was aborted");
+      }
+    }
     if (std::chrono::steady_clock::now() > deadline) {
       abort();
       return deadlineExceeded(what + ": not done within " +
-                              std::to_string(std::chrono::duration_cast<std::chrono::seconds>(timeout).count()) +
+                              std::to_string(std::chrono::duration_cast<std::chrono::seconds>(limit.timeout).count()) +
                               " s; the communicator was aborted");
     }
     std::this_thread::sleep_for(pause);
@@ -215,26 +220,26 @@ Status NcclComm::grouped(const std::vector<void*>& buffers, const std::vector<vo
 }
 
 Status NcclComm::broadcast(const std::vector<void*>& buffers, size_t bytes, int root, const std::vector<void*>& streams,
-                           std::chrono::milliseconds timeout) {
+                           const WaitLimit& limit) {
   RETURN_IF_ERROR(grouped(buffers, streams, "ncclBroadcast", [&](size_t i) {
     return nccl_.api().broadcast(buffers[i], buffers[i], bytes, ncclUint8, root, comms_[i],
                                  static_cast<cudaStream_t>(streams[i]));
   }));
-  return waitDone(streams, timeout, "ncclBroadcast " + label_);
+  return waitDone(streams, limit, "ncclBroadcast " + label_);
 }
 
 Status NcclComm::allGather(const std::vector<void*>& buffers, size_t bytes, const std::vector<void*>& streams,
-                           std::chrono::milliseconds timeout) {
+                           const WaitLimit& limit) {
   RETURN_IF_ERROR(grouped(buffers, streams, "ncclAllGather", [&](size_t i) {
     // The rank's own block: i counts the ranks held here, first_rank_ on.
     uint8_t* own = static_cast<uint8_t*>(buffers[i]) + (static_cast<size_t>(first_rank_) + i) * bytes;
     return nccl_.api().allGather(own, buffers[i], bytes, ncclUint8, comms_[i], static_cast<cudaStream_t>(streams[i]));
   }));
-  return waitDone(streams, timeout, "ncclAllGather " + label_);
+  return waitDone(streams, limit, "ncclAllGather " + label_);
 }
 
 Status NcclComm::exchange(const void* send, const std::vector<PeerBytes>& send_to, void* recv,
-                          const std::vector<PeerBytes>& recv_from, void* stream, std::chrono::milliseconds timeout) {
+                          const std::vector<PeerBytes>& recv_from, void* stream, const WaitLimit& limit) {
   if (comms_.size() != 1 || send_to.size() != static_cast<size_t>(nranks_) ||
       recv_from.size() != static_cast<size_t>(nranks_)) {
     return internalError("ncclSend/ncclRecv " + label_ + ": " + std::to_string(send_to.size()) + " and " +
@@ -260,11 +265,11 @@ Status NcclComm::exchange(const void* send, const std::vector<PeerBytes>& send_t
     }
     return ncclSuccess;
   }));
-  return waitDone({stream}, timeout, "ncclSend/ncclRecv " + label_);
+  return waitDone({stream}, limit, "ncclSend/ncclRecv " + label_);
 }
 
 Status NcclComm::allReduce(const std::vector<void*>& buffers, size_t count, DataType dtype, ReduceOp op,
-                           const std::vector<void*>& streams, std::chrono::milliseconds timeout) {
+                           const std::vector<void*>& streams, const WaitLimit& limit) {
   ncclDataType_t type;
   ncclRedOp_t red;
   if (!ncclTypeOf(dtype, &type) || !ncclOpOf(op, &red)) {
@@ -274,7 +279,7 @@ Status NcclComm::allReduce(const std::vector<void*>& buffers, size_t count, Data
     return nccl_.api().allReduce(buffers[i], buffers[i], count, type, red, comms_[i],
                                  static_cast<cudaStream_t>(streams[i]));
   }));
-  return waitDone(streams, timeout, "ncclAllReduce " + label_);
+  return waitDone(streams, limit, "ncclAllReduce " + label_);
 }
 
 }  // namespace gradsync::gpu

@@ -134,10 +134,11 @@ void CrossNode::start(const std::vector<int>& local_ranks, const std::vector<int
 void CrossNode::makeNcclIdLocked() {
   // Only for a job that will use it: NCCL's bootstrap root (a thread and a
   // listening socket) waits until the communicator forms, which a job with
-  // a GPU-less node (or an elastic one: host staging) never does.
+  // a GPU-less node never does. An elastic job gets one with each epoch.
+  nccl_id_.clear();
   const bool every_node_nccl = std::all_of(book_.members().begin(), book_.members().end(),
                                            [](const v1::NodeInfo& node) { return node.gpus() > 0 && node.nccl(); });
-  if (!options_.make_nccl_id || options_.elastic || !every_node_nccl) return;
+  if (!options_.make_nccl_id || !every_node_nccl || book_.members().empty()) return;
   auto id = options_.make_nccl_id();
   if (!id.isOk()) {
     GS_LOG(control, warn, "job '{}': no NCCL id for the daemons' GPUs: {}", options_.job_id, id.status().message());
@@ -639,9 +640,24 @@ std::vector<v1::NodeInfo> CrossNode::members(uint64_t* epoch) const {
   return book_.members();
 }
 
-std::string CrossNode::ncclId() const {
+NodeEndpoints::NcclId CrossNode::ncclId() const {
   MutexLock lock(mutex_);
-  return nccl_id_;
+  return {nccl_id_, book_.epoch(), leader_ ? 0 : book_.selfCrossRank()};
+}
+
+Status CrossNode::epochRuns(uint64_t epoch) const {
+  MutexLock lock(mutex_);
+  return epochRunsLocked(epoch);
+}
+
+Status CrossNode::epochRunsLocked(uint64_t epoch) const {
+  if (stopping_) return cancelled("job '" + options_.job_id + "' stopped");
+  if (!transfers_aborted_.empty()) return aborted("job '" + options_.job_id + "': " + transfers_aborted_);
+  if (epoch != book_.epoch()) {
+    return aborted("job '" + options_.job_id + "': the membership changed (epoch " + std::to_string(epoch) +
+                   " is over, the job is at epoch " + std::to_string(book_.epoch()) + ")");
+  }
+  return okStatus();
 }
 
 int CrossNode::selfCrossRank() const {
@@ -785,11 +801,7 @@ Status CrossNode::dataPlane(CrossClock::time_point deadline, uint64_t epoch, std
         stopping_) {
       return deadlineExceeded("job '" + options_.job_id + "': the nodes never formed a ring");
     }
-    if (!transfers_aborted_.empty()) return aborted("job '" + options_.job_id + "': " + transfers_aborted_);
-    if (epoch != book_.epoch()) {
-      return aborted("job '" + options_.job_id + "': the membership changed (epoch " + std::to_string(epoch) +
-                     " is over, the job is at epoch " + std::to_string(book_.epoch()) + ")");
-    }
+    RETURN_IF_ERROR(epochRunsLocked(epoch));
     // Checked and lifted under one lock: an interruption for a later epoch
     // comes after this and ends this collective's waits.
     new_epoch = mesh_.enterEpoch(book_.epoch());

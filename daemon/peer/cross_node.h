@@ -224,10 +224,10 @@ class CrossNode : public NodeEndpoints {
   std::vector<v1::NodeInfo> members() const;
   // The same, with the epoch they belong to.
   std::vector<v1::NodeInfo> members(uint64_t* epoch) const override;
-  // The job's ncclUniqueId (empty: the leader has no NCCL) and this node's
-  // position in the ring; valid once the job formed.
-  std::string ncclId() const override;
-  int selfCrossRank() const override;
+  NcclId ncclId() const override;
+  Status epochRuns(uint64_t epoch) const override;
+  // This node's position in the ring; valid once the job formed.
+  int selfCrossRank() const;
   // Heartbeats (every second) and silence checks: a node not heard from for
   // kSilenceLimit is declared lost. Called from the daemon's housekeeping.
   void tick(CrossClock::time_point now);
@@ -411,7 +411,9 @@ class CrossNode : public NodeEndpoints {
   // ranks (book_'s candidates, by peer address; their stream, once open,
   // gets heartbeats and failures, and the epoch that admits them).
   std::map<std::string, std::shared_ptr<Follower>> candidates_ GS_GUARDED_BY(mutex_);
-  std::string nccl_id_ GS_GUARDED_BY(mutex_);  // set when the job forms (empty: no NCCL at the leader)
+  // The NCCL id of book_'s epoch: made by the leader when the job forms and
+  // with each epoch (empty: no NCCL at the leader or at a node).
+  std::string nccl_id_ GS_GUARDED_BY(mutex_);
   bool stopping_ GS_GUARDED_BY(mutex_) = false;
   bool failure_announced_ GS_GUARDED_BY(mutex_) = false;
   bool node_lost_announced_ GS_GUARDED_BY(mutex_) = false;
@@ -454,6 +456,8 @@ class CrossNode : public NodeEndpoints {
   // node's position in it, the tags re-keyed and endpoints to nodes no
   // longer in the job closed when the epoch is new.
   Status dataPlane(CrossClock::time_point deadline, uint64_t epoch, std::vector<v1::NodeInfo>* members, int* self);
+  // epochRuns, with mutex_ held.
+  Status epochRunsLocked(uint64_t epoch) const GS_REQUIRES(mutex_);
   void sayGoodbye();
   std::atomic<bool> goodbye_{false};
 };

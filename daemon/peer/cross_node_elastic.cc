@@ -11,8 +11,10 @@
 //    every remaining follower is told (NewEpoch) before any batch of the
 //    new epoch. A follower left without ranks whose new ranks wait to join
 //    (reported before its loss) keeps its place: they join in that epoch.
-//    Every node interrupts its transfers of the old epoch; its next ring
-//    re-forms with the new neighbours and epoch-keyed tags.
+//    Every node interrupts its transfers of the old epoch (and its NCCL
+//    calls among the daemons: epochRuns); its next ring re-forms with the
+//    new neighbours and epoch-keyed tags, and its daemons' NCCL
+//    communicator from the epoch's new id (NewEpoch.nccl_unique_id).
 //  - A removed node that speaks again (it was paused, say) is told it is
 //    stale and its job fails there; its abort notices are refused by the
 //    others (acceptAbort), and its data-plane messages carry the old
@@ -132,6 +134,14 @@ StatusOr<CrossNode::EpochPlan> CrossNode::planEpochLocked(StatusOr<v1::NewEpoch>
   EpochPlan plan;
   plan.change = std::move(decided).value();
   endOldEpochTransfersLocked();
+  // The daemons' NCCL communicator of the new epoch forms from a new id
+  // (none while the job waits below its minimum: it runs nothing).
+  if (plan.change.below_minimum()) {
+    nccl_id_.clear();
+  } else {
+    makeNcclIdLocked();
+  }
+  plan.change.set_nccl_unique_id(nccl_id_);
   std::map<int, std::shared_ptr<Follower>> followers;
   for (auto& [cross_rank, f] : followers_) {
     const v1::NodeInfo* member = book_.member(f->node.peer_address());
@@ -198,6 +208,7 @@ void CrossNode::applyNewEpoch(const v1::NewEpoch& change) {
         break;
       case membership::EpochBook::Applied::kApplied:
         codec_.clear();  // as the leader did before it sent the change
+        nccl_id_ = change.nccl_unique_id();
         endOldEpochTransfersLocked();
         break;
     }

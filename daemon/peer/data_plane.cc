@@ -56,8 +56,8 @@ bool measuresLinks(const std::vector<v1::NodeInfo>& members) {
   return members.size() >= 2;
 }
 
-PeerDataPlane::PeerDataPlane(NodeEndpoints* endpoints, CrossClock::duration transfer_timeout, bool elastic, Hooks hooks)
-    : endpoints_(endpoints), transfer_timeout_(transfer_timeout), elastic_(elastic), hooks_(std::move(hooks)) {}
+PeerDataPlane::PeerDataPlane(NodeEndpoints* endpoints, CrossClock::duration transfer_timeout, Hooks hooks)
+    : endpoints_(endpoints), transfer_timeout_(transfer_timeout), hooks_(std::move(hooks)) {}
 
 void PeerDataPlane::beginBatch(uint64_t sequence, uint64_t epoch) {
   // Each collective among the daemons (a fused response may run several)
@@ -187,17 +187,19 @@ Status PeerDataPlane::alltoall(const executor::NodeSet& nodes, const uint8_t* se
 
 executor::DataPlane::NcclPeers PeerDataPlane::ncclPeers() const {
   NcclPeers peers;
-  if (elastic_) return peers;  // host staging: the communicator would change with every epoch
-  uint64_t epoch = 0;
-  const auto members = endpoints_->members(&epoch);
-  for (const auto& node : members) {
+  const NodeEndpoints::NcclId nccl = endpoints_->ncclId();
+  // The batch's epoch only: one that is over has no communicator (its
+  // batch fails at its first step among the daemons).
+  if (nccl.epoch != epoch_ || members_epoch_ != epoch_) return peers;
+  for (const auto& node : members_) {
     // A node without GPU, or one that cannot join NCCL: every node stages
     // through host memory (all of them see the same membership).
     if (node.gpus() == 0 || !node.nccl()) return peers;
   }
-  peers.id = endpoints_->ncclId();
-  peers.rank = endpoints_->selfCrossRank();
-  peers.nranks = static_cast<int>(members.size());
+  peers.id = nccl.id;
+  peers.rank = nccl.self;
+  peers.nranks = static_cast<int>(members_.size());
+  peers.epoch = epoch_;
   return peers;
 }
 

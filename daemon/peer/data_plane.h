@@ -44,9 +44,8 @@ class PeerDataPlane : public executor::DataPlane {
     // The links among `nodes` nodes were measured (optional).
     std::function<void(size_t nodes, const collective::LinkCost& cost)> measured;
   };
-  // `endpoints` outlives this. `elastic`: no NCCL among the daemons (their
-  // communicator would have to change with every epoch).
-  PeerDataPlane(NodeEndpoints* endpoints, CrossClock::duration transfer_timeout, bool elastic, Hooks hooks);
+  // `endpoints` outlives this.
+  PeerDataPlane(NodeEndpoints* endpoints, CrossClock::duration transfer_timeout, Hooks hooks);
 
   // Executor thread, before each batch: the batch runs in `epoch` (among
   // that epoch's nodes), the tags of its steps follow `sequence` << 20.
@@ -76,6 +75,7 @@ class PeerDataPlane : public executor::DataPlane {
   Status reduceScatter(const executor::NodeSet& nodes, const void* input, void* data, DataType dtype, ReduceOp op,
                        const std::vector<std::vector<collective::ElementRange>>& owned) override;
   NcclPeers ncclPeers() const override;
+  Status batchRuns() const override { return endpoints_->epochRuns(epoch_); }
 
  private:
   // Runs `step` (a Status()) as phase `phase`, timed; a failure goes
@@ -98,7 +98,6 @@ class PeerDataPlane : public executor::DataPlane {
 
   NodeEndpoints* const endpoints_;
   const CrossClock::duration transfer_timeout_;
-  const bool elastic_;
   const Hooks hooks_;
   // The executor thread's: the batch's epoch and nodes, the last tag used,
   // the scratch memory of the ring and the direct exchange.

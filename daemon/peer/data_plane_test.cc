@@ -63,8 +63,8 @@ class FakeEndpoints : public NodeEndpoints {
     }
     return nodes;
   }
-  std::string ncclId() const override { return ""; }
-  int selfCrossRank() const override { return self_; }
+  NcclId ncclId() const override { return {"", 1, self_}; }
+  Status epochRuns(uint64_t) const override { return okStatus(); }
 
   std::vector<uint64_t> rings, meshes;  // the tags asked for
 
@@ -96,7 +96,7 @@ std::vector<Daemon> makeDaemons(std::vector<MeshNode>& mesh, std::chrono::millis
       return aborted("the job's cause (then " + status.message() + ")");
     };
     hooks.measured = [&d](size_t, const collective::LinkCost& cost) { d.measured.push_back(cost); };
-    d.plane = std::make_unique<PeerDataPlane>(d.endpoints.get(), timeout, /*elastic=*/false, std::move(hooks));
+    d.plane = std::make_unique<PeerDataPlane>(d.endpoints.get(), timeout, std::move(hooks));
     d.plane->beginBatch(/*sequence=*/7, /*epoch=*/1);
   }
   return daemons;

@@ -33,10 +33,19 @@ class NodeEndpoints {
                                                                 uint64_t epoch, const std::vector<int>& nodes) = 0;
   // The job's nodes, with the epoch they belong to.
   virtual std::vector<v1::NodeInfo> members(uint64_t* epoch) const = 0;
-  // The job's ncclUniqueId (empty: the leader has no NCCL) and this node's
-  // position in the ring; valid once the job formed.
-  virtual std::string ncclId() const = 0;
-  virtual int selfCrossRank() const = 0;
+  // The id the daemons' NCCL communicator of `epoch` forms from (the
+  // leader makes one with each epoch; empty: the leader has no NCCL, or a
+  // node lacks it) and this node's position in the ring in that epoch.
+  struct NcclId {
+    std::string id;
+    uint64_t epoch = 0;
+    int self = -1;
+  };
+  virtual NcclId ncclId() const = 0;
+  // OK while collectives of `epoch` may still run; ABORTED once the job
+  // moved past it or failed, CANCELLED once it stopped. Cheap: asked often
+  // while a collective waits in NCCL.
+  virtual Status epochRuns(uint64_t epoch) const = 0;
 };
 
 }  // namespace gradsync::peer

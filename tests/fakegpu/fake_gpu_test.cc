@@ -552,7 +552,7 @@ TEST(FakeGpusLeadTest, TheDaemonsCommunicatorsGpuLeadsWhereverItFormed) {
   std::string report;
   EXPECT_TRUE(allSucceed(ranks, kTimeout, &report)) << report << pair.logs();
   for (auto& d : pair.daemons) {
-    const std::regex formed("NCCL communicator among 2 daemons formed \\(this node rank [01], GPU 1\\)");
+    const std::regex formed("NCCL communicator among 2 daemons formed \\(this node rank [01], GPU 1; epoch 1\\)");
     EXPECT_TRUE(std::regex_search(d->log(), formed)) << d->log();
     EXPECT_EQ(d->stop(), 0) << d->log();
   }
@@ -603,13 +603,41 @@ INSTANTIATE_TEST_SUITE_P(GpusAndNccl, FakeGpusAcrossDaemonsTest,
                            return std::to_string(info.param.gpus) + "Gpus" + (info.param.nccl ? "Nccl" : "Staging");
                          });
 
-// Elastic jobs of CUDA tensors across daemons (through host memory: NCCL
-// among the daemons is not used for elastic jobs). Rank 2 dies (SIGKILL)
-// while CUDA allreduces run; the survivors rejoin at size 2 and go on.
+long long unixMsNow() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// The Unix milliseconds a rank printed with "RECOVERED epoch E at MS" (0:
+// none).
+long long recoveredAt(const std::string& log) {
+  std::smatch m;
+  return std::regex_search(log, m, std::regex("RECOVERED epoch [0-9]+ at ([0-9]+)")) ? std::stoll(m[1].str()) : 0;
+}
+
+// Each daemon formed the communicator among the daemons in epoch 1 and
+// again in a later one, and ran allreduces over them; then stops cleanly.
+void expectCommunicatorsPerEpoch(DaemonPair& pair) {
+  for (auto& d : pair.daemons) {
+    const std::string log = d->log();
+    EXPECT_TRUE(std::regex_search(log, std::regex("NCCL communicator among 2 daemons formed .*; epoch 1\\)"))) << log;
+    EXPECT_TRUE(std::regex_search(log, std::regex("NCCL communicator among 2 daemons formed .*; epoch [2-9]\\)")))
+        << log;
+    EXPECT_NE(log.find("of 2: allreduce"), std::string::npos) << log;
+    EXPECT_EQ(d->stop(), 0) << d->log();
+  }
+}
+
+// Elastic jobs of CUDA tensors across daemons: NCCL among the daemons,
+// with a communicator per epoch (a new id from the leader with each). Rank
+// 2 dies (SIGKILL) while CUDA allreduces run; the survivors rejoin at size
+// 2 and go on, over the communicator of epoch 2 (each step's sum checked).
 TEST(FakeGpuElasticTest, ARankKilledTheSurvivorsGoOnWithCudaTensors) {
+  auto env = fakeNccl();
+  env["GRADSYNC_FAKE_NCCL_VERBOSE"] = "2";
   DaemonPair pair;
   std::string error;
-  ASSERT_TRUE(pair.start("auto", {fakeNccl(), fakeNccl()}, &error)) << error;
+  ASSERT_TRUE(pair.start("auto", {env, env}, &error)) << error;
   std::vector<Process> ranks = pair.spawn("elastic", {"elastic_cuda_loop", "1", "10", "0", "plain", "2"}, {0, 1, 1},
                                           {{"GRADSYNC_ELASTIC", "1"}, {"GRADSYNC_MIN_SIZE", "2"}});
   ASSERT_TRUE(allSay(ranks, "LOOPING")) << pair.logs();
@@ -618,10 +646,49 @@ TEST(FakeGpuElasticTest, ARankKilledTheSurvivorsGoOnWithCudaTensors) {
     EXPECT_EQ(ranks[r].wait(kTimeout), 0) << "rank " << r << ":\n" << ranks[r].log() << pair.logs();
     EXPECT_NE(ranks[r].log().find("RECOVERED epoch 2"), std::string::npos) << ranks[r].log();
   }
-  for (auto& d : pair.daemons) {
-    EXPECT_EQ(d->log().find("NCCL communicator among"), std::string::npos) << d->log();
-    EXPECT_EQ(d->stop(), 0) << d->log();
+  expectCommunicatorsPerEpoch(pair);
+}
+
+// The daemons wait in NCCL when the epoch ends: the follower's fifth NCCL
+// call stalls (as a kernel whose peer never comes), so both daemons wait in
+// the same allreduce; then rank 2 dies. The new epoch ends both waits at
+// once (the communicator aborted), far sooner than the 10 s limit of an NCCL
+// call, and the survivors go on over the next epoch's communicator.
+TEST(FakeGpuElasticTest, ANewEpochEndsAWaitInNccl) {
+  auto env = fakeNccl();
+  env["GRADSYNC_FAKE_NCCL_VERBOSE"] = "2";
+  auto stalling = env;
+  stalling["GRADSYNC_FAKE_NCCL_STALL_AT"] = "5";
+  DaemonPair pair;
+  std::string error;
+  ASSERT_TRUE(pair.start("auto", {env, stalling}, &error)) << error;
+  std::vector<Process> ranks = pair.spawn("elastic", {"elastic_cuda_loop", "1", "10", "0", "plain", "2"}, {0, 1, 1},
+                                          {{"GRADSYNC_ELASTIC", "1"}, {"GRADSYNC_MIN_SIZE", "2"}});
+  ASSERT_TRUE(waitFor([&] { return pair.daemons[1]->log().find("stalls until aborted") != std::string::npos; },
+                      std::chrono::seconds(30)))
+      << pair.logs();
+  const long long killed_at = unixMsNow();
+  ranks[2].kill(SIGKILL);
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(ranks[r].wait(kTimeout), 0) << "rank " << r << ":\n" << ranks[r].log() << pair.logs();
+    const std::string log = ranks[r].log();
+    EXPECT_NE(log.find("RECOVERED epoch 2"), std::string::npos) << log;
+    EXPECT_LT(recoveredAt(log) - killed_at, 5000) << log << pair.logs();
   }
+  // Each daemon's allreduce in flight ended: the first to see the new epoch
+  // aborted its communicator naming the cause, which ended the other's wait
+  // too if it had not seen the epoch yet.
+  int interrupted = 0;
+  for (auto& d : pair.daemons) {
+    const std::string log = d->log();
+    EXPECT_NE(log.find("NCCL among the daemons failed in epoch 1 (ncclAllReduce among the daemons"), std::string::npos)
+        << log;
+    interrupted += log.find(
+                       "job 'elastic': the membership changed (epoch 1 is over, the job is at epoch 2); the "
+                       "communicator was aborted") != std::string::npos;
+  }
+  EXPECT_GE(interrupted, 1) << pair.logs();
+  expectCommunicatorsPerEpoch(pair);
 }
 
 // An NCCL failure on one node (asynchronous, as a network error): every rank

@@ -9,14 +9,21 @@
 // collective posts this rank's contribution, waits until every rank posted
 // the same sequence, computes its own result from all areas with the CPU
 // kernels, and marks it done; the next one waits until every rank is done
-// with the last before overwriting its area. Calls run at once (the stream
-// is ignored) or, between ncclGroupStart and ncclGroupEnd, at the end: the
-// k-th call of each communicator together, so that one process may hold
-// several ranks. Every wait is bounded; an abort or an injected failure
-// marks the communicator failed, which every rank's wait sees at once.
+// with the last before overwriting its area. A call (or, between
+// ncclGroupStart and ncclGroupEnd, the group: the k-th call of each
+// communicator together, so that one process may hold several ranks) runs
+// on a thread of its own, as NCCL's kernels run on their stream: the call
+// returns at once, and ncclCommGetAsyncError says ncclInProgress until it
+// ends (the stream is ignored). The next call on a communicator waits for
+// the last. Every wait is bounded; an injected failure marks the
+// communicator failed, which every rank's wait sees at once; an abort ends
+// the waits on that rank (and its own), and waits for its call in flight
+// to end, as a destroy does.
 //
 // Environment: GRADSYNC_FAKE_NCCL_FAIL_AT=N fails this process's N-th
 // collective (an asynchronous error, as NCCL reports a network failure);
+// GRADSYNC_FAKE_NCCL_STALL_AT=N stalls it (as a kernel whose peer never
+// comes) until the communicator is aborted or the limit passes;
 // GRADSYNC_FAKE_NCCL_TIMEOUT_MS bounds each wait (default 30000);
 // GRADSYNC_FAKE_NCCL_SLOT_BYTES is the most one rank contributes to one
 // call (default 16 MiB); GRADSYNC_FAKE_NCCL_VERBOSE prints a line on stderr
@@ -40,12 +47,18 @@
 #include <cstring>
 #include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "daemon/collective/reduce/cpu_reduce.h"
+
+// A call or group running on its thread.
+struct FakeNcclLaunch {
+  std::atomic<bool> done{false};
+};
 
 struct ncclComm {
   std::string path;
@@ -54,11 +67,12 @@ struct ncclComm {
   uint8_t* region = nullptr;
   size_t region_bytes = 0;
   uint64_t seq = 0;
-  ncclResult_t error = ncclSuccess;
-  std::string last_error;
+  std::atomic<ncclResult_t> error{ncclSuccess};
+  std::string last_error;  // written before `error`
   bool detached = false;
   std::vector<uint64_t> sent, received;  // messages, by peer
   uint64_t splits = 0;
+  std::shared_ptr<FakeNcclLaunch> running;  // the last call issued (the issuing thread's)
 };
 
 namespace {
@@ -80,6 +94,7 @@ struct Slot {
   std::atomic<uint64_t> posted;
   std::atomic<uint64_t> done;
   uint64_t bytes;
+  std::atomic<uint32_t> aborted;  // a rank's slot: it aborted
 };
 static_assert(sizeof(Header) <= kHeaderBytes && sizeof(Slot) <= kSlotBytes, "layout");
 
@@ -185,25 +200,40 @@ struct Call {
   ReduceOp op;
   int root;
   std::vector<Part> sends = {}, recvs = {};  // kExchange
+  int stall = 0;                             // GRADSYNC_FAKE_NCCL_STALL_AT's call number, or 0
 };
 
 ncclResult_t fail(ncclComm* c, ncclResult_t error, const std::string& why) {
-  c->error = error;
   c->last_error = why;
+  c->error = error;
   header(c)->failed.store(1);
   return error;
 }
 
-// Waits until `reached()`: false once another rank failed (what it did
-// before failing still counts: a rank that leaves after the last call does
-// not fail the others' reading of it) or past the limit.
-bool waitUntil(ncclComm* c, const std::function<bool()>& reached, const std::string& what) {
+// Whether a wait of `c` on rank `peer` (-1: on every rank) cannot end: a
+// rank failed, this rank or the one waited on aborted (as with NCCL, a rank
+// that aborts fails the calls that wait on it, not those of other ranks).
+bool doomed(ncclComm* c, int peer) {
+  if (header(c)->failed.load() != 0 || slot(c, c->rank)->aborted.load() != 0) return true;
+  for (int r = peer < 0 ? 0 : peer; r < (peer < 0 ? c->nranks : peer + 1); ++r) {
+    if (slot(c, r)->aborted.load() != 0) return true;
+  }
+  return false;
+}
+
+// Waits until `reached()` (on rank `peer`; -1: every rank): false once it
+// is doomed and still not reached (what a rank did before it failed still
+// counts: a rank that leaves after the last call does not fail the others'
+// reading of it) or past the limit.
+bool waitUntil(ncclComm* c, const std::function<bool()>& reached, const std::string& what, int peer = -1) {
   const auto limit = std::chrono::milliseconds(envNumber("GRADSYNC_FAKE_NCCL_TIMEOUT_MS", 30000));
   const auto deadline = std::chrono::steady_clock::now() + limit;
   for (int spins = 0; !reached(); ++spins) {
-    if (header(c)->failed.load() != 0) {
-      c->error = ncclRemoteError;
-      c->last_error = "fake NCCL: another rank failed or aborted (" + what + ")";
+    if (doomed(c, peer) && !reached()) {
+      if (c->error == ncclSuccess) {
+        c->last_error = "fake NCCL: another rank failed or aborted (" + what + ")";
+        c->error = ncclRemoteError;
+      }
       return false;
     }
     if (std::chrono::steady_clock::now() > deadline) {
@@ -232,10 +262,10 @@ bool waitAll(ncclComm* c, uint64_t seq, bool posted, const char* what) {
       what);
 }
 
-// Waits until `counter` reaches `value`.
-bool waitFor(ncclComm* c, const std::atomic<uint64_t>& counter, uint64_t value, const std::string& what) {
+// Waits until `counter` (of a mailbox with `peer`) reaches `value`.
+bool waitFor(ncclComm* c, const std::atomic<uint64_t>& counter, uint64_t value, const std::string& what, int peer) {
   return waitUntil(
-      c, [&] { return counter.load() >= value; }, what);
+      c, [&] { return counter.load() >= value; }, what, peer);
 }
 
 // An exchange's sends: one message to each peer with any, once the peer
@@ -253,8 +283,8 @@ bool postSends(Call& k) {
       return false;
     }
     Slot* box = mailbox(c, c->rank, peer);
-    if (!waitFor(c, box->done, c->sent[peer],
-                 "a send waiting for rank " + std::to_string(peer) + " to take the last")) {
+    if (!waitFor(c, box->done, c->sent[peer], "a send waiting for rank " + std::to_string(peer) + " to take the last",
+                 peer)) {
       return false;
     }
     uint8_t* at = message(box);
@@ -280,7 +310,7 @@ bool takeReceives(Call& k) {
     if (bytes == 0) continue;
     Slot* box = mailbox(c, peer, c->rank);
     const uint64_t expected = c->received[peer] + 1;
-    if (!waitFor(c, box->posted, expected, "a receive waiting for rank " + std::to_string(peer))) return false;
+    if (!waitFor(c, box->posted, expected, "a receive waiting for rank " + std::to_string(peer), peer)) return false;
     if (box->bytes != bytes) {
       fail(c, ncclInvalidUsage,
            "fake NCCL: rank " + std::to_string(c->rank) + " receives " + std::to_string(bytes) + " bytes from rank " +
@@ -418,6 +448,14 @@ void runGroup(std::vector<Call>& group) {
       std::fprintf(stderr, "fake NCCL: rank %d of %d: %s\n", k.comm->rank, k.comm->nranks, kindName(k.kind));
     }
   }
+  for (const auto& k : calls) {
+    if (k.stall == 0) continue;
+    std::fprintf(stderr, "fake NCCL: rank %d of %d: call %d stalls until aborted\n", k.comm->rank, k.comm->nranks,
+                 k.stall);
+    waitUntil(
+        k.comm, [] { return false; }, "a stalled call (GRADSYNC_FAKE_NCCL_STALL_AT)");
+    return;
+  }
   std::map<ncclComm*, int> seen;
   std::vector<std::vector<Call*>> waves;
   for (auto& k : calls) {
@@ -431,24 +469,45 @@ void runGroup(std::vector<Call>& group) {
   }
 }
 
-ncclResult_t issue(const Call& call) {
+// Waits until the call in flight on `c` (if any) ended: bounded, as its
+// waits are.
+void settle(ncclComm* c) {
+  while (c->running != nullptr && !c->running->done.load()) std::this_thread::sleep_for(std::chrono::microseconds(50));
+}
+
+// Runs `calls` on a thread of their own, once those in flight on their
+// communicators ended.
+void launch(std::vector<Call> calls) {
+  if (calls.empty()) return;
+  for (const auto& k : calls) settle(k.comm);
+  auto started = std::make_shared<FakeNcclLaunch>();
+  for (const auto& k : calls) k.comm->running = started;
+  std::thread([calls = std::move(calls), started]() mutable {
+    runGroup(calls);
+    started->done.store(true);
+  }).detach();
+}
+
+ncclResult_t issue(Call call) {
   ncclComm* c = call.comm;
   if (c == nullptr) return ncclInvalidArgument;
   if (c->detached) return ncclInvalidUsage;
   {
     std::lock_guard<std::mutex> lock(g_mutex);
-    const size_t fail_at = envNumber("GRADSYNC_FAKE_NCCL_FAIL_AT", 0);
-    if (fail_at != 0 && static_cast<size_t>(++g_calls) == fail_at) {
-      fail(c, ncclSystemError, "fake NCCL: injected failure of call " + std::to_string(fail_at));
+    const int number = ++g_calls;
+    if (envNumber("GRADSYNC_FAKE_NCCL_FAIL_AT", 0) == static_cast<size_t>(number)) {
+      fail(c, ncclSystemError, "fake NCCL: injected failure of call " + std::to_string(number));
       return ncclSuccess;  // asynchronous, as a network error is
     }
+    if (envNumber("GRADSYNC_FAKE_NCCL_STALL_AT", 0) == static_cast<size_t>(number)) call.stall = number;
   }
   if (t_group_depth > 0) {
-    t_group.push_back(call);
+    t_group.push_back(std::move(call));
     return ncclSuccess;
   }
-  std::vector<Call> one = {call};
-  runGroup(one);
+  std::vector<Call> one;
+  one.push_back(std::move(call));
+  launch(std::move(one));
   return ncclSuccess;  // errors are asynchronous: ncclCommGetAsyncError
 }
 
@@ -551,6 +610,7 @@ ncclResult_t ncclCommInitRankConfig(ncclComm_t* out, int nranks, ncclUniqueId id
 ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* out, ncclConfig_t*) {
   if (comm == nullptr || out == nullptr || comm->detached) return ncclInvalidArgument;
   *out = nullptr;
+  settle(comm);  // the split runs here, after the parent's calls
   // Every rank's (color, key) through an allgather of the parent.
   std::vector<int32_t> mine = {color, key}, all(2 * static_cast<size_t>(comm->nranks));
   std::vector<Call> gather = {Call{Kind::kAllGather, comm, mine.data(), all.data(), 2, v1::INT32, 4, v1::SUM, 0}};
@@ -583,12 +643,15 @@ ncclResult_t ncclCommUserRank(const ncclComm_t comm, int* rank) {
 ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* state) {
   if (comm == nullptr) return ncclInvalidArgument;
   *state = comm->error;
+  if (*state == ncclSuccess && comm->running != nullptr && !comm->running->done.load()) *state = ncclInProgress;
   return ncclSuccess;
 }
 
 ncclResult_t ncclCommAbort(ncclComm_t comm) {
   if (comm == nullptr) return ncclSuccess;
-  if (comm->region != nullptr) header(comm)->failed.store(1);  // the other ranks' waits end now
+  // The waits on this rank end now, and its own.
+  if (comm->region != nullptr) slot(comm, comm->rank)->aborted.store(1);
+  settle(comm);
   detach(comm);
   delete comm;
   return ncclSuccess;
@@ -598,6 +661,7 @@ ncclResult_t ncclCommFinalize(ncclComm_t) { return ncclSuccess; }
 
 ncclResult_t ncclCommDestroy(ncclComm_t comm) {
   if (comm == nullptr) return ncclSuccess;
+  settle(comm);
   detach(comm);
   delete comm;
   return ncclSuccess;
@@ -613,7 +677,7 @@ ncclResult_t ncclGroupEnd() {
   if (--t_group_depth > 0) return ncclSuccess;
   std::vector<Call> calls;
   calls.swap(t_group);
-  runGroup(calls);
+  launch(std::move(calls));
   return ncclSuccess;
 }
 

@@ -138,6 +138,22 @@ TEST(FakeNccl, SplitsACommunicatorForSomeRanks) {
   for (int r = 0; r < kRanks; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
 }
 
+// Polls `comms` until their calls in flight ended (the stand-in runs each
+// group on a thread of its own, as NCCL runs kernels on their stream);
+// whether all ended well.
+bool settled(const NcclApi& api, const std::vector<ncclComm_t>& comms) {
+  const auto deadline = std::chrono::steady_clock::now() + kLimit;
+  for (ncclComm_t comm : comms) {
+    ncclResult_t state = ncclInProgress;
+    while (api.commGetAsyncError(comm, &state) == ncclSuccess && state == ncclInProgress &&
+           std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
+    if (state != ncclSuccess) return false;
+  }
+  return true;
+}
+
 // One thread holds two ranks: their calls go in one group (NCCL's way for a
 // process driving several GPUs), the k-th call of each rank together.
 TEST(FakeNccl, OneThreadHoldsSeveralRanksThroughGroupedCalls) {
@@ -158,6 +174,7 @@ TEST(FakeNccl, OneThreadHoldsSeveralRanksThroughGroupedCalls) {
   ASSERT_EQ(api.allReduce(b.data(), b.data(), 2, ncclFloat64, ncclSum, comms[1], nullptr), ncclSuccess);
   ASSERT_EQ(api.allReduce(d.data(), d.data(), 2, ncclFloat64, ncclAvg, comms[1], nullptr), ncclSuccess);
   ASSERT_EQ(api.groupEnd(), ncclSuccess);
+  ASSERT_TRUE(settled(api, {comms[0], comms[1]}));
   EXPECT_EQ(a, (std::vector<double>{11, 22}));
   EXPECT_EQ(b, (std::vector<double>{11, 22}));
   EXPECT_EQ(c, (std::vector<double>{6, 7}));
@@ -173,6 +190,7 @@ TEST(FakeNccl, OneThreadHoldsSeveralRanksThroughGroupedCalls) {
   ASSERT_EQ(api.reduceScatter(rows.data(), part[0].data(), 2, ncclFloat64, ncclSum, comms[0], nullptr), ncclSuccess);
   ASSERT_EQ(api.reduceScatter(rows1.data(), part[1].data(), 2, ncclFloat64, ncclSum, comms[1], nullptr), ncclSuccess);
   ASSERT_EQ(api.groupEnd(), ncclSuccess);
+  ASSERT_TRUE(settled(api, {comms[0], comms[1]}));
   for (int r = 0; r < 2; ++r) EXPECT_EQ(gathered_by[r], (std::vector<double>{1, 2, 3, 4}));
   EXPECT_EQ(part[0], (std::vector<double>{11, 22}));
   EXPECT_EQ(part[1], (std::vector<double>{33, 44}));
@@ -222,6 +240,34 @@ TEST(FakeNccl, AnAbortedRankFailsTheOthersPromptly) {
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
   EXPECT_THAT(s.message(), HasSubstr("ncclAllReduce among the daemons"));
   EXPECT_THAT(s.message(), HasSubstr("another rank failed or aborted"));
+  EXPECT_TRUE(comms[0]->aborted());
+}
+
+// A wait whose peer never comes ends once its interruption says so (an
+// elastic job's epoch ended): the communicator is aborted and the error is
+// the interruption's, long before the limit.
+TEST(FakeNccl, AnInterruptedWaitEndsAtOnceWithItsCause) {
+  auto nccl = load();
+  ASSERT_NE(nccl, nullptr);
+  auto id = nccl->uniqueId();
+  ASSERT_TRUE(id.isOk());
+  FakeDeviceOps ops;
+  std::unique_ptr<NcclComm> comms[2];
+  for (int r = 0; r < 2; ++r) {
+    auto comm = NcclComm::create(*nccl, &ops, *id, 2, r, {0}, "among the daemons", kLimit);
+    ASSERT_TRUE(comm.isOk());
+    comms[r] = std::move(comm).value();
+  }
+  const auto start = std::chrono::steady_clock::now();
+  const WaitLimit limit(kLimit, [&] {
+    return std::chrono::steady_clock::now() - start > std::chrono::milliseconds(200) ? aborted("epoch 1 is over")
+                                                                                     : okStatus();
+  });
+  std::vector<float> x(4, 1.0f);
+  Status s = comms[0]->allReduce({x.data()}, x.size(), v1::FLOAT32, v1::SUM, {nullptr}, limit);  // rank 1 never comes
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
+  EXPECT_EQ(s.code(), StatusCode::kAborted) << s.toString();
+  EXPECT_THAT(s.message(), HasSubstr("ncclAllReduce among the daemons: epoch 1 is over; the communicator was aborted"));
   EXPECT_TRUE(comms[0]->aborted());
 }
 
