@@ -245,6 +245,12 @@ class Job {
   // fusion threshold of now: `fusion_threshold_bytes`, the leader's, or 0
   // for this daemon's.
   void beginBatchLocked(uint64_t fusion_threshold_bytes = 0) GS_REQUIRES(mutex_);
+  // Follower: the requests of a batch of the leader's that starts leave
+  // forwarded_. From now on only the batch's completion answers them: a
+  // membership change or failure meanwhile must not tell a rank its
+  // operation ended (and its buffer is free) while the executor may still
+  // write it.
+  void startForwardedLocked(const std::vector<coordinator::Response>& responses) GS_REQUIRES(mutex_);
   // The cached steady state across daemons (job_steady_state.cc). The
   // executor thread's rounds with the other daemons, until the job fails
   // or stops (or at once when a daemon does not offer them).

@@ -50,6 +50,7 @@ std::optional<BatchQueue::Batch> Job::nextBatchLocked(MutexLock& lock) {
   }
   BatchQueue::Batch next = queue_.next(/*lead=*/cross_ != nullptr);
   beginBatchLocked(next.fusion_threshold_bytes);
+  startForwardedLocked(next.responses);
   if (next.lead) markAdmissionLocked(&next.responses);
   return next;
 }
@@ -83,6 +84,15 @@ void Job::beginBatchLocked(uint64_t fusion_threshold_bytes) {
   batch_.sessions = ranks_.byRank();
   batch_.epoch = epochs_.current();
   if (cross_) batch_.local_ranks = ranks_.registered();  // one node: every rank is local
+}
+
+void Job::startForwardedLocked(const std::vector<coordinator::Response>& responses) {
+  if (forwarded_.empty()) return;
+  for (const auto& response : responses) {
+    for (const auto& request : response.requests) {
+      if (request) forwarded_.erase(std::make_pair(request->rank, request->handle));
+    }
+  }
 }
 
 void Job::runBatch(std::vector<coordinator::Response> batch, uint64_t sequence) {
