@@ -4,7 +4,8 @@
 # .gpu_bundle/ carried along (made here by scripts/gpu_bundle.sh):
 #
 #   scripts/gpu_check.sh tests    facts, gradsyncctl status, the CUDA pytest suite with 2 and 4 ranks on one
-#                                 GPU, the kill check, the torch.distributed backend on CUDA       (~3 min)
+#                                 GPU, the kill check, the torch.distributed backend on CUDA, two daemons
+#                                 (staging, NCCL, an elastic job over NCCL losing a rank)          (~4 min)
 #   scripts/gpu_check.sh bench    the reduction kernel alone against a device copy (local_reduce_bench),
 #                                 gradsync_bench --device cuda (sweep, ResNet-50 gradient set) with 1, 2, 4 ranks,
 #                                 then the PyTorch bench with the references (D2D copy, NCCL 1 rank)  (~4 min)
@@ -193,6 +194,15 @@ case $stage in
     step "two daemons on one GPU, NCCL between them$where" \
       env NCCL_MULTI_RANK_GPU_ENABLE=1 TWO_DAEMONS_TIMEOUT=150 timeout 200 $python client/python/tests_gpu/two_daemons_check.py \
       "$tools/gradsyncd" "$tools/gradsyncctl" "$workdir" "$mode"
+    # An elastic job over NCCL among the daemons: a rank killed, a new
+    # communicator in the next epoch (needs the bundle's NCCL 2.30).
+    if [[ -f $bundle/nccl/libnccl.so.2 ]]; then
+      step "elastic job across two daemons on one GPU, NCCL between them, a rank killed" \
+        env NCCL_MULTI_RANK_GPU_ENABLE=1 timeout 200 $python client/python/tests_gpu/elastic_nccl_check.py \
+        "$tools/gradsyncd" "$tools/gradsyncctl" "$workdir" cuda
+    else
+      echo "=== elastic job across two daemons over NCCL: skipped (no NCCL 2.30 in the bundle)"
+    fi
     step "gradsyncctl jobs" "$tools/gradsyncctl" --socket "$socket" jobs
     ;;
   bench)

@@ -11,6 +11,8 @@ survivors then commit until the job is back at n ranks (gradsyncrun starts a
 replacement that joins at a commit) before going on. Each rank writes the sample
 indices of every committed step to $GRADSYNC_TEST_OUT/samples.<pid>, and
 at the end its weights and epoch to $GRADSYNC_TEST_OUT/result.<rank>.
+GRADSYNC_TEST_DEVICE=cuda puts the model and every tensor on the GPU
+(client/python/tests_gpu/elastic_nccl_check.py).
 """
 import json
 import os
@@ -26,11 +28,12 @@ VICTIM = int(os.environ.get("GRADSYNC_TEST_VICTIM", "-1"))
 WAIT_FOR = int(os.environ.get("GRADSYNC_TEST_WAIT_FOR", "0"))
 DIM = 8
 BATCH = 2
+DEVICE = os.environ.get("GRADSYNC_TEST_DEVICE", "cpu")
 
 hvd.init()
 FIRST_RANK = hvd.rank()  # the victim is named by its rank at the start (a replacement is not it)
 REPLACEMENT = bool(os.environ.get("GRADSYNC_ELASTIC_JOIN"))
-model = torch.nn.Linear(DIM, 1, bias=False).double()
+model = torch.nn.Linear(DIM, 1, bias=False).double().to(DEVICE)
 with torch.no_grad():
     model.weight.fill_(1.0)
 optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=1.0),
@@ -55,12 +58,12 @@ def train(state):
                 time.sleep(0.05)
             batch = indices[start:start + BATCH]
             if state.step == 5 and FIRST_RANK == VICTIM and not REPLACEMENT:
-                hvd.allreduce_async(torch.ones(4 << 20), name="big.%d" % state.step)
+                hvd.allreduce_async(torch.ones(4 << 20, device=DEVICE), name="big.%d" % state.step)
                 os.kill(os.getpid(), signal.SIGKILL)
             if state.step == 5:
-                hvd.synchronize(hvd.allreduce_async(torch.ones(4 << 20), name="big.%d" % state.step))
+                hvd.synchronize(hvd.allreduce_async(torch.ones(4 << 20, device=DEVICE), name="big.%d" % state.step))
             optimizer.zero_grad()
-            x = torch.full((1, DIM), (state.step + 1) * (hvd.rank() + 1) / 4.0, dtype=torch.float64)
+            x = torch.full((1, DIM), (state.step + 1) * (hvd.rank() + 1) / 4.0, dtype=torch.float64, device=DEVICE)
             model(x).sum().backward()
             optimizer.step()
             state.sampler.record_batch(start // BATCH, BATCH)
@@ -79,6 +82,6 @@ state = hvd.elastic.TorchState(model, optimizer, sampler=sampler, epoch=0, step=
 state.register_reset_callbacks([lambda: resets.append(hvd.size())])
 train(state)
 with open(os.path.join(OUT, "result.%d" % hvd.rank()), "w") as f:
-    json.dump({"weights": [w.hex() for w in model.weight.detach().view(-1).tolist()], "epoch": hvd.elastic.epoch(),
+    json.dump({"weights": [w.hex() for w in model.weight.detach().cpu().view(-1).tolist()], "epoch": hvd.elastic.epoch(),
                "size": hvd.size(), "steps": state.step, "resets": resets}, f)
 hvd.shutdown()
