@@ -10,6 +10,7 @@
 #include "daemon/executor/executor_util.h"
 #include "daemon/executor/gpu_executor.h"
 #include "daemon/executor/gpu_executor_util.h"
+#include "daemon/executor/gpu_phase_timer.h"
 
 namespace gradsync::executor {
 
@@ -64,12 +65,25 @@ Status GpuExecutor::stagedAllreduce(const std::vector<const Response*>& response
   ASSIGN_OR_RETURN(gpu::GrowingBuffer * fusion, fusionFor(device));
   ASSIGN_OR_RETURN(f.fused, fusion->reserve(f.total * f.esize));
   std::vector<const Members*> waited;  // their done events are recorded whatever happens next
+  GpuPhaseTimer timer(ops_, access, device, f.stream);
   Status status = [&]() -> Status {
+    timer.begin("GPU_REDUCE");
     RETURN_IF_ERROR(reduceIntoFused(f, &waited));
-    RETURN_IF_ERROR(comm != nullptr ? ncclAcrossNodes(f, comm) : stagedAcrossNodes(f));
-    return scatterFromFused(f);
+    timer.end();
+    if (comm != nullptr) {
+      timer.begin("GPU_NCCL_ALLREDUCE");
+      RETURN_IF_ERROR(ncclAcrossNodes(f, comm));
+      timer.end();
+    } else {
+      RETURN_IF_ERROR(stagedAcrossNodes(f));
+    }
+    timer.begin("GPU_COPY");
+    RETURN_IF_ERROR(scatterFromFused(f));
+    timer.end();
+    return okStatus();
   }();
   for (const Members* m : waited) status = recordDoneAfter(*m, status);
+  timer.finish();
   return status;
 }
 

@@ -14,6 +14,7 @@
 #include "daemon/executor/executor_util.h"
 #include "daemon/executor/gpu_executor.h"
 #include "daemon/executor/gpu_executor_util.h"
+#include "daemon/executor/gpu_phase_timer.h"
 
 namespace gradsync::executor {
 
@@ -24,9 +25,16 @@ Status GpuExecutor::multiGpuAllreduce(const Response& r, const std::vector<Membe
   const size_t count = first.length / esize;
   const ReduceOp across = first.op == v1::AVERAGE ? v1::SUM : first.op;  // the average comes last
   size_t waited = 0;  // groups whose ready events were awaited: their done events are recorded whatever happens
+  // The GPU phases as the first GPU's stream runs them (every GPU's are alike).
+  GpuPhaseTimer timer(ops_, access, groups.front().device, groups.front().stream);
   Status status = [&]() -> Status {
+    timer.begin("GPU_REDUCE");
     ASSIGN_OR_RETURN(std::vector<void*> fused, reduceEachGpu(r, groups, across, &waited));
+    timer.end();
+    timer.begin("GPU_NCCL_ALLREDUCE");
     RETURN_IF_ERROR(acrossGpus(r, groups, fused, first.length, across, -1, access));
+    timer.end();
+    timer.begin("GPU_COPY");
     for (size_t g = 0; g < groups.size(); ++g) {  // back to every rank, with the average and postscale
       RETURN_IF_ERROR(ops_->select(groups[g].device));
       cuda::LocalReduceArgs scatter;
@@ -41,9 +49,11 @@ Status GpuExecutor::multiGpuAllreduce(const Response& r, const std::vector<Membe
       scatter.average_divisor = static_cast<int>(r.ranks.size());
       RETURN_IF_ERROR(context(ops_->reduce(scatter, groups[g].stream), "tensor '" + r.name + "'"));
     }
+    timer.end();
     return okStatus();
   }();
   status = recordDoneOnGpus(groups, waited, status);
+  timer.finish();
   return status;
 }
 

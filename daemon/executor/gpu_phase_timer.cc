@@ -6,6 +6,7 @@ namespace gradsync::executor {
 GpuPhaseTimer::GpuPhaseTimer(gpu::DeviceOps* ops, RankAccess& access, int device, void* stream)
     : ops_(ops), access_(access), device_(device), stream_(stream) {
   if (stream == nullptr || device < 0 || !access.timelineOn()) return;
+  if (!ops_->select(device_).isOk()) return;
   if (!ops_->waitStream(stream_, "waiting for the stream before timing its work").isOk()) return;
   active_ = true;
   anchor_ = mark();
@@ -18,6 +19,11 @@ GpuPhaseTimer::~GpuPhaseTimer() {
 
 void* GpuPhaseTimer::mark() {
   if (!active_) return nullptr;
+  // The stream's GPU current (the callers select theirs before each call).
+  if (!ops_->select(device_).isOk()) {
+    stop();
+    return nullptr;
+  }
   auto event = ops_->newTimedEvent(device_);
   if (!event.isOk()) {
     stop();
@@ -46,7 +52,9 @@ void GpuPhaseTimer::end() {
 void GpuPhaseTimer::finish() {
   if (!active_) return;
   active_ = false;
-  if (!ops_->waitStream(stream_, "waiting for the stream to read its timing").isOk()) return;
+  if (!ops_->select(device_).isOk() || !ops_->waitStream(stream_, "waiting for the stream to read its timing").isOk()) {
+    return;
+  }
   const auto at = [&](void* event) -> std::chrono::steady_clock::time_point {
     auto ms = ops_->elapsedMs(anchor_, event);
     const double elapsed = ms.isOk() ? *ms : 0.0;

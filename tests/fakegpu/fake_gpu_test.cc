@@ -87,24 +87,56 @@ TEST_F(FakeGpuTest, EveryCollectiveOnPoolMemory) {
 // The job's timeline (GRADSYNC_TIMELINE) holds the GPU's phases of each
 // collective on one node, measured with events read back: the reduction
 // kernel and the copies, each a complete event on the tensor's GPU track.
-TEST_F(FakeGpuTest, TheTimelineHoldsTheGpuPhases) {
+std::string timelinePath(const std::string& name) {
   const char* tmp = std::getenv("TEST_TMPDIR");
-  const std::string path = std::string(tmp != nullptr ? tmp : "/tmp") + "/gpu_timeline.json";
+  return std::string(tmp != nullptr ? tmp : "/tmp") + "/" + name;
+}
+
+// The timeline at `path` is whole and holds each of `phases` as a complete
+// event on a tensor's GPU track.
+void expectGpuPhases(const std::string& path, const std::vector<std::string>& phases) {
+  std::ifstream in(path);
+  const std::string trace((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  ASSERT_FALSE(trace.empty()) << path;
+  EXPECT_EQ(trace.back(), ']') << trace.substr(trace.size() > 200 ? trace.size() - 200 : 0);
+  for (const std::string& phase : phases) {
+    const std::regex event("\\{[^{}]*\"tid\":1,\"ph\":\"X\",\"name\":\"" + phase +
+                           "\",\"ts\":[0-9]+,\"dur\":[0-9]+\\}");
+    EXPECT_TRUE(std::regex_search(trace, event)) << phase << "\n" << trace.substr(0, 3000);
+  }
+}
+
+TEST_F(FakeGpuTest, TheTimelineHoldsTheGpuPhases) {
+  const std::string path = timelinePath("gpu_timeline.json");
   auto env = fakeDriver();
   env["GRADSYNC_TIMELINE"] = path;
   std::vector<Process> ranks;
   for (int r = 0; r < 2; ++r) ranks.push_back(daemon_.spawnRank("timed", r, 2, {"fake_cuda"}, env));
   std::string report;
   EXPECT_TRUE(allSucceed(ranks, kTimeout, &report)) << report << daemon_.log();
-  std::ifstream in(path);
-  const std::string trace((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  ASSERT_FALSE(trace.empty()) << path;
-  EXPECT_EQ(trace.back(), ']') << trace.substr(trace.size() > 200 ? trace.size() - 200 : 0);
-  for (const char* phase : {"GPU_REDUCE", "GPU_COPY"}) {
-    const std::regex event("\\{[^{}]*\"tid\":1,\"ph\":\"X\",\"name\":\"" + std::string(phase) +
-                           "\",\"ts\":[0-9]+,\"dur\":[0-9]+\\}");
-    EXPECT_TRUE(std::regex_search(trace, event)) << phase << "\n" << trace.substr(0, 3000);
-  }
+  expectGpuPhases(path, {"GPU_REDUCE", "GPU_COPY"});
+}
+
+// The same over two GPUs of a node, as the first GPU's stream runs them:
+// the reduction, NCCL over the GPUs, the copies back.
+TEST(FakeGpusTimelineTest, TheTimelineHoldsTheGpuPhasesOverSeveralGpus) {
+  DaemonFixture daemon;
+  daemon.useBinary("tests/fakegpu/gradsyncd_fakegpu");
+  std::map<std::string, std::string> env = fakeNccl();
+  env["GRADSYNC_FAKE_GPUS"] = "2";
+  std::string error;
+  ASSERT_TRUE(daemon.startWrapped({}, env, {"--log-level", "info"}, &error)) << error;
+  const std::string path = timelinePath("gpus_timeline.json");
+  const std::map<std::string, std::string> rank_env = {
+      {"GRADSYNC_TEST_FAKE_LIBCUDA", runfile("tests/fakegpu/libcuda.so.1")}, {"GRADSYNC_TIMELINE", path}};
+  std::vector<Process> ranks;
+  for (int r = 0; r < 2; ++r) ranks.push_back(daemon.spawnRank("timed", r, 2, {"fake_cuda", "gpus", "2"}, rank_env));
+  std::string report;
+  EXPECT_TRUE(allSucceed(ranks, kTimeout, &report)) << report << daemon.log();
+  EXPECT_NE(daemon.log().find("NCCL communicator over this node's GPUs 0, 1 formed"), std::string::npos)
+      << daemon.log();
+  expectGpuPhases(path, {"GPU_REDUCE", "GPU_NCCL_ALLREDUCE", "GPU_COPY"});
+  EXPECT_EQ(daemon.stop(), 0) << daemon.log();
 }
 
 TEST_F(FakeGpuTest, ARankKilledMidCollectiveIsNamedAndTheDaemonGoesOn) {
@@ -265,6 +297,24 @@ struct DaemonPair {
   }
   std::string logs() const { return "--- leader:\n" + daemons[0]->log() + "--- follower:\n" + daemons[1]->log(); }
 };
+
+// Across two daemons over NCCL, the job's timeline (rank 0's daemon
+// records it, as Horovod's rank 0 does): the reduction, NCCL among the
+// daemons, the copies back.
+TEST(FakeGpuTimelineAcrossDaemonsTest, TheTimelineHoldsTheGpuPhasesOverNcclAmongTheDaemons) {
+  DaemonPair pair;
+  std::string error;
+  ASSERT_TRUE(pair.start("auto", {fakeNccl(), fakeNccl()}, &error)) << error;
+  const std::string path = timelinePath("across_timeline.json");
+  std::vector<Process> ranks = pair.spawn("timed", {"fake_cuda_across", "3"}, {0, 0, 1}, {{"GRADSYNC_TIMELINE", path}});
+  std::string report;
+  EXPECT_TRUE(allSucceed(ranks, kTimeout, &report)) << report << pair.logs();
+  expectGpuPhases(path, {"GPU_REDUCE", "GPU_NCCL_ALLREDUCE", "GPU_COPY"});
+  for (auto& d : pair.daemons) {
+    EXPECT_NE(d->log().find("NCCL communicator among 2 daemons formed"), std::string::npos) << d->log();
+    EXPECT_EQ(d->stop(), 0) << d->log();
+  }
+}
 
 // Adasum of CUDA tensors through host memory: 4 ranks over 2 fake GPUs of
 // one daemon, then 2 daemons of 2 GPUs with 2 ranks each; the result equals
