@@ -95,7 +95,8 @@ StatusOr<NodesComm> DaemonComms::forResponse(const Response& r, RankAccess& acce
     auto split = whole->split(!out.outside, 0, self, label, waitFor(access));
     if (!split.isOk()) {
       failed_ = true;  // the rest of the job stages through host memory
-      return Status(split.status().code(), "tensor '" + r.name + "': " + split.status().message());
+      return Status(split.status().code(), "tensor '" + r.name + "' of process set " +
+                                               std::to_string(r.process_set_id) + ": " + split.status().message());
     }
     if (!out.outside) GS_LOG(gpu, info, "NCCL communicator {} formed ({} daemons)", label, set_nodes.size());
     if (sets_.size() >= kMaxSetComms) sets_.pop_back();  // the least recently used

@@ -641,6 +641,32 @@ TEST_P(FakeGpuSetsAcrossDaemonsTest, EachSetGoesOverASplitOfTheJobsCommunicator)
   }
 }
 
+// A split that fails (on the follower, asynchronously): the set's collective
+// fails on both daemons within seconds, naming ncclCommSplit, the job's
+// ranks all end with an error, and the next job splits and runs.
+TEST(FakeGpuSetsSplitFailureTest, AFailedSplitIsNamedAndTheNextJobRuns) {
+  auto failing = fakeNccl();
+  failing["GRADSYNC_FAKE_NCCL_FAIL_SPLIT"] = "1";  // the follower's first split
+  DaemonPair pair;
+  std::string error;
+  ASSERT_TRUE(pair.start("auto", {fakeNccl(), failing}, &error)) << error;
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<Process> ranks = pair.spawn("fails", {"fake_cuda_sets", "1", "4"}, {0, 1, 0, 1});
+  int named = 0, cause = 0;
+  for (auto& rank : ranks) {
+    EXPECT_NE(rank.wait(kTimeout), 0) << rank.log();
+    named += std::regex_search(rank.log(), std::regex("of process set [0-9]+: ncclCommSplit among the daemons"));
+    cause += rank.log().find("injected failure of ncclCommSplit") != std::string::npos;
+  }
+  EXPECT_GE(named, 2) << pair.logs();  // the two ranks of the set whose split failed
+  EXPECT_GE(cause, 1) << pair.logs();  // one of them on the follower
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(15)) << pair.logs();
+  std::vector<Process> next = pair.spawn("after", {"fake_cuda_sets", "1", "4"}, {0, 1, 0, 1});
+  std::string report;
+  EXPECT_TRUE(allSucceed(next, kTimeout, &report)) << report << pair.logs();
+  for (auto& d : pair.daemons) EXPECT_EQ(d->stop(), 0) << d->log();
+}
+
 INSTANTIATE_TEST_SUITE_P(Placements, FakeGpuSetsAcrossDaemonsTest,
                          ::testing::Values(std::vector<int>{0, 0, 1, 1}, std::vector<int>{0, 1, 0, 1}),
                          [](const ::testing::TestParamInfo<std::vector<int>>& info) {

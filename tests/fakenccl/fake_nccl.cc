@@ -24,6 +24,8 @@
 // collective (an asynchronous error, as NCCL reports a network failure);
 // GRADSYNC_FAKE_NCCL_STALL_AT=N stalls it (as a kernel whose peer never
 // comes) until the communicator is aborted or the limit passes;
+// GRADSYNC_FAKE_NCCL_FAIL_SPLIT=1 fails this process's first ncclCommSplit
+// (asynchronously, on the parent);
 // GRADSYNC_FAKE_NCCL_TIMEOUT_MS bounds each wait (default 30000);
 // GRADSYNC_FAKE_NCCL_SLOT_BYTES is the most one rank contributes to one
 // call (default 16 MiB); GRADSYNC_FAKE_NCCL_VERBOSE prints a line on stderr
@@ -403,7 +405,8 @@ bool complete(Call& k) {
 }
 
 std::mutex g_mutex;
-int g_calls = 0;  // collectives of this process, for GRADSYNC_FAKE_NCCL_FAIL_AT
+int g_calls = 0;   // collectives of this process, for GRADSYNC_FAKE_NCCL_FAIL_AT
+int g_splits = 0;  // splits of this process, for GRADSYNC_FAKE_NCCL_FAIL_SPLIT
 thread_local int t_group_depth = 0;
 thread_local std::vector<Call> t_group;
 
@@ -611,6 +614,13 @@ ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* out,
   if (comm == nullptr || out == nullptr || comm->detached) return ncclInvalidArgument;
   *out = nullptr;
   settle(comm);  // the split runs here, after the parent's calls
+  {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    if (envNumber("GRADSYNC_FAKE_NCCL_FAIL_SPLIT", 0) != 0 && g_splits++ == 0) {
+      fail(comm, ncclSystemError, "fake NCCL: injected failure of ncclCommSplit");
+      return ncclSuccess;  // asynchronous: the parent reports it
+    }
+  }
   // Every rank's (color, key) through an allgather of the parent.
   std::vector<int32_t> mine = {color, key}, all(2 * static_cast<size_t>(comm->nranks));
   std::vector<Call> gather = {Call{Kind::kAllGather, comm, mine.data(), all.data(), 2, v1::INT32, 4, v1::SUM, 0}};
