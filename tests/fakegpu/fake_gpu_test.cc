@@ -251,12 +251,13 @@ struct DaemonPair {
   std::string leader;  // the leader's peer address
 
   bool start(const std::string& cross_node, const std::vector<std::map<std::string, std::string>>& env,
-             std::string* error) {
+             std::string* error, const std::vector<std::string>& flags = {}) {
     for (size_t i = 0; i < 2; ++i) {
       daemons.push_back(std::make_unique<DaemonFixture>());
       daemons.back()->useBinary("tests/fakegpu/gradsyncd_fakegpu");
-      if (!daemons.back()->startWrapped({}, env[i], {"--peer-address", "127.0.0.1:0", "--gpu-cross-node", cross_node},
-                                        error)) {
+      std::vector<std::string> args = {"--peer-address", "127.0.0.1:0", "--gpu-cross-node", cross_node};
+      args.insert(args.end(), flags.begin(), flags.end());
+      if (!daemons.back()->startWrapped({}, env[i], args, error)) {
         return false;
       }
     }
@@ -643,13 +644,16 @@ TEST_P(FakeGpuSetsAcrossDaemonsTest, EachSetGoesOverASplitOfTheJobsCommunicator)
 
 // A split that fails (on the follower, asynchronously): the set's collective
 // fails on both daemons within seconds, naming ncclCommSplit, the job's
-// ranks all end with an error, and the next job splits and runs.
+// ranks all end with an error, and the next job splits and runs. Without
+// steady-state rounds: after the failed set's ranks leave, a round in
+// flight waits for the transfer timeout (a gap of the rounds, stated in
+// docs/status.md).
 TEST(FakeGpuSetsSplitFailureTest, AFailedSplitIsNamedAndTheNextJobRuns) {
   auto failing = fakeNccl();
   failing["GRADSYNC_FAKE_NCCL_FAIL_SPLIT"] = "1";  // the follower's first split
   DaemonPair pair;
   std::string error;
-  ASSERT_TRUE(pair.start("auto", {fakeNccl(), failing}, &error)) << error;
+  ASSERT_TRUE(pair.start("auto", {fakeNccl(), failing}, &error, {"--steady-state", "leader"})) << error;
   const auto start = std::chrono::steady_clock::now();
   std::vector<Process> ranks = pair.spawn("fails", {"fake_cuda_sets", "1", "4"}, {0, 1, 0, 1});
   int named = 0, cause = 0;
@@ -751,14 +755,16 @@ TEST(FakeGpuElasticTest, ANewEpochEndsAWaitInNccl) {
     EXPECT_NE(log.find("RECOVERED epoch 2"), std::string::npos) << log;
     EXPECT_LT(recoveredAt(log) - killed_at, 5000) << log << pair.logs();
   }
-  // Each daemon's allreduce in flight ended: the first to see the new epoch
-  // aborted its communicator naming the cause, which ended the other's wait
-  // too if it had not seen the epoch yet.
+  // The follower's stalled allreduce ended, and so did the leader's if it
+  // had reached it: the first daemon to see the new epoch aborted its
+  // communicator naming the cause, which ended the other's wait too if it
+  // had not seen the epoch yet.
+  EXPECT_NE(pair.daemons[1]->log().find("NCCL among the daemons failed in epoch 1 (ncclAllReduce among the daemons"),
+            std::string::npos)
+      << pair.logs();
   int interrupted = 0;
   for (auto& d : pair.daemons) {
     const std::string log = d->log();
-    EXPECT_NE(log.find("NCCL among the daemons failed in epoch 1 (ncclAllReduce among the daemons"), std::string::npos)
-        << log;
     interrupted += log.find(
                        "job 'elastic': the membership changed (epoch 1 is over, the job is at epoch 2); the "
                        "communicator was aborted") != std::string::npos;
