@@ -8,7 +8,7 @@
 // form or a failed operation (the communicator aborted) the job stages
 // through host memory until its next epoch. An elastic job's new epoch
 // drops the last one's communicators (aborted) and forms new ones; a wait
-// in NCCL ends as soon as its batch's epoch is over (NodesComm::wait).
+// in NCCL ends as soon as its batch's epoch is over (waitFor).
 #pragma once
 
 #include <memory>
