@@ -24,7 +24,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ELASTIC = os.path.join(HERE, "..", "elastic_tests")
 sys.path.insert(0, ELASTIC)
 from exact_model import replay  # noqa: E402
-from two_daemons_check import start_daemon  # noqa: E402
+from two_daemons_check import start_daemon, wait_and_stop  # noqa: E402
 
 PLACEMENT = [0, 1, 1]  # node of each rank
 VICTIM = 2
@@ -87,16 +87,7 @@ def main():
     os.environ.setdefault("UCX_TLS", "tcp,self")
     daemons = [start_daemon(binary, ctl, workdir, name, "auto") for name in ("node0", "node1")]
     ranks = spawn_ranks(daemons, workdir, device)
-    codes = []
-    for process, _ in ranks:
-        try:
-            codes.append(process.wait(timeout=int(os.environ.get("ELASTIC_NCCL_TIMEOUT", "150"))))
-        except subprocess.TimeoutExpired:
-            process.kill()
-            codes.append("timeout")
-    for process, _, _ in daemons:
-        process.terminate()
-        process.wait(timeout=15)
+    codes = wait_and_stop(ranks, daemons, int(os.environ.get("ELASTIC_NCCL_TIMEOUT", "150")))
     problems = ["rank %d exited %s" % (r, code) for r, code in enumerate(codes) if r != VICTIM and code != 0]
     if codes[VICTIM] != -9:
         problems.append("rank %d (the victim) exited %s, not by its SIGKILL" % (VICTIM, codes[VICTIM]))

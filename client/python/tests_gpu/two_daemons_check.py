@@ -37,6 +37,22 @@ def start_daemon(binary, ctl, workdir, name, transport):
     raise RuntimeError("gradsyncd %s did not start" % name)
 
 
+def wait_and_stop(ranks, daemons, timeout):
+    """Each rank's exit code ("timeout": killed past `timeout` s), then the
+    daemons stopped."""
+    codes = []
+    for process, _ in ranks:
+        try:
+            codes.append(process.wait(timeout=timeout))
+        except subprocess.TimeoutExpired:
+            process.kill()
+            codes.append("timeout")
+    for process, _, _ in daemons:
+        process.terminate()
+        process.wait(timeout=15)
+    return codes
+
+
 def main():
     binary, ctl, workdir = sys.argv[1:4]
     transport = sys.argv[4] if len(sys.argv) > 4 else "auto"
@@ -61,16 +77,7 @@ def main():
                                        [os.path.join(HERE, "test_cuda_collectives.py"),
                                         os.path.join(HERE, "test_cuda_optimizer.py")],
                                        cwd=HERE, env=env, stdout=log, stderr=subprocess.STDOUT), log.name))
-    codes = []
-    for process, _ in ranks:
-        try:
-            codes.append(process.wait(timeout=int(os.environ.get("TWO_DAEMONS_TIMEOUT", "240"))))
-        except subprocess.TimeoutExpired:
-            process.kill()
-            codes.append("timeout")
-    for process, _, _ in daemons:
-        process.terminate()
-        process.wait(timeout=15)
+    codes = wait_and_stop(ranks, daemons, int(os.environ.get("TWO_DAEMONS_TIMEOUT", "240")))
     for rank, (_, path) in enumerate(ranks):
         lines = open(path).read().splitlines()
         print("rank %d (exit %s): %s" % (rank, codes[rank], " | ".join(lines[-3:])))
