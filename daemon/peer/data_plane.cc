@@ -70,6 +70,10 @@ void PeerDataPlane::beginBatch(uint64_t sequence, uint64_t epoch) {
     members_ = endpoints_->members(&members_epoch_);
     link_costs_.clear();
     measure_links_ = measuresLinks(members_);
+    // A node without GPU, or one that cannot join NCCL: every node stages
+    // through host memory (all of them see the same membership).
+    every_node_nccl_ = std::all_of(members_.begin(), members_.end(),
+                                   [](const v1::NodeInfo& node) { return node.gpus() > 0 && node.nccl(); });
     node_of_rank_.clear();
     for (const auto& node : members_) {
       for (int r : node.ranks()) {
@@ -190,12 +194,7 @@ executor::DataPlane::NcclPeers PeerDataPlane::ncclPeers() const {
   const NodeEndpoints::NcclId nccl = endpoints_->ncclId();
   // The batch's epoch only: one that is over has no communicator (its
   // batch fails at its first step among the daemons).
-  if (nccl.epoch != epoch_ || members_epoch_ != epoch_) return peers;
-  for (const auto& node : members_) {
-    // A node without GPU, or one that cannot join NCCL: every node stages
-    // through host memory (all of them see the same membership).
-    if (node.gpus() == 0 || !node.nccl()) return peers;
-  }
+  if (nccl.epoch != epoch_ || members_epoch_ != epoch_ || !every_node_nccl_) return peers;
   peers.id = nccl.id;
   peers.rank = nccl.self;
   peers.nranks = static_cast<int>(members_.size());

@@ -106,6 +106,7 @@ class PeerDataPlane : public executor::DataPlane {
   uint64_t members_epoch_ = 0;
   std::vector<int> node_of_rank_;                                 // members_' cross rank of each rank
   bool measure_links_ = false;                                    // measuresLinks(members_)
+  bool every_node_nccl_ = false;                                  // each of members_ has a GPU and NCCL
   std::map<executor::NodeSet, collective::LinkCost> link_costs_;  // of members_epoch_, by node set
   uint64_t tag_ = 0;
   std::vector<uint8_t> scratch_;

@@ -31,6 +31,14 @@ std::map<std::string, std::string> fakeNccl() {
   return {{"GRADSYNC_NCCL_LIBRARY", runfile("tests/fakenccl/libnccl.so.2")}};
 }
 
+// Starts `daemon` as gradsyncd over `gpus` fake GPUs with the stand-in NCCL.
+bool startOverFakeGpus(DaemonFixture& daemon, int gpus, std::string* error) {
+  daemon.useBinary("tests/fakegpu/gradsyncd_fakegpu");
+  std::map<std::string, std::string> env = fakeNccl();
+  env["GRADSYNC_FAKE_GPUS"] = std::to_string(gpus);
+  return daemon.startWrapped({}, env, {"--log-level", "info"}, error);
+}
+
 class FakeGpuTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -121,11 +129,8 @@ TEST_F(FakeGpuTest, TheTimelineHoldsTheGpuPhases) {
 // the reduction, NCCL over the GPUs, the copies back.
 TEST(FakeGpusTimelineTest, TheTimelineHoldsTheGpuPhasesOverSeveralGpus) {
   DaemonFixture daemon;
-  daemon.useBinary("tests/fakegpu/gradsyncd_fakegpu");
-  std::map<std::string, std::string> env = fakeNccl();
-  env["GRADSYNC_FAKE_GPUS"] = "2";
   std::string error;
-  ASSERT_TRUE(daemon.startWrapped({}, env, {"--log-level", "info"}, &error)) << error;
+  ASSERT_TRUE(startOverFakeGpus(daemon, 2, &error)) << error;
   const std::string path = timelinePath("gpus_timeline.json");
   const std::map<std::string, std::string> rank_env = {
       {"GRADSYNC_TEST_FAKE_LIBCUDA", runfile("tests/fakegpu/libcuda.so.1")}, {"GRADSYNC_TIMELINE", path}};
@@ -160,11 +165,8 @@ TEST(FakeGpusKillTest, ARankKilledOverSeveralGpusOrOnCuMemMemoryIsNamed) {
       {"GRADSYNC_TEST_FAKE_LIBCUDA", runfile("tests/fakegpu/libcuda.so.1")}};
   for (const std::vector<std::string>& memory : {std::vector<std::string>{"gpus", "3"}, {"vmm"}}) {
     DaemonFixture daemon;
-    daemon.useBinary("tests/fakegpu/gradsyncd_fakegpu");
-    std::map<std::string, std::string> env = fakeNccl();
-    env["GRADSYNC_FAKE_GPUS"] = "3";
     std::string error;
-    ASSERT_TRUE(daemon.startWrapped({}, env, {"--log-level", "info"}, &error)) << error;
+    ASSERT_TRUE(startOverFakeGpus(daemon, 3, &error)) << error;
     std::vector<std::string> args = {"fake_cuda_kill"};
     args.insert(args.end(), memory.begin(), memory.end());
     std::vector<Process> ranks;

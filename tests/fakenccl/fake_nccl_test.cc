@@ -219,20 +219,29 @@ TEST(FakeNccl, OneCommunicatorHoldsTheRanksOfSeveralGpus) {
   EXPECT_THAT(wrong.message(), HasSubstr("1 buffers for 3 ranks"));
 }
 
+// `ranks` ranks of a new communicator, all formed from this thread (the
+// stand-in forms them without waiting for each other).
+std::vector<std::unique_ptr<NcclComm>> formInOneThread(const NcclLibrary& nccl, FakeDeviceOps* ops, int ranks) {
+  std::vector<std::unique_ptr<NcclComm>> comms;
+  auto id = nccl.uniqueId();
+  EXPECT_TRUE(id.isOk());
+  for (int r = 0; id.isOk() && r < ranks; ++r) {
+    auto comm = NcclComm::create(nccl, ops, *id, ranks, r, {0}, "among the daemons", kLimit);
+    EXPECT_TRUE(comm.isOk()) << comm.status().toString();
+    if (!comm.isOk()) break;
+    comms.push_back(std::move(comm).value());
+  }
+  return comms;
+}
+
 // A rank that aborts ends the others' waits at once with an error naming
 // the cause (not at the end of their limit).
 TEST(FakeNccl, AnAbortedRankFailsTheOthersPromptly) {
   auto nccl = load();
   ASSERT_NE(nccl, nullptr);
-  auto id = nccl->uniqueId();
-  ASSERT_TRUE(id.isOk());
   FakeDeviceOps ops;
-  std::unique_ptr<NcclComm> comms[3];
-  for (int r = 0; r < 3; ++r) {
-    auto comm = NcclComm::create(*nccl, &ops, *id, 3, r, {0}, "among the daemons", kLimit);
-    ASSERT_TRUE(comm.isOk());
-    comms[r] = std::move(comm).value();
-  }
+  auto comms = formInOneThread(*nccl, &ops, 3);
+  ASSERT_EQ(comms.size(), 3u);
   comms[1].reset();  // the destructor aborts a live communicator
   const auto start = std::chrono::steady_clock::now();
   std::vector<float> x(4, 1.0f);
@@ -249,15 +258,9 @@ TEST(FakeNccl, AnAbortedRankFailsTheOthersPromptly) {
 TEST(FakeNccl, AnInterruptedWaitEndsAtOnceWithItsCause) {
   auto nccl = load();
   ASSERT_NE(nccl, nullptr);
-  auto id = nccl->uniqueId();
-  ASSERT_TRUE(id.isOk());
   FakeDeviceOps ops;
-  std::unique_ptr<NcclComm> comms[2];
-  for (int r = 0; r < 2; ++r) {
-    auto comm = NcclComm::create(*nccl, &ops, *id, 2, r, {0}, "among the daemons", kLimit);
-    ASSERT_TRUE(comm.isOk());
-    comms[r] = std::move(comm).value();
-  }
+  auto comms = formInOneThread(*nccl, &ops, 2);
+  ASSERT_EQ(comms.size(), 2u);
   const auto start = std::chrono::steady_clock::now();
   const WaitLimit limit(kLimit, [&] {
     return std::chrono::steady_clock::now() - start > std::chrono::milliseconds(200) ? aborted("epoch 1 is over")
