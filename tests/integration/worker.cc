@@ -476,6 +476,7 @@ int main(int argc, char** argv) {
       {"wide_batch", scenarioWideBatch},
       {"empty_steps", scenarioEmptySteps},
       {"sharded_steps", shardedStepsScenario},
+      {"composed", composedScenario},
   };
   std::string name = argv[1];
   std::vector<std::string> args(argv + 2, argv + argc);

@@ -156,6 +156,9 @@ int fakeCudaHold(Client& c, const std::vector<std::string>& args);
 uint8_t* fakeDeviceMemory(const Client& c, int gpus, size_t bytes);
 // A sharded-data-parallel loop (worker_sharded.cc).
 int shardedStepsScenario(Client& c, const std::vector<std::string>& args);
+// Collectives of several kinds and groups in flight together
+// (worker_compose.cc).
+int composedScenario(Client& c, const std::vector<std::string>& args);
 // Elastic jobs across daemons (worker_elastic.cc).
 const std::map<std::string, Scenario>& elasticScenarios();
 
