@@ -29,12 +29,12 @@ Status directAllreduce(const MeshContext& mesh, void* data, size_t count, DataTy
   for (int step = 1; step < n; ++step) {
     const int from = (mesh.rank - step + n) % n;
     requests.push_back(mesh.peers[from]->irecv(slots + bytes * from, bytes,
-                                               ringTag(mesh.tag_key, mesh.sequence, kDirectPhase, from, 0)));
+                                               ringTag(mesh.tag_key, mesh.id, kDirectPhase, from, 0, from)));
   }
   for (int step = 1; step < n; ++step) {
     const int to = (mesh.rank + step) % n;
     requests.push_back(mesh.peers[to]->isend(slots + bytes * mesh.rank, bytes,
-                                             ringTag(mesh.tag_key, mesh.sequence, kDirectPhase, mesh.rank, 0)));
+                                             ringTag(mesh.tag_key, mesh.id, kDirectPhase, mesh.rank, 0, mesh.rank)));
   }
   std::vector<transport::Request*> raw;
   for (auto& r : requests) raw.push_back(r.get());

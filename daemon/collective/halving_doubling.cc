@@ -75,7 +75,7 @@ Status halvingDoublingAllreduce(const MeshContext& mesh, void* data, size_t coun
   scratch->resize(scratch_elements * esize);
   auto* buffer = static_cast<uint8_t*>(data);
   const auto tag = [&](int from, int stage) {
-    return ringTag(mesh.tag_key, mesh.sequence, kHalvingPhase, from, static_cast<size_t>(stage));
+    return ringTag(mesh.tag_key, mesh.id, kHalvingPhase, from, static_cast<size_t>(stage), from);
   };
   // Every receive posted at once: a partner ahead of this node finds its
   // receive waiting. (A receive into the buffer is for a range this node

@@ -50,12 +50,12 @@ StatusOr<double> directRun(const MeshContext& mesh, int phase) {
   for (int step = 1; step < n; ++step) {
     const int from = (mesh.rank - step + n) % n;
     requests.push_back(
-        mesh.peers[from]->irecv(&slots[from], kSmallBytes, ringTag(mesh.tag_key, mesh.sequence, phase, from, 0)));
+        mesh.peers[from]->irecv(&slots[from], kSmallBytes, ringTag(mesh.tag_key, mesh.id, phase, from, 0, from)));
   }
   for (int step = 1; step < n; ++step) {
     const int to = (mesh.rank + step) % n;
     requests.push_back(mesh.peers[to]->isend(&slots[mesh.rank], kSmallBytes,
-                                             ringTag(mesh.tag_key, mesh.sequence, phase, mesh.rank, 0)));
+                                             ringTag(mesh.tag_key, mesh.id, phase, mesh.rank, 0, mesh.rank)));
   }
   std::vector<transport::Request*> raw;
   for (auto& r : requests) raw.push_back(r.get());

@@ -37,7 +37,7 @@ inline MeshContext contextFor(int rank, MeshNode& node, uint64_t sequence) {
   mesh.transport = node.transport.get();
   for (auto& p : node.peers) mesh.peers.push_back(p.get());
   mesh.rank = rank;
-  mesh.sequence = sequence;
+  mesh.id.batch = sequence;
   mesh.deadline = transport::Clock::now() + std::chrono::seconds(30);
   return mesh;
 }

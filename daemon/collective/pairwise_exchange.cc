@@ -11,7 +11,7 @@ namespace {
 constexpr int kPairwisePhase = 2;
 
 uint64_t pairTag(const MeshContext& mesh, int from, int to) {
-  return ringTag(mesh.tag_key, mesh.sequence, kPairwisePhase, from * mesh.size() + to, 0);
+  return ringTag(mesh.tag_key, mesh.id, kPairwisePhase, from * mesh.size() + to, 0, from);
 }
 }  // namespace
 

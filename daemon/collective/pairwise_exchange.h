@@ -18,7 +18,7 @@ struct MeshContext {
   transport::Transport* transport = nullptr;
   std::vector<transport::Peer*> peers;  // by node position; null at `rank`
   int rank = 0;                         // this node's position
-  uint64_t sequence = 0;                // distinguishes collectives: part of every tag
+  TransferId id;                        // distinguishes collectives: part of every tag
   SipKey tag_key;
   transport::Clock::time_point deadline;
   int size() const { return static_cast<int>(peers.size()); }

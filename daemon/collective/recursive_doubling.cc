@@ -44,7 +44,7 @@ RecursiveDoubling::RecursiveDoubling(const MeshContext& mesh, int phase, size_t 
 RecursiveDoubling::~RecursiveDoubling() = default;
 
 uint64_t RecursiveDoubling::tag(int from, int stage) const {
-  return ringTag(mesh_.tag_key, mesh_.sequence, phase_, from, static_cast<size_t>(stage));
+  return ringTag(mesh_.tag_key, mesh_.id, phase_, from, static_cast<size_t>(stage), from);
 }
 
 std::vector<transport::Request*> RecursiveDoubling::postReceives() {

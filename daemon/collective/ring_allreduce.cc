@@ -58,7 +58,7 @@ class Step {
     std::vector<RequestPtr> sends;
     for (size_t c = 0; c < send.size(); ++c) {
       sends.push_back(ring_.right->isend(from + send[c].begin * esize_, send[c].count * esize_,
-                                         ringTag(ring_.tag_key, ring_.sequence, phase, step, c)));
+                                         ringTag(ring_.tag_key, ring_.id, phase, step, c, ring_.rank)));
     }
     RequestPtr pending = !recv.empty() ? postRecv(phase, step, recv, 0) : nullptr;
     for (size_t c = 0; c < recv.size(); ++c) {
@@ -78,7 +78,8 @@ class Step {
   // straight into place. Chunks are at most half the scratch.
   RequestPtr postRecv(int phase, int step, const Chunks& recv, size_t c) {
     uint8_t* target = phase == 0 ? scratch_ + (c % 2) * (scratchBytes() / 2) : data_ + recv[c].begin * esize_;
-    return ring_.left->irecv(target, recv[c].count * esize_, ringTag(ring_.tag_key, ring_.sequence, phase, step, c));
+    return ring_.left->irecv(target, recv[c].count * esize_,
+                             ringTag(ring_.tag_key, ring_.id, phase, step, c, mod(ring_.rank - 1, ring_.size)));
   }
   size_t scratchBytes() const { return 2 * std::max<size_t>(1, ring_.chunk_bytes / esize_) * esize_; }
 
@@ -126,14 +127,25 @@ size_t prepare(RingContext* ring, const std::vector<std::vector<ElementRange>>& 
 
 }  // namespace
 
-uint64_t ringTag(const SipKey& key, uint64_t sequence, int phase, int step, size_t chunk) {
+uint64_t batchTagBits(uint64_t epoch, uint64_t batch) {
+  return (uint64_t{1} << 63) | ((epoch & 0xf) << 59) | ((batch >> 40 != 0 ? uint64_t{1} : 0) << 58) |
+         ((batch & 0x3ffff) << 40);
+}
+
+uint64_t ringTag(const SipKey& key, const TransferId& id, int phase, int step, size_t chunk, int sender) {
   // Every field whole: tags of different phases, steps (a pairwise
-  // exchange's step is from * n + to) or sequences never alias. UCX matches
-  // tags across all of a worker's endpoints.
-  const uint64_t plain[3] = {sequence,
+  // exchange's step is from * n + to), senders or collectives never alias.
+  // UCX matches tags across all of a worker's endpoints.
+  const uint64_t plain[7] = {static_cast<uint64_t>(id.space),
+                             id.epoch,
+                             id.batch,
+                             (static_cast<uint64_t>(id.response) << 32) | id.call,
                              (static_cast<uint64_t>(static_cast<uint32_t>(phase)) << 32) | static_cast<uint32_t>(step),
-                             static_cast<uint64_t>(chunk)};
-  return sipHash24(key, plain, sizeof(plain));
+                             static_cast<uint64_t>(chunk),
+                             static_cast<uint64_t>(static_cast<uint32_t>(sender))};
+  const uint64_t hash = sipHash24(key, plain, sizeof(plain));
+  if (id.space == TransferId::Space::kControl) return hash & ~(uint64_t{1} << 63);
+  return batchTagBits(id.epoch, id.batch) | (hash & ~kBatchTagMask);
 }
 
 Status ringAllreduce(const RingContext& ring, void* data, size_t count, DataType dtype, ReduceOp op,

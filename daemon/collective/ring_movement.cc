@@ -11,6 +11,11 @@ using transport::RequestPtr;
 
 int mod(int a, int n) { return ((a % n) + n) % n; }
 
+// Phases of their own in the data plane's tag space (the ring allreduce
+// uses 0 and 1, the pairwise exchange 2, the rounds 3, the goodbye 4).
+constexpr int kBroadcastPhase = 8;
+constexpr int kAllgatherPhase = 9;
+
 Status waitAll(const RingContext& ring, std::vector<RequestPtr>& requests, const std::string& what) {
   std::vector<Request*> raw;
   for (auto& r : requests) raw.push_back(r.get());
@@ -33,13 +38,15 @@ Status ringBroadcast(const RingContext& ring, void* data, size_t bytes, int root
   std::vector<RequestPtr> sends;
   for (size_t c = 0, off = 0; off < bytes; ++c, off += chunk) {
     const size_t n = std::min(chunk, bytes - off);
-    const uint64_t tag = ringTag(ring.tag_key, ring.sequence, 0, 0, c);
     if (!is_root) {
-      RequestPtr recv = ring.left->irecv(base + off, n, tag);
+      RequestPtr recv =
+          ring.left->irecv(base + off, n, ringTag(ring.tag_key, ring.id, kBroadcastPhase, 0, c, mod(ring.rank - 1, ring.size)));
       transport::Request* one[] = {recv.get()};
       RETURN_IF_ERROR(ring.transport->waitAll(one, 1, ring.deadline, what));
     }
-    if (forwards) sends.push_back(ring.right->isend(base + off, n, tag));
+    if (forwards) {
+      sends.push_back(ring.right->isend(base + off, n, ringTag(ring.tag_key, ring.id, kBroadcastPhase, 0, c, ring.rank)));
+    }
   }
   return waitAll(ring, sends, what);
 }
@@ -56,14 +63,16 @@ Status ringAllgather(const RingContext& ring, uint8_t* buffer, const std::vector
     for (const Range& r : owned[recv_node]) {
       if (r.bytes > 0)
         requests.push_back(
-            ring.left->irecv(buffer + r.offset, r.bytes, ringTag(ring.tag_key, ring.sequence, 1, step, index)));
+            ring.left->irecv(buffer + r.offset, r.bytes,
+                            ringTag(ring.tag_key, ring.id, kAllgatherPhase, step, index, mod(ring.rank - 1, n))));
       ++index;
     }
     index = 0;
     for (const Range& r : owned[send_node]) {
       if (r.bytes > 0)
         requests.push_back(
-            ring.right->isend(buffer + r.offset, r.bytes, ringTag(ring.tag_key, ring.sequence, 1, step, index)));
+            ring.right->isend(buffer + r.offset, r.bytes,
+                             ringTag(ring.tag_key, ring.id, kAllgatherPhase, step, index, ring.rank)));
       ++index;
     }
     RETURN_IF_ERROR(waitAll(ring, requests, what));

@@ -56,7 +56,7 @@ inline RingContext contextFor(int rank, int n, Node& node, uint64_t sequence, si
   ring.right = node.rightPeer();
   ring.rank = rank;
   ring.size = n;
-  ring.sequence = sequence;
+  ring.id.batch = sequence;
   ring.deadline = transport::Clock::now() + std::chrono::seconds(30);
   ring.chunk_bytes = chunk;
   return ring;

@@ -839,27 +839,28 @@ void selectNodes(const std::vector<int>& nodes, std::vector<v1::NodeInfo>* membe
 }
 }  // namespace
 
-StatusOr<std::optional<collective::RingContext>> CrossNode::ring(uint64_t sequence, CrossClock::time_point deadline,
+StatusOr<std::optional<collective::RingContext>> CrossNode::ring(const collective::TransferId& id, CrossClock::time_point deadline,
                                                                  uint64_t epoch, const std::vector<int>& nodes) {
   std::vector<v1::NodeInfo> members;
   int self = -1;
   RETURN_IF_ERROR(dataPlane(deadline, epoch, &members, &self));
   selectNodes(nodes, &members, &self);
   if (self < 0) return std::optional<collective::RingContext>();
-  ASSIGN_OR_RETURN(auto ring, mesh_.ring(sequence, deadline, members, self));
-  GS_LOG(executor, debug, "job '{}': ring {:#x} of epoch {}: node {} of {}, after {}, before {}", options_.job_id,
-         sequence, epoch, self, members.size(), ring.left->name(), ring.right->name());
+  ASSIGN_OR_RETURN(auto ring, mesh_.ring(id, deadline, members, self));
+  GS_LOG(executor, debug, "job '{}': ring of batch {} response {} call {} in epoch {}: node {} of {}, after {}, before {}",
+         options_.job_id, id.batch, id.response, id.call, epoch, self, members.size(), ring.left->name(),
+         ring.right->name());
   return std::optional<collective::RingContext>(std::move(ring));
 }
 
-StatusOr<std::optional<collective::MeshContext>> CrossNode::mesh(uint64_t sequence, CrossClock::time_point deadline,
+StatusOr<std::optional<collective::MeshContext>> CrossNode::mesh(const collective::TransferId& id, CrossClock::time_point deadline,
                                                                  uint64_t epoch, const std::vector<int>& nodes) {
   std::vector<v1::NodeInfo> members;
   int self = -1;
   RETURN_IF_ERROR(dataPlane(deadline, epoch, &members, &self));
   selectNodes(nodes, &members, &self);
   if (self < 0) return std::optional<collective::MeshContext>();
-  ASSIGN_OR_RETURN(auto mesh, mesh_.mesh(sequence, deadline, members, self));
+  ASSIGN_OR_RETURN(auto mesh, mesh_.mesh(id, deadline, members, self));
   return std::optional<collective::MeshContext>(std::move(mesh));
 }
 

@@ -171,11 +171,11 @@ class CrossNode : public NodeEndpoints {
   // UCX endpoints on first use, and again in each new epoch); nullopt when
   // this node is not one of them. Waits for the membership until
   // `deadline`; ABORTED when `epoch` is over.
-  StatusOr<std::optional<collective::RingContext>> ring(uint64_t sequence, CrossClock::time_point deadline,
+  StatusOr<std::optional<collective::RingContext>> ring(const collective::TransferId& id, CrossClock::time_point deadline,
                                                         uint64_t epoch, const std::vector<int>& nodes) override;
   // Endpoints to each of `nodes` (as for ring()), for a pairwise exchange or
   // a direct allreduce; the same waits and errors as ring().
-  StatusOr<std::optional<collective::MeshContext>> mesh(uint64_t sequence, CrossClock::time_point deadline,
+  StatusOr<std::optional<collective::MeshContext>> mesh(const collective::TransferId& id, CrossClock::time_point deadline,
                                                         uint64_t epoch, const std::vector<int>& nodes) override;
 
   // At the job's end, after the coordination streams ended and before the
@@ -226,6 +226,7 @@ class CrossNode : public NodeEndpoints {
   std::vector<v1::NodeInfo> members(uint64_t* epoch) const override;
   NcclId ncclId() const override;
   Status epochRuns(uint64_t epoch) const override;
+  size_t dropBatchStrays(uint64_t epoch, uint64_t sequence) override { return mesh_.dropBatchStrays(epoch, sequence); }
   // This node's position in the ring; valid once the job formed.
   int selfCrossRank() const;
   // Heartbeats (every second) and silence checks: a node not heard from for

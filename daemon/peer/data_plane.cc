@@ -60,10 +60,18 @@ PeerDataPlane::PeerDataPlane(NodeEndpoints* endpoints, CrossClock::duration tran
     : endpoints_(endpoints), transfer_timeout_(transfer_timeout), hooks_(std::move(hooks)) {}
 
 void PeerDataPlane::beginBatch(uint64_t sequence, uint64_t epoch) {
-  // Each collective among the daemons (a fused response may run several)
-  // gets tags of its own.
-  tag_ = sequence << 20;
+  // The batch before is over here: what arrived of it and matched no
+  // transfer (a collective this node failed before its part) is dropped,
+  // not left for a later receive.
+  if (batch_begun_) {
+    const size_t dropped = endpoints_->dropBatchStrays(epoch_, batch_);
+    if (dropped > 0) strays_dropped_.fetch_add(dropped, std::memory_order_relaxed);
+  }
+  batch_begun_ = true;
+  batch_ = sequence;
   epoch_ = epoch;
+  response_ = 0;
+  call_ = 0;
   // The nodes of the batch's epoch (the job formed before any batch runs;
   // one of an epoch that is over fails at its ring).
   if (members_.empty() || members_epoch_ != epoch) {
@@ -85,6 +93,26 @@ void PeerDataPlane::beginBatch(uint64_t sequence, uint64_t epoch) {
   }
 }
 
+void PeerDataPlane::beginResponse(uint32_t index) {
+  response_ = index;
+  call_ = 0;
+}
+
+collective::TransferId PeerDataPlane::nextCall() {
+  collective::TransferId id;
+  id.epoch = epoch_;
+  id.batch = batch_;
+  id.response = response_;
+  id.call = call_++;
+  return id;
+}
+
+Status PeerDataPlane::named(const collective::TransferId& id, const Status& status) {
+  return Status(status.code(), "batch " + std::to_string(id.batch) + " (epoch " + std::to_string(id.epoch) +
+                                   "), fused response " + std::to_string(id.response) + ", call " +
+                                   std::to_string(id.call) + ": " + status.message());
+}
+
 int PeerDataPlane::nodeOf(int rank) const {
   return rank >= 0 && static_cast<size_t>(rank) < node_of_rank_.size() ? node_of_rank_[rank] : 0;
 }
@@ -93,45 +121,46 @@ int PeerDataPlane::nodeCount() const { return std::max<int>(1, static_cast<int>(
 
 Status PeerDataPlane::allreduce(const executor::NodeSet& nodes, void* data, size_t count, DataType dtype, ReduceOp op) {
   const auto until = deadline();
-  // Every daemon takes a tag for every call, taking part or not, so that
-  // the tags stay alike on all of them.
-  const uint64_t tag = ++tag_;
+  // Every daemon counts every call of the response, taking part or not;
+  // the response's index keeps other responses apart whatever this one did.
+  const collective::TransferId id = nextCall();
   // One node: already reduced there. Nothing to reduce (every node sees the
   // same count): no transfer, and no endpoint to connect.
   if (nodes.size() < 2 || count == 0) return okStatus();
-  ASSIGN_OR_RETURN(const auto cost, linkCost(tag, until, nodes));
+  ASSIGN_OR_RETURN(const auto cost, linkCost(id, until, nodes));
   if (!cost) return okStatus();  // not one of the nodes
   const auto algorithm = collective::chooseAllreduce(count * elementSize(dtype), static_cast<int>(nodes.size()), *cost);
   allreduces_[static_cast<int>(algorithm)].fetch_add(1, std::memory_order_relaxed);
   if (algorithm != collective::AllreduceAlgorithm::kRing) {
-    ASSIGN_OR_RETURN(auto mesh, endpoints_->mesh(tag, until, epoch_, nodes));
+    ASSIGN_OR_RETURN(auto mesh, endpoints_->mesh(id, until, epoch_, nodes));
     if (!mesh) return okStatus();  // not one of the nodes
     if (algorithm == collective::AllreduceAlgorithm::kDirect) {
-      return run("CROSS_NODE_ALLREDUCE",
+      return run("CROSS_NODE_ALLREDUCE", id,
                  [&] { return collective::directAllreduce(*mesh, data, count, dtype, op, &scratch_); });
     }
     if (algorithm == collective::AllreduceAlgorithm::kHalvingDoubling) {
-      return run("CROSS_NODE_ALLREDUCE",
+      return run("CROSS_NODE_ALLREDUCE", id,
                  [&] { return collective::halvingDoublingAllreduce(*mesh, data, count, dtype, op, &scratch_); });
     }
-    return run("CROSS_NODE_ALLREDUCE",
+    return run("CROSS_NODE_ALLREDUCE", id,
                [&] { return collective::recursiveDoublingAllreduce(*mesh, data, count, dtype, op); });
   }
-  ASSIGN_OR_RETURN(auto ring, endpoints_->ring(tag, until, epoch_, nodes));
+  ASSIGN_OR_RETURN(auto ring, endpoints_->ring(id, until, epoch_, nodes));
   if (!ring) return okStatus();
-  return run("CROSS_NODE_ALLREDUCE",
+  return run("CROSS_NODE_ALLREDUCE", id,
              [&] { return collective::ringAllreduce(*ring, data, count, dtype, op, &scratch_); });
 }
 
-StatusOr<std::optional<collective::LinkCost>> PeerDataPlane::linkCost(uint64_t tag, CrossClock::time_point until,
+StatusOr<std::optional<collective::LinkCost>> PeerDataPlane::linkCost(const collective::TransferId& id,
+                                                                      CrossClock::time_point until,
                                                                       const executor::NodeSet& nodes) {
   if (!measure_links_) return std::optional<collective::LinkCost>(collective::LinkCost{});
   auto known = link_costs_.find(nodes);
   if (known != link_costs_.end()) return std::optional<collective::LinkCost>(known->second);
-  ASSIGN_OR_RETURN(auto mesh, endpoints_->mesh(tag, until, epoch_, nodes));
+  ASSIGN_OR_RETURN(auto mesh, endpoints_->mesh(id, until, epoch_, nodes));
   if (!mesh) return std::optional<collective::LinkCost>();
   collective::LinkCost cost;
-  RETURN_IF_ERROR(run("CROSS_NODE_LINK_PROBE", [&]() -> Status {
+  RETURN_IF_ERROR(run("CROSS_NODE_LINK_PROBE", id, [&]() -> Status {
     ASSIGN_OR_RETURN(cost, collective::probeLinkCost(*mesh));
     return okStatus();
   }));
@@ -142,49 +171,49 @@ StatusOr<std::optional<collective::LinkCost>> PeerDataPlane::linkCost(uint64_t t
 
 Status PeerDataPlane::reduceScatter(const executor::NodeSet& nodes, const void* input, void* data, DataType dtype,
                                     ReduceOp op, const std::vector<std::vector<collective::ElementRange>>& owned) {
-  const uint64_t tag = ++tag_;
+  const collective::TransferId id = nextCall();
   if (nodes.size() < 2) {  // one node: its contribution is the reduction
     if (input != data) copyOwned(input, data, dtype, owned);
     return okStatus();
   }
-  ASSIGN_OR_RETURN(auto ring, endpoints_->ring(tag, deadline(), epoch_, nodes));
+  ASSIGN_OR_RETURN(auto ring, endpoints_->ring(id, deadline(), epoch_, nodes));
   if (!ring) return okStatus();
-  return run("CROSS_NODE_REDUCESCATTER", [&] {
+  return run("CROSS_NODE_REDUCESCATTER", id, [&] {
     return collective::ringReduceScatter(*ring, input, data, dtype, op, amongNodes(owned, nodes), &scratch_);
   });
 }
 
 Status PeerDataPlane::broadcast(const executor::NodeSet& nodes, void* data, size_t bytes, int root_rank) {
-  const uint64_t tag = ++tag_;
+  const collective::TransferId id = nextCall();
   if (nodes.size() < 2) return okStatus();  // the root's node is the only one
   const auto root = std::find(nodes.begin(), nodes.end(), nodeOf(root_rank));
   if (root == nodes.end()) {
     return internalError("broadcast root rank " + std::to_string(root_rank) + " on no node of the set");
   }
-  ASSIGN_OR_RETURN(auto ring, endpoints_->ring(tag, deadline(), epoch_, nodes));
+  ASSIGN_OR_RETURN(auto ring, endpoints_->ring(id, deadline(), epoch_, nodes));
   if (!ring) return okStatus();
-  return run("CROSS_NODE_BROADCAST",
+  return run("CROSS_NODE_BROADCAST", id,
              [&] { return collective::ringBroadcast(*ring, data, bytes, static_cast<int>(root - nodes.begin())); });
 }
 
 Status PeerDataPlane::allgather(const executor::NodeSet& nodes, uint8_t* buffer,
                                 const std::vector<std::vector<collective::Range>>& owned) {
-  const uint64_t tag = ++tag_;
+  const collective::TransferId id = nextCall();
   if (nodes.size() < 2) return okStatus();  // every row is on this node
-  ASSIGN_OR_RETURN(auto ring, endpoints_->ring(tag, deadline(), epoch_, nodes));
+  ASSIGN_OR_RETURN(auto ring, endpoints_->ring(id, deadline(), epoch_, nodes));
   if (!ring) return okStatus();
-  return run("CROSS_NODE_ALLGATHER",
+  return run("CROSS_NODE_ALLGATHER", id,
              [&] { return collective::ringAllgather(*ring, buffer, amongNodes(owned, nodes)); });
 }
 
 Status PeerDataPlane::alltoall(const executor::NodeSet& nodes, const uint8_t* send,
                                const std::vector<collective::Range>& send_to, uint8_t* recv,
                                const std::vector<collective::Range>& recv_from) {
-  const uint64_t tag = ++tag_;
+  const collective::TransferId id = nextCall();
   if (nodes.size() < 2) return okStatus();  // nothing crosses nodes
-  ASSIGN_OR_RETURN(auto mesh, endpoints_->mesh(tag, deadline(), epoch_, nodes));
+  ASSIGN_OR_RETURN(auto mesh, endpoints_->mesh(id, deadline(), epoch_, nodes));
   if (!mesh) return okStatus();
-  return run("CROSS_NODE_ALLTOALL", [&] {
+  return run("CROSS_NODE_ALLTOALL", id, [&] {
     return collective::pairwiseExchange(*mesh, send, amongNodes(send_to, nodes), recv, amongNodes(recv_from, nodes));
   });
 }

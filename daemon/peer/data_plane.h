@@ -48,10 +48,20 @@ class PeerDataPlane : public executor::DataPlane {
   PeerDataPlane(NodeEndpoints* endpoints, CrossClock::duration transfer_timeout, Hooks hooks);
 
   // Executor thread, before each batch: the batch runs in `epoch` (among
-  // that epoch's nodes), the tags of its steps follow `sequence` << 20.
+  // that epoch's nodes) as batch `sequence`. Drops what is left of the
+  // batch before (its messages that matched no transfer here).
   void beginBatch(uint64_t sequence, uint64_t epoch);
-  // The tag of the batch's last step (for logs; executor thread).
-  uint64_t lastTag() const { return tag_; }
+  // Executor thread, before each fused response of the batch: the
+  // transfers of its calls are told apart by (epoch, sequence, `index`, the
+  // call's place in the response), what every daemon knows from the batch
+  // alone, so a daemon that has no part in a response, or fails before its
+  // calls, shifts nothing of the later ones.
+  void beginResponse(uint32_t index);
+  // The data-plane calls of the current response so far (for logs;
+  // executor thread).
+  uint32_t callsInResponse() const { return call_; }
+  // Stray messages of finished batches dropped (any thread).
+  uint64_t straysDropped() const { return strays_dropped_.load(std::memory_order_relaxed); }
   // Seconds spent in transfers among the daemons (any thread).
   double busySeconds() const { return static_cast<double>(busy_ns_.load()) / 1e9; }
   // Allreduces among the daemons so far by algorithm (direct, recursive
@@ -78,38 +88,48 @@ class PeerDataPlane : public executor::DataPlane {
   Status batchRuns() const override { return endpoints_->epochRuns(epoch_); }
 
  private:
-  // Runs `step` (a Status()) as phase `phase`, timed; a failure goes
-  // through hooks_.failed. A template: no std::function per step.
+  // Runs `step` (a Status()) as phase `phase`, timed; a failure, named
+  // by the call's place (`id`), goes through hooks_.failed. A template: no
+  // std::function per step.
   template <typename Step>
-  Status run(const char* phase, Step&& step) {
+  Status run(const char* phase, const collective::TransferId& id, Step&& step) {
     const auto started = CrossClock::now();
     hooks_.phase(phase, true);
     Status status = step();
     hooks_.phase(phase, false);
     busy_ns_.fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(CrossClock::now() - started).count());
-    return status.isOk() ? status : hooks_.failed(status);
+    return status.isOk() ? status : hooks_.failed(named(id, status));
   }
+  // The identity of the current response's next call.
+  collective::TransferId nextCall();
+  // `status` led by where it happened (batch, response, call).
+  static Status named(const collective::TransferId& id, const Status& status);
   CrossClock::time_point deadline() const { return CrossClock::now() + transfer_timeout_; }
   // The cost of a message among `nodes` (measured the first time in an
   // epoch, with the endpoints of collective `tag`); nullopt when this node
   // is not one of them.
-  StatusOr<std::optional<collective::LinkCost>> linkCost(uint64_t tag, CrossClock::time_point until,
-                                                         const executor::NodeSet& nodes);
+  StatusOr<std::optional<collective::LinkCost>> linkCost(const collective::TransferId& id,
+                                                         CrossClock::time_point until, const executor::NodeSet& nodes);
 
   NodeEndpoints* const endpoints_;
   const CrossClock::duration transfer_timeout_;
   const Hooks hooks_;
-  // The executor thread's: the batch's epoch and nodes, the last tag used,
-  // the scratch memory of the ring and the direct exchange.
+  // The executor thread's: the batch's epoch, sequence and nodes, the
+  // current response and its calls so far, the scratch memory of the ring
+  // and the direct exchange.
   uint64_t epoch_ = 0;
+  uint64_t batch_ = 0;
+  bool batch_begun_ = false;
+  uint32_t response_ = 0;
+  uint32_t call_ = 0;
   std::vector<v1::NodeInfo> members_;
   uint64_t members_epoch_ = 0;
   std::vector<int> node_of_rank_;                                 // members_' cross rank of each rank
   bool measure_links_ = false;                                    // measuresLinks(members_)
   bool every_node_nccl_ = false;                                  // each of members_ has a GPU and NCCL
   std::map<executor::NodeSet, collective::LinkCost> link_costs_;  // of members_epoch_, by node set
-  uint64_t tag_ = 0;
   std::vector<uint8_t> scratch_;
+  std::atomic<uint64_t> strays_dropped_{0};
   std::atomic<uint64_t> busy_ns_{0};
   std::atomic<uint64_t> allreduces_[collective::kAllreduceAlgorithms] = {};
 };

@@ -23,9 +23,9 @@ class FakeEndpoints : public NodeEndpoints {
   FakeEndpoints(int self, MeshNode* node, bool measure_links)
       : self_(self), node_(node), measure_links_(measure_links) {}
 
-  StatusOr<std::optional<collective::RingContext>> ring(uint64_t sequence, CrossClock::time_point deadline, uint64_t,
+  StatusOr<std::optional<collective::RingContext>> ring(const collective::TransferId& id, CrossClock::time_point deadline, uint64_t,
                                                         const std::vector<int>& nodes) override {
-    rings.push_back(sequence);
+    rings.push_back(describe(id));
     auto at = std::find(nodes.begin(), nodes.end(), self_);
     if (at == nodes.end()) return std::optional<collective::RingContext>();
     const int pos = static_cast<int>(at - nodes.begin()), n = static_cast<int>(nodes.size());
@@ -35,20 +35,20 @@ class FakeEndpoints : public NodeEndpoints {
     ring.right = node_->peers[nodes[(pos + 1) % n]].get();
     ring.rank = pos;
     ring.size = n;
-    ring.sequence = sequence;
+    ring.id = id;
     ring.deadline = deadline;
     return std::optional<collective::RingContext>(ring);
   }
-  StatusOr<std::optional<collective::MeshContext>> mesh(uint64_t sequence, CrossClock::time_point deadline, uint64_t,
+  StatusOr<std::optional<collective::MeshContext>> mesh(const collective::TransferId& id, CrossClock::time_point deadline, uint64_t,
                                                         const std::vector<int>& nodes) override {
-    meshes.push_back(sequence);
+    meshes.push_back(describe(id));
     auto at = std::find(nodes.begin(), nodes.end(), self_);
     if (at == nodes.end()) return std::optional<collective::MeshContext>();
     collective::MeshContext mesh;
     mesh.transport = node_->transport.get();
     for (int node : nodes) mesh.peers.push_back(node == self_ ? nullptr : node_->peers[node].get());
     mesh.rank = static_cast<int>(at - nodes.begin());
-    mesh.sequence = sequence;
+    mesh.id = id;
     mesh.deadline = deadline;
     return std::optional<collective::MeshContext>(mesh);
   }
@@ -65,8 +65,13 @@ class FakeEndpoints : public NodeEndpoints {
   }
   NcclId ncclId() const override { return {"", 1, self_}; }
   Status epochRuns(uint64_t) const override { return okStatus(); }
+  size_t dropBatchStrays(uint64_t, uint64_t) override { return 0; }
 
-  std::vector<uint64_t> rings, meshes;  // the tags asked for
+  // The collectives asked for: "batch.response.call".
+  std::vector<std::string> rings, meshes;
+  static std::string describe(const collective::TransferId& id) {
+    return std::to_string(id.batch) + "." + std::to_string(id.response) + "." + std::to_string(id.call);
+  }
 
  private:
   const int self_;
@@ -119,9 +124,9 @@ TEST(PeerDataPlane, SmallAllreducesTakeTheDirectExchangeLargeOnesTheRing) {
   for (int r = 0; r < 3; ++r) {
     EXPECT_TRUE(statuses[r].isOk()) << statuses[r].toString();
     const Daemon& d = daemons[r];
-    EXPECT_EQ(d.endpoints->meshes, std::vector<uint64_t>{(7u << 20) + 1});  // the first step: direct
-    EXPECT_EQ(d.endpoints->rings, std::vector<uint64_t>{(7u << 20) + 2});   // the second: the ring
-    EXPECT_EQ(d.plane->lastTag(), (7u << 20) + 2);
+    EXPECT_EQ(d.endpoints->meshes, std::vector<std::string>{"7.0.0"});  // the first step: direct
+    EXPECT_EQ(d.endpoints->rings, std::vector<std::string>{"7.0.1"});   // the second: the ring
+    EXPECT_EQ(d.plane->callsInResponse(), 2u);
     EXPECT_EQ(d.phases, (std::vector<std::string>{"+CROSS_NODE_ALLREDUCE", "-CROSS_NODE_ALLREDUCE",
                                                   "+CROSS_NODE_ALLREDUCE", "-CROSS_NODE_ALLREDUCE"}));
     EXPECT_GT(d.plane->busySeconds(), 0.0);
@@ -200,8 +205,53 @@ TEST(PeerDataPlane, ANodeOutsideTheStepSkipsItButKeepsTheTagsAlike) {
   EXPECT_EQ(rows[1], std::vector<uint8_t>(6, 11));  // not one of the step's nodes
   EXPECT_EQ(rows[2], std::vector<uint8_t>(6, 12));
   for (int r = 0; r < 3; ++r) {
-    EXPECT_EQ(daemons[r].endpoints->rings, (std::vector<uint64_t>{(7u << 20) + 1, (7u << 20) + 2})) << r;
+    EXPECT_EQ(daemons[r].endpoints->rings, (std::vector<std::string>{"7.0.0", "7.0.1"})) << r;
   }
+}
+
+// A daemon that fails before its part of a response (here: node 2 skips
+// response 0's broadcast altogether, as a daemon whose rank's buffer is
+// gone would) leaves the next response's transfers paired right: its
+// transfers are named by the response, not by a count of the calls made.
+TEST(PeerDataPlane, ADaemonThatSkipsAResponseShiftsNothingOfTheNext) {
+  auto mesh = collective::makeMesh(3);
+  auto daemons = makeDaemons(mesh, std::chrono::milliseconds(1500));
+  std::vector<Status> broadcast(3);
+  auto statuses = collective::onEveryNode(3, [&](int r) {
+    PeerDataPlane& plane = *daemons[r].plane;
+    plane.beginResponse(0);
+    std::vector<uint8_t> row(6, static_cast<uint8_t>(10 + r));
+    if (r != 2) broadcast[r] = plane.broadcast({0, 1, 2}, row.data(), row.size(), /*root_rank=*/0);
+    plane.beginResponse(1);
+    std::vector<std::vector<collective::Range>> owned = {{{0, 2}}, {{2, 2}}, {{4, 2}}};
+    std::vector<uint8_t> gathered(6, 0);
+    gathered[2 * r] = gathered[2 * r + 1] = static_cast<uint8_t>(r);
+    RETURN_IF_ERROR(plane.allgather({0, 1, 2}, gathered.data(), owned));
+    if (gathered != std::vector<uint8_t>{0, 0, 1, 1, 2, 2}) {
+      return internalError("node " + std::to_string(r) + ": the allgather after the skipped response gave " +
+                           std::to_string(gathered[0]) + " " + std::to_string(gathered[2]) + " " +
+                           std::to_string(gathered[4]));
+    }
+    return okStatus();
+  });
+  for (int r = 0; r < 3; ++r) EXPECT_TRUE(statuses[r].isOk()) << r << ": " << statuses[r].toString();
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_EQ(daemons[r].endpoints->rings.back(), "7.1.0") << r;
+  }
+}
+
+// A step's failure names where it was: the batch, its epoch, the fused
+// response and the call in it.
+TEST(PeerDataPlane, AFailedStepNamesItsBatchResponseAndCall) {
+  auto mesh = collective::makeMesh(2);
+  auto daemons = makeDaemons(mesh, std::chrono::milliseconds(200));
+  daemons[0].plane->beginResponse(3);
+  std::vector<uint8_t> row(6, 1);
+  Status status = daemons[0].plane->broadcast({0, 1}, row.data(), row.size(), /*root_rank=*/1);
+  ASSERT_EQ(daemons[0].failures.size(), 1u) << status.toString();
+  EXPECT_NE(daemons[0].failures[0].find("batch 7 (epoch 1), fused response 3, call 0: ring broadcast"),
+            std::string::npos)
+      << daemons[0].failures[0];
 }
 
 TEST(PeerDataPlane, AFailedStepGoesThroughTheFailureHook) {
@@ -229,7 +279,7 @@ TEST(PeerDataPlane, NodesOfRanksAndOneNodeSteps) {
   ASSERT_TRUE(plane.reduceScatter({0}, input.data(), out.data(), v1::FLOAT32, v1::SUM, {{{0, 2}}, {{2, 2}}}).isOk());
   EXPECT_EQ(out, input);
   EXPECT_TRUE(daemons[0].endpoints->rings.empty());
-  EXPECT_EQ(plane.lastTag(), (7u << 20) + 1);
+  EXPECT_EQ(plane.callsInResponse(), 1u);
 }
 
 }  // namespace

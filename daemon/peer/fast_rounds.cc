@@ -18,7 +18,7 @@ FastRounds::~FastRounds() = default;
 
 collective::RecursiveDoubling& FastRounds::current() {
   if (!run_) {
-    mesh_.sequence = round_;
+    mesh_.id = collective::TransferId::control(round_);
     run_ = std::make_unique<collective::RecursiveDoubling>(mesh_, kRoundPhase, sizeof(Message));
     run_->postReceives();
   }

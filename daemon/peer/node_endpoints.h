@@ -25,11 +25,11 @@ class NodeEndpoints {
   // positions, increasing; empty: every node), in their order; nullopt when
   // this node is not one of them. Waits for the membership until
   // `deadline`; ABORTED when `epoch` is over.
-  virtual StatusOr<std::optional<collective::RingContext>> ring(uint64_t sequence, CrossClock::time_point deadline,
+  virtual StatusOr<std::optional<collective::RingContext>> ring(const collective::TransferId& id, CrossClock::time_point deadline,
                                                                 uint64_t epoch, const std::vector<int>& nodes) = 0;
   // Endpoints to each of `nodes` (as for ring()), for a pairwise exchange or
   // a direct allreduce; the same waits and errors as ring().
-  virtual StatusOr<std::optional<collective::MeshContext>> mesh(uint64_t sequence, CrossClock::time_point deadline,
+  virtual StatusOr<std::optional<collective::MeshContext>> mesh(const collective::TransferId& id, CrossClock::time_point deadline,
                                                                 uint64_t epoch, const std::vector<int>& nodes) = 0;
   // The job's nodes, with the epoch they belong to.
   virtual std::vector<v1::NodeInfo> members(uint64_t* epoch) const = 0;
@@ -46,6 +46,10 @@ class NodeEndpoints {
   // moved past it or failed, CANCELLED once it stopped. Cheap: asked often
   // while a collective waits in NCCL.
   virtual Status epochRuns(uint64_t epoch) const = 0;
+  // Discards the messages of batch `sequence` of `epoch` that matched no
+  // transfer here (the batch is over on this node); returns how many. The
+  // thread that runs the transfers.
+  virtual size_t dropBatchStrays(uint64_t epoch, uint64_t sequence) = 0;
 };
 
 }  // namespace gradsync::peer

@@ -96,7 +96,12 @@ StatusOr<transport::Peer*> UcxMesh::peerFor(const v1::NodeInfo& node) {
   return raw;
 }
 
-StatusOr<collective::RingContext> UcxMesh::ring(uint64_t sequence, transport::Clock::time_point deadline,
+size_t UcxMesh::dropBatchStrays(uint64_t epoch, uint64_t sequence) {
+  transport::UcxTransport* driven = transport();
+  return driven == nullptr ? 0 : driven->dropMatching(collective::batchTagBits(epoch, sequence), collective::kBatchTagMask);
+}
+
+StatusOr<collective::RingContext> UcxMesh::ring(const collective::TransferId& id, transport::Clock::time_point deadline,
                                                 const std::vector<v1::NodeInfo>& members, int self) {
   const int n = static_cast<int>(members.size());
   collective::RingContext ring;
@@ -105,13 +110,13 @@ StatusOr<collective::RingContext> UcxMesh::ring(uint64_t sequence, transport::Cl
   ring.transport = transport();
   ring.rank = self;
   ring.size = n;
-  ring.sequence = sequence;
+  ring.id = id;
   ring.tag_key = tag_key_;
   ring.deadline = deadline;
   return ring;
 }
 
-StatusOr<collective::MeshContext> UcxMesh::mesh(uint64_t sequence, transport::Clock::time_point deadline,
+StatusOr<collective::MeshContext> UcxMesh::mesh(const collective::TransferId& id, transport::Clock::time_point deadline,
                                                 const std::vector<v1::NodeInfo>& members, int self) {
   collective::MeshContext mesh;
   for (size_t i = 0; i < members.size(); ++i) {
@@ -123,7 +128,7 @@ StatusOr<collective::MeshContext> UcxMesh::mesh(uint64_t sequence, transport::Cl
   }
   mesh.transport = transport();
   mesh.rank = self;
-  mesh.sequence = sequence;
+  mesh.id = id;
   mesh.tag_key = tag_key_;
   mesh.deadline = deadline;
   return mesh;
@@ -148,7 +153,7 @@ void UcxMesh::goodbye() {
   // The job ended here (its stop aborted the transfers): lifted for the
   // goodbye alone.
   transport_->resume();
-  const uint64_t tag = collective::ringTag(tag_key_, ~uint64_t{0}, /*phase=*/4, 0, 0);
+  const uint64_t tag = collective::ringTag(tag_key_, collective::TransferId::control(~uint64_t{0}), /*phase=*/4, 0, 0, 0);
   std::vector<uint8_t> in(peers_.size()), out(peers_.size(), 1);
   std::vector<transport::RequestPtr> requests;
   size_t i = 0;

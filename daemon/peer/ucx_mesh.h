@@ -50,9 +50,12 @@ class UcxMesh {
   size_t rekey(uint64_t epoch, const std::vector<v1::NodeInfo>& members) GS_EXCLUDES(mutex_);
   // Executor thread: the ring or mesh among `members` for one collective,
   // this node at position `self`.
-  StatusOr<collective::RingContext> ring(uint64_t sequence, transport::Clock::time_point deadline,
+  // Discards what arrived of batch `sequence` of `epoch` and matched no
+  // receive; returns how many. The thread that runs the transfers.
+  size_t dropBatchStrays(uint64_t epoch, uint64_t sequence) GS_EXCLUDES(mutex_);
+  StatusOr<collective::RingContext> ring(const collective::TransferId& id, transport::Clock::time_point deadline,
                                          const std::vector<v1::NodeInfo>& members, int self) GS_EXCLUDES(mutex_);
-  StatusOr<collective::MeshContext> mesh(uint64_t sequence, transport::Clock::time_point deadline,
+  StatusOr<collective::MeshContext> mesh(const collective::TransferId& id, transport::Clock::time_point deadline,
                                          const std::vector<v1::NodeInfo>& members, int self) GS_EXCLUDES(mutex_);
   // Executor thread, with nothing else to do: drives the transport until
   // one of `wake_fds` is readable or `until` passes

@@ -8,14 +8,20 @@ namespace gradsync::server {
 void BatchRunner::run(const BatchContext& context, std::vector<coordinator::Response> batch, uint64_t sequence) {
   context_ = &context;
   if (parts_.peer_plane) parts_.peer_plane->beginBatch(sequence, context.epoch);
+  uint32_t index = 0;
   for (const auto& fused : fusion::planFusion(std::move(batch), context.fusion_threshold_bytes)) {
     const auto started = Clock::now();
+    // Every daemon plans the same fused responses from the same batch: the
+    // index names this one's transfers wherever it skips or fails.
+    if (parts_.peer_plane) parts_.peer_plane->beginResponse(index);
+    ++index;
     parts_.timeline->executionBegins(fused);
     auto results = parts_.executor->run(fused, *this);
     parts_.timeline->executionEnds(fused, results);
-    GS_LOG(executor, debug, "job '{}': fused response '{}' of {} collectives (ring tags {}), {} bytes, in {} us",
-           parts_.job_id, fused.responses.front().name, fused.responses.size(),
-           parts_.peer_plane ? parts_.peer_plane->lastTag() : 0, fused.bytes,
+    GS_LOG(executor, debug,
+           "job '{}': batch {} fused response {} '{}' of {} collectives ({} data-plane calls), {} bytes, in {} us",
+           parts_.job_id, sequence, index - 1, fused.responses.front().name, fused.responses.size(),
+           parts_.peer_plane ? parts_.peer_plane->callsInResponse() : 0, fused.bytes,
            std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - started).count());
     completed_(fused, results, started);
   }

@@ -611,6 +611,7 @@ v1::JobInfo Job::info() const {
     info.set_allreduces_doubling(by_algorithm[1]);
     info.set_allreduces_ring(by_algorithm[2]);
     info.set_allreduces_halving(by_algorithm[3]);
+    info.set_stray_transfers_dropped(data_plane_->straysDropped());
     info.set_steady_rounds(steady_rounds_done_.load());
     info.set_steady_round_messages(steady_round_messages_.load());
     info.set_steady_round_collectives(steady_round_collectives_.load());

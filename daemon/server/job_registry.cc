@@ -316,12 +316,12 @@ void JobRegistry::sessionLost(uint64_t session_id, const std::string& cause, boo
              "job '{}' ended: {} operations, {} bytes; coordination {} messages, {} bytes sent, {} "
              "received, {} response-cache hits, largest message {} bytes; {} steady-state rounds, {} messages "
              "sent in them, {} collectives run after them; allreduces among daemons: {} direct, {} recursive doubling, "
-             "{} ring, {} halving-doubling",
+             "{} ring, {} halving-doubling; {} stray data-plane messages dropped",
              info.job_id(), info.operations_done(), info.bytes_done(), info.coordination_messages(),
              info.coordination_bytes_sent(), info.coordination_bytes_received(), info.cache_hits(),
              info.largest_coordination_message(), info.steady_rounds(), info.steady_round_messages(),
              info.steady_round_collectives(), info.allreduces_direct(), info.allreduces_doubling(),
-             info.allreduces_ring(), info.allreduces_halving());
+             info.allreduces_ring(), info.allreduces_halving(), info.stray_transfers_dropped());
     }
   }
   retire(std::move(job));  // maybe the last reference: torn down on the reaper

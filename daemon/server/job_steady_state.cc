@@ -85,7 +85,7 @@ void Job::steadyExecutorLoop() {
   peer::RoundExchange* rounds = nullptr;
   const char* how = "among";
   if (cross_->steadyStateRounds()) {
-    auto mesh = cross_->mesh(0, deadline, 1, {});
+    auto mesh = cross_->mesh(collective::TransferId::control(0), deadline, 1, {});
     if (!mesh.isOk() || !*mesh) return;
     among_daemons = std::make_unique<peer::FastRounds>(**mesh);
     rounds = among_daemons.get();

@@ -89,19 +89,24 @@ void onEndpointError(void* arg, ucp_ep_h, ucs_status_t status) {
 // A UCX request, or an operation that completed at once (request == null).
 class UcxRequest final : public Request {
  public:
-  UcxRequest(ucp_worker_h worker, ucs_status_ptr_t request, std::string what, std::atomic<uint64_t>* failures,
-             const EndpointState* peer)
-      : worker_(worker), what_(std::move(what)), failures_(failures), peer_(peer) {
+  UcxRequest(ucp_worker_h worker, std::string what, std::atomic<uint64_t>* failures, const EndpointState* peer)
+      : worker_(worker), what_(std::move(what)), failures_(failures), peer_(peer) {}
+  // The operation as posted (null: it completed at once). A receive of
+  // `expected` bytes (-1: a send) checks the length that arrived.
+  void posted(ucs_status_ptr_t request, int64_t expected = -1) {
+    expected_ = expected;
     if (request == nullptr) {
       done_ = true;
+      if (expected_ >= 0) checkLength(received_.length);
     } else if (UCS_PTR_IS_ERR(request)) {
       done_ = true;
-      status_ = ucxError(what_, UCS_PTR_STATUS(request));
-      failures_->fetch_add(1);
+      fail(UCS_PTR_STATUS(request));
     } else {
       request_ = request;
     }
   }
+  // Where UCX writes what a receive that completes at once received.
+  ucp_tag_recv_info_t* receivedInfo() { return &received_; }
   ~UcxRequest() override {
     if (request_ != nullptr) {
       if (!done_) {
@@ -120,13 +125,22 @@ class UcxRequest final : public Request {
   }
   bool test() override {
     if (done_) return true;
+    if (expected_ >= 0) {
+      ucp_tag_recv_info_t info{};
+      const ucs_status_t s = ucp_tag_recv_request_test(request_, &info);
+      if (s == UCS_INPROGRESS) return false;
+      done_ = true;
+      if (s != UCS_OK) {
+        fail(s);
+      } else {
+        checkLength(info.length);
+      }
+      return true;
+    }
     const ucs_status_t s = ucp_request_check_status(request_);
     if (s == UCS_INPROGRESS) return false;
     done_ = true;
-    if (s != UCS_OK) {
-      status_ = ucxError(what_, s);
-      failures_->fetch_add(1);
-    }
+    if (s != UCS_OK) fail(s);
     return true;
   }
   Status status() const override { return status_; }
@@ -136,11 +150,31 @@ class UcxRequest final : public Request {
   const std::string* peerFailure() const { return peer_->failed.load() ? &peer_->reason : nullptr; }
 
  private:
+  void fail(ucs_status_t s) {
+    failures_->fetch_add(1);
+    if (s == UCS_ERR_MESSAGE_TRUNCATED && expected_ >= 0) {
+      // The transfer's identity matched but the sender sent more: the two
+      // daemons disagree on the collective. Never reported as done.
+      status_ = internalError(what_ + ": a message longer than the " + std::to_string(expected_) +
+                              " bytes expected (the daemons disagree on the collective's size)");
+      return;
+    }
+    status_ = ucxError(what_, s);
+  }
+  void checkLength(size_t length) {
+    if (static_cast<int64_t>(length) == expected_) return;
+    failures_->fetch_add(1);
+    status_ = internalError(what_ + ": received " + std::to_string(length) + " bytes, expected " +
+                            std::to_string(expected_) + " (the daemons disagree on the collective's size)");
+  }
+
   ucp_worker_h worker_;
   void* request_ = nullptr;
   std::string what_;
   std::atomic<uint64_t>* failures_;
   const EndpointState* peer_;
+  int64_t expected_ = -1;  // a receive's length; -1: a send
+  ucp_tag_recv_info_t received_{};
   bool done_ = false;
   Status status_;
 };
@@ -164,16 +198,22 @@ class UcxPeer final : public Peer {
   RequestPtr isend(const void* data, size_t bytes, uint64_t tag) override {
     ucp_request_param_t param{};
     sent_.fetch_add(bytes);
-    return std::make_unique<UcxRequest>(worker_, ucp_tag_send_nbx(endpoint_, data, bytes, tag, &param),
-                                        "send to " + state_->name, &failures_, state_.get());
+    auto request = std::make_unique<UcxRequest>(worker_, "send to " + state_->name, &failures_, state_.get());
+    request->posted(ucp_tag_send_nbx(endpoint_, data, bytes, tag, &param));
+    return request;
   }
   RequestPtr irecv(void* data, size_t bytes, uint64_t tag) override {
-    ucp_request_param_t param{};
-    // Tags are keyed hashes, unique per collective, step and chunk (see
-    // ring_allreduce.cc): a full mask matches the one message meant for it.
+    // Tags are keyed hashes, unique per collective, step, chunk and sender
+    // (see ring_allreduce.cc): a full mask matches the one message meant
+    // for it, and one of another length is an error, never done.
     received_.fetch_add(bytes);
-    return std::make_unique<UcxRequest>(worker_, ucp_tag_recv_nbx(worker_, data, bytes, tag, ~uint64_t{0}, &param),
-                                        "receive from " + state_->name, &failures_, state_.get());
+    auto request = std::make_unique<UcxRequest>(
+        worker_, "receive from " + state_->name, &failures_, state_.get());
+    ucp_request_param_t param{};
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_RECV_INFO | UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
+    param.recv_info.tag_info = request->receivedInfo();
+    request->posted(ucp_tag_recv_nbx(worker_, data, bytes, tag, ~uint64_t{0}, &param), static_cast<int64_t>(bytes));
+    return request;
   }
   const std::string& name() const override { return state_->name; }
   PeerStats stats() const override { return {sent_.load(), received_.load(), failures_.load()}; }
@@ -294,6 +334,28 @@ size_t UcxTransport::dropStrays() {
       continue;
     }
     GS_LOG(executor, debug, "a stray data-plane message: tag {:#x}, {} bytes", info.sender_tag, info.length);
+    ucp_request_param_t param{};
+    ucs_status_ptr_t request = ucp_tag_msg_recv_nbx(worker_, sink.data(), sink.size(), message, &param);
+    if (request != nullptr && !UCS_PTR_IS_ERR(request)) {
+      if (!progressUntilDone(worker_, request, std::chrono::milliseconds(100))) ucp_request_cancel(worker_, request);
+      ucp_request_free(request);
+    }
+    ++dropped;
+  }
+  return dropped;
+}
+
+size_t UcxTransport::dropMatching(uint64_t tag, uint64_t mask) {
+  std::vector<uint8_t> sink;
+  size_t dropped = 0;
+  // Bounded: a flood cannot hold the batch that asks.
+  for (int rounds = 0; rounds < 1024; ++rounds) {
+    ucp_tag_recv_info_t info{};
+    ucp_tag_message_h message = ucp_tag_probe_nb(worker_, tag, mask, /*remove=*/1, &info);
+    if (message == nullptr) break;
+    GS_LOG(executor, debug, "dropped a stray data-plane message of a finished batch: tag {:#x}, {} bytes",
+           info.sender_tag, info.length);
+    if (sink.empty()) sink.resize(64 << 10);
     ucp_request_param_t param{};
     ucs_status_ptr_t request = ucp_tag_msg_recv_nbx(worker_, sink.data(), sink.size(), message, &param);
     if (request != nullptr && !UCS_PTR_IS_ERR(request)) {

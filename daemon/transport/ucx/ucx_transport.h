@@ -45,6 +45,11 @@ class UcxTransport final : public Transport {
   // left of an aborted collective), for at most a second; returns how many.
   // Same thread.
   size_t dropStrays();
+  // Discards the messages that arrived with a tag matching `tag` under
+  // `mask` and matched no receive (those of a finished batch), without
+  // driving the worker: cheap when there are none. Returns how many. Same
+  // thread.
+  size_t dropMatching(uint64_t tag, uint64_t mask);
 
   ucp_worker_h worker() const { return worker_; }
 
