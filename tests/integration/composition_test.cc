@@ -4,6 +4,7 @@
 // each rank submitting in an order of its own (worker scenario `composed`),
 // across 3 to 5 daemons, in both steady-state modes. Every result is
 // checked by the ranks themselves.
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -36,11 +37,18 @@ class CompositionTest : public MultiDaemonTest, public ::testing::WithParamInter
 TEST_P(CompositionTest, MixedCollectivesOnASetAndTheJobInFlightTogether) {
   const Composition& c = GetParam();
   startDaemons(c.daemons, {"--steady-state", c.steady_state});
-  for (uint64_t seed : {1, 2}) {
+  for (uint64_t seed : {1, 2, 3}) {
     const std::string job = std::string(c.name) + "-" + std::to_string(seed);
     auto ranks = launchWith(job, {"composed", std::to_string(seed), std::to_string(c.steps), c.set}, placement(c), {});
     std::string report;
     ASSERT_TRUE(allSucceed(ranks, kTimeout, &report)) << "seed " << seed << report << logs();
+    for (auto& rank : ranks) {
+      const std::string log = rank.log();
+      const auto ok = log.find("COMPOSED OK");
+      ASSERT_NE(ok, std::string::npos) << log;
+      std::printf("%s seed %llu: %s", c.name, static_cast<unsigned long long>(seed),
+                  log.substr(log.rfind(']', ok) + 2, log.find('\n', ok) - log.rfind(']', ok) - 1).c_str());
+    }
   }
 }
 
