@@ -65,8 +65,9 @@ StatusOr<gpu::NcclComm*> DaemonComms::forJob(RankAccess& access, int device, Dat
   return job_.get();
 }
 
-void DaemonComms::fail(const Status& why) {
+void DaemonComms::fail(const Status& why, RankAccess& access) {
   failed_ = true;
+  access.dataPlane().markStepFailed();
   GS_LOG(gpu, warn,
          "NCCL among the daemons failed in epoch {} ({}); CUDA tensors among them go through host memory "
          "until the next epoch",

@@ -64,6 +64,10 @@ class DataPlane {
   // OK while the batch may go on; the error that ends it once its epoch is
   // over or the job failed (asked while it waits in NCCL among the daemons).
   virtual Status batchRuns() const = 0;
+  // A step among the daemons failed outside the calls above (NCCL among
+  // the daemons' GPUs): the response's failure is that step's, seen by
+  // every node taking part, not this node's local part's alone.
+  virtual void markStepFailed() {}
 };
 
 // A job on one daemon: one node, nothing crosses it.

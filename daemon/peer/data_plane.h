@@ -43,6 +43,10 @@ class PeerDataPlane : public executor::DataPlane {
     std::function<void(const char* name, bool begin)> phase;
     // The links among `nodes` nodes were measured (optional).
     std::function<void(size_t nodes, const collective::LinkCost& cost)> measured;
+    // This node gave up its part of a response before or without its steps
+    // among the daemons (`cause`, named by the response: a rank gone, a
+    // buffer released): its peers must not wait for it (optional).
+    std::function<void(const Status& cause)> abandoned;
   };
   // `endpoints` outlives this.
   PeerDataPlane(NodeEndpoints* endpoints, CrossClock::duration transfer_timeout, Hooks hooks);
@@ -60,6 +64,15 @@ class PeerDataPlane : public executor::DataPlane {
   // The data-plane calls of the current response so far (for logs;
   // executor thread).
   uint32_t callsInResponse() const { return call_; }
+  // Whether a step of the current response among the daemons failed
+  // (theirs, or NCCL's: markStepFailed), as opposed to this node's local
+  // part of it (executor thread).
+  bool stepFailedInResponse() const { return step_failed_; }
+  // The current response failed on this node before or without its steps
+  // among the daemons (`cause`): the others are told (hooks.abandoned), so
+  // that none waits for this node's part (executor thread).
+  void abandonResponse(const Status& cause);
+  void markStepFailed() override { step_failed_ = true; }
   // Stray messages of finished batches dropped (any thread).
   uint64_t straysDropped() const { return strays_dropped_.load(std::memory_order_relaxed); }
   // Seconds spent in transfers among the daemons (any thread).
@@ -98,7 +111,16 @@ class PeerDataPlane : public executor::DataPlane {
     Status status = step();
     hooks_.phase(phase, false);
     busy_ns_.fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(CrossClock::now() - started).count());
-    return status.isOk() ? status : hooks_.failed(named(id, status));
+    if (status.isOk()) return status;
+    step_failed_ = true;
+    return hooks_.failed(named(id, status));
+  }
+  // `result` (of finding a step's endpoints), noting a failure as the
+  // step's.
+  template <typename T>
+  StatusOr<T> noted(StatusOr<T> result) {
+    if (!result.isOk()) step_failed_ = true;
+    return result;
   }
   // The identity of the current response's next call.
   collective::TransferId nextCall();
@@ -122,6 +144,7 @@ class PeerDataPlane : public executor::DataPlane {
   bool batch_begun_ = false;
   uint32_t response_ = 0;
   uint32_t call_ = 0;
+  bool step_failed_ = false;  // in the current response
   std::vector<v1::NodeInfo> members_;
   uint64_t members_epoch_ = 0;
   std::vector<int> node_of_rank_;                                 // members_' cross rank of each rank

@@ -142,6 +142,7 @@ void Job::buildCrossNode() {
   plane_hooks.failed = [this](const Status& status) { return ringFailed(status); };
   plane_hooks.phase = [this](const char* name, bool begin) { runner_->phase(name, begin); };
   plane_hooks.measured = [this](size_t nodes, const collective::LinkCost& cost) { linksMeasured(nodes, cost); };
+  plane_hooks.abandoned = [this](const Status& cause) { localPartFailed(cause); };
   data_plane_ = std::make_unique<peer::PeerDataPlane>(cross_.get(), limits_.transfer_timeout, std::move(plane_hooks));
   wake_fd_ = UniqueFd(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
 }

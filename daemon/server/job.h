@@ -223,6 +223,12 @@ class Job {
   void onRemoteBatch(std::vector<coordinator::Response> batch, uint64_t sequence, uint64_t epoch,
                      uint64_t fusion_threshold_bytes);
   void failJob(const std::string& cause, bool node_lost);
+  // This node's part of a collective across daemons failed before or
+  // without its transfers (`cause`, named by batch and response): a job
+  // that is not elastic fails by name on every daemon at once (its peers
+  // would otherwise wait in those transfers until their timeout); in an
+  // elastic job the new epoch that the lost rank starts ends their waits.
+  void localPartFailed(const Status& cause) GS_EXCLUDES(mutex_);
   // A cross-node transfer failed with `status`: fails the job (node lost)
   // and returns the error led by the job's earlier failure, if any (the
   // likely reason the other node left the ring).

@@ -165,6 +165,21 @@ void Job::linksMeasured(size_t nodes, const collective::LinkCost& cost) {
          spec_.job_id, nodes, cost.latency_us, cost.message_us, 1e-3 / cost.byte_us);
 }
 
+void Job::localPartFailed(const Status& cause) {
+  {
+    MutexLock lock(mutex_);
+    if (stopping_ || !failure_.empty()) return;  // the job's failure is already what its peers hear
+    if (spec_.elastic) {
+      // A rank gone starts a new epoch, which ends the peers' waits.
+      GS_LOG(executor, warn, "job '{}': this node's part failed on host {}: {}", spec_.job_id, limits_.hostname,
+             cause.message());
+      return;
+    }
+  }
+  failJob("the daemon on host " + limits_.hostname + " could not take its part: " + cause.message(),
+          /*node_lost=*/true);
+}
+
 Status Job::ringFailed(const Status& status) {
   std::string cause;
   {

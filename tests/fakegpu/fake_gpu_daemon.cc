@@ -3,12 +3,15 @@
 // machines without one: clients' "device memory" (fake_libcuda.cc) is mapped
 // through /proc/<pid>/fd/<fd>, collectives run on it with the CPU kernels
 // (FakeDeviceOps). Everything else is the real daemon.
+// GRADSYNC_FAKE_GPU_FAIL_REDUCE_AT=N fails this daemon's N-th reduction on a
+// GPU (a local failure before any step among the daemons).
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -28,7 +31,15 @@ class FakeProcessGpu : public gpu::FakeDeviceOps, public gpu::GpuBackend {
   // `streams_never_drain`: a job's stream is never released (as a GPU
   // stream stuck behind a kernel that never ends would hold its teardown),
   // for tests of the daemon's way out of a shutdown that does not finish.
-  explicit FakeProcessGpu(bool streams_never_drain) : streams_never_drain_(streams_never_drain) {}
+  FakeProcessGpu(bool streams_never_drain, int fail_reduce_at)
+      : streams_never_drain_(streams_never_drain), fail_reduce_at_(fail_reduce_at) {}
+  Status reduce(const cuda::LocalReduceArgs& args, void* stream) override {
+    if (++reductions_ == fail_reduce_at_) {
+      return internalError("fake GPU: injected failure of reduction " + std::to_string(reductions_) +
+                           " (GRADSYNC_FAKE_GPU_FAIL_REDUCE_AT)");
+    }
+    return gpu::FakeDeviceOps::reduce(args, stream);
+  }
   Status releaseStream(int device, void* stream) override {
     if (!streams_never_drain_) return gpu::FakeDeviceOps::releaseStream(device, stream);
     std::fprintf(stderr, "fake GPU: stream %p on device %d never drains\n", stream, device);
@@ -104,6 +115,8 @@ class FakeProcessGpu : public gpu::FakeDeviceOps, public gpu::GpuBackend {
     return reinterpret_cast<void*>(next_event_++);
   }
   const bool streams_never_drain_;
+  const int fail_reduce_at_;         // 0: never
+  std::atomic<int> reductions_{0};  // so far
   std::mutex mutex_;
   std::map<void*, size_t> sizes_;
   uintptr_t next_event_ = 0x9000;
@@ -126,7 +139,10 @@ std::unique_ptr<gpu::GpuNode> fakeGpus(gpu::GpuInventory* inventory) {
   }
   inventory->note.clear();
   const bool never_drain = std::getenv("GRADSYNC_FAKE_GPU_STREAMS_NEVER_DRAIN") != nullptr;
-  return gpu::GpuNode::withBackend(inventory->gpus, std::make_unique<FakeProcessGpu>(never_drain));
+  const char* fail_reduce_at = std::getenv("GRADSYNC_FAKE_GPU_FAIL_REDUCE_AT");
+  return gpu::GpuNode::withBackend(
+      inventory->gpus,
+      std::make_unique<FakeProcessGpu>(never_drain, fail_reduce_at != nullptr ? std::atoi(fail_reduce_at) : 0));
 }
 
 }  // namespace

@@ -802,6 +802,30 @@ TEST(FakeGpuNcclFailureTest, EveryRankNamesTheFailureAndTheNextJobRuns) {
   for (auto& d : pair.daemons) EXPECT_EQ(d->stop(), 0) << d->log();
 }
 
+// A daemon whose own part of a collective fails before its step among the
+// daemons (its GPU reduction, injected on the follower) does not leave the
+// leader waiting in NCCL for the call it will not make: every rank of the
+// job ends within seconds, the leader's named by the follower's host and
+// cause.
+TEST(FakeGpuLocalFailureTest, ANodeWhosePartFailsTellsItsPeersAtOnce) {
+  auto failing = fakeNccl();
+  failing["GRADSYNC_FAKE_GPU_FAIL_REDUCE_AT"] = "3";
+  DaemonPair pair;
+  std::string error;
+  ASSERT_TRUE(pair.start("auto", {fakeNccl(), failing}, &error)) << error;
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<Process> ranks = pair.spawn("fails", {"fake_cuda_across", "6"});
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_NE(ranks[r].wait(kTimeout), 0) << ranks[r].log();
+    EXPECT_NE(ranks[r].log().find("injected failure of reduction 3"), std::string::npos) << ranks[r].log() << pair.logs();
+  }
+  for (int r = 0; r < 2; ++r) {  // the leader's
+    EXPECT_NE(ranks[r].log().find("could not take its part: batch "), std::string::npos) << ranks[r].log();
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5)) << pair.logs();
+  for (auto& d : pair.daemons) EXPECT_EQ(d->stop(), 0) << d->log();
+}
+
 // The same when the failing call is an alltoall's sends and receives or an
 // allgather among the daemons.
 class FakeGpuNcclExchangeFailureTest : public ::testing::TestWithParam<std::string> {};
