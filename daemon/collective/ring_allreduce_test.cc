@@ -122,7 +122,8 @@ TEST(RingAllreduceSecurityTest, TransfersWithoutTheJobsKeyAreNeverReduced) {
   std::vector<transport::RequestPtr> sends;
   for (const SipKey& guess : {SipKey{}, deriveSipKey("guessed", "test tags")}) {
     for (int step = 0; step < 2; ++step) {
-      sends.push_back((*target)->isend(poison.data(), poison.size() * sizeof(float), ringTag(guess, TransferId{}, 0, step, 0, 1)));
+      sends.push_back(
+          (*target)->isend(poison.data(), poison.size() * sizeof(float), ringTag(guess, TransferId{}, 0, step, 0, 1)));
     }
   }
   // The intruder's connection completes only while node 0 drives its

@@ -39,13 +39,14 @@ Status ringBroadcast(const RingContext& ring, void* data, size_t bytes, int root
   for (size_t c = 0, off = 0; off < bytes; ++c, off += chunk) {
     const size_t n = std::min(chunk, bytes - off);
     if (!is_root) {
-      RequestPtr recv =
-          ring.left->irecv(base + off, n, ringTag(ring.tag_key, ring.id, kBroadcastPhase, 0, c, mod(ring.rank - 1, ring.size)));
+      RequestPtr recv = ring.left->irecv(
+          base + off, n, ringTag(ring.tag_key, ring.id, kBroadcastPhase, 0, c, mod(ring.rank - 1, ring.size)));
       transport::Request* one[] = {recv.get()};
       RETURN_IF_ERROR(ring.transport->waitAll(one, 1, ring.deadline, what));
     }
     if (forwards) {
-      sends.push_back(ring.right->isend(base + off, n, ringTag(ring.tag_key, ring.id, kBroadcastPhase, 0, c, ring.rank)));
+      sends.push_back(
+          ring.right->isend(base + off, n, ringTag(ring.tag_key, ring.id, kBroadcastPhase, 0, c, ring.rank)));
     }
   }
   return waitAll(ring, sends, what);
@@ -64,15 +65,14 @@ Status ringAllgather(const RingContext& ring, uint8_t* buffer, const std::vector
       if (r.bytes > 0)
         requests.push_back(
             ring.left->irecv(buffer + r.offset, r.bytes,
-                            ringTag(ring.tag_key, ring.id, kAllgatherPhase, step, index, mod(ring.rank - 1, n))));
+                             ringTag(ring.tag_key, ring.id, kAllgatherPhase, step, index, mod(ring.rank - 1, n))));
       ++index;
     }
     index = 0;
     for (const Range& r : owned[send_node]) {
       if (r.bytes > 0)
-        requests.push_back(
-            ring.right->isend(buffer + r.offset, r.bytes,
-                             ringTag(ring.tag_key, ring.id, kAllgatherPhase, step, index, ring.rank)));
+        requests.push_back(ring.right->isend(buffer + r.offset, r.bytes,
+                                             ringTag(ring.tag_key, ring.id, kAllgatherPhase, step, index, ring.rank)));
       ++index;
     }
     RETURN_IF_ERROR(waitAll(ring, requests, what));

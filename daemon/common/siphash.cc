@@ -57,4 +57,11 @@ SipKey deriveSipKey(const std::string& secret, const std::string& purpose) {
           sipHash24(SipKey{0x6772616473796e63ull, 2}, input.data(), input.size())};
 }
 
+bool constantTimeEqual(const std::string& a, const std::string& b) {
+  if (a.size() != b.size()) return false;
+  volatile unsigned char diff = 0;  // every byte compared, whatever the first difference
+  for (size_t i = 0; i < a.size(); ++i) diff = diff | static_cast<unsigned char>(a[i] ^ b[i]);
+  return diff == 0;
+}
+
 }  // namespace gradsync

@@ -19,4 +19,8 @@ uint64_t sipHash24(const SipKey& key, const void* data, size_t bytes);
 // A key derived from `secret` (any length) and a `purpose` label.
 SipKey deriveSipKey(const std::string& secret, const std::string& purpose);
 
+// Whether two secrets (job tokens) are equal, in a time that does not
+// depend on where they first differ (only on their length).
+bool constantTimeEqual(const std::string& a, const std::string& b);
+
 }  // namespace gradsync

@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "daemon/common/logging.h"
+#include "daemon/common/siphash.h"
 
 namespace gradsync::peer {
 namespace {
@@ -147,14 +148,30 @@ void CrossNode::makeNcclIdLocked() {
   nccl_id_ = std::move(id).value();
 }
 
-void CrossNode::acceptJoin(const v1::JoinJobRequest& request, JoinAnswer answer) {
+void CrossNode::acceptJoin(const v1::JoinJobRequest& request, JoinAnswer plain_answer) {
+  // Every answer says which protocol this leader speaks.
+  const ProtocolRange mine = options_.protocol;
+  JoinAnswer answer = [plain_answer = std::move(plain_answer), mine](StatusOr<v1::JoinJobResponse> response) {
+    if (response.isOk()) {
+      response->set_protocol_version(mine.speaks);
+      response->set_oldest_protocol_version(mine.oldest);
+    }
+    plain_answer(std::move(response));
+  };
   std::optional<StatusOr<v1::JoinJobResponse>> now;
   std::vector<std::pair<JoinAnswer, StatusOr<v1::JoinJobResponse>>> due;
   bool candidate = false;
+  Status protocol = okStatus();
   {
     MutexLock lock(mutex_);
     if (Status checked = checkJoinLocked(request); !checked.isOk()) {
       now = checked;
+    } else if (protocol =
+                   checkProtocol(options_.job_id, options_.protocol, "the leader (" + options_.self_address + ")",
+                                 ProtocolRange::fromWire(request.protocol_version(), request.oldest_protocol_version()),
+                                 membership::describeNode(request.node()));
+               !protocol.isOk()) {
+      now = protocol;
     } else if (request.elastic_join()) {
       candidate = true;
     } else {
@@ -169,12 +186,15 @@ void CrossNode::acceptJoin(const v1::JoinJobRequest& request, JoinAnswer answer)
   }
   if (now) answer(std::move(*now));
   for (auto& [waiting, result] : due) waiting(std::move(result));
+  // The job cannot form: it fails here at once too (its ranks are told).
+  if (!protocol.isOk()) hooks_.on_failure(protocol.message(), true);
 }
 
 Status CrossNode::checkJoinLocked(const v1::JoinJobRequest& request) const {
   // NOT_FOUND: the follower retries (this daemon's ranks may register later).
   if (!leader_ || !builder_) return notFound("job '" + options_.job_id + "' is not led by this daemon (yet)");
-  if (request.token() != options_.token) return unauthenticated("job '" + options_.job_id + "': token does not match");
+  if (!constantTimeEqual(request.token(), options_.token))
+    return unauthenticated("job '" + options_.job_id + "': token does not match");
   if (request.size() != options_.size || !sameProcessSets(request, options_.process_sets)) {
     return failedPrecondition("job '" + options_.job_id + "': " + membership::describeNode(request.node()) +
                               " disagrees on the job's size or process sets");
@@ -217,7 +237,8 @@ int32_t CrossNode::publishLocked(uint64_t epoch, NodeList* nodes) {
 }
 
 StatusOr<v1::MembersResponse> CrossNode::membersPart(const v1::MembersRequest& request) const {
-  if (request.token() != options_.token) return unauthenticated("job '" + options_.job_id + "': token does not match");
+  if (!constantTimeEqual(request.token(), options_.token))
+    return unauthenticated("job '" + options_.job_id + "': token does not match");
   MutexLock lock(mutex_);
   auto part = published_.part(request.epoch(), request.first());
   if (!part.isOk()) return Status(part.status().code(), "job '" + options_.job_id + "': " + part.status().message());
@@ -306,7 +327,15 @@ grpc::Status CrossNode::attachFollower(const v1::FollowerMessage& hello, std::sh
   auto follower = std::make_shared<Follower>();
   MutexLock lock(mutex_);
   const int cross_rank = hello.hello().cross_rank();
-  if (hello.hello().token() != options_.token) return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "bad token");
+  if (!constantTimeEqual(hello.hello().token(), options_.token))
+    return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "bad token");
+  if (Status protocol = checkProtocol(
+          options_.job_id, options_.protocol, "the leader (" + options_.self_address + ")",
+          ProtocolRange::fromWire(hello.hello().protocol_version(), hello.hello().oldest_protocol_version()),
+          "the node at " + hello.hello().peer_address());
+      !protocol.isOk()) {
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, protocol.message());
+  }
   if (cross_rank < 0) {
     auto candidate = candidates_.find(hello.hello().peer_address());
     if (candidate == candidates_.end() || candidate->second->stream.attached()) {
@@ -839,22 +868,25 @@ void selectNodes(const std::vector<int>& nodes, std::vector<v1::NodeInfo>* membe
 }
 }  // namespace
 
-StatusOr<std::optional<collective::RingContext>> CrossNode::ring(const collective::TransferId& id, CrossClock::time_point deadline,
-                                                                 uint64_t epoch, const std::vector<int>& nodes) {
+StatusOr<std::optional<collective::RingContext>> CrossNode::ring(const collective::TransferId& id,
+                                                                 CrossClock::time_point deadline, uint64_t epoch,
+                                                                 const std::vector<int>& nodes) {
   std::vector<v1::NodeInfo> members;
   int self = -1;
   RETURN_IF_ERROR(dataPlane(deadline, epoch, &members, &self));
   selectNodes(nodes, &members, &self);
   if (self < 0) return std::optional<collective::RingContext>();
   ASSIGN_OR_RETURN(auto ring, mesh_.ring(id, deadline, members, self));
-  GS_LOG(executor, debug, "job '{}': ring of batch {} response {} call {} in epoch {}: node {} of {}, after {}, before {}",
+  GS_LOG(executor, debug,
+         "job '{}': ring of batch {} response {} call {} in epoch {}: node {} of {}, after {}, before {}",
          options_.job_id, id.batch, id.response, id.call, epoch, self, members.size(), ring.left->name(),
          ring.right->name());
   return std::optional<collective::RingContext>(std::move(ring));
 }
 
-StatusOr<std::optional<collective::MeshContext>> CrossNode::mesh(const collective::TransferId& id, CrossClock::time_point deadline,
-                                                                 uint64_t epoch, const std::vector<int>& nodes) {
+StatusOr<std::optional<collective::MeshContext>> CrossNode::mesh(const collective::TransferId& id,
+                                                                 CrossClock::time_point deadline, uint64_t epoch,
+                                                                 const std::vector<int>& nodes) {
   std::vector<v1::NodeInfo> members;
   int self = -1;
   RETURN_IF_ERROR(dataPlane(deadline, epoch, &members, &self));

@@ -38,6 +38,7 @@
 #include "daemon/peer/leader_rounds.h"
 #include "daemon/peer/membership_parts.h"
 #include "daemon/peer/node_endpoints.h"
+#include "daemon/peer/protocol.h"
 #include "daemon/peer/ucx_mesh.h"
 #include "proto/gradsync/v1/admin.pb.h"
 #include "proto/gradsync/v1/peer.grpc.pb.h"
@@ -69,6 +70,8 @@ struct CrossNodeOptions {
   std::string topology = {};         // this node's place in the network: orders the ring
   // A membership above this many bytes travels in parts (membership_parts.h).
   size_t membership_part_bytes = kMembershipPartBytes;
+  // The peer protocol this daemon speaks (protocol.h; tests forge older).
+  ProtocolRange protocol = {};
 };
 
 class CrossNode : public NodeEndpoints {
@@ -171,12 +174,14 @@ class CrossNode : public NodeEndpoints {
   // UCX endpoints on first use, and again in each new epoch); nullopt when
   // this node is not one of them. Waits for the membership until
   // `deadline`; ABORTED when `epoch` is over.
-  StatusOr<std::optional<collective::RingContext>> ring(const collective::TransferId& id, CrossClock::time_point deadline,
-                                                        uint64_t epoch, const std::vector<int>& nodes) override;
+  StatusOr<std::optional<collective::RingContext>> ring(const collective::TransferId& id,
+                                                        CrossClock::time_point deadline, uint64_t epoch,
+                                                        const std::vector<int>& nodes) override;
   // Endpoints to each of `nodes` (as for ring()), for a pairwise exchange or
   // a direct allreduce; the same waits and errors as ring().
-  StatusOr<std::optional<collective::MeshContext>> mesh(const collective::TransferId& id, CrossClock::time_point deadline,
-                                                        uint64_t epoch, const std::vector<int>& nodes) override;
+  StatusOr<std::optional<collective::MeshContext>> mesh(const collective::TransferId& id,
+                                                        CrossClock::time_point deadline, uint64_t epoch,
+                                                        const std::vector<int>& nodes) override;
 
   // At the job's end, after the coordination streams ended and before the
   // endpoints close (the destructor), exchange a byte with every other

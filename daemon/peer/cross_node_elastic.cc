@@ -31,6 +31,7 @@
 #include <thread>
 
 #include "daemon/common/logging.h"
+#include "daemon/common/siphash.h"
 #include "daemon/peer/cross_node.h"
 
 namespace gradsync::peer {
@@ -244,7 +245,8 @@ void CrossNode::reportRankLost(int rank, uint64_t epoch, const std::string& caus
 }
 
 StatusOr<v1::CheckMemberResponse> CrossNode::checkMember(const v1::CheckMemberRequest& request) const {
-  if (request.token() != options_.token) return unauthenticated("job '" + options_.job_id + "': token does not match");
+  if (!constantTimeEqual(request.token(), options_.token))
+    return unauthenticated("job '" + options_.job_id + "': token does not match");
   MutexLock lock(mutex_);
   return book_.check(request.peer_address());
 }

@@ -25,6 +25,7 @@
 #include <algorithm>
 
 #include "daemon/common/logging.h"
+#include "daemon/common/siphash.h"
 #include "daemon/peer/cross_node.h"
 #include "daemon/peer/reachability.h"
 
@@ -141,7 +142,8 @@ StatusOr<v1::ElectResponse> CrossNode::askVote(const std::shared_ptr<grpc::Chann
 
 StatusOr<v1::ElectResponse> CrossNode::acceptVote(const v1::ElectRequest& request,
                                                   const std::function<bool()>& waiting) {
-  if (request.token() != options_.token) return unauthenticated("job '" + options_.job_id + "': token does not match");
+  if (!constantTimeEqual(request.token(), options_.token))
+    return unauthenticated("job '" + options_.job_id + "': token does not match");
   return vote(request.voter_address(), request.epoch(), waiting);
 }
 

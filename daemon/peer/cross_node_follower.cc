@@ -4,6 +4,7 @@
 #include <condition_variable>
 
 #include "daemon/common/logging.h"
+#include "daemon/common/siphash.h"
 #include "daemon/peer/cross_node.h"
 
 namespace gradsync::peer {
@@ -40,6 +41,8 @@ v1::JoinJobRequest CrossNode::joinRequest(const v1::NodeInfo& self) const {
   }
   *request.mutable_node() = self;
   request.set_elastic_join(options_.elastic && self.ranks().empty());
+  request.set_protocol_version(options_.protocol.speaks);
+  request.set_oldest_protocol_version(options_.protocol.oldest);
   return request;
 }
 
@@ -97,6 +100,11 @@ Status CrossNode::callJoinJob(v1::Peer::Stub* stub, const v1::JoinJobRequest& re
     join_call_ = nullptr;
     if (last.error_code() != grpc::StatusCode::DEADLINE_EXCEEDED) reason = last;
     if (last.ok()) {
+      // A leader of another version (an older one does not check).
+      RETURN_IF_ERROR(
+          checkProtocol(options_.job_id, options_.protocol, "this node (" + options_.self_address + ")",
+                        ProtocolRange::fromWire(response.protocol_version(), response.oldest_protocol_version()),
+                        "the leader at " + options_.leader_address));
       joinedLocked(response);
       break;
     }
@@ -144,6 +152,8 @@ void CrossNode::openStream() {
     hello.mutable_hello()->set_cross_rank(book_.selfCrossRank());
   }
   hello.mutable_hello()->set_peer_address(options_.self_address);
+  hello.mutable_hello()->set_protocol_version(options_.protocol.speaks);
+  hello.mutable_hello()->set_oldest_protocol_version(options_.protocol.oldest);
   link_.open(hello);
 }
 
@@ -281,7 +291,8 @@ void CrossNode::waitForAbortNotices() {
 }
 
 Status CrossNode::acceptAbort(const v1::AbortJobRequest& request) {
-  if (request.token() != options_.token) return unauthenticated("job '" + options_.job_id + "': token does not match");
+  if (!constantTimeEqual(request.token(), options_.token))
+    return unauthenticated("job '" + options_.job_id + "': token does not match");
   if (options_.elastic) {
     MutexLock lock(mutex_);
     const bool member = book_.member(request.from_peer_address()) != nullptr;

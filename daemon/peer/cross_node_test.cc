@@ -98,6 +98,8 @@ class OneJobPeerService final : public v1::Peer::WithCallbackMethod_Coordinate<v
   void serve(CrossNode* node) { node_.store(node); }
   Outbox::Limits follower_limits;
   std::atomic<int> members_calls{0};
+  // Answers joins as a leader from before versions would: no protocol.
+  std::atomic<bool> answer_without_protocol{false};
   grpc::Status JoinJob(grpc::ServerContext*, const v1::JoinJobRequest* request,
                        v1::JoinJobResponse* response) override {
     CrossNode* node = node_.load();
@@ -108,6 +110,10 @@ class OneJobPeerService final : public v1::Peer::WithCallbackMethod_Coordinate<v
                      [&promise](StatusOr<v1::JoinJobResponse> answer) { promise.set_value(std::move(answer)); });
     auto answer = future.get();
     if (answer.isOk()) *response = std::move(answer).value();
+    if (answer_without_protocol.load()) {
+      response->clear_protocol_version();
+      response->clear_oldest_protocol_version();
+    }
     return toGrpc(answer.status());
   }
   grpc::ServerBidiReactor<v1::FollowerMessage, v1::LeaderMessage>* Coordinate(
@@ -148,6 +154,7 @@ struct Daemon {
   Recorder recorder;
   std::unique_ptr<CrossNode> cross;
   size_t membership_part_bytes = kMembershipPartBytes;
+  ProtocolRange protocol;  // the versions it says it speaks
 
   void listen() {
     int port = 0;
@@ -174,6 +181,7 @@ struct Daemon {
     options.hostname = hostname;
     options.join_timeout = 10s;
     options.membership_part_bytes = membership_part_bytes;
+    options.protocol = protocol;
     CrossNode::Hooks hooks;
     hooks.on_batch = [this](std::vector<coordinator::Response> batch, uint64_t sequence, uint64_t, uint64_t) {
       recorder.batch(batch, sequence);
@@ -252,6 +260,53 @@ class CrossNodeFanOutTest : public CrossNodeTest {
  protected:
   CrossNodeFanOutTest() { follower_limits_ = {64, size_t{4} << 20}; }
 };
+
+// Daemons whose peer protocols cannot work together (a rolling update
+// half done): the join is refused, and both nodes fail the job at once with
+// an error that names both versions and both nodes.
+TEST(CrossNodeProtocolTest, AFollowerOfAnOlderProtocolIsRefusedAtJoinAndBothSidesSaySo) {
+  Daemon leader, follower;
+  follower.protocol = {1, 1};  // forged: a daemon of an older release
+  leader.listen();
+  follower.listen();
+  leader.create(leader.address, "leader-host");
+  follower.create(leader.address, "follower-host");
+  const auto start = std::chrono::steady_clock::now();
+  leader.cross->start({0}, {1000});
+  follower.cross->start({1}, {2000});
+  ASSERT_TRUE(leader.recorder.waitFor([&] { return leader.recorder.failureCount() > 0; }));
+  ASSERT_TRUE(follower.recorder.waitFor([&] { return follower.recorder.failureCount() > 0; }));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 5s);
+  for (Daemon* d : {&leader, &follower}) {
+    const std::string cause = d->recorder.failures().front().cause;
+    EXPECT_THAT(cause, HasSubstr("speaks peer protocol 1 (works with 1 and later)"));
+    EXPECT_THAT(cause, HasSubstr("the leader (" + leader.address + ") speaks peer protocol 2"));
+    EXPECT_THAT(cause, HasSubstr("follower-host"));
+  }
+  EXPECT_FALSE(leader.cross->formed());
+  follower.stop();
+  leader.stop();
+}
+
+// A leader from before versions does not check: the newer follower refuses
+// it, naming both.
+TEST(CrossNodeProtocolTest, AFollowerRefusesALeaderFromBeforeVersions) {
+  Daemon leader, follower;
+  leader.protocol = {2, 1};  // accepts the follower; answers as an old leader would
+  leader.service.answer_without_protocol = true;
+  leader.listen();
+  follower.listen();
+  leader.create(leader.address, "leader-host");
+  follower.create(leader.address, "follower-host");
+  leader.cross->start({0}, {1000});
+  follower.cross->start({1}, {2000});
+  ASSERT_TRUE(follower.recorder.waitFor([&] { return follower.recorder.failureCount() > 0; }));
+  const std::string cause = follower.recorder.failures().front().cause;
+  EXPECT_THAT(cause, HasSubstr("the leader at " + leader.address + " speaks peer protocol 1 (works with 1 and later)"));
+  EXPECT_THAT(cause, HasSubstr("this node (" + follower.address + ") speaks peer protocol 2"));
+  follower.stop();
+  leader.stop();
+}
 
 TEST_F(CrossNodeTest, TwoNodesFormWithTheRankZeroNodeLeading) {
   EXPECT_TRUE(leader_.cross->isLeader());

@@ -130,8 +130,8 @@ class PeerDataPlane : public executor::DataPlane {
   // The cost of a message among `nodes` (measured the first time in an
   // epoch, with the endpoints of collective `tag`); nullopt when this node
   // is not one of them.
-  StatusOr<std::optional<collective::LinkCost>> linkCost(const collective::TransferId& id,
-                                                         CrossClock::time_point until, const executor::NodeSet& nodes);
+  StatusOr<std::optional<collective::LinkCost>> linkCost(const collective::TransferId& id, CrossClock::time_point until,
+                                                         const executor::NodeSet& nodes);
 
   NodeEndpoints* const endpoints_;
   const CrossClock::duration transfer_timeout_;

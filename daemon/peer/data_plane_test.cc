@@ -23,7 +23,8 @@ class FakeEndpoints : public NodeEndpoints {
   FakeEndpoints(int self, MeshNode* node, bool measure_links)
       : self_(self), node_(node), measure_links_(measure_links) {}
 
-  StatusOr<std::optional<collective::RingContext>> ring(const collective::TransferId& id, CrossClock::time_point deadline, uint64_t,
+  StatusOr<std::optional<collective::RingContext>> ring(const collective::TransferId& id,
+                                                        CrossClock::time_point deadline, uint64_t,
                                                         const std::vector<int>& nodes) override {
     rings.push_back(describe(id));
     auto at = std::find(nodes.begin(), nodes.end(), self_);
@@ -39,7 +40,8 @@ class FakeEndpoints : public NodeEndpoints {
     ring.deadline = deadline;
     return std::optional<collective::RingContext>(ring);
   }
-  StatusOr<std::optional<collective::MeshContext>> mesh(const collective::TransferId& id, CrossClock::time_point deadline, uint64_t,
+  StatusOr<std::optional<collective::MeshContext>> mesh(const collective::TransferId& id,
+                                                        CrossClock::time_point deadline, uint64_t,
                                                         const std::vector<int>& nodes) override {
     meshes.push_back(describe(id));
     auto at = std::find(nodes.begin(), nodes.end(), self_);

@@ -25,12 +25,14 @@ class NodeEndpoints {
   // positions, increasing; empty: every node), in their order; nullopt when
   // this node is not one of them. Waits for the membership until
   // `deadline`; ABORTED when `epoch` is over.
-  virtual StatusOr<std::optional<collective::RingContext>> ring(const collective::TransferId& id, CrossClock::time_point deadline,
-                                                                uint64_t epoch, const std::vector<int>& nodes) = 0;
+  virtual StatusOr<std::optional<collective::RingContext>> ring(const collective::TransferId& id,
+                                                                CrossClock::time_point deadline, uint64_t epoch,
+                                                                const std::vector<int>& nodes) = 0;
   // Endpoints to each of `nodes` (as for ring()), for a pairwise exchange or
   // a direct allreduce; the same waits and errors as ring().
-  virtual StatusOr<std::optional<collective::MeshContext>> mesh(const collective::TransferId& id, CrossClock::time_point deadline,
-                                                                uint64_t epoch, const std::vector<int>& nodes) = 0;
+  virtual StatusOr<std::optional<collective::MeshContext>> mesh(const collective::TransferId& id,
+                                                                CrossClock::time_point deadline, uint64_t epoch,
+                                                                const std::vector<int>& nodes) = 0;
   // The job's nodes, with the epoch they belong to.
   virtual std::vector<v1::NodeInfo> members(uint64_t* epoch) const = 0;
   // The id the daemons' NCCL communicator of `epoch` forms from (the

@@ -98,7 +98,8 @@ StatusOr<transport::Peer*> UcxMesh::peerFor(const v1::NodeInfo& node) {
 
 size_t UcxMesh::dropBatchStrays(uint64_t epoch, uint64_t sequence) {
   transport::UcxTransport* driven = transport();
-  return driven == nullptr ? 0 : driven->dropMatching(collective::batchTagBits(epoch, sequence), collective::kBatchTagMask);
+  return driven == nullptr ? 0
+                           : driven->dropMatching(collective::batchTagBits(epoch, sequence), collective::kBatchTagMask);
 }
 
 StatusOr<collective::RingContext> UcxMesh::ring(const collective::TransferId& id, transport::Clock::time_point deadline,
@@ -153,7 +154,8 @@ void UcxMesh::goodbye() {
   // The job ended here (its stop aborted the transfers): lifted for the
   // goodbye alone.
   transport_->resume();
-  const uint64_t tag = collective::ringTag(tag_key_, collective::TransferId::control(~uint64_t{0}), /*phase=*/4, 0, 0, 0);
+  const uint64_t tag =
+      collective::ringTag(tag_key_, collective::TransferId::control(~uint64_t{0}), /*phase=*/4, 0, 0, 0);
   std::vector<uint8_t> in(peers_.size()), out(peers_.size(), 1);
   std::vector<transport::RequestPtr> requests;
   size_t i = 0;

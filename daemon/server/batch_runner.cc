@@ -5,6 +5,22 @@
 
 namespace gradsync::server {
 
+namespace {
+// The first failure of this node's own part among `results` (null: none):
+// a response that failed here, not through the leader's negotiation, and
+// not for a reason every node reaches alike from the batch (a collective
+// or path not implemented, a precondition of the job's).
+const Status* localFailure(const fusion::FusedResponse& fused, const std::vector<executor::ResponseResult>& results) {
+  for (size_t i = 0; i < results.size() && i < fused.responses.size(); ++i) {
+    const Status& status = results[i].status;
+    if (status.isOk() || !fused.responses[i].status.isOk()) continue;
+    if (status.code() == StatusCode::kUnimplemented || status.code() == StatusCode::kFailedPrecondition) continue;
+    return &status;
+  }
+  return nullptr;
+}
+}  // namespace
+
 void BatchRunner::run(const BatchContext& context, std::vector<coordinator::Response> batch, uint64_t sequence) {
   context_ = &context;
   if (parts_.peer_plane) parts_.peer_plane->beginBatch(sequence, context.epoch);
@@ -17,6 +33,11 @@ void BatchRunner::run(const BatchContext& context, std::vector<coordinator::Resp
     ++index;
     parts_.timeline->executionBegins(fused);
     auto results = parts_.executor->run(fused, *this);
+    // A failure of this node's part with none among the daemons: it may
+    // have left its peers waiting in the response's steps; they are told.
+    if (parts_.peer_plane && !parts_.peer_plane->stepFailedInResponse()) {
+      if (const Status* local = localFailure(fused, results)) parts_.peer_plane->abandonResponse(*local);
+    }
     parts_.timeline->executionEnds(fused, results);
     GS_LOG(executor, debug,
            "job '{}': batch {} fused response {} '{}' of {} collectives ({} data-plane calls), {} bytes, in {} us",

@@ -4,6 +4,7 @@
 #include <sys/random.h>
 
 #include "daemon/common/logging.h"
+#include "daemon/common/siphash.h"
 
 namespace gradsync::server {
 namespace {
@@ -84,13 +85,6 @@ Status checkIdentity(const v1::RegisterRequest& r, uint32_t max_local_ranks, uin
   RETURN_IF_ERROR(checkPlace(r, max_local_ranks));
   RETURN_IF_ERROR(checkOptions(r));
   return checkProcessSets(r);
-}
-
-bool constantTimeEqual(const std::string& a, const std::string& b) {
-  if (a.size() != b.size()) return false;
-  unsigned char diff = 0;
-  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
-  return diff == 0;
 }
 
 StatusOr<JobSpec> specOf(const v1::RegisterRequest& r) {

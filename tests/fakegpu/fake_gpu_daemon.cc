@@ -115,7 +115,7 @@ class FakeProcessGpu : public gpu::FakeDeviceOps, public gpu::GpuBackend {
     return reinterpret_cast<void*>(next_event_++);
   }
   const bool streams_never_drain_;
-  const int fail_reduce_at_;         // 0: never
+  const int fail_reduce_at_;        // 0: never
   std::atomic<int> reductions_{0};  // so far
   std::mutex mutex_;
   std::map<void*, size_t> sizes_;

@@ -817,7 +817,8 @@ TEST(FakeGpuLocalFailureTest, ANodeWhosePartFailsTellsItsPeersAtOnce) {
   std::vector<Process> ranks = pair.spawn("fails", {"fake_cuda_across", "6"});
   for (int r = 0; r < 3; ++r) {
     EXPECT_NE(ranks[r].wait(kTimeout), 0) << ranks[r].log();
-    EXPECT_NE(ranks[r].log().find("injected failure of reduction 3"), std::string::npos) << ranks[r].log() << pair.logs();
+    EXPECT_NE(ranks[r].log().find("injected failure of reduction 3"), std::string::npos)
+        << ranks[r].log() << pair.logs();
   }
   for (int r = 0; r < 2; ++r) {  // the leader's
     EXPECT_NE(ranks[r].log().find("could not take its part: batch "), std::string::npos) << ranks[r].log();

@@ -52,26 +52,25 @@ TEST_P(CompositionTest, MixedCollectivesOnASetAndTheJobInFlightTogether) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Compositions, CompositionTest,
-    ::testing::Values(
-        // The set leaves daemon 2 out (the last), daemon 0 (the leader's),
-        // daemon 1 (in the middle of the ring).
-        Composition{"three-set01-rounds", 3, 1, "0,1", "rounds", 8},
-        Composition{"three-set01-leader", 3, 1, "0,1", "leader", 8},
-        Composition{"three-set12-rounds", 3, 1, "1,2", "rounds", 8},
-        Composition{"three-set02-leader", 3, 1, "0,2", "leader", 8},
-        // Two ranks a daemon: daemon 2 holds ranks 2 and 5, outside {0, 1, 3, 4}.
-        Composition{"three-by-two-rounds", 3, 2, "0,1,3,4", "rounds", 6},
-        Composition{"four-set01-rounds", 4, 1, "0,1", "rounds", 6},
-        Composition{"five-set13-leader", 5, 1, "1,3", "leader", 6}),
-    [](const ::testing::TestParamInfo<Composition>& info) {
-      std::string name = info.param.name;
-      for (char& ch : name) {
-        if (ch == '-') ch = '_';
-      }
-      return name;
-    });
+INSTANTIATE_TEST_SUITE_P(Compositions, CompositionTest,
+                         ::testing::Values(
+                             // The set leaves daemon 2 out (the last), daemon 0 (the leader's),
+                             // daemon 1 (in the middle of the ring).
+                             Composition{"three-set01-rounds", 3, 1, "0,1", "rounds", 8},
+                             Composition{"three-set01-leader", 3, 1, "0,1", "leader", 8},
+                             Composition{"three-set12-rounds", 3, 1, "1,2", "rounds", 8},
+                             Composition{"three-set02-leader", 3, 1, "0,2", "leader", 8},
+                             // Two ranks a daemon: daemon 2 holds ranks 2 and 5, outside {0, 1, 3, 4}.
+                             Composition{"three-by-two-rounds", 3, 2, "0,1,3,4", "rounds", 6},
+                             Composition{"four-set01-rounds", 4, 1, "0,1", "rounds", 6},
+                             Composition{"five-set13-leader", 5, 1, "1,3", "leader", 6}),
+                         [](const ::testing::TestParamInfo<Composition>& info) {
+                           std::string name = info.param.name;
+                           for (char& ch : name) {
+                             if (ch == '-') ch = '_';
+                           }
+                           return name;
+                         });
 
 }  // namespace
 }  // namespace gradsync::testutil

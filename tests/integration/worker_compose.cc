@@ -188,8 +188,8 @@ int checkResult(int step, InFlight& f, const std::vector<int>& members, int me) 
   } else if (p.collective == GRADSYNC_BROADCAST) {
     for (size_t i = 0; i < f.data.size(); ++i) {
       const float want = inputOf(p.root, step, f.k, i);
-      WORKER_CHECK(f.data[i] == want, "step %d %s (broadcast of %zu floats from %d%s): element %zu = %g, want %g",
-                   step, p.name.c_str(), f.data.size(), p.root, p.on_set ? " on the set" : "", i, f.data[i], want);
+      WORKER_CHECK(f.data[i] == want, "step %d %s (broadcast of %zu floats from %d%s): element %zu = %g, want %g", step,
+                   p.name.c_str(), f.data.size(), p.root, p.on_set ? " on the set" : "", i, f.data[i], want);
     }
   } else {
     gradsync_result_t out;

@@ -207,8 +207,7 @@ class UcxPeer final : public Peer {
     // (see ring_allreduce.cc): a full mask matches the one message meant
     // for it, and one of another length is an error, never done.
     received_.fetch_add(bytes);
-    auto request = std::make_unique<UcxRequest>(
-        worker_, "receive from " + state_->name, &failures_, state_.get());
+    auto request = std::make_unique<UcxRequest>(worker_, "receive from " + state_->name, &failures_, state_.get());
     ucp_request_param_t param{};
     param.op_attr_mask = UCP_OP_ATTR_FIELD_RECV_INFO | UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
     param.recv_info.tag_info = request->receivedInfo();

@@ -82,8 +82,8 @@ TEST(UcxReceiveTest, AMessageOfAnotherLengthIsANamedErrorNotADoneReceive) {
     size_t expected;
     const char* says;
   };
-  for (const Case& c : {Case{43, 16, "received 8 bytes, expected 16"},
-                        Case{44, 4, "a message longer than the 4 bytes expected"}}) {
+  for (const Case& c :
+       {Case{43, 16, "received 8 bytes, expected 16"}, Case{44, 4, "a message longer than the 4 bytes expected"}}) {
     RequestPtr send = to_receiver->isend(out.data(), out.size(), c.tag);
     RequestPtr receive = from_sender->irecv(in.data(), c.expected, c.tag);
     Status received;
