@@ -30,9 +30,11 @@ class DataPlane {
   virtual int nodeCount() const = 0;
   // Every call below runs among the daemons of its `nodes` only (those
   // holding ranks of the collective's process set); on a node outside them
-  // it does nothing and returns OK. Every daemon makes every call, in the
-  // same order, taking part or not. Indexed arguments ("by node") are
-  // indexed by ring position among all nodes.
+  // it does nothing and returns OK. Within one response of a batch, every
+  // daemon taking part makes the same calls in the same order; responses
+  // are told apart by their index in the batch (peer::PeerDataPlane), so a
+  // daemon that skips a response shifts nothing. Indexed arguments ("by
+  // node") are indexed by ring position among all nodes.
   //
   // The allreduce of a node-reduced buffer (in place).
   virtual Status allreduce(const NodeSet& nodes, void* data, size_t count, DataType dtype, ReduceOp op) = 0;
