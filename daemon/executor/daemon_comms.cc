@@ -65,13 +65,13 @@ StatusOr<gpu::NcclComm*> DaemonComms::forJob(RankAccess& access, int device, Dat
   return job_.get();
 }
 
-void DaemonComms::fail(const Status& why, RankAccess& access) {
+Status DaemonComms::fail(const Status& why, RankAccess& access) {
   failed_ = true;
-  access.dataPlane().markStepFailed();
   GS_LOG(gpu, warn,
          "NCCL among the daemons failed in epoch {} ({}); CUDA tensors among them go through host memory "
          "until the next epoch",
          epoch_, why.message());
+  return access.dataPlane().stepFailed(why);
 }
 
 StatusOr<NodesComm> DaemonComms::forResponse(const Response& r, RankAccess& access, int device, DataType dtype) {

@@ -50,9 +50,10 @@ class DaemonComms {
   // kStreamWaitLimit, ended early once the batch's epoch is over.
   static gpu::WaitLimit waitFor(const RankAccess& access);
   // An operation on one of them failed with `why` (it aborted) in the
-  // batch `access` runs: host staging until the next epoch (a job that is
-  // not elastic fails with it).
-  void fail(const Status& why, RankAccess& access);
+  // batch `access` runs: host staging until the next epoch; a job that is
+  // not elastic fails with it. Returns the error to report (the data
+  // plane's: led by the job's cause, which the other node may have sent).
+  Status fail(const Status& why, RankAccess& access);
   // Formed and not failed.
   bool active() const { return job_ != nullptr && !failed_; }
   // The GPU the job's communicator is on (-1 before it formed).

@@ -67,9 +67,10 @@ class DataPlane {
   // over or the job failed (asked while it waits in NCCL among the daemons).
   virtual Status batchRuns() const = 0;
   // A step among the daemons failed outside the calls above (NCCL among
-  // the daemons' GPUs): the response's failure is that step's, seen by
-  // every node taking part, not this node's local part's alone.
-  virtual void markStepFailed() {}
+  // the daemons' GPUs) with `status`: the response's failure is that
+  // step's, not this node's local part's alone. Returns the error to
+  // report, led by the job's cause when it has one (as the calls above do).
+  virtual Status stepFailed(const Status& status) { return status; }
 };
 
 // A job on one daemon: one node, nothing crosses it.

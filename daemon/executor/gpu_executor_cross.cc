@@ -113,7 +113,7 @@ Status GpuExecutor::ncclAcrossNodes(const FusedAllreduce& f, gpu::NcclComm* comm
   PhaseScope phase(f.access, "NCCL_ALLREDUCE");
   Status reduced =
       comm->allReduce({f.fused}, f.total, f.first.dtype, f.ring_op, {f.stream}, DaemonComms::waitFor(f.access));
-  if (!reduced.isOk()) daemons_.fail(reduced, f.access);
+  if (!reduced.isOk()) reduced = daemons_.fail(reduced, f.access);
   return reduced;
 }
 
@@ -196,7 +196,7 @@ Status GpuExecutor::ncclBroadcast(const Response& r, RankAccess& access, const N
     Status sent =
         nodes.comm->broadcast({landing.front()}, first.length, nodes.rankOf(access.dataPlane().nodeOf(first.root_rank)),
                               {groups.front().stream}, DaemonComms::waitFor(access));
-    if (!sent.isOk()) daemons_.fail(sent, access);
+    if (!sent.isOk()) sent = daemons_.fail(sent, access);
     RETURN_IF_ERROR(context(sent, "tensor '" + r.name + "'"));
     if (root_gpu <= 0 && groups.size() > 1) {
       RETURN_IF_ERROR(acrossGpus(r, groups, landing, first.length, v1::SUM, 0, access));

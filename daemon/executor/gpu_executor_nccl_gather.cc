@@ -196,7 +196,7 @@ ResponseResult GpuExecutor::ncclGatherLike(const Response& r, RankAccess& access
       moved = comm->exchange(cross, peerBytes(routes.send_to, nodes_comm.nodes), cross + send_bytes,
                              peerBytes(routes.recv_from, nodes_comm.nodes), lead.stream, DaemonComms::waitFor(access));
     }
-    if (!moved.isOk()) daemons_.fail(moved, access);
+    if (!moved.isOk()) moved = daemons_.fail(moved, access);
     RETURN_IF_ERROR(context(moved, "tensor '" + r.name + "'"));
     // What came from the other nodes, to the other GPUs here.
     const size_t received = gather ? cross_bytes : routes.recv_bytes;
@@ -275,7 +275,7 @@ ResponseResult GpuExecutor::ncclReducescatter(const Response& r, RankAccess& acc
       PhaseScope phase(access, "NCCL_ALLREDUCE");
       Status reduced = comm->allReduce({fused[0]}, first.length / elementSize(first.dtype), first.dtype, across,
                                        {lead.stream}, DaemonComms::waitFor(access));
-      if (!reduced.isOk()) daemons_.fail(reduced, access);
+      if (!reduced.isOk()) reduced = daemons_.fail(reduced, access);
       RETURN_IF_ERROR(context(reduced, "tensor '" + r.name + "'"));
     }
     if (groups.size() > 1) RETURN_IF_ERROR(acrossGpus(r, groups, fused, first.length, v1::SUM, 0, access));

@@ -100,6 +100,16 @@ void PeerDataPlane::beginResponse(uint32_t index) {
   step_failed_ = false;
 }
 
+Status PeerDataPlane::stepFailed(const Status& status) {
+  step_failed_ = true;
+  collective::TransferId id;
+  id.epoch = epoch_;
+  id.batch = batch_;
+  id.response = response_;
+  id.call = call_;
+  return hooks_.failed(named(id, status));
+}
+
 void PeerDataPlane::abandonResponse(const Status& cause) {
   collective::TransferId id;
   id.epoch = epoch_;

@@ -65,14 +65,14 @@ class PeerDataPlane : public executor::DataPlane {
   // executor thread).
   uint32_t callsInResponse() const { return call_; }
   // Whether a step of the current response among the daemons failed
-  // (theirs, or NCCL's: markStepFailed), as opposed to this node's local
+  // (theirs, or NCCL's: stepFailed), as opposed to this node's local
   // part of it (executor thread).
   bool stepFailedInResponse() const { return step_failed_; }
   // The current response failed on this node before or without its steps
   // among the daemons (`cause`): the others are told (hooks.abandoned), so
   // that none waits for this node's part (executor thread).
   void abandonResponse(const Status& cause);
-  void markStepFailed() override { step_failed_ = true; }
+  Status stepFailed(const Status& status) override;
   // Stray messages of finished batches dropped (any thread).
   uint64_t straysDropped() const { return strays_dropped_.load(std::memory_order_relaxed); }
   // Seconds spent in transfers among the daemons (any thread).
