@@ -102,29 +102,25 @@ void PeerDataPlane::beginResponse(uint32_t index) {
 
 Status PeerDataPlane::stepFailed(const Status& status) {
   step_failed_ = true;
-  collective::TransferId id;
-  id.epoch = epoch_;
-  id.batch = batch_;
-  id.response = response_;
-  id.call = call_;
-  return hooks_.failed(named(id, status));
+  return hooks_.failed(named(currentCall(), status));
 }
 
 void PeerDataPlane::abandonResponse(const Status& cause) {
+  if (hooks_.abandoned) hooks_.abandoned(named(currentCall(), cause));
+}
+
+collective::TransferId PeerDataPlane::currentCall() const {
   collective::TransferId id;
   id.epoch = epoch_;
   id.batch = batch_;
   id.response = response_;
   id.call = call_;
-  if (hooks_.abandoned) hooks_.abandoned(named(id, cause));
+  return id;
 }
 
 collective::TransferId PeerDataPlane::nextCall() {
-  collective::TransferId id;
-  id.epoch = epoch_;
-  id.batch = batch_;
-  id.response = response_;
-  id.call = call_++;
+  const collective::TransferId id = currentCall();
+  ++call_;
   return id;
 }
 

@@ -122,7 +122,9 @@ class PeerDataPlane : public executor::DataPlane {
     if (!result.isOk()) step_failed_ = true;
     return result;
   }
-  // The identity of the current response's next call.
+  // The identity of the current response's next call (nextCall: and
+  // counts it).
+  collective::TransferId currentCall() const;
   collective::TransferId nextCall();
   // `status` led by where it happened (batch, response, call).
   static Status named(const collective::TransferId& id, const Status& status);

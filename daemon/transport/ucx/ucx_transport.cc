@@ -30,6 +30,18 @@ bool progressUntilDone(ucp_worker_h worker, void* request, Clock::duration timeo
   return true;
 }
 
+// Receives a probed (removed) message into `sink` (a larger one is
+// truncated, and consumed all the same), at most 100 ms.
+void discard(ucp_worker_h worker, ucp_tag_message_h message, std::vector<uint8_t>* sink) {
+  if (sink->empty()) sink->resize(64 << 10);
+  ucp_request_param_t param{};
+  ucs_status_ptr_t request = ucp_tag_msg_recv_nbx(worker, sink->data(), sink->size(), message, &param);
+  if (request != nullptr && !UCS_PTR_IS_ERR(request)) {
+    if (!progressUntilDone(worker, request, std::chrono::milliseconds(100))) ucp_request_cancel(worker, request);
+    ucp_request_free(request);
+  }
+}
+
 // How long a waiting thread keeps polling after its worker goes quiet,
 // yielding the CPU, before it sleeps on the event fd: the peer's next
 // message usually comes within it, and a sleeper pays its wake-up on top
@@ -333,19 +345,14 @@ size_t UcxTransport::dropStrays() {
       continue;
     }
     GS_LOG(executor, debug, "a stray data-plane message: tag {:#x}, {} bytes", info.sender_tag, info.length);
-    ucp_request_param_t param{};
-    ucs_status_ptr_t request = ucp_tag_msg_recv_nbx(worker_, sink.data(), sink.size(), message, &param);
-    if (request != nullptr && !UCS_PTR_IS_ERR(request)) {
-      if (!progressUntilDone(worker_, request, std::chrono::milliseconds(100))) ucp_request_cancel(worker_, request);
-      ucp_request_free(request);
-    }
+    discard(worker_, message, &sink);
     ++dropped;
   }
   return dropped;
 }
 
 size_t UcxTransport::dropMatching(uint64_t tag, uint64_t mask) {
-  std::vector<uint8_t> sink;
+  std::vector<uint8_t> sink;  // sized at the first stray
   size_t dropped = 0;
   // Bounded: a flood cannot hold the batch that asks.
   for (int rounds = 0; rounds < 1024; ++rounds) {
@@ -354,13 +361,7 @@ size_t UcxTransport::dropMatching(uint64_t tag, uint64_t mask) {
     if (message == nullptr) break;
     GS_LOG(executor, debug, "dropped a stray data-plane message of a finished batch: tag {:#x}, {} bytes",
            info.sender_tag, info.length);
-    if (sink.empty()) sink.resize(64 << 10);
-    ucp_request_param_t param{};
-    ucs_status_ptr_t request = ucp_tag_msg_recv_nbx(worker_, sink.data(), sink.size(), message, &param);
-    if (request != nullptr && !UCS_PTR_IS_ERR(request)) {
-      if (!progressUntilDone(worker_, request, std::chrono::milliseconds(100))) ucp_request_cancel(worker_, request);
-      ucp_request_free(request);
-    }
+    discard(worker_, message, &sink);
     ++dropped;
   }
   return dropped;
