@@ -152,10 +152,7 @@ void CrossNode::acceptJoin(const v1::JoinJobRequest& request, JoinAnswer plain_a
   // Every answer says which protocol this leader speaks.
   const ProtocolRange mine = options_.protocol;
   JoinAnswer answer = [plain_answer = std::move(plain_answer), mine](StatusOr<v1::JoinJobResponse> response) {
-    if (response.isOk()) {
-      response->set_protocol_version(mine.speaks);
-      response->set_oldest_protocol_version(mine.oldest);
-    }
+    if (response.isOk()) mine.stamp(&*response);
     plain_answer(std::move(response));
   };
   std::optional<StatusOr<v1::JoinJobResponse>> now;
@@ -168,8 +165,7 @@ void CrossNode::acceptJoin(const v1::JoinJobRequest& request, JoinAnswer plain_a
       now = checked;
     } else if (protocol =
                    checkProtocol(options_.job_id, options_.protocol, "the leader (" + options_.self_address + ")",
-                                 ProtocolRange::fromWire(request.protocol_version(), request.oldest_protocol_version()),
-                                 membership::describeNode(request.node()));
+                                 ProtocolRange::of(request), membership::describeNode(request.node()));
                !protocol.isOk()) {
       now = protocol;
     } else if (request.elastic_join()) {
@@ -329,10 +325,8 @@ grpc::Status CrossNode::attachFollower(const v1::FollowerMessage& hello, std::sh
   const int cross_rank = hello.hello().cross_rank();
   if (!constantTimeEqual(hello.hello().token(), options_.token))
     return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "bad token");
-  if (Status protocol = checkProtocol(
-          options_.job_id, options_.protocol, "the leader (" + options_.self_address + ")",
-          ProtocolRange::fromWire(hello.hello().protocol_version(), hello.hello().oldest_protocol_version()),
-          "the node at " + hello.hello().peer_address());
+  if (Status protocol = checkProtocol(options_.job_id, options_.protocol, "the leader (" + options_.self_address + ")",
+                                      ProtocolRange::of(hello.hello()), "the node at " + hello.hello().peer_address());
       !protocol.isOk()) {
     return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, protocol.message());
   }

@@ -41,8 +41,7 @@ v1::JoinJobRequest CrossNode::joinRequest(const v1::NodeInfo& self) const {
   }
   *request.mutable_node() = self;
   request.set_elastic_join(options_.elastic && self.ranks().empty());
-  request.set_protocol_version(options_.protocol.speaks);
-  request.set_oldest_protocol_version(options_.protocol.oldest);
+  options_.protocol.stamp(&request);
   return request;
 }
 
@@ -101,10 +100,8 @@ Status CrossNode::callJoinJob(v1::Peer::Stub* stub, const v1::JoinJobRequest& re
     if (last.error_code() != grpc::StatusCode::DEADLINE_EXCEEDED) reason = last;
     if (last.ok()) {
       // A leader of another version (an older one does not check).
-      RETURN_IF_ERROR(
-          checkProtocol(options_.job_id, options_.protocol, "this node (" + options_.self_address + ")",
-                        ProtocolRange::fromWire(response.protocol_version(), response.oldest_protocol_version()),
-                        "the leader at " + options_.leader_address));
+      RETURN_IF_ERROR(checkProtocol(options_.job_id, options_.protocol, "this node (" + options_.self_address + ")",
+                                    ProtocolRange::of(response), "the leader at " + options_.leader_address));
       joinedLocked(response);
       break;
     }
@@ -152,8 +149,7 @@ void CrossNode::openStream() {
     hello.mutable_hello()->set_cross_rank(book_.selfCrossRank());
   }
   hello.mutable_hello()->set_peer_address(options_.self_address);
-  hello.mutable_hello()->set_protocol_version(options_.protocol.speaks);
-  hello.mutable_hello()->set_oldest_protocol_version(options_.protocol.oldest);
+  options_.protocol.stamp(hello.mutable_hello());
   link_.open(hello);
 }
 

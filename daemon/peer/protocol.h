@@ -28,6 +28,17 @@ struct ProtocolRange {
     if (speaks == 0) return {1, 1};
     return {speaks, oldest == 0 ? speaks : oldest};
   }
+  // The range a message says (JoinJobRequest, JoinJobResponse, Hello).
+  template <typename Message>
+  static ProtocolRange of(const Message& message) {
+    return fromWire(message.protocol_version(), message.oldest_protocol_version());
+  }
+  // Says this range in `message`.
+  template <typename Message>
+  void stamp(Message* message) const {
+    message->set_protocol_version(speaks);
+    message->set_oldest_protocol_version(oldest);
+  }
 };
 
 // OK when a daemon speaking `mine` (this one, `me`) and one speaking

@@ -48,7 +48,7 @@ int main(int argc, char** argv) {
           ring.right = right[r] ? right[r].get() : left[r].get();
           ring.rank = r;
           ring.size = n;
-          ring.sequence = sequence;
+          ring.id.batch = sequence;
           ring.deadline = transport::Clock::now() + std::chrono::seconds(60);
           ring.chunk_bytes = chunk;
           std::vector<uint8_t> scratch;

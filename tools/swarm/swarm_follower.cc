@@ -28,8 +28,7 @@ v1::JoinJobRequest SwarmFollower::joinRequest() const {
   node->set_ucx_address("");             // no data plane: the tensors are empty
   node->set_steady_state_rounds(false);  // no data plane: rounds through the leader
   node->set_leader_rounds(true);
-  request.set_protocol_version(peer::kPeerProtocol);
-  request.set_oldest_protocol_version(peer::kOldestPeerProtocol);
+  peer::ProtocolRange{}.stamp(&request);
   return request;
 }
 
@@ -41,8 +40,7 @@ void SwarmFollower::open(v1::Peer::Stub* stub, int cross_rank, bool rounds) {
   hello.mutable_hello()->set_token(job_.token);
   hello.mutable_hello()->set_cross_rank(cross_rank);
   hello.mutable_hello()->set_peer_address(address_);
-  hello.mutable_hello()->set_protocol_version(peer::kPeerProtocol);
-  hello.mutable_hello()->set_oldest_protocol_version(peer::kOldestPeerProtocol);
+  peer::ProtocolRange{}.stamp(hello.mutable_hello());
   StartRead(&incoming_);
   StartCall();
   send(std::move(hello));
