@@ -13,6 +13,7 @@
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/health_check_service_interface.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -67,6 +68,11 @@ server::RegistryLimits registryLimits(const v1::DaemonConfig& config, gpu::GpuNo
   limits.job.fusion_threshold_bytes = config.fusion_threshold_bytes();
   limits.job.stall_warning = std::chrono::seconds(config.stall_warning_seconds());
   limits.job.stall_deadline = std::chrono::seconds(config.stall_deadline_seconds());
+  // A rank that does not give room for its output (stopped, hung) is a
+  // stall too: it ends no later than the stall deadline.
+  if (config.stall_deadline_seconds() > 0) {
+    limits.job.output_grant_timeout = std::min(limits.job.output_grant_timeout, limits.job.stall_deadline);
+  }
   limits.max_jobs = config.max_jobs();
   limits.max_local_ranks = config.max_local_ranks();
   limits.max_job_size = config.max_job_size();

@@ -82,6 +82,8 @@ struct JobLimits {
   uint64_t fusion_threshold_bytes = 64 << 20;
   Clock::duration stall_warning = std::chrono::seconds(60);
   Clock::duration stall_deadline = std::chrono::seconds(300);  // zero: never
+  // How long a collective waits for its local ranks to give room for its
+  // output (the daemon: at most the stall deadline).
   Clock::duration output_grant_timeout = std::chrono::seconds(30);
   uint32_t max_name_length = 256;
   uint32_t max_inflight_per_rank = 16384;  // operations submitted, not yet done

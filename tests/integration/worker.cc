@@ -477,6 +477,7 @@ int main(int argc, char** argv) {
       {"empty_steps", scenarioEmptySteps},
       {"sharded_steps", shardedStepsScenario},
       {"composed", composedScenario},
+      {"random", randomScenario},
   };
   std::string name = argv[1];
   std::vector<std::string> args(argv + 2, argv + argc);

@@ -159,6 +159,9 @@ int shardedStepsScenario(Client& c, const std::vector<std::string>& args);
 // Collectives of several kinds and groups in flight together
 // (worker_compose.cc).
 int composedScenario(Client& c, const std::vector<std::string>& args);
+// A random program of collectives from a seed, with or without a fault
+// (worker_random.cc).
+int randomScenario(Client& c, const std::vector<std::string>& args);
 // Elastic jobs across daemons (worker_elastic.cc).
 const std::map<std::string, Scenario>& elasticScenarios();
 
