@@ -82,7 +82,7 @@ struct RandomSetup {
   FaultKind fault = FaultKind::kNone;
   int victim = 0;    // the rank that does the fault
   int fault_at = 0;  // at its submission number
-  int steps = 4;
+  int steps = 8;
 
   std::string setsArg() const {
     std::string text;
