@@ -455,3 +455,71 @@ def restart(backend):
     dist.barrier()
     group = dist.distributed_c10d._get_default_group()
     return {"attempt": attempt, "job": getattr(group, "job_id", None)}
+
+
+def c10d_contract(backend):
+    """What PyTorch's own suite checks of a CPU backend, in c10d's words:
+    all_gather_coalesced's outputs rank by rank, monitored_barrier naming
+    who did not come (and a zero timeout), a barrier's timeout worded
+    "Timed out", Work.wait(timeout) within its timeout, a sparse
+    all_reduce, and torch.profiler events per collective. Returns what
+    the test compares with Gloo."""
+    r, n = dist.get_rank(), dist.get_world_size()
+    seen = {}
+    inputs = [torch.full((3,), float(r + 1)), torch.arange(4, dtype=torch.float32) + 10 * r]
+    outputs = [[torch.zeros_like(t) for t in inputs] for _ in range(n)]  # [rank][input]
+    dist.all_gather_coalesced(outputs, inputs)
+    for rank in range(n):
+        _close(outputs[rank][0], torch.full((3,), float(rank + 1)))
+        _close(outputs[rank][1], torch.arange(4, dtype=torch.float32) + 10 * rank)
+    dist.monitored_barrier(timeout=datetime.timedelta(seconds=10))
+    dist.monitored_barrier(timeout=datetime.timedelta(seconds=10), wait_all_ranks=True)
+    # Rank 1 stays away: rank 0 names it, the others hear it from rank 0
+    # (on a group of its own: a failed one is broken for Gloo).
+    apart, zero, lonely = (dist.new_group(list(range(n))) for _ in range(3))
+    if r != 1:
+        try:
+            dist.monitored_barrier(apart, timeout=datetime.timedelta(seconds=1))
+            seen["monitored"] = "passed"
+        except RuntimeError as error:
+            text = str(error)
+            want = "Rank 1 failed to pass monitoredBarrier" if r == 0 else (
+                "Rank %d successfully reached monitoredBarrier, but received errors while waiting for send/recv "
+                "from rank 0" % r)
+            seen["monitored"] = want in text or text
+    dist.barrier()
+    if r == 0:  # a zero timeout is spent at once
+        try:
+            zero.monitored_barrier(datetime.timedelta(0))
+            seen["zero"] = "passed"
+        except RuntimeError as error:
+            seen["zero"] = "Rank 0 timed out in monitoredBarrier" in str(error) or str(error)
+    dist.barrier()
+    # Sparse all_reduce: the sum, in place.
+    indices = torch.tensor([[r, r + 1]])
+    sparse = torch.sparse_coo_tensor(indices, torch.tensor([1.0, 2.0]), (n + 1,))
+    dist.all_reduce(sparse)
+    want = torch.zeros(n + 1)
+    for rank in range(n):
+        want[rank] += 1.0
+        want[rank + 1] += 2.0
+    _close(sparse.to_dense(), want)
+    # One event per collective, named as the backend, ending when its Work does.
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], record_shapes=True) as prof:
+        dist.all_reduce(torch.ones(5))
+        dist.broadcast(torch.ones(5), src=0)
+    names = sorted({e.name for e in prof.events() if e.name.startswith(backend + ":")})
+    seen["profiled"] = names
+    # A barrier's timeout (1 s) when rank 0 waits alone, in c10d's words,
+    # ending within the timeout plus a little.
+    if r == 0:
+        started = time.monotonic()
+        try:
+            dist.barrier(group=lonely, timeout=datetime.timedelta(seconds=1))
+            seen["timeout"] = "passed"
+        except RuntimeError as error:
+            took = time.monotonic() - started
+            seen["timeout"] = (" Timed out " in str(error) or str(error), 0.9 < took < 3.0 or took)
+    # (Gloo's timeout breaks the group: the others wait on the world group.)
+    dist.barrier()
+    return seen

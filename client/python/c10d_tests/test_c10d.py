@@ -150,6 +150,18 @@ def test_a_torchrun_restart_is_a_new_job_and_the_killed_attempt_leaves_no_daemon
         shutil.rmtree(scratch, ignore_errors=True)
 
 
+def test_what_pytorch_suite_checks_as_gloo_does():
+    """all_gather_coalesced, monitored_barrier, zero and short timeouts,
+    sparse all_reduce, profiler events: as Gloo, bar the backend's name."""
+    mine, gloo = run("c10d_contract", np=3), run("c10d_contract", backend="gloo", np=3)
+    for rank in range(3):
+        assert mine[rank]["profiled"] == ["gradsync:all_reduce", "gradsync:broadcast"], mine[rank]
+        assert gloo[rank]["profiled"] == ["gloo:all_reduce", "gloo:broadcast"], gloo[rank]
+        del mine[rank]["profiled"], gloo[rank]["profiled"]
+    assert mine == gloo, (mine, gloo)
+    assert mine[0] == {"monitored": True, "zero": True, "timeout": (True, True)}, mine
+
+
 def test_work_objects_and_futures():
     assert run("async_work", np=2) == [{"ok": True}] * 2
 

@@ -20,7 +20,8 @@ from gradsync.errors import GradsyncError
 
 def _seconds(timeout):
     """A c10d timeout (timedelta, milliseconds from C++, None) in seconds;
-    None for none (c10d's kNoTimeout is 0)."""
+    None for none given: c10d's kNoTimeout (0, Work.wait's default, what
+    C++ callers pass) and kUnsetTimeout (-1, an option left unset)."""
     if timeout is None:
         return None
     if isinstance(timeout, datetime.timedelta):
@@ -28,6 +29,12 @@ def _seconds(timeout):
     else:
         seconds = float(timeout) / 1000.0
     return seconds if seconds > 0 else None
+
+
+def timed_out(what, seconds, cause):
+    """c10d's wording for a timeout ("Timed out waiting 1000ms for ..."),
+    which code and tests that handle c10d's timeouts match."""
+    return dist.DistBackendError("gradsync: %s: Timed out waiting %dms for %s" % (what, round(seconds * 1000), cause))
 
 
 class Work(dist.Work):
@@ -108,19 +115,23 @@ class Work(dist.Work):
                 pass  # get_future() on another thread completed it first
 
     def wait(self, timeout=None):
-        seconds = _seconds(timeout) or self._default_timeout
+        """Waits up to `timeout` (none given: the timeout of the call, else
+        of the process group) in all, whoever waits for the daemon."""
+        seconds = _seconds(timeout)
+        if seconds is None:
+            seconds = self._default_timeout if self._default_timeout is not None else 0.0  # (done at the call)
+        deadline = time.monotonic() + seconds
         if not self._done.is_set() and self._client is not None and self._claim("caller"):
-            self._wait_here(seconds)
-        if not self._done.wait(seconds):
-            raise RuntimeError("gradsync: %s did not complete within %.1f s (Work.wait timeout)" % (self.what,
-                                                                                                 seconds))
+            self._wait_here(deadline)
+        if not self._done.wait(max(0.0, deadline - time.monotonic())):
+            raise timed_out(self.what, seconds, "it to complete (Work.wait)")
         if self._error is not None:
             raise self._error
         return True
 
-    def _wait_here(self, seconds):
-        """Waits for the daemon's answer on the caller's thread."""
-        deadline = time.monotonic() + seconds
+    def _wait_here(self, deadline):
+        """Waits for the daemon's answer on the caller's thread until
+        `deadline` (time.monotonic())."""
         try:
             for n in self._natives:
                 while not self._client.wait_for(n, min(0.5, max(0.0, deadline - time.monotonic()))):
@@ -232,7 +243,7 @@ class Completer:
                     if work is None:
                         self._release(client, natives)
                     else:
-                        pending.append([work, natives, client, time.monotonic() + self._timeout])
+                        pending.append([work, natives, client, time.monotonic() + work._default_timeout])
                     if self._queue.empty():
                         break
             except queue.Empty:
@@ -251,8 +262,7 @@ class Completer:
                 if not all(client.poll(n) for n in natives):
                     if time.monotonic() < deadline:
                         return False
-                    raise GradsyncError("%s: no answer from the daemon within the process group's timeout "
-                                        "(%.0f s)" % (work.what, self._timeout))
+                    raise timed_out(work.what, work._default_timeout, "the daemon's answer (the call's timeout)")
                 for n in natives:
                     client.wait(n, work.what)  # done: raises its error, if any
                 work._complete()

@@ -19,12 +19,13 @@ from torch._C._distributed_c10d import Backend as _C10dBackend
 
 from gradsync import _native as native
 from gradsync.torch.distributed import _node
+from gradsync.torch.distributed._monitored import exact_seconds as _exact_seconds, monitored_barrier
 from gradsync.torch.distributed._names import CallNames, signature
 from gradsync.torch.distributed._p2p import PairChannels
 from gradsync.torch._submit import check_tensor
 from gradsync.torch.distributed._ops import (copy_chunks, device_output, flat_view, new_op, output_fields, received,
                                              received_splits, reduction, rows)
-from gradsync.torch.distributed._work import Completer, DoneWork, Work, _as_runtime_error
+from gradsync.torch.distributed._work import Completer, DoneWork, Work, _as_runtime_error, _seconds
 
 
 class _NamesHolder(_C10dBackend):
@@ -101,6 +102,7 @@ class ProcessGroupGradsync(dist.ProcessGroup):
         self._coalesced = None  # Works since start_coalescing, or None
         self._latest = None  # the last Work, until the next collective hands it over if not done
         self._closed = False
+        self._monitored = 0  # monitored barriers so far
 
     # --- identity -------------------------------------------------------
     def getBackendName(self):
@@ -112,7 +114,36 @@ class ProcessGroupGradsync(dist.ProcessGroup):
     # --- the collectives c10d and DDP call ------------------------------
     def allreduce(self, tensors, opts=None):
         opts = opts if opts is not None else dist.AllreduceOptions()
+        if any(t.is_sparse for t in tensors):
+            return self._sparse_allreduce(tensors, opts)
         return self._in_place("allreduce", native.ALLREDUCE, tensors, opts, reduction=True)
+
+    def _sparse_allreduce(self, tensors, opts):
+        """The sum of sparse COO tensors (Gloo's sparse allreduce): every
+        rank's indices and values are gathered (padded to the largest
+        count), and each rank sums them into its tensor. Returns when done."""
+        what = self._what("allreduce (sparse)")
+        if len(tensors) != 1 or opts.reduceOp != dist.ReduceOp.SUM:
+            raise ValueError("%s: sparse tensors are summed one at a time (ReduceOp.SUM), not %d with %s" % (
+                what, len(tensors), opts.reduceOp))
+        tensor = tensors[0]
+        coalesced = tensor.coalesce()
+        indices = coalesced.indices().t().contiguous()  # [nnz, sparse dims]
+        values = coalesced.values().contiguous()  # [nnz, dense dims...]
+        counts = [torch.zeros(1, dtype=torch.int64) for _ in range(self.size())]
+        self.allgather([counts], [torch.tensor([indices.shape[0]], dtype=torch.int64)]).wait()
+        counts = [int(c) for c in counts]
+        top = max(counts)
+
+        def gathered(rows):
+            padded = torch.zeros((top,) + tuple(rows.shape[1:]), dtype=rows.dtype)
+            padded[:rows.shape[0]] = rows
+            every = [torch.empty_like(padded) for _ in range(self.size())]
+            self.allgather([every], [padded]).wait()
+            return torch.cat([part[:n] for part, n in zip(every, counts)])
+        total = torch.sparse_coo_tensor(gathered(indices).t(), gathered(values), tensor.shape).coalesce()
+        tensor.copy_(total)
+        return DoneWork(what, [tensor])
 
     def allreduce_coalesced(self, tensors, opts=None):
         opts = opts if opts is not None else dist.AllreduceCoalescedOptions()
@@ -133,7 +164,10 @@ class ProcessGroupGradsync(dist.ProcessGroup):
         return self._gather_lists("allgather", output_tensors, input_tensors)
 
     def allgather_coalesced(self, output_lists, input_tensors, opts=None):
-        return self._gather_lists("allgather_coalesced", output_lists, input_tensors)
+        """c10d hands the outputs rank by rank (output_lists[rank][input]);
+        each input's allgather fills its column."""
+        per_input = [[outs[i] for outs in output_lists if i < len(outs)] for i in range(len(input_tensors))]
+        return self._gather_lists("allgather_coalesced", per_input, input_tensors, work_outputs=output_lists)
 
     def all_gather_single(self, output, input, opts=None):
         return self._gather_into("all_gather_into_tensor", [output], [input])
@@ -220,10 +254,20 @@ class ProcessGroupGradsync(dist.ProcessGroup):
         [(name, call)] = self._names.next("barrier", ["none"])
         keep = []
         op = new_op(self._lib, native.BARRIER, name, torch.empty(0, dtype=torch.uint8), keep, call=call)
-        return self._enqueue(what, [op], keep, [], lambda results: None)
+        timeout = _seconds(opts.timeout) if opts is not None and hasattr(opts, "timeout") else None
+        return self._enqueue(what, [op], keep, [], lambda results: None, timeout=timeout)
 
     def monitored_barrier(self, timeout=None, wait_all_ranks=False):
-        self.barrier().wait(timeout)
+        """c10d's monitored barrier: rank 0 waits for every other rank (up
+        to `timeout`, which may be 0) and names the first that did not come,
+        or all of them (`wait_all_ranks`); the others learn from rank 0 how
+        it ended. Through the group's c10d store, apart from the daemon (a
+        debugging aid for ranks out of step: it must not wait behind their
+        collectives)."""
+        self._monitored += 1
+        seconds = self._timeout if timeout is None else _exact_seconds(timeout)
+        monitored_barrier(self.store, "gradsync/monitored_barrier/%d/" % self._monitored, self.rank(),
+                          self.size(), seconds, wait_all_ranks)
 
     def send(self, tensors, dst, tag=0):
         return self._point_to_point("send to", tensors, dst, tag, sending=True)
@@ -369,25 +413,32 @@ class ProcessGroupGradsync(dist.ProcessGroup):
             finish_view(results[0], received(results[0], target, source.dtype, what, expected))
         return self._enqueue(what, [op], keep, outputs, finish)
 
-    def _enqueue(self, what, ops, keep, outputs, finish, client=None):
+    def _enqueue(self, what, ops, keep, outputs, finish, client=None, timeout=None):
         """Starts `ops` on `client` (the group's unless given) and returns
-        their Work; `finish(results)` copies the outputs once they completed."""
+        their Work; `finish(results)` copies the outputs once they completed.
+        `timeout`: the call's own, in seconds (else the group's)."""
         if self._closed:
             raise RuntimeError("%s: the process group was shut down" % what)
         own = client is None  # the group's calls (a pair's keep names of their own)
         client = client or self._client
         names = [op.name for op in ops] if own else []
         self._names.wait_until_free(names, self._timeout, what)
+        event = _profiler_event(what)
         try:
-            natives = (client.enqueue_group(ops, what) if len(ops) > 1 else
-                       [client.enqueue(ops[0], what)]) if ops else []
+            # Several allreduces are negotiated as one group; other kinds
+            # (a coalesced allgather) go one by one, in the same order on
+            # every rank.
+            grouped = len(ops) > 1 and all(op.collective == native.ALLREDUCE for op in ops)
+            natives = client.enqueue_group(ops, what) if grouped else [client.enqueue(op, what) for op in ops]
         except Exception as error:
+            if event is not None:
+                event.__exit__(None, None, None)
             raise _as_runtime_error(error, what) from None
 
         def finish_keeping(results):
             finish(results)
             keep.clear()
-        work = Work(what, outputs, self._timeout, client, natives, finish_keeping,
+        work = Work(what, outputs, timeout or self._timeout, client, natives, finish_keeping,
                     self._completer if natives else None)
         if not natives:
             work._finish()
@@ -396,6 +447,9 @@ class ProcessGroupGradsync(dist.ProcessGroup):
         self._hand_over_earlier(work)
         if self._coalesced is not None:
             self._coalesced.append(work)
+        if event is not None:  # the event ends when the Work does (an async event, as Gloo's)
+            event._call_end_callbacks_on_future(work.get_future())
+            event.__exit__(None, None, None)
         return work
 
     def _point_to_point(self, kind, tensors, peer, tag, sending):
@@ -427,6 +481,24 @@ class ProcessGroupGradsync(dist.ProcessGroup):
             except Exception:
                 pass  # a broken client: the others learn it from the daemon
         raise error
+
+
+# torch.profiler's names of the operations, as Gloo's ("gloo:all_reduce").
+_EVENT_NAMES = {"allreduce": "all_reduce", "allreduce_coalesced": "all_reduce_coalesced", "allgather": "all_gather",
+                "allgather_coalesced": "all_gather_coalesced", "alltoall": "all_to_all",
+                "all_to_all_single": "all_to_all", "recv": "recv", "send": "send"}
+
+
+def _profiler_event(what):
+    """While torch's profiler records, an entered record_function named
+    gradsync:<operation> for the call `what` ("gradsync allreduce #3 ...");
+    else None."""
+    if not torch.autograd._profiler_enabled():
+        return None
+    kind = what.split(" ")[1]
+    event = torch.autograd.profiler.record_function("gradsync:" + _EVENT_NAMES.get(kind, kind))
+    event.__enter__()
+    return event
 
 
 def _reduction_of(opts):
