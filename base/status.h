@@ -60,6 +60,7 @@ inline Status deadlineExceeded(std::string m) { return {StatusCode::kDeadlineExc
 inline Status aborted(std::string m) { return {StatusCode::kAborted, std::move(m)}; }
 inline Status outOfRange(std::string m) { return {StatusCode::kOutOfRange, std::move(m)}; }
 inline Status unauthenticated(std::string m) { return {StatusCode::kUnauthenticated, std::move(m)}; }
+inline Status permissionDenied(std::string m) { return {StatusCode::kPermissionDenied, std::move(m)}; }
 inline Status resourceExhausted(std::string m) { return {StatusCode::kResourceExhausted, std::move(m)}; }
 inline Status unimplemented(std::string m) { return {StatusCode::kUnimplemented, std::move(m)}; }
 inline Status cancelled(std::string m) { return {StatusCode::kCancelled, std::move(m)}; }

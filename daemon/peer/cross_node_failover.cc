@@ -144,6 +144,13 @@ StatusOr<v1::ElectResponse> CrossNode::acceptVote(const v1::ElectRequest& reques
                                                   const std::function<bool()>& waiting) {
   if (!constantTimeEqual(request.token(), options_.token))
     return unauthenticated("job '" + options_.job_id + "': token does not match");
+  {
+    MutexLock lock(mutex_);
+    if (book_.member(request.voter_address()) == nullptr) {
+      return permissionDenied("job '" + options_.job_id + "': " + request.voter_address() +
+                              " is not a node of the job: its vote is refused");
+    }
+  }
   return vote(request.voter_address(), request.epoch(), waiting);
 }
 

@@ -289,11 +289,20 @@ void CrossNode::waitForAbortNotices() {
 Status CrossNode::acceptAbort(const v1::AbortJobRequest& request) {
   if (!constantTimeEqual(request.token(), options_.token))
     return unauthenticated("job '" + options_.job_id + "': token does not match");
-  if (options_.elastic) {
+  {
     MutexLock lock(mutex_);
     const bool member = book_.member(request.from_peer_address()) != nullptr;
+    // Only a node of the job may end it (once formed, every member is
+    // known here; while it forms, a node that joined after this one may
+    // not be yet).
+    if (!options_.elastic && !member && book_.formed()) {
+      GS_LOG(control, warn, "job '{}': refused an abort notice from {}, not a node of the job", options_.job_id,
+             request.from_peer_address());
+      return permissionDenied("job '" + options_.job_id + "': " + request.from_peer_address() +
+                              " is not a node of the job: its abort notice is refused");
+    }
     const uint64_t epoch = book_.epoch();
-    if (request.epoch() != epoch || !member) {
+    if (options_.elastic && (request.epoch() != epoch || !member)) {
       GS_LOG(control, warn, "job '{}': refused a stale abort notice from {} (its epoch {}, this node's {}): {}",
              options_.job_id, request.from_peer_address(), request.epoch(), epoch, request.failure().message());
       return failedPrecondition("job '" + options_.job_id + "' is at epoch " + std::to_string(epoch) + " without " +

@@ -1,8 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 // The job's token guards every call between daemons, not only JoinJob:
 // Coordinate, AbortJob, CheckMember and Elect with the wrong token are
-// refused (UNAUTHENTICATED) by the leader and by a follower, and the running
-// job goes on.
+// refused (UNAUTHENTICATED) by the leader and by a follower, an AbortJob or
+// Elect with the right token from a node outside the job too
+// (PERMISSION_DENIED),
+// and the running job goes on.
 #include <grpcpp/grpcpp.h>
 
 #include <fstream>
@@ -26,10 +28,10 @@ void withDeadline(grpc::ClientContext* context) {
   context->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
 }
 
-grpc::Status abortJob(v1::Peer::Stub* stub, const std::string& from) {
+grpc::Status abortJob(v1::Peer::Stub* stub, const std::string& from, const std::string& token = kWrongToken) {
   v1::AbortJobRequest request;
   request.set_job_id(kJob);
-  request.set_token(kWrongToken);
+  request.set_token(token);
   request.set_from_peer_address(from);
   request.set_epoch(1);
   request.mutable_failure()->set_message("forged: the job failed");
@@ -40,10 +42,10 @@ grpc::Status abortJob(v1::Peer::Stub* stub, const std::string& from) {
   return stub->AbortJob(&context, request, &response);
 }
 
-grpc::Status elect(v1::Peer::Stub* stub, const std::string& voter) {
+grpc::Status elect(v1::Peer::Stub* stub, const std::string& voter, const std::string& token = kWrongToken) {
   v1::ElectRequest request;
   request.set_job_id(kJob);
-  request.set_token(kWrongToken);
+  request.set_token(token);
   request.set_epoch(1);
   request.set_voter_address(voter);
   grpc::ClientContext context;
@@ -122,6 +124,15 @@ TEST_F(MultiDaemonTest, EveryPeerCallWithTheWrongTokenIsRefusedAndTheJobGoesOn) 
   refused(abortJob(at_follower.get(), leader), "AbortJob at the follower");
   refused(elect(at_leader.get(), follower), "Elect at the leader");
   refused(elect(at_follower.get(), leader), "Elect at the follower");
+  // The right token from a node that is not the job's: refused too.
+  for (auto* stub : {at_leader.get(), at_follower.get()}) {
+    for (const grpc::Status& status :
+         {abortJob(stub, "127.0.0.1:1", "secret-token"), elect(stub, "127.0.0.1:1", "secret-token")}) {
+      EXPECT_EQ(status.error_code(), grpc::StatusCode::PERMISSION_DENIED) << status.error_message();
+      EXPECT_NE(status.error_message().find("127.0.0.1:1 is not a node of the job"), std::string::npos)
+          << status.error_message();
+    }
+  }
 
   // Nothing of it reached the job: both ranks run their next collective.
   { std::ofstream(go) << "go"; }

@@ -96,8 +96,8 @@ struct RandomSetup {
     std::string text = "seed " + std::to_string(seed) + ": " + std::to_string(daemons) + " daemons, " +
                        std::to_string(size) + " ranks at";
     for (int d : placement) text += " " + std::to_string(d);
-    text += ", sets " + setsArg() + ", " + (leader_steady_state ? "leader" : "rounds") + ", " +
-            std::to_string(steps) + " steps, fault " + faultName(fault);
+    text += ", sets " + setsArg() + ", " + (leader_steady_state ? "leader" : "rounds") + ", " + std::to_string(steps) +
+            " steps, fault " + faultName(fault);
     if (fault != FaultKind::kNone) {
       text += " by rank " + std::to_string(victim) + " at its submission " + std::to_string(fault_at);
     }
@@ -166,8 +166,8 @@ class RandomProgramTest : public MultiDaemonTest {
   std::string runSeed(const RandomSetup& s) {
     std::vector<std::string> flags = {"--steady-state", s.leader_steady_state ? "leader" : "rounds"};
     if (s.fault == FaultKind::kStopRank) {
-      flags.insert(flags.end(), {"--stall-warning-seconds", "2", "--stall-deadline-seconds",
-                                 std::to_string(kStallDeadlineSeconds)});
+      flags.insert(flags.end(),
+                   {"--stall-warning-seconds", "2", "--stall-deadline-seconds", std::to_string(kStallDeadlineSeconds)});
     }
     startDaemons(s.daemons, flags);
     if (::testing::Test::HasFatalFailure()) return "the daemons did not start";
@@ -259,8 +259,9 @@ TEST_F(RandomProgramTest, EveryResultRightOrEveryFailureNamed) {
     if (!why.empty()) {
       ++failed;
       ADD_FAILURE() << s.describe() << "\n"
-                    << why << "\nreplay: bazel test //tests/integration:random_test --test_env=GRADSYNC_RANDOM_SEEDS="
-                    << seed << " --test_output=streamed --nocache_test_results";
+                    << why
+                    << "\nreplay: bazel test //tests/integration:random_test --test_env=GRADSYNC_RANDOM_SEEDS=" << seed
+                    << " --test_output=streamed --nocache_test_results";
     }
   }
   std::printf("%zu seeds, %d failed\n", seeds.size(), failed);

@@ -107,8 +107,8 @@ const char* reduceName(int op) {
 }
 
 const char* dtypeName(int dtype) {
-  static const char* names[] = {"?",       "uint8",    "int8",    "uint16",  "int16", "int32",
-                                "int64",   "float16",  "bfloat16", "float32", "float64", "bool"};
+  static const char* names[] = {"?",     "uint8",   "int8",     "uint16",  "int16",   "int32",
+                                "int64", "float16", "bfloat16", "float32", "float64", "bool"};
   return dtype >= 1 && dtype <= 11 ? names[dtype] : "?";
 }
 
@@ -169,8 +169,10 @@ std::vector<Planned> planStep(const Program& program, int step) {
       tensor.dtype = plannedDtype(s);
       // Row kinds carry up to 3 rows a rank (alltoall: a block a peer).
       const bool rows = p.kind == Kind::kAllgather || p.kind == Kind::kReducescatter || p.kind == Kind::kAlltoall;
-      tensor.elements = plannedElements(s, tensor.dtype, rows ? (256u << 10) : p.kind == Kind::kGrouped ? (1u << 20)
-                                                                                                          : (4u << 20));
+      tensor.elements = plannedElements(s, tensor.dtype,
+                                        rows                       ? (256u << 10)
+                                        : p.kind == Kind::kGrouped ? (1u << 20)
+                                                                   : (4u << 20));
       tensor.reduce_op = plannedReduce(s, tensor.dtype, members.size());
       tensor.id = mix(program.seed ^ (static_cast<uint64_t>(step) << 20) ^ (static_cast<uint64_t>(k) << 8) ^ t);
       tensor.name = "r." + std::to_string(step) + "." + std::to_string(k) + "." + std::to_string(t);
@@ -433,8 +435,7 @@ class RandomRun {
 
   int mismatch(const Buffer& b, int step, const std::string& where, double got, double want) {
     std::fprintf(stderr, "[rank %d] WRONG RESULT, seed %llu step %d, %s: %s = %g, want %g\n", me_,
-                 static_cast<unsigned long long>(program_.seed), step, describe(b).c_str(), where.c_str(), got,
-                 want);
+                 static_cast<unsigned long long>(program_.seed), step, describe(b).c_str(), where.c_str(), got, want);
     exit_code_ = 1;
     return 1;
   }
@@ -448,7 +449,8 @@ class RandomRun {
       for (size_t i = 0; i < t.elements; ++i) {
         const double got = load(t.dtype, b.bytes.data(), i);
         const double want = p.kind == Kind::kBroadcast ? valueOf(t, false, p.root, i) : reduced(t, members, i);
-        if (!close(t.dtype, t.reduce_op, got, want)) return mismatch(b, step, "element " + std::to_string(i), got, want);
+        if (!close(t.dtype, t.reduce_op, got, want))
+          return mismatch(b, step, "element " + std::to_string(i), got, want);
       }
       return 0;
     }
@@ -468,8 +470,8 @@ class RandomRun {
         for (size_t i = 0; i < static_cast<size_t>(gatherRows(t, m)) * t.elements; ++i, ++at) {
           const double want = valueOf(t, false, m, i);
           const double value = load(t.dtype, got, at);
-          if (value != want) return mismatch(b, step, "rank " + std::to_string(m) + "'s element " +
-                                                          std::to_string(i), value, want);
+          if (value != want)
+            return mismatch(b, step, "rank " + std::to_string(m) + "'s element " + std::to_string(i), value, want);
         }
       }
       return 0;
