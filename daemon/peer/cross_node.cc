@@ -439,6 +439,19 @@ void CrossNode::followerLeft(const std::shared_ptr<Follower>& follower, bool cut
   }
 }
 
+std::string CrossNode::unattachedLocked() const {
+  const auto seconds = std::to_string(std::chrono::duration_cast<std::chrono::seconds>(options_.join_timeout).count());
+  if (!book_.formed()) return "the job did not form within " + seconds + " s";
+  std::string missing;
+  for (size_t i = 0; i < book_.members().size(); ++i) {
+    const int cross_rank = static_cast<int>(i);
+    if (cross_rank == book_.selfCrossRank() || followers_.count(cross_rank) != 0) continue;
+    missing += (missing.empty() ? "" : ", ") + membership::describeNode(book_.members()[i]);
+  }
+  return "not every node opened its coordination stream within " + seconds + " s: " + missing +
+         " joined but never opened it";
+}
+
 Status CrossNode::broadcast(const std::vector<coordinator::Response>& batch, uint64_t sequence, uint64_t epoch,
                             uint64_t fusion_threshold_bytes) {
   v1::LeaderMessage message;
@@ -457,9 +470,7 @@ Status CrossNode::broadcast(const std::vector<coordinator::Response>& batch, uin
     });
     if (stopping_) return cancelled("job stopped");
     if (!transfers_aborted_.empty()) return aborted("job '" + options_.job_id + "': " + transfers_aborted_);
-    if (!attached) {
-      return deadlineExceeded("job '" + options_.job_id + "': not every node opened its coordination stream in time");
-    }
+    if (!attached) return deadlineExceeded("job '" + options_.job_id + "': " + unattachedLocked());
     followers = streamsLocked(/*candidates=*/false);
   }
   // Encoded once every follower is attached: all of them learn new cache ids.

@@ -245,6 +245,9 @@ class CrossNode : public NodeEndpoints {
   // Leader, once the job formed: the job's ncclUniqueId.
   void makeNcclIdLocked() GS_REQUIRES(mutex_);
   class ServedFollower;  // a follower's FollowerSession
+  // Leader: why not every follower's stream is attached yet, naming the
+  // members whose stream never opened.
+  std::string unattachedLocked() const GS_REQUIRES(mutex_);
   struct Follower {
     AttachedStream stream;
     v1::NodeInfo node;                      // under CrossNode::mutex_ (renumbered by epochs)

@@ -155,6 +155,7 @@ struct Daemon {
   std::unique_ptr<CrossNode> cross;
   size_t membership_part_bytes = kMembershipPartBytes;
   ProtocolRange protocol;  // the versions it says it speaks
+  std::chrono::seconds join_timeout = 10s;
 
   void listen() {
     int port = 0;
@@ -179,7 +180,7 @@ struct Daemon {
     options.self_address = address;
     options.leader_address = leader_address;
     options.hostname = hostname;
-    options.join_timeout = 10s;
+    options.join_timeout = join_timeout;
     options.membership_part_bytes = membership_part_bytes;
     options.protocol = protocol;
     CrossNode::Hooks hooks;
@@ -305,6 +306,37 @@ TEST(CrossNodeProtocolTest, AFollowerRefusesALeaderFromBeforeVersions) {
   EXPECT_THAT(cause, HasSubstr("the leader at " + leader.address + " speaks peer protocol 1 (works with 1 and later)"));
   EXPECT_THAT(cause, HasSubstr("this node (" + follower.address + ") speaks peer protocol 2"));
   follower.stop();
+  leader.stop();
+}
+
+// A follower that joins and then never opens its coordination stream: the
+// leader's first batch fails at the join deadline naming that node.
+TEST(CrossNodeStreamTest, AFollowerThatNeverOpensItsStreamIsNamed) {
+  Daemon leader;
+  leader.join_timeout = 2s;
+  leader.listen();
+  leader.create(leader.address, "leader-host");
+  leader.cross->start({0}, {1000});
+  v1::JoinJobRequest join;
+  join.set_job_id("cross-unit");
+  join.set_token("secret");
+  join.set_size(2);
+  join.mutable_node()->set_peer_address("127.0.0.1:9");
+  join.mutable_node()->set_hostname("silent-host");
+  join.mutable_node()->add_ranks(1);
+  ProtocolRange{}.stamp(&join);
+  auto stub = v1::Peer::NewStub(grpc::CreateChannel(leader.address, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + 10s);
+  v1::JoinJobResponse joined;
+  ASSERT_TRUE(stub->JoinJob(&context, join, &joined).ok());
+  ASSERT_TRUE(leader.cross->formed());
+  const auto start = std::chrono::steady_clock::now();
+  const Status sent = leader.cross->broadcast({}, 1, leader.cross->epoch(), 64 << 20);
+  EXPECT_EQ(sent.code(), StatusCode::kDeadlineExceeded);
+  EXPECT_THAT(sent.message(), HasSubstr("not every node opened its coordination stream within 2 s: node 127.0.0.1:9 "
+                                        "(host silent-host, ranks [1]) joined but never opened it"));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 5s);
   leader.stop();
 }
 
