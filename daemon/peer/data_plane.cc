@@ -144,12 +144,12 @@ Status PeerDataPlane::allreduce(const executor::NodeSet& nodes, void* data, size
   // One node: already reduced there. Nothing to reduce (every node sees the
   // same count): no transfer, and no endpoint to connect.
   if (nodes.size() < 2 || count == 0) return okStatus();
-  ASSIGN_OR_RETURN(const auto cost, noted(linkCost(id, until, nodes)));
+  ASSIGN_OR_RETURN(const auto cost, noted(id, linkCost(id, until, nodes)));
   if (!cost) return okStatus();  // not one of the nodes
   const auto algorithm = collective::chooseAllreduce(count * elementSize(dtype), static_cast<int>(nodes.size()), *cost);
   allreduces_[static_cast<int>(algorithm)].fetch_add(1, std::memory_order_relaxed);
   if (algorithm != collective::AllreduceAlgorithm::kRing) {
-    ASSIGN_OR_RETURN(auto mesh, noted(endpoints_->mesh(id, until, epoch_, nodes)));
+    ASSIGN_OR_RETURN(auto mesh, noted(id, endpoints_->mesh(id, until, epoch_, nodes)));
     if (!mesh) return okStatus();  // not one of the nodes
     if (algorithm == collective::AllreduceAlgorithm::kDirect) {
       return run("CROSS_NODE_ALLREDUCE", id,
@@ -162,7 +162,7 @@ Status PeerDataPlane::allreduce(const executor::NodeSet& nodes, void* data, size
     return run("CROSS_NODE_ALLREDUCE", id,
                [&] { return collective::recursiveDoublingAllreduce(*mesh, data, count, dtype, op); });
   }
-  ASSIGN_OR_RETURN(auto ring, noted(endpoints_->ring(id, until, epoch_, nodes)));
+  ASSIGN_OR_RETURN(auto ring, noted(id, endpoints_->ring(id, until, epoch_, nodes)));
   if (!ring) return okStatus();
   return run("CROSS_NODE_ALLREDUCE", id,
              [&] { return collective::ringAllreduce(*ring, data, count, dtype, op, &scratch_); });
@@ -174,7 +174,7 @@ StatusOr<std::optional<collective::LinkCost>> PeerDataPlane::linkCost(const coll
   if (!measure_links_) return std::optional<collective::LinkCost>(collective::LinkCost{});
   auto known = link_costs_.find(nodes);
   if (known != link_costs_.end()) return std::optional<collective::LinkCost>(known->second);
-  ASSIGN_OR_RETURN(auto mesh, noted(endpoints_->mesh(id, until, epoch_, nodes)));
+  ASSIGN_OR_RETURN(auto mesh, noted(id, endpoints_->mesh(id, until, epoch_, nodes)));
   if (!mesh) return std::optional<collective::LinkCost>();
   collective::LinkCost cost;
   RETURN_IF_ERROR(run("CROSS_NODE_LINK_PROBE", id, [&]() -> Status {
@@ -193,7 +193,7 @@ Status PeerDataPlane::reduceScatter(const executor::NodeSet& nodes, const void* 
     if (input != data) copyOwned(input, data, dtype, owned);
     return okStatus();
   }
-  ASSIGN_OR_RETURN(auto ring, noted(endpoints_->ring(id, deadline(), epoch_, nodes)));
+  ASSIGN_OR_RETURN(auto ring, noted(id, endpoints_->ring(id, deadline(), epoch_, nodes)));
   if (!ring) return okStatus();
   return run("CROSS_NODE_REDUCESCATTER", id, [&] {
     return collective::ringReduceScatter(*ring, input, data, dtype, op, amongNodes(owned, nodes), &scratch_);
@@ -207,7 +207,7 @@ Status PeerDataPlane::broadcast(const executor::NodeSet& nodes, void* data, size
   if (root == nodes.end()) {
     return internalError("broadcast root rank " + std::to_string(root_rank) + " on no node of the set");
   }
-  ASSIGN_OR_RETURN(auto ring, noted(endpoints_->ring(id, deadline(), epoch_, nodes)));
+  ASSIGN_OR_RETURN(auto ring, noted(id, endpoints_->ring(id, deadline(), epoch_, nodes)));
   if (!ring) return okStatus();
   return run("CROSS_NODE_BROADCAST", id,
              [&] { return collective::ringBroadcast(*ring, data, bytes, static_cast<int>(root - nodes.begin())); });
@@ -217,7 +217,7 @@ Status PeerDataPlane::allgather(const executor::NodeSet& nodes, uint8_t* buffer,
                                 const std::vector<std::vector<collective::Range>>& owned) {
   const collective::TransferId id = nextCall();
   if (nodes.size() < 2) return okStatus();  // every row is on this node
-  ASSIGN_OR_RETURN(auto ring, noted(endpoints_->ring(id, deadline(), epoch_, nodes)));
+  ASSIGN_OR_RETURN(auto ring, noted(id, endpoints_->ring(id, deadline(), epoch_, nodes)));
   if (!ring) return okStatus();
   return run("CROSS_NODE_ALLGATHER", id,
              [&] { return collective::ringAllgather(*ring, buffer, amongNodes(owned, nodes)); });
@@ -228,7 +228,7 @@ Status PeerDataPlane::alltoall(const executor::NodeSet& nodes, const uint8_t* se
                                const std::vector<collective::Range>& recv_from) {
   const collective::TransferId id = nextCall();
   if (nodes.size() < 2) return okStatus();  // nothing crosses nodes
-  ASSIGN_OR_RETURN(auto mesh, noted(endpoints_->mesh(id, deadline(), epoch_, nodes)));
+  ASSIGN_OR_RETURN(auto mesh, noted(id, endpoints_->mesh(id, deadline(), epoch_, nodes)));
   if (!mesh) return okStatus();
   return run("CROSS_NODE_ALLTOALL", id, [&] {
     return collective::pairwiseExchange(*mesh, send, amongNodes(send_to, nodes), recv, amongNodes(recv_from, nodes));

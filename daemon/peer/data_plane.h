@@ -115,12 +115,14 @@ class PeerDataPlane : public executor::DataPlane {
     step_failed_ = true;
     return hooks_.failed(named(id, status));
   }
-  // `result` (of finding a step's endpoints), noting a failure as the
-  // step's.
+  // `result` (of finding call `id`'s endpoints): a failure is the step's,
+  // told to the job as a failed step's is (so that the job's own cause, a
+  // rank or node gone, leads what the ranks hear).
   template <typename T>
-  StatusOr<T> noted(StatusOr<T> result) {
-    if (!result.isOk()) step_failed_ = true;
-    return result;
+  StatusOr<T> noted(const collective::TransferId& id, StatusOr<T> result) {
+    if (result.isOk()) return result;
+    step_failed_ = true;
+    return hooks_.failed(named(id, result.status()));
   }
   // The identity of the current response's next call (nextCall: and
   // counts it).

@@ -136,7 +136,9 @@ void Job::failJob(const std::string& cause, bool node_lost) {
     }
     // A lost node (or data plane) also ends what was negotiated: it cannot
     // run any more. A rank that left elsewhere only ends what waits for it.
-    failAllLocked(aborted("job '" + spec_.job_id + "': " + cause), &outbox, /*keep_negotiated=*/!node_lost);
+    // (A cause another node announced may name the job already.)
+    const std::string job = "job '" + spec_.job_id + "': ";
+    failAllLocked(aborted(cause.rfind(job, 0) == 0 ? cause : job + cause), &outbox, /*keep_negotiated=*/!node_lost);
     if (spec_.elastic) refuseAllLocked(failure_, &outbox);
     wakeExecutorLocked();
   }
@@ -200,9 +202,13 @@ Status Job::ringFailed(const Status& status) {
     }
     cause = failure_;
   }
-  failJob(status.message(), /*node_lost=*/true);
-  if (cause.empty() || status.message().find(cause) != std::string::npos) return status;
-  return Status(status.code(), cause + " (then " + status.message() + ")");
+  // The job's cause leads, for this call and for everything else of the
+  // job that fails with it.
+  const Status failed = cause.empty() || status.message().find(cause) != std::string::npos
+                            ? status
+                            : Status(status.code(), cause + " (then " + status.message() + ")");
+  failJob(failed.message(), /*node_lost=*/true);
+  return failed;
 }
 
 }  // namespace gradsync::server

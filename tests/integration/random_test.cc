@@ -208,6 +208,11 @@ class RandomProgramTest : public MultiDaemonTest {
   // Every survivor ends on an error, named, in time; none gets a result wrong.
   std::string judgeFault(const RandomSetup& s, std::vector<Process>& ranks, int victim_daemon, bool daemon_fault) {
     const double limit = kNamedWithinSeconds + (s.fault == FaultKind::kStopRank ? kStallDeadlineSeconds : 0);
+    // What every survivor's error must name: the victim's daemon (its peer
+    // address), or the victim rank.
+    const std::string v = std::to_string(s.victim);
+    const std::string named = daemon_fault ? daemons_[victim_daemon]->peerAddress()
+                                           : "rank " + v + " |ranks \\[(.*, )?" + v + "(\\]|,)";
     std::string why;
     std::string victim_log;
     int64_t fault_at = -1;
@@ -237,8 +242,8 @@ class RandomProgramTest : public MultiDaemonTest {
         why += rank + " ended without an error:\n" + log;
       } else if (seconds > scaled(limit)) {
         why += rank + " named the failure only after " + std::to_string(seconds) + " s: " + line + "\n";
-      } else if (!std::regex_search(line, std::regex("rank [0-9]|node [0-9]|host "))) {
-        why += rank + "'s error names no rank, node or host: " + line + "\n";
+      } else if (line.find(named) == std::string::npos && !std::regex_search(line, std::regex(named))) {
+        why += rank + "'s error does not name " + named + ": " + line + "\n";
       }
     }
     return why;
