@@ -211,8 +211,8 @@ class RandomProgramTest : public MultiDaemonTest {
     // What every survivor's error must name: the victim's daemon (its peer
     // address), or the victim rank.
     const std::string v = std::to_string(s.victim);
-    const std::string named = daemon_fault ? daemons_[victim_daemon]->peerAddress()
-                                           : "rank " + v + " |ranks \\[(.*, )?" + v + "(\\]|,)";
+    const std::string named =
+        daemon_fault ? daemons_[victim_daemon]->peerAddress() : "rank " + v + " |ranks \\[(.*, )?" + v + "(\\]|,)";
     std::string why;
     std::string victim_log;
     int64_t fault_at = -1;
