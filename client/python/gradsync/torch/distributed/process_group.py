@@ -447,8 +447,10 @@ class ProcessGroupGradsync(dist.ProcessGroup):
         self._hand_over_earlier(work)
         if self._coalesced is not None:
             self._coalesced.append(work)
-        if event is not None:  # the event ends when the Work does (an async event, as Gloo's)
-            event._call_end_callbacks_on_future(work.get_future())
+        if event is not None:
+            # It spans the call, not the collective: an event ended from the
+            # completer's thread (_call_end_callbacks_on_future, Gloo-like
+            # async) crashed torch.profiler's process once in six runs.
             event.__exit__(None, None, None)
         return work
 
@@ -492,7 +494,7 @@ _EVENT_NAMES = {"allreduce": "all_reduce", "allreduce_coalesced": "all_reduce_co
 def _profiler_event(what):
     """While torch's profiler records, an entered record_function named
     gradsync:<operation> for the call `what` ("gradsync allreduce #3 ...");
-    else None."""
+    else None. The caller exits it on the same thread."""
     if not torch.autograd._profiler_enabled():
         return None
     kind = what.split(" ")[1]
