@@ -17,7 +17,6 @@
 #include <cstdlib>
 #include <random>
 #include <regex>
-#include <set>
 #include <sstream>
 #include <string>
 #include <vector>

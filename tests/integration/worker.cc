@@ -31,24 +31,9 @@ double inputValue(int dtype, int op, int rank, size_t i) {
 double expected(int dtype, int op, int size, size_t i, double prescale, double postscale) {
   double acc = inputValue(dtype, op, 0, i) * prescale;
   for (int r = 1; r < size; ++r) {
-    const double v = inputValue(dtype, op, r, i) * prescale;
-    switch (op) {
-      case GRADSYNC_SUM:
-      case GRADSYNC_AVERAGE:
-        acc += v;
-        break;
-      case GRADSYNC_MIN:
-        acc = std::min(acc, v);
-        break;
-      case GRADSYNC_MAX:
-        acc = std::max(acc, v);
-        break;
-      case GRADSYNC_PRODUCT:
-        acc *= v;
-        break;
-    }
+    acc = combine(op, acc, inputValue(dtype, op, r, i) * prescale);
   }
-  if (op == GRADSYNC_AVERAGE) acc = isFloat(dtype) ? acc / size : std::trunc(acc / size);
+  if (op == GRADSYNC_AVERAGE) acc = averaged(dtype, acc, size);
   return acc * postscale;
 }
 

@@ -197,30 +197,12 @@ double valueOf(const PlannedTensor& t, bool reduced, int rank, uint64_t i) {
 
 double reduced(const PlannedTensor& t, const std::vector<int>& members, uint64_t i) {
   double acc = valueOf(t, true, members[0], i);
-  for (size_t m = 1; m < members.size(); ++m) {
-    const double v = valueOf(t, true, members[m], i);
-    switch (t.reduce_op) {
-      case GRADSYNC_MIN:
-        acc = std::min(acc, v);
-        break;
-      case GRADSYNC_MAX:
-        acc = std::max(acc, v);
-        break;
-      case GRADSYNC_PRODUCT:
-        acc *= v;
-        break;
-      default:
-        acc += v;
-    }
-  }
-  if (t.reduce_op == GRADSYNC_AVERAGE) {
-    acc /= static_cast<double>(members.size());
-    if (!isFloat(t.dtype)) acc = std::trunc(acc);
-  }
+  for (size_t m = 1; m < members.size(); ++m) acc = combine(t.reduce_op, acc, valueOf(t, true, members[m], i));
+  if (t.reduce_op == GRADSYNC_AVERAGE) acc = averaged(t.dtype, acc, static_cast<int>(members.size()));
   return acc;
 }
 
-bool close(int dtype, int reduce_op, double got, double want) {
+bool matches(int dtype, int reduce_op, double got, double want) {
   if (reduce_op != GRADSYNC_AVERAGE || !isFloat(dtype)) return got == want;
   const double tolerance = dtype == GRADSYNC_FLOAT64 ? 1e-12 : dtype == GRADSYNC_FLOAT32 ? 1e-6 : 1e-2;
   return std::fabs(got - want) <= tolerance * std::max(1.0, std::fabs(want));
@@ -449,7 +431,7 @@ class RandomRun {
       for (size_t i = 0; i < t.elements; ++i) {
         const double got = load(t.dtype, b.bytes.data(), i);
         const double want = p.kind == Kind::kBroadcast ? valueOf(t, false, p.root, i) : reduced(t, members, i);
-        if (!close(t.dtype, t.reduce_op, got, want))
+        if (!matches(t.dtype, t.reduce_op, got, want))
           return mismatch(b, step, "element " + std::to_string(i), got, want);
       }
       return 0;
@@ -487,7 +469,7 @@ class RandomRun {
       for (size_t i = 0; i < static_cast<size_t>(rows) * t.elements; ++i) {
         const double want = reduced(t, members, static_cast<size_t>(first) * t.elements + i);
         const double value = load(t.dtype, got, i);
-        if (!close(t.dtype, t.reduce_op, value, want)) {
+        if (!matches(t.dtype, t.reduce_op, value, want)) {
           return mismatch(b, step, "element " + std::to_string(i), value, want);
         }
       }

@@ -3,6 +3,7 @@
 // checks that report the rank and what differs.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -123,6 +124,26 @@ inline double load(int dtype, const void* buf, size_t i) {
       return static_cast<const uint8_t*>(buf)[i];
   }
   return 0;
+}
+
+// One step of reduction `op` over values as doubles (AVERAGE sums here;
+// averaged() divides at the end).
+inline double combine(int op, double acc, double v) {
+  switch (op) {
+    case GRADSYNC_MIN:
+      return std::min(acc, v);
+    case GRADSYNC_MAX:
+      return std::max(acc, v);
+    case GRADSYNC_PRODUCT:
+      return acc * v;
+    default:
+      return acc + v;
+  }
+}
+
+// AVERAGE's end: the sum over `members`, truncated toward zero for integers.
+inline double averaged(int dtype, double sum, int members) {
+  return isFloat(dtype) ? sum / members : std::trunc(sum / members);
 }
 
 inline gradsync_op_t makeOp(int collective, const char* name, void* data, int dtype,
