@@ -209,15 +209,31 @@ void Job::checkFormation(Clock::time_point now) {
   failJob(cause, /*node_lost=*/true);
 }
 
+namespace {
+// "rank 1 (…) left the job (session closed)", and the error it was told
+// first, if any: a rank that exits on an error passes its cause on. (Not in
+// an elastic job, whose ranks are told of every membership change.)
+std::string departure(const Session& session, const std::string& cause, bool elastic) {
+  constexpr size_t kMostOfTheError = 400;
+  std::string what = session.describe() + " " + cause;
+  const std::string error = elastic ? std::string() : session.firstError();
+  if (!error.empty()) {
+    what += " after it was told: " + error.substr(0, kMostOfTheError) + (error.size() > kMostOfTheError ? "…" : "");
+  }
+  return what;
+}
+}  // namespace
+
 bool Job::removeSession(const Session& session, const std::string& cause, bool crashed) {
   RankLoss loss;
+  const std::string what = departure(session, cause, spec_.elastic);
   {
     MutexLock lock(mutex_);
     const JobRanks::Left left = ranks_.remove(session);
     // A joiner left before it was admitted: nothing of it is in the job.
     if (left == JobRanks::Left::kReportedJoiner) cross_->reportJoinerGone(session.id());
     if (left != JobRanks::Left::kRank) return ranks_.empty();
-    loseRankLocked(session, session.describe() + " " + cause, crashed, &loss);
+    loseRankLocked(session, what, crashed, &loss);
     // A wait for its output grant ends now, with the job's failure when
     // that is this rank's loss.
     const std::string who = session.describe();
@@ -229,11 +245,11 @@ bool Job::removeSession(const Session& session, const std::string& cause, bool c
     loss.empty = ranks_.empty();
     // What the other nodes hear: the job's first failure (a rank leaving a
     // job that failed already is no news, and must not be announced first).
-    loss.announced = failure_.empty() ? session.describe() + " " + cause : failure_;
+    loss.announced = failure_.empty() ? what : failure_;
   }
   state_cv_.notify_all();
   for (const auto& joiner : loss.replacements) cross_->reportJoiner(joiner->id(), joiner->pid(), joiner->describe());
-  if (loss.report) cross_->reportRankLost(loss.report->first, loss.report->second, session.describe() + " " + cause);
+  if (loss.report) cross_->reportRankLost(loss.report->first, loss.report->second, what);
   if (!loss.cross_failure.empty()) failJob(loss.cross_failure, /*node_lost=*/true);
   // The other nodes first: the local ranks told next may exit at once.
   if (cross_ && !loss.epoch_changed) {
@@ -265,6 +281,9 @@ void Job::loseRankLocked(const Session& session, const std::string& what, bool c
     loss->epoch_changed = true;
   } else if (failure_.empty() && !stopping_) {
     failLocked(what);
+    // The other nodes hear the cause before the errors for their requests
+    // (see failJob).
+    if (cross_) cross_->announceFailure("job '" + spec_.job_id + "': " + failure_, false);
     failAllLocked(aborted("job '" + spec_.job_id + "': " + failure_), &loss->outbox,
                   /*keep_negotiated=*/cross_ != nullptr);
     if (!loss->outbox.empty()) {

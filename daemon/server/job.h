@@ -443,9 +443,12 @@ class Job {
   StallWatch stalls_ GS_GUARDED_BY(mutex_);
   std::string failure_ GS_GUARDED_BY(mutex_);  // non-empty once the job has failed (failLocked)
   // The job fails with `cause` (the output-grant wait hears of it too).
+  // Kept without the "job 'j': " a cause from another node starts with:
+  // every message built from it names the job once.
   void failLocked(const std::string& cause) GS_REQUIRES(mutex_) {
-    failure_ = cause;
-    outputs_.failed(cause);
+    const std::string job = "job '" + spec_.job_id + "': ";
+    failure_ = cause.rfind(job, 0) == 0 ? cause.substr(job.size()) : cause;
+    outputs_.failed(failure_);
   }
   bool stopping_ GS_GUARDED_BY(mutex_) = false;
   std::string stop_reason_ GS_GUARDED_BY(mutex_);  // why stop() was called (e.g. the daemon shuts down)

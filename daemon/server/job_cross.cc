@@ -132,24 +132,26 @@ void Job::failJob(const std::string& cause, bool node_lost) {
     if (!failure_.empty() && !node_lost) return;
     if (failure_.empty()) {
       failLocked(cause);
-      GS_LOG(control, warn, "job '{}' failed: {}", spec_.job_id, cause);
+      GS_LOG(control, warn, "job '{}' failed: {}", spec_.job_id, failure_);
     }
+    // The other nodes hear the cause before any collective fails with it
+    // (the leader's errors for their requests go on the same streams):
+    // their ranks, told the error, may exit at once, and that exit must
+    // not become the job's cause there.
+    const std::string job = "job '" + spec_.job_id + "': ";
+    const std::string named = cause.rfind(job, 0) == 0 ? cause : job + cause;
+    if (cross_) cross_->announceFailure(named, node_lost);
     // A lost node (or data plane) also ends what was negotiated: it cannot
     // run any more. A rank that left elsewhere only ends what waits for it.
-    // (A cause another node announced may name the job already.)
-    const std::string job = "job '" + spec_.job_id + "': ";
-    failAllLocked(aborted(cause.rfind(job, 0) == 0 ? cause : job + cause), &outbox, /*keep_negotiated=*/!node_lost);
+    failAllLocked(aborted(named), &outbox, /*keep_negotiated=*/!node_lost);
     if (spec_.elastic) refuseAllLocked(failure_, &outbox);
     wakeExecutorLocked();
   }
   state_cv_.notify_all();
-  if (cross_) {
-    // Transfers with a lost node would otherwise wait for the transfer
-    // timeout. The other nodes hear the cause before the local ranks do:
-    // those may exit at once, closing this node's part of the ring.
-    if (node_lost) cross_->abortTransfers(cause);
-    cross_->announceFailure(cause, node_lost);
-  }
+  // Transfers with a lost node would otherwise wait for the transfer
+  // timeout. The local ranks hear last: they may exit at once, closing
+  // this node's part of the ring.
+  if (cross_ && node_lost) cross_->abortTransfers(cause);
   flush(&outbox);
 }
 
@@ -168,9 +170,11 @@ void Job::linksMeasured(size_t nodes, const collective::LinkCost& cost) {
 }
 
 void Job::localPartFailed(const Status& cause) {
+  std::string failure;
   {
     MutexLock lock(mutex_);
-    if (stopping_ || !failure_.empty()) return;  // the job's failure is already what its peers hear
+    if (stopping_) return;
+    failure = failure_;
     if (spec_.elastic) {
       // A rank gone starts a new epoch, which ends the peers' waits.
       GS_LOG(executor, warn, "job '{}': this node's part failed on host {}: {}", spec_.job_id, limits_.hostname,
@@ -178,7 +182,11 @@ void Job::localPartFailed(const Status& cause) {
       return;
     }
   }
-  failJob("the daemon on host " + limits_.hostname + " could not take its part: " + cause.message(),
+  // A job that failed already (a rank left: the peers still run what was
+  // negotiated) keeps its cause, but the peers' waits in this response end
+  // now: it cannot complete without this node's part.
+  failJob(failure.empty() ? "the daemon on host " + limits_.hostname + " could not take its part: " + cause.message()
+                          : failure,
           /*node_lost=*/true);
 }
 

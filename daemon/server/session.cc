@@ -132,6 +132,9 @@ bool Session::processStopped() const {
 bool Session::send(const v1::DaemonMessage& message) {
   MutexLock lock(write_mutex_);
   if (stream_ == nullptr || writer_stop_ || writer_done_) return false;
+  if (first_error_.empty() && message.has_done() && message.done().code() != 0) {
+    first_error_ = message.done().message();
+  }
   if (complete_ring_ && message.has_done()) {
     if (complete_ring_->push(message.done().SerializeAsString())) return true;
   }
@@ -144,6 +147,11 @@ bool Session::send(const v1::DaemonMessage& message) {
   queue_.push_back(message);
   write_cv_.notify_all();
   return true;
+}
+
+std::string Session::firstError() const {
+  MutexLock lock(write_mutex_);
+  return first_error_;
 }
 
 std::string Session::describe() const {

@@ -105,6 +105,9 @@ class Session {
 
   // "rank 1 (pid 4242, host node-a)", for error messages.
   std::string describe() const;
+  // The first failed Done this rank was sent (empty when none): a rank that
+  // exits on an error should not hide it behind its own departure.
+  std::string firstError() const;
 
   // CUDA: the rank's GPU state, set once by the hand-off's CudaAttach (null
   // before, and after releaseGpu). Executors hold their own reference while
@@ -142,6 +145,7 @@ class Session {
   SessionWriter* stream_ = nullptr;  // written by writer_ only
   grpc::ServerContext* context_ = nullptr;
   std::deque<v1::DaemonMessage> queue_ GS_GUARDED_BY(write_mutex_);
+  std::string first_error_ GS_GUARDED_BY(write_mutex_);
   bool writer_stop_ GS_GUARDED_BY(write_mutex_) = false;
   bool writer_done_ GS_GUARDED_BY(write_mutex_) = false;
   std::thread writer_;
