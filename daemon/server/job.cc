@@ -246,13 +246,16 @@ bool Job::removeSession(const Session& session, const std::string& cause, bool c
     // What the other nodes hear: the job's first failure (a rank leaving a
     // job that failed already is no news, and must not be announced first).
     loss.announced = failure_.empty() ? what : failure_;
+    loss.part_gone = loss.empty && cross_ && !spec_.elastic && !failure_.empty() && inFlightLocked() > 0;
   }
   state_cv_.notify_all();
   for (const auto& joiner : loss.replacements) cross_->reportJoiner(joiner->id(), joiner->pid(), joiner->describe());
   if (loss.report) cross_->reportRankLost(loss.report->first, loss.report->second, what);
   if (!loss.cross_failure.empty()) failJob(loss.cross_failure, /*node_lost=*/true);
   // The other nodes first: the local ranks told next may exit at once.
-  if (cross_ && !loss.epoch_changed) {
+  if (loss.part_gone) {
+    failJob(loss.announced, /*node_lost=*/true);
+  } else if (cross_ && !loss.epoch_changed) {
     cross_->announceFailure("job '" + spec_.job_id + "': " + loss.announced, false);
   }
   flush(&loss.outbox);

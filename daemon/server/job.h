@@ -509,6 +509,9 @@ class Job {
     std::optional<std::pair<int, uint64_t>> report;      // a follower's lost rank (and epoch), for the leader
     std::vector<std::shared_ptr<Session>> replacements;  // its joiners, told to the leader before the loss
     std::string announced;                               // what the other nodes hear
+    // The job failed and its last rank here left with negotiated work this
+    // node will never run: the other nodes' waits in it must end.
+    bool part_gone = false;
   };
   // The job without `session`'s rank (`what`: who and why): a new epoch
   // (elastic; across daemons the leader's), or the job's failure.

@@ -126,6 +126,7 @@ void Job::onRemoteBatch(std::vector<coordinator::Response> batch, uint64_t seque
 
 void Job::failJob(const std::string& cause, bool node_lost) {
   Outbox outbox;
+  std::string bare;
   {
     MutexLock lock(mutex_);
     if (stopping_) return;
@@ -140,6 +141,7 @@ void Job::failJob(const std::string& cause, bool node_lost) {
     // not become the job's cause there.
     const std::string job = "job '" + spec_.job_id + "': ";
     const std::string named = cause.rfind(job, 0) == 0 ? cause : job + cause;
+    bare = named.substr(job.size());  // (the transfers' errors add the job)
     if (cross_) cross_->announceFailure(named, node_lost);
     // A lost node (or data plane) also ends what was negotiated: it cannot
     // run any more. A rank that left elsewhere only ends what waits for it.
@@ -151,7 +153,7 @@ void Job::failJob(const std::string& cause, bool node_lost) {
   // Transfers with a lost node would otherwise wait for the transfer
   // timeout. The local ranks hear last: they may exit at once, closing
   // this node's part of the ring.
-  if (cross_ && node_lost) cross_->abortTransfers(cause);
+  if (cross_ && node_lost) cross_->abortTransfers(bare);
   flush(&outbox);
 }
 

@@ -77,11 +77,12 @@ struct RandomSetup {
   int size = 2;
   std::vector<int> placement;  // rank -> daemon
   std::vector<std::vector<int>> sets;
-  bool leader_steady_state = false;
+  std::string steady_state = "rounds";  // --steady-state: rounds, leader-rounds or leader
   FaultKind fault = FaultKind::kNone;
   int victim = 0;    // the rank that does the fault
   int fault_at = 0;  // at its submission number
   int steps = 8;
+  int repeat = 0;  // 0: new collectives every step; n: a loop of n steps
 
   std::string setsArg() const {
     std::string text;
@@ -95,8 +96,8 @@ struct RandomSetup {
     std::string text = "seed " + std::to_string(seed) + ": " + std::to_string(daemons) + " daemons, " +
                        std::to_string(size) + " ranks at";
     for (int d : placement) text += " " + std::to_string(d);
-    text += ", sets " + setsArg() + ", " + (leader_steady_state ? "leader" : "rounds") + ", " + std::to_string(steps) +
-            " steps, fault " + faultName(fault);
+    text += ", sets " + setsArg() + ", " + steady_state + ", " + std::to_string(steps) + " steps" +
+            (repeat ? " repeating every " + std::to_string(repeat) : std::string()) + ", fault " + faultName(fault);
     if (fault != FaultKind::kNone) {
       text += " by rank " + std::to_string(victim) + " at its submission " + std::to_string(fault_at);
     }
@@ -130,7 +131,7 @@ RandomSetup setupOf(uint64_t seed) {
     }
     if (!second.empty() && static_cast<int>(second.size()) < s.size && second != first) s.sets.push_back(second);
   }
-  s.leader_steady_state = below(2) == 1;
+  s.steady_state = below(2) == 1 ? "leader" : "rounds";
   // Half the seeds have a fault.
   if (below(2) == 1) {
     s.fault = static_cast<FaultKind>(1 + below(4));
@@ -138,6 +139,10 @@ RandomSetup setupOf(uint64_t seed) {
     s.fault_at = below(12);
     s.steps = 6;
   }
+  // Half the seeds repeat their steps' collectives as a training loop does
+  // (drawn last: the draws above stay those of earlier versions).
+  if (below(2) == 1) s.repeat = 1 + below(2);
+  if (below(3) == 0) s.steady_state = "leader-rounds";
   return s;
 }
 
@@ -163,7 +168,7 @@ class RandomProgramTest : public MultiDaemonTest {
  protected:
   // Runs one seed; returns "" when it passed, else why not.
   std::string runSeed(const RandomSetup& s) {
-    std::vector<std::string> flags = {"--steady-state", s.leader_steady_state ? "leader" : "rounds"};
+    std::vector<std::string> flags = {"--steady-state", s.steady_state};
     if (s.fault == FaultKind::kStopRank) {
       flags.insert(flags.end(),
                    {"--stall-warning-seconds", "2", "--stall-deadline-seconds", std::to_string(kStallDeadlineSeconds)});
@@ -178,13 +183,17 @@ class RandomProgramTest : public MultiDaemonTest {
       if (daemon_fault) fault += ":" + std::to_string(daemons_[victim_daemon]->process().pid());
     }
     const std::string job = "random-" + std::to_string(s.seed);
-    auto ranks = launchWith(job, {"random", std::to_string(s.seed), std::to_string(s.steps), s.setsArg(), fault},
-                            s.placement, {});
+    auto ranks = launchWith(
+        job, {"random", std::to_string(s.seed), std::to_string(s.steps), s.setsArg(), fault, std::to_string(s.repeat)},
+        s.placement, {});
     std::string why;
     if (s.fault == FaultKind::kNone) {
       std::string report;
       if (!allSucceed(ranks, std::chrono::seconds(180), &report)) why = "a rank failed:\n" + report;
-      if (why.empty()) std::printf("  rank 0: %s\n", lineOf(ranks[0].log(), "RANDOM OK").c_str());
+      if (why.empty()) {
+        std::printf("  rank 0: %s\n", lineOf(ranks[0].log(), "RANDOM OK").c_str());
+        std::printf("  daemons: %s\n", cachedWork(s.daemons).c_str());
+      }
     } else {
       why = judgeFault(s, ranks, victim_daemon, daemon_fault);
     }
@@ -202,6 +211,31 @@ class RandomProgramTest : public MultiDaemonTest {
     if (!why.empty()) why += logs();
     daemons_.clear();  // each daemon's end checked by its fixture
     return why;
+  }
+
+  // What the daemons' end lines say of the response cache and the steady
+  // state (a loop's repeated collectives go through them).
+  std::string cachedWork(int daemons) {
+    const std::regex ended(
+        "' ended: .* ([0-9]+) response-cache hits, .* ([0-9]+) steady-state rounds, .* ([0-9]+) "
+        "collectives run after them");
+    int64_t hits = 0, rounds = 0, collectives = 0;
+    for (int d = 0; d < daemons; ++d) {
+      std::smatch m;
+      std::string log;
+      waitFor(
+          [&] {
+            log = daemons_[d]->log();
+            return std::regex_search(log, m, ended);
+          },
+          std::chrono::seconds(5));
+      if (m.empty()) return "daemon " + std::to_string(d) + " logged no end of the job";
+      hits += std::stoll(m[1].str());
+      rounds += std::stoll(m[2].str());
+      collectives += std::stoll(m[3].str());
+    }
+    return std::to_string(hits) + " response-cache hits, " + std::to_string(rounds) + " steady-state rounds, " +
+           std::to_string(collectives) + " collectives run after them";
   }
 
   // Every survivor ends on an error, named, in time; none gets a result wrong.

@@ -116,8 +116,9 @@ const char* dtypeName(int dtype) {
 struct PlannedTensor {
   int dtype = GRADSYNC_FLOAT32;
   int reduce_op = GRADSYNC_SUM;
-  size_t elements = 1;  // allreduce, broadcast: the tensor's; the others: one row's
-  uint64_t id = 0;      // seeds the tensor's values
+  size_t elements = 1;    // allreduce, broadcast: the tensor's; the others: one row's
+  uint64_t id = 0;        // seeds the tensor's values (new every step)
+  uint64_t shape_id = 0;  // seeds its rows (the same where its step repeats)
   std::string name;
 };
 
@@ -150,11 +151,16 @@ int plannedReduce(Stream& s, int dtype, size_t members) {
 
 struct Program {
   uint64_t seed = 0;
+  // 0: every step draws new collectives; n: step s repeats the names and
+  // shapes of step s % n with new values, as a training loop does (the
+  // response cache and the steady state then take them).
+  int repeat = 0;
   std::vector<std::vector<int>> groups;  // [0]: every rank; [i]: set i
 };
 
 std::vector<Planned> planStep(const Program& program, int step) {
-  Stream s(program.seed * 1000003 + static_cast<uint64_t>(step) * 7919);
+  const int drawn = program.repeat > 0 ? step % program.repeat : step;
+  Stream s(program.seed * 1000003 + static_cast<uint64_t>(drawn) * 7919);
   const int count = 2 + static_cast<int>(s.below(7));  // 2 to 8 in flight
   std::vector<Planned> plan(count);
   for (int k = 0; k < count; ++k) {
@@ -175,7 +181,8 @@ std::vector<Planned> planStep(const Program& program, int step) {
                                                                    : (4u << 20));
       tensor.reduce_op = plannedReduce(s, tensor.dtype, members.size());
       tensor.id = mix(program.seed ^ (static_cast<uint64_t>(step) << 20) ^ (static_cast<uint64_t>(k) << 8) ^ t);
-      tensor.name = "r." + std::to_string(step) + "." + std::to_string(k) + "." + std::to_string(t);
+      tensor.shape_id = mix(program.seed ^ (static_cast<uint64_t>(drawn) << 20) ^ (static_cast<uint64_t>(k) << 8) ^ t);
+      tensor.name = "r." + std::to_string(drawn) + "." + std::to_string(k) + "." + std::to_string(t);
       p.tensors.push_back(tensor);
     }
   }
@@ -210,12 +217,14 @@ bool matches(int dtype, int reduce_op, double got, double want) {
 
 // Rows a rank holds: allgather (0 to 3, its own), alltoall (0 to 3 to each
 // peer), reducescatter (0 to 2n + 1 in all).
-int64_t gatherRows(const PlannedTensor& t, int rank) { return static_cast<int64_t>(mix(t.id + 11 * rank + 1) % 4); }
+int64_t gatherRows(const PlannedTensor& t, int rank) {
+  return static_cast<int64_t>(mix(t.shape_id + 11 * rank + 1) % 4);
+}
 int64_t blockRows(const PlannedTensor& t, int from, int to) {
-  return static_cast<int64_t>(mix(t.id + 131 * from + 7 * to + 3) % 4);
+  return static_cast<int64_t>(mix(t.shape_id + 131 * from + 7 * to + 3) % 4);
 }
 int64_t scatterRows(const PlannedTensor& t, size_t members) {
-  return static_cast<int64_t>(mix(t.id + 5) % (2 * members + 2));
+  return static_cast<int64_t>(mix(t.shape_id + 5) % (2 * members + 2));
 }
 // The split gradsync (and Horovod) use: the first rows % n ranks one more.
 int64_t scatterRowsOf(int64_t rows, size_t index, size_t members) {
@@ -511,9 +520,10 @@ class RandomRun {
 };
 
 int randomProgram(Client& c, const std::vector<std::string>& args) {
-  WORKER_CHECK(args.size() >= 4, "usage: random SEED STEPS SETS FAULT");
+  WORKER_CHECK(args.size() >= 4, "usage: random SEED STEPS SETS FAULT [REPEAT]");
   Program program;
   program.seed = std::stoull(args[0]);
+  program.repeat = args.size() > 4 ? std::stoi(args[4]) : 0;
   const int steps = std::stoi(args[1]);
   std::vector<int> everyone(c.size());
   for (int r = 0; r < c.size(); ++r) everyone[r] = r;
