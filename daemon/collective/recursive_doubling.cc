@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "daemon/collective/recursive_doubling.h"
 
+#include <algorithm>
+#include <chrono>
 #include <cstring>
 
 #include "daemon/collective/reduce/cpu_reduce.h"
@@ -64,7 +66,8 @@ std::vector<transport::Request*> RecursiveDoubling::postReceives() {
   return raw;
 }
 
-Status RecursiveDoubling::run(uint8_t* data, const DoublingCombine& combine, const std::string& what) {
+Status RecursiveDoubling::run(uint8_t* data, const DoublingCombine& combine, const std::string& what,
+                              const std::function<std::string()>& interrupted) {
   postReceives();
   for (size_t i = 0; i < steps_.size(); ++i) {
     const DoublingStep& s = steps_[i];
@@ -76,10 +79,23 @@ Status RecursiveDoubling::run(uint8_t* data, const DoublingCombine& combine, con
       ++sent_;
     }
     if (receives(s.kind)) raw.push_back(receives_[i].get());
-    RETURN_IF_ERROR(mesh_.transport->waitAll(raw.data(), raw.size(), mesh_.deadline,
-                                             what + ": node " + std::to_string(mesh_.rank) + " with node " +
-                                                 std::to_string(s.peer) + " (recursive doubling, step " +
-                                                 std::to_string(i + 1) + " of " + std::to_string(steps_.size()) + ")"));
+    const std::string step = what + ": node " + std::to_string(mesh_.rank) + " with node " + std::to_string(s.peer) +
+                             " (recursive doubling, step " + std::to_string(i + 1) + " of " +
+                             std::to_string(steps_.size()) + ")";
+    if (!interrupted) {
+      RETURN_IF_ERROR(mesh_.transport->waitAll(raw.data(), raw.size(), mesh_.deadline, step));
+    } else {
+      // In slices, asking between them.
+      constexpr auto kSlice = std::chrono::milliseconds(20);
+      for (;;) {
+        const auto until = std::min(mesh_.deadline, transport::Clock::now() + kSlice);
+        const Status waited = mesh_.transport->waitAll(raw.data(), raw.size(), until, step);
+        if (waited.isOk()) break;
+        if (waited.code() != StatusCode::kDeadlineExceeded || until >= mesh_.deadline) return waited;
+        const std::string reason = interrupted();
+        if (!reason.empty()) return aborted(step + ": " + reason);
+      }
+    }
     const uint8_t* theirs = inbox_.data() + i * bytes_;
     if (s.kind == DoublingStep::kExchange) combine(theirs, data, s.peer < mesh_.rank);
     if (s.kind == DoublingStep::kReceive) std::memcpy(data, theirs, bytes_);

@@ -54,8 +54,11 @@ class RecursiveDoubling {
   // means a partner began the run.
   std::vector<transport::Request*> postReceives();
   // Runs the steps on `data` (`bytes` long) until the mesh's deadline.
-  // `what` names the run in errors.
-  Status run(uint8_t* data, const DoublingCombine& combine, const std::string& what);
+  // `what` names the run in errors. `interrupted`, when given, is asked
+  // every few milliseconds while a step waits: a reason it returns ends the
+  // run with it (ABORTED).
+  Status run(uint8_t* data, const DoublingCombine& combine, const std::string& what,
+             const std::function<std::string()>& interrupted = nullptr);
   size_t messagesSent() const { return sent_; }
 
  private:

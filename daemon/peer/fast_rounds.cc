@@ -61,8 +61,10 @@ StatusOr<FastRounds::Outcome> FastRounds::exchange(const std::vector<uint64_t>& 
     }
   };
   mesh_.deadline = deadline;
-  const Status done = run.run(reinterpret_cast<uint8_t*>(&mine), combine,
-                              "round " + std::to_string(round_) + " of the cached steady state");
+  if (std::string why = abortedWhy(); !why.empty()) return aborted(why);
+  const Status done =
+      run.run(reinterpret_cast<uint8_t*>(&mine), combine,
+              "round " + std::to_string(round_) + " of the cached steady state", [this] { return abortedWhy(); });
   messages_sent_ += run.messagesSent();
   run_.reset();
   RETURN_IF_ERROR(done);
@@ -76,6 +78,16 @@ StatusOr<FastRounds::Outcome> FastRounds::exchange(const std::vector<uint64_t>& 
   outcome.ids = bitsToIds(mine.bits, kMaxIds / 64);
   ++round_;
   return outcome;
+}
+
+void FastRounds::abort(const std::string& reason) {
+  MutexLock lock(abort_mutex_);
+  if (aborted_.empty()) aborted_ = reason.empty() ? "the rounds were aborted" : reason;
+}
+
+std::string FastRounds::abortedWhy() const {
+  MutexLock lock(abort_mutex_);
+  return aborted_;
 }
 
 }  // namespace gradsync::peer

@@ -14,8 +14,11 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
+#include "base/mutex.h"
+#include "base/thread_annotations.h"
 #include "daemon/collective/pairwise_exchange.h"
 #include "daemon/collective/recursive_doubling.h"
 #include "daemon/peer/round_exchange.h"
@@ -32,6 +35,7 @@ class FastRounds : public RoundExchange {
   StatusOr<bool> waitForPeers(int wake_fd, transport::Clock::time_point until) override;
   StatusOr<Outcome> exchange(const std::vector<uint64_t>& ready, LeaderPart leader,
                              transport::Clock::time_point deadline) override;
+  void abort(const std::string& reason) override GS_EXCLUDES(abort_mutex_);
   uint64_t round() const override { return round_; }
   uint64_t messagesSent() const override { return messages_sent_; }
   static constexpr size_t messageBytes() { return sizeof(Message); }
@@ -51,6 +55,10 @@ class FastRounds : public RoundExchange {
   uint64_t round_ = 1;
   uint64_t messages_sent_ = 0;
   std::unique_ptr<collective::RecursiveDoubling> run_;  // of round_
+  std::string abortedWhy() const GS_EXCLUDES(abort_mutex_);
+
+  mutable Mutex abort_mutex_;
+  std::string aborted_ GS_GUARDED_BY(abort_mutex_);
 };
 
 }  // namespace gradsync::peer

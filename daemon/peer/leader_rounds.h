@@ -53,7 +53,7 @@ class LeaderRounds : public RoundExchange {
   // twice, too many bits) aborts the rounds, saying so.
   void deliver(const v1::RoundMessage& message, int cross_rank) GS_EXCLUDES(mutex_);
   // Ends every wait now and from now on (the job failed or stops).
-  void abort(const std::string& reason) GS_EXCLUDES(mutex_);
+  void abort(const std::string& reason) override GS_EXCLUDES(mutex_);
 
   StatusOr<bool> waitForPeers(int wake_fd, transport::Clock::time_point until) override;
   StatusOr<Outcome> exchange(const std::vector<uint64_t>& ready, LeaderPart leader,

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "base/status.h"
@@ -40,6 +41,10 @@ class RoundExchange {
   // until `deadline`; then the next round begins.
   virtual StatusOr<Outcome> exchange(const std::vector<uint64_t>& ready, LeaderPart leader,
                                      transport::Clock::time_point deadline) = 0;
+  // Ends the exchange under way and every later one with `reason`
+  // (ABORTED), from any thread: the job failed, and the other daemons
+  // stop taking part in rounds.
+  virtual void abort(const std::string& reason) = 0;
   virtual uint64_t round() const = 0;
   // Messages this daemon sent in all rounds so far.
   virtual uint64_t messagesSent() const = 0;

@@ -449,6 +449,7 @@ class Job {
     const std::string job = "job '" + spec_.job_id + "': ";
     failure_ = cause.rfind(job, 0) == 0 ? cause.substr(job.size()) : cause;
     outputs_.failed(failure_);
+    abortSteadyRounds(job + failure_);
   }
   bool stopping_ GS_GUARDED_BY(mutex_) = false;
   std::string stop_reason_ GS_GUARDED_BY(mutex_);  // why stop() was called (e.g. the daemon shuts down)
@@ -488,6 +489,23 @@ class Job {
   // The cached steady state (job_steady_state.cc; mutex_): on while the
   // executor thread takes part in the rounds.
   bool steady_rounds_ GS_GUARDED_BY(mutex_) = false;
+  // The rounds the executor thread takes part in (null outside them), under
+  // a lock of their own: the job's failure ends the round under way, so no
+  // daemon waits in it for one that stopped taking part. (Taken under
+  // mutex_, never the other way round.)
+  Mutex steady_exchange_mutex_;
+  peer::RoundExchange* steady_exchange_ GS_GUARDED_BY(steady_exchange_mutex_) = nullptr;
+  void abortSteadyRounds(const std::string& reason) GS_EXCLUDES(steady_exchange_mutex_) {
+    MutexLock lock(steady_exchange_mutex_);
+    if (steady_exchange_ != nullptr) steady_exchange_->abort(reason);
+  }
+  void takePartInRounds(peer::RoundExchange* rounds) GS_EXCLUDES(steady_exchange_mutex_) {
+    MutexLock lock(steady_exchange_mutex_);
+    steady_exchange_ = rounds;
+  }
+  // A round (or the wait for one) that ended because the job failed here:
+  // not a broken data plane (the other daemons stop taking part too).
+  bool endedByTheJobsFailure(const Status& status) GS_EXCLUDES(mutex_);
   bool steady_dirty_ GS_GUARDED_BY(mutex_) = false;  // a held collective became ready since the last round
   SteadyState steady_ GS_GUARDED_BY(mutex_);
   std::vector<v1::NodeInfo> steady_members_ GS_GUARDED_BY(mutex_);

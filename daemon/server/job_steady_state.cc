@@ -96,11 +96,14 @@ void Job::steadyExecutorLoop() {
     return;
   }
   size_t daemons;
+  takePartInRounds(rounds);
   {
     MutexLock lock(mutex_);
     steady_members_ = cross_->members();
     steady_rounds_ = true;
     daemons = steady_members_.size();
+    // A failure before takePartInRounds found no rounds to end.
+    if (!failure_.empty()) rounds->abort("job '" + spec_.job_id + "': " + failure_);
   }
   steady_round_message_bytes_ = among_daemons ? peer::FastRounds::messageBytes() : 0;
   const bool leader = cross_->isLeader();
@@ -115,7 +118,7 @@ void Job::steadyExecutorLoop() {
       while (::read(wake_fd_.get(), &drained, sizeof drained) > 0) {
       }
       if (!started.isOk()) {
-        (void)ringFailed(started.status());
+        if (!endedByTheJobsFailure(started.status())) (void)ringFailed(started.status());
         break;
       }
       peers_started = *started;
@@ -124,6 +127,7 @@ void Job::steadyExecutorLoop() {
     peers_started = false;
     if (!steadyRound(*rounds, leader)) break;
   }
+  takePartInRounds(nullptr);
   MutexLock lock(mutex_);
   steady_rounds_ = false;  // the usual loop fails what is left
   Outbox outbox;
@@ -195,8 +199,11 @@ bool Job::steadyRound(peer::RoundExchange& rounds, bool leader) {
   steady_rounds_done_.fetch_add(1, std::memory_order_relaxed);
   steady_round_messages_.fetch_add(rounds.messagesSent() - sent_before, std::memory_order_relaxed);
   if (!outcome.isOk()) {
-    if (!batch.empty()) runBatch(std::move(batch), sequence);  // fails them: the job failed
-    (void)ringFailed(outcome.status());
+    // The followers run a batch the leader broadcast (in their usual loop,
+    // when the rounds end): so does the leader. (A broken data plane fails
+    // it.)
+    if (!batch.empty()) runBatch(std::move(batch), sequence);
+    if (!endedByTheJobsFailure(outcome.status())) (void)ringFailed(outcome.status());
     return false;
   }
   // 1. The leader's batches up to the round's sequence.
@@ -224,6 +231,12 @@ bool Job::steadyRound(peer::RoundExchange& rounds, bool leader) {
   MutexLock lock(mutex_);
   queue_.finished();
   return true;
+}
+
+bool Job::endedByTheJobsFailure(const Status& status) {
+  if (status.code() != StatusCode::kAborted) return false;
+  MutexLock lock(mutex_);
+  return !failure_.empty() || stopping_;
 }
 
 bool Job::runLeaderBatchesUpTo(uint64_t sequence) {

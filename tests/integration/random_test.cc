@@ -238,6 +238,21 @@ class RandomProgramTest : public MultiDaemonTest {
            std::to_string(collectives) + " collectives run after them";
   }
 
+  // For a rank still waiting: what each daemon still holds of the job.
+  std::string whatTheDaemonsWaitFor(const RandomSetup& s) {
+    std::string text;
+    const bool daemon_fault = s.fault == FaultKind::kKillDaemon || s.fault == FaultKind::kStopDaemon;
+    for (int d = 0; d < s.daemons; ++d) {
+      if (daemon_fault && d == s.placement[s.victim]) continue;
+      for (const char* what : {"jobs", "tensors"}) {
+        const CtlRun run = daemons_[d]->ctl({"--timeout", "3", what});
+        text += "--- daemon " + std::to_string(d) + ", gradsyncctl " + what + " (exit " + std::to_string(run.code) +
+                "):\n" + run.output;
+      }
+    }
+    return text;
+  }
+
   // Every survivor ends on an error, named, in time; none gets a result wrong.
   std::string judgeFault(const RandomSetup& s, std::vector<Process>& ranks, int victim_daemon, bool daemon_fault) {
     const double limit = kNamedWithinSeconds + (s.fault == FaultKind::kStopRank ? kStallDeadlineSeconds : 0);
@@ -248,6 +263,7 @@ class RandomProgramTest : public MultiDaemonTest {
         daemon_fault ? daemons_[victim_daemon]->peerAddress() : "rank " + v + " |ranks \\[(.*, )?" + v + "(\\]|,)";
     std::string why;
     std::string victim_log;
+    bool waits_shown = false;
     int64_t fault_at = -1;
     // The victim's FAULT line (it comes before any survivor can fail).
     waitFor(
@@ -265,6 +281,8 @@ class RandomProgramTest : public MultiDaemonTest {
       const std::string rank = "rank " + std::to_string(r) + " (daemon " + std::to_string(s.placement[r]) + ")";
       if (code != 0) {
         why += rank + (code == -1 ? " was still waiting" : " exited " + std::to_string(code)) + ":\n" + log;
+        if (code == -1 && !waits_shown) why += whatTheDaemonsWaitFor(s);
+        waits_shown = waits_shown || code == -1;
         continue;
       }
       const int64_t named_at = stampOf(log, "NAMED");
