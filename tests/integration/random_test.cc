@@ -273,15 +273,31 @@ class RandomProgramTest : public MultiDaemonTest {
         },
         std::chrono::seconds(120));
     if (fault_at < 0) return "the victim never reached its fault:\n" + ranks[s.victim].log();
+    // A survivor still running a second before its time is up: what the
+    // daemons hold then (the wait below kills it at the end).
+    const auto survivor = [&](int r) { return r != s.victim && !(daemon_fault && s.placement[r] == victim_daemon); };
+    const int64_t look_ns = fault_at + static_cast<int64_t>((scaled(limit) + 4) * 1e9) - steadyNanos();
+    waitFor(
+        [&] {
+          for (int r = 0; r < s.size; ++r) {
+            if (survivor(r) && ranks[r].running()) return false;
+          }
+          return true;
+        },
+        std::chrono::milliseconds(std::max<int64_t>(look_ns / 1000000, 1)));
+    std::string held;
+    for (int r = 0; r < s.size && held.empty(); ++r) {
+      if (survivor(r) && ranks[r].running()) held = whatTheDaemonsWaitFor(s);
+    }
     for (int r = 0; r < s.size; ++r) {
-      if (r == s.victim || (daemon_fault && s.placement[r] == victim_daemon)) continue;
+      if (!survivor(r)) continue;
       const int64_t left_ns = fault_at + static_cast<int64_t>((scaled(limit) + 5) * 1e9) - steadyNanos();
       const int code = ranks[r].wait(std::chrono::milliseconds(std::max<int64_t>(left_ns / 1000000, 1)));
       const std::string log = ranks[r].log();
       const std::string rank = "rank " + std::to_string(r) + " (daemon " + std::to_string(s.placement[r]) + ")";
       if (code != 0) {
         why += rank + (code == -1 ? " was still waiting" : " exited " + std::to_string(code)) + ":\n" + log;
-        if (code == -1 && !waits_shown) why += whatTheDaemonsWaitFor(s);
+        if (code == -1 && !waits_shown) why += held;
         waits_shown = waits_shown || code == -1;
         continue;
       }
