@@ -208,6 +208,8 @@ class RandomProgramTest : public MultiDaemonTest {
       daemons_[victim_daemon]->process().kill(SIGCONT);
       daemons_[victim_daemon]->waitForExit(std::chrono::seconds(5));
     }
+    if (!why.empty() && s.fault != FaultKind::kNone)
+      why += "--- the victim, rank " + std::to_string(s.victim) + ":\n" + ranks[s.victim].log();
     if (!why.empty()) why += logs();
     daemons_.clear();  // each daemon's end checked by its fixture
     return why;

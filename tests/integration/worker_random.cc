@@ -20,13 +20,17 @@
 //
 // Lines for the test: "FAULT <steady ns> ...", "NAMED <steady ns> <code>:
 // <message>", "RANDOM OK ...".
+#include <dirent.h>
 #include <signal.h>
 
 #include <algorithm>
 #include <chrono>
+#include <fstream>
+#include <iterator>
 #include <memory>
 #include <random>
 #include <sstream>
+#include <thread>
 
 #include "tests/integration/worker_util.h"
 
@@ -401,6 +405,31 @@ class RandomRun {
     if (fault_kind_ == "stop-rank") ::raise(SIGSTOP);
     if (fault_kind_ == "kill-daemon") ::kill(daemon_pid_, SIGKILL);
     if (fault_kind_ == "stop-daemon") ::kill(daemon_pid_, SIGSTOP);
+    // A signal reaches every thread of the daemon a moment later: until it
+    // has, the daemon could still take this rank's next submission.
+    if (fault_kind_ == "kill-daemon" || fault_kind_ == "stop-daemon") {
+      const char done = fault_kind_ == "kill-daemon" ? 'Z' : 'T';
+      for (int i = 0; i < 2000 && !everyDaemonThreadIs(done); ++i) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+    }
+  }
+
+  // Every thread of the daemon in `state` (T stopped, Z exited) or gone.
+  bool everyDaemonThreadIs(char state) const {
+    const std::string tasks = "/proc/" + std::to_string(daemon_pid_) + "/task";
+    DIR* dir = ::opendir(tasks.c_str());
+    if (dir == nullptr) return true;
+    bool all = true;
+    while (dirent* entry = ::readdir(dir)) {
+      if (entry->d_name[0] == '.') continue;
+      std::ifstream in(tasks + "/" + entry->d_name + "/stat");
+      std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      const auto paren = stat.rfind(')');
+      if (paren != std::string::npos && paren + 2 < stat.size() && stat[paren + 2] != state) all = false;
+    }
+    ::closedir(dir);
+    return all;
   }
 
   // The run's end on an error: exit 0 when a fault was planned (the test
