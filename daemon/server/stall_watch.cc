@@ -13,7 +13,7 @@ StallWatch::Review StallWatch::review(const std::vector<coordinator::Stall>& sta
   Review review;
   std::set<std::string> still_stalled;
   for (const auto& stall : stalls) {
-    std::string what = describe(stall, local);
+    std::string what = describe(stall, stalls, local);
     if (deadline_.count() > 0 && stall.age >= deadline_) {
       review.expired.emplace_back(stall.name, std::move(what));
       continue;
@@ -28,7 +28,7 @@ StallWatch::Review StallWatch::review(const std::vector<coordinator::Stall>& sta
   return review;
 }
 
-std::string StallWatch::describe(const coordinator::Stall& stall,
+std::string StallWatch::describe(const coordinator::Stall& stall, const std::vector<coordinator::Stall>& all,
                                  const std::function<std::string(int rank)>& local) const {
   const auto elsewhere = [&](int rank) {
     for (const auto& node : nodes_) {
@@ -44,9 +44,27 @@ std::string StallWatch::describe(const coordinator::Stall& stall,
     std::string here = local(rank);
     missing += (missing.empty() ? "" : ", ") + (here.empty() ? elsewhere(rank) : here);
   }
+  // A missing rank that waits itself, in the oldest stall it submitted (a
+  // few such ranks, one level: the message stays short).
+  constexpr int kWaitersNamed = 3;
+  std::string waiting;
+  int named = 0;
+  for (int rank : stall.missing_ranks) {
+    const coordinator::Stall* oldest = nullptr;
+    for (const auto& other : all) {
+      if (&other == &stall || other.name == stall.name) continue;
+      if (std::find(other.submitted_ranks.begin(), other.submitted_ranks.end(), rank) == other.submitted_ranks.end()) {
+        continue;
+      }
+      if (oldest == nullptr || other.age > oldest->age) oldest = &other;
+    }
+    if (oldest == nullptr || named++ == kWaitersNamed) continue;
+    waiting += "; rank " + std::to_string(rank) + " itself waits in '" + oldest->name + "' for ranks " +
+               coordinator::ranksString(oldest->missing_ranks);
+  }
   return "job '" + job_id_ + "': collective '" + stall.name + "' has waited " + std::to_string(seconds) +
          " s for ranks " + coordinator::ranksString(stall.missing_ranks) + " [" + missing + "]; ranks " +
-         coordinator::ranksString(stall.submitted_ranks) + " submitted it";
+         coordinator::ranksString(stall.submitted_ranks) + " submitted it" + waiting;
 }
 
 }  // namespace gradsync::server

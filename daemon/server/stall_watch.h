@@ -38,7 +38,10 @@ class StallWatch {
   uint64_t warnings() const { return warnings_; }
 
  private:
-  std::string describe(const coordinator::Stall& stall, const std::function<std::string(int rank)>& local) const;
+  // `all`: every stall of the review, for what a missing rank waits for
+  // itself (a rank held up by another names the one that holds it up).
+  std::string describe(const coordinator::Stall& stall, const std::vector<coordinator::Stall>& all,
+                       const std::function<std::string(int rank)>& local) const;
 
   const std::string job_id_;
   const coordinator::Clock::duration deadline_;

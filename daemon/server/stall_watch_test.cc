@@ -46,6 +46,19 @@ TEST(StallWatchTest, NamesTheMissingRanksWhereTheyAre) {
   EXPECT_THAT(what, HasSubstr("submitted it"));
 }
 
+TEST(StallWatchTest, AMissingRankThatWaitsItselfNamesWhatItWaitsFor) {
+  // Rank 1 waits in 'early' for rank 3; ranks 0 and 2 went on to 'late',
+  // where they wait for rank 1.
+  StallWatch watch("job", seconds(5));
+  auto review =
+      watch.review({stall("early", {1, 2}, {3}, seconds(9)), stall("late", {0, 2}, {1}, seconds(6))}, noneHere);
+  ASSERT_EQ(review.expired.size(), 2u);
+  EXPECT_THAT(review.expired[1].second,
+              HasSubstr("'late' has waited 6 s for ranks [1] [rank 1 (not connected)]; ranks [0, 2] submitted it; "
+                        "rank 1 itself waits in 'early' for ranks [3]"));
+  EXPECT_THAT(review.expired[0].second, ::testing::Not(HasSubstr("itself waits")));
+}
+
 TEST(StallWatchTest, PastTheDeadlineExpiresInsteadOfWarning) {
   StallWatch watch("job", seconds(300));
   auto review = watch.review({stall("w", {0}, {1}, seconds(300)), stall("b", {0}, {1}, seconds(100))}, noneHere);
