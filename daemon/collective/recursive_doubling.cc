@@ -82,19 +82,15 @@ Status RecursiveDoubling::run(uint8_t* data, const DoublingCombine& combine, con
     const std::string step = what + ": node " + std::to_string(mesh_.rank) + " with node " + std::to_string(s.peer) +
                              " (recursive doubling, step " + std::to_string(i + 1) + " of " +
                              std::to_string(steps_.size()) + ")";
-    if (!interrupted) {
-      RETURN_IF_ERROR(mesh_.transport->waitAll(raw.data(), raw.size(), mesh_.deadline, step));
-    } else {
-      // In slices, asking between them.
-      constexpr auto kSlice = std::chrono::milliseconds(20);
-      for (;;) {
-        const auto until = std::min(mesh_.deadline, transport::Clock::now() + kSlice);
-        const Status waited = mesh_.transport->waitAll(raw.data(), raw.size(), until, step);
-        if (waited.isOk()) break;
-        if (waited.code() != StatusCode::kDeadlineExceeded || until >= mesh_.deadline) return waited;
-        const std::string reason = interrupted();
-        if (!reason.empty()) return aborted(step + ": " + reason);
-      }
+    // Until the deadline; with `interrupted`, in slices, asking between them.
+    constexpr auto kSlice = std::chrono::milliseconds(20);
+    for (;;) {
+      const auto until = interrupted ? std::min(mesh_.deadline, transport::Clock::now() + kSlice) : mesh_.deadline;
+      const Status waited = mesh_.transport->waitAll(raw.data(), raw.size(), until, step);
+      if (waited.isOk()) break;
+      if (waited.code() != StatusCode::kDeadlineExceeded || until >= mesh_.deadline) return waited;
+      const std::string reason = interrupted();
+      if (!reason.empty()) return aborted(step + ": " + reason);
     }
     const uint8_t* theirs = inbox_.data() + i * bytes_;
     if (s.kind == DoublingStep::kExchange) combine(theirs, data, s.peer < mesh_.rank);

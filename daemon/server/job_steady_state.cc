@@ -102,8 +102,6 @@ void Job::steadyExecutorLoop() {
     steady_members_ = cross_->members();
     steady_rounds_ = true;
     daemons = steady_members_.size();
-    // A failure before takePartInRounds found no rounds to end.
-    if (!failure_.empty()) rounds->abort("job '" + spec_.job_id + "': " + failure_);
   }
   steady_round_message_bytes_ = among_daemons ? peer::FastRounds::messageBytes() : 0;
   const bool leader = cross_->isLeader();

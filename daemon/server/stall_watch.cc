@@ -12,8 +12,18 @@ StallWatch::Review StallWatch::review(const std::vector<coordinator::Stall>& sta
                                       const std::function<std::string(int rank)>& local) {
   Review review;
   std::set<std::string> still_stalled;
+  // Once per review: O(the ranks that submitted the stalls).
+  std::unordered_map<int, const coordinator::Stall*> waits_in;
+  if (stalls.size() > 1) {
+    for (const auto& stall : stalls) {
+      for (int rank : stall.submitted_ranks) {
+        const coordinator::Stall*& oldest = waits_in[rank];
+        if (oldest == nullptr || stall.age > oldest->age) oldest = &stall;
+      }
+    }
+  }
   for (const auto& stall : stalls) {
-    std::string what = describe(stall, stalls, local);
+    std::string what = describe(stall, waits_in, local);
     if (deadline_.count() > 0 && stall.age >= deadline_) {
       review.expired.emplace_back(stall.name, std::move(what));
       continue;
@@ -28,7 +38,8 @@ StallWatch::Review StallWatch::review(const std::vector<coordinator::Stall>& sta
   return review;
 }
 
-std::string StallWatch::describe(const coordinator::Stall& stall, const std::vector<coordinator::Stall>& all,
+std::string StallWatch::describe(const coordinator::Stall& stall,
+                                 const std::unordered_map<int, const coordinator::Stall*>& waits_in,
                                  const std::function<std::string(int rank)>& local) const {
   const auto elsewhere = [&](int rank) {
     for (const auto& node : nodes_) {
@@ -45,22 +56,17 @@ std::string StallWatch::describe(const coordinator::Stall& stall, const std::vec
     missing += (missing.empty() ? "" : ", ") + (here.empty() ? elsewhere(rank) : here);
   }
   // A missing rank that waits itself, in the oldest stall it submitted (a
-  // few such ranks, one level: the message stays short).
+  // few such ranks, one level: the message stays short). It is missing
+  // here, so that stall is another one.
   constexpr int kWaitersNamed = 3;
   std::string waiting;
   int named = 0;
   for (int rank : stall.missing_ranks) {
-    const coordinator::Stall* oldest = nullptr;
-    for (const auto& other : all) {
-      if (&other == &stall || other.name == stall.name) continue;
-      if (std::find(other.submitted_ranks.begin(), other.submitted_ranks.end(), rank) == other.submitted_ranks.end()) {
-        continue;
-      }
-      if (oldest == nullptr || other.age > oldest->age) oldest = &other;
-    }
-    if (oldest == nullptr || named++ == kWaitersNamed) continue;
-    waiting += "; rank " + std::to_string(rank) + " itself waits in '" + oldest->name + "' for ranks " +
-               coordinator::ranksString(oldest->missing_ranks);
+    const auto in = waits_in.find(rank);
+    if (in == waits_in.end()) continue;
+    waiting += "; rank " + std::to_string(rank) + " itself waits in '" + in->second->name + "' for ranks " +
+               coordinator::ranksString(in->second->missing_ranks);
+    if (++named == kWaitersNamed) break;
   }
   return "job '" + job_id_ + "': collective '" + stall.name + "' has waited " + std::to_string(seconds) +
          " s for ranks " + coordinator::ranksString(stall.missing_ranks) + " [" + missing + "]; ranks " +

@@ -9,6 +9,7 @@
 #include <functional>
 #include <set>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "daemon/coordinator/negotiator.h"
@@ -38,9 +39,11 @@ class StallWatch {
   uint64_t warnings() const { return warnings_; }
 
  private:
-  // `all`: every stall of the review, for what a missing rank waits for
-  // itself (a rank held up by another names the one that holds it up).
-  std::string describe(const coordinator::Stall& stall, const std::vector<coordinator::Stall>& all,
+  // `waits_in`: by rank, the oldest stall of the review it submitted, for
+  // what a missing rank waits for itself (a rank held up by another names
+  // the one that holds it up).
+  std::string describe(const coordinator::Stall& stall,
+                       const std::unordered_map<int, const coordinator::Stall*>& waits_in,
                        const std::function<std::string(int rank)>& local) const;
 
   const std::string job_id_;
