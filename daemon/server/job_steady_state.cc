@@ -201,7 +201,21 @@ bool Job::steadyRound(peer::RoundExchange& rounds, bool leader) {
     // when the rounds end): so does the leader. (A broken data plane fails
     // it.)
     if (!batch.empty()) runBatch(std::move(batch), sequence);
-    if (!endedByTheJobsFailure(outcome.status())) (void)ringFailed(outcome.status());
+    if (!endedByTheJobsFailure(outcome.status())) {
+      (void)ringFailed(outcome.status());
+    } else if (!ready.empty()) {
+      // The job's failure cut this round short after this daemon said
+      // which collectives its ranks are ready for: a peer may have
+      // completed the round and now runs them, waiting for transfers of
+      // this daemon, which fails them here instead. Every daemon's
+      // transfers end with the job's cause.
+      std::string failure;
+      {
+        MutexLock lock(mutex_);
+        failure = failure_;
+      }
+      if (!failure.empty()) failJob(failure, /*node_lost=*/true);
+    }
     return false;
   }
   // 1. The leader's batches up to the round's sequence.
