@@ -523,3 +523,129 @@ def c10d_contract(backend):
     # (Gloo's timeout breaks the group: the others wait on the world group.)
     dist.barrier()
     return seen
+
+
+# The c10d half of the randomized check (tests/integration/random_test.cc is
+# the other): a program drawn from C10D_RANDOM_SEED, the same on every rank,
+# of collectives on the world, on new_group sets that may leave whole nodes
+# out, on new_subgroups and on both dimensions of a 2-D DeviceMesh (each rank
+# on its own group of the dimension, as a hybrid-shard mesh does), several in
+# flight at once (async_op), each rank interleaving the groups in an order
+# of its own (c10d's rule holds: one order within each group). Every result
+# is checked against what this rank computes itself.
+_RANDOM_DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int32, torch.int64,
+                  torch.uint8]
+_RANDOM_SIZES = [0, 1, 3, 64, 1000, 40000, 300000]  # elements (300000 float64: 2.4 MB)
+
+
+def _random_input(op, k, size):
+    """Rank k's input to op `op` (small integers: exact in every dtype)."""
+    base = (op["id"] * 7 + k * 3) % 11 + 1
+    return ((torch.arange(size) % 5) + base).to(op["dtype"])
+
+
+def _random_targets(plan, r, n):
+    """The groups a program draws from: (name, this rank's group or None,
+    its ranks or None)."""
+    from torch.distributed.device_mesh import init_device_mesh
+    targets = [("world", None, list(range(n)))]
+    for i in range(plan.randint(1, 3)):
+        members = sorted(plan.sample(range(n), plan.randint(1, n)))
+        group = dist.new_group(members)  # every rank calls it, in the same order
+        targets.append(("set %d %s" % (i, members), group if r in members else None,
+                        members if r in members else None))
+    if n % 2 == 0:
+        sub, _ = dist.new_subgroups(group_size=2)
+        targets.append(("subgroups of 2", sub, dist.get_process_group_ranks(sub)))
+    if n % 2 == 0 and n >= 4:
+        mesh = init_device_mesh("cpu", (2, n // 2), mesh_dim_names=("replicate", "shard"))
+        for dim in ("replicate", "shard"):
+            group = mesh.get_group(dim)
+            targets.append(("mesh " + dim, group, dist.get_process_group_ranks(group)))
+    return targets
+
+
+def _random_op(plan, op_id, targets):
+    kind = plan.choice(["all_reduce", "all_reduce", "broadcast", "all_gather", "reduce_scatter", "all_to_all"])
+    op = {"id": op_id, "kind": kind, "target": plan.randrange(len(targets)), "dtype": plan.choice(_RANDOM_DTYPES),
+          "size": plan.choice(_RANDOM_SIZES), "reduce": plan.choice(["sum", "max", "min"]),
+          "root": plan.randrange(1 << 16)}
+    if op["dtype"] == torch.uint8 or kind == "reduce_scatter":
+        op["reduce"] = plan.choice(["sum", "max"])
+    return op
+
+
+def _random_issue(op, group, members, r):
+    """Starts `op` on this rank's `group`; returns (work, check)."""
+    from torch.distributed import ReduceOp
+    g, pos, size = len(members), members.index(r), op["size"]
+    mine = _random_input(op, r, size)
+    everyone = {k: _random_input(op, k, size) for k in members}
+    reduce = {"sum": ReduceOp.SUM, "max": ReduceOp.MAX, "min": ReduceOp.MIN}[op["reduce"]]
+
+    def reduced(parts):
+        stacked = torch.stack([p.double() for p in parts])
+        if op["reduce"] == "sum":
+            return stacked.sum(0).to(op["dtype"])
+        return (stacked.max(0).values if op["reduce"] == "max" else stacked.min(0).values).to(op["dtype"])
+
+    kind = op["kind"]
+    if kind == "all_reduce":
+        t = mine.clone()
+        return dist.all_reduce(t, op=reduce, group=group, async_op=True), lambda: (t, reduced(everyone.values()))
+    if kind == "broadcast":
+        root = members[op["root"] % g]
+        t = mine.clone()
+        return dist.broadcast(t, src=root, group=group, async_op=True), lambda: (t, everyone[root])
+    if kind == "all_gather":
+        out = torch.zeros(g * size, dtype=op["dtype"])
+        work = dist.all_gather_into_tensor(out, mine, group=group, async_op=True)
+        return work, lambda: (out, torch.cat([everyone[k] for k in members]))
+    block = max(size // g, 1) if size else 0
+    whole = {k: _random_input(op, k, block * g) for k in members}
+    if kind == "reduce_scatter":
+        out = torch.zeros(block, dtype=op["dtype"])
+        work = dist.reduce_scatter_tensor(out, whole[r].clone(), op=reduce, group=group, async_op=True)
+        return work, lambda: (out, reduced([whole[k][pos * block:(pos + 1) * block] for k in members]))
+    out = torch.zeros(block * g, dtype=op["dtype"])
+    work = dist.all_to_all_single(out, whole[r].clone(), group=group, async_op=True)
+    return work, lambda: (out, torch.cat([whole[k][pos * block:(pos + 1) * block] for k in members]))
+
+
+def random_program(backend):
+    import random
+    seed = int(os.environ["C10D_RANDOM_SEED"])
+    r, n = dist.get_rank(), dist.get_world_size()
+    plan = random.Random(seed)  # the same draws on every rank
+    targets = _random_targets(plan, r, n)
+    order = random.Random(seed * 1009 + r)  # this rank's own interleaving
+    done = 0
+    op_id = 0
+    for step in range(plan.randint(3, 6)):
+        ops = []
+        for _ in range(plan.randint(2, 8)):
+            ops.append(_random_op(plan, op_id, targets))
+            op_id += 1
+        # Per group, the program's order; across groups, this rank's own.
+        queues = {}
+        for op in ops:
+            if targets[op["target"]][1] is not None or targets[op["target"]][0] == "world":
+                queues.setdefault(op["target"], []).append(op)
+        started = []
+        while queues:
+            target = order.choice(sorted(queues))
+            op = queues[target].pop(0)
+            if not queues[target]:
+                del queues[target]
+            name, group, members = targets[target]
+            work, check = _random_issue(op, group, members, r)
+            started.append((op, name, work, check))
+        for op, name, work, check in started:
+            work.wait()
+            got, want = check()
+            assert got.dtype == want.dtype and got.shape == want.shape and torch.equal(got, want), (
+                "seed %d step %d: %s of %d %s on %s: rank %d got %s, want %s" % (
+                    seed, step, op["kind"], op["size"], op["dtype"], name, r, got[:8], want[:8]))
+            done += 1
+    dist.barrier()
+    return {"ok": True, "collectives": done}

@@ -247,6 +247,29 @@ def test_subgroups_and_a_2d_mesh():
     assert run("subgroups", np=4) == [{"ok": True}] * 4
 
 
+# The c10d half of the randomized check (scenarios.random_program): fixed
+# seeds on 4 ranks over 2 nodes (a daemon each), 3 ranks over 3 nodes (sets
+# that leave whole daemons out) and 4 ranks on one node. A campaign of fresh
+# seeds: C10D_RANDOM_SEEDS=FIRST-LAST (each on every layout).
+def _random_cases():
+    seeds = os.environ.get("C10D_RANDOM_SEEDS")
+    layouts = [(4, 2), (3, 3), (4, 1)]
+    if seeds:
+        first, last = (int(x) for x in seeds.split("-"))
+        return [(seed, np, nodes) for seed in range(first, last + 1) for np, nodes in layouts]
+    return [(1, 4, 2), (2, 4, 2), (3, 3, 3), (4, 3, 3), (5, 4, 1)]
+
+
+@pytest.mark.parametrize("seed,np,nnodes", _random_cases())
+def test_random_programs_on_subgroups_and_a_mesh(seed, np, nnodes):
+    replay = "replay: C10D_RANDOM_SEEDS=%d-%d (%d ranks on %d nodes)" % (seed, seed, np, nnodes)
+    try:
+        results = run("random_program", np=np, nnodes=nnodes, env={"C10D_RANDOM_SEED": str(seed)})
+    except pytest.fail.Exception as failure:
+        pytest.fail("%s\n%s" % (replay, failure))
+    assert all(r is not None and r["ok"] for r in results), (replay, results)
+
+
 @pytest.mark.parametrize("scenario", ["mismatch", "bad_splits"])
 def test_bad_arguments_raise_on_every_rank_without_a_hang(scenario):
     # The rank with the bad argument raises at the call and leaves; the
