@@ -107,6 +107,9 @@ class CrossNode : public NodeEndpoints {
   // (half the silence limit, so that when a partition's first node is
   // declared lost the others cut with it no longer count).
   static constexpr int64_t kReachLimitMs = kSilenceLimitMs / 2;
+  // Leader failover: a voter's whole election ends within this (with a new
+  // leader's epoch, or with the job's failure on this side).
+  static constexpr int64_t kVotingLimitMs = 15000;
 
   CrossNode(CrossNodeOptions options, Hooks hooks);
   ~CrossNode();  // closes streams and joins threads
@@ -153,6 +156,9 @@ class CrossNode : public NodeEndpoints {
   bool idle(const std::vector<int>& wake_fds, CrossClock::time_point until) { return mesh_.idle(wake_fds, until); }
   // True once every node joined (the membership is known).
   bool formed() const;
+  // Leader failover: this follower lost the leader of the current epoch
+  // and takes part in the election of the next one (until its epoch).
+  bool electing() const GS_EXCLUDES(mutex_);
   // Once formed: whether the job runs cached collectives after rounds
   // among the daemons (every node offered it; never for elastic jobs).
   bool steadyStateRounds() const;

@@ -34,11 +34,16 @@ namespace {
 
 constexpr auto kElectionLimit = std::chrono::seconds(5);  // a candidate's wait for a majority
 constexpr auto kCandidateNoticeLimit = std::chrono::seconds(3);
-constexpr auto kVotingLimit = std::chrono::seconds(15);  // a voter's whole election
-constexpr auto kProbeLimit = std::chrono::seconds(2);    // to learn which candidates are reachable
-constexpr size_t kProbeWindow = 16;                      // candidates probed at once
+constexpr auto kVotingLimit = std::chrono::milliseconds(CrossNode::kVotingLimitMs);  // a voter's whole election
+constexpr auto kProbeLimit = std::chrono::seconds(2);  // to learn which candidates are reachable
+constexpr size_t kProbeWindow = 16;                    // candidates probed at once
 
 }  // namespace
+
+bool CrossNode::electing() const {
+  MutexLock lock(mutex_);
+  return options_.failover && ballot_.lostLeaderIn(book_.epoch());
+}
 
 StatusOr<bool> CrossNode::failover(const std::string& cause) {
   std::vector<v1::NodeInfo> candidates;

@@ -193,18 +193,26 @@ void Job::localPartFailed(const Status& cause) {
 }
 
 Status Job::ringFailed(const Status& status) {
+  // The node that broke the ring usually says why through the peer service
+  // at about the same moment (a rank of it died, it lost the leader): give
+  // that message a moment to arrive. An elastic job's leader may take up to
+  // the silence limit to start the next epoch; an election of a new leader
+  // (failover), once under way, up to its voting limit.
+  const auto settled = [&]() GS_REQUIRES(mutex_) {
+    return !failure_.empty() || stopping_ || epochs_.current() != batch_.epoch;
+  };
+  const auto waitSettled = [&](std::chrono::milliseconds grace) GS_EXCLUDES(mutex_) {
+    MutexLock lock(mutex_);
+    return state_cv_.wait_for(lock, grace, settled);
+  };
+  if (!waitSettled(spec_.elastic ? std::chrono::milliseconds(peer::CrossNode::kSilenceLimitMs + 1000)
+                                 : std::chrono::duration_cast<std::chrono::milliseconds>(kRingCauseGrace)) &&
+      spec_.elastic && cross_->electing()) {
+    (void)waitSettled(std::chrono::milliseconds(peer::CrossNode::kVotingLimitMs + 1000));
+  }
   std::string cause;
   {
-    // The node that broke the ring usually says why through the peer
-    // service at about the same moment (a rank of it died, it lost the
-    // leader): give that message a moment to arrive. An elastic job's
-    // leader may take up to the silence limit to start the next epoch.
     MutexLock lock(mutex_);
-    const auto grace = spec_.elastic ? std::chrono::milliseconds(peer::CrossNode::kSilenceLimitMs + 1000)
-                                     : std::chrono::duration_cast<std::chrono::milliseconds>(kRingCauseGrace);
-    state_cv_.wait_for(lock, grace, [&]() GS_REQUIRES(mutex_) {
-      return !failure_.empty() || stopping_ || epochs_.current() != batch_.epoch;
-    });
     if (spec_.elastic && failure_.empty() && !stopping_ && epochs_.current() != batch_.epoch) {
       return aborted("job '" + spec_.job_id + "': the membership changed during the collective (epoch " +
                      std::to_string(batch_.epoch) + " -> " + std::to_string(epochs_.current()) +

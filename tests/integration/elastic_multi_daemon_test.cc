@@ -275,6 +275,32 @@ TEST_F(ElasticAcrossDaemonsTest, LeaderFailoverByQuorumWithThreeDaemonsNotTwo) {
   }
 }
 
+// A ring that breaks at once while the followers elect a new leader: the
+// leader's daemon is paused (its followers notice within the keepalive's
+// 4 s, then vote) and, at the same moment, daemon 4 is killed, so daemon 3's
+// ring with it fails at once. The ring's wait for the cause lasts while an
+// election is under way (up to its voting limit, not only the 7 s after the
+// ring broke): the three survivors elect a new leader, drop daemon 4 in the
+// next epoch, and finish at size 3, none failing the job on the ring.
+TEST_F(ElasticAcrossDaemonsTest, ARingBrokenAtOnceWaitsForAnElectionThatTakesLonger) {
+  startDaemons(5, {"--leader-failover", "quorum"});
+  std::map<std::string, std::string> env = kElastic;
+  env["GRADSYNC_MIN_SIZE"] = "3";
+  const std::vector<int> placement = {0, 1, 2, 3, 4};
+  auto ranks = launchWith("el-ring-election", {"elastic_loop", "20", "0"}, placement, env);
+  ASSERT_TRUE(allLooping(ranks)) << logs();
+  daemons_[0]->process().kill(SIGSTOP);
+  daemons_[4]->process().kill(SIGKILL);
+  ranks[4].kill(SIGKILL);
+  ranks[0].kill(SIGKILL);
+  for (int r : {1, 2, 3}) {
+    EXPECT_EQ(ranks[r].wait(kTimeout), 0) << "rank " << r << ":\n" << ranks[r].log() << logs();
+    EXPECT_NE(ranks[r].log().find("size 3"), std::string::npos) << ranks[r].log();
+  }
+  EXPECT_NE(daemons_[1]->log().find("takes over as leader (a majority voted)"), std::string::npos) << logs();
+  daemons_[0]->process().kill(SIGCONT);  // it finds it lost the majority, and stops its side
+}
+
 // Memberships sent one node per part (--membership-part-bytes 1): each
 // follower reads the rest from the leader (Members) when the job forms, at
 // the epoch that drops a killed follower, and from the new leader after a
