@@ -229,7 +229,9 @@ class Job {
   // without its transfers (`cause`, named by batch and response): a job
   // that is not elastic fails by name on every daemon at once (its peers
   // would otherwise wait in those transfers until their timeout); in an
-  // elastic job the new epoch that the lost rank starts ends their waits.
+  // elastic job the new epoch that a lost rank starts ends their waits, and
+  // where none starts within the silence limit (its ranks stay), the job
+  // fails as a job that is not elastic does.
   void localPartFailed(const Status& cause) GS_EXCLUDES(mutex_);
   // A cross-node transfer failed with `status`: fails the job (node lost)
   // and returns the error led by the job's earlier failure, if any (the

@@ -176,13 +176,19 @@ void Job::localPartFailed(const Status& cause) {
   {
     MutexLock lock(mutex_);
     if (stopping_) return;
-    failure = failure_;
     if (spec_.elastic) {
-      // A rank gone starts a new epoch, which ends the peers' waits.
+      // A rank gone starts a new epoch, which ends the peers' waits: give
+      // it the time the leader may take to start it. Ranks that stay (the
+      // failure was not theirs to leave over) start none, and the peers
+      // would wait until their transfers' timeout.
       GS_LOG(executor, warn, "job '{}': this node's part failed on host {}: {}", spec_.job_id, limits_.hostname,
              cause.message());
-      return;
+      state_cv_.wait_for(
+          lock, std::chrono::milliseconds(peer::CrossNode::kSilenceLimitMs + 1000),
+          [&]() GS_REQUIRES(mutex_) { return stopping_ || !failure_.empty() || epochs_.current() != batch_.epoch; });
+      if (stopping_ || epochs_.current() != batch_.epoch) return;
     }
+    failure = failure_;
   }
   // A job that failed already (a rank left: the peers still run what was
   // negotiated) keeps its cause, but the peers' waits in this response end

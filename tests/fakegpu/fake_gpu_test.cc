@@ -827,6 +827,35 @@ TEST(FakeGpuLocalFailureTest, ANodeWhosePartFailsTellsItsPeersAtOnce) {
   for (auto& d : pair.daemons) EXPECT_EQ(d->stop(), 0) << d->log();
 }
 
+// The same in an elastic job whose ranks stay after the error (as ranks
+// that restore their state would): no rank leaves, so no new epoch ends the
+// leader's wait in NCCL. Once the silence limit (6 s) has passed without
+// one, the follower fails the job by name, and the leader's rank hears it
+// then (not after NCCL's own 10 s limit and the ring's wait for a cause).
+TEST(FakeGpuLocalFailureTest, AnElasticJobWhoseRanksStayEndsThePeersWaitsToo) {
+  auto failing = fakeNccl();
+  failing["GRADSYNC_FAKE_GPU_FAIL_REDUCE_AT"] = "3";
+  DaemonPair pair;
+  std::string error;
+  ASSERT_TRUE(pair.start("auto", {fakeNccl(), failing}, &error)) << error;
+  std::vector<Process> ranks =
+      pair.spawn("elastic-stays", {"elastic_cuda_loop", "1", "10", "0", "plain", "2"}, {0, 1, 1},
+                 {{"GRADSYNC_ELASTIC", "1"}, {"GRADSYNC_MIN_SIZE", "2"}, {"GRADSYNC_WORKER_LINGER_SECONDS", "12"}});
+  std::vector<long long> failed_at(3, -1);
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_NE(ranks[r].wait(kTimeout), 0) << ranks[r].log();
+    std::smatch m;
+    const std::string log = ranks[r].log();
+    if (std::regex_search(log, m, std::regex("failed at ([0-9]+)"))) failed_at[r] = std::stoll(m[1]);
+  }
+  EXPECT_NE(ranks[1].log().find("injected failure of reduction 3"), std::string::npos) << ranks[1].log();
+  EXPECT_NE(ranks[0].log().find("could not take its part: batch "), std::string::npos) << ranks[0].log() << pair.logs();
+  ASSERT_GT(failed_at[0], 0) << ranks[0].log();
+  ASSERT_GT(failed_at[1], 0) << ranks[1].log();
+  EXPECT_LT(failed_at[0] - failed_at[1], 9000) << ranks[0].log() << ranks[1].log() << pair.logs();
+  for (auto& d : pair.daemons) EXPECT_EQ(d->stop(), 0) << d->log();
+}
+
 // The same when the failing call is an alltoall's sends and receives or an
 // allgather among the daemons.
 class FakeGpuNcclExchangeFailureTest : public ::testing::TestWithParam<std::string> {};

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <string>
+#include <thread>
 
 #include "tests/integration/worker_util.h"
 
@@ -13,6 +14,17 @@ namespace {
 int64_t unixMs() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
       .count();
+}
+
+// GRADSYNC_WORKER_LINGER_SECONDS: after a step that failed for good, the rank
+// stays that long before it exits (as one that saves or restores its state
+// would), so that the job sees no rank leave meanwhile.
+void lingerAfterError(int rank, int step, const Result& r) {
+  const char* linger = std::getenv("GRADSYNC_WORKER_LINGER_SECONDS");
+  if (linger == nullptr) return;
+  std::fprintf(stderr, "[rank %d] step %d failed at %lld: %s; staying %s s\n", rank, step,
+               static_cast<long long>(unixMs()), r.message.c_str(), linger);
+  std::this_thread::sleep_for(std::chrono::seconds(std::atoi(linger)));
 }
 
 // A retriable failure (the membership changed): rejoin and say so.
@@ -61,6 +73,7 @@ int loop(Client& c, const std::vector<std::string>& args, float* data, size_t co
       if (rejoin(c, step, r.message)) return 1;
       continue;
     }
+    if (!r.ok()) lingerAfterError(c.rank(), step, r);
     WORKER_CHECK(r.ok(), "step %d failed: %d %s", step, r.code, r.message.c_str());
     const float want = c.size() * (c.size() + 1) / 2.0f;
     WORKER_CHECK(data[0] == want && data[count - 2] == want, "step %d: sum %g, want %g at size %d", step, data[0], want,
