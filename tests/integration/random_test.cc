@@ -79,8 +79,9 @@ struct RandomSetup {
   std::vector<std::vector<int>> sets;
   std::string steady_state = "rounds";  // --steady-state: rounds, leader-rounds or leader
   FaultKind fault = FaultKind::kNone;
-  int victim = 0;    // the rank that does the fault
-  int fault_at = 0;  // at its submission number
+  int victim = 0;           // the rank that does the fault
+  int fault_at = 0;         // at its submission number
+  int fault_after_ms = -1;  // or, when >= 0, this long into its program
   int steps = 8;
   int repeat = 0;  // 0: new collectives every step; n: a loop of n steps
 
@@ -99,7 +100,9 @@ struct RandomSetup {
     text += ", sets " + setsArg() + ", " + steady_state + ", " + std::to_string(steps) + " steps" +
             (repeat ? " repeating every " + std::to_string(repeat) : std::string()) + ", fault " + faultName(fault);
     if (fault != FaultKind::kNone) {
-      text += " by rank " + std::to_string(victim) + " at its submission " + std::to_string(fault_at);
+      text += " by rank " + std::to_string(victim) +
+              (fault_after_ms >= 0 ? " after " + std::to_string(fault_after_ms) + " ms"
+                                   : " at its submission " + std::to_string(fault_at));
     }
     return text;
   }
@@ -143,6 +146,8 @@ RandomSetup setupOf(uint64_t seed) {
   // (drawn last: the draws above stay those of earlier versions).
   if (below(2) == 1) s.repeat = 1 + below(2);
   if (below(3) == 0) s.steady_state = "leader-rounds";
+  // Half the faults come from a timer, at any moment of the program.
+  if (s.fault != FaultKind::kNone && below(2) == 0) s.fault_after_ms = below(700);
   return s;
 }
 
@@ -179,7 +184,8 @@ class RandomProgramTest : public MultiDaemonTest {
     const int victim_daemon = s.placement[s.victim];
     const bool daemon_fault = s.fault == FaultKind::kKillDaemon || s.fault == FaultKind::kStopDaemon;
     if (s.fault != FaultKind::kNone) {
-      fault += ":" + std::to_string(s.victim) + ":" + std::to_string(s.fault_at);
+      fault += ":" + std::to_string(s.victim) + ":" +
+               (s.fault_after_ms >= 0 ? "@" + std::to_string(s.fault_after_ms) : std::to_string(s.fault_at));
       if (daemon_fault) fault += ":" + std::to_string(daemons_[victim_daemon]->process().pid());
     }
     const std::string job = "random-" + std::to_string(s.seed);
@@ -192,7 +198,9 @@ class RandomProgramTest : public MultiDaemonTest {
       if (!allSucceed(ranks, std::chrono::seconds(180), &report)) why = "a rank failed:\n" + report;
       if (why.empty()) {
         std::printf("  rank 0: %s\n", lineOf(ranks[0].log(), "RANDOM OK").c_str());
-        std::printf("  daemons: %s\n", cachedWork(s.daemons).c_str());
+        const CachedWork cached = cachedWork(s.daemons);
+        std::printf("  daemons: %s\n", cached.text.c_str());
+        why = cached.missing(s, ranOnEveryDaemon(s, ranks));
       }
     } else {
       why = judgeFault(s, ranks, victim_daemon, daemon_fault);
@@ -216,12 +224,54 @@ class RandomProgramTest : public MultiDaemonTest {
   }
 
   // What the daemons' end lines say of the response cache and the steady
-  // state (a loop's repeated collectives go through them).
-  std::string cachedWork(int daemons) {
+  // state: a loop's repeated collectives must go through them.
+  struct CachedWork {
+    std::string text;  // the figures, or why there are none
+    bool logged = false;
+    int64_t hits = 0, rounds = 0, collectives = 0;
+
+    // "" when a loop's collectives went through the cache (and, with
+    // rounds, ran after them when some had a rank on every daemon, as
+    // rounds need), else why not.
+    std::string missing(const RandomSetup& s, bool on_every_daemon) const {
+      if (s.repeat == 0) return "";
+      if (!logged) return text;
+      if (hits == 0) return "a loop's collectives never hit the response cache: " + text;
+      if (s.steady_state != "leader" && on_every_daemon && collectives == 0) {
+        return "a loop's collectives never ran after a steady-state round (" + s.steady_state + "): " + text;
+      }
+      return "";
+    }
+  };
+
+  // Whether the ranks ran collectives on a group with a rank on every
+  // daemon (the job, or a set that leaves no daemon out), per their
+  // "by group" counts.
+  bool ranOnEveryDaemon(const RandomSetup& s, std::vector<Process>& ranks) {
+    std::vector<bool> covers = {true};
+    for (const auto& set : s.sets) {
+      std::vector<bool> held(s.daemons, false);
+      for (int r : set) held[s.placement[r]] = true;
+      covers.push_back(std::all_of(held.begin(), held.end(), [](bool h) { return h; }));
+    }
+    for (auto& rank : ranks) {
+      std::smatch m;
+      const std::string line = lineOf(rank.log(), "RANDOM OK");
+      if (!std::regex_search(line, m, std::regex("by group ([0-9,]+)"))) continue;
+      std::stringstream in(m[1].str());
+      std::string count;
+      for (size_t g = 0; std::getline(in, count, ','); ++g) {
+        if (g < covers.size() && covers[g] && std::stoi(count) > 0) return true;
+      }
+    }
+    return false;
+  }
+
+  CachedWork cachedWork(int daemons) {
     const std::regex ended(
         "' ended: .* ([0-9]+) response-cache hits, .* ([0-9]+) steady-state rounds, .* ([0-9]+) "
         "collectives run after them");
-    int64_t hits = 0, rounds = 0, collectives = 0;
+    CachedWork work;
     for (int d = 0; d < daemons; ++d) {
       std::smatch m;
       std::string log;
@@ -231,13 +281,18 @@ class RandomProgramTest : public MultiDaemonTest {
             return std::regex_search(log, m, ended);
           },
           std::chrono::seconds(5));
-      if (m.empty()) return "daemon " + std::to_string(d) + " logged no end of the job";
-      hits += std::stoll(m[1].str());
-      rounds += std::stoll(m[2].str());
-      collectives += std::stoll(m[3].str());
+      if (m.empty()) {
+        work.text = "daemon " + std::to_string(d) + " logged no end of the job";
+        return work;
+      }
+      work.hits += std::stoll(m[1].str());
+      work.rounds += std::stoll(m[2].str());
+      work.collectives += std::stoll(m[3].str());
     }
-    return std::to_string(hits) + " response-cache hits, " + std::to_string(rounds) + " steady-state rounds, " +
-           std::to_string(collectives) + " collectives run after them";
+    work.logged = true;
+    work.text = std::to_string(work.hits) + " response-cache hits, " + std::to_string(work.rounds) +
+                " steady-state rounds, " + std::to_string(work.collectives) + " collectives run after them";
+    return work;
   }
 
   // For a rank still waiting: what each daemon still holds of the job.

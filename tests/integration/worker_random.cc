@@ -8,26 +8,32 @@
 // values the rank computes itself.
 //
 // With a fault, one rank (the victim) does it when it submits its op number
-// OP (or at the final barrier, if its program is shorter): kills or stops
-// itself, or kills or stops its daemon (PID). The other ranks print the
+// OP, or from a timer thread MS milliseconds into its program (in the
+// middle of a wait, a transfer, a round), or at the final barrier if its
+// program ended first: kills or stops itself, or kills or stops its daemon
+// (PID). The other ranks print the
 // first error they get, with the time, and end: the test checks that every
 // survivor got one, naming the cause, in time.
 //
 //   worker random SEED STEPS SETS FAULT
 //     SETS: process sets, ';' between sets, ',' between ranks ("0,1;2"), or "-"
-//     FAULT: "none" or KIND:RANK:OP[:PID], KIND one of kill-rank,
-//            stop-rank, kill-daemon, stop-daemon
+//     FAULT: "none" or KIND:RANK:OP[:PID] or KIND:RANK:@MS[:PID], KIND one
+//            of kill-rank, stop-rank, kill-daemon, stop-daemon
 //
 // Lines for the test: "FAULT <steady ns> ...", "NAMED <steady ns> <code>:
-// <message>", "RANDOM OK ...".
+// <message>", "RANDOM OK ... by group N,N,..." (collectives per group:
+// the job, then each set).
 #include <dirent.h>
 #include <signal.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <fstream>
 #include <iterator>
 #include <memory>
+#include <mutex>
 #include <random>
 #include <sstream>
 #include <thread>
@@ -259,8 +265,11 @@ struct Submission {
 class RandomRun {
  public:
   RandomRun(Client& c, Program program) : c_(c), program_(std::move(program)), me_(c.rank()) {}
+  RandomRun(const RandomRun&) = delete;
+  RandomRun& operator=(const RandomRun&) = delete;
+  ~RandomRun() { stopTimer(); }
 
-  // Fault "KIND:RANK:OP[:PID]".
+  // Fault "KIND:RANK:OP[:PID]" or "KIND:RANK:@MS[:PID]".
   bool parseFault(const std::string& text) {
     if (text == "none") return true;
     std::vector<std::string> parts;
@@ -270,7 +279,11 @@ class RandomRun {
     if (parts.size() < 3) return false;
     fault_kind_ = parts[0];
     victim_ = std::stoi(parts[1]);
-    fault_at_ = std::stoi(parts[2]);
+    if (parts[2].rfind('@', 0) == 0) {
+      fault_after_ms_ = std::stoi(parts[2].substr(1));
+    } else {
+      fault_at_ = std::stoi(parts[2]);
+    }
     if (parts.size() > 3) daemon_pid_ = std::stoi(parts[3]);
     return true;
   }
@@ -278,7 +291,9 @@ class RandomRun {
   int run(int steps, const std::vector<int32_t>& set_ids) {
     set_ids_ = set_ids;
     const auto started = std::chrono::steady_clock::now();
+    startTimer();
     int collectives = 0;
+    std::vector<int> by_group(program_.groups.size(), 0);
     for (int step = 0; step < steps; ++step) {
       const std::vector<Planned> plan = planStep(program_, step);
       std::vector<std::unique_ptr<Submission>> subs;
@@ -299,15 +314,19 @@ class RandomRun {
           if (!r.ok()) return named(r, *b);
           if (checkResult(*b, step) != 0) return exit_code_;
           ++collectives;
+          ++by_group[sub->planned->group];
         }
       }
     }
+    stopTimer();
     fault_at_ = submitted_;  // a victim whose program was shorter does it here
     faultPoint();
     Result r = c_.barrier();
     if (!r.ok()) return named(r, "the final barrier");
-    std::fprintf(stderr, "[rank %d] RANDOM OK %d steps, %d collectives, %.1f s\n", me_, steps, collectives,
-                 std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+    std::string groups;
+    for (int n : by_group) groups += (groups.empty() ? "" : ",") + std::to_string(n);
+    std::fprintf(stderr, "[rank %d] RANDOM OK %d steps, %d collectives, %.1f s, by group %s\n", me_, steps, collectives,
+                 std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count(), groups.c_str());
     return fault_kind_.empty() ? 0 : 1;  // a survivor of a fault must not get here
   }
 
@@ -395,11 +414,41 @@ class RandomRun {
     return true;
   }
 
+  // A timed fault's thread: it does the fault fault_after_ms_ into the
+  // program unless stopTimer() came first.
+  void startTimer() {
+    if (fault_kind_.empty() || me_ != victim_ || fault_after_ms_ < 0) return;
+    timer_ = std::thread([this] {
+      std::unique_lock<std::mutex> lock(timer_mutex_);
+      if (timer_stop_.wait_for(lock, std::chrono::milliseconds(fault_after_ms_), [this] { return timer_stopped_; })) {
+        return;
+      }
+      lock.unlock();
+      doFault("after " + std::to_string(fault_after_ms_) + " ms");
+    });
+  }
+
+  // Ends the timer thread (its fault done or not); a timed fault not done
+  // yet is then done at the final barrier.
+  void stopTimer() {
+    if (!timer_.joinable()) return;
+    {
+      std::lock_guard<std::mutex> lock(timer_mutex_);
+      timer_stopped_ = true;
+    }
+    timer_stop_.notify_all();
+    timer_.join();
+  }
+
   void faultPoint() {
-    if (fault_kind_.empty() || me_ != victim_ || submitted_ != fault_at_ || faulted_) return;
-    faulted_ = true;
-    std::fprintf(stderr, "FAULT %lld %s by rank %d at its submission %d\n", static_cast<long long>(steadyNanos()),
-                 fault_kind_.c_str(), me_, submitted_);
+    if (fault_kind_.empty() || me_ != victim_ || submitted_ != fault_at_) return;
+    doFault("at its submission " + std::to_string(submitted_));
+  }
+
+  void doFault(const std::string& when) {
+    if (faulted_.exchange(true)) return;
+    std::fprintf(stderr, "FAULT %lld %s by rank %d %s\n", static_cast<long long>(steadyNanos()), fault_kind_.c_str(),
+                 me_, when.c_str());
     std::fflush(stderr);
     if (fault_kind_ == "kill-rank") ::raise(SIGKILL);
     if (fault_kind_ == "stop-rank") ::raise(SIGSTOP);
@@ -541,10 +590,15 @@ class RandomRun {
   std::vector<int32_t> set_ids_;
   std::string fault_kind_;  // "" without a fault
   int victim_ = -1;
-  int fault_at_ = -1;
+  int fault_at_ = -1;        // at this submission number
+  int fault_after_ms_ = -1;  // or this long into the program
   pid_t daemon_pid_ = -1;
   int submitted_ = 0;
-  bool faulted_ = false;
+  std::atomic<bool> faulted_{false};
+  std::thread timer_;
+  std::mutex timer_mutex_;
+  std::condition_variable timer_stop_;
+  bool timer_stopped_ = false;
   int exit_code_ = 1;
 };
 

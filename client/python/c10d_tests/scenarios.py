@@ -504,12 +504,18 @@ def c10d_contract(backend):
         want[rank] += 1.0
         want[rank + 1] += 2.0
     _close(sparse.to_dense(), want)
-    # One event per collective, named as the backend, ending when its Work does.
+    # One event per collective, named as the backend, with its inputs'
+    # shapes, ending when its Work does: rank 1 comes 0.5 s late to the
+    # allgather, which the others' events span.
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], record_shapes=True) as prof:
         dist.all_reduce(torch.ones(5))
-        dist.broadcast(torch.ones(5), src=0)
-    names = sorted({e.name for e in prof.events() if e.name.startswith(backend + ":")})
-    seen["profiled"] = names
+        dist.broadcast(torch.ones(2, 3), src=0)
+        if r == 1:
+            time.sleep(0.5)
+        dist.all_gather([torch.zeros(4) for _ in range(n)], torch.ones(4), async_op=True).wait()
+    events = [e for e in prof.events() if e.name.startswith(backend + ":")]
+    seen["profiled"] = sorted((e.name, [list(shape) for shape in e.input_shapes]) for e in events)
+    seen["spans"] = r == 1 or [e.time_range.elapsed_us() > 400000 for e in events if e.name.endswith(":all_gather")]
     # A barrier's timeout (1 s) when rank 0 waits alone, in c10d's words,
     # ending within the timeout plus a little.
     if r == 0:
@@ -613,39 +619,62 @@ def _random_issue(op, group, members, r):
 
 
 def random_program(backend):
+    """C10D_RANDOM_FAULT=1: one rank drawn from the seed SIGKILLs itself
+    before its k-th call (or at the final barrier), after writing the time
+    to C10D_FAULT_FILE; the others return the first error they get and when."""
     import random
     seed = int(os.environ["C10D_RANDOM_SEED"])
     r, n = dist.get_rank(), dist.get_world_size()
     plan = random.Random(seed)  # the same draws on every rank
     targets = _random_targets(plan, r, n)
     order = random.Random(seed * 1009 + r)  # this rank's own interleaving
-    done = 0
+    fault = random.Random(seed * 7919 + 1)  # apart: the program's draws stay those without a fault
+    victim, fault_at = fault.randrange(n), fault.randrange(12)
+    faulty = os.environ.get("C10D_RANDOM_FAULT") == "1"
+
+    def fault_point(calls):
+        if faulty and r == victim and calls >= fault_at:
+            with open(os.environ["C10D_FAULT_FILE"], "w") as out:
+                out.write("%r %d %d" % (time.time(), victim, os.getpid()))
+            os.kill(os.getpid(), 9)
+
+    done = calls = 0
     op_id = 0
-    for step in range(plan.randint(3, 6)):
-        ops = []
-        for _ in range(plan.randint(2, 8)):
-            ops.append(_random_op(plan, op_id, targets))
-            op_id += 1
-        # Per group, the program's order; across groups, this rank's own.
-        queues = {}
-        for op in ops:
-            if targets[op["target"]][1] is not None or targets[op["target"]][0] == "world":
-                queues.setdefault(op["target"], []).append(op)
-        started = []
-        while queues:
-            target = order.choice(sorted(queues))
-            op = queues[target].pop(0)
-            if not queues[target]:
-                del queues[target]
-            name, group, members = targets[target]
-            work, check = _random_issue(op, group, members, r)
-            started.append((op, name, work, check))
-        for op, name, work, check in started:
-            work.wait()
-            got, want = check()
-            assert got.dtype == want.dtype and got.shape == want.shape and torch.equal(got, want), (
-                "seed %d step %d: %s of %d %s on %s: rank %d got %s, want %s" % (
-                    seed, step, op["kind"], op["size"], op["dtype"], name, r, got[:8], want[:8]))
-            done += 1
-    dist.barrier()
+    try:
+        for step in range(plan.randint(3, 6)):
+            ops = []
+            for _ in range(plan.randint(2, 8)):
+                ops.append(_random_op(plan, op_id, targets))
+                op_id += 1
+            # Per group, the program's order; across groups, this rank's own.
+            queues = {}
+            for op in ops:
+                if targets[op["target"]][1] is not None or targets[op["target"]][0] == "world":
+                    queues.setdefault(op["target"], []).append(op)
+            started = []
+            while queues:
+                target = order.choice(sorted(queues))
+                op = queues[target].pop(0)
+                if not queues[target]:
+                    del queues[target]
+                name, group, members = targets[target]
+                fault_point(calls)
+                work, check = _random_issue(op, group, members, r)
+                calls += 1
+                started.append((op, name, work, check))
+            for op, name, work, check in started:
+                work.wait()
+                got, want = check()
+                assert got.dtype == want.dtype and got.shape == want.shape and torch.equal(got, want), (
+                    "seed %d step %d: %s of %d %s on %s: rank %d got %s, want %s" % (
+                        seed, step, op["kind"], op["size"], op["dtype"], name, r, got[:8], want[:8]))
+                done += 1
+        fault_point(fault_at)
+        dist.barrier()
+    except RuntimeError as error:
+        if not faulty:
+            raise
+        result = {"ok": False, "error": str(error), "at": time.time(), "victim": victim}
+        torch.save(result, os.path.join(os.environ["C10D_TEST_OUT"], "%d.pt" % r))
+        os._exit(0)  # the job is broken: leave without the collective shutdown
     return {"ok": True, "collectives": done}

@@ -3,6 +3,7 @@
 (torchrun --standalone, a private gradsyncd that the node's first rank
 starts) and compares with Gloo where Gloo runs the same thing."""
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -25,13 +26,16 @@ def _free_port():
         return s.getsockname()[1]
 
 
-def _plain_launch(np, command, env, timeout):
+def _plain_launch(np, command, env, timeout, nnodes=1):
     """The ranks as plain processes with env:// variables, as torchrun sets
-    them, but no agent that kills the others when one dies."""
+    them (`nnodes` nodes of np / nnodes ranks, each with its daemon), but no
+    agent that kills the others when one dies."""
     port = str(_free_port())
-    processes = [subprocess.Popen(command, env=dict(env, RANK=str(r), WORLD_SIZE=str(np), LOCAL_RANK=str(r),
-                                                    LOCAL_WORLD_SIZE=str(np), GROUP_RANK="0",
-                                                    MASTER_ADDR="127.0.0.1", MASTER_PORT=port),
+    per_node = np // nnodes
+    processes = [subprocess.Popen(command, env=dict(env, RANK=str(r), WORLD_SIZE=str(np), LOCAL_RANK=str(r % per_node),
+                                                    LOCAL_WORLD_SIZE=str(per_node), GROUP_RANK=str(r // per_node),
+                                                    MASTER_ADDR="127.0.0.1", MASTER_PORT=port,
+                                                    GRADSYNC_PEER_HOST="127.0.0.1"),
                                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) for r in range(np)]
     errors = [p.communicate(timeout=timeout)[1] for p in processes]
     return max(abs(p.returncode) for p in processes), "\n".join(errors)
@@ -73,7 +77,9 @@ def run(scenario, backend="gradsync", np=2, env=None, expect_failure=False, time
         full_env = dict(os.environ, C10D_TEST_OUT=out, C10D_TEST_CHECKPOINT=os.path.join(out, "ckpt"),
                         OMP_NUM_THREADS="1", **(env or {}))
         worker = [WORKER, scenario, backend, out]
-        if nnodes > 1:
+        if launcher == "plain":
+            returncode, stderr = _plain_launch(np, [sys.executable] + worker, full_env, timeout, nnodes)
+        elif nnodes > 1:
             returncode, stderr = _torchrun_nodes(nnodes, np // nnodes, worker, full_env, timeout)
         elif launcher == "srun":
             returncode, stderr = _srun_launch(np, [sys.executable] + worker, full_env, timeout)
@@ -83,7 +89,7 @@ def run(scenario, backend="gradsync", np=2, env=None, expect_failure=False, time
             done = subprocess.run(command + worker, env=full_env, capture_output=True, text=True, timeout=timeout)
             returncode, stderr = done.returncode, done.stderr
         else:
-            returncode, stderr = _plain_launch(np, [sys.executable] + worker, full_env, timeout)
+            raise ValueError("no launcher %r" % launcher)
         if not expect_failure and returncode != 0:
             ranks = [line for line in stderr.splitlines() if line.startswith("[rank")]
             pytest.fail("%s on %s, %d ranks, exited %d:\n%s" % (scenario, backend, np, returncode,
@@ -155,11 +161,12 @@ def test_what_pytorch_suite_checks_as_gloo_does():
     sparse all_reduce, profiler events: as Gloo, bar the backend's name."""
     mine, gloo = run("c10d_contract", np=3), run("c10d_contract", backend="gloo", np=3)
     for rank in range(3):
-        assert mine[rank]["profiled"] == ["gradsync:all_reduce", "gradsync:broadcast"], mine[rank]
-        assert gloo[rank]["profiled"] == ["gloo:all_reduce", "gloo:broadcast"], gloo[rank]
+        want = [("all_gather", [[4]]), ("all_reduce", [[5]]), ("broadcast", [[2, 3]])]
+        assert mine[rank]["profiled"] == [("gradsync:" + name, shapes) for name, shapes in want], mine[rank]
+        assert gloo[rank]["profiled"] == [("gloo:" + name, shapes) for name, shapes in want], gloo[rank]
         del mine[rank]["profiled"], gloo[rank]["profiled"]
     assert mine == gloo, (mine, gloo)
-    assert mine[0] == {"monitored": True, "zero": True, "timeout": (True, True)}, mine
+    assert mine[0] == {"monitored": True, "zero": True, "timeout": (True, True), "spans": [True]}, mine
 
 
 def test_work_objects_and_futures():
@@ -268,6 +275,49 @@ def test_random_programs_on_subgroups_and_a_mesh(seed, np, nnodes):
     except pytest.fail.Exception as failure:
         pytest.fail("%s\n%s" % (replay, failure))
     assert all(r is not None and r["ok"] for r in results), (replay, results)
+
+
+# The same programs with one rank SIGKILLed at a call drawn from the seed
+# (its node's daemon too when it owned it): every other rank raises within
+# 10 s, naming a rank that left (with its pid and host) or a lost node. A
+# survivor may name another survivor that left on its own error (the
+# groups are jobs of their own, as NCCL's communicators are), but some
+# survivor names the victim. Plain processes (torchrun's agent would end
+# the survivors itself); a campaign: C10D_RANDOM_FAULT_SEEDS.
+def _random_fault_cases():
+    seeds = os.environ.get("C10D_RANDOM_FAULT_SEEDS")
+    layouts = [(4, 2), (3, 3), (4, 1)]
+    if seeds:
+        first, last = (int(x) for x in seeds.split("-"))
+        return [(seed, np, nodes) for seed in range(first, last + 1) for np, nodes in layouts]
+    return [(11, 4, 2), (12, 3, 3), (13, 4, 1)]
+
+
+@pytest.mark.parametrize("seed,np,nnodes", _random_fault_cases())
+def test_random_programs_with_a_rank_killed_fail_every_other_rank_in_time(seed, np, nnodes):
+    replay = "replay: C10D_RANDOM_FAULT_SEEDS=%d-%d (%d ranks on %d nodes)" % (seed, seed, np, nnodes)
+    with tempfile.TemporaryDirectory(prefix="c10d-fault-") as scratch:
+        fault_file = os.path.join(scratch, "fault.txt")
+        results = run("random_program", np=np, nnodes=nnodes, launcher="plain", expect_failure=True, timeout=120,
+                      env={"C10D_RANDOM_SEED": str(seed), "C10D_RANDOM_FAULT": "1", "C10D_FAULT_FILE": fault_file})
+        assert os.path.exists(fault_file), (replay, "the victim never reached its fault", results)
+        with open(fault_file) as f:
+            fault_at, victim, pid = f.read().split()
+    fault_at, victim = float(fault_at), int(victim)
+    assert results[victim] is None, (replay, results)
+    named = re.compile(r"rank \d+ \(pid \d+, host [^)]+\)|lost (the leader )?node \S+ \(host ")
+    errors = []
+    for rank, result in enumerate(results):
+        if rank == victim:
+            continue
+        assert result is not None and not result["ok"], (replay, "rank %d ended without an error" % rank, result)
+        took = result["at"] - fault_at
+        print("%s: rank %d after %.2f s: %s" % (replay, rank, took, result["error"][:300]))
+        assert took < 10, (replay, "rank %d named it after %.1f s" % (rank, took), result)
+        assert named.search(result["error"]), (replay, "rank %d's error names no rank or node" % rank, result)
+        errors.append(result["error"])
+    assert any("(pid %s," % pid in e or " lost " in e for e in errors), (replay, "no survivor names the victim",
+                                                                          errors)
 
 
 @pytest.mark.parametrize("scenario", ["mismatch", "bad_splits"])

@@ -49,7 +49,8 @@ class Work(dist.Work):
     of the group while it is not done): a synchronous collective never
     wakes that thread."""
 
-    def __init__(self, what, outputs, default_timeout, client=None, natives=(), finish=None, completer=None):
+    def __init__(self, what, outputs, default_timeout, client=None, natives=(), finish=None, completer=None,
+                 event=None):
         super().__init__()
         self.what = what
         self._outputs = outputs
@@ -64,6 +65,7 @@ class Work(dist.Work):
         self._future = None
         self._waiter = None  # "caller" or "completer": the thread that waits for the daemon
         self._completer = completer  # None once handed over (or never to be)
+        self._event = event  # the profiler's event (_profiler.CollectiveEvent), ended when done
 
     def _hand_over(self):
         """Lets the completer complete this Work (once)."""
@@ -88,7 +90,14 @@ class Work(dist.Work):
             if self._done.is_set():
                 return
             self._error = error
+            self._end_event()
             self._done.set()
+
+    def _end_event(self):
+        """Ends the profiler's event, if any, before the Work is marked done."""
+        event, self._event = self._event, None
+        if event is not None:
+            event.end()
 
     def _complete(self, error=None):
         """The daemon answered (`error`: how it failed, if it did): copies
@@ -102,6 +111,7 @@ class Work(dist.Work):
                 except Exception as failure:  # completes the Work with it
                     error = _as_runtime_error(failure, self.what)
             self._error = error
+            self._end_event()
             self._done.set()
 
     def _deliver(self):

@@ -18,7 +18,7 @@ import torch.distributed as dist
 from torch._C._distributed_c10d import Backend as _C10dBackend
 
 from gradsync import _native as native
-from gradsync.torch.distributed import _node
+from gradsync.torch.distributed import _node, _profiler
 from gradsync.torch.distributed._monitored import exact_seconds as _exact_seconds, monitored_barrier
 from gradsync.torch.distributed._names import CallNames, signature
 from gradsync.torch.distributed._p2p import PairChannels
@@ -209,7 +209,8 @@ class ProcessGroupGradsync(dist.ProcessGroup):
 
         def finish(result, view):
             copy_chunks(view, output_tensors, what)
-        return self._exchange(what, source, splits, sum(t.numel() for t in output_tensors), output_tensors, finish)
+        return self._exchange(what, source, splits, sum(t.numel() for t in output_tensors), output_tensors, finish,
+                              input_tensors)
 
     def all_to_all_single(self, output, input, output_split_sizes, input_split_sizes, opts=None):
         what = self._what("all_to_all_single")
@@ -231,7 +232,7 @@ class ProcessGroupGradsync(dist.ProcessGroup):
                     what, [g // max(1, rows(output)) for g in got], list(output_split_sizes)))
             copy_chunks(view, [output], what)
         flat, _ = flat_view(input)
-        return self._exchange(what, flat, splits, output.numel(), [output], finish)
+        return self._exchange(what, flat, splits, output.numel(), [output], finish, [input])
 
     def scatter(self, output_tensors, input_lists, opts=None):
         """An alltoall in which only the root sends: rank i gets its piece."""
@@ -247,7 +248,8 @@ class ProcessGroupGradsync(dist.ProcessGroup):
 
         def finish(result, view):
             copy_chunks(view, [out], what)
-        return self._exchange(what, source, splits, out.numel(), output_tensors, finish)
+        return self._exchange(what, source, splits, out.numel(), output_tensors, finish,
+                              input_lists[0] if self.rank() == root else [])
 
     def barrier(self, opts=None):
         what = self._what("barrier")
@@ -339,7 +341,7 @@ class ProcessGroupGradsync(dist.ProcessGroup):
         def finish(results):
             for tensor, flat in copies:
                 tensor.copy_(flat.view(tensor.shape))
-        return self._enqueue(what, ops, keep, tensors, finish)
+        return self._enqueue(what, ops, keep, tensors, finish, inputs=tensors)
 
     def _gather_lists(self, kind, output_lists, input_tensors, work_outputs=None):
         """allgather of each input into its list of outputs (one per rank, or
@@ -364,7 +366,8 @@ class ProcessGroupGradsync(dist.ProcessGroup):
         def finish(results):
             for result, outs, tensor, target in zip(results, output_lists, input_tensors, targets):
                 copy_chunks(received(result, target, tensor.dtype, what, sum(o.numel() for o in outs)), outs, what)
-        return self._enqueue(what, ops, keep, output_lists if work_outputs is None else work_outputs, finish)
+        return self._enqueue(what, ops, keep, output_lists if work_outputs is None else work_outputs, finish,
+                             inputs=input_tensors)
 
     def _gather_into(self, kind, outputs, inputs):
         """allgather of each input into one flat output tensor."""
@@ -391,11 +394,12 @@ class ProcessGroupGradsync(dist.ProcessGroup):
         def finish(results):
             for result, out, target in zip(results, outputs, targets):
                 copy_chunks(received(result, target, out.dtype, what, out.numel()), [out], what)
-        return self._enqueue(what, ops, keep, outputs, finish)
+        return self._enqueue(what, ops, keep, outputs, finish, inputs=inputs)
 
-    def _exchange(self, what, source, splits, expected, outputs, finish_view):
+    def _exchange(self, what, source, splits, expected, outputs, finish_view, inputs):
         """An alltoall of the flat `source` with element `splits` (the ranks'
-        element counts may differ: the name has the dtype alone)."""
+        element counts may differ: the name has the dtype alone); `inputs`:
+        the call's input tensors."""
         [(name, call)] = self._names.next("alltoall", [signature(source, with_count=False)])
         keep = []
         try:
@@ -411,19 +415,20 @@ class ProcessGroupGradsync(dist.ProcessGroup):
 
         def finish(results):
             finish_view(results[0], received(results[0], target, source.dtype, what, expected))
-        return self._enqueue(what, [op], keep, outputs, finish)
+        return self._enqueue(what, [op], keep, outputs, finish, inputs=inputs)
 
-    def _enqueue(self, what, ops, keep, outputs, finish, client=None, timeout=None):
+    def _enqueue(self, what, ops, keep, outputs, finish, client=None, timeout=None, inputs=()):
         """Starts `ops` on `client` (the group's unless given) and returns
         their Work; `finish(results)` copies the outputs once they completed.
-        `timeout`: the call's own, in seconds (else the group's)."""
+        `timeout`: the call's own, in seconds (else the group's); `inputs`:
+        the call's input tensors (the profiler's event records them)."""
         if self._closed:
             raise RuntimeError("%s: the process group was shut down" % what)
         own = client is None  # the group's calls (a pair's keep names of their own)
         client = client or self._client
         names = [op.name for op in ops] if own else []
         self._names.wait_until_free(names, self._timeout, what)
-        event = _profiler_event(what)
+        event = _profiler.start(what, inputs)
         try:
             # Several allreduces are negotiated as one group; other kinds
             # (a coalesced allgather) go one by one, in the same order on
@@ -432,14 +437,14 @@ class ProcessGroupGradsync(dist.ProcessGroup):
             natives = client.enqueue_group(ops, what) if grouped else [client.enqueue(op, what) for op in ops]
         except Exception as error:
             if event is not None:
-                event.__exit__(None, None, None)
+                event.end()
             raise _as_runtime_error(error, what) from None
 
         def finish_keeping(results):
             finish(results)
             keep.clear()
         work = Work(what, outputs, timeout or self._timeout, client, natives, finish_keeping,
-                    self._completer if natives else None)
+                    self._completer if natives else None, event=event)
         if not natives:
             work._finish()
         elif own:
@@ -447,11 +452,6 @@ class ProcessGroupGradsync(dist.ProcessGroup):
         self._hand_over_earlier(work)
         if self._coalesced is not None:
             self._coalesced.append(work)
-        if event is not None:
-            # It spans the call, not the collective: an event ended from the
-            # completer's thread (_call_end_callbacks_on_future, Gloo-like
-            # async) crashed torch.profiler's process once in six runs.
-            event.__exit__(None, None, None)
         return work
 
     def _point_to_point(self, kind, tensors, peer, tag, sending):
@@ -460,7 +460,7 @@ class ProcessGroupGradsync(dist.ProcessGroup):
         if len(tensors) != 1:
             raise ValueError("%s: one tensor per message, not %d" % (what, len(tensors)))
         client, op, keep = self._pairs.message(tensors[0], peer, tag, sending, what)
-        return self._enqueue(what, [op], keep, tensors, lambda results: keep.clear(), client=client)
+        return self._enqueue(what, [op], keep, tensors, lambda results: keep.clear(), client=client, inputs=tensors)
 
     def _hand_over_earlier(self, latest):
         """Earlier collectives of the group not done yet go to the completer
@@ -483,24 +483,6 @@ class ProcessGroupGradsync(dist.ProcessGroup):
             except Exception:
                 pass  # a broken client: the others learn it from the daemon
         raise error
-
-
-# torch.profiler's names of the operations, as Gloo's ("gloo:all_reduce").
-_EVENT_NAMES = {"allreduce": "all_reduce", "allreduce_coalesced": "all_reduce_coalesced", "allgather": "all_gather",
-                "allgather_coalesced": "all_gather_coalesced", "alltoall": "all_to_all",
-                "all_to_all_single": "all_to_all", "recv": "recv", "send": "send"}
-
-
-def _profiler_event(what):
-    """While torch's profiler records, an entered record_function named
-    gradsync:<operation> for the call `what` ("gradsync allreduce #3 ...");
-    else None. The caller exits it on the same thread."""
-    if not torch.autograd._profiler_enabled():
-        return None
-    kind = what.split(" ")[1]
-    event = torch.autograd.profiler.record_function("gradsync:" + _EVENT_NAMES.get(kind, kind))
-    event.__enter__()
-    return event
 
 
 def _reduction_of(opts):
