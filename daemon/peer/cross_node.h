@@ -402,6 +402,11 @@ class CrossNode : public NodeEndpoints {
   // Follower: sends AbortJob to every other follower (asynchronously; the
   // destructor waits for the answers, each bounded by a short deadline).
   void tellOtherFollowers(const v1::JobFailure& failure);
+  // Follower: a failure another node announced (the leader, or a follower
+  // that lost the leader). Every other node heard it from the same source:
+  // this node passes it on to no one (its own announcement of the same kind
+  // is dropped), and fails the job with it here.
+  void heardFailure(const v1::JobFailure& failure) GS_EXCLUDES(mutex_);
   void waitForAbortNotices();
   std::shared_ptr<AbortNotices> abort_notices_ GS_GUARDED_BY(mutex_);  // set once
 
@@ -430,6 +435,8 @@ class CrossNode : public NodeEndpoints {
   // with each epoch (empty: no NCCL at the leader or at a node).
   std::string nccl_id_ GS_GUARDED_BY(mutex_);
   bool stopping_ GS_GUARDED_BY(mutex_) = false;
+  // The other nodes know of a failure of the job (and of a lost node):
+  // announced from here, or heard from the node that announced it to all.
   bool failure_announced_ GS_GUARDED_BY(mutex_) = false;
   bool node_lost_announced_ GS_GUARDED_BY(mutex_) = false;
   // Leader: the failure it announced last, for a follower whose stream

@@ -236,7 +236,7 @@ void CrossNode::onLeaderMessage(const v1::LeaderMessage& message) {
     hooks_.on_batch(std::move(batch), whole.sequence(), whole.epoch(), whole.fusion_threshold_bytes());
   } else if (message.has_failure()) {
     if (message.failure().removed()) markRemoved();
-    hooks_.on_failure(message.failure().message(), message.failure().node_lost());
+    heardFailure(message.failure());
   } else if (message.has_new_epoch() && message.new_epoch().node_count() == 0) {
     applyNewEpoch(message.new_epoch());
   } else if (message.has_new_epoch()) {
@@ -309,8 +309,17 @@ Status CrossNode::acceptAbort(const v1::AbortJobRequest& request) {
                                 request.from_peer_address() + ": its notice is stale");
     }
   }
-  hooks_.on_failure(request.failure().message(), request.failure().node_lost());
+  heardFailure(request.failure());
   return okStatus();
+}
+
+void CrossNode::heardFailure(const v1::JobFailure& failure) {
+  if (!leader_) {  // (a leader, since a takeover, relays what it hears to its followers)
+    MutexLock lock(mutex_);
+    failure_announced_ = true;
+    node_lost_announced_ = node_lost_announced_ || failure.node_lost();
+  }
+  hooks_.on_failure(failure.message(), failure.node_lost());
 }
 
 }  // namespace gradsync::peer

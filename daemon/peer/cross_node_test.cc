@@ -10,7 +10,9 @@
 #include <chrono>
 #include <functional>
 #include <future>
+#include <memory>
 #include <thread>
+#include <vector>
 
 #include "daemon/coordinator/request_wire.h"
 #include "daemon/peer/coordinate_reactor.h"
@@ -98,6 +100,7 @@ class OneJobPeerService final : public v1::Peer::WithCallbackMethod_Coordinate<v
   void serve(CrossNode* node) { node_.store(node); }
   Outbox::Limits follower_limits;
   std::atomic<int> members_calls{0};
+  std::atomic<int> abort_calls{0};  // AbortJob calls this node received
   // Answers joins as a leader from before versions would: no protocol.
   std::atomic<bool> answer_without_protocol{false};
   grpc::Status JoinJob(grpc::ServerContext*, const v1::JoinJobRequest* request,
@@ -136,6 +139,7 @@ class OneJobPeerService final : public v1::Peer::WithCallbackMethod_Coordinate<v
     return toGrpc(part.status());
   }
   grpc::Status AbortJob(grpc::ServerContext*, const v1::AbortJobRequest* request, v1::AbortJobResponse*) override {
+    abort_calls.fetch_add(1);
     CrossNode* node = node_.load();
     return node == nullptr ? grpc::Status(grpc::StatusCode::NOT_FOUND, "no job here")
                            : toGrpc(node->acceptAbort(*request));
@@ -156,6 +160,10 @@ struct Daemon {
   size_t membership_part_bytes = kMembershipPartBytes;
   ProtocolRange protocol;  // the versions it says it speaks
   std::chrono::seconds join_timeout = 10s;
+  int size = 2;  // ranks of the job, one per node
+  // As the daemon's job does (server::Job::failJob): every failure the
+  // hooks are told is announced again to the other nodes.
+  bool announce_what_it_hears = false;
 
   void listen() {
     int port = 0;
@@ -176,7 +184,7 @@ struct Daemon {
     CrossNodeOptions options;
     options.job_id = "cross-unit";
     options.token = "secret";
-    options.size = 2;
+    options.size = size;
     options.self_address = address;
     options.leader_address = leader_address;
     options.hostname = hostname;
@@ -197,7 +205,10 @@ struct Daemon {
         }
       }
     };
-    hooks.on_failure = [this](const std::string& cause, bool node_lost) { recorder.failure(cause, node_lost); };
+    hooks.on_failure = [this](const std::string& cause, bool node_lost) {
+      recorder.failure(cause, node_lost);
+      if (announce_what_it_hears) cross->announceFailure(cause, node_lost);
+    };
     cross = std::make_unique<CrossNode>(std::move(options), std::move(hooks));
     service.serve(cross.get());
   }
@@ -338,6 +349,57 @@ TEST(CrossNodeStreamTest, AFollowerThatNeverOpensItsStreamIsNamed) {
                                         "(host silent-host, ranks [1]) joined but never opened it"));
   EXPECT_LT(std::chrono::steady_clock::now() - start, 5s);
   leader.stop();
+}
+
+// A leader and four followers; one follower falls silent (its
+// housekeeping stops ticking, so it sends no heartbeat) and the leader, past
+// the silence limit, declares it lost. Only the leader detected the loss: it
+// tells each follower once, and the followers, which only heard of it, pass
+// it on to no one: no AbortJob among them and no failure back to the
+// leader, though each one's job announces every failure it is told (as the
+// daemon's does).
+TEST(CrossNodeFailureTest, ALossHeardFromTheLeaderIsPassedOnToNoOne) {
+  constexpr int kNodes = 5;
+  constexpr int kSilent = 4;
+  std::vector<std::unique_ptr<Daemon>> nodes;
+  for (int i = 0; i < kNodes; ++i) {
+    nodes.push_back(std::make_unique<Daemon>());
+    nodes.back()->size = kNodes;
+    nodes.back()->announce_what_it_hears = true;
+    nodes.back()->listen();
+  }
+  for (int i = 0; i < kNodes; ++i) nodes[i]->create(nodes[0]->address, "host-" + std::to_string(i));
+  for (int i = 0; i < kNodes; ++i) nodes[i]->cross->start({i}, {1000 + i});
+  const auto formed = [&] {
+    for (const auto& n : nodes) {
+      if (!n->cross->formed()) return false;
+    }
+    return true;
+  };
+  const auto form_deadline = std::chrono::steady_clock::now() + 10s;
+  while (!formed() && std::chrono::steady_clock::now() < form_deadline) std::this_thread::sleep_for(10ms);
+  ASSERT_TRUE(formed()) << "the job did not form within 10 s";
+
+  // Real time: a heartbeat is dated when it arrives.
+  const auto limit = CrossClock::now() + std::chrono::milliseconds(CrossNode::kSilenceLimitMs + 5000);
+  while (nodes[0]->recorder.failureCount() == 0 && CrossClock::now() < limit) {
+    for (int i = 0; i < kNodes; ++i) {
+      if (i != kSilent) nodes[i]->cross->tick(CrossClock::now());
+    }
+    std::this_thread::sleep_for(250ms);
+  }
+  for (int i = 0; i < kNodes; ++i) {
+    ASSERT_TRUE(nodes[i]->recorder.waitFor([&] { return nodes[i]->recorder.failureCount() >= 1; })) << "node " << i;
+    const auto first = nodes[i]->recorder.failures()[0];
+    EXPECT_TRUE(first.node_lost) << "node " << i;
+    EXPECT_THAT(first.cause, HasSubstr("host-4")) << "node " << i;
+  }
+  std::this_thread::sleep_for(1s);  // time for any echo to arrive
+  int aborts = 0;
+  for (const auto& n : nodes) aborts += n->service.abort_calls.load();
+  EXPECT_EQ(aborts, 0) << "AbortJob calls among followers that only heard of the loss";
+  EXPECT_EQ(nodes[0]->recorder.failures().size(), 1u) << "the leader's own detection, then failures sent back to it";
+  for (int i = kNodes - 1; i >= 0; --i) nodes[i]->stop();
 }
 
 TEST_F(CrossNodeTest, TwoNodesFormWithTheRankZeroNodeLeading) {
