@@ -508,6 +508,11 @@ class Job {
   // A round (or the wait for one) that ended because the job failed here:
   // not a broken data plane (the other daemons stop taking part too).
   bool endedByTheJobsFailure(const Status& status) GS_EXCLUDES(mutex_);
+  // The job failed while the other daemons may run collectives a round
+  // agreed with this one, which will not run them (its held requests were
+  // failed): every daemon's transfers end with the job's cause, instead of
+  // waiting for this daemon's part until the transfer timeout.
+  void leaveAgreedCollectives() GS_EXCLUDES(mutex_);
   bool steady_dirty_ GS_GUARDED_BY(mutex_) = false;  // a held collective became ready since the last round
   SteadyState steady_ GS_GUARDED_BY(mutex_);
   std::vector<v1::NodeInfo> steady_members_ GS_GUARDED_BY(mutex_);

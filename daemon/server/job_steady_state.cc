@@ -206,15 +206,8 @@ bool Job::steadyRound(peer::RoundExchange& rounds, bool leader) {
     } else if (!ready.empty()) {
       // The job's failure cut this round short after this daemon said
       // which collectives its ranks are ready for: a peer may have
-      // completed the round and now runs them, waiting for transfers of
-      // this daemon, which fails them here instead. Every daemon's
-      // transfers end with the job's cause.
-      std::string failure;
-      {
-        MutexLock lock(mutex_);
-        failure = failure_;
-      }
-      if (!failure.empty()) failJob(failure, /*node_lost=*/true);
+      // completed the round and now runs them.
+      leaveAgreedCollectives();
     }
     return false;
   }
@@ -224,6 +217,7 @@ bool Job::steadyRound(peer::RoundExchange& rounds, bool leader) {
     MutexLock lock(mutex_);
     queue_.finished();
   } else if (!runLeaderBatchesUpTo(outcome->leader_sequence)) {
+    if (!outcome->ids.empty()) leaveAgreedCollectives();
     return false;
   }
   // 2. The cached collectives every daemon is ready for (whole groups).
@@ -231,6 +225,13 @@ bool Job::steadyRound(peer::RoundExchange& rounds, bool leader) {
   std::vector<coordinator::Response> agreed;
   {
     MutexLock lock(mutex_);
+    if (!failure_.empty()) {
+      // The round completed, but the job failed meanwhile: this daemon's
+      // held requests were failed, and the other daemons run them.
+      lock.unlock();
+      leaveAgreedCollectives();
+      return false;
+    }
     std::vector<coordinator::Response> responses;
     for (uint64_t id : steady_.runnable(outcome->ids)) responses.push_back(steady_.take(id));
     if (responses.empty()) return true;
@@ -243,6 +244,15 @@ bool Job::steadyRound(peer::RoundExchange& rounds, bool leader) {
   MutexLock lock(mutex_);
   queue_.finished();
   return true;
+}
+
+void Job::leaveAgreedCollectives() {
+  std::string failure;
+  {
+    MutexLock lock(mutex_);
+    failure = failure_;
+  }
+  if (!failure.empty()) failJob(failure, /*node_lost=*/true);
 }
 
 bool Job::endedByTheJobsFailure(const Status& status) {
