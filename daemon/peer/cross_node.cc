@@ -98,7 +98,7 @@ void CrossNode::start(const std::vector<int>& local_ranks, const std::vector<int
   leader_ = std::find(local_ranks.begin(), local_ranks.end(), 0) != local_ranks.end();
   Status opened = mesh_.open(options_.data_plane);
   if (!opened.isOk()) {
-    hooks_.on_failure("cannot start the UCX data plane: " + opened.message(), true);
+    failureDetected("cannot start the UCX data plane: " + opened.message(), true);
     return;
   }
   v1::NodeInfo self;
@@ -123,7 +123,7 @@ void CrossNode::start(const std::vector<int>& local_ranks, const std::vector<int
   follower_thread_ = std::thread([this, self] {
     Status joined = joinLeader(self);
     if (!joined.isOk()) {
-      hooks_.on_failure(joined.message(), true);
+      failureDetected(joined.message(), true);
       MutexLock lock(mutex_);
       reader_done_ = true;
       return;
@@ -183,7 +183,7 @@ void CrossNode::acceptJoin(const v1::JoinJobRequest& request, JoinAnswer plain_a
   if (now) answer(std::move(*now));
   for (auto& [waiting, result] : due) waiting(std::move(result));
   // The job cannot form: it fails here at once too (its ranks are told).
-  if (!protocol.isOk()) hooks_.on_failure(protocol.message(), true);
+  if (!protocol.isOk()) failureDetected(protocol.message(), true);
 }
 
 Status CrossNode::checkJoinLocked(const v1::JoinJobRequest& request) const {
@@ -372,8 +372,12 @@ void CrossNode::onFollowerMessage(Follower* follower, const v1::FollowerMessage&
     }
     if (rounds != nullptr) rounds->deliver(message.round(), cross_rank);
   } else if (message.has_failure()) {
-    // Job::failJob then announces it to every follower.
-    hooks_.on_failure(message.failure().message(), message.failure().node_lost());
+    std::string from;
+    {
+      MutexLock lock(mutex_);
+      from = membership::describeNode(follower->node);
+    }
+    heardFailure(message.failure(), from);
   }
 }
 
@@ -394,7 +398,7 @@ bool CrossNode::remoteRequests(const v1::FollowerMessage::Request* const* reques
     if (request.cache_id() == 0) {
       auto enqueue = codec_.expand(request);
       if (!enqueue.isOk()) {
-        hooks_.on_failure(enqueue.status().message(), true);
+        failureDetected(enqueue.status().message(), true);
         return false;
       }
       hooks_.on_remote_request(request.rank(), *enqueue, request.epoch());
@@ -403,7 +407,7 @@ bool CrossNode::remoteRequests(const v1::FollowerMessage::Request* const* reques
     auto repeat = codec_.expandRepeat(request);
     if (!repeat.isOk()) {
       hand_over();
-      hooks_.on_failure(repeat.status().message(), true);
+      failureDetected(repeat.status().message(), true);
       return false;
     }
     run_epoch = request.epoch();
@@ -435,7 +439,7 @@ void CrossNode::followerLeft(const std::shared_ptr<Follower>& follower, bool cut
   } else {
     // A clean close: the node's ranks all finished. Only collectives that
     // would still need them fail.
-    hooks_.on_failure(membership::describeNode(node) + " left the job (its ranks finished)", false);
+    failureDetected(membership::describeNode(node) + " left the job (its ranks finished)", false);
   }
 }
 
@@ -763,9 +767,9 @@ void CrossNode::tick(CrossClock::time_point now) {
     // The reader sees its stream end and starts the failover.
     link_.cancel();
   } else {
-    hooks_.on_failure("lost the leader at " + options_.leader_address + ": silent for " +
-                          std::to_string((now_ms - heard) / 1000) + " s",
-                      true);
+    failureDetected("lost the leader at " + options_.leader_address + ": silent for " +
+                        std::to_string((now_ms - heard) / 1000) + " s",
+                    true);
   }
 }
 

@@ -76,6 +76,22 @@ struct CrossNodeOptions {
 
 class CrossNode : public NodeEndpoints {
  public:
+  // A failure of the job, as the peer side hands it to the job.
+  struct Failure {
+    std::string cause;
+    // A node, the leader or the data plane was lost: what was negotiated
+    // cannot run either (false: a rank left or died somewhere).
+    bool node_lost = false;
+    // The node that told this one (its address or description); empty
+    // when this node's peer side detected the failure itself.
+    std::string heard_from;
+    // Every other node of the job knows of it already (it came from the
+    // leader, or from a node that told every other): the job here fails
+    // its own work and passes it on to no one. False for what this node
+    // detected, and for what the leader hears from a follower (the leader
+    // tells the others).
+    bool others_know = false;
+  };
   struct Hooks {
     // Follower: a batch of `epoch` from the leader, to execute in arrival
     // order (0: errors only, never executed).
@@ -90,9 +106,9 @@ class CrossNode : public NodeEndpoints {
     // the order the follower sent them (a node's message at once: one
     // hand-over, not one per rank and tensor).
     std::function<void(std::vector<coordinator::Repeat> repeats, uint64_t epoch)> on_remote_repeats;
-    // The job failed elsewhere (a rank left or died: node_lost false), or a
-    // node or the leader was lost (node_lost true).
-    std::function<void(const std::string& cause, bool node_lost)> on_failure;
+    // The job failed: what the peer side detected, or heard from another
+    // node (Failure says which, and whether the other nodes know).
+    std::function<void(const Failure&)> on_failure;
     // Elastic jobs, leader: ranks (numbered as in `epoch`) were lost: a rank
     // crashed on a follower, or a follower's node was lost or went silent.
     std::function<void(const std::vector<int>& ranks, uint64_t epoch, const std::string& cause)> on_ranks_lost;
@@ -402,11 +418,15 @@ class CrossNode : public NodeEndpoints {
   // Follower: sends AbortJob to every other follower (asynchronously; the
   // destructor waits for the answers, each bounded by a short deadline).
   void tellOtherFollowers(const v1::JobFailure& failure);
-  // Follower: a failure another node announced (the leader, or a follower
-  // that lost the leader). Every other node heard it from the same source:
-  // this node passes it on to no one (its own announcement of the same kind
-  // is dropped), and fails the job with it here.
-  void heardFailure(const v1::JobFailure& failure) GS_EXCLUDES(mutex_);
+  // A failure another node told this one of (`from`). A follower heard it
+  // from a node that told every other (the leader, or a follower that lost
+  // the leader): it passes it on to no one (its own announcement of the
+  // same kind is dropped). The leader heard it from one follower: the job
+  // tells the others. Either way the job fails with it here.
+  void heardFailure(const v1::JobFailure& failure, const std::string& from) GS_EXCLUDES(mutex_);
+  // A failure this node's peer side detected: the job fails with it here
+  // and tells the other nodes.
+  void failureDetected(std::string cause, bool node_lost) GS_EXCLUDES(mutex_);
   void waitForAbortNotices();
   std::shared_ptr<AbortNotices> abort_notices_ GS_GUARDED_BY(mutex_);  // set once
 

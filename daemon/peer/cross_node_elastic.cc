@@ -216,7 +216,7 @@ void CrossNode::applyNewEpoch(const v1::NewEpoch& change) {
   }
   formed_cv_.notify_all();
   if (!removed.empty()) {
-    hooks_.on_failure(removed, true);
+    failureDetected(removed, true);
     return;
   }
   if (hooks_.on_new_epoch) hooks_.on_new_epoch(change);
@@ -321,7 +321,7 @@ void CrossNode::nodeLost(const v1::NodeInfo& node, uint64_t epoch, const std::st
     GS_LOG(control, err, "job '{}': {}; {}", options_.job_id, cause, majority.message());
   }
   const std::string failure = majority.isOk() ? cause : cause + "; " + majority.message();
-  hooks_.on_failure(failure, true);
+  failureDetected(failure, true);
   announceFailure(failure, true);
 }
 

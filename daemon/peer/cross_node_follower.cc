@@ -169,7 +169,7 @@ void CrossNode::readLeader() {
     if (removed.empty() && !status.ok() && options_.failover) {
       auto leading = failover("lost the leader " + leaderDescription() + ": " + status.error_message());
       if (!leading.isOk()) {
-        hooks_.on_failure(leading.status().message(), true);
+        failureDetected(leading.status().message(), true);
         break;
       }
       if (*leading) break;  // this daemon leads now: no leader stream to read
@@ -177,11 +177,11 @@ void CrossNode::readLeader() {
     }
     if (!removed.empty()) {
       markRemoved();
-      hooks_.on_failure(removed, true);
+      failureDetected(removed, true);
     } else if (status.ok()) {
-      hooks_.on_failure("the leader " + leaderDescription() + " closed the job (its ranks finished)", false);
+      failureDetected("the leader " + leaderDescription() + " closed the job (its ranks finished)", false);
     } else {
-      hooks_.on_failure("lost the leader " + leaderDescription() + ": " + status.error_message(), true);
+      failureDetected("lost the leader " + leaderDescription() + ": " + status.error_message(), true);
     }
     break;
   }
@@ -219,7 +219,7 @@ void CrossNode::onLeaderMessage(const v1::LeaderMessage& message) {
   if (message.has_batch()) {
     auto assembled = batch_parts_.add(message.batch());
     if (!assembled.isOk()) {
-      hooks_.on_failure("job '" + options_.job_id + "': " + assembled.status().message(), true);
+      failureDetected("job '" + options_.job_id + "': " + assembled.status().message(), true);
       return;
     }
     if (!assembled->has_value()) return;  // more parts follow
@@ -228,7 +228,7 @@ void CrossNode::onLeaderMessage(const v1::LeaderMessage& message) {
     for (const auto& r : whole.responses()) {
       auto response = codec_.decode(r);
       if (!response.isOk()) {
-        hooks_.on_failure(response.status().message(), true);
+        failureDetected(response.status().message(), true);
         break;
       }
       batch.push_back(std::move(response).value());
@@ -236,7 +236,7 @@ void CrossNode::onLeaderMessage(const v1::LeaderMessage& message) {
     hooks_.on_batch(std::move(batch), whole.sequence(), whole.epoch(), whole.fusion_threshold_bytes());
   } else if (message.has_failure()) {
     if (message.failure().removed()) markRemoved();
-    heardFailure(message.failure());
+    heardFailure(message.failure(), "the leader " + leaderDescription());
   } else if (message.has_new_epoch() && message.new_epoch().node_count() == 0) {
     applyNewEpoch(message.new_epoch());
   } else if (message.has_new_epoch()) {
@@ -244,7 +244,7 @@ void CrossNode::onLeaderMessage(const v1::LeaderMessage& message) {
     const Status read =
         readRestOfMembers(link_.stub().get(), change.epoch(), change.node_count(), change.mutable_nodes());
     if (!read.isOk()) {
-      hooks_.on_failure(read.message(), true);
+      failureDetected(read.message(), true);
       return;
     }
     applyNewEpoch(change);
@@ -309,17 +309,25 @@ Status CrossNode::acceptAbort(const v1::AbortJobRequest& request) {
                                 request.from_peer_address() + ": its notice is stale");
     }
   }
-  heardFailure(request.failure());
+  heardFailure(request.failure(), request.from_peer_address());
   return okStatus();
 }
 
-void CrossNode::heardFailure(const v1::JobFailure& failure) {
-  if (!leader_) {  // (a leader, since a takeover, relays what it hears to its followers)
+void CrossNode::heardFailure(const v1::JobFailure& failure, const std::string& from) {
+  // A follower heard it from a node that told every other. The leader
+  // (also since a takeover) heard it from one follower: the job tells the
+  // others.
+  const bool others_know = !leader_;
+  if (others_know) {
     MutexLock lock(mutex_);
     failure_announced_ = true;
     node_lost_announced_ = node_lost_announced_ || failure.node_lost();
   }
-  hooks_.on_failure(failure.message(), failure.node_lost());
+  hooks_.on_failure({failure.message(), failure.node_lost(), from, others_know});
+}
+
+void CrossNode::failureDetected(std::string cause, bool node_lost) {
+  hooks_.on_failure({std::move(cause), node_lost, /*heard_from=*/"", /*others_know=*/false});
 }
 
 }  // namespace gradsync::peer

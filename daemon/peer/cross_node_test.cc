@@ -33,10 +33,7 @@ grpc::Status toGrpc(const Status& status) {
 // What a CrossNode's hooks were called with.
 class Recorder {
  public:
-  struct Failure {
-    std::string cause;
-    bool node_lost;
-  };
+  using Failure = CrossNode::Failure;
   void remoteRequest(int rank, const v1::Enqueue& enqueue, uint64_t epoch) {
     MutexLock lock(mutex_);
     requests_.push_back({rank, enqueue.name(), epoch});
@@ -54,9 +51,9 @@ class Recorder {
     hold_batches_ = hold;
     cv_.notify_all();
   }
-  void failure(const std::string& cause, bool node_lost) {
+  void failure(const Failure& failure) {
     MutexLock lock(mutex_);
-    failures_.push_back({cause, node_lost});
+    failures_.push_back(failure);
     cv_.notify_all();
   }
   // Waits (up to 10 s) until `done` holds of the record.
@@ -162,7 +159,8 @@ struct Daemon {
   std::chrono::seconds join_timeout = 10s;
   int size = 2;  // ranks of the job, one per node
   // As the daemon's job does (server::Job::failJob): every failure the
-  // hooks are told is announced again to the other nodes.
+  // hooks are told of that the other nodes do not know yet is announced
+  // to them.
   bool announce_what_it_hears = false;
 
   void listen() {
@@ -205,9 +203,9 @@ struct Daemon {
         }
       }
     };
-    hooks.on_failure = [this](const std::string& cause, bool node_lost) {
-      recorder.failure(cause, node_lost);
-      if (announce_what_it_hears) cross->announceFailure(cause, node_lost);
+    hooks.on_failure = [this](const CrossNode::Failure& failure) {
+      recorder.failure(failure);
+      if (announce_what_it_hears && !failure.others_know) cross->announceFailure(failure.cause, failure.node_lost);
     };
     cross = std::make_unique<CrossNode>(std::move(options), std::move(hooks));
     service.serve(cross.get());
@@ -356,8 +354,8 @@ TEST(CrossNodeStreamTest, AFollowerThatNeverOpensItsStreamIsNamed) {
 // the silence limit, declares it lost. Only the leader detected the loss: it
 // tells each follower once, and the followers, which only heard of it, pass
 // it on to no one: no AbortJob among them and no failure back to the
-// leader, though each one's job announces every failure it is told (as the
-// daemon's does).
+// leader, though each one's job announces what its hook says the others do
+// not know (as the daemon's does).
 TEST(CrossNodeFailureTest, ALossHeardFromTheLeaderIsPassedOnToNoOne) {
   constexpr int kNodes = 5;
   constexpr int kSilent = 4;
@@ -393,6 +391,13 @@ TEST(CrossNodeFailureTest, ALossHeardFromTheLeaderIsPassedOnToNoOne) {
     const auto first = nodes[i]->recorder.failures()[0];
     EXPECT_TRUE(first.node_lost) << "node " << i;
     EXPECT_THAT(first.cause, HasSubstr("host-4")) << "node " << i;
+    if (i == 0) {  // detected there
+      EXPECT_EQ(first.heard_from, "");
+      EXPECT_FALSE(first.others_know);
+    } else {
+      EXPECT_THAT(first.heard_from, HasSubstr("host-0")) << "node " << i;
+      EXPECT_TRUE(first.others_know) << "node " << i;
+    }
   }
   std::this_thread::sleep_for(1s);  // time for any echo to arrive
   int aborts = 0;
@@ -445,6 +450,20 @@ TEST_F(CrossNodeTest, AFailureTheLeaderAnnouncesFailsTheJobAtTheFollower) {
   const auto failure = follower_.recorder.failures()[0];
   EXPECT_THAT(failure.cause, HasSubstr("rank 0 (pid 1000, host leader-host) disconnected"));
   EXPECT_FALSE(failure.node_lost);
+  EXPECT_THAT(failure.heard_from, HasSubstr("the leader"));
+  EXPECT_TRUE(failure.others_know);
+}
+
+// A follower's failure reaches the leader as heard from that follower, and
+// as news to the others: the leader is the one that tells them.
+TEST_F(CrossNodeTest, AFailureAFollowerAnnouncesIsTheLeadersToPassOn) {
+  follower_.cross->announceFailure("rank 1 (pid 2000, host follower-host) disconnected", /*node_lost=*/false);
+  ASSERT_TRUE(leader_.recorder.waitFor([&] { return leader_.recorder.failureCount() >= 1; }));
+  const auto failure = leader_.recorder.failures()[0];
+  EXPECT_THAT(failure.cause, HasSubstr("rank 1 (pid 2000, host follower-host) disconnected"));
+  EXPECT_FALSE(failure.node_lost);
+  EXPECT_THAT(failure.heard_from, HasSubstr("follower-host"));
+  EXPECT_FALSE(failure.others_know);
 }
 
 TEST_F(CrossNodeTest, AFollowerSilentPastTheLimitIsLostAtTheLeader) {

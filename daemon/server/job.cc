@@ -136,7 +136,7 @@ void Job::buildCrossNode() {
   hooks.on_remote_repeats = [this](std::vector<coordinator::Repeat> repeats, uint64_t epoch) {
     submitRemoteRepeats(std::move(repeats), epoch);
   };
-  hooks.on_failure = [this](const std::string& cause, bool node_lost) { failJob(cause, node_lost); };
+  hooks.on_failure = [this](const peer::CrossNode::Failure& failure) { failJob(failure); };
   cross_ = std::make_unique<peer::CrossNode>(std::move(options), std::move(hooks));
   peer::PeerDataPlane::Hooks plane_hooks;
   plane_hooks.failed = [this](const Status& status) { return ringFailed(status); };

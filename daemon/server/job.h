@@ -224,7 +224,15 @@ class Job {
       GS_REQUIRES(mutex_);
   void onRemoteBatch(std::vector<coordinator::Response> batch, uint64_t sequence, uint64_t epoch,
                      uint64_t fusion_threshold_bytes);
-  void failJob(const std::string& cause, bool node_lost);
+  // The job fails here (its waiting work, and with a lost node what was
+  // negotiated, and the transfers), and the other nodes hear of it unless
+  // they know already (`failure.others_know`). Once; a lost node after a
+  // departed rank is news again. The overload: a failure this node's job
+  // detected.
+  void failJob(const peer::CrossNode::Failure& failure);
+  void failJob(const std::string& cause, bool node_lost) {
+    failJob(peer::CrossNode::Failure{cause, node_lost, "", false});
+  }
   // This node's part of a collective across daemons failed before or
   // without its transfers (`cause`, named by batch and response): a job
   // that is not elastic fails by name on every daemon at once (its peers

@@ -124,7 +124,9 @@ void Job::onRemoteBatch(std::vector<coordinator::Response> batch, uint64_t seque
   wakeExecutorLocked();
 }
 
-void Job::failJob(const std::string& cause, bool node_lost) {
+void Job::failJob(const peer::CrossNode::Failure& failure) {
+  const std::string& cause = failure.cause;
+  const bool node_lost = failure.node_lost;
   Outbox outbox;
   std::string bare;
   {
@@ -133,7 +135,8 @@ void Job::failJob(const std::string& cause, bool node_lost) {
     if (!failure_.empty() && !node_lost) return;
     if (failure_.empty()) {
       failLocked(cause);
-      GS_LOG(control, warn, "job '{}' failed: {}", spec_.job_id, failure_);
+      GS_LOG(control, warn, "job '{}' failed: {}{}", spec_.job_id, failure_,
+             failure.heard_from.empty() ? "" : " (heard from " + failure.heard_from + ")");
     }
     // The other nodes hear the cause before any collective fails with it
     // (the leader's errors for their requests go on the same streams):
@@ -142,7 +145,7 @@ void Job::failJob(const std::string& cause, bool node_lost) {
     const std::string job = "job '" + spec_.job_id + "': ";
     const std::string named = cause.rfind(job, 0) == 0 ? cause : job + cause;
     bare = named.substr(job.size());  // (the transfers' errors add the job)
-    if (cross_) cross_->announceFailure(named, node_lost);
+    if (cross_ && !failure.others_know) cross_->announceFailure(named, node_lost);
     // A lost node (or data plane) also ends what was negotiated: it cannot
     // run any more. A rank that left elsewhere only ends what waits for it.
     failAllLocked(aborted(named), &outbox, /*keep_negotiated=*/!node_lost);
