@@ -24,6 +24,12 @@ std::shared_ptr<AbortNotices> AbortNotices::send(v1::AbortJobRequest request, co
   return notices;
 }
 
+std::vector<size_t> AbortNotices::relaysOf(size_t self, size_t followers) {
+  std::vector<size_t> relays;
+  for (size_t offset = 1; offset < followers; offset *= 2) relays.push_back((self + offset) % followers);
+  return relays;
+}
+
 void AbortNotices::wait() {
   MutexLock lock(mutex_);
   done_cv_.wait(lock, [&]() GS_REQUIRES(mutex_) { return done_ == calls_.size(); });  // each call has a deadline

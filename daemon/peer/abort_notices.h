@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // AbortJob calls to other daemons, made at once and in parallel (a follower
-// whose leader was lost tells the other followers itself), each bounded by
-// a short deadline; wait() returns once every call has answered or timed out.
+// that lost a node tells other followers itself, in case the leader is what
+// it lost), each bounded by a short deadline; wait() returns once every call
+// has answered or timed out.
 #pragma once
 
 #include <grpcpp/grpcpp.h>
@@ -23,6 +24,14 @@ class AbortNotices {
   static std::shared_ptr<AbortNotices> send(v1::AbortJobRequest request, const std::vector<std::string>& addresses,
                                             const std::shared_ptr<grpc::ChannelCredentials>& credentials);
   void wait() GS_EXCLUDES(mutex_);
+
+  // The followers that follower `self` (of `followers`, in ring order)
+  // tells: those 1, 2, 4, ... places after it. Each follower that hears
+  // passes it on once the same way, so a notice reaches every follower
+  // within ceil(log2 F) hops, with at most ceil(log2 F) calls made by each
+  // (F x log2 F in all when every follower detects the loss itself, not
+  // F x (F - 1)).
+  static std::vector<size_t> relaysOf(size_t self, size_t followers);
 
   static constexpr auto kDeadline = std::chrono::seconds(2);
 

@@ -415,8 +415,10 @@ class CrossNode : public NodeEndpoints {
   // Sends `message` to the leader (LeaderLink: at once when the stream is
   // idle, else queued for its writer).
   void writeToLeader(v1::FollowerMessage message);
-  // Follower: sends AbortJob to every other follower (asynchronously; the
-  // destructor waits for the answers, each bounded by a short deadline).
+  // Follower, once: sends AbortJob to its relays among the other followers
+  // (AbortNotices::relaysOf: each passes it on once, so every follower
+  // hears within log2 F hops), asynchronously; the destructor waits for
+  // the answers, each bounded by a short deadline.
   void tellOtherFollowers(const v1::JobFailure& failure);
   // A failure another node told this one of (`from`). A follower heard it
   // from a node that told every other (the leader, or a follower that lost

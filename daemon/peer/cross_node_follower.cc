@@ -265,13 +265,21 @@ void CrossNode::tellOtherFollowers(const v1::JobFailure& failure) {
   request.set_token(options_.token);
   *request.mutable_failure() = failure;
   request.set_from_peer_address(options_.self_address);
-  std::vector<std::string> addresses;
   MutexLock lock(mutex_);
   if (abort_notices_ || stopping_) return;
   request.set_epoch(book_.epoch());
-  for (const auto& node : book_.members()) {
-    if (node.cross_rank() == 0 || node.peer_address() == options_.self_address) continue;
-    addresses.push_back(node.peer_address());
+  // The members are in cross-rank order; the leader (cross rank 0) is not
+  // told.
+  const auto& members = book_.members();
+  const size_t followers = members.empty() ? 0 : members.size() - 1;
+  size_t self = followers;
+  for (size_t i = 1; i < members.size(); ++i) {
+    if (members[i].peer_address() == options_.self_address) self = i - 1;
+  }
+  if (self == followers) return;  // not a follower of this membership
+  std::vector<std::string> addresses;
+  for (size_t relay : AbortNotices::relaysOf(self, followers)) {
+    if (relay != self) addresses.push_back(members[relay + 1].peer_address());
   }
   // Asynchronous: the calls start here and answer on gRPC's threads.
   abort_notices_ = AbortNotices::send(std::move(request), addresses, options_.credentials);
@@ -309,6 +317,9 @@ Status CrossNode::acceptAbort(const v1::AbortJobRequest& request) {
                                 request.from_peer_address() + ": its notice is stale");
     }
   }
+  // A notice of a follower that lost a node (perhaps the leader, which then
+  // tells no one): passed on once, to this follower's relays.
+  if (!leader_ && request.failure().node_lost()) tellOtherFollowers(request.failure());
   heardFailure(request.failure(), request.from_peer_address());
   return okStatus();
 }

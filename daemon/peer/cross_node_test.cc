@@ -349,6 +349,40 @@ TEST(CrossNodeStreamTest, AFollowerThatNeverOpensItsStreamIsNamed) {
   leader.stop();
 }
 
+// A job of `count` nodes, one rank each, formed (host-0 leads), each
+// announcing what its hook says the others do not know; empty when it did
+// not form within 10 s.
+std::vector<std::unique_ptr<Daemon>> formJob(int count) {
+  std::vector<std::unique_ptr<Daemon>> nodes;
+  for (int i = 0; i < count; ++i) {
+    nodes.push_back(std::make_unique<Daemon>());
+    nodes.back()->size = count;
+    nodes.back()->announce_what_it_hears = true;
+    nodes.back()->listen();
+  }
+  for (int i = 0; i < count; ++i) nodes[i]->create(nodes[0]->address, "host-" + std::to_string(i));
+  for (int i = 0; i < count; ++i) nodes[i]->cross->start({i}, {1000 + i});
+  const auto formed = [&] {
+    for (const auto& n : nodes) {
+      if (!n->cross->formed()) return false;
+    }
+    return true;
+  };
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (!formed() && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(10ms);
+  if (!formed()) {
+    for (int i = count - 1; i >= 0; --i) nodes[i]->stop();
+    nodes.clear();
+  }
+  return nodes;
+}
+
+int abortCalls(const std::vector<std::unique_ptr<Daemon>>& nodes) {
+  int calls = 0;
+  for (const auto& n : nodes) calls += n->service.abort_calls.load();
+  return calls;
+}
+
 // A leader and four followers; one follower falls silent (its
 // housekeeping stops ticking, so it sends no heartbeat) and the leader, past
 // the silence limit, declares it lost. Only the leader detected the loss: it
@@ -359,24 +393,8 @@ TEST(CrossNodeStreamTest, AFollowerThatNeverOpensItsStreamIsNamed) {
 TEST(CrossNodeFailureTest, ALossHeardFromTheLeaderIsPassedOnToNoOne) {
   constexpr int kNodes = 5;
   constexpr int kSilent = 4;
-  std::vector<std::unique_ptr<Daemon>> nodes;
-  for (int i = 0; i < kNodes; ++i) {
-    nodes.push_back(std::make_unique<Daemon>());
-    nodes.back()->size = kNodes;
-    nodes.back()->announce_what_it_hears = true;
-    nodes.back()->listen();
-  }
-  for (int i = 0; i < kNodes; ++i) nodes[i]->create(nodes[0]->address, "host-" + std::to_string(i));
-  for (int i = 0; i < kNodes; ++i) nodes[i]->cross->start({i}, {1000 + i});
-  const auto formed = [&] {
-    for (const auto& n : nodes) {
-      if (!n->cross->formed()) return false;
-    }
-    return true;
-  };
-  const auto form_deadline = std::chrono::steady_clock::now() + 10s;
-  while (!formed() && std::chrono::steady_clock::now() < form_deadline) std::this_thread::sleep_for(10ms);
-  ASSERT_TRUE(formed()) << "the job did not form within 10 s";
+  std::vector<std::unique_ptr<Daemon>> nodes = formJob(kNodes);
+  ASSERT_FALSE(nodes.empty()) << "the job did not form within 10 s";
 
   // Real time: a heartbeat is dated when it arrives.
   const auto limit = CrossClock::now() + std::chrono::milliseconds(CrossNode::kSilenceLimitMs + 5000);
@@ -400,10 +418,67 @@ TEST(CrossNodeFailureTest, ALossHeardFromTheLeaderIsPassedOnToNoOne) {
     }
   }
   std::this_thread::sleep_for(1s);  // time for any echo to arrive
-  int aborts = 0;
-  for (const auto& n : nodes) aborts += n->service.abort_calls.load();
-  EXPECT_EQ(aborts, 0) << "AbortJob calls among followers that only heard of the loss";
+  EXPECT_EQ(abortCalls(nodes), 0) << "AbortJob calls among followers that only heard of the loss";
   EXPECT_EQ(nodes[0]->recorder.failures().size(), 1u) << "the leader's own detection, then failures sent back to it";
+  for (int i = kNodes - 1; i >= 0; --i) nodes[i]->stop();
+}
+
+// A leader and eight followers; the leader falls silent (no heartbeats)
+// and every follower detects its loss at about the same moment. Each tells
+// its relays (1, 2 and 4 places on among the followers) once: 8 x 3 AbortJob
+// calls, not 8 x 7 (every follower telling every other), which would grow
+// as F^2 with the job.
+TEST(CrossNodeFailureTest, ALeaderLostByEveryFollowerIsToldInLog2FCallsEach) {
+  constexpr int kNodes = 9;
+  constexpr int kFollowers = kNodes - 1;
+  std::vector<std::unique_ptr<Daemon>> nodes = formJob(kNodes);
+  ASSERT_FALSE(nodes.empty()) << "the job did not form within 10 s";
+  nodes[0]->announce_what_it_hears = false;  // it would tell what it hears on streams that are open here
+  const auto all_failed = [&] {
+    for (int i = 1; i < kNodes; ++i) {
+      if (nodes[i]->recorder.failureCount() == 0) return false;
+    }
+    return true;
+  };
+  const auto limit = CrossClock::now() + std::chrono::milliseconds(CrossNode::kSilenceLimitMs + 5000);
+  while (!all_failed() && CrossClock::now() < limit) {
+    for (int i = 1; i < kNodes; ++i) nodes[i]->cross->tick(CrossClock::now());
+    std::this_thread::sleep_for(250ms);
+  }
+  for (int i = 1; i < kNodes; ++i) {
+    ASSERT_TRUE(nodes[i]->recorder.waitFor([&] { return nodes[i]->recorder.failureCount() >= 1; })) << "node " << i;
+    const auto first = nodes[i]->recorder.failures()[0];
+    EXPECT_TRUE(first.node_lost) << "node " << i;
+    EXPECT_THAT(first.cause, HasSubstr("leader")) << "node " << i;
+  }
+  std::this_thread::sleep_for(1s);  // time for every call to arrive
+  EXPECT_LE(abortCalls(nodes), kFollowers * 3) << "AbortJob calls among the followers";
+  EXPECT_GT(abortCalls(nodes), 0);
+  for (int i = kNodes - 1; i >= 0; --i) nodes[i]->stop();
+}
+
+// One follower alone loses the leader (a cut link, say) while the others
+// still hear it; the leader here passes nothing on. The follower's notice,
+// passed on once by each follower that hears it, reaches every follower
+// within a second, each naming the loss and who told it.
+TEST(CrossNodeFailureTest, ANoticeOfOneFollowerReachesEveryFollowerThroughTheRelays) {
+  constexpr int kNodes = 9;
+  constexpr int kFollowers = kNodes - 1;
+  std::vector<std::unique_ptr<Daemon>> nodes = formJob(kNodes);
+  ASSERT_FALSE(nodes.empty()) << "the job did not form within 10 s";
+  nodes[0]->announce_what_it_hears = false;
+  nodes[3]->cross->announceFailure("job 'j': lost the leader at host-0: silent for 6 s", /*node_lost=*/true);
+  for (int i = 1; i < kNodes; ++i) {
+    if (i == 3) continue;
+    ASSERT_TRUE(nodes[i]->recorder.waitFor([&] { return nodes[i]->recorder.failureCount() >= 1; })) << "node " << i;
+    const auto first = nodes[i]->recorder.failures()[0];
+    EXPECT_TRUE(first.node_lost) << "node " << i;
+    EXPECT_THAT(first.cause, HasSubstr("lost the leader at host-0")) << "node " << i;
+    EXPECT_TRUE(first.others_know) << "node " << i;
+    EXPECT_FALSE(first.heard_from.empty()) << "node " << i;
+  }
+  std::this_thread::sleep_for(1s);
+  EXPECT_LE(abortCalls(nodes), kFollowers * 3) << "AbortJob calls among the followers";
   for (int i = kNodes - 1; i >= 0; --i) nodes[i]->stop();
 }
 
