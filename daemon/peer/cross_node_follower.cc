@@ -278,9 +278,7 @@ void CrossNode::tellOtherFollowers(const v1::JobFailure& failure) {
   }
   if (self == followers) return;  // not a follower of this membership
   std::vector<std::string> addresses;
-  for (size_t relay : AbortNotices::relaysOf(self, followers)) {
-    if (relay != self) addresses.push_back(members[relay + 1].peer_address());
-  }
+  for (size_t relay : AbortNotices::relaysOf(self, followers)) addresses.push_back(members[relay + 1].peer_address());
   // Asynchronous: the calls start here and answer on gRPC's threads.
   abort_notices_ = AbortNotices::send(std::move(request), addresses, options_.credentials);
 }
