@@ -14,6 +14,7 @@
 #include <cstring>
 
 #include "base/dtype.h"
+#include "client/src/env.h"
 #include "handoff/fd_passing.h"
 #include "handoff/frame.h"
 #include "handoff/shm_layout.h"
@@ -78,12 +79,9 @@ StatusOr<std::unique_ptr<Client>> Client::connect(const ClientOptions& options) 
 }
 
 Status Client::startTimelineFromEnvironment() {
-  const char* path = std::getenv("GRADSYNC_TIMELINE");
-  if (path == nullptr || *path == '\0') path = std::getenv("HOROVOD_TIMELINE");
-  if (path == nullptr || *path == '\0' || membership().rank != 0) return okStatus();
-  const char* marks = std::getenv("GRADSYNC_TIMELINE_MARK_CYCLES");
-  if (marks == nullptr) marks = std::getenv("HOROVOD_TIMELINE_MARK_CYCLES");
-  return startTimeline(path, marks != nullptr && std::strcmp(marks, "") != 0 && std::strcmp(marks, "0") != 0);
+  const EnvIdentity env = readEnvIdentity();
+  if (!env.timeline || membership().rank != 0) return okStatus();
+  return startTimeline(*env.timeline, env.timeline_mark_cycles);
 }
 
 Status Client::startTimeline(const std::string& path, bool mark_cycles) {

@@ -69,6 +69,9 @@ EnvIdentity readEnvIdentity() {
   env.autotune_steps_per_sample = numberOrHorovod<uint32_t>("AUTOTUNE_STEPS_PER_SAMPLE");
   env.autotune_samples_per_setting = number<uint32_t>("GRADSYNC_AUTOTUNE_SAMPLES_PER_SETTING");
   env.autotune_log = textOrHorovod("AUTOTUNE_LOG");
+  env.timeline = textOrHorovod("TIMELINE");
+  const auto marks = textOrHorovod("TIMELINE_MARK_CYCLES");
+  env.timeline_mark_cycles = marks && *marks != "0";
   return env;
 }
 

@@ -52,6 +52,11 @@ struct EnvIdentity {
   // GRADSYNC_AUTOTUNE_LOG (or HOROVOD_AUTOTUNE_LOG): rank 0 writes autotune's
   // measurements there (CSV).
   std::optional<std::string> autotune_log;
+  // GRADSYNC_TIMELINE (or HOROVOD_TIMELINE): rank 0 writes the job's
+  // timeline there; GRADSYNC_TIMELINE_MARK_CYCLES (or Horovod's) set and not
+  // "0": with the daemon's cycle marks.
+  std::optional<std::string> timeline;
+  bool timeline_mark_cycles = false;
 };
 
 EnvIdentity readEnvIdentity();

@@ -14,6 +14,7 @@
 #include <mutex>
 
 #include "base/unique_fd.h"
+#include "daemon/common/environment.h"
 
 namespace gradsync {
 namespace {
@@ -69,8 +70,8 @@ class JournalSink final : public spdlog::sinks::base_sink<std::mutex> {
 };
 
 bool stderrIsJournal() {
-  const char* stream = std::getenv("JOURNAL_STREAM");
-  if (stream == nullptr) return false;
+  const std::string stream = environment::journalStream();
+  if (stream.empty()) return false;
   struct stat st {};
   if (::fstat(STDERR_FILENO, &st) != 0) return false;
   return std::to_string(st.st_dev) + ":" + std::to_string(st.st_ino) == stream;
@@ -99,8 +100,8 @@ LogFields fieldsOf(const std::string& message) {
 
 std::shared_ptr<spdlog::sinks::sink> journalSinkIfStderrIsJournal(const std::string& identifier) {
   if (!stderrIsJournal()) return nullptr;
-  const char* override_path = std::getenv("GRADSYNC_JOURNAL_SOCKET");
-  const std::string path = override_path != nullptr ? override_path : kJournalSocket;
+  const std::string override_path = environment::journalSocket();
+  const std::string path = !override_path.empty() ? override_path : kJournalSocket;
   sockaddr_un address{};
   if (path.size() >= sizeof(address.sun_path)) return nullptr;
   address.sun_family = AF_UNIX;

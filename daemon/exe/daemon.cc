@@ -18,6 +18,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "daemon/common/environment.h"
 #include "daemon/common/logging.h"
 #include "daemon/gpu/gpu_inventory.h"
 #include "daemon/metrics/prometheus.h"
@@ -195,8 +196,7 @@ Status Daemon::startControlSocket(int gid) {
 }
 
 void Daemon::loadNccl(server::DaemonFacts* facts) {
-  const char* path = std::getenv("GRADSYNC_NCCL_LIBRARY");
-  auto nccl = gpu::NcclLibrary::load(path != nullptr ? path : "");
+  auto nccl = gpu::NcclLibrary::load(environment::ncclLibrary());
   if (!nccl.isOk()) {
     facts->nccl_note = nccl.status().message();
     return;

@@ -36,8 +36,8 @@
 #include <memory>
 #include <vector>
 
+#include "daemon/executor/cpu_executor.h"
 #include "daemon/executor/daemon_comms.h"
-#include "daemon/executor/local_executor.h"
 #include "daemon/executor/node_gpu_comms.h"
 #include "daemon/gpu/device_ops.h"
 #include "daemon/gpu/nccl_comm.h"

@@ -2,7 +2,7 @@
 // GpuExecutor across nodes for allgather, alltoall and reducescatter of CUDA
 // tensors: through host memory and the daemons' ring (alltoall: their
 // pairwise exchange), as the CPU executor does them
-// (multi_node_executor.cc), with the node's ranks copied out of and back
+// (cpu_executor_across_nodes.cc), with the node's ranks copied out of and back
 // into their GPU memory, whichever of the node's GPUs they use (the GPUs'
 // sums combined first for reducescatter): for process sets, jobs without
 // the daemons' NCCL communicator, and after it failed. The whole job's go

@@ -9,6 +9,8 @@
 #include <cstdlib>
 #include <fstream>
 
+#include "daemon/common/environment.h"
+
 namespace gradsync::gpu {
 namespace {
 
@@ -41,8 +43,7 @@ std::string whyNone(cudaError_t err, int driver_version) {
 
 // MPS: a control daemon listens on a named pipe in its pipe directory.
 void probeMps(GpuInventory* inventory) {
-  const char* dir = std::getenv("CUDA_MPS_PIPE_DIRECTORY");
-  inventory->mps_pipe = (dir != nullptr && dir[0] != '\0') ? dir : "/tmp/nvidia-mps";
+  inventory->mps_pipe = environment::mpsPipeDirectory();
   struct stat st {};
   inventory->mps = ::stat((inventory->mps_pipe + "/control").c_str(), &st) == 0;
 }

@@ -17,12 +17,12 @@
 #include <string>
 #include <vector>
 
+#include "daemon/executor/cpu_executor.h"
 #include "daemon/executor/gpu_executor.h"
-#include "daemon/executor/local_executor.h"
 #include "daemon/executor/rank_access.h"
 #include "daemon/fusion/fusion_planner.h"
 #include "daemon/metrics/job_stats.h"
-#include "daemon/peer/data_plane.h"
+#include "daemon/peer/peer_data_plane.h"
 #include "daemon/server/job_timeline.h"
 #include "daemon/server/output_grants.h"
 #include "daemon/server/session.h"
@@ -42,7 +42,7 @@ class BatchRunner : private executor::RankAccess {
   using Clock = std::chrono::steady_clock;
   struct Parts {
     std::string job_id;
-    executor::LocalExecutor* executor = nullptr;
+    executor::CpuExecutor* executor = nullptr;
     executor::DataPlane* plane = nullptr;
     peer::PeerDataPlane* peer_plane = nullptr;  // null: one node
     OutputGrants* grants = nullptr;

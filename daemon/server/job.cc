@@ -238,10 +238,10 @@ bool Job::removeSession(const Session& session, const std::string& cause, bool c
     // that is this rank's loss.
     const std::string who = session.describe();
     outputs_.sessionLeft(session.id(), failure_.compare(0, who.size(), who) == 0 ? failure_ : who + " left the job");
-    if (!failure_.empty()) refuseJoinersLocked(failure_, &loss.outbox);
+    if (!failure_.empty()) refuseJoinersLocked(failure_, &loss.to_ranks);
     // A follower's joiners wait for the leader's epoch (which admits those
     // reported, or removes the node and so fails them).
-    if (ranks_.count() == 0 && !loss.report) refuseJoinersLocked("every rank of the job left", &loss.outbox);
+    if (ranks_.count() == 0 && !loss.report) refuseJoinersLocked("every rank of the job left", &loss.to_ranks);
     loss.empty = ranks_.empty();
     // What the other nodes hear: the job's first failure (a rank leaving a
     // job that failed already is no news, and must not be announced first).
@@ -258,7 +258,7 @@ bool Job::removeSession(const Session& session, const std::string& cause, bool c
   } else if (cross_ && !loss.epoch_changed) {
     cross_->announceFailure("job '" + spec_.job_id + "': " + loss.announced, false);
   }
-  flush(&loss.outbox);
+  flush(&loss.to_ranks);
   return loss.empty;
 }
 
@@ -267,7 +267,7 @@ void Job::loseRankLocked(const Session& session, const std::string& what, bool c
   if (elastic_loss && cross_) {
     // Across daemons the leader decides the next epoch.
     if (cross_->isLeader()) {
-      loss->cross_failure = leadEpochLocked({session.rank()}, epochs_.current(), what, &loss->outbox);
+      loss->cross_failure = leadEpochLocked({session.rank()}, epochs_.current(), what, &loss->to_ranks);
     } else {
       loss->report.emplace(session.rank(), epochs_.current());
       epochs_.markEnding();
@@ -279,7 +279,7 @@ void Job::loseRankLocked(const Session& session, const std::string& what, bool c
   } else if (elastic_loss && ranks_.count() > 0) {
     // Below min_size the new epoch waits for new ranks (housekeeping).
     const bool full = ranks_.count() >= spec_.min_size;
-    changeEpochLocked(what, &loss->outbox, /*admit=*/false, /*announce=*/full);
+    changeEpochLocked(what, &loss->to_ranks, /*admit=*/false, /*announce=*/full);
     if (!full) epochs_.waitBelowMinimum(Clock::now());
     loss->epoch_changed = true;
   } else if (failure_.empty() && !stopping_) {
@@ -287,11 +287,11 @@ void Job::loseRankLocked(const Session& session, const std::string& what, bool c
     // The other nodes hear the cause before the errors for their requests
     // (see failJob).
     if (cross_) cross_->announceFailure("job '" + spec_.job_id + "': " + failure_, false);
-    failAllLocked(aborted("job '" + spec_.job_id + "': " + failure_), &loss->outbox,
+    failAllLocked(aborted("job '" + spec_.job_id + "': " + failure_), &loss->to_ranks,
                   /*keep_negotiated=*/cross_ != nullptr);
-    if (!loss->outbox.empty()) {
+    if (!loss->to_ranks.empty()) {
       GS_LOG(control, warn, "job '{}': {}; failed {} collectives in flight", spec_.job_id, failure_,
-             loss->outbox.size());
+             loss->to_ranks.size());
     }
   }
 }
@@ -302,7 +302,7 @@ void Job::submit(const std::shared_ptr<Session>& session, const v1::Enqueue& enq
   context.gpu = gpu.get();
   auto request = validateEnqueue(enqueue, context);
 
-  Outbox outbox;
+  RankMessages to_ranks;
   std::vector<coordinator::Response> inline_batch;
   {
     MutexLock lock(mutex_);
@@ -313,30 +313,30 @@ void Job::submit(const std::shared_ptr<Session>& session, const v1::Enqueue& enq
     if (!request.isOk()) {
       failRequestLocked(minimal,
                         Status(request.status().code(), "job '" + spec_.job_id + "' " + request.status().message()),
-                        &outbox);
+                        &to_ranks);
     } else if (session->handlesInFlight() >= limits_.max_inflight_per_rank) {
       countErrorLocked(StatusCode::kResourceExhausted);
-      outbox.emplace_back(session, doneMessage(spec_.job_id, minimal,
-                                               resourceExhausted(session->describe() + " has " +
-                                                                 std::to_string(session->handlesInFlight()) +
-                                                                 " operations in flight, the most allowed "
-                                                                 "(max_inflight_per_rank): wait for some first")));
+      to_ranks.emplace_back(session, doneMessage(spec_.job_id, minimal,
+                                                 resourceExhausted(session->describe() + " has " +
+                                                                   std::to_string(session->handlesInFlight()) +
+                                                                   " operations in flight, the most allowed "
+                                                                   "(max_inflight_per_rank): wait for some first")));
     } else if (!session->addHandle(enqueue.handle())) {
       // Not failRequestLocked: that would end the original operation too.
       countErrorLocked(StatusCode::kInvalidArgument);
-      outbox.emplace_back(session, doneMessage(spec_.job_id, minimal,
-                                               invalidArgument("handle " + std::to_string(enqueue.handle()) +
-                                                               " is already in flight")));
+      to_ranks.emplace_back(session, doneMessage(spec_.job_id, minimal,
+                                                 invalidArgument("handle " + std::to_string(enqueue.handle()) +
+                                                                 " is already in flight")));
     } else if (!failure_.empty() || stopping_) {
       failRequestLocked(
-          *request, aborted("job '" + spec_.job_id + "': " + (failure_.empty() ? stop_reason_ : failure_)), &outbox);
-    } else if (!refuseStaleEpochLocked(session, enqueue, &outbox)) {
+          *request, aborted("job '" + spec_.job_id + "': " + (failure_.empty() ? stop_reason_ : failure_)), &to_ranks);
+    } else if (!refuseStaleEpochLocked(session, enqueue, &to_ranks)) {
       request->rank = session->rank();  // renumbered under this lock
       request->received = Clock::now();
-      submitToCoordinator(session, std::move(request).value(), &outbox, &inline_batch);
+      submitToCoordinator(session, std::move(request).value(), &to_ranks, &inline_batch);
     }
   }
-  flush(&outbox);
+  flush(&to_ranks);
   if (!inline_batch.empty()) {
     runBatch(std::move(inline_batch));
     MutexLock lock(mutex_);
@@ -358,8 +358,8 @@ EnqueueContext Job::enqueueContext(int rank, const handoff::ShmArena* arena, boo
   return context;
 }
 
-void Job::submitToCoordinator(const std::shared_ptr<Session>& session, coordinator::Request request, Outbox* outbox,
-                              std::vector<coordinator::Response>* inline_batch, bool steady) {
+void Job::submitToCoordinator(const std::shared_ptr<Session>& session, coordinator::Request request,
+                              RankMessages* to_ranks, std::vector<coordinator::Response>* inline_batch, bool steady) {
   if (cross_ && !cross_started_) {
     early_.emplace_back(session, std::move(request));  // replayed once the node's role is known
     return;
@@ -370,7 +370,7 @@ void Job::submitToCoordinator(const std::shared_ptr<Session>& session, coordinat
     // its group held so far (the leader negotiates a group whole; they
     // would wait there for them until the hold limit).
     for (auto& held : steady_.takeGroup(request.group_id)) {
-      submitToCoordinator(held.session, std::move(held.request), outbox, inline_batch, /*steady=*/false);
+      submitToCoordinator(held.session, std::move(held.request), to_ranks, inline_batch, /*steady=*/false);
     }
   }
   if (cross_ && !cross_->isLeader()) {
@@ -382,10 +382,10 @@ void Job::submitToCoordinator(const std::shared_ptr<Session>& session, coordinat
   // The leader's own ranks: which cached response each request repeats
   // (the followers' ranks say so by cache id).
   if (cross_ && session) request.repeats = cross_->cachedId(request);
-  negotiateLocked(std::move(request), outbox, inline_batch);
+  negotiateLocked(std::move(request), to_ranks, inline_batch);
 }
 
-void Job::negotiateLocked(coordinator::Request request, Outbox* outbox,
+void Job::negotiateLocked(coordinator::Request request, RankMessages* to_ranks,
                           std::vector<coordinator::Response>* inline_batch) {
   coordinator::Request minimal;
   minimal.rank = request.rank;
@@ -396,7 +396,7 @@ void Job::negotiateLocked(coordinator::Request request, Outbox* outbox,
   auto ready = negotiator_.submit(std::move(request), Clock::now());
   if (!ready.isOk()) {
     timeline_.negotiated(minimal.name, type);
-    failRequestLocked(minimal, ready.status(), outbox);
+    failRequestLocked(minimal, ready.status(), to_ranks);
     return;
   }
   readyLocked(std::move(ready).value(), inline_batch);
@@ -447,7 +447,7 @@ void Job::grant(const Session& session, const v1::OutputGrant& grant) {
   }
 }
 
-void Job::failRequestLocked(const coordinator::Request& request, const Status& status, Outbox* outbox,
+void Job::failRequestLocked(const coordinator::Request& request, const Status& status, RankMessages* to_ranks,
                             bool membership_changed) {
   countErrorLocked(status.code());
   last_error_ = status.message();
@@ -462,19 +462,19 @@ void Job::failRequestLocked(const coordinator::Request& request, const Status& s
     return;
   }
   session->removeHandle(request.handle);
-  outbox->emplace_back(session, doneMessage(spec_.job_id, request, status, membership_changed));
+  to_ranks->emplace_back(session, doneMessage(spec_.job_id, request, status, membership_changed));
 }
 
-size_t Job::failAllLocked(const Status& status, Outbox* outbox, bool keep_negotiated, bool membership_changed) {
-  const size_t before = outbox->size();
+size_t Job::failAllLocked(const Status& status, RankMessages* to_ranks, bool keep_negotiated, bool membership_changed) {
+  const size_t before = to_ranks->size();
   const auto fail = [&](const coordinator::Request& request)
-                        GS_REQUIRES(mutex_) { failRequestLocked(request, status, outbox, membership_changed); };
+                        GS_REQUIRES(mutex_) { failRequestLocked(request, status, to_ranks, membership_changed); };
   for (const auto& request : negotiator_.takeAll()) fail(request);
   auto early = std::move(early_);
   early_.clear();
   for (const auto& [session, request] : early) fail(request);
   for (const auto& held : steady_.takeAll()) fail(held.request);
-  if (keep_negotiated) return outbox->size() - before;
+  if (keep_negotiated) return to_ranks->size() - before;
   auto forwarded = std::move(forwarded_);
   forwarded_.clear();
   for (const auto& [key, request] : forwarded) fail(request);
@@ -483,12 +483,12 @@ size_t Job::failAllLocked(const Status& status, Outbox* outbox, bool keep_negoti
       if (request) fail(*request);
     }
   }
-  return outbox->size() - before;
+  return to_ranks->size() - before;
 }
 
-void Job::flush(Outbox* outbox) {
-  for (auto& [session, message] : *outbox) session->send(message);
-  outbox->clear();
+void Job::flush(RankMessages* to_ranks) {
+  for (auto& [session, message] : *to_ranks) session->send(message);
+  to_ranks->clear();
 }
 
 void Job::housekeeping(Clock::time_point now) {
@@ -496,13 +496,13 @@ void Job::housekeeping(Clock::time_point now) {
   checkFormation(now);
   if (spec_.elastic && cross_) reportJoiners();
   if (spec_.elastic) {
-    Outbox outbox;
+    RankMessages to_ranks;
     std::string failure;
     {
       MutexLock lock(mutex_);
-      failure = fillEpochLocked(now, &outbox);
+      failure = fillEpochLocked(now, &to_ranks);
     }
-    flush(&outbox);
+    flush(&to_ranks);
     if (!failure.empty()) failJob(failure, /*node_lost=*/false);
   }
   checkStalls(now);
@@ -517,7 +517,7 @@ void Job::checkStalls(Clock::time_point now) {
     stall_nodes_epoch_ = cross_->epoch();
     nodes = cross_->members();
   }
-  Outbox outbox;
+  RankMessages to_ranks;
   {
     MutexLock lock(mutex_);
     if (nodes) stalls_.setNodes(std::move(*nodes));
@@ -530,28 +530,28 @@ void Job::checkStalls(Clock::time_point now) {
     for (const auto& [name, what] : review.expired) {
       GS_LOG(coordinator, err, "{}: deadline passed, failing it", what);
       for (const auto& request : negotiator_.take(name)) {
-        failRequestLocked(request, deadlineExceeded(what + " (stall deadline passed)"), &outbox);
+        failRequestLocked(request, deadlineExceeded(what + " (stall deadline passed)"), &to_ranks);
       }
     }
   }
-  flush(&outbox);
+  flush(&to_ranks);
 }
 
 void Job::stop(const std::string& reason, bool daemon_stopping) {
-  Outbox outbox;
+  RankMessages to_ranks;
   {
     MutexLock lock(mutex_);
     if (stopping_) return;
     stopping_ = true;
     stop_reason_ = reason;
     outputs_.stopping();
-    failAllLocked(unavailable(reason), &outbox);
-    refuseJoinersLocked(reason, &outbox);
+    failAllLocked(unavailable(reason), &to_ranks);
+    refuseJoinersLocked(reason, &to_ranks);
     wakeExecutorLocked();
   }
   ready_cv_.notify_all();
   state_cv_.notify_all();
-  flush(&outbox);
+  flush(&to_ranks);
   if (cross_) cross_->abortTransfers(reason);  // the executor thread is joined next
   // The other nodes cannot run anything with this daemon gone.
   if (cross_ && daemon_stopping) {

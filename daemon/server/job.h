@@ -21,16 +21,16 @@
 #include "base/unique_fd.h"
 #include "daemon/autotune/job_tuning.h"
 #include "daemon/coordinator/negotiator.h"
+#include "daemon/executor/cpu_executor.h"
 #include "daemon/executor/gpu_executor.h"
-#include "daemon/executor/local_executor.h"
 #include "daemon/executor/rank_access.h"
 #include "daemon/gpu/gpu_node.h"
 #include "daemon/gpu/nccl_library.h"
 #include "daemon/metrics/job_stats.h"
 #include "daemon/peer/cross_node.h"
-#include "daemon/peer/data_plane.h"
 #include "daemon/peer/fast_rounds.h"
 #include "daemon/peer/hold_limit.h"
+#include "daemon/peer/peer_data_plane.h"
 #include "daemon/peer/round_exchange.h"
 #include "daemon/server/batch_queue.h"
 #include "daemon/server/batch_runner.h"
@@ -122,7 +122,7 @@ struct JobLimits {
   // (job_steady_state.cc).
   bool steady_state_rounds = true;
   // DaemonConfig.link_cost: how the allreduces among daemons are chosen
-  // (peer/data_plane.h).
+  // (peer/peer_data_plane.h).
   std::string link_cost = "auto";
   // Or after rounds through the leader, over the coordination streams,
   // where some node runs no rounds among the daemons
@@ -182,7 +182,9 @@ class Job {
   void stopTimeline() { timeline_.stop(); }
 
  private:
-  using Outbox = std::vector<std::pair<std::shared_ptr<Session>, v1::DaemonMessage>>;
+  // Messages to local ranks, gathered under the lock and sent after it
+  // (flush).
+  using RankMessages = std::vector<std::pair<std::shared_ptr<Session>, v1::DaemonMessage>>;
   using SessionSnapshot = std::map<int, std::shared_ptr<Session>>;
 
   // What validateEnqueue needs to check a request of `rank` (`remote`: a
@@ -195,13 +197,14 @@ class Job {
 
   // Multi-node plumbing (job_cross.cc).
   // `steady` false: not held for the rounds (it was, too long).
-  void submitToCoordinator(const std::shared_ptr<Session>& session, coordinator::Request request, Outbox* outbox,
-                           std::vector<coordinator::Response>* inline_batch, bool steady = true) GS_REQUIRES(mutex_);
+  void submitToCoordinator(const std::shared_ptr<Session>& session, coordinator::Request request,
+                           RankMessages* to_ranks, std::vector<coordinator::Response>* inline_batch, bool steady = true)
+      GS_REQUIRES(mutex_);
   // The leader's (or one daemon's) negotiation of `request`: what it makes
   // ready runs inline (small, on one daemon, nothing executing) or wakes
   // the executor thread.
-  void negotiateLocked(coordinator::Request request, Outbox* outbox, std::vector<coordinator::Response>* inline_batch)
-      GS_REQUIRES(mutex_);
+  void negotiateLocked(coordinator::Request request, RankMessages* to_ranks,
+                       std::vector<coordinator::Response>* inline_batch) GS_REQUIRES(mutex_);
   // A follower's rank's request of `epoch`; one of an epoch that ended
   // while it was on its way is dropped (its follower fails it).
   void submitRemote(int rank, const v1::Enqueue& enqueue, uint64_t epoch);
@@ -212,9 +215,9 @@ class Job {
   // `request` (or why it was refused; `enqueue` names it then) into the
   // negotiation, unless its epoch ended or its rank is not another node's.
   void admitRemoteLocked(int rank, StatusOr<coordinator::Request> request, const v1::Enqueue* enqueue, uint64_t epoch,
-                         Outbox* outbox) GS_REQUIRES(mutex_);
+                         RankMessages* to_ranks) GS_REQUIRES(mutex_);
   // The same for the ranks of `repeat`.
-  void admitRepeatLocked(coordinator::Repeat repeat, uint64_t epoch, Outbox* outbox) GS_REQUIRES(mutex_);
+  void admitRepeatLocked(coordinator::Repeat repeat, uint64_t epoch, RankMessages* to_ranks) GS_REQUIRES(mutex_);
   // Whether a follower's request of `rank` may be negotiated here (a rank
   // of this node's is not: warned of).
   bool isOtherNodesRankLocked(int rank) const GS_REQUIRES(mutex_);
@@ -304,13 +307,13 @@ class Job {
                       Clock::time_point started) GS_EXCLUDES(mutex_);
   // `started`: when the response's fused batch began executing.
   void complete(const coordinator::Response& response, const executor::ResponseResult& result,
-                Clock::time_point started, Outbox* outbox) GS_REQUIRES(mutex_);
+                Clock::time_point started, RankMessages* to_ranks) GS_REQUIRES(mutex_);
   // The Done of request `i` of `response` (`admit`: the commit admitted
   // joiners, the epoch changes).
   v1::DaemonMessage doneFor(const coordinator::Response& response, const executor::ResponseResult& result, size_t i,
                             bool admit) const GS_REQUIRES(mutex_);
   // A commit admitted the joiners: a new epoch here, or the leader's.
-  void admitAtCommitLocked(const std::string& commit, Outbox* outbox) GS_REQUIRES(mutex_);
+  void admitAtCommitLocked(const std::string& commit, RankMessages* to_ranks) GS_REQUIRES(mutex_);
   // A collective failed or was refused.
   void countErrorLocked(StatusCode code) GS_REQUIRES(mutex_) {
     ++errors_;
@@ -327,7 +330,7 @@ class Job {
   // `admit`: the waiting joiners become ranks too, after the survivors.
   // `announce` false: the new epoch forms below min_size and is announced
   // once joiners fill it (housekeeping), or fails after elastic_timeout.
-  void changeEpochLocked(const std::string& cause, Outbox* outbox, bool admit = false, bool announce = true)
+  void changeEpochLocked(const std::string& cause, RankMessages* to_ranks, bool admit = false, bool announce = true)
       GS_REQUIRES(mutex_);
   // Moves to epoch `next` with `survivors` (ranks of the current epoch, in
   // order: a survivor's new rank is its index): fails what is in flight
@@ -338,28 +341,29 @@ class Job {
   // survivors); `size_after`: the job's new size (all nodes).
   using Admitted = JobRanks::Admitted;
   void enterEpochLocked(uint64_t next, const std::vector<int>& survivors, const Admitted& admitted, int size_after,
-                        int size_before, const std::string& cause, Outbox* outbox, bool announce) GS_REQUIRES(mutex_);
+                        int size_before, const std::string& cause, RankMessages* to_ranks, bool announce)
+      GS_REQUIRES(mutex_);
   // Elastic jobs across daemons (job_elastic_cross.cc). Leader: `ranks` of
   // `epoch` were lost (a hook of the CrossNode, or a local rank); starts the
   // next epoch everywhere, or fails the job when it cannot go on.
   void crossRanksLost(const std::vector<int>& ranks, uint64_t epoch, const std::string& cause);
   // Leader: the next epoch without `ranks`. Returns why the
   // job cannot go on (empty when it does; the caller then fails it).
-  std::string leadEpochLocked(const std::vector<int>& ranks, uint64_t epoch, const std::string& cause, Outbox* outbox)
-      GS_REQUIRES(mutex_);
+  std::string leadEpochLocked(const std::vector<int>& ranks, uint64_t epoch, const std::string& cause,
+                              RankMessages* to_ranks) GS_REQUIRES(mutex_);
   // Follower: the leader's new epoch.
   void onNewEpoch(const v1::NewEpoch& change);
   // Applies the leader's `change` here. Returns the ranks
   // admitted for joiners of this node that have left meanwhile.
-  std::vector<int> applyNewEpochLocked(const v1::NewEpoch& change, Outbox* outbox) GS_REQUIRES(mutex_);
+  std::vector<int> applyNewEpochLocked(const v1::NewEpoch& change, RankMessages* to_ranks) GS_REQUIRES(mutex_);
   // Leader: a commit barrier that admits joiners completed (or the epoch
   // waits below the minimum and joiners came); the next epoch takes them
   // in on every node. `when` ends the cause ("at the commit 'x'").
-  void admitAcrossLocked(const std::string& when, Outbox* outbox) GS_REQUIRES(mutex_);
+  void admitAcrossLocked(const std::string& when, RankMessages* to_ranks) GS_REQUIRES(mutex_);
   // Leader, the epoch below the minimum: admits the joiners there are, or
   // returns why the job fails (the elastic timeout passed; empty: it
   // waits on).
-  std::string fillAcrossLocked(Clock::time_point now, Outbox* outbox) GS_REQUIRES(mutex_);
+  std::string fillAcrossLocked(Clock::time_point now, RankMessages* to_ranks) GS_REQUIRES(mutex_);
   // Leader: a joiner waits to be admitted, here (stream open) or reported
   // by a follower.
   bool joinersWaitingLocked() const GS_REQUIRES(mutex_);
@@ -368,23 +372,23 @@ class Job {
   void markAdmissionLocked(std::vector<coordinator::Response>* batch) GS_REQUIRES(mutex_);
   // What autotune measured or decided, to the local ranks that asked
   // (RegisterRequest.autotune_log).
-  void tellTuningLocked(const std::vector<autotune::TuningEvent>& events, Outbox* outbox) GS_REQUIRES(mutex_);
+  void tellTuningLocked(const std::vector<autotune::TuningEvent>& events, RankMessages* to_ranks) GS_REQUIRES(mutex_);
   // Followers: joiners whose stream opened are reported to the leader (housekeeping).
   void reportJoiners();
   // Size (`size`), negotiator and process sets for the
   // sessions there are now (only the global process set).
   void resizeLocked(int size) GS_REQUIRES(mutex_);
   // Tells every rank its place in the current epoch.
-  void announceEpochLocked(const std::string& cause, Outbox* outbox) GS_REQUIRES(mutex_);
+  void announceEpochLocked(const std::string& cause, RankMessages* to_ranks) GS_REQUIRES(mutex_);
   // Below min_size: admits joiners whose stream is open; announces the
   // epoch once it is full, or fails the job after elastic_timeout. Across
   // daemons the leader does (fillAcrossLocked), and the failure it returns
   // is for the caller to announce (failJob).
-  std::string fillEpochLocked(Clock::time_point now, Outbox* outbox) GS_REQUIRES(mutex_);
+  std::string fillEpochLocked(Clock::time_point now, RankMessages* to_ranks) GS_REQUIRES(mutex_);
   // An elastic rank's enqueue of another epoch (or of a joiner not yet
   // admitted): fails it (retriable); true when it did.
-  bool refuseStaleEpochLocked(const std::shared_ptr<Session>& session, const v1::Enqueue& enqueue, Outbox* outbox)
-      GS_REQUIRES(mutex_);
+  bool refuseStaleEpochLocked(const std::shared_ptr<Session>& session, const v1::Enqueue& enqueue,
+                              RankMessages* to_ranks) GS_REQUIRES(mutex_);
   // A commit barrier completed in the current epoch with joiners waiting:
   // true (the Dones say so), and the caller admits them.
   bool admitsJoinersLocked(const coordinator::Response& response, const executor::ResponseResult& result) const
@@ -392,21 +396,21 @@ class Job {
   // A barrier every rank entered through commit() (job_elastic.cc).
   static bool isCommitBarrier(const coordinator::Response& response);
   // Tells the ranks waiting to join that the job will not take them.
-  void refuseJoinersLocked(const std::string& cause, Outbox* outbox) GS_REQUIRES(mutex_);
+  void refuseJoinersLocked(const std::string& cause, RankMessages* to_ranks) GS_REQUIRES(mutex_);
   // The same, and the ranks (which may wait in rejoin) that the job failed.
-  void refuseAllLocked(const std::string& cause, Outbox* outbox) GS_REQUIRES(mutex_);
-  // Fails `request` with `status`, queueing its Done in `outbox`.
+  void refuseAllLocked(const std::string& cause, RankMessages* to_ranks) GS_REQUIRES(mutex_);
+  // Fails `request` with `status`, queueing its Done in `to_ranks`.
   // `membership_changed`: the Done says the failure is retriable.
-  void failRequestLocked(const coordinator::Request& request, const Status& status, Outbox* outbox,
+  void failRequestLocked(const coordinator::Request& request, const Status& status, RankMessages* to_ranks,
                          bool membership_changed = false) GS_REQUIRES(mutex_);
   // Fails what waits for ranks: pending negotiations (and, unless
   // keep_negotiated, collectives already negotiated but not executed: a
   // multi-node job keeps those when nodes are intact, since other nodes may
   // have completed them already).
   // Returns how many it failed.
-  size_t failAllLocked(const Status& status, Outbox* outbox, bool keep_negotiated = false,
+  size_t failAllLocked(const Status& status, RankMessages* to_ranks, bool keep_negotiated = false,
                        bool membership_changed = false) GS_REQUIRES(mutex_);
-  static void flush(Outbox* outbox);
+  static void flush(RankMessages* to_ranks);
   // The Done answering `request` with `status` (error detail filled in).
   static v1::DaemonMessage doneMessage(const std::string& job_id, const coordinator::Request& request,
                                        const Status& status, bool membership_changed = false);
@@ -429,7 +433,7 @@ class Job {
   std::atomic<uint64_t> steady_round_message_bytes_{0};  // among daemons; 0: through the leader (varies)
   std::atomic<int> size_;  // the job's size: spec_.size, smaller after elastic epoch changes
   std::unique_ptr<executor::GpuExecutor> gpu_executor_;  // null without GPUs
-  executor::LocalExecutor executor_;
+  executor::CpuExecutor executor_;
 
   mutable Mutex mutex_;
   CondVar ready_cv_;
@@ -535,7 +539,7 @@ class Job {
   // What a rank's loss leaves to do once mutex_ is released
   // (removeSession).
   struct RankLoss {
-    Outbox outbox;
+    RankMessages to_ranks;
     bool empty = false;                                  // no rank or joiner is left
     bool epoch_changed = false;                          // elastic: a new epoch, not a failure
     std::string cross_failure;                           // the leader cannot go on

@@ -25,36 +25,36 @@ void Job::startCrossNodeIfComplete() {
     }
   }
   cross_->start(ranks, pids);
-  Outbox outbox;
+  RankMessages to_ranks;
   std::vector<coordinator::Response> unused;
   {
     MutexLock lock(mutex_);
     cross_started_ = true;
     auto early = std::move(early_);
     early_.clear();
-    for (auto& [session, request] : early) submitToCoordinator(session, std::move(request), &outbox, &unused);
+    for (auto& [session, request] : early) submitToCoordinator(session, std::move(request), &to_ranks, &unused);
   }
-  flush(&outbox);
+  flush(&to_ranks);
 }
 
 void Job::submitRemote(int rank, const v1::Enqueue& enqueue, uint64_t epoch) {
   // Its arena lives on the other node, which checked the range.
   auto request = validateEnqueue(enqueue, enqueueContext(rank, nullptr, /*remote=*/true));
-  Outbox outbox;
+  RankMessages to_ranks;
   {
     MutexLock lock(mutex_);
-    admitRemoteLocked(rank, std::move(request), &enqueue, epoch, &outbox);
+    admitRemoteLocked(rank, std::move(request), &enqueue, epoch, &to_ranks);
   }
-  flush(&outbox);
+  flush(&to_ranks);
 }
 
 void Job::submitRemoteRepeats(std::vector<coordinator::Repeat> repeats, uint64_t epoch) {
-  Outbox outbox;
+  RankMessages to_ranks;
   {
     MutexLock lock(mutex_);
-    for (coordinator::Repeat& repeat : repeats) admitRepeatLocked(std::move(repeat), epoch, &outbox);
+    for (coordinator::Repeat& repeat : repeats) admitRepeatLocked(std::move(repeat), epoch, &to_ranks);
   }
-  flush(&outbox);
+  flush(&to_ranks);
 }
 
 bool Job::isOtherNodesRankLocked(int rank) const {
@@ -65,7 +65,7 @@ bool Job::isOtherNodesRankLocked(int rank) const {
 }
 
 void Job::admitRemoteLocked(int rank, StatusOr<coordinator::Request> request, const v1::Enqueue* enqueue,
-                            uint64_t epoch, Outbox* outbox) {
+                            uint64_t epoch, RankMessages* to_ranks) {
   // The CrossNode checked the epoch on arrival, but this job may have
   // moved to the next one since: the rank's number is of the old epoch,
   // and its follower fails the request when it applies the new one (it
@@ -79,15 +79,15 @@ void Job::admitRemoteLocked(int rank, StatusOr<coordinator::Request> request, co
     named.rank = rank;
     failRequestLocked(enqueue != nullptr ? coordinator::requestOf(rank, *enqueue) : named,
                       Status(request.status().code(), "job '" + spec_.job_id + "' " + request.status().message()),
-                      outbox);
+                      to_ranks);
   } else if (!failure_.empty() || stopping_) {
-    failRequestLocked(*request, aborted("job '" + spec_.job_id + "': " + failure_), outbox);
+    failRequestLocked(*request, aborted("job '" + spec_.job_id + "': " + failure_), to_ranks);
   } else {
-    submitToCoordinator(nullptr, std::move(request).value(), outbox, &unused);
+    submitToCoordinator(nullptr, std::move(request).value(), to_ranks, &unused);
   }
 }
 
-void Job::admitRepeatLocked(coordinator::Repeat repeat, uint64_t epoch, Outbox* outbox) {
+void Job::admitRepeatLocked(coordinator::Repeat repeat, uint64_t epoch, RankMessages* to_ranks) {
   if (epoch != 0 && epoch != epochs_.current()) return;  // (as in admitRemoteLocked)
   std::vector<int>& ranks = repeat.ranks;
   ranks.erase(std::remove_if(ranks.begin(), ranks.end(),
@@ -95,7 +95,7 @@ void Job::admitRepeatLocked(coordinator::Repeat repeat, uint64_t epoch, Outbox* 
               ranks.end());
   if (!failure_.empty() || stopping_) {
     for (size_t i = 0; i < ranks.size(); ++i) {
-      failRequestLocked(repeat.request(i), aborted("job '" + spec_.job_id + "': " + failure_), outbox);
+      failRequestLocked(repeat.request(i), aborted("job '" + spec_.job_id + "': " + failure_), to_ranks);
     }
     return;
   }
@@ -104,7 +104,7 @@ void Job::admitRepeatLocked(coordinator::Repeat repeat, uint64_t epoch, Outbox* 
   coordinator::Negotiator::Repeated submitted = negotiator_.submit(repeat, Clock::now());
   for (const auto& [request, status] : submitted.refused) {
     timeline_.negotiated(request.name, request.type);
-    failRequestLocked(request, status, outbox);
+    failRequestLocked(request, status, to_ranks);
   }
   std::vector<coordinator::Response> unused;  // (no inline batches across nodes)
   readyLocked(std::move(submitted.ready), &unused);
@@ -127,7 +127,7 @@ void Job::onRemoteBatch(std::vector<coordinator::Response> batch, uint64_t seque
 void Job::failJob(const peer::CrossNode::Failure& failure) {
   const std::string& cause = failure.cause;
   const bool node_lost = failure.node_lost;
-  Outbox outbox;
+  RankMessages to_ranks;
   std::string bare;
   {
     MutexLock lock(mutex_);
@@ -148,8 +148,8 @@ void Job::failJob(const peer::CrossNode::Failure& failure) {
     if (cross_ && !failure.others_know) cross_->announceFailure(named, node_lost);
     // A lost node (or data plane) also ends what was negotiated: it cannot
     // run any more. A rank that left elsewhere only ends what waits for it.
-    failAllLocked(aborted(named), &outbox, /*keep_negotiated=*/!node_lost);
-    if (spec_.elastic) refuseAllLocked(failure_, &outbox);
+    failAllLocked(aborted(named), &to_ranks, /*keep_negotiated=*/!node_lost);
+    if (spec_.elastic) refuseAllLocked(failure_, &to_ranks);
     wakeExecutorLocked();
   }
   state_cv_.notify_all();
@@ -157,7 +157,7 @@ void Job::failJob(const peer::CrossNode::Failure& failure) {
   // timeout. The local ranks hear last: they may exit at once, closing
   // this node's part of the ring.
   if (cross_ && node_lost) cross_->abortTransfers(bare);
-  flush(&outbox);
+  flush(&to_ranks);
 }
 
 namespace {

@@ -27,8 +27,8 @@ Status Job::addJoiner(std::shared_ptr<Session> session) {
   return okStatus();
 }
 
-void Job::refuseJoinersLocked(const std::string& cause, Outbox* outbox) {
-  for (auto& refused : ranks_.refuseJoiners(cause)) outbox->push_back(std::move(refused));
+void Job::refuseJoinersLocked(const std::string& cause, RankMessages* to_ranks) {
+  for (auto& refused : ranks_.refuseJoiners(cause)) to_ranks->push_back(std::move(refused));
 }
 
 bool Job::isCommitBarrier(const coordinator::Response& response) {
@@ -53,23 +53,23 @@ void Job::resizeLocked(int size) {
   std::atomic_store(&process_sets_, std::make_shared<const coordinator::ProcessSetTable>(negotiator_.processSets()));
 }
 
-void Job::changeEpochLocked(const std::string& cause, Outbox* outbox, bool admit, bool announce) {
+void Job::changeEpochLocked(const std::string& cause, RankMessages* to_ranks, bool admit, bool announce) {
   const int before = size_.load();
   if (admit) ranks_.admitReadyJoiners();
   std::vector<int> survivors;  // one node holds them all: its sessions, joiners appended
   for (const auto& [rank, session] : ranks_.byRank()) survivors.push_back(rank);
-  enterEpochLocked(epochs_.current() + 1, survivors, {}, static_cast<int>(survivors.size()), before, cause, outbox,
+  enterEpochLocked(epochs_.current() + 1, survivors, {}, static_cast<int>(survivors.size()), before, cause, to_ranks,
                    announce);
 }
 
 void Job::enterEpochLocked(uint64_t next, const std::vector<int>& survivors, const Admitted& admitted, int after,
-                           int before, const std::string& cause, Outbox* outbox, bool announce) {
+                           int before, const std::string& cause, RankMessages* to_ranks, bool announce) {
   const Status changed =
       aborted("job '" + spec_.job_id + "': membership changed (epoch " + std::to_string(epochs_.current()) + " -> " +
               std::to_string(next) + "): " + cause + "; the job goes on with " + std::to_string(after) + " ranks");
-  const size_t failed = failAllLocked(changed, outbox, /*keep_negotiated=*/false, /*membership_changed=*/true);
+  const size_t failed = failAllLocked(changed, to_ranks, /*keep_negotiated=*/false, /*membership_changed=*/true);
   // Survivors keep their order.
-  for (auto& refused : ranks_.renumber(next, survivors, admitted, cause)) outbox->push_back(std::move(refused));
+  for (auto& refused : ranks_.renumber(next, survivors, admitted, cause)) to_ranks->push_back(std::move(refused));
   resizeLocked(after);
   stalls_.clear();
   outputs_.newEpoch(next);
@@ -80,16 +80,16 @@ void Job::enterEpochLocked(uint64_t next, const std::vector<int>& survivors, con
          announce ? ""
                   : "; waiting for new ranks up to the elastic timeout (below the minimum " +
                         std::to_string(spec_.min_size) + ")");
-  if (announce) announceEpochLocked(cause, outbox);
+  if (announce) announceEpochLocked(cause, to_ranks);
 }
 
-void Job::announceEpochLocked(const std::string& cause, Outbox* outbox) {
-  for (auto& place : ranks_.places(epochs_.current(), size_.load(), cause)) outbox->push_back(std::move(place));
+void Job::announceEpochLocked(const std::string& cause, RankMessages* to_ranks) {
+  for (auto& place : ranks_.places(epochs_.current(), size_.load(), cause)) to_ranks->push_back(std::move(place));
 }
 
-std::string Job::fillEpochLocked(Clock::time_point now, Outbox* outbox) {
+std::string Job::fillEpochLocked(Clock::time_point now, RankMessages* to_ranks) {
   if (!epochs_.belowMinimum() || !failure_.empty() || stopping_) return "";
-  if (cross_) return fillAcrossLocked(now, outbox);
+  if (cross_) return fillAcrossLocked(now, to_ranks);
   const int admitted = ranks_.admitReadyJoiners();
   const int size = ranks_.count();
   if (admitted > 0) {
@@ -100,21 +100,21 @@ std::string Job::fillEpochLocked(Clock::time_point now, Outbox* outbox) {
     epochs_.filled();
     GS_LOG(control, warn, "job '{}': epoch {} has {} ranks again (minimum {}): it goes on", spec_.job_id,
            epochs_.current(), size, spec_.min_size);
-    announceEpochLocked(epochs_.lastCause(), outbox);
+    announceEpochLocked(epochs_.lastCause(), to_ranks);
     return "";
   }
   if (!epochs_.belowMinimumFor(spec_.elastic_timeout, now)) return "";
   failLocked(epochs_.belowMinimumFailure(spec_.min_size, size_.load(), now));
   GS_LOG(control, warn, "job '{}' failed: {}", spec_.job_id, failure_);
-  failAllLocked(aborted("job '" + spec_.job_id + "': " + failure_), outbox);
-  refuseAllLocked(failure_, outbox);
+  failAllLocked(aborted("job '" + spec_.job_id + "': " + failure_), to_ranks);
+  refuseAllLocked(failure_, to_ranks);
   return "";
 }
 
-void Job::refuseAllLocked(const std::string& cause, Outbox* outbox) {
-  refuseJoinersLocked(cause, outbox);
+void Job::refuseAllLocked(const std::string& cause, RankMessages* to_ranks) {
+  refuseJoinersLocked(cause, to_ranks);
   // The survivors may wait in rejoin: the refusal ends it with the cause.
-  for (auto& refused : ranks_.refuseRanks(cause)) outbox->push_back(std::move(refused));
+  for (auto& refused : ranks_.refuseRanks(cause)) to_ranks->push_back(std::move(refused));
 }
 
 std::vector<std::shared_ptr<Session>> Job::stoppedRanks(Clock::time_point now) {
@@ -138,7 +138,8 @@ std::vector<std::shared_ptr<Session>> Job::stoppedRanks(Clock::time_point now) {
   return stopped;
 }
 
-bool Job::refuseStaleEpochLocked(const std::shared_ptr<Session>& session, const v1::Enqueue& enqueue, Outbox* outbox) {
+bool Job::refuseStaleEpochLocked(const std::shared_ptr<Session>& session, const v1::Enqueue& enqueue,
+                                 RankMessages* to_ranks) {
   if (!spec_.elastic || enqueue.epoch() == epochs_.current()) return false;
   coordinator::Request request;
   request.rank = session->rank();
@@ -147,7 +148,7 @@ bool Job::refuseStaleEpochLocked(const std::shared_ptr<Session>& session, const 
   countErrorLocked(StatusCode::kAborted);
   session->removeHandle(enqueue.handle());
   // Straight to the session: a joiner not yet admitted is not among the ranks.
-  outbox->emplace_back(
+  to_ranks->emplace_back(
       session, doneMessage(spec_.job_id, request,
                            aborted("job '" + spec_.job_id + "': " + session->describe() +
                                    "'s collective belongs to epoch " + std::to_string(enqueue.epoch()) +

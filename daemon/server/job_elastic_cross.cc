@@ -18,30 +18,30 @@
 namespace gradsync::server {
 
 std::string Job::leadEpochLocked(const std::vector<int>& ranks, uint64_t epoch, const std::string& cause,
-                                 Outbox* outbox) {
+                                 RankMessages* to_ranks) {
   auto change = cross_->beginEpoch(ranks, epoch, cause);
   if (!change.isOk()) {
     // NOT_FOUND: another report of the same loss came first.
     return change.status().code() == StatusCode::kNotFound ? "" : change.status().message();
   }
-  applyNewEpochLocked(*change, outbox);
+  applyNewEpochLocked(*change, to_ranks);
   return "";
 }
 
 void Job::crossRanksLost(const std::vector<int>& ranks, uint64_t epoch, const std::string& cause) {
-  Outbox outbox;
+  RankMessages to_ranks;
   std::string failure;
   {
     MutexLock lock(mutex_);
     if (!failure_.empty() || stopping_) return;
-    failure = leadEpochLocked(ranks, epoch, cause, &outbox);
+    failure = leadEpochLocked(ranks, epoch, cause, &to_ranks);
   }
   state_cv_.notify_all();
-  flush(&outbox);
+  flush(&to_ranks);
   if (!failure.empty()) failJob(failure, /*node_lost=*/true);
 }
 
-std::vector<int> Job::applyNewEpochLocked(const v1::NewEpoch& change, Outbox* outbox) {
+std::vector<int> Job::applyNewEpochLocked(const v1::NewEpoch& change, RankMessages* to_ranks) {
   Admitted admitted;
   std::vector<int> vanished;
   for (const auto& entry : change.admitted()) {
@@ -56,7 +56,7 @@ std::vector<int> Job::applyNewEpochLocked(const v1::NewEpoch& change, Outbox* ou
   // Below the minimum no rank is told its place: they wait (in rejoin) for
   // the epoch that admits enough joiners, or for the leader's timeout.
   enterEpochLocked(change.epoch(), {change.survivors().begin(), change.survivors().end()}, admitted,
-                   change.survivors_size() + change.admitted_size(), size_.load(), change.cause(), outbox,
+                   change.survivors_size() + change.admitted_size(), size_.load(), change.cause(), to_ranks,
                    /*announce=*/!change.below_minimum());
   if (!change.below_minimum()) {
     epochs_.filled();
@@ -67,7 +67,7 @@ std::vector<int> Job::applyNewEpochLocked(const v1::NewEpoch& change, Outbox* ou
 }
 
 void Job::onNewEpoch(const v1::NewEpoch& change) {
-  Outbox outbox;
+  RankMessages to_ranks;
   std::string gap;
   std::vector<int> vanished;
   {
@@ -79,11 +79,11 @@ void Job::onNewEpoch(const v1::NewEpoch& change) {
       gap = "job '" + spec_.job_id + "': the leader moved from epoch " + std::to_string(epochs_.current()) + " to " +
             std::to_string(change.epoch()) + " without telling this node the epochs between";
     } else {
-      vanished = applyNewEpochLocked(change, &outbox);
+      vanished = applyNewEpochLocked(change, &to_ranks);
     }
   }
   state_cv_.notify_all();
-  flush(&outbox);
+  flush(&to_ranks);
   if (!gap.empty()) failJob(gap, /*node_lost=*/true);
   // A joiner that left between its report and its admission: lost at once.
   for (int rank : vanished) {
@@ -104,19 +104,19 @@ void Job::markAdmissionLocked(std::vector<coordinator::Response>* batch) {
   }
 }
 
-void Job::admitAcrossLocked(const std::string& when, Outbox* outbox) {
+void Job::admitAcrossLocked(const std::string& when, RankMessages* to_ranks) {
   auto change = cross_->admitJoiners(ranks_.readyJoinerIds(), when);
   if (!change.isOk()) {
     GS_LOG(control, warn, "job '{}': new ranks were to join {}: {}", spec_.job_id, when, change.status().message());
     return;
   }
-  applyNewEpochLocked(*change, outbox);
+  applyNewEpochLocked(*change, to_ranks);
 }
 
-std::string Job::fillAcrossLocked(Clock::time_point now, Outbox* outbox) {
+std::string Job::fillAcrossLocked(Clock::time_point now, RankMessages* to_ranks) {
   if (!cross_->isLeader()) return "";  // the leader decides; a lost leader is noticed on its own
   if (joinersWaitingLocked()) {
-    admitAcrossLocked("while the job was below its minimum of " + std::to_string(spec_.min_size) + " ranks", outbox);
+    admitAcrossLocked("while the job was below its minimum of " + std::to_string(spec_.min_size) + " ranks", to_ranks);
     return "";
   }
   if (!epochs_.belowMinimumFor(spec_.elastic_timeout, now)) return "";

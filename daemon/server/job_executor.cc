@@ -102,25 +102,26 @@ void Job::runBatch(std::vector<coordinator::Response> batch, uint64_t sequence) 
 
 void Job::fusedCompleted(const fusion::FusedResponse& fused, const std::vector<executor::ResponseResult>& results,
                          Clock::time_point started) {
-  Outbox outbox;
+  RankMessages to_ranks;
   {
     MutexLock lock(mutex_);
     const bool decides = decidesTuningLocked();
     const auto done = Clock::now();  // one time for the fused batch
     for (size_t i = 0; i < fused.responses.size(); ++i) {
-      complete(fused.responses[i], results[i], started, &outbox);
+      complete(fused.responses[i], results[i], started, &to_ranks);
       if (decides && results[i].status.isOk()) {
-        tellTuningLocked(tuning_.completed(fused.responses[i].name, fused.responses[i].first().length, done), &outbox);
+        tellTuningLocked(tuning_.completed(fused.responses[i].name, fused.responses[i].first().length, done),
+                         &to_ranks);
       }
     }
     ++fused_responses_;
     stats_.fused(fused.bytes);
     queue_.completed(fused.responses.size());
   }
-  flush(&outbox);
+  flush(&to_ranks);
 }
 
-void Job::tellTuningLocked(const std::vector<autotune::TuningEvent>& events, Outbox* outbox) {
+void Job::tellTuningLocked(const std::vector<autotune::TuningEvent>& events, RankMessages* to_ranks) {
   for (const auto& event : events) {
     v1::DaemonMessage message;
     v1::AutotuneSample* sample = message.mutable_autotune_sample();
@@ -129,13 +130,13 @@ void Job::tellTuningLocked(const std::vector<autotune::TuningEvent>& events, Out
     sample->set_bytes_per_second(event.bytes_per_second);
     sample->set_phase(event.phase);
     for (const auto& [rank, session] : ranks_.byRank()) {
-      if (session->identity().autotune_log) outbox->emplace_back(session, message);
+      if (session->identity().autotune_log) to_ranks->emplace_back(session, message);
     }
   }
 }
 
 void Job::complete(const coordinator::Response& response, const executor::ResponseResult& result,
-                   Clock::time_point started, Outbox* outbox) {
+                   Clock::time_point started, RankMessages* to_ranks) {
   const auto now = Clock::now();
   const bool admit = admitsJoinersLocked(response, result);
   if (result.status.isOk()) {
@@ -165,10 +166,10 @@ void Job::complete(const coordinator::Response& response, const executor::Respon
       const DataType dtype = isDataless(response.type) ? v1::DATA_TYPE_UNSPECIFIED : request->dtype;
       stats_.done(response.type, dtype, request->length, request->received, started, now);
     }
-    outbox->emplace_back(it->second, std::move(message));
+    to_ranks->emplace_back(it->second, std::move(message));
   }
   if (result.status.isOk()) epochs_.succeeded(batch_.epoch, now);
-  if (admit) admitAtCommitLocked(response.name, outbox);
+  if (admit) admitAtCommitLocked(response.name, to_ranks);
 }
 
 v1::DaemonMessage Job::doneFor(const coordinator::Response& response, const executor::ResponseResult& result, size_t i,
@@ -194,14 +195,14 @@ v1::DaemonMessage Job::doneFor(const coordinator::Response& response, const exec
   return message;
 }
 
-void Job::admitAtCommitLocked(const std::string& commit, Outbox* outbox) {
+void Job::admitAtCommitLocked(const std::string& commit, RankMessages* to_ranks) {
   if (cross_) {
     // The followers hear of it from the leader.
-    if (cross_->isLeader()) admitAcrossLocked("at the commit '" + commit + "'", outbox);
+    if (cross_->isLeader()) admitAcrossLocked("at the commit '" + commit + "'", to_ranks);
     return;
   }
   changeEpochLocked(
-      "admitted " + std::to_string(ranks_.readyJoinerCount()) + " new ranks at the commit '" + commit + "'", outbox,
+      "admitted " + std::to_string(ranks_.readyJoinerCount()) + " new ranks at the commit '" + commit + "'", to_ranks,
       /*admit=*/true);  // admits the same joiners: both under mutex_
 }
 

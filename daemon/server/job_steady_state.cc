@@ -128,18 +128,19 @@ void Job::steadyExecutorLoop() {
   takePartInRounds(nullptr);
   MutexLock lock(mutex_);
   steady_rounds_ = false;  // the usual loop fails what is left
-  Outbox outbox;
+  RankMessages to_ranks;
   for (auto& held : steady_.takeAll()) {
     failRequestLocked(held.request,
-                      aborted("job '" + spec_.job_id + "': " + (failure_.empty() ? stop_reason_ : failure_)), &outbox);
+                      aborted("job '" + spec_.job_id + "': " + (failure_.empty() ? stop_reason_ : failure_)),
+                      &to_ranks);
   }
-  flush(&outbox);
+  flush(&to_ranks);
 }
 
 Job::SteadyPass Job::prepareSteadyPass(bool leader) {
   SteadyPass pass;
   pass.wake_by = Clock::now() + std::chrono::seconds(1);
-  Outbox outbox;
+  RankMessages to_ranks;
   std::vector<coordinator::Response> errors;  // follower: requests the leader failed (no ring)
   {
     MutexLock lock(mutex_);
@@ -150,14 +151,14 @@ Job::SteadyPass Job::prepareSteadyPass(bool leader) {
     const Clock::duration hold_limit = steady_hold_.limit();
     for (auto& held : steady_.takeOlderThan(Clock::now() - hold_limit)) {
       std::vector<coordinator::Response> unused;
-      submitToCoordinator(held.session, std::move(held.request), &outbox, &unused, /*steady=*/false);
+      submitToCoordinator(held.session, std::move(held.request), &to_ranks, &unused, /*steady=*/false);
     }
     errors = queue_.takeErrors();
     if (!errors.empty()) beginBatchLocked();
     pass.wanted = steady_dirty_ || (leader && !queue_.ready().empty());
     if (auto oldest = steady_.oldest()) pass.wake_by = std::min(pass.wake_by, *oldest + hold_limit);
   }
-  flush(&outbox);
+  flush(&to_ranks);
   if (!errors.empty()) {
     runBatch(std::move(errors));
     MutexLock lock(mutex_);

@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "daemon/common/environment.h"
 #include "daemon/common/logging.h"
 
 namespace gradsync::transport {
@@ -242,9 +243,7 @@ class UcxPeer final : public Peer {
 Status applyOptions(ucp_config_t* config, const UcxOptions& options) {
   std::vector<std::pair<std::string, std::string>> settings;
   if (!options.net_devices.empty()) settings.emplace_back("NET_DEVICES", options.net_devices);
-  const bool environment_sets_segments =
-      std::getenv("UCX_TCP_TX_SEG_SIZE") != nullptr || std::getenv("UCX_TCP_RX_SEG_SIZE") != nullptr;
-  if (options.tcp_segment_bytes > 0 && !environment_sets_segments) {
+  if (options.tcp_segment_bytes > 0 && !environment::ucxSetsTcpSegments()) {
     // Transport settings go in without their table's prefix ("TCP_"): UCX
     // applies them to every transport with such a field, and only tcp has
     // these two (ucx_info -c -f).

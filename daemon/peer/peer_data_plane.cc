@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "daemon/peer/data_plane.h"
+#include "daemon/peer/peer_data_plane.h"
 
 #include <algorithm>
 #include <cstring>

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "daemon/executor/local_executor.h"
+#include "daemon/executor/cpu_executor.h"
 
 #include "base/dtype.h"
 #include "daemon/executor/copy_plan.h"
@@ -7,7 +7,7 @@
 
 namespace gradsync::executor {
 
-std::vector<ResponseResult> LocalExecutor::run(const fusion::FusedResponse& fused, RankAccess& access) {
+std::vector<ResponseResult> CpuExecutor::run(const fusion::FusedResponse& fused, RankAccess& access) {
   std::vector<ResponseResult> results;
   const Response& head = fused.responses.front();
   if (head.status.isOk() && head.activeCount() > 0 && head.first().onCuda()) {
@@ -33,7 +33,7 @@ std::vector<ResponseResult> LocalExecutor::run(const fusion::FusedResponse& fuse
   return results;
 }
 
-ResponseResult LocalExecutor::runAcrossNodes(const Response& r, RankAccess& access) {
+ResponseResult CpuExecutor::runAcrossNodes(const Response& r, RankAccess& access) {
   switch (r.type) {
     case v1::BROADCAST:
       return multiNodeBroadcast(r, access);
@@ -50,7 +50,7 @@ ResponseResult LocalExecutor::runAcrossNodes(const Response& r, RankAccess& acce
   }
 }
 
-ResponseResult LocalExecutor::runOnNode(const Response& r, RankAccess& access) {
+ResponseResult CpuExecutor::runOnNode(const Response& r, RankAccess& access) {
   switch (r.type) {
     case v1::BROADCAST:
       return broadcast(r, access);
@@ -70,7 +70,7 @@ ResponseResult LocalExecutor::runOnNode(const Response& r, RankAccess& access) {
 // CUDA tensors reach a daemon without GPUs only from other nodes (its own
 // ranks' were refused at enqueue): it still takes its part in the rings,
 // adding identities to allreduces, as for a process set without local ranks.
-std::vector<ResponseResult> LocalExecutor::relayWithoutGpu(const fusion::FusedResponse& fused, RankAccess& access) {
+std::vector<ResponseResult> CpuExecutor::relayWithoutGpu(const fusion::FusedResponse& fused, RankAccess& access) {
   std::vector<ResponseResult> results;
   const Response& head = fused.responses.front();
   Status status = okStatus();
@@ -91,7 +91,7 @@ std::vector<ResponseResult> LocalExecutor::relayWithoutGpu(const fusion::FusedRe
   return results;
 }
 
-Status LocalExecutor::allreduce(const std::vector<const Response*>& responses, RankAccess& access) {
+Status CpuExecutor::allreduce(const std::vector<const Response*>& responses, RankAccess& access) {
   std::vector<Reduction> reductions(responses.size());
   for (size_t t = 0; t < responses.size(); ++t) {
     const Response& r = *responses[t];
@@ -117,7 +117,7 @@ Status LocalExecutor::allreduce(const std::vector<const Response*>& responses, R
   return okStatus();
 }
 
-ResponseResult LocalExecutor::broadcast(const Response& r, RankAccess& access) {
+ResponseResult CpuExecutor::broadcast(const Response& r, RankAccess& access) {
   const Request* root = nullptr;
   for (const auto& request : r.requests) {
     if (request && request->rank == request->root_rank) root = &*request;
@@ -136,7 +136,7 @@ ResponseResult LocalExecutor::broadcast(const Response& r, RankAccess& access) {
   return failed(r, okStatus());
 }
 
-ResponseResult LocalExecutor::allgather(const Response& r, RankAccess& access) {
+ResponseResult CpuExecutor::allgather(const Response& r, RankAccess& access) {
   const size_t row = rowBytes(r.first());
   int64_t total_rows = 0;
   for (const auto& request : r.requests) total_rows += request->shape.empty() ? 1 : request->shape[0];
@@ -159,7 +159,7 @@ ResponseResult LocalExecutor::allgather(const Response& r, RankAccess& access) {
   return result;
 }
 
-ResponseResult LocalExecutor::alltoall(const Response& r, RankAccess& access) {
+ResponseResult CpuExecutor::alltoall(const Response& r, RankAccess& access) {
   const size_t n = r.ranks.size();
   const size_t row = rowBytes(r.first());
   ResponseResult result = failed(r, okStatus());
@@ -183,7 +183,7 @@ ResponseResult LocalExecutor::alltoall(const Response& r, RankAccess& access) {
   return result;
 }
 
-ResponseResult LocalExecutor::reducescatter(const Response& r, RankAccess& access) {
+ResponseResult CpuExecutor::reducescatter(const Response& r, RankAccess& access) {
   const size_t n = r.ranks.size();
   const Request& first = r.first();
   const size_t row = rowBytes(first);

@@ -22,10 +22,10 @@ class DeviceExecutor {
   virtual std::vector<ResponseResult> run(const fusion::FusedResponse& fused, RankAccess& access) = 0;
 };
 
-class LocalExecutor {
+class CpuExecutor {
  public:
   // `gpu` (null on a node without GPUs) takes the responses of CUDA tensors.
-  explicit LocalExecutor(ReducePool* pool, DeviceExecutor* gpu = nullptr) : pool_(pool), gpu_(gpu) {}
+  explicit CpuExecutor(ReducePool* pool, DeviceExecutor* gpu = nullptr) : pool_(pool), gpu_(gpu) {}
 
   // Executes every response of `fused`; results are parallel to
   // fused.responses. Responses that carry an error are returned as is.

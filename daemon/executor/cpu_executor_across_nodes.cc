@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// LocalExecutor, multi-node paths: the local part of each collective around
+// CpuExecutor, multi-node paths: the local part of each collective around
 // the steps among the job's daemons (RankAccess::dataPlane()).
 #include <cstring>
 #include <set>
@@ -7,8 +7,8 @@
 #include "base/dtype.h"
 #include "daemon/collective/reduce/adasum.h"
 #include "daemon/executor/copy_plan.h"
+#include "daemon/executor/cpu_executor.h"
 #include "daemon/executor/executor_util.h"
-#include "daemon/executor/local_executor.h"
 
 namespace gradsync::executor {
 
@@ -30,7 +30,7 @@ bool oneRankPerNode(const Response& response, RankAccess& access) {
 }
 }  // namespace
 
-Status LocalExecutor::hierarchicalAllreduce(const std::vector<const Response*>& responses, RankAccess& access) {
+Status CpuExecutor::hierarchicalAllreduce(const std::vector<const Response*>& responses, RankAccess& access) {
   if (responses.size() == 1) return fusedAllreduce(responses, access);
   std::vector<const Response*> fused;
   for (const Response* r : responses) {
@@ -59,7 +59,7 @@ const Request* onlyLocalRequest(const Response& r, const RankAccess& access) {
 
 }  // namespace
 
-Status LocalExecutor::fusedAllreduce(const std::vector<const Response*>& responses, RankAccess& access) {
+Status CpuExecutor::fusedAllreduce(const std::vector<const Response*>& responses, RankAccess& access) {
   const Request& first = responses.front()->first();
   const size_t esize = elementSize(first.dtype);
   // One tensor held by one local rank: run the ring on its buffer in place
@@ -114,7 +114,7 @@ Status LocalExecutor::fusedAllreduce(const std::vector<const Response*>& respons
   return okStatus();
 }
 
-Status LocalExecutor::inPlaceAllreduce(const Response& response, const Request& request, RankAccess& access) {
+Status CpuExecutor::inPlaceAllreduce(const Response& response, const Request& request, RankAccess& access) {
   ASSIGN_OR_RETURN(uint8_t * data, inputOf(access, request));
   const size_t count = request.length / elementSize(request.dtype);
   auto scale = [&](ReduceOp op, double prescale, double postscale, int divisor) {
@@ -140,7 +140,7 @@ Status LocalExecutor::inPlaceAllreduce(const Response& response, const Request& 
   return okStatus();
 }
 
-ResponseResult LocalExecutor::multiNodeBroadcast(const Response& r, RankAccess& access) {
+ResponseResult CpuExecutor::multiNodeBroadcast(const Response& r, RankAccess& access) {
   const Request& first = r.first();
   std::vector<uint8_t*> local;
   uint8_t* landing = nullptr;
@@ -164,7 +164,7 @@ ResponseResult LocalExecutor::multiNodeBroadcast(const Response& r, RankAccess& 
 // Pairwise: each node sends every other node the blocks its ranks have for
 // that node's ranks (packed into one message per node), and assembles its
 // ranks' outputs from their local blocks and the messages received.
-ResponseResult LocalExecutor::multiNodeAlltoall(const Response& r, RankAccess& access) {
+ResponseResult CpuExecutor::multiNodeAlltoall(const Response& r, RankAccess& access) {
   const AlltoallRoutes routes = alltoallRoutes(r, access);
   std::vector<uint8_t*> inputs(r.requests.size(), nullptr);
   for (size_t i = 0; i < r.requests.size(); ++i) {
@@ -206,7 +206,7 @@ ResponseResult LocalExecutor::multiNodeAlltoall(const Response& r, RankAccess& a
   return result;
 }
 
-ResponseResult LocalExecutor::multiNodeAllgather(const Response& r, RankAccess& access) {
+ResponseResult CpuExecutor::multiNodeAllgather(const Response& r, RankAccess& access) {
   const size_t row = rowBytes(r.first());
   std::vector<std::vector<collective::Range>> owned(access.dataPlane().nodeCount());
   std::vector<std::pair<const Request*, size_t>> local;  // request, offset
@@ -246,7 +246,7 @@ ResponseResult LocalExecutor::multiNodeAllgather(const Response& r, RankAccess& 
   return result;
 }
 
-ResponseResult LocalExecutor::adasumAllreduce(const Response& r, RankAccess& access) {
+ResponseResult CpuExecutor::adasumAllreduce(const Response& r, RankAccess& access) {
   const Request& first = r.first();
   const size_t bytes = first.length;
   std::vector<uint8_t*> inputs;  // overwritten: in place on one node, fusion-buffer copies across nodes
@@ -285,7 +285,7 @@ ResponseResult LocalExecutor::adasumAllreduce(const Response& r, RankAccess& acc
 // Reduce-scatter across nodes as a full allreduce into the fusion buffer
 // (inputs stay untouched), then each local rank takes its rows: twice the
 // ring traffic of a true ring reduce-scatter, kept simple for now.
-ResponseResult LocalExecutor::multiNodeReducescatter(const Response& r, RankAccess& access) {
+ResponseResult CpuExecutor::multiNodeReducescatter(const Response& r, RankAccess& access) {
   const Request& first = r.first();
   const size_t esize = elementSize(first.dtype);
   const size_t count = first.length / esize;

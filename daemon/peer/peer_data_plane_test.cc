@@ -2,7 +2,7 @@
 // PeerDataPlane over real UCX endpoints in one process (one thread per
 // "daemon"), with the membership a stand-in: algorithm per size, steps
 // among a subset of the nodes, tags kept alike, failures and phases.
-#include "daemon/peer/data_plane.h"
+#include "daemon/peer/peer_data_plane.h"
 
 #include <algorithm>
 #include <mutex>
