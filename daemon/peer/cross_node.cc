@@ -377,7 +377,7 @@ void CrossNode::onFollowerMessage(Follower* follower, const v1::FollowerMessage&
       MutexLock lock(mutex_);
       from = membership::describeNode(follower->node);
     }
-    heardFailure(message.failure(), from);
+    heardFailure(message.failure(), from, follower);
   }
 }
 
@@ -519,7 +519,24 @@ void CrossNode::sendError(const coordinator::Request& request, const Status& sta
   target->stream.send(std::move(message));
 }
 
-void CrossNode::announceFailure(const std::string& text, bool node_lost) {
+void CrossNode::failedHere(const std::string& cause, bool node_lost) { announceFailure(cause, node_lost); }
+
+void CrossNode::jobStopped() {
+  MutexLock lock(mutex_);
+  job_stopped_ = true;
+}
+
+bool CrossNode::tellsWhatItLearns() const {
+  MutexLock lock(mutex_);
+  return !job_stopped_;
+}
+
+std::string CrossNode::namedCause(const std::string& cause) const {
+  const std::string job = "job '" + options_.job_id + "': ";
+  return cause.rfind(job, 0) == 0 ? cause : job + cause;
+}
+
+void CrossNode::announceFailure(const std::string& text, bool node_lost, const Follower* teller) {
   {
     // Once per kind: a lost node is worth announcing after a departed rank.
     MutexLock lock(mutex_);
@@ -547,7 +564,9 @@ void CrossNode::announceFailure(const std::string& text, bool node_lost) {
       followers = streamsLocked(/*candidates=*/true);  // their new ranks wait in vain otherwise
       announced_failure_ = shared;
     }
-    for (auto& f : followers) f->stream.send(shared);
+    for (auto& f : followers) {
+      if (f.get() != teller) f->stream.send(shared);
+    }
   } else {
     v1::FollowerMessage message;
     message.mutable_failure()->set_message(text);
@@ -703,61 +722,97 @@ int CrossNode::selfCrossRank() const {
   return leader_ ? 0 : book_.selfCrossRank();
 }
 
+void CrossNode::nodeLost(const v1::NodeInfo& node, uint64_t epoch, const std::string& cause) {
+  Status majority = okStatus();
+  if (options_.elastic && hooks_.on_ranks_lost) {
+    {
+      MutexLock lock(mutex_);
+      majority = majorityLocked(node.peer_address(), CrossClock::now());
+      // Its joiners went with it: the new epoch must not admit them.
+      if (majority.isOk()) book_.dropJoinersOf(node.peer_address());
+    }
+    if (majority.isOk()) {
+      hooks_.on_ranks_lost({node.ranks().begin(), node.ranks().end()}, epoch, cause);
+      return;
+    }
+    GS_LOG(control, err, "job '{}': {}; {}", options_.job_id, cause, majority.message());
+  }
+  const std::string failure = majority.isOk() ? cause : cause + "; " + majority.message();
+  failureDetected(failure, true);
+}
+
+bool CrossNode::selfPaused(CrossClock::time_point now) {
+  // The first tick counts as after a pause: this daemon may have been
+  // stopped between joining and it, so the silence clocks start here.
+  const bool paused =
+      last_tick_ == CrossClock::time_point() || now - last_tick_ > std::chrono::milliseconds(kSilenceLimitMs / 2);
+  last_tick_ = now;
+  return paused;
+}
+
 void CrossNode::tick(CrossClock::time_point now) {
   const bool send = now - last_heartbeat_ >= kHeartbeatPeriod;
   if (send) last_heartbeat_ = now;
-  const int64_t now_ms = nowMs(now);
   const bool paused = selfPaused(now);
-  uint64_t current_epoch;
   if (leader_) {
-    std::vector<std::pair<JoinAnswer, StatusOr<v1::JoinJobResponse>>> joins;  // past their deadline
-    {
-      MutexLock lock(mutex_);
-      joins = dueJoinsLocked(now);
-    }
-    for (auto& [answer, result] : joins) answer(std::move(result));
-    if (paused) resumed_ms_.store(now_ms);  // the followers' silence so far was this daemon's pause
-    std::vector<std::pair<std::shared_ptr<Follower>, v1::NodeInfo>> followers;
-    std::vector<v1::NodeInfo> absent;  // members that never followed this daemon since it took over
-    {
-      MutexLock lock(mutex_);
-      if (stopping_) return;
-      current_epoch = book_.epoch();
-      for (auto& f : streamsLocked(/*candidates=*/true)) followers.emplace_back(f, f->node);
-      const int64_t since = std::max(took_over_ms_, resumed_ms_.load());
-      if (took_over_ms_ > 0 && now_ms - since > kSilenceLimitMs) {
-        for (const auto& node : book_.members()) {
-          if (node.cross_rank() != 0 && followers_.count(node.cross_rank()) == 0) absent.push_back(node);
-        }
-      }
-    }
-    for (const auto& node : absent) {
-      nodeLost(node, current_epoch,
-               "lost " + membership::describeNode(node) + ": it did not follow the new leader within " +
-                   std::to_string(kSilenceLimitMs / 1000) + " s");
-    }
-    v1::LeaderMessage beat;
-    beat.mutable_heartbeat()->set_sent_ms(now_ms);
-    beat.mutable_heartbeat()->set_epoch(current_epoch);
-    const SharedMessage shared_beat = share(std::move(beat));
-    for (auto& [f, node] : followers) {
-      if (!(send ? f->stream.send(shared_beat) : f->stream.attached())) continue;
-      const int64_t silent_ms = now_ms - std::max(f->last_heard_ms.load(), resumed_ms_.load());
-      // A candidate holds nothing of the job yet: its stream's end is enough.
-      if (!node.ranks().empty() && silent_ms > kSilenceLimitMs) {
-        nodeLost(node, current_epoch,
-                 "lost " + membership::describeNode(node) + ": silent for " +
-                     std::to_string((now_ms - f->last_heard_ms) / 1000) + " s");
-      }
-    }
-    return;
+    leaderTick(now, send, paused);
+  } else {
+    followerTick(now, send, paused);
   }
+}
+
+void CrossNode::leaderTick(CrossClock::time_point now, bool send, bool paused) {
+  const int64_t now_ms = nowMs(now);
+  std::vector<std::pair<JoinAnswer, StatusOr<v1::JoinJobResponse>>> joins;  // past their deadline
+  {
+    MutexLock lock(mutex_);
+    joins = dueJoinsLocked(now);
+  }
+  for (auto& [answer, result] : joins) answer(std::move(result));
+  if (paused) resumed_ms_.store(now_ms);  // the followers' silence so far was this daemon's pause
+  uint64_t current_epoch;
+  std::vector<std::pair<std::shared_ptr<Follower>, v1::NodeInfo>> followers;
+  std::vector<v1::NodeInfo> absent;  // members that never followed this daemon since it took over
+  {
+    MutexLock lock(mutex_);
+    if (stopping_) return;
+    current_epoch = book_.epoch();
+    for (auto& f : streamsLocked(/*candidates=*/true)) followers.emplace_back(f, f->node);
+    const int64_t since = std::max(took_over_ms_, resumed_ms_.load());
+    if (took_over_ms_ > 0 && now_ms - since > kSilenceLimitMs) {
+      for (const auto& node : book_.members()) {
+        if (node.cross_rank() != 0 && followers_.count(node.cross_rank()) == 0) absent.push_back(node);
+      }
+    }
+  }
+  for (const auto& node : absent) {
+    nodeLost(node, current_epoch,
+             "lost " + membership::describeNode(node) + ": it did not follow the new leader within " +
+                 std::to_string(kSilenceLimitMs / 1000) + " s");
+  }
+  v1::LeaderMessage beat;
+  beat.mutable_heartbeat()->set_sent_ms(now_ms);
+  beat.mutable_heartbeat()->set_epoch(current_epoch);
+  const SharedMessage shared_beat = share(std::move(beat));
+  for (auto& [f, node] : followers) {
+    if (!(send ? f->stream.send(shared_beat) : f->stream.attached())) continue;
+    const int64_t silent_ms = now_ms - std::max(f->last_heard_ms.load(), resumed_ms_.load());
+    // A candidate holds nothing of the job yet: its stream's end is enough.
+    if (!node.ranks().empty() && silent_ms > kSilenceLimitMs) {
+      nodeLost(node, current_epoch,
+               "lost " + membership::describeNode(node) + ": silent for " +
+                   std::to_string((now_ms - f->last_heard_ms) / 1000) + " s");
+    }
+  }
+}
+
+void CrossNode::followerTick(CrossClock::time_point now, bool send, bool paused) {
   if (!link_.isOpen()) return;
-  current_epoch = epoch();
+  const int64_t now_ms = nowMs(now);
   if (send) {
     v1::FollowerMessage beat;
     beat.mutable_heartbeat()->set_sent_ms(now_ms);
-    beat.mutable_heartbeat()->set_epoch(current_epoch);
+    beat.mutable_heartbeat()->set_epoch(epoch());
     writeToLeader(std::move(beat));
   }
   if (paused) link_.heardAt(now_ms);  // the leader's silence was this daemon's pause

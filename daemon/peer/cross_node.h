@@ -83,14 +83,11 @@ class CrossNode : public NodeEndpoints {
     // cannot run either (false: a rank left or died somewhere).
     bool node_lost = false;
     // The node that told this one (its address or description); empty
-    // when this node's peer side detected the failure itself.
+    // when this node's peer side detected the failure itself. Either way
+    // the other nodes have been told (the peer side tells them what it
+    // detects, and the leader what it hears from a follower): the job here
+    // fails its own work and passes it on to no one.
     std::string heard_from;
-    // Every other node of the job knows of it already (it came from the
-    // leader, or from a node that told every other): the job here fails
-    // its own work and passes it on to no one. False for what this node
-    // detected, and for what the leader hears from a follower (the leader
-    // tells the others).
-    bool others_know = false;
   };
   struct Hooks {
     // Follower: a batch of `epoch` from the leader, to execute in arrival
@@ -107,7 +104,7 @@ class CrossNode : public NodeEndpoints {
     // hand-over, not one per rank and tensor).
     std::function<void(std::vector<coordinator::Repeat> repeats, uint64_t epoch)> on_remote_repeats;
     // The job failed: what the peer side detected, or heard from another
-    // node (Failure says which, and whether the other nodes know).
+    // node (Failure says which); called after the other nodes were told.
     std::function<void(const Failure&)> on_failure;
     // Elastic jobs, leader: ranks (numbered as in `epoch`) were lost: a rank
     // crashed on a follower, or a follower's node was lost or went silent.
@@ -158,8 +155,14 @@ class CrossNode : public NodeEndpoints {
                    uint64_t fusion_threshold_bytes);
   // Leader: the request of a rank on another node failed on its own.
   void sendError(const coordinator::Request& request, const Status& status);
-  // Tells the other nodes that the job failed (once).
-  void announceFailure(const std::string& message, bool node_lost);
+  // A failure this node's job detected (a rank left or crashed, its own
+  // part of the work failed, the daemon stops), never one on_failure handed
+  // it, as `cause` (led by the job's name): the other nodes hear of it, once per kind (a lost node is news
+  // after a departed rank), before the job fails its work with it.
+  void failedHere(const std::string& cause, bool node_lost) GS_EXCLUDES(mutex_);
+  // The job stopped on this node: what the peer side detects or hears from
+  // now on (its streams ending) is the job's end, told to no one.
+  void jobStopped() GS_EXCLUDES(mutex_);
   // A follower's AbortJob: the job failed on that node since a node was
   // lost; fails it here too (through on_failure).
   Status acceptAbort(const v1::AbortJobRequest& request);
@@ -356,6 +359,14 @@ class CrossNode : public NodeEndpoints {
   // paused), or this is its first tick: peers' silence so far is then this
   // daemon's own doing. Housekeeping thread only.
   bool selfPaused(CrossClock::time_point now);
+  // tick's two sides (`send`: a heartbeat is due; `paused`: selfPaused).
+  // Leader: joins past their deadline answered, heartbeats to the
+  // followers and candidates, silent members (and, after a takeover, those
+  // that never followed) lost. Follower: a heartbeat to the leader, a
+  // silent leader lost (or, with failover, its stream cut for the reader to
+  // elect).
+  void leaderTick(CrossClock::time_point now, bool send, bool paused);
+  void followerTick(CrossClock::time_point now, bool send, bool paused);
 
   // Follower: joins the leader as `self` (JoinJob, retried while the
   // leader does not know the job yet, until the join timeout), then opens
@@ -364,6 +375,13 @@ class CrossNode : public NodeEndpoints {
   v1::JoinJobRequest joinRequest(const v1::NodeInfo& self) const;
   // The JoinJob calls; on success the membership is formed.
   Status callJoinJob(v1::Peer::Stub* stub, const v1::JoinJobRequest& request) GS_EXCLUDES(mutex_);
+  // One of them, made before `deadline` (`connected`: the channel is): the
+  // call's outcome, with the membership read in full into `response` when
+  // it succeeded; an error when the job stopped or failed meanwhile, or the
+  // rest of the membership could not be read.
+  StatusOr<grpc::Status> callJoinJobOnce(v1::Peer::Stub* stub, const v1::JoinJobRequest& request,
+                                         CrossClock::time_point deadline, bool connected, v1::JoinJobResponse* response)
+      GS_EXCLUDES(mutex_);
   // callJoinJob's parts: the leader's answer forms the membership here; the
   // leader does not hold the job yet (its ranks register later): said once,
   // then a pause before the next call.
@@ -387,6 +405,15 @@ class CrossNode : public NodeEndpoints {
   // lost: votes for the lowest surviving daemon (itself, or over Elect);
   // true when this daemon leads now, false when it follows the new leader.
   StatusOr<bool> failover(const std::string& cause);
+  // failover's parts: the leader of `epoch` (of `daemons`) is lost here (a
+  // ballot opens), and the followers that may replace it, by cross rank;
+  // this daemon's vote for `candidate` over `channel` (its answer, the
+  // vote withdrawn unless it won); following the candidate it elected.
+  std::vector<v1::NodeInfo> electionCandidatesAfterLoss(uint64_t* epoch, size_t* daemons) GS_EXCLUDES(mutex_);
+  StatusOr<v1::ElectResponse> voteFor(const v1::NodeInfo& candidate, const std::shared_ptr<grpc::Channel>& channel,
+                                      uint64_t epoch) GS_EXCLUDES(mutex_);
+  Status followElected(const v1::NodeInfo& leader, const std::shared_ptr<grpc::Channel>& channel,
+                       v1::ElectResponse answer);
   // A vote of `voter` (maybe this daemon) for this daemon in `epoch`; waits
   // for the majority and answers the new epoch. The vote counts while
   // `waiting` (the voter still waits for the answer); withdrawn otherwise.
@@ -423,12 +450,23 @@ class CrossNode : public NodeEndpoints {
   // A failure another node told this one of (`from`). A follower heard it
   // from a node that told every other (the leader, or a follower that lost
   // the leader): it passes it on to no one (its own announcement of the
-  // same kind is dropped). The leader heard it from one follower: the job
-  // tells the others. Either way the job fails with it here.
-  void heardFailure(const v1::JobFailure& failure, const std::string& from) GS_EXCLUDES(mutex_);
-  // A failure this node's peer side detected: the job fails with it here
-  // and tells the other nodes.
+  // same kind is dropped). The leader heard it from one follower: it
+  // tells the others first. Either way the job fails with it here.
+  // `teller`: the leader's follower that told it (told nothing back).
+  void heardFailure(const v1::JobFailure& failure, const std::string& from, const Follower* teller = nullptr)
+      GS_EXCLUDES(mutex_);
+  // A failure this node's peer side detected: the other nodes are told,
+  // then the job fails with it here.
   void failureDetected(std::string cause, bool node_lost) GS_EXCLUDES(mutex_);
+  // Tells the other nodes that the job failed, as `text` (once per kind;
+  // never from a node the leader removed); the leader tells every follower
+  // but `teller`.
+  void announceFailure(const std::string& text, bool node_lost, const Follower* teller = nullptr) GS_EXCLUDES(mutex_);
+  // `cause` led by the job's name, as the other nodes are told it.
+  std::string namedCause(const std::string& cause) const;
+  // Whether what this peer side detects or hears is still the job's news
+  // to tell (false once the job stopped here).
+  bool tellsWhatItLearns() const GS_EXCLUDES(mutex_);
   void waitForAbortNotices();
   std::shared_ptr<AbortNotices> abort_notices_ GS_GUARDED_BY(mutex_);  // set once
 
@@ -457,6 +495,7 @@ class CrossNode : public NodeEndpoints {
   // with each epoch (empty: no NCCL at the leader or at a node).
   std::string nccl_id_ GS_GUARDED_BY(mutex_);
   bool stopping_ GS_GUARDED_BY(mutex_) = false;
+  bool job_stopped_ GS_GUARDED_BY(mutex_) = false;  // jobStopped()
   // The other nodes know of a failure of the job (and of a lost node):
   // announced from here, or heard from the node that announced it to all.
   bool failure_announced_ GS_GUARDED_BY(mutex_) = false;

@@ -39,8 +39,6 @@ namespace {
 
 constexpr auto kAskRetryDelay = std::chrono::milliseconds(50);
 
-std::vector<int> ranksOf(const v1::NodeInfo& node) { return {node.ranks().begin(), node.ranks().end()}; }
-
 }  // namespace
 
 uint64_t CrossNode::epoch() const {
@@ -303,35 +301,6 @@ void CrossNode::tellStale(Follower* follower, const std::string& why) {
   notice.mutable_failure()->set_node_lost(true);
   notice.mutable_failure()->set_removed(true);
   follower->stream.send(std::move(notice));
-}
-
-void CrossNode::nodeLost(const v1::NodeInfo& node, uint64_t epoch, const std::string& cause) {
-  Status majority = okStatus();
-  if (options_.elastic && hooks_.on_ranks_lost) {
-    {
-      MutexLock lock(mutex_);
-      majority = majorityLocked(node.peer_address(), CrossClock::now());
-      // Its joiners went with it: the new epoch must not admit them.
-      if (majority.isOk()) book_.dropJoinersOf(node.peer_address());
-    }
-    if (majority.isOk()) {
-      hooks_.on_ranks_lost(ranksOf(node), epoch, cause);
-      return;
-    }
-    GS_LOG(control, err, "job '{}': {}; {}", options_.job_id, cause, majority.message());
-  }
-  const std::string failure = majority.isOk() ? cause : cause + "; " + majority.message();
-  failureDetected(failure, true);
-  announceFailure(failure, true);
-}
-
-bool CrossNode::selfPaused(CrossClock::time_point now) {
-  // The first tick counts as after a pause: this daemon may have been
-  // stopped between joining and it, so the silence clocks start here.
-  const bool paused =
-      last_tick_ == CrossClock::time_point() || now - last_tick_ > std::chrono::milliseconds(kSilenceLimitMs / 2);
-  last_tick_ = now;
-  return paused;
 }
 
 }  // namespace gradsync::peer

@@ -45,36 +45,71 @@ bool CrossNode::electing() const {
   return options_.failover && ballot_.lostLeaderIn(book_.epoch());
 }
 
-StatusOr<bool> CrossNode::failover(const std::string& cause) {
+std::vector<v1::NodeInfo> CrossNode::electionCandidatesAfterLoss(uint64_t* epoch, size_t* daemons) {
   std::vector<v1::NodeInfo> candidates;
-  uint64_t epoch;
-  size_t daemons;
   {
     MutexLock lock(mutex_);
-    epoch = book_.epoch();
-    daemons = book_.members().size();
-    ballot_.leaderLost(epoch);
+    *epoch = book_.epoch();
+    *daemons = book_.members().size();
+    ballot_.leaderLost(*epoch);
     for (const auto& node : book_.members()) {
       if (node.cross_rank() != 0) candidates.push_back(node);
     }
   }
   formed_cv_.notify_all();  // a candidate waiting to notice the loss itself
+  std::sort(candidates.begin(), candidates.end(),
+            [](const v1::NodeInfo& a, const v1::NodeInfo& b) { return a.cross_rank() < b.cross_rank(); });
+  return candidates;
+}
+
+StatusOr<v1::ElectResponse> CrossNode::voteFor(const v1::NodeInfo& candidate,
+                                               const std::shared_ptr<grpc::Channel>& channel, uint64_t epoch) {
+  {
+    MutexLock lock(mutex_);
+    RETURN_IF_ERROR(ballot_.cast(candidate.peer_address(), epoch));  // this daemon stands itself: its turn comes
+  }
+  auto answer = askVote(channel, epoch);
+  if (!answer.isOk()) {
+    MutexLock lock(mutex_);
+    ballot_.uncast(epoch);  // refused, or withdrawn when the call ended: the next candidate
+  }
+  return answer;
+}
+
+Status CrossNode::followElected(const v1::NodeInfo& leader, const std::shared_ptr<grpc::Channel>& channel,
+                                v1::ElectResponse answer) {
+  v1::NewEpoch& change = *answer.mutable_change();
+  if (change.node_count() > 0) {
+    RETURN_IF_ERROR(readRestOfMembers(v1::Peer::NewStub(channel).get(), change.epoch(), change.node_count(),
+                                      change.mutable_nodes()));
+  }
+  applyNewEpoch(change);
+  link_.connect(leader.peer_address());  // CheckMember asks the new leader too
+  openStream();
+  leader_changes_.fetch_add(1);
+  GS_LOG(control, warn, "job '{}': follows the new leader {} at epoch {}", options_.job_id,
+         membership::describeNode(leader), change.epoch());
+  return okStatus();
+}
+
+StatusOr<bool> CrossNode::failover(const std::string& cause) {
+  uint64_t epoch;
+  size_t daemons;
+  const std::vector<v1::NodeInfo> candidates = electionCandidatesAfterLoss(&epoch, &daemons);
   if (daemons < 3) {
     return failedPrecondition(cause + " (no failover: a majority needs three or more daemons, the job has " +
                               std::to_string(daemons) + ")");
   }
   GS_LOG(control, warn, "job '{}': {}; electing a new leader among {} daemons", options_.job_id, cause, daemons - 1);
-  std::sort(candidates.begin(), candidates.end(),
-            [](const v1::NodeInfo& a, const v1::NodeInfo& b) { return a.cross_rank() < b.cross_rank(); });
   const auto voting_deadline = std::chrono::system_clock::now() + kVotingLimit;
-  const auto lost_majority = [&](const std::string& tried) {
-    return failedPrecondition(cause + "; this daemon lost the majority: no new leader won " +
-                              std::to_string(daemons / 2 + 1) + " of the job's " + std::to_string(daemons) +
-                              " daemons' votes (" + tried + ")");
-  };
   std::string tried;
   const auto note = [&](const v1::NodeInfo& candidate, const std::string& why) {
     tried += (tried.empty() ? "" : "; ") + membership::describeNode(candidate) + ": " + why;
+  };
+  const auto lost_majority = [&](const std::string& why) {
+    return failedPrecondition(cause + "; this daemon lost the majority: no new leader won " +
+                              std::to_string(daemons / 2 + 1) + " of the job's " + std::to_string(daemons) +
+                              " daemons' votes (" + tried + why + ")");
   };
   for (size_t first = 0; first < candidates.size(); first += kProbeWindow) {
     const size_t end = std::min(candidates.size(), first + kProbeWindow);
@@ -91,44 +126,22 @@ StatusOr<bool> CrossNode::failover(const std::string& cause) {
         const auto answer = vote(options_.self_address, epoch, [] { return true; });
         if (answer.isOk()) return true;  // this daemon leads
         note(candidate, answer.status().message());
-        return lost_majority(tried);
+        return lost_majority("");
       }
-      if (std::chrono::system_clock::now() > voting_deadline) return lost_majority(tried + "; out of time");
+      if (std::chrono::system_clock::now() > voting_deadline) return lost_majority("; out of time");
       if (!reachable[i - first]) {
         note(candidate, "unreachable");
         continue;
       }
-      {
-        MutexLock lock(mutex_);
-        const Status cast = ballot_.cast(candidate.peer_address(), epoch);
-        if (!cast.isOk()) {
-          note(candidate, cast.message());
-          continue;  // this daemon stands itself: its turn comes
-        }
-      }
-      auto answer = askVote(channels[i - first], epoch);
+      auto answer = voteFor(candidate, channels[i - first], epoch);
       if (answer.isOk()) {
-        v1::NewEpoch& change = *answer->mutable_change();
-        if (change.node_count() > 0) {
-          RETURN_IF_ERROR(readRestOfMembers(v1::Peer::NewStub(channels[i - first]).get(), change.epoch(),
-                                            change.node_count(), change.mutable_nodes()));
-        }
-        applyNewEpoch(change);
-        link_.connect(candidate.peer_address());  // CheckMember asks the new leader too
-        openStream();
-        leader_changes_.fetch_add(1);
-        GS_LOG(control, warn, "job '{}': follows the new leader {} at epoch {}", options_.job_id,
-               membership::describeNode(candidate), answer->change().epoch());
+        RETURN_IF_ERROR(followElected(candidate, channels[i - first], std::move(answer).value()));
         return false;
-      }
-      {
-        MutexLock lock(mutex_);
-        ballot_.uncast(epoch);  // refused, or withdrawn when the call ended: the next candidate
       }
       note(candidate, answer.status().message());
     }
   }
-  return lost_majority(tried);
+  return lost_majority("");
 }
 
 StatusOr<v1::ElectResponse> CrossNode::askVote(const std::shared_ptr<grpc::Channel>& channel, uint64_t epoch) const {

@@ -54,6 +54,35 @@ Status CrossNode::beginJoinCallLocked(grpc::ClientContext* context) {
   return okStatus();
 }
 
+StatusOr<grpc::Status> CrossNode::callJoinJobOnce(v1::Peer::Stub* stub, const v1::JoinJobRequest& request,
+                                                  CrossClock::time_point deadline, bool connected,
+                                                  v1::JoinJobResponse* response) {
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() +
+                       std::chrono::duration_cast<std::chrono::milliseconds>(deadline - CrossClock::now()));
+  {
+    MutexLock lock(mutex_);
+    RETURN_IF_ERROR(beginJoinCallLocked(&context));
+  }
+  // Not connected: the call fails at once, with gRPC's reason (refused,
+  // or a TLS handshake the leader rejected).
+  grpc::Status called = stub->JoinJob(&context, request, response);
+  Status read = okStatus();
+  if (called.ok() && response->node_count() > 0) {
+    read = readRestOfMembers(stub, response->epoch(), response->node_count(), response->mutable_nodes());
+  }
+  {
+    MutexLock lock(mutex_);
+    join_call_ = nullptr;
+  }
+  if (!read.isOk()) return unavailable(read.message() + " (joined the leader at " + options_.leader_address + ")");
+  if (!connected && called.error_code() == grpc::StatusCode::UNAVAILABLE) {
+    called = grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                          "its peer service accepts no connection (" + called.error_message() + ")");
+  }
+  return called;
+}
+
 Status CrossNode::callJoinJob(v1::Peer::Stub* stub, const v1::JoinJobRequest& request) {
   const auto deadline = CrossClock::now() + options_.join_timeout;
   grpc::Status last;
@@ -74,29 +103,9 @@ Status CrossNode::callJoinJob(v1::Peer::Stub* stub, const v1::JoinJobRequest& re
                          " while the job was forming: its daemon no longer accepts connections");
     }
     reached = reached || connected;
-    grpc::ClientContext context;
-    context.set_deadline(std::chrono::system_clock::now() +
-                         std::chrono::duration_cast<std::chrono::milliseconds>(deadline - CrossClock::now()));
-    {
-      MutexLock lock(mutex_);
-      RETURN_IF_ERROR(beginJoinCallLocked(&context));
-    }
     v1::JoinJobResponse response;
-    // Not connected: the call fails at once, with gRPC's reason (refused,
-    // or a TLS handshake the leader rejected).
-    last = stub->JoinJob(&context, request, &response);
-    if (last.ok() && response.node_count() > 0) {
-      const Status read = readRestOfMembers(stub, response.epoch(), response.node_count(), response.mutable_nodes());
-      if (!read.isOk()) {
-        return unavailable(read.message() + " (joined the leader at " + options_.leader_address + ")");
-      }
-    }
-    if (!connected && last.error_code() == grpc::StatusCode::UNAVAILABLE) {
-      last = grpc::Status(grpc::StatusCode::UNAVAILABLE,
-                          "its peer service accepts no connection (" + last.error_message() + ")");
-    }
+    ASSIGN_OR_RETURN(last, callJoinJobOnce(stub, request, deadline, connected, &response));
     MutexLock lock(mutex_);
-    join_call_ = nullptr;
     if (last.error_code() != grpc::StatusCode::DEADLINE_EXCEEDED) reason = last;
     if (last.ok()) {
       // A leader of another version (an older one does not check).
@@ -322,21 +331,23 @@ Status CrossNode::acceptAbort(const v1::AbortJobRequest& request) {
   return okStatus();
 }
 
-void CrossNode::heardFailure(const v1::JobFailure& failure, const std::string& from) {
-  // A follower heard it from a node that told every other. The leader
-  // (also since a takeover) heard it from one follower: the job tells the
-  // others.
-  const bool others_know = !leader_;
-  if (others_know) {
+void CrossNode::heardFailure(const v1::JobFailure& failure, const std::string& from, const Follower* teller) {
+  if (leader_) {
+    // (Also since a takeover.) One follower told it: the leader tells the
+    // others.
+    if (tellsWhatItLearns()) announceFailure(namedCause(failure.message()), failure.node_lost(), teller);
+  } else {
+    // From a node that told every other.
     MutexLock lock(mutex_);
     failure_announced_ = true;
     node_lost_announced_ = node_lost_announced_ || failure.node_lost();
   }
-  hooks_.on_failure({failure.message(), failure.node_lost(), from, others_know});
+  hooks_.on_failure({failure.message(), failure.node_lost(), from});
 }
 
 void CrossNode::failureDetected(std::string cause, bool node_lost) {
-  hooks_.on_failure({std::move(cause), node_lost, /*heard_from=*/"", /*others_know=*/false});
+  if (tellsWhatItLearns()) announceFailure(namedCause(cause), node_lost);
+  hooks_.on_failure({std::move(cause), node_lost, /*heard_from=*/""});
 }
 
 }  // namespace gradsync::peer

@@ -23,6 +23,7 @@ namespace gradsync::peer {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 using namespace std::chrono_literals;
 
 grpc::Status toGrpc(const Status& status) {
@@ -158,10 +159,6 @@ struct Daemon {
   ProtocolRange protocol;  // the versions it says it speaks
   std::chrono::seconds join_timeout = 10s;
   int size = 2;  // ranks of the job, one per node
-  // As the daemon's job does (server::Job::failJob): every failure the
-  // hooks are told of that the other nodes do not know yet is announced
-  // to them.
-  bool announce_what_it_hears = false;
 
   void listen() {
     int port = 0;
@@ -203,10 +200,8 @@ struct Daemon {
         }
       }
     };
-    hooks.on_failure = [this](const CrossNode::Failure& failure) {
-      recorder.failure(failure);
-      if (announce_what_it_hears && !failure.others_know) cross->announceFailure(failure.cause, failure.node_lost);
-    };
+    // The job announces nothing it is handed (server::Job::peerFailed).
+    hooks.on_failure = [this](const CrossNode::Failure& failure) { recorder.failure(failure); };
     cross = std::make_unique<CrossNode>(std::move(options), std::move(hooks));
     service.serve(cross.get());
   }
@@ -349,15 +344,13 @@ TEST(CrossNodeStreamTest, AFollowerThatNeverOpensItsStreamIsNamed) {
   leader.stop();
 }
 
-// A job of `count` nodes, one rank each, formed (host-0 leads), each
-// announcing what its hook says the others do not know; empty when it did
-// not form within 10 s.
+// A job of `count` nodes, one rank each, formed (host-0 leads); empty when
+// it did not form within 10 s.
 std::vector<std::unique_ptr<Daemon>> formJob(int count) {
   std::vector<std::unique_ptr<Daemon>> nodes;
   for (int i = 0; i < count; ++i) {
     nodes.push_back(std::make_unique<Daemon>());
     nodes.back()->size = count;
-    nodes.back()->announce_what_it_hears = true;
     nodes.back()->listen();
   }
   for (int i = 0; i < count; ++i) nodes[i]->create(nodes[0]->address, "host-" + std::to_string(i));
@@ -388,8 +381,7 @@ int abortCalls(const std::vector<std::unique_ptr<Daemon>>& nodes) {
 // the silence limit, declares it lost. Only the leader detected the loss: it
 // tells each follower once, and the followers, which only heard of it, pass
 // it on to no one: no AbortJob among them and no failure back to the
-// leader, though each one's job announces what its hook says the others do
-// not know (as the daemon's does).
+// leader.
 TEST(CrossNodeFailureTest, ALossHeardFromTheLeaderIsPassedOnToNoOne) {
   constexpr int kNodes = 5;
   constexpr int kSilent = 4;
@@ -411,10 +403,8 @@ TEST(CrossNodeFailureTest, ALossHeardFromTheLeaderIsPassedOnToNoOne) {
     EXPECT_THAT(first.cause, HasSubstr("host-4")) << "node " << i;
     if (i == 0) {  // detected there
       EXPECT_EQ(first.heard_from, "");
-      EXPECT_FALSE(first.others_know);
     } else {
       EXPECT_THAT(first.heard_from, HasSubstr("host-0")) << "node " << i;
-      EXPECT_TRUE(first.others_know) << "node " << i;
     }
   }
   std::this_thread::sleep_for(1s);  // time for any echo to arrive
@@ -433,7 +423,7 @@ TEST(CrossNodeFailureTest, ALeaderLostByEveryFollowerIsToldInLog2FCallsEach) {
   constexpr int kFollowers = kNodes - 1;
   std::vector<std::unique_ptr<Daemon>> nodes = formJob(kNodes);
   ASSERT_FALSE(nodes.empty()) << "the job did not form within 10 s";
-  nodes[0]->announce_what_it_hears = false;  // it would tell what it hears on streams that are open here
+  nodes[0]->cross->jobStopped();  // it would tell what it hears on streams that are open here
   const auto all_failed = [&] {
     for (int i = 1; i < kNodes; ++i) {
       if (nodes[i]->recorder.failureCount() == 0) return false;
@@ -466,19 +456,47 @@ TEST(CrossNodeFailureTest, ANoticeOfOneFollowerReachesEveryFollowerThroughTheRel
   constexpr int kFollowers = kNodes - 1;
   std::vector<std::unique_ptr<Daemon>> nodes = formJob(kNodes);
   ASSERT_FALSE(nodes.empty()) << "the job did not form within 10 s";
-  nodes[0]->announce_what_it_hears = false;
-  nodes[3]->cross->announceFailure("job 'j': lost the leader at host-0: silent for 6 s", /*node_lost=*/true);
+  nodes[0]->cross->jobStopped();  // it tells the followers nothing it hears
+  nodes[3]->cross->failedHere("job 'j': lost the leader at host-0: silent for 6 s", /*node_lost=*/true);
   for (int i = 1; i < kNodes; ++i) {
     if (i == 3) continue;
     ASSERT_TRUE(nodes[i]->recorder.waitFor([&] { return nodes[i]->recorder.failureCount() >= 1; })) << "node " << i;
     const auto first = nodes[i]->recorder.failures()[0];
     EXPECT_TRUE(first.node_lost) << "node " << i;
     EXPECT_THAT(first.cause, HasSubstr("lost the leader at host-0")) << "node " << i;
-    EXPECT_TRUE(first.others_know) << "node " << i;
     EXPECT_FALSE(first.heard_from.empty()) << "node " << i;
+    EXPECT_THAT(first.heard_from, Not(HasSubstr("the leader"))) << "node " << i;
   }
   std::this_thread::sleep_for(1s);
   EXPECT_LE(abortCalls(nodes), kFollowers * 3) << "AbortJob calls among the followers";
+  for (int i = kNodes - 1; i >= 0; --i) nodes[i]->stop();
+}
+
+// A leader and four followers; a rank leaves on one follower, whose job
+// reports it (failedHere). The leader hears it from that follower and, its
+// peer side alone (the jobs here announce nothing), tells the other three
+// on their streams: each node fails once, naming the rank, with no AbortJob
+// (a rank, not a node, was lost) and nothing sent back.
+TEST(CrossNodeFailureTest, ARankLostOnAFollowerReachesTheOthersThroughTheLeaderOnce) {
+  constexpr int kNodes = 5;
+  constexpr int kReporter = 2;
+  std::vector<std::unique_ptr<Daemon>> nodes = formJob(kNodes);
+  ASSERT_FALSE(nodes.empty()) << "the job did not form within 10 s";
+  nodes[kReporter]->cross->failedHere("job 'cross-unit': rank 2 (pid 1002, host host-2) disconnected",
+                                      /*node_lost=*/false);
+  for (int i = 0; i < kNodes; ++i) {
+    if (i == kReporter) continue;
+    ASSERT_TRUE(nodes[i]->recorder.waitFor([&] { return nodes[i]->recorder.failureCount() >= 1; })) << "node " << i;
+    const auto first = nodes[i]->recorder.failures()[0];
+    EXPECT_FALSE(first.node_lost) << "node " << i;
+    EXPECT_THAT(first.cause, HasSubstr("rank 2 (pid 1002, host host-2) disconnected")) << "node " << i;
+    EXPECT_THAT(first.heard_from, HasSubstr(i == 0 ? "host-2" : "the leader")) << "node " << i;
+  }
+  std::this_thread::sleep_for(1s);  // time for any echo to arrive
+  for (int i = 0; i < kNodes; ++i) {
+    EXPECT_EQ(nodes[i]->recorder.failures().size(), i == kReporter ? 0u : 1u) << "node " << i << ": an echo";
+  }
+  EXPECT_EQ(abortCalls(nodes), 0);
   for (int i = kNodes - 1; i >= 0; --i) nodes[i]->stop();
 }
 
@@ -520,25 +538,23 @@ TEST_F(CrossNodeTest, AFollowersRequestReachesTheLeaderAndTheLeadersBatchTheFoll
 // (Announced at once: the follower's stream may attach after it, and is
 // told then.)
 TEST_F(CrossNodeTest, AFailureTheLeaderAnnouncesFailsTheJobAtTheFollower) {
-  leader_.cross->announceFailure("rank 0 (pid 1000, host leader-host) disconnected", /*node_lost=*/false);
+  leader_.cross->failedHere("rank 0 (pid 1000, host leader-host) disconnected", /*node_lost=*/false);
   ASSERT_TRUE(follower_.recorder.waitFor([&] { return follower_.recorder.failureCount() >= 1; }));
   const auto failure = follower_.recorder.failures()[0];
   EXPECT_THAT(failure.cause, HasSubstr("rank 0 (pid 1000, host leader-host) disconnected"));
   EXPECT_FALSE(failure.node_lost);
   EXPECT_THAT(failure.heard_from, HasSubstr("the leader"));
-  EXPECT_TRUE(failure.others_know);
 }
 
 // A follower's failure reaches the leader as heard from that follower, and
 // as news to the others: the leader is the one that tells them.
 TEST_F(CrossNodeTest, AFailureAFollowerAnnouncesIsTheLeadersToPassOn) {
-  follower_.cross->announceFailure("rank 1 (pid 2000, host follower-host) disconnected", /*node_lost=*/false);
+  follower_.cross->failedHere("rank 1 (pid 2000, host follower-host) disconnected", /*node_lost=*/false);
   ASSERT_TRUE(leader_.recorder.waitFor([&] { return leader_.recorder.failureCount() >= 1; }));
   const auto failure = leader_.recorder.failures()[0];
   EXPECT_THAT(failure.cause, HasSubstr("rank 1 (pid 2000, host follower-host) disconnected"));
   EXPECT_FALSE(failure.node_lost);
   EXPECT_THAT(failure.heard_from, HasSubstr("follower-host"));
-  EXPECT_FALSE(failure.others_know);
 }
 
 TEST_F(CrossNodeTest, AFollowerSilentPastTheLimitIsLostAtTheLeader) {

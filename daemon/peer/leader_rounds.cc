@@ -157,7 +157,6 @@ StatusOr<RoundExchange::Outcome> LeaderRounds::lead(std::vector<uint64_t> mine, 
   } else if (!begun.empty()) {
     begin(round, &begun);
   }
-  v1::RoundMessage outcome;
   {
     MutexLock lock(mutex_);
     const auto all_in = [&]() GS_REQUIRES(mutex_) { return !aborted_.empty() || parts_[round].count == followers_; };
@@ -173,20 +172,8 @@ StatusOr<RoundExchange::Outcome> LeaderRounds::lead(std::vector<uint64_t> mine, 
       all = cv_.wait_until(lock, deadline, all_in);
     }
     if (!aborted_.empty()) return aborted(aborted_);
+    if (!all) return missingPartsLocked(round);
     Parts& parts = parts_[round];
-    if (!all) {
-      std::string missing;
-      int listed = 0;
-      for (int node = 1; node <= followers_ && listed < 8; ++node) {
-        if (parts.seen[node]) continue;
-        missing += (missing.empty() ? "" : ", ") + std::to_string(node);
-        ++listed;
-      }
-      return deadlineExceeded("round " + std::to_string(round) +
-                              " of the cached steady state: " + std::to_string(followers_ - parts.count) + " of " +
-                              std::to_string(followers_) + " follower nodes sent no part (nodes " + missing +
-                              (followers_ - parts.count > listed ? ", ..." : "") + ")");
-    }
     mine.resize(kWords, 0);
     for (size_t w = 0; w < kWords; ++w) mine[w] &= parts.bits[w];
     for (int f = 1; f <= followers_; ++f) {
@@ -203,14 +190,34 @@ StatusOr<RoundExchange::Outcome> LeaderRounds::lead(std::vector<uint64_t> mine, 
   result.leader_sequence = part.sequence;
   result.fusion_threshold_bytes = part.fusion_threshold_bytes;
   result.ids = bitsToIds(mine.data(), mine.size());
+  sendOutcome(round, std::move(mine), part);
+  return result;
+}
+
+Status LeaderRounds::missingPartsLocked(uint64_t round) {
+  const Parts& parts = parts_[round];
+  std::string missing;
+  int listed = 0;
+  for (int node = 1; node <= followers_ && listed < 8; ++node) {
+    if (parts.seen[node]) continue;
+    missing += (missing.empty() ? "" : ", ") + std::to_string(node);
+    ++listed;
+  }
+  return deadlineExceeded("round " + std::to_string(round) +
+                          " of the cached steady state: " + std::to_string(followers_ - parts.count) + " of " +
+                          std::to_string(followers_) + " follower nodes sent no part (nodes " + missing +
+                          (followers_ - parts.count > listed ? ", ..." : "") + ")");
+}
+
+void LeaderRounds::sendOutcome(uint64_t round, std::vector<uint64_t> bits, LeaderPart part) {
+  v1::RoundMessage outcome;
   outcome.set_kind(v1::RoundMessage::OUTCOME);
   outcome.set_round(round);
-  while (!mine.empty() && mine.back() == 0) mine.pop_back();
-  for (uint64_t w : mine) outcome.add_bits(w);
+  while (!bits.empty() && bits.back() == 0) bits.pop_back();
+  for (uint64_t w : bits) outcome.add_bits(w);
   outcome.set_leader_sequence(part.sequence);
   outcome.set_fusion_threshold_bytes(part.fusion_threshold_bytes);
   send_(outcome, nullptr);
-  return result;
 }
 
 StatusOr<RoundExchange::Outcome> LeaderRounds::follow(std::vector<uint64_t> mine,

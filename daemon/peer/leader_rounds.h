@@ -75,6 +75,11 @@ class LeaderRounds : public RoundExchange {
   // Leader: BEGIN of `round` to the followers `to` (nullptr: all).
   void begin(uint64_t round, const std::vector<int>* to) GS_EXCLUDES(mutex_);
   StatusOr<Outcome> lead(std::vector<uint64_t> mine, LeaderPart part, transport::Clock::time_point deadline);
+  // lead's parts: the error naming the followers whose part of `round`
+  // never came (the first 8); the OUTCOME of `round` (`bits`: the ids
+  // every daemon is ready for) to every follower.
+  Status missingPartsLocked(uint64_t round) GS_REQUIRES(mutex_);
+  void sendOutcome(uint64_t round, std::vector<uint64_t> bits, LeaderPart part) GS_EXCLUDES(mutex_);
   StatusOr<Outcome> follow(std::vector<uint64_t> mine, transport::Clock::time_point deadline);
   // Whether another daemon has begun the current round.
   bool begunLocked() const GS_REQUIRES(mutex_);

@@ -136,7 +136,7 @@ void Job::buildCrossNode() {
   hooks.on_remote_repeats = [this](std::vector<coordinator::Repeat> repeats, uint64_t epoch) {
     submitRemoteRepeats(std::move(repeats), epoch);
   };
-  hooks.on_failure = [this](const peer::CrossNode::Failure& failure) { failJob(failure); };
+  hooks.on_failure = [this](const peer::CrossNode::Failure& failure) { peerFailed(failure); };
   cross_ = std::make_unique<peer::CrossNode>(std::move(options), std::move(hooks));
   peer::PeerDataPlane::Hooks plane_hooks;
   plane_hooks.failed = [this](const Status& status) { return ringFailed(status); };
@@ -256,7 +256,7 @@ bool Job::removeSession(const Session& session, const std::string& cause, bool c
   if (loss.part_gone) {
     failJob(loss.announced, /*node_lost=*/true);
   } else if (cross_ && !loss.epoch_changed) {
-    cross_->announceFailure("job '" + spec_.job_id + "': " + loss.announced, false);
+    cross_->failedHere("job '" + spec_.job_id + "': " + loss.announced, false);
   }
   flush(&loss.to_ranks);
   return loss.empty;
@@ -286,7 +286,7 @@ void Job::loseRankLocked(const Session& session, const std::string& what, bool c
     failLocked(what);
     // The other nodes hear the cause before the errors for their requests
     // (see failJob).
-    if (cross_) cross_->announceFailure("job '" + spec_.job_id + "': " + failure_, false);
+    if (cross_) cross_->failedHere("job '" + spec_.job_id + "': " + failure_, false);
     failAllLocked(aborted("job '" + spec_.job_id + "': " + failure_), &loss->to_ranks,
                   /*keep_negotiated=*/cross_ != nullptr);
     if (!loss->to_ranks.empty()) {
@@ -543,6 +543,8 @@ void Job::stop(const std::string& reason, bool daemon_stopping) {
     MutexLock lock(mutex_);
     if (stopping_) return;
     stopping_ = true;
+    // What the peer side learns from now on (streams ending) is this end.
+    if (cross_) cross_->jobStopped();
     stop_reason_ = reason;
     outputs_.stopping();
     failAllLocked(unavailable(reason), &to_ranks);
@@ -555,7 +557,7 @@ void Job::stop(const std::string& reason, bool daemon_stopping) {
   if (cross_) cross_->abortTransfers(reason);  // the executor thread is joined next
   // The other nodes cannot run anything with this daemon gone.
   if (cross_ && daemon_stopping) {
-    cross_->announceFailure("job '" + spec_.job_id + "' stopped on " + limits_.peer_address + ": " + reason, true);
+    cross_->failedHere("job '" + spec_.job_id + "' stopped on " + limits_.peer_address + ": " + reason, true);
   }
 }
 
@@ -581,15 +583,10 @@ v1::JobTensors Job::tensors(Clock::time_point now) const {
   return out;
 }
 
-v1::JobInfo Job::info() const {
-  MutexLock lock(mutex_);
-  v1::JobInfo info;
-  info.set_job_id(spec_.job_id);
-  info.set_size(size_.load());
-  info.set_local_size(spec_.elastic ? ranks_.count() : spec_.local_size);
+void Job::describeRanksLocked(v1::JobInfo* info) const {
   int local_rank = 0;  // elastic jobs renumber: this node's ranks in rank order
   for (const auto& [rank, session] : ranks_.byRank()) {
-    v1::RankInfo* r = info.add_ranks();
+    v1::RankInfo* r = info->add_ranks();
     r->set_rank(rank);
     r->set_local_rank(spec_.elastic ? local_rank++ : session->identity().local_rank);
     r->set_pid(session->pid());
@@ -604,6 +601,32 @@ v1::JobInfo Job::info() const {
       r->set_gpu_buffers(gpu->bufferCount());
     }
   }
+}
+
+void Job::describeAcrossDaemonsLocked(v1::JobInfo* info) const {
+  cross_->describe(info, Clock::now(), data_plane_->busySeconds());
+  const std::vector<uint64_t> by_algorithm = data_plane_->allreducesByAlgorithm();
+  info->set_allreduces_direct(by_algorithm[0]);
+  info->set_allreduces_doubling(by_algorithm[1]);
+  info->set_allreduces_ring(by_algorithm[2]);
+  info->set_allreduces_halving(by_algorithm[3]);
+  info->set_stray_transfers_dropped(data_plane_->straysDropped());
+  info->set_steady_rounds(steady_rounds_done_.load());
+  info->set_steady_round_messages(steady_round_messages_.load());
+  info->set_steady_round_collectives(steady_round_collectives_.load());
+  info->set_link_latency_us(link_latency_us_.load());
+  info->set_link_message_us(link_message_us_.load());
+  info->set_link_bytes_per_second(link_bytes_per_second_.load());
+  info->set_steady_round_message_bytes(steady_round_message_bytes_.load());
+}
+
+v1::JobInfo Job::info() const {
+  MutexLock lock(mutex_);
+  v1::JobInfo info;
+  info.set_job_id(spec_.job_id);
+  info.set_size(size_.load());
+  info.set_local_size(spec_.elastic ? ranks_.count() : spec_.local_size);
+  describeRanksLocked(&info);
   info.set_tensors_in_flight(inFlightLocked());
   info.set_operations_done(operations_done_);
   info.set_bytes_done(bytes_done_);
@@ -627,22 +650,7 @@ v1::JobInfo Job::info() const {
     set->set_id(id);
     for (int r : ranks) set->add_ranks(r);
   }
-  if (cross_) {
-    cross_->describe(&info, Clock::now(), data_plane_->busySeconds());
-    const std::vector<uint64_t> by_algorithm = data_plane_->allreducesByAlgorithm();
-    info.set_allreduces_direct(by_algorithm[0]);
-    info.set_allreduces_doubling(by_algorithm[1]);
-    info.set_allreduces_ring(by_algorithm[2]);
-    info.set_allreduces_halving(by_algorithm[3]);
-    info.set_stray_transfers_dropped(data_plane_->straysDropped());
-    info.set_steady_rounds(steady_rounds_done_.load());
-    info.set_steady_round_messages(steady_round_messages_.load());
-    info.set_steady_round_collectives(steady_round_collectives_.load());
-    info.set_link_latency_us(link_latency_us_.load());
-    info.set_link_message_us(link_message_us_.load());
-    info.set_link_bytes_per_second(link_bytes_per_second_.load());
-    info.set_steady_round_message_bytes(steady_round_message_bytes_.load());
-  }
+  if (cross_) describeAcrossDaemonsLocked(&info);
   return info;
 }
 

@@ -182,6 +182,9 @@ class Job {
   void stopTimeline() { timeline_.stop(); }
 
  private:
+  // info()'s parts: each local rank, and what the job does across daemons.
+  void describeRanksLocked(v1::JobInfo* info) const GS_REQUIRES(mutex_);
+  void describeAcrossDaemonsLocked(v1::JobInfo* info) const GS_REQUIRES(mutex_);
   // Messages to local ranks, gathered under the lock and sent after it
   // (flush).
   using RankMessages = std::vector<std::pair<std::shared_ptr<Session>, v1::DaemonMessage>>;
@@ -227,15 +230,15 @@ class Job {
       GS_REQUIRES(mutex_);
   void onRemoteBatch(std::vector<coordinator::Response> batch, uint64_t sequence, uint64_t epoch,
                      uint64_t fusion_threshold_bytes);
-  // The job fails here (its waiting work, and with a lost node what was
-  // negotiated, and the transfers), and the other nodes hear of it unless
-  // they know already (`failure.others_know`). Once; a lost node after a
-  // departed rank is news again. The overload: a failure this node's job
-  // detected.
-  void failJob(const peer::CrossNode::Failure& failure);
-  void failJob(const std::string& cause, bool node_lost) {
-    failJob(peer::CrossNode::Failure{cause, node_lost, "", false});
-  }
+  // A failure this node's job detected: the other nodes hear of it
+  // (CrossNode::failedHere), then the job fails here (its waiting work,
+  // and with a lost node what was negotiated, and the transfers). Once; a
+  // lost node after a departed rank is news again.
+  void failJob(const std::string& cause, bool node_lost) { failJob({cause, node_lost, ""}, /*detected_here=*/true); }
+  // The peer side's failure (Hooks::on_failure), which the other nodes
+  // were told of already: the job fails here and tells no one.
+  void peerFailed(const peer::CrossNode::Failure& failure) { failJob(failure, /*detected_here=*/false); }
+  void failJob(const peer::CrossNode::Failure& failure, bool detected_here);
   // This node's part of a collective across daemons failed before or
   // without its transfers (`cause`, named by batch and response): a job
   // that is not elastic fails by name on every daemon at once (its peers
@@ -289,6 +292,22 @@ class Job {
   // then the leader's batches up to the round's sequence and the cached
   // collectives every daemon is ready for; false when the job ends.
   bool steadyRound(peer::RoundExchange& rounds, bool leader) GS_EXCLUDES(mutex_);
+  // steadyRound's parts. This daemon's part of a round: the collectives its
+  // ranks are ready for and, on the leader, its next batch (broadcast
+  // already) with its sequence.
+  struct RoundPart {
+    std::vector<uint64_t> ready;
+    std::vector<coordinator::Response> batch;
+    peer::RoundExchange::LeaderPart leader;
+  };
+  RoundPart takeRoundPart(bool leader) GS_EXCLUDES(mutex_);
+  // The round failed: the leader's batch runs (or fails) all the same, the
+  // ring's failure is the job's, or what the others may run is left.
+  void steadyRoundFailed(const Status& failure, RoundPart part) GS_EXCLUDES(mutex_);
+  // Runs the cached collectives `ids` (of a completed round, as batch
+  // `sequence`) that this daemon holds; false when the job failed.
+  bool runAgreedCollectives(const std::vector<uint64_t>& ids, uint64_t fusion_threshold_bytes, uint64_t sequence)
+      GS_EXCLUDES(mutex_);
   // Follower, executor thread: runs the leader's batches up to `sequence`
   // (waiting for them); false when the job failed or stops.
   bool runLeaderBatchesUpTo(uint64_t sequence);

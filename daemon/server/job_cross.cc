@@ -124,7 +124,7 @@ void Job::onRemoteBatch(std::vector<coordinator::Response> batch, uint64_t seque
   wakeExecutorLocked();
 }
 
-void Job::failJob(const peer::CrossNode::Failure& failure) {
+void Job::failJob(const peer::CrossNode::Failure& failure, bool detected_here) {
   const std::string& cause = failure.cause;
   const bool node_lost = failure.node_lost;
   RankMessages to_ranks;
@@ -138,14 +138,15 @@ void Job::failJob(const peer::CrossNode::Failure& failure) {
       GS_LOG(control, warn, "job '{}' failed: {}{}", spec_.job_id, failure_,
              failure.heard_from.empty() ? "" : " (heard from " + failure.heard_from + ")");
     }
-    // The other nodes hear the cause before any collective fails with it
-    // (the leader's errors for their requests go on the same streams):
-    // their ranks, told the error, may exit at once, and that exit must
-    // not become the job's cause there.
     const std::string job = "job '" + spec_.job_id + "': ";
     const std::string named = cause.rfind(job, 0) == 0 ? cause : job + cause;
     bare = named.substr(job.size());  // (the transfers' errors add the job)
-    if (cross_ && !failure.others_know) cross_->announceFailure(named, node_lost);
+    // The other nodes hear the cause before any collective fails with it
+    // (the leader's errors for their requests go on the same streams):
+    // their ranks, told the error, may exit at once, and that exit must
+    // not become the job's cause there. What the peer side handed over it
+    // told them already.
+    if (cross_ && detected_here) cross_->failedHere(named, node_lost);
     // A lost node (or data plane) also ends what was negotiated: it cannot
     // run any more. A rank that left elsewhere only ends what waits for it.
     failAllLocked(aborted(named), &to_ranks, /*keep_negotiated=*/!node_lost);

@@ -167,62 +167,46 @@ Job::SteadyPass Job::prepareSteadyPass(bool leader) {
   return pass;
 }
 
-bool Job::steadyRound(peer::RoundExchange& rounds, bool leader) {
-  // This daemon's part of the round.
-  std::vector<uint64_t> ready;
-  std::vector<coordinator::Response> batch;
-  peer::RoundExchange::LeaderPart part;  // the leader's
-  uint64_t sequence = 0;
+Job::RoundPart Job::takeRoundPart(bool leader) {
+  RoundPart part;
   {
     MutexLock lock(mutex_);
     steady_dirty_ = false;
-    ready = steady_.ready();
+    part.ready = steady_.ready();
     if (leader) {
-      batch = std::move(queue_.nextLed().responses);
-      if (!batch.empty()) beginBatchLocked();
-      sequence = queue_.lastSequence();
+      part.batch = std::move(queue_.nextLed().responses);
+      if (!part.batch.empty()) beginBatchLocked();
+      part.leader.sequence = queue_.lastSequence();
     }
-    part = {sequence, tuning_.current().fusion_threshold_bytes};
+    part.leader.fusion_threshold_bytes = tuning_.current().fusion_threshold_bytes;
   }
-  if (leader && !batch.empty()) {
-    Status sent = cross_->broadcast(batch, sequence, batch_.epoch, batch_.fusion_threshold_bytes);
+  if (!part.batch.empty()) {
+    Status sent = cross_->broadcast(part.batch, part.leader.sequence, batch_.epoch, batch_.fusion_threshold_bytes);
     if (!sent.isOk()) {
-      for (auto& r : batch) r.status = sent;
+      for (auto& r : part.batch) r.status = sent;
       failJob(sent.message(), /*node_lost=*/true);
     }
   }
-  const uint64_t sent_before = rounds.messagesSent();
-  const auto began = Clock::now();
-  auto outcome = rounds.exchange(ready, part, began + limits_.transfer_timeout);
-  steady_hold_.roundTook(Clock::now() - began);
-  steady_rounds_done_.fetch_add(1, std::memory_order_relaxed);
-  steady_round_messages_.fetch_add(rounds.messagesSent() - sent_before, std::memory_order_relaxed);
-  if (!outcome.isOk()) {
-    // The followers run a batch the leader broadcast (in their usual loop,
-    // when the rounds end): so does the leader. (A broken data plane fails
-    // it.)
-    if (!batch.empty()) runBatch(std::move(batch), sequence);
-    if (!endedByTheJobsFailure(outcome.status())) {
-      (void)ringFailed(outcome.status());
-    } else if (!ready.empty()) {
-      // The job's failure cut this round short after this daemon said
-      // which collectives its ranks are ready for: a peer may have
-      // completed the round and now runs them.
-      leaveAgreedCollectives();
-    }
-    return false;
+  return part;
+}
+
+void Job::steadyRoundFailed(const Status& failure, RoundPart part) {
+  // The followers run a batch the leader broadcast (in their usual loop,
+  // when the rounds end): so does the leader. (A broken data plane fails
+  // it.)
+  if (!part.batch.empty()) runBatch(std::move(part.batch), part.leader.sequence);
+  if (!endedByTheJobsFailure(failure)) {
+    (void)ringFailed(failure);
+  } else if (!part.ready.empty()) {
+    // The job's failure cut this round short after this daemon said
+    // which collectives its ranks are ready for: a peer may have
+    // completed the round and now runs them.
+    leaveAgreedCollectives();
   }
-  // 1. The leader's batches up to the round's sequence.
-  if (leader) {
-    if (!batch.empty()) runBatch(std::move(batch), sequence);
-    MutexLock lock(mutex_);
-    queue_.finished();
-  } else if (!runLeaderBatchesUpTo(outcome->leader_sequence)) {
-    if (!outcome->ids.empty()) leaveAgreedCollectives();
-    return false;
-  }
-  // 2. The cached collectives every daemon is ready for (whole groups).
-  if (outcome->ids.empty()) return true;
+}
+
+bool Job::runAgreedCollectives(const std::vector<uint64_t>& ids, uint64_t fusion_threshold_bytes, uint64_t sequence) {
+  if (ids.empty()) return true;
   std::vector<coordinator::Response> agreed;
   {
     MutexLock lock(mutex_);
@@ -233,18 +217,41 @@ bool Job::steadyRound(peer::RoundExchange& rounds, bool leader) {
       leaveAgreedCollectives();
       return false;
     }
-    std::vector<coordinator::Response> responses;
-    for (uint64_t id : steady_.runnable(outcome->ids)) responses.push_back(steady_.take(id));
-    if (responses.empty()) return true;
-    steady_round_collectives_.fetch_add(responses.size(), std::memory_order_relaxed);
-    queue_.begin(responses.size());
-    beginBatchLocked(outcome->fusion_threshold_bytes);
-    agreed = std::move(responses);
+    for (uint64_t id : steady_.runnable(ids)) agreed.push_back(steady_.take(id));
+    if (agreed.empty()) return true;
+    steady_round_collectives_.fetch_add(agreed.size(), std::memory_order_relaxed);
+    queue_.begin(agreed.size());
+    beginBatchLocked(fusion_threshold_bytes);
   }
-  runBatch(std::move(agreed), kRoundSequenceBase + rounds.round());
+  runBatch(std::move(agreed), sequence);
   MutexLock lock(mutex_);
   queue_.finished();
   return true;
+}
+
+bool Job::steadyRound(peer::RoundExchange& rounds, bool leader) {
+  RoundPart part = takeRoundPart(leader);
+  const uint64_t sent_before = rounds.messagesSent();
+  const auto began = Clock::now();
+  auto outcome = rounds.exchange(part.ready, part.leader, began + limits_.transfer_timeout);
+  steady_hold_.roundTook(Clock::now() - began);
+  steady_rounds_done_.fetch_add(1, std::memory_order_relaxed);
+  steady_round_messages_.fetch_add(rounds.messagesSent() - sent_before, std::memory_order_relaxed);
+  if (!outcome.isOk()) {
+    steadyRoundFailed(outcome.status(), std::move(part));
+    return false;
+  }
+  // 1. The leader's batches up to the round's sequence.
+  if (leader) {
+    if (!part.batch.empty()) runBatch(std::move(part.batch), part.leader.sequence);
+    MutexLock lock(mutex_);
+    queue_.finished();
+  } else if (!runLeaderBatchesUpTo(outcome->leader_sequence)) {
+    if (!outcome->ids.empty()) leaveAgreedCollectives();
+    return false;
+  }
+  // 2. The cached collectives every daemon is ready for (whole groups).
+  return runAgreedCollectives(outcome->ids, outcome->fusion_threshold_bytes, kRoundSequenceBase + rounds.round());
 }
 
 void Job::leaveAgreedCollectives() {
