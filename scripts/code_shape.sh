@@ -89,6 +89,8 @@ role = r"if \(!?leader_\)|leader_ \?|leader_ &&|\|\| !?leader_|!leader_ \|\|"
 counts = [
     (f"role branches on leader_ in {root}/peer", grep(role, peer)),
     (f"announceFailure called from {root}/server", grep(r"announceFailure\(", server)),
+    (f"failures the job detected, reported to the peer side (failedHere) from {root}/server",
+     grep(r"failedHere\(", server)),
     (f"getenv outside {root}/common/environment.cc", grep(r"getenv\(", everything, ("common/environment.cc",))),
 ]
 print("\n## layout counts")

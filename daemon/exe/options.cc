@@ -78,6 +78,13 @@ Setter text(void (v1::DaemonConfig::*set)(const std::string&)) {
   };
 }
 
+Setter tlsPath(void (v1::PeerTls::*set)(const std::string&)) {
+  return [set](v1::DaemonConfig* c, const std::string& v) {
+    (c->mutable_peer_tls()->*set)(v);
+    return okStatus();
+  };
+}
+
 const std::map<std::string, Setter>& setters() {
   using C = v1::DaemonConfig;
   static const auto* table = new std::map<std::string, Setter>{
@@ -123,21 +130,9 @@ const std::map<std::string, Setter>& setters() {
        number<uint32_t>("--autotune-steps-per-sample", &C::set_autotune_steps_per_sample)},
       {"--autotune-samples-per-setting",
        number<uint32_t>("--autotune-samples-per-setting", &C::set_autotune_samples_per_setting)},
-      {"--peer-tls-cert",
-       [](C* c, const std::string& v) {
-         c->mutable_peer_tls()->set_cert_path(v);
-         return okStatus();
-       }},
-      {"--peer-tls-key",
-       [](C* c, const std::string& v) {
-         c->mutable_peer_tls()->set_key_path(v);
-         return okStatus();
-       }},
-      {"--peer-tls-ca",
-       [](C* c, const std::string& v) {
-         c->mutable_peer_tls()->set_ca_path(v);
-         return okStatus();
-       }},
+      {"--peer-tls-cert", tlsPath(&v1::PeerTls::set_cert_path)},
+      {"--peer-tls-key", tlsPath(&v1::PeerTls::set_key_path)},
+      {"--peer-tls-ca", tlsPath(&v1::PeerTls::set_ca_path)},
   };
   return *table;
 }

@@ -45,6 +45,7 @@
 namespace gradsync::executor {
 
 struct AlltoallRoutes;  // executor_util.h
+class GpuPhaseTimer;    // gpu_phase_timer.h
 
 // One per job: its own stream per device, fusion buffer per device and
 // pinned staging buffer, so that jobs sharing a GPU never wait on each other.
@@ -127,6 +128,12 @@ class GpuExecutor : public DeviceExecutor {
   // members whose ready events were awaited); among the nodes with NCCL, or
   // through host memory and the data plane; back to every local rank.
   Status reduceIntoFused(const FusedAllreduce& f, std::vector<const Members*>* waited);
+  // With every local rank on `device` (-1: none has memory here), `groups`
+  // by response: the batch laid out in `f`, reduced, across the nodes
+  // (over `comm` when not null) and back; the steps timed on the timeline.
+  Status oneGpuAllreduce(FusedAllreduce& f, std::vector<std::vector<Members>>& groups, int device, gpu::NcclComm* comm);
+  Status reduceAcrossNodesAndBack(const FusedAllreduce& f, gpu::NcclComm* comm, GpuPhaseTimer& timer,
+                                  std::vector<const Members*>* waited);
   Status ncclAcrossNodes(const FusedAllreduce& f, gpu::NcclComm* comm);
   Status stagedAcrossNodes(const FusedAllreduce& f);
   Status scatterFromFused(const FusedAllreduce& f);
@@ -136,6 +143,13 @@ class GpuExecutor : public DeviceExecutor {
   // Allgather or alltoall across nodes: every rank's input through host
   // memory and the ring's allgather, then each local rank's share back.
   ResponseResult stagedGatherLike(const Response& r, RankAccess& access);
+  // The same without the daemons' NCCL communicator (`groups`: the
+  // members by GPU); its alltoall step: the messages packed from `host`
+  // (inputs at `offset`) into `send`, exchanged, the others' in `recv`.
+  ResponseResult hostGatherLike(const Response& r, RankAccess& access, const std::vector<Members>& groups);
+  Status stagedAlltoallExchange(const Response& r, RankAccess& access, const std::vector<Members>& groups,
+                                const AlltoallRoutes& routes, const std::vector<size_t>& offset, const uint8_t* host,
+                                uint8_t* send, uint8_t* recv);
   // Its last step: into each member's output, from `host` (every rank's
   // input at offset[its request], `total` bytes) or, alltoall, as
   // `routes` says, also from `recv` (the other nodes' messages).
@@ -146,6 +160,24 @@ class GpuExecutor : public DeviceExecutor {
   // responses; gpu_executor_nccl_gather.cc).
   ResponseResult ncclGatherLike(const Response& r, RankAccess& access, const NodesComm& nodes,
                                 std::vector<Members> resolved);
+  struct GatherLikePlan;  // gpu_executor_nccl_gather.cc
+  // ncclGatherLike's steps: the layout of the GPUs' buffers; the steps in
+  // order (`waited`: as waitReadyOnGpus), once the outputs' sizes are
+  // known: several GPUs' inputs gathered on each, this node's part packed
+  // on the lead GPU, the exchange among the nodes, and what came to each
+  // rank's output.
+  GatherLikePlan planGatherLike(const Response& r, RankAccess& access, const NodesComm& nodes,
+                                const std::vector<Members>& groups);
+  Status runGatherLike(const Response& r, RankAccess& access, const NodesComm& nodes,
+                       const std::vector<Members>& groups, const std::vector<uint64_t>& out_bytes, GatherLikePlan& plan,
+                       size_t* waited);
+  Status gatherInputsOnEveryGpu(const Response& r, const std::vector<Members>& groups, const GatherLikePlan& plan,
+                                RankAccess& access);
+  Status packForTheNodes(const Response& r, const std::vector<Members>& groups, const GatherLikePlan& plan);
+  Status exchangeAmongTheNodes(const Response& r, RankAccess& access, const NodesComm& nodes, const Members& lead,
+                               const GatherLikePlan& plan);
+  Status writeGatherLikeOutputs(const Response& r, const std::vector<Members>& groups, const GatherLikePlan& plan,
+                                RankAccess& access);
   ResponseResult ncclReducescatter(const Response& r, RankAccess& access, gpu::NcclComm* comm,
                                    std::vector<Members> resolved);
   // `groups` with the one on `lead` first (an empty one added if no local
@@ -157,6 +189,14 @@ class GpuExecutor : public DeviceExecutor {
   // Reducescatter across nodes: reduced on the GPU, allreduced among the
   // nodes through host memory, each local rank's rows back.
   ResponseResult stagedReducescatter(const Response& r, RankAccess& access);
+  // Its steps once the layout is known (`index`: each group's requests;
+  // `host`: the staging buffer; `waited`: as waitReadyOnGpus).
+  Status reducescatterThroughHost(const Response& r, RankAccess& access, const std::vector<Members>& groups,
+                                  const std::vector<std::vector<size_t>>& index, const std::vector<int64_t>& rows,
+                                  uint8_t* host, size_t* waited);
+  // Waits until every group's copies from the staging buffer (the job's,
+  // used by the next batch) are done; `status`, or the first wait's error.
+  Status drainStaging(const std::vector<Members>& groups, Status status);
   // Its last step: each member's rows of the reduced `fused` buffer (rows:
   // per request) into its output, with the average and postscale.
   Status scatterRows(const Response& r, const Members& m, const std::vector<size_t>& index,
@@ -173,6 +213,10 @@ class GpuExecutor : public DeviceExecutor {
   // allgather), reduce::adasum, the result to every local rank
   // (gpu_executor_adasum.cc).
   ResponseResult adasumAllreduce(const Response& r, RankAccess& access);
+  // Its first step: every local rank's tensor into `host` at offset[its
+  // request], once ready (`waited`: as waitReadyOnGpus).
+  Status stageEveryInput(const Response& r, RankAccess& access, const std::vector<Members>& groups,
+                         const std::vector<size_t>& offset, uint8_t* host, size_t* waited);
   // One node: into the callers' output buffers (sizes checked first).
   ResponseResult allgather(const Response& r, RankAccess& access);
   ResponseResult alltoall(const Response& r, RankAccess& access);
@@ -185,6 +229,11 @@ class GpuExecutor : public DeviceExecutor {
   // `groups[t]`: response t's members by GPU; `devices`: all of them, the
   // lead first; `comm`: the daemons' communicator for the batch (null: the
   // ring).
+  // Its view of the batch per GPU of `devices`: that GPU's members of each
+  // response (taken from `groups`), its fusion buffer and stream.
+  StatusOr<std::vector<FusedAllreduce>> viewsByGpu(const std::vector<const Response*>& responses, RankAccess& access,
+                                                   std::vector<std::vector<Members>>& groups,
+                                                   const std::vector<int>& devices);
   Status multiGpuStagedAllreduce(const std::vector<const Response*>& responses, RankAccess& access,
                                  std::vector<std::vector<Members>> groups, const std::vector<int>& devices,
                                  gpu::NcclComm* comm);

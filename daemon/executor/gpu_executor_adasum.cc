@@ -39,23 +39,7 @@ ResponseResult GpuExecutor::adasumAllreduce(const Response& r, RankAccess& acces
   uint8_t* result = host + n * bytes;
   size_t waited = 0;  // groups whose ready events were awaited: their done events are recorded whatever happens
   Status status = [&]() -> Status {
-    std::vector<std::vector<size_t>> index;
-    for (const auto& group : groups) {
-      index.push_back(memberIndices(r, group));
-      if (group.device < 0) continue;  // no elements
-      RETURN_IF_ERROR(ops_->select(group.device));
-      RETURN_IF_ERROR(waitReady(group));
-      ++waited;
-    }
-    {
-      PhaseScope phase(access, "MEMCPY_DEVICE_TO_HOST");
-      for (size_t g = 0; g < groups.size(); ++g) {
-        if (groups[g].device < 0) continue;
-        RETURN_IF_ERROR(ops_->select(groups[g].device));
-        RETURN_IF_ERROR(stageInputs(r, groups[g], index[g], offset, host));
-        RETURN_IF_ERROR(ops_->waitStream(groups[g].stream, "waiting for the copies to host memory"));
-      }
-    }
+    RETURN_IF_ERROR(stageEveryInput(r, access, groups, offset, host, &waited));
     if (!owned.empty()) RETURN_IF_ERROR(access.dataPlane().allgather(nodesOf(r, access), host, owned));
     {
       PhaseScope phase(access, "ADASUM_COMBINE");
@@ -75,13 +59,27 @@ ResponseResult GpuExecutor::adasumAllreduce(const Response& r, RankAccess& acces
     return okStatus();
   }();
   status = recordDoneOnGpus(groups, waited, status);
-  // The staging buffer is the job's: free for the next batch only once read.
+  return failed(r, drainStaging(groups, status));
+}
+
+Status GpuExecutor::stageEveryInput(const Response& r, RankAccess& access, const std::vector<Members>& groups,
+                                    const std::vector<size_t>& offset, uint8_t* host, size_t* waited) {
+  std::vector<std::vector<size_t>> index;
   for (const auto& group : groups) {
-    if (group.stream == nullptr) continue;
-    const Status drained = ops_->waitStream(group.stream, "waiting for the copies from host memory");
-    if (status.isOk()) status = drained;
+    index.push_back(memberIndices(r, group));
+    if (group.device < 0) continue;  // no elements
+    RETURN_IF_ERROR(ops_->select(group.device));
+    RETURN_IF_ERROR(waitReady(group));
+    ++*waited;
   }
-  return failed(r, status);
+  PhaseScope phase(access, "MEMCPY_DEVICE_TO_HOST");
+  for (size_t g = 0; g < groups.size(); ++g) {
+    if (groups[g].device < 0) continue;
+    RETURN_IF_ERROR(ops_->select(groups[g].device));
+    RETURN_IF_ERROR(stageInputs(r, groups[g], index[g], offset, host));
+    RETURN_IF_ERROR(ops_->waitStream(groups[g].stream, "waiting for the copies to host memory"));
+  }
+  return okStatus();
 }
 
 }  // namespace gradsync::executor

@@ -43,9 +43,13 @@ Status GpuExecutor::stagedAllreduce(const std::vector<const Response*>& response
                 std::find(ordered.begin(), ordered.end(), first_device) + 1);
     return multiGpuStagedAllreduce(responses, access, std::move(groups), ordered, comm);
   }
-  int device = devices.empty() ? -1 : *devices.begin();
-  for (size_t t = 0; t < responses.size(); ++t) {
-    const Response* r = responses[t];
+  return oneGpuAllreduce(f, groups, devices.empty() ? -1 : *devices.begin(), comm);
+}
+
+Status GpuExecutor::oneGpuAllreduce(FusedAllreduce& f, std::vector<std::vector<Members>>& groups, int device,
+                                    gpu::NcclComm* comm) {
+  for (size_t t = 0; t < f.responses.size(); ++t) {
+    const Response* r = f.responses[t];
     Members m = groups[t].empty() ? Members{} : std::move(groups[t].front());
     if (r->first().length == 0) m.list.clear();  // no elements: contributes an empty range
     f.offsets.push_back(f.total);
@@ -56,35 +60,38 @@ Status GpuExecutor::stagedAllreduce(const std::vector<const Response*>& response
   f.staging = staging(f.total * f.esize);
   if (device < 0 && comm == nullptr) {
     // No local rank takes part (joined ranks): add identities only.
-    fillIdentity(f.staging, f.total, first.dtype, f.ring_op);
-    return access.dataPlane().allreduce(nodesOf(*responses.front(), access), f.staging, f.total, first.dtype,
-                                        f.ring_op);
+    fillIdentity(f.staging, f.total, f.first.dtype, f.ring_op);
+    return f.access.dataPlane().allreduce(nodesOf(*f.responses.front(), f.access), f.staging, f.total, f.first.dtype,
+                                          f.ring_op);
   }
   if (device < 0) device = daemons_.device();
   ASSIGN_OR_RETURN(f.stream, streamFor(device));
   ASSIGN_OR_RETURN(gpu::GrowingBuffer * fusion, fusionFor(device));
   ASSIGN_OR_RETURN(f.fused, fusion->reserve(f.total * f.esize));
   std::vector<const Members*> waited;  // their done events are recorded whatever happens next
-  GpuPhaseTimer timer(ops_, access, device, f.stream);
-  Status status = [&]() -> Status {
-    timer.begin("GPU_REDUCE");
-    RETURN_IF_ERROR(reduceIntoFused(f, &waited));
-    timer.end();
-    if (comm != nullptr) {
-      timer.begin("GPU_NCCL_ALLREDUCE");
-      RETURN_IF_ERROR(ncclAcrossNodes(f, comm));
-      timer.end();
-    } else {
-      RETURN_IF_ERROR(stagedAcrossNodes(f));
-    }
-    timer.begin("GPU_COPY");
-    RETURN_IF_ERROR(scatterFromFused(f));
-    timer.end();
-    return okStatus();
-  }();
+  GpuPhaseTimer timer(ops_, f.access, device, f.stream);
+  Status status = reduceAcrossNodesAndBack(f, comm, timer, &waited);
   for (const Members* m : waited) status = recordDoneAfter(*m, status);
   timer.finish();
   return status;
+}
+
+Status GpuExecutor::reduceAcrossNodesAndBack(const FusedAllreduce& f, gpu::NcclComm* comm, GpuPhaseTimer& timer,
+                                             std::vector<const Members*>* waited) {
+  timer.begin("GPU_REDUCE");
+  RETURN_IF_ERROR(reduceIntoFused(f, waited));
+  timer.end();
+  if (comm != nullptr) {
+    timer.begin("GPU_NCCL_ALLREDUCE");
+    RETURN_IF_ERROR(ncclAcrossNodes(f, comm));
+    timer.end();
+  } else {
+    RETURN_IF_ERROR(stagedAcrossNodes(f));
+  }
+  timer.begin("GPU_COPY");
+  RETURN_IF_ERROR(scatterFromFused(f));
+  timer.end();
+  return okStatus();
 }
 
 Status GpuExecutor::reduceIntoFused(const FusedAllreduce& f, std::vector<const Members*>* waited) {
@@ -254,13 +261,8 @@ Status GpuExecutor::stagedBroadcast(const Response& r, RankAccess& access) {
     return okStatus();
   }();
   status = recordDoneOnGpus(groups, waited, status);
-  // The staging buffer is the job's: free for the next batch only once read
-  // (also after an error: copies from it may be queued).
-  for (const auto& group : groups) {
-    const Status drained = ops_->waitStream(group.stream, "waiting for the copies from the staging buffer");
-    if (status.isOk()) status = drained;
-  }
-  return status;
+  // (Also after an error: copies from the staging buffer may be queued.)
+  return drainStaging(groups, status);
 }
 
 }  // namespace gradsync::executor

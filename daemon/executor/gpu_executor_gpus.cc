@@ -163,13 +163,11 @@ Status GpuExecutor::fillIdentitiesOnDevice(const FusedAllreduce& f) {
   return waited ? ops_->waitStream(f.stream, "waiting for the identity values") : okStatus();
 }
 
-Status GpuExecutor::multiGpuStagedAllreduce(const std::vector<const Response*>& responses, RankAccess& access,
-                                            std::vector<std::vector<Members>> groups, const std::vector<int>& devices,
-                                            gpu::NcclComm* comm) {
+StatusOr<std::vector<GpuExecutor::FusedAllreduce>> GpuExecutor::viewsByGpu(
+    const std::vector<const Response*>& responses, RankAccess& access, std::vector<std::vector<Members>>& groups,
+    const std::vector<int>& devices) {
   const Request& first = responses.front()->first();
   const ReduceOp ring_op = first.op == v1::AVERAGE ? v1::SUM : first.op;
-  // One view of the batch per GPU: its members of each response, its
-  // fusion buffer and stream.
   std::vector<FusedAllreduce> per_gpu;
   for (int device : devices) {
     FusedAllreduce f{responses, access, first, elementSize(first.dtype), ring_op};
@@ -189,6 +187,14 @@ Status GpuExecutor::multiGpuStagedAllreduce(const std::vector<const Response*>& 
     f.filled = true;
     per_gpu.push_back(std::move(f));
   }
+  return per_gpu;
+}
+
+Status GpuExecutor::multiGpuStagedAllreduce(const std::vector<const Response*>& responses, RankAccess& access,
+                                            std::vector<std::vector<Members>> groups, const std::vector<int>& devices,
+                                            gpu::NcclComm* comm) {
+  const ReduceOp ring_op = responses.front()->first().op == v1::AVERAGE ? v1::SUM : responses.front()->first().op;
+  ASSIGN_OR_RETURN(std::vector<FusedAllreduce> per_gpu, viewsByGpu(responses, access, groups, devices));
   const size_t bytes = per_gpu.front().total * per_gpu.front().esize;
   std::vector<const Members*> waited;  // their done events are recorded whatever happens next
   std::vector<Members> gpus;           // each GPU as a group without members: its device and stream

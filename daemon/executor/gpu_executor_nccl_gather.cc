@@ -79,155 +79,203 @@ StatusOr<std::vector<GpuExecutor::Members>> GpuExecutor::withLead(std::vector<Me
   return groups;
 }
 
+// Where an allgather's or alltoall's bytes lie in each GPU's fusion buffer:
+// with several GPUs, first every local input (local_at, local_bytes); then,
+// among the nodes, allgather's blocks, or alltoall's send and receive buffers.
+struct GpuExecutor::GatherLikePlan {
+  bool gather = false;                     // allgather (else alltoall)
+  std::vector<std::vector<size_t>> index;  // by group: its members' requests
+  // Several GPUs: local_at[i], where local request i's input lies on each
+  // GPU once their blocks were gathered (the first local_bytes of each
+  // GPU's buffer).
+  std::vector<size_t> local_at;
+  size_t local_block = 0;
+  size_t local_bytes = 0;
+  NodeBlocks blocks;      // allgather
+  AlltoallRoutes routes;  // alltoall
+  size_t send_bytes = 0;  // alltoall: the send buffer, aligned
+  size_t cross_bytes = 0;
+  std::vector<uint8_t*> buffers;  // by group, once reserved
+
+  // What came from the other nodes, and where it lies in each buffer.
+  size_t received() const { return gather ? cross_bytes : routes.recv_bytes; }
+  size_t receivedAt() const { return local_bytes + (gather ? 0 : send_bytes); }
+  // Where local request i's input lies on the GPU of group g.
+  const uint8_t* input(const std::vector<Members>& groups, size_t g, size_t i) const {
+    if (groups.size() > 1) return buffers[g] + local_at[i];
+    for (size_t k = 0; k < index[0].size(); ++k) {
+      if (index[0][k] == i) return groups[0].list[k].data;
+    }
+    return nullptr;
+  }
+};
+
+GpuExecutor::GatherLikePlan GpuExecutor::planGatherLike(const Response& r, RankAccess& access,
+                                                        const NodesComm& nodes_comm,
+                                                        const std::vector<Members>& groups) {
+  GatherLikePlan plan;
+  plan.gather = r.type == v1::ALLGATHER;
+  for (const auto& group : groups) plan.index.push_back(memberIndices(r, group));
+  plan.local_at.assign(r.requests.size(), 0);
+  if (groups.size() > 1) {
+    for (const auto& member_index : plan.index) {
+      size_t used = 0;
+      for (size_t i : member_index) {
+        plan.local_at[i] = used;
+        used += r.requests[i]->length;
+      }
+      plan.local_block = std::max(plan.local_block, used);
+    }
+    plan.local_block = aligned(plan.local_block);
+    for (size_t g = 0; g < groups.size(); ++g) {
+      for (size_t i : plan.index[g]) plan.local_at[i] += g * plan.local_block;
+    }
+  }
+  plan.local_bytes = plan.local_block * groups.size();
+  const size_t nodes = nodes_comm.nodes.size();  // the communicator's ranks
+  if (plan.gather) {
+    plan.blocks = nodeBlocks(r, access, nodes, [&](int node) { return nodes_comm.rankOf(node); });
+    plan.cross_bytes = plan.blocks.block * nodes;
+  } else {
+    plan.routes = alltoallRoutes(r, access);
+    plan.send_bytes = aligned(plan.routes.send_bytes);
+    plan.cross_bytes = plan.send_bytes + plan.routes.recv_bytes;
+  }
+  return plan;
+}
+
+Status GpuExecutor::gatherInputsOnEveryGpu(const Response& r, const std::vector<Members>& groups,
+                                           const GatherLikePlan& plan, RankAccess& access) {
+  for (size_t g = 0; g < groups.size(); ++g) {
+    RETURN_IF_ERROR(ops_->select(groups[g].device));
+    for (size_t k = 0; k < groups[g].list.size(); ++k) {
+      const size_t i = plan.index[g][k];
+      if (r.requests[i]->length == 0) continue;
+      RETURN_IF_ERROR(
+          context(ops_->copy(plan.buffers[g] + plan.local_at[i], groups[g].list[k].data, r.requests[i]->length,
+                             gpu::CopyKind::kDeviceToDevice, groups[g].stream),
+                  "tensor '" + r.name + "': copy of rank " + std::to_string(groups[g].list[k].rank) + "'s input"));
+    }
+  }
+  if (plan.local_block == 0) return okStatus();
+  std::vector<void*> local(plan.buffers.begin(), plan.buffers.end());
+  return gatherAcrossGpus(r, groups, local, plan.local_block, access);
+}
+
+Status GpuExecutor::packForTheNodes(const Response& r, const std::vector<Members>& groups, const GatherLikePlan& plan) {
+  const Members& lead = groups.front();
+  uint8_t* cross = plan.buffers.front() + plan.local_bytes;
+  std::vector<std::pair<const uint8_t*, size_t>> parts;  // (from, bytes), in buffer order
+  std::vector<size_t> to;
+  if (plan.gather) {
+    for (const auto& member_index : plan.index) {
+      for (size_t i : member_index) {
+        parts.push_back({plan.input(groups, 0, i), r.requests[i]->length});
+        to.push_back(plan.blocks.at[i]);
+      }
+    }
+  } else {
+    size_t at = 0;
+    for (const auto& piece : plan.routes.pack) {
+      parts.push_back({plan.input(groups, 0, piece.request) + piece.offset, piece.bytes});
+      to.push_back(at);
+      at += piece.bytes;
+    }
+  }
+  for (size_t p = 0; p < parts.size(); ++p) {
+    if (parts[p].second == 0) continue;
+    RETURN_IF_ERROR(
+        context(ops_->copy(cross + to[p], parts[p].first, parts[p].second, gpu::CopyKind::kDeviceToDevice, lead.stream),
+                "tensor '" + r.name + "': copy to the buffer among the nodes"));
+  }
+  return okStatus();
+}
+
+Status GpuExecutor::exchangeAmongTheNodes(const Response& r, RankAccess& access, const NodesComm& nodes_comm,
+                                          const Members& lead, const GatherLikePlan& plan) {
+  uint8_t* cross = plan.buffers.front() + plan.local_bytes;
+  Status moved = okStatus();
+  if (plan.gather && plan.blocks.block > 0) {
+    PhaseScope phase(access, "NCCL_ALLGATHER");
+    moved = nodes_comm.comm->allGather({cross}, plan.blocks.block, {lead.stream}, DaemonComms::waitFor(access));
+  } else if (!plan.gather) {
+    PhaseScope phase(access, "NCCL_ALLTOALL");
+    moved = nodes_comm.comm->exchange(cross, peerBytes(plan.routes.send_to, nodes_comm.nodes), cross + plan.send_bytes,
+                                      peerBytes(plan.routes.recv_from, nodes_comm.nodes), lead.stream,
+                                      DaemonComms::waitFor(access));
+  }
+  if (!moved.isOk()) moved = daemons_.fail(moved, access);
+  return context(moved, "tensor '" + r.name + "'");
+}
+
+Status GpuExecutor::writeGatherLikeOutputs(const Response& r, const std::vector<Members>& groups,
+                                           const GatherLikePlan& plan, RankAccess& access) {
+  // What came from the other nodes, to the other GPUs here.
+  if (groups.size() > 1 && plan.received() > 0) {
+    std::vector<void*> landing;
+    for (uint8_t* buffer : plan.buffers) landing.push_back(buffer + plan.receivedAt());
+    RETURN_IF_ERROR(acrossGpus(r, groups, landing, plan.received(), v1::SUM, 0, access));
+  }
+  for (size_t g = 0; g < groups.size(); ++g) {
+    RETURN_IF_ERROR(ops_->select(groups[g].device));
+    if (plan.gather) {
+      RETURN_IF_ERROR(
+          copyFromGathered(r, groups[g], plan.index[g], plan.blocks.at, plan.buffers[g] + plan.local_bytes));
+      continue;
+    }
+    for (size_t k = 0; k < groups[g].list.size(); ++k) {
+      size_t written = 0;
+      for (const auto& piece : plan.routes.output[plan.index[g][k]]) {
+        const uint8_t* from = piece.remote ? plan.buffers[g] + plan.receivedAt() + piece.offset
+                                           : plan.input(groups, g, piece.request) + piece.offset;
+        if (piece.bytes > 0) {
+          RETURN_IF_ERROR(context(ops_->copy(groups[g].list[k].output + written, from, piece.bytes,
+                                             gpu::CopyKind::kDeviceToDevice, groups[g].stream),
+                                  "tensor '" + r.name + "': copy to rank " + std::to_string(groups[g].list[k].rank)));
+        }
+        written += piece.bytes;
+      }
+    }
+  }
+  return okStatus();
+}
+
+Status GpuExecutor::runGatherLike(const Response& r, RankAccess& access, const NodesComm& nodes_comm,
+                                  const std::vector<Members>& groups, const std::vector<uint64_t>& out_bytes,
+                                  GatherLikePlan& plan, size_t* waited) {
+  for (size_t g = 0; g < groups.size(); ++g) {
+    RETURN_IF_ERROR(checkOutputs(r, groups[g], localBytes(groups[g], plan.index[g], out_bytes)));
+  }
+  if (groups.empty() || groups.front().device < 0) {
+    // No local rank holds memory: nothing to send or receive here.
+    if (plan.cross_bytes == 0 || (!plan.gather && plan.routes.send_bytes == 0 && plan.routes.recv_bytes == 0)) {
+      return okStatus();
+    }
+    return internalError("tensor '" + r.name + "': this node's ranks have no memory for the exchange");
+  }
+  for (const auto& group : groups) {
+    ASSIGN_OR_RETURN(gpu::GrowingBuffer * buffer, fusionFor(group.device));
+    ASSIGN_OR_RETURN(uint8_t * data, buffer->reserve(std::max<size_t>(plan.local_bytes + plan.cross_bytes, 1)));
+    plan.buffers.push_back(data);
+  }
+  RETURN_IF_ERROR(waitReadyOnGpus(groups, waited));
+  if (groups.size() > 1) RETURN_IF_ERROR(gatherInputsOnEveryGpu(r, groups, plan, access));
+  RETURN_IF_ERROR(ops_->select(groups.front().device));
+  RETURN_IF_ERROR(packForTheNodes(r, groups, plan));
+  RETURN_IF_ERROR(exchangeAmongTheNodes(r, access, nodes_comm, groups.front(), plan));
+  return writeGatherLikeOutputs(r, groups, plan, access);
+}
+
 ResponseResult GpuExecutor::ncclGatherLike(const Response& r, RankAccess& access, const NodesComm& nodes_comm,
                                            std::vector<Members> resolved) {
-  gpu::NcclComm* comm = nodes_comm.comm;
-  auto arranged = withLead(std::move(resolved), comm->devices().front());
+  auto arranged = withLead(std::move(resolved), nodes_comm.comm->devices().front());
   if (!arranged.isOk()) return failed(r, arranged.status());
   const std::vector<Members>& groups = *arranged;
   ResponseResult result = failed(r, okStatus());
   const std::vector<uint64_t> out_bytes = gatheredBytes(r, &result);
-  std::vector<std::vector<size_t>> index;
-  for (const auto& group : groups) index.push_back(memberIndices(r, group));
-  const size_t nodes = nodes_comm.nodes.size();  // the communicator's ranks
-  // Several GPUs: local_at[i], where local request i's input lies on each
-  // GPU once their blocks were gathered (the first local_bytes of each
-  // GPU's buffer).
-  std::vector<size_t> local_at(r.requests.size(), 0);
-  size_t local_block = 0;
-  if (groups.size() > 1) {
-    for (const auto& member_index : index) {
-      size_t used = 0;
-      for (size_t i : member_index) {
-        local_at[i] = used;
-        used += r.requests[i]->length;
-      }
-      local_block = std::max(local_block, used);
-    }
-    local_block = aligned(local_block);
-    for (size_t g = 0; g < groups.size(); ++g) {
-      for (size_t i : index[g]) local_at[i] += g * local_block;
-    }
-  }
-  const size_t local_bytes = local_block * groups.size();
-  // Among the nodes, after local_bytes: allgather's blocks, or alltoall's
-  // send and receive buffers.
-  const bool gather = r.type == v1::ALLGATHER;
-  const NodeBlocks blocks =
-      gather ? nodeBlocks(r, access, nodes, [&](int node) { return nodes_comm.rankOf(node); }) : NodeBlocks{};
-  const AlltoallRoutes routes = gather ? AlltoallRoutes() : alltoallRoutes(r, access);
-  const size_t send_bytes = aligned(routes.send_bytes);
-  const size_t cross_bytes = gather ? blocks.block * nodes : send_bytes + routes.recv_bytes;
+  GatherLikePlan plan = planGatherLike(r, access, nodes_comm, groups);
   size_t waited = 0;  // groups whose ready events were awaited: their done events are recorded whatever happens
-  Status status = [&]() -> Status {
-    for (size_t g = 0; g < groups.size(); ++g) {
-      RETURN_IF_ERROR(checkOutputs(r, groups[g], localBytes(groups[g], index[g], out_bytes)));
-    }
-    if (groups.empty() || groups.front().device < 0) {
-      // No local rank holds memory: nothing to send or receive here.
-      if (cross_bytes == 0 || (!gather && routes.send_bytes == 0 && routes.recv_bytes == 0)) return okStatus();
-      return internalError("tensor '" + r.name + "': this node's ranks have no memory for the exchange");
-    }
-    std::vector<uint8_t*> buffers;
-    for (const auto& group : groups) {
-      ASSIGN_OR_RETURN(gpu::GrowingBuffer * buffer, fusionFor(group.device));
-      ASSIGN_OR_RETURN(uint8_t * data, buffer->reserve(std::max<size_t>(local_bytes + cross_bytes, 1)));
-      buffers.push_back(data);
-    }
-    RETURN_IF_ERROR(waitReadyOnGpus(groups, &waited));
-    // Where local request i's input lies on GPU g.
-    const auto input = [&](size_t g, size_t i) -> const uint8_t* {
-      if (groups.size() > 1) return buffers[g] + local_at[i];
-      for (size_t k = 0; k < index[0].size(); ++k) {
-        if (index[0][k] == i) return groups[0].list[k].data;
-      }
-      return nullptr;
-    };
-    if (groups.size() > 1) {
-      for (size_t g = 0; g < groups.size(); ++g) {
-        RETURN_IF_ERROR(ops_->select(groups[g].device));
-        for (size_t k = 0; k < groups[g].list.size(); ++k) {
-          const size_t i = index[g][k];
-          if (r.requests[i]->length == 0) continue;
-          RETURN_IF_ERROR(
-              context(ops_->copy(buffers[g] + local_at[i], groups[g].list[k].data, r.requests[i]->length,
-                                 gpu::CopyKind::kDeviceToDevice, groups[g].stream),
-                      "tensor '" + r.name + "': copy of rank " + std::to_string(groups[g].list[k].rank) + "'s input"));
-        }
-      }
-      if (local_block > 0) {
-        std::vector<void*> local(buffers.begin(), buffers.end());
-        RETURN_IF_ERROR(gatherAcrossGpus(r, groups, local, local_block, access));
-      }
-    }
-    const Members& lead = groups.front();
-    RETURN_IF_ERROR(ops_->select(lead.device));
-    uint8_t* cross = buffers.front() + local_bytes;
-    // This node's part into the lead GPU's buffer.
-    std::vector<std::pair<const uint8_t*, size_t>> parts;  // (from, bytes), in buffer order
-    std::vector<size_t> to;
-    if (gather) {
-      for (const auto& member_index : index) {
-        for (size_t i : member_index) {
-          parts.push_back({input(0, i), r.requests[i]->length});
-          to.push_back(blocks.at[i]);
-        }
-      }
-    } else {
-      size_t at = 0;
-      for (const auto& piece : routes.pack) {
-        parts.push_back({input(0, piece.request) + piece.offset, piece.bytes});
-        to.push_back(at);
-        at += piece.bytes;
-      }
-    }
-    for (size_t p = 0; p < parts.size(); ++p) {
-      if (parts[p].second == 0) continue;
-      RETURN_IF_ERROR(context(
-          ops_->copy(cross + to[p], parts[p].first, parts[p].second, gpu::CopyKind::kDeviceToDevice, lead.stream),
-          "tensor '" + r.name + "': copy to the buffer among the nodes"));
-    }
-    Status moved = okStatus();
-    if (gather && blocks.block > 0) {
-      PhaseScope phase(access, "NCCL_ALLGATHER");
-      moved = comm->allGather({cross}, blocks.block, {lead.stream}, DaemonComms::waitFor(access));
-    } else if (!gather) {
-      PhaseScope phase(access, "NCCL_ALLTOALL");
-      moved = comm->exchange(cross, peerBytes(routes.send_to, nodes_comm.nodes), cross + send_bytes,
-                             peerBytes(routes.recv_from, nodes_comm.nodes), lead.stream, DaemonComms::waitFor(access));
-    }
-    if (!moved.isOk()) moved = daemons_.fail(moved, access);
-    RETURN_IF_ERROR(context(moved, "tensor '" + r.name + "'"));
-    // What came from the other nodes, to the other GPUs here.
-    const size_t received = gather ? cross_bytes : routes.recv_bytes;
-    const size_t received_at = local_bytes + (gather ? 0 : send_bytes);
-    if (groups.size() > 1 && received > 0) {
-      std::vector<void*> landing;
-      for (uint8_t* buffer : buffers) landing.push_back(buffer + received_at);
-      RETURN_IF_ERROR(acrossGpus(r, groups, landing, received, v1::SUM, 0, access));
-    }
-    for (size_t g = 0; g < groups.size(); ++g) {
-      RETURN_IF_ERROR(ops_->select(groups[g].device));
-      if (gather) {
-        RETURN_IF_ERROR(copyFromGathered(r, groups[g], index[g], blocks.at, buffers[g] + local_bytes));
-        continue;
-      }
-      for (size_t k = 0; k < groups[g].list.size(); ++k) {
-        size_t written = 0;
-        for (const auto& piece : routes.output[index[g][k]]) {
-          const uint8_t* from =
-              piece.remote ? buffers[g] + received_at + piece.offset : input(g, piece.request) + piece.offset;
-          if (piece.bytes > 0) {
-            RETURN_IF_ERROR(context(ops_->copy(groups[g].list[k].output + written, from, piece.bytes,
-                                               gpu::CopyKind::kDeviceToDevice, groups[g].stream),
-                                    "tensor '" + r.name + "': copy to rank " + std::to_string(groups[g].list[k].rank)));
-          }
-          written += piece.bytes;
-        }
-      }
-    }
-    return okStatus();
-  }();
+  Status status = runGatherLike(r, access, nodes_comm, groups, out_bytes, plan, &waited);
   status = recordDoneOnGpus(groups, waited, status);
   return status.isOk() ? result : failed(r, status);
 }

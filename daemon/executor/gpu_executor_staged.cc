@@ -96,7 +96,11 @@ ResponseResult GpuExecutor::stagedGatherLike(const Response& r, RankAccess& acce
     if (nodes->outside) return failed(r, okStatus());  // a process set with no rank here
     if (nodes->comm != nullptr) return ncclGatherLike(r, access, *nodes, std::move(resolved).value());
   }
-  const std::vector<Members>& groups = *resolved;  // by GPU: each stages through the same host buffer
+  return hostGatherLike(r, access, *resolved);
+}
+
+ResponseResult GpuExecutor::hostGatherLike(const Response& r, RankAccess& access, const std::vector<Members>& groups) {
+  // (By GPU: each stages through the same host buffer.)
   std::vector<std::vector<size_t>> index;
   for (const auto& group : groups) index.push_back(memberIndices(r, group));
   const GatherLayout layout = gatherLayout(r, access);
@@ -127,19 +131,8 @@ ResponseResult GpuExecutor::stagedGatherLike(const Response& r, RankAccess& acce
   }
   if (status.isOk() && r.type == v1::ALLGATHER)
     status = access.dataPlane().allgather(nodesOf(r, access), host, layout.owned);
-  if (status.isOk() && r.type == v1::ALLTOALL) {
-    for (const auto& group : groups) {
-      if (status.isOk() && group.stream != nullptr)
-        status = ops_->waitStream(group.stream, "waiting for the copies to the staging buffer");
-    }
-    size_t at = 0;
-    for (const auto& piece : routes.pack) {
-      std::memcpy(send + at, host + layout.offset[piece.request] + piece.offset, piece.bytes);
-      at += piece.bytes;
-    }
-    if (status.isOk())
-      status = access.dataPlane().alltoall(nodesOf(r, access), send, routes.send_to, recv, routes.recv_from);
-  }
+  if (status.isOk() && r.type == v1::ALLTOALL)
+    status = stagedAlltoallExchange(r, access, groups, routes, layout.offset, host, send, recv);
   if (status.isOk()) {
     PhaseScope phase(access, "MEMCPY_HOST_TO_DEVICE");
     for (size_t g = 0; status.isOk() && g < groups.size(); ++g) {
@@ -149,12 +142,32 @@ ResponseResult GpuExecutor::stagedGatherLike(const Response& r, RankAccess& acce
     }
   }
   status = recordDoneOnGpus(groups, waited, status);
+  status = drainStaging(groups, status);
+  return status.isOk() ? result : failed(r, status);
+}
+
+Status GpuExecutor::stagedAlltoallExchange(const Response& r, RankAccess& access, const std::vector<Members>& groups,
+                                           const AlltoallRoutes& routes, const std::vector<size_t>& offset,
+                                           const uint8_t* host, uint8_t* send, uint8_t* recv) {
+  for (const auto& group : groups) {
+    if (group.stream != nullptr)
+      RETURN_IF_ERROR(ops_->waitStream(group.stream, "waiting for the copies to the staging buffer"));
+  }
+  size_t at = 0;
+  for (const auto& piece : routes.pack) {
+    std::memcpy(send + at, host + offset[piece.request] + piece.offset, piece.bytes);
+    at += piece.bytes;
+  }
+  return access.dataPlane().alltoall(nodesOf(r, access), send, routes.send_to, recv, routes.recv_from);
+}
+
+Status GpuExecutor::drainStaging(const std::vector<Members>& groups, Status status) {
   for (const auto& group : groups) {  // the staging buffer is the job's: read before the next batch
     if (group.stream == nullptr) continue;
     const Status drained = ops_->waitStream(group.stream, "waiting for the copies from the staging buffer");
     if (status.isOk()) status = drained;
   }
-  return status.isOk() ? result : failed(r, status);
+  return status;
 }
 
 Status GpuExecutor::copyGatheredOut(const Response& r, const Members& m, const std::vector<size_t>& index,
@@ -214,39 +227,42 @@ ResponseResult GpuExecutor::stagedReducescatter(const Response& r, RankAccess& a
     return status.isOk() ? result : failed(r, status);
   }
   size_t waited = 0;  // groups whose ready events were awaited: their done events are recorded whatever happens
-  Status status = [&]() -> Status {
-    // 1. The node's ranks reduced on their GPUs (prescale, no average yet),
-    //    then the GPUs combined into the first one's buffer.
-    ASSIGN_OR_RETURN(std::vector<void*> fused, reduceEachGpu(r, groups, ring_op, &waited));
-    if (groups.size() > 1) RETURN_IF_ERROR(acrossGpus(r, groups, fused, first.length, ring_op, -1, access));
-    const Members& lead = groups.front();
-    RETURN_IF_ERROR(ops_->select(lead.device));
-    {
-      PhaseScope phase(access, "MEMCPY_DEVICE_TO_HOST");
-      RETURN_IF_ERROR(ops_->waitStream(lead.stream, "waiting for the local reduction"));
-      RETURN_IF_ERROR(context(ops_->copy(host, fused.front(), first.length, gpu::CopyKind::kDeviceToHost, lead.stream),
-                              "copy to the staging buffer"));
-    }
-    // 2. Among the nodes, a ring reduce-scatter (as on the CPU path): this
-    //    node's ranks' rows come back reduced over every node.
-    RETURN_IF_ERROR(access.dataPlane().reduceScatter(nodesOf(r, access), host, host, first.dtype, ring_op,
-                                                     reducescatterOwned(r, rows, access)));
-    // 3. To each GPU, and each local rank's rows, with the average and postscale.
-    PhaseScope phase(access, "MEMCPY_HOST_TO_DEVICE");
-    for (size_t g = 0; g < groups.size(); ++g) {
-      RETURN_IF_ERROR(ops_->select(groups[g].device));
-      RETURN_IF_ERROR(context(ops_->copy(fused[g], host, first.length, gpu::CopyKind::kHostToDevice, groups[g].stream),
-                              "copy from the staging buffer"));
-      RETURN_IF_ERROR(scatterRows(r, groups[g], index[g], rows, static_cast<const uint8_t*>(fused[g])));
-    }
-    return okStatus();
-  }();
+  Status status = reducescatterThroughHost(r, access, groups, index, rows, host, &waited);
   status = recordDoneOnGpus(groups, waited, status);
-  for (const auto& group : groups) {  // the staging buffer is the job's: read before the next batch
-    const Status drained = ops_->waitStream(group.stream, "waiting for the copy from the staging buffer");
-    if (status.isOk()) status = drained;
-  }
+  status = drainStaging(groups, status);
   return status.isOk() ? result : failed(r, status);
+}
+
+Status GpuExecutor::reducescatterThroughHost(const Response& r, RankAccess& access, const std::vector<Members>& groups,
+                                             const std::vector<std::vector<size_t>>& index,
+                                             const std::vector<int64_t>& rows, uint8_t* host, size_t* waited) {
+  const Request& first = r.first();
+  const ReduceOp ring_op = first.op == v1::AVERAGE ? v1::SUM : first.op;
+  // 1. The node's ranks reduced on their GPUs (prescale, no average yet),
+  //    then the GPUs combined into the first one's buffer.
+  ASSIGN_OR_RETURN(std::vector<void*> fused, reduceEachGpu(r, groups, ring_op, waited));
+  if (groups.size() > 1) RETURN_IF_ERROR(acrossGpus(r, groups, fused, first.length, ring_op, -1, access));
+  const Members& lead = groups.front();
+  RETURN_IF_ERROR(ops_->select(lead.device));
+  {
+    PhaseScope phase(access, "MEMCPY_DEVICE_TO_HOST");
+    RETURN_IF_ERROR(ops_->waitStream(lead.stream, "waiting for the local reduction"));
+    RETURN_IF_ERROR(context(ops_->copy(host, fused.front(), first.length, gpu::CopyKind::kDeviceToHost, lead.stream),
+                            "copy to the staging buffer"));
+  }
+  // 2. Among the nodes, a ring reduce-scatter (as on the CPU path): this
+  //    node's ranks' rows come back reduced over every node.
+  RETURN_IF_ERROR(access.dataPlane().reduceScatter(nodesOf(r, access), host, host, first.dtype, ring_op,
+                                                   reducescatterOwned(r, rows, access)));
+  // 3. To each GPU, and each local rank's rows, with the average and postscale.
+  PhaseScope phase(access, "MEMCPY_HOST_TO_DEVICE");
+  for (size_t g = 0; g < groups.size(); ++g) {
+    RETURN_IF_ERROR(ops_->select(groups[g].device));
+    RETURN_IF_ERROR(context(ops_->copy(fused[g], host, first.length, gpu::CopyKind::kHostToDevice, groups[g].stream),
+                            "copy from the staging buffer"));
+    RETURN_IF_ERROR(scatterRows(r, groups[g], index[g], rows, static_cast<const uint8_t*>(fused[g])));
+  }
+  return okStatus();
 }
 
 Status GpuExecutor::scatterRows(const Response& r, const Members& m, const std::vector<size_t>& index,
