@@ -84,12 +84,9 @@ CrossNode::~CrossNode() {
 }
 
 void CrossNode::sayGoodbye() {
-  {
-    MutexLock lock(mutex_);
-    if (node_lost_announced_) {  // a node is gone: nobody waits for this one's bytes
-      GS_LOG(control, debug, "job '{}': no goodbye (a node was lost)", options_.job_id);
-      return;
-    }
+  if (notices_.nodeLost()) {  // a node is gone: nobody waits for this one's bytes
+    GS_LOG(control, debug, "job '{}': no goodbye (a node was lost)", options_.job_id);
+    return;
   }
   mesh_.goodbye();
 }
@@ -346,7 +343,7 @@ grpc::Status CrossNode::attachFollower(const v1::FollowerMessage& hello, std::sh
   follower->stream.attach(std::move(stream));
   follower->last_heard_ms = nowMs(CrossClock::now());
   *attached = std::move(follower);
-  *failure = announced_failure_;  // (announceFailure sends to the followers attached under the same lock)
+  *failure = notices_.leaderToldLast();  // (announceFailure sends to the followers attached under mutex_)
   return grpc::Status::OK;
 }
 
@@ -521,15 +518,7 @@ void CrossNode::sendError(const coordinator::Request& request, const Status& sta
 
 void CrossNode::failedHere(const std::string& cause, bool node_lost) { announceFailure(cause, node_lost); }
 
-void CrossNode::jobStopped() {
-  MutexLock lock(mutex_);
-  job_stopped_ = true;
-}
-
-bool CrossNode::tellsWhatItLearns() const {
-  MutexLock lock(mutex_);
-  return !job_stopped_;
-}
+void CrossNode::jobStopped() { notices_.jobStopped(); }
 
 std::string CrossNode::namedCause(const std::string& cause) const {
   const std::string job = "job '" + options_.job_id + "': ";
@@ -537,21 +526,15 @@ std::string CrossNode::namedCause(const std::string& cause) const {
 }
 
 void CrossNode::announceFailure(const std::string& text, bool node_lost, const Follower* teller) {
-  {
-    // Once per kind: a lost node is worth announcing after a departed rank.
-    MutexLock lock(mutex_);
-    if (removed_) {
-      if (!failure_announced_) {
-        GS_LOG(control, info,
-               "job '{}': this node was removed from the job; its failure is not announced to the others",
-               options_.job_id);
-      }
-      failure_announced_ = true;
+  switch (notices_.tell(node_lost)) {
+    case FailureNotices::Verdict::kToldAlready:
       return;
-    }
-    if (failure_announced_ && (node_lost_announced_ || !node_lost)) return;
-    failure_announced_ = true;
-    node_lost_announced_ = node_lost_announced_ || node_lost;
+    case FailureNotices::Verdict::kRemoved:
+      GS_LOG(control, info, "job '{}': this node was removed from the job; its failure is not announced to the others",
+             options_.job_id);
+      return;
+    case FailureNotices::Verdict::kTell:
+      break;
   }
   if (leader_) {
     v1::LeaderMessage message;
@@ -560,9 +543,10 @@ void CrossNode::announceFailure(const std::string& text, bool node_lost, const F
     const SharedMessage shared = share(std::move(message));
     std::vector<std::shared_ptr<Follower>> followers;
     {
+      // One step for a follower's attachFollower: listed here, or it reads it.
       MutexLock lock(mutex_);
       followers = streamsLocked(/*candidates=*/true);  // their new ranks wait in vain otherwise
-      announced_failure_ = shared;
+      notices_.leaderTells(shared);
     }
     for (auto& f : followers) {
       if (f.get() != teller) f->stream.send(shared);

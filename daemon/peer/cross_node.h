@@ -33,6 +33,7 @@
 #include "daemon/peer/abort_notices.h"
 #include "daemon/peer/batch_parts.h"
 #include "daemon/peer/coordination_codec.h"
+#include "daemon/peer/failure_notices.h"
 #include "daemon/peer/follower_stream.h"
 #include "daemon/peer/leader_link.h"
 #include "daemon/peer/leader_rounds.h"
@@ -399,7 +400,6 @@ class CrossNode : public NodeEndpoints {
   // then what waited).
   void openStream();
   std::string leaderDescription() const;
-  void markRemoved();  // sets removed_
 
   // Leader failover (cross_node_failover.cc). Follower whose leader was
   // lost: votes for the lowest surviving daemon (itself, or over Elect);
@@ -464,9 +464,6 @@ class CrossNode : public NodeEndpoints {
   void announceFailure(const std::string& text, bool node_lost, const Follower* teller = nullptr) GS_EXCLUDES(mutex_);
   // `cause` led by the job's name, as the other nodes are told it.
   std::string namedCause(const std::string& cause) const;
-  // Whether what this peer side detects or hears is still the job's news
-  // to tell (false once the job stopped here).
-  bool tellsWhatItLearns() const GS_EXCLUDES(mutex_);
   void waitForAbortNotices();
   std::shared_ptr<AbortNotices> abort_notices_ GS_GUARDED_BY(mutex_);  // set once
 
@@ -495,18 +492,9 @@ class CrossNode : public NodeEndpoints {
   // with each epoch (empty: no NCCL at the leader or at a node).
   std::string nccl_id_ GS_GUARDED_BY(mutex_);
   bool stopping_ GS_GUARDED_BY(mutex_) = false;
-  bool job_stopped_ GS_GUARDED_BY(mutex_) = false;  // jobStopped()
-  // The other nodes know of a failure of the job (and of a lost node):
-  // announced from here, or heard from the node that announced it to all.
-  bool failure_announced_ GS_GUARDED_BY(mutex_) = false;
-  bool node_lost_announced_ GS_GUARDED_BY(mutex_) = false;
-  // Leader: the failure it announced last, for a follower whose stream
-  // attaches after it (it would otherwise wait on for the job).
-  std::optional<SharedMessage> announced_failure_ GS_GUARDED_BY(mutex_);
-  // This node learnt that the leader removed it: its failure is its own,
-  // and announcing it could fail nodes that have not yet heard of the
-  // removal (their epoch still counts this node as a member).
-  bool removed_ GS_GUARDED_BY(mutex_) = false;
+  // What this node told the others of the job's failure, or heard they
+  // know (its own lock; taken under mutex_, never the other way).
+  FailureNotices notices_;
   bool reader_done_ GS_GUARDED_BY(mutex_) = false;                            // follower: the leader's stream ended
   std::string transfers_aborted_ GS_GUARDED_BY(mutex_);                       // abortTransfers' reason
   grpc::ClientContext* join_call_ GS_GUARDED_BY(mutex_) = nullptr;            // follower: the JoinJob call in progress

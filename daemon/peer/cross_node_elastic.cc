@@ -201,7 +201,7 @@ void CrossNode::applyNewEpoch(const v1::NewEpoch& change) {
       case membership::EpochBook::Applied::kStale:
         return;
       case membership::EpochBook::Applied::kRemoved:
-        removed_ = true;
+        notices_.removed();
         removed = "this node was removed from job '" + options_.job_id + "' at epoch " +
                   std::to_string(change.epoch()) + " (" + change.cause() + ")";
         break;

@@ -185,7 +185,7 @@ void CrossNode::readLeader() {
       continue;             // following the new leader
     }
     if (!removed.empty()) {
-      markRemoved();
+      notices_.removed();
       failureDetected(removed, true);
     } else if (status.ok()) {
       failureDetected("the leader " + leaderDescription() + " closed the job (its ranks finished)", false);
@@ -199,11 +199,6 @@ void CrossNode::readLeader() {
     reader_done_ = true;
   }
   formed_cv_.notify_all();
-}
-
-void CrossNode::markRemoved() {
-  MutexLock lock(mutex_);
-  removed_ = true;
 }
 
 std::string CrossNode::leaderDescription() const {
@@ -244,7 +239,7 @@ void CrossNode::onLeaderMessage(const v1::LeaderMessage& message) {
     }
     hooks_.on_batch(std::move(batch), whole.sequence(), whole.epoch(), whole.fusion_threshold_bytes());
   } else if (message.has_failure()) {
-    if (message.failure().removed()) markRemoved();
+    if (message.failure().removed()) notices_.removed();
     heardFailure(message.failure(), "the leader " + leaderDescription());
   } else if (message.has_new_epoch() && message.new_epoch().node_count() == 0) {
     applyNewEpoch(message.new_epoch());
@@ -335,18 +330,15 @@ void CrossNode::heardFailure(const v1::JobFailure& failure, const std::string& f
   if (leader_) {
     // (Also since a takeover.) One follower told it: the leader tells the
     // others.
-    if (tellsWhatItLearns()) announceFailure(namedCause(failure.message()), failure.node_lost(), teller);
+    if (notices_.jobRunning()) announceFailure(namedCause(failure.message()), failure.node_lost(), teller);
   } else {
-    // From a node that told every other.
-    MutexLock lock(mutex_);
-    failure_announced_ = true;
-    node_lost_announced_ = node_lost_announced_ || failure.node_lost();
+    notices_.heard(failure.node_lost());  // from a node that told every other
   }
   hooks_.on_failure({failure.message(), failure.node_lost(), from});
 }
 
 void CrossNode::failureDetected(std::string cause, bool node_lost) {
-  if (tellsWhatItLearns()) announceFailure(namedCause(cause), node_lost);
+  if (notices_.jobRunning()) announceFailure(namedCause(cause), node_lost);
   hooks_.on_failure({std::move(cause), node_lost, /*heard_from=*/""});
 }
 

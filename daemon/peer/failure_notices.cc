@@ -1,0 +1,55 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "daemon/peer/failure_notices.h"
+
+namespace gradsync::peer {
+
+FailureNotices::Verdict FailureNotices::tell(bool node_lost) {
+  MutexLock lock(mutex_);
+  if (removed_) {
+    const Verdict verdict = told_ ? Verdict::kToldAlready : Verdict::kRemoved;
+    told_ = true;
+    return verdict;
+  }
+  if (told_ && (node_lost_told_ || !node_lost)) return Verdict::kToldAlready;
+  told_ = true;
+  node_lost_told_ = node_lost_told_ || node_lost;
+  return Verdict::kTell;
+}
+
+void FailureNotices::heard(bool node_lost) {
+  MutexLock lock(mutex_);
+  told_ = true;
+  node_lost_told_ = node_lost_told_ || node_lost;
+}
+
+void FailureNotices::removed() {
+  MutexLock lock(mutex_);
+  removed_ = true;
+}
+
+void FailureNotices::jobStopped() {
+  MutexLock lock(mutex_);
+  job_stopped_ = true;
+}
+
+bool FailureNotices::jobRunning() const {
+  MutexLock lock(mutex_);
+  return !job_stopped_;
+}
+
+bool FailureNotices::nodeLost() const {
+  MutexLock lock(mutex_);
+  return node_lost_told_;
+}
+
+void FailureNotices::leaderTells(SharedMessage failure) {
+  MutexLock lock(mutex_);
+  leader_told_ = std::move(failure);
+}
+
+std::optional<SharedMessage> FailureNotices::leaderToldLast() const {
+  MutexLock lock(mutex_);
+  return leader_told_;
+}
+
+}  // namespace gradsync::peer

@@ -1,0 +1,56 @@
+// SPDX-License-Identifier: Apache-2.0
+// What a node's peer side has told the job's other nodes of the job's
+// failure, or heard that they all know, and the rules for telling them: each
+// kind once (a lost node is news after a departed rank); nothing from a
+// node the leader removed (its failure is its own, and telling it could fail
+// nodes that have not heard of the removal yet); nothing it detects or hears
+// once the job stopped here (its streams ending are the job's end). On the
+// leader, also the failure told last, for a follower whose stream attaches
+// after it. No I/O: CrossNode sends what these say to send.
+#pragma once
+
+#include <optional>
+
+#include "base/mutex.h"
+#include "base/thread_annotations.h"
+#include "daemon/peer/outbox.h"
+
+namespace gradsync::peer {
+
+class FailureNotices {
+ public:
+  enum class Verdict {
+    kTell,         // news: recorded as told, for the caller to send
+    kToldAlready,  // this kind was told, or heard of from a node that told every other
+    kRemoved,      // this node was removed: told to no one (said once, then kToldAlready)
+  };
+  // A failure of the job to tell the other nodes (`node_lost`: a node, the
+  // leader or the data plane was lost).
+  Verdict tell(bool node_lost) GS_EXCLUDES(mutex_);
+  // The other nodes know of a failure: this node heard of it from one that
+  // told every other.
+  void heard(bool node_lost) GS_EXCLUDES(mutex_);
+  // This node learnt that the leader removed it from the job.
+  void removed() GS_EXCLUDES(mutex_);
+  // The job stopped on this node.
+  void jobStopped() GS_EXCLUDES(mutex_);
+  // Whether what the peer side detects or hears is still news to tell
+  // (false once the job stopped here).
+  bool jobRunning() const GS_EXCLUDES(mutex_);
+  // Whether the other nodes know that a node was lost (then none waits for
+  // this one's last bytes).
+  bool nodeLost() const GS_EXCLUDES(mutex_);
+  // Leader: the failure it tells the followers, and the last one told.
+  void leaderTells(SharedMessage failure) GS_EXCLUDES(mutex_);
+  std::optional<SharedMessage> leaderToldLast() const GS_EXCLUDES(mutex_);
+
+ private:
+  mutable Mutex mutex_;
+  bool told_ GS_GUARDED_BY(mutex_) = false;
+  bool node_lost_told_ GS_GUARDED_BY(mutex_) = false;
+  bool removed_ GS_GUARDED_BY(mutex_) = false;
+  bool job_stopped_ GS_GUARDED_BY(mutex_) = false;
+  std::optional<SharedMessage> leader_told_ GS_GUARDED_BY(mutex_);
+};
+
+}  // namespace gradsync::peer

@@ -1,0 +1,76 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "daemon/peer/failure_notices.h"
+
+#include <gtest/gtest.h>
+
+namespace gradsync::peer {
+namespace {
+
+using Verdict = FailureNotices::Verdict;
+
+TEST(FailureNoticesTest, EachKindIsToldOnceAndALostNodeIsNewsAfterADepartedRank) {
+  FailureNotices notices;
+  EXPECT_EQ(notices.tell(/*node_lost=*/false), Verdict::kTell);
+  EXPECT_EQ(notices.tell(false), Verdict::kToldAlready);
+  EXPECT_FALSE(notices.nodeLost());
+  EXPECT_EQ(notices.tell(true), Verdict::kTell);
+  EXPECT_TRUE(notices.nodeLost());
+  EXPECT_EQ(notices.tell(true), Verdict::kToldAlready);
+  EXPECT_EQ(notices.tell(false), Verdict::kToldAlready);
+}
+
+TEST(FailureNoticesTest, ALostNodeToldFirstCoversADepartedRankAfterIt) {
+  FailureNotices notices;
+  EXPECT_EQ(notices.tell(true), Verdict::kTell);
+  EXPECT_EQ(notices.tell(false), Verdict::kToldAlready);
+}
+
+TEST(FailureNoticesTest, WhatWasHeardFromANodeThatToldEveryOtherIsNotToldAgain) {
+  FailureNotices notices;
+  notices.heard(/*node_lost=*/false);
+  EXPECT_EQ(notices.tell(false), Verdict::kToldAlready);
+  EXPECT_FALSE(notices.nodeLost());
+  EXPECT_EQ(notices.tell(true), Verdict::kTell);  // news all the same
+
+  FailureNotices lost;
+  lost.heard(true);
+  EXPECT_TRUE(lost.nodeLost());
+  EXPECT_EQ(lost.tell(true), Verdict::kToldAlready);
+  EXPECT_EQ(lost.tell(false), Verdict::kToldAlready);
+}
+
+TEST(FailureNoticesTest, ARemovedNodeTellsNothingAndSaysSoOnce) {
+  FailureNotices notices;
+  notices.removed();
+  EXPECT_EQ(notices.tell(true), Verdict::kRemoved);
+  EXPECT_EQ(notices.tell(true), Verdict::kToldAlready);
+  EXPECT_EQ(notices.tell(false), Verdict::kToldAlready);
+  EXPECT_FALSE(notices.nodeLost()) << "nothing was told";
+}
+
+TEST(FailureNoticesTest, TheJobStoppingEndsTheNewsButNotWhatTheJobItselfTells) {
+  FailureNotices notices;
+  EXPECT_TRUE(notices.jobRunning());
+  notices.jobStopped();
+  EXPECT_FALSE(notices.jobRunning());
+  // (A daemon stopping tells the others that its node is gone.)
+  EXPECT_EQ(notices.tell(true), Verdict::kTell);
+}
+
+TEST(FailureNoticesTest, TheLeaderKeepsTheLastFailureItToldForFollowersAttachingLater) {
+  FailureNotices notices;
+  EXPECT_FALSE(notices.leaderToldLast().has_value());
+  v1::LeaderMessage first;
+  first.mutable_failure()->set_message("rank 1 left");
+  notices.leaderTells(share(first));
+  v1::LeaderMessage second;
+  second.mutable_failure()->set_message("node 2 lost");
+  second.mutable_failure()->set_node_lost(true);
+  notices.leaderTells(share(second));
+  ASSERT_TRUE(notices.leaderToldLast().has_value());
+  EXPECT_EQ(notices.leaderToldLast()->message->failure().message(), "node 2 lost");
+  EXPECT_GT(notices.leaderToldLast()->bytes, 0u);
+}
+
+}  // namespace
+}  // namespace gradsync::peer
