@@ -38,6 +38,7 @@
 
 #include "daemon/executor/cpu_executor.h"
 #include "daemon/executor/daemon_comms.h"
+#include "daemon/executor/job_gpus.h"
 #include "daemon/executor/node_gpu_comms.h"
 #include "daemon/gpu/device_ops.h"
 #include "daemon/gpu/nccl_comm.h"
@@ -47,57 +48,21 @@ namespace gradsync::executor {
 struct AlltoallRoutes;  // executor_util.h
 class GpuPhaseTimer;    // gpu_phase_timer.h
 
-// One per job: its own stream per device, fusion buffer per device and
-// pinned staging buffer, so that jobs sharing a GPU never wait on each other.
+// One per job (its streams and buffers: JobGpus).
 class GpuExecutor : public DeviceExecutor {
  public:
-  // How long a live rank's GPU work producing a tensor may take once every
-  // rank asked for the collective.
-  static constexpr std::chrono::seconds kReadyWaitLimit{60};
-
   // `nccl` (null: none, or disabled) carries CUDA tensors between daemons
   // when every node has a GPU; host staging otherwise.
   GpuExecutor(gpu::DeviceOps* ops, const gpu::NcclLibrary* nccl)
-      : ops_(ops), daemons_(ops, nccl), gpu_comms_(ops, nccl) {}
-  ~GpuExecutor() override;
+      : ops_(ops), gpus_(ops), daemons_(ops, nccl), gpu_comms_(ops, nccl) {}
+  ~GpuExecutor() override = default;
   GpuExecutor(const GpuExecutor&) = delete;
   GpuExecutor& operator=(const GpuExecutor&) = delete;
   std::vector<ResponseResult> run(const fusion::FusedResponse& fused, RankAccess& access) override;
 
  private:
-  // The present members of a response, resolved to device addresses.
-  struct Member {
-    std::shared_ptr<gpu::ClientGpu> gpu;
-    uint8_t* data = nullptr;
-    uint8_t* output = nullptr;  // allgather, alltoall, reducescatter
-    // Kept open while this batch's work on them is queued; their last-use
-    // events are recorded with the done events.
-    std::shared_ptr<gpu::Mapping> data_mapping;
-    std::shared_ptr<gpu::Mapping> output_mapping;
-    uint64_t output_length = 0;
-    uint32_t slot = 0;
-    int rank = -1;
-  };
-  struct Members {
-    std::vector<Member> list;
-    int device = -1;
-    void* stream = nullptr;  // cudaStream_t
-  };
-  // The members by GPU, in device order; members without memory go with
-  // the first (or alone, with device -1).
-  StatusOr<std::vector<Members>> resolveByDevice(const Response& r, RankAccess& access);
-  // Waits on the host until every member's ready event is reached; fails
-  // (naming the rank) when a rank disconnects first or kReadyWaitLimit passes.
-  Status waitReady(const Members& m);
-  // waitReady for each group, on its device; `waited` counts those awaited
-  // (their done events must be recorded whatever happens next).
-  Status waitReadyOnGpus(const std::vector<Members>& groups, size_t* waited);
-  Status waitForEvent(const gpu::ClientGpu& client, void* event);
-  Status recordDone(const Members& m);
-  Status recordDoneAfter(const Members& m, Status status);
-  // recordDoneAfter for the first `waited` of `groups` (those whose ready
-  // events were awaited), each on its device.
-  Status recordDoneOnGpus(const std::vector<Members>& groups, size_t waited, Status status);
+  using Member = JobGpus::Member;
+  using Members = JobGpus::Members;
   // From each GPU's `landing` place to its other members (broadcast).
   Status copyFromLanding(const Response& r, const std::vector<Members>& groups, const std::vector<void*>& landing);
   // One response of a bucket that is not a fused allreduce across nodes.
@@ -194,9 +159,6 @@ class GpuExecutor : public DeviceExecutor {
   Status reducescatterThroughHost(const Response& r, RankAccess& access, const std::vector<Members>& groups,
                                   const std::vector<std::vector<size_t>>& index, const std::vector<int64_t>& rows,
                                   uint8_t* host, size_t* waited);
-  // Waits until every group's copies from the staging buffer (the job's,
-  // used by the next batch) are done; `status`, or the first wait's error.
-  Status drainStaging(const std::vector<Members>& groups, Status status);
   // Its last step: each member's rows of the reduced `fused` buffer (rows:
   // per request) into its output, with the average and postscale.
   Status scatterRows(const Response& r, const Members& m, const std::vector<size_t>& index,
@@ -204,11 +166,6 @@ class GpuExecutor : public DeviceExecutor {
   // Copies the members' inputs to `host`, each at offset[its request].
   Status stageInputs(const Response& r, const Members& m, const std::vector<size_t>& index,
                      const std::vector<size_t>& offset, uint8_t* host);
-  // The index in r.requests of each member, and the entries of `all`
-  // (parallel to r.requests) that are the members'.
-  static std::vector<size_t> memberIndices(const Response& r, const Members& m);
-  static std::vector<uint64_t> localBytes(const Members& m, const std::vector<size_t>& index,
-                                          const std::vector<uint64_t>& all);
   // Adasum: every rank's tensor through host memory (and the daemons'
   // allgather), reduce::adasum, the result to every local rank
   // (gpu_executor_adasum.cc).
@@ -274,22 +231,11 @@ class GpuExecutor : public DeviceExecutor {
   // ranks: the buffer only); `waited` counts the groups awaited.
   StatusOr<std::vector<void*>> reduceEachGpu(const Response& r, const std::vector<Members>& groups, ReduceOp op,
                                              size_t* waited);
-  // This job's stream and fusion buffer on `device` (made on first use).
-  StatusOr<void*> streamFor(int device);
-  StatusOr<gpu::GrowingBuffer*> fusionFor(int device);
-  // The staging buffer, at least `bytes` (no copy from it is in flight
-  // between batches: the staged paths wait for theirs).
-  uint8_t* staging(size_t bytes);
-
   gpu::DeviceOps* ops_;
+  JobGpus gpus_;  // this job's streams, buffers and members on the node's GPUs
   // NCCL among the daemons, and over this node's GPUs.
   DaemonComms daemons_;
   NodeGpuComms gpu_comms_;
-  std::map<int, void*> streams_;
-  std::map<int, std::unique_ptr<gpu::GrowingBuffer>> fusion_;
-  // Host memory for transfers between daemons (pageable: they go at network
-  // speed, and freeing pinned memory would wait for the whole device).
-  std::vector<uint8_t> staging_;
 };
 
 }  // namespace gradsync::executor

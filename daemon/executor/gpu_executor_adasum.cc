@@ -19,14 +19,14 @@
 namespace gradsync::executor {
 
 ResponseResult GpuExecutor::adasumAllreduce(const Response& r, RankAccess& access) {
-  auto resolved = resolveByDevice(r, access);
+  auto resolved = gpus_.resolveByDevice(r, access);
   if (!resolved.isOk()) return failed(r, resolved.status());
   const std::vector<Members>& groups = *resolved;
   const Request& first = r.first();
   const size_t bytes = first.length;
   const size_t n = r.requests.size();
   // Rank i's tensor at i * bytes, the result after them.
-  uint8_t* host = staging(bytes * (n + 1) + 1);
+  uint8_t* host = gpus_.staging(bytes * (n + 1) + 1);
   std::vector<size_t> offset;
   std::vector<uint8_t*> work;
   std::vector<std::vector<collective::Range>> owned(access.dataPlane().multiNode() ? access.dataPlane().nodeCount()
@@ -58,18 +58,18 @@ ResponseResult GpuExecutor::adasumAllreduce(const Response& r, RankAccess& acces
     }
     return okStatus();
   }();
-  status = recordDoneOnGpus(groups, waited, status);
-  return failed(r, drainStaging(groups, status));
+  status = gpus_.recordDoneOnGpus(groups, waited, status);
+  return failed(r, gpus_.drainStaging(groups, status));
 }
 
 Status GpuExecutor::stageEveryInput(const Response& r, RankAccess& access, const std::vector<Members>& groups,
                                     const std::vector<size_t>& offset, uint8_t* host, size_t* waited) {
   std::vector<std::vector<size_t>> index;
   for (const auto& group : groups) {
-    index.push_back(memberIndices(r, group));
+    index.push_back(JobGpus::memberIndices(r, group));
     if (group.device < 0) continue;  // no elements
     RETURN_IF_ERROR(ops_->select(group.device));
-    RETURN_IF_ERROR(waitReady(group));
+    RETURN_IF_ERROR(gpus_.waitReady(group));
     ++*waited;
   }
   PhaseScope phase(access, "MEMCPY_DEVICE_TO_HOST");

@@ -21,7 +21,7 @@ Status GpuExecutor::stagedAllreduce(const std::vector<const Response*>& response
   std::vector<std::vector<Members>> groups;  // per response, by GPU
   std::set<int> devices;
   for (const Response* r : responses) {
-    ASSIGN_OR_RETURN(std::vector<Members> by_device, resolveByDevice(*r, access));
+    ASSIGN_OR_RETURN(std::vector<Members> by_device, gpus_.resolveByDevice(*r, access));
     for (const auto& group : by_device) {
       if (group.device >= 0) devices.insert(group.device);
     }
@@ -57,7 +57,7 @@ Status GpuExecutor::oneGpuAllreduce(FusedAllreduce& f, std::vector<std::vector<M
     f.members.push_back(std::move(m));
   }
   // The previous batch read the staging buffer before it returned (waited).
-  f.staging = staging(f.total * f.esize);
+  f.staging = gpus_.staging(f.total * f.esize);
   if (device < 0 && comm == nullptr) {
     // No local rank takes part (joined ranks): add identities only.
     fillIdentity(f.staging, f.total, f.first.dtype, f.ring_op);
@@ -65,13 +65,13 @@ Status GpuExecutor::oneGpuAllreduce(FusedAllreduce& f, std::vector<std::vector<M
                                           f.ring_op);
   }
   if (device < 0) device = daemons_.device();
-  ASSIGN_OR_RETURN(f.stream, streamFor(device));
-  ASSIGN_OR_RETURN(gpu::GrowingBuffer * fusion, fusionFor(device));
+  ASSIGN_OR_RETURN(f.stream, gpus_.streamFor(device));
+  ASSIGN_OR_RETURN(gpu::GrowingBuffer * fusion, gpus_.fusionFor(device));
   ASSIGN_OR_RETURN(f.fused, fusion->reserve(f.total * f.esize));
   std::vector<const Members*> waited;  // their done events are recorded whatever happens next
   GpuPhaseTimer timer(ops_, f.access, device, f.stream);
   Status status = reduceAcrossNodesAndBack(f, comm, timer, &waited);
-  for (const Members* m : waited) status = recordDoneAfter(*m, status);
+  for (const Members* m : waited) status = gpus_.recordDoneAfter(*m, status);
   timer.finish();
   return status;
 }
@@ -98,7 +98,7 @@ Status GpuExecutor::reduceIntoFused(const FusedAllreduce& f, std::vector<const M
   // Local ranks into the device's fusion buffer (prescale, no average).
   for (size_t t = 0; t < f.responses.size(); ++t) {
     if (f.members[t].list.empty()) continue;
-    RETURN_IF_ERROR(waitReady(f.members[t]));
+    RETURN_IF_ERROR(gpus_.waitReady(f.members[t]));
     waited->push_back(&f.members[t]);
     cuda::LocalReduceArgs gather;
     gather.dtype = static_cast<cuda::Dtype>(f.first.dtype);
@@ -183,7 +183,7 @@ Status GpuExecutor::ncclBroadcast(const Response& r, RankAccess& access, const N
   std::vector<void*> landing;  // per GPU: the root's tensor there, the first member's elsewhere
   for (size_t g = 0; g < groups.size(); ++g) {
     if (groups[g].list.empty()) {
-      ASSIGN_OR_RETURN(gpu::GrowingBuffer * fusion, fusionFor(groups[g].device));
+      ASSIGN_OR_RETURN(gpu::GrowingBuffer * fusion, gpus_.fusionFor(groups[g].device));
       ASSIGN_OR_RETURN(uint8_t * place, fusion->reserve(first.length));
       landing.push_back(place);
       continue;
@@ -197,7 +197,7 @@ Status GpuExecutor::ncclBroadcast(const Response& r, RankAccess& access, const N
   }
   size_t waited = 0;  // groups whose ready events were awaited: their done events are recorded whatever happens
   Status status = [&]() -> Status {
-    RETURN_IF_ERROR(waitReadyOnGpus(groups, &waited));
+    RETURN_IF_ERROR(gpus_.waitReadyOnGpus(groups, &waited));
     if (root_gpu > 0) RETURN_IF_ERROR(acrossGpus(r, groups, landing, first.length, v1::SUM, root_gpu, access));
     RETURN_IF_ERROR(ops_->select(groups.front().device));
     Status sent =
@@ -210,11 +210,11 @@ Status GpuExecutor::ncclBroadcast(const Response& r, RankAccess& access, const N
     }
     return copyFromLanding(r, groups, landing);
   }();
-  return recordDoneOnGpus(groups, waited, status);
+  return gpus_.recordDoneOnGpus(groups, waited, status);
 }
 
 Status GpuExecutor::stagedBroadcast(const Response& r, RankAccess& access) {
-  ASSIGN_OR_RETURN(std::vector<Members> groups, resolveByDevice(r, access));
+  ASSIGN_OR_RETURN(std::vector<Members> groups, gpus_.resolveByDevice(r, access));
   const Request& first = r.first();
   if (first.length > 0) {  // every node decides alike
     ASSIGN_OR_RETURN(NodesComm nodes, daemons_.forResponse(r, access, leadDevice(groups), v1::UINT8));
@@ -237,9 +237,9 @@ Status GpuExecutor::stagedBroadcast(const Response& r, RankAccess& access) {
     }
   }
   size_t waited = 0;  // groups whose ready events were awaited: their done events are recorded whatever happens
-  uint8_t* host = staging(first.length);
+  uint8_t* host = gpus_.staging(first.length);
   Status status = [&]() -> Status {
-    RETURN_IF_ERROR(waitReadyOnGpus(groups, &waited));
+    RETURN_IF_ERROR(gpus_.waitReadyOnGpus(groups, &waited));
     if (root != nullptr) {
       // Bounded wait first: a copy to pageable memory blocks the host until
       // the stream reaches it, and the stream waits on the ranks' events.
@@ -260,9 +260,9 @@ Status GpuExecutor::stagedBroadcast(const Response& r, RankAccess& access) {
     }
     return okStatus();
   }();
-  status = recordDoneOnGpus(groups, waited, status);
+  status = gpus_.recordDoneOnGpus(groups, waited, status);
   // (Also after an error: copies from the staging buffer may be queued.)
-  return drainStaging(groups, status);
+  return gpus_.drainStaging(groups, status);
 }
 
 }  // namespace gradsync::executor

@@ -52,7 +52,7 @@ Status GpuExecutor::multiGpuAllreduce(const Response& r, const std::vector<Membe
     timer.end();
     return okStatus();
   }();
-  status = recordDoneOnGpus(groups, waited, status);
+  status = gpus_.recordDoneOnGpus(groups, waited, status);
   timer.finish();
   return status;
 }
@@ -76,11 +76,11 @@ Status GpuExecutor::multiGpuBroadcast(const Response& r, const std::vector<Membe
   }
   size_t waited = 0;
   Status status = [&]() -> Status {
-    RETURN_IF_ERROR(waitReadyOnGpus(groups, &waited));
+    RETURN_IF_ERROR(gpus_.waitReadyOnGpus(groups, &waited));
     RETURN_IF_ERROR(acrossGpus(r, groups, landing, first.length, v1::SUM, root, access));
     return copyFromLanding(r, groups, landing);  // then to each rank on that GPU
   }();
-  status = recordDoneOnGpus(groups, waited, status);
+  status = gpus_.recordDoneOnGpus(groups, waited, status);
   return status;
 }
 
@@ -109,7 +109,7 @@ Status GpuExecutor::acrossGpusOnHost(const Response& r, const std::vector<Member
   // bound the wait first.
   for (const auto& group : groups) RETURN_IF_ERROR(ops_->waitStream(group.stream, "waiting for the local work"));
   const size_t n = groups.size();
-  uint8_t* host = staging(bytes * n);
+  uint8_t* host = gpus_.staging(bytes * n);
   std::vector<const void*> inputs;
   for (size_t g = 0; g < n; ++g) {
     if (root >= 0 && static_cast<int>(g) != root) continue;
@@ -181,8 +181,8 @@ StatusOr<std::vector<GpuExecutor::FusedAllreduce>> GpuExecutor::viewsByGpu(
       f.total += responses[t]->first().length / f.esize;
       f.members.push_back(std::move(mine));
     }
-    ASSIGN_OR_RETURN(f.stream, streamFor(device));
-    ASSIGN_OR_RETURN(gpu::GrowingBuffer * fusion, fusionFor(device));
+    ASSIGN_OR_RETURN(f.stream, gpus_.streamFor(device));
+    ASSIGN_OR_RETURN(gpu::GrowingBuffer * fusion, gpus_.fusionFor(device));
     ASSIGN_OR_RETURN(f.fused, fusion->reserve(f.total * f.esize));
     f.filled = true;
     per_gpu.push_back(std::move(f));
@@ -211,14 +211,14 @@ Status GpuExecutor::multiGpuStagedAllreduce(const std::vector<const Response*>& 
       FusedAllreduce& f = per_gpu[i];
       RETURN_IF_ERROR(ops_->select(devices[i]));
       RETURN_IF_ERROR(reduceIntoFused(f, &waited));
-      f.staging = staging(bytes);
+      f.staging = gpus_.staging(bytes);
       RETURN_IF_ERROR(fillIdentitiesOnDevice(f));
     }
     RETURN_IF_ERROR(acrossGpus(head, gpus, fused, bytes, ring_op, -1, access));
     // The first GPU's buffer among the nodes, as with one GPU here.
     FusedAllreduce& lead = per_gpu.front();
     RETURN_IF_ERROR(ops_->select(devices.front()));
-    lead.staging = staging(bytes);
+    lead.staging = gpus_.staging(bytes);
     RETURN_IF_ERROR(comm != nullptr ? ncclAcrossNodes(lead, comm) : stagedAcrossNodes(lead));
     RETURN_IF_ERROR(acrossGpus(head, gpus, fused, bytes, ring_op, 0, access));
     for (size_t i = 0; i < per_gpu.size(); ++i) {
@@ -229,7 +229,7 @@ Status GpuExecutor::multiGpuStagedAllreduce(const std::vector<const Response*>& 
   }();
   for (const Members* m : waited) {
     (void)ops_->select(m->device);
-    status = recordDoneAfter(*m, status);
+    status = gpus_.recordDoneAfter(*m, status);
   }
   return status;
 }

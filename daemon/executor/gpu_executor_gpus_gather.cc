@@ -39,7 +39,7 @@ ResponseResult GpuExecutor::multiGpuGatherLike(const Response& r, const std::vec
   std::vector<size_t> at(r.requests.size(), 0);
   size_t block = 0;
   for (const auto& group : groups) {
-    index.push_back(memberIndices(r, group));
+    index.push_back(JobGpus::memberIndices(r, group));
     size_t used = 0;
     for (size_t i : index.back()) {
       at[i] = used;
@@ -54,17 +54,17 @@ ResponseResult GpuExecutor::multiGpuGatherLike(const Response& r, const std::vec
   size_t waited = 0;  // groups whose ready events were awaited: their done events are recorded whatever happens
   Status status = [&]() -> Status {
     for (size_t g = 0; g < groups.size(); ++g) {
-      RETURN_IF_ERROR(checkOutputs(r, groups[g], localBytes(groups[g], index[g], out_bytes)));
+      RETURN_IF_ERROR(checkOutputs(r, groups[g], JobGpus::localBytes(groups[g], index[g], out_bytes)));
     }
     std::vector<void*> gathered;
     for (const auto& group : groups) {
-      ASSIGN_OR_RETURN(gpu::GrowingBuffer * buffer, fusionFor(group.device));
+      ASSIGN_OR_RETURN(gpu::GrowingBuffer * buffer, gpus_.fusionFor(group.device));
       ASSIGN_OR_RETURN(uint8_t * data, buffer->reserve(std::max<size_t>(block * groups.size(), 1)));
       gathered.push_back(data);
     }
     for (size_t g = 0; g < groups.size(); ++g) {  // each GPU's ranks into its block
       RETURN_IF_ERROR(ops_->select(groups[g].device));
-      RETURN_IF_ERROR(waitReady(groups[g]));
+      RETURN_IF_ERROR(gpus_.waitReady(groups[g]));
       ++waited;
       for (size_t k = 0; k < groups[g].list.size(); ++k) {
         const size_t i = index[g][k];
@@ -82,7 +82,7 @@ ResponseResult GpuExecutor::multiGpuGatherLike(const Response& r, const std::vec
     }
     return okStatus();
   }();
-  status = recordDoneOnGpus(groups, waited, status);
+  status = gpus_.recordDoneOnGpus(groups, waited, status);
   return status.isOk() ? result : failed(r, status);
 }
 
@@ -132,7 +132,7 @@ Status GpuExecutor::gatherAcrossGpusOnHost(const Response& r, const std::vector<
   // bound the wait first.
   for (const auto& group : groups) RETURN_IF_ERROR(ops_->waitStream(group.stream, "waiting for the local work"));
   const size_t n = groups.size();
-  uint8_t* host = staging(block * n);
+  uint8_t* host = gpus_.staging(block * n);
   for (size_t g = 0; g < n; ++g) {
     RETURN_IF_ERROR(ops_->select(groups[g].device));
     RETURN_IF_ERROR(context(ops_->copy(host + block * g, static_cast<uint8_t*>(buffers[g]) + block * g, block,
@@ -168,8 +168,8 @@ ResponseResult GpuExecutor::multiGpuReducescatter(const Response& r, const std::
   Status status = [&]() -> Status {
     std::vector<std::vector<size_t>> index;
     for (const auto& group : groups) {
-      index.push_back(memberIndices(r, group));
-      RETURN_IF_ERROR(checkOutputs(r, group, localBytes(group, index.back(), layout.bytes)));
+      index.push_back(JobGpus::memberIndices(r, group));
+      RETURN_IF_ERROR(checkOutputs(r, group, JobGpus::localBytes(group, index.back(), layout.bytes)));
     }
     if (first.length == 0) return okStatus();
     ASSIGN_OR_RETURN(std::vector<void*> fused, reduceEachGpu(r, groups, across, &waited));
@@ -180,7 +180,7 @@ ResponseResult GpuExecutor::multiGpuReducescatter(const Response& r, const std::
     }
     return okStatus();
   }();
-  status = recordDoneOnGpus(groups, waited, status);
+  status = gpus_.recordDoneOnGpus(groups, waited, status);
   return status.isOk() ? result : failed(r, status);
 }
 
@@ -188,13 +188,13 @@ StatusOr<std::vector<void*>> GpuExecutor::reduceEachGpu(const Response& r, const
                                                         ReduceOp op, size_t* waited) {
   std::vector<void*> fused;
   for (const auto& group : groups) {
-    ASSIGN_OR_RETURN(gpu::GrowingBuffer * buffer, fusionFor(group.device));
+    ASSIGN_OR_RETURN(gpu::GrowingBuffer * buffer, gpus_.fusionFor(group.device));
     ASSIGN_OR_RETURN(uint8_t * data, buffer->reserve(r.first().length));
     fused.push_back(data);
   }
   for (size_t g = 0; g < groups.size(); ++g) {
     RETURN_IF_ERROR(ops_->select(groups[g].device));  // a kernel goes to the current device's streams
-    RETURN_IF_ERROR(waitReady(groups[g]));
+    RETURN_IF_ERROR(gpus_.waitReady(groups[g]));
     ++*waited;
     if (!groups[g].list.empty()) RETURN_IF_ERROR(reduceOnGpu(r, groups[g], fused[g], op));
   }

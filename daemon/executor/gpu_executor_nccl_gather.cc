@@ -71,7 +71,7 @@ StatusOr<std::vector<GpuExecutor::Members>> GpuExecutor::withLead(std::vector<Me
   if (at == groups.end()) {
     Members empty;
     empty.device = lead;
-    ASSIGN_OR_RETURN(empty.stream, streamFor(lead));
+    ASSIGN_OR_RETURN(empty.stream, gpus_.streamFor(lead));
     groups.insert(groups.begin(), std::move(empty));
   } else {
     std::rotate(groups.begin(), at, at + 1);
@@ -115,7 +115,7 @@ GpuExecutor::GatherLikePlan GpuExecutor::planGatherLike(const Response& r, RankA
                                                         const std::vector<Members>& groups) {
   GatherLikePlan plan;
   plan.gather = r.type == v1::ALLGATHER;
-  for (const auto& group : groups) plan.index.push_back(memberIndices(r, group));
+  for (const auto& group : groups) plan.index.push_back(JobGpus::memberIndices(r, group));
   plan.local_at.assign(r.requests.size(), 0);
   if (groups.size() > 1) {
     for (const auto& member_index : plan.index) {
@@ -244,7 +244,7 @@ Status GpuExecutor::runGatherLike(const Response& r, RankAccess& access, const N
                                   const std::vector<Members>& groups, const std::vector<uint64_t>& out_bytes,
                                   GatherLikePlan& plan, size_t* waited) {
   for (size_t g = 0; g < groups.size(); ++g) {
-    RETURN_IF_ERROR(checkOutputs(r, groups[g], localBytes(groups[g], plan.index[g], out_bytes)));
+    RETURN_IF_ERROR(checkOutputs(r, groups[g], JobGpus::localBytes(groups[g], plan.index[g], out_bytes)));
   }
   if (groups.empty() || groups.front().device < 0) {
     // No local rank holds memory: nothing to send or receive here.
@@ -254,11 +254,11 @@ Status GpuExecutor::runGatherLike(const Response& r, RankAccess& access, const N
     return internalError("tensor '" + r.name + "': this node's ranks have no memory for the exchange");
   }
   for (const auto& group : groups) {
-    ASSIGN_OR_RETURN(gpu::GrowingBuffer * buffer, fusionFor(group.device));
+    ASSIGN_OR_RETURN(gpu::GrowingBuffer * buffer, gpus_.fusionFor(group.device));
     ASSIGN_OR_RETURN(uint8_t * data, buffer->reserve(std::max<size_t>(plan.local_bytes + plan.cross_bytes, 1)));
     plan.buffers.push_back(data);
   }
-  RETURN_IF_ERROR(waitReadyOnGpus(groups, waited));
+  RETURN_IF_ERROR(gpus_.waitReadyOnGpus(groups, waited));
   if (groups.size() > 1) RETURN_IF_ERROR(gatherInputsOnEveryGpu(r, groups, plan, access));
   RETURN_IF_ERROR(ops_->select(groups.front().device));
   RETURN_IF_ERROR(packForTheNodes(r, groups, plan));
@@ -276,7 +276,7 @@ ResponseResult GpuExecutor::ncclGatherLike(const Response& r, RankAccess& access
   GatherLikePlan plan = planGatherLike(r, access, nodes_comm, groups);
   size_t waited = 0;  // groups whose ready events were awaited: their done events are recorded whatever happens
   Status status = runGatherLike(r, access, nodes_comm, groups, out_bytes, plan, &waited);
-  status = recordDoneOnGpus(groups, waited, status);
+  status = gpus_.recordDoneOnGpus(groups, waited, status);
   return status.isOk() ? result : failed(r, status);
 }
 
@@ -301,8 +301,8 @@ ResponseResult GpuExecutor::ncclReducescatter(const Response& r, RankAccess& acc
   Status status = [&]() -> Status {
     std::vector<std::vector<size_t>> index;
     for (const auto& group : groups) {
-      index.push_back(memberIndices(r, group));
-      RETURN_IF_ERROR(checkOutputs(r, group, localBytes(group, index.back(), layout.bytes)));
+      index.push_back(JobGpus::memberIndices(r, group));
+      RETURN_IF_ERROR(checkOutputs(r, group, JobGpus::localBytes(group, index.back(), layout.bytes)));
     }
     ASSIGN_OR_RETURN(std::vector<void*> fused, reduceEachGpu(r, groups, across, &waited));
     if (groups.size() - with_ranks > 1) {
@@ -333,7 +333,7 @@ ResponseResult GpuExecutor::ncclReducescatter(const Response& r, RankAccess& acc
     }
     return okStatus();
   }();
-  status = recordDoneOnGpus(groups, waited, status);
+  status = gpus_.recordDoneOnGpus(groups, waited, status);
   return status.isOk() ? result : failed(r, status);
 }
 

@@ -39,16 +39,6 @@ GatherLayout gatherLayout(const Response& r, RankAccess& access) {
   return layout;
 }
 
-// The index in r.requests of each member (members are local ranks, in
-// request order).
-std::vector<size_t> requestIndices(const Response& r, const std::vector<int>& member_ranks) {
-  std::map<int, size_t> index;
-  for (size_t i = 0; i < r.requests.size(); ++i) index[r.requests[i]->rank] = i;
-  std::vector<size_t> out;
-  for (int rank : member_ranks) out.push_back(index.at(rank));
-  return out;
-}
-
 }  // namespace
 
 std::vector<uint64_t> gatheredBytes(const Response& r, ResponseResult* result) {
@@ -58,19 +48,6 @@ std::vector<uint64_t> gatheredBytes(const Response& r, ResponseResult* result) {
   const std::vector<int64_t> gathered_shape = withFirstDim(r.first().shape, total_rows);
   for (auto& member : result->members) member.output_shape = gathered_shape;
   return std::vector<uint64_t>(r.requests.size(), total_rows * rowBytes(r.first()));
-}
-
-std::vector<uint64_t> GpuExecutor::localBytes(const Members& m, const std::vector<size_t>& index,
-                                              const std::vector<uint64_t>& all) {
-  std::vector<uint64_t> bytes;
-  for (size_t k = 0; k < m.list.size(); ++k) bytes.push_back(all[index[k]]);
-  return bytes;
-}
-
-std::vector<size_t> GpuExecutor::memberIndices(const Response& r, const Members& m) {
-  std::vector<int> ranks;
-  for (const auto& member : m.list) ranks.push_back(member.rank);
-  return requestIndices(r, ranks);
 }
 
 Status GpuExecutor::stageInputs(const Response& r, const Members& m, const std::vector<size_t>& index,
@@ -88,7 +65,7 @@ Status GpuExecutor::stageInputs(const Response& r, const Members& m, const std::
 }
 
 ResponseResult GpuExecutor::stagedGatherLike(const Response& r, RankAccess& access) {
-  auto resolved = resolveByDevice(r, access);
+  auto resolved = gpus_.resolveByDevice(r, access);
   if (!resolved.isOk()) return failed(r, resolved.status());
   {  // every node decides alike
     auto nodes = daemons_.forResponse(r, access, leadDevice(*resolved), v1::UINT8);
@@ -102,24 +79,24 @@ ResponseResult GpuExecutor::stagedGatherLike(const Response& r, RankAccess& acce
 ResponseResult GpuExecutor::hostGatherLike(const Response& r, RankAccess& access, const std::vector<Members>& groups) {
   // (By GPU: each stages through the same host buffer.)
   std::vector<std::vector<size_t>> index;
-  for (const auto& group : groups) index.push_back(memberIndices(r, group));
+  for (const auto& group : groups) index.push_back(JobGpus::memberIndices(r, group));
   const GatherLayout layout = gatherLayout(r, access);
   ResponseResult result = failed(r, okStatus());
   const std::vector<uint64_t> out_bytes = gatheredBytes(r, &result);
   Status status = okStatus();
   for (size_t g = 0; status.isOk() && g < groups.size(); ++g) {
-    status = checkOutputs(r, groups[g], localBytes(groups[g], index[g], out_bytes));
+    status = checkOutputs(r, groups[g], JobGpus::localBytes(groups[g], index[g], out_bytes));
   }
   // Alltoall: each rank's input at layout.offset, then the messages to the
   // other nodes and from them (a pairwise exchange, as on the CPU path).
   const AlltoallRoutes routes = r.type == v1::ALLTOALL ? alltoallRoutes(r, access) : AlltoallRoutes();
-  uint8_t* host = staging(std::max<size_t>(layout.total + routes.send_bytes + routes.recv_bytes, 1));
+  uint8_t* host = gpus_.staging(std::max<size_t>(layout.total + routes.send_bytes + routes.recv_bytes, 1));
   uint8_t* send = host + layout.total;
   uint8_t* recv = send + routes.send_bytes;
   size_t waited = 0;  // groups whose ready events were awaited: their done events are recorded whatever happens
   for (size_t g = 0; status.isOk() && g < groups.size(); ++g) {
     if (groups[g].device >= 0) status = ops_->select(groups[g].device);
-    if (status.isOk()) status = waitReady(groups[g]);
+    if (status.isOk()) status = gpus_.waitReady(groups[g]);
     if (status.isOk()) ++waited;
   }
   if (status.isOk()) {
@@ -141,8 +118,8 @@ ResponseResult GpuExecutor::hostGatherLike(const Response& r, RankAccess& access
         status = copyGatheredOut(r, groups[g], index[g], layout.offset, layout.total, routes, host, recv);
     }
   }
-  status = recordDoneOnGpus(groups, waited, status);
-  status = drainStaging(groups, status);
+  status = gpus_.recordDoneOnGpus(groups, waited, status);
+  status = gpus_.drainStaging(groups, status);
   return status.isOk() ? result : failed(r, status);
 }
 
@@ -159,15 +136,6 @@ Status GpuExecutor::stagedAlltoallExchange(const Response& r, RankAccess& access
     at += piece.bytes;
   }
   return access.dataPlane().alltoall(nodesOf(r, access), send, routes.send_to, recv, routes.recv_from);
-}
-
-Status GpuExecutor::drainStaging(const std::vector<Members>& groups, Status status) {
-  for (const auto& group : groups) {  // the staging buffer is the job's: read before the next batch
-    if (group.stream == nullptr) continue;
-    const Status drained = ops_->waitStream(group.stream, "waiting for the copies from the staging buffer");
-    if (status.isOk()) status = drained;
-  }
-  return status;
 }
 
 Status GpuExecutor::copyGatheredOut(const Response& r, const Members& m, const std::vector<size_t>& index,
@@ -196,7 +164,7 @@ Status GpuExecutor::copyGatheredOut(const Response& r, const Members& m, const s
 }
 
 ResponseResult GpuExecutor::stagedReducescatter(const Response& r, RankAccess& access) {
-  auto resolved = resolveByDevice(r, access);
+  auto resolved = gpus_.resolveByDevice(r, access);
   if (!resolved.isOk()) return failed(r, resolved.status());
   const Request& first = r.first();
   if (first.length > 0) {  // every node decides alike
@@ -214,12 +182,12 @@ ResponseResult GpuExecutor::stagedReducescatter(const Response& r, RankAccess& a
   const OutputLayout layout = reducescatterLayout(r, rows, &result);
   std::vector<std::vector<size_t>> index;
   for (const auto& group : groups) {
-    index.push_back(memberIndices(r, group));
-    if (Status ok = checkOutputs(r, group, localBytes(group, index.back(), layout.bytes)); !ok.isOk()) {
+    index.push_back(JobGpus::memberIndices(r, group));
+    if (Status ok = checkOutputs(r, group, JobGpus::localBytes(group, index.back(), layout.bytes)); !ok.isOk()) {
       return failed(r, ok);
     }
   }
-  uint8_t* host = staging(std::max<size_t>(first.length, 1));
+  uint8_t* host = gpus_.staging(std::max<size_t>(first.length, 1));
   if (groups.empty() || groups.front().device < 0) {  // no local rank holds memory: identities into the ring
     fillIdentity(host, count, first.dtype, ring_op);
     Status status = access.dataPlane().reduceScatter(nodesOf(r, access), host, host, first.dtype, ring_op,
@@ -228,8 +196,8 @@ ResponseResult GpuExecutor::stagedReducescatter(const Response& r, RankAccess& a
   }
   size_t waited = 0;  // groups whose ready events were awaited: their done events are recorded whatever happens
   Status status = reducescatterThroughHost(r, access, groups, index, rows, host, &waited);
-  status = recordDoneOnGpus(groups, waited, status);
-  status = drainStaging(groups, status);
+  status = gpus_.recordDoneOnGpus(groups, waited, status);
+  status = gpus_.drainStaging(groups, status);
   return status.isOk() ? result : failed(r, status);
 }
 
