@@ -91,7 +91,8 @@ inline Status attachFakeRanks(int n, gpu::FakeGpuBackend* backend, FakeAccess* a
     v1::CudaAttach attach;
     attach.set_device_uuid("GPU-test");
     for (int i = 0; i < 8; ++i) attach.add_ready_events(std::string(gpu::kIpcHandleBytes, 'e'));
-    ASSIGN_OR_RETURN((*ranks)[r].gpu, gpu::ClientGpu::attach(backend, 0, "GPU-test", attach, "rank " + std::to_string(r)));
+    ASSIGN_OR_RETURN((*ranks)[r].gpu,
+                     gpu::ClientGpu::attach(backend, 0, "GPU-test", attach, "rank " + std::to_string(r)));
     v1::CudaBufferExport exported;
     exported.set_buffer_id(kBufferId);
     exported.set_bytes(kBufferBytes);

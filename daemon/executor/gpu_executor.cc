@@ -54,26 +54,11 @@ ResponseResult GpuExecutor::runOne(const Response& r, RankAccess& access) {
   }
 }
 
-Status GpuExecutor::copyFromLanding(const Response& r, const std::vector<Members>& groups,
-                                    const std::vector<void*>& landing) {
-  const size_t bytes = r.first().length;
-  for (size_t g = 0; g < groups.size(); ++g) {
-    RETURN_IF_ERROR(ops_->select(groups[g].device));
-    for (const auto& member : groups[g].list) {
-      if (member.data == landing[g]) continue;
-      RETURN_IF_ERROR(
-          context(ops_->copy(member.data, landing[g], bytes, gpu::CopyKind::kDeviceToDevice, groups[g].stream),
-                  "tensor '" + r.name + "': copy to rank " + std::to_string(member.rank)));
-    }
-  }
-  return okStatus();
-}
-
 Status GpuExecutor::allreduce(const Response& r, RankAccess& access) {
   ASSIGN_OR_RETURN(std::vector<Members> groups, gpus_.resolveByDevice(r, access));
   const Request& first = r.first();
   RETURN_IF_ERROR(checkReduction(r.name, first));
-  if (groups.size() > 1) return multiGpuAllreduce(r, groups, access);
+  if (groups.size() > 1) return node_gpus_.allreduce(r, groups, access);
   Members m = groups.empty() ? Members{} : std::move(groups.front());
   if (m.device < 0 || first.length == 0) return okStatus();  // no elements
   cuda::LocalReduceArgs args;
@@ -100,7 +85,7 @@ Status GpuExecutor::allreduce(const Response& r, RankAccess& access) {
 
 Status GpuExecutor::broadcast(const Response& r, RankAccess& access) {
   ASSIGN_OR_RETURN(std::vector<Members> groups, gpus_.resolveByDevice(r, access));
-  if (groups.size() > 1) return multiGpuBroadcast(r, groups, access);
+  if (groups.size() > 1) return node_gpus_.broadcast(r, groups, access);
   Members m = groups.empty() ? Members{} : std::move(groups.front());
   if (m.device < 0 || r.first().length == 0) return okStatus();  // no elements
   const int root = r.first().root_rank;
@@ -127,28 +112,16 @@ Status GpuExecutor::broadcast(const Response& r, RankAccess& access) {
   return status;
 }
 
-Status GpuExecutor::checkOutputs(const Response& r, const Members& m, const std::vector<uint64_t>& bytes) {
-  if (m.list.size() != bytes.size()) return internalError("tensor '" + r.name + "': members and outputs differ");
-  for (size_t j = 0; j < bytes.size(); ++j) {
-    if ((m.list[j].output == nullptr && bytes[j] > 0) || m.list[j].output_length != bytes[j]) {
-      return invalidArgument("tensor '" + r.name + "': rank " + std::to_string(m.list[j].rank) + " gave an output of " +
-                             std::to_string(m.list[j].output_length) + " bytes; the result has " +
-                             std::to_string(bytes[j]));
-    }
-  }
-  return okStatus();
-}
-
 ResponseResult GpuExecutor::allgather(const Response& r, RankAccess& access) {
   auto groups = gpus_.resolveByDevice(r, access);
   if (!groups.isOk()) return failed(r, groups.status());
-  if (groups->size() > 1) return multiGpuGatherLike(r, *groups, access);
+  if (groups->size() > 1) return node_gpus_.gatherLike(r, *groups, access);
   const Members m = groups->empty() ? Members{} : std::move(groups->front());
   const size_t row = rowBytes(r.first());
   int64_t total_rows = 0;
   for (const auto& request : r.requests) total_rows += request->shape.empty() ? 1 : request->shape[0];
   const auto shape = withFirstDim(r.first().shape, total_rows);
-  Status status = checkOutputs(r, m, std::vector<uint64_t>(m.list.size(), total_rows * row));
+  Status status = JobGpus::checkOutputs(r, m, std::vector<uint64_t>(m.list.size(), total_rows * row));
   bool waited = false;
   if (status.isOk()) {
     status = gpus_.waitReady(m);
@@ -181,13 +154,13 @@ ResponseResult GpuExecutor::allgather(const Response& r, RankAccess& access) {
 ResponseResult GpuExecutor::alltoall(const Response& r, RankAccess& access) {
   auto groups = gpus_.resolveByDevice(r, access);
   if (!groups.isOk()) return failed(r, groups.status());
-  if (groups->size() > 1) return multiGpuGatherLike(r, *groups, access);
+  if (groups->size() > 1) return node_gpus_.gatherLike(r, *groups, access);
   const Members m = groups->empty() ? Members{} : std::move(groups->front());
   const size_t n = m.list.size();
   const size_t row = rowBytes(r.first());
   ResponseResult result = failed(r, okStatus());
   const OutputLayout layout = alltoallLayout(r, &result);
-  Status status = checkOutputs(r, m, layout.bytes);
+  Status status = JobGpus::checkOutputs(r, m, layout.bytes);
   bool waited = false;
   if (status.isOk()) {
     status = gpus_.waitReady(m);
@@ -218,7 +191,7 @@ ResponseResult GpuExecutor::alltoall(const Response& r, RankAccess& access) {
 ResponseResult GpuExecutor::reducescatter(const Response& r, RankAccess& access) {
   auto groups = gpus_.resolveByDevice(r, access);
   if (!groups.isOk()) return failed(r, groups.status());
-  if (groups->size() > 1) return multiGpuReducescatter(r, *groups, access);
+  if (groups->size() > 1) return node_gpus_.reducescatter(r, *groups, access);
   const Members m = groups->empty() ? Members{} : std::move(groups->front());
   const Request& first = r.first();
   const size_t row = rowBytes(first);
@@ -227,7 +200,7 @@ ResponseResult GpuExecutor::reducescatter(const Response& r, RankAccess& access)
   if (Status valid = checkReduction(r.name, first); !valid.isOk()) return failed(r, valid);
   ResponseResult result = failed(r, okStatus());
   const OutputLayout layout = reducescatterLayout(r, rows, &result);
-  Status status = checkOutputs(r, m, layout.bytes);
+  Status status = JobGpus::checkOutputs(r, m, layout.bytes);
   bool waited = false;
   if (status.isOk()) {
     status = gpus_.waitReady(m);

@@ -20,15 +20,16 @@
 // whole job (gpu_executor_nccl_gather.cc) and stage through host memory
 // otherwise (gpu_executor_staged.cc).
 //
-// Several GPUs in one node (gpu_executor_gpus.cc): allreduce and broadcast
+// Several GPUs in one node (NodeGpus, node_gpus.h): allreduce and broadcast
 // of a one-node job reduce each GPU's ranks on that GPU, then combine the
 // GPUs through an NCCL communicator over them that the daemon holds whole
-// (host memory for a dtype NCCL lacks, without NCCL, or after it failed).
-// Across nodes, allreduce combines the node's GPUs first, then the first
-// GPU's buffer among the daemons, then back to the others; broadcast
+// (host memory for a dtype NCCL lacks, without NCCL, or after it failed);
+// allgather, alltoall and reducescatter likewise. Across nodes
+// (gpu_executor_gpus.cc), allreduce combines the node's GPUs first, then the
+// first GPU's buffer among the daemons, then back to the others; broadcast
 // among the first GPUs of the nodes, the root's node spreading it to its
-// GPUs first, the others after. Allgather, alltoall and reducescatter of a
-// one-node job over several GPUs: gpu_executor_gpus_gather.cc.
+// GPUs first, the others after. The job's streams, buffers and members on
+// the GPUs: JobGpus (job_gpus.h).
 #pragma once
 
 #include <chrono>
@@ -39,7 +40,7 @@
 #include "daemon/executor/cpu_executor.h"
 #include "daemon/executor/daemon_comms.h"
 #include "daemon/executor/job_gpus.h"
-#include "daemon/executor/node_gpu_comms.h"
+#include "daemon/executor/node_gpus.h"
 #include "daemon/gpu/device_ops.h"
 #include "daemon/gpu/nccl_comm.h"
 
@@ -54,7 +55,7 @@ class GpuExecutor : public DeviceExecutor {
   // `nccl` (null: none, or disabled) carries CUDA tensors between daemons
   // when every node has a GPU; host staging otherwise.
   GpuExecutor(gpu::DeviceOps* ops, const gpu::NcclLibrary* nccl)
-      : ops_(ops), gpus_(ops), daemons_(ops, nccl), gpu_comms_(ops, nccl) {}
+      : ops_(ops), gpus_(ops), node_gpus_(ops, &gpus_, nccl), daemons_(ops, nccl) {}
   ~GpuExecutor() override = default;
   GpuExecutor(const GpuExecutor&) = delete;
   GpuExecutor& operator=(const GpuExecutor&) = delete;
@@ -63,8 +64,6 @@ class GpuExecutor : public DeviceExecutor {
  private:
   using Member = JobGpus::Member;
   using Members = JobGpus::Members;
-  // From each GPU's `landing` place to its other members (broadcast).
-  Status copyFromLanding(const Response& r, const std::vector<Members>& groups, const std::vector<void*>& landing);
   // One response of a bucket that is not a fused allreduce across nodes.
   ResponseResult runOne(const Response& r, RankAccess& access);
   Status allreduce(const Response& r, RankAccess& access);
@@ -159,10 +158,6 @@ class GpuExecutor : public DeviceExecutor {
   Status reducescatterThroughHost(const Response& r, RankAccess& access, const std::vector<Members>& groups,
                                   const std::vector<std::vector<size_t>>& index, const std::vector<int64_t>& rows,
                                   uint8_t* host, size_t* waited);
-  // Its last step: each member's rows of the reduced `fused` buffer (rows:
-  // per request) into its output, with the average and postscale.
-  Status scatterRows(const Response& r, const Members& m, const std::vector<size_t>& index,
-                     const std::vector<int64_t>& rows, const uint8_t* fused);
   // Copies the members' inputs to `host`, each at offset[its request].
   Status stageInputs(const Response& r, const Members& m, const std::vector<size_t>& index,
                      const std::vector<size_t>& offset, uint8_t* host);
@@ -178,7 +173,6 @@ class GpuExecutor : public DeviceExecutor {
   ResponseResult allgather(const Response& r, RankAccess& access);
   ResponseResult alltoall(const Response& r, RankAccess& access);
   ResponseResult reducescatter(const Response& r, RankAccess& access);
-  Status checkOutputs(const Response& r, const Members& m, const std::vector<uint64_t>& bytes);
 
   // Across nodes, several GPUs here (gpu_executor_gpus.cc): each GPU's ranks
   // into its fusion buffer, the GPUs combined, the first GPU's buffer among
@@ -186,56 +180,21 @@ class GpuExecutor : public DeviceExecutor {
   // `groups[t]`: response t's members by GPU; `devices`: all of them, the
   // lead first; `comm`: the daemons' communicator for the batch (null: the
   // ring).
+  Status multiGpuStagedAllreduce(const std::vector<const Response*>& responses, RankAccess& access,
+                                 std::vector<std::vector<Members>> groups, const std::vector<int>& devices,
+                                 gpu::NcclComm* comm);
   // Its view of the batch per GPU of `devices`: that GPU's members of each
   // response (taken from `groups`), its fusion buffer and stream.
   StatusOr<std::vector<FusedAllreduce>> viewsByGpu(const std::vector<const Response*>& responses, RankAccess& access,
                                                    std::vector<std::vector<Members>>& groups,
                                                    const std::vector<int>& devices);
-  Status multiGpuStagedAllreduce(const std::vector<const Response*>& responses, RankAccess& access,
-                                 std::vector<std::vector<Members>> groups, const std::vector<int>& devices,
-                                 gpu::NcclComm* comm);
   // Identities into `f.fused` where no member of response t is on f's GPU
   // (through f.staging, read before it returns).
   Status fillIdentitiesOnDevice(const FusedAllreduce& f);
-  // One node, several GPUs (gpu_executor_gpus.cc): each GPU's ranks into
-  // its fusion buffer, the GPUs combined, the result back to every rank.
-  Status multiGpuAllreduce(const Response& r, const std::vector<Members>& groups, RankAccess& access);
-  // The root's tensor to every GPU, then to each rank there.
-  Status multiGpuBroadcast(const Response& r, const std::vector<Members>& groups, RankAccess& access);
-  // In place across `buffers` (one per GPU of `groups`, `bytes` each): NCCL
-  // allreduce with `op`, or (bytes from index `root` >= 0) broadcast; host
-  // memory where NCCL cannot.
-  Status acrossGpus(const Response& r, const std::vector<Members>& groups, const std::vector<void*>& buffers,
-                    size_t bytes, ReduceOp op, int root, RankAccess& access);
-  Status acrossGpusOnHost(const Response& r, const std::vector<Members>& groups, const std::vector<void*>& buffers,
-                          size_t bytes, ReduceOp op, int root);
-  // Several GPUs of one node (gpu_executor_gpus_gather.cc): allgather and
-  // alltoall through every GPU's blocks gathered on every GPU; reducescatter
-  // through an allreduce of the GPUs' sums.
-  ResponseResult multiGpuGatherLike(const Response& r, const std::vector<Members>& groups, RankAccess& access);
-  ResponseResult multiGpuReducescatter(const Response& r, const std::vector<Members>& groups, RankAccess& access);
-  // Into each member's output from its GPU's `gathered` buffer, where
-  // request i's input starts at at[i].
-  Status copyFromGathered(const Response& r, const Members& m, const std::vector<size_t>& index,
-                          const std::vector<size_t>& at, const uint8_t* gathered);
-  // In place across `buffers` (one per GPU, groups.size() blocks of `block`
-  // bytes each): GPU g's block g to every GPU; NCCL, else host memory.
-  Status gatherAcrossGpus(const Response& r, const std::vector<Members>& groups, const std::vector<void*>& buffers,
-                          size_t block, RankAccess& access);
-  Status gatherAcrossGpusOnHost(const Response& r, const std::vector<Members>& groups,
-                                const std::vector<void*>& buffers, size_t block);
-  // The group's inputs reduced with `op` (and the prescale) into `out`.
-  Status reduceOnGpu(const Response& r, const Members& group, void* out, ReduceOp op);
-  // Each group's fusion buffer (r's length) on its GPU, its ranks reduced
-  // there with `op` once their ready events are reached (a group without
-  // ranks: the buffer only); `waited` counts the groups awaited.
-  StatusOr<std::vector<void*>> reduceEachGpu(const Response& r, const std::vector<Members>& groups, ReduceOp op,
-                                             size_t* waited);
   gpu::DeviceOps* ops_;
-  JobGpus gpus_;  // this job's streams, buffers and members on the node's GPUs
-  // NCCL among the daemons, and over this node's GPUs.
-  DaemonComms daemons_;
-  NodeGpuComms gpu_comms_;
+  JobGpus gpus_;         // this job's streams, buffers and members on the node's GPUs
+  NodeGpus node_gpus_;   // several GPUs of this node
+  DaemonComms daemons_;  // NCCL among the daemons
 };
 
 }  // namespace gradsync::executor

@@ -198,7 +198,8 @@ Status GpuExecutor::ncclBroadcast(const Response& r, RankAccess& access, const N
   size_t waited = 0;  // groups whose ready events were awaited: their done events are recorded whatever happens
   Status status = [&]() -> Status {
     RETURN_IF_ERROR(gpus_.waitReadyOnGpus(groups, &waited));
-    if (root_gpu > 0) RETURN_IF_ERROR(acrossGpus(r, groups, landing, first.length, v1::SUM, root_gpu, access));
+    if (root_gpu > 0)
+      RETURN_IF_ERROR(node_gpus_.acrossGpus(r, groups, landing, first.length, v1::SUM, root_gpu, access));
     RETURN_IF_ERROR(ops_->select(groups.front().device));
     Status sent =
         nodes.comm->broadcast({landing.front()}, first.length, nodes.rankOf(access.dataPlane().nodeOf(first.root_rank)),
@@ -206,9 +207,9 @@ Status GpuExecutor::ncclBroadcast(const Response& r, RankAccess& access, const N
     if (!sent.isOk()) sent = daemons_.fail(sent, access);
     RETURN_IF_ERROR(context(sent, "tensor '" + r.name + "'"));
     if (root_gpu <= 0 && groups.size() > 1) {
-      RETURN_IF_ERROR(acrossGpus(r, groups, landing, first.length, v1::SUM, 0, access));
+      RETURN_IF_ERROR(node_gpus_.acrossGpus(r, groups, landing, first.length, v1::SUM, 0, access));
     }
-    return copyFromLanding(r, groups, landing);
+    return node_gpus_.copyFromLanding(r, groups, landing);
   }();
   return gpus_.recordDoneOnGpus(groups, waited, status);
 }

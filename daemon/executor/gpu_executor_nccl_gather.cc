@@ -5,7 +5,7 @@
 // process set's split of it (daemon_comms.h).
 //
 // Several GPUs here: their ranks' inputs are first gathered on every GPU of
-// the node (gpu_executor_gpus_gather.cc's blocks). Then, on the lead GPU
+// the node (node_gpus_gather.cc's blocks). Then, on the lead GPU
 // (the one of the daemons' communicator):
 // - allgather: this node's inputs, end to end in request order, into its
 //   block of a buffer of one block per node (blocks as large as the largest
@@ -159,7 +159,7 @@ Status GpuExecutor::gatherInputsOnEveryGpu(const Response& r, const std::vector<
   }
   if (plan.local_block == 0) return okStatus();
   std::vector<void*> local(plan.buffers.begin(), plan.buffers.end());
-  return gatherAcrossGpus(r, groups, local, plan.local_block, access);
+  return node_gpus_.gatherAcrossGpus(r, groups, local, plan.local_block, access);
 }
 
 Status GpuExecutor::packForTheNodes(const Response& r, const std::vector<Members>& groups, const GatherLikePlan& plan) {
@@ -214,13 +214,13 @@ Status GpuExecutor::writeGatherLikeOutputs(const Response& r, const std::vector<
   if (groups.size() > 1 && plan.received() > 0) {
     std::vector<void*> landing;
     for (uint8_t* buffer : plan.buffers) landing.push_back(buffer + plan.receivedAt());
-    RETURN_IF_ERROR(acrossGpus(r, groups, landing, plan.received(), v1::SUM, 0, access));
+    RETURN_IF_ERROR(node_gpus_.acrossGpus(r, groups, landing, plan.received(), v1::SUM, 0, access));
   }
   for (size_t g = 0; g < groups.size(); ++g) {
     RETURN_IF_ERROR(ops_->select(groups[g].device));
     if (plan.gather) {
       RETURN_IF_ERROR(
-          copyFromGathered(r, groups[g], plan.index[g], plan.blocks.at, plan.buffers[g] + plan.local_bytes));
+          node_gpus_.copyFromGathered(r, groups[g], plan.index[g], plan.blocks.at, plan.buffers[g] + plan.local_bytes));
       continue;
     }
     for (size_t k = 0; k < groups[g].list.size(); ++k) {
@@ -244,7 +244,7 @@ Status GpuExecutor::runGatherLike(const Response& r, RankAccess& access, const N
                                   const std::vector<Members>& groups, const std::vector<uint64_t>& out_bytes,
                                   GatherLikePlan& plan, size_t* waited) {
   for (size_t g = 0; g < groups.size(); ++g) {
-    RETURN_IF_ERROR(checkOutputs(r, groups[g], JobGpus::localBytes(groups[g], plan.index[g], out_bytes)));
+    RETURN_IF_ERROR(JobGpus::checkOutputs(r, groups[g], JobGpus::localBytes(groups[g], plan.index[g], out_bytes)));
   }
   if (groups.empty() || groups.front().device < 0) {
     // No local rank holds memory: nothing to send or receive here.
@@ -302,13 +302,13 @@ ResponseResult GpuExecutor::ncclReducescatter(const Response& r, RankAccess& acc
     std::vector<std::vector<size_t>> index;
     for (const auto& group : groups) {
       index.push_back(JobGpus::memberIndices(r, group));
-      RETURN_IF_ERROR(checkOutputs(r, group, JobGpus::localBytes(group, index.back(), layout.bytes)));
+      RETURN_IF_ERROR(JobGpus::checkOutputs(r, group, JobGpus::localBytes(group, index.back(), layout.bytes)));
     }
-    ASSIGN_OR_RETURN(std::vector<void*> fused, reduceEachGpu(r, groups, across, &waited));
+    ASSIGN_OR_RETURN(std::vector<void*> fused, node_gpus_.reduceEachGpu(r, groups, across, &waited));
     if (groups.size() - with_ranks > 1) {
       const std::vector<Members> ranked(groups.begin() + with_ranks, groups.end());
-      RETURN_IF_ERROR(
-          acrossGpus(r, ranked, {fused.begin() + with_ranks, fused.end()}, first.length, across, -1, access));
+      RETURN_IF_ERROR(node_gpus_.acrossGpus(r, ranked, {fused.begin() + with_ranks, fused.end()}, first.length, across,
+                                            -1, access));
     }
     const Members& lead = groups.front();
     if (with_ranks > 0) {  // a peer copy once the sum is there
@@ -326,10 +326,10 @@ ResponseResult GpuExecutor::ncclReducescatter(const Response& r, RankAccess& acc
       if (!reduced.isOk()) reduced = daemons_.fail(reduced, access);
       RETURN_IF_ERROR(context(reduced, "tensor '" + r.name + "'"));
     }
-    if (groups.size() > 1) RETURN_IF_ERROR(acrossGpus(r, groups, fused, first.length, v1::SUM, 0, access));
+    if (groups.size() > 1) RETURN_IF_ERROR(node_gpus_.acrossGpus(r, groups, fused, first.length, v1::SUM, 0, access));
     for (size_t g = with_ranks; g < groups.size(); ++g) {  // each rank's rows, with the average and postscale
       RETURN_IF_ERROR(ops_->select(groups[g].device));
-      RETURN_IF_ERROR(scatterRows(r, groups[g], index[g], rows, static_cast<const uint8_t*>(fused[g])));
+      RETURN_IF_ERROR(node_gpus_.scatterRows(r, groups[g], index[g], rows, static_cast<const uint8_t*>(fused[g])));
     }
     return okStatus();
   }();

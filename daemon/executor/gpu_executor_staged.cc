@@ -85,7 +85,7 @@ ResponseResult GpuExecutor::hostGatherLike(const Response& r, RankAccess& access
   const std::vector<uint64_t> out_bytes = gatheredBytes(r, &result);
   Status status = okStatus();
   for (size_t g = 0; status.isOk() && g < groups.size(); ++g) {
-    status = checkOutputs(r, groups[g], JobGpus::localBytes(groups[g], index[g], out_bytes));
+    status = JobGpus::checkOutputs(r, groups[g], JobGpus::localBytes(groups[g], index[g], out_bytes));
   }
   // Alltoall: each rank's input at layout.offset, then the messages to the
   // other nodes and from them (a pairwise exchange, as on the CPU path).
@@ -183,7 +183,8 @@ ResponseResult GpuExecutor::stagedReducescatter(const Response& r, RankAccess& a
   std::vector<std::vector<size_t>> index;
   for (const auto& group : groups) {
     index.push_back(JobGpus::memberIndices(r, group));
-    if (Status ok = checkOutputs(r, group, JobGpus::localBytes(group, index.back(), layout.bytes)); !ok.isOk()) {
+    if (Status ok = JobGpus::checkOutputs(r, group, JobGpus::localBytes(group, index.back(), layout.bytes));
+        !ok.isOk()) {
       return failed(r, ok);
     }
   }
@@ -208,8 +209,8 @@ Status GpuExecutor::reducescatterThroughHost(const Response& r, RankAccess& acce
   const ReduceOp ring_op = first.op == v1::AVERAGE ? v1::SUM : first.op;
   // 1. The node's ranks reduced on their GPUs (prescale, no average yet),
   //    then the GPUs combined into the first one's buffer.
-  ASSIGN_OR_RETURN(std::vector<void*> fused, reduceEachGpu(r, groups, ring_op, waited));
-  if (groups.size() > 1) RETURN_IF_ERROR(acrossGpus(r, groups, fused, first.length, ring_op, -1, access));
+  ASSIGN_OR_RETURN(std::vector<void*> fused, node_gpus_.reduceEachGpu(r, groups, ring_op, waited));
+  if (groups.size() > 1) RETURN_IF_ERROR(node_gpus_.acrossGpus(r, groups, fused, first.length, ring_op, -1, access));
   const Members& lead = groups.front();
   RETURN_IF_ERROR(ops_->select(lead.device));
   {
@@ -228,31 +229,7 @@ Status GpuExecutor::reducescatterThroughHost(const Response& r, RankAccess& acce
     RETURN_IF_ERROR(ops_->select(groups[g].device));
     RETURN_IF_ERROR(context(ops_->copy(fused[g], host, first.length, gpu::CopyKind::kHostToDevice, groups[g].stream),
                             "copy from the staging buffer"));
-    RETURN_IF_ERROR(scatterRows(r, groups[g], index[g], rows, static_cast<const uint8_t*>(fused[g])));
-  }
-  return okStatus();
-}
-
-Status GpuExecutor::scatterRows(const Response& r, const Members& m, const std::vector<size_t>& index,
-                                const std::vector<int64_t>& rows, const uint8_t* fused) {
-  const Request& first = r.first();
-  const size_t row = rowBytes(first);
-  std::vector<size_t> start_row(rows.size(), 0);
-  for (size_t j = 1; j < rows.size(); ++j) start_row[j] = start_row[j - 1] + rows[j - 1];
-  for (size_t k = 0; k < m.list.size(); ++k) {
-    const size_t j = index[k];
-    if (rows[j] == 0) continue;
-    cuda::LocalReduceArgs scatter;
-    scatter.dtype = static_cast<cuda::Dtype>(first.dtype);
-    scatter.op = static_cast<cuda::Op>(first.op);
-    scatter.inputs[0] = fused + start_row[j] * row;
-    scatter.num_inputs = 1;
-    scatter.outputs[0] = m.list[k].output;
-    scatter.num_outputs = 1;
-    scatter.count = rows[j] * row / elementSize(first.dtype);
-    scatter.postscale = first.postscale;
-    scatter.average_divisor = static_cast<int>(r.ranks.size());
-    RETURN_IF_ERROR(context(ops_->reduce(scatter, m.stream), "tensor '" + r.name + "'"));
+    RETURN_IF_ERROR(node_gpus_.scatterRows(r, groups[g], index[g], rows, static_cast<const uint8_t*>(fused[g])));
   }
   return okStatus();
 }

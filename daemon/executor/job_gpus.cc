@@ -194,7 +194,7 @@ Status JobGpus::recordDone(const Members& m) {
 }
 
 std::vector<uint64_t> JobGpus::localBytes(const Members& m, const std::vector<size_t>& index,
-                                              const std::vector<uint64_t>& all) {
+                                          const std::vector<uint64_t>& all) {
   std::vector<uint64_t> bytes;
   for (size_t k = 0; k < m.list.size(); ++k) bytes.push_back(all[index[k]]);
   return bytes;
@@ -213,6 +213,18 @@ Status JobGpus::drainStaging(const std::vector<Members>& groups, Status status) 
     if (status.isOk()) status = drained;
   }
   return status;
+}
+
+Status JobGpus::checkOutputs(const Response& r, const Members& m, const std::vector<uint64_t>& bytes) {
+  if (m.list.size() != bytes.size()) return internalError("tensor '" + r.name + "': members and outputs differ");
+  for (size_t j = 0; j < bytes.size(); ++j) {
+    if ((m.list[j].output == nullptr && bytes[j] > 0) || m.list[j].output_length != bytes[j]) {
+      return invalidArgument("tensor '" + r.name + "': rank " + std::to_string(m.list[j].rank) + " gave an output of " +
+                             std::to_string(m.list[j].output_length) + " bytes; the result has " +
+                             std::to_string(bytes[j]));
+    }
+  }
+  return okStatus();
 }
 
 }  // namespace gradsync::executor

@@ -82,6 +82,9 @@ class JobGpus {
   static std::vector<size_t> memberIndices(const Response& r, const Members& m);
   static std::vector<uint64_t> localBytes(const Members& m, const std::vector<size_t>& index,
                                           const std::vector<uint64_t>& all);
+  // Whether each member's output (allgather, alltoall, reducescatter) is
+  // the result's size, `bytes` (by member); an error naming the rank if not.
+  static Status checkOutputs(const Response& r, const Members& m, const std::vector<uint64_t>& bytes);
 
  private:
   Status waitForEvent(const gpu::ClientGpu& client, void* event);

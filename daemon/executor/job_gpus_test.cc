@@ -16,8 +16,8 @@
 namespace gradsync::executor {
 namespace {
 
-using ::testing::HasSubstr;
 using coordinator::Request;
+using ::testing::HasSubstr;
 
 class JobGpusTest : public ::testing::Test {
  protected:

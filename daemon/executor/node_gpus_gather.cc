@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// GpuExecutor over several GPUs of one node: allgather, alltoall and
-// reducescatter.
+// NodeGpus: allgather, alltoall and reducescatter over several GPUs of one
+// node.
 //
 // Allgather and alltoall: each GPU packs its ranks' inputs into its block
 // of a gathered buffer (every block as large as the largest GPU's share),
@@ -18,8 +18,8 @@
 #include "base/dtype.h"
 #include "daemon/collective/cuda/local_reduce.h"
 #include "daemon/executor/executor_util.h"
-#include "daemon/executor/gpu_executor.h"
 #include "daemon/executor/gpu_executor_util.h"
+#include "daemon/executor/node_gpus.h"
 
 namespace gradsync::executor {
 namespace {
@@ -29,8 +29,7 @@ constexpr size_t kBlockAlignment = 256;
 
 }  // namespace
 
-ResponseResult GpuExecutor::multiGpuGatherLike(const Response& r, const std::vector<Members>& groups,
-                                               RankAccess& access) {
+ResponseResult NodeGpus::gatherLike(const Response& r, const std::vector<Members>& groups, RankAccess& access) {
   ResponseResult result = failed(r, okStatus());
   const std::vector<uint64_t> out_bytes = gatheredBytes(r, &result);
   // Each GPU's block holds its members' inputs end to end, in member order;
@@ -54,17 +53,17 @@ ResponseResult GpuExecutor::multiGpuGatherLike(const Response& r, const std::vec
   size_t waited = 0;  // groups whose ready events were awaited: their done events are recorded whatever happens
   Status status = [&]() -> Status {
     for (size_t g = 0; g < groups.size(); ++g) {
-      RETURN_IF_ERROR(checkOutputs(r, groups[g], JobGpus::localBytes(groups[g], index[g], out_bytes)));
+      RETURN_IF_ERROR(JobGpus::checkOutputs(r, groups[g], JobGpus::localBytes(groups[g], index[g], out_bytes)));
     }
     std::vector<void*> gathered;
     for (const auto& group : groups) {
-      ASSIGN_OR_RETURN(gpu::GrowingBuffer * buffer, gpus_.fusionFor(group.device));
+      ASSIGN_OR_RETURN(gpu::GrowingBuffer * buffer, gpus_->fusionFor(group.device));
       ASSIGN_OR_RETURN(uint8_t * data, buffer->reserve(std::max<size_t>(block * groups.size(), 1)));
       gathered.push_back(data);
     }
     for (size_t g = 0; g < groups.size(); ++g) {  // each GPU's ranks into its block
       RETURN_IF_ERROR(ops_->select(groups[g].device));
-      RETURN_IF_ERROR(gpus_.waitReady(groups[g]));
+      RETURN_IF_ERROR(gpus_->waitReady(groups[g]));
       ++waited;
       for (size_t k = 0; k < groups[g].list.size(); ++k) {
         const size_t i = index[g][k];
@@ -82,12 +81,12 @@ ResponseResult GpuExecutor::multiGpuGatherLike(const Response& r, const std::vec
     }
     return okStatus();
   }();
-  status = gpus_.recordDoneOnGpus(groups, waited, status);
+  status = gpus_->recordDoneOnGpus(groups, waited, status);
   return status.isOk() ? result : failed(r, status);
 }
 
-Status GpuExecutor::copyFromGathered(const Response& r, const Members& m, const std::vector<size_t>& index,
-                                     const std::vector<size_t>& at, const uint8_t* gathered) {
+Status NodeGpus::copyFromGathered(const Response& r, const Members& m, const std::vector<size_t>& index,
+                                  const std::vector<size_t>& at, const uint8_t* gathered) {
   const size_t row = rowBytes(r.first());
   for (size_t k = 0; k < m.list.size(); ++k) {
     const size_t j = index[k];  // this member's request
@@ -110,29 +109,29 @@ Status GpuExecutor::copyFromGathered(const Response& r, const Members& m, const 
   return okStatus();
 }
 
-Status GpuExecutor::gatherAcrossGpus(const Response& r, const std::vector<Members>& groups,
-                                     const std::vector<void*>& buffers, size_t block, RankAccess& access) {
+Status NodeGpus::gatherAcrossGpus(const Response& r, const std::vector<Members>& groups,
+                                  const std::vector<void*>& buffers, size_t block, RankAccess& access) {
   std::vector<int> devices;
   std::vector<void*> streams;
   for (const auto& group : groups) {
     devices.push_back(group.device);
     streams.push_back(group.stream);
   }
-  ASSIGN_OR_RETURN(gpu::NcclComm * comm, gpu_comms_.over(devices, v1::UINT8));
+  ASSIGN_OR_RETURN(gpu::NcclComm * comm, comms_.over(devices, v1::UINT8));
   if (comm == nullptr) return gatherAcrossGpusOnHost(r, groups, buffers, block);
   PhaseScope phase(access, "NCCL_ALLGATHER");
   Status status = comm->allGather(buffers, block, streams, gpu::kStreamWaitLimit);
-  if (!status.isOk()) gpu_comms_.fail();  // aborted: the rest of the job goes through host memory
+  if (!status.isOk()) comms_.fail();  // aborted: the rest of the job goes through host memory
   return context(status, "tensor '" + r.name + "'");
 }
 
-Status GpuExecutor::gatherAcrossGpusOnHost(const Response& r, const std::vector<Members>& groups,
-                                           const std::vector<void*>& buffers, size_t block) {
+Status NodeGpus::gatherAcrossGpusOnHost(const Response& r, const std::vector<Members>& groups,
+                                        const std::vector<void*>& buffers, size_t block) {
   // A copy to pageable memory blocks the host until the stream reaches it:
   // bound the wait first.
   for (const auto& group : groups) RETURN_IF_ERROR(ops_->waitStream(group.stream, "waiting for the local work"));
   const size_t n = groups.size();
-  uint8_t* host = gpus_.staging(block * n);
+  uint8_t* host = gpus_->staging(block * n);
   for (size_t g = 0; g < n; ++g) {
     RETURN_IF_ERROR(ops_->select(groups[g].device));
     RETURN_IF_ERROR(context(ops_->copy(host + block * g, static_cast<uint8_t*>(buffers[g]) + block * g, block,
@@ -156,8 +155,7 @@ Status GpuExecutor::gatherAcrossGpusOnHost(const Response& r, const std::vector<
   return okStatus();
 }
 
-ResponseResult GpuExecutor::multiGpuReducescatter(const Response& r, const std::vector<Members>& groups,
-                                                  RankAccess& access) {
+ResponseResult NodeGpus::reducescatter(const Response& r, const std::vector<Members>& groups, RankAccess& access) {
   const Request& first = r.first();
   if (Status valid = checkReduction(r.name, first); !valid.isOk()) return failed(r, valid);
   const std::vector<int64_t> rows = reducescatterRows(r);
@@ -169,7 +167,7 @@ ResponseResult GpuExecutor::multiGpuReducescatter(const Response& r, const std::
     std::vector<std::vector<size_t>> index;
     for (const auto& group : groups) {
       index.push_back(JobGpus::memberIndices(r, group));
-      RETURN_IF_ERROR(checkOutputs(r, group, JobGpus::localBytes(group, index.back(), layout.bytes)));
+      RETURN_IF_ERROR(JobGpus::checkOutputs(r, group, JobGpus::localBytes(group, index.back(), layout.bytes)));
     }
     if (first.length == 0) return okStatus();
     ASSIGN_OR_RETURN(std::vector<void*> fused, reduceEachGpu(r, groups, across, &waited));
@@ -180,28 +178,28 @@ ResponseResult GpuExecutor::multiGpuReducescatter(const Response& r, const std::
     }
     return okStatus();
   }();
-  status = gpus_.recordDoneOnGpus(groups, waited, status);
+  status = gpus_->recordDoneOnGpus(groups, waited, status);
   return status.isOk() ? result : failed(r, status);
 }
 
-StatusOr<std::vector<void*>> GpuExecutor::reduceEachGpu(const Response& r, const std::vector<Members>& groups,
-                                                        ReduceOp op, size_t* waited) {
+StatusOr<std::vector<void*>> NodeGpus::reduceEachGpu(const Response& r, const std::vector<Members>& groups, ReduceOp op,
+                                                     size_t* waited) {
   std::vector<void*> fused;
   for (const auto& group : groups) {
-    ASSIGN_OR_RETURN(gpu::GrowingBuffer * buffer, gpus_.fusionFor(group.device));
+    ASSIGN_OR_RETURN(gpu::GrowingBuffer * buffer, gpus_->fusionFor(group.device));
     ASSIGN_OR_RETURN(uint8_t * data, buffer->reserve(r.first().length));
     fused.push_back(data);
   }
   for (size_t g = 0; g < groups.size(); ++g) {
     RETURN_IF_ERROR(ops_->select(groups[g].device));  // a kernel goes to the current device's streams
-    RETURN_IF_ERROR(gpus_.waitReady(groups[g]));
+    RETURN_IF_ERROR(gpus_->waitReady(groups[g]));
     ++*waited;
     if (!groups[g].list.empty()) RETURN_IF_ERROR(reduceOnGpu(r, groups[g], fused[g], op));
   }
   return fused;
 }
 
-Status GpuExecutor::reduceOnGpu(const Response& r, const Members& group, void* out, ReduceOp op) {
+Status NodeGpus::reduceOnGpu(const Response& r, const Members& group, void* out, ReduceOp op) {
   const Request& first = r.first();
   cuda::LocalReduceArgs gather;
   gather.dtype = static_cast<cuda::Dtype>(first.dtype);
