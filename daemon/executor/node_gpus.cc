@@ -85,7 +85,7 @@ Status NodeGpus::broadcast(const Response& r, const std::vector<Members>& groups
 }
 
 Status NodeGpus::acrossGpus(const Response& r, const std::vector<Members>& groups, const std::vector<void*>& buffers,
-                               size_t bytes, ReduceOp op, int root, RankAccess& access) {
+                            size_t bytes, ReduceOp op, int root, RankAccess& access) {
   std::vector<int> devices;
   std::vector<void*> streams;
   for (const auto& group : groups) {
@@ -104,7 +104,7 @@ Status NodeGpus::acrossGpus(const Response& r, const std::vector<Members>& group
 }
 
 Status NodeGpus::acrossGpusOnHost(const Response& r, const std::vector<Members>& groups,
-                                     const std::vector<void*>& buffers, size_t bytes, ReduceOp op, int root) {
+                                  const std::vector<void*>& buffers, size_t bytes, ReduceOp op, int root) {
   // A copy to pageable memory blocks the host until the stream reaches it:
   // bound the wait first.
   for (const auto& group : groups) RETURN_IF_ERROR(ops_->waitStream(group.stream, "waiting for the local work"));
@@ -145,7 +145,7 @@ Status NodeGpus::acrossGpusOnHost(const Response& r, const std::vector<Members>&
 }
 
 Status NodeGpus::copyFromLanding(const Response& r, const std::vector<Members>& groups,
-                                    const std::vector<void*>& landing) {
+                                 const std::vector<void*>& landing) {
   const size_t bytes = r.first().length;
   for (size_t g = 0; g < groups.size(); ++g) {
     RETURN_IF_ERROR(ops_->select(groups[g].device));
@@ -160,7 +160,7 @@ Status NodeGpus::copyFromLanding(const Response& r, const std::vector<Members>& 
 }
 
 Status NodeGpus::scatterRows(const Response& r, const Members& m, const std::vector<size_t>& index,
-                                const std::vector<int64_t>& rows, const uint8_t* fused) {
+                             const std::vector<int64_t>& rows, const uint8_t* fused) {
   const Request& first = r.first();
   const size_t row = rowBytes(first);
   std::vector<size_t> start_row(rows.size(), 0);

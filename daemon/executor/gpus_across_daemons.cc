@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// GpuExecutor across nodes: the node's ranks reduced on its GPU, then NCCL
+// GpusAcrossDaemons: allreduce and broadcast: the node's ranks reduced on its GPU, then NCCL
 // among the daemons' GPUs or host staging through the daemons' ring.
 #include <algorithm>
 #include <set>
@@ -8,20 +8,20 @@
 #include "daemon/collective/cuda/local_reduce.h"
 #include "daemon/common/logging.h"
 #include "daemon/executor/executor_util.h"
-#include "daemon/executor/gpu_executor.h"
 #include "daemon/executor/gpu_executor_util.h"
 #include "daemon/executor/gpu_phase_timer.h"
+#include "daemon/executor/gpus_across_daemons.h"
 
 namespace gradsync::executor {
 
-Status GpuExecutor::stagedAllreduce(const std::vector<const Response*>& responses, RankAccess& access) {
+Status GpusAcrossDaemons::allreduce(const std::vector<const Response*>& responses, RankAccess& access) {
   const Request& first = responses.front()->first();
   RETURN_IF_ERROR(checkReduction(responses.front()->name, first));
   FusedAllreduce f{responses, access, first, elementSize(first.dtype), first.op == v1::AVERAGE ? v1::SUM : first.op};
   std::vector<std::vector<Members>> groups;  // per response, by GPU
   std::set<int> devices;
   for (const Response* r : responses) {
-    ASSIGN_OR_RETURN(std::vector<Members> by_device, gpus_.resolveByDevice(*r, access));
+    ASSIGN_OR_RETURN(std::vector<Members> by_device, gpus_->resolveByDevice(*r, access));
     for (const auto& group : by_device) {
       if (group.device >= 0) devices.insert(group.device);
     }
@@ -46,8 +46,8 @@ Status GpuExecutor::stagedAllreduce(const std::vector<const Response*>& response
   return oneGpuAllreduce(f, groups, devices.empty() ? -1 : *devices.begin(), comm);
 }
 
-Status GpuExecutor::oneGpuAllreduce(FusedAllreduce& f, std::vector<std::vector<Members>>& groups, int device,
-                                    gpu::NcclComm* comm) {
+Status GpusAcrossDaemons::oneGpuAllreduce(FusedAllreduce& f, std::vector<std::vector<Members>>& groups, int device,
+                                          gpu::NcclComm* comm) {
   for (size_t t = 0; t < f.responses.size(); ++t) {
     const Response* r = f.responses[t];
     Members m = groups[t].empty() ? Members{} : std::move(groups[t].front());
@@ -57,7 +57,7 @@ Status GpuExecutor::oneGpuAllreduce(FusedAllreduce& f, std::vector<std::vector<M
     f.members.push_back(std::move(m));
   }
   // The previous batch read the staging buffer before it returned (waited).
-  f.staging = gpus_.staging(f.total * f.esize);
+  f.staging = gpus_->staging(f.total * f.esize);
   if (device < 0 && comm == nullptr) {
     // No local rank takes part (joined ranks): add identities only.
     fillIdentity(f.staging, f.total, f.first.dtype, f.ring_op);
@@ -65,19 +65,19 @@ Status GpuExecutor::oneGpuAllreduce(FusedAllreduce& f, std::vector<std::vector<M
                                           f.ring_op);
   }
   if (device < 0) device = daemons_.device();
-  ASSIGN_OR_RETURN(f.stream, gpus_.streamFor(device));
-  ASSIGN_OR_RETURN(gpu::GrowingBuffer * fusion, gpus_.fusionFor(device));
+  ASSIGN_OR_RETURN(f.stream, gpus_->streamFor(device));
+  ASSIGN_OR_RETURN(gpu::GrowingBuffer * fusion, gpus_->fusionFor(device));
   ASSIGN_OR_RETURN(f.fused, fusion->reserve(f.total * f.esize));
   std::vector<const Members*> waited;  // their done events are recorded whatever happens next
   GpuPhaseTimer timer(ops_, f.access, device, f.stream);
   Status status = reduceAcrossNodesAndBack(f, comm, timer, &waited);
-  for (const Members* m : waited) status = gpus_.recordDoneAfter(*m, status);
+  for (const Members* m : waited) status = gpus_->recordDoneAfter(*m, status);
   timer.finish();
   return status;
 }
 
-Status GpuExecutor::reduceAcrossNodesAndBack(const FusedAllreduce& f, gpu::NcclComm* comm, GpuPhaseTimer& timer,
-                                             std::vector<const Members*>* waited) {
+Status GpusAcrossDaemons::reduceAcrossNodesAndBack(const FusedAllreduce& f, gpu::NcclComm* comm, GpuPhaseTimer& timer,
+                                                   std::vector<const Members*>* waited) {
   timer.begin("GPU_REDUCE");
   RETURN_IF_ERROR(reduceIntoFused(f, waited));
   timer.end();
@@ -94,11 +94,11 @@ Status GpuExecutor::reduceAcrossNodesAndBack(const FusedAllreduce& f, gpu::NcclC
   return okStatus();
 }
 
-Status GpuExecutor::reduceIntoFused(const FusedAllreduce& f, std::vector<const Members*>* waited) {
+Status GpusAcrossDaemons::reduceIntoFused(const FusedAllreduce& f, std::vector<const Members*>* waited) {
   // Local ranks into the device's fusion buffer (prescale, no average).
   for (size_t t = 0; t < f.responses.size(); ++t) {
     if (f.members[t].list.empty()) continue;
-    RETURN_IF_ERROR(gpus_.waitReady(f.members[t]));
+    RETURN_IF_ERROR(gpus_->waitReady(f.members[t]));
     waited->push_back(&f.members[t]);
     cuda::LocalReduceArgs gather;
     gather.dtype = static_cast<cuda::Dtype>(f.first.dtype);
@@ -114,7 +114,7 @@ Status GpuExecutor::reduceIntoFused(const FusedAllreduce& f, std::vector<const M
   return okStatus();
 }
 
-Status GpuExecutor::ncclAcrossNodes(const FusedAllreduce& f, gpu::NcclComm* comm) {
+Status GpusAcrossDaemons::ncclAcrossNodes(const FusedAllreduce& f, gpu::NcclComm* comm) {
   if (!f.filled) RETURN_IF_ERROR(fillIdentitiesOnDevice(f));  // where no local rank contributes
   // allReduce waits for the stream: the phase covers the local reduction too.
   PhaseScope phase(f.access, "NCCL_ALLREDUCE");
@@ -124,7 +124,7 @@ Status GpuExecutor::ncclAcrossNodes(const FusedAllreduce& f, gpu::NcclComm* comm
   return reduced;
 }
 
-Status GpuExecutor::stagedAcrossNodes(const FusedAllreduce& f) {
+Status GpusAcrossDaemons::stagedAcrossNodes(const FusedAllreduce& f) {
   // Bounded wait first: a copy to pageable memory blocks the host until
   // the stream reaches it, and the stream waits on the ranks' events.
   {
@@ -152,7 +152,7 @@ Status GpuExecutor::stagedAcrossNodes(const FusedAllreduce& f) {
   return ops_->waitStream(f.stream, "waiting for the copy from the staging buffer");
 }
 
-Status GpuExecutor::scatterFromFused(const FusedAllreduce& f) {
+Status GpusAcrossDaemons::scatterFromFused(const FusedAllreduce& f) {
   // Back to every local rank, with the average and postscale.
   for (size_t t = 0; t < f.responses.size(); ++t) {
     if (f.members[t].list.empty()) continue;
@@ -171,8 +171,8 @@ Status GpuExecutor::scatterFromFused(const FusedAllreduce& f) {
   return okStatus();
 }
 
-Status GpuExecutor::ncclBroadcast(const Response& r, RankAccess& access, const NodesComm& nodes,
-                                  std::vector<Members> resolved) {
+Status GpusAcrossDaemons::ncclBroadcast(const Response& r, RankAccess& access, const NodesComm& nodes,
+                                        std::vector<Members> resolved) {
   // Between the communicator's GPUs of the nodes (it may hold none of the
   // ranks here: then its fusion buffer is the landing place); on the root's
   // node from the root's GPU to the others first, on the other nodes from
@@ -183,7 +183,7 @@ Status GpuExecutor::ncclBroadcast(const Response& r, RankAccess& access, const N
   std::vector<void*> landing;  // per GPU: the root's tensor there, the first member's elsewhere
   for (size_t g = 0; g < groups.size(); ++g) {
     if (groups[g].list.empty()) {
-      ASSIGN_OR_RETURN(gpu::GrowingBuffer * fusion, gpus_.fusionFor(groups[g].device));
+      ASSIGN_OR_RETURN(gpu::GrowingBuffer * fusion, gpus_->fusionFor(groups[g].device));
       ASSIGN_OR_RETURN(uint8_t * place, fusion->reserve(first.length));
       landing.push_back(place);
       continue;
@@ -197,9 +197,9 @@ Status GpuExecutor::ncclBroadcast(const Response& r, RankAccess& access, const N
   }
   size_t waited = 0;  // groups whose ready events were awaited: their done events are recorded whatever happens
   Status status = [&]() -> Status {
-    RETURN_IF_ERROR(gpus_.waitReadyOnGpus(groups, &waited));
+    RETURN_IF_ERROR(gpus_->waitReadyOnGpus(groups, &waited));
     if (root_gpu > 0)
-      RETURN_IF_ERROR(node_gpus_.acrossGpus(r, groups, landing, first.length, v1::SUM, root_gpu, access));
+      RETURN_IF_ERROR(node_gpus_->acrossGpus(r, groups, landing, first.length, v1::SUM, root_gpu, access));
     RETURN_IF_ERROR(ops_->select(groups.front().device));
     Status sent =
         nodes.comm->broadcast({landing.front()}, first.length, nodes.rankOf(access.dataPlane().nodeOf(first.root_rank)),
@@ -207,15 +207,15 @@ Status GpuExecutor::ncclBroadcast(const Response& r, RankAccess& access, const N
     if (!sent.isOk()) sent = daemons_.fail(sent, access);
     RETURN_IF_ERROR(context(sent, "tensor '" + r.name + "'"));
     if (root_gpu <= 0 && groups.size() > 1) {
-      RETURN_IF_ERROR(node_gpus_.acrossGpus(r, groups, landing, first.length, v1::SUM, 0, access));
+      RETURN_IF_ERROR(node_gpus_->acrossGpus(r, groups, landing, first.length, v1::SUM, 0, access));
     }
-    return node_gpus_.copyFromLanding(r, groups, landing);
+    return node_gpus_->copyFromLanding(r, groups, landing);
   }();
-  return gpus_.recordDoneOnGpus(groups, waited, status);
+  return gpus_->recordDoneOnGpus(groups, waited, status);
 }
 
-Status GpuExecutor::stagedBroadcast(const Response& r, RankAccess& access) {
-  ASSIGN_OR_RETURN(std::vector<Members> groups, gpus_.resolveByDevice(r, access));
+Status GpusAcrossDaemons::broadcast(const Response& r, RankAccess& access) {
+  ASSIGN_OR_RETURN(std::vector<Members> groups, gpus_->resolveByDevice(r, access));
   const Request& first = r.first();
   if (first.length > 0) {  // every node decides alike
     ASSIGN_OR_RETURN(NodesComm nodes, daemons_.forResponse(r, access, leadDevice(groups), v1::UINT8));
@@ -238,9 +238,9 @@ Status GpuExecutor::stagedBroadcast(const Response& r, RankAccess& access) {
     }
   }
   size_t waited = 0;  // groups whose ready events were awaited: their done events are recorded whatever happens
-  uint8_t* host = gpus_.staging(first.length);
+  uint8_t* host = gpus_->staging(first.length);
   Status status = [&]() -> Status {
-    RETURN_IF_ERROR(gpus_.waitReadyOnGpus(groups, &waited));
+    RETURN_IF_ERROR(gpus_->waitReadyOnGpus(groups, &waited));
     if (root != nullptr) {
       // Bounded wait first: a copy to pageable memory blocks the host until
       // the stream reaches it, and the stream waits on the ranks' events.
@@ -261,9 +261,9 @@ Status GpuExecutor::stagedBroadcast(const Response& r, RankAccess& access) {
     }
     return okStatus();
   }();
-  status = gpus_.recordDoneOnGpus(groups, waited, status);
+  status = gpus_->recordDoneOnGpus(groups, waited, status);
   // (Also after an error: copies from the staging buffer may be queued.)
-  return gpus_.drainStaging(groups, status);
+  return gpus_->drainStaging(groups, status);
 }
 
 }  // namespace gradsync::executor

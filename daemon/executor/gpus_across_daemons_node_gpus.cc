@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// GpuExecutor across nodes with several GPUs here: an allreduce's batch
+// GpusAcrossDaemons with several GPUs here: an allreduce's batch
 // reduced on each GPU (identities where a GPU holds no rank of a
 // response), the GPUs combined (NodeGpus), the first GPU's buffer among the
 // daemons, then back to the other GPUs and to every rank.
@@ -11,13 +11,13 @@
 #include "daemon/collective/reduce/cpu_reduce.h"
 #include "daemon/common/logging.h"
 #include "daemon/executor/executor_util.h"
-#include "daemon/executor/gpu_executor.h"
 #include "daemon/executor/gpu_executor_util.h"
 #include "daemon/executor/gpu_phase_timer.h"
+#include "daemon/executor/gpus_across_daemons.h"
 
 namespace gradsync::executor {
 
-Status GpuExecutor::fillIdentitiesOnDevice(const FusedAllreduce& f) {
+Status GpusAcrossDaemons::fillIdentitiesOnDevice(const FusedAllreduce& f) {
   bool waited = false;
   for (size_t t = 0; t < f.responses.size(); ++t) {
     const size_t bytes = f.responses[t]->first().length;
@@ -36,7 +36,7 @@ Status GpuExecutor::fillIdentitiesOnDevice(const FusedAllreduce& f) {
   return waited ? ops_->waitStream(f.stream, "waiting for the identity values") : okStatus();
 }
 
-StatusOr<std::vector<GpuExecutor::FusedAllreduce>> GpuExecutor::viewsByGpu(
+StatusOr<std::vector<GpusAcrossDaemons::FusedAllreduce>> GpusAcrossDaemons::viewsByGpu(
     const std::vector<const Response*>& responses, RankAccess& access, std::vector<std::vector<Members>>& groups,
     const std::vector<int>& devices) {
   const Request& first = responses.front()->first();
@@ -54,8 +54,8 @@ StatusOr<std::vector<GpuExecutor::FusedAllreduce>> GpuExecutor::viewsByGpu(
       f.total += responses[t]->first().length / f.esize;
       f.members.push_back(std::move(mine));
     }
-    ASSIGN_OR_RETURN(f.stream, gpus_.streamFor(device));
-    ASSIGN_OR_RETURN(gpu::GrowingBuffer * fusion, gpus_.fusionFor(device));
+    ASSIGN_OR_RETURN(f.stream, gpus_->streamFor(device));
+    ASSIGN_OR_RETURN(gpu::GrowingBuffer * fusion, gpus_->fusionFor(device));
     ASSIGN_OR_RETURN(f.fused, fusion->reserve(f.total * f.esize));
     f.filled = true;
     per_gpu.push_back(std::move(f));
@@ -63,9 +63,9 @@ StatusOr<std::vector<GpuExecutor::FusedAllreduce>> GpuExecutor::viewsByGpu(
   return per_gpu;
 }
 
-Status GpuExecutor::multiGpuStagedAllreduce(const std::vector<const Response*>& responses, RankAccess& access,
-                                            std::vector<std::vector<Members>> groups, const std::vector<int>& devices,
-                                            gpu::NcclComm* comm) {
+Status GpusAcrossDaemons::multiGpuStagedAllreduce(const std::vector<const Response*>& responses, RankAccess& access,
+                                                  std::vector<std::vector<Members>> groups,
+                                                  const std::vector<int>& devices, gpu::NcclComm* comm) {
   const ReduceOp ring_op = responses.front()->first().op == v1::AVERAGE ? v1::SUM : responses.front()->first().op;
   ASSIGN_OR_RETURN(std::vector<FusedAllreduce> per_gpu, viewsByGpu(responses, access, groups, devices));
   const size_t bytes = per_gpu.front().total * per_gpu.front().esize;
@@ -84,16 +84,16 @@ Status GpuExecutor::multiGpuStagedAllreduce(const std::vector<const Response*>& 
       FusedAllreduce& f = per_gpu[i];
       RETURN_IF_ERROR(ops_->select(devices[i]));
       RETURN_IF_ERROR(reduceIntoFused(f, &waited));
-      f.staging = gpus_.staging(bytes);
+      f.staging = gpus_->staging(bytes);
       RETURN_IF_ERROR(fillIdentitiesOnDevice(f));
     }
-    RETURN_IF_ERROR(node_gpus_.acrossGpus(head, gpus, fused, bytes, ring_op, -1, access));
+    RETURN_IF_ERROR(node_gpus_->acrossGpus(head, gpus, fused, bytes, ring_op, -1, access));
     // The first GPU's buffer among the nodes, as with one GPU here.
     FusedAllreduce& lead = per_gpu.front();
     RETURN_IF_ERROR(ops_->select(devices.front()));
-    lead.staging = gpus_.staging(bytes);
+    lead.staging = gpus_->staging(bytes);
     RETURN_IF_ERROR(comm != nullptr ? ncclAcrossNodes(lead, comm) : stagedAcrossNodes(lead));
-    RETURN_IF_ERROR(node_gpus_.acrossGpus(head, gpus, fused, bytes, ring_op, 0, access));
+    RETURN_IF_ERROR(node_gpus_->acrossGpus(head, gpus, fused, bytes, ring_op, 0, access));
     for (size_t i = 0; i < per_gpu.size(); ++i) {
       RETURN_IF_ERROR(ops_->select(devices[i]));
       RETURN_IF_ERROR(scatterFromFused(per_gpu[i]));
@@ -102,7 +102,7 @@ Status GpuExecutor::multiGpuStagedAllreduce(const std::vector<const Response*>& 
   }();
   for (const Members* m : waited) {
     (void)ops_->select(m->device);
-    status = gpus_.recordDoneAfter(*m, status);
+    status = gpus_->recordDoneAfter(*m, status);
   }
   return status;
 }

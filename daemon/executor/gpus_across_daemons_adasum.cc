@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// GpuExecutor: Adasum of CUDA tensors, through host memory. Every rank's
+// GpusAcrossDaemons: Adasum of CUDA tensors, through host memory. Every rank's
 // tensor is copied out (across nodes, the daemons' allgather brings the
 // other nodes' ranks), combined by the CPU path's reduce::adasum in rank
 // order, and the result copied back to every local rank: the same result,
@@ -13,20 +13,20 @@
 #include "base/dtype.h"
 #include "daemon/collective/reduce/adasum.h"
 #include "daemon/executor/executor_util.h"
-#include "daemon/executor/gpu_executor.h"
 #include "daemon/executor/gpu_executor_util.h"
+#include "daemon/executor/gpus_across_daemons.h"
 
 namespace gradsync::executor {
 
-ResponseResult GpuExecutor::adasumAllreduce(const Response& r, RankAccess& access) {
-  auto resolved = gpus_.resolveByDevice(r, access);
+ResponseResult GpusAcrossDaemons::adasum(const Response& r, RankAccess& access) {
+  auto resolved = gpus_->resolveByDevice(r, access);
   if (!resolved.isOk()) return failed(r, resolved.status());
   const std::vector<Members>& groups = *resolved;
   const Request& first = r.first();
   const size_t bytes = first.length;
   const size_t n = r.requests.size();
   // Rank i's tensor at i * bytes, the result after them.
-  uint8_t* host = gpus_.staging(bytes * (n + 1) + 1);
+  uint8_t* host = gpus_->staging(bytes * (n + 1) + 1);
   std::vector<size_t> offset;
   std::vector<uint8_t*> work;
   std::vector<std::vector<collective::Range>> owned(access.dataPlane().multiNode() ? access.dataPlane().nodeCount()
@@ -58,18 +58,18 @@ ResponseResult GpuExecutor::adasumAllreduce(const Response& r, RankAccess& acces
     }
     return okStatus();
   }();
-  status = gpus_.recordDoneOnGpus(groups, waited, status);
-  return failed(r, gpus_.drainStaging(groups, status));
+  status = gpus_->recordDoneOnGpus(groups, waited, status);
+  return failed(r, gpus_->drainStaging(groups, status));
 }
 
-Status GpuExecutor::stageEveryInput(const Response& r, RankAccess& access, const std::vector<Members>& groups,
-                                    const std::vector<size_t>& offset, uint8_t* host, size_t* waited) {
+Status GpusAcrossDaemons::stageEveryInput(const Response& r, RankAccess& access, const std::vector<Members>& groups,
+                                          const std::vector<size_t>& offset, uint8_t* host, size_t* waited) {
   std::vector<std::vector<size_t>> index;
   for (const auto& group : groups) {
     index.push_back(JobGpus::memberIndices(r, group));
     if (group.device < 0) continue;  // no elements
     RETURN_IF_ERROR(ops_->select(group.device));
-    RETURN_IF_ERROR(gpus_.waitReady(group));
+    RETURN_IF_ERROR(gpus_->waitReady(group));
     ++*waited;
   }
   PhaseScope phase(access, "MEMCPY_DEVICE_TO_HOST");

@@ -1,12 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
-// GpuExecutor across nodes for allgather, alltoall and reducescatter of CUDA
+// GpusAcrossDaemons for allgather, alltoall and reducescatter of CUDA
 // tensors: through host memory and the daemons' ring (alltoall: their
 // pairwise exchange), as the CPU executor does them
 // (cpu_executor_across_nodes.cc), with the node's ranks copied out of and back
 // into their GPU memory, whichever of the node's GPUs they use (the GPUs'
 // sums combined first for reducescatter): for process sets, jobs without
 // the daemons' NCCL communicator, and after it failed. The whole job's go
-// over NCCL (gpu_executor_nccl_gather.cc).
+// over NCCL (gpus_across_daemons_nccl.cc).
 #include <algorithm>
 #include <cstring>
 #include <map>
@@ -14,8 +14,8 @@
 #include "base/dtype.h"
 #include "daemon/collective/cuda/local_reduce.h"
 #include "daemon/executor/executor_util.h"
-#include "daemon/executor/gpu_executor.h"
 #include "daemon/executor/gpu_executor_util.h"
+#include "daemon/executor/gpus_across_daemons.h"
 
 namespace gradsync::executor {
 namespace {
@@ -50,8 +50,8 @@ std::vector<uint64_t> gatheredBytes(const Response& r, ResponseResult* result) {
   return std::vector<uint64_t>(r.requests.size(), total_rows * rowBytes(r.first()));
 }
 
-Status GpuExecutor::stageInputs(const Response& r, const Members& m, const std::vector<size_t>& index,
-                                const std::vector<size_t>& offset, uint8_t* host) {
+Status GpusAcrossDaemons::stageInputs(const Response& r, const Members& m, const std::vector<size_t>& index,
+                                      const std::vector<size_t>& offset, uint8_t* host) {
   if (m.stream == nullptr) return okStatus();  // no local rank holds memory
   RETURN_IF_ERROR(ops_->waitStream(m.stream, "waiting for the job's stream"));
   for (size_t k = 0; k < m.list.size(); ++k) {
@@ -64,8 +64,8 @@ Status GpuExecutor::stageInputs(const Response& r, const Members& m, const std::
   return okStatus();
 }
 
-ResponseResult GpuExecutor::stagedGatherLike(const Response& r, RankAccess& access) {
-  auto resolved = gpus_.resolveByDevice(r, access);
+ResponseResult GpusAcrossDaemons::gatherLike(const Response& r, RankAccess& access) {
+  auto resolved = gpus_->resolveByDevice(r, access);
   if (!resolved.isOk()) return failed(r, resolved.status());
   {  // every node decides alike
     auto nodes = daemons_.forResponse(r, access, leadDevice(*resolved), v1::UINT8);
@@ -76,7 +76,8 @@ ResponseResult GpuExecutor::stagedGatherLike(const Response& r, RankAccess& acce
   return hostGatherLike(r, access, *resolved);
 }
 
-ResponseResult GpuExecutor::hostGatherLike(const Response& r, RankAccess& access, const std::vector<Members>& groups) {
+ResponseResult GpusAcrossDaemons::hostGatherLike(const Response& r, RankAccess& access,
+                                                 const std::vector<Members>& groups) {
   // (By GPU: each stages through the same host buffer.)
   std::vector<std::vector<size_t>> index;
   for (const auto& group : groups) index.push_back(JobGpus::memberIndices(r, group));
@@ -90,13 +91,13 @@ ResponseResult GpuExecutor::hostGatherLike(const Response& r, RankAccess& access
   // Alltoall: each rank's input at layout.offset, then the messages to the
   // other nodes and from them (a pairwise exchange, as on the CPU path).
   const AlltoallRoutes routes = r.type == v1::ALLTOALL ? alltoallRoutes(r, access) : AlltoallRoutes();
-  uint8_t* host = gpus_.staging(std::max<size_t>(layout.total + routes.send_bytes + routes.recv_bytes, 1));
+  uint8_t* host = gpus_->staging(std::max<size_t>(layout.total + routes.send_bytes + routes.recv_bytes, 1));
   uint8_t* send = host + layout.total;
   uint8_t* recv = send + routes.send_bytes;
   size_t waited = 0;  // groups whose ready events were awaited: their done events are recorded whatever happens
   for (size_t g = 0; status.isOk() && g < groups.size(); ++g) {
     if (groups[g].device >= 0) status = ops_->select(groups[g].device);
-    if (status.isOk()) status = gpus_.waitReady(groups[g]);
+    if (status.isOk()) status = gpus_->waitReady(groups[g]);
     if (status.isOk()) ++waited;
   }
   if (status.isOk()) {
@@ -118,14 +119,15 @@ ResponseResult GpuExecutor::hostGatherLike(const Response& r, RankAccess& access
         status = copyGatheredOut(r, groups[g], index[g], layout.offset, layout.total, routes, host, recv);
     }
   }
-  status = gpus_.recordDoneOnGpus(groups, waited, status);
-  status = gpus_.drainStaging(groups, status);
+  status = gpus_->recordDoneOnGpus(groups, waited, status);
+  status = gpus_->drainStaging(groups, status);
   return status.isOk() ? result : failed(r, status);
 }
 
-Status GpuExecutor::stagedAlltoallExchange(const Response& r, RankAccess& access, const std::vector<Members>& groups,
-                                           const AlltoallRoutes& routes, const std::vector<size_t>& offset,
-                                           const uint8_t* host, uint8_t* send, uint8_t* recv) {
+Status GpusAcrossDaemons::stagedAlltoallExchange(const Response& r, RankAccess& access,
+                                                 const std::vector<Members>& groups, const AlltoallRoutes& routes,
+                                                 const std::vector<size_t>& offset, const uint8_t* host, uint8_t* send,
+                                                 uint8_t* recv) {
   for (const auto& group : groups) {
     if (group.stream != nullptr)
       RETURN_IF_ERROR(ops_->waitStream(group.stream, "waiting for the copies to the staging buffer"));
@@ -138,9 +140,9 @@ Status GpuExecutor::stagedAlltoallExchange(const Response& r, RankAccess& access
   return access.dataPlane().alltoall(nodesOf(r, access), send, routes.send_to, recv, routes.recv_from);
 }
 
-Status GpuExecutor::copyGatheredOut(const Response& r, const Members& m, const std::vector<size_t>& index,
-                                    const std::vector<size_t>& offset, size_t total, const AlltoallRoutes& routes,
-                                    const uint8_t* host, const uint8_t* recv) {
+Status GpusAcrossDaemons::copyGatheredOut(const Response& r, const Members& m, const std::vector<size_t>& index,
+                                          const std::vector<size_t>& offset, size_t total, const AlltoallRoutes& routes,
+                                          const uint8_t* host, const uint8_t* recv) {
   for (size_t k = 0; k < m.list.size(); ++k) {
     const std::string what = "tensor '" + r.name + "': copy to rank " + std::to_string(m.list[k].rank);
     if (r.type == v1::ALLGATHER) {
@@ -163,8 +165,8 @@ Status GpuExecutor::copyGatheredOut(const Response& r, const Members& m, const s
   return okStatus();
 }
 
-ResponseResult GpuExecutor::stagedReducescatter(const Response& r, RankAccess& access) {
-  auto resolved = gpus_.resolveByDevice(r, access);
+ResponseResult GpusAcrossDaemons::reducescatter(const Response& r, RankAccess& access) {
+  auto resolved = gpus_->resolveByDevice(r, access);
   if (!resolved.isOk()) return failed(r, resolved.status());
   const Request& first = r.first();
   if (first.length > 0) {  // every node decides alike
@@ -188,7 +190,7 @@ ResponseResult GpuExecutor::stagedReducescatter(const Response& r, RankAccess& a
       return failed(r, ok);
     }
   }
-  uint8_t* host = gpus_.staging(std::max<size_t>(first.length, 1));
+  uint8_t* host = gpus_->staging(std::max<size_t>(first.length, 1));
   if (groups.empty() || groups.front().device < 0) {  // no local rank holds memory: identities into the ring
     fillIdentity(host, count, first.dtype, ring_op);
     Status status = access.dataPlane().reduceScatter(nodesOf(r, access), host, host, first.dtype, ring_op,
@@ -197,20 +199,21 @@ ResponseResult GpuExecutor::stagedReducescatter(const Response& r, RankAccess& a
   }
   size_t waited = 0;  // groups whose ready events were awaited: their done events are recorded whatever happens
   Status status = reducescatterThroughHost(r, access, groups, index, rows, host, &waited);
-  status = gpus_.recordDoneOnGpus(groups, waited, status);
-  status = gpus_.drainStaging(groups, status);
+  status = gpus_->recordDoneOnGpus(groups, waited, status);
+  status = gpus_->drainStaging(groups, status);
   return status.isOk() ? result : failed(r, status);
 }
 
-Status GpuExecutor::reducescatterThroughHost(const Response& r, RankAccess& access, const std::vector<Members>& groups,
-                                             const std::vector<std::vector<size_t>>& index,
-                                             const std::vector<int64_t>& rows, uint8_t* host, size_t* waited) {
+Status GpusAcrossDaemons::reducescatterThroughHost(const Response& r, RankAccess& access,
+                                                   const std::vector<Members>& groups,
+                                                   const std::vector<std::vector<size_t>>& index,
+                                                   const std::vector<int64_t>& rows, uint8_t* host, size_t* waited) {
   const Request& first = r.first();
   const ReduceOp ring_op = first.op == v1::AVERAGE ? v1::SUM : first.op;
   // 1. The node's ranks reduced on their GPUs (prescale, no average yet),
   //    then the GPUs combined into the first one's buffer.
-  ASSIGN_OR_RETURN(std::vector<void*> fused, node_gpus_.reduceEachGpu(r, groups, ring_op, waited));
-  if (groups.size() > 1) RETURN_IF_ERROR(node_gpus_.acrossGpus(r, groups, fused, first.length, ring_op, -1, access));
+  ASSIGN_OR_RETURN(std::vector<void*> fused, node_gpus_->reduceEachGpu(r, groups, ring_op, waited));
+  if (groups.size() > 1) RETURN_IF_ERROR(node_gpus_->acrossGpus(r, groups, fused, first.length, ring_op, -1, access));
   const Members& lead = groups.front();
   RETURN_IF_ERROR(ops_->select(lead.device));
   {
@@ -229,7 +232,7 @@ Status GpuExecutor::reducescatterThroughHost(const Response& r, RankAccess& acce
     RETURN_IF_ERROR(ops_->select(groups[g].device));
     RETURN_IF_ERROR(context(ops_->copy(fused[g], host, first.length, gpu::CopyKind::kHostToDevice, groups[g].stream),
                             "copy from the staging buffer"));
-    RETURN_IF_ERROR(node_gpus_.scatterRows(r, groups[g], index[g], rows, static_cast<const uint8_t*>(fused[g])));
+    RETURN_IF_ERROR(node_gpus_->scatterRows(r, groups[g], index[g], rows, static_cast<const uint8_t*>(fused[g])));
   }
   return okStatus();
 }

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// GpuExecutor across nodes over NCCL for allgather, alltoall and
+// GpusAcrossDaemons over NCCL for allgather, alltoall and
 // reducescatter (every node decides alike: the daemons' communicator exists;
 // reducescatter also has elements), over the job's communicator or a
 // process set's split of it (daemon_comms.h).
@@ -23,8 +23,8 @@
 #include <functional>
 
 #include "daemon/executor/executor_util.h"
-#include "daemon/executor/gpu_executor.h"
 #include "daemon/executor/gpu_executor_util.h"
+#include "daemon/executor/gpus_across_daemons.h"
 
 namespace gradsync::executor {
 namespace {
@@ -65,13 +65,13 @@ std::vector<gpu::NcclComm::PeerBytes> peerBytes(const std::vector<collective::Ra
 
 }  // namespace
 
-StatusOr<std::vector<GpuExecutor::Members>> GpuExecutor::withLead(std::vector<Members> groups, int lead) {
+StatusOr<std::vector<GpusAcrossDaemons::Members>> GpusAcrossDaemons::withLead(std::vector<Members> groups, int lead) {
   if (groups.empty() || groups.front().device < 0) return groups;  // no memory of a local rank here
   auto at = std::find_if(groups.begin(), groups.end(), [&](const Members& m) { return m.device == lead; });
   if (at == groups.end()) {
     Members empty;
     empty.device = lead;
-    ASSIGN_OR_RETURN(empty.stream, gpus_.streamFor(lead));
+    ASSIGN_OR_RETURN(empty.stream, gpus_->streamFor(lead));
     groups.insert(groups.begin(), std::move(empty));
   } else {
     std::rotate(groups.begin(), at, at + 1);
@@ -82,7 +82,7 @@ StatusOr<std::vector<GpuExecutor::Members>> GpuExecutor::withLead(std::vector<Me
 // Where an allgather's or alltoall's bytes lie in each GPU's fusion buffer:
 // with several GPUs, first every local input (local_at, local_bytes); then,
 // among the nodes, allgather's blocks, or alltoall's send and receive buffers.
-struct GpuExecutor::GatherLikePlan {
+struct GpusAcrossDaemons::GatherLikePlan {
   bool gather = false;                     // allgather (else alltoall)
   std::vector<std::vector<size_t>> index;  // by group: its members' requests
   // Several GPUs: local_at[i], where local request i's input lies on each
@@ -110,9 +110,9 @@ struct GpuExecutor::GatherLikePlan {
   }
 };
 
-GpuExecutor::GatherLikePlan GpuExecutor::planGatherLike(const Response& r, RankAccess& access,
-                                                        const NodesComm& nodes_comm,
-                                                        const std::vector<Members>& groups) {
+GpusAcrossDaemons::GatherLikePlan GpusAcrossDaemons::planGatherLike(const Response& r, RankAccess& access,
+                                                                    const NodesComm& nodes_comm,
+                                                                    const std::vector<Members>& groups) {
   GatherLikePlan plan;
   plan.gather = r.type == v1::ALLGATHER;
   for (const auto& group : groups) plan.index.push_back(JobGpus::memberIndices(r, group));
@@ -144,8 +144,8 @@ GpuExecutor::GatherLikePlan GpuExecutor::planGatherLike(const Response& r, RankA
   return plan;
 }
 
-Status GpuExecutor::gatherInputsOnEveryGpu(const Response& r, const std::vector<Members>& groups,
-                                           const GatherLikePlan& plan, RankAccess& access) {
+Status GpusAcrossDaemons::gatherInputsOnEveryGpu(const Response& r, const std::vector<Members>& groups,
+                                                 const GatherLikePlan& plan, RankAccess& access) {
   for (size_t g = 0; g < groups.size(); ++g) {
     RETURN_IF_ERROR(ops_->select(groups[g].device));
     for (size_t k = 0; k < groups[g].list.size(); ++k) {
@@ -159,10 +159,11 @@ Status GpuExecutor::gatherInputsOnEveryGpu(const Response& r, const std::vector<
   }
   if (plan.local_block == 0) return okStatus();
   std::vector<void*> local(plan.buffers.begin(), plan.buffers.end());
-  return node_gpus_.gatherAcrossGpus(r, groups, local, plan.local_block, access);
+  return node_gpus_->gatherAcrossGpus(r, groups, local, plan.local_block, access);
 }
 
-Status GpuExecutor::packForTheNodes(const Response& r, const std::vector<Members>& groups, const GatherLikePlan& plan) {
+Status GpusAcrossDaemons::packForTheNodes(const Response& r, const std::vector<Members>& groups,
+                                          const GatherLikePlan& plan) {
   const Members& lead = groups.front();
   uint8_t* cross = plan.buffers.front() + plan.local_bytes;
   std::vector<std::pair<const uint8_t*, size_t>> parts;  // (from, bytes), in buffer order
@@ -191,8 +192,8 @@ Status GpuExecutor::packForTheNodes(const Response& r, const std::vector<Members
   return okStatus();
 }
 
-Status GpuExecutor::exchangeAmongTheNodes(const Response& r, RankAccess& access, const NodesComm& nodes_comm,
-                                          const Members& lead, const GatherLikePlan& plan) {
+Status GpusAcrossDaemons::exchangeAmongTheNodes(const Response& r, RankAccess& access, const NodesComm& nodes_comm,
+                                                const Members& lead, const GatherLikePlan& plan) {
   uint8_t* cross = plan.buffers.front() + plan.local_bytes;
   Status moved = okStatus();
   if (plan.gather && plan.blocks.block > 0) {
@@ -208,19 +209,19 @@ Status GpuExecutor::exchangeAmongTheNodes(const Response& r, RankAccess& access,
   return context(moved, "tensor '" + r.name + "'");
 }
 
-Status GpuExecutor::writeGatherLikeOutputs(const Response& r, const std::vector<Members>& groups,
-                                           const GatherLikePlan& plan, RankAccess& access) {
+Status GpusAcrossDaemons::writeGatherLikeOutputs(const Response& r, const std::vector<Members>& groups,
+                                                 const GatherLikePlan& plan, RankAccess& access) {
   // What came from the other nodes, to the other GPUs here.
   if (groups.size() > 1 && plan.received() > 0) {
     std::vector<void*> landing;
     for (uint8_t* buffer : plan.buffers) landing.push_back(buffer + plan.receivedAt());
-    RETURN_IF_ERROR(node_gpus_.acrossGpus(r, groups, landing, plan.received(), v1::SUM, 0, access));
+    RETURN_IF_ERROR(node_gpus_->acrossGpus(r, groups, landing, plan.received(), v1::SUM, 0, access));
   }
   for (size_t g = 0; g < groups.size(); ++g) {
     RETURN_IF_ERROR(ops_->select(groups[g].device));
     if (plan.gather) {
-      RETURN_IF_ERROR(
-          node_gpus_.copyFromGathered(r, groups[g], plan.index[g], plan.blocks.at, plan.buffers[g] + plan.local_bytes));
+      RETURN_IF_ERROR(node_gpus_->copyFromGathered(r, groups[g], plan.index[g], plan.blocks.at,
+                                                   plan.buffers[g] + plan.local_bytes));
       continue;
     }
     for (size_t k = 0; k < groups[g].list.size(); ++k) {
@@ -240,9 +241,9 @@ Status GpuExecutor::writeGatherLikeOutputs(const Response& r, const std::vector<
   return okStatus();
 }
 
-Status GpuExecutor::runGatherLike(const Response& r, RankAccess& access, const NodesComm& nodes_comm,
-                                  const std::vector<Members>& groups, const std::vector<uint64_t>& out_bytes,
-                                  GatherLikePlan& plan, size_t* waited) {
+Status GpusAcrossDaemons::runGatherLike(const Response& r, RankAccess& access, const NodesComm& nodes_comm,
+                                        const std::vector<Members>& groups, const std::vector<uint64_t>& out_bytes,
+                                        GatherLikePlan& plan, size_t* waited) {
   for (size_t g = 0; g < groups.size(); ++g) {
     RETURN_IF_ERROR(JobGpus::checkOutputs(r, groups[g], JobGpus::localBytes(groups[g], plan.index[g], out_bytes)));
   }
@@ -254,11 +255,11 @@ Status GpuExecutor::runGatherLike(const Response& r, RankAccess& access, const N
     return internalError("tensor '" + r.name + "': this node's ranks have no memory for the exchange");
   }
   for (const auto& group : groups) {
-    ASSIGN_OR_RETURN(gpu::GrowingBuffer * buffer, gpus_.fusionFor(group.device));
+    ASSIGN_OR_RETURN(gpu::GrowingBuffer * buffer, gpus_->fusionFor(group.device));
     ASSIGN_OR_RETURN(uint8_t * data, buffer->reserve(std::max<size_t>(plan.local_bytes + plan.cross_bytes, 1)));
     plan.buffers.push_back(data);
   }
-  RETURN_IF_ERROR(gpus_.waitReadyOnGpus(groups, waited));
+  RETURN_IF_ERROR(gpus_->waitReadyOnGpus(groups, waited));
   if (groups.size() > 1) RETURN_IF_ERROR(gatherInputsOnEveryGpu(r, groups, plan, access));
   RETURN_IF_ERROR(ops_->select(groups.front().device));
   RETURN_IF_ERROR(packForTheNodes(r, groups, plan));
@@ -266,8 +267,8 @@ Status GpuExecutor::runGatherLike(const Response& r, RankAccess& access, const N
   return writeGatherLikeOutputs(r, groups, plan, access);
 }
 
-ResponseResult GpuExecutor::ncclGatherLike(const Response& r, RankAccess& access, const NodesComm& nodes_comm,
-                                           std::vector<Members> resolved) {
+ResponseResult GpusAcrossDaemons::ncclGatherLike(const Response& r, RankAccess& access, const NodesComm& nodes_comm,
+                                                 std::vector<Members> resolved) {
   auto arranged = withLead(std::move(resolved), nodes_comm.comm->devices().front());
   if (!arranged.isOk()) return failed(r, arranged.status());
   const std::vector<Members>& groups = *arranged;
@@ -276,12 +277,12 @@ ResponseResult GpuExecutor::ncclGatherLike(const Response& r, RankAccess& access
   GatherLikePlan plan = planGatherLike(r, access, nodes_comm, groups);
   size_t waited = 0;  // groups whose ready events were awaited: their done events are recorded whatever happens
   Status status = runGatherLike(r, access, nodes_comm, groups, out_bytes, plan, &waited);
-  status = gpus_.recordDoneOnGpus(groups, waited, status);
+  status = gpus_->recordDoneOnGpus(groups, waited, status);
   return status.isOk() ? result : failed(r, status);
 }
 
-ResponseResult GpuExecutor::ncclReducescatter(const Response& r, RankAccess& access, gpu::NcclComm* comm,
-                                              std::vector<Members> resolved) {
+ResponseResult GpusAcrossDaemons::ncclReducescatter(const Response& r, RankAccess& access, gpu::NcclComm* comm,
+                                                    std::vector<Members> resolved) {
   const Request& first = r.first();
   if (Status valid = checkReduction(r.name, first); !valid.isOk()) return failed(r, valid);
   const ReduceOp across = first.op == v1::AVERAGE ? v1::SUM : first.op;  // the average comes last
@@ -304,11 +305,11 @@ ResponseResult GpuExecutor::ncclReducescatter(const Response& r, RankAccess& acc
       index.push_back(JobGpus::memberIndices(r, group));
       RETURN_IF_ERROR(JobGpus::checkOutputs(r, group, JobGpus::localBytes(group, index.back(), layout.bytes)));
     }
-    ASSIGN_OR_RETURN(std::vector<void*> fused, node_gpus_.reduceEachGpu(r, groups, across, &waited));
+    ASSIGN_OR_RETURN(std::vector<void*> fused, node_gpus_->reduceEachGpu(r, groups, across, &waited));
     if (groups.size() - with_ranks > 1) {
       const std::vector<Members> ranked(groups.begin() + with_ranks, groups.end());
-      RETURN_IF_ERROR(node_gpus_.acrossGpus(r, ranked, {fused.begin() + with_ranks, fused.end()}, first.length, across,
-                                            -1, access));
+      RETURN_IF_ERROR(node_gpus_->acrossGpus(r, ranked, {fused.begin() + with_ranks, fused.end()}, first.length, across,
+                                             -1, access));
     }
     const Members& lead = groups.front();
     if (with_ranks > 0) {  // a peer copy once the sum is there
@@ -326,18 +327,18 @@ ResponseResult GpuExecutor::ncclReducescatter(const Response& r, RankAccess& acc
       if (!reduced.isOk()) reduced = daemons_.fail(reduced, access);
       RETURN_IF_ERROR(context(reduced, "tensor '" + r.name + "'"));
     }
-    if (groups.size() > 1) RETURN_IF_ERROR(node_gpus_.acrossGpus(r, groups, fused, first.length, v1::SUM, 0, access));
+    if (groups.size() > 1) RETURN_IF_ERROR(node_gpus_->acrossGpus(r, groups, fused, first.length, v1::SUM, 0, access));
     for (size_t g = with_ranks; g < groups.size(); ++g) {  // each rank's rows, with the average and postscale
       RETURN_IF_ERROR(ops_->select(groups[g].device));
-      RETURN_IF_ERROR(node_gpus_.scatterRows(r, groups[g], index[g], rows, static_cast<const uint8_t*>(fused[g])));
+      RETURN_IF_ERROR(node_gpus_->scatterRows(r, groups[g], index[g], rows, static_cast<const uint8_t*>(fused[g])));
     }
     return okStatus();
   }();
-  status = gpus_.recordDoneOnGpus(groups, waited, status);
+  status = gpus_->recordDoneOnGpus(groups, waited, status);
   return status.isOk() ? result : failed(r, status);
 }
 
-int GpuExecutor::leadDevice(const std::vector<Members>& groups) const {
+int GpusAcrossDaemons::leadDevice(const std::vector<Members>& groups) const {
   if (daemons_.device() >= 0) return daemons_.device();
   return !groups.empty() && groups.front().device >= 0 ? groups.front().device : 0;
 }
