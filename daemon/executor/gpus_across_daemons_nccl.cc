@@ -300,11 +300,7 @@ ResponseResult GpusAcrossDaemons::ncclReducescatter(const Response& r, RankAcces
   const size_t with_ranks = groups.front().list.empty() ? 1 : 0;
   size_t waited = 0;
   Status status = [&]() -> Status {
-    std::vector<std::vector<size_t>> index;
-    for (const auto& group : groups) {
-      index.push_back(JobGpus::memberIndices(r, group));
-      RETURN_IF_ERROR(JobGpus::checkOutputs(r, group, JobGpus::localBytes(group, index.back(), layout.bytes)));
-    }
+    ASSIGN_OR_RETURN(const std::vector<std::vector<size_t>> index, JobGpus::checkedIndices(r, groups, layout.bytes));
     ASSIGN_OR_RETURN(std::vector<void*> fused, node_gpus_->reduceEachGpu(r, groups, across, &waited));
     if (groups.size() - with_ranks > 1) {
       const std::vector<Members> ranked(groups.begin() + with_ranks, groups.end());

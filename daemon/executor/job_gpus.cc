@@ -227,4 +227,15 @@ Status JobGpus::checkOutputs(const Response& r, const Members& m, const std::vec
   return okStatus();
 }
 
+StatusOr<std::vector<std::vector<size_t>>> JobGpus::checkedIndices(const Response& r,
+                                                                   const std::vector<Members>& groups,
+                                                                   const std::vector<uint64_t>& bytes) {
+  std::vector<std::vector<size_t>> index;
+  for (const auto& group : groups) {
+    index.push_back(memberIndices(r, group));
+    RETURN_IF_ERROR(checkOutputs(r, group, localBytes(group, index.back(), bytes)));
+  }
+  return index;
+}
+
 }  // namespace gradsync::executor

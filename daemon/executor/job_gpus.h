@@ -85,6 +85,11 @@ class JobGpus {
   // Whether each member's output (allgather, alltoall, reducescatter) is
   // the result's size, `bytes` (by member); an error naming the rank if not.
   static Status checkOutputs(const Response& r, const Members& m, const std::vector<uint64_t>& bytes);
+  // memberIndices of each group, once checkOutputs passed for each
+  // (`bytes`: parallel to r.requests).
+  static StatusOr<std::vector<std::vector<size_t>>> checkedIndices(const Response& r,
+                                                                   const std::vector<Members>& groups,
+                                                                   const std::vector<uint64_t>& bytes);
 
  private:
   Status waitForEvent(const gpu::ClientGpu& client, void* event);

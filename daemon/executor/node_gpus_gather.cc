@@ -164,11 +164,7 @@ ResponseResult NodeGpus::reducescatter(const Response& r, const std::vector<Memb
   const ReduceOp across = first.op == v1::AVERAGE ? v1::SUM : first.op;  // the average comes last
   size_t waited = 0;
   Status status = [&]() -> Status {
-    std::vector<std::vector<size_t>> index;
-    for (const auto& group : groups) {
-      index.push_back(JobGpus::memberIndices(r, group));
-      RETURN_IF_ERROR(JobGpus::checkOutputs(r, group, JobGpus::localBytes(group, index.back(), layout.bytes)));
-    }
+    ASSIGN_OR_RETURN(const std::vector<std::vector<size_t>> index, JobGpus::checkedIndices(r, groups, layout.bytes));
     if (first.length == 0) return okStatus();
     ASSIGN_OR_RETURN(std::vector<void*> fused, reduceEachGpu(r, groups, across, &waited));
     RETURN_IF_ERROR(acrossGpus(r, groups, fused, first.length, across, -1, access));
