@@ -305,19 +305,15 @@ grpc::Status CrossNode::serveFollower(const v1::FollowerMessage& hello, std::sha
 }
 
 grpc::Status CrossNode::followerMessage(Follower* follower, const v1::FollowerMessage& message) {
-  follower->last_heard_ms = nowMs(CrossClock::now());
+  follower->heardAt(nowMs(CrossClock::now()));
   codec_.countReceived(message.ByteSizeLong());
-  if (refuseIfRemoved(follower)) {
-    MutexLock lock(mutex_);
-    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, follower->removed);
-  }
+  if (refuseIfRemoved(follower)) return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, follower->removed());
   onFollowerMessage(follower, message);
   return grpc::Status::OK;
 }
 
 grpc::Status CrossNode::attachFollower(const v1::FollowerMessage& hello, std::shared_ptr<FollowerStream> stream,
                                        std::shared_ptr<Follower>* attached, std::optional<SharedMessage>* failure) {
-  auto follower = std::make_shared<Follower>();
   MutexLock lock(mutex_);
   const int cross_rank = hello.hello().cross_rank();
   if (!constantTimeEqual(hello.hello().token(), options_.token))
@@ -327,21 +323,17 @@ grpc::Status CrossNode::attachFollower(const v1::FollowerMessage& hello, std::sh
       !protocol.isOk()) {
     return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, protocol.message());
   }
+  const int64_t now_ms = nowMs(CrossClock::now());
+  std::shared_ptr<Follower> follower;
   if (cross_rank < 0) {
-    auto candidate = candidates_.find(hello.hello().peer_address());
-    if (candidate == candidates_.end() || candidate->second->stream.attached()) {
-      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "not a candidate node of the job");
-    }
-    follower = candidate->second;
+    follower = streams_.attachCandidate(hello.hello().peer_address(), std::move(stream), now_ms);
+    if (!follower) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "not a candidate node of the job");
   } else {
-    if (cross_rank == 0 || cross_rank >= static_cast<int>(book_.members().size()) || followers_.count(cross_rank)) {
-      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "bad cross rank");
+    if (cross_rank > 0 && cross_rank < static_cast<int>(book_.members().size())) {
+      follower = streams_.attachMember(book_.members()[cross_rank], std::move(stream), now_ms);
     }
-    follower->node = book_.members()[cross_rank];
-    followers_[cross_rank] = follower;
+    if (!follower) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "bad cross rank");
   }
-  follower->stream.attach(std::move(stream));
-  follower->last_heard_ms = nowMs(CrossClock::now());
   *attached = std::move(follower);
   *failure = notices_.leaderToldLast();  // (announceFailure sends to the followers attached under mutex_)
   return grpc::Status::OK;
@@ -361,20 +353,13 @@ void CrossNode::onFollowerMessage(Follower* follower, const v1::FollowerMessage&
     remoteRequests(message.requests().requests().data(), message.requests().requests_size());
   } else if (message.has_round()) {
     LeaderRounds* rounds;
-    int cross_rank;
     {
       MutexLock lock(mutex_);
       rounds = roundsLocked();
-      cross_rank = follower->node.cross_rank();
     }
-    if (rounds != nullptr) rounds->deliver(message.round(), cross_rank);
+    if (rounds != nullptr) rounds->deliver(message.round(), follower->crossRank());
   } else if (message.has_failure()) {
-    std::string from;
-    {
-      MutexLock lock(mutex_);
-      from = membership::describeNode(follower->node);
-    }
-    heardFailure(message.failure(), from, follower);
+    heardFailure(message.failure(), membership::describeNode(follower->node()), follower);
   }
 }
 
@@ -420,8 +405,8 @@ void CrossNode::followerLeft(const std::shared_ptr<Follower>& follower, bool cut
   uint64_t epoch;
   {
     MutexLock lock(mutex_);
-    stopping = stopping_ || !follower->removed.empty();  // a removed node's departure changes nothing
-    node = follower->node;
+    stopping = stopping_ || !follower->removed().empty();  // a removed node's departure changes nothing
+    node = follower->node();
     epoch = book_.epoch();
   }
   if (node.ranks().empty()) {  // a candidate: nothing of the job ran there
@@ -446,7 +431,7 @@ std::string CrossNode::unattachedLocked() const {
   std::string missing;
   for (size_t i = 0; i < book_.members().size(); ++i) {
     const int cross_rank = static_cast<int>(i);
-    if (cross_rank == book_.selfCrossRank() || followers_.count(cross_rank) != 0) continue;
+    if (cross_rank == book_.selfCrossRank() || streams_.hasMember(cross_rank)) continue;
     missing += (missing.empty() ? "" : ", ") + membership::describeNode(book_.members()[i]);
   }
   return "not every node opened its coordination stream within " + seconds + " s: " + missing +
@@ -467,12 +452,12 @@ Status CrossNode::broadcast(const std::vector<coordinator::Response>& batch, uin
     MutexLock lock(mutex_);
     const bool attached = formed_cv_.wait_for(lock, options_.join_timeout, [&]() GS_REQUIRES(mutex_) {
       return stopping_ || !transfers_aborted_.empty() ||
-             (book_.formed() && followers_.size() + 1 == book_.members().size());
+             (book_.formed() && streams_.memberCount() + 1 == book_.members().size());
     });
     if (stopping_) return cancelled("job stopped");
     if (!transfers_aborted_.empty()) return aborted("job '" + options_.job_id + "': " + transfers_aborted_);
     if (!attached) return deadlineExceeded("job '" + options_.job_id + "': " + unattachedLocked());
-    followers = streamsLocked(/*candidates=*/false);
+    followers = streams_.streams(/*candidates=*/false);
   }
   // Encoded once every follower is attached: all of them learn new cache ids.
   MutexLock order(order_mutex_);
@@ -500,14 +485,7 @@ void CrossNode::sendError(const coordinator::Request& request, const Status& sta
   response.ranks = {request.rank};
   response.requests.push_back(request);
   response.status = status;
-  std::shared_ptr<Follower> target;
-  {
-    MutexLock lock(mutex_);
-    for (auto& [rank, f] : followers_) {
-      const auto& ranks = f->node.ranks();
-      if (std::find(ranks.begin(), ranks.end(), request.rank) != ranks.end()) target = f;
-    }
-  }
+  const std::shared_ptr<Follower> target = streams_.holdingRank(request.rank);
   if (!target) return;
   v1::LeaderMessage message;
   message.mutable_batch()->set_sequence(0);  // not executed: no ring
@@ -545,7 +523,7 @@ void CrossNode::announceFailure(const std::string& text, bool node_lost, const F
     {
       // One step for a follower's attachFollower: listed here, or it reads it.
       MutexLock lock(mutex_);
-      followers = streamsLocked(/*candidates=*/true);  // their new ranks wait in vain otherwise
+      followers = streams_.streams(/*candidates=*/true);  // their new ranks wait in vain otherwise
       notices_.leaderTells(shared);
     }
     for (auto& f : followers) {
@@ -628,23 +606,9 @@ void CrossNode::sendRound(const v1::RoundMessage& message, const std::vector<int
   v1::LeaderMessage out;
   *out.mutable_round() = message;
   const SharedMessage shared = share(std::move(out));
-  std::vector<std::shared_ptr<Follower>> followers;
-  {
-    MutexLock lock(mutex_);
-    followers = streamsLocked(/*candidates=*/false);
-    if (to != nullptr) {  // those at the cross ranks `to` (the membership is fixed: not elastic)
-      std::vector<bool> wanted(book_.members().size(), false);
-      for (int rank : *to) {
-        if (rank >= 0 && static_cast<size_t>(rank) < wanted.size()) wanted[rank] = true;
-      }
-      followers.erase(std::remove_if(followers.begin(), followers.end(),
-                                     [&](const std::shared_ptr<Follower>& f) GS_REQUIRES(mutex_) {
-                                       const int rank = f->node.cross_rank();
-                                       return rank < 0 || static_cast<size_t>(rank) >= wanted.size() || !wanted[rank];
-                                     }),
-                      followers.end());
-    }
-  }
+  // Those at the cross ranks `to` (the membership is fixed: not elastic).
+  const std::vector<std::shared_ptr<Follower>> followers =
+      to != nullptr ? streams_.atCrossRanks(*to) : streams_.streams(/*candidates=*/false);
   for (auto& f : followers) {
     f->stream.send(shared);
     codec_.countSent(shared.bytes);
@@ -761,11 +725,11 @@ void CrossNode::leaderTick(CrossClock::time_point now, bool send, bool paused) {
     MutexLock lock(mutex_);
     if (stopping_) return;
     current_epoch = book_.epoch();
-    for (auto& f : streamsLocked(/*candidates=*/true)) followers.emplace_back(f, f->node);
+    for (auto& f : streams_.streams(/*candidates=*/true)) followers.emplace_back(f, f->node());
     const int64_t since = std::max(took_over_ms_, resumed_ms_.load());
     if (took_over_ms_ > 0 && now_ms - since > kSilenceLimitMs) {
       for (const auto& node : book_.members()) {
-        if (node.cross_rank() != 0 && followers_.count(node.cross_rank()) == 0) absent.push_back(node);
+        if (node.cross_rank() != 0 && !streams_.hasMember(node.cross_rank())) absent.push_back(node);
       }
     }
   }
@@ -780,12 +744,13 @@ void CrossNode::leaderTick(CrossClock::time_point now, bool send, bool paused) {
   const SharedMessage shared_beat = share(std::move(beat));
   for (auto& [f, node] : followers) {
     if (!(send ? f->stream.send(shared_beat) : f->stream.attached())) continue;
-    const int64_t silent_ms = now_ms - std::max(f->last_heard_ms.load(), resumed_ms_.load());
+    const int64_t heard_ms = f->lastHeardMs();
+    const int64_t silent_ms = now_ms - std::max(heard_ms, resumed_ms_.load());
     // A candidate holds nothing of the job yet: its stream's end is enough.
     if (!node.ranks().empty() && silent_ms > kSilenceLimitMs) {
       nodeLost(node, current_epoch,
-               "lost " + membership::describeNode(node) + ": silent for " +
-                   std::to_string((now_ms - f->last_heard_ms) / 1000) + " s");
+               "lost " + membership::describeNode(node) + ": silent for " + std::to_string((now_ms - heard_ms) / 1000) +
+                   " s");
     }
   }
 }
@@ -815,11 +780,7 @@ void CrossNode::followerTick(CrossClock::time_point now, bool send, bool paused)
 Status CrossNode::majorityLocked(const std::string& lost, CrossClock::time_point now) const {
   if (!options_.failover || !leader_) return okStatus();
   const int64_t now_ms = nowMs(now);
-  size_t reached = 1;  // itself
-  for (const auto& [cross_rank, f] : followers_) {
-    if (f->node.peer_address() == lost || !f->stream.attached()) continue;
-    if (now_ms - f->last_heard_ms <= kReachLimitMs) ++reached;
-  }
+  const size_t reached = 1 + streams_.reachedWithin(lost, now_ms, kReachLimitMs);  // itself counted
   const size_t daemons = book_.members().size();
   if (reached > daemons / 2) return okStatus();
   return failedPrecondition("the leader " + options_.self_address + " lost the majority: it reaches " +
@@ -853,8 +814,7 @@ void CrossNode::describe(v1::JobInfo* info, CrossClock::time_point now, double b
     if (out->self()) {
       age = 0;
     } else if (leader_) {
-      auto it = followers_.find(node.cross_rank());
-      if (it != followers_.end()) age = now_ms - it->second->last_heard_ms;
+      age = streams_.heardAgeMs(node.cross_rank(), now_ms);
     } else if (node.cross_rank() == 0 && link_.heardMs() > 0) {
       age = now_ms - link_.heardMs();
     }

@@ -35,6 +35,7 @@
 #include "daemon/peer/coordination_codec.h"
 #include "daemon/peer/failure_notices.h"
 #include "daemon/peer/follower_stream.h"
+#include "daemon/peer/follower_streams.h"
 #include "daemon/peer/leader_link.h"
 #include "daemon/peer/leader_rounds.h"
 #include "daemon/peer/membership_parts.h"
@@ -274,12 +275,6 @@ class CrossNode : public NodeEndpoints {
   // Leader: why not every follower's stream is attached yet, naming the
   // members whose stream never opened.
   std::string unattachedLocked() const GS_REQUIRES(mutex_);
-  struct Follower {
-    AttachedStream stream;
-    v1::NodeInfo node;                      // under CrossNode::mutex_ (renumbered by epochs)
-    std::atomic<int64_t> last_heard_ms{0};  // steady clock
-    std::string removed;                    // elastic: why a new epoch left it out (under mutex_)
-  };
   // Elastic (cross_node_elastic.cc). Follower: applies the leader's epoch.
   void applyNewEpoch(const v1::NewEpoch& change);
   // Leader: a message from a follower the job has removed; answers that it
@@ -293,8 +288,7 @@ class CrossNode : public NodeEndpoints {
   // An epoch the leader decided, and the followers to tell.
   struct EpochPlan {
     v1::NewEpoch change;
-    std::vector<std::shared_ptr<Follower>> kept;
-    std::vector<std::pair<std::shared_ptr<Follower>, std::string>> removed;  // and why
+    FollowerStreams::Renumbered followers;
   };
   // Leader: the epoch book_ `decided` (or its error), with this node's
   // transfers of the old epoch ended and the followers' streams placed in
@@ -351,8 +345,6 @@ class CrossNode : public NodeEndpoints {
   // Leader: a candidate's stream ended before its ranks were admitted: it
   // and its joiners are forgotten.
   void candidateLeft(const std::shared_ptr<Follower>& candidate);
-  // Leader: the members' streams and, with `candidates`, the candidates'.
-  std::vector<std::shared_ptr<Follower>> streamsLocked(bool candidates) const GS_REQUIRES(mutex_);
   // A node's loss (`node` as in `epoch`): a new epoch (elastic) or the
   // job's failure.
   void nodeLost(const v1::NodeInfo& node, uint64_t epoch, const std::string& cause);
@@ -484,10 +476,12 @@ class CrossNode : public NodeEndpoints {
   // The UCX endpoints to the other daemons (its own lock; under mutex_ where
   // an epoch change must be ordered with it).
   UcxMesh mesh_;
-  // Leader: the streams of the nodes that joined the running job for new
-  // ranks (book_'s candidates, by peer address; their stream, once open,
-  // gets heartbeats and failures, and the epoch that admits them).
-  std::map<std::string, std::shared_ptr<Follower>> candidates_ GS_GUARDED_BY(mutex_);
+  // Leader: the members' streams, and those of the nodes that joined the
+  // running job for new ranks (book_'s candidates: their stream, once open,
+  // gets heartbeats and failures, and the epoch that admits them). Its own
+  // lock; taken under mutex_ where book_ must not change meanwhile, never
+  // the other way.
+  FollowerStreams streams_;
   // The NCCL id of book_'s epoch: made by the leader when the job forms and
   // with each epoch (empty: no NCCL at the leader or at a node).
   std::string nccl_id_ GS_GUARDED_BY(mutex_);
@@ -495,10 +489,9 @@ class CrossNode : public NodeEndpoints {
   // What this node told the others of the job's failure, or heard they
   // know (its own lock; taken under mutex_, never the other way).
   FailureNotices notices_;
-  bool reader_done_ GS_GUARDED_BY(mutex_) = false;                            // follower: the leader's stream ended
-  std::string transfers_aborted_ GS_GUARDED_BY(mutex_);                       // abortTransfers' reason
-  grpc::ClientContext* join_call_ GS_GUARDED_BY(mutex_) = nullptr;            // follower: the JoinJob call in progress
-  std::map<int, std::shared_ptr<Follower>> followers_ GS_GUARDED_BY(mutex_);  // leader: by cross rank
+  bool reader_done_ GS_GUARDED_BY(mutex_) = false;                  // follower: the leader's stream ended
+  std::string transfers_aborted_ GS_GUARDED_BY(mutex_);             // abortTransfers' reason
+  grpc::ClientContext* join_call_ GS_GUARDED_BY(mutex_) = nullptr;  // follower: the JoinJob call in progress
 
   // Follower side.
   LeaderLink link_;

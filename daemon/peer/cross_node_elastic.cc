@@ -64,7 +64,7 @@ StatusOr<v1::NewEpoch> CrossNode::admitJoiners(const std::vector<uint64_t>& loca
 void CrossNode::joinerReport(Follower* follower, const v1::FollowerMessage& message) {
   MutexLock lock(mutex_);
   if (!options_.elastic) return;
-  const std::string address = follower->node.peer_address();
+  const std::string& address = follower->peerAddress();
   if (message.has_joiner_gone()) {
     book_.removeJoiner(address, message.joiner_gone().joiner_id());
     return;
@@ -82,10 +82,7 @@ StatusOr<v1::JoinJobResponse> CrossNode::acceptCandidate(const v1::JoinJobReques
                               "' is not elastic: " + membership::describeNode(request.node()) + " cannot join it");
   }
   RETURN_IF_ERROR(book_.addCandidate(request.node()));
-  auto candidate = std::make_shared<Follower>();
-  candidate->node = request.node();
-  candidate->node.set_cross_rank(-1);
-  candidates_[address] = candidate;  // a second join replaces the first
+  streams_.addCandidate(request.node());  // a second join replaces the first
   GS_LOG(control, info,
          "job '{}': node {} (host {}) joins the running job for new ranks (a candidate until they "
          "are admitted)",
@@ -99,21 +96,10 @@ StatusOr<v1::JoinJobResponse> CrossNode::acceptCandidate(const v1::JoinJobReques
 
 void CrossNode::candidateLeft(const std::shared_ptr<Follower>& candidate) {
   MutexLock lock(mutex_);
-  const std::string address = candidate->node.peer_address();
-  auto it = candidates_.find(address);
-  if (it == candidates_.end() || it->second != candidate) return;
-  candidates_.erase(it);
+  const std::string& address = candidate->peerAddress();
+  if (!streams_.dropCandidate(candidate.get())) return;
   book_.dropCandidate(address);
   GS_LOG(control, info, "job '{}': candidate node {} left before its ranks were admitted", options_.job_id, address);
-}
-
-std::vector<std::shared_ptr<CrossNode::Follower>> CrossNode::streamsLocked(bool candidates) const {
-  std::vector<std::shared_ptr<Follower>> streams;
-  for (const auto& [cross_rank, f] : followers_) streams.push_back(f);
-  if (candidates) {
-    for (const auto& [address, f] : candidates_) streams.push_back(f);
-  }
-  return streams;
 }
 
 bool CrossNode::hasPendingJoiners() const {
@@ -141,31 +127,7 @@ StatusOr<CrossNode::EpochPlan> CrossNode::planEpochLocked(StatusOr<v1::NewEpoch>
     makeNcclIdLocked();
   }
   plan.change.set_nccl_unique_id(nccl_id_);
-  std::map<int, std::shared_ptr<Follower>> followers;
-  for (auto& [cross_rank, f] : followers_) {
-    const v1::NodeInfo* member = book_.member(f->node.peer_address());
-    if (!member) {
-      f->removed = book_.removedWhy(f->node.peer_address());
-      plan.removed.emplace_back(f, f->removed);
-      continue;
-    }
-    f->node = *member;
-    followers[member->cross_rank()] = f;
-    plan.kept.push_back(f);
-  }
-  // Candidates whose ranks this epoch admits are members now.
-  for (auto it = candidates_.begin(); it != candidates_.end();) {
-    const v1::NodeInfo* member = book_.member(it->first);
-    if (!member) {
-      ++it;
-      continue;
-    }
-    it->second->node = *member;
-    followers[member->cross_rank()] = it->second;
-    plan.kept.push_back(it->second);
-    it = candidates_.erase(it);
-  }
-  followers_ = std::move(followers);
+  plan.followers = streams_.renumber(book_);
   return plan;
 }
 
@@ -184,9 +146,9 @@ v1::NewEpoch CrossNode::announceEpoch(EpochPlan plan) {
     MutexLock order(order_mutex_);
     codec_.clear();
     const SharedMessage shared = share(std::move(message));
-    for (auto& f : plan.kept) f->stream.send(shared);
+    for (auto& f : plan.followers.kept) f->stream.send(shared);
   }
-  for (auto& [f, why] : plan.removed) {
+  for (auto& [f, why] : plan.followers.removed) {
     GS_LOG(control, warn, "job '{}': {}", options_.job_id, why);
     tellStale(f.get(), why);
   }
@@ -285,12 +247,8 @@ std::string CrossNode::askIfRemoved() {
 }
 
 bool CrossNode::refuseIfRemoved(Follower* follower) {
-  std::string why;
-  {
-    MutexLock lock(mutex_);
-    if (follower->removed.empty()) return false;
-    why = follower->removed;
-  }
+  const std::string why = follower->removed();
+  if (why.empty()) return false;
   tellStale(follower, why);
   return true;
 }

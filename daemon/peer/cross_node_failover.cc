@@ -226,7 +226,7 @@ StatusOr<v1::ElectResponse> CrossNode::vote(const std::string& voter, uint64_t e
 }
 
 StatusOr<CrossNode::EpochPlan> CrossNode::takeOverLocked() {
-  followers_.clear();  // the voters open their streams to this daemon
+  streams_.clearMembers();  // the voters open their streams to this daemon
   took_over_ms_ = std::chrono::duration_cast<std::chrono::milliseconds>(CrossClock::now().time_since_epoch()).count();
   ASSIGN_OR_RETURN(EpochPlan plan, planEpochLocked(book_.takeOver()));
   leader_ = true;

@@ -1,0 +1,141 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "daemon/peer/follower_streams.h"
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace gradsync::peer {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+
+// A stream that counts what it was sent (and refuses once ended).
+class CountingStream : public FollowerStream {
+ public:
+  bool send(const SharedMessage&) override {
+    if (ended) return false;
+    ++sent;
+    return true;
+  }
+  int sent = 0;
+  bool ended = false;
+};
+
+v1::NodeInfo node(const std::string& address, std::vector<int> ranks, int cross_rank) {
+  v1::NodeInfo n;
+  n.set_peer_address(address);
+  n.set_cross_rank(cross_rank);
+  for (int r : ranks) n.add_ranks(r);
+  return n;
+}
+
+std::vector<std::string> addresses(const std::vector<std::shared_ptr<Follower>>& followers) {
+  std::vector<std::string> out;
+  for (const auto& f : followers) out.push_back(f->peerAddress());
+  return out;
+}
+
+// The leader a:1 (ranks 0, 1), followers b:1 (2, 3) and c:1 (4, 5), at epoch 1.
+membership::EpochBook threeNodes() {
+  membership::EpochBook book("j", "a:1", 0);
+  book.form({node("a:1", {0, 1}, 0), node("b:1", {2, 3}, 1), node("c:1", {4, 5}, 2)}, 1);
+  return book;
+}
+
+TEST(FollowerStreamsTest, AMemberAttachesOncePerCrossRankAndIsFoundByRankAndCrossRank) {
+  FollowerStreams streams;
+  auto b = streams.attachMember(node("b:1", {2, 3}, 1), std::make_shared<CountingStream>(), 100);
+  ASSERT_NE(b, nullptr);
+  EXPECT_EQ(streams.attachMember(node("x:1", {2, 3}, 1), std::make_shared<CountingStream>(), 100), nullptr);
+  auto c = streams.attachMember(node("c:1", {4, 5}, 2), std::make_shared<CountingStream>(), 100);
+  ASSERT_NE(c, nullptr);
+
+  EXPECT_EQ(streams.memberCount(), 2u);
+  EXPECT_TRUE(streams.hasMember(2));
+  EXPECT_FALSE(streams.hasMember(3));
+  EXPECT_EQ(streams.holdingRank(5), c);
+  EXPECT_EQ(streams.holdingRank(0), nullptr);  // the leader's own
+  EXPECT_THAT(addresses(streams.atCrossRanks({2, 7})), ElementsAre("c:1"));
+  EXPECT_THAT(addresses(streams.streams(false)), ElementsAre("b:1", "c:1"));
+  EXPECT_EQ(b->crossRank(), 1);
+  EXPECT_TRUE(b->stream.attached());
+}
+
+TEST(FollowerStreamsTest, ReachCountsAttachedMembersHeardWithinTheLimitAndNotTheLostOne) {
+  FollowerStreams streams;
+  auto b = streams.attachMember(node("b:1", {2}, 1), std::make_shared<CountingStream>(), 1000);
+  auto c = streams.attachMember(node("c:1", {3}, 2), std::make_shared<CountingStream>(), 1000);
+  auto d = streams.attachMember(node("d:1", {4}, 3), std::make_shared<CountingStream>(), 1000);
+  c->heardAt(4000);
+  EXPECT_EQ(streams.reachedWithin("", 4000, 3000), 3u);
+  EXPECT_EQ(streams.reachedWithin("", 4500, 3000), 1u);  // b and d silent for 3.5 s
+  EXPECT_EQ(streams.reachedWithin("c:1", 4000, 3000), 2u);
+  d->stream.detach();
+  EXPECT_EQ(streams.reachedWithin("", 4000, 3000), 2u);
+  EXPECT_EQ(streams.heardAgeMs(2, 4500), 500);
+  EXPECT_EQ(streams.heardAgeMs(9, 4500), -1);
+  (void)b;
+}
+
+TEST(FollowerStreamsTest, ACandidateAttachesOnlyOnceItJoinedAndOnce) {
+  FollowerStreams streams;
+  EXPECT_EQ(streams.attachCandidate("d:1", std::make_shared<CountingStream>(), 0), nullptr);  // never joined
+  streams.addCandidate(node("d:1", {}, 5));
+  auto d = streams.attachCandidate("d:1", std::make_shared<CountingStream>(), 0);
+  ASSERT_NE(d, nullptr);
+  EXPECT_EQ(d->crossRank(), -1);  // no place in the ring yet
+  EXPECT_EQ(streams.attachCandidate("d:1", std::make_shared<CountingStream>(), 0), nullptr);
+  EXPECT_THAT(streams.streams(false), IsEmpty());
+  EXPECT_THAT(addresses(streams.streams(true)), ElementsAre("d:1"));
+
+  streams.addCandidate(node("d:1", {}, -1));  // joined again: replaces the first
+  EXPECT_FALSE(streams.dropCandidate(d.get()));
+  auto again = streams.attachCandidate("d:1", std::make_shared<CountingStream>(), 0);
+  ASSERT_NE(again, nullptr);
+  EXPECT_TRUE(streams.dropCandidate(again.get()));
+  EXPECT_THAT(streams.streams(true), IsEmpty());
+}
+
+TEST(FollowerStreamsTest, ANewEpochRenumbersTheKeptRemovesTheLostAndAdmitsCandidates) {
+  membership::EpochBook book = threeNodes();
+  FollowerStreams streams;
+  auto b = streams.attachMember(book.members()[1], std::make_shared<CountingStream>(), 0);
+  auto c = streams.attachMember(book.members()[2], std::make_shared<CountingStream>(), 0);
+  ASSERT_TRUE(book.addCandidate(node("d:1", {}, -1)).isOk());
+  streams.addCandidate(node("d:1", {}, -1));
+  auto d = streams.attachCandidate("d:1", std::make_shared<CountingStream>(), 0);
+  ASSERT_NE(d, nullptr);
+  book.addJoiner({"d:1", 7, 70});
+
+  ASSERT_TRUE(book.lose({2, 3}, 1, "node b:1 went silent").isOk());
+  FollowerStreams::Renumbered lost = streams.renumber(book);
+  EXPECT_THAT(addresses(lost.kept), ElementsAre("c:1"));  // d's ranks wait for a commit
+  ASSERT_EQ(lost.removed.size(), 1u);
+  EXPECT_EQ(lost.removed[0].first, b);
+  EXPECT_THAT(lost.removed[0].second, HasSubstr("node b:1 went silent"));
+  EXPECT_EQ(b->removed(), lost.removed[0].second);  // its session refuses what it says from now on
+  EXPECT_EQ(c->crossRank(), 1);
+  EXPECT_EQ(streams.holdingRank(2), c);  // renumbered: c's ranks are 2 and 3 now
+  EXPECT_FALSE(streams.hasMember(2));
+
+  ASSERT_TRUE(book.admit({}, "at the commit 'x'").isOk());
+  FollowerStreams::Renumbered admitted = streams.renumber(book);
+  EXPECT_THAT(addresses(admitted.kept), ElementsAre("c:1", "d:1"));
+  EXPECT_THAT(admitted.removed, IsEmpty());
+  EXPECT_EQ(d->crossRank(), 2);
+  EXPECT_THAT(addresses(streams.streams(true)), ElementsAre("c:1", "d:1"));  // no candidate left
+  EXPECT_TRUE(c->removed().empty());
+}
+
+TEST(FollowerStreamsTest, ANewLeaderForgetsTheMembersStreamsAndKeepsNoCandidateOfThem) {
+  FollowerStreams streams;
+  streams.attachMember(node("b:1", {2}, 1), std::make_shared<CountingStream>(), 0);
+  streams.clearMembers();
+  EXPECT_EQ(streams.memberCount(), 0u);
+  EXPECT_NE(streams.attachMember(node("b:1", {2}, 1), std::make_shared<CountingStream>(), 0), nullptr);
+}
+
+}  // namespace
+}  // namespace gradsync::peer
