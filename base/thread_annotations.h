@@ -25,5 +25,10 @@
 #define GS_ACQUIRE(...) GS_THREAD_ANNOTATION(acquire_capability(__VA_ARGS__))
 #define GS_RELEASE(...) GS_THREAD_ANNOTATION(release_capability(__VA_ARGS__))
 #define GS_RETURN_CAPABILITY(x) GS_THREAD_ANNOTATION(lock_returned(x))
+// Lock order: a mutex taken only after (or before) the others named, where
+// both are held at once (checked with -Wthread-safety-beta, as the
+// threadsafety config builds).
+#define GS_ACQUIRED_AFTER(...) GS_THREAD_ANNOTATION(acquired_after(__VA_ARGS__))
+#define GS_ACQUIRED_BEFORE(...) GS_THREAD_ANNOTATION(acquired_before(__VA_ARGS__))
 // Turns the analysis off for one function (say why where it is used).
 #define GS_NO_THREAD_SAFETY_ANALYSIS GS_THREAD_ANNOTATION(no_thread_safety_analysis)

@@ -35,7 +35,7 @@ class ReducePool {
   void drain();
 
   Mutex pass_mutex_;  // one pass at a time
-  Mutex mutex_;
+  Mutex mutex_ GS_ACQUIRED_AFTER(pass_mutex_);
   CondVar work_cv_;
   CondVar done_cv_;
   const std::function<void(size_t)>* fn_ = nullptr;

@@ -524,9 +524,8 @@ class Job {
   bool steady_rounds_ GS_GUARDED_BY(mutex_) = false;
   // The rounds the executor thread takes part in (null outside them), under
   // a lock of their own: the job's failure ends the round under way, so no
-  // daemon waits in it for one that stopped taking part. (Taken under
-  // mutex_, never the other way round.)
-  Mutex steady_exchange_mutex_;
+  // daemon waits in it for one that stopped taking part.
+  Mutex steady_exchange_mutex_ GS_ACQUIRED_AFTER(mutex_);
   peer::RoundExchange* steady_exchange_ GS_GUARDED_BY(steady_exchange_mutex_) = nullptr;
   void abortSteadyRounds(const std::string& reason) GS_EXCLUDES(steady_exchange_mutex_) {
     MutexLock lock(steady_exchange_mutex_);

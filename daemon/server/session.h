@@ -140,7 +140,7 @@ class Session {
 
   void writerLoop();
 
-  mutable Mutex write_mutex_;  // the completion ring and the queue below
+  mutable Mutex write_mutex_ GS_ACQUIRED_AFTER(mutex_);  // the completion ring and the queue below
   CondVar write_cv_;
   SessionWriter* stream_ = nullptr;  // written by writer_ only
   grpc::ServerContext* context_ = nullptr;
