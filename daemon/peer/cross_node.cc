@@ -28,20 +28,12 @@ int64_t nowMs(CrossClock::time_point t) {
   return std::chrono::duration_cast<std::chrono::milliseconds>(t.time_since_epoch()).count();
 }
 
-bool sameProcessSets(const v1::JoinJobRequest& request, const std::vector<std::vector<int>>& mine) {
-  if (request.process_sets_size() != static_cast<int>(mine.size())) return false;
-  for (size_t i = 0; i < mine.size(); ++i) {
-    const auto& ranks = request.process_sets(static_cast<int>(i)).ranks();
-    if (std::vector<int>(ranks.begin(), ranks.end()) != mine[i]) return false;
-  }
-  return true;
-}
-
 }  // namespace
 
 CrossNode::CrossNode(CrossNodeOptions options, Hooks hooks)
     : options_(std::move(options)),
       hooks_(std::move(hooks)),
+      joins_(options_.job_id, options_.token, options_.size, options_.process_sets, options_.join_timeout),
       book_(options_.job_id, options_.self_address, options_.min_size),
       ballot_(options_.self_address),
       published_(options_.membership_part_bytes),
@@ -50,7 +42,7 @@ CrossNode::CrossNode(CrossNodeOptions options, Hooks hooks)
       codec_(options_.job_id, options_.response_cache_capacity) {}
 
 CrossNode::~CrossNode() {
-  std::vector<std::pair<JoinAnswer, StatusOr<v1::JoinJobResponse>>> joins;
+  JoinDesk::Answers joins;
   {
     MutexLock lock(mutex_);
     stopping_ = true;
@@ -111,9 +103,7 @@ void CrossNode::start(const std::vector<int>& local_ranks, const std::vector<int
   self.set_link_cost(options_.link_cost);
   self.set_leader_rounds(options_.leader_rounds);
   if (leader_) {
-    MutexLock lock(mutex_);
-    builder_.emplace(options_.job_id, options_.size);
-    (void)builder_->add(self);
+    joins_.open(self);
     GS_LOG(control, info, "job '{}': leading; waiting for the other nodes to join", options_.job_id);
     return;
   }
@@ -153,12 +143,12 @@ void CrossNode::acceptJoin(const v1::JoinJobRequest& request, JoinAnswer plain_a
     plain_answer(std::move(response));
   };
   std::optional<StatusOr<v1::JoinJobResponse>> now;
-  std::vector<std::pair<JoinAnswer, StatusOr<v1::JoinJobResponse>>> due;
+  JoinDesk::Answers due;
   bool candidate = false;
   Status protocol = okStatus();
   {
     MutexLock lock(mutex_);
-    if (Status checked = checkJoinLocked(request); !checked.isOk()) {
+    if (Status checked = joins_.check(request); !checked.isOk()) {
       now = checked;
     } else if (protocol =
                    checkProtocol(options_.job_id, options_.protocol, "the leader (" + options_.self_address + ")",
@@ -169,7 +159,7 @@ void CrossNode::acceptJoin(const v1::JoinJobRequest& request, JoinAnswer plain_a
       candidate = true;
     } else {
       now = joinLocked(request);
-      if (!now) pending_joins_.push_back({std::move(answer), CrossClock::now() + options_.join_timeout});
+      if (!now) joins_.wait(std::move(answer), CrossClock::now());
       due = dueJoinsLocked(CrossClock::now());
     }
   }
@@ -183,18 +173,6 @@ void CrossNode::acceptJoin(const v1::JoinJobRequest& request, JoinAnswer plain_a
   if (!protocol.isOk()) failureDetected(protocol.message(), true);
 }
 
-Status CrossNode::checkJoinLocked(const v1::JoinJobRequest& request) const {
-  // NOT_FOUND: the follower retries (this daemon's ranks may register later).
-  if (!leader_ || !builder_) return notFound("job '" + options_.job_id + "' is not led by this daemon (yet)");
-  if (!constantTimeEqual(request.token(), options_.token))
-    return unauthenticated("job '" + options_.job_id + "': token does not match");
-  if (request.size() != options_.size || !sameProcessSets(request, options_.process_sets)) {
-    return failedPrecondition("job '" + options_.job_id + "': " + membership::describeNode(request.node()) +
-                              " disagrees on the job's size or process sets");
-  }
-  return okStatus();
-}
-
 std::optional<StatusOr<v1::JoinJobResponse>> CrossNode::joinLocked(const v1::JoinJobRequest& request) {
   if (book_.epoch() > 1) {
     return failedPrecondition("job '" + options_.job_id + "' is at epoch " + std::to_string(book_.epoch()) + ": " +
@@ -204,9 +182,9 @@ std::optional<StatusOr<v1::JoinJobResponse>> CrossNode::joinLocked(const v1::Joi
   }
   if (stopping_) return unavailable("job '" + options_.job_id + "' stopped");
   if (book_.formed()) return membershipLocked();
-  if (Status added = builder_->add(request.node()); !added.isOk()) return added;
-  if (builder_->complete()) {
-    book_.form(builder_->ordered(), 1);
+  ASSIGN_OR_RETURN(std::optional<std::vector<v1::NodeInfo>> complete, joins_.add(request.node()));
+  if (complete) {
+    book_.form(std::move(*complete), 1);
     makeNcclIdLocked();
     GS_LOG(control, info, "job '{}': all {} nodes joined", options_.job_id, book_.members().size());
     formed_cv_.notify_all();
@@ -250,29 +228,11 @@ Status CrossNode::readRestOfMembers(v1::Peer::StubInterface* stub, uint64_t epoc
   return Status(read.code(), "job '" + options_.job_id + "': " + read.message());
 }
 
-std::vector<std::pair<CrossNode::JoinAnswer, StatusOr<v1::JoinJobResponse>>> CrossNode::dueJoinsLocked(
-    CrossClock::time_point now) {
-  std::vector<std::pair<JoinAnswer, StatusOr<v1::JoinJobResponse>>> due;
-  if (pending_joins_.empty()) return due;
+JoinDesk::Answers CrossNode::dueJoinsLocked(CrossClock::time_point now) {
+  if (!joins_.waiting()) return {};
   std::optional<v1::JoinJobResponse> membership;
   if (book_.formed()) membership = membershipLocked();  // built once for all of them
-  for (auto it = pending_joins_.begin(); it != pending_joins_.end();) {
-    if (membership) {
-      due.emplace_back(std::move(it->answer), *membership);
-    } else if (stopping_) {
-      due.emplace_back(std::move(it->answer), unavailable("job '" + options_.job_id + "' stopped"));
-    } else if (now >= it->deadline) {
-      std::string missing;
-      for (int r : builder_->missingRanks()) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
-      due.emplace_back(std::move(it->answer),
-                       deadlineExceeded("job '" + options_.job_id + "': ranks [" + missing + "] never joined"));
-    } else {
-      ++it;
-      continue;
-    }
-    it = pending_joins_.erase(it);
-  }
-  return due;
+  return joins_.due(now, membership, stopping_);
 }
 
 class CrossNode::ServedFollower : public FollowerSession {
@@ -630,8 +590,8 @@ std::optional<coordinator::Response> CrossNode::cachedResponse(uint64_t id) cons
 
 std::vector<int> CrossNode::missingRanks() const {
   MutexLock lock(mutex_);
-  if (!builder_ || book_.formed()) return {};
-  return builder_->missingRanks();
+  if (book_.formed()) return {};
+  return joins_.missingRanks();
 }
 
 std::vector<v1::NodeInfo> CrossNode::members() const {
@@ -711,7 +671,7 @@ void CrossNode::tick(CrossClock::time_point now) {
 
 void CrossNode::leaderTick(CrossClock::time_point now, bool send, bool paused) {
   const int64_t now_ms = nowMs(now);
-  std::vector<std::pair<JoinAnswer, StatusOr<v1::JoinJobResponse>>> joins;  // past their deadline
+  JoinDesk::Answers joins;  // past their deadline
   {
     MutexLock lock(mutex_);
     joins = dueJoinsLocked(now);

@@ -28,7 +28,6 @@
 #include "daemon/coordinator/request.h"
 #include "daemon/coordinator/request_wire.h"
 #include "daemon/membership/ballot.h"
-#include "daemon/membership/builder.h"
 #include "daemon/membership/epoch_book.h"
 #include "daemon/peer/abort_notices.h"
 #include "daemon/peer/batch_parts.h"
@@ -36,6 +35,7 @@
 #include "daemon/peer/failure_notices.h"
 #include "daemon/peer/follower_stream.h"
 #include "daemon/peer/follower_streams.h"
+#include "daemon/peer/join_desk.h"
 #include "daemon/peer/leader_link.h"
 #include "daemon/peer/leader_rounds.h"
 #include "daemon/peer/membership_parts.h"
@@ -140,7 +140,7 @@ class CrossNode : public NodeEndpoints {
   // this thread, never under a lock of this: with the membership once every
   // node joined, or why not (refused, the others did not join within the
   // join timeout, the job stopped). No thread waits meanwhile.
-  using JoinAnswer = std::function<void(StatusOr<v1::JoinJobResponse>)>;
+  using JoinAnswer = JoinDesk::JoinAnswer;
   void acceptJoin(const v1::JoinJobRequest& request, JoinAnswer answer);
   // Leader: a follower's Coordinate stream, opened with `hello`, its writes
   // going to `stream`: sets the session that serves it, or returns why it is
@@ -323,7 +323,6 @@ class CrossNode : public NodeEndpoints {
   // other nodes), and the answers due at `now` (all of them once the job
   // formed; those past their deadline; all when it stops), to call outside
   // the lock.
-  Status checkJoinLocked(const v1::JoinJobRequest& request) const GS_REQUIRES(mutex_);
   std::optional<StatusOr<v1::JoinJobResponse>> joinLocked(const v1::JoinJobRequest& request) GS_REQUIRES(mutex_);
   v1::JoinJobResponse membershipLocked() GS_REQUIRES(mutex_);
   // Records `nodes` as the membership of `epoch` and keeps only its first
@@ -332,13 +331,7 @@ class CrossNode : public NodeEndpoints {
   // Follower: the rest of a membership announced in parts, read from the
   // daemon `stub` reaches (the leader); the failure says whose it was.
   Status readRestOfMembers(v1::Peer::StubInterface* stub, uint64_t epoch, int32_t node_count, NodeList* nodes) const;
-  std::vector<std::pair<JoinAnswer, StatusOr<v1::JoinJobResponse>>> dueJoinsLocked(CrossClock::time_point now)
-      GS_REQUIRES(mutex_);
-  struct PendingJoin {
-    JoinAnswer answer;
-    CrossClock::time_point deadline;
-  };
-  std::vector<PendingJoin> pending_joins_ GS_GUARDED_BY(mutex_);
+  JoinDesk::Answers dueJoinsLocked(CrossClock::time_point now) GS_REQUIRES(mutex_);
   // Leader: a node holding no rank asks to join the running job for its
   // new ranks (JoinJobRequest.elastic_join): kept as a candidate.
   StatusOr<v1::JoinJobResponse> acceptCandidate(const v1::JoinJobRequest& request);
@@ -461,11 +454,13 @@ class CrossNode : public NodeEndpoints {
 
   const CrossNodeOptions options_;
   const Hooks hooks_;
+  // Leader: the followers' JoinJob calls while the job forms (its own lock;
+  // taken under mutex_, never the other way).
+  JoinDesk joins_;
   std::atomic<bool> leader_{false};  // set by start(); read by housekeeping and peer calls
 
   mutable Mutex mutex_;
   CondVar formed_cv_;
-  std::optional<membership::MembershipBuilder> builder_ GS_GUARDED_BY(mutex_);  // leader, while the job forms
   // The members of each epoch (formed once every node joined), joiners,
   // candidates and removed nodes.
   membership::EpochBook book_ GS_GUARDED_BY(mutex_);

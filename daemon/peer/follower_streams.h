@@ -78,8 +78,7 @@ class FollowerStreams {
   std::vector<std::shared_ptr<Follower>> streams(bool candidates) const GS_EXCLUDES(mutex_);
   // The members' streams at the cross ranks `cross_ranks` (any order;
   // those without a stream are left out).
-  std::vector<std::shared_ptr<Follower>> atCrossRanks(const std::vector<int>& cross_ranks) const
-      GS_EXCLUDES(mutex_);
+  std::vector<std::shared_ptr<Follower>> atCrossRanks(const std::vector<int>& cross_ranks) const GS_EXCLUDES(mutex_);
   // The member whose node holds `rank` (null: none).
   std::shared_ptr<Follower> holdingRank(int rank) const GS_EXCLUDES(mutex_);
   size_t memberCount() const GS_EXCLUDES(mutex_);
@@ -101,7 +100,7 @@ class FollowerStreams {
 
  private:
   mutable Mutex mutex_;
-  std::map<int, std::shared_ptr<Follower>> members_ GS_GUARDED_BY(mutex_);              // by cross rank
+  std::map<int, std::shared_ptr<Follower>> members_ GS_GUARDED_BY(mutex_);             // by cross rank
   std::map<std::string, std::shared_ptr<Follower>> candidates_ GS_GUARDED_BY(mutex_);  // by peer address
 };
 
