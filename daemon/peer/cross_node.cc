@@ -677,7 +677,7 @@ void CrossNode::leaderTick(CrossClock::time_point now, bool send, bool paused) {
     joins = dueJoinsLocked(now);
   }
   for (auto& [answer, result] : joins) answer(std::move(result));
-  if (paused) resumed_ms_.store(now_ms);  // the followers' silence so far was this daemon's pause
+  if (paused) streams_.resumedAt(now_ms);  // the followers' silence so far was this daemon's pause
   uint64_t current_epoch;
   std::vector<std::pair<std::shared_ptr<Follower>, v1::NodeInfo>> followers;
   std::vector<v1::NodeInfo> absent;  // members that never followed this daemon since it took over
@@ -686,12 +686,7 @@ void CrossNode::leaderTick(CrossClock::time_point now, bool send, bool paused) {
     if (stopping_) return;
     current_epoch = book_.epoch();
     for (auto& f : streams_.streams(/*candidates=*/true)) followers.emplace_back(f, f->node());
-    const int64_t since = std::max(took_over_ms_, resumed_ms_.load());
-    if (took_over_ms_ > 0 && now_ms - since > kSilenceLimitMs) {
-      for (const auto& node : book_.members()) {
-        if (node.cross_rank() != 0 && !streams_.hasMember(node.cross_rank())) absent.push_back(node);
-      }
-    }
+    absent = streams_.absentSinceTakeover(book_.members(), now_ms, kSilenceLimitMs);
   }
   for (const auto& node : absent) {
     nodeLost(node, current_epoch,
@@ -705,7 +700,7 @@ void CrossNode::leaderTick(CrossClock::time_point now, bool send, bool paused) {
   for (auto& [f, node] : followers) {
     if (!(send ? f->stream.send(shared_beat) : f->stream.attached())) continue;
     const int64_t heard_ms = f->lastHeardMs();
-    const int64_t silent_ms = now_ms - std::max(heard_ms, resumed_ms_.load());
+    const int64_t silent_ms = streams_.silentMs(*f, now_ms);
     // A candidate holds nothing of the job yet: its stream's end is enough.
     if (!node.ranks().empty() && silent_ms > kSilenceLimitMs) {
       nodeLost(node, current_epoch,

@@ -416,13 +416,6 @@ class CrossNode : public NodeEndpoints {
   // then makes no epoch (the others may be electing a new leader) and the
   // job fails on its side. OK without failover, and on followers.
   Status majorityLocked(const std::string& lost, CrossClock::time_point now) const GS_REQUIRES(mutex_);
-  // Leader: when this daemon last woke from a pause (steady clock, ms): the
-  // followers' silence before it is not theirs.
-  std::atomic<int64_t> resumed_ms_{0};
-  // Leader by failover: when it took over (steady clock, ms; 0: it led from
-  // the start). A member whose stream is not attached a silence limit later
-  // is lost.
-  int64_t took_over_ms_ GS_GUARDED_BY(mutex_) = 0;
 
   // Sends `message` to the leader (LeaderLink: at once when the stream is
   // idle, else queued for its writer).

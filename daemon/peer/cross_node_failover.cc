@@ -226,8 +226,9 @@ StatusOr<v1::ElectResponse> CrossNode::vote(const std::string& voter, uint64_t e
 }
 
 StatusOr<CrossNode::EpochPlan> CrossNode::takeOverLocked() {
-  streams_.clearMembers();  // the voters open their streams to this daemon
-  took_over_ms_ = std::chrono::duration_cast<std::chrono::milliseconds>(CrossClock::now().time_since_epoch()).count();
+  // The voters open their streams to this daemon.
+  streams_.takeOver(
+      std::chrono::duration_cast<std::chrono::milliseconds>(CrossClock::now().time_since_epoch()).count());
   ASSIGN_OR_RETURN(EpochPlan plan, planEpochLocked(book_.takeOver()));
   leader_ = true;
   return plan;

@@ -66,9 +66,15 @@ bool FollowerStreams::dropCandidate(const Follower* candidate) {
   return true;
 }
 
-void FollowerStreams::clearMembers() {
+void FollowerStreams::takeOver(int64_t now_ms) {
   MutexLock lock(mutex_);
   members_.clear();
+  took_over_ms_ = now_ms;
+}
+
+void FollowerStreams::resumedAt(int64_t now_ms) {
+  MutexLock lock(mutex_);
+  resumed_ms_ = now_ms;
 }
 
 std::vector<std::shared_ptr<Follower>> FollowerStreams::streams(bool candidates) const {
@@ -124,6 +130,22 @@ int64_t FollowerStreams::heardAgeMs(int cross_rank, int64_t now_ms) const {
   MutexLock lock(mutex_);
   auto it = members_.find(cross_rank);
   return it == members_.end() ? -1 : now_ms - it->second->lastHeardMs();
+}
+
+int64_t FollowerStreams::silentMs(const Follower& follower, int64_t now_ms) const {
+  MutexLock lock(mutex_);
+  return now_ms - std::max(follower.lastHeardMs(), resumed_ms_);
+}
+
+std::vector<v1::NodeInfo> FollowerStreams::absentSinceTakeover(const std::vector<v1::NodeInfo>& members, int64_t now_ms,
+                                                               int64_t limit_ms) const {
+  MutexLock lock(mutex_);
+  std::vector<v1::NodeInfo> absent;
+  if (took_over_ms_ == 0 || now_ms - std::max(took_over_ms_, resumed_ms_) <= limit_ms) return absent;
+  for (const auto& node : members) {
+    if (node.cross_rank() != 0 && members_.count(node.cross_rank()) == 0) absent.push_back(node);
+  }
+  return absent;
 }
 
 FollowerStreams::Renumbered FollowerStreams::renumber(const membership::EpochBook& book) {

@@ -70,8 +70,12 @@ class FollowerStreams {
   // Forgets `candidate`; false when its address's candidate is another one
   // by now (or none).
   bool dropCandidate(const Follower* candidate) GS_EXCLUDES(mutex_);
-  // A new leader's start: the members' streams open to it anew.
-  void clearMembers() GS_EXCLUDES(mutex_);
+  // This daemon leads by failover from `now_ms`: the members' streams open
+  // to it anew (absentSinceTakeover names those that do not).
+  void takeOver(int64_t now_ms) GS_EXCLUDES(mutex_);
+  // This daemon woke from a pause at `now_ms`: the followers' silence
+  // before it is not theirs.
+  void resumedAt(int64_t now_ms) GS_EXCLUDES(mutex_);
 
   // The members' streams (in cross-rank order), and with `candidates` the
   // candidates' after them.
@@ -88,6 +92,14 @@ class FollowerStreams {
   size_t reachedWithin(const std::string& lost, int64_t now_ms, int64_t limit_ms) const GS_EXCLUDES(mutex_);
   // How long ago the member at `cross_rank` was heard (-1: no stream).
   int64_t heardAgeMs(int cross_rank, int64_t now_ms) const GS_EXCLUDES(mutex_);
+  // How long `follower` has been silent at `now_ms` (since this daemon's
+  // last pause at most).
+  int64_t silentMs(const Follower& follower, int64_t now_ms) const GS_EXCLUDES(mutex_);
+  // The nodes of `members` (cross rank 0, the leader, aside) whose stream
+  // is not open `limit_ms` after the takeover and this daemon's last
+  // pause; none for a leader that led from the start.
+  std::vector<v1::NodeInfo> absentSinceTakeover(const std::vector<v1::NodeInfo>& members, int64_t now_ms,
+                                                int64_t limit_ms) const GS_EXCLUDES(mutex_);
 
   // `book`'s new epoch: members and candidates it holds are renumbered as
   // in it (candidates it admitted are members now), the others marked
@@ -102,6 +114,8 @@ class FollowerStreams {
   mutable Mutex mutex_;
   std::map<int, std::shared_ptr<Follower>> members_ GS_GUARDED_BY(mutex_);             // by cross rank
   std::map<std::string, std::shared_ptr<Follower>> candidates_ GS_GUARDED_BY(mutex_);  // by peer address
+  int64_t took_over_ms_ GS_GUARDED_BY(mutex_) = 0;  // steady clock; 0: led from the start
+  int64_t resumed_ms_ GS_GUARDED_BY(mutex_) = 0;    // the last pause's end
 };
 
 }  // namespace gradsync::peer

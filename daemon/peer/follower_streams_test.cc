@@ -129,12 +129,24 @@ TEST(FollowerStreamsTest, ANewEpochRenumbersTheKeptRemovesTheLostAndAdmitsCandid
   EXPECT_TRUE(c->removed().empty());
 }
 
-TEST(FollowerStreamsTest, ANewLeaderForgetsTheMembersStreamsAndKeepsNoCandidateOfThem) {
+TEST(FollowerStreamsTest, AfterATakeoverTheMembersWhoseStreamsDoNotOpenWithinTheLimitAreAbsent) {
+  const std::vector<v1::NodeInfo> members = {node("a:1", {0}, 0), node("b:1", {1}, 1), node("c:1", {2}, 2)};
   FollowerStreams streams;
-  streams.attachMember(node("b:1", {2}, 1), std::make_shared<CountingStream>(), 0);
-  streams.clearMembers();
-  EXPECT_EQ(streams.memberCount(), 0u);
-  EXPECT_NE(streams.attachMember(node("b:1", {2}, 1), std::make_shared<CountingStream>(), 0), nullptr);
+  streams.attachMember(members[1], std::make_shared<CountingStream>(), 0);
+  EXPECT_THAT(streams.absentSinceTakeover(members, 100000, 6000), IsEmpty());  // led from the start
+  streams.takeOver(10000);
+  EXPECT_EQ(streams.memberCount(), 0u);  // the old leader's followers open their streams anew
+  auto b = streams.attachMember(members[1], std::make_shared<CountingStream>(), 11000);
+  ASSERT_NE(b, nullptr);
+  EXPECT_THAT(streams.absentSinceTakeover(members, 16000, 6000), IsEmpty());  // within the limit
+  const std::vector<v1::NodeInfo> absent = streams.absentSinceTakeover(members, 16001, 6000);
+  ASSERT_EQ(absent.size(), 1u);
+  EXPECT_EQ(absent[0].peer_address(), "c:1");
+  streams.resumedAt(15000);  // this daemon was paused: its clock restarts
+  EXPECT_THAT(streams.absentSinceTakeover(members, 20000, 6000), IsEmpty());
+  EXPECT_EQ(streams.silentMs(*b, 20000), 5000);
+  b->heardAt(19000);
+  EXPECT_EQ(streams.silentMs(*b, 20000), 1000);
 }
 
 }  // namespace

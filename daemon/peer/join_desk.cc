@@ -37,7 +37,8 @@ Status JoinDesk::check(const v1::JoinJobRequest& request) const {
     MutexLock lock(mutex_);
     if (!builder_) return notFound("job '" + job_id_ + "' is not led by this daemon (yet)");
   }
-  if (!constantTimeEqual(request.token(), token_)) return unauthenticated("job '" + job_id_ + "': token does not match");
+  if (!constantTimeEqual(request.token(), token_))
+    return unauthenticated("job '" + job_id_ + "': token does not match");
   if (request.size() != size_ || !sameProcessSets(request, process_sets_)) {
     return failedPrecondition("job '" + job_id_ + "': " + membership::describeNode(request.node()) +
                               " disagrees on the job's size or process sets");
