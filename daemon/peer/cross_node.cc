@@ -38,6 +38,8 @@ CrossNode::CrossNode(CrossNodeOptions options, Hooks hooks)
       ballot_(options_.self_address),
       published_(options_.membership_part_bytes),
       mesh_(options_.job_id, options_.token),
+      leader_join_({options_.job_id, options_.token, options_.leader_address, options_.self_address,
+                    options_.join_timeout, options_.protocol}),
       link_(options_.credentials, [this](size_t bytes) { codec_.countSent(bytes); }),
       codec_(options_.job_id, options_.response_cache_capacity) {}
 
@@ -46,9 +48,9 @@ CrossNode::~CrossNode() {
   {
     MutexLock lock(mutex_);
     stopping_ = true;
-    if (join_call_ != nullptr) join_call_->TryCancel();
     joins = dueJoinsLocked(CrossClock::now());
   }
+  leader_join_.stop();
   for (auto& [answer, result] : joins) answer(std::move(result));
   formed_cv_.notify_all();
   abortRounds("job '" + options_.job_id + "' stopped");
@@ -214,18 +216,6 @@ StatusOr<v1::MembersResponse> CrossNode::membersPart(const v1::MembersRequest& r
   auto part = published_.part(request.epoch(), request.first());
   if (!part.isOk()) return Status(part.status().code(), "job '" + options_.job_id + "': " + part.status().message());
   return part;
-}
-
-Status CrossNode::readRestOfMembers(v1::Peer::StubInterface* stub, uint64_t epoch, int32_t node_count,
-                                    NodeList* nodes) const {
-  const auto deadline = std::chrono::system_clock::now() + std::chrono::seconds(10);
-  Status read = readMembers(stub, options_.job_id, options_.token, epoch, node_count, nodes, deadline);
-  if (read.isOk()) {
-    GS_LOG(control, info, "job '{}': read the membership of epoch {} from the leader in parts ({} nodes)",
-           options_.job_id, epoch, node_count);
-    return read;
-  }
-  return Status(read.code(), "job '" + options_.job_id + "': " + read.message());
 }
 
 JoinDesk::Answers CrossNode::dueJoinsLocked(CrossClock::time_point now) {
@@ -504,8 +494,8 @@ void CrossNode::abortTransfers(const std::string& reason) {
     MutexLock lock(mutex_);
     if (transfers_aborted_.empty()) transfers_aborted_ = reason;
     mesh_.abort(reason);
-    if (join_call_ != nullptr) join_call_->TryCancel();
   }
+  leader_join_.abort(reason);
   formed_cv_.notify_all();
   abortRounds(reason);
 }

@@ -36,6 +36,7 @@
 #include "daemon/peer/follower_stream.h"
 #include "daemon/peer/follower_streams.h"
 #include "daemon/peer/join_desk.h"
+#include "daemon/peer/leader_join.h"
 #include "daemon/peer/leader_link.h"
 #include "daemon/peer/leader_rounds.h"
 #include "daemon/peer/membership_parts.h"
@@ -328,9 +329,6 @@ class CrossNode : public NodeEndpoints {
   // Records `nodes` as the membership of `epoch` and keeps only its first
   // part in them; returns the message's node_count (0: all fit).
   int32_t publishLocked(uint64_t epoch, NodeList* nodes) GS_REQUIRES(mutex_);
-  // Follower: the rest of a membership announced in parts, read from the
-  // daemon `stub` reaches (the leader); the failure says whose it was.
-  Status readRestOfMembers(v1::Peer::StubInterface* stub, uint64_t epoch, int32_t node_count, NodeList* nodes) const;
   JoinDesk::Answers dueJoinsLocked(CrossClock::time_point now) GS_REQUIRES(mutex_);
   // Leader: a node holding no rank asks to join the running job for its
   // new ranks (JoinJobRequest.elastic_join): kept as a candidate.
@@ -354,28 +352,11 @@ class CrossNode : public NodeEndpoints {
   void leaderTick(CrossClock::time_point now, bool send, bool paused);
   void followerTick(CrossClock::time_point now, bool send, bool paused);
 
-  // Follower: joins the leader as `self` (JoinJob, retried while the
-  // leader does not know the job yet, until the join timeout), then opens
-  // the coordination stream.
+  // Follower: joins the leader as `self` (leader_join_), forming the
+  // membership here (joinedLocked), then opens the coordination stream.
   Status joinLeader(const v1::NodeInfo& self);
   v1::JoinJobRequest joinRequest(const v1::NodeInfo& self) const;
-  // The JoinJob calls; on success the membership is formed.
-  Status callJoinJob(v1::Peer::Stub* stub, const v1::JoinJobRequest& request) GS_EXCLUDES(mutex_);
-  // One of them, made before `deadline` (`connected`: the channel is): the
-  // call's outcome, with the membership read in full into `response` when
-  // it succeeded; an error when the job stopped or failed meanwhile, or the
-  // rest of the membership could not be read.
-  StatusOr<grpc::Status> callJoinJobOnce(v1::Peer::Stub* stub, const v1::JoinJobRequest& request,
-                                         CrossClock::time_point deadline, bool connected, v1::JoinJobResponse* response)
-      GS_EXCLUDES(mutex_);
-  // callJoinJob's parts: the leader's answer forms the membership here; the
-  // leader does not hold the job yet (its ranks register later): said once,
-  // then a pause before the next call.
   void joinedLocked(const v1::JoinJobResponse& response) GS_REQUIRES(mutex_);
-  void waitForTheLeadersJobLocked(MutexLock& lock, bool* told) GS_REQUIRES(mutex_);
-  // The JoinJob call about to be made with `context` (abortTransfers
-  // cancels it), unless the job stopped or failed meanwhile.
-  Status beginJoinCallLocked(grpc::ClientContext* context) GS_REQUIRES(mutex_);
   // Follower thread: follows the leader's stream until it ends (through a
   // failover to a new leader, where switched on).
   void readLeader();
@@ -477,11 +458,11 @@ class CrossNode : public NodeEndpoints {
   // What this node told the others of the job's failure, or heard they
   // know (its own lock; taken under mutex_, never the other way).
   FailureNotices notices_;
-  bool reader_done_ GS_GUARDED_BY(mutex_) = false;                  // follower: the leader's stream ended
-  std::string transfers_aborted_ GS_GUARDED_BY(mutex_);             // abortTransfers' reason
-  grpc::ClientContext* join_call_ GS_GUARDED_BY(mutex_) = nullptr;  // follower: the JoinJob call in progress
+  bool reader_done_ GS_GUARDED_BY(mutex_) = false;       // follower: the leader's stream ended
+  std::string transfers_aborted_ GS_GUARDED_BY(mutex_);  // abortTransfers' reason
 
   // Follower side.
+  LeaderJoin leader_join_;  // its own lock, a leaf
   LeaderLink link_;
   BatchAssembler batch_parts_;             // the reader thread's: the leader's batch being received
   CrossClock::time_point last_heartbeat_;  // housekeeping thread only

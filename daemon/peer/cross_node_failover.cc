@@ -80,8 +80,8 @@ Status CrossNode::followElected(const v1::NodeInfo& leader, const std::shared_pt
                                 v1::ElectResponse answer) {
   v1::NewEpoch& change = *answer.mutable_change();
   if (change.node_count() > 0) {
-    RETURN_IF_ERROR(readRestOfMembers(v1::Peer::NewStub(channel).get(), change.epoch(), change.node_count(),
-                                      change.mutable_nodes()));
+    RETURN_IF_ERROR(readRestOfMembers(v1::Peer::NewStub(channel).get(), options_.job_id, options_.token, change.epoch(),
+                                      change.node_count(), change.mutable_nodes()));
   }
   applyNewEpoch(change);
   link_.connect(leader.peer_address());  // CheckMember asks the new leader too

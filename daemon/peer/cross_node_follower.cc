@@ -16,7 +16,12 @@ Status CrossNode::joinLeader(const v1::NodeInfo& self) {
                               "(GRADSYNC_LEADER)");
   }
   link_.connect(options_.leader_address);
-  RETURN_IF_ERROR(callJoinJob(link_.stub().get(), joinRequest(self)));
+  ASSIGN_OR_RETURN(const v1::JoinJobResponse joined,
+                   leader_join_.join(link_.channel(), link_.stub().get(), joinRequest(self)));
+  {
+    MutexLock lock(mutex_);
+    joinedLocked(joined);
+  }
   openStream();
   if (self.ranks().empty()) {
     GS_LOG(control, info,
@@ -45,108 +50,11 @@ v1::JoinJobRequest CrossNode::joinRequest(const v1::NodeInfo& self) const {
   return request;
 }
 
-Status CrossNode::beginJoinCallLocked(grpc::ClientContext* context) {
-  if (stopping_) return cancelled("job stopped while joining");
-  if (!transfers_aborted_.empty()) {
-    return cancelled("job '" + options_.job_id + "' failed while joining: " + transfers_aborted_);
-  }
-  join_call_ = context;
-  return okStatus();
-}
-
-StatusOr<grpc::Status> CrossNode::callJoinJobOnce(v1::Peer::Stub* stub, const v1::JoinJobRequest& request,
-                                                  CrossClock::time_point deadline, bool connected,
-                                                  v1::JoinJobResponse* response) {
-  grpc::ClientContext context;
-  context.set_deadline(std::chrono::system_clock::now() +
-                       std::chrono::duration_cast<std::chrono::milliseconds>(deadline - CrossClock::now()));
-  {
-    MutexLock lock(mutex_);
-    RETURN_IF_ERROR(beginJoinCallLocked(&context));
-  }
-  // Not connected: the call fails at once, with gRPC's reason (refused,
-  // or a TLS handshake the leader rejected).
-  grpc::Status called = stub->JoinJob(&context, request, response);
-  Status read = okStatus();
-  if (called.ok() && response->node_count() > 0) {
-    read = readRestOfMembers(stub, response->epoch(), response->node_count(), response->mutable_nodes());
-  }
-  {
-    MutexLock lock(mutex_);
-    join_call_ = nullptr;
-  }
-  if (!read.isOk()) return unavailable(read.message() + " (joined the leader at " + options_.leader_address + ")");
-  if (!connected && called.error_code() == grpc::StatusCode::UNAVAILABLE) {
-    called = grpc::Status(grpc::StatusCode::UNAVAILABLE,
-                          "its peer service accepts no connection (" + called.error_message() + ")");
-  }
-  return called;
-}
-
-Status CrossNode::callJoinJob(v1::Peer::Stub* stub, const v1::JoinJobRequest& request) {
-  const auto deadline = CrossClock::now() + options_.join_timeout;
-  grpc::Status last;
-  grpc::Status reason;   // the last failure that says more than the deadline
-  bool reached = false;  // the leader's daemon accepted a connection once
-  bool told_waiting = false;
-  while (CrossClock::now() < deadline) {
-    // Connected first: a call that then breaks off (UNAVAILABLE) means the
-    // leader's daemon died or was cut off while the job was forming, which
-    // is final; one that cannot connect yet is retried until the deadline.
-    const bool connected = link_.channel()->WaitForConnected(
-        std::chrono::system_clock::now() +
-        std::min<std::chrono::milliseconds>(
-            std::chrono::seconds(1),
-            std::chrono::duration_cast<std::chrono::milliseconds>(deadline - CrossClock::now())));
-    if (reached && !connected) {
-      return unavailable("job '" + options_.job_id + "': lost the leader at " + options_.leader_address +
-                         " while the job was forming: its daemon no longer accepts connections");
-    }
-    reached = reached || connected;
-    v1::JoinJobResponse response;
-    ASSIGN_OR_RETURN(last, callJoinJobOnce(stub, request, deadline, connected, &response));
-    MutexLock lock(mutex_);
-    if (last.error_code() != grpc::StatusCode::DEADLINE_EXCEEDED) reason = last;
-    if (last.ok()) {
-      // A leader of another version (an older one does not check).
-      RETURN_IF_ERROR(checkProtocol(options_.job_id, options_.protocol, "this node (" + options_.self_address + ")",
-                                    ProtocolRange::of(response), "the leader at " + options_.leader_address));
-      joinedLocked(response);
-      break;
-    }
-    if (connected && last.error_code() == grpc::StatusCode::UNAVAILABLE) {
-      return unavailable("job '" + options_.job_id + "': lost the leader at " + options_.leader_address +
-                         " while the job was forming: " + last.error_message());
-    }
-    // The leader may not know the job yet (its ranks register later): retry.
-    if (last.error_code() != grpc::StatusCode::UNAVAILABLE && last.error_code() != grpc::StatusCode::NOT_FOUND) break;
-    if (last.error_code() == grpc::StatusCode::NOT_FOUND) waitForTheLeadersJobLocked(lock, &told_waiting);
-  }
-  if (!last.ok()) {
-    // The last call may have run into the join deadline: the one before it
-    // says why (a refused connection, a TLS handshake the leader rejected).
-    const grpc::Status& why = reason.ok() ? last : reason;
-    return unavailable("job '" + options_.job_id + "': cannot join the leader at " + options_.leader_address + ": " +
-                       why.error_message());
-  }
-  return okStatus();
-}
-
 void CrossNode::joinedLocked(const v1::JoinJobResponse& response) {
   // A candidate joins a running job (at its epoch, not a member yet).
   book_.form({response.nodes().begin(), response.nodes().end()}, std::max<uint64_t>(1, response.epoch()));
   nccl_id_ = response.nccl_unique_id();
   formed_cv_.notify_all();
-}
-
-void CrossNode::waitForTheLeadersJobLocked(MutexLock& lock, bool* told) {
-  if (!*told) {
-    GS_LOG(control, info, "job '{}': the leader at {} does not hold the job yet; asking again until the join timeout",
-           options_.job_id, options_.leader_address);
-    *told = true;
-  }
-  formed_cv_.wait_for(lock, std::chrono::milliseconds(100),
-                      [&]() GS_REQUIRES(mutex_) { return stopping_ || !transfers_aborted_.empty(); });
 }
 
 void CrossNode::openStream() {
@@ -245,8 +153,8 @@ void CrossNode::onLeaderMessage(const v1::LeaderMessage& message) {
     applyNewEpoch(message.new_epoch());
   } else if (message.has_new_epoch()) {
     v1::NewEpoch change = message.new_epoch();
-    const Status read =
-        readRestOfMembers(link_.stub().get(), change.epoch(), change.node_count(), change.mutable_nodes());
+    const Status read = readRestOfMembers(link_.stub().get(), options_.job_id, options_.token, change.epoch(),
+                                          change.node_count(), change.mutable_nodes());
     if (!read.isOk()) {
       failureDetected(read.message(), true);
       return;
