@@ -58,6 +58,9 @@ class DaemonComms {
   bool active() const { return job_ != nullptr && !failed_; }
   // The GPU the job's communicator is on (-1 before it formed).
   int device() const { return device_; }
+  // The GPU for the job's communicator: its own once formed, else
+  // `first_device` (0 when that is -1).
+  int leadDevice(int first_device) const { return device_ >= 0 ? device_ : first_device >= 0 ? first_device : 0; }
 
  private:
   static constexpr size_t kMaxSetComms = 8;

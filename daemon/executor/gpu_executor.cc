@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // GpuExecutor: its resources, and the collectives among the ranks of one
-// node (the paths across nodes are in gpus_across_daemons.cc).
+// node (the collectives across nodes are types of their own: allreduce_across_daemons.h and the others beside it).
 #include "daemon/executor/gpu_executor.h"
 
 #include <algorithm>
@@ -20,11 +20,11 @@ std::vector<ResponseResult> GpuExecutor::run(const fusion::FusedResponse& fused,
   std::vector<ResponseResult> results;
   const Response& head = fused.responses.front();
   if (head.status.isOk() && head.type == v1::ALLREDUCE && head.first().op == v1::ADASUM) {
-    for (const auto& r : fused.responses) results.push_back(across_daemons_.adasum(r, access));  // one op per bucket
+    for (const auto& r : fused.responses) results.push_back(adasum_.adasum(r, access));  // one op per bucket
     return results;
   }
   if (access.dataPlane().multiNode() && head.status.isOk() && head.type == v1::ALLREDUCE) {
-    return allWith(fused, across_daemons_.allreduce(responsesOf(fused), access));
+    return allWith(fused, allreduce_across_.allreduce(responsesOf(fused), access));
   }
   for (const auto& r : fused.responses) results.push_back(r.status.isOk() ? runOne(r, access) : failed(r, r.status));
   return results;
@@ -36,18 +36,18 @@ ResponseResult GpuExecutor::runOne(const Response& r, RankAccess& access) {
     case v1::ALLREDUCE:
       return failed(r, allreduce(r, access));
     case v1::BROADCAST:
-      return failed(r, multi_node ? across_daemons_.broadcast(r, access) : broadcast(r, access));
+      return failed(r, multi_node ? broadcast_across_.broadcast(r, access) : broadcast(r, access));
     case v1::BARRIER:
     case v1::JOIN:
     case v1::PROCESS_SET_ADD:
     case v1::PROCESS_SET_REMOVE:
       return failed(r, okStatus());
     case v1::ALLGATHER:
-      return multi_node ? across_daemons_.gatherLike(r, access) : allgather(r, access);
+      return multi_node ? gather_across_.gatherLike(r, access) : allgather(r, access);
     case v1::ALLTOALL:
-      return multi_node ? across_daemons_.gatherLike(r, access) : alltoall(r, access);
+      return multi_node ? gather_across_.gatherLike(r, access) : alltoall(r, access);
     case v1::REDUCESCATTER:
-      return multi_node ? across_daemons_.reducescatter(r, access) : reducescatter(r, access);
+      return multi_node ? reducescatter_across_.reducescatter(r, access) : reducescatter(r, access);
     default:
       return failed(r, unimplemented("tensor '" + r.name + "': " + collectiveName(r.type) +
                                      " of CUDA tensors is not implemented yet"));

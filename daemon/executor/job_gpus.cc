@@ -227,6 +227,36 @@ Status JobGpus::checkOutputs(const Response& r, const Members& m, const std::vec
   return okStatus();
 }
 
+Status JobGpus::stageInputs(const Response& r, const Members& m, const std::vector<size_t>& index,
+                            const std::vector<size_t>& offset, uint8_t* host) {
+  if (m.stream == nullptr) return okStatus();  // no local rank holds memory
+  RETURN_IF_ERROR(ops_->waitStream(m.stream, "waiting for the job's stream"));
+  for (size_t k = 0; k < m.list.size(); ++k) {
+    const uint64_t length = r.requests[index[k]]->length;
+    if (length == 0) continue;
+    RETURN_IF_ERROR(context(
+        ops_->copy(host + offset[index[k]], m.list[k].data, length, gpu::CopyKind::kDeviceToHost, m.stream),
+        "tensor '" + r.name + "': copy of rank " + std::to_string(m.list[k].rank) + "'s tensor to the staging buffer"));
+  }
+  return okStatus();
+}
+
+StatusOr<std::vector<JobGpus::Members>> JobGpus::withLead(std::vector<Members> groups, int lead) {
+  if (groups.empty() || groups.front().device < 0) return groups;  // no memory of a local rank here
+  auto at = std::find_if(groups.begin(), groups.end(), [&](const Members& m) { return m.device == lead; });
+  if (at == groups.end()) {
+    Members empty;
+    empty.device = lead;
+    ASSIGN_OR_RETURN(empty.stream, streamFor(lead));
+    groups.insert(groups.begin(), std::move(empty));
+  } else {
+    std::rotate(groups.begin(), at, at + 1);
+  }
+  return groups;
+}
+
+int JobGpus::firstDevice(const std::vector<Members>& groups) { return groups.empty() ? -1 : groups.front().device; }
+
 StatusOr<std::vector<std::vector<size_t>>> JobGpus::checkedIndices(const Response& r,
                                                                    const std::vector<Members>& groups,
                                                                    const std::vector<uint64_t>& bytes) {

@@ -77,6 +77,16 @@ class JobGpus {
   // `status`, or the first wait's error.
   Status drainStaging(const std::vector<Members>& groups, Status status);
 
+  // Copies the members' inputs to `host`, each at offset[its request]
+  // (their device selected).
+  Status stageInputs(const Response& r, const Members& m, const std::vector<size_t>& index,
+                     const std::vector<size_t>& offset, uint8_t* host);
+  // `groups` with the one on `lead` first (an empty one added if no local
+  // rank uses that GPU).
+  StatusOr<std::vector<Members>> withLead(std::vector<Members> groups, int lead);
+  // The first group's GPU (-1: none, or no local rank holds memory).
+  static int firstDevice(const std::vector<Members>& groups);
+
   // The index in r.requests of each member, and the entries of `all`
   // (parallel to r.requests) that are the members'.
   static std::vector<size_t> memberIndices(const Response& r, const Members& m);

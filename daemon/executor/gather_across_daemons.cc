@@ -1,30 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
-// GpusAcrossDaemons over NCCL for allgather, alltoall and
-// reducescatter (every node decides alike: the daemons' communicator exists;
-// reducescatter also has elements), over the job's communicator or a
-// process set's split of it (daemon_comms.h).
-//
-// Several GPUs here: their ranks' inputs are first gathered on every GPU of
-// the node (node_gpus_gather.cc's blocks). Then, on the lead GPU
-// (the one of the daemons' communicator):
-// - allgather: this node's inputs, end to end in request order, into its
-//   block of a buffer of one block per node (blocks as large as the largest
-//   node's share), an in-place ncclAllGather, the buffer to the node's other
-//   GPUs, and each rank's output from its GPU's copy;
-// - alltoall: the messages to each other node packed as the ring's
-//   exchange packs them (executor_util.h's routes), grouped ncclSend and
-//   ncclRecv with each node, the received messages to the other GPUs, and
-//   each rank's output from its GPU's inputs and messages.
-// - reducescatter: the node's GPUs' sum allreduced among the nodes, to the
-//   other GPUs, and each rank's rows (an allreduce: twice the bytes of a
-//   reduce-scatter, whose equal blocks per node the ranks' rows rarely
-//   make, but one call and no layout across nodes).
+#include "daemon/executor/gather_across_daemons.h"
+
 #include <algorithm>
+#include <cstring>
 #include <functional>
 
+#include "base/dtype.h"
 #include "daemon/executor/executor_util.h"
 #include "daemon/executor/gpu_executor_util.h"
-#include "daemon/executor/gpus_across_daemons.h"
 
 namespace gradsync::executor {
 namespace {
@@ -63,26 +46,43 @@ std::vector<gpu::NcclComm::PeerBytes> peerBytes(const std::vector<collective::Ra
   return out;
 }
 
+
+// Where each request's input lies when every rank's input is laid end to
+// end (the ring's buffer), and which node owns which ranges of it.
+struct GatherLayout {
+  std::vector<size_t> offset;  // parallel to r.requests
+  size_t total = 0;
+  std::vector<std::vector<collective::Range>> owned;  // per node
+};
+
+GatherLayout gatherLayout(const Response& r, RankAccess& access) {
+  GatherLayout layout;
+  layout.owned.resize(access.dataPlane().nodeCount());
+  for (const auto& request : r.requests) {
+    layout.offset.push_back(layout.total);
+    layout.owned[access.dataPlane().nodeOf(request->rank)].push_back({layout.total, request->length});
+    layout.total += request->length;
+  }
+  return layout;
+}
+
+
 }  // namespace
 
-StatusOr<std::vector<GpusAcrossDaemons::Members>> GpusAcrossDaemons::withLead(std::vector<Members> groups, int lead) {
-  if (groups.empty() || groups.front().device < 0) return groups;  // no memory of a local rank here
-  auto at = std::find_if(groups.begin(), groups.end(), [&](const Members& m) { return m.device == lead; });
-  if (at == groups.end()) {
-    Members empty;
-    empty.device = lead;
-    ASSIGN_OR_RETURN(empty.stream, gpus_->streamFor(lead));
-    groups.insert(groups.begin(), std::move(empty));
-  } else {
-    std::rotate(groups.begin(), at, at + 1);
-  }
-  return groups;
+std::vector<uint64_t> gatheredBytes(const Response& r, ResponseResult* result) {
+  if (r.type != v1::ALLGATHER) return alltoallLayout(r, result).bytes;
+  int64_t total_rows = 0;
+  for (const auto& request : r.requests) total_rows += request->shape.empty() ? 1 : request->shape[0];
+  const std::vector<int64_t> gathered_shape = withFirstDim(r.first().shape, total_rows);
+  for (auto& member : result->members) member.output_shape = gathered_shape;
+  return std::vector<uint64_t>(r.requests.size(), total_rows * rowBytes(r.first()));
 }
+
 
 // Where an allgather's or alltoall's bytes lie in each GPU's fusion buffer:
 // with several GPUs, first every local input (local_at, local_bytes); then,
 // among the nodes, allgather's blocks, or alltoall's send and receive buffers.
-struct GpusAcrossDaemons::GatherLikePlan {
+struct GatherAcrossDaemons::GatherLikePlan {
   bool gather = false;                     // allgather (else alltoall)
   std::vector<std::vector<size_t>> index;  // by group: its members' requests
   // Several GPUs: local_at[i], where local request i's input lies on each
@@ -110,7 +110,108 @@ struct GpusAcrossDaemons::GatherLikePlan {
   }
 };
 
-GpusAcrossDaemons::GatherLikePlan GpusAcrossDaemons::planGatherLike(const Response& r, RankAccess& access,
+ResponseResult GatherAcrossDaemons::gatherLike(const Response& r, RankAccess& access) {
+  auto resolved = gpus_->resolveByDevice(r, access);
+  if (!resolved.isOk()) return failed(r, resolved.status());
+  {  // every node decides alike
+    auto nodes = daemons_->forResponse(r, access, daemons_->leadDevice(JobGpus::firstDevice(*resolved)), v1::UINT8);
+    if (!nodes.isOk()) return failed(r, nodes.status());
+    if (nodes->outside) return failed(r, okStatus());  // a process set with no rank here
+    if (nodes->comm != nullptr) return ncclGatherLike(r, access, *nodes, std::move(resolved).value());
+  }
+  return hostGatherLike(r, access, *resolved);
+}
+
+ResponseResult GatherAcrossDaemons::hostGatherLike(const Response& r, RankAccess& access,
+                                                 const std::vector<Members>& groups) {
+  // (By GPU: each stages through the same host buffer.)
+  std::vector<std::vector<size_t>> index;
+  for (const auto& group : groups) index.push_back(JobGpus::memberIndices(r, group));
+  const GatherLayout layout = gatherLayout(r, access);
+  ResponseResult result = failed(r, okStatus());
+  const std::vector<uint64_t> out_bytes = gatheredBytes(r, &result);
+  Status status = okStatus();
+  for (size_t g = 0; status.isOk() && g < groups.size(); ++g) {
+    status = JobGpus::checkOutputs(r, groups[g], JobGpus::localBytes(groups[g], index[g], out_bytes));
+  }
+  // Alltoall: each rank's input at layout.offset, then the messages to the
+  // other nodes and from them (a pairwise exchange, as on the CPU path).
+  const AlltoallRoutes routes = r.type == v1::ALLTOALL ? alltoallRoutes(r, access) : AlltoallRoutes();
+  uint8_t* host = gpus_->staging(std::max<size_t>(layout.total + routes.send_bytes + routes.recv_bytes, 1));
+  uint8_t* send = host + layout.total;
+  uint8_t* recv = send + routes.send_bytes;
+  size_t waited = 0;  // groups whose ready events were awaited: their done events are recorded whatever happens
+  for (size_t g = 0; status.isOk() && g < groups.size(); ++g) {
+    if (groups[g].device >= 0) status = ops_->select(groups[g].device);
+    if (status.isOk()) status = gpus_->waitReady(groups[g]);
+    if (status.isOk()) ++waited;
+  }
+  if (status.isOk()) {
+    PhaseScope phase(access, "MEMCPY_DEVICE_TO_HOST");
+    for (size_t g = 0; status.isOk() && g < groups.size(); ++g) {
+      if (groups[g].device >= 0) status = ops_->select(groups[g].device);
+      if (status.isOk()) status = gpus_->stageInputs(r, groups[g], index[g], layout.offset, host);
+    }
+  }
+  if (status.isOk() && r.type == v1::ALLGATHER)
+    status = access.dataPlane().allgather(nodesOf(r, access), host, layout.owned);
+  if (status.isOk() && r.type == v1::ALLTOALL)
+    status = stagedAlltoallExchange(r, access, groups, routes, layout.offset, host, send, recv);
+  if (status.isOk()) {
+    PhaseScope phase(access, "MEMCPY_HOST_TO_DEVICE");
+    for (size_t g = 0; status.isOk() && g < groups.size(); ++g) {
+      if (groups[g].device >= 0) status = ops_->select(groups[g].device);
+      if (status.isOk())
+        status = copyGatheredOut(r, groups[g], index[g], layout.offset, layout.total, routes, host, recv);
+    }
+  }
+  status = gpus_->recordDoneOnGpus(groups, waited, status);
+  status = gpus_->drainStaging(groups, status);
+  return status.isOk() ? result : failed(r, status);
+}
+
+Status GatherAcrossDaemons::stagedAlltoallExchange(const Response& r, RankAccess& access,
+                                                 const std::vector<Members>& groups, const AlltoallRoutes& routes,
+                                                 const std::vector<size_t>& offset, const uint8_t* host, uint8_t* send,
+                                                 uint8_t* recv) {
+  for (const auto& group : groups) {
+    if (group.stream != nullptr)
+      RETURN_IF_ERROR(ops_->waitStream(group.stream, "waiting for the copies to the staging buffer"));
+  }
+  size_t at = 0;
+  for (const auto& piece : routes.pack) {
+    std::memcpy(send + at, host + offset[piece.request] + piece.offset, piece.bytes);
+    at += piece.bytes;
+  }
+  return access.dataPlane().alltoall(nodesOf(r, access), send, routes.send_to, recv, routes.recv_from);
+}
+
+Status GatherAcrossDaemons::copyGatheredOut(const Response& r, const Members& m, const std::vector<size_t>& index,
+                                          const std::vector<size_t>& offset, size_t total, const AlltoallRoutes& routes,
+                                          const uint8_t* host, const uint8_t* recv) {
+  for (size_t k = 0; k < m.list.size(); ++k) {
+    const std::string what = "tensor '" + r.name + "': copy to rank " + std::to_string(m.list[k].rank);
+    if (r.type == v1::ALLGATHER) {
+      if (total > 0) {
+        RETURN_IF_ERROR(
+            context(ops_->copy(m.list[k].output, host, total, gpu::CopyKind::kHostToDevice, m.stream), what));
+      }
+      continue;
+    }
+    size_t written = 0;
+    for (const auto& piece : routes.output[index[k]]) {
+      const uint8_t* from = piece.remote ? recv + piece.offset : host + offset[piece.request] + piece.offset;
+      if (piece.bytes > 0) {
+        RETURN_IF_ERROR(context(
+            ops_->copy(m.list[k].output + written, from, piece.bytes, gpu::CopyKind::kHostToDevice, m.stream), what));
+      }
+      written += piece.bytes;
+    }
+  }
+  return okStatus();
+}
+
+GatherAcrossDaemons::GatherLikePlan GatherAcrossDaemons::planGatherLike(const Response& r, RankAccess& access,
                                                                     const NodesComm& nodes_comm,
                                                                     const std::vector<Members>& groups) {
   GatherLikePlan plan;
@@ -144,7 +245,7 @@ GpusAcrossDaemons::GatherLikePlan GpusAcrossDaemons::planGatherLike(const Respon
   return plan;
 }
 
-Status GpusAcrossDaemons::gatherInputsOnEveryGpu(const Response& r, const std::vector<Members>& groups,
+Status GatherAcrossDaemons::gatherInputsOnEveryGpu(const Response& r, const std::vector<Members>& groups,
                                                  const GatherLikePlan& plan, RankAccess& access) {
   for (size_t g = 0; g < groups.size(); ++g) {
     RETURN_IF_ERROR(ops_->select(groups[g].device));
@@ -162,7 +263,7 @@ Status GpusAcrossDaemons::gatherInputsOnEveryGpu(const Response& r, const std::v
   return node_gpus_->gatherAcrossGpus(r, groups, local, plan.local_block, access);
 }
 
-Status GpusAcrossDaemons::packForTheNodes(const Response& r, const std::vector<Members>& groups,
+Status GatherAcrossDaemons::packForTheNodes(const Response& r, const std::vector<Members>& groups,
                                           const GatherLikePlan& plan) {
   const Members& lead = groups.front();
   uint8_t* cross = plan.buffers.front() + plan.local_bytes;
@@ -192,7 +293,7 @@ Status GpusAcrossDaemons::packForTheNodes(const Response& r, const std::vector<M
   return okStatus();
 }
 
-Status GpusAcrossDaemons::exchangeAmongTheNodes(const Response& r, RankAccess& access, const NodesComm& nodes_comm,
+Status GatherAcrossDaemons::exchangeAmongTheNodes(const Response& r, RankAccess& access, const NodesComm& nodes_comm,
                                                 const Members& lead, const GatherLikePlan& plan) {
   uint8_t* cross = plan.buffers.front() + plan.local_bytes;
   Status moved = okStatus();
@@ -205,11 +306,11 @@ Status GpusAcrossDaemons::exchangeAmongTheNodes(const Response& r, RankAccess& a
                                       peerBytes(plan.routes.recv_from, nodes_comm.nodes), lead.stream,
                                       DaemonComms::waitFor(access));
   }
-  if (!moved.isOk()) moved = daemons_.fail(moved, access);
+  if (!moved.isOk()) moved = daemons_->fail(moved, access);
   return context(moved, "tensor '" + r.name + "'");
 }
 
-Status GpusAcrossDaemons::writeGatherLikeOutputs(const Response& r, const std::vector<Members>& groups,
+Status GatherAcrossDaemons::writeGatherLikeOutputs(const Response& r, const std::vector<Members>& groups,
                                                  const GatherLikePlan& plan, RankAccess& access) {
   // What came from the other nodes, to the other GPUs here.
   if (groups.size() > 1 && plan.received() > 0) {
@@ -241,7 +342,7 @@ Status GpusAcrossDaemons::writeGatherLikeOutputs(const Response& r, const std::v
   return okStatus();
 }
 
-Status GpusAcrossDaemons::runGatherLike(const Response& r, RankAccess& access, const NodesComm& nodes_comm,
+Status GatherAcrossDaemons::runGatherLike(const Response& r, RankAccess& access, const NodesComm& nodes_comm,
                                         const std::vector<Members>& groups, const std::vector<uint64_t>& out_bytes,
                                         GatherLikePlan& plan, size_t* waited) {
   for (size_t g = 0; g < groups.size(); ++g) {
@@ -267,9 +368,9 @@ Status GpusAcrossDaemons::runGatherLike(const Response& r, RankAccess& access, c
   return writeGatherLikeOutputs(r, groups, plan, access);
 }
 
-ResponseResult GpusAcrossDaemons::ncclGatherLike(const Response& r, RankAccess& access, const NodesComm& nodes_comm,
+ResponseResult GatherAcrossDaemons::ncclGatherLike(const Response& r, RankAccess& access, const NodesComm& nodes_comm,
                                                  std::vector<Members> resolved) {
-  auto arranged = withLead(std::move(resolved), nodes_comm.comm->devices().front());
+  auto arranged = gpus_->withLead(std::move(resolved), nodes_comm.comm->devices().front());
   if (!arranged.isOk()) return failed(r, arranged.status());
   const std::vector<Members>& groups = *arranged;
   ResponseResult result = failed(r, okStatus());
@@ -279,64 +380,6 @@ ResponseResult GpusAcrossDaemons::ncclGatherLike(const Response& r, RankAccess& 
   Status status = runGatherLike(r, access, nodes_comm, groups, out_bytes, plan, &waited);
   status = gpus_->recordDoneOnGpus(groups, waited, status);
   return status.isOk() ? result : failed(r, status);
-}
-
-ResponseResult GpusAcrossDaemons::ncclReducescatter(const Response& r, RankAccess& access, gpu::NcclComm* comm,
-                                                    std::vector<Members> resolved) {
-  const Request& first = r.first();
-  if (Status valid = checkReduction(r.name, first); !valid.isOk()) return failed(r, valid);
-  const ReduceOp across = first.op == v1::AVERAGE ? v1::SUM : first.op;  // the average comes last
-  const std::vector<int64_t> rows = reducescatterRows(r);
-  ResponseResult result = failed(r, okStatus());
-  const OutputLayout layout = reducescatterLayout(r, rows, &result);
-  auto arranged = withLead(std::move(resolved), comm->devices().front());
-  if (!arranged.isOk()) return failed(r, arranged.status());
-  const std::vector<Members>& groups = *arranged;
-  if (groups.empty() || groups.front().device < 0) {
-    return failed(r, internalError("tensor '" + r.name + "': this node's ranks have no memory for the reducescatter"));
-  }
-  // The lead GPU (the daemons' communicator's) may hold none of this job's
-  // ranks: it then takes the other GPUs' sum.
-  const size_t with_ranks = groups.front().list.empty() ? 1 : 0;
-  size_t waited = 0;
-  Status status = [&]() -> Status {
-    ASSIGN_OR_RETURN(const std::vector<std::vector<size_t>> index, JobGpus::checkedIndices(r, groups, layout.bytes));
-    ASSIGN_OR_RETURN(std::vector<void*> fused, node_gpus_->reduceEachGpu(r, groups, across, &waited));
-    if (groups.size() - with_ranks > 1) {
-      const std::vector<Members> ranked(groups.begin() + with_ranks, groups.end());
-      RETURN_IF_ERROR(node_gpus_->acrossGpus(r, ranked, {fused.begin() + with_ranks, fused.end()}, first.length, across,
-                                             -1, access));
-    }
-    const Members& lead = groups.front();
-    if (with_ranks > 0) {  // a peer copy once the sum is there
-      RETURN_IF_ERROR(ops_->select(groups[1].device));
-      RETURN_IF_ERROR(ops_->waitStream(groups[1].stream, "waiting for the local reduction"));
-      RETURN_IF_ERROR(ops_->select(lead.device));
-      RETURN_IF_ERROR(ops_->copy(fused[0], fused[1], first.length, gpu::CopyKind::kDeviceToDevice, lead.stream));
-    }
-    RETURN_IF_ERROR(ops_->select(lead.device));
-    {
-      // allReduce waits for the stream: the phase covers the local reduction too.
-      PhaseScope phase(access, "NCCL_ALLREDUCE");
-      Status reduced = comm->allReduce({fused[0]}, first.length / elementSize(first.dtype), first.dtype, across,
-                                       {lead.stream}, DaemonComms::waitFor(access));
-      if (!reduced.isOk()) reduced = daemons_.fail(reduced, access);
-      RETURN_IF_ERROR(context(reduced, "tensor '" + r.name + "'"));
-    }
-    if (groups.size() > 1) RETURN_IF_ERROR(node_gpus_->acrossGpus(r, groups, fused, first.length, v1::SUM, 0, access));
-    for (size_t g = with_ranks; g < groups.size(); ++g) {  // each rank's rows, with the average and postscale
-      RETURN_IF_ERROR(ops_->select(groups[g].device));
-      RETURN_IF_ERROR(node_gpus_->scatterRows(r, groups[g], index[g], rows, static_cast<const uint8_t*>(fused[g])));
-    }
-    return okStatus();
-  }();
-  status = gpus_->recordDoneOnGpus(groups, waited, status);
-  return status.isOk() ? result : failed(r, status);
-}
-
-int GpusAcrossDaemons::leadDevice(const std::vector<Members>& groups) const {
-  if (daemons_.device() >= 0) return daemons_.device();
-  return !groups.empty() && groups.front().device >= 0 ? groups.front().device : 0;
 }
 
 }  // namespace gradsync::executor

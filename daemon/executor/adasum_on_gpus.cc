@@ -1,24 +1,16 @@
 // SPDX-License-Identifier: Apache-2.0
-// GpusAcrossDaemons: Adasum of CUDA tensors, through host memory. Every rank's
-// tensor is copied out (across nodes, the daemons' allgather brings the
-// other nodes' ranks), combined by the CPU path's reduce::adasum in rank
-// order, and the result copied back to every local rank: the same result,
-// bit for bit, as for CPU tensors. Horovod combines a node's GPUs with NCCL
-// first and runs Adasum among the nodes only; that changes the result (a
-// sum within the node, Adasum between nodes), so gradsync keeps the one
-// definition. Host memory holds every rank's tensor (ranks x bytes), as on
-// the CPU path.
+#include "daemon/executor/adasum_on_gpus.h"
+
 #include <vector>
 
 #include "base/dtype.h"
 #include "daemon/collective/reduce/adasum.h"
 #include "daemon/executor/executor_util.h"
 #include "daemon/executor/gpu_executor_util.h"
-#include "daemon/executor/gpus_across_daemons.h"
 
 namespace gradsync::executor {
 
-ResponseResult GpusAcrossDaemons::adasum(const Response& r, RankAccess& access) {
+ResponseResult AdasumOnGpus::adasum(const Response& r, RankAccess& access) {
   auto resolved = gpus_->resolveByDevice(r, access);
   if (!resolved.isOk()) return failed(r, resolved.status());
   const std::vector<Members>& groups = *resolved;
@@ -62,7 +54,7 @@ ResponseResult GpusAcrossDaemons::adasum(const Response& r, RankAccess& access) 
   return failed(r, gpus_->drainStaging(groups, status));
 }
 
-Status GpusAcrossDaemons::stageEveryInput(const Response& r, RankAccess& access, const std::vector<Members>& groups,
+Status AdasumOnGpus::stageEveryInput(const Response& r, RankAccess& access, const std::vector<Members>& groups,
                                           const std::vector<size_t>& offset, uint8_t* host, size_t* waited) {
   std::vector<std::vector<size_t>> index;
   for (const auto& group : groups) {
@@ -76,7 +68,7 @@ Status GpusAcrossDaemons::stageEveryInput(const Response& r, RankAccess& access,
   for (size_t g = 0; g < groups.size(); ++g) {
     if (groups[g].device < 0) continue;
     RETURN_IF_ERROR(ops_->select(groups[g].device));
-    RETURN_IF_ERROR(stageInputs(r, groups[g], index[g], offset, host));
+    RETURN_IF_ERROR(gpus_->stageInputs(r, groups[g], index[g], offset, host));
     RETURN_IF_ERROR(ops_->waitStream(groups[g].stream, "waiting for the copies to host memory"));
   }
   return okStatus();

@@ -1,20 +1,20 @@
 // SPDX-License-Identifier: Apache-2.0
-// GpusAcrossDaemons: allreduce and broadcast: the node's ranks reduced on its GPU, then NCCL
-// among the daemons' GPUs or host staging through the daemons' ring.
+#include "daemon/executor/allreduce_across_daemons.h"
+
 #include <algorithm>
 #include <set>
 
 #include "base/dtype.h"
 #include "daemon/collective/cuda/local_reduce.h"
+#include "daemon/collective/reduce/cpu_reduce.h"
 #include "daemon/common/logging.h"
 #include "daemon/executor/executor_util.h"
 #include "daemon/executor/gpu_executor_util.h"
 #include "daemon/executor/gpu_phase_timer.h"
-#include "daemon/executor/gpus_across_daemons.h"
 
 namespace gradsync::executor {
 
-Status GpusAcrossDaemons::allreduce(const std::vector<const Response*>& responses, RankAccess& access) {
+Status AllreduceAcrossDaemons::allreduce(const std::vector<const Response*>& responses, RankAccess& access) {
   const Request& first = responses.front()->first();
   RETURN_IF_ERROR(checkReduction(responses.front()->name, first));
   FusedAllreduce f{responses, access, first, elementSize(first.dtype), first.op == v1::AVERAGE ? v1::SUM : first.op};
@@ -28,17 +28,17 @@ Status GpusAcrossDaemons::allreduce(const std::vector<const Response*>& response
     groups.push_back(std::move(by_device));
   }
   // Every node decides alike: same membership, same batch, same dtype.
-  const int lead = daemons_.active() ? daemons_.device() : devices.empty() ? 0 : *devices.begin();
-  ASSIGN_OR_RETURN(NodesComm nodes, daemons_.forResponse(*responses.front(), access, lead, first.dtype));
+  const int lead = daemons_->active() ? daemons_->device() : devices.empty() ? 0 : *devices.begin();
+  ASSIGN_OR_RETURN(NodesComm nodes, daemons_->forResponse(*responses.front(), access, lead, first.dtype));
   if (nodes.outside) return okStatus();  // a process set with no rank here
   gpu::NcclComm* comm = nodes.comm;
   // The GPU of the daemons' communicator takes part (with identities where
   // no local rank uses it) and leads: the communicator stays on the GPU it
   // was formed on, whichever GPUs a batch's ranks use.
-  if (comm != nullptr && !devices.empty()) devices.insert(daemons_.device());
+  if (comm != nullptr && !devices.empty()) devices.insert(daemons_->device());
   if (devices.size() > 1) {
     std::vector<int> ordered(devices.begin(), devices.end());
-    const int first_device = comm != nullptr ? daemons_.device() : ordered.front();
+    const int first_device = comm != nullptr ? daemons_->device() : ordered.front();
     std::rotate(ordered.begin(), std::find(ordered.begin(), ordered.end(), first_device),
                 std::find(ordered.begin(), ordered.end(), first_device) + 1);
     return multiGpuStagedAllreduce(responses, access, std::move(groups), ordered, comm);
@@ -46,7 +46,7 @@ Status GpusAcrossDaemons::allreduce(const std::vector<const Response*>& response
   return oneGpuAllreduce(f, groups, devices.empty() ? -1 : *devices.begin(), comm);
 }
 
-Status GpusAcrossDaemons::oneGpuAllreduce(FusedAllreduce& f, std::vector<std::vector<Members>>& groups, int device,
+Status AllreduceAcrossDaemons::oneGpuAllreduce(FusedAllreduce& f, std::vector<std::vector<Members>>& groups, int device,
                                           gpu::NcclComm* comm) {
   for (size_t t = 0; t < f.responses.size(); ++t) {
     const Response* r = f.responses[t];
@@ -64,7 +64,7 @@ Status GpusAcrossDaemons::oneGpuAllreduce(FusedAllreduce& f, std::vector<std::ve
     return f.access.dataPlane().allreduce(nodesOf(*f.responses.front(), f.access), f.staging, f.total, f.first.dtype,
                                           f.ring_op);
   }
-  if (device < 0) device = daemons_.device();
+  if (device < 0) device = daemons_->device();
   ASSIGN_OR_RETURN(f.stream, gpus_->streamFor(device));
   ASSIGN_OR_RETURN(gpu::GrowingBuffer * fusion, gpus_->fusionFor(device));
   ASSIGN_OR_RETURN(f.fused, fusion->reserve(f.total * f.esize));
@@ -76,7 +76,7 @@ Status GpusAcrossDaemons::oneGpuAllreduce(FusedAllreduce& f, std::vector<std::ve
   return status;
 }
 
-Status GpusAcrossDaemons::reduceAcrossNodesAndBack(const FusedAllreduce& f, gpu::NcclComm* comm, GpuPhaseTimer& timer,
+Status AllreduceAcrossDaemons::reduceAcrossNodesAndBack(const FusedAllreduce& f, gpu::NcclComm* comm, GpuPhaseTimer& timer,
                                                    std::vector<const Members*>* waited) {
   timer.begin("GPU_REDUCE");
   RETURN_IF_ERROR(reduceIntoFused(f, waited));
@@ -94,7 +94,7 @@ Status GpusAcrossDaemons::reduceAcrossNodesAndBack(const FusedAllreduce& f, gpu:
   return okStatus();
 }
 
-Status GpusAcrossDaemons::reduceIntoFused(const FusedAllreduce& f, std::vector<const Members*>* waited) {
+Status AllreduceAcrossDaemons::reduceIntoFused(const FusedAllreduce& f, std::vector<const Members*>* waited) {
   // Local ranks into the device's fusion buffer (prescale, no average).
   for (size_t t = 0; t < f.responses.size(); ++t) {
     if (f.members[t].list.empty()) continue;
@@ -114,17 +114,17 @@ Status GpusAcrossDaemons::reduceIntoFused(const FusedAllreduce& f, std::vector<c
   return okStatus();
 }
 
-Status GpusAcrossDaemons::ncclAcrossNodes(const FusedAllreduce& f, gpu::NcclComm* comm) {
+Status AllreduceAcrossDaemons::ncclAcrossNodes(const FusedAllreduce& f, gpu::NcclComm* comm) {
   if (!f.filled) RETURN_IF_ERROR(fillIdentitiesOnDevice(f));  // where no local rank contributes
   // allReduce waits for the stream: the phase covers the local reduction too.
   PhaseScope phase(f.access, "NCCL_ALLREDUCE");
   Status reduced =
       comm->allReduce({f.fused}, f.total, f.first.dtype, f.ring_op, {f.stream}, DaemonComms::waitFor(f.access));
-  if (!reduced.isOk()) reduced = daemons_.fail(reduced, f.access);
+  if (!reduced.isOk()) reduced = daemons_->fail(reduced, f.access);
   return reduced;
 }
 
-Status GpusAcrossDaemons::stagedAcrossNodes(const FusedAllreduce& f) {
+Status AllreduceAcrossDaemons::stagedAcrossNodes(const FusedAllreduce& f) {
   // Bounded wait first: a copy to pageable memory blocks the host until
   // the stream reaches it, and the stream waits on the ranks' events.
   {
@@ -152,7 +152,7 @@ Status GpusAcrossDaemons::stagedAcrossNodes(const FusedAllreduce& f) {
   return ops_->waitStream(f.stream, "waiting for the copy from the staging buffer");
 }
 
-Status GpusAcrossDaemons::scatterFromFused(const FusedAllreduce& f) {
+Status AllreduceAcrossDaemons::scatterFromFused(const FusedAllreduce& f) {
   // Back to every local rank, with the average and postscale.
   for (size_t t = 0; t < f.responses.size(); ++t) {
     if (f.members[t].list.empty()) continue;
@@ -171,99 +171,94 @@ Status GpusAcrossDaemons::scatterFromFused(const FusedAllreduce& f) {
   return okStatus();
 }
 
-Status GpusAcrossDaemons::ncclBroadcast(const Response& r, RankAccess& access, const NodesComm& nodes,
-                                        std::vector<Members> resolved) {
-  // Between the communicator's GPUs of the nodes (it may hold none of the
-  // ranks here: then its fusion buffer is the landing place); on the root's
-  // node from the root's GPU to the others first, on the other nodes from
-  // the communicator's GPU to the others after.
-  ASSIGN_OR_RETURN(std::vector<Members> groups, withLead(std::move(resolved), nodes.comm->devices().front()));
-  const Request& first = r.first();
-  int root_gpu = -1;           // the root's GPU here, as an index into groups
-  std::vector<void*> landing;  // per GPU: the root's tensor there, the first member's elsewhere
-  for (size_t g = 0; g < groups.size(); ++g) {
-    if (groups[g].list.empty()) {
-      ASSIGN_OR_RETURN(gpu::GrowingBuffer * fusion, gpus_->fusionFor(groups[g].device));
-      ASSIGN_OR_RETURN(uint8_t * place, fusion->reserve(first.length));
-      landing.push_back(place);
-      continue;
+StatusOr<std::vector<AllreduceAcrossDaemons::FusedAllreduce>> AllreduceAcrossDaemons::viewsByGpu(
+    const std::vector<const Response*>& responses, RankAccess& access, std::vector<std::vector<Members>>& groups,
+    const std::vector<int>& devices) {
+  const Request& first = responses.front()->first();
+  const ReduceOp ring_op = first.op == v1::AVERAGE ? v1::SUM : first.op;
+  std::vector<FusedAllreduce> per_gpu;
+  for (int device : devices) {
+    FusedAllreduce f{responses, access, first, elementSize(first.dtype), ring_op};
+    for (size_t t = 0; t < responses.size(); ++t) {
+      Members mine;
+      for (auto& group : groups[t]) {
+        if (group.device == device) mine = std::move(group);
+      }
+      if (responses[t]->first().length == 0) mine.list.clear();
+      f.offsets.push_back(f.total);
+      f.total += responses[t]->first().length / f.esize;
+      f.members.push_back(std::move(mine));
     }
-    landing.push_back(groups[g].list.front().data);
-    for (const auto& member : groups[g].list) {
-      if (member.rank != first.root_rank) continue;
-      root_gpu = static_cast<int>(g);
-      landing.back() = member.data;
-    }
+    ASSIGN_OR_RETURN(f.stream, gpus_->streamFor(device));
+    ASSIGN_OR_RETURN(gpu::GrowingBuffer * fusion, gpus_->fusionFor(device));
+    ASSIGN_OR_RETURN(f.fused, fusion->reserve(f.total * f.esize));
+    f.filled = true;
+    per_gpu.push_back(std::move(f));
   }
-  size_t waited = 0;  // groups whose ready events were awaited: their done events are recorded whatever happens
-  Status status = [&]() -> Status {
-    RETURN_IF_ERROR(gpus_->waitReadyOnGpus(groups, &waited));
-    if (root_gpu > 0)
-      RETURN_IF_ERROR(node_gpus_->acrossGpus(r, groups, landing, first.length, v1::SUM, root_gpu, access));
-    RETURN_IF_ERROR(ops_->select(groups.front().device));
-    Status sent =
-        nodes.comm->broadcast({landing.front()}, first.length, nodes.rankOf(access.dataPlane().nodeOf(first.root_rank)),
-                              {groups.front().stream}, DaemonComms::waitFor(access));
-    if (!sent.isOk()) sent = daemons_.fail(sent, access);
-    RETURN_IF_ERROR(context(sent, "tensor '" + r.name + "'"));
-    if (root_gpu <= 0 && groups.size() > 1) {
-      RETURN_IF_ERROR(node_gpus_->acrossGpus(r, groups, landing, first.length, v1::SUM, 0, access));
-    }
-    return node_gpus_->copyFromLanding(r, groups, landing);
-  }();
-  return gpus_->recordDoneOnGpus(groups, waited, status);
+  return per_gpu;
 }
 
-Status GpusAcrossDaemons::broadcast(const Response& r, RankAccess& access) {
-  ASSIGN_OR_RETURN(std::vector<Members> groups, gpus_->resolveByDevice(r, access));
-  const Request& first = r.first();
-  if (first.length > 0) {  // every node decides alike
-    ASSIGN_OR_RETURN(NodesComm nodes, daemons_.forResponse(r, access, leadDevice(groups), v1::UINT8));
-    if (nodes.outside) return okStatus();  // a process set with no rank here
-    if (nodes.comm != nullptr) return ncclBroadcast(r, access, nodes, std::move(groups));
-  }
-  // No member of the set here (the call only keeps the ring sequence), or
-  // local members without elements: the ring still runs.
-  if (groups.empty() || groups.front().device < 0) {
-    std::vector<uint8_t> none(1);
-    return access.dataPlane().broadcast(nodesOf(r, access), none.data(), 0, first.root_rank);
-  }
-  uint8_t* root = nullptr;
-  int root_gpu = -1;  // the root's GPU here, as an index into groups
-  for (size_t g = 0; g < groups.size(); ++g) {
-    for (const auto& member : groups[g].list) {
-      if (member.rank != first.root_rank) continue;
-      root = member.data;
-      root_gpu = static_cast<int>(g);
+Status AllreduceAcrossDaemons::fillIdentitiesOnDevice(const FusedAllreduce& f) {
+  bool waited = false;
+  for (size_t t = 0; t < f.responses.size(); ++t) {
+    const size_t bytes = f.responses[t]->first().length;
+    if (!f.members[t].list.empty() || bytes == 0) continue;
+    if (!waited) {  // a copy from pageable memory waits for the stream: bound it first
+      RETURN_IF_ERROR(ops_->waitStream(f.stream, "waiting for the local reduction"));
+      waited = true;
     }
+    uint8_t* host = f.staging + f.offsets[t] * f.esize;
+    fillIdentity(host, bytes / f.esize, f.first.dtype, f.ring_op);
+    RETURN_IF_ERROR(
+        context(ops_->copy(f.fused + f.offsets[t] * f.esize, host, bytes, gpu::CopyKind::kHostToDevice, f.stream),
+                "identity values to the fusion buffer"));
   }
-  size_t waited = 0;  // groups whose ready events were awaited: their done events are recorded whatever happens
-  uint8_t* host = gpus_->staging(first.length);
+  // The staging buffer is read before the next GPU's identities go there.
+  return waited ? ops_->waitStream(f.stream, "waiting for the identity values") : okStatus();
+}
+
+Status AllreduceAcrossDaemons::multiGpuStagedAllreduce(const std::vector<const Response*>& responses, RankAccess& access,
+                                                  std::vector<std::vector<Members>> groups,
+                                                  const std::vector<int>& devices, gpu::NcclComm* comm) {
+  const ReduceOp ring_op = responses.front()->first().op == v1::AVERAGE ? v1::SUM : responses.front()->first().op;
+  ASSIGN_OR_RETURN(std::vector<FusedAllreduce> per_gpu, viewsByGpu(responses, access, groups, devices));
+  const size_t bytes = per_gpu.front().total * per_gpu.front().esize;
+  std::vector<const Members*> waited;  // their done events are recorded whatever happens next
+  std::vector<Members> gpus;           // each GPU as a group without members: its device and stream
+  std::vector<void*> fused;
+  for (size_t i = 0; i < devices.size(); ++i) {
+    gpus.emplace_back();
+    gpus.back().device = devices[i];
+    gpus.back().stream = per_gpu[i].stream;
+    fused.push_back(per_gpu[i].fused);
+  }
+  const Response& head = *responses.front();
   Status status = [&]() -> Status {
-    RETURN_IF_ERROR(gpus_->waitReadyOnGpus(groups, &waited));
-    if (root != nullptr) {
-      // Bounded wait first: a copy to pageable memory blocks the host until
-      // the stream reaches it, and the stream waits on the ranks' events.
-      const Members& home = groups[root_gpu];
-      RETURN_IF_ERROR(ops_->select(home.device));
-      RETURN_IF_ERROR(ops_->waitStream(home.stream, "waiting for the root's tensor"));
-      RETURN_IF_ERROR(context(ops_->copy(host, root, first.length, gpu::CopyKind::kDeviceToHost, home.stream),
-                              "tensor '" + r.name + "': copy of the root's tensor to the staging buffer"));
+    for (size_t i = 0; i < per_gpu.size(); ++i) {  // each GPU's ranks, identities where it has none
+      FusedAllreduce& f = per_gpu[i];
+      RETURN_IF_ERROR(ops_->select(devices[i]));
+      RETURN_IF_ERROR(reduceIntoFused(f, &waited));
+      f.staging = gpus_->staging(bytes);
+      RETURN_IF_ERROR(fillIdentitiesOnDevice(f));
     }
-    RETURN_IF_ERROR(access.dataPlane().broadcast(nodesOf(r, access), host, first.length, first.root_rank));
-    for (const auto& group : groups) {
-      RETURN_IF_ERROR(ops_->select(group.device));
-      for (const auto& member : group.list) {
-        if (member.data == root) continue;
-        RETURN_IF_ERROR(context(ops_->copy(member.data, host, first.length, gpu::CopyKind::kHostToDevice, group.stream),
-                                "tensor '" + r.name + "': copy to rank " + std::to_string(member.rank)));
-      }
+    RETURN_IF_ERROR(node_gpus_->acrossGpus(head, gpus, fused, bytes, ring_op, -1, access));
+    // The first GPU's buffer among the nodes, as with one GPU here.
+    FusedAllreduce& lead = per_gpu.front();
+    RETURN_IF_ERROR(ops_->select(devices.front()));
+    lead.staging = gpus_->staging(bytes);
+    RETURN_IF_ERROR(comm != nullptr ? ncclAcrossNodes(lead, comm) : stagedAcrossNodes(lead));
+    RETURN_IF_ERROR(node_gpus_->acrossGpus(head, gpus, fused, bytes, ring_op, 0, access));
+    for (size_t i = 0; i < per_gpu.size(); ++i) {
+      RETURN_IF_ERROR(ops_->select(devices[i]));
+      RETURN_IF_ERROR(scatterFromFused(per_gpu[i]));
     }
     return okStatus();
   }();
-  status = gpus_->recordDoneOnGpus(groups, waited, status);
-  // (Also after an error: copies from the staging buffer may be queued.)
-  return gpus_->drainStaging(groups, status);
+  for (const Members* m : waited) {
+    (void)ops_->select(m->device);
+    status = gpus_->recordDoneAfter(*m, status);
+  }
+  return status;
 }
 
 }  // namespace gradsync::executor
