@@ -55,7 +55,7 @@ ResponseResult AdasumOnGpus::adasum(const Response& r, RankAccess& access) {
 }
 
 Status AdasumOnGpus::stageEveryInput(const Response& r, RankAccess& access, const std::vector<Members>& groups,
-                                          const std::vector<size_t>& offset, uint8_t* host, size_t* waited) {
+                                     const std::vector<size_t>& offset, uint8_t* host, size_t* waited) {
   std::vector<std::vector<size_t>> index;
   for (const auto& group : groups) {
     index.push_back(JobGpus::memberIndices(r, group));

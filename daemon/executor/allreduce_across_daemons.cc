@@ -47,7 +47,7 @@ Status AllreduceAcrossDaemons::allreduce(const std::vector<const Response*>& res
 }
 
 Status AllreduceAcrossDaemons::oneGpuAllreduce(FusedAllreduce& f, std::vector<std::vector<Members>>& groups, int device,
-                                          gpu::NcclComm* comm) {
+                                               gpu::NcclComm* comm) {
   for (size_t t = 0; t < f.responses.size(); ++t) {
     const Response* r = f.responses[t];
     Members m = groups[t].empty() ? Members{} : std::move(groups[t].front());
@@ -76,8 +76,8 @@ Status AllreduceAcrossDaemons::oneGpuAllreduce(FusedAllreduce& f, std::vector<st
   return status;
 }
 
-Status AllreduceAcrossDaemons::reduceAcrossNodesAndBack(const FusedAllreduce& f, gpu::NcclComm* comm, GpuPhaseTimer& timer,
-                                                   std::vector<const Members*>* waited) {
+Status AllreduceAcrossDaemons::reduceAcrossNodesAndBack(const FusedAllreduce& f, gpu::NcclComm* comm,
+                                                        GpuPhaseTimer& timer, std::vector<const Members*>* waited) {
   timer.begin("GPU_REDUCE");
   RETURN_IF_ERROR(reduceIntoFused(f, waited));
   timer.end();
@@ -217,9 +217,9 @@ Status AllreduceAcrossDaemons::fillIdentitiesOnDevice(const FusedAllreduce& f) {
   return waited ? ops_->waitStream(f.stream, "waiting for the identity values") : okStatus();
 }
 
-Status AllreduceAcrossDaemons::multiGpuStagedAllreduce(const std::vector<const Response*>& responses, RankAccess& access,
-                                                  std::vector<std::vector<Members>> groups,
-                                                  const std::vector<int>& devices, gpu::NcclComm* comm) {
+Status AllreduceAcrossDaemons::multiGpuStagedAllreduce(const std::vector<const Response*>& responses,
+                                                       RankAccess& access, std::vector<std::vector<Members>> groups,
+                                                       const std::vector<int>& devices, gpu::NcclComm* comm) {
   const ReduceOp ring_op = responses.front()->first().op == v1::AVERAGE ? v1::SUM : responses.front()->first().op;
   ASSIGN_OR_RETURN(std::vector<FusedAllreduce> per_gpu, viewsByGpu(responses, access, groups, devices));
   const size_t bytes = per_gpu.front().total * per_gpu.front().esize;

@@ -11,7 +11,8 @@ Status BroadcastAcrossDaemons::broadcast(const Response& r, RankAccess& access) 
   ASSIGN_OR_RETURN(std::vector<Members> groups, gpus_->resolveByDevice(r, access));
   const Request& first = r.first();
   if (first.length > 0) {  // every node decides alike
-    ASSIGN_OR_RETURN(NodesComm nodes, daemons_->forResponse(r, access, daemons_->leadDevice(JobGpus::firstDevice(groups)), v1::UINT8));
+    ASSIGN_OR_RETURN(NodesComm nodes,
+                     daemons_->forResponse(r, access, daemons_->leadDevice(JobGpus::firstDevice(groups)), v1::UINT8));
     if (nodes.outside) return okStatus();  // a process set with no rank here
     if (nodes.comm != nullptr) return ncclBroadcast(r, access, nodes, std::move(groups));
   }
@@ -60,7 +61,7 @@ Status BroadcastAcrossDaemons::broadcast(const Response& r, RankAccess& access) 
 }
 
 Status BroadcastAcrossDaemons::ncclBroadcast(const Response& r, RankAccess& access, const NodesComm& nodes,
-                                        std::vector<Members> resolved) {
+                                             std::vector<Members> resolved) {
   // Between the communicator's GPUs of the nodes (it may hold none of the
   // ranks here: then its fusion buffer is the landing place); on the root's
   // node from the root's GPU to the others first, on the other nodes from

@@ -12,42 +12,25 @@ std::vector<ResponseResult> CpuExecutor::run(const fusion::FusedResponse& fused,
   const Response& head = fused.responses.front();
   if (head.status.isOk() && head.activeCount() > 0 && head.first().onCuda()) {
     // Fusion never mixes devices: the whole bucket is CUDA.
-    if (gpu_ == nullptr) return relayWithoutGpu(fused, access);
+    if (gpu_ == nullptr) return across_.relayWithoutGpu(fused, access);
     return gpu_->run(fused, access);
   }
   if (head.status.isOk() && head.type == v1::ALLREDUCE && head.first().op == v1::ADASUM) {
-    for (const auto& r : fused.responses) results.push_back(adasumAllreduce(r, access));  // one op per bucket
+    for (const auto& r : fused.responses) results.push_back(across_.adasum(r, access));  // one op per bucket
     return results;
   }
   if (head.status.isOk() && head.type == v1::ALLREDUCE) {
     const auto all = responsesOf(fused);
-    return allWith(fused, access.dataPlane().multiNode() ? hierarchicalAllreduce(all, access) : allreduce(all, access));
+    return allWith(fused, access.dataPlane().multiNode() ? across_.allreduce(all, access) : allreduce(all, access));
   }
   for (const auto& r : fused.responses) {
     if (!r.status.isOk()) {
       results.push_back(failed(r, r.status));
     } else {
-      results.push_back(access.dataPlane().multiNode() ? runAcrossNodes(r, access) : runOnNode(r, access));
+      results.push_back(access.dataPlane().multiNode() ? across_.run(r, access) : runOnNode(r, access));
     }
   }
   return results;
-}
-
-ResponseResult CpuExecutor::runAcrossNodes(const Response& r, RankAccess& access) {
-  switch (r.type) {
-    case v1::BROADCAST:
-      return multiNodeBroadcast(r, access);
-    case v1::ALLGATHER:
-      return multiNodeAllgather(r, access);
-    case v1::REDUCESCATTER:
-      return multiNodeReducescatter(r, access);
-    case v1::ALLTOALL:
-      return multiNodeAlltoall(r, access);
-    default:
-      if (isDataless(r.type)) return failed(r, okStatus());  // the negotiation across all ranks was the synchronisation
-      return failed(r, unimplemented("tensor '" + r.name + "': " + collectiveName(r.type) +
-                                     " across nodes is not implemented yet"));
-  }
 }
 
 ResponseResult CpuExecutor::runOnNode(const Response& r, RankAccess& access) {
@@ -65,30 +48,6 @@ ResponseResult CpuExecutor::runOnNode(const Response& r, RankAccess& access) {
     default:
       return failed(r, okStatus());  // no data (isDataless)
   }
-}
-
-// CUDA tensors reach a daemon without GPUs only from other nodes (its own
-// ranks' were refused at enqueue): it still takes its part in the rings,
-// adding identities to allreduces, as for a process set without local ranks.
-std::vector<ResponseResult> CpuExecutor::relayWithoutGpu(const fusion::FusedResponse& fused, RankAccess& access) {
-  std::vector<ResponseResult> results;
-  const Response& head = fused.responses.front();
-  Status status = okStatus();
-  if (!access.dataPlane().multiNode()) {
-    status = failedPrecondition("tensor '" + head.name + "': CUDA tensors on a daemon without GPU");
-  } else if (head.type == v1::ALLREDUCE) {
-    const Request& first = head.first();
-    const ReduceOp ring_op = first.op == v1::AVERAGE ? v1::SUM : first.op;
-    size_t total = 0;
-    for (const auto& r : fused.responses) total += r.first().length / elementSize(first.dtype);
-    if (fusion_.size() < total * elementSize(first.dtype)) fusion_.resize(total * elementSize(first.dtype));
-    fillIdentity(fusion_.data(), total, first.dtype, ring_op);
-    status = access.dataPlane().allreduce(nodesOf(head, access), fusion_.data(), total, first.dtype, ring_op);
-  } else if (head.type != v1::BROADCAST && !isDataless(head.type)) {
-    status = unimplemented("tensor '" + head.name + "': " + collectiveName(head.type) + " of CUDA tensors");
-  }
-  for (const auto& r : fused.responses) results.push_back(failed(r, r.status.isOk() ? status : r.status));
-  return results;
 }
 
 Status CpuExecutor::allreduce(const std::vector<const Response*>& responses, RankAccess& access) {

@@ -46,7 +46,6 @@ std::vector<gpu::NcclComm::PeerBytes> peerBytes(const std::vector<collective::Ra
   return out;
 }
 
-
 // Where each request's input lies when every rank's input is laid end to
 // end (the ring's buffer), and which node owns which ranges of it.
 struct GatherLayout {
@@ -66,7 +65,6 @@ GatherLayout gatherLayout(const Response& r, RankAccess& access) {
   return layout;
 }
 
-
 }  // namespace
 
 std::vector<uint64_t> gatheredBytes(const Response& r, ResponseResult* result) {
@@ -77,7 +75,6 @@ std::vector<uint64_t> gatheredBytes(const Response& r, ResponseResult* result) {
   for (auto& member : result->members) member.output_shape = gathered_shape;
   return std::vector<uint64_t>(r.requests.size(), total_rows * rowBytes(r.first()));
 }
-
 
 // Where an allgather's or alltoall's bytes lie in each GPU's fusion buffer:
 // with several GPUs, first every local input (local_at, local_bytes); then,
@@ -123,7 +120,7 @@ ResponseResult GatherAcrossDaemons::gatherLike(const Response& r, RankAccess& ac
 }
 
 ResponseResult GatherAcrossDaemons::hostGatherLike(const Response& r, RankAccess& access,
-                                                 const std::vector<Members>& groups) {
+                                                   const std::vector<Members>& groups) {
   // (By GPU: each stages through the same host buffer.)
   std::vector<std::vector<size_t>> index;
   for (const auto& group : groups) index.push_back(JobGpus::memberIndices(r, group));
@@ -171,9 +168,9 @@ ResponseResult GatherAcrossDaemons::hostGatherLike(const Response& r, RankAccess
 }
 
 Status GatherAcrossDaemons::stagedAlltoallExchange(const Response& r, RankAccess& access,
-                                                 const std::vector<Members>& groups, const AlltoallRoutes& routes,
-                                                 const std::vector<size_t>& offset, const uint8_t* host, uint8_t* send,
-                                                 uint8_t* recv) {
+                                                   const std::vector<Members>& groups, const AlltoallRoutes& routes,
+                                                   const std::vector<size_t>& offset, const uint8_t* host,
+                                                   uint8_t* send, uint8_t* recv) {
   for (const auto& group : groups) {
     if (group.stream != nullptr)
       RETURN_IF_ERROR(ops_->waitStream(group.stream, "waiting for the copies to the staging buffer"));
@@ -187,8 +184,8 @@ Status GatherAcrossDaemons::stagedAlltoallExchange(const Response& r, RankAccess
 }
 
 Status GatherAcrossDaemons::copyGatheredOut(const Response& r, const Members& m, const std::vector<size_t>& index,
-                                          const std::vector<size_t>& offset, size_t total, const AlltoallRoutes& routes,
-                                          const uint8_t* host, const uint8_t* recv) {
+                                            const std::vector<size_t>& offset, size_t total,
+                                            const AlltoallRoutes& routes, const uint8_t* host, const uint8_t* recv) {
   for (size_t k = 0; k < m.list.size(); ++k) {
     const std::string what = "tensor '" + r.name + "': copy to rank " + std::to_string(m.list[k].rank);
     if (r.type == v1::ALLGATHER) {
@@ -212,8 +209,8 @@ Status GatherAcrossDaemons::copyGatheredOut(const Response& r, const Members& m,
 }
 
 GatherAcrossDaemons::GatherLikePlan GatherAcrossDaemons::planGatherLike(const Response& r, RankAccess& access,
-                                                                    const NodesComm& nodes_comm,
-                                                                    const std::vector<Members>& groups) {
+                                                                        const NodesComm& nodes_comm,
+                                                                        const std::vector<Members>& groups) {
   GatherLikePlan plan;
   plan.gather = r.type == v1::ALLGATHER;
   for (const auto& group : groups) plan.index.push_back(JobGpus::memberIndices(r, group));
@@ -246,7 +243,7 @@ GatherAcrossDaemons::GatherLikePlan GatherAcrossDaemons::planGatherLike(const Re
 }
 
 Status GatherAcrossDaemons::gatherInputsOnEveryGpu(const Response& r, const std::vector<Members>& groups,
-                                                 const GatherLikePlan& plan, RankAccess& access) {
+                                                   const GatherLikePlan& plan, RankAccess& access) {
   for (size_t g = 0; g < groups.size(); ++g) {
     RETURN_IF_ERROR(ops_->select(groups[g].device));
     for (size_t k = 0; k < groups[g].list.size(); ++k) {
@@ -264,7 +261,7 @@ Status GatherAcrossDaemons::gatherInputsOnEveryGpu(const Response& r, const std:
 }
 
 Status GatherAcrossDaemons::packForTheNodes(const Response& r, const std::vector<Members>& groups,
-                                          const GatherLikePlan& plan) {
+                                            const GatherLikePlan& plan) {
   const Members& lead = groups.front();
   uint8_t* cross = plan.buffers.front() + plan.local_bytes;
   std::vector<std::pair<const uint8_t*, size_t>> parts;  // (from, bytes), in buffer order
@@ -294,7 +291,7 @@ Status GatherAcrossDaemons::packForTheNodes(const Response& r, const std::vector
 }
 
 Status GatherAcrossDaemons::exchangeAmongTheNodes(const Response& r, RankAccess& access, const NodesComm& nodes_comm,
-                                                const Members& lead, const GatherLikePlan& plan) {
+                                                  const Members& lead, const GatherLikePlan& plan) {
   uint8_t* cross = plan.buffers.front() + plan.local_bytes;
   Status moved = okStatus();
   if (plan.gather && plan.blocks.block > 0) {
@@ -311,7 +308,7 @@ Status GatherAcrossDaemons::exchangeAmongTheNodes(const Response& r, RankAccess&
 }
 
 Status GatherAcrossDaemons::writeGatherLikeOutputs(const Response& r, const std::vector<Members>& groups,
-                                                 const GatherLikePlan& plan, RankAccess& access) {
+                                                   const GatherLikePlan& plan, RankAccess& access) {
   // What came from the other nodes, to the other GPUs here.
   if (groups.size() > 1 && plan.received() > 0) {
     std::vector<void*> landing;
@@ -343,8 +340,8 @@ Status GatherAcrossDaemons::writeGatherLikeOutputs(const Response& r, const std:
 }
 
 Status GatherAcrossDaemons::runGatherLike(const Response& r, RankAccess& access, const NodesComm& nodes_comm,
-                                        const std::vector<Members>& groups, const std::vector<uint64_t>& out_bytes,
-                                        GatherLikePlan& plan, size_t* waited) {
+                                          const std::vector<Members>& groups, const std::vector<uint64_t>& out_bytes,
+                                          GatherLikePlan& plan, size_t* waited) {
   for (size_t g = 0; g < groups.size(); ++g) {
     RETURN_IF_ERROR(JobGpus::checkOutputs(r, groups[g], JobGpus::localBytes(groups[g], plan.index[g], out_bytes)));
   }
@@ -369,7 +366,7 @@ Status GatherAcrossDaemons::runGatherLike(const Response& r, RankAccess& access,
 }
 
 ResponseResult GatherAcrossDaemons::ncclGatherLike(const Response& r, RankAccess& access, const NodesComm& nodes_comm,
-                                                 std::vector<Members> resolved) {
+                                                   std::vector<Members> resolved) {
   auto arranged = gpus_->withLead(std::move(resolved), nodes_comm.comm->devices().front());
   if (!arranged.isOk()) return failed(r, arranged.status());
   const std::vector<Members>& groups = *arranged;

@@ -15,7 +15,7 @@
 // Otherwise (process sets, jobs without the daemons' communicator, after it
 // failed) through host memory and the daemons' ring (alltoall: their
 // pairwise exchange), as the CPU executor does them
-// (cpu_executor_across_nodes.cc), with the node's ranks copied out of and
+// (cpu_across_daemons.h), with the node's ranks copied out of and
 // back into their GPU memory, whichever of the node's GPUs they use.
 #pragma once
 

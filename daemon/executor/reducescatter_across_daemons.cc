@@ -50,9 +50,10 @@ ResponseResult ReducescatterAcrossDaemons::reducescatter(const Response& r, Rank
 }
 
 Status ReducescatterAcrossDaemons::reducescatterThroughHost(const Response& r, RankAccess& access,
-                                                   const std::vector<Members>& groups,
-                                                   const std::vector<std::vector<size_t>>& index,
-                                                   const std::vector<int64_t>& rows, uint8_t* host, size_t* waited) {
+                                                            const std::vector<Members>& groups,
+                                                            const std::vector<std::vector<size_t>>& index,
+                                                            const std::vector<int64_t>& rows, uint8_t* host,
+                                                            size_t* waited) {
   const Request& first = r.first();
   const ReduceOp ring_op = first.op == v1::AVERAGE ? v1::SUM : first.op;
   // 1. The node's ranks reduced on their GPUs (prescale, no average yet),
@@ -83,7 +84,7 @@ Status ReducescatterAcrossDaemons::reducescatterThroughHost(const Response& r, R
 }
 
 ResponseResult ReducescatterAcrossDaemons::ncclReducescatter(const Response& r, RankAccess& access, gpu::NcclComm* comm,
-                                                    std::vector<Members> resolved) {
+                                                             std::vector<Members> resolved) {
   const Request& first = r.first();
   if (Status valid = checkReduction(r.name, first); !valid.isOk()) return failed(r, valid);
   const ReduceOp across = first.op == v1::AVERAGE ? v1::SUM : first.op;  // the average comes last

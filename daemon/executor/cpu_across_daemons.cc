@@ -1,13 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
-// CpuExecutor, multi-node paths: the local part of each collective around
-// the steps among the job's daemons (RankAccess::dataPlane()).
+#include "daemon/executor/cpu_across_daemons.h"
+
 #include <cstring>
 #include <set>
 
 #include "base/dtype.h"
 #include "daemon/collective/reduce/adasum.h"
 #include "daemon/executor/copy_plan.h"
-#include "daemon/executor/cpu_executor.h"
 #include "daemon/executor/executor_util.h"
 
 namespace gradsync::executor {
@@ -30,7 +29,48 @@ bool oneRankPerNode(const Response& response, RankAccess& access) {
 }
 }  // namespace
 
-Status CpuExecutor::hierarchicalAllreduce(const std::vector<const Response*>& responses, RankAccess& access) {
+ResponseResult CpuAcrossDaemons::run(const Response& r, RankAccess& access) {
+  switch (r.type) {
+    case v1::BROADCAST:
+      return broadcast(r, access);
+    case v1::ALLGATHER:
+      return allgather(r, access);
+    case v1::REDUCESCATTER:
+      return reducescatter(r, access);
+    case v1::ALLTOALL:
+      return alltoall(r, access);
+    default:
+      if (isDataless(r.type)) return failed(r, okStatus());  // the negotiation across all ranks was the synchronisation
+      return failed(r, unimplemented("tensor '" + r.name + "': " + collectiveName(r.type) +
+                                     " across nodes is not implemented yet"));
+  }
+}
+
+// CUDA tensors reach a daemon without GPUs only from other nodes (its own
+// ranks' were refused at enqueue): it still takes its part in the rings,
+// adding identities to allreduces, as for a process set without local ranks.
+std::vector<ResponseResult> CpuAcrossDaemons::relayWithoutGpu(const fusion::FusedResponse& fused, RankAccess& access) {
+  std::vector<ResponseResult> results;
+  const Response& head = fused.responses.front();
+  Status status = okStatus();
+  if (!access.dataPlane().multiNode()) {
+    status = failedPrecondition("tensor '" + head.name + "': CUDA tensors on a daemon without GPU");
+  } else if (head.type == v1::ALLREDUCE) {
+    const Request& first = head.first();
+    const ReduceOp ring_op = first.op == v1::AVERAGE ? v1::SUM : first.op;
+    size_t total = 0;
+    for (const auto& r : fused.responses) total += r.first().length / elementSize(first.dtype);
+    if (fusion_.size() < total * elementSize(first.dtype)) fusion_.resize(total * elementSize(first.dtype));
+    fillIdentity(fusion_.data(), total, first.dtype, ring_op);
+    status = access.dataPlane().allreduce(nodesOf(head, access), fusion_.data(), total, first.dtype, ring_op);
+  } else if (head.type != v1::BROADCAST && !isDataless(head.type)) {
+    status = unimplemented("tensor '" + head.name + "': " + collectiveName(head.type) + " of CUDA tensors");
+  }
+  for (const auto& r : fused.responses) results.push_back(failed(r, r.status.isOk() ? status : r.status));
+  return results;
+}
+
+Status CpuAcrossDaemons::allreduce(const std::vector<const Response*>& responses, RankAccess& access) {
   if (responses.size() == 1) return fusedAllreduce(responses, access);
   std::vector<const Response*> fused;
   for (const Response* r : responses) {
@@ -59,7 +99,7 @@ const Request* onlyLocalRequest(const Response& r, const RankAccess& access) {
 
 }  // namespace
 
-Status CpuExecutor::fusedAllreduce(const std::vector<const Response*>& responses, RankAccess& access) {
+Status CpuAcrossDaemons::fusedAllreduce(const std::vector<const Response*>& responses, RankAccess& access) {
   const Request& first = responses.front()->first();
   const size_t esize = elementSize(first.dtype);
   // One tensor held by one local rank: run the ring on its buffer in place
@@ -114,7 +154,7 @@ Status CpuExecutor::fusedAllreduce(const std::vector<const Response*>& responses
   return okStatus();
 }
 
-Status CpuExecutor::inPlaceAllreduce(const Response& response, const Request& request, RankAccess& access) {
+Status CpuAcrossDaemons::inPlaceAllreduce(const Response& response, const Request& request, RankAccess& access) {
   ASSIGN_OR_RETURN(uint8_t * data, inputOf(access, request));
   const size_t count = request.length / elementSize(request.dtype);
   auto scale = [&](ReduceOp op, double prescale, double postscale, int divisor) {
@@ -140,7 +180,7 @@ Status CpuExecutor::inPlaceAllreduce(const Response& response, const Request& re
   return okStatus();
 }
 
-ResponseResult CpuExecutor::multiNodeBroadcast(const Response& r, RankAccess& access) {
+ResponseResult CpuAcrossDaemons::broadcast(const Response& r, RankAccess& access) {
   const Request& first = r.first();
   std::vector<uint8_t*> local;
   uint8_t* landing = nullptr;
@@ -164,7 +204,7 @@ ResponseResult CpuExecutor::multiNodeBroadcast(const Response& r, RankAccess& ac
 // Pairwise: each node sends every other node the blocks its ranks have for
 // that node's ranks (packed into one message per node), and assembles its
 // ranks' outputs from their local blocks and the messages received.
-ResponseResult CpuExecutor::multiNodeAlltoall(const Response& r, RankAccess& access) {
+ResponseResult CpuAcrossDaemons::alltoall(const Response& r, RankAccess& access) {
   const AlltoallRoutes routes = alltoallRoutes(r, access);
   std::vector<uint8_t*> inputs(r.requests.size(), nullptr);
   for (size_t i = 0; i < r.requests.size(); ++i) {
@@ -206,7 +246,7 @@ ResponseResult CpuExecutor::multiNodeAlltoall(const Response& r, RankAccess& acc
   return result;
 }
 
-ResponseResult CpuExecutor::multiNodeAllgather(const Response& r, RankAccess& access) {
+ResponseResult CpuAcrossDaemons::allgather(const Response& r, RankAccess& access) {
   const size_t row = rowBytes(r.first());
   std::vector<std::vector<collective::Range>> owned(access.dataPlane().nodeCount());
   std::vector<std::pair<const Request*, size_t>> local;  // request, offset
@@ -246,7 +286,7 @@ ResponseResult CpuExecutor::multiNodeAllgather(const Response& r, RankAccess& ac
   return result;
 }
 
-ResponseResult CpuExecutor::adasumAllreduce(const Response& r, RankAccess& access) {
+ResponseResult CpuAcrossDaemons::adasum(const Response& r, RankAccess& access) {
   const Request& first = r.first();
   const size_t bytes = first.length;
   std::vector<uint8_t*> inputs;  // overwritten: in place on one node, fusion-buffer copies across nodes
@@ -285,7 +325,7 @@ ResponseResult CpuExecutor::adasumAllreduce(const Response& r, RankAccess& acces
 // Reduce-scatter across nodes as a full allreduce into the fusion buffer
 // (inputs stay untouched), then each local rank takes its rows: twice the
 // ring traffic of a true ring reduce-scatter, kept simple for now.
-ResponseResult CpuExecutor::multiNodeReducescatter(const Response& r, RankAccess& access) {
+ResponseResult CpuAcrossDaemons::reducescatter(const Response& r, RankAccess& access) {
   const Request& first = r.first();
   const size_t esize = elementSize(first.dtype);
   const size_t count = first.length / esize;
