@@ -2,7 +2,7 @@
 // A job's allgather and alltoall of CUDA tensors across daemons. The whole
 // job's (every node decides alike: the daemons' communicator exists) go
 // over NCCL, on the lead GPU (the communicator's), after several GPUs'
-// inputs were gathered on every GPU of the node (node_gpus_gather.cc's
+// inputs were gathered on every GPU of the node (NodeGpus's
 // blocks):
 // - allgather: this node's inputs, end to end in request order, into its
 //   block of a buffer of one block per node (blocks as large as the largest

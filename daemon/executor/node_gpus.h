@@ -1,6 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// One job's collectives over several GPUs of this node (node_gpus.cc,
-// node_gpus_gather.cc), and the steps across them that the paths among the
+// One job's collectives over several GPUs of this node, and the steps across them that the paths among the
 // daemons share: the GPUs combined in place (NCCL over the node's GPUs,
 // host memory where NCCL cannot), each GPU's ranks reduced there, and the
 // copies back to every rank.
