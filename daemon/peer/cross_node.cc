@@ -276,16 +276,15 @@ grpc::Status CrossNode::attachFollower(const v1::FollowerMessage& hello, std::sh
   const int64_t now_ms = nowMs(CrossClock::now());
   std::shared_ptr<Follower> follower;
   if (cross_rank < 0) {
-    follower = streams_.attachCandidate(hello.hello().peer_address(), std::move(stream), now_ms);
+    follower = streams_.attachCandidate(hello.hello().peer_address(), std::move(stream), now_ms, failure);
     if (!follower) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "not a candidate node of the job");
   } else {
     if (cross_rank > 0 && cross_rank < static_cast<int>(book_.members().size())) {
-      follower = streams_.attachMember(book_.members()[cross_rank], std::move(stream), now_ms);
+      follower = streams_.attachMember(book_.members()[cross_rank], std::move(stream), now_ms, failure);
     }
     if (!follower) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "bad cross rank");
   }
   *attached = std::move(follower);
-  *failure = notices_.leaderToldLast();  // (announceFailure sends to the followers attached under mutex_)
   return grpc::Status::OK;
 }
 
@@ -468,17 +467,7 @@ void CrossNode::announceFailure(const std::string& text, bool node_lost, const F
     v1::LeaderMessage message;
     message.mutable_failure()->set_message(text);
     message.mutable_failure()->set_node_lost(node_lost);
-    const SharedMessage shared = share(std::move(message));
-    std::vector<std::shared_ptr<Follower>> followers;
-    {
-      // One step for a follower's attachFollower: listed here, or it reads it.
-      MutexLock lock(mutex_);
-      followers = streams_.streams(/*candidates=*/true);  // their new ranks wait in vain otherwise
-      notices_.leaderTells(shared);
-    }
-    for (auto& f : followers) {
-      if (f.get() != teller) f->stream.send(shared);
-    }
+    streams_.tellEveryone(share(std::move(message)), teller);
   } else {
     v1::FollowerMessage message;
     message.mutable_failure()->set_message(text);

@@ -42,14 +42,4 @@ bool FailureNotices::nodeLost() const {
   return node_lost_told_;
 }
 
-void FailureNotices::leaderTells(SharedMessage failure) {
-  MutexLock lock(mutex_);
-  leader_told_ = std::move(failure);
-}
-
-std::optional<SharedMessage> FailureNotices::leaderToldLast() const {
-  MutexLock lock(mutex_);
-  return leader_told_;
-}
-
 }  // namespace gradsync::peer

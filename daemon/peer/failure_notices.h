@@ -4,9 +4,8 @@
 // kind once (a lost node is news after a departed rank); nothing from a
 // node the leader removed (its failure is its own, and telling it could fail
 // nodes that have not heard of the removal yet); nothing it detects or hears
-// once the job stopped here (its streams ending are the job's end). On the
-// leader, also the failure told last, for a follower whose stream attaches
-// after it. No I/O: CrossNode sends what these say to send.
+// once the job stopped here (its streams ending are the job's end). No
+// I/O: CrossNode sends what these say to send.
 #pragma once
 
 #include <optional>
@@ -40,9 +39,6 @@ class FailureNotices {
   // Whether the other nodes know that a node was lost (then none waits for
   // this one's last bytes).
   bool nodeLost() const GS_EXCLUDES(mutex_);
-  // Leader: the failure it tells the followers, and the last one told.
-  void leaderTells(SharedMessage failure) GS_EXCLUDES(mutex_);
-  std::optional<SharedMessage> leaderToldLast() const GS_EXCLUDES(mutex_);
 
  private:
   mutable Mutex mutex_;
@@ -50,7 +46,6 @@ class FailureNotices {
   bool node_lost_told_ GS_GUARDED_BY(mutex_) = false;
   bool removed_ GS_GUARDED_BY(mutex_) = false;
   bool job_stopped_ GS_GUARDED_BY(mutex_) = false;
-  std::optional<SharedMessage> leader_told_ GS_GUARDED_BY(mutex_);
 };
 
 }  // namespace gradsync::peer

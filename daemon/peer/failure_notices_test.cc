@@ -57,20 +57,5 @@ TEST(FailureNoticesTest, TheJobStoppingEndsTheNewsButNotWhatTheJobItselfTells) {
   EXPECT_EQ(notices.tell(true), Verdict::kTell);
 }
 
-TEST(FailureNoticesTest, TheLeaderKeepsTheLastFailureItToldForFollowersAttachingLater) {
-  FailureNotices notices;
-  EXPECT_FALSE(notices.leaderToldLast().has_value());
-  v1::LeaderMessage first;
-  first.mutable_failure()->set_message("rank 1 left");
-  notices.leaderTells(share(first));
-  v1::LeaderMessage second;
-  second.mutable_failure()->set_message("node 2 lost");
-  second.mutable_failure()->set_node_lost(true);
-  notices.leaderTells(share(second));
-  ASSERT_TRUE(notices.leaderToldLast().has_value());
-  EXPECT_EQ(notices.leaderToldLast()->message->failure().message(), "node 2 lost");
-  EXPECT_GT(notices.leaderToldLast()->bytes, 0u);
-}
-
 }  // namespace
 }  // namespace gradsync::peer

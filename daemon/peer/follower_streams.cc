@@ -31,24 +31,42 @@ void Follower::remove(std::string why) {
 }
 
 std::shared_ptr<Follower> FollowerStreams::attachMember(const v1::NodeInfo& node,
-                                                        std::shared_ptr<FollowerStream> stream, int64_t now_ms) {
+                                                        std::shared_ptr<FollowerStream> stream, int64_t now_ms,
+                                                        std::optional<SharedMessage>* told) {
   MutexLock lock(mutex_);
   auto& slot = members_[node.cross_rank()];
   if (slot != nullptr) return nullptr;
   slot = std::make_shared<Follower>(node);
   slot->stream.attach(std::move(stream));
   slot->heardAt(now_ms);
+  *told = told_;
   return slot;
 }
 
 std::shared_ptr<Follower> FollowerStreams::attachCandidate(const std::string& address,
-                                                           std::shared_ptr<FollowerStream> stream, int64_t now_ms) {
+                                                           std::shared_ptr<FollowerStream> stream, int64_t now_ms,
+                                                           std::optional<SharedMessage>* told) {
   MutexLock lock(mutex_);
   auto it = candidates_.find(address);
   if (it == candidates_.end() || it->second->stream.attached()) return nullptr;
   it->second->stream.attach(std::move(stream));
   it->second->heardAt(now_ms);
+  *told = told_;
   return it->second;
+}
+
+void FollowerStreams::tellEveryone(const SharedMessage& failure, const Follower* teller) {
+  std::vector<std::shared_ptr<Follower>> everyone;
+  {
+    // One step with attach: a stream is listed here, or it reads told_.
+    MutexLock lock(mutex_);
+    told_ = failure;
+    for (const auto& [cross_rank, f] : members_) everyone.push_back(f);
+    for (const auto& [address, f] : candidates_) everyone.push_back(f);  // their new ranks wait in vain otherwise
+  }
+  for (const auto& f : everyone) {
+    if (f.get() != teller) f->stream.send(failure);
+  }
 }
 
 void FollowerStreams::addCandidate(const v1::NodeInfo& node) {

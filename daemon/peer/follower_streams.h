@@ -12,6 +12,7 @@
 #include <atomic>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -57,13 +58,19 @@ class Follower {
 class FollowerStreams {
  public:
   // A member's stream at `node`'s cross rank, attached at `now_ms`; null
-  // when that cross rank has one already.
+  // when that cross rank has one already. `told`: the failure told to
+  // every stream before this one attached (tellEveryone), for the caller to
+  // send it.
   std::shared_ptr<Follower> attachMember(const v1::NodeInfo& node, std::shared_ptr<FollowerStream> stream,
-                                         int64_t now_ms) GS_EXCLUDES(mutex_);
-  // A candidate's stream, attached at `now_ms`; null when `address` is no
-  // candidate or its stream is attached already.
+                                         int64_t now_ms, std::optional<SharedMessage>* told) GS_EXCLUDES(mutex_);
+  // A candidate's stream, attached at `now_ms` (`told`: as above); null
+  // when `address` is no candidate or its stream is attached already.
   std::shared_ptr<Follower> attachCandidate(const std::string& address, std::shared_ptr<FollowerStream> stream,
-                                            int64_t now_ms) GS_EXCLUDES(mutex_);
+                                            int64_t now_ms, std::optional<SharedMessage>* told) GS_EXCLUDES(mutex_);
+  // Sends the job's `failure` to every member and candidate but `teller`
+  // (the follower that told the leader), and to each stream that attaches
+  // from now on: every follower hears it, whenever its stream opens.
+  void tellEveryone(const SharedMessage& failure, const Follower* teller) GS_EXCLUDES(mutex_);
   // A node joining the running job for new ranks (a second join from the
   // same address replaces the first).
   void addCandidate(const v1::NodeInfo& node) GS_EXCLUDES(mutex_);
@@ -114,8 +121,9 @@ class FollowerStreams {
   mutable Mutex mutex_;
   std::map<int, std::shared_ptr<Follower>> members_ GS_GUARDED_BY(mutex_);             // by cross rank
   std::map<std::string, std::shared_ptr<Follower>> candidates_ GS_GUARDED_BY(mutex_);  // by peer address
-  int64_t took_over_ms_ GS_GUARDED_BY(mutex_) = 0;  // steady clock; 0: led from the start
-  int64_t resumed_ms_ GS_GUARDED_BY(mutex_) = 0;    // the last pause's end
+  int64_t took_over_ms_ GS_GUARDED_BY(mutex_) = 0;           // steady clock; 0: led from the start
+  int64_t resumed_ms_ GS_GUARDED_BY(mutex_) = 0;             // the last pause's end
+  std::optional<SharedMessage> told_ GS_GUARDED_BY(mutex_);  // tellEveryone's last
 };
 
 }  // namespace gradsync::peer

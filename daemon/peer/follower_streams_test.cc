@@ -44,12 +44,17 @@ membership::EpochBook threeNodes() {
   return book;
 }
 
-TEST(FollowerStreamsTest, AMemberAttachesOncePerCrossRankAndIsFoundByRankAndCrossRank) {
+class FollowerStreamsTest : public ::testing::Test {
+ protected:
+  std::optional<SharedMessage> told;  // what attach says was told before (tellEveryone's test looks)
+};
+
+TEST_F(FollowerStreamsTest, AMemberAttachesOncePerCrossRankAndIsFoundByRankAndCrossRank) {
   FollowerStreams streams;
-  auto b = streams.attachMember(node("b:1", {2, 3}, 1), std::make_shared<CountingStream>(), 100);
+  auto b = streams.attachMember(node("b:1", {2, 3}, 1), std::make_shared<CountingStream>(), 100, &told);
   ASSERT_NE(b, nullptr);
-  EXPECT_EQ(streams.attachMember(node("x:1", {2, 3}, 1), std::make_shared<CountingStream>(), 100), nullptr);
-  auto c = streams.attachMember(node("c:1", {4, 5}, 2), std::make_shared<CountingStream>(), 100);
+  EXPECT_EQ(streams.attachMember(node("x:1", {2, 3}, 1), std::make_shared<CountingStream>(), 100, &told), nullptr);
+  auto c = streams.attachMember(node("c:1", {4, 5}, 2), std::make_shared<CountingStream>(), 100, &told);
   ASSERT_NE(c, nullptr);
 
   EXPECT_EQ(streams.memberCount(), 2u);
@@ -63,11 +68,11 @@ TEST(FollowerStreamsTest, AMemberAttachesOncePerCrossRankAndIsFoundByRankAndCros
   EXPECT_TRUE(b->stream.attached());
 }
 
-TEST(FollowerStreamsTest, ReachCountsAttachedMembersHeardWithinTheLimitAndNotTheLostOne) {
+TEST_F(FollowerStreamsTest, ReachCountsAttachedMembersHeardWithinTheLimitAndNotTheLostOne) {
   FollowerStreams streams;
-  auto b = streams.attachMember(node("b:1", {2}, 1), std::make_shared<CountingStream>(), 1000);
-  auto c = streams.attachMember(node("c:1", {3}, 2), std::make_shared<CountingStream>(), 1000);
-  auto d = streams.attachMember(node("d:1", {4}, 3), std::make_shared<CountingStream>(), 1000);
+  auto b = streams.attachMember(node("b:1", {2}, 1), std::make_shared<CountingStream>(), 1000, &told);
+  auto c = streams.attachMember(node("c:1", {3}, 2), std::make_shared<CountingStream>(), 1000, &told);
+  auto d = streams.attachMember(node("d:1", {4}, 3), std::make_shared<CountingStream>(), 1000, &told);
   c->heardAt(4000);
   EXPECT_EQ(streams.reachedWithin("", 4000, 3000), 3u);
   EXPECT_EQ(streams.reachedWithin("", 4500, 3000), 1u);  // b and d silent for 3.5 s
@@ -79,33 +84,33 @@ TEST(FollowerStreamsTest, ReachCountsAttachedMembersHeardWithinTheLimitAndNotThe
   (void)b;
 }
 
-TEST(FollowerStreamsTest, ACandidateAttachesOnlyOnceItJoinedAndOnce) {
+TEST_F(FollowerStreamsTest, ACandidateAttachesOnlyOnceItJoinedAndOnce) {
   FollowerStreams streams;
-  EXPECT_EQ(streams.attachCandidate("d:1", std::make_shared<CountingStream>(), 0), nullptr);  // never joined
+  EXPECT_EQ(streams.attachCandidate("d:1", std::make_shared<CountingStream>(), 0, &told), nullptr);  // never joined
   streams.addCandidate(node("d:1", {}, 5));
-  auto d = streams.attachCandidate("d:1", std::make_shared<CountingStream>(), 0);
+  auto d = streams.attachCandidate("d:1", std::make_shared<CountingStream>(), 0, &told);
   ASSERT_NE(d, nullptr);
   EXPECT_EQ(d->crossRank(), -1);  // no place in the ring yet
-  EXPECT_EQ(streams.attachCandidate("d:1", std::make_shared<CountingStream>(), 0), nullptr);
+  EXPECT_EQ(streams.attachCandidate("d:1", std::make_shared<CountingStream>(), 0, &told), nullptr);
   EXPECT_THAT(streams.streams(false), IsEmpty());
   EXPECT_THAT(addresses(streams.streams(true)), ElementsAre("d:1"));
 
   streams.addCandidate(node("d:1", {}, -1));  // joined again: replaces the first
   EXPECT_FALSE(streams.dropCandidate(d.get()));
-  auto again = streams.attachCandidate("d:1", std::make_shared<CountingStream>(), 0);
+  auto again = streams.attachCandidate("d:1", std::make_shared<CountingStream>(), 0, &told);
   ASSERT_NE(again, nullptr);
   EXPECT_TRUE(streams.dropCandidate(again.get()));
   EXPECT_THAT(streams.streams(true), IsEmpty());
 }
 
-TEST(FollowerStreamsTest, ANewEpochRenumbersTheKeptRemovesTheLostAndAdmitsCandidates) {
+TEST_F(FollowerStreamsTest, ANewEpochRenumbersTheKeptRemovesTheLostAndAdmitsCandidates) {
   membership::EpochBook book = threeNodes();
   FollowerStreams streams;
-  auto b = streams.attachMember(book.members()[1], std::make_shared<CountingStream>(), 0);
-  auto c = streams.attachMember(book.members()[2], std::make_shared<CountingStream>(), 0);
+  auto b = streams.attachMember(book.members()[1], std::make_shared<CountingStream>(), 0, &told);
+  auto c = streams.attachMember(book.members()[2], std::make_shared<CountingStream>(), 0, &told);
   ASSERT_TRUE(book.addCandidate(node("d:1", {}, -1)).isOk());
   streams.addCandidate(node("d:1", {}, -1));
-  auto d = streams.attachCandidate("d:1", std::make_shared<CountingStream>(), 0);
+  auto d = streams.attachCandidate("d:1", std::make_shared<CountingStream>(), 0, &told);
   ASSERT_NE(d, nullptr);
   book.addJoiner({"d:1", 7, 70});
 
@@ -129,14 +134,14 @@ TEST(FollowerStreamsTest, ANewEpochRenumbersTheKeptRemovesTheLostAndAdmitsCandid
   EXPECT_TRUE(c->removed().empty());
 }
 
-TEST(FollowerStreamsTest, AfterATakeoverTheMembersWhoseStreamsDoNotOpenWithinTheLimitAreAbsent) {
+TEST_F(FollowerStreamsTest, AfterATakeoverTheMembersWhoseStreamsDoNotOpenWithinTheLimitAreAbsent) {
   const std::vector<v1::NodeInfo> members = {node("a:1", {0}, 0), node("b:1", {1}, 1), node("c:1", {2}, 2)};
   FollowerStreams streams;
-  streams.attachMember(members[1], std::make_shared<CountingStream>(), 0);
+  streams.attachMember(members[1], std::make_shared<CountingStream>(), 0, &told);
   EXPECT_THAT(streams.absentSinceTakeover(members, 100000, 6000), IsEmpty());  // led from the start
   streams.takeOver(10000);
   EXPECT_EQ(streams.memberCount(), 0u);  // the old leader's followers open their streams anew
-  auto b = streams.attachMember(members[1], std::make_shared<CountingStream>(), 11000);
+  auto b = streams.attachMember(members[1], std::make_shared<CountingStream>(), 11000, &told);
   ASSERT_NE(b, nullptr);
   EXPECT_THAT(streams.absentSinceTakeover(members, 16000, 6000), IsEmpty());  // within the limit
   const std::vector<v1::NodeInfo> absent = streams.absentSinceTakeover(members, 16001, 6000);
@@ -147,6 +152,29 @@ TEST(FollowerStreamsTest, AfterATakeoverTheMembersWhoseStreamsDoNotOpenWithinThe
   EXPECT_EQ(streams.silentMs(*b, 20000), 5000);
   b->heardAt(19000);
   EXPECT_EQ(streams.silentMs(*b, 20000), 1000);
+}
+
+TEST_F(FollowerStreamsTest, AFailureToldToEveryoneReachesEachStreamButTheTellersAndThoseAttachingLater) {
+  FollowerStreams streams;
+  auto b_stream = std::make_shared<CountingStream>();
+  auto c_stream = std::make_shared<CountingStream>();
+  auto d_stream = std::make_shared<CountingStream>();
+  std::optional<SharedMessage> before;
+  auto b = streams.attachMember(node("b:1", {1}, 1), b_stream, 0, &before);
+  EXPECT_FALSE(before.has_value());
+  streams.attachMember(node("c:1", {2}, 2), c_stream, 0, &before);
+  streams.addCandidate(node("d:1", {}, -1));
+  streams.attachCandidate("d:1", d_stream, 0, &before);
+  v1::LeaderMessage failure;
+  failure.mutable_failure()->set_message("node e:1 lost");
+  streams.tellEveryone(share(failure), b.get());  // b told the leader
+  EXPECT_EQ(b_stream->sent, 0);
+  EXPECT_EQ(c_stream->sent, 1);
+  EXPECT_EQ(d_stream->sent, 1);  // a candidate's new ranks would wait in vain
+  std::optional<SharedMessage> later;
+  ASSERT_NE(streams.attachMember(node("e:1", {3}, 3), std::make_shared<CountingStream>(), 0, &later), nullptr);
+  ASSERT_TRUE(later.has_value());
+  EXPECT_EQ(later->message->failure().message(), "node e:1 lost");
 }
 
 }  // namespace
