@@ -6,6 +6,7 @@
 
 #include "daemon/common/logging.h"
 #include "daemon/common/siphash.h"
+#include "daemon/peer/cross_node_sides.h"
 
 namespace gradsync::peer {
 namespace {
@@ -24,15 +25,14 @@ std::string digest(const std::string& bytes) {
   return text;
 }
 
-int64_t nowMs(CrossClock::time_point t) {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(t.time_since_epoch()).count();
-}
-
 }  // namespace
 
 CrossNode::CrossNode(CrossNodeOptions options, Hooks hooks)
     : options_(std::move(options)),
       hooks_(std::move(hooks)),
+      leader_side_(std::make_unique<LeaderSide>(this)),
+      follower_side_(std::make_unique<FollowerSide>(this)),
+      side_(follower_side_.get()),
       joins_(options_.job_id, options_.token, options_.size, options_.process_sets, options_.join_timeout),
       book_(options_.job_id, options_.self_address, options_.min_size),
       ballot_(options_.self_address),
@@ -86,7 +86,8 @@ void CrossNode::sayGoodbye() {
 }
 
 void CrossNode::start(const std::vector<int>& local_ranks, const std::vector<int64_t>& pids) {
-  leader_ = std::find(local_ranks.begin(), local_ranks.end(), 0) != local_ranks.end();
+  const bool leads = std::find(local_ranks.begin(), local_ranks.end(), 0) != local_ranks.end();
+  side_ = leads ? static_cast<Side*>(leader_side_.get()) : follower_side_.get();
   Status opened = mesh_.open(options_.data_plane);
   if (!opened.isOk()) {
     failureDetected("cannot start the UCX data plane: " + opened.message(), true);
@@ -104,7 +105,7 @@ void CrossNode::start(const std::vector<int>& local_ranks, const std::vector<int
   self.set_steady_state_rounds(options_.steady_state_rounds);
   self.set_link_cost(options_.link_cost);
   self.set_leader_rounds(options_.leader_rounds);
-  if (leader_) {
+  if (leads) {
     joins_.open(self);
     GS_LOG(control, info, "job '{}': leading; waiting for the other nodes to join", options_.job_id);
     return;
@@ -463,19 +464,7 @@ void CrossNode::announceFailure(const std::string& text, bool node_lost, const F
     case FailureNotices::Verdict::kTell:
       break;
   }
-  if (leader_) {
-    v1::LeaderMessage message;
-    message.mutable_failure()->set_message(text);
-    message.mutable_failure()->set_node_lost(node_lost);
-    streams_.tellEveryone(share(std::move(message)), teller);
-  } else {
-    v1::FollowerMessage message;
-    message.mutable_failure()->set_message(text);
-    message.mutable_failure()->set_node_lost(node_lost);
-    // The leader relays it, unless the leader is what was lost.
-    if (node_lost) tellOtherFollowers(message.failure());
-    writeToLeader(std::move(message));
-  }
+  side().tell(text, node_lost, teller);
 }
 
 void CrossNode::abortTransfers(const std::string& reason) {
@@ -513,7 +502,7 @@ bool CrossNode::leaderRoundsOnLocked() const {
 LeaderRounds* CrossNode::roundsLocked() {
   if (!rounds_ && leaderRoundsOnLocked()) {
     rounds_ = std::make_unique<LeaderRounds>(
-        leader_.load(), static_cast<int>(book_.members().size()) - 1,
+        side().leads(), static_cast<int>(book_.members().size()) - 1,
         [this](const v1::RoundMessage& m, const std::vector<int>* to) { sendRound(m, to); },
         [this](const std::vector<int>& wake_fds, CrossClock::time_point until) { return idle(wake_fds, until); });
     if (stopping_ || !transfers_aborted_.empty()) {
@@ -536,22 +525,7 @@ bool CrossNode::waitFormed(CrossClock::time_point deadline) {
 }
 
 void CrossNode::sendRound(const v1::RoundMessage& message, const std::vector<int>* to) {
-  if (!leader_) {
-    v1::FollowerMessage part;
-    *part.mutable_round() = message;
-    writeToLeader(std::move(part));
-    return;
-  }
-  v1::LeaderMessage out;
-  *out.mutable_round() = message;
-  const SharedMessage shared = share(std::move(out));
-  // Those at the cross ranks `to` (the membership is fixed: not elastic).
-  const std::vector<std::shared_ptr<Follower>> followers =
-      to != nullptr ? streams_.atCrossRanks(*to) : streams_.streams(/*candidates=*/false);
-  for (auto& f : followers) {
-    f->stream.send(shared);
-    codec_.countSent(shared.bytes);
-  }
+  side().sendRound(message, to);
 }
 
 void CrossNode::abortRounds(const std::string& reason) {
@@ -586,7 +560,7 @@ std::vector<v1::NodeInfo> CrossNode::members(uint64_t* epoch) const {
 
 NodeEndpoints::NcclId CrossNode::ncclId() const {
   MutexLock lock(mutex_);
-  return {nccl_id_, book_.epoch(), leader_ ? 0 : book_.selfCrossRank()};
+  return {nccl_id_, book_.epoch(), side().crossRank(book_)};
 }
 
 Status CrossNode::epochRuns(uint64_t epoch) const {
@@ -606,7 +580,7 @@ Status CrossNode::epochRunsLocked(uint64_t epoch) const {
 
 int CrossNode::selfCrossRank() const {
   MutexLock lock(mutex_);
-  return leader_ ? 0 : book_.selfCrossRank();
+  return side().crossRank(book_);
 }
 
 void CrossNode::nodeLost(const v1::NodeInfo& node, uint64_t epoch, const std::string& cause) {
@@ -641,86 +615,7 @@ void CrossNode::tick(CrossClock::time_point now) {
   const bool send = now - last_heartbeat_ >= kHeartbeatPeriod;
   if (send) last_heartbeat_ = now;
   const bool paused = selfPaused(now);
-  if (leader_) {
-    leaderTick(now, send, paused);
-  } else {
-    followerTick(now, send, paused);
-  }
-}
-
-void CrossNode::leaderTick(CrossClock::time_point now, bool send, bool paused) {
-  const int64_t now_ms = nowMs(now);
-  JoinDesk::Answers joins;  // past their deadline
-  {
-    MutexLock lock(mutex_);
-    joins = dueJoinsLocked(now);
-  }
-  for (auto& [answer, result] : joins) answer(std::move(result));
-  if (paused) streams_.resumedAt(now_ms);  // the followers' silence so far was this daemon's pause
-  uint64_t current_epoch;
-  std::vector<std::pair<std::shared_ptr<Follower>, v1::NodeInfo>> followers;
-  std::vector<v1::NodeInfo> absent;  // members that never followed this daemon since it took over
-  {
-    MutexLock lock(mutex_);
-    if (stopping_) return;
-    current_epoch = book_.epoch();
-    for (auto& f : streams_.streams(/*candidates=*/true)) followers.emplace_back(f, f->node());
-    absent = streams_.absentSinceTakeover(book_.members(), now_ms, kSilenceLimitMs);
-  }
-  for (const auto& node : absent) {
-    nodeLost(node, current_epoch,
-             "lost " + membership::describeNode(node) + ": it did not follow the new leader within " +
-                 std::to_string(kSilenceLimitMs / 1000) + " s");
-  }
-  v1::LeaderMessage beat;
-  beat.mutable_heartbeat()->set_sent_ms(now_ms);
-  beat.mutable_heartbeat()->set_epoch(current_epoch);
-  const SharedMessage shared_beat = share(std::move(beat));
-  for (auto& [f, node] : followers) {
-    if (!(send ? f->stream.send(shared_beat) : f->stream.attached())) continue;
-    const int64_t heard_ms = f->lastHeardMs();
-    const int64_t silent_ms = streams_.silentMs(*f, now_ms);
-    // A candidate holds nothing of the job yet: its stream's end is enough.
-    if (!node.ranks().empty() && silent_ms > kSilenceLimitMs) {
-      nodeLost(node, current_epoch,
-               "lost " + membership::describeNode(node) + ": silent for " + std::to_string((now_ms - heard_ms) / 1000) +
-                   " s");
-    }
-  }
-}
-
-void CrossNode::followerTick(CrossClock::time_point now, bool send, bool paused) {
-  if (!link_.isOpen()) return;
-  const int64_t now_ms = nowMs(now);
-  if (send) {
-    v1::FollowerMessage beat;
-    beat.mutable_heartbeat()->set_sent_ms(now_ms);
-    beat.mutable_heartbeat()->set_epoch(epoch());
-    writeToLeader(std::move(beat));
-  }
-  if (paused) link_.heardAt(now_ms);  // the leader's silence was this daemon's pause
-  const int64_t heard = link_.heardMs();
-  if (heard <= 0 || now_ms - heard <= kSilenceLimitMs) return;
-  if (options_.failover) {
-    // The reader sees its stream end and starts the failover.
-    link_.cancel();
-  } else {
-    failureDetected("lost the leader at " + options_.leader_address + ": silent for " +
-                        std::to_string((now_ms - heard) / 1000) + " s",
-                    true);
-  }
-}
-
-Status CrossNode::majorityLocked(const std::string& lost, CrossClock::time_point now) const {
-  if (!options_.failover || !leader_) return okStatus();
-  const int64_t now_ms = nowMs(now);
-  const size_t reached = 1 + streams_.reachedWithin(lost, now_ms, kReachLimitMs);  // itself counted
-  const size_t daemons = book_.members().size();
-  if (reached > daemons / 2) return okStatus();
-  return failedPrecondition("the leader " + options_.self_address + " lost the majority: it reaches " +
-                            std::to_string(reached) + " of the job's " + std::to_string(daemons) +
-                            " daemons (itself counted), " + std::to_string(daemons / 2 + 1) +
-                            " needed; the others may elect a new leader, so this side stops");
+  side().tick(now, send, paused);
 }
 
 void CrossNode::describe(v1::JobInfo* info, CrossClock::time_point now, double busy_seconds) const {
@@ -744,15 +639,7 @@ void CrossNode::describe(v1::JobInfo* info, CrossClock::time_point now, double b
     out->set_leader(node.cross_rank() == 0);
     out->set_gpus(node.gpus());
     out->set_topology(node.topology());
-    int64_t age = -1;
-    if (out->self()) {
-      age = 0;
-    } else if (leader_) {
-      age = streams_.heardAgeMs(node.cross_rank(), now_ms);
-    } else if (node.cross_rank() == 0 && link_.heardMs() > 0) {
-      age = now_ms - link_.heardMs();
-    }
-    out->set_heartbeat_age_ms(age);
+    out->set_heartbeat_age_ms(out->self() ? 0 : side().heardAgeMs(node, now_ms));
     const transport::PeerStats stats = mesh_.stats(node.ucx_address());
     out->set_bytes_sent(stats.bytes_sent);
     out->set_bytes_received(stats.bytes_received);

@@ -135,7 +135,7 @@ class CrossNode : public NodeEndpoints {
   // Elastic jobs: with no local rank, this node joins the running job as a
   // candidate for the new ranks registered here (they wait to be admitted).
   void start(const std::vector<int>& local_ranks, const std::vector<int64_t>& pids);
-  bool isLeader() const { return leader_; }
+  bool isLeader() const { return side().leads(); }
 
   // Leader: a follower's JoinJob. `answer` is called once, maybe at once on
   // this thread, never under a lock of this: with the membership once every
@@ -343,14 +343,6 @@ class CrossNode : public NodeEndpoints {
   // paused), or this is its first tick: peers' silence so far is then this
   // daemon's own doing. Housekeeping thread only.
   bool selfPaused(CrossClock::time_point now);
-  // tick's two sides (`send`: a heartbeat is due; `paused`: selfPaused).
-  // Leader: joins past their deadline answered, heartbeats to the
-  // followers and candidates, silent members (and, after a takeover, those
-  // that never followed) lost. Follower: a heartbeat to the leader, a
-  // silent leader lost (or, with failover, its stream cut for the reader to
-  // elect).
-  void leaderTick(CrossClock::time_point now, bool send, bool paused);
-  void followerTick(CrossClock::time_point now, bool send, bool paused);
 
   // Follower: joins the leader as `self` (leader_join_), forming the
   // membership here (joinedLocked), then opens the coordination stream.
@@ -391,12 +383,13 @@ class CrossNode : public NodeEndpoints {
   // leader's node (to announce).
   StatusOr<EpochPlan> takeOverLocked() GS_REQUIRES(mutex_);
   std::atomic<uint64_t> leader_changes_{0};  // follower: new leaders followed
-  // Leader with failover on: OK while it reaches (kReachLimitMs) a strict
-  // majority of the epoch's daemons, itself counted and `lost` (a peer
-  // address) not; else FAILED_PRECONDITION saying it lost the majority: it
-  // then makes no epoch (the others may be electing a new leader) and the
-  // job fails on its side. OK without failover, and on followers.
-  Status majorityLocked(const std::string& lost, CrossClock::time_point now) const GS_REQUIRES(mutex_);
+  // Leader with failover on: OK while it reaches a strict majority of the
+  // epoch's daemons (Side::majority), `lost` (a peer address) not counted;
+  // else it makes no epoch (the others may be electing a new leader) and
+  // the job fails on its side. OK without failover, and on followers.
+  Status majorityLocked(const std::string& lost, CrossClock::time_point now) const GS_REQUIRES(mutex_) {
+    return side().majority(lost, now, book_.members().size());
+  }
 
   // Sends `message` to the leader (LeaderLink: at once when the stream is
   // idle, else queued for its writer).
@@ -426,12 +419,51 @@ class CrossNode : public NodeEndpoints {
   void waitForAbortNotices();
   std::shared_ptr<AbortNotices> abort_notices_ GS_GUARDED_BY(mutex_);  // set once
 
+  // What differs between leading the job and following its leader
+  // (cross_node_sides.h): CrossNode asks the current side, never a flag.
+  class Side {
+   public:
+    virtual ~Side() = default;
+    virtual bool leads() const = 0;
+    // This node's cross rank in `book`'s membership (the leader's is 0
+    // before it forms too).
+    virtual int crossRank(const membership::EpochBook& book) const = 0;
+    // tick's part (`send`: a heartbeat is due; `paused`: selfPaused):
+    // heartbeats out, and the silence of the nodes it hears from.
+    virtual void tick(CrossClock::time_point now, bool send, bool paused) = 0;
+    // Sends the failure `text` (told here: FailureNotices) to the other
+    // nodes; `teller`: the leader's follower that told it (told nothing back).
+    virtual void tell(const std::string& text, bool node_lost, const Follower* teller) = 0;
+    // What a failure heard from another node makes this side do.
+    virtual void heard(const v1::JobFailure& failure, const Follower* teller) = 0;
+    // Another follower's AbortJob (the leader hears of it from its
+    // followers' streams instead).
+    virtual void relayAbort(const v1::JobFailure& failure) = 0;
+    // A message of the rounds through the leader (`to`: the cross ranks
+    // to send it to; null: all).
+    virtual void sendRound(const v1::RoundMessage& message, const std::vector<int>* to) = 0;
+    // How long ago `node` was heard from here (-1: not known here).
+    virtual int64_t heardAgeMs(const v1::NodeInfo& node, int64_t now_ms) const = 0;
+    // OK while this side may make epochs among `daemons` without `lost`.
+    virtual Status majority(const std::string& lost, CrossClock::time_point now, size_t daemons) const = 0;
+  };
+  class LeaderSide;
+  class FollowerSide;
+  Side& side() const { return *side_.load(); }
+  static int64_t nowMs(CrossClock::time_point t) {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(t.time_since_epoch()).count();
+  }
+
   const CrossNodeOptions options_;
   const Hooks hooks_;
+  const std::unique_ptr<LeaderSide> leader_side_;
+  const std::unique_ptr<FollowerSide> follower_side_;
+  // The current side: set by start(), the leader's after a takeover; read
+  // by housekeeping and peer calls.
+  std::atomic<Side*> side_;
   // Leader: the followers' JoinJob calls while the job forms (its own lock;
   // taken under mutex_, never the other way).
   JoinDesk joins_;
-  std::atomic<bool> leader_{false};  // set by start(); read by housekeeping and peer calls
 
   mutable Mutex mutex_;
   CondVar formed_cv_;

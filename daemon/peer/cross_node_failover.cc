@@ -21,12 +21,13 @@
 //  - No majority within kVotingLimit (two daemons, too many lost at once,
 //    or this daemon on the minority side of a partition): the job fails on
 //    this side, saying it lost the majority. The old leader, on its side,
-//    stops once it reaches no majority (CrossNode::majorityLocked).
+//    stops once it reaches no majority (CrossNode::LeaderSide::majority).
 #include <algorithm>
 
 #include "daemon/common/logging.h"
 #include "daemon/common/siphash.h"
 #include "daemon/peer/cross_node.h"
+#include "daemon/peer/cross_node_sides.h"
 #include "daemon/peer/reachability.h"
 
 namespace gradsync::peer {
@@ -210,7 +211,7 @@ StatusOr<v1::ElectResponse> CrossNode::vote(const std::string& voter, uint64_t e
   ASSIGN_OR_RETURN(const bool majority_reached, ballot_.receive(voter, epoch, majority));
   GS_LOG(control, info, "job '{}': vote of {} for {} to lead ({} of the {} needed)", options_.job_id, voter, self,
          ballot_.votes(), majority);
-  if (majority_reached && !leader_) {
+  if (majority_reached && !side().leads()) {
     ballot_.takingOver(epoch);
     ASSIGN_OR_RETURN(EpochPlan plan, takeOverLocked());
     lock.unlock();
@@ -230,7 +231,7 @@ StatusOr<CrossNode::EpochPlan> CrossNode::takeOverLocked() {
   streams_.takeOver(
       std::chrono::duration_cast<std::chrono::milliseconds>(CrossClock::now().time_since_epoch()).count());
   ASSIGN_OR_RETURN(EpochPlan plan, planEpochLocked(book_.takeOver()));
-  leader_ = true;
+  side_ = leader_side_.get();
   return plan;
 }
 

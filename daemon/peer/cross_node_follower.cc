@@ -227,21 +227,13 @@ Status CrossNode::acceptAbort(const v1::AbortJobRequest& request) {
                                 request.from_peer_address() + ": its notice is stale");
     }
   }
-  // A notice of a follower that lost a node (perhaps the leader, which then
-  // tells no one): passed on once, to this follower's relays.
-  if (!leader_ && request.failure().node_lost()) tellOtherFollowers(request.failure());
+  side().relayAbort(request.failure());
   heardFailure(request.failure(), request.from_peer_address());
   return okStatus();
 }
 
 void CrossNode::heardFailure(const v1::JobFailure& failure, const std::string& from, const Follower* teller) {
-  if (leader_) {
-    // (Also since a takeover.) One follower told it: the leader tells the
-    // others.
-    if (notices_.jobRunning()) announceFailure(namedCause(failure.message()), failure.node_lost(), teller);
-  } else {
-    notices_.heard(failure.node_lost());  // from a node that told every other
-  }
+  side().heard(failure, teller);
   hooks_.on_failure({failure.message(), failure.node_lost(), from});
 }
 
