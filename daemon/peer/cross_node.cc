@@ -501,9 +501,8 @@ bool CrossNode::leaderRoundsOnLocked() const {
 
 LeaderRounds* CrossNode::roundsLocked() {
   if (!rounds_ && leaderRoundsOnLocked()) {
-    rounds_ = std::make_unique<LeaderRounds>(
-        side().leads(), static_cast<int>(book_.members().size()) - 1,
-        [this](const v1::RoundMessage& m, const std::vector<int>* to) { sendRound(m, to); },
+    rounds_ = side().makeRounds(
+        book_.members().size(), [this](const v1::RoundMessage& m, const std::vector<int>* to) { sendRound(m, to); },
         [this](const std::vector<int>& wake_fds, CrossClock::time_point until) { return idle(wake_fds, until); });
     if (stopping_ || !transfers_aborted_.empty()) {
       rounds_->abort("job '" + options_.job_id + "': " + (stopping_ ? "stopped" : transfers_aborted_));

@@ -446,6 +446,9 @@ class CrossNode : public NodeEndpoints {
     virtual int64_t heardAgeMs(const v1::NodeInfo& node, int64_t now_ms) const = 0;
     // OK while this side may make epochs among `daemons` without `lost`.
     virtual Status majority(const std::string& lost, CrossClock::time_point now, size_t daemons) const = 0;
+    // This side of the rounds through the leader among `daemons`.
+    virtual std::unique_ptr<LeaderRounds> makeRounds(size_t daemons, LeaderRounds::Send send,
+                                                     LeaderRounds::Idle idle) const = 0;
   };
   class LeaderSide;
   class FollowerSide;

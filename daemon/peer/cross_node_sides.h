@@ -32,6 +32,10 @@ class CrossNode::LeaderSide final : public CrossNode::Side {
   // of `daemons`, itself counted and `lost` not; else FAILED_PRECONDITION
   // saying it lost the majority (the others may be electing a new leader).
   Status majority(const std::string& lost, CrossClock::time_point now, size_t daemons) const override;
+  std::unique_ptr<LeaderRounds> makeRounds(size_t daemons, LeaderRounds::Send send,
+                                           LeaderRounds::Idle idle) const override {
+    return std::make_unique<LeadingRounds>(static_cast<int>(daemons) - 1, std::move(send), std::move(idle));
+  }
 
  private:
   CrossNode* const node_;
@@ -56,6 +60,9 @@ class CrossNode::FollowerSide final : public CrossNode::Side {
   void sendRound(const v1::RoundMessage& message, const std::vector<int>* to) override;
   int64_t heardAgeMs(const v1::NodeInfo& node, int64_t now_ms) const override;
   Status majority(const std::string&, CrossClock::time_point, size_t) const override { return okStatus(); }
+  std::unique_ptr<LeaderRounds> makeRounds(size_t, LeaderRounds::Send send, LeaderRounds::Idle idle) const override {
+    return std::make_unique<FollowingRounds>(std::move(send), std::move(idle));
+  }
 
  private:
   CrossNode* const node_;

@@ -9,16 +9,16 @@
 
 namespace gradsync::peer {
 
-LeaderRounds::LeaderRounds(bool leader, int followers, Send send, Idle idle, std::chrono::milliseconds begin_grace)
-    : leader_(leader),
-      followers_(leader ? followers : 0),
-      send_(std::move(send)),
-      idle_(std::move(idle)),
-      begin_grace_(begin_grace),
-      event_fd_(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)),
-      holding_(static_cast<size_t>(followers_) + 1, false) {}
+LeaderRounds::LeaderRounds(Send send, Idle idle)
+    : send_(std::move(send)), idle_(std::move(idle)), event_fd_(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {}
 
-LeaderRounds::Parts& LeaderRounds::partsLocked(uint64_t round) {
+LeadingRounds::LeadingRounds(int followers, Send send, Idle idle, std::chrono::milliseconds begin_grace)
+    : LeaderRounds(std::move(send), std::move(idle)),
+      followers_(followers),
+      begin_grace_(begin_grace),
+      holding_(static_cast<size_t>(followers) + 1, false) {}
+
+LeadingRounds::Parts& LeadingRounds::partsLocked(uint64_t round) {
   Parts& parts = parts_[round];
   if (parts.seen.empty()) {
     parts.seen.assign(static_cast<size_t>(followers_) + 1, false);
@@ -27,7 +27,7 @@ LeaderRounds::Parts& LeaderRounds::partsLocked(uint64_t round) {
   return parts;
 }
 
-void LeaderRounds::begin(uint64_t round, const std::vector<int>* to) {
+void LeadingRounds::begin(uint64_t round, const std::vector<int>* to) {
   v1::RoundMessage message;
   message.set_kind(v1::RoundMessage::BEGIN);
   message.set_round(round);
@@ -45,41 +45,48 @@ void LeaderRounds::deliver(const v1::RoundMessage& message, int cross_rank) {
                std::to_string(kWords));
     return;
   }
-  if (leader_) {
-    // A follower is at most one round ahead: it sent its part of the round
-    // the leader has just finished announcing.
-    if (message.kind() != v1::RoundMessage::PART || cross_rank < 1 || cross_rank > followers_ ||
-        message.round() < round_ || message.round() > round_ + 1) {
-      failLocked(where + ": node " + std::to_string(cross_rank) + " sent it out of turn (round " +
-                 std::to_string(round_) + " was due)");
-      return;
-    }
-    Parts& parts = partsLocked(message.round());
-    if (parts.seen[cross_rank]) {
-      failLocked(where + ": node " + std::to_string(cross_rank) + " sent its part twice");
-      return;
-    }
-    parts.seen[cross_rank] = true;
-    ++parts.count;
-    for (size_t w = 0; w < kWords; ++w) {
-      parts.bits[w] &= w < static_cast<size_t>(message.bits_size()) ? message.bits(static_cast<int>(w)) : 0;
-    }
-    std::vector<uint64_t>& of = parts.of[cross_rank];
-    of.assign(message.bits().begin(), message.bits().end());
-    while (!of.empty() && of.back() == 0) of.pop_back();
-    // Only the first part of a round (it begins: waitForPeers) and the
-    // last (lead's wait ends) change what a waiter looks at: a thousand
-    // followers' parts would otherwise wake the executor a thousand times.
-    if (parts.count != 1 && parts.count != followers_) return;
-  } else if (message.kind() == v1::RoundMessage::BEGIN) {
+  if (deliverLocked(message, cross_rank, where)) wakeLocked();
+}
+
+bool LeadingRounds::deliverLocked(const v1::RoundMessage& message, int cross_rank, const std::string& where) {
+  // A follower is at most one round ahead: it sent its part of the round
+  // the leader has just finished announcing.
+  if (message.kind() != v1::RoundMessage::PART || cross_rank < 1 || cross_rank > followers_ ||
+      message.round() < round_ || message.round() > round_ + 1) {
+    failLocked(where + ": node " + std::to_string(cross_rank) + " sent it out of turn (round " +
+               std::to_string(round_) + " was due)");
+    return false;
+  }
+  Parts& parts = partsLocked(message.round());
+  if (parts.seen[cross_rank]) {
+    failLocked(where + ": node " + std::to_string(cross_rank) + " sent its part twice");
+    return false;
+  }
+  parts.seen[cross_rank] = true;
+  ++parts.count;
+  for (size_t w = 0; w < kWords; ++w) {
+    parts.bits[w] &= w < static_cast<size_t>(message.bits_size()) ? message.bits(static_cast<int>(w)) : 0;
+  }
+  std::vector<uint64_t>& of = parts.of[cross_rank];
+  of.assign(message.bits().begin(), message.bits().end());
+  while (!of.empty() && of.back() == 0) of.pop_back();
+  // Only the first part of a round (it begins: waitForPeers) and the
+  // last (exchange's wait ends) change what a waiter looks at: a
+  // thousand followers' parts would otherwise wake the executor a
+  // thousand times.
+  return parts.count == 1 || parts.count == followers_;
+}
+
+bool FollowingRounds::deliverLocked(const v1::RoundMessage& message, int, const std::string& where) {
+  if (message.kind() == v1::RoundMessage::BEGIN) {
     begun_ = std::max(begun_, message.round());
   } else if (message.kind() == v1::RoundMessage::OUTCOME && message.round() >= round_) {
     outcomes_[message.round()] = message;
   } else {
     failLocked(where + ": the leader sent it out of turn (round " + std::to_string(round_) + " was due)");
-    return;
+    return false;
   }
-  wakeLocked();
+  return true;
 }
 
 void LeaderRounds::abort(const std::string& reason) {
@@ -98,13 +105,12 @@ void LeaderRounds::wakeLocked() {
   (void)!::write(event_fd_.get(), &one, sizeof one);
 }
 
-bool LeaderRounds::begunLocked() const {
-  if (leader_) {
-    auto it = parts_.find(round_);
-    return it != parts_.end() && it->second.count > 0;
-  }
-  return begun_ >= round_ || outcomes_.count(round_) > 0;
+bool LeadingRounds::begunLocked() const {
+  auto it = parts_.find(round_);
+  return it != parts_.end() && it->second.count > 0;
 }
+
+bool FollowingRounds::begunLocked() const { return begun_ >= round_ || outcomes_.count(round_) > 0; }
 
 StatusOr<bool> LeaderRounds::waitForPeers(int wake_fd, transport::Clock::time_point until) {
   for (;;) {
@@ -131,14 +137,9 @@ StatusOr<bool> LeaderRounds::waitForPeers(int wake_fd, transport::Clock::time_po
   }
 }
 
-StatusOr<RoundExchange::Outcome> LeaderRounds::exchange(const std::vector<uint64_t>& ready, LeaderPart leader,
-                                                        transport::Clock::time_point deadline) {
+StatusOr<RoundExchange::Outcome> LeadingRounds::exchange(const std::vector<uint64_t>& ready, LeaderPart part,
+                                                         transport::Clock::time_point deadline) {
   std::vector<uint64_t> mine = idsToBits(ready);
-  return leader_ ? lead(std::move(mine), leader, deadline) : follow(std::move(mine), deadline);
-}
-
-StatusOr<RoundExchange::Outcome> LeaderRounds::lead(std::vector<uint64_t> mine, LeaderPart part,
-                                                    transport::Clock::time_point deadline) {
   uint64_t round;
   bool everyone;                 // a batch of the leader's to order: every follower takes part now
   std::vector<int> begun, rest;  // followers that hold ids (begun at once), and the others still silent
@@ -194,7 +195,7 @@ StatusOr<RoundExchange::Outcome> LeaderRounds::lead(std::vector<uint64_t> mine, 
   return result;
 }
 
-Status LeaderRounds::missingPartsLocked(uint64_t round) {
+Status LeadingRounds::missingPartsLocked(uint64_t round) {
   const Parts& parts = parts_[round];
   std::string missing;
   int listed = 0;
@@ -209,7 +210,7 @@ Status LeaderRounds::missingPartsLocked(uint64_t round) {
                           (followers_ - parts.count > listed ? ", ..." : "") + ")");
 }
 
-void LeaderRounds::sendOutcome(uint64_t round, std::vector<uint64_t> bits, LeaderPart part) {
+void LeadingRounds::sendOutcome(uint64_t round, std::vector<uint64_t> bits, LeaderPart part) {
   v1::RoundMessage outcome;
   outcome.set_kind(v1::RoundMessage::OUTCOME);
   outcome.set_round(round);
@@ -220,8 +221,9 @@ void LeaderRounds::sendOutcome(uint64_t round, std::vector<uint64_t> bits, Leade
   send_(outcome, nullptr);
 }
 
-StatusOr<RoundExchange::Outcome> LeaderRounds::follow(std::vector<uint64_t> mine,
-                                                      transport::Clock::time_point deadline) {
+StatusOr<RoundExchange::Outcome> FollowingRounds::exchange(const std::vector<uint64_t>& ready, LeaderPart,
+                                                           transport::Clock::time_point deadline) {
+  std::vector<uint64_t> mine = idsToBits(ready);
   v1::RoundMessage message;
   message.set_kind(v1::RoundMessage::PART);
   for (uint64_t w : mine) message.add_bits(w);

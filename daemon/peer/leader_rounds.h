@@ -31,6 +31,8 @@
 
 namespace gradsync::peer {
 
+// What the leader's and the followers' sides share: the rounds' count,
+// their end (abort), and the wait for another daemon to begin one.
 class LeaderRounds : public RoundExchange {
  public:
   // Drives the job's data plane while waitForPeers waits, until one of the
@@ -43,10 +45,7 @@ class LeaderRounds : public RoundExchange {
   // leader.
   using Send = std::function<void(const v1::RoundMessage&, const std::vector<int>* to)>;
   static constexpr std::chrono::milliseconds kBeginGrace{100};
-  // On the leader, `followers` nodes take part (cross ranks 1..followers);
-  // on a follower, `followers` is 0. `idle` may be null.
-  LeaderRounds(bool leader, int followers, Send send, Idle idle = nullptr,
-               std::chrono::milliseconds begin_grace = kBeginGrace);
+  static constexpr size_t kWords = kMaxIds / 64;
 
   // A RoundMessage read from the node at `cross_rank` (the leader's: 0). A
   // message that breaks the protocol (a round out of turn, a part counted
@@ -56,15 +55,44 @@ class LeaderRounds : public RoundExchange {
   void abort(const std::string& reason) override GS_EXCLUDES(mutex_);
 
   StatusOr<bool> waitForPeers(int wake_fd, transport::Clock::time_point until) override;
-  StatusOr<Outcome> exchange(const std::vector<uint64_t>& ready, LeaderPart leader,
-                             transport::Clock::time_point deadline) override;
   uint64_t round() const override;
   uint64_t messagesSent() const override;
 
-  static constexpr size_t kWords = kMaxIds / 64;
+ protected:
+  // `idle` may be null.
+  LeaderRounds(Send send, Idle idle);
+  // deliver's part of this side (`where` names the round for errors):
+  // false when the message changes nothing a waiter looks at, or broke the
+  // protocol (failLocked).
+  virtual bool deliverLocked(const v1::RoundMessage& message, int cross_rank, const std::string& where)
+      GS_REQUIRES(mutex_) = 0;
+  // Whether another daemon has begun the current round.
+  virtual bool begunLocked() const GS_REQUIRES(mutex_) = 0;
+  void failLocked(const std::string& reason) GS_REQUIRES(mutex_);
+  void wakeLocked() GS_REQUIRES(mutex_);
+
+  const Send send_;
+  const Idle idle_;
+  UniqueFd event_fd_;  // readable once something came for waitForPeers
+  mutable Mutex mutex_;
+  CondVar cv_;
+  uint64_t round_ GS_GUARDED_BY(mutex_) = 1;
+  uint64_t messages_sent_ GS_GUARDED_BY(mutex_) = 0;
+  std::string aborted_ GS_GUARDED_BY(mutex_);
+};
+
+// The leader's side: its followers' parts gathered, BEGIN to those that
+// should join, the OUTCOME to every follower.
+class LeadingRounds final : public LeaderRounds {
+ public:
+  // `followers` nodes take part (cross ranks 1..followers).
+  LeadingRounds(int followers, Send send, Idle idle = nullptr, std::chrono::milliseconds begin_grace = kBeginGrace);
+
+  StatusOr<Outcome> exchange(const std::vector<uint64_t>& ready, LeaderPart leader,
+                             transport::Clock::time_point deadline) override;
 
  private:
-  // Leader: the followers' parts of one round so far.
+  // The followers' parts of one round so far.
   struct Parts {
     std::vector<bool> seen;                 // by cross rank
     std::vector<std::vector<uint64_t>> of;  // by cross rank: its bits, no trailing zero words
@@ -72,38 +100,43 @@ class LeaderRounds : public RoundExchange {
     std::vector<uint64_t> bits = std::vector<uint64_t>(kWords, ~uint64_t{0});  // their AND
   };
   Parts& partsLocked(uint64_t round) GS_REQUIRES(mutex_);
-  // Leader: BEGIN of `round` to the followers `to` (nullptr: all).
+  // BEGIN of `round` to the followers `to` (nullptr: all).
   void begin(uint64_t round, const std::vector<int>* to) GS_EXCLUDES(mutex_);
-  StatusOr<Outcome> lead(std::vector<uint64_t> mine, LeaderPart part, transport::Clock::time_point deadline);
-  // lead's parts: the error naming the followers whose part of `round`
+  // exchange's parts: the error naming the followers whose part of `round`
   // never came (the first 8); the OUTCOME of `round` (`bits`: the ids
   // every daemon is ready for) to every follower.
   Status missingPartsLocked(uint64_t round) GS_REQUIRES(mutex_);
   void sendOutcome(uint64_t round, std::vector<uint64_t> bits, LeaderPart part) GS_EXCLUDES(mutex_);
-  StatusOr<Outcome> follow(std::vector<uint64_t> mine, transport::Clock::time_point deadline);
-  // Whether another daemon has begun the current round.
-  bool begunLocked() const GS_REQUIRES(mutex_);
-  void failLocked(const std::string& reason) GS_REQUIRES(mutex_);
-  void wakeLocked() GS_REQUIRES(mutex_);
+  // A follower's PART (at most one round ahead, once each).
+  bool deliverLocked(const v1::RoundMessage& message, int cross_rank, const std::string& where) override
+      GS_REQUIRES(mutex_);
+  bool begunLocked() const override GS_REQUIRES(mutex_);
 
-  const bool leader_;
   const int followers_;
-  const Send send_;
-  const Idle idle_;
   const std::chrono::milliseconds begin_grace_;
-  UniqueFd event_fd_;  // readable once something came for waitForPeers
-  mutable Mutex mutex_;
-  CondVar cv_;
-  uint64_t round_ GS_GUARDED_BY(mutex_) = 1;
-  uint64_t messages_sent_ GS_GUARDED_BY(mutex_) = 0;
-  std::string aborted_ GS_GUARDED_BY(mutex_);
-  std::map<uint64_t, Parts> parts_ GS_GUARDED_BY(mutex_);  // leader: by round
-  // Leader: by cross rank, whether the follower's last part asked for ids
-  // its round did not run; and the batch sequence the last outcome carried.
+  std::map<uint64_t, Parts> parts_ GS_GUARDED_BY(mutex_);  // by round
+  // By cross rank, whether the follower's last part asked for ids its
+  // round did not run; and the batch sequence the last outcome carried.
   std::vector<bool> holding_ GS_GUARDED_BY(mutex_);
   uint64_t announced_sequence_ GS_GUARDED_BY(mutex_) = 0;
-  uint64_t begun_ GS_GUARDED_BY(mutex_) = 0;                             // follower: the last round begun
-  std::map<uint64_t, v1::RoundMessage> outcomes_ GS_GUARDED_BY(mutex_);  // follower: by round
+};
+
+// A follower's side: its PART to the leader, the leader's OUTCOME awaited.
+class FollowingRounds final : public LeaderRounds {
+ public:
+  explicit FollowingRounds(Send send, Idle idle = nullptr) : LeaderRounds(std::move(send), std::move(idle)) {}
+
+  StatusOr<Outcome> exchange(const std::vector<uint64_t>& ready, LeaderPart leader,
+                             transport::Clock::time_point deadline) override;
+
+ private:
+  // The leader's BEGIN or OUTCOME.
+  bool deliverLocked(const v1::RoundMessage& message, int cross_rank, const std::string& where) override
+      GS_REQUIRES(mutex_);
+  bool begunLocked() const override GS_REQUIRES(mutex_);
+
+  uint64_t begun_ GS_GUARDED_BY(mutex_) = 0;                             // the last round begun
+  std::map<uint64_t, v1::RoundMessage> outcomes_ GS_GUARDED_BY(mutex_);  // by round
 };
 
 }  // namespace gradsync::peer

@@ -26,8 +26,8 @@ struct Star {
   std::vector<std::unique_ptr<LeaderRounds>> followers;
   std::atomic<int> begins{0};  // BEGIN messages the leader sent
   explicit Star(int count, std::chrono::milliseconds grace = LeaderRounds::kBeginGrace) {
-    leader = std::make_unique<LeaderRounds>(
-        true, count,
+    leader = std::make_unique<LeadingRounds>(
+        count,
         [this](const v1::RoundMessage& m, const std::vector<int>* to) {
           for (size_t i = 0; i < followers.size(); ++i) {
             if (to != nullptr && std::find(to->begin(), to->end(), static_cast<int>(i) + 1) == to->end()) continue;
@@ -37,8 +37,8 @@ struct Star {
         },
         nullptr, grace);
     for (int i = 0; i < count; ++i) {
-      followers.push_back(std::make_unique<LeaderRounds>(
-          false, 0, [this, i](const v1::RoundMessage& m, const std::vector<int>*) { leader->deliver(m, i + 1); }));
+      followers.push_back(std::make_unique<FollowingRounds>(
+          [this, i](const v1::RoundMessage& m, const std::vector<int>*) { leader->deliver(m, i + 1); }));
     }
   }
 };
@@ -206,7 +206,7 @@ TEST(LeaderRoundsTest, AbortEndsAWaitingRound) {
 }
 
 TEST(LeaderRoundsTest, APartSentTwiceAbortsTheRounds) {
-  LeaderRounds leader(true, 2, [](const v1::RoundMessage&, const std::vector<int>*) {});
+  LeadingRounds leader(2, [](const v1::RoundMessage&, const std::vector<int>*) {});
   v1::RoundMessage part;
   part.set_kind(v1::RoundMessage::PART);
   part.set_round(1);
