@@ -127,10 +127,6 @@ ResponseResult GatherAcrossDaemons::hostGatherLike(const Response& r, RankAccess
   const GatherLayout layout = gatherLayout(r, access);
   ResponseResult result = failed(r, okStatus());
   const std::vector<uint64_t> out_bytes = gatheredBytes(r, &result);
-  Status status = okStatus();
-  for (size_t g = 0; status.isOk() && g < groups.size(); ++g) {
-    status = JobGpus::checkOutputs(r, groups[g], JobGpus::localBytes(groups[g], index[g], out_bytes));
-  }
   // Alltoall: each rank's input at layout.offset, then the messages to the
   // other nodes and from them (a pairwise exchange, as on the CPU path).
   const AlltoallRoutes routes = r.type == v1::ALLTOALL ? alltoallRoutes(r, access) : AlltoallRoutes();
@@ -138,30 +134,29 @@ ResponseResult GatherAcrossDaemons::hostGatherLike(const Response& r, RankAccess
   uint8_t* send = host + layout.total;
   uint8_t* recv = send + routes.send_bytes;
   size_t waited = 0;  // groups whose ready events were awaited: their done events are recorded whatever happens
-  for (size_t g = 0; status.isOk() && g < groups.size(); ++g) {
-    if (groups[g].device >= 0) status = ops_->select(groups[g].device);
-    if (status.isOk()) status = gpus_->waitReady(groups[g]);
-    if (status.isOk()) ++waited;
-  }
-  if (status.isOk()) {
-    PhaseScope phase(access, "MEMCPY_DEVICE_TO_HOST");
-    for (size_t g = 0; status.isOk() && g < groups.size(); ++g) {
-      if (groups[g].device >= 0) status = ops_->select(groups[g].device);
-      if (status.isOk()) status = gpus_->stageInputs(r, groups[g], index[g], layout.offset, host);
+  Status status = [&]() -> Status {
+    for (size_t g = 0; g < groups.size(); ++g) {
+      RETURN_IF_ERROR(JobGpus::checkOutputs(r, groups[g], JobGpus::localBytes(groups[g], index[g], out_bytes)));
     }
-  }
-  if (status.isOk() && r.type == v1::ALLGATHER)
-    status = access.dataPlane().allgather(nodesOf(r, access), host, layout.owned);
-  if (status.isOk() && r.type == v1::ALLTOALL)
-    status = stagedAlltoallExchange(r, access, groups, routes, layout.offset, host, send, recv);
-  if (status.isOk()) {
+    RETURN_IF_ERROR(gpus_->waitReadyOnGpus(groups, &waited));
+    {
+      PhaseScope phase(access, "MEMCPY_DEVICE_TO_HOST");
+      for (size_t g = 0; g < groups.size(); ++g) {
+        if (groups[g].device >= 0) RETURN_IF_ERROR(ops_->select(groups[g].device));
+        RETURN_IF_ERROR(gpus_->stageInputs(r, groups[g], index[g], layout.offset, host));
+      }
+    }
+    if (r.type == v1::ALLGATHER) RETURN_IF_ERROR(access.dataPlane().allgather(nodesOf(r, access), host, layout.owned));
+    if (r.type == v1::ALLTOALL) {
+      RETURN_IF_ERROR(stagedAlltoallExchange(r, access, groups, routes, layout.offset, host, send, recv));
+    }
     PhaseScope phase(access, "MEMCPY_HOST_TO_DEVICE");
-    for (size_t g = 0; status.isOk() && g < groups.size(); ++g) {
-      if (groups[g].device >= 0) status = ops_->select(groups[g].device);
-      if (status.isOk())
-        status = copyGatheredOut(r, groups[g], index[g], layout.offset, layout.total, routes, host, recv);
+    for (size_t g = 0; g < groups.size(); ++g) {
+      if (groups[g].device >= 0) RETURN_IF_ERROR(ops_->select(groups[g].device));
+      RETURN_IF_ERROR(copyGatheredOut(r, groups[g], index[g], layout.offset, layout.total, routes, host, recv));
     }
-  }
+    return okStatus();
+  }();
   status = gpus_->recordDoneOnGpus(groups, waited, status);
   status = gpus_->drainStaging(groups, status);
   return status.isOk() ? result : failed(r, status);

@@ -174,18 +174,7 @@ StatusOr<RoundExchange::Outcome> LeadingRounds::exchange(const std::vector<uint6
     }
     if (!aborted_.empty()) return aborted(aborted_);
     if (!all) return missingPartsLocked(round);
-    Parts& parts = parts_[round];
-    mine.resize(kWords, 0);
-    for (size_t w = 0; w < kWords; ++w) mine[w] &= parts.bits[w];
-    for (int f = 1; f <= followers_; ++f) {
-      const std::vector<uint64_t>& of = parts.of[f];
-      holding_[f] = false;
-      for (size_t w = 0; w < of.size() && !holding_[f]; ++w) holding_[f] = (of[w] & ~mine[w]) != 0;
-    }
-    announced_sequence_ = part.sequence;
-    parts_.erase(round);
-    ++round_;
-    messages_sent_ += static_cast<uint64_t>(followers_);
+    closeRoundLocked(round, part, &mine);
   }
   Outcome result;
   result.leader_sequence = part.sequence;
@@ -193,6 +182,21 @@ StatusOr<RoundExchange::Outcome> LeadingRounds::exchange(const std::vector<uint6
   result.ids = bitsToIds(mine.data(), mine.size());
   sendOutcome(round, std::move(mine), part);
   return result;
+}
+
+void LeadingRounds::closeRoundLocked(uint64_t round, LeaderPart part, std::vector<uint64_t>* mine) {
+  Parts& parts = parts_[round];
+  mine->resize(kWords, 0);
+  for (size_t w = 0; w < kWords; ++w) (*mine)[w] &= parts.bits[w];
+  for (int f = 1; f <= followers_; ++f) {
+    const std::vector<uint64_t>& of = parts.of[f];
+    holding_[f] = false;
+    for (size_t w = 0; w < of.size() && !holding_[f]; ++w) holding_[f] = (of[w] & ~(*mine)[w]) != 0;
+  }
+  announced_sequence_ = part.sequence;
+  parts_.erase(round);
+  ++round_;
+  messages_sent_ += static_cast<uint64_t>(followers_);
 }
 
 Status LeadingRounds::missingPartsLocked(uint64_t round) {

@@ -106,6 +106,9 @@ class LeadingRounds final : public LeaderRounds {
   // never came (the first 8); the OUTCOME of `round` (`bits`: the ids
   // every daemon is ready for) to every follower.
   Status missingPartsLocked(uint64_t round) GS_REQUIRES(mutex_);
+  // Every part of `round` came: `mine` becomes the ids every daemon is
+  // ready for, each follower's holding_ is set, and the next round is due.
+  void closeRoundLocked(uint64_t round, LeaderPart part, std::vector<uint64_t>* mine) GS_REQUIRES(mutex_);
   void sendOutcome(uint64_t round, std::vector<uint64_t> bits, LeaderPart part) GS_EXCLUDES(mutex_);
   // A follower's PART (at most one round ahead, once each).
   bool deliverLocked(const v1::RoundMessage& message, int cross_rank, const std::string& where) override
