@@ -502,7 +502,8 @@ bool CrossNode::leaderRoundsOnLocked() const {
 LeaderRounds* CrossNode::roundsLocked() {
   if (!rounds_ && leaderRoundsOnLocked()) {
     rounds_ = side().makeRounds(
-        book_.members().size(), [this](const v1::RoundMessage& m, const std::vector<int>* to) { sendRound(m, to); },
+        book_.members().size(),
+        [this](const v1::RoundMessage& m, const std::vector<int>* to) { side().sendRound(m, to); },
         [this](const std::vector<int>& wake_fds, CrossClock::time_point until) { return idle(wake_fds, until); });
     if (stopping_ || !transfers_aborted_.empty()) {
       rounds_->abort("job '" + options_.job_id + "': " + (stopping_ ? "stopped" : transfers_aborted_));
@@ -521,10 +522,6 @@ bool CrossNode::waitFormed(CrossClock::time_point deadline) {
   formed_cv_.wait_until(
       lock, deadline, [&]() GS_REQUIRES(mutex_) { return book_.formed() || stopping_ || !transfers_aborted_.empty(); });
   return book_.formed() && !stopping_ && transfers_aborted_.empty();
-}
-
-void CrossNode::sendRound(const v1::RoundMessage& message, const std::vector<int>* to) {
-  side().sendRound(message, to);
 }
 
 void CrossNode::abortRounds(const std::string& reason) {

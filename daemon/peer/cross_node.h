@@ -516,7 +516,6 @@ class CrossNode : public NodeEndpoints {
   // of, if the job runs them (null: not yet, or not this job).
   LeaderRounds* roundsLocked() GS_REQUIRES(mutex_);
   bool leaderRoundsOnLocked() const GS_REQUIRES(mutex_);
-  void sendRound(const v1::RoundMessage& message, const std::vector<int>* to) GS_EXCLUDES(mutex_);
   void abortRounds(const std::string& reason) GS_EXCLUDES(mutex_);
   std::unique_ptr<LeaderRounds> rounds_ GS_GUARDED_BY(mutex_);
 

@@ -15,6 +15,11 @@ int Follower::crossRank() const {
   return node_.cross_rank();
 }
 
+bool Follower::holdsRank(int rank) const {
+  MutexLock lock(mutex_);
+  return std::find(node_.ranks().begin(), node_.ranks().end(), rank) != node_.ranks().end();
+}
+
 std::string Follower::removed() const {
   MutexLock lock(mutex_);
   return removed_;
@@ -108,9 +113,15 @@ std::vector<std::shared_ptr<Follower>> FollowerStreams::streams(bool candidates)
 
 std::vector<std::shared_ptr<Follower>> FollowerStreams::atCrossRanks(const std::vector<int>& cross_ranks) const {
   MutexLock lock(mutex_);
+  // One pass each way: a round's BEGIN may go to most of a thousand followers.
+  const int last = members_.empty() ? -1 : members_.rbegin()->first;
+  std::vector<bool> wanted(static_cast<size_t>(last + 1), false);
+  for (int rank : cross_ranks) {
+    if (rank >= 0 && rank <= last) wanted[static_cast<size_t>(rank)] = true;
+  }
   std::vector<std::shared_ptr<Follower>> streams;
   for (const auto& [cross_rank, f] : members_) {
-    if (std::find(cross_ranks.begin(), cross_ranks.end(), cross_rank) != cross_ranks.end()) streams.push_back(f);
+    if (cross_rank >= 0 && wanted[static_cast<size_t>(cross_rank)]) streams.push_back(f);
   }
   return streams;
 }
@@ -118,8 +129,7 @@ std::vector<std::shared_ptr<Follower>> FollowerStreams::atCrossRanks(const std::
 std::shared_ptr<Follower> FollowerStreams::holdingRank(int rank) const {
   MutexLock lock(mutex_);
   for (const auto& [cross_rank, f] : members_) {
-    const v1::NodeInfo node = f->node();
-    if (std::find(node.ranks().begin(), node.ranks().end(), rank) != node.ranks().end()) return f;
+    if (f->holdsRank(rank)) return f;
   }
   return nullptr;
 }

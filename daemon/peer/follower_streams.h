@@ -38,6 +38,7 @@ class Follower {
   // holding no rank of the job yet).
   v1::NodeInfo node() const GS_EXCLUDES(mutex_);
   int crossRank() const GS_EXCLUDES(mutex_);
+  bool holdsRank(int rank) const GS_EXCLUDES(mutex_);
   // Why an epoch left it out of the job (empty: it is in).
   std::string removed() const GS_EXCLUDES(mutex_);
   void heardAt(int64_t ms) { last_heard_ms_.store(ms); }
