@@ -138,6 +138,8 @@ void Job::buildCrossNode() {
   };
   hooks.on_failure = [this](const peer::CrossNode::Failure& failure) { peerFailed(failure); };
   cross_ = std::make_unique<peer::CrossNode>(std::move(options), std::move(hooks));
+  if ((limits_.steady_state_rounds || limits_.leader_rounds) && !spec_.elastic) buildSteadyRounds();
+
   peer::PeerDataPlane::Hooks plane_hooks;
   plane_hooks.failed = [this](const Status& status) { return ringFailed(status); };
   plane_hooks.phase = [this](const char* name, bool begin) { runner_->phase(name, begin); };
@@ -338,7 +340,7 @@ void Job::submit(const std::shared_ptr<Session>& session, const v1::Enqueue& enq
   }
   flush(&to_ranks);
   if (!inline_batch.empty()) {
-    runBatch(std::move(inline_batch));
+    runBatch(std::move(inline_batch), 0);
     MutexLock lock(mutex_);
     queue_.finished();
     if (!queue_.ready().empty()) wakeExecutorLocked();
@@ -365,11 +367,11 @@ void Job::submitToCoordinator(const std::shared_ptr<Session>& session, coordinat
     return;
   }
   if (steady && holdSteadyLocked(session, request)) return;
-  if (steady && request.group_id != 0) {
+  if (steady && rounds_ && request.group_id != 0) {
     // A member that is not held goes to the leader: so do the members of
     // its group held so far (the leader negotiates a group whole; they
     // would wait there for them until the hold limit).
-    for (auto& held : steady_.takeGroup(request.group_id)) {
+    for (auto& held : rounds_->takeGroup(request.group_id)) {
       submitToCoordinator(held.session, std::move(held.request), to_ranks, inline_batch, /*steady=*/false);
     }
   }
@@ -473,7 +475,9 @@ size_t Job::failAllLocked(const Status& status, RankMessages* to_ranks, bool kee
   auto early = std::move(early_);
   early_.clear();
   for (const auto& [session, request] : early) fail(request);
-  for (const auto& held : steady_.takeAll()) fail(held.request);
+  if (rounds_) {
+    for (const auto& held : rounds_->takeAll()) fail(held.request);
+  }
   if (keep_negotiated) return to_ranks->size() - before;
   auto forwarded = std::move(forwarded_);
   forwarded_.clear();
@@ -611,13 +615,10 @@ void Job::describeAcrossDaemonsLocked(v1::JobInfo* info) const {
   info->set_allreduces_ring(by_algorithm[2]);
   info->set_allreduces_halving(by_algorithm[3]);
   info->set_stray_transfers_dropped(data_plane_->straysDropped());
-  info->set_steady_rounds(steady_rounds_done_.load());
-  info->set_steady_round_messages(steady_round_messages_.load());
-  info->set_steady_round_collectives(steady_round_collectives_.load());
+  if (rounds_) rounds_->describe(info);
   info->set_link_latency_us(link_latency_us_.load());
   info->set_link_message_us(link_message_us_.load());
   info->set_link_bytes_per_second(link_bytes_per_second_.load());
-  info->set_steady_round_message_bytes(steady_round_message_bytes_.load());
 }
 
 v1::JobInfo Job::info() const {

@@ -41,7 +41,7 @@
 #include "daemon/server/output_grants.h"
 #include "daemon/server/session.h"
 #include "daemon/server/stall_watch.h"
-#include "daemon/server/steady_state.h"
+#include "daemon/server/steady_rounds.h"
 #include "daemon/timeline/timeline.h"
 #include "proto/gradsync/v1/admin.pb.h"
 
@@ -130,7 +130,7 @@ struct JobLimits {
   bool leader_rounds = true;
 };
 
-class Job {
+class Job : private SteadyRounds::Host {
  public:
   Job(JobSpec spec, JobLimits limits, executor::ReducePool* pool);
   ~Job();
@@ -275,51 +275,35 @@ class Job {
   // operation ended (and its buffer is free) while the executor may still
   // write it.
   void startForwardedLocked(const std::vector<coordinator::Response>& responses) GS_REQUIRES(mutex_);
-  // The cached steady state across daemons (job_steady_state.cc). The
-  // executor thread's rounds with the other daemons, until the job fails
-  // or stops (or at once when a daemon does not offer them).
+  // The cached steady state across daemons (job_steady_state.cc): the
+  // executor thread takes part in the rounds (SteadyRounds::run) until the
+  // job fails or stops (or returns at once when a daemon does not offer
+  // them); the rest is what the rounds ask of the job (SteadyRounds::Host).
   void steadyExecutorLoop();
-  // Before a round: held requests past the hold limit go to the leader,
-  // errors the leader sent run; whether a round is wanted now (`stop`: the
-  // job failed or stops), and when to look again.
-  struct SteadyPass {
-    bool stop = false;
-    bool wanted = false;
-    Clock::time_point wake_by;
-  };
-  SteadyPass prepareSteadyPass(bool leader) GS_EXCLUDES(mutex_);
-  // One round: this daemon's part (the leader broadcasts its batch first),
-  // then the leader's batches up to the round's sequence and the cached
-  // collectives every daemon is ready for; false when the job ends.
-  bool steadyRound(peer::RoundExchange& rounds, bool leader) GS_EXCLUDES(mutex_);
-  // steadyRound's parts. This daemon's part of a round: the collectives its
-  // ranks are ready for and, on the leader, its next batch (broadcast
-  // already) with its sequence.
-  struct RoundPart {
-    std::vector<uint64_t> ready;
-    std::vector<coordinator::Response> batch;
-    peer::RoundExchange::LeaderPart leader;
-  };
-  RoundPart takeRoundPart(bool leader) GS_EXCLUDES(mutex_);
-  // The round failed: the leader's batch runs (or fails) all the same, the
-  // ring's failure is the job's, or what the others may run is left.
-  void steadyRoundFailed(const Status& failure, RoundPart part) GS_EXCLUDES(mutex_);
-  // Runs the cached collectives `ids` (of a completed round, as batch
-  // `sequence`) that this daemon holds; false when the job failed.
-  bool runAgreedCollectives(const std::vector<uint64_t>& ids, uint64_t fusion_threshold_bytes, uint64_t sequence)
+  // A multi-node job that is not elastic: its SteadyRounds (construction).
+  void buildSteadyRounds();
+  Look beforeRound(bool leader, Clock::duration hold_limit) override GS_EXCLUDES(mutex_);
+  Led takeLed(bool leader) override GS_EXCLUDES(mutex_);
+  void batchFinished() override GS_EXCLUDES(mutex_);
+  bool runLeaderBatchesUpTo(uint64_t sequence) override GS_EXCLUDES(mutex_);
+  bool runAgreed(const std::vector<uint64_t>& ids, uint64_t fusion_threshold_bytes, uint64_t sequence) override
       GS_EXCLUDES(mutex_);
-  // Follower, executor thread: runs the leader's batches up to `sequence`
-  // (waiting for them); false when the job failed or stops.
-  bool runLeaderBatchesUpTo(uint64_t sequence);
-  // A local request repeating a cached allreduce is held for the rounds
+  bool endedByTheJobsFailure(const Status& status) override GS_EXCLUDES(mutex_);
+  void roundsBroke(const Status& status) override GS_EXCLUDES(mutex_);
+  // The job failed while the other daemons may run collectives a round
+  // agreed with this one, which will not run them (its held requests were
+  // failed): every daemon's transfers end with the job's cause, instead of
+  // waiting for this daemon's part until the transfer timeout.
+  void leaveAgreedCollectives() override GS_EXCLUDES(mutex_);
+  void roundsEnded(std::vector<SteadyRounds::Held> left) override GS_EXCLUDES(mutex_);
+  // A local request repeating a cached collective is held for the rounds
   // (true: taken).
   bool holdSteadyLocked(const std::shared_ptr<Session>& session, coordinator::Request& request) GS_REQUIRES(mutex_);
-  // Learns whether cached response `id` can take the rounds.
-  void learnSteadyLocked(uint64_t id) GS_REQUIRES(mutex_);
   // Wakes the executor thread (its condition and, in the rounds, its fd).
   void wakeExecutorLocked() GS_REQUIRES(mutex_);
-  // Runs `batch` (begun: queue_, beginBatchLocked) as batch_ says.
-  void runBatch(std::vector<coordinator::Response> batch, uint64_t sequence = 0);
+  // Runs `batch` (begun: queue_, beginBatchLocked) as batch_ says
+  // (`sequence`: the leader's number, 0 for none).
+  void runBatch(std::vector<coordinator::Response> batch, uint64_t sequence) override;
   // A fused response of the batch ran (runner_'s hook): its Dones, tuning
   // and counters.
   void fusedCompleted(const fusion::FusedResponse& fused, const std::vector<executor::ResponseResult>& results,
@@ -436,20 +420,11 @@ class Job {
 
   const JobSpec spec_;
   const JobLimits limits_;
-  // The steady state's rounds this daemon took part in, and the messages
-  // it sent in them (executor thread; read by info()).
-  std::atomic<uint64_t> steady_rounds_done_{0};
-  std::atomic<uint64_t> steady_round_messages_{0};
-  std::atomic<uint64_t> steady_round_collectives_{0};  // run after the rounds
-  // How long a held request waits for the rounds, from their recent
-  // durations (executor thread only).
-  peer::HoldLimit steady_hold_;
   // The cost of a message among the daemons, as last measured (executor
   // thread; read by info()).
   std::atomic<double> link_latency_us_{0};
   std::atomic<double> link_message_us_{0};
   std::atomic<double> link_bytes_per_second_{0};
-  std::atomic<uint64_t> steady_round_message_bytes_{0};  // among daemons; 0: through the leader (varies)
   std::atomic<int> size_;  // the job's size: spec_.size, smaller after elastic epoch changes
   std::unique_ptr<executor::GpuExecutor> gpu_executor_;  // null without GPUs
   executor::CpuExecutor executor_;
@@ -482,7 +457,7 @@ class Job {
     const std::string job = "job '" + spec_.job_id + "': ";
     failure_ = cause.rfind(job, 0) == 0 ? cause.substr(job.size()) : cause;
     outputs_.failed(failure_);
-    abortSteadyRounds(job + failure_);
+    if (rounds_) rounds_->abort(job + failure_);
   }
   bool stopping_ GS_GUARDED_BY(mutex_) = false;
   std::string stop_reason_ GS_GUARDED_BY(mutex_);  // why stop() was called (e.g. the daemon shuts down)
@@ -519,33 +494,10 @@ class Job {
   // The bytes among the daemons (with cross_), or none (one node).
   std::unique_ptr<peer::PeerDataPlane> data_plane_;
   executor::SingleNodeDataPlane single_node_;
-  // The cached steady state (job_steady_state.cc; mutex_): on while the
-  // executor thread takes part in the rounds.
-  bool steady_rounds_ GS_GUARDED_BY(mutex_) = false;
-  // The rounds the executor thread takes part in (null outside them), under
-  // a lock of their own: the job's failure ends the round under way, so no
-  // daemon waits in it for one that stopped taking part.
-  Mutex steady_exchange_mutex_ GS_ACQUIRED_AFTER(mutex_);
-  peer::RoundExchange* steady_exchange_ GS_GUARDED_BY(steady_exchange_mutex_) = nullptr;
-  void abortSteadyRounds(const std::string& reason) GS_EXCLUDES(steady_exchange_mutex_) {
-    MutexLock lock(steady_exchange_mutex_);
-    if (steady_exchange_ != nullptr) steady_exchange_->abort(reason);
-  }
-  void takePartInRounds(peer::RoundExchange* rounds) GS_EXCLUDES(steady_exchange_mutex_) {
-    MutexLock lock(steady_exchange_mutex_);
-    steady_exchange_ = rounds;
-  }
-  // A round (or the wait for one) that ended because the job failed here:
-  // not a broken data plane (the other daemons stop taking part too).
-  bool endedByTheJobsFailure(const Status& status) GS_EXCLUDES(mutex_);
-  // The job failed while the other daemons may run collectives a round
-  // agreed with this one, which will not run them (its held requests were
-  // failed): every daemon's transfers end with the job's cause, instead of
-  // waiting for this daemon's part until the transfer timeout.
-  void leaveAgreedCollectives() GS_EXCLUDES(mutex_);
-  bool steady_dirty_ GS_GUARDED_BY(mutex_) = false;  // a held collective became ready since the last round
-  SteadyState steady_ GS_GUARDED_BY(mutex_);
-  std::vector<v1::NodeInfo> steady_members_ GS_GUARDED_BY(mutex_);
+  // The cached steady state across daemons (job_steady_state.cc; null on
+  // one node): the requests held for the rounds, and the executor thread's
+  // part in them. Its lock is taken after mutex_.
+  std::unique_ptr<SteadyRounds> rounds_;
   UniqueFd wake_fd_;  // eventfd: wakes the executor thread where it drives the data plane
 
   // The job as the batch being executed began: its sessions, epoch, fusion

@@ -12,7 +12,7 @@
 namespace gradsync::server {
 
 void Job::executorLoop() {
-  if (cross_ && (limits_.steady_state_rounds || limits_.leader_rounds) && !spec_.elastic) steadyExecutorLoop();
+  if (rounds_) steadyExecutorLoop();
   for (;;) {
     driveUntilRunnable();
     std::optional<BatchQueue::Batch> next;
