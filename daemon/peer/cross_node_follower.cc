@@ -95,6 +95,10 @@ void CrossNode::readLeader() {
     if (!removed.empty()) {
       notices_.removed();
       failureDetected(removed, true);
+    } else if (status.ok() && notices_.failureKnown()) {
+      // (After the job's failure: its consequence, as in followerLeft.)
+      GS_LOG(control, info, "job '{}': the leader {} closed the job after its failure", options_.job_id,
+             leaderDescription());
     } else if (status.ok()) {
       failureDetected("the leader " + leaderDescription() + " closed the job (its ranks finished)", false);
     } else {

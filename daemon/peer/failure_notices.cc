@@ -37,6 +37,11 @@ bool FailureNotices::jobRunning() const {
   return !job_stopped_;
 }
 
+bool FailureNotices::failureKnown() const {
+  MutexLock lock(mutex_);
+  return told_;
+}
+
 bool FailureNotices::nodeLost() const {
   MutexLock lock(mutex_);
   return node_lost_told_;

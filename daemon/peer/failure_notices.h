@@ -36,6 +36,9 @@ class FailureNotices {
   // Whether what the peer side detects or hears is still news to tell
   // (false once the job stopped here).
   bool jobRunning() const GS_EXCLUDES(mutex_);
+  // Whether a failure was told or heard of: a node whose ranks finished
+  // after it is that failure's consequence, not news.
+  bool failureKnown() const GS_EXCLUDES(mutex_);
   // Whether the other nodes know that a node was lost (then none waits for
   // this one's last bytes).
   bool nodeLost() const GS_EXCLUDES(mutex_);

@@ -19,6 +19,15 @@ TEST(FailureNoticesTest, EachKindIsToldOnceAndALostNodeIsNewsAfterADepartedRank)
   EXPECT_EQ(notices.tell(false), Verdict::kToldAlready);
 }
 
+TEST(FailureNoticesTest, AFailureIsKnownOnceToldOrHeard) {
+  FailureNotices told, heard;
+  EXPECT_FALSE(told.failureKnown());
+  told.tell(/*node_lost=*/false);
+  EXPECT_TRUE(told.failureKnown());
+  heard.heard(/*node_lost=*/false);
+  EXPECT_TRUE(heard.failureKnown());
+}
+
 TEST(FailureNoticesTest, ALostNodeToldFirstCoversADepartedRankAfterIt) {
   FailureNotices notices;
   EXPECT_EQ(notices.tell(true), Verdict::kTell);
