@@ -14,6 +14,7 @@ void JobStats::done(CollectiveType type, DataType dtype, uint64_t bytes, Clock::
   Count& count = counts_[{type, dtype}];
   ++count.operations;
   count.bytes += bytes;
+  bytes_done_ += bytes;
   if (enqueued == Clock::time_point{}) return;  // not taken from a local rank
   auto it = latency_.find(type);
   if (it == latency_.end()) it = latency_.emplace(type, Histogram::latencySeconds()).first;
@@ -21,14 +22,22 @@ void JobStats::done(CollectiveType type, DataType dtype, uint64_t bytes, Clock::
   if (started > enqueued) queued_seconds_ += seconds(started - enqueued);
 }
 
-void JobStats::failed(StatusCode code) {
+void JobStats::failed(StatusCode code, const std::string& message) {
   MutexLock lock(mutex_);
   ++errors_[code];
+  ++error_count_;
+  if (!message.empty()) last_error_ = message;
+}
+
+void JobStats::collectiveDone() {
+  MutexLock lock(mutex_);
+  ++collectives_done_;
 }
 
 void JobStats::fused(uint64_t bytes) {
   MutexLock lock(mutex_);
   fused_bytes_.observe(static_cast<double>(bytes));
+  ++fused_count_;
 }
 
 void JobStats::phase(const char* name, bool begin, Clock::time_point now) {
@@ -50,6 +59,11 @@ void JobStats::phase(const char* name, bool begin, Clock::time_point now) {
 
 void JobStats::fill(v1::JobInfo* info) const {
   MutexLock lock(mutex_);
+  info->set_operations_done(collectives_done_);
+  info->set_bytes_done(bytes_done_);
+  info->set_errors(error_count_);
+  info->set_last_error(last_error_);
+  info->set_fused_responses(fused_count_);
   for (const auto& [key, count] : counts_) {
     v1::CollectiveStats* stats = info->add_collective_stats();
     stats->set_type(key.first);

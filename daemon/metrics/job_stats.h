@@ -30,15 +30,19 @@ class JobStats {
   // `enqueued`, its fused response started at `started`, done `now`.
   void done(CollectiveType type, DataType dtype, uint64_t bytes, Clock::time_point enqueued, Clock::time_point started,
             Clock::time_point now);
-  // One collective of a local rank failed (or was refused) with `code`.
-  void failed(StatusCode code);
+  // One collective of a local rank failed (or was refused) with `code`;
+  // `message`, when given, is the job's last error from now on.
+  void failed(StatusCode code, const std::string& message = std::string());
+  // A collective completed on this daemon (once, whatever its local ranks).
+  void collectiveDone();
   // A fused response of `bytes` ran.
   void fused(uint64_t bytes);
   // Execution phases, as the executor opens and closes them (nested phases
   // count in each that encloses them). Names are the executor's fixed set.
   void phase(const char* name, bool begin, Clock::time_point now);
 
-  // Adds the statistics to `info` (collective_stats, latency, ...).
+  // Adds the statistics to `info` (collective_stats, latency, ...; the
+  // totals operations_done, bytes_done, errors, last_error, fused_responses).
   void fill(v1::JobInfo* info) const;
 
  private:
@@ -58,6 +62,11 @@ class JobStats {
   std::map<std::string, Phase> phases_ GS_GUARDED_BY(mutex_);
   std::vector<std::pair<const char*, Clock::time_point>> open_phases_ GS_GUARDED_BY(mutex_);
   std::map<StatusCode, uint64_t> errors_ GS_GUARDED_BY(mutex_);
+  uint64_t collectives_done_ GS_GUARDED_BY(mutex_) = 0;
+  uint64_t bytes_done_ GS_GUARDED_BY(mutex_) = 0;
+  uint64_t error_count_ GS_GUARDED_BY(mutex_) = 0;
+  uint64_t fused_count_ GS_GUARDED_BY(mutex_) = 0;
+  std::string last_error_ GS_GUARDED_BY(mutex_);
 };
 
 }  // namespace gradsync::metrics

@@ -48,6 +48,22 @@ TEST(JobStats, CountsLatencyAndQueueTimePerCollective) {
   const v1::Histogram& broadcast = info.latency(1).seconds();
   EXPECT_EQ(broadcast.counts(broadcast.counts_size() - 1), 1u);  // 100 s: above every bound
   EXPECT_NEAR(info.queued_seconds(), 20e-6 + 1e-3, 1e-9);
+  EXPECT_EQ(info.bytes_done(), 8192u + 100u + 8u);
+}
+
+TEST(JobStats, TotalsCountCollectivesErrorsAndFusedResponses) {
+  JobStats stats;
+  stats.collectiveDone();
+  stats.collectiveDone();
+  stats.failed(StatusCode::kAborted, "job 'j': rank 1 left");
+  stats.failed(StatusCode::kResourceExhausted);  // no message: the last error stays
+  stats.fused(10);
+  v1::JobInfo info;
+  stats.fill(&info);
+  EXPECT_EQ(info.operations_done(), 2u);
+  EXPECT_EQ(info.errors(), 2u);
+  EXPECT_EQ(info.last_error(), "job 'j': rank 1 left");
+  EXPECT_EQ(info.fused_responses(), 1u);
 }
 
 TEST(JobStats, PhasesNestAndErrorsCountByCause) {

@@ -182,8 +182,23 @@ StatusOr<std::optional<collective::LinkCost>> PeerDataPlane::linkCost(const coll
     return okStatus();
   }));
   link_costs_.emplace(nodes, cost);
+  link_latency_us_.store(cost.latency_us);
+  link_message_us_.store(cost.message_us);
+  link_bytes_per_second_.store(1e6 / cost.byte_us);
   if (hooks_.measured) hooks_.measured(nodes.size(), cost);
   return std::optional<collective::LinkCost>(cost);
+}
+
+void PeerDataPlane::describe(v1::JobInfo* info) const {
+  const std::vector<uint64_t> by_algorithm = allreducesByAlgorithm();
+  info->set_allreduces_direct(by_algorithm[0]);
+  info->set_allreduces_doubling(by_algorithm[1]);
+  info->set_allreduces_ring(by_algorithm[2]);
+  info->set_allreduces_halving(by_algorithm[3]);
+  info->set_stray_transfers_dropped(straysDropped());
+  info->set_link_latency_us(link_latency_us_.load());
+  info->set_link_message_us(link_message_us_.load());
+  info->set_link_bytes_per_second(link_bytes_per_second_.load());
 }
 
 Status PeerDataPlane::reduceScatter(const executor::NodeSet& nodes, const void* input, void* data, DataType dtype,

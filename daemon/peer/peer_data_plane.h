@@ -24,6 +24,7 @@
 #include "daemon/collective/allreduce_choice.h"
 #include "daemon/executor/data_plane.h"
 #include "daemon/peer/node_endpoints.h"
+#include "proto/gradsync/v1/admin.pb.h"
 
 namespace gradsync::peer {
 
@@ -85,6 +86,9 @@ class PeerDataPlane : public executor::DataPlane {
     for (const auto& count : allreduces_) counts.push_back(count.load());
     return counts;
   }
+  // What it did, for JobInfo: transfers by algorithm, strays dropped and
+  // the links' cost as last measured (any thread).
+  void describe(v1::JobInfo* info) const;
 
   bool multiNode() const override { return true; }
   int nodeOf(int rank) const override;
@@ -159,6 +163,10 @@ class PeerDataPlane : public executor::DataPlane {
   std::atomic<uint64_t> strays_dropped_{0};
   std::atomic<uint64_t> busy_ns_{0};
   std::atomic<uint64_t> allreduces_[collective::kAllreduceAlgorithms] = {};
+  // The links' cost as last measured (0: not yet).
+  std::atomic<double> link_latency_us_{0};
+  std::atomic<double> link_message_us_{0};
+  std::atomic<double> link_bytes_per_second_{0};
 };
 
 }  // namespace gradsync::peer

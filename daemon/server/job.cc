@@ -143,7 +143,12 @@ void Job::buildCrossNode() {
   peer::PeerDataPlane::Hooks plane_hooks;
   plane_hooks.failed = [this](const Status& status) { return ringFailed(status); };
   plane_hooks.phase = [this](const char* name, bool begin) { runner_->phase(name, begin); };
-  plane_hooks.measured = [this](size_t nodes, const collective::LinkCost& cost) { linksMeasured(nodes, cost); };
+  plane_hooks.measured = [job_id = spec_.job_id](size_t nodes, const collective::LinkCost& cost) {
+    GS_LOG(executor, info,
+           "job '{}': measured the links among {} daemons: latency {:.1f} us, {:.1f} us per message, {:.2f} GB/s; "
+           "allreduces among them chosen by it",
+           job_id, nodes, cost.latency_us, cost.message_us, 1e-3 / cost.byte_us);
+  };
   plane_hooks.abandoned = [this](const Status& cause) { localPartFailed(cause); };
   data_plane_ = std::make_unique<peer::PeerDataPlane>(cross_.get(), limits_.transfer_timeout, std::move(plane_hooks));
   wake_fd_ = UniqueFd(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
@@ -317,7 +322,7 @@ void Job::submit(const std::shared_ptr<Session>& session, const v1::Enqueue& enq
                         Status(request.status().code(), "job '" + spec_.job_id + "' " + request.status().message()),
                         &to_ranks);
     } else if (session->handlesInFlight() >= limits_.max_inflight_per_rank) {
-      countErrorLocked(StatusCode::kResourceExhausted);
+      stats_.failed(StatusCode::kResourceExhausted);
       to_ranks.emplace_back(session, doneMessage(spec_.job_id, minimal,
                                                  resourceExhausted(session->describe() + " has " +
                                                                    std::to_string(session->handlesInFlight()) +
@@ -325,7 +330,7 @@ void Job::submit(const std::shared_ptr<Session>& session, const v1::Enqueue& enq
                                                                    "(max_inflight_per_rank): wait for some first")));
     } else if (!session->addHandle(enqueue.handle())) {
       // Not failRequestLocked: that would end the original operation too.
-      countErrorLocked(StatusCode::kInvalidArgument);
+      stats_.failed(StatusCode::kInvalidArgument);
       to_ranks.emplace_back(session, doneMessage(spec_.job_id, minimal,
                                                  invalidArgument("handle " + std::to_string(enqueue.handle()) +
                                                                  " is already in flight")));
@@ -362,10 +367,8 @@ EnqueueContext Job::enqueueContext(int rank, const handoff::ShmArena* arena, boo
 
 void Job::submitToCoordinator(const std::shared_ptr<Session>& session, coordinator::Request request,
                               RankMessages* to_ranks, std::vector<coordinator::Response>* inline_batch, bool steady) {
-  if (cross_ && !cross_started_) {
-    early_.emplace_back(session, std::move(request));  // replayed once the node's role is known
-    return;
-  }
+  // Replayed once the node's role is known.
+  if (cross_ && awaiting_.holdUntilStarted(session, request)) return;
   if (steady && holdSteadyLocked(session, request)) return;
   if (steady && rounds_ && request.group_id != 0) {
     // A member that is not held goes to the leader: so do the members of
@@ -376,9 +379,8 @@ void Job::submitToCoordinator(const std::shared_ptr<Session>& session, coordinat
     }
   }
   if (cross_ && !cross_->isLeader()) {
-    const auto key = std::make_pair(request.rank, request.handle);
     cross_->forward(request.rank, coordinator::enqueueOf(request), epochs_.current());
-    forwarded_.emplace(key, std::move(request));
+    awaiting_.forwarded(std::move(request));
     return;
   }
   // The leader's own ranks: which cached response each request repeats
@@ -451,9 +453,8 @@ void Job::grant(const Session& session, const v1::OutputGrant& grant) {
 
 void Job::failRequestLocked(const coordinator::Request& request, const Status& status, RankMessages* to_ranks,
                             bool membership_changed) {
-  countErrorLocked(status.code());
-  last_error_ = status.message();
-  forwarded_.erase(std::make_pair(request.rank, request.handle));
+  stats_.failed(status.code(), status.message());
+  awaiting_.answered(request.rank, request.handle);
   const std::shared_ptr<Session> session = ranks_.find(request.rank);
   if (!session) {
     // A membership change fails the followers' requests there, as each
@@ -472,16 +473,12 @@ size_t Job::failAllLocked(const Status& status, RankMessages* to_ranks, bool kee
   const auto fail = [&](const coordinator::Request& request)
                         GS_REQUIRES(mutex_) { failRequestLocked(request, status, to_ranks, membership_changed); };
   for (const auto& request : negotiator_.takeAll()) fail(request);
-  auto early = std::move(early_);
-  early_.clear();
-  for (const auto& [session, request] : early) fail(request);
+  for (const auto& [session, request] : awaiting_.takeEarly()) fail(request);
   if (rounds_) {
     for (const auto& held : rounds_->takeAll()) fail(held.request);
   }
   if (keep_negotiated) return to_ranks->size() - before;
-  auto forwarded = std::move(forwarded_);
-  forwarded_.clear();
-  for (const auto& [key, request] : forwarded) fail(request);
+  for (const auto& request : awaiting_.takeForwarded()) fail(request);
   for (const auto& response : queue_.takeAllWaiting()) {
     for (const auto& request : response.requests) {
       if (request) fail(*request);
@@ -566,7 +563,7 @@ void Job::stop(const std::string& reason, bool daemon_stopping) {
 }
 
 int Job::inFlightLocked() const {
-  return static_cast<int>(negotiator_.pendingCount() + forwarded_.size() + queue_.inFlight());
+  return static_cast<int>(negotiator_.pendingCount() + awaiting_.forwardedCount() + queue_.inFlight());
 }
 
 v1::JobTensors Job::tensors(Clock::time_point now) const {
@@ -609,16 +606,8 @@ void Job::describeRanksLocked(v1::JobInfo* info) const {
 
 void Job::describeAcrossDaemonsLocked(v1::JobInfo* info) const {
   cross_->describe(info, Clock::now(), data_plane_->busySeconds());
-  const std::vector<uint64_t> by_algorithm = data_plane_->allreducesByAlgorithm();
-  info->set_allreduces_direct(by_algorithm[0]);
-  info->set_allreduces_doubling(by_algorithm[1]);
-  info->set_allreduces_ring(by_algorithm[2]);
-  info->set_allreduces_halving(by_algorithm[3]);
-  info->set_stray_transfers_dropped(data_plane_->straysDropped());
+  data_plane_->describe(info);
   if (rounds_) rounds_->describe(info);
-  info->set_link_latency_us(link_latency_us_.load());
-  info->set_link_message_us(link_message_us_.load());
-  info->set_link_bytes_per_second(link_bytes_per_second_.load());
 }
 
 v1::JobInfo Job::info() const {
@@ -629,11 +618,6 @@ v1::JobInfo Job::info() const {
   info.set_local_size(spec_.elastic ? ranks_.count() : spec_.local_size);
   describeRanksLocked(&info);
   info.set_tensors_in_flight(inFlightLocked());
-  info.set_operations_done(operations_done_);
-  info.set_bytes_done(bytes_done_);
-  info.set_errors(errors_);
-  info.set_last_error(last_error_);
-  info.set_fused_responses(fused_responses_);
   info.set_stall_warnings(stalls_.warnings());
   stats_.fill(&info);
   tuning_.fill(decidesTuningLocked(), info.mutable_tuning());

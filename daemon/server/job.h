@@ -32,6 +32,7 @@
 #include "daemon/peer/hold_limit.h"
 #include "daemon/peer/peer_data_plane.h"
 #include "daemon/peer/round_exchange.h"
+#include "daemon/server/awaiting_leader.h"
 #include "daemon/server/batch_queue.h"
 #include "daemon/server/batch_runner.h"
 #include "daemon/server/enqueue_validation.h"
@@ -251,9 +252,6 @@ class Job : private SteadyRounds::Host {
   // and returns the error led by the job's earlier failure, if any (the
   // likely reason the other node left the ring).
   Status ringFailed(const Status& status);
-  // The data plane measured the links among `nodes` daemons: logged, and
-  // kept for info().
-  void linksMeasured(size_t nodes, const collective::LinkCost& cost);
   // Fails the job once the join timeout passed before it formed (every
   // local rank registered, every node joined), naming who never came.
   void checkFormation(Clock::time_point now);
@@ -269,12 +267,6 @@ class Job : private SteadyRounds::Host {
   // fusion threshold of now: `fusion_threshold_bytes`, the leader's, or 0
   // for this daemon's.
   void beginBatchLocked(uint64_t fusion_threshold_bytes = 0) GS_REQUIRES(mutex_);
-  // Follower: the requests of a batch of the leader's that starts leave
-  // forwarded_. From now on only the batch's completion answers them: a
-  // membership change or failure meanwhile must not tell a rank its
-  // operation ended (and its buffer is free) while the executor may still
-  // write it.
-  void startForwardedLocked(const std::vector<coordinator::Response>& responses) GS_REQUIRES(mutex_);
   // The cached steady state across daemons (job_steady_state.cc): the
   // executor thread takes part in the rounds (SteadyRounds::run) until the
   // job fails or stops (or returns at once when a daemon does not offer
@@ -317,11 +309,6 @@ class Job : private SteadyRounds::Host {
                             bool admit) const GS_REQUIRES(mutex_);
   // A commit admitted the joiners: a new epoch here, or the leader's.
   void admitAtCommitLocked(const std::string& commit, RankMessages* to_ranks) GS_REQUIRES(mutex_);
-  // A collective failed or was refused.
-  void countErrorLocked(StatusCode code) GS_REQUIRES(mutex_) {
-    ++errors_;
-    stats_.failed(code);
-  }
   // After `responses` were negotiated here (or, `from_leader`, received
   // from the leader): applies their process set changes and publishes the
   // sets for enqueue checks.
@@ -420,11 +407,6 @@ class Job : private SteadyRounds::Host {
 
   const JobSpec spec_;
   const JobLimits limits_;
-  // The cost of a message among the daemons, as last measured (executor
-  // thread; read by info()).
-  std::atomic<double> link_latency_us_{0};
-  std::atomic<double> link_message_us_{0};
-  std::atomic<double> link_bytes_per_second_{0};
   std::atomic<int> size_;  // the job's size: spec_.size, smaller after elastic epoch changes
   std::unique_ptr<executor::GpuExecutor> gpu_executor_;  // null without GPUs
   executor::CpuExecutor executor_;
@@ -464,17 +446,14 @@ class Job : private SteadyRounds::Host {
   // Negotiating, ready, forwarded and executing collectives.
   int inFlightLocked() const GS_REQUIRES(mutex_);
 
-  // Counters.
-  uint64_t operations_done_ GS_GUARDED_BY(mutex_) = 0;
-  uint64_t bytes_done_ GS_GUARDED_BY(mutex_) = 0;
-  uint64_t errors_ GS_GUARDED_BY(mutex_) = 0;
-  metrics::JobStats stats_;  // thread-safe itself
-  uint64_t fused_responses_ GS_GUARDED_BY(mutex_) = 0;
-  std::string last_error_ GS_GUARDED_BY(mutex_);
+  // What the job did (thread-safe itself).
+  metrics::JobStats stats_;
   // Fusion threshold and cycle time, maybe autotuned.
   autotune::JobTuning tuning_ GS_GUARDED_BY(mutex_);
   // Whether this daemon decides them: one daemon, or the leader across daemons.
-  bool decidesTuningLocked() const GS_REQUIRES(mutex_) { return !cross_ || (cross_started_ && cross_->isLeader()); }
+  bool decidesTuningLocked() const GS_REQUIRES(mutex_) {
+    return !cross_ || (awaiting_.started() && cross_->isLeader());
+  }
 
   // Elastic state: the epochs (across daemons, an ending epoch makes what
   // fails meanwhile retriable), and the ranks seen stopped.
@@ -486,11 +465,9 @@ class Job : private SteadyRounds::Host {
   const Clock::time_point created_ = Clock::now();
   bool formed_ GS_GUARDED_BY(mutex_) = false;          // every local rank registered, every node joined
   bool cross_starting_ GS_GUARDED_BY(mutex_) = false;  // claimed by the thread that starts it
-  bool cross_started_ GS_GUARDED_BY(mutex_) = false;
-  std::vector<std::pair<std::shared_ptr<Session>, coordinator::Request>> early_
-      GS_GUARDED_BY(mutex_);  // before the role is known
-  std::map<std::pair<int, uint64_t>, coordinator::Request> forwarded_
-      GS_GUARDED_BY(mutex_);  // follower: awaiting the leader
+  // The local requests not in this daemon's negotiation: before the
+  // node's role is known, and a follower's at the leader.
+  AwaitingLeader awaiting_;
   // The bytes among the daemons (with cross_), or none (one node).
   std::unique_ptr<peer::PeerDataPlane> data_plane_;
   executor::SingleNodeDataPlane single_node_;

@@ -29,10 +29,8 @@ void Job::startCrossNodeIfComplete() {
   std::vector<coordinator::Response> unused;
   {
     MutexLock lock(mutex_);
-    cross_started_ = true;
-    auto early = std::move(early_);
-    early_.clear();
-    for (auto& [session, request] : early) submitToCoordinator(session, std::move(request), &to_ranks, &unused);
+    for (auto& [session, request] : awaiting_.start())
+      submitToCoordinator(session, std::move(request), &to_ranks, &unused);
   }
   flush(&to_ranks);
 }
@@ -164,16 +162,6 @@ void Job::failJob(const peer::CrossNode::Failure& failure, bool detected_here) {
 namespace {
 constexpr auto kRingCauseGrace = std::chrono::milliseconds(500);
 }  // namespace
-
-void Job::linksMeasured(size_t nodes, const collective::LinkCost& cost) {
-  link_latency_us_.store(cost.latency_us);
-  link_message_us_.store(cost.message_us);
-  link_bytes_per_second_.store(1e6 / cost.byte_us);
-  GS_LOG(executor, info,
-         "job '{}': measured the links among {} daemons: latency {:.1f} us, {:.1f} us per message, {:.2f} GB/s; "
-         "allreduces among them chosen by it",
-         spec_.job_id, nodes, cost.latency_us, cost.message_us, 1e-3 / cost.byte_us);
-}
 
 void Job::localPartFailed(const Status& cause) {
   std::string failure;

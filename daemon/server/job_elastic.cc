@@ -145,7 +145,7 @@ bool Job::refuseStaleEpochLocked(const std::shared_ptr<Session>& session, const 
   request.rank = session->rank();
   request.handle = enqueue.handle();
   request.name = enqueue.name();
-  countErrorLocked(StatusCode::kAborted);
+  stats_.failed(StatusCode::kAborted);
   session->removeHandle(enqueue.handle());
   // Straight to the session: a joiner not yet admitted is not among the ranks.
   to_ranks->emplace_back(

@@ -50,7 +50,7 @@ std::optional<BatchQueue::Batch> Job::nextBatchLocked(MutexLock& lock) {
   }
   BatchQueue::Batch next = queue_.next(/*lead=*/cross_ != nullptr);
   beginBatchLocked(next.fusion_threshold_bytes);
-  startForwardedLocked(next.responses);
+  awaiting_.batchStarts(next.responses);
   if (next.lead) markAdmissionLocked(&next.responses);
   return next;
 }
@@ -86,15 +86,6 @@ void Job::beginBatchLocked(uint64_t fusion_threshold_bytes) {
   if (cross_) batch_.local_ranks = ranks_.registered();  // one node: every rank is local
 }
 
-void Job::startForwardedLocked(const std::vector<coordinator::Response>& responses) {
-  if (forwarded_.empty()) return;
-  for (const auto& response : responses) {
-    for (const auto& request : response.requests) {
-      if (request) forwarded_.erase(std::make_pair(request->rank, request->handle));
-    }
-  }
-}
-
 void Job::runBatch(std::vector<coordinator::Response> batch, uint64_t sequence) {
   runner_->run(batch_, std::move(batch), sequence);
   batch_.sessions.clear();
@@ -114,7 +105,6 @@ void Job::fusedCompleted(const fusion::FusedResponse& fused, const std::vector<e
                          &to_ranks);
       }
     }
-    ++fused_responses_;
     stats_.fused(fused.bytes);
     queue_.completed(fused.responses.size());
   }
@@ -140,11 +130,10 @@ void Job::complete(const coordinator::Response& response, const executor::Respon
   const auto now = Clock::now();
   const bool admit = admitsJoinersLocked(response, result);
   if (result.status.isOk()) {
-    ++operations_done_;
+    stats_.collectiveDone();
     if (spec_.elastic && isCommitBarrier(response)) epochs_.countCommit();
   } else {
-    countErrorLocked(result.status.code());
-    last_error_ = result.status.message();
+    stats_.failed(result.status.code(), result.status.message());
   }
   const auto& sessions = batch_.sessions;
   for (size_t i = 0; i < response.requests.size(); ++i) {
@@ -159,10 +148,9 @@ void Job::complete(const coordinator::Response& response, const executor::Respon
     auto it = sessions.find(request->rank);
     if (it == sessions.end()) continue;
     it->second->removeHandle(request->handle);
-    forwarded_.erase(std::make_pair(request->rank, request->handle));
+    awaiting_.answered(request->rank, request->handle);
     v1::DaemonMessage message = doneFor(response, result, i, admit);
     if (result.status.isOk()) {
-      bytes_done_ += request->length;
       const DataType dtype = isDataless(response.type) ? v1::DATA_TYPE_UNSPECIFIED : request->dtype;
       stats_.done(response.type, dtype, request->length, request->received, started, now);
     }

@@ -194,7 +194,7 @@ bool Job::runLeaderBatchesUpTo(uint64_t sequence) {
       if (!due_now) return true;
       next = due_now->sequence;
       beginBatchLocked(due_now->fusion_threshold_bytes);
-      startForwardedLocked(due_now->responses);
+      awaiting_.batchStarts(due_now->responses);
       batch = std::move(due_now->responses);
     }
     runBatch(std::move(batch), next);
