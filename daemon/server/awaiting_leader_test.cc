@@ -42,7 +42,7 @@ TEST(AwaitingLeader, AForwardedRequestIsAwaitedUntilAnsweredOrItsBatchStarts) {
   EXPECT_EQ(awaiting.forwardedCount(), 2u);
   coordinator::Response batch;
   batch.requests.push_back(request(1, 10));
-  batch.requests.push_back(std::nullopt);  // a rank that joined
+  batch.requests.push_back(std::nullopt);    // a rank that joined
   batch.requests.push_back(request(0, 10));  // the leader's own
   awaiting.batchStarts({batch});
   EXPECT_EQ(awaiting.forwardedCount(), 1u);

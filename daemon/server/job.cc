@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "daemon/server/job.h"
 #include "daemon/coordinator/request_wire.h"
+#include "daemon/server/job_place.h"
 
 #include <sys/eventfd.h>
 
@@ -78,7 +79,10 @@ Job::Job(JobSpec spec, JobLimits limits, executor::ReducePool* pool)
       process_sets_(std::make_shared<const coordinator::ProcessSetTable>(negotiator_.processSets())),
       ranks_(spec_.job_id),
       stalls_(spec_.job_id, limits_.stall_deadline),
-      tuning_(spec_.job_id, initialTuning(spec_, limits_), autotuneOptions(spec_, limits_)) {
+      tuning_(spec_.job_id, initialTuning(spec_, limits_), autotuneOptions(spec_, limits_)),
+      one_node_(std::make_unique<OneNode>()),
+      leading_(std::make_unique<Leading>()),
+      following_(std::make_unique<Following>()) {
   if (spec_.local_size < spec_.size) buildCrossNode();
   BatchRunner::Parts parts;
   parts.job_id = spec_.job_id;
@@ -197,7 +201,7 @@ void Job::checkFormation(Clock::time_point now) {
       return;
     }
     // A follower's join has the same deadline and says why it failed.
-    if (now - created_ < limits_.join_timeout || (local_complete && !cross_->isLeader())) return;
+    if (now - created_ < limits_.join_timeout || (local_complete && place().joinsALeader())) return;
     const auto seconds = std::chrono::duration_cast<std::chrono::seconds>(limits_.join_timeout).count();
     cause = "job '" + spec_.job_id + "' did not form within " + std::to_string(seconds) + " s: ";
     if (!local_complete) {
@@ -271,23 +275,7 @@ bool Job::removeSession(const Session& session, const std::string& cause, bool c
 
 void Job::loseRankLocked(const Session& session, const std::string& what, bool crashed, RankLoss* loss) {
   const bool elastic_loss = spec_.elastic && crashed && failure_.empty() && !stopping_;
-  if (elastic_loss && cross_) {
-    // Across daemons the leader decides the next epoch.
-    if (cross_->isLeader()) {
-      loss->cross_failure = leadEpochLocked({session.rank()}, epochs_.current(), what, &loss->to_ranks);
-    } else {
-      loss->report.emplace(session.rank(), epochs_.current());
-      epochs_.markEnding();
-      // The node's last rank: the leader keeps the node when it knows of
-      // new ranks waiting here, so they go first on the same stream.
-      if (ranks_.count() == 0) loss->replacements = ranks_.unreportedJoiners(cross_->leaderChanges());
-    }
-    loss->epoch_changed = true;
-  } else if (elastic_loss && ranks_.count() > 0) {
-    // Below min_size the new epoch waits for new ranks (housekeeping).
-    const bool full = ranks_.count() >= spec_.min_size;
-    changeEpochLocked(what, &loss->to_ranks, /*admit=*/false, /*announce=*/full);
-    if (!full) epochs_.waitBelowMinimum(Clock::now());
+  if (elastic_loss && place().elasticRankLostLocked(*this, session, what, loss)) {
     loss->epoch_changed = true;
   } else if (failure_.empty() && !stopping_) {
     failLocked(what);
@@ -378,15 +366,7 @@ void Job::submitToCoordinator(const std::shared_ptr<Session>& session, coordinat
       submitToCoordinator(held.session, std::move(held.request), to_ranks, inline_batch, /*steady=*/false);
     }
   }
-  if (cross_ && !cross_->isLeader()) {
-    cross_->forward(request.rank, coordinator::enqueueOf(request), epochs_.current());
-    awaiting_.forwarded(std::move(request));
-    return;
-  }
-  // The leader's own ranks: which cached response each request repeats
-  // (the followers' ranks say so by cache id).
-  if (cross_ && session) request.repeats = cross_->cachedId(request);
-  negotiateLocked(std::move(request), to_ranks, inline_batch);
+  place().submitLocked(*this, session, std::move(request), to_ranks, inline_batch);
 }
 
 void Job::negotiateLocked(coordinator::Request request, RankMessages* to_ranks,
@@ -413,7 +393,7 @@ void Job::readyLocked(std::vector<coordinator::Response> ready, std::vector<coor
   queue_.addReady(std::move(ready));
   // (Unless an autotuned cycle time has them wait for more.)
   const bool waits = tuning_.current().cycle_time.count() > 0 && negotiator_.pendingCount() > 0;
-  if (!cross_ && !queue_.executing() && !waits &&
+  if (place().runsInline() && !queue_.executing() && !waits &&
       std::all_of(queue_.ready().begin(), queue_.ready().end(), runsInline) && queue_.bytesReady() <= kInlineBytes) {
     *inline_batch = std::move(queue_.next(/*lead=*/false).responses);
     beginBatchLocked();
@@ -457,11 +437,7 @@ void Job::failRequestLocked(const coordinator::Request& request, const Status& s
   awaiting_.answered(request.rank, request.handle);
   const std::shared_ptr<Session> session = ranks_.find(request.rank);
   if (!session) {
-    // A membership change fails the followers' requests there, as each
-    // follower applies the new epoch.
-    if (cross_ && cross_->isLeader() && !ranks_.registeredHere(request.rank) && !membership_changed) {
-      cross_->sendError(request, status);
-    }
+    place().otherNodesRequestFailedLocked(*this, request, status, membership_changed);
     return;
   }
   session->removeHandle(request.handle);

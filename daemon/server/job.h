@@ -183,6 +183,13 @@ class Job : private SteadyRounds::Host {
   void stopTimeline() { timeline_.stop(); }
 
  private:
+  // This node's place in the job (job_place.h): one node, the leader or a
+  // follower across daemons; the one it has now.
+  class Place;
+  class OneNode;
+  class Leading;
+  class Following;
+  const Place& place() const;
   // info()'s parts: each local rank, and what the job does across daemons.
   void describeRanksLocked(v1::JobInfo* info) const GS_REQUIRES(mutex_);
   void describeAcrossDaemonsLocked(v1::JobInfo* info) const GS_REQUIRES(mutex_);
@@ -307,8 +314,6 @@ class Job : private SteadyRounds::Host {
   // joiners, the epoch changes).
   v1::DaemonMessage doneFor(const coordinator::Response& response, const executor::ResponseResult& result, size_t i,
                             bool admit) const GS_REQUIRES(mutex_);
-  // A commit admitted the joiners: a new epoch here, or the leader's.
-  void admitAtCommitLocked(const std::string& commit, RankMessages* to_ranks) GS_REQUIRES(mutex_);
   // After `responses` were negotiated here (or, `from_leader`, received
   // from the leader): applies their process set changes and publishes the
   // sets for enqueue checks.
@@ -350,10 +355,6 @@ class Job : private SteadyRounds::Host {
   // waits below the minimum and joiners came); the next epoch takes them
   // in on every node. `when` ends the cause ("at the commit 'x'").
   void admitAcrossLocked(const std::string& when, RankMessages* to_ranks) GS_REQUIRES(mutex_);
-  // Leader, the epoch below the minimum: admits the joiners there are, or
-  // returns why the job fails (the elastic timeout passed; empty: it
-  // waits on).
-  std::string fillAcrossLocked(Clock::time_point now, RankMessages* to_ranks) GS_REQUIRES(mutex_);
   // Leader: a joiner waits to be admitted, here (stream open) or reported
   // by a follower.
   bool joinersWaitingLocked() const GS_REQUIRES(mutex_);
@@ -372,8 +373,8 @@ class Job : private SteadyRounds::Host {
   void announceEpochLocked(const std::string& cause, RankMessages* to_ranks) GS_REQUIRES(mutex_);
   // Below min_size: admits joiners whose stream is open; announces the
   // epoch once it is full, or fails the job after elastic_timeout. Across
-  // daemons the leader does (fillAcrossLocked), and the failure it returns
-  // is for the caller to announce (failJob).
+  // daemons the leader does (Leading::fillEpochLocked), and the failure it
+  // returns is for the caller to announce (failJob).
   std::string fillEpochLocked(Clock::time_point now, RankMessages* to_ranks) GS_REQUIRES(mutex_);
   // An elastic rank's enqueue of another epoch (or of a joiner not yet
   // admitted): fails it (retriable); true when it did.
@@ -451,9 +452,7 @@ class Job : private SteadyRounds::Host {
   // Fusion threshold and cycle time, maybe autotuned.
   autotune::JobTuning tuning_ GS_GUARDED_BY(mutex_);
   // Whether this daemon decides them: one daemon, or the leader across daemons.
-  bool decidesTuningLocked() const GS_REQUIRES(mutex_) {
-    return !cross_ || (awaiting_.started() && cross_->isLeader());
-  }
+  bool decidesTuningLocked() const GS_REQUIRES(mutex_);
 
   // Elastic state: the epochs (across daemons, an ending epoch makes what
   // fails meanwhile retriable), and the ranks seen stopped.
@@ -508,6 +507,10 @@ class Job : private SteadyRounds::Host {
   // formed, again in each epoch).
   uint64_t stall_nodes_epoch_ = 0;
   JobTimeline timeline_;
+  // The three places, stateless (place() picks one).
+  const std::unique_ptr<const Place> one_node_;
+  const std::unique_ptr<const Place> leading_;
+  const std::unique_ptr<const Place> following_;
   std::thread executor_thread_;
 };
 

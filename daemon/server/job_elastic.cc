@@ -11,6 +11,7 @@
 
 #include "daemon/common/logging.h"
 #include "daemon/server/job.h"
+#include "daemon/server/job_place.h"
 
 namespace gradsync::server {
 Status Job::addJoiner(std::shared_ptr<Session> session) {
@@ -41,9 +42,7 @@ bool Job::admitsJoinersLocked(const coordinator::Response& response, const execu
   if (!spec_.elastic || !result.status.isOk() || batch_.epoch != epochs_.current() || !failure_.empty() || stopping_) {
     return false;
   }
-  // Across daemons the leader decided before it sent the batch.
-  if (cross_) return response.admits_joiners;
-  return ranks_.readyJoinerCount() > 0 && isCommitBarrier(response);
+  return place().admitsJoinersLocked(*this, response);
 }
 
 void Job::resizeLocked(int size) {
@@ -89,26 +88,7 @@ void Job::announceEpochLocked(const std::string& cause, RankMessages* to_ranks) 
 
 std::string Job::fillEpochLocked(Clock::time_point now, RankMessages* to_ranks) {
   if (!epochs_.belowMinimum() || !failure_.empty() || stopping_) return "";
-  if (cross_) return fillAcrossLocked(now, to_ranks);
-  const int admitted = ranks_.admitReadyJoiners();
-  const int size = ranks_.count();
-  if (admitted > 0) {
-    resizeLocked(size);  // the epoch that waited grows before anyone used it
-    epochs_.grew(admitted, size);
-  }
-  if (size >= spec_.min_size) {
-    epochs_.filled();
-    GS_LOG(control, warn, "job '{}': epoch {} has {} ranks again (minimum {}): it goes on", spec_.job_id,
-           epochs_.current(), size, spec_.min_size);
-    announceEpochLocked(epochs_.lastCause(), to_ranks);
-    return "";
-  }
-  if (!epochs_.belowMinimumFor(spec_.elastic_timeout, now)) return "";
-  failLocked(epochs_.belowMinimumFailure(spec_.min_size, size_.load(), now));
-  GS_LOG(control, warn, "job '{}' failed: {}", spec_.job_id, failure_);
-  failAllLocked(aborted("job '" + spec_.job_id + "': " + failure_), to_ranks);
-  refuseAllLocked(failure_, to_ranks);
-  return "";
+  return place().fillEpochLocked(*this, now, to_ranks);
 }
 
 void Job::refuseAllLocked(const std::string& cause, RankMessages* to_ranks) {

@@ -14,6 +14,7 @@
 
 #include "daemon/common/logging.h"
 #include "daemon/server/job.h"
+#include "daemon/server/job_place.h"
 
 namespace gradsync::server {
 
@@ -113,22 +114,12 @@ void Job::admitAcrossLocked(const std::string& when, RankMessages* to_ranks) {
   applyNewEpochLocked(*change, to_ranks);
 }
 
-std::string Job::fillAcrossLocked(Clock::time_point now, RankMessages* to_ranks) {
-  if (!cross_->isLeader()) return "";  // the leader decides; a lost leader is noticed on its own
-  if (joinersWaitingLocked()) {
-    admitAcrossLocked("while the job was below its minimum of " + std::to_string(spec_.min_size) + " ranks", to_ranks);
-    return "";
-  }
-  if (!epochs_.belowMinimumFor(spec_.elastic_timeout, now)) return "";
-  return epochs_.belowMinimumFailure(spec_.min_size, size_.load(), now);
-}
-
 void Job::reportJoiners() {
   std::vector<std::shared_ptr<Session>> ready;
   {
     MutexLock lock(mutex_);
-    if (!cross_ || cross_->isLeader() || !failure_.empty() || stopping_) return;
-    ready = ranks_.unreportedJoiners(cross_->leaderChanges());
+    if (!failure_.empty() || stopping_) return;
+    ready = place().joinersToReportLocked(*this);
   }
   for (const auto& joiner : ready) cross_->reportJoiner(joiner->id(), joiner->pid(), joiner->describe());
 }

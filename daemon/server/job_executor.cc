@@ -8,6 +8,7 @@
 
 #include "daemon/common/logging.h"
 #include "daemon/server/job.h"
+#include "daemon/server/job_place.h"
 
 namespace gradsync::server {
 
@@ -157,7 +158,7 @@ void Job::complete(const coordinator::Response& response, const executor::Respon
     to_ranks->emplace_back(it->second, std::move(message));
   }
   if (result.status.isOk()) epochs_.succeeded(batch_.epoch, now);
-  if (admit) admitAtCommitLocked(response.name, to_ranks);
+  if (admit) place().commitAdmittedLocked(*this, response.name, to_ranks);
 }
 
 v1::DaemonMessage Job::doneFor(const coordinator::Response& response, const executor::ResponseResult& result, size_t i,
@@ -183,15 +184,6 @@ v1::DaemonMessage Job::doneFor(const coordinator::Response& response, const exec
   return message;
 }
 
-void Job::admitAtCommitLocked(const std::string& commit, RankMessages* to_ranks) {
-  if (cross_) {
-    // The followers hear of it from the leader.
-    if (cross_->isLeader()) admitAcrossLocked("at the commit '" + commit + "'", to_ranks);
-    return;
-  }
-  changeEpochLocked(
-      "admitted " + std::to_string(ranks_.readyJoinerCount()) + " new ranks at the commit '" + commit + "'", to_ranks,
-      /*admit=*/true);  // admits the same joiners: both under mutex_
-}
+bool Job::decidesTuningLocked() const { return place().decidesTuningLocked(*this); }
 
 }  // namespace gradsync::server
