@@ -38,7 +38,7 @@ for length, ccn, name, path, start in functions:
     methods[parts[-2]][(path, start)] = (length, path)
 
 def header_lines(cls):
-    pattern = re.compile(r"^\s*class\s+" + re.escape(cls) + r"\b[^;]*$")
+    pattern = re.compile(r"^\s*class\s+" + re.escape(cls) + r"\b(?!::)[^;]*$")  # not a nested class of it
     for header in glob.glob(root + "/**/*.h", recursive=True):
         lines = open(header).read().split("\n")
         for i, line in enumerate(lines):
