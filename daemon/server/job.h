@@ -471,8 +471,8 @@ class Job : private SteadyRounds::Host {
   std::unique_ptr<peer::PeerDataPlane> data_plane_;
   executor::SingleNodeDataPlane single_node_;
   // The cached steady state across daemons (job_steady_state.cc; null on
-  // one node): the requests held for the rounds, and the executor thread's
-  // part in them. Its lock is taken after mutex_.
+  // one node and in elastic jobs): the requests held for the rounds, and the
+  // executor thread's part in them. Its lock is taken after mutex_.
   std::unique_ptr<SteadyRounds> rounds_;
   UniqueFd wake_fd_;  // eventfd: wakes the executor thread where it drives the data plane
 
