@@ -38,8 +38,8 @@ std::string Job::OneNode::fillEpochLocked(Job& job, Clock::time_point now, RankM
   }
   if (size >= job.spec_.min_size) {
     job.epochs_.filled();
-    GS_LOG(control, warn, "job '{}': epoch {} has {} ranks again (minimum {}): it goes on", id,
-           job.epochs_.current(), size, job.spec_.min_size);
+    GS_LOG(control, warn, "job '{}': epoch {} has {} ranks again (minimum {}): it goes on", id, job.epochs_.current(),
+           size, job.spec_.min_size);
     job.announceEpochLocked(job.epochs_.lastCause(), to_ranks);
     return "";
   }
@@ -101,8 +101,7 @@ void Job::Following::submitLocked(Job& job, const std::shared_ptr<Session>&, coo
   job.awaiting_.forwarded(std::move(request));
 }
 
-bool Job::Following::elasticRankLostLocked(Job& job, const Session& session, const std::string&,
-                                           RankLoss* loss) const {
+bool Job::Following::elasticRankLostLocked(Job& job, const Session& session, const std::string&, RankLoss* loss) const {
   // The leader decides the next epoch.
   loss->report.emplace(session.rank(), job.epochs_.current());
   job.epochs_.markEnding();

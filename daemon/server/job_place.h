@@ -18,7 +18,7 @@ class Job::Place {
   // A request of a local rank (`session`; null: a follower's rank, on the
   // leader) goes to the negotiation: here, or forwarded to the leader.
   virtual void submitLocked(Job& job, const std::shared_ptr<Session>& session, coordinator::Request request,
-                               RankMessages* to_ranks, std::vector<coordinator::Response>* inline_batch) const
+                            RankMessages* to_ranks, std::vector<coordinator::Response>* inline_batch) const
       GS_REQUIRES(job.mutex_) = 0;
   // Whether small collectives may run on the thread whose submission made
   // them ready (one node: nothing to wait for elsewhere).
@@ -57,7 +57,7 @@ class Job::Place {
 class Job::OneNode final : public Job::Place {
  public:
   void submitLocked(Job& job, const std::shared_ptr<Session>& session, coordinator::Request request,
-                       RankMessages* to_ranks, std::vector<coordinator::Response>* inline_batch) const override
+                    RankMessages* to_ranks, std::vector<coordinator::Response>* inline_batch) const override
       GS_REQUIRES(job.mutex_);
   bool runsInline() const override { return true; }
   bool decidesTuningLocked(const Job&) const override { return true; }
@@ -74,7 +74,7 @@ class Job::OneNode final : public Job::Place {
 class Job::Leading final : public Job::Place {
  public:
   void submitLocked(Job& job, const std::shared_ptr<Session>& session, coordinator::Request request,
-                       RankMessages* to_ranks, std::vector<coordinator::Response>* inline_batch) const override
+                    RankMessages* to_ranks, std::vector<coordinator::Response>* inline_batch) const override
       GS_REQUIRES(job.mutex_);
   void otherNodesRequestFailedLocked(Job& job, const coordinator::Request& request, const Status& status,
                                      bool membership_changed) const override GS_REQUIRES(job.mutex_);
@@ -93,7 +93,7 @@ class Job::Leading final : public Job::Place {
 class Job::Following final : public Job::Place {
  public:
   void submitLocked(Job& job, const std::shared_ptr<Session>& session, coordinator::Request request,
-                       RankMessages* to_ranks, std::vector<coordinator::Response>* inline_batch) const override
+                    RankMessages* to_ranks, std::vector<coordinator::Response>* inline_batch) const override
       GS_REQUIRES(job.mutex_);
   bool decidesTuningLocked(const Job&) const override { return false; }
   bool elasticRankLostLocked(Job& job, const Session& session, const std::string& what, RankLoss* loss) const override
