@@ -368,11 +368,6 @@ void CrossNode::followerLeft(const std::shared_ptr<Follower>& follower, bool cut
     nodeLost(node, epoch, "cut off " + membership::describeNode(node) + ": it fell behind the leader: " + why);
   } else if (cut_off) {
     nodeLost(node, epoch, "lost " + membership::describeNode(node) + ": the daemon died or was cut off");
-  } else if (notices_.failureKnown()) {
-    // Its ranks finished after the job's failure (told it, they exited):
-    // the failure's consequence, which must not become its cause here.
-    GS_LOG(control, info, "job '{}': {} left the job after its failure", options_.job_id,
-           membership::describeNode(node));
   } else {
     // A clean close: the node's ranks all finished. Only collectives that
     // would still need them fail.

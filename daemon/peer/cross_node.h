@@ -408,7 +408,8 @@ class CrossNode : public NodeEndpoints {
   void heardFailure(const v1::JobFailure& failure, const std::string& from, const Follower* teller = nullptr)
       GS_EXCLUDES(mutex_);
   // A failure this node's peer side detected: the other nodes are told,
-  // then the job fails with it here.
+  // then the job fails with it here. A node's ranks finishing
+  // (`node_lost` false) after a failure was told or heard is no failure.
   void failureDetected(std::string cause, bool node_lost) GS_EXCLUDES(mutex_);
   // Tells the other nodes that the job failed, as `text` (once per kind;
   // never from a node the leader removed); the leader tells every follower

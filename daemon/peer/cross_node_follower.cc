@@ -95,10 +95,6 @@ void CrossNode::readLeader() {
     if (!removed.empty()) {
       notices_.removed();
       failureDetected(removed, true);
-    } else if (status.ok() && notices_.failureKnown()) {
-      // (After the job's failure: its consequence, as in followerLeft.)
-      GS_LOG(control, info, "job '{}': the leader {} closed the job after its failure", options_.job_id,
-             leaderDescription());
     } else if (status.ok()) {
       failureDetected("the leader " + leaderDescription() + " closed the job (its ranks finished)", false);
     } else {
@@ -242,6 +238,13 @@ void CrossNode::heardFailure(const v1::JobFailure& failure, const std::string& f
 }
 
 void CrossNode::failureDetected(std::string cause, bool node_lost) {
+  // A node whose ranks finished after the job's failure was told or heard
+  // (told it, they exited) is that failure's consequence: it must not
+  // become the job's cause here.
+  if (!node_lost && notices_.failureKnown()) {
+    GS_LOG(control, info, "job '{}': after its failure, {}", options_.job_id, cause);
+    return;
+  }
   if (notices_.jobRunning()) announceFailure(namedCause(cause), node_lost);
   hooks_.on_failure({std::move(cause), node_lost, /*heard_from=*/""});
 }

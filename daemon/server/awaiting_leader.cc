@@ -32,14 +32,21 @@ void AwaitingLeader::answered(int rank, uint64_t handle) {
   forwarded_.erase(std::make_pair(rank, handle));
 }
 
+void AwaitingLeader::forgetLocked(const coordinator::Response& response) {
+  for (const auto& request : response.requests) {
+    if (request) forwarded_.erase(std::make_pair(request->rank, request->handle));
+  }
+}
+
 void AwaitingLeader::batchStarts(const std::vector<coordinator::Response>& responses) {
   MutexLock lock(mutex_);
   if (forwarded_.empty()) return;
-  for (const auto& response : responses) {
-    for (const auto& request : response.requests) {
-      if (request) forwarded_.erase(std::make_pair(request->rank, request->handle));
-    }
-  }
+  for (const auto& response : responses) forgetLocked(response);
+}
+
+void AwaitingLeader::completed(const coordinator::Response& response) {
+  MutexLock lock(mutex_);
+  if (!forwarded_.empty()) forgetLocked(response);
 }
 
 size_t AwaitingLeader::forwardedCount() const {

@@ -41,9 +41,10 @@ class AwaitingLeader {
   void forwarded(coordinator::Request request) GS_EXCLUDES(mutex_);
   // The request of `rank` with `handle` was answered (done or failed).
   void answered(int rank, uint64_t handle) GS_EXCLUDES(mutex_);
-  // A batch of the leader's with `responses` starts here: their requests
-  // are no longer awaited.
+  // A batch of the leader's with `responses` starts here, or `response`
+  // completed: their requests are no longer awaited.
   void batchStarts(const std::vector<coordinator::Response>& responses) GS_EXCLUDES(mutex_);
+  void completed(const coordinator::Response& response) GS_EXCLUDES(mutex_);
   size_t forwardedCount() const GS_EXCLUDES(mutex_);
 
   // For a failure: the requests held before the start, and those
@@ -52,6 +53,8 @@ class AwaitingLeader {
   std::vector<coordinator::Request> takeForwarded() GS_EXCLUDES(mutex_);
 
  private:
+  void forgetLocked(const coordinator::Response& response) GS_REQUIRES(mutex_);
+
   mutable Mutex mutex_;
   bool started_ GS_GUARDED_BY(mutex_) = false;
   std::vector<Early> early_ GS_GUARDED_BY(mutex_);

@@ -46,6 +46,11 @@ TEST(AwaitingLeader, AForwardedRequestIsAwaitedUntilAnsweredOrItsBatchStarts) {
   batch.requests.push_back(request(0, 10));  // the leader's own
   awaiting.batchStarts({batch});
   EXPECT_EQ(awaiting.forwardedCount(), 1u);
+  awaiting.forwarded(request(2, 11));
+  coordinator::Response done;
+  done.requests.push_back(request(2, 11));
+  awaiting.completed(done);
+  EXPECT_EQ(awaiting.forwardedCount(), 1u);
   const auto left = awaiting.takeForwarded();
   ASSERT_EQ(left.size(), 1u);
   EXPECT_EQ(left[0].rank, 2);

@@ -136,6 +136,7 @@ void Job::complete(const coordinator::Response& response, const executor::Respon
   } else {
     stats_.failed(result.status.code(), result.status.message());
   }
+  awaiting_.completed(response);  // one lock for the response, not one per rank
   const auto& sessions = batch_.sessions;
   for (size_t i = 0; i < response.requests.size(); ++i) {
     const auto& request = response.requests[i];
@@ -149,7 +150,6 @@ void Job::complete(const coordinator::Response& response, const executor::Respon
     auto it = sessions.find(request->rank);
     if (it == sessions.end()) continue;
     it->second->removeHandle(request->handle);
-    awaiting_.answered(request->rank, request->handle);
     v1::DaemonMessage message = doneFor(response, result, i, admit);
     if (result.status.isOk()) {
       const DataType dtype = isDataless(response.type) ? v1::DATA_TYPE_UNSPECIFIED : request->dtype;
