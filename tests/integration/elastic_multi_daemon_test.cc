@@ -198,7 +198,7 @@ TEST_F(ElasticAcrossDaemonsTest, PausedDaemonIsRemovedAndRefusedAsStaleWhenItWak
   // The survivors keep going for 25 s: the paused node wakes while they run.
   auto ranks = launchWith("el-paused", {"elastic_loop", "20", "25"}, placement, kElastic);
   ASSERT_TRUE(allLooping(ranks)) << logs();
-  daemons_[1]->process().kill(SIGSTOP);
+  ASSERT_TRUE(daemons_[1]->process().pause()) << logs();
   const bool recovered = waitFor([&] { return recoveredAt(ranks[0].log(), 2) > 0; }, std::chrono::seconds(15));
   daemons_[1]->process().kill(SIGCONT);
   ASSERT_TRUE(recovered) << ranks[0].log() << logs();
@@ -221,7 +221,7 @@ TEST_F(ElasticAcrossDaemonsTest, StoppedRankIsTreatedAsLost) {
   startDaemons(2);
   auto ranks = launchWith("el-stopped-rank", {"elastic_loop", "20", "9"}, {0, 1, 1}, kElastic);
   ASSERT_TRUE(allLooping(ranks)) << logs();
-  ranks[1].kill(SIGSTOP);
+  ASSERT_TRUE(ranks[1].pause()) << logs();
   const bool recovered = waitFor([&] { return recoveredAt(ranks[0].log(), 2) > 0; }, std::chrono::seconds(15));
   ranks[1].kill(SIGCONT);
   ASSERT_TRUE(recovered) << ranks[0].log() << logs();
@@ -289,7 +289,7 @@ TEST_F(ElasticAcrossDaemonsTest, ARingBrokenDuringAnElectionWaitsForTheNewLeader
   const std::vector<int> placement = {0, 1, 2, 3, 4};
   auto ranks = launchWith("el-ring-election", {"elastic_loop", "20", "0"}, placement, env);
   ASSERT_TRUE(allLooping(ranks)) << logs();
-  daemons_[0]->process().kill(SIGSTOP);
+  ASSERT_TRUE(daemons_[0]->process().pause()) << logs();
   daemons_[4]->process().kill(SIGKILL);
   ranks[4].kill(SIGKILL);
   ranks[0].kill(SIGKILL);
@@ -340,7 +340,7 @@ TEST_F(ElasticAcrossDaemonsTest, PausedLeaderWakesToFindItLostTheMajority) {
   auto ranks = launchWith("el-paused-leader", {"elastic_loop", "20", "20"}, {0, 1, 2}, env);
   ASSERT_TRUE(allLooping(ranks)) << logs();
   const auto paused_at = std::chrono::steady_clock::now();
-  daemons_[0]->process().kill(SIGSTOP);
+  ASSERT_TRUE(daemons_[0]->process().pause()) << logs();
   const bool recovered = waitFor([&] { return recoveredAt(ranks[1].log(), 2) > 0; }, std::chrono::seconds(15));
   std::this_thread::sleep_until(paused_at + std::chrono::seconds(15));
   daemons_[0]->process().kill(SIGCONT);

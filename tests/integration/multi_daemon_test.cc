@@ -303,7 +303,7 @@ TEST_F(MultiDaemonTest, ProcessSetRunsAmongItsOwnDaemonsOnly) {
   const auto said = [&](int rank, const char* what) { return ranks[rank].log().find(what) != std::string::npos; };
   ASSERT_TRUE(waitFor([&] { return said(0, "SET_READY") && said(2, "SET_READY"); }, std::chrono::seconds(30)))
       << ranks[0].log() << ranks[2].log() << logs();
-  daemons_[1]->process().kill(SIGSTOP);
+  ASSERT_TRUE(daemons_[1]->process().pause()) << logs();
   { std::ofstream(go) << "go"; }
   const bool done =
       waitFor([&] { return said(0, "SET_DONE") && said(2, "SET_DONE"); }, scaled(std::chrono::seconds(3)));

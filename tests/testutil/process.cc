@@ -90,6 +90,23 @@ void Process::kill(int signo) {
   if (pid_ > 0) ::kill(pid_, signo);
 }
 
+bool Process::pause(std::chrono::milliseconds timeout) {
+  if (pid_ <= 0) return false;
+  ::kill(pid_, SIGSTOP);
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    int status = 0;
+    if (::waitpid(pid_, &status, WNOHANG | WUNTRACED) == pid_) {
+      if (WIFSTOPPED(status)) return true;  // the whole group has stopped
+      pid_ = -1;
+      status_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      return false;
+    }
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
+
 std::string Process::log() const {
   std::ifstream in(log_path_);
   std::stringstream s;

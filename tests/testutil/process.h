@@ -32,6 +32,11 @@ class Process {
   // True while the child runs (it is reaped, and its code kept, once not).
   bool running() { return !reaped(); }
   void kill(int signo);
+  // SIGSTOP, then waits until every thread of the child has stopped (a stop
+  // signal wakes one thread, which stops the others a moment later: until
+  // then the child can still act on what the test does next). False when
+  // the child exited or did not stop by `timeout`.
+  bool pause(std::chrono::milliseconds timeout = std::chrono::seconds(5));
   std::string log() const;
 
  private:
