@@ -453,8 +453,9 @@ std::string CrossNode::namedCause(const std::string& cause) const {
   return cause.rfind(job, 0) == 0 ? cause : job + cause;
 }
 
-void CrossNode::announceFailure(const std::string& text, bool node_lost, const Follower* teller) {
-  switch (notices_.tell(node_lost)) {
+void CrossNode::announceFailure(const std::string& text, bool node_lost, const Follower* teller,
+                                FailureNotices::Route route) {
+  switch (notices_.tell(node_lost, route)) {
     case FailureNotices::Verdict::kToldAlready:
       return;
     case FailureNotices::Verdict::kRemoved:
@@ -464,7 +465,7 @@ void CrossNode::announceFailure(const std::string& text, bool node_lost, const F
     case FailureNotices::Verdict::kTell:
       break;
   }
-  side().tell(text, node_lost, teller);
+  side().tell(text, node_lost, teller, route);
 }
 
 void CrossNode::abortTransfers(const std::string& reason) {

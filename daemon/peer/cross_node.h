@@ -407,14 +407,21 @@ class CrossNode : public NodeEndpoints {
   // `teller`: the leader's follower that told it (told nothing back).
   void heardFailure(const v1::JobFailure& failure, const std::string& from, const Follower* teller = nullptr)
       GS_EXCLUDES(mutex_);
-  // A failure this node's peer side detected: the other nodes are told,
-  // then the job fails with it here. A node's ranks finishing
-  // (`node_lost` false) after a failure was told or heard is no failure.
+  // A failure this node's peer side detected: the other nodes are told
+  // (a follower tells the leader, which tells every other), then the job
+  // fails with it here. A node's ranks finishing (`node_lost` false) after
+  // a failure was told or heard is no failure.
   void failureDetected(std::string cause, bool node_lost) GS_EXCLUDES(mutex_);
+  // A follower lost the leader (its stream ended or fell silent, an
+  // election failed, the rest of a membership could not be read from it):
+  // failureDetected, told around the leader too (to this follower's relays
+  // among the followers), since the leader may tell no one.
+  void leaderLost(std::string cause) GS_EXCLUDES(mutex_);
   // Tells the other nodes that the job failed, as `text` (once per kind;
   // never from a node the leader removed); the leader tells every follower
   // but `teller`.
-  void announceFailure(const std::string& text, bool node_lost, const Follower* teller = nullptr) GS_EXCLUDES(mutex_);
+  void announceFailure(const std::string& text, bool node_lost, const Follower* teller = nullptr,
+                       FailureNotices::Route route = FailureNotices::Route::kThroughTheLeader) GS_EXCLUDES(mutex_);
   // `cause` led by the job's name, as the other nodes are told it.
   std::string namedCause(const std::string& cause) const;
   void waitForAbortNotices();
@@ -434,7 +441,7 @@ class CrossNode : public NodeEndpoints {
     virtual void tick(CrossClock::time_point now, bool send, bool paused) = 0;
     // Sends the failure `text` (told here: FailureNotices) to the other
     // nodes; `teller`: the leader's follower that told it (told nothing back).
-    virtual void tell(const std::string& text, bool node_lost, const Follower* teller) = 0;
+    virtual void tell(const std::string& text, bool node_lost, const Follower* teller, FailureNotices::Route route) = 0;
     // What a failure heard from another node makes this side do.
     virtual void heard(const v1::JobFailure& failure, const Follower* teller) = 0;
     // Another follower's AbortJob (the leader hears of it from its

@@ -86,7 +86,7 @@ void CrossNode::readLeader() {
     if (removed.empty() && !status.ok() && options_.failover) {
       auto leading = failover("lost the leader " + leaderDescription() + ": " + status.error_message());
       if (!leading.isOk()) {
-        failureDetected(leading.status().message(), true);
+        leaderLost(leading.status().message());
         break;
       }
       if (*leading) break;  // this daemon leads now: no leader stream to read
@@ -98,7 +98,7 @@ void CrossNode::readLeader() {
     } else if (status.ok()) {
       failureDetected("the leader " + leaderDescription() + " closed the job (its ranks finished)", false);
     } else {
-      failureDetected("lost the leader " + leaderDescription() + ": " + status.error_message(), true);
+      leaderLost("lost the leader " + leaderDescription() + ": " + status.error_message());
     }
     break;
   }
@@ -156,7 +156,7 @@ void CrossNode::onLeaderMessage(const v1::LeaderMessage& message) {
     const Status read = readRestOfMembers(link_.stub().get(), options_.job_id, options_.token, change.epoch(),
                                           change.node_count(), change.mutable_nodes());
     if (!read.isOk()) {
-      failureDetected(read.message(), true);
+      leaderLost(read.message());
       return;
     }
     applyNewEpoch(change);
@@ -247,6 +247,13 @@ void CrossNode::failureDetected(std::string cause, bool node_lost) {
   }
   if (notices_.jobRunning()) announceFailure(namedCause(cause), node_lost);
   hooks_.on_failure({std::move(cause), node_lost, /*heard_from=*/""});
+}
+
+void CrossNode::leaderLost(std::string cause) {
+  if (notices_.jobRunning()) {
+    announceFailure(namedCause(cause), /*node_lost=*/true, /*teller=*/nullptr, FailureNotices::Route::kAroundTheLeader);
+  }
+  hooks_.on_failure({std::move(cause), /*node_lost=*/true, /*heard_from=*/""});
 }
 
 }  // namespace gradsync::peer

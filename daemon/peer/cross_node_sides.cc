@@ -49,7 +49,8 @@ void CrossNode::LeaderSide::tick(CrossClock::time_point now, bool send, bool pau
   }
 }
 
-void CrossNode::LeaderSide::tell(const std::string& text, bool node_lost, const Follower* teller) {
+void CrossNode::LeaderSide::tell(const std::string& text, bool node_lost, const Follower* teller,
+                                 FailureNotices::Route) {
   v1::LeaderMessage message;
   message.mutable_failure()->set_message(text);
   message.mutable_failure()->set_node_lost(node_lost);
@@ -106,18 +107,20 @@ void CrossNode::FollowerSide::tick(CrossClock::time_point now, bool send, bool p
     // The reader sees its stream end and starts the failover.
     link.cancel();
   } else {
-    node_->failureDetected("lost the leader at " + node_->options_.leader_address + ": silent for " +
-                               std::to_string((now_ms - heard) / 1000) + " s",
-                           true);
+    node_->leaderLost("lost the leader at " + node_->options_.leader_address + ": silent for " +
+                      std::to_string((now_ms - heard) / 1000) + " s");
   }
 }
 
-void CrossNode::FollowerSide::tell(const std::string& text, bool node_lost, const Follower*) {
+void CrossNode::FollowerSide::tell(const std::string& text, bool node_lost, const Follower*,
+                                   FailureNotices::Route route) {
   v1::FollowerMessage message;
   message.mutable_failure()->set_message(text);
   message.mutable_failure()->set_node_lost(node_lost);
-  // The leader relays it, unless the leader is what was lost.
-  if (node_lost) node_->tellOtherFollowers(message.failure());
+  // The leader tells the others before this node's ranks hear of it (they
+  // may exit, and a node that closes cleanly before the leader knows would
+  // become the job's cause there); only a lost leader is told around.
+  if (route == FailureNotices::Route::kAroundTheLeader) node_->tellOtherFollowers(message.failure());
   node_->writeToLeader(std::move(message));
 }
 

@@ -22,7 +22,7 @@ class CrossNode::LeaderSide final : public CrossNode::Side {
   void tick(CrossClock::time_point now, bool send, bool paused) override;
   // To every follower and candidate but `teller`, and to each that attaches
   // later.
-  void tell(const std::string& text, bool node_lost, const Follower* teller) override;
+  void tell(const std::string& text, bool node_lost, const Follower* teller, FailureNotices::Route) override;
   // One follower told it (also since a takeover): the others are told.
   void heard(const v1::JobFailure& failure, const Follower* teller) override;
   void relayAbort(const v1::JobFailure&) override {}
@@ -49,9 +49,9 @@ class CrossNode::FollowerSide final : public CrossNode::Side {
   // A heartbeat to the leader, a silent leader lost (or, with failover, its
   // stream cut for the reader to elect).
   void tick(CrossClock::time_point now, bool send, bool paused) override;
-  // To the leader, which relays it; a lost node to this follower's relays
-  // among the followers too, in case the leader is what was lost.
-  void tell(const std::string& text, bool node_lost, const Follower* teller) override;
+  // To the leader, which tells every other node; around the leader (it was
+  // lost), to this follower's relays among the followers too.
+  void tell(const std::string& text, bool node_lost, const Follower* teller, FailureNotices::Route route) override;
   // From a node that told every other: passed on to no one.
   void heard(const v1::JobFailure& failure, const Follower* teller) override;
   // A notice of a follower that lost a node (perhaps the leader, which then

@@ -205,6 +205,9 @@ struct Daemon {
     cross = std::make_unique<CrossNode>(std::move(options), std::move(hooks));
     service.serve(cross.get());
   }
+  // A test that ends early (a failed assertion) must not wait on the
+  // server's open streams.
+  ~Daemon() { stop(); }
   void stop() {
     if (cross) cross->abortTransfers("the test ends");
     if (server) server->Shutdown(std::chrono::system_clock::now() + 2s);
@@ -447,28 +450,66 @@ TEST(CrossNodeFailureTest, ALeaderLostByEveryFollowerIsToldInLog2FCallsEach) {
   for (int i = kNodes - 1; i >= 0; --i) nodes[i]->stop();
 }
 
-// One follower alone loses the leader (a cut link, say) while the others
-// still hear it; the leader here passes nothing on. The follower's notice,
-// passed on once by each follower that hears it, reaches every follower
-// within a second, each naming the loss and who told it.
+// One follower alone loses the leader (a cut link, say: only it keeps the
+// time, so only it finds the leader silent) while the others still count
+// it heard; the leader here passes nothing on. The follower's notice goes
+// around the leader, passed on once by each follower that hears it, and
+// reaches every follower, each naming the loss and who told it.
 TEST(CrossNodeFailureTest, ANoticeOfOneFollowerReachesEveryFollowerThroughTheRelays) {
   constexpr int kNodes = 9;
   constexpr int kFollowers = kNodes - 1;
+  constexpr int kDetector = 3;
   std::vector<std::unique_ptr<Daemon>> nodes = formJob(kNodes);
   ASSERT_FALSE(nodes.empty()) << "the job did not form within 10 s";
   nodes[0]->cross->jobStopped();  // it tells the followers nothing it hears
-  nodes[3]->cross->failedHere("job 'j': lost the leader at host-0: silent for 6 s", /*node_lost=*/true);
+  const auto limit = CrossClock::now() + std::chrono::milliseconds(CrossNode::kSilenceLimitMs + 5000);
+  while (nodes[kDetector]->recorder.failureCount() == 0 && CrossClock::now() < limit) {
+    nodes[kDetector]->cross->tick(CrossClock::now());
+    std::this_thread::sleep_for(250ms);
+  }
+  ASSERT_GE(nodes[kDetector]->recorder.failureCount(), 1u) << "the leader was not found silent";
+  EXPECT_THAT(nodes[kDetector]->recorder.failures()[0].cause, HasSubstr("lost the leader at"));
+  EXPECT_EQ(nodes[kDetector]->recorder.failures()[0].heard_from, "") << "detected there";
   for (int i = 1; i < kNodes; ++i) {
-    if (i == 3) continue;
+    if (i == kDetector) continue;
     ASSERT_TRUE(nodes[i]->recorder.waitFor([&] { return nodes[i]->recorder.failureCount() >= 1; })) << "node " << i;
     const auto first = nodes[i]->recorder.failures()[0];
     EXPECT_TRUE(first.node_lost) << "node " << i;
-    EXPECT_THAT(first.cause, HasSubstr("lost the leader at host-0")) << "node " << i;
+    EXPECT_THAT(first.cause, HasSubstr("lost the leader at")) << "node " << i;
     EXPECT_FALSE(first.heard_from.empty()) << "node " << i;
     EXPECT_THAT(first.heard_from, Not(HasSubstr("the leader"))) << "node " << i;
   }
   std::this_thread::sleep_for(1s);
   EXPECT_LE(abortCalls(nodes), kFollowers * 3) << "AbortJob calls among the followers";
+  EXPECT_GT(abortCalls(nodes), 0);
+  for (int i = kNodes - 1; i >= 0; --i) nodes[i]->stop();
+}
+
+// A leader and four followers; one follower's data plane loses a node
+// (its job reports it: failedHere, node lost). It tells the leader alone,
+// which tells the other three on their streams before they can hear of it
+// any other way: so a follower whose ranks exit on hearing it cannot close
+// cleanly before the leader knows, and become the job's cause there. No
+// AbortJob among the followers, no echo.
+TEST(CrossNodeFailureTest, ALossAFollowerDetectedReachesTheOthersThroughTheLeaderAlone) {
+  constexpr int kNodes = 5;
+  constexpr int kDetector = 2;
+  std::vector<std::unique_ptr<Daemon>> nodes = formJob(kNodes);
+  ASSERT_FALSE(nodes.empty()) << "the job did not form within 10 s";
+  nodes[kDetector]->cross->failedHere("job 'cross-unit': the ring to host-4 broke", /*node_lost=*/true);
+  for (int i = 0; i < kNodes; ++i) {
+    if (i == kDetector) continue;
+    ASSERT_TRUE(nodes[i]->recorder.waitFor([&] { return nodes[i]->recorder.failureCount() >= 1; })) << "node " << i;
+    const auto first = nodes[i]->recorder.failures()[0];
+    EXPECT_TRUE(first.node_lost) << "node " << i;
+    EXPECT_THAT(first.cause, HasSubstr("the ring to host-4 broke")) << "node " << i;
+    EXPECT_THAT(first.heard_from, HasSubstr(i == 0 ? "host-2" : "the leader")) << "node " << i;
+  }
+  std::this_thread::sleep_for(1s);  // time for any echo to arrive
+  for (int i = 0; i < kNodes; ++i) {
+    EXPECT_EQ(nodes[i]->recorder.failures().size(), i == kDetector ? 0u : 1u) << "node " << i << ": an echo";
+  }
+  EXPECT_EQ(abortCalls(nodes), 0) << "AbortJob calls among the followers";
   for (int i = kNodes - 1; i >= 0; --i) nodes[i]->stop();
 }
 

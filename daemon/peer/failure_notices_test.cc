@@ -66,5 +66,35 @@ TEST(FailureNoticesTest, TheJobStoppingEndsTheNewsButNotWhatTheJobItselfTells) {
   EXPECT_EQ(notices.tell(true), Verdict::kTell);
 }
 
+TEST(FailureNoticesTest, ALeaderLostAfterBeingToldIsToldAroundOnce) {
+  using Route = FailureNotices::Route;
+  FailureNotices notices;
+  EXPECT_EQ(notices.tell(/*node_lost=*/true), Verdict::kTell);  // to the leader
+  EXPECT_EQ(notices.tell(true, Route::kAroundTheLeader), Verdict::kTell);
+  EXPECT_EQ(notices.tell(true, Route::kAroundTheLeader), Verdict::kToldAlready);
+  EXPECT_EQ(notices.tell(true), Verdict::kToldAlready);
+
+  FailureNotices around_first;
+  EXPECT_EQ(around_first.tell(true, Route::kAroundTheLeader), Verdict::kTell);
+  EXPECT_TRUE(around_first.nodeLost());
+  EXPECT_EQ(around_first.tell(true), Verdict::kToldAlready) << "the leader was told with the followers";
+  EXPECT_EQ(around_first.tell(false), Verdict::kToldAlready);
+}
+
+TEST(FailureNoticesTest, ALostNodeHeardOfIsNotToldAroundTheLeader) {
+  using Route = FailureNotices::Route;
+  FailureNotices lost;
+  lost.heard(/*node_lost=*/true);
+  EXPECT_EQ(lost.tell(true, Route::kAroundTheLeader), Verdict::kToldAlready);
+
+  FailureNotices departed;  // a departed rank heard of: losing the leader is news
+  departed.heard(/*node_lost=*/false);
+  EXPECT_EQ(departed.tell(true, Route::kAroundTheLeader), Verdict::kTell);
+
+  FailureNotices removed;
+  removed.removed();
+  EXPECT_EQ(removed.tell(true, Route::kAroundTheLeader), Verdict::kRemoved);
+}
+
 }  // namespace
 }  // namespace gradsync::peer
