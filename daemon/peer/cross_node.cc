@@ -27,6 +27,30 @@ std::string digest(const std::string& bytes) {
 
 }  // namespace
 
+// What the leader election asks of this node, answered under mutex_.
+class CrossNode::ElectionHost final : public LeaderElection::Host {
+ public:
+  explicit ElectionHost(CrossNode* node) : node_(node) {}
+  uint64_t membership(std::vector<v1::NodeInfo>* members) const override {
+    MutexLock lock(node_->mutex_);
+    *members = node_->book_.members();
+    return node_->book_.epoch();
+  }
+  bool isMember(const std::string& address) const override {
+    MutexLock lock(node_->mutex_);
+    return node_->book_.member(address) != nullptr;
+  }
+  bool leads() const override { return node_->side().leads(); }
+  StatusOr<v1::NewEpoch> takeOver(uint64_t epoch) override { return node_->takeOver(epoch); }
+  Status followElected(const v1::NodeInfo& leader, const std::shared_ptr<grpc::Channel>& channel,
+                       v1::ElectResponse answer) override {
+    return node_->followElected(leader, channel, std::move(answer));
+  }
+
+ private:
+  CrossNode* const node_;
+};
+
 CrossNode::CrossNode(CrossNodeOptions options, Hooks hooks)
     : options_(std::move(options)),
       hooks_(std::move(hooks)),
@@ -34,8 +58,11 @@ CrossNode::CrossNode(CrossNodeOptions options, Hooks hooks)
       follower_side_(std::make_unique<FollowerSide>(this)),
       side_(follower_side_.get()),
       joins_(options_.job_id, options_.token, options_.size, options_.process_sets, options_.join_timeout),
+      election_host_(std::make_unique<ElectionHost>(this)),
+      election_({options_.job_id, options_.token, options_.self_address, options_.credentials, options_.failover,
+                 options_.membership_part_bytes},
+                election_host_.get()),
       book_(options_.job_id, options_.self_address, options_.min_size),
-      ballot_(options_.self_address),
       published_(options_.membership_part_bytes),
       mesh_(options_.job_id, options_.token),
       leader_join_({options_.job_id, options_.token, options_.leader_address, options_.self_address,
@@ -51,6 +78,7 @@ CrossNode::~CrossNode() {
     joins = dueJoinsLocked(CrossClock::now());
   }
   leader_join_.stop();
+  election_.stop();
   for (auto& [answer, result] : joins) answer(std::move(result));
   formed_cv_.notify_all();
   abortRounds("job '" + options_.job_id + "' stopped");

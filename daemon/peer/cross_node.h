@@ -27,7 +27,6 @@
 #include "daemon/collective/ring_allreduce.h"
 #include "daemon/coordinator/request.h"
 #include "daemon/coordinator/request_wire.h"
-#include "daemon/membership/ballot.h"
 #include "daemon/membership/epoch_book.h"
 #include "daemon/peer/abort_notices.h"
 #include "daemon/peer/batch_parts.h"
@@ -36,6 +35,7 @@
 #include "daemon/peer/follower_stream.h"
 #include "daemon/peer/follower_streams.h"
 #include "daemon/peer/join_desk.h"
+#include "daemon/peer/leader_election.h"
 #include "daemon/peer/leader_join.h"
 #include "daemon/peer/leader_link.h"
 #include "daemon/peer/leader_rounds.h"
@@ -65,7 +65,7 @@ struct CrossNodeOptions {
   std::function<StatusOr<std::string>()> make_nccl_id;
   transport::UcxOptions data_plane;  // the UCX settings of this job's transport
   bool elastic = false;              // a lost rank or node starts a new epoch (cross_node_elastic.cc)
-  bool failover = false;             // elastic: a lost leader is replaced by quorum (cross_node_failover.cc)
+  bool failover = false;             // elastic: a lost leader is replaced by quorum (leader_election.h)
   int min_size = 0;                  // elastic: an epoch with fewer ranks waits for joiners (NewEpoch.below_minimum)
   bool steady_state_rounds = false;  // offered: cached collectives after rounds among the daemons (fast_rounds.h)
   std::string link_cost = "auto";    // NodeInfo.link_cost
@@ -125,7 +125,7 @@ class CrossNode : public NodeEndpoints {
   static constexpr int64_t kReachLimitMs = kSilenceLimitMs / 2;
   // Leader failover: a voter's whole election ends within this (with a new
   // leader's epoch, or with the job's failure on this side).
-  static constexpr int64_t kVotingLimitMs = 15000;
+  static constexpr int64_t kVotingLimitMs = LeaderElection::kVotingLimitMs;
 
   CrossNode(CrossNodeOptions options, Hooks hooks);
   ~CrossNode();  // closes streams and joins threads
@@ -232,7 +232,9 @@ class CrossNode : public NodeEndpoints {
   StatusOr<v1::NewEpoch> beginEpoch(const std::vector<int>& lost, uint64_t epoch, const std::string& cause);
   // Elect: a follower's vote for this daemon to lead (leader failover),
   // counted while `waiting` says its caller still waits for the answer.
-  StatusOr<v1::ElectResponse> acceptVote(const v1::ElectRequest& request, const std::function<bool()>& waiting);
+  StatusOr<v1::ElectResponse> acceptVote(const v1::ElectRequest& request, const std::function<bool()>& waiting) {
+    return election_.acceptVote(request, waiting);
+  }
   // Follower: a local rank of `epoch` crashed; the leader decides.
   void reportRankLost(int rank, uint64_t epoch, const std::string& cause);
   // Leader: starts the next epoch with the ranks waiting to join: the
@@ -359,29 +361,15 @@ class CrossNode : public NodeEndpoints {
   void openStream();
   std::string leaderDescription() const;
 
-  // Leader failover (cross_node_failover.cc). Follower whose leader was
-  // lost: votes for the lowest surviving daemon (itself, or over Elect);
-  // true when this daemon leads now, false when it follows the new leader.
-  StatusOr<bool> failover(const std::string& cause);
-  // failover's parts: the leader of `epoch` (of `daemons`) is lost here (a
-  // ballot opens), and the followers that may replace it, by cross rank;
-  // this daemon's vote for `candidate` over `channel` (its answer, the
-  // vote withdrawn unless it won); following the candidate it elected.
-  std::vector<v1::NodeInfo> electionCandidatesAfterLoss(uint64_t* epoch, size_t* daemons) GS_EXCLUDES(mutex_);
-  StatusOr<v1::ElectResponse> voteFor(const v1::NodeInfo& candidate, const std::shared_ptr<grpc::Channel>& channel,
-                                      uint64_t epoch) GS_EXCLUDES(mutex_);
+  // Leader failover (LeaderElection): what the election asks of this,
+  // through election_host_. Candidate with a majority in `epoch`: leads the
+  // next epoch without the lost leader's node (announced, and taken by the
+  // Job); voter: follows the leader it elected.
+  class ElectionHost;
+  StatusOr<v1::NewEpoch> takeOver(uint64_t epoch) GS_EXCLUDES(mutex_);
+  StatusOr<EpochPlan> takeOverLocked() GS_REQUIRES(mutex_);
   Status followElected(const v1::NodeInfo& leader, const std::shared_ptr<grpc::Channel>& channel,
                        v1::ElectResponse answer);
-  // A vote of `voter` (maybe this daemon) for this daemon in `epoch`; waits
-  // for the majority and answers the new epoch. The vote counts while
-  // `waiting` (the voter still waits for the answer); withdrawn otherwise.
-  StatusOr<v1::ElectResponse> vote(const std::string& voter, uint64_t epoch, const std::function<bool()>& waiting);
-  // Votes over Elect for the candidate `channel` leads to (its answer, or
-  // the call's failure).
-  StatusOr<v1::ElectResponse> askVote(const std::shared_ptr<grpc::Channel>& channel, uint64_t epoch) const;
-  // Candidate with a majority: leads the next epoch without the lost
-  // leader's node (to announce).
-  StatusOr<EpochPlan> takeOverLocked() GS_REQUIRES(mutex_);
   std::atomic<uint64_t> leader_changes_{0};  // follower: new leaders followed
   // Leader with failover on: OK while it reaches a strict majority of the
   // epoch's daemons (Side::majority), `lost` (a peer address) not counted;
@@ -475,14 +463,15 @@ class CrossNode : public NodeEndpoints {
   // Leader: the followers' JoinJob calls while the job forms (its own lock;
   // taken under mutex_, never the other way).
   JoinDesk joins_;
+  // Leader failover: this daemon's part in electing the next leader.
+  const std::unique_ptr<ElectionHost> election_host_;
+  LeaderElection election_;  // its own lock, a leaf
 
   mutable Mutex mutex_;
   CondVar formed_cv_;
   // The members of each epoch (formed once every node joined), joiners,
   // candidates and removed nodes.
   membership::EpochBook book_ GS_GUARDED_BY(mutex_);
-  // Leader failover: this daemon's side of the election.
-  membership::Ballot ballot_ GS_GUARDED_BY(mutex_);
   // Leader: the memberships it announced, for the nodes that read them in parts.
   PublishedMembers published_ GS_GUARDED_BY(mutex_);
   // The UCX endpoints to the other daemons (its own lock; under mutex_ where

@@ -25,7 +25,7 @@
 //    candidate (acceptCandidate) and becomes a member in the epoch that
 //    admits them.
 //  - Losing the leader fails the job on every node, naming it, unless
-//    leader failover is on (cross_node_failover.cc).
+//    leader failover is on (leader_election.h).
 #include <algorithm>
 #include <chrono>
 #include <thread>
@@ -33,6 +33,7 @@
 #include "daemon/common/logging.h"
 #include "daemon/common/siphash.h"
 #include "daemon/peer/cross_node.h"
+#include "daemon/peer/cross_node_sides.h"
 
 namespace gradsync::peer {
 namespace {
@@ -260,5 +261,34 @@ void CrossNode::tellStale(Follower* follower, const std::string& why) {
   notice.mutable_failure()->set_removed(true);
   follower->stream.send(std::move(notice));
 }
+
+StatusOr<v1::NewEpoch> CrossNode::takeOver(uint64_t epoch) {
+  EpochPlan plan;
+  {
+    MutexLock lock(mutex_);
+    if (stopping_) return cancelled("job '" + options_.job_id + "' stopped");
+    if (book_.epoch() != epoch) {
+      return failedPrecondition(options_.self_address + " moved to epoch " + std::to_string(book_.epoch()) +
+                                " while it won the vote of epoch " + std::to_string(epoch));
+    }
+    ASSIGN_OR_RETURN(plan, takeOverLocked());
+  }
+  const v1::NewEpoch change = announceEpoch(std::move(plan));
+  // This node's Job takes the new epoch before any follower can send a
+  // request of it (the voters are answered after this returns).
+  if (hooks_.on_new_epoch) hooks_.on_new_epoch(change);
+  formed_cv_.notify_all();
+  return change;
+}
+
+StatusOr<CrossNode::EpochPlan> CrossNode::takeOverLocked() {
+  // The voters open their streams to this daemon.
+  streams_.takeOver(nowMs(CrossClock::now()));
+  ASSIGN_OR_RETURN(EpochPlan plan, planEpochLocked(book_.takeOver()));
+  side_ = leader_side_.get();
+  return plan;
+}
+
+bool CrossNode::electing() const { return election_.electing(epoch()); }
 
 }  // namespace gradsync::peer

@@ -84,7 +84,7 @@ void CrossNode::readLeader() {
     // say): then this node is what was lost, and it says so.
     const std::string removed = status.ok() ? "" : askIfRemoved();
     if (removed.empty() && !status.ok() && options_.failover) {
-      auto leading = failover("lost the leader " + leaderDescription() + ": " + status.error_message());
+      auto leading = election_.run("lost the leader " + leaderDescription() + ": " + status.error_message());
       if (!leading.isOk()) {
         leaderLost(leading.status().message());
         break;
@@ -107,6 +107,22 @@ void CrossNode::readLeader() {
     reader_done_ = true;
   }
   formed_cv_.notify_all();
+}
+
+Status CrossNode::followElected(const v1::NodeInfo& leader, const std::shared_ptr<grpc::Channel>& channel,
+                                v1::ElectResponse answer) {
+  v1::NewEpoch& change = *answer.mutable_change();
+  if (change.node_count() > 0) {
+    RETURN_IF_ERROR(readRestOfMembers(v1::Peer::NewStub(channel).get(), options_.job_id, options_.token, change.epoch(),
+                                      change.node_count(), change.mutable_nodes()));
+  }
+  applyNewEpoch(change);
+  link_.connect(leader.peer_address());  // CheckMember asks the new leader too
+  openStream();
+  leader_changes_.fetch_add(1);
+  GS_LOG(control, warn, "job '{}': follows the new leader {} at epoch {}", options_.job_id,
+         membership::describeNode(leader), change.epoch());
+  return okStatus();
 }
 
 std::string CrossNode::leaderDescription() const {
