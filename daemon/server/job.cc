@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "daemon/server/job.h"
 #include "daemon/coordinator/request_wire.h"
+#include "daemon/server/done_messages.h"
 #include "daemon/server/job_place.h"
 
 #include <sys/eventfd.h>
@@ -51,21 +52,6 @@ std::optional<autotune::Options> autotuneOptions(const JobSpec& spec, const JobL
 }
 
 }  // namespace
-
-v1::DaemonMessage Job::doneMessage(const std::string& job_id, const coordinator::Request& request, const Status& status,
-                                   bool membership_changed) {
-  v1::DaemonMessage message;
-  v1::Done* done = message.mutable_done();
-  done->set_handle(request.handle);
-  done->set_code(static_cast<int>(status.code()));
-  done->set_message(status.message());
-  if (!status.isOk()) {
-    done->mutable_detail()->set_job_id(job_id);
-    done->mutable_detail()->set_tensor_name(request.name);
-    done->mutable_detail()->set_membership_changed(membership_changed);
-  }
-  return message;
-}
 
 Job::Job(JobSpec spec, JobLimits limits, executor::ReducePool* pool)
     : spec_(std::move(spec)),

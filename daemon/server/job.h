@@ -310,10 +310,6 @@ class Job : private SteadyRounds::Host {
   // `started`: when the response's fused batch began executing.
   void complete(const coordinator::Response& response, const executor::ResponseResult& result,
                 Clock::time_point started, RankMessages* to_ranks) GS_REQUIRES(mutex_);
-  // The Done of request `i` of `response` (`admit`: the commit admitted
-  // joiners, the epoch changes).
-  v1::DaemonMessage doneFor(const coordinator::Response& response, const executor::ResponseResult& result, size_t i,
-                            bool admit) const GS_REQUIRES(mutex_);
   // After `responses` were negotiated here (or, `from_leader`, received
   // from the leader): applies their process set changes and publishes the
   // sets for enqueue checks.
@@ -402,9 +398,6 @@ class Job : private SteadyRounds::Host {
   size_t failAllLocked(const Status& status, RankMessages* to_ranks, bool keep_negotiated = false,
                        bool membership_changed = false) GS_REQUIRES(mutex_);
   static void flush(RankMessages* to_ranks);
-  // The Done answering `request` with `status` (error detail filled in).
-  static v1::DaemonMessage doneMessage(const std::string& job_id, const coordinator::Request& request,
-                                       const Status& status, bool membership_changed = false);
 
   const JobSpec spec_;
   const JobLimits limits_;

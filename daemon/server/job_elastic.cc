@@ -10,6 +10,7 @@
 #include <chrono>
 
 #include "daemon/common/logging.h"
+#include "daemon/server/done_messages.h"
 #include "daemon/server/job.h"
 #include "daemon/server/job_place.h"
 

@@ -7,6 +7,7 @@
 #include <algorithm>
 
 #include "daemon/common/logging.h"
+#include "daemon/server/done_messages.h"
 #include "daemon/server/job.h"
 #include "daemon/server/job_place.h"
 
@@ -114,12 +115,7 @@ void Job::fusedCompleted(const fusion::FusedResponse& fused, const std::vector<e
 
 void Job::tellTuningLocked(const std::vector<autotune::TuningEvent>& events, RankMessages* to_ranks) {
   for (const auto& event : events) {
-    v1::DaemonMessage message;
-    v1::AutotuneSample* sample = message.mutable_autotune_sample();
-    sample->set_fusion_threshold_bytes(event.settings.fusion_threshold_bytes);
-    sample->set_cycle_time_ms(static_cast<double>(event.settings.cycle_time.count()) / 1000.0);
-    sample->set_bytes_per_second(event.bytes_per_second);
-    sample->set_phase(event.phase);
+    const v1::DaemonMessage message = tuningSample(event);
     for (const auto& [rank, session] : ranks_.byRank()) {
       if (session->identity().autotune_log) to_ranks->emplace_back(session, message);
     }
@@ -150,7 +146,10 @@ void Job::complete(const coordinator::Response& response, const executor::Respon
     auto it = sessions.find(request->rank);
     if (it == sessions.end()) continue;
     it->second->removeHandle(request->handle);
-    v1::DaemonMessage message = doneFor(response, result, i, admit);
+    // A failure in an epoch that has ended (or is ending: a rank of it was
+    // lost) is the membership change's doing: retriable.
+    v1::DaemonMessage message =
+        responseDone(spec_.job_id, response, result, i, batch_.epoch != epochs_.current() || epochs_.ending(), admit);
     if (result.status.isOk()) {
       const DataType dtype = isDataless(response.type) ? v1::DATA_TYPE_UNSPECIFIED : request->dtype;
       stats_.done(response.type, dtype, request->length, request->received, started, now);
@@ -159,29 +158,6 @@ void Job::complete(const coordinator::Response& response, const executor::Respon
   }
   if (result.status.isOk()) epochs_.succeeded(batch_.epoch, now);
   if (admit) place().commitAdmittedLocked(*this, response.name, to_ranks);
-}
-
-v1::DaemonMessage Job::doneFor(const coordinator::Response& response, const executor::ResponseResult& result, size_t i,
-                               bool admit) const {
-  const coordinator::Request& request = *response.requests[i];
-  // A failure in an epoch that has ended (or is ending: a rank of it was
-  // lost) is the membership change's doing: retriable.
-  v1::DaemonMessage message =
-      doneMessage(spec_.job_id, request, result.status,
-                  !result.status.isOk() && (batch_.epoch != epochs_.current() || epochs_.ending()));
-  v1::Done* done = message.mutable_done();
-  if (!result.status.isOk()) {
-    done->mutable_detail()->set_tensor_name(response.name);
-    for (int rank : response.ranks) done->mutable_detail()->add_ranks(rank);
-  }
-  if (i < result.members.size()) {
-    for (int64_t d : result.members[i].output_shape) done->add_output_shape(d);
-    for (int64_t s : result.members[i].received_splits) done->add_received_splits(s);
-  }
-  done->set_last_joined_rank(response.last_joined_rank);
-  if (response.type == v1::PROCESS_SET_ADD) done->set_process_set_id(response.changed_process_set);
-  done->set_epoch_changed(admit);
-  return message;
 }
 
 bool Job::decidesTuningLocked() const { return place().decidesTuningLocked(*this); }
