@@ -6,7 +6,7 @@
 
 #include "daemon/common/logging.h"
 #include "daemon/common/siphash.h"
-#include "daemon/peer/cross_node_sides.h"
+#include "daemon/peer/leader_side.h"
 
 namespace gradsync::peer {
 namespace {
@@ -44,8 +44,55 @@ class CrossNode::ElectionHost final : public LeaderElection::Host {
   StatusOr<v1::NewEpoch> takeOver(uint64_t epoch) override { return node_->takeOver(epoch); }
   Status followElected(const v1::NodeInfo& leader, const std::shared_ptr<grpc::Channel>& channel,
                        v1::ElectResponse answer) override {
-    return node_->followElected(leader, channel, std::move(answer));
+    return node_->follower_->follow(leader, channel, std::move(answer));
   }
+
+ private:
+  CrossNode* const node_;
+};
+
+// What the follower's side asks of this node: the membership under mutex_,
+// the job's hooks, the election, the failure's way.
+class CrossNode::FollowerHost final : public FollowerSide::Host {
+ public:
+  explicit FollowerHost(CrossNode* node) : node_(node) {}
+  void joined(const v1::JoinJobResponse& response) override {
+    {
+      MutexLock lock(node_->mutex_);
+      // A candidate joins a running job (at its epoch, not a member yet).
+      node_->book_.form({response.nodes().begin(), response.nodes().end()}, std::max<uint64_t>(1, response.epoch()));
+      node_->nccl_id_ = response.nccl_unique_id();
+    }
+    node_->formed_cv_.notify_all();
+  }
+  uint64_t epoch() const override { return node_->epoch(); }
+  int selfCrossRank() const override { return node_->selfCrossRank(); }
+  std::vector<v1::NodeInfo> members(uint64_t* epoch) const override { return node_->members(epoch); }
+  bool stopping() const override {
+    MutexLock lock(node_->mutex_);
+    return node_->stopping_;
+  }
+  void round(const v1::RoundMessage& message) override {
+    LeaderRounds* rounds;
+    {
+      MutexLock lock(node_->mutex_);
+      rounds = node_->roundsLocked();
+    }
+    if (rounds != nullptr) rounds->deliver(message, 0);
+  }
+  void batch(std::vector<coordinator::Response> batch, uint64_t sequence, uint64_t epoch,
+             uint64_t fusion_threshold_bytes) override {
+    node_->hooks_.on_batch(std::move(batch), sequence, epoch, fusion_threshold_bytes);
+  }
+  void newEpoch(const v1::NewEpoch& change) override { node_->applyNewEpoch(change); }
+  StatusOr<bool> elect(const std::string& cause) override { return node_->election_.run(cause); }
+  void failureDetected(std::string cause, bool node_lost) override {
+    node_->failureDetected(std::move(cause), node_lost);
+  }
+  void heardFailure(const v1::JobFailure& failure, const std::string& from) override {
+    node_->heardFailure(failure, from);
+  }
+  void leaderLost(std::string cause) override { node_->leaderLost(std::move(cause)); }
 
  private:
   CrossNode* const node_;
@@ -54,9 +101,6 @@ class CrossNode::ElectionHost final : public LeaderElection::Host {
 CrossNode::CrossNode(CrossNodeOptions options, Hooks hooks)
     : options_(std::move(options)),
       hooks_(std::move(hooks)),
-      leader_side_(std::make_unique<LeaderSide>(this)),
-      follower_side_(std::make_unique<FollowerSide>(this)),
-      side_(follower_side_.get()),
       joins_(options_.job_id, options_.token, options_.size, options_.process_sets, options_.join_timeout),
       election_host_(std::make_unique<ElectionHost>(this)),
       election_({options_.job_id, options_.token, options_.self_address, options_.credentials, options_.failover,
@@ -65,10 +109,11 @@ CrossNode::CrossNode(CrossNodeOptions options, Hooks hooks)
       book_(options_.job_id, options_.self_address, options_.min_size),
       published_(options_.membership_part_bytes),
       mesh_(options_.job_id, options_.token),
-      leader_join_({options_.job_id, options_.token, options_.leader_address, options_.self_address,
-                    options_.join_timeout, options_.protocol}),
-      link_(options_.credentials, [this](size_t bytes) { codec_.countSent(bytes); }),
-      codec_(options_.job_id, options_.response_cache_capacity) {}
+      codec_(options_.job_id, options_.response_cache_capacity),
+      follower_host_(std::make_unique<FollowerHost>(this)),
+      follower_(std::make_unique<FollowerSide>(options_, &codec_, &notices_, follower_host_.get())),
+      leader_side_(std::make_unique<LeaderSide>(this)),
+      side_(follower_.get()) {}
 
 CrossNode::~CrossNode() {
   JoinDesk::Answers joins;
@@ -77,27 +122,13 @@ CrossNode::~CrossNode() {
     stopping_ = true;
     joins = dueJoinsLocked(CrossClock::now());
   }
-  leader_join_.stop();
+  follower_->stopJoining();
   election_.stop();
   for (auto& [answer, result] : joins) answer(std::move(result));
   formed_cv_.notify_all();
   abortRounds("job '" + options_.job_id + "' stopped");
-  // Leave gracefully: the leader then knows this node's ranks finished
-  // (and other nodes keep running what was already negotiated).
-  link_.writesDone();
-  {
-    MutexLock lock(mutex_);
-    if (!formed_cv_.wait_for(lock, std::chrono::seconds(2),
-                             [&]() GS_REQUIRES(mutex_) { return reader_done_ || !follower_thread_.joinable(); })) {
-      link_.cancel();
-    }
-  }
-  {
-    MutexLock lock(mutex_);
-    if (!reader_done_) link_.cancel();
-  }
-  if (follower_thread_.joinable()) follower_thread_.join();
-  waitForAbortNotices();  // before the data plane closes: they carry the cause
+  // Before the data plane closes: the follower's AbortJob calls carry the cause.
+  follower_->leave();
   // After the streams ended: the leader's job may wait for them to end
   // before it says goodbye too.
   if (goodbye_.load()) sayGoodbye();
@@ -115,7 +146,7 @@ void CrossNode::sayGoodbye() {
 
 void CrossNode::start(const std::vector<int>& local_ranks, const std::vector<int64_t>& pids) {
   const bool leads = std::find(local_ranks.begin(), local_ranks.end(), 0) != local_ranks.end();
-  side_ = leads ? static_cast<Side*>(leader_side_.get()) : follower_side_.get();
+  side_ = leads ? static_cast<NodeSide*>(leader_side_.get()) : follower_.get();
   Status opened = mesh_.open(options_.data_plane);
   if (!opened.isOk()) {
     failureDetected("cannot start the UCX data plane: " + opened.message(), true);
@@ -138,16 +169,7 @@ void CrossNode::start(const std::vector<int>& local_ranks, const std::vector<int
     GS_LOG(control, info, "job '{}': leading; waiting for the other nodes to join", options_.job_id);
     return;
   }
-  follower_thread_ = std::thread([this, self] {
-    Status joined = joinLeader(self);
-    if (!joined.isOk()) {
-      failureDetected(joined.message(), true);
-      MutexLock lock(mutex_);
-      reader_done_ = true;
-      return;
-    }
-    readLeader();
-  });
+  follower_->start(std::move(self));
 }
 
 void CrossNode::makeNcclIdLocked() {
@@ -496,13 +518,65 @@ void CrossNode::announceFailure(const std::string& text, bool node_lost, const F
   side().tell(text, node_lost, teller, route);
 }
 
+Status CrossNode::acceptAbort(const v1::AbortJobRequest& request) {
+  if (!constantTimeEqual(request.token(), options_.token))
+    return unauthenticated("job '" + options_.job_id + "': token does not match");
+  {
+    MutexLock lock(mutex_);
+    const bool member = book_.member(request.from_peer_address()) != nullptr;
+    // Only a node of the job may end it (once formed, every member is
+    // known here; while it forms, a node that joined after this one may
+    // not be yet).
+    if (!options_.elastic && !member && book_.formed()) {
+      GS_LOG(control, warn, "job '{}': refused an abort notice from {}, not a node of the job", options_.job_id,
+             request.from_peer_address());
+      return permissionDenied("job '" + options_.job_id + "': " + request.from_peer_address() +
+                              " is not a node of the job: its abort notice is refused");
+    }
+    const uint64_t epoch = book_.epoch();
+    if (options_.elastic && (request.epoch() != epoch || !member)) {
+      GS_LOG(control, warn, "job '{}': refused a stale abort notice from {} (its epoch {}, this node's {}): {}",
+             options_.job_id, request.from_peer_address(), request.epoch(), epoch, request.failure().message());
+      return failedPrecondition("job '" + options_.job_id + "' is at epoch " + std::to_string(epoch) + " without " +
+                                request.from_peer_address() + ": its notice is stale");
+    }
+  }
+  side().relayAbort(request.failure());
+  heardFailure(request.failure(), request.from_peer_address());
+  return okStatus();
+}
+
+void CrossNode::heardFailure(const v1::JobFailure& failure, const std::string& from, const Follower* teller) {
+  side().heard(failure, teller);
+  hooks_.on_failure({failure.message(), failure.node_lost(), from});
+}
+
+void CrossNode::failureDetected(std::string cause, bool node_lost) {
+  // A node whose ranks finished after the job's failure was told or heard
+  // (told it, they exited) is that failure's consequence: it must not
+  // become the job's cause here.
+  if (!node_lost && notices_.failureKnown()) {
+    GS_LOG(control, info, "job '{}': after its failure, {}", options_.job_id, cause);
+    return;
+  }
+  if (notices_.jobRunning()) announceFailure(namedCause(cause), node_lost);
+  hooks_.on_failure({std::move(cause), node_lost, /*heard_from=*/""});
+}
+
+void CrossNode::leaderLost(std::string cause) {
+  if (notices_.jobRunning()) {
+    announceFailure(namedCause(cause), /*node_lost=*/true, /*teller=*/nullptr, FailureNotices::Route::kAroundTheLeader);
+  }
+  hooks_.on_failure({std::move(cause), /*node_lost=*/true, /*heard_from=*/""});
+}
+
 void CrossNode::abortTransfers(const std::string& reason) {
   {
     MutexLock lock(mutex_);
     if (transfers_aborted_.empty()) transfers_aborted_ = reason;
     mesh_.abort(reason);
   }
-  leader_join_.abort(reason);
+  follower_->abortJoin(reason);
   formed_cv_.notify_all();
   abortRounds(reason);
 }

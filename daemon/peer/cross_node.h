@@ -28,54 +28,24 @@
 #include "daemon/coordinator/request.h"
 #include "daemon/coordinator/request_wire.h"
 #include "daemon/membership/epoch_book.h"
-#include "daemon/peer/abort_notices.h"
-#include "daemon/peer/batch_parts.h"
 #include "daemon/peer/coordination_codec.h"
+#include "daemon/peer/cross_node_options.h"
 #include "daemon/peer/failure_notices.h"
+#include "daemon/peer/follower_side.h"
 #include "daemon/peer/follower_stream.h"
 #include "daemon/peer/follower_streams.h"
 #include "daemon/peer/join_desk.h"
 #include "daemon/peer/leader_election.h"
-#include "daemon/peer/leader_join.h"
-#include "daemon/peer/leader_link.h"
 #include "daemon/peer/leader_rounds.h"
 #include "daemon/peer/membership_parts.h"
 #include "daemon/peer/node_endpoints.h"
+#include "daemon/peer/node_side.h"
 #include "daemon/peer/protocol.h"
 #include "daemon/peer/ucx_mesh.h"
 #include "proto/gradsync/v1/admin.pb.h"
 #include "proto/gradsync/v1/peer.grpc.pb.h"
 
 namespace gradsync::peer {
-
-struct CrossNodeOptions {
-  std::string job_id;
-  std::string token;
-  int size = 0;
-  std::vector<std::vector<int>> process_sets;
-  std::string self_address;    // this daemon's peer service
-  std::string leader_address;  // the ranks' GRADSYNC_LEADER
-  std::string hostname;
-  CrossClock::duration join_timeout = std::chrono::seconds(30);
-  std::shared_ptr<grpc::ChannelCredentials> credentials;  // null: plaintext
-  size_t response_cache_capacity = 4096;
-  int gpus = 0;       // this daemon's GPUs, their number told to the others
-  bool nccl = false;  // this daemon can join the daemons' NCCL communicator
-  // Makes the job's ncclUniqueId on the leader (null: this daemon has no NCCL).
-  std::function<StatusOr<std::string>()> make_nccl_id;
-  transport::UcxOptions data_plane;  // the UCX settings of this job's transport
-  bool elastic = false;              // a lost rank or node starts a new epoch (cross_node_elastic.cc)
-  bool failover = false;             // elastic: a lost leader is replaced by quorum (leader_election.h)
-  int min_size = 0;                  // elastic: an epoch with fewer ranks waits for joiners (NewEpoch.below_minimum)
-  bool steady_state_rounds = false;  // offered: cached collectives after rounds among the daemons (fast_rounds.h)
-  std::string link_cost = "auto";    // NodeInfo.link_cost
-  bool leader_rounds = false;        // offered: ... after rounds through the leader (leader_rounds.h)
-  std::string topology = {};         // this node's place in the network: orders the ring
-  // A membership above this many bytes travels in parts (membership_parts.h).
-  size_t membership_part_bytes = kMembershipPartBytes;
-  // The peer protocol this daemon speaks (protocol.h; tests forge older).
-  ProtocolRange protocol = {};
-};
 
 class CrossNode : public NodeEndpoints {
  public:
@@ -118,7 +88,7 @@ class CrossNode : public NodeEndpoints {
   };
 
   // A node not heard from for this long is lost (heartbeats every second).
-  static constexpr int64_t kSilenceLimitMs = 6000;
+  static constexpr int64_t kSilenceLimitMs = NodeSide::kSilenceLimitMs;
   // Leader failover: a leader reaches the followers it heard within this
   // (half the silence limit, so that when a partition's first node is
   // declared lost the others cut with it no longer count).
@@ -150,7 +120,7 @@ class CrossNode : public NodeEndpoints {
                              std::unique_ptr<FollowerSession>* session);
 
   // Follower: forwards a local rank's request of `epoch` to the leader.
-  void forward(int rank, const v1::Enqueue& enqueue, uint64_t epoch);
+  void forward(int rank, const v1::Enqueue& enqueue, uint64_t epoch) { follower_->forward(rank, enqueue, epoch); }
   // Leader: sends a batch of `epoch`, to run with `fusion_threshold_bytes`,
   // to every follower, before executing it; waits (up to the join timeout)
   // until every follower is attached.
@@ -236,7 +206,9 @@ class CrossNode : public NodeEndpoints {
     return election_.acceptVote(request, waiting);
   }
   // Follower: a local rank of `epoch` crashed; the leader decides.
-  void reportRankLost(int rank, uint64_t epoch, const std::string& cause);
+  void reportRankLost(int rank, uint64_t epoch, const std::string& cause) {
+    follower_->reportRankLost(rank, epoch, cause);
+  }
   // Leader: starts the next epoch with the ranks waiting to join: the
   // leader's own (`local`: its joiners' ids) and those the followers
   // reported, numbered as EpochBook::admit says (with none left, an epoch
@@ -247,11 +219,13 @@ class CrossNode : public NodeEndpoints {
   bool hasPendingJoiners() const;
   // Follower: a new rank waits here to join (its stream is open), or left
   // before it was admitted.
-  void reportJoiner(uint64_t id, int64_t pid, const std::string& description);
-  void reportJoinerGone(uint64_t id);
+  void reportJoiner(uint64_t id, int64_t pid, const std::string& description) {
+    follower_->reportJoiner(id, pid, description);
+  }
+  void reportJoinerGone(uint64_t id) { follower_->reportJoinerGone(id); }
   // Follower: how many times it followed a new leader (failover); joiners
   // reported to the old one are reported again.
-  uint64_t leaderChanges() const { return leader_changes_.load(); }
+  uint64_t leaderChanges() const { return follower_->leaderChanges(); }
   // Leader: whether the asking node is still in the job (CheckMember).
   StatusOr<v1::CheckMemberResponse> checkMember(const v1::CheckMemberRequest& request) const;
   // Leader: the nodes of a membership it announced in parts (Members).
@@ -285,9 +259,6 @@ class CrossNode : public NodeEndpoints {
   bool refuseIfRemoved(Follower* follower);
   // Leader: tells a removed follower why (a JobFailure on its stream).
   void tellStale(Follower* follower, const std::string& why);
-  // Follower whose stream from the leader broke: asks the leader whether
-  // this node was removed; returns why (empty: still a member, or no answer).
-  std::string askIfRemoved();
   // An epoch the leader decided, and the followers to tell.
   struct EpochPlan {
     v1::NewEpoch change;
@@ -346,47 +317,24 @@ class CrossNode : public NodeEndpoints {
   // daemon's own doing. Housekeeping thread only.
   bool selfPaused(CrossClock::time_point now);
 
-  // Follower: joins the leader as `self` (leader_join_), forming the
-  // membership here (joinedLocked), then opens the coordination stream.
-  Status joinLeader(const v1::NodeInfo& self);
-  v1::JoinJobRequest joinRequest(const v1::NodeInfo& self) const;
-  void joinedLocked(const v1::JoinJobResponse& response) GS_REQUIRES(mutex_);
-  // Follower thread: follows the leader's stream until it ends (through a
-  // failover to a new leader, where switched on).
-  void readLeader();
-  // One message on the leader's stream.
-  void onLeaderMessage(const v1::LeaderMessage& message);
-  // Opens the coordination stream to the leader link_ points at (hello,
-  // then what waited).
-  void openStream();
-  std::string leaderDescription() const;
+  // What the follower's side asks of this node (FollowerSide::Host).
+  class FollowerHost;
 
   // Leader failover (LeaderElection): what the election asks of this,
   // through election_host_. Candidate with a majority in `epoch`: leads the
   // next epoch without the lost leader's node (announced, and taken by the
-  // Job); voter: follows the leader it elected.
+  // Job); a voter follows the leader it elected (FollowerSide::follow).
   class ElectionHost;
   StatusOr<v1::NewEpoch> takeOver(uint64_t epoch) GS_EXCLUDES(mutex_);
   StatusOr<EpochPlan> takeOverLocked() GS_REQUIRES(mutex_);
-  Status followElected(const v1::NodeInfo& leader, const std::shared_ptr<grpc::Channel>& channel,
-                       v1::ElectResponse answer);
-  std::atomic<uint64_t> leader_changes_{0};  // follower: new leaders followed
   // Leader with failover on: OK while it reaches a strict majority of the
-  // epoch's daemons (Side::majority), `lost` (a peer address) not counted;
+  // epoch's daemons (NodeSide::majority), `lost` (a peer address) not counted;
   // else it makes no epoch (the others may be electing a new leader) and
   // the job fails on its side. OK without failover, and on followers.
   Status majorityLocked(const std::string& lost, CrossClock::time_point now) const GS_REQUIRES(mutex_) {
     return side().majority(lost, now, book_.members().size());
   }
 
-  // Sends `message` to the leader (LeaderLink: at once when the stream is
-  // idle, else queued for its writer).
-  void writeToLeader(v1::FollowerMessage message);
-  // Follower, once: sends AbortJob to its relays among the other followers
-  // (AbortNotices::relaysOf: each passes it on once, so every follower
-  // hears within log2 F hops), asynchronously; the destructor waits for
-  // the answers, each bounded by a short deadline.
-  void tellOtherFollowers(const v1::JobFailure& failure);
   // A failure another node told this one of (`from`). A follower heard it
   // from a node that told every other (the leader, or a follower that lost
   // the leader): it passes it on to no one (its own announcement of the
@@ -412,54 +360,14 @@ class CrossNode : public NodeEndpoints {
                        FailureNotices::Route route = FailureNotices::Route::kThroughTheLeader) GS_EXCLUDES(mutex_);
   // `cause` led by the job's name, as the other nodes are told it.
   std::string namedCause(const std::string& cause) const;
-  void waitForAbortNotices();
-  std::shared_ptr<AbortNotices> abort_notices_ GS_GUARDED_BY(mutex_);  // set once
 
-  // What differs between leading the job and following its leader
-  // (cross_node_sides.h): CrossNode asks the current side, never a flag.
-  class Side {
-   public:
-    virtual ~Side() = default;
-    virtual bool leads() const = 0;
-    // This node's cross rank in `book`'s membership (the leader's is 0
-    // before it forms too).
-    virtual int crossRank(const membership::EpochBook& book) const = 0;
-    // tick's part (`send`: a heartbeat is due; `paused`: selfPaused):
-    // heartbeats out, and the silence of the nodes it hears from.
-    virtual void tick(CrossClock::time_point now, bool send, bool paused) = 0;
-    // Sends the failure `text` (told here: FailureNotices) to the other
-    // nodes; `teller`: the leader's follower that told it (told nothing back).
-    virtual void tell(const std::string& text, bool node_lost, const Follower* teller, FailureNotices::Route route) = 0;
-    // What a failure heard from another node makes this side do.
-    virtual void heard(const v1::JobFailure& failure, const Follower* teller) = 0;
-    // Another follower's AbortJob (the leader hears of it from its
-    // followers' streams instead).
-    virtual void relayAbort(const v1::JobFailure& failure) = 0;
-    // A message of the rounds through the leader (`to`: the cross ranks
-    // to send it to; null: all).
-    virtual void sendRound(const v1::RoundMessage& message, const std::vector<int>* to) = 0;
-    // How long ago `node` was heard from here (-1: not known here).
-    virtual int64_t heardAgeMs(const v1::NodeInfo& node, int64_t now_ms) const = 0;
-    // OK while this side may make epochs among `daemons` without `lost`.
-    virtual Status majority(const std::string& lost, CrossClock::time_point now, size_t daemons) const = 0;
-    // This side of the rounds through the leader among `daemons`.
-    virtual std::unique_ptr<LeaderRounds> makeRounds(size_t daemons, LeaderRounds::Send send,
-                                                     LeaderRounds::Idle idle) const = 0;
-  };
+  // The leader's side (leader_side.h; a follower's is FollowerSide).
   class LeaderSide;
-  class FollowerSide;
-  Side& side() const { return *side_.load(); }
-  static int64_t nowMs(CrossClock::time_point t) {
-    return std::chrono::duration_cast<std::chrono::milliseconds>(t.time_since_epoch()).count();
-  }
+  NodeSide& side() const { return *side_.load(); }
+  static int64_t nowMs(CrossClock::time_point t) { return NodeSide::nowMs(t); }
 
   const CrossNodeOptions options_;
   const Hooks hooks_;
-  const std::unique_ptr<LeaderSide> leader_side_;
-  const std::unique_ptr<FollowerSide> follower_side_;
-  // The current side: set by start(), the leader's after a takeover; read
-  // by housekeeping and peer calls.
-  std::atomic<Side*> side_;
   // Leader: the followers' JoinJob calls while the job forms (its own lock;
   // taken under mutex_, never the other way).
   JoinDesk joins_;
@@ -490,16 +398,9 @@ class CrossNode : public NodeEndpoints {
   // What this node told the others of the job's failure, or heard they
   // know (its own lock; taken under mutex_, never the other way).
   FailureNotices notices_;
-  bool reader_done_ GS_GUARDED_BY(mutex_) = false;       // follower: the leader's stream ended
   std::string transfers_aborted_ GS_GUARDED_BY(mutex_);  // abortTransfers' reason
-
-  // Follower side.
-  LeaderJoin leader_join_;  // its own lock, a leaf
-  LeaderLink link_;
-  BatchAssembler batch_parts_;             // the reader thread's: the leader's batch being received
-  CrossClock::time_point last_heartbeat_;  // housekeeping thread only
-  CrossClock::time_point last_tick_;       // housekeeping thread only
-  std::thread follower_thread_;
+  CrossClock::time_point last_heartbeat_;                // housekeeping thread only
+  CrossClock::time_point last_tick_;                     // housekeeping thread only
 
   // The response cache and the coordination traffic (codec_.clear() at
   // each epoch: the leader's under order_mutex_).
@@ -524,6 +425,14 @@ class CrossNode : public NodeEndpoints {
   Status epochRunsLocked(uint64_t epoch) const GS_REQUIRES(mutex_);
   void sayGoodbye();
   std::atomic<bool> goodbye_{false};
+
+  // The two sides, made last (a follower's uses codec_ and notices_), and
+  // the current one: set by start(), the leader's after a takeover; read
+  // by housekeeping and peer calls.
+  const std::unique_ptr<FollowerHost> follower_host_;
+  const std::unique_ptr<FollowerSide> follower_;
+  const std::unique_ptr<LeaderSide> leader_side_;
+  std::atomic<NodeSide*> side_;
 };
 
 }  // namespace gradsync::peer

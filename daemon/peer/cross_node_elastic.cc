@@ -33,15 +33,9 @@
 #include "daemon/common/logging.h"
 #include "daemon/common/siphash.h"
 #include "daemon/peer/cross_node.h"
-#include "daemon/peer/cross_node_sides.h"
+#include "daemon/peer/leader_side.h"
 
 namespace gradsync::peer {
-namespace {
-
-constexpr auto kAskRetryDelay = std::chrono::milliseconds(50);
-
-}  // namespace
-
 uint64_t CrossNode::epoch() const {
   MutexLock lock(mutex_);
   return book_.epoch();
@@ -183,68 +177,11 @@ void CrossNode::applyNewEpoch(const v1::NewEpoch& change) {
   if (hooks_.on_new_epoch) hooks_.on_new_epoch(change);
 }
 
-void CrossNode::reportJoiner(uint64_t id, int64_t pid, const std::string& description) {
-  v1::FollowerMessage message;
-  message.mutable_joiner_ready()->set_joiner_id(id);
-  message.mutable_joiner_ready()->set_pid(pid);
-  message.mutable_joiner_ready()->set_description(description);
-  writeToLeader(std::move(message));
-}
-
-void CrossNode::reportJoinerGone(uint64_t id) {
-  v1::FollowerMessage message;
-  message.mutable_joiner_gone()->set_joiner_id(id);
-  writeToLeader(std::move(message));
-}
-
-void CrossNode::reportRankLost(int rank, uint64_t epoch, const std::string& cause) {
-  v1::FollowerMessage message;
-  message.mutable_rank_lost()->set_rank(rank);
-  message.mutable_rank_lost()->set_epoch(epoch);
-  message.mutable_rank_lost()->set_cause(cause);
-  writeToLeader(std::move(message));
-}
-
 StatusOr<v1::CheckMemberResponse> CrossNode::checkMember(const v1::CheckMemberRequest& request) const {
   if (!constantTimeEqual(request.token(), options_.token))
     return unauthenticated("job '" + options_.job_id + "': token does not match");
   MutexLock lock(mutex_);
   return book_.check(request.peer_address());
-}
-
-std::string CrossNode::askIfRemoved() {
-  if (!options_.elastic || link_.channel() == nullptr) return "";
-  v1::CheckMemberRequest request;
-  request.set_job_id(options_.job_id);
-  request.set_token(options_.token);
-  request.set_peer_address(options_.self_address);
-  // A channel of its own: the stream's channel may be what broke (this
-  // daemon was paused and its keepalive watchdog fired), and a call on a
-  // connection that is going down fails with the same transport error.
-  // The question is asked again until the deadline.
-  auto stub = v1::Peer::NewStub(grpc::CreateChannel(
-      link_.address(), options_.credentials ? options_.credentials : grpc::InsecureChannelCredentials()));
-  const auto deadline = std::chrono::system_clock::now() + std::chrono::seconds(2);
-  v1::CheckMemberResponse response;
-  grpc::Status status;
-  for (;;) {
-    grpc::ClientContext context;
-    context.set_deadline(deadline);
-    context.set_wait_for_ready(true);
-    status = stub->CheckMember(&context, request, &response);
-    if (status.ok() || std::chrono::system_clock::now() + kAskRetryDelay >= deadline) break;
-    std::this_thread::sleep_for(kAskRetryDelay);
-  }
-  if (!status.ok()) {
-    GS_LOG(control, warn, "job '{}': could not ask the leader {} whether this node is still a member: {}",
-           options_.job_id, link_.address(), status.error_message());
-    return "";
-  }
-  if (response.member()) return "";
-  return response.removed().empty()
-             ? "this node is no longer in job '" + options_.job_id + "' (the leader is at epoch " +
-                   std::to_string(response.epoch()) + "): refused as stale"
-             : response.removed();
 }
 
 bool CrossNode::refuseIfRemoved(Follower* follower) {

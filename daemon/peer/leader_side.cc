@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "daemon/peer/cross_node_sides.h"
+#include "daemon/peer/leader_side.h"
 
 #include <algorithm>
 
@@ -88,59 +88,6 @@ Status CrossNode::LeaderSide::majority(const std::string& lost, CrossClock::time
                             std::to_string(reached) + " of the job's " + std::to_string(daemons) +
                             " daemons (itself counted), " + std::to_string(daemons / 2 + 1) +
                             " needed; the others may elect a new leader, so this side stops");
-}
-
-void CrossNode::FollowerSide::tick(CrossClock::time_point now, bool send, bool paused) {
-  LeaderLink& link = node_->link_;
-  if (!link.isOpen()) return;
-  const int64_t now_ms = nowMs(now);
-  if (send) {
-    v1::FollowerMessage beat;
-    beat.mutable_heartbeat()->set_sent_ms(now_ms);
-    beat.mutable_heartbeat()->set_epoch(node_->epoch());
-    node_->writeToLeader(std::move(beat));
-  }
-  if (paused) link.heardAt(now_ms);  // the leader's silence was this daemon's pause
-  const int64_t heard = link.heardMs();
-  if (heard <= 0 || now_ms - heard <= kSilenceLimitMs) return;
-  if (node_->options_.failover) {
-    // The reader sees its stream end and starts the failover.
-    link.cancel();
-  } else {
-    node_->leaderLost("lost the leader at " + node_->options_.leader_address + ": silent for " +
-                      std::to_string((now_ms - heard) / 1000) + " s");
-  }
-}
-
-void CrossNode::FollowerSide::tell(const std::string& text, bool node_lost, const Follower*,
-                                   FailureNotices::Route route) {
-  v1::FollowerMessage message;
-  message.mutable_failure()->set_message(text);
-  message.mutable_failure()->set_node_lost(node_lost);
-  // The leader tells the others before this node's ranks hear of it (they
-  // may exit, and a node that closes cleanly before the leader knows would
-  // become the job's cause there); only a lost leader is told around.
-  if (route == FailureNotices::Route::kAroundTheLeader) node_->tellOtherFollowers(message.failure());
-  node_->writeToLeader(std::move(message));
-}
-
-void CrossNode::FollowerSide::heard(const v1::JobFailure& failure, const Follower*) {
-  node_->notices_.heard(failure.node_lost());
-}
-
-void CrossNode::FollowerSide::relayAbort(const v1::JobFailure& failure) {
-  if (failure.node_lost()) node_->tellOtherFollowers(failure);
-}
-
-void CrossNode::FollowerSide::sendRound(const v1::RoundMessage& message, const std::vector<int>*) {
-  v1::FollowerMessage part;
-  *part.mutable_round() = message;
-  node_->writeToLeader(std::move(part));
-}
-
-int64_t CrossNode::FollowerSide::heardAgeMs(const v1::NodeInfo& node, int64_t now_ms) const {
-  const int64_t heard = node_->link_.heardMs();
-  return node.cross_rank() == 0 && heard > 0 ? now_ms - heard : -1;
 }
 
 }  // namespace gradsync::peer
