@@ -41,7 +41,7 @@ class CrossNode::ElectionHost final : public LeaderElection::Host {
     return node_->book_.member(address) != nullptr;
   }
   bool leads() const override { return node_->side().leads(); }
-  StatusOr<v1::NewEpoch> takeOver(uint64_t epoch) override { return node_->takeOver(epoch); }
+  StatusOr<v1::NewEpoch> takeOver(uint64_t epoch) override { return node_->leader_side_->takeOver(epoch); }
   Status followElected(const v1::NodeInfo& leader, const std::shared_ptr<grpc::Channel>& channel,
                        v1::ElectResponse answer) override {
     return node_->follower_->follow(leader, channel, std::move(answer));
@@ -101,13 +101,11 @@ class CrossNode::FollowerHost final : public FollowerSide::Host {
 CrossNode::CrossNode(CrossNodeOptions options, Hooks hooks)
     : options_(std::move(options)),
       hooks_(std::move(hooks)),
-      joins_(options_.job_id, options_.token, options_.size, options_.process_sets, options_.join_timeout),
       election_host_(std::make_unique<ElectionHost>(this)),
       election_({options_.job_id, options_.token, options_.self_address, options_.credentials, options_.failover,
                  options_.membership_part_bytes},
                 election_host_.get()),
       book_(options_.job_id, options_.self_address, options_.min_size),
-      published_(options_.membership_part_bytes),
       mesh_(options_.job_id, options_.token),
       codec_(options_.job_id, options_.response_cache_capacity),
       follower_host_(std::make_unique<FollowerHost>(this)),
@@ -120,7 +118,7 @@ CrossNode::~CrossNode() {
   {
     MutexLock lock(mutex_);
     stopping_ = true;
-    joins = dueJoinsLocked(CrossClock::now());
+    joins = leader_side_->dueJoinsLocked(CrossClock::now());
   }
   follower_->stopJoining();
   election_.stop();
@@ -165,7 +163,7 @@ void CrossNode::start(const std::vector<int>& local_ranks, const std::vector<int
   self.set_link_cost(options_.link_cost);
   self.set_leader_rounds(options_.leader_rounds);
   if (leads) {
-    joins_.open(self);
+    leader_side_->open(self);
     GS_LOG(control, info, "job '{}': leading; waiting for the other nodes to join", options_.job_id);
     return;
   }
@@ -188,310 +186,28 @@ void CrossNode::makeNcclIdLocked() {
   nccl_id_ = std::move(id).value();
 }
 
-void CrossNode::acceptJoin(const v1::JoinJobRequest& request, JoinAnswer plain_answer) {
-  // Every answer says which protocol this leader speaks.
-  const ProtocolRange mine = options_.protocol;
-  JoinAnswer answer = [plain_answer = std::move(plain_answer), mine](StatusOr<v1::JoinJobResponse> response) {
-    if (response.isOk()) mine.stamp(&*response);
-    plain_answer(std::move(response));
-  };
-  std::optional<StatusOr<v1::JoinJobResponse>> now;
-  JoinDesk::Answers due;
-  bool candidate = false;
-  Status protocol = okStatus();
-  {
-    MutexLock lock(mutex_);
-    if (Status checked = joins_.check(request); !checked.isOk()) {
-      now = checked;
-    } else if (protocol =
-                   checkProtocol(options_.job_id, options_.protocol, "the leader (" + options_.self_address + ")",
-                                 ProtocolRange::of(request), membership::describeNode(request.node()));
-               !protocol.isOk()) {
-      now = protocol;
-    } else if (request.elastic_join()) {
-      candidate = true;
-    } else {
-      now = joinLocked(request);
-      if (!now) joins_.wait(std::move(answer), CrossClock::now());
-      due = dueJoinsLocked(CrossClock::now());
-    }
-  }
-  if (candidate) {
-    answer(acceptCandidate(request));
-    return;
-  }
-  if (now) answer(std::move(*now));
-  for (auto& [waiting, result] : due) waiting(std::move(result));
-  // The job cannot form: it fails here at once too (its ranks are told).
-  if (!protocol.isOk()) failureDetected(protocol.message(), true);
+void CrossNode::acceptJoin(const v1::JoinJobRequest& request, JoinAnswer answer) {
+  leader_side_->acceptJoin(request, std::move(answer));
 }
-
-std::optional<StatusOr<v1::JoinJobResponse>> CrossNode::joinLocked(const v1::JoinJobRequest& request) {
-  if (book_.epoch() > 1) {
-    return failedPrecondition("job '" + options_.job_id + "' is at epoch " + std::to_string(book_.epoch()) + ": " +
-                              membership::describeNode(request.node()) +
-                              " joins a running job only for new ranks "
-                              "(GRADSYNC_ELASTIC_JOIN)");
-  }
-  if (stopping_) return unavailable("job '" + options_.job_id + "' stopped");
-  if (book_.formed()) return membershipLocked();
-  ASSIGN_OR_RETURN(std::optional<std::vector<v1::NodeInfo>> complete, joins_.add(request.node()));
-  if (complete) {
-    book_.form(std::move(*complete), 1);
-    makeNcclIdLocked();
-    GS_LOG(control, info, "job '{}': all {} nodes joined", options_.job_id, book_.members().size());
-    formed_cv_.notify_all();
-    return membershipLocked();
-  }
-  return std::nullopt;
-}
-
-v1::JoinJobResponse CrossNode::membershipLocked() {
-  v1::JoinJobResponse response;
-  response.set_epoch(1);
-  for (const auto& node : book_.members()) *response.add_nodes() = node;
-  response.set_node_count(publishLocked(1, response.mutable_nodes()));
-  response.set_nccl_unique_id(nccl_id_);
-  return response;
-}
-
-int32_t CrossNode::publishLocked(uint64_t epoch, NodeList* nodes) {
-  published_.publish(epoch, *nodes);
-  return keepFirstPart(nodes, published_.partBytes());
-}
-
-StatusOr<v1::MembersResponse> CrossNode::membersPart(const v1::MembersRequest& request) const {
-  if (!constantTimeEqual(request.token(), options_.token))
-    return unauthenticated("job '" + options_.job_id + "': token does not match");
-  MutexLock lock(mutex_);
-  auto part = published_.part(request.epoch(), request.first());
-  if (!part.isOk()) return Status(part.status().code(), "job '" + options_.job_id + "': " + part.status().message());
-  return part;
-}
-
-JoinDesk::Answers CrossNode::dueJoinsLocked(CrossClock::time_point now) {
-  if (!joins_.waiting()) return {};
-  std::optional<v1::JoinJobResponse> membership;
-  if (book_.formed()) membership = membershipLocked();  // built once for all of them
-  return joins_.due(now, membership, stopping_);
-}
-
-class CrossNode::ServedFollower : public FollowerSession {
- public:
-  ServedFollower(CrossNode* node, std::shared_ptr<Follower> follower) : node_(node), follower_(std::move(follower)) {}
-  grpc::Status onMessage(const v1::FollowerMessage& message) override {
-    return node_->followerMessage(follower_.get(), message);
-  }
-  void onEnd(bool cut_off, const std::string& why) override {
-    follower_->stream.detach();
-    node_->followerLeft(follower_, cut_off, why);
-  }
-
- private:
-  CrossNode* const node_;
-  const std::shared_ptr<Follower> follower_;
-};
 
 grpc::Status CrossNode::serveFollower(const v1::FollowerMessage& hello, std::shared_ptr<FollowerStream> stream,
                                       std::unique_ptr<FollowerSession>* session) {
-  std::shared_ptr<Follower> follower;
-  std::optional<SharedMessage> failure;
-  if (grpc::Status attached = attachFollower(hello, std::move(stream), &follower, &failure); !attached.ok()) {
-    return attached;
-  }
-  if (failure) follower->stream.send(*failure);  // announced before it attached
-  formed_cv_.notify_all();                       // broadcast() waits for every follower
-  *session = std::make_unique<ServedFollower>(this, std::move(follower));
-  return grpc::Status::OK;
-}
-
-grpc::Status CrossNode::followerMessage(Follower* follower, const v1::FollowerMessage& message) {
-  follower->heardAt(nowMs(CrossClock::now()));
-  codec_.countReceived(message.ByteSizeLong());
-  if (refuseIfRemoved(follower)) return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, follower->removed());
-  onFollowerMessage(follower, message);
-  return grpc::Status::OK;
-}
-
-grpc::Status CrossNode::attachFollower(const v1::FollowerMessage& hello, std::shared_ptr<FollowerStream> stream,
-                                       std::shared_ptr<Follower>* attached, std::optional<SharedMessage>* failure) {
-  MutexLock lock(mutex_);
-  const int cross_rank = hello.hello().cross_rank();
-  if (!constantTimeEqual(hello.hello().token(), options_.token))
-    return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "bad token");
-  if (Status protocol = checkProtocol(options_.job_id, options_.protocol, "the leader (" + options_.self_address + ")",
-                                      ProtocolRange::of(hello.hello()), "the node at " + hello.hello().peer_address());
-      !protocol.isOk()) {
-    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, protocol.message());
-  }
-  const int64_t now_ms = nowMs(CrossClock::now());
-  std::shared_ptr<Follower> follower;
-  if (cross_rank < 0) {
-    follower = streams_.attachCandidate(hello.hello().peer_address(), std::move(stream), now_ms, failure);
-    if (!follower) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "not a candidate node of the job");
-  } else {
-    if (cross_rank > 0 && cross_rank < static_cast<int>(book_.members().size())) {
-      follower = streams_.attachMember(book_.members()[cross_rank], std::move(stream), now_ms, failure);
-    }
-    if (!follower) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "bad cross rank");
-  }
-  *attached = std::move(follower);
-  return grpc::Status::OK;
-}
-
-void CrossNode::onFollowerMessage(Follower* follower, const v1::FollowerMessage& message) {
-  if (message.has_rank_lost()) {
-    if (hooks_.on_ranks_lost) {
-      hooks_.on_ranks_lost({message.rank_lost().rank()}, message.rank_lost().epoch(), message.rank_lost().cause());
-    }
-  } else if (message.has_joiner_ready() || message.has_joiner_gone()) {
-    joinerReport(follower, message);
-  } else if (message.has_request()) {
-    const v1::FollowerMessage::Request* one = &message.request();
-    remoteRequests(&one, 1);
-  } else if (message.has_requests()) {
-    remoteRequests(message.requests().requests().data(), message.requests().requests_size());
-  } else if (message.has_round()) {
-    LeaderRounds* rounds;
-    {
-      MutexLock lock(mutex_);
-      rounds = roundsLocked();
-    }
-    if (rounds != nullptr) rounds->deliver(message.round(), follower->crossRank());
-  } else if (message.has_failure()) {
-    heardFailure(message.failure(), membership::describeNode(follower->node()), follower);
-  }
-}
-
-bool CrossNode::remoteRequests(const v1::FollowerMessage::Request* const* requests, int count) {
-  const uint64_t current = epoch();
-  std::vector<coordinator::Repeat> run;  // by cache id, of `run_epoch`
-  uint64_t run_epoch = 0;
-  const auto hand_over = [&] {
-    if (!run.empty()) hooks_.on_remote_repeats(std::move(run), run_epoch);
-    run.clear();
-  };
-  for (int i = 0; i < count; ++i) {
-    const v1::FollowerMessage::Request& request = *requests[i];
-    // Of an epoch that ended: dropped (the follower fails it when it learns
-    // of the new one).
-    if (request.epoch() != 0 && request.epoch() != current) continue;
-    if (request.cache_id() == 0 || request.epoch() != run_epoch) hand_over();
-    if (request.cache_id() == 0) {
-      auto enqueue = codec_.expand(request);
-      if (!enqueue.isOk()) {
-        failureDetected(enqueue.status().message(), true);
-        return false;
-      }
-      hooks_.on_remote_request(request.rank(), *enqueue, request.epoch());
-      continue;
-    }
-    auto repeat = codec_.expandRepeat(request);
-    if (!repeat.isOk()) {
-      hand_over();
-      failureDetected(repeat.status().message(), true);
-      return false;
-    }
-    run_epoch = request.epoch();
-    run.push_back(std::move(repeat).value());
-  }
-  hand_over();
-  return true;
-}
-
-void CrossNode::followerLeft(const std::shared_ptr<Follower>& follower, bool cut_off, const std::string& why) {
-  bool stopping;
-  v1::NodeInfo node;
-  uint64_t epoch;
-  {
-    MutexLock lock(mutex_);
-    stopping = stopping_ || !follower->removed().empty();  // a removed node's departure changes nothing
-    node = follower->node();
-    epoch = book_.epoch();
-  }
-  if (node.ranks().empty()) {  // a candidate: nothing of the job ran there
-    candidateLeft(follower);
-    return;
-  }
-  if (stopping) return;
-  if (!why.empty()) {
-    nodeLost(node, epoch, "cut off " + membership::describeNode(node) + ": it fell behind the leader: " + why);
-  } else if (cut_off) {
-    nodeLost(node, epoch, "lost " + membership::describeNode(node) + ": the daemon died or was cut off");
-  } else {
-    // A clean close: the node's ranks all finished. Only collectives that
-    // would still need them fail.
-    failureDetected(membership::describeNode(node) + " left the job (its ranks finished)", false);
-  }
-}
-
-std::string CrossNode::unattachedLocked() const {
-  const auto seconds = std::to_string(std::chrono::duration_cast<std::chrono::seconds>(options_.join_timeout).count());
-  if (!book_.formed()) return "the job did not form within " + seconds + " s";
-  std::string missing;
-  for (size_t i = 0; i < book_.members().size(); ++i) {
-    const int cross_rank = static_cast<int>(i);
-    if (cross_rank == book_.selfCrossRank() || streams_.hasMember(cross_rank)) continue;
-    missing += (missing.empty() ? "" : ", ") + membership::describeNode(book_.members()[i]);
-  }
-  return "not every node opened its coordination stream within " + seconds + " s: " + missing +
-         " joined but never opened it";
+  return leader_side_->serveFollower(hello, std::move(stream), session);
 }
 
 Status CrossNode::broadcast(const std::vector<coordinator::Response>& batch, uint64_t sequence, uint64_t epoch,
                             uint64_t fusion_threshold_bytes) {
-  v1::LeaderMessage message;
-  message.mutable_batch()->set_sequence(sequence);
-  message.mutable_batch()->set_epoch(epoch);
-  message.mutable_batch()->set_fusion_threshold_bytes(fusion_threshold_bytes);
-  std::vector<std::shared_ptr<Follower>> followers;
-  {
-    // Every node must see every batch (a process set's ring still spans all
-    // nodes), so wait until every follower's stream is attached: a batch of
-    // ranks on some nodes can be ready before the others have connected.
-    MutexLock lock(mutex_);
-    const bool attached = formed_cv_.wait_for(lock, options_.join_timeout, [&]() GS_REQUIRES(mutex_) {
-      return stopping_ || !transfers_aborted_.empty() ||
-             (book_.formed() && streams_.memberCount() + 1 == book_.members().size());
-    });
-    if (stopping_) return cancelled("job stopped");
-    if (!transfers_aborted_.empty()) return aborted("job '" + options_.job_id + "': " + transfers_aborted_);
-    if (!attached) return deadlineExceeded("job '" + options_.job_id + "': " + unattachedLocked());
-    followers = streams_.streams(/*candidates=*/false);
-  }
-  // Encoded once every follower is attached: all of them learn new cache ids.
-  MutexLock order(order_mutex_);
-  for (const auto& r : batch) *message.mutable_batch()->add_responses() = codec_.encode(r);
-  std::vector<SharedMessage> parts;
-  for (auto& part : splitBatch(std::move(*message.mutable_batch()))) {
-    v1::LeaderMessage one;
-    *one.mutable_batch() = std::move(part);
-    parts.push_back(share(std::move(one)));
-  }
-  // Queued, never waited for: a follower that falls behind is cut.
-  for (auto& f : followers) {
-    for (const auto& part : parts) {
-      f->stream.send(part);
-      codec_.countSent(part.bytes);
-    }
-  }
-  return okStatus();
+  return leader_side_->broadcast(batch, sequence, epoch, fusion_threshold_bytes);
 }
 
 void CrossNode::sendError(const coordinator::Request& request, const Status& status) {
-  coordinator::Response response;
-  response.name = request.name;
-  response.type = request.type;
-  response.ranks = {request.rank};
-  response.requests.push_back(request);
-  response.status = status;
-  const std::shared_ptr<Follower> target = streams_.holdingRank(request.rank);
-  if (!target) return;
-  v1::LeaderMessage message;
-  message.mutable_batch()->set_sequence(0);  // not executed: no ring
-  message.mutable_batch()->set_epoch(epoch());
-  *message.mutable_batch()->add_responses() = toProto(response);
-  target->stream.send(std::move(message));
+  leader_side_->sendError(request, status);
+}
+
+std::vector<int> CrossNode::missingRanks() const { return leader_side_->missingRanks(); }
+
+StatusOr<v1::MembersResponse> CrossNode::membersPart(const v1::MembersRequest& request) const {
+  return leader_side_->membersPart(request);
 }
 
 void CrossNode::failedHere(const std::string& cause, bool node_lost) { announceFailure(cause, node_lost); }
@@ -639,12 +355,6 @@ void CrossNode::abortRounds(const std::string& reason) {
 uint64_t CrossNode::cachedId(const coordinator::Request& request) const { return codec_.cachedId(request); }
 
 std::optional<coordinator::Response> CrossNode::cachedResponse(uint64_t id) const { return codec_.cachedResponse(id); }
-
-std::vector<int> CrossNode::missingRanks() const {
-  MutexLock lock(mutex_);
-  if (book_.formed()) return {};
-  return joins_.missingRanks();
-}
 
 std::vector<v1::NodeInfo> CrossNode::members() const {
   MutexLock lock(mutex_);
@@ -823,5 +533,93 @@ StatusOr<std::optional<collective::MeshContext>> CrossNode::mesh(const collectiv
   ASSIGN_OR_RETURN(auto mesh, mesh_.mesh(id, deadline, members, self));
   return std::optional<collective::MeshContext>(std::move(mesh));
 }
+
+// Elastic jobs: what happens when a rank or a node of a job spanning
+// daemons is lost and the job goes on.
+//
+//  - A follower's rank crashes: the follower reports it (RankLost); the
+//    leader's own ranks go straight to the Job.
+//  - A follower's node is lost (its stream breaks, or it is silent for
+//    kSilenceLimitMs): the leader takes all its ranks as lost.
+//  - The leader decides the next epoch (beginEpoch): survivors keep their
+//    order and are renumbered, nodes left without ranks are removed, and
+//    every remaining follower is told (NewEpoch) before any batch of the
+//    new epoch. A follower left without ranks whose new ranks wait to join
+//    (reported before its loss) keeps its place: they join in that epoch.
+//    Every node interrupts its transfers of the old epoch (and its NCCL
+//    calls among the daemons: epochRuns); its next ring re-forms with the
+//    new neighbours and epoch-keyed tags, and its daemons' NCCL
+//    communicator from the epoch's new id (NewEpoch.nccl_unique_id).
+//  - A removed node that speaks again (it was paused, say) is told it is
+//    stale and its job fails there; its abort notices are refused by the
+//    others (acceptAbort), and its data-plane messages carry the old
+//    epoch's tags, which match nothing any more.
+//  - Fewer ranks than the job's minimum: the epoch is below_minimum (no
+//    rank is told its place) until joiners come, admitted at once.
+//  - A node without ranks of the job joins for its new ranks as a
+//    candidate (acceptCandidate) and becomes a member in the epoch that
+//    admits them.
+//  - Losing the leader fails the job on every node, naming it, unless
+//    leader failover is on (leader_election.h).
+uint64_t CrossNode::epoch() const {
+  MutexLock lock(mutex_);
+  return book_.epoch();
+}
+
+StatusOr<v1::NewEpoch> CrossNode::beginEpoch(const std::vector<int>& lost, uint64_t epoch, const std::string& cause) {
+  return leader_side_->beginEpoch(lost, epoch, cause);
+}
+
+StatusOr<v1::NewEpoch> CrossNode::admitJoiners(const std::vector<uint64_t>& local, const std::string& when) {
+  return leader_side_->admitJoiners(local, when);
+}
+
+bool CrossNode::hasPendingJoiners() const {
+  MutexLock lock(mutex_);
+  return book_.joinerCount() > 0;
+}
+
+void CrossNode::endOldEpochTransfersLocked() {
+  // ring() lifts it for the new epoch; a job that failed keeps its reason.
+  if (transfers_aborted_.empty()) {
+    mesh_.abort("the job moved to epoch " + std::to_string(book_.epoch()));
+  }
+}
+
+void CrossNode::applyNewEpoch(const v1::NewEpoch& change) {
+  std::string removed;
+  {
+    MutexLock lock(mutex_);
+    switch (book_.apply(change)) {
+      case membership::EpochBook::Applied::kStale:
+        return;
+      case membership::EpochBook::Applied::kRemoved:
+        notices_.removed();
+        removed = "this node was removed from job '" + options_.job_id + "' at epoch " +
+                  std::to_string(change.epoch()) + " (" + change.cause() + ")";
+        break;
+      case membership::EpochBook::Applied::kApplied:
+        codec_.clear();  // as the leader did before it sent the change
+        nccl_id_ = change.nccl_unique_id();
+        endOldEpochTransfersLocked();
+        break;
+    }
+  }
+  formed_cv_.notify_all();
+  if (!removed.empty()) {
+    failureDetected(removed, true);
+    return;
+  }
+  if (hooks_.on_new_epoch) hooks_.on_new_epoch(change);
+}
+
+StatusOr<v1::CheckMemberResponse> CrossNode::checkMember(const v1::CheckMemberRequest& request) const {
+  if (!constantTimeEqual(request.token(), options_.token))
+    return unauthenticated("job '" + options_.job_id + "': token does not match");
+  MutexLock lock(mutex_);
+  return book_.check(request.peer_address());
+}
+
+bool CrossNode::electing() const { return election_.electing(epoch()); }
 
 }  // namespace gradsync::peer

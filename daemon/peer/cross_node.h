@@ -188,7 +188,7 @@ class CrossNode : public NodeEndpoints {
   // has not, and closing first could lose them. Asked for by jobs that run
   // the rounds (fast_rounds.h); skipped once a node was lost.
   void sayGoodbyeAtTheEnd() { goodbye_.store(true); }
-  // Elastic jobs (cross_node_elastic.cc).
+  // Elastic jobs (the leader decides: leader_side.h).
   uint64_t epoch() const;
   // Leader: starts the next epoch without `lost` (ranks numbered as in
   // `epoch`, translated to the current numbering): survivors keep their
@@ -248,67 +248,10 @@ class CrossNode : public NodeEndpoints {
  private:
   // Leader, once the job formed: the job's ncclUniqueId.
   void makeNcclIdLocked() GS_REQUIRES(mutex_);
-  class ServedFollower;  // a follower's FollowerSession
-  // Leader: why not every follower's stream is attached yet, naming the
-  // members whose stream never opened.
-  std::string unattachedLocked() const GS_REQUIRES(mutex_);
-  // Elastic (cross_node_elastic.cc). Follower: applies the leader's epoch.
+  // Elastic. Follower: applies the leader's epoch.
   void applyNewEpoch(const v1::NewEpoch& change);
-  // Leader: a message from a follower the job has removed; answers that it
-  // is stale. True when `follower` was removed.
-  bool refuseIfRemoved(Follower* follower);
-  // Leader: tells a removed follower why (a JobFailure on its stream).
-  void tellStale(Follower* follower, const std::string& why);
-  // An epoch the leader decided, and the followers to tell.
-  struct EpochPlan {
-    v1::NewEpoch change;
-    FollowerStreams::Renumbered followers;
-  };
-  // Leader: the epoch book_ `decided` (or its error), with this node's
-  // transfers of the old epoch ended and the followers' streams placed in
-  // it (those left out are removed, candidates admitted join); the
-  // followers are told by announceEpoch, once mutex_ is released.
-  StatusOr<EpochPlan> planEpochLocked(StatusOr<v1::NewEpoch> decided) GS_REQUIRES(mutex_);
   // This node's transfers of the epoch before book_'s end now.
   void endOldEpochTransfersLocked() GS_REQUIRES(mutex_);
-  // Leader: sends the plan's NewEpoch to the kept followers (after every
-  // batch encoded with the old cache) and tells the removed ones.
-  v1::NewEpoch announceEpoch(EpochPlan plan) GS_EXCLUDES(mutex_);
-  // Leader, serveFollower's parts: the stream of a member (by its cross
-  // rank) or a candidate, checked and recorded; one message from it; its
-  // end (`cut_off`: the call was cancelled, not closed; `why`: the leader
-  // cut it): a candidate is forgotten, a member's node lost, or its ranks
-  // finished.
-  grpc::Status attachFollower(const v1::FollowerMessage& hello, std::shared_ptr<FollowerStream> stream,
-                              std::shared_ptr<Follower>* attached, std::optional<SharedMessage>* failure)
-      GS_EXCLUDES(mutex_);
-  grpc::Status followerMessage(Follower* follower, const v1::FollowerMessage& message) GS_EXCLUDES(mutex_);
-  void onFollowerMessage(Follower* follower, const v1::FollowerMessage& message) GS_EXCLUDES(mutex_);
-  // Leader: a follower's `count` requests, to the job in order (each
-  // dropped when of an epoch that ended), runs of requests by cache id
-  // together; false when one names a cache id this leader never gave, or
-  // a rank that id does not hold (the job fails).
-  bool remoteRequests(const v1::FollowerMessage::Request* const* requests, int count) GS_EXCLUDES(mutex_);
-  void followerLeft(const std::shared_ptr<Follower>& follower, bool cut_off, const std::string& why)
-      GS_EXCLUDES(mutex_);
-  // Leader: a follower's JoinerReady or JoinerGone.
-  void joinerReport(Follower* follower, const v1::FollowerMessage& message);
-  // Leader, acceptJoin's parts: the answer now (nullopt: it waits for the
-  // other nodes), and the answers due at `now` (all of them once the job
-  // formed; those past their deadline; all when it stops), to call outside
-  // the lock.
-  std::optional<StatusOr<v1::JoinJobResponse>> joinLocked(const v1::JoinJobRequest& request) GS_REQUIRES(mutex_);
-  v1::JoinJobResponse membershipLocked() GS_REQUIRES(mutex_);
-  // Records `nodes` as the membership of `epoch` and keeps only its first
-  // part in them; returns the message's node_count (0: all fit).
-  int32_t publishLocked(uint64_t epoch, NodeList* nodes) GS_REQUIRES(mutex_);
-  JoinDesk::Answers dueJoinsLocked(CrossClock::time_point now) GS_REQUIRES(mutex_);
-  // Leader: a node holding no rank asks to join the running job for its
-  // new ranks (JoinJobRequest.elastic_join): kept as a candidate.
-  StatusOr<v1::JoinJobResponse> acceptCandidate(const v1::JoinJobRequest& request);
-  // Leader: a candidate's stream ended before its ranks were admitted: it
-  // and its joiners are forgotten.
-  void candidateLeft(const std::shared_ptr<Follower>& candidate);
   // A node's loss (`node` as in `epoch`): a new epoch (elastic) or the
   // job's failure.
   void nodeLost(const v1::NodeInfo& node, uint64_t epoch, const std::string& cause);
@@ -321,12 +264,10 @@ class CrossNode : public NodeEndpoints {
   class FollowerHost;
 
   // Leader failover (LeaderElection): what the election asks of this,
-  // through election_host_. Candidate with a majority in `epoch`: leads the
-  // next epoch without the lost leader's node (announced, and taken by the
-  // Job); a voter follows the leader it elected (FollowerSide::follow).
+  // through election_host_. A candidate with a majority in `epoch` leads
+  // (LeaderSide::takeOver); a voter follows the leader it elected
+  // (FollowerSide::follow).
   class ElectionHost;
-  StatusOr<v1::NewEpoch> takeOver(uint64_t epoch) GS_EXCLUDES(mutex_);
-  StatusOr<EpochPlan> takeOverLocked() GS_REQUIRES(mutex_);
   // Leader with failover on: OK while it reaches a strict majority of the
   // epoch's daemons (NodeSide::majority), `lost` (a peer address) not counted;
   // else it makes no epoch (the others may be electing a new leader) and
@@ -361,16 +302,15 @@ class CrossNode : public NodeEndpoints {
   // `cause` led by the job's name, as the other nodes are told it.
   std::string namedCause(const std::string& cause) const;
 
-  // The leader's side (leader_side.h; a follower's is FollowerSide).
+  // The leader's side (leader_side.h: the followers' joins and streams,
+  // the memberships it published, the epochs it tells; a follower's is
+  // FollowerSide).
   class LeaderSide;
   NodeSide& side() const { return *side_.load(); }
   static int64_t nowMs(CrossClock::time_point t) { return NodeSide::nowMs(t); }
 
   const CrossNodeOptions options_;
   const Hooks hooks_;
-  // Leader: the followers' JoinJob calls while the job forms (its own lock;
-  // taken under mutex_, never the other way).
-  JoinDesk joins_;
   // Leader failover: this daemon's part in electing the next leader.
   const std::unique_ptr<ElectionHost> election_host_;
   LeaderElection election_;  // its own lock, a leaf
@@ -380,17 +320,9 @@ class CrossNode : public NodeEndpoints {
   // The members of each epoch (formed once every node joined), joiners,
   // candidates and removed nodes.
   membership::EpochBook book_ GS_GUARDED_BY(mutex_);
-  // Leader: the memberships it announced, for the nodes that read them in parts.
-  PublishedMembers published_ GS_GUARDED_BY(mutex_);
   // The UCX endpoints to the other daemons (its own lock; under mutex_ where
   // an epoch change must be ordered with it).
   UcxMesh mesh_;
-  // Leader: the members' streams, and those of the nodes that joined the
-  // running job for new ranks (book_'s candidates: their stream, once open,
-  // gets heartbeats and failures, and the epoch that admits them). Its own
-  // lock; taken under mutex_ where book_ must not change meanwhile, never
-  // the other way.
-  FollowerStreams streams_;
   // The NCCL id of book_'s epoch: made by the leader when the job forms and
   // with each epoch (empty: no NCCL at the leader or at a node).
   std::string nccl_id_ GS_GUARDED_BY(mutex_);
@@ -403,12 +335,8 @@ class CrossNode : public NodeEndpoints {
   CrossClock::time_point last_tick_;                     // housekeeping thread only
 
   // The response cache and the coordination traffic (codec_.clear() at
-  // each epoch: the leader's under order_mutex_).
+  // each epoch: the leader's in the order of its streams, LeaderSide).
   CoordinationCodec codec_;
-  // Leader: a batch's encoding and its writes, and an epoch's cache reset
-  // and NewEpoch, happen in one order on every stream. Taken before any
-  // follower's stream lock, never with mutex_.
-  Mutex order_mutex_;
 
   // The rounds through the leader, made when first used or first heard
   // of, if the job runs them (null: not yet, or not this job).

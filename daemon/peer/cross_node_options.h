@@ -35,7 +35,7 @@ struct CrossNodeOptions {
   // Makes the job's ncclUniqueId on the leader (null: this daemon has no NCCL).
   std::function<StatusOr<std::string>()> make_nccl_id;
   transport::UcxOptions data_plane;  // the UCX settings of this job's transport
-  bool elastic = false;              // a lost rank or node starts a new epoch (cross_node_elastic.cc)
+  bool elastic = false;              // a lost rank or node starts a new epoch (leader_side.h)
   bool failover = false;             // elastic: a lost leader is replaced by quorum (leader_election.h)
   int min_size = 0;                  // elastic: an epoch with fewer ranks waits for joiners (NewEpoch.below_minimum)
   bool steady_state_rounds = false;  // offered: cached collectives after rounds among the daemons (fast_rounds.h)

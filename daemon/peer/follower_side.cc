@@ -77,7 +77,8 @@ Status FollowerSide::joinLeader(const v1::NodeInfo& self) {
                               "(GRADSYNC_LEADER)");
   }
   link_.connect(options_.leader_address);
-  ASSIGN_OR_RETURN(const v1::JoinJobResponse joined, join_.join(link_.channel(), link_.stub().get(), joinRequest(self)));
+  ASSIGN_OR_RETURN(const v1::JoinJobResponse joined,
+                   join_.join(link_.channel(), link_.stub().get(), joinRequest(self)));
   host_->joined(joined);
   openStream();
   if (self.ranks().empty()) {

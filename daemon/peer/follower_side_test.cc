@@ -355,7 +355,7 @@ TEST_F(FollowerSideTest, ALostLeaderIsToldAroundItToTheRelaysOnce) {
   v1::JobFailure again;
   again.set_node_lost(true);
   side_->relayAbort(again);  // told once already
-  side_->leave();                       // waits for the AbortJob answers
+  side_->leave();            // waits for the AbortJob answers
   EXPECT_EQ(abortCalls(), 2);
   EXPECT_EQ(others_[0]->abort_calls.load(), 1);
   EXPECT_EQ(others_[1]->abort_calls.load(), 1);

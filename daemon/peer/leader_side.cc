@@ -7,16 +7,21 @@
 
 namespace gradsync::peer {
 
+CrossNode::LeaderSide::LeaderSide(CrossNode* node)
+    : node_(node),
+      options_(node->options_),
+      joins_(options_.job_id, options_.token, options_.size, options_.process_sets, options_.join_timeout),
+      published_(options_.membership_part_bytes) {}
+
 void CrossNode::LeaderSide::tick(CrossClock::time_point now, bool send, bool paused) {
   const int64_t now_ms = nowMs(now);
   JoinDesk::Answers joins;  // past their deadline
   {
     MutexLock lock(node_->mutex_);
-    joins = node_->dueJoinsLocked(now);
+    joins = dueJoinsLocked(now);
   }
   for (auto& [answer, result] : joins) answer(std::move(result));
-  FollowerStreams& streams = node_->streams_;
-  if (paused) streams.resumedAt(now_ms);  // the followers' silence so far was this daemon's pause
+  if (paused) streams_.resumedAt(now_ms);  // the followers' silence so far was this daemon's pause
   uint64_t current_epoch;
   std::vector<std::pair<std::shared_ptr<Follower>, v1::NodeInfo>> followers;
   std::vector<v1::NodeInfo> absent;  // members that never followed this daemon since it took over
@@ -24,8 +29,8 @@ void CrossNode::LeaderSide::tick(CrossClock::time_point now, bool send, bool pau
     MutexLock lock(node_->mutex_);
     if (node_->stopping_) return;
     current_epoch = node_->book_.epoch();
-    for (auto& f : streams.streams(/*candidates=*/true)) followers.emplace_back(f, f->node());
-    absent = streams.absentSinceTakeover(node_->book_.members(), now_ms, kSilenceLimitMs);
+    for (auto& f : streams_.streams(/*candidates=*/true)) followers.emplace_back(f, f->node());
+    absent = streams_.absentSinceTakeover(node_->book_.members(), now_ms, kSilenceLimitMs);
   }
   for (const auto& node : absent) {
     node_->nodeLost(node, current_epoch,
@@ -39,7 +44,7 @@ void CrossNode::LeaderSide::tick(CrossClock::time_point now, bool send, bool pau
   for (auto& [f, node] : followers) {
     if (!(send ? f->stream.send(shared_beat) : f->stream.attached())) continue;
     const int64_t heard_ms = f->lastHeardMs();
-    const int64_t silent_ms = streams.silentMs(*f, now_ms);
+    const int64_t silent_ms = streams_.silentMs(*f, now_ms);
     // A candidate holds nothing of the job yet: its stream's end is enough.
     if (!node.ranks().empty() && silent_ms > kSilenceLimitMs) {
       node_->nodeLost(node, current_epoch,
@@ -54,7 +59,7 @@ void CrossNode::LeaderSide::tell(const std::string& text, bool node_lost, const 
   v1::LeaderMessage message;
   message.mutable_failure()->set_message(text);
   message.mutable_failure()->set_node_lost(node_lost);
-  node_->streams_.tellEveryone(share(std::move(message)), teller);
+  streams_.tellEveryone(share(std::move(message)), teller);
 }
 
 void CrossNode::LeaderSide::heard(const v1::JobFailure& failure, const Follower* teller) {
@@ -69,7 +74,7 @@ void CrossNode::LeaderSide::sendRound(const v1::RoundMessage& message, const std
   const SharedMessage shared = share(std::move(out));
   // Those at the cross ranks `to` (the membership is fixed: not elastic).
   const std::vector<std::shared_ptr<Follower>> followers =
-      to != nullptr ? node_->streams_.atCrossRanks(*to) : node_->streams_.streams(/*candidates=*/false);
+      to != nullptr ? streams_.atCrossRanks(*to) : streams_.streams(/*candidates=*/false);
   for (auto& f : followers) {
     f->stream.send(shared);
     node_->codec_.countSent(shared.bytes);
@@ -77,17 +82,471 @@ void CrossNode::LeaderSide::sendRound(const v1::RoundMessage& message, const std
 }
 
 int64_t CrossNode::LeaderSide::heardAgeMs(const v1::NodeInfo& node, int64_t now_ms) const {
-  return node_->streams_.heardAgeMs(node.cross_rank(), now_ms);
+  return streams_.heardAgeMs(node.cross_rank(), now_ms);
 }
 
 Status CrossNode::LeaderSide::majority(const std::string& lost, CrossClock::time_point now, size_t daemons) const {
-  if (!node_->options_.failover) return okStatus();
-  const size_t reached = 1 + node_->streams_.reachedWithin(lost, nowMs(now), kReachLimitMs);  // itself counted
+  if (!options_.failover) return okStatus();
+  const size_t reached = 1 + streams_.reachedWithin(lost, nowMs(now), kReachLimitMs);  // itself counted
   if (reached > daemons / 2) return okStatus();
-  return failedPrecondition("the leader " + node_->options_.self_address + " lost the majority: it reaches " +
+  return failedPrecondition("the leader " + options_.self_address + " lost the majority: it reaches " +
                             std::to_string(reached) + " of the job's " + std::to_string(daemons) +
                             " daemons (itself counted), " + std::to_string(daemons / 2 + 1) +
                             " needed; the others may elect a new leader, so this side stops");
+}
+
+class CrossNode::LeaderSide::ServedFollower : public FollowerSession {
+ public:
+  ServedFollower(LeaderSide* side, std::shared_ptr<Follower> follower) : side_(side), follower_(std::move(follower)) {}
+  grpc::Status onMessage(const v1::FollowerMessage& message) override {
+    return side_->followerMessage(follower_.get(), message);
+  }
+  void onEnd(bool cut_off, const std::string& why) override {
+    follower_->stream.detach();
+    side_->followerLeft(follower_, cut_off, why);
+  }
+
+ private:
+  LeaderSide* const side_;
+  const std::shared_ptr<Follower> follower_;
+};
+
+void CrossNode::LeaderSide::acceptJoin(const v1::JoinJobRequest& request, JoinAnswer plain_answer) {
+  // Every answer says which protocol this leader speaks.
+  const ProtocolRange mine = options_.protocol;
+  JoinAnswer answer = [plain_answer = std::move(plain_answer), mine](StatusOr<v1::JoinJobResponse> response) {
+    if (response.isOk()) mine.stamp(&*response);
+    plain_answer(std::move(response));
+  };
+  std::optional<StatusOr<v1::JoinJobResponse>> now;
+  JoinDesk::Answers due;
+  bool candidate = false;
+  Status protocol = okStatus();
+  {
+    MutexLock lock(node_->mutex_);
+    if (Status checked = joins_.check(request); !checked.isOk()) {
+      now = checked;
+    } else if (protocol =
+                   checkProtocol(options_.job_id, options_.protocol, "the leader (" + options_.self_address + ")",
+                                 ProtocolRange::of(request), membership::describeNode(request.node()));
+               !protocol.isOk()) {
+      now = protocol;
+    } else if (request.elastic_join()) {
+      candidate = true;
+    } else {
+      now = joinLocked(request);
+      if (!now) joins_.wait(std::move(answer), CrossClock::now());
+      due = dueJoinsLocked(CrossClock::now());
+    }
+  }
+  if (candidate) {
+    answer(acceptCandidate(request));
+    return;
+  }
+  if (now) answer(std::move(*now));
+  for (auto& [waiting, result] : due) waiting(std::move(result));
+  // The job cannot form: it fails here at once too (its ranks are told).
+  if (!protocol.isOk()) node_->failureDetected(protocol.message(), true);
+}
+
+std::optional<StatusOr<v1::JoinJobResponse>> CrossNode::LeaderSide::joinLocked(const v1::JoinJobRequest& request) {
+  if (node_->book_.epoch() > 1) {
+    return failedPrecondition("job '" + options_.job_id + "' is at epoch " + std::to_string(node_->book_.epoch()) +
+                              ": " + membership::describeNode(request.node()) +
+                              " joins a running job only for new ranks "
+                              "(GRADSYNC_ELASTIC_JOIN)");
+  }
+  if (node_->stopping_) return unavailable("job '" + options_.job_id + "' stopped");
+  if (node_->book_.formed()) return membershipLocked();
+  ASSIGN_OR_RETURN(std::optional<std::vector<v1::NodeInfo>> complete, joins_.add(request.node()));
+  if (complete) {
+    node_->book_.form(std::move(*complete), 1);
+    node_->makeNcclIdLocked();
+    GS_LOG(control, info, "job '{}': all {} nodes joined", options_.job_id, node_->book_.members().size());
+    node_->formed_cv_.notify_all();
+    return membershipLocked();
+  }
+  return std::nullopt;
+}
+
+v1::JoinJobResponse CrossNode::LeaderSide::membershipLocked() {
+  v1::JoinJobResponse response;
+  response.set_epoch(1);
+  for (const auto& node : node_->book_.members()) *response.add_nodes() = node;
+  response.set_node_count(publishLocked(1, response.mutable_nodes()));
+  response.set_nccl_unique_id(node_->nccl_id_);
+  return response;
+}
+
+int32_t CrossNode::LeaderSide::publishLocked(uint64_t epoch, NodeList* nodes) {
+  published_.publish(epoch, *nodes);
+  return keepFirstPart(nodes, published_.partBytes());
+}
+
+StatusOr<v1::MembersResponse> CrossNode::LeaderSide::membersPart(const v1::MembersRequest& request) const {
+  if (!constantTimeEqual(request.token(), options_.token))
+    return unauthenticated("job '" + options_.job_id + "': token does not match");
+  MutexLock lock(node_->mutex_);
+  auto part = published_.part(request.epoch(), request.first());
+  if (!part.isOk()) return Status(part.status().code(), "job '" + options_.job_id + "': " + part.status().message());
+  return part;
+}
+
+JoinDesk::Answers CrossNode::LeaderSide::dueJoinsLocked(CrossClock::time_point now) {
+  if (!joins_.waiting()) return {};
+  std::optional<v1::JoinJobResponse> membership;
+  if (node_->book_.formed()) membership = membershipLocked();  // built once for all of them
+  return joins_.due(now, membership, node_->stopping_);
+}
+
+grpc::Status CrossNode::LeaderSide::serveFollower(const v1::FollowerMessage& hello,
+                                                  std::shared_ptr<FollowerStream> stream,
+                                                  std::unique_ptr<FollowerSession>* session) {
+  std::shared_ptr<Follower> follower;
+  std::optional<SharedMessage> failure;
+  if (grpc::Status attached = attachFollower(hello, std::move(stream), &follower, &failure); !attached.ok()) {
+    return attached;
+  }
+  if (failure) follower->stream.send(*failure);  // announced before it attached
+  node_->formed_cv_.notify_all();                // broadcast() waits for every follower
+  *session = std::make_unique<ServedFollower>(this, std::move(follower));
+  return grpc::Status::OK;
+}
+
+grpc::Status CrossNode::LeaderSide::followerMessage(Follower* follower, const v1::FollowerMessage& message) {
+  follower->heardAt(nowMs(CrossClock::now()));
+  node_->codec_.countReceived(message.ByteSizeLong());
+  if (refuseIfRemoved(follower)) return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, follower->removed());
+  onFollowerMessage(follower, message);
+  return grpc::Status::OK;
+}
+
+grpc::Status CrossNode::LeaderSide::attachFollower(const v1::FollowerMessage& hello,
+                                                   std::shared_ptr<FollowerStream> stream,
+                                                   std::shared_ptr<Follower>* attached,
+                                                   std::optional<SharedMessage>* failure) {
+  MutexLock lock(node_->mutex_);
+  const int cross_rank = hello.hello().cross_rank();
+  if (!constantTimeEqual(hello.hello().token(), options_.token))
+    return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "bad token");
+  if (Status protocol = checkProtocol(options_.job_id, options_.protocol, "the leader (" + options_.self_address + ")",
+                                      ProtocolRange::of(hello.hello()), "the node at " + hello.hello().peer_address());
+      !protocol.isOk()) {
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, protocol.message());
+  }
+  const int64_t now_ms = nowMs(CrossClock::now());
+  std::shared_ptr<Follower> follower;
+  if (cross_rank < 0) {
+    follower = streams_.attachCandidate(hello.hello().peer_address(), std::move(stream), now_ms, failure);
+    if (!follower) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "not a candidate node of the job");
+  } else {
+    if (cross_rank > 0 && cross_rank < static_cast<int>(node_->book_.members().size())) {
+      follower = streams_.attachMember(node_->book_.members()[cross_rank], std::move(stream), now_ms, failure);
+    }
+    if (!follower) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "bad cross rank");
+  }
+  *attached = std::move(follower);
+  return grpc::Status::OK;
+}
+
+void CrossNode::LeaderSide::onFollowerMessage(Follower* follower, const v1::FollowerMessage& message) {
+  if (message.has_rank_lost()) {
+    if (node_->hooks_.on_ranks_lost) {
+      node_->hooks_.on_ranks_lost({message.rank_lost().rank()}, message.rank_lost().epoch(),
+                                  message.rank_lost().cause());
+    }
+  } else if (message.has_joiner_ready() || message.has_joiner_gone()) {
+    joinerReport(follower, message);
+  } else if (message.has_request()) {
+    const v1::FollowerMessage::Request* one = &message.request();
+    remoteRequests(&one, 1);
+  } else if (message.has_requests()) {
+    remoteRequests(message.requests().requests().data(), message.requests().requests_size());
+  } else if (message.has_round()) {
+    LeaderRounds* rounds;
+    {
+      MutexLock lock(node_->mutex_);
+      rounds = node_->roundsLocked();
+    }
+    if (rounds != nullptr) rounds->deliver(message.round(), follower->crossRank());
+  } else if (message.has_failure()) {
+    node_->heardFailure(message.failure(), membership::describeNode(follower->node()), follower);
+  }
+}
+
+bool CrossNode::LeaderSide::remoteRequests(const v1::FollowerMessage::Request* const* requests, int count) {
+  const uint64_t current = node_->epoch();
+  std::vector<coordinator::Repeat> run;  // by cache id, of `run_epoch`
+  uint64_t run_epoch = 0;
+  const auto hand_over = [&] {
+    if (!run.empty()) node_->hooks_.on_remote_repeats(std::move(run), run_epoch);
+    run.clear();
+  };
+  for (int i = 0; i < count; ++i) {
+    const v1::FollowerMessage::Request& request = *requests[i];
+    // Of an epoch that ended: dropped (the follower fails it when it learns
+    // of the new one).
+    if (request.epoch() != 0 && request.epoch() != current) continue;
+    if (request.cache_id() == 0 || request.epoch() != run_epoch) hand_over();
+    if (request.cache_id() == 0) {
+      auto enqueue = node_->codec_.expand(request);
+      if (!enqueue.isOk()) {
+        node_->failureDetected(enqueue.status().message(), true);
+        return false;
+      }
+      node_->hooks_.on_remote_request(request.rank(), *enqueue, request.epoch());
+      continue;
+    }
+    auto repeat = node_->codec_.expandRepeat(request);
+    if (!repeat.isOk()) {
+      hand_over();
+      node_->failureDetected(repeat.status().message(), true);
+      return false;
+    }
+    run_epoch = request.epoch();
+    run.push_back(std::move(repeat).value());
+  }
+  hand_over();
+  return true;
+}
+
+void CrossNode::LeaderSide::followerLeft(const std::shared_ptr<Follower>& follower, bool cut_off,
+                                         const std::string& why) {
+  bool stopping;
+  v1::NodeInfo node;
+  uint64_t epoch;
+  {
+    MutexLock lock(node_->mutex_);
+    stopping = node_->stopping_ || !follower->removed().empty();  // a removed node's departure changes nothing
+    node = follower->node();
+    epoch = node_->book_.epoch();
+  }
+  if (node.ranks().empty()) {  // a candidate: nothing of the job ran there
+    candidateLeft(follower);
+    return;
+  }
+  if (stopping) return;
+  if (!why.empty()) {
+    node_->nodeLost(node, epoch, "cut off " + membership::describeNode(node) + ": it fell behind the leader: " + why);
+  } else if (cut_off) {
+    node_->nodeLost(node, epoch, "lost " + membership::describeNode(node) + ": the daemon died or was cut off");
+  } else {
+    // A clean close: the node's ranks all finished. Only collectives that
+    // would still need them fail.
+    node_->failureDetected(membership::describeNode(node) + " left the job (its ranks finished)", false);
+  }
+}
+
+std::string CrossNode::LeaderSide::unattachedLocked() const {
+  const auto seconds = std::to_string(std::chrono::duration_cast<std::chrono::seconds>(options_.join_timeout).count());
+  if (!node_->book_.formed()) return "the job did not form within " + seconds + " s";
+  std::string missing;
+  for (size_t i = 0; i < node_->book_.members().size(); ++i) {
+    const int cross_rank = static_cast<int>(i);
+    if (cross_rank == node_->book_.selfCrossRank() || streams_.hasMember(cross_rank)) continue;
+    missing += (missing.empty() ? "" : ", ") + membership::describeNode(node_->book_.members()[i]);
+  }
+  return "not every node opened its coordination stream within " + seconds + " s: " + missing +
+         " joined but never opened it";
+}
+
+Status CrossNode::LeaderSide::broadcast(const std::vector<coordinator::Response>& batch, uint64_t sequence,
+                                        uint64_t epoch, uint64_t fusion_threshold_bytes) {
+  v1::LeaderMessage message;
+  message.mutable_batch()->set_sequence(sequence);
+  message.mutable_batch()->set_epoch(epoch);
+  message.mutable_batch()->set_fusion_threshold_bytes(fusion_threshold_bytes);
+  std::vector<std::shared_ptr<Follower>> followers;
+  {
+    // Every node must see every batch (a process set's ring still spans all
+    // nodes), so wait until every follower's stream is attached: a batch of
+    // ranks on some nodes can be ready before the others have connected.
+    MutexLock lock(node_->mutex_);
+    const bool attached = node_->formed_cv_.wait_for(lock, options_.join_timeout, [&]() GS_REQUIRES(node_->mutex_) {
+      return node_->stopping_ || !node_->transfers_aborted_.empty() ||
+             (node_->book_.formed() && streams_.memberCount() + 1 == node_->book_.members().size());
+    });
+    if (node_->stopping_) return cancelled("job stopped");
+    if (!node_->transfers_aborted_.empty())
+      return aborted("job '" + options_.job_id + "': " + node_->transfers_aborted_);
+    if (!attached) return deadlineExceeded("job '" + options_.job_id + "': " + unattachedLocked());
+    followers = streams_.streams(/*candidates=*/false);
+  }
+  // Encoded once every follower is attached: all of them learn new cache ids.
+  MutexLock order(order_mutex_);
+  for (const auto& r : batch) *message.mutable_batch()->add_responses() = node_->codec_.encode(r);
+  std::vector<SharedMessage> parts;
+  for (auto& part : splitBatch(std::move(*message.mutable_batch()))) {
+    v1::LeaderMessage one;
+    *one.mutable_batch() = std::move(part);
+    parts.push_back(share(std::move(one)));
+  }
+  // Queued, never waited for: a follower that falls behind is cut.
+  for (auto& f : followers) {
+    for (const auto& part : parts) {
+      f->stream.send(part);
+      node_->codec_.countSent(part.bytes);
+    }
+  }
+  return okStatus();
+}
+
+void CrossNode::LeaderSide::sendError(const coordinator::Request& request, const Status& status) {
+  coordinator::Response response;
+  response.name = request.name;
+  response.type = request.type;
+  response.ranks = {request.rank};
+  response.requests.push_back(request);
+  response.status = status;
+  const std::shared_ptr<Follower> target = streams_.holdingRank(request.rank);
+  if (!target) return;
+  v1::LeaderMessage message;
+  message.mutable_batch()->set_sequence(0);  // not executed: no ring
+  message.mutable_batch()->set_epoch(node_->epoch());
+  *message.mutable_batch()->add_responses() = toProto(response);
+  target->stream.send(std::move(message));
+}
+
+std::vector<int> CrossNode::LeaderSide::missingRanks() const {
+  MutexLock lock(node_->mutex_);
+  if (node_->book_.formed()) return {};
+  return joins_.missingRanks();
+}
+
+void CrossNode::LeaderSide::joinerReport(Follower* follower, const v1::FollowerMessage& message) {
+  MutexLock lock(node_->mutex_);
+  if (!options_.elastic) return;
+  const std::string& address = follower->peerAddress();
+  if (message.has_joiner_gone()) {
+    node_->book_.removeJoiner(address, message.joiner_gone().joiner_id());
+    return;
+  }
+  node_->book_.addJoiner({address, message.joiner_ready().joiner_id(), message.joiner_ready().pid()});
+  GS_LOG(control, info, "job '{}': {} waits on node {} to join at the next commit ({} waiting across nodes)",
+         options_.job_id, message.joiner_ready().description(), address, node_->book_.joinerCount());
+}
+
+StatusOr<v1::JoinJobResponse> CrossNode::LeaderSide::acceptCandidate(const v1::JoinJobRequest& request) {
+  MutexLock lock(node_->mutex_);
+  const std::string& address = request.node().peer_address();
+  if (!options_.elastic) {
+    return failedPrecondition("job '" + options_.job_id +
+                              "' is not elastic: " + membership::describeNode(request.node()) + " cannot join it");
+  }
+  RETURN_IF_ERROR(node_->book_.addCandidate(request.node()));
+  streams_.addCandidate(request.node());  // a second join replaces the first
+  GS_LOG(control, info,
+         "job '{}': node {} (host {}) joins the running job for new ranks (a candidate until they "
+         "are admitted)",
+         options_.job_id, address, request.node().hostname());
+  v1::JoinJobResponse response;
+  response.set_epoch(node_->book_.epoch());
+  for (const auto& node : node_->book_.members()) *response.add_nodes() = node;
+  response.set_node_count(publishLocked(node_->book_.epoch(), response.mutable_nodes()));
+  return response;
+}
+
+void CrossNode::LeaderSide::candidateLeft(const std::shared_ptr<Follower>& candidate) {
+  MutexLock lock(node_->mutex_);
+  const std::string& address = candidate->peerAddress();
+  if (!streams_.dropCandidate(candidate.get())) return;
+  node_->book_.dropCandidate(address);
+  GS_LOG(control, info, "job '{}': candidate node {} left before its ranks were admitted", options_.job_id, address);
+}
+
+bool CrossNode::LeaderSide::refuseIfRemoved(Follower* follower) {
+  const std::string why = follower->removed();
+  if (why.empty()) return false;
+  tellStale(follower, why);
+  return true;
+}
+
+void CrossNode::LeaderSide::tellStale(Follower* follower, const std::string& why) {
+  v1::LeaderMessage notice;
+  notice.mutable_failure()->set_message(why);
+  notice.mutable_failure()->set_node_lost(true);
+  notice.mutable_failure()->set_removed(true);
+  follower->stream.send(std::move(notice));
+}
+
+StatusOr<CrossNode::LeaderSide::EpochPlan> CrossNode::LeaderSide::planEpochLocked(StatusOr<v1::NewEpoch> decided) {
+  RETURN_IF_ERROR(decided.status());
+  EpochPlan plan;
+  plan.change = std::move(decided).value();
+  node_->endOldEpochTransfersLocked();
+  // The daemons' NCCL communicator of the new epoch forms from a new id
+  // (none while the job waits below its minimum: it runs nothing).
+  if (plan.change.below_minimum()) {
+    node_->nccl_id_.clear();
+  } else {
+    node_->makeNcclIdLocked();
+  }
+  plan.change.set_nccl_unique_id(node_->nccl_id_);
+  plan.followers = streams_.renumber(node_->book_);
+  return plan;
+}
+
+v1::NewEpoch CrossNode::LeaderSide::announceEpoch(EpochPlan plan) {
+  node_->formed_cv_.notify_all();
+  v1::LeaderMessage message;
+  *message.mutable_new_epoch() = plan.change;
+  {
+    MutexLock lock(node_->mutex_);
+    v1::NewEpoch& change = *message.mutable_new_epoch();
+    change.set_node_count(publishLocked(change.epoch(), change.mutable_nodes()));
+  }
+  {
+    // Every stream sees the batches encoded with the old cache before the
+    // NewEpoch, and those encoded with the new one after it.
+    MutexLock order(order_mutex_);
+    node_->codec_.clear();
+    const SharedMessage shared = share(std::move(message));
+    for (auto& f : plan.followers.kept) f->stream.send(shared);
+  }
+  for (auto& [f, why] : plan.followers.removed) {
+    GS_LOG(control, warn, "job '{}': {}", options_.job_id, why);
+    tellStale(f.get(), why);
+  }
+  return plan.change;
+}
+
+StatusOr<v1::NewEpoch> CrossNode::LeaderSide::beginEpoch(const std::vector<int>& lost, uint64_t epoch,
+                                                         const std::string& cause) {
+  MutexLock lock(node_->mutex_);
+  ASSIGN_OR_RETURN(EpochPlan plan, planEpochLocked(node_->book_.lose(lost, epoch, cause)));
+  lock.unlock();
+  return announceEpoch(std::move(plan));
+}
+
+StatusOr<v1::NewEpoch> CrossNode::LeaderSide::admitJoiners(const std::vector<uint64_t>& local,
+                                                           const std::string& when) {
+  MutexLock lock(node_->mutex_);
+  RETURN_IF_ERROR(node_->majorityLocked("", CrossClock::now()));
+  ASSIGN_OR_RETURN(EpochPlan plan, planEpochLocked(node_->book_.admit(local, when)));
+  lock.unlock();
+  return announceEpoch(std::move(plan));
+}
+
+StatusOr<v1::NewEpoch> CrossNode::LeaderSide::takeOver(uint64_t epoch) {
+  EpochPlan plan;
+  {
+    MutexLock lock(node_->mutex_);
+    if (node_->stopping_) return cancelled("job '" + options_.job_id + "' stopped");
+    if (node_->book_.epoch() != epoch) {
+      return failedPrecondition(options_.self_address + " moved to epoch " + std::to_string(node_->book_.epoch()) +
+                                " while it won the vote of epoch " + std::to_string(epoch));
+    }
+    // The voters open their streams to this daemon.
+    streams_.takeOver(nowMs(CrossClock::now()));
+    ASSIGN_OR_RETURN(plan, planEpochLocked(node_->book_.takeOver()));
+    node_->side_ = this;
+  }
+  const v1::NewEpoch change = announceEpoch(std::move(plan));
+  // This node's Job takes the new epoch before any follower can send a
+  // request of it (the voters are answered after this returns).
+  if (node_->hooks_.on_new_epoch) node_->hooks_.on_new_epoch(change);
+  node_->formed_cv_.notify_all();
+  return change;
 }
 
 }  // namespace gradsync::peer

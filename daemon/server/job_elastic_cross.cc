@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // Job, elastic side of a job spanning daemons (the membership itself is the
-// CrossNode's: daemon/peer/cross_node_elastic.cc). The leader decides each
+// CrossNode's: daemon/peer/leader_side.cc). The leader decides each
 // epoch; every node applies it the same way as a one-node elastic job does
 // (enterEpochLocked): what was in flight fails as retriable, the local
 // ranks are renumbered and told their place, and the next ring re-forms.
