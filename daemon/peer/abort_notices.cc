@@ -14,15 +14,21 @@ std::shared_ptr<AbortNotices> AbortNotices::send(v1::AbortJobRequest request, co
     call->context.set_deadline(std::chrono::system_clock::now() + kDeadline);
     notices->calls_.push_back(std::move(call));
   }
+  // The callbacks hold no reference: the last one must never go on a
+  // callback's thread, where the calls' contexts and channels would be
+  // destroyed inside their own completion (the destructor waits instead).
+  AbortNotices* self = notices.get();
   for (auto& call : notices->calls_) {
-    call->stub->async()->AbortJob(&call->context, &notices->request_, &call->response, [notices](grpc::Status) {
-      MutexLock lock(notices->mutex_);
-      ++notices->done_;
-      notices->done_cv_.notify_all();
+    call->stub->async()->AbortJob(&call->context, &notices->request_, &call->response, [self](grpc::Status) {
+      MutexLock lock(self->mutex_);
+      ++self->done_;
+      self->done_cv_.notify_all();
     });
   }
   return notices;
 }
+
+AbortNotices::~AbortNotices() { wait(); }
 
 std::vector<size_t> AbortNotices::relaysOf(size_t self, size_t followers) {
   std::vector<size_t> relays;

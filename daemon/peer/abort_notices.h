@@ -2,7 +2,8 @@
 // AbortJob calls to other daemons, made at once and in parallel (a follower
 // that lost a node tells other followers itself, in case the leader is what
 // it lost), each bounded by a short deadline; wait() returns once every call
-// has answered or timed out.
+// has answered or timed out. Whoever holds it last waits for the calls
+// (the destructor does): never a call's own callback.
 #pragma once
 
 #include <grpcpp/grpcpp.h>
@@ -23,7 +24,11 @@ class AbortNotices {
   // `credentials`: plaintext).
   static std::shared_ptr<AbortNotices> send(v1::AbortJobRequest request, const std::vector<std::string>& addresses,
                                             const std::shared_ptr<grpc::ChannelCredentials>& credentials);
+  // Returns once every call has answered or timed out (each has a
+  // deadline).
   void wait() GS_EXCLUDES(mutex_);
+  // Waits as wait() does: the calls' callbacks hold no reference to this.
+  ~AbortNotices();
 
   // The followers that follower `self` (of `followers`, in ring order)
   // tells: those 1, 2, 4, ... places after it. Each follower that hears

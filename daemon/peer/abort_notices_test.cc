@@ -4,8 +4,10 @@
 // with at most ceil(log2 F) calls made by each.
 #include "daemon/peer/abort_notices.h"
 
+#include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <set>
 
 namespace gradsync::peer {
@@ -62,6 +64,58 @@ TEST(AbortNoticesTest, ANoticePassedOnOnceByEachReachesEveryFollowerInLog2Hops) 
       EXPECT_EQ(calls, followers * ceilLog2(followers));
     }
   }
+}
+
+// A follower's daemon that counts the notices it hears.
+class CountingPeer final : public v1::Peer::Service {
+ public:
+  CountingPeer() {
+    grpc::ServerBuilder builder;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port_);
+    builder.RegisterService(this);
+    server_ = builder.BuildAndStart();
+  }
+  ~CountingPeer() override { server_->Shutdown(std::chrono::system_clock::now()); }
+  std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
+  grpc::Status AbortJob(grpc::ServerContext*, const v1::AbortJobRequest*, v1::AbortJobResponse*) override {
+    calls.fetch_add(1);
+    return grpc::Status::OK;
+  }
+  std::atomic<int> calls{0};
+
+ private:
+  int port_ = 0;
+  std::unique_ptr<grpc::Server> server_;
+};
+
+// Let go of at once, many times over: the holder waits for the calls
+// (their callbacks own nothing, so none ends the calls inside its own
+// completion), and every notice was delivered by then.
+TEST(AbortNoticesTest, LetGoOfAtOnceItWaitsForEveryCall) {
+  CountingPeer a, b, c;
+  const std::vector<std::string> addresses = {a.address(), b.address(), c.address()};
+  constexpr int kRounds = 50;
+  for (int i = 0; i < kRounds; ++i) {
+    v1::AbortJobRequest request;
+    request.set_job_id("j");
+    AbortNotices::send(std::move(request), addresses, nullptr).reset();
+  }
+  EXPECT_EQ(a.calls.load(), kRounds);
+  EXPECT_EQ(b.calls.load(), kRounds);
+  EXPECT_EQ(c.calls.load(), kRounds);
+}
+
+// A daemon that is gone: the call ends at once (refused) or at its
+// deadline, never later.
+TEST(AbortNoticesTest, ANoticeToADaemonThatIsGoneEndsByItsDeadline) {
+  std::string gone;
+  {
+    CountingPeer peer;
+    gone = peer.address();
+  }
+  const auto start = std::chrono::steady_clock::now();
+  AbortNotices::send(v1::AbortJobRequest(), {gone}, nullptr)->wait();
+  EXPECT_LE(std::chrono::steady_clock::now() - start, AbortNotices::kDeadline + std::chrono::seconds(1));
 }
 
 }  // namespace

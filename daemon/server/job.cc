@@ -66,6 +66,7 @@ Job::Job(JobSpec spec, JobLimits limits, executor::ReducePool* pool)
       ranks_(spec_.job_id),
       stalls_(spec_.job_id, limits_.stall_deadline),
       tuning_(spec_.job_id, initialTuning(spec_, limits_), autotuneOptions(spec_, limits_)),
+      formation_({spec_.job_id, spec_.size, spec_.local_size, limits_.join_timeout, limits_.hostname}),
       one_node_(std::make_unique<OneNode>()),
       leading_(std::make_unique<Leading>()),
       following_(std::make_unique<Following>()) {
@@ -165,43 +166,24 @@ Status Job::addSession(std::shared_ptr<Session> session) {
 
 bool Job::everyLocalRankRegistered() const {
   MutexLock lock(mutex_);
-  return formed_ || static_cast<int>(ranks_.registered().size()) >= spec_.local_size;
+  return formation_.localComplete(ranks_.registered().size());
 }
 
 void Job::checkFormation(Clock::time_point now) {
   std::string cause;
   {
     MutexLock lock(mutex_);
-    if (formed_ || !failure_.empty() || stopping_) return;
-    // An elastic job on one node that lost a rank before the others all
-    // registered went on with those it had (a latecomer must join). Across
-    // nodes, a job past its first epoch formed (no epoch changes before),
-    // even if a rank was lost before this check saw them all.
-    if (spec_.elastic && epochs_.current() > 1 && (!cross_ || cross_->formed())) {
-      formed_ = true;
-      return;
-    }
-    const bool local_complete = static_cast<int>(ranks_.registered().size()) >= spec_.local_size;
-    if (local_complete && (!cross_ || cross_->formed())) {
-      formed_ = true;
-      return;
-    }
-    // A follower's join has the same deadline and says why it failed.
-    if (now - created_ < limits_.join_timeout || (local_complete && place().joinsALeader())) return;
-    const auto seconds = std::chrono::duration_cast<std::chrono::seconds>(limits_.join_timeout).count();
-    cause = "job '" + spec_.job_id + "' did not form within " + std::to_string(seconds) + " s: ";
-    if (!local_complete) {
-      // Which ranks were meant for this node is known only as local ranks
-      // on a multi-node job; on one node they are the job's ranks.
-      const bool single = spec_.local_size == spec_.size;
-      cause += std::string(single ? "ranks " : "local ranks ") +
-               coordinator::ranksString(ranks_.neverRegistered(spec_.local_size, single)) +
-               " never registered with gradsyncd on host " + limits_.hostname + " (" +
-               std::to_string(ranks_.registered().size()) + " of " + std::to_string(spec_.local_size) + " did)";
-    } else {
-      cause += "the nodes of ranks " + coordinator::ranksString(cross_->missingRanks()) +
-               " never joined the leader on host " + limits_.hostname;
-    }
+    if (formation_.formed() || !failure_.empty() || stopping_) return;
+    JobFormation::Facts facts;
+    facts.registered = ranks_.registered().size();
+    facts.elastic_past_first = spec_.elastic && epochs_.current() > 1;
+    facts.across_daemons = cross_ != nullptr;
+    facts.nodes_joined = cross_ && cross_->formed();
+    facts.joins_a_leader = place().joinsALeader();
+    const auto never_registered = [&](bool by_rank)
+                                      GS_REQUIRES(mutex_) { return ranks_.neverRegistered(spec_.local_size, by_rank); };
+    const auto missing = [&](bool) { return cross_->missingRanks(); };
+    if (formation_.check(facts, now, never_registered, missing, &cause) != JobFormation::Verdict::kFailed) return;
   }
   failJob(cause, /*node_lost=*/true);
 }

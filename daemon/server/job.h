@@ -37,6 +37,7 @@
 #include "daemon/server/batch_runner.h"
 #include "daemon/server/enqueue_validation.h"
 #include "daemon/server/epoch_log.h"
+#include "daemon/server/job_formation.h"
 #include "daemon/server/job_ranks.h"
 #include "daemon/server/job_timeline.h"
 #include "daemon/server/output_grants.h"
@@ -454,9 +455,9 @@ class Job : private SteadyRounds::Host {
 
   // Multi-node state.
   std::unique_ptr<peer::CrossNode> cross_;
-  const Clock::time_point created_ = Clock::now();
-  bool formed_ GS_GUARDED_BY(mutex_) = false;          // every local rank registered, every node joined
-  bool cross_starting_ GS_GUARDED_BY(mutex_) = false;  // claimed by the thread that starts it
+  // Whether every local rank registered and every node joined, and the
+  // claim of the thread that starts cross_.
+  JobFormation formation_ GS_GUARDED_BY(mutex_);
   // The local requests not in this daemon's negotiation: before the
   // node's role is known, and a follower's at the leader.
   AwaitingLeader awaiting_;

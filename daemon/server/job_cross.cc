@@ -17,8 +17,7 @@ void Job::startCrossNodeIfComplete() {
   {
     MutexLock lock(mutex_);
     // Claimed here: the last two ranks may register at the same moment.
-    if (!cross_ || cross_starting_ || ranks_.count() < spec_.local_size) return;
-    cross_starting_ = true;
+    if (!cross_ || !formation_.claimStart(ranks_.count())) return;
     for (const auto& [rank, session] : ranks_.byRank()) {
       ranks.push_back(rank);
       pids.push_back(session->pid());
