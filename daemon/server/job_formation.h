@@ -44,9 +44,7 @@ class JobFormation {
   bool formed() const { return formed_; }
   // Every local rank registered here at some point (the job formed, or
   // `registered` of them did).
-  bool localComplete(size_t registered) const {
-    return formed_ || static_cast<int>(registered) >= options_.local_size;
-  }
+  bool localComplete(size_t registered) const { return formed_ || static_cast<int>(registered) >= options_.local_size; }
   // True once, for the caller that should start the peer side: `live`
   // sessions hold every local rank (the last two may register at once).
   bool claimStart(int live);
@@ -62,8 +60,8 @@ class JobFormation {
  private:
   const Options options_;
   const Clock::time_point created_;
-  bool formed_ = false;          // every local rank registered, every node joined
-  bool start_claimed_ = false;   // the peer side is started by the thread that claimed it
+  bool formed_ = false;         // every local rank registered, every node joined
+  bool start_claimed_ = false;  // the peer side is started by the thread that claimed it
 };
 
 }  // namespace gradsync::server

@@ -39,7 +39,8 @@ TEST(JobFormationTest, OneNodeWaitsWithinTheJoinTimeoutThenNamesTheRanksThatNeve
   EXPECT_EQ(never.asked, 0);
   ASSERT_EQ(f.check(facts, kCreated + 31s, never.callback(), missing.callback(), &cause),
             JobFormation::Verdict::kFailed);
-  EXPECT_EQ(cause, "job 'j' did not form within 30 s: ranks [1] never registered with gradsyncd on host h (1 of 2 did)");
+  EXPECT_EQ(cause,
+            "job 'j' did not form within 30 s: ranks [1] never registered with gradsyncd on host h (1 of 2 did)");
   EXPECT_TRUE(never.by_rank);
   EXPECT_EQ(missing.asked, 0);
   EXPECT_FALSE(f.formed());
