@@ -56,15 +56,12 @@ std::optional<autotune::Options> autotuneOptions(const JobSpec& spec, const JobL
 Job::Job(JobSpec spec, JobLimits limits, executor::ReducePool* pool)
     : spec_(std::move(spec)),
       limits_(limits),
-      size_(spec_.size),
       gpu_executor_(limits_.gpus ? std::make_unique<executor::GpuExecutor>(
                                        &limits_.gpus->ops(), limits_.nccl_between_daemons ? limits_.nccl : nullptr)
                                  : nullptr),
       executor_(pool, gpu_executor_.get()),
-      negotiator_(spec_.job_id, spec_.size, spec_.process_sets),
-      process_sets_(std::make_shared<const coordinator::ProcessSetTable>(negotiator_.processSets())),
+      negotiation_(spec_.job_id, spec_.size, spec_.process_sets, limits_.stall_deadline),
       ranks_(spec_.job_id),
-      stalls_(spec_.job_id, limits_.stall_deadline),
       tuning_(spec_.job_id, initialTuning(spec_, limits_), autotuneOptions(spec_, limits_)),
       formation_({spec_.job_id, spec_.size, spec_.local_size, limits_.join_timeout, limits_.hostname}),
       one_node_(std::make_unique<OneNode>()),
@@ -311,8 +308,8 @@ void Job::submit(const std::shared_ptr<Session>& session, const v1::Enqueue& enq
 EnqueueContext Job::enqueueContext(int rank, const handoff::ShmArena* arena, bool remote) const {
   EnqueueContext context;
   context.rank = rank;
-  context.job_size = size_.load();
-  context.process_sets = std::atomic_load(&process_sets_);
+  context.job_size = negotiation_.size();
+  context.process_sets = negotiation_.processSets();
   context.max_name_length = limits_.max_name_length;
   context.arena = arena;
   context.remote = remote;
@@ -345,7 +342,7 @@ void Job::negotiateLocked(coordinator::Request request, RankMessages* to_ranks,
   minimal.name = request.name;
   const auto type = request.type;
   timeline_.requestArrived(request);
-  auto ready = negotiator_.submit(std::move(request), Clock::now());
+  auto ready = negotiation_.submit(std::move(request), Clock::now());
   if (!ready.isOk()) {
     timeline_.negotiated(minimal.name, type);
     failRequestLocked(minimal, ready.status(), to_ranks);
@@ -357,38 +354,16 @@ void Job::negotiateLocked(coordinator::Request request, RankMessages* to_ranks,
 void Job::readyLocked(std::vector<coordinator::Response> ready, std::vector<coordinator::Response>* inline_batch) {
   for (const auto& r : ready) timeline_.negotiated(r.name, r.type);
   if (ready.empty()) return;
-  publishProcessSetsLocked(ready, /*from_leader=*/false);
+  negotiation_.publish(ready, /*from_leader=*/false);
   queue_.addReady(std::move(ready));
   // (Unless an autotuned cycle time has them wait for more.)
-  const bool waits = tuning_.current().cycle_time.count() > 0 && negotiator_.pendingCount() > 0;
+  const bool waits = tuning_.current().cycle_time.count() > 0 && negotiation_.pendingCount() > 0;
   if (place().runsInline() && !queue_.executing() && !waits &&
       std::all_of(queue_.ready().begin(), queue_.ready().end(), runsInline) && queue_.bytesReady() <= kInlineBytes) {
     *inline_batch = std::move(queue_.next(/*lead=*/false).responses);
     beginBatchLocked();
   } else {
     wakeExecutorLocked();
-  }
-}
-
-void Job::publishProcessSetsLocked(const std::vector<coordinator::Response>& responses, bool from_leader) {
-  bool changed = false;
-  for (const auto& r : responses) {
-    if (!changesProcessSets(r.type) || !r.status.isOk()) continue;
-    if (from_leader) {
-      Status applied = negotiator_.applyLeaderChange(r);
-      if (!applied.isOk()) {
-        GS_LOG(control, err, "job '{}': the leader's {} '{}' does not apply here: {}", spec_.job_id,
-               collectiveName(r.type), r.name, applied.message());
-        continue;
-      }
-    }
-    changed = true;
-    GS_LOG(control, info, "job '{}': process set {} {} by '{}'", spec_.job_id, r.changed_process_set,
-           r.type == v1::PROCESS_SET_ADD ? "added, ranks " + coordinator::ranksString(r.first().set_ranks) : "removed",
-           r.name);
-  }
-  if (changed) {
-    std::atomic_store(&process_sets_, std::make_shared<const coordinator::ProcessSetTable>(negotiator_.processSets()));
   }
 }
 
@@ -416,7 +391,7 @@ size_t Job::failAllLocked(const Status& status, RankMessages* to_ranks, bool kee
   const size_t before = to_ranks->size();
   const auto fail = [&](const coordinator::Request& request)
                         GS_REQUIRES(mutex_) { failRequestLocked(request, status, to_ranks, membership_changed); };
-  for (const auto& request : negotiator_.takeAll()) fail(request);
+  for (const auto& request : negotiation_.takeAll()) fail(request);
   for (const auto& [session, request] : awaiting_.takeEarly()) fail(request);
   if (rounds_) {
     for (const auto& held : rounds_->takeAll()) fail(held.request);
@@ -465,17 +440,13 @@ void Job::checkStalls(Clock::time_point now) {
   RankMessages to_ranks;
   {
     MutexLock lock(mutex_);
-    if (nodes) stalls_.setNodes(std::move(*nodes));
     const auto here = [&](int rank) GS_REQUIRES(mutex_) {
       const std::shared_ptr<Session> session = ranks_.find(rank);
       return session ? session->describe() : std::string();
     };
-    const StallWatch::Review review = stalls_.review(negotiator_.stalls(now, limits_.stall_warning), here);
-    for (const auto& what : review.warnings) GS_LOG(coordinator, warn, "stall: {}", what);
-    for (const auto& [name, what] : review.expired) {
-      GS_LOG(coordinator, err, "{}: deadline passed, failing it", what);
-      for (const auto& request : negotiator_.take(name)) {
-        failRequestLocked(request, deadlineExceeded(what + " (stall deadline passed)"), &to_ranks);
+    for (const auto& expired : negotiation_.checkStalls(now, limits_.stall_warning, here, std::move(nodes))) {
+      for (const auto& request : expired.requests) {
+        failRequestLocked(request, deadlineExceeded(expired.what + " (stall deadline passed)"), &to_ranks);
       }
     }
   }
@@ -507,20 +478,14 @@ void Job::stop(const std::string& reason, bool daemon_stopping) {
 }
 
 int Job::inFlightLocked() const {
-  return static_cast<int>(negotiator_.pendingCount() + awaiting_.forwardedCount() + queue_.inFlight());
+  return static_cast<int>(negotiation_.pendingCount() + awaiting_.forwardedCount() + queue_.inFlight());
 }
 
 v1::JobTensors Job::tensors(Clock::time_point now) const {
   v1::JobTensors out;
   out.set_job_id(spec_.job_id);
   MutexLock lock(mutex_);
-  for (const auto& stall : negotiator_.stalls(now, Clock::duration::zero())) {
-    v1::TensorInFlight* tensor = out.add_negotiating();
-    tensor->set_name(stall.name);
-    tensor->set_age_seconds(std::chrono::duration<double>(stall.age).count());
-    for (int rank : stall.submitted_ranks) tensor->add_submitted_ranks(rank);
-    for (int rank : stall.missing_ranks) tensor->add_missing_ranks(rank);
-  }
+  negotiation_.describe(now, &out);
   outputs_.describe(now, &out);
   // (A job that failed meanwhile forgot what it had in flight; the one
   // waiting for grants is still there.)
@@ -537,7 +502,7 @@ void Job::describeRanksLocked(v1::JobInfo* info) const {
     r->set_pid(session->pid());
     r->set_hostname(session->identity().hostname);
     r->set_connected(session->streamAttached());
-    r->set_joined(negotiator_.joined(rank));
+    r->set_joined(negotiation_.joined(rank));
     r->set_arena_bytes(session->arena() ? session->arena()->size() : 0);
     const auto gpu = session->gpu();
     r->set_gpu(gpu ? gpu->device() : -1);
@@ -558,11 +523,11 @@ v1::JobInfo Job::info() const {
   MutexLock lock(mutex_);
   v1::JobInfo info;
   info.set_job_id(spec_.job_id);
-  info.set_size(size_.load());
+  info.set_size(negotiation_.size());
   info.set_local_size(spec_.elastic ? ranks_.count() : spec_.local_size);
   describeRanksLocked(&info);
   info.set_tensors_in_flight(inFlightLocked());
-  info.set_stall_warnings(stalls_.warnings());
+  info.set_stall_warnings(negotiation_.stallWarnings());
   stats_.fill(&info);
   tuning_.fill(decidesTuningLocked(), info.mutable_tuning());
   info.set_healthy(failure_.empty() && !stopping_);
@@ -573,12 +538,7 @@ v1::JobInfo Job::info() const {
     info.set_commits(epochs_.commits());
     for (const auto& change : epochs_.history()) *info.add_history() = change;
   }
-  for (const auto& [id, ranks] : std::atomic_load(&process_sets_)->all()) {
-    if (id == 0) continue;
-    v1::ProcessSetStatus* set = info.add_process_sets();
-    set->set_id(id);
-    for (int r : ranks) set->add_ranks(r);
-  }
+  negotiation_.describeProcessSets(&info);
   if (cross_) describeAcrossDaemonsLocked(&info);
   return info;
 }

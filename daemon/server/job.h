@@ -38,11 +38,11 @@
 #include "daemon/server/enqueue_validation.h"
 #include "daemon/server/epoch_log.h"
 #include "daemon/server/job_formation.h"
+#include "daemon/server/job_negotiation.h"
 #include "daemon/server/job_ranks.h"
 #include "daemon/server/job_timeline.h"
 #include "daemon/server/output_grants.h"
 #include "daemon/server/session.h"
-#include "daemon/server/stall_watch.h"
 #include "daemon/server/steady_rounds.h"
 #include "daemon/timeline/timeline.h"
 #include "proto/gradsync/v1/admin.pb.h"
@@ -311,11 +311,6 @@ class Job : private SteadyRounds::Host {
   // `started`: when the response's fused batch began executing.
   void complete(const coordinator::Response& response, const executor::ResponseResult& result,
                 Clock::time_point started, RankMessages* to_ranks) GS_REQUIRES(mutex_);
-  // After `responses` were negotiated here (or, `from_leader`, received
-  // from the leader): applies their process set changes and publishes the
-  // sets for enqueue checks.
-  void publishProcessSetsLocked(const std::vector<coordinator::Response>& responses, bool from_leader)
-      GS_REQUIRES(mutex_);
   // Elastic jobs (job_elastic.cc): fails every collective of the current
   // epoch (retriable), renumbers the survivors in rank order, starts the
   // next epoch and tells each survivor its place.
@@ -363,9 +358,6 @@ class Job : private SteadyRounds::Host {
   void tellTuningLocked(const std::vector<autotune::TuningEvent>& events, RankMessages* to_ranks) GS_REQUIRES(mutex_);
   // Followers: joiners whose stream opened are reported to the leader (housekeeping).
   void reportJoiners();
-  // Size (`size`), negotiator and process sets for the
-  // sessions there are now (only the global process set).
-  void resizeLocked(int size) GS_REQUIRES(mutex_);
   // Tells every rank its place in the current epoch.
   void announceEpochLocked(const std::string& cause, RankMessages* to_ranks) GS_REQUIRES(mutex_);
   // Below min_size: admits joiners whose stream is open; announces the
@@ -402,7 +394,6 @@ class Job : private SteadyRounds::Host {
 
   const JobSpec spec_;
   const JobLimits limits_;
-  std::atomic<int> size_;  // the job's size: spec_.size, smaller after elastic epoch changes
   std::unique_ptr<executor::GpuExecutor> gpu_executor_;  // null without GPUs
   executor::CpuExecutor executor_;
 
@@ -410,10 +401,9 @@ class Job : private SteadyRounds::Host {
   CondVar ready_cv_;
   // The job failed, stopped or changed epoch (ringFailed waits for it).
   CondVar state_cv_;
-  coordinator::Negotiator negotiator_ GS_GUARDED_BY(mutex_);
-  // The process sets enqueues are checked against: read without mutex_
-  // (std::atomic_load), replaced under it when a set is added or removed.
-  std::shared_ptr<const coordinator::ProcessSetTable> process_sets_;
+  // The negotiation, the job's size and process sets, and its stalls (its
+  // own lock, a leaf, taken under mutex_; the size and sets read without).
+  JobNegotiation negotiation_;
   // The sessions by rank, the ranks that registered here, and joiners.
   JobRanks ranks_ GS_GUARDED_BY(mutex_);
   // The negotiated collectives in the order they run here, one batch at a
@@ -425,7 +415,6 @@ class Job : private SteadyRounds::Host {
   // executor's wait for them (its own lock: told of a rank's loss, the
   // job's failure, stop and new epochs).
   OutputGrants outputs_;
-  StallWatch stalls_ GS_GUARDED_BY(mutex_);
   std::string failure_ GS_GUARDED_BY(mutex_);  // non-empty once the job has failed (failLocked)
   // The job fails with `cause` (the output-grant wait hears of it too).
   // Kept without the "job 'j': " a cause from another node starts with:
@@ -497,7 +486,7 @@ class Job : private SteadyRounds::Host {
   // Housekeeping: warns of collectives waiting past the stall warning,
   // naming the missing ranks, and fails those past the stall deadline.
   void checkStalls(Clock::time_point now) GS_EXCLUDES(mutex_);
-  // The epoch of the nodes stalls_ names (housekeeping thread only; set once
+  // The epoch of the nodes the stall warnings name (housekeeping thread only; set once
   // formed, again in each epoch).
   uint64_t stall_nodes_epoch_ = 0;
   JobTimeline timeline_;

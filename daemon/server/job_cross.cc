@@ -55,7 +55,7 @@ void Job::submitRemoteRepeats(std::vector<coordinator::Repeat> repeats, uint64_t
 }
 
 bool Job::isOtherNodesRankLocked(int rank) const {
-  if (rank >= 0 && rank < size_.load() && !ranks_.registeredHere(rank)) return true;
+  if (rank >= 0 && rank < negotiation_.size() && !ranks_.registeredHere(rank)) return true;
   GS_LOG(control, warn, "job '{}': a follower forwarded a request of rank {}, which it does not hold", spec_.job_id,
          rank);
   return false;
@@ -98,7 +98,7 @@ void Job::admitRepeatLocked(coordinator::Repeat repeat, uint64_t epoch, RankMess
   }
   if (ranks.empty()) return;
   for (int rank : ranks) timeline_.requestArrived(repeat.cached->name, repeat.cached->type, rank);
-  coordinator::Negotiator::Repeated submitted = negotiator_.submit(repeat, Clock::now());
+  coordinator::Negotiator::Repeated submitted = negotiation_.submit(repeat, Clock::now());
   for (const auto& [request, status] : submitted.refused) {
     timeline_.negotiated(request.name, request.type);
     failRequestLocked(request, status, to_ranks);
@@ -116,7 +116,7 @@ void Job::onRemoteBatch(std::vector<coordinator::Response> batch, uint64_t seque
   if (spec_.elastic && epoch != epochs_.current()) return;
   // Before any Done of the batch: a local rank told a new set's id may use
   // it at once, and its enqueue is checked here.
-  publishProcessSetsLocked(batch, /*from_leader=*/true);
+  negotiation_.publish(batch, /*from_leader=*/true);
   queue_.addRemote({std::move(batch), sequence, fusion_threshold_bytes});
   wakeExecutorLocked();
 }

@@ -46,15 +46,8 @@ bool Job::admitsJoinersLocked(const coordinator::Response& response, const execu
   return place().admitsJoinersLocked(*this, response);
 }
 
-void Job::resizeLocked(int size) {
-  size_.store(size);
-  // Process sets named ranks of the old numbering: only the global one stays.
-  negotiator_ = coordinator::Negotiator(spec_.job_id, size, {});
-  std::atomic_store(&process_sets_, std::make_shared<const coordinator::ProcessSetTable>(negotiator_.processSets()));
-}
-
 void Job::changeEpochLocked(const std::string& cause, RankMessages* to_ranks, bool admit, bool announce) {
-  const int before = size_.load();
+  const int before = negotiation_.size();
   if (admit) ranks_.admitReadyJoiners();
   std::vector<int> survivors;  // one node holds them all: its sessions, joiners appended
   for (const auto& [rank, session] : ranks_.byRank()) survivors.push_back(rank);
@@ -70,8 +63,7 @@ void Job::enterEpochLocked(uint64_t next, const std::vector<int>& survivors, con
   const size_t failed = failAllLocked(changed, to_ranks, /*keep_negotiated=*/false, /*membership_changed=*/true);
   // Survivors keep their order.
   for (auto& refused : ranks_.renumber(next, survivors, admitted, cause)) to_ranks->push_back(std::move(refused));
-  resizeLocked(after);
-  stalls_.clear();
+  negotiation_.resize(after);
   outputs_.newEpoch(next);
   epochs_.enter(next, cause, before, after, static_cast<int>(failed), Clock::now());
   state_cv_.notify_all();  // an output wait of the old epoch ends now
@@ -84,7 +76,8 @@ void Job::enterEpochLocked(uint64_t next, const std::vector<int>& survivors, con
 }
 
 void Job::announceEpochLocked(const std::string& cause, RankMessages* to_ranks) {
-  for (auto& place : ranks_.places(epochs_.current(), size_.load(), cause)) to_ranks->push_back(std::move(place));
+  for (auto& place : ranks_.places(epochs_.current(), negotiation_.size(), cause))
+    to_ranks->push_back(std::move(place));
 }
 
 std::string Job::fillEpochLocked(Clock::time_point now, RankMessages* to_ranks) {

@@ -57,7 +57,7 @@ std::vector<int> Job::applyNewEpochLocked(const v1::NewEpoch& change, RankMessag
   // Below the minimum no rank is told its place: they wait (in rejoin) for
   // the epoch that admits enough joiners, or for the leader's timeout.
   enterEpochLocked(change.epoch(), {change.survivors().begin(), change.survivors().end()}, admitted,
-                   change.survivors_size() + change.admitted_size(), size_.load(), change.cause(), to_ranks,
+                   change.survivors_size() + change.admitted_size(), negotiation_.size(), change.cause(), to_ranks,
                    /*announce=*/!change.below_minimum());
   if (!change.below_minimum()) {
     epochs_.filled();

@@ -40,13 +40,13 @@ std::optional<BatchQueue::Batch> Job::nextBatchLocked(MutexLock& lock) {
   ready_cv_.wait(lock, [&]() GS_REQUIRES(mutex_) { return stopping_ || queue_.runnable(); });
   if (stopping_) return std::nullopt;
   const autotune::Settings tuned = tuning_.current();
-  if (!queue_.hasRemote() && negotiator_.pendingCount() > 0 && tuned.cycle_time.count() > 0) {
+  if (!queue_.hasRemote() && negotiation_.pendingCount() > 0 && tuned.cycle_time.count() > 0) {
     // The leader of a multi-node job (or one daemon, when autotune says
     // so): more tensors are on their way; give them one cycle to join this
     // batch.
     const auto until = Clock::now() + tuned.cycle_time;
     ready_cv_.wait_until(lock, until, [&]() GS_REQUIRES(mutex_) {
-      return stopping_ || negotiator_.pendingCount() == 0 || queue_.bytesReady() >= tuned.fusion_threshold_bytes;
+      return stopping_ || negotiation_.pendingCount() == 0 || queue_.bytesReady() >= tuned.fusion_threshold_bytes;
     });
     if (stopping_) return std::nullopt;
   }

@@ -33,7 +33,7 @@ std::string Job::OneNode::fillEpochLocked(Job& job, Clock::time_point now, RankM
   const int size = job.ranks_.count();
   const std::string& id = job.spec_.job_id;
   if (admitted > 0) {
-    job.resizeLocked(size);  // the epoch that waited grows before anyone used it
+    job.negotiation_.resize(size);  // the epoch that waited grows before anyone used it
     job.epochs_.grew(admitted, size);
   }
   if (size >= job.spec_.min_size) {
@@ -44,7 +44,7 @@ std::string Job::OneNode::fillEpochLocked(Job& job, Clock::time_point now, RankM
     return "";
   }
   if (!job.epochs_.belowMinimumFor(job.spec_.elastic_timeout, now)) return "";
-  job.failLocked(job.epochs_.belowMinimumFailure(job.spec_.min_size, job.size_.load(), now));
+  job.failLocked(job.epochs_.belowMinimumFailure(job.spec_.min_size, job.negotiation_.size(), now));
   GS_LOG(control, warn, "job '{}' failed: {}", id, job.failure_);
   job.failAllLocked(aborted("job '" + id + "': " + job.failure_), to_ranks);
   job.refuseAllLocked(job.failure_, to_ranks);
@@ -90,7 +90,7 @@ std::string Job::Leading::fillEpochLocked(Job& job, Clock::time_point now, RankM
     return "";
   }
   if (!job.epochs_.belowMinimumFor(job.spec_.elastic_timeout, now)) return "";
-  return job.epochs_.belowMinimumFailure(job.spec_.min_size, job.size_.load(), now);
+  return job.epochs_.belowMinimumFailure(job.spec_.min_size, job.negotiation_.size(), now);
 }
 
 // --- A follower: its requests go to the leader, which decides.
