@@ -87,12 +87,12 @@ class CrossNode::FollowerHost final : public FollowerSide::Host {
   void newEpoch(const v1::NewEpoch& change) override { node_->applyNewEpoch(change); }
   StatusOr<bool> elect(const std::string& cause) override { return node_->election_.run(cause); }
   void failureDetected(std::string cause, bool node_lost) override {
-    node_->failureDetected(std::move(cause), node_lost);
+    node_->failures_.detected(std::move(cause), node_lost);
   }
   void heardFailure(const v1::JobFailure& failure, const std::string& from) override {
-    node_->heardFailure(failure, from);
+    node_->failures_.heard(failure, from);
   }
-  void leaderLost(std::string cause) override { node_->leaderLost(std::move(cause)); }
+  void leaderLost(std::string cause) override { node_->failures_.leaderLost(std::move(cause)); }
 
  private:
   CrossNode* const node_;
@@ -107,9 +107,11 @@ CrossNode::CrossNode(CrossNodeOptions options, Hooks hooks)
                 election_host_.get()),
       book_(options_.job_id, options_.self_address, options_.min_size),
       mesh_(options_.job_id, options_.token),
+      failures_(
+          options_.job_id, [this]() -> NodeSide& { return side(); }, hooks_.on_failure),
       codec_(options_.job_id, options_.response_cache_capacity),
       follower_host_(std::make_unique<FollowerHost>(this)),
-      follower_(std::make_unique<FollowerSide>(options_, &codec_, &notices_, follower_host_.get())),
+      follower_(std::make_unique<FollowerSide>(options_, &codec_, &failures_.notices(), follower_host_.get())),
       leader_side_(std::make_unique<LeaderSide>(this)),
       side_(follower_.get()) {}
 
@@ -135,7 +137,7 @@ CrossNode::~CrossNode() {
 }
 
 void CrossNode::sayGoodbye() {
-  if (notices_.nodeLost()) {  // a node is gone: nobody waits for this one's bytes
+  if (failures_.notices().nodeLost()) {  // a node is gone: nobody waits for this one's bytes
     GS_LOG(control, debug, "job '{}': no goodbye (a node was lost)", options_.job_id);
     return;
   }
@@ -147,7 +149,7 @@ void CrossNode::start(const std::vector<int>& local_ranks, const std::vector<int
   side_ = leads ? static_cast<NodeSide*>(leader_side_.get()) : follower_.get();
   Status opened = mesh_.open(options_.data_plane);
   if (!opened.isOk()) {
-    failureDetected("cannot start the UCX data plane: " + opened.message(), true);
+    failures_.detected("cannot start the UCX data plane: " + opened.message(), true);
     return;
   }
   v1::NodeInfo self;
@@ -210,29 +212,9 @@ StatusOr<v1::MembersResponse> CrossNode::membersPart(const v1::MembersRequest& r
   return leader_side_->membersPart(request);
 }
 
-void CrossNode::failedHere(const std::string& cause, bool node_lost) { announceFailure(cause, node_lost); }
+void CrossNode::failedHere(const std::string& cause, bool node_lost) { failures_.jobDetected(cause, node_lost); }
 
-void CrossNode::jobStopped() { notices_.jobStopped(); }
-
-std::string CrossNode::namedCause(const std::string& cause) const {
-  const std::string job = "job '" + options_.job_id + "': ";
-  return cause.rfind(job, 0) == 0 ? cause : job + cause;
-}
-
-void CrossNode::announceFailure(const std::string& text, bool node_lost, const Follower* teller,
-                                FailureNotices::Route route) {
-  switch (notices_.tell(node_lost, route)) {
-    case FailureNotices::Verdict::kToldAlready:
-      return;
-    case FailureNotices::Verdict::kRemoved:
-      GS_LOG(control, info, "job '{}': this node was removed from the job; its failure is not announced to the others",
-             options_.job_id);
-      return;
-    case FailureNotices::Verdict::kTell:
-      break;
-  }
-  side().tell(text, node_lost, teller, route);
-}
+void CrossNode::jobStopped() { failures_.jobStopped(); }
 
 Status CrossNode::acceptAbort(const v1::AbortJobRequest& request) {
   if (!constantTimeEqual(request.token(), options_.token))
@@ -258,32 +240,8 @@ Status CrossNode::acceptAbort(const v1::AbortJobRequest& request) {
     }
   }
   side().relayAbort(request.failure());
-  heardFailure(request.failure(), request.from_peer_address());
+  failures_.heard(request.failure(), request.from_peer_address());
   return okStatus();
-}
-
-void CrossNode::heardFailure(const v1::JobFailure& failure, const std::string& from, const Follower* teller) {
-  side().heard(failure, teller);
-  hooks_.on_failure({failure.message(), failure.node_lost(), from});
-}
-
-void CrossNode::failureDetected(std::string cause, bool node_lost) {
-  // A node whose ranks finished after the job's failure was told or heard
-  // (told it, they exited) is that failure's consequence: it must not
-  // become the job's cause here.
-  if (!node_lost && notices_.failureKnown()) {
-    GS_LOG(control, info, "job '{}': after its failure, {}", options_.job_id, cause);
-    return;
-  }
-  if (notices_.jobRunning()) announceFailure(namedCause(cause), node_lost);
-  hooks_.on_failure({std::move(cause), node_lost, /*heard_from=*/""});
-}
-
-void CrossNode::leaderLost(std::string cause) {
-  if (notices_.jobRunning()) {
-    announceFailure(namedCause(cause), /*node_lost=*/true, /*teller=*/nullptr, FailureNotices::Route::kAroundTheLeader);
-  }
-  hooks_.on_failure({std::move(cause), /*node_lost=*/true, /*heard_from=*/""});
 }
 
 void CrossNode::abortTransfers(const std::string& reason) {
@@ -408,7 +366,7 @@ void CrossNode::nodeLost(const v1::NodeInfo& node, uint64_t epoch, const std::st
     GS_LOG(control, err, "job '{}': {}; {}", options_.job_id, cause, majority.message());
   }
   const std::string failure = majority.isOk() ? cause : cause + "; " + majority.message();
-  failureDetected(failure, true);
+  failures_.detected(failure, true);
 }
 
 bool CrossNode::selfPaused(CrossClock::time_point now) {
@@ -594,7 +552,7 @@ void CrossNode::applyNewEpoch(const v1::NewEpoch& change) {
       case membership::EpochBook::Applied::kStale:
         return;
       case membership::EpochBook::Applied::kRemoved:
-        notices_.removed();
+        failures_.notices().removed();
         removed = "this node was removed from job '" + options_.job_id + "' at epoch " +
                   std::to_string(change.epoch()) + " (" + change.cause() + ")";
         break;
@@ -607,7 +565,7 @@ void CrossNode::applyNewEpoch(const v1::NewEpoch& change) {
   }
   formed_cv_.notify_all();
   if (!removed.empty()) {
-    failureDetected(removed, true);
+    failures_.detected(removed, true);
     return;
   }
   if (hooks_.on_new_epoch) hooks_.on_new_epoch(change);

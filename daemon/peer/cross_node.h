@@ -31,6 +31,7 @@
 #include "daemon/peer/coordination_codec.h"
 #include "daemon/peer/cross_node_options.h"
 #include "daemon/peer/failure_notices.h"
+#include "daemon/peer/failure_way.h"
 #include "daemon/peer/follower_side.h"
 #include "daemon/peer/follower_stream.h"
 #include "daemon/peer/follower_streams.h"
@@ -49,19 +50,8 @@ namespace gradsync::peer {
 
 class CrossNode : public NodeEndpoints {
  public:
-  // A failure of the job, as the peer side hands it to the job.
-  struct Failure {
-    std::string cause;
-    // A node, the leader or the data plane was lost: what was negotiated
-    // cannot run either (false: a rank left or died somewhere).
-    bool node_lost = false;
-    // The node that told this one (its address or description); empty
-    // when this node's peer side detected the failure itself. Either way
-    // the other nodes have been told (the peer side tells them what it
-    // detects, and the leader what it hears from a follower): the job here
-    // fails its own work and passes it on to no one.
-    std::string heard_from;
-  };
+  // A failure of the job, as the peer side hands it to the job (failure_way.h).
+  using Failure = FailureWay::Failure;
   struct Hooks {
     // Follower: a batch of `epoch` from the leader, to execute in arrival
     // order (0: errors only, never executed).
@@ -276,32 +266,6 @@ class CrossNode : public NodeEndpoints {
     return side().majority(lost, now, book_.members().size());
   }
 
-  // A failure another node told this one of (`from`). A follower heard it
-  // from a node that told every other (the leader, or a follower that lost
-  // the leader): it passes it on to no one (its own announcement of the
-  // same kind is dropped). The leader heard it from one follower: it
-  // tells the others first. Either way the job fails with it here.
-  // `teller`: the leader's follower that told it (told nothing back).
-  void heardFailure(const v1::JobFailure& failure, const std::string& from, const Follower* teller = nullptr)
-      GS_EXCLUDES(mutex_);
-  // A failure this node's peer side detected: the other nodes are told
-  // (a follower tells the leader, which tells every other), then the job
-  // fails with it here. A node's ranks finishing (`node_lost` false) after
-  // a failure was told or heard is no failure.
-  void failureDetected(std::string cause, bool node_lost) GS_EXCLUDES(mutex_);
-  // A follower lost the leader (its stream ended or fell silent, an
-  // election failed, the rest of a membership could not be read from it):
-  // failureDetected, told around the leader too (to this follower's relays
-  // among the followers), since the leader may tell no one.
-  void leaderLost(std::string cause) GS_EXCLUDES(mutex_);
-  // Tells the other nodes that the job failed, as `text` (once per kind;
-  // never from a node the leader removed); the leader tells every follower
-  // but `teller`.
-  void announceFailure(const std::string& text, bool node_lost, const Follower* teller = nullptr,
-                       FailureNotices::Route route = FailureNotices::Route::kThroughTheLeader) GS_EXCLUDES(mutex_);
-  // `cause` led by the job's name, as the other nodes are told it.
-  std::string namedCause(const std::string& cause) const;
-
   // The leader's side (leader_side.h: the followers' joins and streams,
   // the memberships it published, the epochs it tells; a follower's is
   // FollowerSide).
@@ -327,9 +291,11 @@ class CrossNode : public NodeEndpoints {
   // with each epoch (empty: no NCCL at the leader or at a node).
   std::string nccl_id_ GS_GUARDED_BY(mutex_);
   bool stopping_ GS_GUARDED_BY(mutex_) = false;
-  // What this node told the others of the job's failure, or heard they
-  // know (its own lock; taken under mutex_, never the other way).
-  FailureNotices notices_;
+  // The way of a failure: told to the other nodes through the current
+  // side, handed to the job (hooks_.on_failure), and what was told or
+  // heard (FailureNotices: its own lock, taken under mutex_, never the
+  // other way).
+  FailureWay failures_;
   std::string transfers_aborted_ GS_GUARDED_BY(mutex_);  // abortTransfers' reason
   CrossClock::time_point last_heartbeat_;                // housekeeping thread only
   CrossClock::time_point last_tick_;                     // housekeeping thread only
@@ -354,7 +320,7 @@ class CrossNode : public NodeEndpoints {
   void sayGoodbye();
   std::atomic<bool> goodbye_{false};
 
-  // The two sides, made last (a follower's uses codec_ and notices_), and
+  // The two sides, made last (a follower's uses codec_ and failures_), and
   // the current one: set by start(), the leader's after a takeover; read
   // by housekeeping and peer calls.
   const std::unique_ptr<FollowerHost> follower_host_;

@@ -63,9 +63,7 @@ void CrossNode::LeaderSide::tell(const std::string& text, bool node_lost, const 
 }
 
 void CrossNode::LeaderSide::heard(const v1::JobFailure& failure, const Follower* teller) {
-  if (node_->notices_.jobRunning()) {
-    node_->announceFailure(node_->namedCause(failure.message()), failure.node_lost(), teller);
-  }
+  node_->failures_.passOn(failure, teller);
 }
 
 void CrossNode::LeaderSide::sendRound(const v1::RoundMessage& message, const std::vector<int>* to) {
@@ -146,7 +144,7 @@ void CrossNode::LeaderSide::acceptJoin(const v1::JoinJobRequest& request, JoinAn
   if (now) answer(std::move(*now));
   for (auto& [waiting, result] : due) waiting(std::move(result));
   // The job cannot form: it fails here at once too (its ranks are told).
-  if (!protocol.isOk()) node_->failureDetected(protocol.message(), true);
+  if (!protocol.isOk()) node_->failures_.detected(protocol.message(), true);
 }
 
 std::optional<StatusOr<v1::JoinJobResponse>> CrossNode::LeaderSide::joinLocked(const v1::JoinJobRequest& request) {
@@ -270,7 +268,7 @@ void CrossNode::LeaderSide::onFollowerMessage(Follower* follower, const v1::Foll
     }
     if (rounds != nullptr) rounds->deliver(message.round(), follower->crossRank());
   } else if (message.has_failure()) {
-    node_->heardFailure(message.failure(), membership::describeNode(follower->node()), follower);
+    node_->failures_.heard(message.failure(), membership::describeNode(follower->node()), follower);
   }
 }
 
@@ -291,7 +289,7 @@ bool CrossNode::LeaderSide::remoteRequests(const v1::FollowerMessage::Request* c
     if (request.cache_id() == 0) {
       auto enqueue = node_->codec_.expand(request);
       if (!enqueue.isOk()) {
-        node_->failureDetected(enqueue.status().message(), true);
+        node_->failures_.detected(enqueue.status().message(), true);
         return false;
       }
       node_->hooks_.on_remote_request(request.rank(), *enqueue, request.epoch());
@@ -300,7 +298,7 @@ bool CrossNode::LeaderSide::remoteRequests(const v1::FollowerMessage::Request* c
     auto repeat = node_->codec_.expandRepeat(request);
     if (!repeat.isOk()) {
       hand_over();
-      node_->failureDetected(repeat.status().message(), true);
+      node_->failures_.detected(repeat.status().message(), true);
       return false;
     }
     run_epoch = request.epoch();
@@ -333,7 +331,7 @@ void CrossNode::LeaderSide::followerLeft(const std::shared_ptr<Follower>& follow
   } else {
     // A clean close: the node's ranks all finished. Only collectives that
     // would still need them fail.
-    node_->failureDetected(membership::describeNode(node) + " left the job (its ranks finished)", false);
+    node_->failures_.detected(membership::describeNode(node) + " left the job (its ranks finished)", false);
   }
 }
 
