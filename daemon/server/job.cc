@@ -433,9 +433,9 @@ void Job::checkStalls(Clock::time_point now) {
   // of each epoch, taken once (before mutex_: the cross-node state has its
   // own lock).
   std::optional<std::vector<v1::NodeInfo>> nodes;
-  if (cross_ && cross_->formed() && (stall_nodes_epoch_ == 0 || stall_nodes_epoch_ != cross_->epoch())) {
-    stall_nodes_epoch_ = cross_->epoch();
-    nodes = cross_->members();
+  if (cross_ && cross_->formed()) {
+    const uint64_t epoch = cross_->epoch();
+    if (stall_nodes_epoch_.exchange(epoch) != epoch) nodes = cross_->members();
   }
   RankMessages to_ranks;
   {

@@ -44,6 +44,7 @@
 #include "daemon/server/output_grants.h"
 #include "daemon/server/session.h"
 #include "daemon/server/steady_rounds.h"
+#include "daemon/server/stopped_ranks.h"
 #include "daemon/timeline/timeline.h"
 #include "proto/gradsync/v1/admin.pb.h"
 
@@ -438,9 +439,9 @@ class Job : private SteadyRounds::Host {
   bool decidesTuningLocked() const GS_REQUIRES(mutex_);
 
   // Elastic state: the epochs (across daemons, an ending epoch makes what
-  // fails meanwhile retriable), and the ranks seen stopped.
+  // fails meanwhile retriable), and the local ranks seen stopped.
   EpochLog epochs_ GS_GUARDED_BY(mutex_);
-  std::map<uint64_t, Clock::time_point> stopped_since_;  // housekeeping thread: session id -> first seen stopped
+  StoppedRanks stopped_{kStoppedRankLimit};
 
   // Multi-node state.
   std::unique_ptr<peer::CrossNode> cross_;
@@ -486,9 +487,9 @@ class Job : private SteadyRounds::Host {
   // Housekeeping: warns of collectives waiting past the stall warning,
   // naming the missing ranks, and fails those past the stall deadline.
   void checkStalls(Clock::time_point now) GS_EXCLUDES(mutex_);
-  // The epoch of the nodes the stall warnings name (housekeeping thread only; set once
-  // formed, again in each epoch).
-  uint64_t stall_nodes_epoch_ = 0;
+  // The epoch of the nodes the stall warnings name (set once formed, again
+  // in each epoch).
+  std::atomic<uint64_t> stall_nodes_epoch_{0};
   JobTimeline timeline_;
   // The three places, stateless (place() picks one).
   const std::unique_ptr<const Place> one_node_;

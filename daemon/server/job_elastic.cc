@@ -100,15 +100,14 @@ std::vector<std::shared_ptr<Session>> Job::stoppedRanks(Clock::time_point now) {
     if (!failure_.empty() || stopping_) return stopped;
     sessions = ranks_.byRank();
   }
-  std::map<uint64_t, Clock::time_point> still;  // housekeeping thread only, like stopped_since_
+  std::map<uint64_t, std::shared_ptr<Session>> by_id;
+  std::vector<uint64_t> stopped_now;
   for (const auto& [rank, session] : sessions) {
     if (!session->processStopped()) continue;
-    auto it = stopped_since_.find(session->id());
-    const Clock::time_point since = it == stopped_since_.end() ? now : it->second;
-    still[session->id()] = since;
-    if (now - since >= kStoppedRankLimit) stopped.push_back(session);
+    by_id[session->id()] = session;
+    stopped_now.push_back(session->id());
   }
-  stopped_since_ = std::move(still);
+  for (uint64_t id : stopped_.review(stopped_now, now)) stopped.push_back(by_id[id]);
   return stopped;
 }
 
