@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "daemon/coordinator/negotiator.h"
+#include "daemon/coordinator/test_requests.h"
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -9,18 +10,7 @@ namespace {
 
 using ::testing::HasSubstr;
 
-Request allreduce(int rank, const std::string& name, DataType dtype = v1::FLOAT32, std::vector<int64_t> shape = {4}) {
-  Request r;
-  r.rank = rank;
-  r.handle = 100 + rank;
-  r.name = name;
-  r.type = v1::ALLREDUCE;
-  r.dtype = dtype;
-  r.shape = std::move(shape);
-  r.op = v1::SUM;
-  r.length = 16;
-  return r;
-}
+using testing::allreduce;
 
 class NegotiatorTest : public ::testing::Test {
  protected:

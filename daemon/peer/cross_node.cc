@@ -395,7 +395,7 @@ void CrossNode::describe(v1::JobInfo* info, CrossClock::time_point now, double b
   info->set_cache_hits(traffic.cache_hits);
   info->set_largest_coordination_message(traffic.largest_message);
   if (!nccl_id_.empty()) info->set_nccl_id_digest(digest(nccl_id_));
-  const int64_t now_ms = nowMs(now);
+  const int64_t now_ms = NodeSide::nowMs(now);
   for (const auto& node : book_.members()) {
     v1::NodeStatus* out = info->add_nodes();
     out->set_cross_rank(node.cross_rank());

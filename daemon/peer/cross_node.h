@@ -10,15 +10,10 @@
 #include <grpcpp/grpcpp.h>
 
 #include <atomic>
-#include <condition_variable>
 #include <functional>
-#include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
-#include <set>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "base/mutex.h"
@@ -271,7 +266,6 @@ class CrossNode : public NodeEndpoints {
   // FollowerSide).
   class LeaderSide;
   NodeSide& side() const { return *side_.load(); }
-  static int64_t nowMs(CrossClock::time_point t) { return NodeSide::nowMs(t); }
 
   const CrossNodeOptions options_;
   const Hooks hooks_;

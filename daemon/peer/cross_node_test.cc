@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "daemon/coordinator/request_wire.h"
+#include "daemon/coordinator/test_requests.h"
 #include "daemon/peer/coordinate_reactor.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -217,18 +218,7 @@ struct Daemon {
   }
 };
 
-coordinator::Request request(int rank, const std::string& name) {
-  coordinator::Request r;
-  r.rank = rank;
-  r.handle = 100 + rank;
-  r.name = name;
-  r.type = v1::ALLREDUCE;
-  r.dtype = v1::FLOAT32;
-  r.shape = {4};
-  r.op = v1::SUM;
-  r.length = 16;
-  return r;
-}
+coordinator::Request request(int rank, const std::string& name) { return coordinator::testing::allreduce(rank, name); }
 
 class CrossNodeTest : public ::testing::Test {
  protected:

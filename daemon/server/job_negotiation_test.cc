@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "daemon/server/job_negotiation.h"
+#include "daemon/coordinator/test_requests.h"
 
 #include <thread>
 
@@ -15,18 +16,7 @@ using coordinator::Response;
 using std::chrono::seconds;
 using ::testing::HasSubstr;
 
-Request allreduce(int rank, const std::string& name) {
-  Request r;
-  r.rank = rank;
-  r.handle = 100 + rank;
-  r.name = name;
-  r.type = v1::ALLREDUCE;
-  r.dtype = v1::FLOAT32;
-  r.shape = {4};
-  r.op = v1::SUM;
-  r.length = 16;
-  return r;
-}
+using coordinator::testing::allreduce;
 
 Request addSet(int rank, std::vector<int> ranks) {
   Request r;
