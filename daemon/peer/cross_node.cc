@@ -27,19 +27,16 @@ std::string digest(const std::string& bytes) {
 
 }  // namespace
 
-// What the leader election asks of this node, answered under mutex_.
+// What the leader election asks of this node.
 class CrossNode::ElectionHost final : public LeaderElection::Host {
  public:
   explicit ElectionHost(CrossNode* node) : node_(node) {}
   uint64_t membership(std::vector<v1::NodeInfo>* members) const override {
-    MutexLock lock(node_->mutex_);
-    *members = node_->book_.members();
-    return node_->book_.epoch();
+    uint64_t epoch;
+    *members = node_->membership_.members(&epoch);
+    return epoch;
   }
-  bool isMember(const std::string& address) const override {
-    MutexLock lock(node_->mutex_);
-    return node_->book_.member(address) != nullptr;
-  }
+  bool isMember(const std::string& address) const override { return node_->membership_.isMember(address); }
   bool leads() const override { return node_->side().leads(); }
   StatusOr<v1::NewEpoch> takeOver(uint64_t epoch) override { return node_->leader_side_->takeOver(epoch); }
   Status followElected(const v1::NodeInfo& leader, const std::shared_ptr<grpc::Channel>& channel,
@@ -51,34 +48,22 @@ class CrossNode::ElectionHost final : public LeaderElection::Host {
   CrossNode* const node_;
 };
 
-// What the follower's side asks of this node: the membership under mutex_,
-// the job's hooks, the election, the failure's way.
+// What the follower's side asks of this node: the membership, the job's
+// hooks, the election, the failure's way.
 class CrossNode::FollowerHost final : public FollowerSide::Host {
  public:
   explicit FollowerHost(CrossNode* node) : node_(node) {}
   void joined(const v1::JoinJobResponse& response) override {
-    {
-      MutexLock lock(node_->mutex_);
-      // A candidate joins a running job (at its epoch, not a member yet).
-      node_->book_.form({response.nodes().begin(), response.nodes().end()}, std::max<uint64_t>(1, response.epoch()));
-      node_->nccl_id_ = response.nccl_unique_id();
-    }
-    node_->formed_cv_.notify_all();
+    // A candidate joins a running job (at its epoch, not a member yet).
+    node_->membership_.joined({response.nodes().begin(), response.nodes().end()}, response.epoch(),
+                              response.nccl_unique_id());
   }
   uint64_t epoch() const override { return node_->epoch(); }
   int selfCrossRank() const override { return node_->selfCrossRank(); }
   std::vector<v1::NodeInfo> members(uint64_t* epoch) const override { return node_->members(epoch); }
-  bool stopping() const override {
-    MutexLock lock(node_->mutex_);
-    return node_->stopping_;
-  }
+  bool stopping() const override { return node_->membership_.stopping(); }
   void round(const v1::RoundMessage& message) override {
-    LeaderRounds* rounds;
-    {
-      MutexLock lock(node_->mutex_);
-      rounds = node_->roundsLocked();
-    }
-    if (rounds != nullptr) rounds->deliver(message, 0);
+    if (LeaderRounds* rounds = node_->rounds(); rounds != nullptr) rounds->deliver(message, 0);
   }
   void batch(std::vector<coordinator::Response> batch, uint64_t sequence, uint64_t epoch,
              uint64_t fusion_threshold_bytes) override {
@@ -105,8 +90,9 @@ CrossNode::CrossNode(CrossNodeOptions options, Hooks hooks)
       election_({options_.job_id, options_.token, options_.self_address, options_.credentials, options_.failover,
                  options_.membership_part_bytes},
                 election_host_.get()),
-      book_(options_.job_id, options_.self_address, options_.min_size),
       mesh_(options_.job_id, options_.token),
+      membership_(options_.job_id, options_.self_address, options_.min_size, options_.make_nccl_id,
+                  [this](const std::string& reason) { mesh_.abort(reason); }),
       failures_(
           options_.job_id, [this]() -> NodeSide& { return side(); }, hooks_.on_failure),
       codec_(options_.job_id, options_.response_cache_capacity),
@@ -116,16 +102,11 @@ CrossNode::CrossNode(CrossNodeOptions options, Hooks hooks)
       side_(follower_.get()) {}
 
 CrossNode::~CrossNode() {
-  JoinDesk::Answers joins;
-  {
-    MutexLock lock(mutex_);
-    stopping_ = true;
-    joins = leader_side_->dueJoinsLocked(CrossClock::now());
-  }
+  membership_.stop();
+  const JoinDesk::Answers joins = leader_side_->dueJoins(CrossClock::now());
   follower_->stopJoining();
   election_.stop();
   for (auto& [answer, result] : joins) answer(std::move(result));
-  formed_cv_.notify_all();
   abortRounds("job '" + options_.job_id + "' stopped");
   // Before the data plane closes: the follower's AbortJob calls carry the cause.
   follower_->leave();
@@ -172,22 +153,6 @@ void CrossNode::start(const std::vector<int>& local_ranks, const std::vector<int
   follower_->start(std::move(self));
 }
 
-void CrossNode::makeNcclIdLocked() {
-  // Only for a job that will use it: NCCL's bootstrap root (a thread and a
-  // listening socket) waits until the communicator forms, which a job with
-  // a GPU-less node never does. An elastic job gets one with each epoch.
-  nccl_id_.clear();
-  const bool every_node_nccl = std::all_of(book_.members().begin(), book_.members().end(),
-                                           [](const v1::NodeInfo& node) { return node.gpus() > 0 && node.nccl(); });
-  if (!options_.make_nccl_id || !every_node_nccl || book_.members().empty()) return;
-  auto id = options_.make_nccl_id();
-  if (!id.isOk()) {
-    GS_LOG(control, warn, "job '{}': no NCCL id for the daemons' GPUs: {}", options_.job_id, id.status().message());
-    return;
-  }
-  nccl_id_ = std::move(id).value();
-}
-
 void CrossNode::acceptJoin(const v1::JoinJobRequest& request, JoinAnswer answer) {
   leader_side_->acceptJoin(request, std::move(answer));
 }
@@ -219,92 +184,53 @@ void CrossNode::jobStopped() { failures_.jobStopped(); }
 Status CrossNode::acceptAbort(const v1::AbortJobRequest& request) {
   if (!constantTimeEqual(request.token(), options_.token))
     return unauthenticated("job '" + options_.job_id + "': token does not match");
-  {
-    MutexLock lock(mutex_);
-    const bool member = book_.member(request.from_peer_address()) != nullptr;
-    // Only a node of the job may end it (once formed, every member is
-    // known here; while it forms, a node that joined after this one may
-    // not be yet).
-    if (!options_.elastic && !member && book_.formed()) {
-      GS_LOG(control, warn, "job '{}': refused an abort notice from {}, not a node of the job", options_.job_id,
-             request.from_peer_address());
-      return permissionDenied("job '" + options_.job_id + "': " + request.from_peer_address() +
-                              " is not a node of the job: its abort notice is refused");
-    }
-    const uint64_t epoch = book_.epoch();
-    if (options_.elastic && (request.epoch() != epoch || !member)) {
-      GS_LOG(control, warn, "job '{}': refused a stale abort notice from {} (its epoch {}, this node's {}): {}",
-             options_.job_id, request.from_peer_address(), request.epoch(), epoch, request.failure().message());
-      return failedPrecondition("job '" + options_.job_id + "' is at epoch " + std::to_string(epoch) + " without " +
-                                request.from_peer_address() + ": its notice is stale");
-    }
-  }
+  RETURN_IF_ERROR(membership_.checkAbortNotice(request.from_peer_address(), request.epoch(), options_.elastic,
+                                               request.failure().message()));
   side().relayAbort(request.failure());
   failures_.heard(request.failure(), request.from_peer_address());
   return okStatus();
 }
 
 void CrossNode::abortTransfers(const std::string& reason) {
-  {
-    MutexLock lock(mutex_);
-    if (transfers_aborted_.empty()) transfers_aborted_ = reason;
-    mesh_.abort(reason);
-  }
+  membership_.endTransfers(reason);
   follower_->abortJoin(reason);
-  formed_cv_.notify_all();
   abortRounds(reason);
 }
 
-bool CrossNode::formed() const {
-  MutexLock lock(mutex_);
-  return book_.formed();
-}
+bool CrossNode::formed() const { return membership_.formed(); }
 
 bool CrossNode::steadyStateRounds() const {
-  if (options_.elastic) return false;
-  MutexLock lock(mutex_);
-  return book_.formed() && std::all_of(book_.members().begin(), book_.members().end(),
-                                       [](const v1::NodeInfo& node) { return node.steady_state_rounds(); });
+  return !options_.elastic && membership_.everyMemberOffers(&v1::NodeInfo::steady_state_rounds);
 }
 
-bool CrossNode::leaderRoundsOnLocked() const {
-  const auto& nodes = book_.members();
-  const auto all = [&](bool (v1::NodeInfo::*offered)() const) {
-    return std::all_of(nodes.begin(), nodes.end(), [&](const v1::NodeInfo& node) { return (node.*offered)(); });
-  };
-  return !options_.elastic && book_.formed() && !all(&v1::NodeInfo::steady_state_rounds) &&
-         all(&v1::NodeInfo::leader_rounds);
-}
-
-LeaderRounds* CrossNode::roundsLocked() {
-  if (!rounds_ && leaderRoundsOnLocked()) {
-    rounds_ = side().makeRounds(
-        book_.members().size(),
-        [this](const v1::RoundMessage& m, const std::vector<int>* to) { side().sendRound(m, to); },
-        [this](const std::vector<int>& wake_fds, CrossClock::time_point until) { return idle(wake_fds, until); });
-    if (stopping_ || !transfers_aborted_.empty()) {
-      rounds_->abort("job '" + options_.job_id + "': " + (stopping_ ? "stopped" : transfers_aborted_));
-    }
+LeaderRounds* CrossNode::rounds() {
+  MutexLock lock(rounds_mutex_);
+  // Once formed, where not every node runs rounds among the daemons and
+  // every node offered rounds through the leader.
+  if (rounds_ || options_.elastic || !membership_.formed() ||
+      membership_.everyMemberOffers(&v1::NodeInfo::steady_state_rounds) ||
+      !membership_.everyMemberOffers(&v1::NodeInfo::leader_rounds)) {
+    return rounds_.get();
+  }
+  rounds_ = side().makeRounds(
+      membership_.memberCount(),
+      [this](const v1::RoundMessage& m, const std::vector<int>* to) { side().sendRound(m, to); },
+      [this](const std::vector<int>& wake_fds, CrossClock::time_point until) { return idle(wake_fds, until); });
+  // (An end after this finds rounds_ in abortRounds.)
+  if (const std::string ended = membership_.ended(); !ended.empty()) {
+    rounds_->abort("job '" + options_.job_id + "': " + ended);
   }
   return rounds_.get();
 }
 
-RoundExchange* CrossNode::leaderRounds() {
-  MutexLock lock(mutex_);
-  return roundsLocked();
-}
+RoundExchange* CrossNode::leaderRounds() { return rounds(); }
 
-bool CrossNode::waitFormed(CrossClock::time_point deadline) {
-  MutexLock lock(mutex_);
-  formed_cv_.wait_until(
-      lock, deadline, [&]() GS_REQUIRES(mutex_) { return book_.formed() || stopping_ || !transfers_aborted_.empty(); });
-  return book_.formed() && !stopping_ && transfers_aborted_.empty();
-}
+bool CrossNode::waitFormed(CrossClock::time_point deadline) { return membership_.waitFormed(deadline); }
 
 void CrossNode::abortRounds(const std::string& reason) {
   LeaderRounds* rounds;
   {
-    MutexLock lock(mutex_);
+    MutexLock lock(rounds_mutex_);
     rounds = rounds_.get();
   }
   if (rounds != nullptr) rounds->abort(reason);
@@ -314,50 +240,27 @@ uint64_t CrossNode::cachedId(const coordinator::Request& request) const { return
 
 std::optional<coordinator::Response> CrossNode::cachedResponse(uint64_t id) const { return codec_.cachedResponse(id); }
 
-std::vector<v1::NodeInfo> CrossNode::members() const {
-  MutexLock lock(mutex_);
-  return book_.members();
-}
+std::vector<v1::NodeInfo> CrossNode::members() const { return membership_.members(); }
 
-std::vector<v1::NodeInfo> CrossNode::members(uint64_t* epoch) const {
-  MutexLock lock(mutex_);
-  *epoch = book_.epoch();
-  return book_.members();
-}
+std::vector<v1::NodeInfo> CrossNode::members(uint64_t* epoch) const { return membership_.members(epoch); }
 
-NodeEndpoints::NcclId CrossNode::ncclId() const {
-  MutexLock lock(mutex_);
-  return {nccl_id_, book_.epoch(), side().crossRank(book_)};
-}
+NodeEndpoints::NcclId CrossNode::ncclId() const { return membership_.ncclId(side()); }
 
-Status CrossNode::epochRuns(uint64_t epoch) const {
-  MutexLock lock(mutex_);
-  return epochRunsLocked(epoch);
-}
+Status CrossNode::epochRuns(uint64_t epoch) const { return membership_.epochRuns(epoch); }
 
-Status CrossNode::epochRunsLocked(uint64_t epoch) const {
-  if (stopping_) return cancelled("job '" + options_.job_id + "' stopped");
-  if (!transfers_aborted_.empty()) return aborted("job '" + options_.job_id + "': " + transfers_aborted_);
-  if (epoch != book_.epoch()) {
-    return aborted("job '" + options_.job_id + "': the membership changed (epoch " + std::to_string(epoch) +
-                   " is over, the job is at epoch " + std::to_string(book_.epoch()) + ")");
-  }
-  return okStatus();
-}
-
-int CrossNode::selfCrossRank() const {
-  MutexLock lock(mutex_);
-  return side().crossRank(book_);
-}
+int CrossNode::selfCrossRank() const { return membership_.crossRank(side()); }
 
 void CrossNode::nodeLost(const v1::NodeInfo& node, uint64_t epoch, const std::string& cause) {
   Status majority = okStatus();
   if (options_.elastic && hooks_.on_ranks_lost) {
     {
-      MutexLock lock(mutex_);
-      majority = majorityLocked(node.peer_address(), CrossClock::now());
+      MutexLock lock(membership_.mutex());
+      membership::EpochBook& book = membership_.bookLocked();
+      // Leader with failover on: it makes no epoch without a majority (the
+      // others may be electing a new leader), and the job fails on its side.
+      majority = side().majority(node.peer_address(), CrossClock::now(), book.members().size());
       // Its joiners went with it: the new epoch must not admit them.
-      if (majority.isOk()) book_.dropJoinersOf(node.peer_address());
+      if (majority.isOk()) book.dropJoinersOf(node.peer_address());
     }
     if (majority.isOk()) {
       hooks_.on_ranks_lost({node.ranks().begin(), node.ranks().end()}, epoch, cause);
@@ -386,17 +289,18 @@ void CrossNode::tick(CrossClock::time_point now) {
 }
 
 void CrossNode::describe(v1::JobInfo* info, CrossClock::time_point now, double busy_seconds) const {
-  MutexLock lock(mutex_);
-  info->set_epoch(book_.formed() ? book_.epoch() : 0);
+  MutexLock lock(membership_.mutex());
+  const membership::EpochBook& book = membership_.bookLocked();
+  info->set_epoch(book.formed() ? book.epoch() : 0);
   const CoordinationCodec::Traffic traffic = codec_.traffic();
   info->set_coordination_bytes_sent(traffic.bytes_sent);
   info->set_coordination_bytes_received(traffic.bytes_received);
   info->set_coordination_messages(traffic.messages);
   info->set_cache_hits(traffic.cache_hits);
   info->set_largest_coordination_message(traffic.largest_message);
-  if (!nccl_id_.empty()) info->set_nccl_id_digest(digest(nccl_id_));
+  if (!membership_.ncclIdLocked().empty()) info->set_nccl_id_digest(digest(membership_.ncclIdLocked()));
   const int64_t now_ms = NodeSide::nowMs(now);
-  for (const auto& node : book_.members()) {
+  for (const auto& node : book.members()) {
     v1::NodeStatus* out = info->add_nodes();
     out->set_cross_rank(node.cross_rank());
     out->set_peer_address(node.peer_address());
@@ -419,20 +323,20 @@ Status CrossNode::dataPlane(CrossClock::time_point deadline, uint64_t epoch, std
                             int* self) {
   bool new_epoch = false;
   {
-    MutexLock lock(mutex_);
-    if (!formed_cv_.wait_until(
-            lock, deadline,
-            [&]() GS_REQUIRES(mutex_) { return book_.formed() || stopping_ || !transfers_aborted_.empty(); }) ||
-        stopping_) {
+    MutexLock lock(membership_.mutex());
+    if (!membership_.changed().wait_until(
+            lock, deadline, [&]() GS_REQUIRES(membership_.mutex()) { return membership_.formedOrEndedLocked(); }) ||
+        membership_.stoppingLocked()) {
       return deadlineExceeded("job '" + options_.job_id + "': the nodes never formed a ring");
     }
-    RETURN_IF_ERROR(epochRunsLocked(epoch));
+    RETURN_IF_ERROR(membership_.epochRunsLocked(epoch));
     // Checked and lifted under one lock: an interruption for a later epoch
     // comes after this and ends this collective's waits.
-    new_epoch = mesh_.enterEpoch(book_.epoch());
-    *members = book_.members();
+    const membership::EpochBook& book = membership_.bookLocked();
+    new_epoch = mesh_.enterEpoch(book.epoch());
+    *members = book.members();
     *self = -1;
-    for (const auto& node : book_.members()) {
+    for (const auto& node : book.members()) {
       if (node.peer_address() == options_.self_address) *self = node.cross_rank();
     }
   }
@@ -519,10 +423,7 @@ StatusOr<std::optional<collective::MeshContext>> CrossNode::mesh(const collectiv
 //    admits them.
 //  - Losing the leader fails the job on every node, naming it, unless
 //    leader failover is on (leader_election.h).
-uint64_t CrossNode::epoch() const {
-  MutexLock lock(mutex_);
-  return book_.epoch();
-}
+uint64_t CrossNode::epoch() const { return membership_.epoch(); }
 
 StatusOr<v1::NewEpoch> CrossNode::beginEpoch(const std::vector<int>& lost, uint64_t epoch, const std::string& cause) {
   return leader_side_->beginEpoch(lost, epoch, cause);
@@ -532,23 +433,13 @@ StatusOr<v1::NewEpoch> CrossNode::admitJoiners(const std::vector<uint64_t>& loca
   return leader_side_->admitJoiners(local, when);
 }
 
-bool CrossNode::hasPendingJoiners() const {
-  MutexLock lock(mutex_);
-  return book_.joinerCount() > 0;
-}
-
-void CrossNode::endOldEpochTransfersLocked() {
-  // ring() lifts it for the new epoch; a job that failed keeps its reason.
-  if (transfers_aborted_.empty()) {
-    mesh_.abort("the job moved to epoch " + std::to_string(book_.epoch()));
-  }
-}
+bool CrossNode::hasPendingJoiners() const { return membership_.joinersWaiting(); }
 
 void CrossNode::applyNewEpoch(const v1::NewEpoch& change) {
   std::string removed;
   {
-    MutexLock lock(mutex_);
-    switch (book_.apply(change)) {
+    MutexLock lock(membership_.mutex());
+    switch (membership_.bookLocked().apply(change)) {
       case membership::EpochBook::Applied::kStale:
         return;
       case membership::EpochBook::Applied::kRemoved:
@@ -558,12 +449,12 @@ void CrossNode::applyNewEpoch(const v1::NewEpoch& change) {
         break;
       case membership::EpochBook::Applied::kApplied:
         codec_.clear();  // as the leader did before it sent the change
-        nccl_id_ = change.nccl_unique_id();
-        endOldEpochTransfersLocked();
+        membership_.setNcclIdLocked(change.nccl_unique_id());
+        membership_.endOldEpochTransfersLocked();
         break;
     }
   }
-  formed_cv_.notify_all();
+  membership_.notifyChanged();
   if (!removed.empty()) {
     failures_.detected(removed, true);
     return;
@@ -574,8 +465,7 @@ void CrossNode::applyNewEpoch(const v1::NewEpoch& change) {
 StatusOr<v1::CheckMemberResponse> CrossNode::checkMember(const v1::CheckMemberRequest& request) const {
   if (!constantTimeEqual(request.token(), options_.token))
     return unauthenticated("job '" + options_.job_id + "': token does not match");
-  MutexLock lock(mutex_);
-  return book_.check(request.peer_address());
+  return membership_.check(request.peer_address());
 }
 
 bool CrossNode::electing() const { return election_.electing(epoch()); }

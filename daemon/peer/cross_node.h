@@ -30,6 +30,7 @@
 #include "daemon/peer/follower_side.h"
 #include "daemon/peer/follower_stream.h"
 #include "daemon/peer/follower_streams.h"
+#include "daemon/peer/job_membership.h"
 #include "daemon/peer/join_desk.h"
 #include "daemon/peer/leader_election.h"
 #include "daemon/peer/leader_rounds.h"
@@ -117,10 +118,10 @@ class CrossNode : public NodeEndpoints {
   // part of the work failed, the daemon stops), never one on_failure handed
   // it, as `cause` (led by the job's name): the other nodes hear of it, once per kind (a lost node is news
   // after a departed rank), before the job fails its work with it.
-  void failedHere(const std::string& cause, bool node_lost) GS_EXCLUDES(mutex_);
+  void failedHere(const std::string& cause, bool node_lost);
   // The job stopped on this node: what the peer side detects or hears from
   // now on (its streams ending) is the job's end, told to no one.
-  void jobStopped() GS_EXCLUDES(mutex_);
+  void jobStopped();
   // A follower's AbortJob: the job failed on that node since a node was
   // lost; fails it here too (through on_failure).
   Status acceptAbort(const v1::AbortJobRequest& request);
@@ -135,7 +136,7 @@ class CrossNode : public NodeEndpoints {
   bool formed() const;
   // Leader failover: this follower lost the leader of the current epoch
   // and takes part in the election of the next one (until its epoch).
-  bool electing() const GS_EXCLUDES(mutex_);
+  bool electing() const;
   // Once formed: whether the job runs cached collectives after rounds
   // among the daemons (every node offered it; never for elastic jobs).
   bool steadyStateRounds() const;
@@ -231,12 +232,8 @@ class CrossNode : public NodeEndpoints {
   void describe(v1::JobInfo* info, CrossClock::time_point now, double busy_seconds) const;
 
  private:
-  // Leader, once the job formed: the job's ncclUniqueId.
-  void makeNcclIdLocked() GS_REQUIRES(mutex_);
   // Elastic. Follower: applies the leader's epoch.
   void applyNewEpoch(const v1::NewEpoch& change);
-  // This node's transfers of the epoch before book_'s end now.
-  void endOldEpochTransfersLocked() GS_REQUIRES(mutex_);
   // A node's loss (`node` as in `epoch`): a new epoch (elastic) or the
   // job's failure.
   void nodeLost(const v1::NodeInfo& node, uint64_t epoch, const std::string& cause);
@@ -253,13 +250,6 @@ class CrossNode : public NodeEndpoints {
   // (LeaderSide::takeOver); a voter follows the leader it elected
   // (FollowerSide::follow).
   class ElectionHost;
-  // Leader with failover on: OK while it reaches a strict majority of the
-  // epoch's daemons (NodeSide::majority), `lost` (a peer address) not counted;
-  // else it makes no epoch (the others may be electing a new leader) and
-  // the job fails on its side. OK without failover, and on followers.
-  Status majorityLocked(const std::string& lost, CrossClock::time_point now) const GS_REQUIRES(mutex_) {
-    return side().majority(lost, now, book_.members().size());
-  }
 
   // The leader's side (leader_side.h: the followers' joins and streams,
   // the memberships it published, the epochs it tells; a follower's is
@@ -273,44 +263,36 @@ class CrossNode : public NodeEndpoints {
   const std::unique_ptr<ElectionHost> election_host_;
   LeaderElection election_;  // its own lock, a leaf
 
-  mutable Mutex mutex_;
-  CondVar formed_cv_;
-  // The members of each epoch (formed once every node joined), joiners,
-  // candidates and removed nodes.
-  membership::EpochBook book_ GS_GUARDED_BY(mutex_);
-  // The UCX endpoints to the other daemons (its own lock; under mutex_ where
-  // an epoch change must be ordered with it).
+  // The UCX endpoints to the other daemons (its own lock; taken under the
+  // membership's where an epoch change must be ordered with it).
   UcxMesh mesh_;
-  // The NCCL id of book_'s epoch: made by the leader when the job forms and
-  // with each epoch (empty: no NCCL at the leader or at a node).
-  std::string nccl_id_ GS_GUARDED_BY(mutex_);
-  bool stopping_ GS_GUARDED_BY(mutex_) = false;
+  // The members of each epoch, the NCCL id, whether the job stopped or its
+  // transfers ended (job_membership.h: its own lock, over which the
+  // leader's side changes them together with its parts).
+  JobMembership membership_;
   // The way of a failure: told to the other nodes through the current
   // side, handed to the job (hooks_.on_failure), and what was told or
-  // heard (FailureNotices: its own lock, taken under mutex_, never the
-  // other way).
+  // heard (FailureNotices: its own lock, a leaf).
   FailureWay failures_;
-  std::string transfers_aborted_ GS_GUARDED_BY(mutex_);  // abortTransfers' reason
-  CrossClock::time_point last_heartbeat_;                // housekeeping thread only
-  CrossClock::time_point last_tick_;                     // housekeeping thread only
+  CrossClock::time_point last_heartbeat_;  // housekeeping thread only
+  CrossClock::time_point last_tick_;       // housekeeping thread only
 
   // The response cache and the coordination traffic (codec_.clear() at
   // each epoch: the leader's in the order of its streams, LeaderSide).
   CoordinationCodec codec_;
 
   // The rounds through the leader, made when first used or first heard
-  // of, if the job runs them (null: not yet, or not this job).
-  LeaderRounds* roundsLocked() GS_REQUIRES(mutex_);
-  bool leaderRoundsOnLocked() const GS_REQUIRES(mutex_);
-  void abortRounds(const std::string& reason) GS_EXCLUDES(mutex_);
-  std::unique_ptr<LeaderRounds> rounds_ GS_GUARDED_BY(mutex_);
+  // of, if the job runs them (null: not yet, or not this job). Its lock is
+  // taken before the membership's, never the other way.
+  LeaderRounds* rounds() GS_EXCLUDES(rounds_mutex_);
+  void abortRounds(const std::string& reason) GS_EXCLUDES(rounds_mutex_);
+  Mutex rounds_mutex_;
+  std::unique_ptr<LeaderRounds> rounds_ GS_GUARDED_BY(rounds_mutex_);
 
   // Data plane (executor thread): the membership of `epoch` and this
   // node's position in it, the tags re-keyed and endpoints to nodes no
   // longer in the job closed when the epoch is new.
   Status dataPlane(CrossClock::time_point deadline, uint64_t epoch, std::vector<v1::NodeInfo>* members, int* self);
-  // epochRuns, with mutex_ held.
-  Status epochRunsLocked(uint64_t epoch) const GS_REQUIRES(mutex_);
   void sayGoodbye();
   std::atomic<bool> goodbye_{false};
 

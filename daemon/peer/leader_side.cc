@@ -10,27 +10,28 @@ namespace gradsync::peer {
 CrossNode::LeaderSide::LeaderSide(CrossNode* node)
     : node_(node),
       options_(node->options_),
+      members_(node->membership_),
       joins_(options_.job_id, options_.token, options_.size, options_.process_sets, options_.join_timeout),
       published_(options_.membership_part_bytes) {}
 
+JoinDesk::Answers CrossNode::LeaderSide::dueJoins(CrossClock::time_point now) {
+  MutexLock lock(members_.mutex());
+  return dueJoinsLocked(now);
+}
+
 void CrossNode::LeaderSide::tick(CrossClock::time_point now, bool send, bool paused) {
   const int64_t now_ms = nowMs(now);
-  JoinDesk::Answers joins;  // past their deadline
-  {
-    MutexLock lock(node_->mutex_);
-    joins = dueJoinsLocked(now);
-  }
-  for (auto& [answer, result] : joins) answer(std::move(result));
+  for (auto& [answer, result] : dueJoins(now)) answer(std::move(result));  // past their deadline
   if (paused) streams_.resumedAt(now_ms);  // the followers' silence so far was this daemon's pause
   uint64_t current_epoch;
   std::vector<std::pair<std::shared_ptr<Follower>, v1::NodeInfo>> followers;
   std::vector<v1::NodeInfo> absent;  // members that never followed this daemon since it took over
   {
-    MutexLock lock(node_->mutex_);
-    if (node_->stopping_) return;
-    current_epoch = node_->book_.epoch();
+    MutexLock lock(members_.mutex());
+    if (members_.stoppingLocked()) return;
+    current_epoch = members_.bookLocked().epoch();
     for (auto& f : streams_.streams(/*candidates=*/true)) followers.emplace_back(f, f->node());
-    absent = streams_.absentSinceTakeover(node_->book_.members(), now_ms, kSilenceLimitMs);
+    absent = streams_.absentSinceTakeover(members_.bookLocked().members(), now_ms, kSilenceLimitMs);
   }
   for (const auto& node : absent) {
     node_->nodeLost(node, current_epoch,
@@ -121,7 +122,7 @@ void CrossNode::LeaderSide::acceptJoin(const v1::JoinJobRequest& request, JoinAn
   bool candidate = false;
   Status protocol = okStatus();
   {
-    MutexLock lock(node_->mutex_);
+    MutexLock lock(members_.mutex());
     if (Status checked = joins_.check(request); !checked.isOk()) {
       now = checked;
     } else if (protocol =
@@ -148,20 +149,21 @@ void CrossNode::LeaderSide::acceptJoin(const v1::JoinJobRequest& request, JoinAn
 }
 
 std::optional<StatusOr<v1::JoinJobResponse>> CrossNode::LeaderSide::joinLocked(const v1::JoinJobRequest& request) {
-  if (node_->book_.epoch() > 1) {
-    return failedPrecondition("job '" + options_.job_id + "' is at epoch " + std::to_string(node_->book_.epoch()) +
-                              ": " + membership::describeNode(request.node()) +
+  if (members_.bookLocked().epoch() > 1) {
+    return failedPrecondition("job '" + options_.job_id + "' is at epoch " +
+                              std::to_string(members_.bookLocked().epoch()) + ": " +
+                              membership::describeNode(request.node()) +
                               " joins a running job only for new ranks "
                               "(GRADSYNC_ELASTIC_JOIN)");
   }
-  if (node_->stopping_) return unavailable("job '" + options_.job_id + "' stopped");
-  if (node_->book_.formed()) return membershipLocked();
+  if (members_.stoppingLocked()) return unavailable("job '" + options_.job_id + "' stopped");
+  if (members_.bookLocked().formed()) return membershipLocked();
   ASSIGN_OR_RETURN(std::optional<std::vector<v1::NodeInfo>> complete, joins_.add(request.node()));
   if (complete) {
-    node_->book_.form(std::move(*complete), 1);
-    node_->makeNcclIdLocked();
-    GS_LOG(control, info, "job '{}': all {} nodes joined", options_.job_id, node_->book_.members().size());
-    node_->formed_cv_.notify_all();
+    members_.bookLocked().form(std::move(*complete), 1);
+    members_.makeNcclIdLocked();
+    GS_LOG(control, info, "job '{}': all {} nodes joined", options_.job_id, members_.bookLocked().members().size());
+    members_.notifyChanged();
     return membershipLocked();
   }
   return std::nullopt;
@@ -170,9 +172,9 @@ std::optional<StatusOr<v1::JoinJobResponse>> CrossNode::LeaderSide::joinLocked(c
 v1::JoinJobResponse CrossNode::LeaderSide::membershipLocked() {
   v1::JoinJobResponse response;
   response.set_epoch(1);
-  for (const auto& node : node_->book_.members()) *response.add_nodes() = node;
+  for (const auto& node : members_.bookLocked().members()) *response.add_nodes() = node;
   response.set_node_count(publishLocked(1, response.mutable_nodes()));
-  response.set_nccl_unique_id(node_->nccl_id_);
+  response.set_nccl_unique_id(members_.ncclIdLocked());
   return response;
 }
 
@@ -184,7 +186,7 @@ int32_t CrossNode::LeaderSide::publishLocked(uint64_t epoch, NodeList* nodes) {
 StatusOr<v1::MembersResponse> CrossNode::LeaderSide::membersPart(const v1::MembersRequest& request) const {
   if (!constantTimeEqual(request.token(), options_.token))
     return unauthenticated("job '" + options_.job_id + "': token does not match");
-  MutexLock lock(node_->mutex_);
+  MutexLock lock(members_.mutex());
   auto part = published_.part(request.epoch(), request.first());
   if (!part.isOk()) return Status(part.status().code(), "job '" + options_.job_id + "': " + part.status().message());
   return part;
@@ -193,8 +195,8 @@ StatusOr<v1::MembersResponse> CrossNode::LeaderSide::membersPart(const v1::Membe
 JoinDesk::Answers CrossNode::LeaderSide::dueJoinsLocked(CrossClock::time_point now) {
   if (!joins_.waiting()) return {};
   std::optional<v1::JoinJobResponse> membership;
-  if (node_->book_.formed()) membership = membershipLocked();  // built once for all of them
-  return joins_.due(now, membership, node_->stopping_);
+  if (members_.bookLocked().formed()) membership = membershipLocked();  // built once for all of them
+  return joins_.due(now, membership, members_.stoppingLocked());
 }
 
 grpc::Status CrossNode::LeaderSide::serveFollower(const v1::FollowerMessage& hello,
@@ -206,7 +208,7 @@ grpc::Status CrossNode::LeaderSide::serveFollower(const v1::FollowerMessage& hel
     return attached;
   }
   if (failure) follower->stream.send(*failure);  // announced before it attached
-  node_->formed_cv_.notify_all();                // broadcast() waits for every follower
+  members_.notifyChanged();                      // broadcast() waits for every follower
   *session = std::make_unique<ServedFollower>(this, std::move(follower));
   return grpc::Status::OK;
 }
@@ -223,7 +225,7 @@ grpc::Status CrossNode::LeaderSide::attachFollower(const v1::FollowerMessage& he
                                                    std::shared_ptr<FollowerStream> stream,
                                                    std::shared_ptr<Follower>* attached,
                                                    std::optional<SharedMessage>* failure) {
-  MutexLock lock(node_->mutex_);
+  MutexLock lock(members_.mutex());
   const int cross_rank = hello.hello().cross_rank();
   if (!constantTimeEqual(hello.hello().token(), options_.token))
     return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "bad token");
@@ -238,8 +240,8 @@ grpc::Status CrossNode::LeaderSide::attachFollower(const v1::FollowerMessage& he
     follower = streams_.attachCandidate(hello.hello().peer_address(), std::move(stream), now_ms, failure);
     if (!follower) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "not a candidate node of the job");
   } else {
-    if (cross_rank > 0 && cross_rank < static_cast<int>(node_->book_.members().size())) {
-      follower = streams_.attachMember(node_->book_.members()[cross_rank], std::move(stream), now_ms, failure);
+    if (cross_rank > 0 && cross_rank < static_cast<int>(members_.bookLocked().members().size())) {
+      follower = streams_.attachMember(members_.bookLocked().members()[cross_rank], std::move(stream), now_ms, failure);
     }
     if (!follower) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "bad cross rank");
   }
@@ -261,19 +263,16 @@ void CrossNode::LeaderSide::onFollowerMessage(Follower* follower, const v1::Foll
   } else if (message.has_requests()) {
     remoteRequests(message.requests().requests().data(), message.requests().requests_size());
   } else if (message.has_round()) {
-    LeaderRounds* rounds;
-    {
-      MutexLock lock(node_->mutex_);
-      rounds = node_->roundsLocked();
+    if (LeaderRounds* rounds = node_->rounds(); rounds != nullptr) {
+      rounds->deliver(message.round(), follower->crossRank());
     }
-    if (rounds != nullptr) rounds->deliver(message.round(), follower->crossRank());
   } else if (message.has_failure()) {
     node_->failures_.heard(message.failure(), membership::describeNode(follower->node()), follower);
   }
 }
 
 bool CrossNode::LeaderSide::remoteRequests(const v1::FollowerMessage::Request* const* requests, int count) {
-  const uint64_t current = node_->epoch();
+  const uint64_t current = members_.epoch();
   std::vector<coordinator::Repeat> run;  // by cache id, of `run_epoch`
   uint64_t run_epoch = 0;
   const auto hand_over = [&] {
@@ -314,10 +313,10 @@ void CrossNode::LeaderSide::followerLeft(const std::shared_ptr<Follower>& follow
   v1::NodeInfo node;
   uint64_t epoch;
   {
-    MutexLock lock(node_->mutex_);
-    stopping = node_->stopping_ || !follower->removed().empty();  // a removed node's departure changes nothing
+    MutexLock lock(members_.mutex());
+    stopping = members_.stoppingLocked() || !follower->removed().empty();  // a removed node's departure changes nothing
     node = follower->node();
-    epoch = node_->book_.epoch();
+    epoch = members_.bookLocked().epoch();
   }
   if (node.ranks().empty()) {  // a candidate: nothing of the job ran there
     candidateLeft(follower);
@@ -337,12 +336,12 @@ void CrossNode::LeaderSide::followerLeft(const std::shared_ptr<Follower>& follow
 
 std::string CrossNode::LeaderSide::unattachedLocked() const {
   const auto seconds = std::to_string(std::chrono::duration_cast<std::chrono::seconds>(options_.join_timeout).count());
-  if (!node_->book_.formed()) return "the job did not form within " + seconds + " s";
+  if (!members_.bookLocked().formed()) return "the job did not form within " + seconds + " s";
   std::string missing;
-  for (size_t i = 0; i < node_->book_.members().size(); ++i) {
+  for (size_t i = 0; i < members_.bookLocked().members().size(); ++i) {
     const int cross_rank = static_cast<int>(i);
-    if (cross_rank == node_->book_.selfCrossRank() || streams_.hasMember(cross_rank)) continue;
-    missing += (missing.empty() ? "" : ", ") + membership::describeNode(node_->book_.members()[i]);
+    if (cross_rank == members_.bookLocked().selfCrossRank() || streams_.hasMember(cross_rank)) continue;
+    missing += (missing.empty() ? "" : ", ") + membership::describeNode(members_.bookLocked().members()[i]);
   }
   return "not every node opened its coordination stream within " + seconds + " s: " + missing +
          " joined but never opened it";
@@ -359,14 +358,14 @@ Status CrossNode::LeaderSide::broadcast(const std::vector<coordinator::Response>
     // Every node must see every batch (a process set's ring still spans all
     // nodes), so wait until every follower's stream is attached: a batch of
     // ranks on some nodes can be ready before the others have connected.
-    MutexLock lock(node_->mutex_);
-    const bool attached = node_->formed_cv_.wait_for(lock, options_.join_timeout, [&]() GS_REQUIRES(node_->mutex_) {
-      return node_->stopping_ || !node_->transfers_aborted_.empty() ||
-             (node_->book_.formed() && streams_.memberCount() + 1 == node_->book_.members().size());
+    MutexLock lock(members_.mutex());
+    const bool attached = members_.changed().wait_for(lock, options_.join_timeout, [&]() GS_REQUIRES(members_.mutex()) {
+      return members_.stoppingLocked() || !members_.transfersEndedLocked().empty() ||
+             (members_.bookLocked().formed() && streams_.memberCount() + 1 == members_.bookLocked().members().size());
     });
-    if (node_->stopping_) return cancelled("job stopped");
-    if (!node_->transfers_aborted_.empty())
-      return aborted("job '" + options_.job_id + "': " + node_->transfers_aborted_);
+    if (members_.stoppingLocked()) return cancelled("job stopped");
+    if (!members_.transfersEndedLocked().empty())
+      return aborted("job '" + options_.job_id + "': " + members_.transfersEndedLocked());
     if (!attached) return deadlineExceeded("job '" + options_.job_id + "': " + unattachedLocked());
     followers = streams_.streams(/*candidates=*/false);
   }
@@ -400,55 +399,55 @@ void CrossNode::LeaderSide::sendError(const coordinator::Request& request, const
   if (!target) return;
   v1::LeaderMessage message;
   message.mutable_batch()->set_sequence(0);  // not executed: no ring
-  message.mutable_batch()->set_epoch(node_->epoch());
+  message.mutable_batch()->set_epoch(members_.epoch());
   *message.mutable_batch()->add_responses() = toProto(response);
   target->stream.send(std::move(message));
 }
 
 std::vector<int> CrossNode::LeaderSide::missingRanks() const {
-  MutexLock lock(node_->mutex_);
-  if (node_->book_.formed()) return {};
+  MutexLock lock(members_.mutex());
+  if (members_.bookLocked().formed()) return {};
   return joins_.missingRanks();
 }
 
 void CrossNode::LeaderSide::joinerReport(Follower* follower, const v1::FollowerMessage& message) {
-  MutexLock lock(node_->mutex_);
+  MutexLock lock(members_.mutex());
   if (!options_.elastic) return;
   const std::string& address = follower->peerAddress();
   if (message.has_joiner_gone()) {
-    node_->book_.removeJoiner(address, message.joiner_gone().joiner_id());
+    members_.bookLocked().removeJoiner(address, message.joiner_gone().joiner_id());
     return;
   }
-  node_->book_.addJoiner({address, message.joiner_ready().joiner_id(), message.joiner_ready().pid()});
+  members_.bookLocked().addJoiner({address, message.joiner_ready().joiner_id(), message.joiner_ready().pid()});
   GS_LOG(control, info, "job '{}': {} waits on node {} to join at the next commit ({} waiting across nodes)",
-         options_.job_id, message.joiner_ready().description(), address, node_->book_.joinerCount());
+         options_.job_id, message.joiner_ready().description(), address, members_.bookLocked().joinerCount());
 }
 
 StatusOr<v1::JoinJobResponse> CrossNode::LeaderSide::acceptCandidate(const v1::JoinJobRequest& request) {
-  MutexLock lock(node_->mutex_);
+  MutexLock lock(members_.mutex());
   const std::string& address = request.node().peer_address();
   if (!options_.elastic) {
     return failedPrecondition("job '" + options_.job_id +
                               "' is not elastic: " + membership::describeNode(request.node()) + " cannot join it");
   }
-  RETURN_IF_ERROR(node_->book_.addCandidate(request.node()));
+  RETURN_IF_ERROR(members_.bookLocked().addCandidate(request.node()));
   streams_.addCandidate(request.node());  // a second join replaces the first
   GS_LOG(control, info,
          "job '{}': node {} (host {}) joins the running job for new ranks (a candidate until they "
          "are admitted)",
          options_.job_id, address, request.node().hostname());
   v1::JoinJobResponse response;
-  response.set_epoch(node_->book_.epoch());
-  for (const auto& node : node_->book_.members()) *response.add_nodes() = node;
-  response.set_node_count(publishLocked(node_->book_.epoch(), response.mutable_nodes()));
+  response.set_epoch(members_.bookLocked().epoch());
+  for (const auto& node : members_.bookLocked().members()) *response.add_nodes() = node;
+  response.set_node_count(publishLocked(members_.bookLocked().epoch(), response.mutable_nodes()));
   return response;
 }
 
 void CrossNode::LeaderSide::candidateLeft(const std::shared_ptr<Follower>& candidate) {
-  MutexLock lock(node_->mutex_);
+  MutexLock lock(members_.mutex());
   const std::string& address = candidate->peerAddress();
   if (!streams_.dropCandidate(candidate.get())) return;
-  node_->book_.dropCandidate(address);
+  members_.bookLocked().dropCandidate(address);
   GS_LOG(control, info, "job '{}': candidate node {} left before its ranks were admitted", options_.job_id, address);
 }
 
@@ -471,25 +470,25 @@ StatusOr<CrossNode::LeaderSide::EpochPlan> CrossNode::LeaderSide::planEpochLocke
   RETURN_IF_ERROR(decided.status());
   EpochPlan plan;
   plan.change = std::move(decided).value();
-  node_->endOldEpochTransfersLocked();
+  members_.endOldEpochTransfersLocked();
   // The daemons' NCCL communicator of the new epoch forms from a new id
   // (none while the job waits below its minimum: it runs nothing).
   if (plan.change.below_minimum()) {
-    node_->nccl_id_.clear();
+    members_.setNcclIdLocked("");
   } else {
-    node_->makeNcclIdLocked();
+    members_.makeNcclIdLocked();
   }
-  plan.change.set_nccl_unique_id(node_->nccl_id_);
-  plan.followers = streams_.renumber(node_->book_);
+  plan.change.set_nccl_unique_id(members_.ncclIdLocked());
+  plan.followers = streams_.renumber(members_.bookLocked());
   return plan;
 }
 
 v1::NewEpoch CrossNode::LeaderSide::announceEpoch(EpochPlan plan) {
-  node_->formed_cv_.notify_all();
+  members_.notifyChanged();
   v1::LeaderMessage message;
   *message.mutable_new_epoch() = plan.change;
   {
-    MutexLock lock(node_->mutex_);
+    MutexLock lock(members_.mutex());
     v1::NewEpoch& change = *message.mutable_new_epoch();
     change.set_node_count(publishLocked(change.epoch(), change.mutable_nodes()));
   }
@@ -510,17 +509,17 @@ v1::NewEpoch CrossNode::LeaderSide::announceEpoch(EpochPlan plan) {
 
 StatusOr<v1::NewEpoch> CrossNode::LeaderSide::beginEpoch(const std::vector<int>& lost, uint64_t epoch,
                                                          const std::string& cause) {
-  MutexLock lock(node_->mutex_);
-  ASSIGN_OR_RETURN(EpochPlan plan, planEpochLocked(node_->book_.lose(lost, epoch, cause)));
+  MutexLock lock(members_.mutex());
+  ASSIGN_OR_RETURN(EpochPlan plan, planEpochLocked(members_.bookLocked().lose(lost, epoch, cause)));
   lock.unlock();
   return announceEpoch(std::move(plan));
 }
 
 StatusOr<v1::NewEpoch> CrossNode::LeaderSide::admitJoiners(const std::vector<uint64_t>& local,
                                                            const std::string& when) {
-  MutexLock lock(node_->mutex_);
-  RETURN_IF_ERROR(node_->majorityLocked("", CrossClock::now()));
-  ASSIGN_OR_RETURN(EpochPlan plan, planEpochLocked(node_->book_.admit(local, when)));
+  MutexLock lock(members_.mutex());
+  RETURN_IF_ERROR(majority("", CrossClock::now(), members_.bookLocked().members().size()));
+  ASSIGN_OR_RETURN(EpochPlan plan, planEpochLocked(members_.bookLocked().admit(local, when)));
   lock.unlock();
   return announceEpoch(std::move(plan));
 }
@@ -528,22 +527,23 @@ StatusOr<v1::NewEpoch> CrossNode::LeaderSide::admitJoiners(const std::vector<uin
 StatusOr<v1::NewEpoch> CrossNode::LeaderSide::takeOver(uint64_t epoch) {
   EpochPlan plan;
   {
-    MutexLock lock(node_->mutex_);
-    if (node_->stopping_) return cancelled("job '" + options_.job_id + "' stopped");
-    if (node_->book_.epoch() != epoch) {
-      return failedPrecondition(options_.self_address + " moved to epoch " + std::to_string(node_->book_.epoch()) +
-                                " while it won the vote of epoch " + std::to_string(epoch));
+    MutexLock lock(members_.mutex());
+    if (members_.stoppingLocked()) return cancelled("job '" + options_.job_id + "' stopped");
+    if (members_.bookLocked().epoch() != epoch) {
+      return failedPrecondition(options_.self_address + " moved to epoch " +
+                                std::to_string(members_.bookLocked().epoch()) + " while it won the vote of epoch " +
+                                std::to_string(epoch));
     }
     // The voters open their streams to this daemon.
     streams_.takeOver(nowMs(CrossClock::now()));
-    ASSIGN_OR_RETURN(plan, planEpochLocked(node_->book_.takeOver()));
+    ASSIGN_OR_RETURN(plan, planEpochLocked(members_.bookLocked().takeOver()));
     node_->side_ = this;
   }
   const v1::NewEpoch change = announceEpoch(std::move(plan));
   // This node's Job takes the new epoch before any follower can send a
   // request of it (the voters are answered after this returns).
   if (node_->hooks_.on_new_epoch) node_->hooks_.on_new_epoch(change);
-  node_->formed_cv_.notify_all();
+  members_.notifyChanged();
   return change;
 }
 

@@ -7,9 +7,9 @@
 // cache reset). It serves the followers' streams (their requests to the
 // job, their lost ranks, joiners and failures, their departure), sends the
 // batches, tells the epochs it decides, beats the heart and watches the
-// followers' silence. The membership it reads and changes is CrossNode's,
-// under CrossNode's lock (node_->mutex_): its own parts' locks are taken
-// under that one, never the other way. CrossNode holds it beside a
+// followers' silence. The membership it reads and changes is CrossNode's
+// (JobMembership), under the membership's lock: its own parts' locks are
+// taken under that one, never the other way. CrossNode holds it beside a
 // follower's side (FollowerSide) and asks the current one; a follower that
 // wins an election switches to this one. Included by the files of
 // CrossNode only.
@@ -27,35 +27,36 @@ class CrossNode::LeaderSide final : public NodeSide {
   // checked against it).
   void open(const v1::NodeInfo& self) { joins_.open(self); }
   // CrossNode::acceptJoin: a follower's JoinJob, answered once.
-  void acceptJoin(const v1::JoinJobRequest& request, JoinAnswer answer) GS_EXCLUDES(node_->mutex_);
+  void acceptJoin(const v1::JoinJobRequest& request, JoinAnswer answer) GS_EXCLUDES(members_.mutex());
   // The answers due at `now` (all of them once the job formed; those past
   // their deadline; all when it stops), to call outside the lock.
-  JoinDesk::Answers dueJoinsLocked(CrossClock::time_point now) GS_REQUIRES(node_->mutex_);
+  JoinDesk::Answers dueJoinsLocked(CrossClock::time_point now) GS_REQUIRES(members_.mutex());
+  JoinDesk::Answers dueJoins(CrossClock::time_point now) GS_EXCLUDES(members_.mutex());
   // The ranks whose nodes have not joined yet (empty once formed).
-  std::vector<int> missingRanks() const GS_EXCLUDES(node_->mutex_);
+  std::vector<int> missingRanks() const GS_EXCLUDES(members_.mutex());
   // CrossNode::membersPart: a part of a membership it published.
-  StatusOr<v1::MembersResponse> membersPart(const v1::MembersRequest& request) const GS_EXCLUDES(node_->mutex_);
+  StatusOr<v1::MembersResponse> membersPart(const v1::MembersRequest& request) const GS_EXCLUDES(members_.mutex());
 
   // CrossNode::serveFollower: a follower's Coordinate stream.
   grpc::Status serveFollower(const v1::FollowerMessage& hello, std::shared_ptr<FollowerStream> stream,
-                             std::unique_ptr<FollowerSession>* session) GS_EXCLUDES(node_->mutex_);
+                             std::unique_ptr<FollowerSession>* session) GS_EXCLUDES(members_.mutex());
   // CrossNode::broadcast and sendError: a batch to every follower, an
   // error to the follower holding the request's rank.
   Status broadcast(const std::vector<coordinator::Response>& batch, uint64_t sequence, uint64_t epoch,
-                   uint64_t fusion_threshold_bytes) GS_EXCLUDES(node_->mutex_);
+                   uint64_t fusion_threshold_bytes) GS_EXCLUDES(members_.mutex());
   void sendError(const coordinator::Request& request, const Status& status);
 
   // CrossNode::beginEpoch and admitJoiners: the next epoch without lost
   // ranks, or with the waiting joiners, told to the followers.
   StatusOr<v1::NewEpoch> beginEpoch(const std::vector<int>& lost, uint64_t epoch, const std::string& cause)
-      GS_EXCLUDES(node_->mutex_);
+      GS_EXCLUDES(members_.mutex());
   StatusOr<v1::NewEpoch> admitJoiners(const std::vector<uint64_t>& local, const std::string& when)
-      GS_EXCLUDES(node_->mutex_);
+      GS_EXCLUDES(members_.mutex());
   // Leader failover: this daemon won the election of `epoch`: it leads the
   // next epoch without the lost leader's node (this side current from now
   // on, the voters' streams awaited), told to the followers and taken by
   // the Job before any voter is answered.
-  StatusOr<v1::NewEpoch> takeOver(uint64_t epoch) GS_EXCLUDES(node_->mutex_);
+  StatusOr<v1::NewEpoch> takeOver(uint64_t epoch) GS_EXCLUDES(members_.mutex());
 
   // NodeSide.
   bool leads() const override { return true; }
@@ -86,14 +87,15 @@ class CrossNode::LeaderSide final : public NodeSide {
 
   // acceptJoin's parts: the answer now (nullopt: it waits for the other
   // nodes), and the membership once formed.
-  std::optional<StatusOr<v1::JoinJobResponse>> joinLocked(const v1::JoinJobRequest& request) GS_REQUIRES(node_->mutex_);
-  v1::JoinJobResponse membershipLocked() GS_REQUIRES(node_->mutex_);
+  std::optional<StatusOr<v1::JoinJobResponse>> joinLocked(const v1::JoinJobRequest& request)
+      GS_REQUIRES(members_.mutex());
+  v1::JoinJobResponse membershipLocked() GS_REQUIRES(members_.mutex());
   // Records `nodes` as the membership of `epoch` and keeps only its first
   // part in them; returns the message's node_count (0: all fit).
-  int32_t publishLocked(uint64_t epoch, NodeList* nodes) GS_REQUIRES(node_->mutex_);
+  int32_t publishLocked(uint64_t epoch, NodeList* nodes) GS_REQUIRES(members_.mutex());
   // A node holding no rank asks to join the running job for its new ranks
   // (JoinJobRequest.elastic_join): kept as a candidate.
-  StatusOr<v1::JoinJobResponse> acceptCandidate(const v1::JoinJobRequest& request) GS_EXCLUDES(node_->mutex_);
+  StatusOr<v1::JoinJobResponse> acceptCandidate(const v1::JoinJobRequest& request) GS_EXCLUDES(members_.mutex());
 
   // serveFollower's parts: the stream of a member (by its cross rank) or a
   // candidate, checked and recorded; one message from it; its end
@@ -102,21 +104,21 @@ class CrossNode::LeaderSide final : public NodeSide {
   // finished.
   grpc::Status attachFollower(const v1::FollowerMessage& hello, std::shared_ptr<FollowerStream> stream,
                               std::shared_ptr<Follower>* attached, std::optional<SharedMessage>* failure)
-      GS_EXCLUDES(node_->mutex_);
-  grpc::Status followerMessage(Follower* follower, const v1::FollowerMessage& message) GS_EXCLUDES(node_->mutex_);
-  void onFollowerMessage(Follower* follower, const v1::FollowerMessage& message) GS_EXCLUDES(node_->mutex_);
+      GS_EXCLUDES(members_.mutex());
+  grpc::Status followerMessage(Follower* follower, const v1::FollowerMessage& message) GS_EXCLUDES(members_.mutex());
+  void onFollowerMessage(Follower* follower, const v1::FollowerMessage& message) GS_EXCLUDES(members_.mutex());
   // A follower's `count` requests, to the job in order (each dropped when
   // of an epoch that ended), runs of requests by cache id together; false
   // when one names a cache id this leader never gave, or a rank that id
   // does not hold (the job fails).
-  bool remoteRequests(const v1::FollowerMessage::Request* const* requests, int count) GS_EXCLUDES(node_->mutex_);
+  bool remoteRequests(const v1::FollowerMessage::Request* const* requests, int count) GS_EXCLUDES(members_.mutex());
   void followerLeft(const std::shared_ptr<Follower>& follower, bool cut_off, const std::string& why)
-      GS_EXCLUDES(node_->mutex_);
+      GS_EXCLUDES(members_.mutex());
   // A follower's JoinerReady or JoinerGone.
-  void joinerReport(Follower* follower, const v1::FollowerMessage& message) GS_EXCLUDES(node_->mutex_);
+  void joinerReport(Follower* follower, const v1::FollowerMessage& message) GS_EXCLUDES(members_.mutex());
   // A candidate's stream ended before its ranks were admitted: it and its
   // joiners are forgotten.
-  void candidateLeft(const std::shared_ptr<Follower>& candidate) GS_EXCLUDES(node_->mutex_);
+  void candidateLeft(const std::shared_ptr<Follower>& candidate) GS_EXCLUDES(members_.mutex());
   // A message from a follower the job has removed: answers that it is
   // stale. True when `follower` was removed.
   bool refuseIfRemoved(Follower* follower);
@@ -131,30 +133,33 @@ class CrossNode::LeaderSide final : public NodeSide {
   // transfers of the old epoch ended and the followers' streams placed in
   // it (those left out are removed, candidates admitted join); the
   // followers are told by announceEpoch, once the lock is released.
-  StatusOr<EpochPlan> planEpochLocked(StatusOr<v1::NewEpoch> decided) GS_REQUIRES(node_->mutex_);
+  StatusOr<EpochPlan> planEpochLocked(StatusOr<v1::NewEpoch> decided) GS_REQUIRES(members_.mutex());
   // Sends the plan's NewEpoch to the kept followers (after every batch
   // encoded with the old cache) and tells the removed ones.
-  v1::NewEpoch announceEpoch(EpochPlan plan) GS_EXCLUDES(node_->mutex_);
+  v1::NewEpoch announceEpoch(EpochPlan plan) GS_EXCLUDES(members_.mutex());
   // Why not every follower's stream is attached yet, naming the members
   // whose stream never opened.
-  std::string unattachedLocked() const GS_REQUIRES(node_->mutex_);
+  std::string unattachedLocked() const GS_REQUIRES(members_.mutex());
 
   CrossNode* const node_;
   const CrossNodeOptions& options_;  // node_'s
+  // node_'s membership: its lock is the one the steps below hold over the
+  // membership and this side's parts together.
+  JobMembership& members_;
   // The followers' JoinJob calls while the job forms (its own lock; taken
-  // under node_->mutex_, never the other way).
+  // under the membership's, never the other way).
   JoinDesk joins_;
   // The members' streams, and those of the nodes that joined the running
   // job for new ranks (the book's candidates: their stream, once open, gets
   // heartbeats and failures, and the epoch that admits them). Its own lock;
-  // taken under node_->mutex_ where the book must not change meanwhile,
+  // taken under the membership's where the book must not change meanwhile,
   // never the other way.
   FollowerStreams streams_;
   // The memberships it announced, for the nodes that read them in parts.
-  PublishedMembers published_ GS_GUARDED_BY(node_->mutex_);
+  PublishedMembers published_ GS_GUARDED_BY(members_.mutex());
   // A batch's encoding and its writes, and an epoch's cache reset and
   // NewEpoch, happen in one order on every stream. Taken before any
-  // follower's stream lock, never with node_->mutex_.
+  // follower's stream lock, never with the membership's.
   Mutex order_mutex_;
 };
 
