@@ -90,9 +90,10 @@ CrossNode::CrossNode(CrossNodeOptions options, Hooks hooks)
       election_({options_.job_id, options_.token, options_.self_address, options_.credentials, options_.failover,
                  options_.membership_part_bytes},
                 election_host_.get()),
-      mesh_(options_.job_id, options_.token),
+      endpoints_(options_.job_id, options_.token, options_.self_address, &membership_,
+                 [this]() -> const NodeSide& { return side(); }),
       membership_(options_.job_id, options_.self_address, options_.min_size, options_.make_nccl_id,
-                  [this](const std::string& reason) { mesh_.abort(reason); }),
+                  [this](const std::string& reason) { endpoints_.abort(reason); }),
       failures_(
           options_.job_id, [this]() -> NodeSide& { return side(); }, hooks_.on_failure),
       codec_(options_.job_id, options_.response_cache_capacity),
@@ -112,23 +113,15 @@ CrossNode::~CrossNode() {
   follower_->leave();
   // After the streams ended: the leader's job may wait for them to end
   // before it says goodbye too.
-  if (goodbye_.load()) sayGoodbye();
-  // mesh_, destroyed after this, drives what was sent until it left (the
+  endpoints_.sayGoodbye(failures_.notices().nodeLost());
+  // endpoints_, destroyed after this, drive what was sent until it left (the
   // executor thread has ended: this thread may drive the transport).
-}
-
-void CrossNode::sayGoodbye() {
-  if (failures_.notices().nodeLost()) {  // a node is gone: nobody waits for this one's bytes
-    GS_LOG(control, debug, "job '{}': no goodbye (a node was lost)", options_.job_id);
-    return;
-  }
-  mesh_.goodbye();
 }
 
 void CrossNode::start(const std::vector<int>& local_ranks, const std::vector<int64_t>& pids) {
   const bool leads = std::find(local_ranks.begin(), local_ranks.end(), 0) != local_ranks.end();
   side_ = leads ? static_cast<NodeSide*>(leader_side_.get()) : follower_.get();
-  Status opened = mesh_.open(options_.data_plane);
+  Status opened = endpoints_.open(options_.data_plane);
   if (!opened.isOk()) {
     failures_.detected("cannot start the UCX data plane: " + opened.message(), true);
     return;
@@ -139,7 +132,7 @@ void CrossNode::start(const std::vector<int>& local_ranks, const std::vector<int
   self.set_topology(options_.topology);
   for (int r : local_ranks) self.add_ranks(r);
   for (int64_t p : pids) self.add_pids(p);
-  self.set_ucx_address(mesh_.address());
+  self.set_ucx_address(endpoints_.address());
   self.set_gpus(options_.gpus);
   self.set_nccl(options_.nccl);
   self.set_steady_state_rounds(options_.steady_state_rounds);
@@ -215,7 +208,9 @@ LeaderRounds* CrossNode::rounds() {
   rounds_ = side().makeRounds(
       membership_.memberCount(),
       [this](const v1::RoundMessage& m, const std::vector<int>* to) { side().sendRound(m, to); },
-      [this](const std::vector<int>& wake_fds, CrossClock::time_point until) { return idle(wake_fds, until); });
+      [this](const std::vector<int>& wake_fds, CrossClock::time_point until) {
+        return endpoints_.idle(wake_fds, until);
+      });
   // (An end after this finds rounds_ in abortRounds.)
   if (const std::string ended = membership_.ended(); !ended.empty()) {
     rounds_->abort("job '" + options_.job_id + "': " + ended);
@@ -243,10 +238,6 @@ std::optional<coordinator::Response> CrossNode::cachedResponse(uint64_t id) cons
 std::vector<v1::NodeInfo> CrossNode::members() const { return membership_.members(); }
 
 std::vector<v1::NodeInfo> CrossNode::members(uint64_t* epoch) const { return membership_.members(epoch); }
-
-NodeEndpoints::NcclId CrossNode::ncclId() const { return membership_.ncclId(side()); }
-
-Status CrossNode::epochRuns(uint64_t epoch) const { return membership_.epochRuns(epoch); }
 
 int CrossNode::selfCrossRank() const { return membership_.crossRank(side()); }
 
@@ -311,89 +302,12 @@ void CrossNode::describe(v1::JobInfo* info, CrossClock::time_point now, double b
     out->set_gpus(node.gpus());
     out->set_topology(node.topology());
     out->set_heartbeat_age_ms(out->self() ? 0 : side().heardAgeMs(node, now_ms));
-    const transport::PeerStats stats = mesh_.stats(node.ucx_address());
+    const transport::PeerStats stats = endpoints_.stats(node.ucx_address());
     out->set_bytes_sent(stats.bytes_sent);
     out->set_bytes_received(stats.bytes_received);
     out->set_failed_transfers(stats.failed_transfers);
     if (busy_seconds > 0) out->set_throughput_gbps((stats.bytes_sent + stats.bytes_received) / busy_seconds / 1e9);
   }
-}
-
-Status CrossNode::dataPlane(CrossClock::time_point deadline, uint64_t epoch, std::vector<v1::NodeInfo>* members,
-                            int* self) {
-  bool new_epoch = false;
-  {
-    MutexLock lock(membership_.mutex());
-    if (!membership_.changed().wait_until(
-            lock, deadline, [&]() GS_REQUIRES(membership_.mutex()) { return membership_.formedOrEndedLocked(); }) ||
-        membership_.stoppingLocked()) {
-      return deadlineExceeded("job '" + options_.job_id + "': the nodes never formed a ring");
-    }
-    RETURN_IF_ERROR(membership_.epochRunsLocked(epoch));
-    // Checked and lifted under one lock: an interruption for a later epoch
-    // comes after this and ends this collective's waits.
-    const membership::EpochBook& book = membership_.bookLocked();
-    new_epoch = mesh_.enterEpoch(book.epoch());
-    *members = book.members();
-    *self = -1;
-    for (const auto& node : book.members()) {
-      if (node.peer_address() == options_.self_address) *self = node.cross_rank();
-    }
-  }
-  if (*self < 0) return internalError("this daemon is not in its job's membership");
-  if (new_epoch) {
-    const size_t closed = mesh_.rekey(epoch, *members);
-    if (closed > 0 || epoch > 1) {
-      GS_LOG(control, info, "job '{}': the ring re-forms for epoch {} ({} nodes)", options_.job_id, epoch,
-             members->size());
-    }
-  }
-  return okStatus();
-}
-
-namespace {
-// The members at `nodes` (empty: all), in order, and this node's place among
-// them (-1: not one of them). Positions outside the membership are dropped.
-void selectNodes(const std::vector<int>& nodes, std::vector<v1::NodeInfo>* members, int* self) {
-  if (nodes.empty()) return;
-  std::vector<v1::NodeInfo> selected;
-  int place = -1;
-  for (int node : nodes) {
-    if (node < 0 || node >= static_cast<int>(members->size())) continue;
-    if (node == *self) place = static_cast<int>(selected.size());
-    selected.push_back((*members)[node]);
-  }
-  *members = std::move(selected);
-  *self = place;
-}
-}  // namespace
-
-StatusOr<std::optional<collective::RingContext>> CrossNode::ring(const collective::TransferId& id,
-                                                                 CrossClock::time_point deadline, uint64_t epoch,
-                                                                 const std::vector<int>& nodes) {
-  std::vector<v1::NodeInfo> members;
-  int self = -1;
-  RETURN_IF_ERROR(dataPlane(deadline, epoch, &members, &self));
-  selectNodes(nodes, &members, &self);
-  if (self < 0) return std::optional<collective::RingContext>();
-  ASSIGN_OR_RETURN(auto ring, mesh_.ring(id, deadline, members, self));
-  GS_LOG(executor, debug,
-         "job '{}': ring of batch {} response {} call {} in epoch {}: node {} of {}, after {}, before {}",
-         options_.job_id, id.batch, id.response, id.call, epoch, self, members.size(), ring.left->name(),
-         ring.right->name());
-  return std::optional<collective::RingContext>(std::move(ring));
-}
-
-StatusOr<std::optional<collective::MeshContext>> CrossNode::mesh(const collective::TransferId& id,
-                                                                 CrossClock::time_point deadline, uint64_t epoch,
-                                                                 const std::vector<int>& nodes) {
-  std::vector<v1::NodeInfo> members;
-  int self = -1;
-  RETURN_IF_ERROR(dataPlane(deadline, epoch, &members, &self));
-  selectNodes(nodes, &members, &self);
-  if (self < 0) return std::optional<collective::MeshContext>();
-  ASSIGN_OR_RETURN(auto mesh, mesh_.mesh(id, deadline, members, self));
-  return std::optional<collective::MeshContext>(std::move(mesh));
 }
 
 // Elastic jobs: what happens when a rank or a node of a job spanning

@@ -30,6 +30,7 @@
 #include "daemon/peer/follower_side.h"
 #include "daemon/peer/follower_stream.h"
 #include "daemon/peer/follower_streams.h"
+#include "daemon/peer/job_endpoints.h"
 #include "daemon/peer/job_membership.h"
 #include "daemon/peer/join_desk.h"
 #include "daemon/peer/leader_election.h"
@@ -44,7 +45,7 @@
 
 namespace gradsync::peer {
 
-class CrossNode : public NodeEndpoints {
+class CrossNode {
  public:
   // A failure of the job, as the peer side hands it to the job (failure_way.h).
   using Failure = FailureWay::Failure;
@@ -128,10 +129,9 @@ class CrossNode : public NodeEndpoints {
   // Ends every data-plane wait of this job now and from now on (a node was
   // lost, the job stops), and a join to the leader in progress.
   void abortTransfers(const std::string& reason);
-  // Executor thread, between batches: drives the data plane until one of
-  // `wake_fds` is readable or `until` passes (UcxMesh::idle); false at once
-  // when it is not open.
-  bool idle(const std::vector<int>& wake_fds, CrossClock::time_point until) { return mesh_.idle(wake_fds, until); }
+  // The job's endpoints (job_endpoints.h): what its data plane asks for,
+  // the executor thread's drive between batches, the goodbye at the end.
+  JobEndpoints& endpoints() { return endpoints_; }
   // True once every node joined (the membership is known).
   bool formed() const;
   // Leader failover: this follower lost the leader of the current epoch
@@ -153,27 +153,6 @@ class CrossNode : public NodeEndpoints {
   // Leader: the ranks whose nodes have not joined yet (empty elsewhere).
   std::vector<int> missingRanks() const;
 
-  // The ring for one collective of `epoch` among the nodes at `nodes` (ring
-  // positions, increasing; empty: every node), in their order (connects the
-  // UCX endpoints on first use, and again in each new epoch); nullopt when
-  // this node is not one of them. Waits for the membership until
-  // `deadline`; ABORTED when `epoch` is over.
-  StatusOr<std::optional<collective::RingContext>> ring(const collective::TransferId& id,
-                                                        CrossClock::time_point deadline, uint64_t epoch,
-                                                        const std::vector<int>& nodes) override;
-  // Endpoints to each of `nodes` (as for ring()), for a pairwise exchange or
-  // a direct allreduce; the same waits and errors as ring().
-  StatusOr<std::optional<collective::MeshContext>> mesh(const collective::TransferId& id,
-                                                        CrossClock::time_point deadline, uint64_t epoch,
-                                                        const std::vector<int>& nodes) override;
-
-  // At the job's end, after the coordination streams ended and before the
-  // endpoints close (the destructor), exchange a byte with every other
-  // daemon over the data plane (or wait a second): the last bytes of a
-  // collective this daemon finished may still be on their way to one that
-  // has not, and closing first could lose them. Asked for by jobs that run
-  // the rounds (fast_rounds.h); skipped once a node was lost.
-  void sayGoodbyeAtTheEnd() { goodbye_.store(true); }
   // Elastic jobs (the leader decides: leader_side.h).
   uint64_t epoch() const;
   // Leader: starts the next epoch without `lost` (ranks numbered as in
@@ -218,10 +197,7 @@ class CrossNode : public NodeEndpoints {
   StatusOr<v1::MembersResponse> membersPart(const v1::MembersRequest& request) const;
   std::vector<v1::NodeInfo> members() const;
   // The same, with the epoch they belong to.
-  std::vector<v1::NodeInfo> members(uint64_t* epoch) const override;
-  NcclId ncclId() const override;
-  Status epochRuns(uint64_t epoch) const override;
-  size_t dropBatchStrays(uint64_t epoch, uint64_t sequence) override { return mesh_.dropBatchStrays(epoch, sequence); }
+  std::vector<v1::NodeInfo> members(uint64_t* epoch) const;
   // This node's position in the ring; valid once the job formed.
   int selfCrossRank() const;
   // Heartbeats (every second) and silence checks: a node not heard from for
@@ -263,9 +239,10 @@ class CrossNode : public NodeEndpoints {
   const std::unique_ptr<ElectionHost> election_host_;
   LeaderElection election_;  // its own lock, a leaf
 
-  // The UCX endpoints to the other daemons (its own lock; taken under the
+  // The UCX endpoints to the other daemons, and the rings and meshes of
+  // an epoch over them (the UCX mesh's lock is taken under the
   // membership's where an epoch change must be ordered with it).
-  UcxMesh mesh_;
+  JobEndpoints endpoints_;
   // The members of each epoch, the NCCL id, whether the job stopped or its
   // transfers ended (job_membership.h: its own lock, over which the
   // leader's side changes them together with its parts).
@@ -288,13 +265,6 @@ class CrossNode : public NodeEndpoints {
   void abortRounds(const std::string& reason) GS_EXCLUDES(rounds_mutex_);
   Mutex rounds_mutex_;
   std::unique_ptr<LeaderRounds> rounds_ GS_GUARDED_BY(rounds_mutex_);
-
-  // Data plane (executor thread): the membership of `epoch` and this
-  // node's position in it, the tags re-keyed and endpoints to nodes no
-  // longer in the job closed when the epoch is new.
-  Status dataPlane(CrossClock::time_point deadline, uint64_t epoch, std::vector<v1::NodeInfo>* members, int* self);
-  void sayGoodbye();
-  std::atomic<bool> goodbye_{false};
 
   // The two sides, made last (a follower's uses codec_ and failures_), and
   // the current one: set by start(), the leader's after a takeover; read

@@ -138,7 +138,8 @@ void Job::buildCrossNode() {
            job_id, nodes, cost.latency_us, cost.message_us, 1e-3 / cost.byte_us);
   };
   plane_hooks.abandoned = [this](const Status& cause) { localPartFailed(cause); };
-  data_plane_ = std::make_unique<peer::PeerDataPlane>(cross_.get(), limits_.transfer_timeout, std::move(plane_hooks));
+  data_plane_ =
+      std::make_unique<peer::PeerDataPlane>(&cross_->endpoints(), limits_.transfer_timeout, std::move(plane_hooks));
   wake_fd_ = UniqueFd(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
 }
 

@@ -67,7 +67,7 @@ void Job::driveUntilRunnable() {
       MutexLock lock(mutex_);
       if (stopping_ || queue_.runnable()) return;
     }
-    const bool driven = cross_->idle({wake_fd_.get()}, Clock::now() + std::chrono::milliseconds(100));
+    const bool driven = cross_->endpoints().idle({wake_fd_.get()}, Clock::now() + std::chrono::milliseconds(100));
     uint64_t drained;
     while (::read(wake_fd_.get(), &drained, sizeof drained) > 0) {
     }

@@ -52,12 +52,12 @@ void Job::steadyExecutorLoop() {
   SteadyRounds::Part part;
   const char* how = "among";
   if (cross_->steadyStateRounds()) {
-    auto mesh = cross_->mesh(collective::TransferId::control(0), deadline, 1, {});
+    auto mesh = cross_->endpoints().mesh(collective::TransferId::control(0), deadline, 1, {});
     if (!mesh.isOk() || !*mesh) return;
     among_daemons = std::make_unique<peer::FastRounds>(**mesh);
     part.rounds = among_daemons.get();
     part.message_bytes = peer::FastRounds::messageBytes();
-    cross_->sayGoodbyeAtTheEnd();
+    cross_->endpoints().sayGoodbyeAtTheEnd();
   } else if ((part.rounds = cross_->leaderRounds()) != nullptr) {
     how = "through the leader among";
   } else {
