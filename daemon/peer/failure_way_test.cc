@@ -5,13 +5,15 @@
 
 #include <vector>
 
+#include "daemon/peer/test_node_side.h"
+
 namespace gradsync::peer {
 namespace {
 
 // A side that records what it is asked to tell and hear. As the leader's
 // does, a heard failure is passed on through the way (passOn); as a
 // follower's does, it is only noted.
-class RecordingSide final : public NodeSide {
+class RecordingSide final : public testing::QuietSide {
  public:
   explicit RecordingSide(bool leads) : leads_(leads) {}
   FailureWay* way = nullptr;
@@ -25,8 +27,6 @@ class RecordingSide final : public NodeSide {
   int heard_count = 0;
 
   bool leads() const override { return leads_; }
-  int crossRank(const membership::EpochBook&) const override { return 0; }
-  void tick(CrossClock::time_point, bool, bool) override {}
   void tell(const std::string& text, bool node_lost, const Follower* teller, FailureNotices::Route route) override {
     told.push_back({text, node_lost, teller, route});
   }
@@ -37,13 +37,6 @@ class RecordingSide final : public NodeSide {
     } else {
       way->notices().heard(failure.node_lost());
     }
-  }
-  void relayAbort(const v1::JobFailure&) override {}
-  void sendRound(const v1::RoundMessage&, const std::vector<int>*) override {}
-  int64_t heardAgeMs(const v1::NodeInfo&, int64_t) const override { return -1; }
-  Status majority(const std::string&, CrossClock::time_point, size_t) const override { return okStatus(); }
-  std::unique_ptr<LeaderRounds> makeRounds(size_t, LeaderRounds::Send, LeaderRounds::Idle) const override {
-    return nullptr;
   }
 
  private:

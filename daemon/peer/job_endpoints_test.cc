@@ -7,6 +7,7 @@
 
 #include <thread>
 
+#include "daemon/peer/test_node_side.h"
 #include "gmock/gmock.h"
 
 namespace gradsync::peer {
@@ -14,22 +15,6 @@ namespace {
 
 using std::chrono::milliseconds;
 using ::testing::HasSubstr;
-
-class FixedSide final : public NodeSide {
- public:
-  bool leads() const override { return false; }
-  int crossRank(const membership::EpochBook& book) const override { return book.selfCrossRank(); }
-  void tick(CrossClock::time_point, bool, bool) override {}
-  void tell(const std::string&, bool, const Follower*, FailureNotices::Route) override {}
-  void heard(const v1::JobFailure&, const Follower*) override {}
-  void relayAbort(const v1::JobFailure&) override {}
-  void sendRound(const v1::RoundMessage&, const std::vector<int>*) override {}
-  int64_t heardAgeMs(const v1::NodeInfo&, int64_t) const override { return -1; }
-  Status majority(const std::string&, CrossClock::time_point, size_t) const override { return okStatus(); }
-  std::unique_ptr<LeaderRounds> makeRounds(size_t, LeaderRounds::Send, LeaderRounds::Idle) const override {
-    return nullptr;
-  }
-};
 
 v1::NodeInfo node(const std::string& address, int cross_rank) {
   v1::NodeInfo n;
@@ -45,7 +30,7 @@ class JobEndpointsTest : public ::testing::Test {
   StatusOr<std::optional<collective::RingContext>> ring(uint64_t epoch, std::vector<int> nodes, milliseconds wait) {
     return endpoints_.ring(collective::TransferId{}, CrossClock::now() + wait, epoch, nodes);
   }
-  FixedSide side_;
+  testing::QuietSide side_;
   JobMembership membership_{"j", "b:1", 0, nullptr, [this](const std::string& why) { endpoints_.abort(why); }};
   JobEndpoints endpoints_{"j", "token", "b:1", &membership_, [this]() -> const NodeSide& { return side_; }};
 };

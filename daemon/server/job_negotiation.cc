@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "daemon/server/job_negotiation.h"
 
+#include <algorithm>
+
 #include "daemon/common/logging.h"
 
 namespace gradsync::server {
@@ -27,6 +29,11 @@ coordinator::Negotiator::Repeated JobNegotiation::submit(const coordinator::Repe
 }
 
 void JobNegotiation::publish(const std::vector<coordinator::Response>& responses, bool from_leader) {
+  // Nearly every batch changes no set: no lock for those (a request's path).
+  if (std::none_of(responses.begin(), responses.end(),
+                   [](const coordinator::Response& r) { return changesProcessSets(r.type) && r.status.isOk(); })) {
+    return;
+  }
   MutexLock lock(mutex_);
   bool changed = false;
   for (const auto& r : responses) {
