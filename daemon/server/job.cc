@@ -2,9 +2,8 @@
 #include "daemon/server/job.h"
 #include "daemon/coordinator/request_wire.h"
 #include "daemon/server/done_messages.h"
+#include "daemon/server/job_execution.h"
 #include "daemon/server/job_place.h"
-
-#include <sys/eventfd.h>
 
 #include <algorithm>
 
@@ -56,10 +55,6 @@ std::optional<autotune::Options> autotuneOptions(const JobSpec& spec, const JobL
 Job::Job(JobSpec spec, JobLimits limits, executor::ReducePool* pool)
     : spec_(std::move(spec)),
       limits_(limits),
-      gpu_executor_(limits_.gpus ? std::make_unique<executor::GpuExecutor>(
-                                       &limits_.gpus->ops(), limits_.nccl_between_daemons ? limits_.nccl : nullptr)
-                                 : nullptr),
-      executor_(pool, gpu_executor_.get()),
       negotiation_(spec_.job_id, spec_.size, spec_.process_sets, limits_.stall_deadline),
       ranks_(spec_.job_id),
       tuning_(spec_.job_id, initialTuning(spec_, limits_), autotuneOptions(spec_, limits_)),
@@ -68,19 +63,8 @@ Job::Job(JobSpec spec, JobLimits limits, executor::ReducePool* pool)
       leading_(std::make_unique<Leading>()),
       following_(std::make_unique<Following>()) {
   if (spec_.local_size < spec_.size) buildCrossNode();
-  BatchRunner::Parts parts;
-  parts.job_id = spec_.job_id;
-  parts.executor = &executor_;
-  parts.plane = data_plane_ ? static_cast<executor::DataPlane*>(data_plane_.get()) : &single_node_;
-  parts.peer_plane = data_plane_.get();
-  parts.grants = &outputs_;
-  parts.timeline = &timeline_;
-  parts.stats = &stats_;
-  parts.grant_timeout = limits_.output_grant_timeout;
-  runner_ = std::make_unique<BatchRunner>(
-      std::move(parts), [this](const fusion::FusedResponse& fused, const std::vector<executor::ResponseResult>& results,
-                               Clock::time_point started) { fusedCompleted(fused, results, started); });
-  executor_thread_ = std::thread([this] { executorLoop(); });
+  execution_ = std::make_unique<Execution>(*this, pool, data_plane_.get());
+  execution_->start();
 }
 
 void Job::buildCrossNode() {
@@ -130,7 +114,7 @@ void Job::buildCrossNode() {
 
   peer::PeerDataPlane::Hooks plane_hooks;
   plane_hooks.failed = [this](const Status& status) { return ringFailed(status); };
-  plane_hooks.phase = [this](const char* name, bool begin) { runner_->phase(name, begin); };
+  plane_hooks.phase = [this](const char* name, bool begin) { execution_->phase(name, begin); };
   plane_hooks.measured = [job_id = spec_.job_id](size_t nodes, const collective::LinkCost& cost) {
     GS_LOG(executor, info,
            "job '{}': measured the links among {} daemons: latency {:.1f} us, {:.1f} us per message, {:.2f} GB/s; "
@@ -140,12 +124,11 @@ void Job::buildCrossNode() {
   plane_hooks.abandoned = [this](const Status& cause) { localPartFailed(cause); };
   data_plane_ =
       std::make_unique<peer::PeerDataPlane>(&cross_->endpoints(), limits_.transfer_timeout, std::move(plane_hooks));
-  wake_fd_ = UniqueFd(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
 }
 
 Job::~Job() {
   stop("job '" + spec_.job_id + "' removed");
-  if (executor_thread_.joinable()) executor_thread_.join();
+  execution_->join();
   data_plane_.reset();
   cross_.reset();  // before the members its hooks use
 }
@@ -299,10 +282,10 @@ void Job::submit(const std::shared_ptr<Session>& session, const v1::Enqueue& enq
   }
   flush(&to_ranks);
   if (!inline_batch.empty()) {
-    runBatch(std::move(inline_batch), 0);
+    execution_->runBatch(std::move(inline_batch), 0);
     MutexLock lock(mutex_);
     queue_.finished();
-    if (!queue_.ready().empty()) wakeExecutorLocked();
+    if (!queue_.ready().empty()) execution_->wake();
   }
 }
 
@@ -335,6 +318,28 @@ void Job::submitToCoordinator(const std::shared_ptr<Session>& session, coordinat
   place().submitLocked(*this, session, std::move(request), to_ranks, inline_batch);
 }
 
+void Job::buildSteadyRounds() {
+  SteadyRounds::Cache cache;
+  cache.id = [cross = cross_.get()](const coordinator::Request& request) { return cross->cachedId(request); };
+  cache.response = [cross = cross_.get()](uint64_t id) { return cross->cachedResponse(id); };
+  rounds_ = std::make_unique<SteadyRounds>(spec_.job_id, limits_.transfer_timeout, std::move(cache));
+}
+
+bool Job::holdSteadyLocked(const std::shared_ptr<Session>& session, coordinator::Request& request) {
+  if (!rounds_ || !session) return false;
+  const auto is_local = [this](int rank) GS_REQUIRES(mutex_) { return ranks_.registeredHere(rank); };
+  switch (rounds_->hold(session, request, is_local)) {
+    case SteadyRounds::Hold::kNot:
+      return false;
+    case SteadyRounds::Hold::kReady:
+      execution_->wake();
+      return true;
+    case SteadyRounds::Hold::kHeld:
+      return true;
+  }
+  return false;
+}
+
 void Job::negotiateLocked(coordinator::Request request, RankMessages* to_ranks,
                           std::vector<coordinator::Response>* inline_batch) {
   coordinator::Request minimal;
@@ -362,9 +367,9 @@ void Job::readyLocked(std::vector<coordinator::Response> ready, std::vector<coor
   if (place().runsInline() && !queue_.executing() && !waits &&
       std::all_of(queue_.ready().begin(), queue_.ready().end(), runsInline) && queue_.bytesReady() <= kInlineBytes) {
     *inline_batch = std::move(queue_.next(/*lead=*/false).responses);
-    beginBatchLocked();
+    execution_->beginBatchLocked(*this);
   } else {
-    wakeExecutorLocked();
+    execution_->wake();
   }
 }
 
@@ -466,9 +471,8 @@ void Job::stop(const std::string& reason, bool daemon_stopping) {
     outputs_.stopping();
     failAllLocked(unavailable(reason), &to_ranks);
     refuseJoinersLocked(reason, &to_ranks);
-    wakeExecutorLocked();
   }
-  ready_cv_.notify_all();
+  execution_->wakeAll();
   state_cv_.notify_all();
   flush(&to_ranks);
   if (cross_) cross_->abortTransfers(reason);  // the executor thread is joined next
@@ -477,6 +481,8 @@ void Job::stop(const std::string& reason, bool daemon_stopping) {
     cross_->failedHere("job '" + spec_.job_id + "' stopped on " + limits_.peer_address + ": " + reason, true);
   }
 }
+
+bool Job::decidesTuningLocked() const { return place().decidesTuningLocked(*this); }
 
 int Job::inFlightLocked() const {
   return static_cast<int>(negotiation_.pendingCount() + awaiting_.forwardedCount() + queue_.inFlight());

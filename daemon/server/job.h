@@ -133,7 +133,7 @@ struct JobLimits {
   bool leader_rounds = true;
 };
 
-class Job : private SteadyRounds::Host {
+class Job {
  public:
   Job(JobSpec spec, JobLimits limits, executor::ReducePool* pool);
   ~Job();
@@ -265,53 +265,11 @@ class Job : private SteadyRounds::Host {
   // local rank registered, every node joined), naming who never came.
   void checkFormation(Clock::time_point now);
 
-  void executorLoop();
-  // The executor thread's next batch (queue_.next), begun; nullopt once
-  // the job stops. Waits at most one cycle for more to fuse.
-  std::optional<BatchQueue::Batch> nextBatchLocked(MutexLock& lock) GS_REQUIRES(mutex_);
-  // Across daemons: drives the data plane until a batch is runnable or the
-  // job stops (at once on one node).
-  void driveUntilRunnable() GS_EXCLUDES(mutex_);
-  // The batch queue_ began runs with the sessions, epoch, local ranks and
-  // fusion threshold of now: `fusion_threshold_bytes`, the leader's, or 0
-  // for this daemon's.
-  void beginBatchLocked(uint64_t fusion_threshold_bytes = 0) GS_REQUIRES(mutex_);
-  // The cached steady state across daemons (job_steady_state.cc): the
-  // executor thread takes part in the rounds (SteadyRounds::run) until the
-  // job fails or stops (or returns at once when a daemon does not offer
-  // them); the rest is what the rounds ask of the job (SteadyRounds::Host).
-  void steadyExecutorLoop();
   // A multi-node job that is not elastic: its SteadyRounds (construction).
   void buildSteadyRounds();
-  Look beforeRound(bool leader, Clock::duration hold_limit) override GS_EXCLUDES(mutex_);
-  Led takeLed(bool leader) override GS_EXCLUDES(mutex_);
-  void batchFinished() override GS_EXCLUDES(mutex_);
-  bool runLeaderBatchesUpTo(uint64_t sequence) override GS_EXCLUDES(mutex_);
-  bool runAgreed(const std::vector<uint64_t>& ids, uint64_t fusion_threshold_bytes, uint64_t sequence) override
-      GS_EXCLUDES(mutex_);
-  bool endedByTheJobsFailure(const Status& status) override GS_EXCLUDES(mutex_);
-  void roundsBroke(const Status& status) override GS_EXCLUDES(mutex_);
-  // The job failed while the other daemons may run collectives a round
-  // agreed with this one, which will not run them (its held requests were
-  // failed): every daemon's transfers end with the job's cause, instead of
-  // waiting for this daemon's part until the transfer timeout.
-  void leaveAgreedCollectives() override GS_EXCLUDES(mutex_);
-  void roundsEnded(std::vector<SteadyRounds::Held> left) override GS_EXCLUDES(mutex_);
   // A local request repeating a cached collective is held for the rounds
   // (true: taken).
   bool holdSteadyLocked(const std::shared_ptr<Session>& session, coordinator::Request& request) GS_REQUIRES(mutex_);
-  // Wakes the executor thread (its condition and, in the rounds, its fd).
-  void wakeExecutorLocked() GS_REQUIRES(mutex_);
-  // Runs `batch` (begun: queue_, beginBatchLocked) as batch_ says
-  // (`sequence`: the leader's number, 0 for none).
-  void runBatch(std::vector<coordinator::Response> batch, uint64_t sequence) override;
-  // A fused response of the batch ran (runner_'s hook): its Dones, tuning
-  // and counters.
-  void fusedCompleted(const fusion::FusedResponse& fused, const std::vector<executor::ResponseResult>& results,
-                      Clock::time_point started) GS_EXCLUDES(mutex_);
-  // `started`: when the response's fused batch began executing.
-  void complete(const coordinator::Response& response, const executor::ResponseResult& result,
-                Clock::time_point started, RankMessages* to_ranks) GS_REQUIRES(mutex_);
   // Elastic jobs (job_elastic.cc): fails every collective of the current
   // epoch (retriable), renumbers the survivors in rank order, starts the
   // next epoch and tells each survivor its place.
@@ -354,9 +312,6 @@ class Job : private SteadyRounds::Host {
   // The first commit barrier of the leader's batch admits the waiting
   // joiners (local or reported by followers) when there are any.
   void markAdmissionLocked(std::vector<coordinator::Response>* batch) GS_REQUIRES(mutex_);
-  // What autotune measured or decided, to the local ranks that asked
-  // (RegisterRequest.autotune_log).
-  void tellTuningLocked(const std::vector<autotune::TuningEvent>& events, RankMessages* to_ranks) GS_REQUIRES(mutex_);
   // Followers: joiners whose stream opened are reported to the leader (housekeeping).
   void reportJoiners();
   // Tells every rank its place in the current epoch.
@@ -370,10 +325,11 @@ class Job : private SteadyRounds::Host {
   // admitted): fails it (retriable); true when it did.
   bool refuseStaleEpochLocked(const std::shared_ptr<Session>& session, const v1::Enqueue& enqueue,
                               RankMessages* to_ranks) GS_REQUIRES(mutex_);
-  // A commit barrier completed in the current epoch with joiners waiting:
-  // true (the Dones say so), and the caller admits them.
-  bool admitsJoinersLocked(const coordinator::Response& response, const executor::ResponseResult& result) const
-      GS_REQUIRES(mutex_);
+  // A commit barrier of a batch begun in `batch_epoch` completed in the
+  // current epoch with joiners waiting: true (the Dones say so), and the
+  // caller admits them.
+  bool admitsJoinersLocked(const coordinator::Response& response, const executor::ResponseResult& result,
+                           uint64_t batch_epoch) const GS_REQUIRES(mutex_);
   // A barrier every rank entered through commit() (job_elastic.cc).
   static bool isCommitBarrier(const coordinator::Response& response);
   // Tells the ranks waiting to join that the job will not take them.
@@ -395,11 +351,7 @@ class Job : private SteadyRounds::Host {
 
   const JobSpec spec_;
   const JobLimits limits_;
-  std::unique_ptr<executor::GpuExecutor> gpu_executor_;  // null without GPUs
-  executor::CpuExecutor executor_;
-
   mutable Mutex mutex_;
-  CondVar ready_cv_;
   // The job failed, stopped or changed epoch (ringFailed waits for it).
   CondVar state_cv_;
   // The negotiation, the job's size and process sets, and its stalls (its
@@ -453,19 +405,10 @@ class Job : private SteadyRounds::Host {
   AwaitingLeader awaiting_;
   // The bytes among the daemons (with cross_), or none (one node).
   std::unique_ptr<peer::PeerDataPlane> data_plane_;
-  executor::SingleNodeDataPlane single_node_;
-  // The cached steady state across daemons (job_steady_state.cc; null on
+  // The cached steady state across daemons (null on
   // one node and in elastic jobs): the requests held for the rounds, and the
   // executor thread's part in them. Its lock is taken after mutex_.
   std::unique_ptr<SteadyRounds> rounds_;
-  UniqueFd wake_fd_;  // eventfd: wakes the executor thread where it drives the data plane
-
-  // The job as the batch being executed began: its sessions, epoch, fusion
-  // threshold (this daemon's, or the leader's that came with the batch) and
-  // this node's ranks (the thread running the batch only).
-  BatchContext batch_;
-  // Runs the batches: the executors' view of the job (RankAccess).
-  std::unique_ptr<BatchRunner> runner_;
   // What a rank's loss leaves to do once mutex_ is released
   // (removeSession).
   struct RankLoss {
@@ -495,7 +438,10 @@ class Job : private SteadyRounds::Host {
   const std::unique_ptr<const Place> one_node_;
   const std::unique_ptr<const Place> leading_;
   const std::unique_ptr<const Place> following_;
-  std::thread executor_thread_;
+  // The executors, the batch being run and the thread that runs them
+  // (job_execution.h); built last, its thread joined first.
+  class Execution;
+  std::unique_ptr<Execution> execution_;
 };
 
 }  // namespace gradsync::server

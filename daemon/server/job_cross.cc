@@ -8,6 +8,7 @@
 #include "daemon/coordinator/request_wire.h"
 #include "daemon/server/enqueue_validation.h"
 #include "daemon/server/job.h"
+#include "daemon/server/job_execution.h"
 
 namespace gradsync::server {
 
@@ -118,7 +119,7 @@ void Job::onRemoteBatch(std::vector<coordinator::Response> batch, uint64_t seque
   // it at once, and its enqueue is checked here.
   negotiation_.publish(batch, /*from_leader=*/true);
   queue_.addRemote({std::move(batch), sequence, fusion_threshold_bytes});
-  wakeExecutorLocked();
+  execution_->wake();
 }
 
 void Job::failJob(const peer::CrossNode::Failure& failure, bool detected_here) {
@@ -148,7 +149,7 @@ void Job::failJob(const peer::CrossNode::Failure& failure, bool detected_here) {
     // run any more. A rank that left elsewhere only ends what waits for it.
     failAllLocked(aborted(named), &to_ranks, /*keep_negotiated=*/!node_lost);
     if (spec_.elastic) refuseAllLocked(failure_, &to_ranks);
-    wakeExecutorLocked();
+    execution_->wake();
   }
   state_cv_.notify_all();
   // Transfers with a lost node would otherwise wait for the transfer
@@ -174,10 +175,11 @@ void Job::localPartFailed(const Status& cause) {
       // would wait until their transfers' timeout.
       GS_LOG(executor, warn, "job '{}': this node's part failed on host {}: {}", spec_.job_id, limits_.hostname,
              cause.message());
-      state_cv_.wait_for(
-          lock, std::chrono::milliseconds(peer::CrossNode::kSilenceLimitMs + 1000),
-          [&]() GS_REQUIRES(mutex_) { return stopping_ || !failure_.empty() || epochs_.current() != batch_.epoch; });
-      if (stopping_ || epochs_.current() != batch_.epoch) return;
+      state_cv_.wait_for(lock, std::chrono::milliseconds(peer::CrossNode::kSilenceLimitMs + 1000),
+                         [&]() GS_REQUIRES(mutex_) {
+                           return stopping_ || !failure_.empty() || epochs_.current() != execution_->batchEpoch();
+                         });
+      if (stopping_ || epochs_.current() != execution_->batchEpoch()) return;
     }
     failure = failure_;
   }
@@ -196,7 +198,7 @@ Status Job::ringFailed(const Status& status) {
   // the silence limit to start the next epoch; an election of a new leader
   // (failover), once under way, up to its voting limit.
   const auto settled = [&]() GS_REQUIRES(mutex_) {
-    return !failure_.empty() || stopping_ || epochs_.current() != batch_.epoch;
+    return !failure_.empty() || stopping_ || epochs_.current() != execution_->batchEpoch();
   };
   const auto waitSettled = [&](std::chrono::milliseconds grace) GS_EXCLUDES(mutex_) {
     MutexLock lock(mutex_);
@@ -210,9 +212,9 @@ Status Job::ringFailed(const Status& status) {
   std::string cause;
   {
     MutexLock lock(mutex_);
-    if (spec_.elastic && failure_.empty() && !stopping_ && epochs_.current() != batch_.epoch) {
+    if (spec_.elastic && failure_.empty() && !stopping_ && epochs_.current() != execution_->batchEpoch()) {
       return aborted("job '" + spec_.job_id + "': the membership changed during the collective (epoch " +
-                     std::to_string(batch_.epoch) + " -> " + std::to_string(epochs_.current()) +
+                     std::to_string(execution_->batchEpoch()) + " -> " + std::to_string(epochs_.current()) +
                      "): " + epochs_.lastCause());
     }
     cause = failure_;

@@ -39,8 +39,9 @@ bool Job::isCommitBarrier(const coordinator::Response& response) {
                      [](const auto& request) { return request && request->commit; });
 }
 
-bool Job::admitsJoinersLocked(const coordinator::Response& response, const executor::ResponseResult& result) const {
-  if (!spec_.elastic || !result.status.isOk() || batch_.epoch != epochs_.current() || !failure_.empty() || stopping_) {
+bool Job::admitsJoinersLocked(const coordinator::Response& response, const executor::ResponseResult& result,
+                              uint64_t batch_epoch) const {
+  if (!spec_.elastic || !result.status.isOk() || batch_epoch != epochs_.current() || !failure_.empty() || stopping_) {
     return false;
   }
   return place().admitsJoinersLocked(*this, response);
