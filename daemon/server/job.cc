@@ -2,6 +2,7 @@
 #include "daemon/server/job.h"
 #include "daemon/coordinator/request_wire.h"
 #include "daemon/server/done_messages.h"
+#include "daemon/server/job_elastic.h"
 #include "daemon/server/job_execution.h"
 #include "daemon/server/job_place.h"
 
@@ -61,7 +62,8 @@ Job::Job(JobSpec spec, JobLimits limits, executor::ReducePool* pool)
       formation_({spec_.job_id, spec_.size, spec_.local_size, limits_.join_timeout, limits_.hostname}),
       one_node_(std::make_unique<OneNode>()),
       leading_(std::make_unique<Leading>()),
-      following_(std::make_unique<Following>()) {
+      following_(std::make_unique<Following>()),
+      elastic_(std::make_unique<Elastic>(*this)) {
   if (spec_.local_size < spec_.size) buildCrossNode();
   execution_ = std::make_unique<Execution>(*this, pool, data_plane_.get());
   execution_->start();
@@ -98,9 +100,9 @@ void Job::buildCrossNode() {
   };
   if (spec_.elastic) {
     hooks.on_ranks_lost = [this](const std::vector<int>& ranks, uint64_t epoch, const std::string& cause) {
-      crossRanksLost(ranks, epoch, cause);
+      elastic_->ranksLost(ranks, epoch, cause);
     };
-    hooks.on_new_epoch = [this](const v1::NewEpoch& change) { onNewEpoch(change); };
+    hooks.on_new_epoch = [this](const v1::NewEpoch& change) { elastic_->newEpoch(change); };
   }
   hooks.on_remote_request = [this](int rank, const v1::Enqueue& enqueue, uint64_t epoch) {
     submitRemote(rank, enqueue, epoch);
@@ -198,10 +200,11 @@ bool Job::removeSession(const Session& session, const std::string& cause, bool c
     // that is this rank's loss.
     const std::string who = session.describe();
     outputs_.sessionLeft(session.id(), failure_.compare(0, who.size(), who) == 0 ? failure_ : who + " left the job");
-    if (!failure_.empty()) refuseJoinersLocked(failure_, &loss.to_ranks);
+    if (!failure_.empty()) elastic_->refuseJoinersLocked(*this, failure_, &loss.to_ranks);
     // A follower's joiners wait for the leader's epoch (which admits those
     // reported, or removes the node and so fails them).
-    if (ranks_.count() == 0 && !loss.report) refuseJoinersLocked("every rank of the job left", &loss.to_ranks);
+    if (ranks_.count() == 0 && !loss.report)
+      elastic_->refuseJoinersLocked(*this, "every rank of the job left", &loss.to_ranks);
     loss.empty = ranks_.empty();
     // What the other nodes hear: the job's first failure (a rank leaving a
     // job that failed already is no news, and must not be announced first).
@@ -274,7 +277,7 @@ void Job::submit(const std::shared_ptr<Session>& session, const v1::Enqueue& enq
     } else if (!failure_.empty() || stopping_) {
       failRequestLocked(
           *request, aborted("job '" + spec_.job_id + "': " + (failure_.empty() ? stop_reason_ : failure_)), &to_ranks);
-    } else if (!refuseStaleEpochLocked(session, enqueue, &to_ranks)) {
+    } else if (!elastic_->refuseStaleEpochLocked(*this, session, enqueue, &to_ranks)) {
       request->rank = session->rank();  // renumbered under this lock
       request->received = Clock::now();
       submitToCoordinator(session, std::move(request).value(), &to_ranks, &inline_batch);
@@ -420,17 +423,7 @@ void Job::flush(RankMessages* to_ranks) {
 void Job::housekeeping(Clock::time_point now) {
   if (cross_) cross_->tick(now);
   checkFormation(now);
-  if (spec_.elastic && cross_) reportJoiners();
-  if (spec_.elastic) {
-    RankMessages to_ranks;
-    std::string failure;
-    {
-      MutexLock lock(mutex_);
-      failure = fillEpochLocked(now, &to_ranks);
-    }
-    flush(&to_ranks);
-    if (!failure.empty()) failJob(failure, /*node_lost=*/false);
-  }
+  elastic_->housekeeping(now);
   checkStalls(now);
 }
 
@@ -470,7 +463,7 @@ void Job::stop(const std::string& reason, bool daemon_stopping) {
     stop_reason_ = reason;
     outputs_.stopping();
     failAllLocked(unavailable(reason), &to_ranks);
-    refuseJoinersLocked(reason, &to_ranks);
+    elastic_->refuseJoinersLocked(*this, reason, &to_ranks);
   }
   execution_->wakeAll();
   state_cv_.notify_all();
@@ -481,6 +474,10 @@ void Job::stop(const std::string& reason, bool daemon_stopping) {
     cross_->failedHere("job '" + spec_.job_id + "' stopped on " + limits_.peer_address + ": " + reason, true);
   }
 }
+
+Status Job::addJoiner(std::shared_ptr<Session> session) { return elastic_->addJoiner(std::move(session)); }
+
+std::vector<std::shared_ptr<Session>> Job::stoppedRanks(Clock::time_point now) { return elastic_->stoppedRanks(now); }
 
 bool Job::decidesTuningLocked() const { return place().decidesTuningLocked(*this); }
 

@@ -44,7 +44,6 @@
 #include "daemon/server/output_grants.h"
 #include "daemon/server/session.h"
 #include "daemon/server/steady_rounds.h"
-#include "daemon/server/stopped_ranks.h"
 #include "daemon/timeline/timeline.h"
 #include "proto/gradsync/v1/admin.pb.h"
 
@@ -199,6 +198,7 @@ class Job {
   // (flush).
   using RankMessages = std::vector<std::pair<std::shared_ptr<Session>, v1::DaemonMessage>>;
   using SessionSnapshot = std::map<int, std::shared_ptr<Session>>;
+  using Admitted = JobRanks::Admitted;
 
   // What validateEnqueue needs to check a request of `rank` (`remote`: a
   // rank on another node, whose range that node checked).
@@ -270,72 +270,6 @@ class Job {
   // A local request repeating a cached collective is held for the rounds
   // (true: taken).
   bool holdSteadyLocked(const std::shared_ptr<Session>& session, coordinator::Request& request) GS_REQUIRES(mutex_);
-  // Elastic jobs (job_elastic.cc): fails every collective of the current
-  // epoch (retriable), renumbers the survivors in rank order, starts the
-  // next epoch and tells each survivor its place.
-  // `admit`: the waiting joiners become ranks too, after the survivors.
-  // `announce` false: the new epoch forms below min_size and is announced
-  // once joiners fill it (housekeeping), or fails after elastic_timeout.
-  void changeEpochLocked(const std::string& cause, RankMessages* to_ranks, bool admit = false, bool announce = true)
-      GS_REQUIRES(mutex_);
-  // Moves to epoch `next` with `survivors` (ranks of the current epoch, in
-  // order: a survivor's new rank is its index): fails what is in flight
-  // (retriable), renumbers the local sessions (a local session left out is
-  // refused), records the change and, with `announce`, tells each local
-  // rank its place.
-  // `admitted`: joiners of this node becoming ranks (numbered after the
-  // survivors); `size_after`: the job's new size (all nodes).
-  using Admitted = JobRanks::Admitted;
-  void enterEpochLocked(uint64_t next, const std::vector<int>& survivors, const Admitted& admitted, int size_after,
-                        int size_before, const std::string& cause, RankMessages* to_ranks, bool announce)
-      GS_REQUIRES(mutex_);
-  // Elastic jobs across daemons (job_elastic_cross.cc). Leader: `ranks` of
-  // `epoch` were lost (a hook of the CrossNode, or a local rank); starts the
-  // next epoch everywhere, or fails the job when it cannot go on.
-  void crossRanksLost(const std::vector<int>& ranks, uint64_t epoch, const std::string& cause);
-  // Leader: the next epoch without `ranks`. Returns why the
-  // job cannot go on (empty when it does; the caller then fails it).
-  std::string leadEpochLocked(const std::vector<int>& ranks, uint64_t epoch, const std::string& cause,
-                              RankMessages* to_ranks) GS_REQUIRES(mutex_);
-  // Follower: the leader's new epoch.
-  void onNewEpoch(const v1::NewEpoch& change);
-  // Applies the leader's `change` here. Returns the ranks
-  // admitted for joiners of this node that have left meanwhile.
-  std::vector<int> applyNewEpochLocked(const v1::NewEpoch& change, RankMessages* to_ranks) GS_REQUIRES(mutex_);
-  // Leader: a commit barrier that admits joiners completed (or the epoch
-  // waits below the minimum and joiners came); the next epoch takes them
-  // in on every node. `when` ends the cause ("at the commit 'x'").
-  void admitAcrossLocked(const std::string& when, RankMessages* to_ranks) GS_REQUIRES(mutex_);
-  // Leader: a joiner waits to be admitted, here (stream open) or reported
-  // by a follower.
-  bool joinersWaitingLocked() const GS_REQUIRES(mutex_);
-  // The first commit barrier of the leader's batch admits the waiting
-  // joiners (local or reported by followers) when there are any.
-  void markAdmissionLocked(std::vector<coordinator::Response>* batch) GS_REQUIRES(mutex_);
-  // Followers: joiners whose stream opened are reported to the leader (housekeeping).
-  void reportJoiners();
-  // Tells every rank its place in the current epoch.
-  void announceEpochLocked(const std::string& cause, RankMessages* to_ranks) GS_REQUIRES(mutex_);
-  // Below min_size: admits joiners whose stream is open; announces the
-  // epoch once it is full, or fails the job after elastic_timeout. Across
-  // daemons the leader does (Leading::fillEpochLocked), and the failure it
-  // returns is for the caller to announce (failJob).
-  std::string fillEpochLocked(Clock::time_point now, RankMessages* to_ranks) GS_REQUIRES(mutex_);
-  // An elastic rank's enqueue of another epoch (or of a joiner not yet
-  // admitted): fails it (retriable); true when it did.
-  bool refuseStaleEpochLocked(const std::shared_ptr<Session>& session, const v1::Enqueue& enqueue,
-                              RankMessages* to_ranks) GS_REQUIRES(mutex_);
-  // A commit barrier of a batch begun in `batch_epoch` completed in the
-  // current epoch with joiners waiting: true (the Dones say so), and the
-  // caller admits them.
-  bool admitsJoinersLocked(const coordinator::Response& response, const executor::ResponseResult& result,
-                           uint64_t batch_epoch) const GS_REQUIRES(mutex_);
-  // A barrier every rank entered through commit() (job_elastic.cc).
-  static bool isCommitBarrier(const coordinator::Response& response);
-  // Tells the ranks waiting to join that the job will not take them.
-  void refuseJoinersLocked(const std::string& cause, RankMessages* to_ranks) GS_REQUIRES(mutex_);
-  // The same, and the ranks (which may wait in rejoin) that the job failed.
-  void refuseAllLocked(const std::string& cause, RankMessages* to_ranks) GS_REQUIRES(mutex_);
   // Fails `request` with `status`, queueing its Done in `to_ranks`.
   // `membership_changed`: the Done says the failure is retriable.
   void failRequestLocked(const coordinator::Request& request, const Status& status, RankMessages* to_ranks,
@@ -390,10 +324,9 @@ class Job {
   // Whether this daemon decides them: one daemon, or the leader across daemons.
   bool decidesTuningLocked() const GS_REQUIRES(mutex_);
 
-  // Elastic state: the epochs (across daemons, an ending epoch makes what
-  // fails meanwhile retriable), and the local ranks seen stopped.
+  // The epochs (across daemons, an ending epoch makes what fails meanwhile
+  // retriable); a job that is not elastic stays in its first.
   EpochLog epochs_ GS_GUARDED_BY(mutex_);
-  StoppedRanks stopped_{kStoppedRankLimit};
 
   // Multi-node state.
   std::unique_ptr<peer::CrossNode> cross_;
@@ -438,6 +371,9 @@ class Job {
   const std::unique_ptr<const Place> one_node_;
   const std::unique_ptr<const Place> leading_;
   const std::unique_ptr<const Place> following_;
+  // The elastic side: epochs and joiners (job_elastic.h).
+  class Elastic;
+  const std::unique_ptr<Elastic> elastic_;
   // The executors, the batch being run and the thread that runs them
   // (job_execution.h); built last, its thread joined first.
   class Execution;

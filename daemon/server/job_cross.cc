@@ -8,6 +8,7 @@
 #include "daemon/coordinator/request_wire.h"
 #include "daemon/server/enqueue_validation.h"
 #include "daemon/server/job.h"
+#include "daemon/server/job_elastic.h"
 #include "daemon/server/job_execution.h"
 
 namespace gradsync::server {
@@ -148,7 +149,7 @@ void Job::failJob(const peer::CrossNode::Failure& failure, bool detected_here) {
     // A lost node (or data plane) also ends what was negotiated: it cannot
     // run any more. A rank that left elsewhere only ends what waits for it.
     failAllLocked(aborted(named), &to_ranks, /*keep_negotiated=*/!node_lost);
-    if (spec_.elastic) refuseAllLocked(failure_, &to_ranks);
+    if (spec_.elastic) elastic_->refuseAllLocked(*this, failure_, &to_ranks);
     execution_->wake();
   }
   state_cv_.notify_all();

@@ -9,6 +9,7 @@
 #include "daemon/common/logging.h"
 #include "daemon/peer/fast_rounds.h"
 #include "daemon/server/done_messages.h"
+#include "daemon/server/job_elastic.h"
 #include "daemon/server/job_place.h"
 
 namespace gradsync::server {
@@ -99,7 +100,7 @@ std::optional<BatchQueue::Batch> Job::Execution::nextBatchLocked(MutexLock& lock
   BatchQueue::Batch next = job_.queue_.next(/*lead=*/job_.cross_ != nullptr);
   beginBatchLocked(job_, next.fusion_threshold_bytes);
   job_.awaiting_.batchStarts(next.responses);
-  if (next.lead) job_.markAdmissionLocked(&next.responses);
+  if (next.lead) job_.elastic_->markAdmissionLocked(job_, &next.responses);
   return next;
 }
 
@@ -330,10 +331,10 @@ void Job::Execution::tellTuningLocked(const std::vector<autotune::TuningEvent>& 
 void Job::Execution::completeLocked(const coordinator::Response& response, const executor::ResponseResult& result,
                                     Clock::time_point started, RankMessages* to_ranks) {
   const auto now = Clock::now();
-  const bool admit = job_.admitsJoinersLocked(response, result, batch_.epoch);
+  const bool admit = job_.elastic_->admitsJoinersLocked(job_, response, result, batch_.epoch);
   if (result.status.isOk()) {
     job_.stats_.collectiveDone();
-    if (job_.spec_.elastic && isCommitBarrier(response)) job_.epochs_.countCommit();
+    if (job_.spec_.elastic && Elastic::isCommitBarrier(response)) job_.epochs_.countCommit();
   } else {
     job_.stats_.failed(result.status.code(), result.status.message());
   }

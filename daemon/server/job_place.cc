@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "daemon/server/job_place.h"
+#include "daemon/server/job_elastic.h"
 
 #include "daemon/common/logging.h"
 #include "daemon/coordinator/request_wire.h"
@@ -17,14 +18,14 @@ bool Job::OneNode::elasticRankLostLocked(Job& job, const Session&, const std::st
   if (job.ranks_.count() == 0) return false;
   // Below min_size the new epoch waits for new ranks (housekeeping).
   const bool full = job.ranks_.count() >= job.spec_.min_size;
-  job.changeEpochLocked(what, &loss->to_ranks, /*admit=*/false, /*announce=*/full);
+  job.elastic_->changeEpochLocked(job, what, &loss->to_ranks, /*admit=*/false, /*announce=*/full);
   if (!full) job.epochs_.waitBelowMinimum(Clock::now());
   return true;
 }
 
 void Job::OneNode::commitAdmittedLocked(Job& job, const std::string& commit, RankMessages* to_ranks) const {
-  job.changeEpochLocked(
-      "admitted " + std::to_string(job.ranks_.readyJoinerCount()) + " new ranks at the commit '" + commit + "'",
+  job.elastic_->changeEpochLocked(
+      job, "admitted " + std::to_string(job.ranks_.readyJoinerCount()) + " new ranks at the commit '" + commit + "'",
       to_ranks, /*admit=*/true);  // admits the same joiners: both under the job's lock
 }
 
@@ -40,19 +41,19 @@ std::string Job::OneNode::fillEpochLocked(Job& job, Clock::time_point now, RankM
     job.epochs_.filled();
     GS_LOG(control, warn, "job '{}': epoch {} has {} ranks again (minimum {}): it goes on", id, job.epochs_.current(),
            size, job.spec_.min_size);
-    job.announceEpochLocked(job.epochs_.lastCause(), to_ranks);
+    job.elastic_->announceEpochLocked(job, job.epochs_.lastCause(), to_ranks);
     return "";
   }
   if (!job.epochs_.belowMinimumFor(job.spec_.elastic_timeout, now)) return "";
   job.failLocked(job.epochs_.belowMinimumFailure(job.spec_.min_size, job.negotiation_.size(), now));
   GS_LOG(control, warn, "job '{}' failed: {}", id, job.failure_);
   job.failAllLocked(aborted("job '" + id + "': " + job.failure_), to_ranks);
-  job.refuseAllLocked(job.failure_, to_ranks);
+  job.elastic_->refuseAllLocked(job, job.failure_, to_ranks);
   return "";
 }
 
 bool Job::OneNode::admitsJoinersLocked(const Job& job, const coordinator::Response& response) const {
-  return job.ranks_.readyJoinerCount() > 0 && isCommitBarrier(response);
+  return job.ranks_.readyJoinerCount() > 0 && Elastic::isCommitBarrier(response);
 }
 
 // --- The leader of a job across daemons: negotiates for every node and
@@ -75,18 +76,19 @@ bool Job::Leading::decidesTuningLocked(const Job& job) const { return job.awaiti
 
 bool Job::Leading::elasticRankLostLocked(Job& job, const Session& session, const std::string& what,
                                          RankLoss* loss) const {
-  loss->cross_failure = job.leadEpochLocked({session.rank()}, job.epochs_.current(), what, &loss->to_ranks);
+  loss->cross_failure =
+      job.elastic_->leadEpochLocked(job, {session.rank()}, job.epochs_.current(), what, &loss->to_ranks);
   return true;
 }
 
 void Job::Leading::commitAdmittedLocked(Job& job, const std::string& commit, RankMessages* to_ranks) const {
-  job.admitAcrossLocked("at the commit '" + commit + "'", to_ranks);
+  job.elastic_->admitAcrossLocked(job, "at the commit '" + commit + "'", to_ranks);
 }
 
 std::string Job::Leading::fillEpochLocked(Job& job, Clock::time_point now, RankMessages* to_ranks) const {
-  if (job.joinersWaitingLocked()) {
-    job.admitAcrossLocked("while the job was below its minimum of " + std::to_string(job.spec_.min_size) + " ranks",
-                          to_ranks);
+  if (job.elastic_->joinersWaitingLocked(job)) {
+    job.elastic_->admitAcrossLocked(
+        job, "while the job was below its minimum of " + std::to_string(job.spec_.min_size) + " ranks", to_ranks);
     return "";
   }
   if (!job.epochs_.belowMinimumFor(job.spec_.elastic_timeout, now)) return "";
