@@ -2,6 +2,7 @@
 #include "daemon/server/job.h"
 #include "daemon/coordinator/request_wire.h"
 #include "daemon/server/done_messages.h"
+#include "daemon/server/job_across_daemons.h"
 #include "daemon/server/job_elastic.h"
 #include "daemon/server/job_execution.h"
 #include "daemon/server/job_place.h"
@@ -64,74 +65,21 @@ Job::Job(JobSpec spec, JobLimits limits, executor::ReducePool* pool)
       leading_(std::make_unique<Leading>()),
       following_(std::make_unique<Following>()),
       elastic_(std::make_unique<Elastic>(*this)) {
-  if (spec_.local_size < spec_.size) buildCrossNode();
-  execution_ = std::make_unique<Execution>(*this, pool, data_plane_.get());
-  execution_->start();
-}
-
-void Job::buildCrossNode() {
-  peer::CrossNodeOptions options{spec_.job_id,
-                                 spec_.token,
-                                 spec_.size,
-                                 spec_.process_sets,
-                                 limits_.peer_address,
-                                 spec_.leader_address,
-                                 limits_.hostname,
-                                 limits_.join_timeout,
-                                 limits_.peer_credentials,
-                                 limits_.response_cache_capacity,
-                                 limits_.gpus ? limits_.gpus->count() : 0,
-                                 limits_.gpus != nullptr && limits_.nccl != nullptr && limits_.nccl_between_daemons,
-                                 nullptr,
-                                 limits_.data_plane};
-  if (limits_.nccl) options.make_nccl_id = [nccl = limits_.nccl] { return nccl->uniqueId(); };
-  options.elastic = spec_.elastic;
-  options.failover = spec_.elastic && limits_.leader_failover;
-  options.min_size = spec_.min_size;
-  options.topology = limits_.topology;
-  options.membership_part_bytes = limits_.membership_part_bytes;
-  options.steady_state_rounds = limits_.steady_state_rounds && !spec_.elastic;
-  options.link_cost = limits_.link_cost;
-  options.leader_rounds = limits_.leader_rounds && !spec_.elastic;
-  peer::CrossNode::Hooks hooks;
-  hooks.on_batch = [this](std::vector<coordinator::Response> batch, uint64_t sequence, uint64_t epoch,
-                          uint64_t fusion_threshold_bytes) {
-    onRemoteBatch(std::move(batch), sequence, epoch, fusion_threshold_bytes);
-  };
-  if (spec_.elastic) {
-    hooks.on_ranks_lost = [this](const std::vector<int>& ranks, uint64_t epoch, const std::string& cause) {
-      elastic_->ranksLost(ranks, epoch, cause);
-    };
-    hooks.on_new_epoch = [this](const v1::NewEpoch& change) { elastic_->newEpoch(change); };
+  peer::PeerDataPlane* peer_plane = nullptr;
+  if (spec_.local_size < spec_.size) {
+    across_ = std::make_unique<AcrossDaemons>(*this);
+    cross_ = across_->makeNode();
+    if ((limits_.steady_state_rounds || limits_.leader_rounds) && !spec_.elastic) buildSteadyRounds();
+    peer_plane = across_->makeDataPlane(*cross_);
   }
-  hooks.on_remote_request = [this](int rank, const v1::Enqueue& enqueue, uint64_t epoch) {
-    submitRemote(rank, enqueue, epoch);
-  };
-  hooks.on_remote_repeats = [this](std::vector<coordinator::Repeat> repeats, uint64_t epoch) {
-    submitRemoteRepeats(std::move(repeats), epoch);
-  };
-  hooks.on_failure = [this](const peer::CrossNode::Failure& failure) { peerFailed(failure); };
-  cross_ = std::make_unique<peer::CrossNode>(std::move(options), std::move(hooks));
-  if ((limits_.steady_state_rounds || limits_.leader_rounds) && !spec_.elastic) buildSteadyRounds();
-
-  peer::PeerDataPlane::Hooks plane_hooks;
-  plane_hooks.failed = [this](const Status& status) { return ringFailed(status); };
-  plane_hooks.phase = [this](const char* name, bool begin) { execution_->phase(name, begin); };
-  plane_hooks.measured = [job_id = spec_.job_id](size_t nodes, const collective::LinkCost& cost) {
-    GS_LOG(executor, info,
-           "job '{}': measured the links among {} daemons: latency {:.1f} us, {:.1f} us per message, {:.2f} GB/s; "
-           "allreduces among them chosen by it",
-           job_id, nodes, cost.latency_us, cost.message_us, 1e-3 / cost.byte_us);
-  };
-  plane_hooks.abandoned = [this](const Status& cause) { localPartFailed(cause); };
-  data_plane_ =
-      std::make_unique<peer::PeerDataPlane>(&cross_->endpoints(), limits_.transfer_timeout, std::move(plane_hooks));
+  execution_ = std::make_unique<Execution>(*this, pool, peer_plane);
+  execution_->start();
 }
 
 Job::~Job() {
   stop("job '" + spec_.job_id + "' removed");
   execution_->join();
-  data_plane_.reset();
+  if (across_) across_->closeDataPlane();
   cross_.reset();  // before the members its hooks use
 }
 
@@ -452,6 +400,43 @@ void Job::checkStalls(Clock::time_point now) {
   flush(&to_ranks);
 }
 
+void Job::failJob(const peer::CrossNode::Failure& failure, bool detected_here) {
+  const std::string& cause = failure.cause;
+  const bool node_lost = failure.node_lost;
+  RankMessages to_ranks;
+  std::string bare;
+  {
+    MutexLock lock(mutex_);
+    if (stopping_) return;
+    if (!failure_.empty() && !node_lost) return;
+    if (failure_.empty()) {
+      failLocked(cause);
+      GS_LOG(control, warn, "job '{}' failed: {}{}", spec_.job_id, failure_,
+             failure.heard_from.empty() ? "" : " (heard from " + failure.heard_from + ")");
+    }
+    const std::string job = "job '" + spec_.job_id + "': ";
+    const std::string named = cause.rfind(job, 0) == 0 ? cause : job + cause;
+    bare = named.substr(job.size());  // (the transfers' errors add the job)
+    // The other nodes hear the cause before any collective fails with it
+    // (the leader's errors for their requests go on the same streams):
+    // their ranks, told the error, may exit at once, and that exit must
+    // not become the job's cause there. What the peer side handed over it
+    // told them already.
+    if (cross_ && detected_here) cross_->failedHere(named, node_lost);
+    // A lost node (or data plane) also ends what was negotiated: it cannot
+    // run any more. A rank that left elsewhere only ends what waits for it.
+    failAllLocked(aborted(named), &to_ranks, /*keep_negotiated=*/!node_lost);
+    if (spec_.elastic) elastic_->refuseAllLocked(*this, failure_, &to_ranks);
+    execution_->wake();
+  }
+  state_cv_.notify_all();
+  // Transfers with a lost node would otherwise wait for the transfer
+  // timeout. The local ranks hear last: they may exit at once, closing
+  // this node's part of the ring.
+  if (cross_ && node_lost) cross_->abortTransfers(bare);
+  flush(&to_ranks);
+}
+
 void Job::stop(const std::string& reason, bool daemon_stopping) {
   RankMessages to_ranks;
   {
@@ -476,6 +461,10 @@ void Job::stop(const std::string& reason, bool daemon_stopping) {
 }
 
 Status Job::addJoiner(std::shared_ptr<Session> session) { return elastic_->addJoiner(std::move(session)); }
+
+void Job::startCrossNodeIfComplete() {
+  if (across_) across_->startIfComplete();
+}
 
 std::vector<std::shared_ptr<Session>> Job::stoppedRanks(Clock::time_point now) { return elastic_->stoppedRanks(now); }
 
@@ -517,12 +506,6 @@ void Job::describeRanksLocked(v1::JobInfo* info) const {
   }
 }
 
-void Job::describeAcrossDaemonsLocked(v1::JobInfo* info) const {
-  cross_->describe(info, Clock::now(), data_plane_->busySeconds());
-  data_plane_->describe(info);
-  if (rounds_) rounds_->describe(info);
-}
-
 v1::JobInfo Job::info() const {
   MutexLock lock(mutex_);
   v1::JobInfo info;
@@ -543,7 +526,7 @@ v1::JobInfo Job::info() const {
     for (const auto& change : epochs_.history()) *info.add_history() = change;
   }
   negotiation_.describeProcessSets(&info);
-  if (cross_) describeAcrossDaemonsLocked(&info);
+  if (across_) across_->describe(&info);
   return info;
 }
 

@@ -191,9 +191,8 @@ class Job {
   class Leading;
   class Following;
   const Place& place() const;
-  // info()'s parts: each local rank, and what the job does across daemons.
+  // info()'s part for each local rank.
   void describeRanksLocked(v1::JobInfo* info) const GS_REQUIRES(mutex_);
-  void describeAcrossDaemonsLocked(v1::JobInfo* info) const GS_REQUIRES(mutex_);
   // Messages to local ranks, gathered under the lock and sent after it
   // (flush).
   using RankMessages = std::vector<std::pair<std::shared_ptr<Session>, v1::DaemonMessage>>;
@@ -204,12 +203,9 @@ class Job {
   // rank on another node, whose range that node checked).
   EnqueueContext enqueueContext(int rank, const handoff::ShmArena* arena, bool remote = false) const;
 
-  // A multi-node job's CrossNode (with its hooks into this job), data plane
-  // and executor wake-up fd (construction).
-  void buildCrossNode();
-
-  // Multi-node plumbing (job_cross.cc).
-  // `steady` false: not held for the rounds (it was, too long).
+  // A request into the negotiation: held until the node's role is known,
+  // held for the steady-state rounds, or submitted where this node's place
+  // says. `steady` false: not held for the rounds (it was, too long).
   void submitToCoordinator(const std::shared_ptr<Session>& session, coordinator::Request request,
                            RankMessages* to_ranks, std::vector<coordinator::Response>* inline_batch, bool steady = true)
       GS_REQUIRES(mutex_);
@@ -218,49 +214,19 @@ class Job {
   // the executor thread.
   void negotiateLocked(coordinator::Request request, RankMessages* to_ranks,
                        std::vector<coordinator::Response>* inline_batch) GS_REQUIRES(mutex_);
-  // A follower's rank's request of `epoch`; one of an epoch that ended
-  // while it was on its way is dropped (its follower fails it).
-  void submitRemote(int rank, const v1::Enqueue& enqueue, uint64_t epoch);
-  // The same for requests by cache id: ranks repeating requests the
-  // leader checked when first negotiated. A follower's message of them is
-  // admitted under one lock.
-  void submitRemoteRepeats(std::vector<coordinator::Repeat> repeats, uint64_t epoch);
-  // `request` (or why it was refused; `enqueue` names it then) into the
-  // negotiation, unless its epoch ended or its rank is not another node's.
-  void admitRemoteLocked(int rank, StatusOr<coordinator::Request> request, const v1::Enqueue* enqueue, uint64_t epoch,
-                         RankMessages* to_ranks) GS_REQUIRES(mutex_);
-  // The same for the ranks of `repeat`.
-  void admitRepeatLocked(coordinator::Repeat repeat, uint64_t epoch, RankMessages* to_ranks) GS_REQUIRES(mutex_);
-  // Whether a follower's request of `rank` may be negotiated here (a rank
-  // of this node's is not: warned of).
-  bool isOtherNodesRankLocked(int rank) const GS_REQUIRES(mutex_);
   // Responses the negotiation made ready: queued, and run inline (small,
   // on one daemon, nothing executing) or handed to the executor thread.
   void readyLocked(std::vector<coordinator::Response> ready, std::vector<coordinator::Response>* inline_batch)
       GS_REQUIRES(mutex_);
-  void onRemoteBatch(std::vector<coordinator::Response> batch, uint64_t sequence, uint64_t epoch,
-                     uint64_t fusion_threshold_bytes);
   // A failure this node's job detected: the other nodes hear of it
   // (CrossNode::failedHere), then the job fails here (its waiting work,
   // and with a lost node what was negotiated, and the transfers). Once; a
   // lost node after a departed rank is news again.
   void failJob(const std::string& cause, bool node_lost) { failJob({cause, node_lost, ""}, /*detected_here=*/true); }
-  // The peer side's failure (Hooks::on_failure), which the other nodes
-  // were told of already: the job fails here and tells no one.
-  void peerFailed(const peer::CrossNode::Failure& failure) { failJob(failure, /*detected_here=*/false); }
+  // The same; `detected_here` false: the peer side's failure
+  // (Hooks::on_failure), which the other nodes were told of already: the
+  // job fails here and tells no one.
   void failJob(const peer::CrossNode::Failure& failure, bool detected_here);
-  // This node's part of a collective across daemons failed before or
-  // without its transfers (`cause`, named by batch and response): a job
-  // that is not elastic fails by name on every daemon at once (its peers
-  // would otherwise wait in those transfers until their timeout); in an
-  // elastic job the new epoch that a lost rank starts ends their waits, and
-  // where none starts within the silence limit (its ranks stay), the job
-  // fails as a job that is not elastic does.
-  void localPartFailed(const Status& cause) GS_EXCLUDES(mutex_);
-  // A cross-node transfer failed with `status`: fails the job (node lost)
-  // and returns the error led by the job's earlier failure, if any (the
-  // likely reason the other node left the ring).
-  Status ringFailed(const Status& status);
   // Fails the job once the join timeout passed before it formed (every
   // local rank registered, every node joined), naming who never came.
   void checkFormation(Clock::time_point now);
@@ -336,8 +302,10 @@ class Job {
   // The local requests not in this daemon's negotiation: before the
   // node's role is known, and a follower's at the leader.
   AwaitingLeader awaiting_;
-  // The bytes among the daemons (with cross_), or none (one node).
-  std::unique_ptr<peer::PeerDataPlane> data_plane_;
+  // Its side that meets the peer side, and the data plane among the
+  // daemons (job_across_daemons.h; null on one node).
+  class AcrossDaemons;
+  std::unique_ptr<AcrossDaemons> across_;
   // The cached steady state across daemons (null on
   // one node and in elastic jobs): the requests held for the rounds, and the
   // executor thread's part in them. Its lock is taken after mutex_.

@@ -9,6 +9,7 @@
 #include "daemon/common/logging.h"
 #include "daemon/peer/fast_rounds.h"
 #include "daemon/server/done_messages.h"
+#include "daemon/server/job_across_daemons.h"
 #include "daemon/server/job_elastic.h"
 #include "daemon/server/job_place.h"
 
@@ -239,7 +240,7 @@ bool Job::Execution::runAgreed(const std::vector<uint64_t>& ids, uint64_t fusion
   return true;
 }
 
-void Job::Execution::roundsBroke(const Status& status) { (void)job_.ringFailed(status); }
+void Job::Execution::roundsBroke(const Status& status) { (void)job_.across_->ringFailed(status); }
 
 void Job::Execution::roundsEnded(std::vector<SteadyRounds::Held> left) {
   // The usual loop fails what comes after.
