@@ -84,24 +84,31 @@ struct Rank {
 
 class JobTest : public ::testing::Test {
  protected:
-  void SetUp() override {
+  // The job's spec (an elastic job's fixture changes it).
+  virtual JobSpec spec() const {
     JobSpec spec;
     spec.job_id = "unit";
     spec.size = 2;
     spec.local_size = 2;
+    return spec;
+  }
+  void SetUp() override {
     JobLimits limits;
     limits.hostname = "test-host";
-    job_ = std::make_unique<Job>(spec, limits, &pool_);
+    job_ = std::make_unique<Job>(spec(), limits, &pool_);
     for (int r = 0; r < 2; ++r) ASSERT_NO_FATAL_FAILURE(addRank(r));
   }
   void TearDown() override {
     job_.reset();  // stops the executor before the sessions go
     for (auto& rank : ranks_) {
+      if (!rank.session) continue;
       rank.session->detachStream();
       ::munmap(rank.memory, kArenaBytes);
     }
   }
-  void addRank(int r) {
+  // Rank `r` (ranks_[r]) registers: as a rank, or (`joiner`) as a new rank
+  // waiting to join an elastic job.
+  void addRank(int r, bool joiner = false) {
     UniqueFd fd(::memfd_create("arena", MFD_CLOEXEC | MFD_ALLOW_SEALING));
     ASSERT_EQ(::ftruncate(fd.get(), kArenaBytes), 0);
     ASSERT_EQ(::fcntl(fd.get(), F_ADD_SEALS, F_SEAL_SHRINK), 0);
@@ -109,13 +116,13 @@ class JobTest : public ::testing::Test {
     ASSERT_NE(memory, MAP_FAILED);
     auto arena = handoff::ShmArena::map(std::move(fd), kArenaBytes);
     ASSERT_TRUE(arena.isOk()) << arena.status().toString();
-    RankIdentity identity{"unit", r, 2, r, 2, "test-host", "test", false};
+    RankIdentity identity{"unit", joiner ? -1 : r, 2, joiner ? -1 : r, 2, "test-host", "test", false};
     Rank& rank = ranks_[r];
     rank.session = std::make_shared<Session>(r + 1, SessionSecret{}, identity);
     rank.memory = static_cast<uint8_t*>(memory);
     ASSERT_TRUE(rank.session->attachArena(std::move(arena).value(), Budget::Lease(), ::getpid()).isOk());
     ASSERT_TRUE(rank.session->attachStream(&rank.stream, nullptr));
-    ASSERT_TRUE(job_->addSession(rank.session).isOk());
+    ASSERT_TRUE((joiner ? job_->addJoiner(rank.session) : job_->addSession(rank.session)).isOk());
   }
   static v1::Enqueue floats(v1::CollectiveType type, uint64_t handle, const std::string& name, uint64_t offset,
                             int64_t count) {
@@ -148,7 +155,7 @@ class JobTest : public ::testing::Test {
 
   executor::ReducePool pool_{2};
   std::unique_ptr<Job> job_;
-  Rank ranks_[2];
+  Rank ranks_[3];  // the third: a joiner, where a test adds one
 };
 
 TEST_F(JobTest, TwoRanksAllreduceInTheirArenas) {
@@ -249,6 +256,100 @@ TEST_F(JobTest, ARequestOutsideItsArenaFailsAloneAndTheJobGoesOn) {
     EXPECT_EQ(done->code(), 0) << done->message();
     EXPECT_EQ(read(r, 0, 2), (std::vector<float>{3, 3}));
   }
+}
+
+// An elastic job of two ranks on one daemon that goes on with one.
+class ElasticJobTest : public JobTest {
+ protected:
+  JobSpec spec() const override {
+    JobSpec spec = JobTest::spec();
+    spec.elastic = true;
+    spec.min_size = 1;
+    return spec;
+  }
+  static v1::Enqueue inEpoch(v1::Enqueue enqueue, uint64_t epoch) {
+    enqueue.set_epoch(epoch);
+    return enqueue;
+  }
+  static v1::Enqueue commit(uint64_t handle, uint64_t epoch) {
+    v1::Enqueue e;
+    e.set_handle(handle);
+    e.set_name("commit");
+    e.set_type(v1::BARRIER);
+    e.set_epoch(epoch);
+    e.set_commit(true);
+    return e;
+  }
+  std::optional<v1::MembershipChange> place(int r) {
+    auto m = ranks_[r].stream.take([](const v1::DaemonMessage& m) { return m.has_membership_change(); });
+    return m ? std::optional<v1::MembershipChange>(m->membership_change()) : std::nullopt;
+  }
+};
+
+TEST_F(ElasticJobTest, ALostRankMovesTheJobToANewEpochWithTheSurvivor) {
+  job_->submit(ranks_[0].session, inEpoch(floats(v1::ALLREDUCE, 5, "w", 0, 2), 1));
+  ASSERT_FALSE(ranks_[0].stream.done(5, 100ms)) << "an allreduce of one rank of two completed";
+  EXPECT_FALSE(job_->removeSession(*ranks_[1].session, "disconnected (killed by the test)"));
+  // What rank 0 waited in fails as retriable, and it is told its place.
+  auto failed = ranks_[0].stream.done(5);
+  ASSERT_TRUE(failed);
+  EXPECT_EQ(failed->code(), static_cast<int>(StatusCode::kAborted)) << failed->message();
+  EXPECT_TRUE(failed->detail().membership_changed()) << failed->message();
+  EXPECT_THAT(failed->message(), HasSubstr("epoch 1 -> 2"));
+  auto change = place(0);
+  ASSERT_TRUE(change);
+  EXPECT_EQ(change->epoch(), 2u);
+  EXPECT_EQ(change->rank(), 0);
+  EXPECT_EQ(change->size(), 1);
+  const v1::JobInfo info = job_->info();
+  EXPECT_TRUE(info.healthy());
+  EXPECT_EQ(info.epoch(), 2u);
+  EXPECT_EQ(info.size(), 1);
+  // A collective of the old epoch is refused (retriable); one of the new
+  // epoch runs with the survivor alone.
+  job_->submit(ranks_[0].session, inEpoch(floats(v1::ALLREDUCE, 6, "w", 0, 2), 1));
+  auto stale = ranks_[0].stream.done(6);
+  ASSERT_TRUE(stale);
+  EXPECT_TRUE(stale->detail().membership_changed());
+  EXPECT_THAT(stale->message(), HasSubstr("belongs to epoch 1, the job is at epoch 2"));
+  write(0, 0, {4, 5});
+  job_->submit(ranks_[0].session, inEpoch(floats(v1::ALLREDUCE, 7, "w", 0, 2), 2));
+  auto done = ranks_[0].stream.done(7);
+  ASSERT_TRUE(done);
+  EXPECT_EQ(done->code(), 0) << done->message();
+  EXPECT_EQ(read(0, 0, 2), (std::vector<float>{4, 5}));
+}
+
+TEST_F(ElasticJobTest, AJoinerBecomesARankAtTheNextCommitBarrier) {
+  ASSERT_NO_FATAL_FAILURE(addRank(2, /*joiner=*/true));
+  EXPECT_EQ(job_->info().size(), 2);  // waiting, not a rank yet
+  for (int r = 0; r < 2; ++r) job_->submit(ranks_[r].session, commit(1, 1));
+  for (int r = 0; r < 2; ++r) {
+    auto done = ranks_[r].stream.done(1);
+    ASSERT_TRUE(done);
+    EXPECT_EQ(done->code(), 0) << done->message();
+    EXPECT_TRUE(done->epoch_changed()) << "rank " << r << " was not told that ranks joined at its commit";
+  }
+  for (int r = 0; r < 3; ++r) {
+    auto change = place(r);
+    ASSERT_TRUE(change) << "rank " << r << " was not told its place";
+    EXPECT_EQ(change->epoch(), 2u);
+    EXPECT_EQ(change->rank(), r);  // the joiner after the survivors
+    EXPECT_EQ(change->size(), 3);
+  }
+  EXPECT_EQ(job_->info().size(), 3);
+  EXPECT_EQ(job_->info().commits(), 1u);
+}
+
+TEST_F(ElasticJobTest, AJobThatIsNotElasticTakesNoJoiner) {
+  JobSpec fixed = JobTest::spec();
+  fixed.job_id = "fixed";
+  Job job(fixed, JobLimits{}, &pool_);
+  auto joiner =
+      std::make_shared<Session>(9, SessionSecret{}, RankIdentity{"fixed", -1, 2, -1, 2, "test-host", "test", false});
+  const Status refused = job.addJoiner(joiner);
+  EXPECT_EQ(refused.code(), StatusCode::kFailedPrecondition);
+  EXPECT_THAT(refused.message(), HasSubstr("is not elastic"));
 }
 
 }  // namespace
