@@ -201,7 +201,7 @@ struct Daemon {
         }
       }
     };
-    // The job announces nothing it is handed (server::Job::peerFailed).
+    // The job announces nothing it is handed (server::Job::failJob, detected_here false).
     hooks.on_failure = [this](const CrossNode::Failure& failure) { recorder.failure(failure); };
     cross = std::make_unique<CrossNode>(std::move(options), std::move(hooks));
     service.serve(cross.get());

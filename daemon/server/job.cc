@@ -69,7 +69,8 @@ Job::Job(JobSpec spec, JobLimits limits, executor::ReducePool* pool)
   if (spec_.local_size < spec_.size) {
     across_ = std::make_unique<AcrossDaemons>(*this);
     cross_ = across_->makeNode();
-    if ((limits_.steady_state_rounds || limits_.leader_rounds) && !spec_.elastic) buildSteadyRounds();
+    if ((limits_.steady_state_rounds || limits_.leader_rounds) && !spec_.elastic)
+      rounds_ = across_->makeRounds(*cross_);
     peer_plane = across_->makeDataPlane(*cross_);
   }
   execution_ = std::make_unique<Execution>(*this, pool, peer_plane);
@@ -269,13 +270,6 @@ void Job::submitToCoordinator(const std::shared_ptr<Session>& session, coordinat
   place().submitLocked(*this, session, std::move(request), to_ranks, inline_batch);
 }
 
-void Job::buildSteadyRounds() {
-  SteadyRounds::Cache cache;
-  cache.id = [cross = cross_.get()](const coordinator::Request& request) { return cross->cachedId(request); };
-  cache.response = [cross = cross_.get()](uint64_t id) { return cross->cachedResponse(id); };
-  rounds_ = std::make_unique<SteadyRounds>(spec_.job_id, limits_.transfer_timeout, std::move(cache));
-}
-
 bool Job::holdSteadyLocked(const std::shared_ptr<Session>& session, coordinator::Request& request) {
   if (!rounds_ || !session) return false;
   const auto is_local = [this](int rank) GS_REQUIRES(mutex_) { return ranks_.registeredHere(rank); };
@@ -376,14 +370,8 @@ void Job::housekeeping(Clock::time_point now) {
 }
 
 void Job::checkStalls(Clock::time_point now) {
-  // Who holds the ranks of other nodes, for stall messages: the membership
-  // of each epoch, taken once (before mutex_: the cross-node state has its
-  // own lock).
-  std::optional<std::vector<v1::NodeInfo>> nodes;
-  if (cross_ && cross_->formed()) {
-    const uint64_t epoch = cross_->epoch();
-    if (stall_nodes_epoch_.exchange(epoch) != epoch) nodes = cross_->members();
-  }
+  // (Before mutex_: the peer side has its own locks.)
+  std::optional<std::vector<v1::NodeInfo>> nodes = across_ ? across_->newMembers() : std::nullopt;
   RankMessages to_ranks;
   {
     MutexLock lock(mutex_);

@@ -1,7 +1,22 @@
 // SPDX-License-Identifier: Apache-2.0
-// One job served by this daemon: its ranks' sessions, the negotiator, and the
-// executor thread that runs ready collectives. Jobs share nothing but the
+// One job served by this daemon: its ranks' sessions, the negotiation, and
+// the executor thread that runs ready collectives. Jobs share nothing but the
 // reduce pool; one job can only reach the arenas of its own sessions.
+//
+// The Job holds the state one step of the job changes at once, under its
+// lock (ranks, queue of batches, epochs, failure, tuning, formation), and
+// the steps that change it together: a request submitted, a rank lost, the
+// job failed or stopped. Its parts, each in its own files:
+// - Execution (job_execution.h): the executors, the batch being run and the
+//   executor thread (with its part in the steady-state rounds), and the
+//   Dones of a batch's results;
+// - Elastic (job_elastic.h): epochs and joiners;
+// - AcrossDaemons (job_across_daemons.h): the side that meets the peer side
+//   (the CrossNode's hooks, the data plane among the daemons);
+// - Place (job_place.h): what differs between one node, the leader and a
+//   follower.
+// Besides: JobNegotiation, OutputGrants, AwaitingLeader, SteadyRounds and
+// JobTimeline, each with a lock of its own taken under the job's.
 #pragma once
 
 #include <atomic>
@@ -58,12 +73,12 @@ struct JobSpec {
   int local_size = 0;
   std::vector<std::vector<int>> process_sets;                   // ids 1..n
   std::string leader_address;                                   // multi-node jobs: rank 0's daemon
-  bool elastic = false;                                         // a lost rank starts a new epoch (job_elastic.cc)
+  bool elastic = false;                                         // a lost rank starts a new epoch (job_elastic.h)
   int min_size = 0;                                             // elastic: the least size it goes on at
   Clock::duration elastic_timeout = std::chrono::seconds(600);  // elastic: the longest wait below min_size
   // Elastic, across daemons: made for a new rank on a node the running job
   // does not hold yet (local_size 0); the node joins the job as a candidate
-  // once that rank registered (job_elastic_cross.cc).
+  // once that rank registered (job_elastic.h).
   bool joins_running = false;
   // Autotune as the ranks asked (RegisterRequest.autotune; sample sizes 0:
   // the daemon's).
@@ -121,7 +136,7 @@ struct JobLimits {
   bool leader_failover = false;
   // Other jobs across daemons: cached collectives run after lock-step
   // rounds among the daemons, without the leader's round trip
-  // (job_steady_state.cc).
+  // (steady_rounds.h).
   bool steady_state_rounds = true;
   // DaemonConfig.link_cost: how the allreduces among daemons are chosen
   // (peer/peer_data_plane.h).
@@ -145,7 +160,7 @@ class Job {
   // FAILED_PRECONDITION when the job has failed.
   Status addSession(std::shared_ptr<Session> session);
   // Elastic jobs: a new rank waiting to be admitted at the next commit
-  // barrier (job_elastic.cc). FAILED_PRECONDITION for other jobs.
+  // barrier (job_elastic.h). FAILED_PRECONDITION for other jobs.
   Status addJoiner(std::shared_ptr<Session> session);
   // The rank's stream or hand-off connection ended: its collectives in flight,
   // and every other rank's, fail naming it (the job is failed from now on);
@@ -231,8 +246,6 @@ class Job {
   // local rank registered, every node joined), naming who never came.
   void checkFormation(Clock::time_point now);
 
-  // A multi-node job that is not elastic: its SteadyRounds (construction).
-  void buildSteadyRounds();
   // A local request repeating a cached collective is held for the rounds
   // (true: taken).
   bool holdSteadyLocked(const std::shared_ptr<Session>& session, coordinator::Request& request) GS_REQUIRES(mutex_);
@@ -306,9 +319,9 @@ class Job {
   // daemons (job_across_daemons.h; null on one node).
   class AcrossDaemons;
   std::unique_ptr<AcrossDaemons> across_;
-  // The cached steady state across daemons (null on
-  // one node and in elastic jobs): the requests held for the rounds, and the
-  // executor thread's part in them. Its lock is taken after mutex_.
+  // The cached steady state across daemons (null on one node and in
+  // elastic jobs): the requests held for the rounds, which the executor
+  // thread takes part in. Its lock is taken after mutex_.
   std::unique_ptr<SteadyRounds> rounds_;
   // What a rank's loss leaves to do once mutex_ is released
   // (removeSession).
@@ -331,9 +344,6 @@ class Job {
   // Housekeeping: warns of collectives waiting past the stall warning,
   // naming the missing ranks, and fails those past the stall deadline.
   void checkStalls(Clock::time_point now) GS_EXCLUDES(mutex_);
-  // The epoch of the nodes the stall warnings name (set once formed, again
-  // in each epoch).
-  std::atomic<uint64_t> stall_nodes_epoch_{0};
   JobTimeline timeline_;
   // The three places, stateless (place() picks one).
   const std::unique_ptr<const Place> one_node_;

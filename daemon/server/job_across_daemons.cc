@@ -61,6 +61,13 @@ std::unique_ptr<peer::CrossNode> Job::AcrossDaemons::makeNode() {
   return std::make_unique<peer::CrossNode>(std::move(options), std::move(hooks));
 }
 
+std::unique_ptr<SteadyRounds> Job::AcrossDaemons::makeRounds(peer::CrossNode& node) {
+  SteadyRounds::Cache cache;
+  cache.id = [&node](const coordinator::Request& request) { return node.cachedId(request); };
+  cache.response = [&node](uint64_t id) { return node.cachedResponse(id); };
+  return std::make_unique<SteadyRounds>(job_.spec_.job_id, job_.limits_.transfer_timeout, std::move(cache));
+}
+
 peer::PeerDataPlane* Job::AcrossDaemons::makeDataPlane(peer::CrossNode& node) {
   peer::PeerDataPlane::Hooks plane_hooks;
   plane_hooks.failed = [this](const Status& status) { return ringFailed(status); };
@@ -75,6 +82,14 @@ peer::PeerDataPlane* Job::AcrossDaemons::makeDataPlane(peer::CrossNode& node) {
   data_plane_ =
       std::make_unique<peer::PeerDataPlane>(&node.endpoints(), job_.limits_.transfer_timeout, std::move(plane_hooks));
   return data_plane_.get();
+}
+
+std::optional<std::vector<v1::NodeInfo>> Job::AcrossDaemons::newMembers() {
+  peer::CrossNode& node = *job_.cross_;
+  if (!node.formed()) return std::nullopt;
+  const uint64_t epoch = node.epoch();
+  if (members_epoch_.exchange(epoch) == epoch) return std::nullopt;
+  return node.members();
 }
 
 void Job::AcrossDaemons::describe(v1::JobInfo* info) const {

@@ -11,7 +11,9 @@
 // reads and changes under the job's lock, as the job's other parts do.
 #pragma once
 
+#include <atomic>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "base/thread_annotations.h"
@@ -27,6 +29,9 @@ class Job::AcrossDaemons {
 
   // The job's CrossNode, with its hooks into the job (construction).
   std::unique_ptr<peer::CrossNode> makeNode();
+  // A job that is not elastic: the steady-state rounds over `node`'s
+  // response cache (construction).
+  std::unique_ptr<SteadyRounds> makeRounds(peer::CrossNode& node);
   // The data plane among the daemons over `node`'s endpoints (construction),
   // and its end (before `node` ends).
   peer::PeerDataPlane* makeDataPlane(peer::CrossNode& node);
@@ -39,6 +44,10 @@ class Job::AcrossDaemons {
   // and returns the error led by the job's earlier failure, if any (the
   // likely reason the other node left the ring).
   Status ringFailed(const Status& status) GS_EXCLUDES(job_.mutex_);
+  // Who holds the ranks of other nodes, for stall messages: the membership
+  // once formed, and again in each epoch (nullopt: unchanged since the
+  // last call).
+  std::optional<std::vector<v1::NodeInfo>> newMembers();
   // What the job does across daemons, for JobInfo.
   void describe(v1::JobInfo* info) const;
 
@@ -74,6 +83,8 @@ class Job::AcrossDaemons {
   Job& job_;
   // The bytes among the daemons.
   std::unique_ptr<peer::PeerDataPlane> data_plane_;
+  // The epoch of the members newMembers() last gave.
+  std::atomic<uint64_t> members_epoch_{0};
 };
 
 }  // namespace gradsync::server
