@@ -6,6 +6,7 @@
 
 #include "daemon/common/logging.h"
 #include "daemon/common/siphash.h"
+#include "daemon/peer/leader_followers.h"
 #include "daemon/peer/leader_side.h"
 
 namespace gradsync::peer {
@@ -152,7 +153,7 @@ void CrossNode::acceptJoin(const v1::JoinJobRequest& request, JoinAnswer answer)
 
 grpc::Status CrossNode::serveFollower(const v1::FollowerMessage& hello, std::shared_ptr<FollowerStream> stream,
                                       std::unique_ptr<FollowerSession>* session) {
-  return leader_side_->serveFollower(hello, std::move(stream), session);
+  return leader_side_->followers().serve(hello, std::move(stream), session);
 }
 
 Status CrossNode::broadcast(const std::vector<coordinator::Response>& batch, uint64_t sequence, uint64_t epoch,

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "daemon/peer/leader_side.h"
+#include "daemon/peer/leader_followers.h"
 
 #include <algorithm>
 
@@ -12,7 +13,10 @@ CrossNode::LeaderSide::LeaderSide(CrossNode* node)
       options_(node->options_),
       members_(node->membership_),
       joins_(options_.job_id, options_.token, options_.size, options_.process_sets, options_.join_timeout),
-      published_(options_.membership_part_bytes) {}
+      published_(options_.membership_part_bytes),
+      followers_(std::make_unique<Followers>(node, streams_)) {}
+
+CrossNode::LeaderSide::~LeaderSide() = default;
 
 JoinDesk::Answers CrossNode::LeaderSide::dueJoins(CrossClock::time_point now) {
   MutexLock lock(members_.mutex());
@@ -93,22 +97,6 @@ Status CrossNode::LeaderSide::majority(const std::string& lost, CrossClock::time
                             " daemons (itself counted), " + std::to_string(daemons / 2 + 1) +
                             " needed; the others may elect a new leader, so this side stops");
 }
-
-class CrossNode::LeaderSide::ServedFollower : public FollowerSession {
- public:
-  ServedFollower(LeaderSide* side, std::shared_ptr<Follower> follower) : side_(side), follower_(std::move(follower)) {}
-  grpc::Status onMessage(const v1::FollowerMessage& message) override {
-    return side_->followerMessage(follower_.get(), message);
-  }
-  void onEnd(bool cut_off, const std::string& why) override {
-    follower_->stream.detach();
-    side_->followerLeft(follower_, cut_off, why);
-  }
-
- private:
-  LeaderSide* const side_;
-  const std::shared_ptr<Follower> follower_;
-};
 
 void CrossNode::LeaderSide::acceptJoin(const v1::JoinJobRequest& request, JoinAnswer plain_answer) {
   // Every answer says which protocol this leader speaks.
@@ -199,141 +187,6 @@ JoinDesk::Answers CrossNode::LeaderSide::dueJoinsLocked(CrossClock::time_point n
   return joins_.due(now, membership, members_.stoppingLocked());
 }
 
-grpc::Status CrossNode::LeaderSide::serveFollower(const v1::FollowerMessage& hello,
-                                                  std::shared_ptr<FollowerStream> stream,
-                                                  std::unique_ptr<FollowerSession>* session) {
-  std::shared_ptr<Follower> follower;
-  std::optional<SharedMessage> failure;
-  if (grpc::Status attached = attachFollower(hello, std::move(stream), &follower, &failure); !attached.ok()) {
-    return attached;
-  }
-  if (failure) follower->stream.send(*failure);  // announced before it attached
-  members_.notifyChanged();                      // broadcast() waits for every follower
-  *session = std::make_unique<ServedFollower>(this, std::move(follower));
-  return grpc::Status::OK;
-}
-
-grpc::Status CrossNode::LeaderSide::followerMessage(Follower* follower, const v1::FollowerMessage& message) {
-  follower->heardAt(nowMs(CrossClock::now()));
-  node_->codec_.countReceived(message.ByteSizeLong());
-  if (refuseIfRemoved(follower)) return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, follower->removed());
-  onFollowerMessage(follower, message);
-  return grpc::Status::OK;
-}
-
-grpc::Status CrossNode::LeaderSide::attachFollower(const v1::FollowerMessage& hello,
-                                                   std::shared_ptr<FollowerStream> stream,
-                                                   std::shared_ptr<Follower>* attached,
-                                                   std::optional<SharedMessage>* failure) {
-  MutexLock lock(members_.mutex());
-  const int cross_rank = hello.hello().cross_rank();
-  if (!constantTimeEqual(hello.hello().token(), options_.token))
-    return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "bad token");
-  if (Status protocol = checkProtocol(options_.job_id, options_.protocol, "the leader (" + options_.self_address + ")",
-                                      ProtocolRange::of(hello.hello()), "the node at " + hello.hello().peer_address());
-      !protocol.isOk()) {
-    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, protocol.message());
-  }
-  const int64_t now_ms = nowMs(CrossClock::now());
-  std::shared_ptr<Follower> follower;
-  if (cross_rank < 0) {
-    follower = streams_.attachCandidate(hello.hello().peer_address(), std::move(stream), now_ms, failure);
-    if (!follower) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "not a candidate node of the job");
-  } else {
-    if (cross_rank > 0 && cross_rank < static_cast<int>(members_.bookLocked().members().size())) {
-      follower = streams_.attachMember(members_.bookLocked().members()[cross_rank], std::move(stream), now_ms, failure);
-    }
-    if (!follower) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "bad cross rank");
-  }
-  *attached = std::move(follower);
-  return grpc::Status::OK;
-}
-
-void CrossNode::LeaderSide::onFollowerMessage(Follower* follower, const v1::FollowerMessage& message) {
-  if (message.has_rank_lost()) {
-    if (node_->hooks_.on_ranks_lost) {
-      node_->hooks_.on_ranks_lost({message.rank_lost().rank()}, message.rank_lost().epoch(),
-                                  message.rank_lost().cause());
-    }
-  } else if (message.has_joiner_ready() || message.has_joiner_gone()) {
-    joinerReport(follower, message);
-  } else if (message.has_request()) {
-    const v1::FollowerMessage::Request* one = &message.request();
-    remoteRequests(&one, 1);
-  } else if (message.has_requests()) {
-    remoteRequests(message.requests().requests().data(), message.requests().requests_size());
-  } else if (message.has_round()) {
-    if (LeaderRounds* rounds = node_->rounds(); rounds != nullptr) {
-      rounds->deliver(message.round(), follower->crossRank());
-    }
-  } else if (message.has_failure()) {
-    node_->failures_.heard(message.failure(), membership::describeNode(follower->node()), follower);
-  }
-}
-
-bool CrossNode::LeaderSide::remoteRequests(const v1::FollowerMessage::Request* const* requests, int count) {
-  const uint64_t current = members_.epoch();
-  std::vector<coordinator::Repeat> run;  // by cache id, of `run_epoch`
-  uint64_t run_epoch = 0;
-  const auto hand_over = [&] {
-    if (!run.empty()) node_->hooks_.on_remote_repeats(std::move(run), run_epoch);
-    run.clear();
-  };
-  for (int i = 0; i < count; ++i) {
-    const v1::FollowerMessage::Request& request = *requests[i];
-    // Of an epoch that ended: dropped (the follower fails it when it learns
-    // of the new one).
-    if (request.epoch() != 0 && request.epoch() != current) continue;
-    if (request.cache_id() == 0 || request.epoch() != run_epoch) hand_over();
-    if (request.cache_id() == 0) {
-      auto enqueue = node_->codec_.expand(request);
-      if (!enqueue.isOk()) {
-        node_->failures_.detected(enqueue.status().message(), true);
-        return false;
-      }
-      node_->hooks_.on_remote_request(request.rank(), *enqueue, request.epoch());
-      continue;
-    }
-    auto repeat = node_->codec_.expandRepeat(request);
-    if (!repeat.isOk()) {
-      hand_over();
-      node_->failures_.detected(repeat.status().message(), true);
-      return false;
-    }
-    run_epoch = request.epoch();
-    run.push_back(std::move(repeat).value());
-  }
-  hand_over();
-  return true;
-}
-
-void CrossNode::LeaderSide::followerLeft(const std::shared_ptr<Follower>& follower, bool cut_off,
-                                         const std::string& why) {
-  bool stopping;
-  v1::NodeInfo node;
-  uint64_t epoch;
-  {
-    MutexLock lock(members_.mutex());
-    stopping = members_.stoppingLocked() || !follower->removed().empty();  // a removed node's departure changes nothing
-    node = follower->node();
-    epoch = members_.bookLocked().epoch();
-  }
-  if (node.ranks().empty()) {  // a candidate: nothing of the job ran there
-    candidateLeft(follower);
-    return;
-  }
-  if (stopping) return;
-  if (!why.empty()) {
-    node_->nodeLost(node, epoch, "cut off " + membership::describeNode(node) + ": it fell behind the leader: " + why);
-  } else if (cut_off) {
-    node_->nodeLost(node, epoch, "lost " + membership::describeNode(node) + ": the daemon died or was cut off");
-  } else {
-    // A clean close: the node's ranks all finished. Only collectives that
-    // would still need them fail.
-    node_->failures_.detected(membership::describeNode(node) + " left the job (its ranks finished)", false);
-  }
-}
-
 std::string CrossNode::LeaderSide::unattachedLocked() const {
   const auto seconds = std::to_string(std::chrono::duration_cast<std::chrono::seconds>(options_.join_timeout).count());
   if (!members_.bookLocked().formed()) return "the job did not form within " + seconds + " s";
@@ -410,19 +263,6 @@ std::vector<int> CrossNode::LeaderSide::missingRanks() const {
   return joins_.missingRanks();
 }
 
-void CrossNode::LeaderSide::joinerReport(Follower* follower, const v1::FollowerMessage& message) {
-  MutexLock lock(members_.mutex());
-  if (!options_.elastic) return;
-  const std::string& address = follower->peerAddress();
-  if (message.has_joiner_gone()) {
-    members_.bookLocked().removeJoiner(address, message.joiner_gone().joiner_id());
-    return;
-  }
-  members_.bookLocked().addJoiner({address, message.joiner_ready().joiner_id(), message.joiner_ready().pid()});
-  GS_LOG(control, info, "job '{}': {} waits on node {} to join at the next commit ({} waiting across nodes)",
-         options_.job_id, message.joiner_ready().description(), address, members_.bookLocked().joinerCount());
-}
-
 StatusOr<v1::JoinJobResponse> CrossNode::LeaderSide::acceptCandidate(const v1::JoinJobRequest& request) {
   MutexLock lock(members_.mutex());
   const std::string& address = request.node().peer_address();
@@ -441,29 +281,6 @@ StatusOr<v1::JoinJobResponse> CrossNode::LeaderSide::acceptCandidate(const v1::J
   for (const auto& node : members_.bookLocked().members()) *response.add_nodes() = node;
   response.set_node_count(publishLocked(members_.bookLocked().epoch(), response.mutable_nodes()));
   return response;
-}
-
-void CrossNode::LeaderSide::candidateLeft(const std::shared_ptr<Follower>& candidate) {
-  MutexLock lock(members_.mutex());
-  const std::string& address = candidate->peerAddress();
-  if (!streams_.dropCandidate(candidate.get())) return;
-  members_.bookLocked().dropCandidate(address);
-  GS_LOG(control, info, "job '{}': candidate node {} left before its ranks were admitted", options_.job_id, address);
-}
-
-bool CrossNode::LeaderSide::refuseIfRemoved(Follower* follower) {
-  const std::string why = follower->removed();
-  if (why.empty()) return false;
-  tellStale(follower, why);
-  return true;
-}
-
-void CrossNode::LeaderSide::tellStale(Follower* follower, const std::string& why) {
-  v1::LeaderMessage notice;
-  notice.mutable_failure()->set_message(why);
-  notice.mutable_failure()->set_node_lost(true);
-  notice.mutable_failure()->set_removed(true);
-  follower->stream.send(std::move(notice));
 }
 
 StatusOr<CrossNode::LeaderSide::EpochPlan> CrossNode::LeaderSide::planEpochLocked(StatusOr<v1::NewEpoch> decided) {
@@ -502,7 +319,7 @@ v1::NewEpoch CrossNode::LeaderSide::announceEpoch(EpochPlan plan) {
   }
   for (auto& [f, why] : plan.followers.removed) {
     GS_LOG(control, warn, "job '{}': {}", options_.job_id, why);
-    tellStale(f.get(), why);
+    Followers::tellRemoved(f.get(), why);
   }
   return plan.change;
 }

@@ -4,10 +4,10 @@
 // coordination streams and the candidates' (FollowerStreams), the
 // memberships it published for the nodes that read them in parts, and the
 // order of what it writes to every stream (a batch's encoding, an epoch's
-// cache reset). It serves the followers' streams (their requests to the
-// job, their lost ranks, joiners and failures, their departure), sends the
-// batches, tells the epochs it decides, beats the heart and watches the
-// followers' silence. The membership it reads and changes is CrossNode's
+// cache reset). It serves the followers' streams through Followers
+// (leader_followers.h: their requests to the job, their lost ranks,
+// joiners and failures, their departure), sends the batches, tells the
+// epochs it decides, beats the heart and watches the followers' silence. The membership it reads and changes is CrossNode's
 // (JobMembership), under the membership's lock: its own parts' locks are
 // taken under that one, never the other way. CrossNode holds it beside a
 // follower's side (FollowerSide) and asks the current one; a follower that
@@ -22,6 +22,7 @@ namespace gradsync::peer {
 class CrossNode::LeaderSide final : public NodeSide {
  public:
   explicit LeaderSide(CrossNode* node);
+  ~LeaderSide() override;
 
   // The job forms with `self` leading (the followers' JoinJob calls are
   // checked against it).
@@ -37,9 +38,9 @@ class CrossNode::LeaderSide final : public NodeSide {
   // CrossNode::membersPart: a part of a membership it published.
   StatusOr<v1::MembersResponse> membersPart(const v1::MembersRequest& request) const GS_EXCLUDES(members_.mutex());
 
-  // CrossNode::serveFollower: a follower's Coordinate stream.
-  grpc::Status serveFollower(const v1::FollowerMessage& hello, std::shared_ptr<FollowerStream> stream,
-                             std::unique_ptr<FollowerSession>* session) GS_EXCLUDES(members_.mutex());
+  // Its service of the followers' Coordinate streams (leader_followers.h).
+  class Followers;
+  Followers& followers() { return *followers_; }
   // CrossNode::broadcast and sendError: a batch to every follower, an
   // error to the follower holding the request's rank.
   Status broadcast(const std::vector<coordinator::Response>& batch, uint64_t sequence, uint64_t epoch,
@@ -83,8 +84,6 @@ class CrossNode::LeaderSide final : public NodeSide {
   }
 
  private:
-  class ServedFollower;  // a follower's FollowerSession
-
   // acceptJoin's parts: the answer now (nullopt: it waits for the other
   // nodes), and the membership once formed.
   std::optional<StatusOr<v1::JoinJobResponse>> joinLocked(const v1::JoinJobRequest& request)
@@ -97,33 +96,6 @@ class CrossNode::LeaderSide final : public NodeSide {
   // (JoinJobRequest.elastic_join): kept as a candidate.
   StatusOr<v1::JoinJobResponse> acceptCandidate(const v1::JoinJobRequest& request) GS_EXCLUDES(members_.mutex());
 
-  // serveFollower's parts: the stream of a member (by its cross rank) or a
-  // candidate, checked and recorded; one message from it; its end
-  // (`cut_off`: the call was cancelled, not closed; `why`: the leader cut
-  // it): a candidate is forgotten, a member's node lost, or its ranks
-  // finished.
-  grpc::Status attachFollower(const v1::FollowerMessage& hello, std::shared_ptr<FollowerStream> stream,
-                              std::shared_ptr<Follower>* attached, std::optional<SharedMessage>* failure)
-      GS_EXCLUDES(members_.mutex());
-  grpc::Status followerMessage(Follower* follower, const v1::FollowerMessage& message) GS_EXCLUDES(members_.mutex());
-  void onFollowerMessage(Follower* follower, const v1::FollowerMessage& message) GS_EXCLUDES(members_.mutex());
-  // A follower's `count` requests, to the job in order (each dropped when
-  // of an epoch that ended), runs of requests by cache id together; false
-  // when one names a cache id this leader never gave, or a rank that id
-  // does not hold (the job fails).
-  bool remoteRequests(const v1::FollowerMessage::Request* const* requests, int count) GS_EXCLUDES(members_.mutex());
-  void followerLeft(const std::shared_ptr<Follower>& follower, bool cut_off, const std::string& why)
-      GS_EXCLUDES(members_.mutex());
-  // A follower's JoinerReady or JoinerGone.
-  void joinerReport(Follower* follower, const v1::FollowerMessage& message) GS_EXCLUDES(members_.mutex());
-  // A candidate's stream ended before its ranks were admitted: it and its
-  // joiners are forgotten.
-  void candidateLeft(const std::shared_ptr<Follower>& candidate) GS_EXCLUDES(members_.mutex());
-  // A message from a follower the job has removed: answers that it is
-  // stale. True when `follower` was removed.
-  bool refuseIfRemoved(Follower* follower);
-  // Tells a removed follower why (a JobFailure on its stream).
-  void tellStale(Follower* follower, const std::string& why);
   // An epoch the leader decided, and the followers to tell.
   struct EpochPlan {
     v1::NewEpoch change;
@@ -161,6 +133,8 @@ class CrossNode::LeaderSide final : public NodeSide {
   // NewEpoch, happen in one order on every stream. Taken before any
   // follower's stream lock, never with the membership's.
   Mutex order_mutex_;
+  // Serves the streams of streams_.
+  const std::unique_ptr<Followers> followers_;
 };
 
 }  // namespace gradsync::peer
