@@ -7,12 +7,12 @@
 // cache reset). It serves the followers' streams through Followers
 // (leader_followers.h: their requests to the job, their lost ranks,
 // joiners and failures, their departure), sends the batches, tells the
-// epochs it decides, beats the heart and watches the followers' silence. The membership it reads and changes is CrossNode's
-// (JobMembership), under the membership's lock: its own parts' locks are
-// taken under that one, never the other way. CrossNode holds it beside a
-// follower's side (FollowerSide) and asks the current one; a follower that
-// wins an election switches to this one. Included by the files of
-// CrossNode only.
+// epochs it decides, beats the heart and watches the followers' silence.
+// The membership it reads and changes is CrossNode's (JobMembership),
+// under the membership's lock: its own parts' locks are taken under that
+// one, never the other way. CrossNode holds it beside a follower's side
+// (FollowerSide) and asks the current one; a follower that wins an election
+// switches to this one. Included by the files of CrossNode only.
 #pragma once
 
 #include "daemon/peer/cross_node.h"
