@@ -1,32 +1,18 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "daemon/server/job.h"
-#include "daemon/coordinator/request_wire.h"
 #include "daemon/server/done_messages.h"
 #include "daemon/server/job_across_daemons.h"
 #include "daemon/server/job_elastic.h"
 #include "daemon/server/job_execution.h"
 #include "daemon/server/job_place.h"
+#include "daemon/server/job_submission.h"
 
 #include <algorithm>
 
 #include "daemon/common/logging.h"
-#include "daemon/peer/fast_rounds.h"
-#include "daemon/server/enqueue_validation.h"
 
 namespace gradsync::server {
 namespace {
-
-// Collectives that never wait for output grants may run on a session's
-// reader thread (a grant arrives on a reader thread: waiting there could
-// deadlock).
-bool runsInline(const coordinator::Response& r) {
-  return !r.status.isOk() || r.type == v1::ALLREDUCE || r.type == v1::BROADCAST || isDataless(r.type);
-}
-
-// Larger batches go to the executor thread: reducing them on a reader
-// thread would hold up that rank's next enqueues (measured: ResNet-50 step
-// 17.8 -> 27.4 ms when everything ran inline).
-constexpr uint64_t kInlineBytes = 256 << 10;
 
 // The fusion threshold and cycle time a job starts with. On one daemon
 // nothing waits for more collectives unless autotune finds it pays.
@@ -64,6 +50,7 @@ Job::Job(JobSpec spec, JobLimits limits, executor::ReducePool* pool)
       one_node_(std::make_unique<OneNode>()),
       leading_(std::make_unique<Leading>()),
       following_(std::make_unique<Following>()),
+      submission_(std::make_unique<Submission>(*this)),
       elastic_(std::make_unique<Elastic>(*this)) {
   peer::PeerDataPlane* peer_plane = nullptr;
   if (spec_.local_size < spec_.size) {
@@ -193,129 +180,7 @@ void Job::loseRankLocked(const Session& session, const std::string& what, bool c
 }
 
 void Job::submit(const std::shared_ptr<Session>& session, const v1::Enqueue& enqueue) {
-  const std::shared_ptr<gpu::ClientGpu> gpu = enqueue.has_cuda() ? session->gpu() : nullptr;
-  EnqueueContext context = enqueueContext(session->rank(), session->arena());
-  context.gpu = gpu.get();
-  auto request = validateEnqueue(enqueue, context);
-
-  RankMessages to_ranks;
-  std::vector<coordinator::Response> inline_batch;
-  {
-    MutexLock lock(mutex_);
-    coordinator::Request minimal;
-    minimal.rank = session->rank();
-    minimal.handle = enqueue.handle();
-    minimal.name = enqueue.name();
-    if (!request.isOk()) {
-      failRequestLocked(minimal,
-                        Status(request.status().code(), "job '" + spec_.job_id + "' " + request.status().message()),
-                        &to_ranks);
-    } else if (session->handlesInFlight() >= limits_.max_inflight_per_rank) {
-      stats_.failed(StatusCode::kResourceExhausted);
-      to_ranks.emplace_back(session, doneMessage(spec_.job_id, minimal,
-                                                 resourceExhausted(session->describe() + " has " +
-                                                                   std::to_string(session->handlesInFlight()) +
-                                                                   " operations in flight, the most allowed "
-                                                                   "(max_inflight_per_rank): wait for some first")));
-    } else if (!session->addHandle(enqueue.handle())) {
-      // Not failRequestLocked: that would end the original operation too.
-      stats_.failed(StatusCode::kInvalidArgument);
-      to_ranks.emplace_back(session, doneMessage(spec_.job_id, minimal,
-                                                 invalidArgument("handle " + std::to_string(enqueue.handle()) +
-                                                                 " is already in flight")));
-    } else if (!failure_.empty() || stopping_) {
-      failRequestLocked(
-          *request, aborted("job '" + spec_.job_id + "': " + (failure_.empty() ? stop_reason_ : failure_)), &to_ranks);
-    } else if (!elastic_->refuseStaleEpochLocked(*this, session, enqueue, &to_ranks)) {
-      request->rank = session->rank();  // renumbered under this lock
-      request->received = Clock::now();
-      submitToCoordinator(session, std::move(request).value(), &to_ranks, &inline_batch);
-    }
-  }
-  flush(&to_ranks);
-  if (!inline_batch.empty()) {
-    execution_->runBatch(std::move(inline_batch), 0);
-    MutexLock lock(mutex_);
-    queue_.finished();
-    if (!queue_.ready().empty()) execution_->wake();
-  }
-}
-
-EnqueueContext Job::enqueueContext(int rank, const handoff::ShmArena* arena, bool remote) const {
-  EnqueueContext context;
-  context.rank = rank;
-  context.job_size = negotiation_.size();
-  context.process_sets = negotiation_.processSets();
-  context.max_name_length = limits_.max_name_length;
-  context.arena = arena;
-  context.remote = remote;
-  context.gpus_present = limits_.gpus != nullptr;
-  context.no_gpu_reason = limits_.no_gpu_reason;
-  return context;
-}
-
-void Job::submitToCoordinator(const std::shared_ptr<Session>& session, coordinator::Request request,
-                              RankMessages* to_ranks, std::vector<coordinator::Response>* inline_batch, bool steady) {
-  // Replayed once the node's role is known.
-  if (cross_ && awaiting_.holdUntilStarted(session, request)) return;
-  if (steady && holdSteadyLocked(session, request)) return;
-  if (steady && rounds_ && request.group_id != 0) {
-    // A member that is not held goes to the leader: so do the members of
-    // its group held so far (the leader negotiates a group whole; they
-    // would wait there for them until the hold limit).
-    for (auto& held : rounds_->takeGroup(request.group_id)) {
-      submitToCoordinator(held.session, std::move(held.request), to_ranks, inline_batch, /*steady=*/false);
-    }
-  }
-  place().submitLocked(*this, session, std::move(request), to_ranks, inline_batch);
-}
-
-bool Job::holdSteadyLocked(const std::shared_ptr<Session>& session, coordinator::Request& request) {
-  if (!rounds_ || !session) return false;
-  const auto is_local = [this](int rank) GS_REQUIRES(mutex_) { return ranks_.registeredHere(rank); };
-  switch (rounds_->hold(session, request, is_local)) {
-    case SteadyRounds::Hold::kNot:
-      return false;
-    case SteadyRounds::Hold::kReady:
-      execution_->wake();
-      return true;
-    case SteadyRounds::Hold::kHeld:
-      return true;
-  }
-  return false;
-}
-
-void Job::negotiateLocked(coordinator::Request request, RankMessages* to_ranks,
-                          std::vector<coordinator::Response>* inline_batch) {
-  coordinator::Request minimal;
-  minimal.rank = request.rank;
-  minimal.handle = request.handle;
-  minimal.name = request.name;
-  const auto type = request.type;
-  timeline_.requestArrived(request);
-  auto ready = negotiation_.submit(std::move(request), Clock::now());
-  if (!ready.isOk()) {
-    timeline_.negotiated(minimal.name, type);
-    failRequestLocked(minimal, ready.status(), to_ranks);
-    return;
-  }
-  readyLocked(std::move(ready).value(), inline_batch);
-}
-
-void Job::readyLocked(std::vector<coordinator::Response> ready, std::vector<coordinator::Response>* inline_batch) {
-  for (const auto& r : ready) timeline_.negotiated(r.name, r.type);
-  if (ready.empty()) return;
-  negotiation_.publish(ready, /*from_leader=*/false);
-  queue_.addReady(std::move(ready));
-  // (Unless an autotuned cycle time has them wait for more.)
-  const bool waits = tuning_.current().cycle_time.count() > 0 && negotiation_.pendingCount() > 0;
-  if (place().runsInline() && !queue_.executing() && !waits &&
-      std::all_of(queue_.ready().begin(), queue_.ready().end(), runsInline) && queue_.bytesReady() <= kInlineBytes) {
-    *inline_batch = std::move(queue_.next(/*lead=*/false).responses);
-    execution_->beginBatchLocked(*this);
-  } else {
-    execution_->wake();
-  }
+  submission_->submit(session, enqueue);
 }
 
 void Job::grant(const Session& session, const v1::OutputGrant& grant) {

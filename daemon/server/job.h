@@ -5,8 +5,10 @@
 //
 // The Job holds the state one step of the job changes at once, under its
 // lock (ranks, queue of batches, epochs, failure, tuning, formation), and
-// the steps that change it together: a request submitted, a rank lost, the
-// job failed or stopped. Its parts, each in its own files:
+// the steps that change it together: a rank lost, the job failed or
+// stopped. Its parts, each in its own files:
+// - Submission (job_submission.h): a request's way into the negotiation,
+//   and the ready batch queued or run inline;
 // - Execution (job_execution.h): the executors, the batch being run and the
 //   executor thread (with its part in the steady-state rounds), and the
 //   Dones of a batch's results;
@@ -214,25 +216,6 @@ class Job {
   using SessionSnapshot = std::map<int, std::shared_ptr<Session>>;
   using Admitted = JobRanks::Admitted;
 
-  // What validateEnqueue needs to check a request of `rank` (`remote`: a
-  // rank on another node, whose range that node checked).
-  EnqueueContext enqueueContext(int rank, const handoff::ShmArena* arena, bool remote = false) const;
-
-  // A request into the negotiation: held until the node's role is known,
-  // held for the steady-state rounds, or submitted where this node's place
-  // says. `steady` false: not held for the rounds (it was, too long).
-  void submitToCoordinator(const std::shared_ptr<Session>& session, coordinator::Request request,
-                           RankMessages* to_ranks, std::vector<coordinator::Response>* inline_batch, bool steady = true)
-      GS_REQUIRES(mutex_);
-  // The leader's (or one daemon's) negotiation of `request`: what it makes
-  // ready runs inline (small, on one daemon, nothing executing) or wakes
-  // the executor thread.
-  void negotiateLocked(coordinator::Request request, RankMessages* to_ranks,
-                       std::vector<coordinator::Response>* inline_batch) GS_REQUIRES(mutex_);
-  // Responses the negotiation made ready: queued, and run inline (small,
-  // on one daemon, nothing executing) or handed to the executor thread.
-  void readyLocked(std::vector<coordinator::Response> ready, std::vector<coordinator::Response>* inline_batch)
-      GS_REQUIRES(mutex_);
   // A failure this node's job detected: the other nodes hear of it
   // (CrossNode::failedHere), then the job fails here (its waiting work,
   // and with a lost node what was negotiated, and the transfers). Once; a
@@ -246,9 +229,6 @@ class Job {
   // local rank registered, every node joined), naming who never came.
   void checkFormation(Clock::time_point now);
 
-  // A local request repeating a cached collective is held for the rounds
-  // (true: taken).
-  bool holdSteadyLocked(const std::shared_ptr<Session>& session, coordinator::Request& request) GS_REQUIRES(mutex_);
   // Fails `request` with `status`, queueing its Done in `to_ranks`.
   // `membership_changed`: the Done says the failure is retriable.
   void failRequestLocked(const coordinator::Request& request, const Status& status, RankMessages* to_ranks,
@@ -349,6 +329,9 @@ class Job {
   const std::unique_ptr<const Place> one_node_;
   const std::unique_ptr<const Place> leading_;
   const std::unique_ptr<const Place> following_;
+  // A request's way into the job (job_submission.h).
+  class Submission;
+  const std::unique_ptr<Submission> submission_;
   // The elastic side: epochs and joiners (job_elastic.h).
   class Elastic;
   const std::unique_ptr<Elastic> elastic_;

@@ -8,6 +8,7 @@
 #include "daemon/server/enqueue_validation.h"
 #include "daemon/server/job_elastic.h"
 #include "daemon/server/job_execution.h"
+#include "daemon/server/job_submission.h"
 
 namespace gradsync::server {
 
@@ -116,14 +117,14 @@ void Job::AcrossDaemons::startIfComplete() {
   {
     MutexLock lock(job_.mutex_);
     for (auto& [session, request] : job_.awaiting_.start())
-      job_.submitToCoordinator(session, std::move(request), &to_ranks, &unused);
+      job_.submission_->submitLocked(job_, session, std::move(request), &to_ranks, &unused);
   }
   flush(&to_ranks);
 }
 
 void Job::AcrossDaemons::submitRemote(int rank, const v1::Enqueue& enqueue, uint64_t epoch) {
   // Its arena lives on the other node, which checked the range.
-  auto request = validateEnqueue(enqueue, job_.enqueueContext(rank, nullptr, /*remote=*/true));
+  auto request = validateEnqueue(enqueue, job_.submission_->enqueueContext(rank, nullptr, /*remote=*/true));
   RankMessages to_ranks;
   {
     MutexLock lock(job_.mutex_);
@@ -167,7 +168,7 @@ void Job::AcrossDaemons::admitRemoteLocked(int rank, StatusOr<coordinator::Reque
   } else if (!job_.failure_.empty() || job_.stopping_) {
     job_.failRequestLocked(*request, aborted("job '" + job_.spec_.job_id + "': " + job_.failure_), to_ranks);
   } else {
-    job_.submitToCoordinator(nullptr, std::move(request).value(), to_ranks, &unused);
+    job_.submission_->submitLocked(job_, nullptr, std::move(request).value(), to_ranks, &unused);
   }
 }
 
@@ -191,7 +192,7 @@ void Job::AcrossDaemons::admitRepeatLocked(coordinator::Repeat repeat, uint64_t 
     job_.failRequestLocked(request, status, to_ranks);
   }
   std::vector<coordinator::Response> unused;  // (no inline batches across nodes)
-  job_.readyLocked(std::move(submitted.ready), &unused);
+  job_.submission_->readyLocked(job_, std::move(submitted.ready), &unused);
 }
 
 void Job::AcrossDaemons::onRemoteBatch(std::vector<coordinator::Response> batch, uint64_t sequence, uint64_t epoch,

@@ -12,6 +12,7 @@
 #include "daemon/server/job_across_daemons.h"
 #include "daemon/server/job_elastic.h"
 #include "daemon/server/job_place.h"
+#include "daemon/server/job_submission.h"
 
 namespace gradsync::server {
 
@@ -189,7 +190,7 @@ SteadyRounds::Host::Look Job::Execution::beforeRound(bool leader, Clock::duratio
     }
     for (auto& held : job_.rounds_->takeOverdue(hold_limit)) {
       std::vector<coordinator::Response> unused;
-      job_.submitToCoordinator(held.session, std::move(held.request), &to_ranks, &unused, /*steady=*/false);
+      job_.submission_->submitLocked(job_, held.session, std::move(held.request), &to_ranks, &unused, /*steady=*/false);
     }
     errors = job_.queue_.takeErrors();
     if (!errors.empty()) beginBatchLocked(job_);

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "daemon/server/job_place.h"
 #include "daemon/server/job_elastic.h"
+#include "daemon/server/job_submission.h"
 
 #include "daemon/common/logging.h"
 #include "daemon/coordinator/request_wire.h"
@@ -11,7 +12,7 @@ namespace gradsync::server {
 
 void Job::OneNode::submitLocked(Job& job, const std::shared_ptr<Session>&, coordinator::Request request,
                                 RankMessages* to_ranks, std::vector<coordinator::Response>* inline_batch) const {
-  job.negotiateLocked(std::move(request), to_ranks, inline_batch);
+  job.submission_->negotiateLocked(job, std::move(request), to_ranks, inline_batch);
 }
 
 bool Job::OneNode::elasticRankLostLocked(Job& job, const Session&, const std::string& what, RankLoss* loss) const {
@@ -64,7 +65,7 @@ void Job::Leading::submitLocked(Job& job, const std::shared_ptr<Session>& sessio
   // Its own ranks: which cached response each request repeats (the
   // followers' ranks say so by cache id).
   if (session) request.repeats = job.cross_->cachedId(request);
-  job.negotiateLocked(std::move(request), to_ranks, inline_batch);
+  job.submission_->negotiateLocked(job, std::move(request), to_ranks, inline_batch);
 }
 
 void Job::Leading::otherNodesRequestFailedLocked(Job& job, const coordinator::Request& request, const Status& status,
