@@ -88,9 +88,9 @@ void CrossNode::LeaderSide::Followers::dispatch(Follower* follower, const v1::Fo
     joinerReport(follower, message);
   } else if (message.has_request()) {
     const v1::FollowerMessage::Request* one = &message.request();
-    requests(&one, 1);
+    passToJob(&one, 1);
   } else if (message.has_requests()) {
-    requests(message.requests().requests().data(), message.requests().requests_size());
+    passToJob(message.requests().requests().data(), message.requests().requests_size());
   } else if (message.has_round()) {
     if (LeaderRounds* rounds = node_->rounds(); rounds != nullptr) {
       rounds->deliver(message.round(), follower->crossRank());
@@ -100,7 +100,7 @@ void CrossNode::LeaderSide::Followers::dispatch(Follower* follower, const v1::Fo
   }
 }
 
-bool CrossNode::LeaderSide::Followers::requests(const v1::FollowerMessage::Request* const* requests, int count) {
+bool CrossNode::LeaderSide::Followers::passToJob(const v1::FollowerMessage::Request* const* requests, int count) {
   const uint64_t current = members_.epoch();
   std::vector<coordinator::Repeat> run;  // by cache id, of `run_epoch`
   uint64_t run_epoch = 0;

@@ -48,7 +48,7 @@ class CrossNode::LeaderSide::Followers {
   // of an epoch that ended), runs of requests by cache id together; false
   // when one names a cache id this leader never gave, or a rank that id
   // does not hold (the job fails).
-  bool requests(const v1::FollowerMessage::Request* const* requests, int count) GS_EXCLUDES(members_.mutex());
+  bool passToJob(const v1::FollowerMessage::Request* const* requests, int count) GS_EXCLUDES(members_.mutex());
   // A follower's JoinerReady or JoinerGone.
   void joinerReport(Follower* follower, const v1::FollowerMessage& message) GS_EXCLUDES(members_.mutex());
   // The stream ended (`cut_off`: the call was cancelled, not closed;

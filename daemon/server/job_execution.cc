@@ -51,15 +51,18 @@ void Job::Execution::join() {
 
 void Job::Execution::wake() {
   ready_cv_.notify_one();
-  if (wake_fd_.get() >= 0) {
-    const uint64_t one = 1;
-    (void)!::write(wake_fd_.get(), &one, sizeof one);
-  }
+  signalWakeFd();
 }
 
 void Job::Execution::wakeAll() {
-  wake();
   ready_cv_.notify_all();
+  signalWakeFd();
+}
+
+void Job::Execution::signalWakeFd() {
+  if (wake_fd_.get() < 0) return;
+  const uint64_t one = 1;
+  (void)!::write(wake_fd_.get(), &one, sizeof one);
 }
 
 void Job::Execution::loop() {

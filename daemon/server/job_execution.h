@@ -52,6 +52,8 @@ class Job::Execution final : private SteadyRounds::Host {
 
  private:
   void loop();
+  // Writes wake_fd_ (where the thread drives the data plane or the rounds).
+  void signalWakeFd();
   // The thread's next batch (queue_.next), begun; nullopt once the job
   // stops. Waits at most one cycle for more to fuse.
   std::optional<BatchQueue::Batch> nextBatchLocked(MutexLock& lock) GS_REQUIRES(job_.mutex_);
