@@ -166,10 +166,12 @@ class CrossNode {
   // changed) when the leader's node would hold no rank.
   StatusOr<v1::NewEpoch> beginEpoch(const std::vector<int>& lost, uint64_t epoch, const std::string& cause);
   // Elect: a follower's vote for this daemon to lead (leader failover),
-  // counted while `waiting` says its caller still waits for the answer.
-  StatusOr<v1::ElectResponse> acceptVote(const v1::ElectRequest& request, const std::function<bool()>& waiting) {
-    return election_.acceptVote(request, waiting);
+  // held with its answer until the election decides (no thread waits);
+  // counted until voterGone(the id returned).
+  uint64_t acceptVote(const v1::ElectRequest& request, LeaderElection::Answer answer) {
+    return election_.acceptVote(request, std::move(answer));
   }
+  void voterGone(uint64_t vote) { election_.voterGone(vote); }
   // Follower: a local rank of `epoch` crashed; the leader decides.
   void reportRankLost(int rank, uint64_t epoch, const std::string& cause) {
     follower_->reportRankLost(rank, epoch, cause);

@@ -2,6 +2,7 @@
 #include "daemon/peer/leader_election.h"
 
 #include <algorithm>
+#include <future>
 
 #include "daemon/common/logging.h"
 #include "daemon/common/siphash.h"
@@ -20,23 +21,45 @@ bool LeaderElection::electing(uint64_t epoch) const {
   return ballot_.lostLeaderIn(epoch);
 }
 
+LeaderElection::~LeaderElection() { stop(); }
+
 void LeaderElection::stop() {
+  std::thread thread;
+  Answers cancelled_votes;
   {
     MutexLock lock(mutex_);
     stopping_ = true;
+    cancelled_votes = dueLocked(CrossClock::now());
+    thread.swap(thread_);
   }
   changed_.notify_all();
+  deliver(std::move(cancelled_votes));
+  if (thread.joinable() && thread.get_id() != std::this_thread::get_id()) thread.join();
+  if (thread.joinable()) thread.detach();  // stopped from its own takeover: it returns next
 }
 
 std::vector<v1::NodeInfo> LeaderElection::candidatesAfterLoss(uint64_t* epoch, size_t* daemons) {
   std::vector<v1::NodeInfo> members;
   *epoch = host_->membership(&members);
   *daemons = members.size();
+  Answers refused;
   {
     MutexLock lock(mutex_);
     ballot_.leaderLost(*epoch);
+    // The votes that waited for this daemon to notice the loss itself.
+    for (auto it = held_.begin(); it != held_.end();) {
+      HeldVote& held = it->second;
+      Status counted = held.counted || held.epoch != *epoch ? okStatus() : countLocked(held);
+      if (counted.isOk()) {
+        ++it;
+        continue;
+      }
+      refused.emplace_back(std::move(held.answer), std::move(counted));
+      it = held_.erase(it);
+    }
   }
-  changed_.notify_all();  // a candidate waiting to notice the loss itself
+  changed_.notify_all();
+  deliver(std::move(refused));
   std::vector<v1::NodeInfo> candidates;
   for (auto& node : members) {
     if (node.cross_rank() != 0) candidates.push_back(std::move(node));
@@ -90,7 +113,7 @@ StatusOr<bool> LeaderElection::run(const std::string& cause) {
     for (size_t i = first; i < end; ++i) {
       const v1::NodeInfo& candidate = candidates[i];
       if (candidate.peer_address() == options_.self_address) {
-        const auto answer = vote(options_.self_address, epoch, [] { return true; });
+        const auto answer = voteForSelf(epoch);
         if (answer.isOk()) return true;  // this daemon leads
         note(candidate, answer.status().message());
         return lost_majority("");
@@ -126,29 +149,97 @@ StatusOr<v1::ElectResponse> LeaderElection::askVote(const std::shared_ptr<grpc::
   return response;
 }
 
-StatusOr<v1::ElectResponse> LeaderElection::acceptVote(const v1::ElectRequest& request,
-                                                       const std::function<bool()>& waiting) {
-  if (!constantTimeEqual(request.token(), options_.token))
-    return unauthenticated("job '" + options_.job_id + "': token does not match");
-  if (!host_->isMember(request.voter_address())) {
-    return permissionDenied("job '" + options_.job_id + "': " + request.voter_address() +
-                            " is not a node of the job: its vote is refused");
+uint64_t LeaderElection::acceptVote(const v1::ElectRequest& request, Answer answer) {
+  if (!constantTimeEqual(request.token(), options_.token)) {
+    answer(unauthenticated("job '" + options_.job_id + "': token does not match"));
+    return 0;
   }
-  return vote(request.voter_address(), request.epoch(), waiting);
+  if (!host_->isMember(request.voter_address())) {
+    answer(permissionDenied("job '" + options_.job_id + "': " + request.voter_address() +
+                            " is not a node of the job: its vote is refused"));
+    return 0;
+  }
+  return vote(request.voter_address(), request.epoch(), std::move(answer));
 }
 
-StatusOr<v1::ElectResponse> LeaderElection::answerLocked(MutexLock& lock, const std::string& voter, uint64_t epoch,
-                                                         size_t majority, CrossClock::time_point deadline,
-                                                         const std::function<bool()>& waiting) {
-  // The vote counts while its voter waits for the answer.
-  while (ballot_.decided(epoch) == nullptr && !stopping_ && CrossClock::now() < deadline && waiting()) {
-    changed_.wait_until(lock, std::min(deadline, CrossClock::now() + std::chrono::milliseconds(100)));
+uint64_t LeaderElection::vote(const std::string& voter, uint64_t epoch, Answer answer) {
+  const std::string& self = options_.self_address;
+  if (!options_.failover) {
+    answer(failedPrecondition(self + " does not fail over leaders (--leader-failover off)"));
+    return 0;
   }
-  if (ballot_.decided(epoch) == nullptr) {
-    ballot_.withdraw(voter, epoch);
-    return deadlineExceeded(options_.self_address + " gathered " + std::to_string(ballot_.votes()) + " votes, " +
-                            std::to_string(majority) + " needed (a strict majority of the job's daemons)");
+  std::vector<v1::NodeInfo> members;
+  const uint64_t current = host_->membership(&members);
+  MutexLock lock(mutex_);
+  if (stopping_) {
+    lock.unlock();
+    answer(cancelled("job stopped"));
+    return 0;
   }
+  HeldVote held{voter,
+                epoch,
+                members.size() / 2 + 1,
+                false,
+                CrossClock::now() + options_.limits.candidate_notice,
+                std::move(answer)};
+  if (ballot_.takingOverFrom(epoch)) {
+    // Taking over from this epoch already (its epoch moved on meanwhile):
+    // the same answer as the votes that made the majority.
+    held.counted = true;
+    held.deadline = CrossClock::now() + options_.limits.election;
+  } else if (epoch != current) {
+    lock.unlock();
+    held.answer(failedPrecondition(self + " is at epoch " + std::to_string(current) + ", the vote is for epoch " +
+                                   std::to_string(epoch)));
+    return 0;
+  } else if (ballot_.lostLeaderIn(epoch)) {
+    if (Status counted = countLocked(held); !counted.isOk()) {
+      lock.unlock();
+      held.answer(std::move(counted));
+      return 0;
+    }
+  }
+  const uint64_t id = next_vote_++;
+  held_.emplace(id, std::move(held));
+  startThreadLocked();
+  changed_.notify_all();
+  return id;
+}
+
+Status LeaderElection::countLocked(HeldVote& held) {
+  ASSIGN_OR_RETURN(const bool majority_reached, ballot_.receive(held.voter, held.epoch, held.majority));
+  held.counted = true;
+  held.deadline = CrossClock::now() + options_.limits.election;
+  GS_LOG(control, info, "job '{}': vote of {} for {} to lead ({} of the {} needed)", options_.job_id, held.voter,
+         options_.self_address, ballot_.votes(), held.majority);
+  // Ballot::receive says so once: later votes wait for the takeover.
+  if (majority_reached) {
+    ballot_.takingOver(held.epoch);
+    takeover_due_ = held.epoch;
+    changed_.notify_all();
+  }
+  return okStatus();
+}
+
+void LeaderElection::voterGone(uint64_t id) {
+  Answer answer;
+  {
+    MutexLock lock(mutex_);
+    auto it = held_.find(id);
+    if (it == held_.end()) return;  // answered already
+    ballot_.withdraw(it->second.voter, it->second.epoch);
+    answer = std::move(it->second.answer);
+    held_.erase(it);
+  }
+  answer(cancelled("the voter's call ended"));
+}
+
+size_t LeaderElection::votesHeld() const {
+  MutexLock lock(mutex_);
+  return held_.size();
+}
+
+v1::ElectResponse LeaderElection::decidedLocked(uint64_t epoch) const {
   v1::ElectResponse response;
   *response.mutable_change() = *ballot_.decided(epoch);
   // Published when the change was announced: the voter reads the rest.
@@ -157,41 +248,89 @@ StatusOr<v1::ElectResponse> LeaderElection::answerLocked(MutexLock& lock, const 
   return response;
 }
 
-StatusOr<v1::ElectResponse> LeaderElection::vote(const std::string& voter, uint64_t epoch,
-                                                 const std::function<bool()>& waiting) {
-  const std::string& self = options_.self_address;
-  if (!options_.failover) return failedPrecondition(self + " does not fail over leaders (--leader-failover off)");
-  std::vector<v1::NodeInfo> members;
-  const uint64_t current = host_->membership(&members);
-  const size_t majority = members.size() / 2 + 1;
-  const bool leads = host_->leads();
-  MutexLock lock(mutex_);
-  const auto deadline = CrossClock::now() + options_.limits.election;
-  // Taking over from this epoch already (its epoch moved on meanwhile).
-  if (ballot_.takingOverFrom(epoch)) return answerLocked(lock, voter, epoch, majority, deadline, waiting);
-  if (epoch != current) {
-    return failedPrecondition(self + " is at epoch " + std::to_string(current) + ", the vote is for epoch " +
-                              std::to_string(epoch));
+LeaderElection::Answers LeaderElection::dueLocked(CrossClock::time_point now) {
+  Answers due;
+  for (auto it = held_.begin(); it != held_.end();) {
+    HeldVote& held = it->second;
+    const auto failed = takeover_failed_.find(held.epoch);
+    std::optional<StatusOr<v1::ElectResponse>> answer;
+    if (stopping_) {
+      answer = cancelled("job stopped");
+    } else if (held.counted && ballot_.decided(held.epoch) != nullptr) {
+      answer = decidedLocked(held.epoch);
+    } else if (held.counted && failed != takeover_failed_.end()) {
+      answer = failed->second;
+    } else if (now >= held.deadline && !held.counted) {
+      answer = failedPrecondition(options_.self_address + " still hears the leader");
+    } else if (now >= held.deadline) {
+      ballot_.withdraw(held.voter, held.epoch);
+      answer = deadlineExceeded(options_.self_address + " gathered " + std::to_string(ballot_.votes()) + " votes, " +
+                                std::to_string(held.majority) + " needed (a strict majority of the job's daemons)");
+    }
+    if (!answer) {
+      ++it;
+      continue;
+    }
+    due.emplace_back(std::move(held.answer), std::move(*answer));
+    it = held_.erase(it);
   }
-  if (!changed_.wait_for(lock, options_.limits.candidate_notice,
-                         [&]() GS_REQUIRES(mutex_) { return ballot_.lostLeaderIn(epoch) || stopping_; })) {
-    return failedPrecondition(self + " still hears the leader");
-  }
-  if (stopping_) return cancelled("job stopped");
-  ASSIGN_OR_RETURN(const bool majority_reached, ballot_.receive(voter, epoch, majority));
-  GS_LOG(control, info, "job '{}': vote of {} for {} to lead ({} of the {} needed)", options_.job_id, voter, self,
-         ballot_.votes(), majority);
-  // Ballot::receive says so once: later votes wait for its answer.
-  if (majority_reached && !leads) {
-    ballot_.takingOver(epoch);
-    lock.unlock();
-    auto change = host_->takeOver(epoch);
-    lock.lock();
-    if (!change.isOk()) return change.status();
+  return due;
+}
+
+void LeaderElection::deliver(Answers answers) {
+  for (auto& [answer, response] : answers) answer(std::move(response));
+}
+
+void LeaderElection::startThreadLocked() {
+  if (!thread_.joinable()) thread_ = std::thread([this] { keepTime(); });
+}
+
+void LeaderElection::takeOverLocked(MutexLock& lock, uint64_t epoch) {
+  lock.unlock();
+  auto change = host_->leads() ? StatusOr<v1::NewEpoch>(failedPrecondition(options_.self_address + " leads already"))
+                               : host_->takeOver(epoch);
+  lock.lock();
+  if (change.isOk()) {
     ballot_.tookOver(std::move(change).value());
-    changed_.notify_all();
+  } else {
+    takeover_failed_[epoch] = change.status();
   }
-  return answerLocked(lock, voter, epoch, majority, deadline, waiting);
+}
+
+void LeaderElection::keepTime() {
+  MutexLock lock(mutex_);
+  for (;;) {
+    if (takeover_due_ && !stopping_) {
+      const uint64_t epoch = *takeover_due_;
+      takeover_due_.reset();
+      takeOverLocked(lock, epoch);  // the votes are answered only once it is decided
+    }
+    Answers due = dueLocked(CrossClock::now());
+    if (!due.empty()) {
+      lock.unlock();
+      deliver(std::move(due));
+      lock.lock();
+      continue;
+    }
+    if (stopping_) return;
+    if (takeover_due_) continue;
+    std::optional<CrossClock::time_point> next;
+    for (const auto& [id, held] : held_) next = next ? std::min(*next, held.deadline) : held.deadline;
+    if (next) {
+      changed_.wait_until(lock, *next);
+    } else {
+      changed_.wait(lock);
+    }
+  }
+}
+
+StatusOr<v1::ElectResponse> LeaderElection::voteForSelf(uint64_t epoch) {
+  auto promise = std::make_shared<std::promise<StatusOr<v1::ElectResponse>>>();
+  auto future = promise->get_future();
+  vote(options_.self_address, epoch,
+       [promise](StatusOr<v1::ElectResponse> answer) { promise->set_value(std::move(answer)); });
+  // Answered by the election's deadline (its thread keeps it), or by stop.
+  return future.get();
 }
 
 }  // namespace gradsync::peer

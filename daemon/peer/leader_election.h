@@ -13,7 +13,11 @@
 //    its answer, counts its own, and counts votes only once it has lost the
 //    leader too (a follower cut off alone cannot depose a live leader); the
 //    rules are membership::Ballot's. Two majorities cannot form, so two
-//    leaders cannot either.
+//    leaders cannot either. No thread waits for a vote: a vote is held
+//    with its answer (a callback; the Elect call's reactor) until the
+//    election decides, its voter gives up (voterGone), or its time is up.
+//    One thread per election, started by its first vote and ended by
+//    stop(), keeps those times and runs the takeover.
 //  - The winner takes over (Host::takeOver: it becomes cross rank 0, the
 //    old leader's node is removed, its own Job takes the new epoch) and
 //    only then answers the voters, which follow it (Host::followElected).
@@ -29,8 +33,11 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
+#include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "base/mutex.h"
@@ -81,7 +88,13 @@ class LeaderElection {
                                  v1::ElectResponse answer) = 0;
   };
 
+  // A vote's answer: the new epoch, or why the vote did not win. Called
+  // once, never with this election's lock held; maybe on the thread that
+  // gave the vote (a refusal at once).
+  using Answer = std::function<void(StatusOr<v1::ElectResponse>)>;
+
   LeaderElection(Options options, Host* host);
+  ~LeaderElection();
   LeaderElection(const LeaderElection&) = delete;
   LeaderElection& operator=(const LeaderElection&) = delete;
 
@@ -90,39 +103,70 @@ class LeaderElection {
   // follows the new leader; FAILED_PRECONDITION when no failover is
   // possible (fewer than three daemons) or no majority formed.
   StatusOr<bool> run(const std::string& cause) GS_EXCLUDES(mutex_);
-  // Elect: another daemon's vote for this one, counted while `waiting`
-  // says its caller still waits for the answer.
-  StatusOr<v1::ElectResponse> acceptVote(const v1::ElectRequest& request, const std::function<bool()>& waiting)
-      GS_EXCLUDES(mutex_);
+  // Elect: another daemon's vote for this one, counted until its answer or
+  // voterGone(the id returned). `answer` is called once.
+  uint64_t acceptVote(const v1::ElectRequest& request, Answer answer) GS_EXCLUDES(mutex_);
+  // The voter of vote `id` stopped waiting (its call ended): the vote no
+  // longer counts, and is answered CANCELLED unless answered already.
+  void voterGone(uint64_t id) GS_EXCLUDES(mutex_);
   // Whether this daemon lost the leader of `epoch` and takes part in
   // electing the next one.
   bool electing(uint64_t epoch) const GS_EXCLUDES(mutex_);
-  // The job stopped: every wait for votes ends now.
+  // The job stopped: every vote held is answered CANCELLED, and later ones
+  // at once; the election's thread ends.
   void stop() GS_EXCLUDES(mutex_);
+  // Votes held for an answer now (a figure for tests and the swarm).
+  size_t votesHeld() const GS_EXCLUDES(mutex_);
 
  private:
+  // A vote for this daemon, held until the election decides, its voter
+  // gives up, or `deadline`.
+  struct HeldVote {
+    std::string voter;
+    uint64_t epoch = 0;
+    size_t majority = 0;   // of the job's daemons in `epoch`
+    bool counted = false;  // false: waits for this daemon to lose the leader of `epoch`
+    CrossClock::time_point deadline;
+    Answer answer;
+  };
+  using Answers = std::vector<std::pair<Answer, StatusOr<v1::ElectResponse>>>;
+
   // run's parts: the followers that may replace the leader, by cross rank
-  // (a ballot opens); this daemon's vote for `candidate` over `channel`
-  // (its answer, the vote withdrawn unless it won).
+  // (a ballot opens, and the votes held for it are counted); this daemon's
+  // vote for `candidate` over `channel` (its answer, the vote withdrawn
+  // unless it won); its vote for itself, waited for.
   std::vector<v1::NodeInfo> candidatesAfterLoss(uint64_t* epoch, size_t* daemons) GS_EXCLUDES(mutex_);
   StatusOr<v1::ElectResponse> voteFor(const v1::NodeInfo& candidate, const std::shared_ptr<grpc::Channel>& channel,
                                       uint64_t epoch) GS_EXCLUDES(mutex_);
   StatusOr<v1::ElectResponse> askVote(const std::shared_ptr<grpc::Channel>& channel, uint64_t epoch) const;
-  // A vote of `voter` (maybe this daemon) for this daemon in `epoch`; waits
-  // for the majority and answers the new epoch.
-  StatusOr<v1::ElectResponse> vote(const std::string& voter, uint64_t epoch, const std::function<bool()>& waiting)
-      GS_EXCLUDES(mutex_);
-  // The answer to the voters of `epoch` once decided, waiting until
-  // `deadline` (or while `waiting`); the vote withdrawn otherwise.
-  StatusOr<v1::ElectResponse> answerLocked(MutexLock& lock, const std::string& voter, uint64_t epoch, size_t majority,
-                                           CrossClock::time_point deadline, const std::function<bool()>& waiting)
-      GS_REQUIRES(mutex_);
+  StatusOr<v1::ElectResponse> voteForSelf(uint64_t epoch) GS_EXCLUDES(mutex_);
+  // A vote of `voter` (maybe this daemon) for this daemon in `epoch`: held,
+  // or answered at once. Its id (0 when answered at once).
+  uint64_t vote(const std::string& voter, uint64_t epoch, Answer answer) GS_EXCLUDES(mutex_);
+  // The ballot counts `held` (this daemon lost the leader of its epoch):
+  // an error when refused; a majority reached marks the takeover due.
+  Status countLocked(HeldVote& held) GS_REQUIRES(mutex_);
+  // The answers due now: votes decided, refused or past their deadline
+  // (taken out of held_).
+  Answers dueLocked(CrossClock::time_point now) GS_REQUIRES(mutex_);
+  // The answer to the voters of `epoch` once decided.
+  v1::ElectResponse decidedLocked(uint64_t epoch) const GS_REQUIRES(mutex_);
+  // The election's thread: the takeover once due, the votes' deadlines.
+  void startThreadLocked() GS_REQUIRES(mutex_);
+  void keepTime() GS_EXCLUDES(mutex_);
+  void takeOverLocked(MutexLock& lock, uint64_t epoch) GS_REQUIRES(mutex_);
+  static void deliver(Answers answers);
 
   const Options options_;
   Host* const host_;
   mutable Mutex mutex_;
-  CondVar changed_;  // the leader lost here, a takeover decided, stopped
+  CondVar changed_;  // a vote held or counted, a takeover due or decided, stopped
   membership::Ballot ballot_ GS_GUARDED_BY(mutex_);
+  std::map<uint64_t, HeldVote> held_ GS_GUARDED_BY(mutex_);
+  uint64_t next_vote_ GS_GUARDED_BY(mutex_) = 1;
+  std::optional<uint64_t> takeover_due_ GS_GUARDED_BY(mutex_);        // the epoch a majority was reached in
+  std::map<uint64_t, Status> takeover_failed_ GS_GUARDED_BY(mutex_);  // by epoch
+  std::thread thread_ GS_GUARDED_BY(mutex_);
   bool stopping_ GS_GUARDED_BY(mutex_) = false;
 };
 

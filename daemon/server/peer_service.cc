@@ -45,16 +45,48 @@ grpc::Status PeerService::CheckMember(grpc::ServerContext*, const v1::CheckMembe
   return grpc::Status::OK;
 }
 
-grpc::Status PeerService::Elect(grpc::ServerContext* context, const v1::ElectRequest* request,
-                                v1::ElectResponse* response) {
+namespace {
+
+// One vote on its way: held by the job's election until answered; the
+// voter's call ending first withdraws it. Holds the job until done.
+class VoteReactor final : public grpc::ServerUnaryReactor {
+ public:
+  VoteReactor(JobRegistry* registry, std::shared_ptr<Job> job, v1::ElectResponse* response)
+      : registry_(registry), job_(std::move(job)), response_(response) {}
+
+  void start(const v1::ElectRequest& request) {
+    vote_ = job_->crossNode()->acceptVote(request, [this](StatusOr<v1::ElectResponse> answer) {
+      if (answer.isOk()) *response_ = std::move(answer).value();
+      Finish(toGrpc(answer.status()));
+    });
+  }
+  // gRPC calls these only once the handler returned: vote_ is set.
+  void OnCancel() override { job_->crossNode()->voterGone(vote_); }
+  void OnDone() override {
+    registry_->retire(std::move(job_));
+    delete this;
+  }
+
+ private:
+  JobRegistry* const registry_;
+  std::shared_ptr<Job> job_;
+  v1::ElectResponse* const response_;
+  uint64_t vote_ = 0;
+};
+
+}  // namespace
+
+grpc::ServerUnaryReactor* PeerService::Elect(grpc::CallbackServerContext* context, const v1::ElectRequest* request,
+                                             v1::ElectResponse* response) {
   auto job = registry_->findJob(request->job_id());
   if (!job || !job->crossNode()) {
-    return grpc::Status(grpc::StatusCode::NOT_FOUND, "no multi-node job '" + request->job_id() + "' here");
+    grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+    reactor->Finish(grpc::Status(grpc::StatusCode::NOT_FOUND, "no multi-node job '" + request->job_id() + "' here"));
+    return reactor;
   }
-  auto answer = job->crossNode()->acceptVote(*request, [context] { return !context->IsCancelled(); });
-  if (!answer.isOk()) return toGrpc(answer.status());
-  *response = std::move(answer).value();
-  return grpc::Status::OK;
+  auto* reactor = new VoteReactor(registry_, std::move(job), response);
+  reactor->start(*request);
+  return reactor;
 }
 
 grpc::Status PeerService::Members(grpc::ServerContext*, const v1::MembersRequest* request,
