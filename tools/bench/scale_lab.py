@@ -258,6 +258,45 @@ def swarm(args, followers, flags=(), steps=20, tensors=161, ranks_per_follower=1
         daemons.stop()
 
 
+def swarm_election(args, followers):
+    """A real leader and a real candidate (its follower of cross rank 1), both with --leader-failover quorum, and
+    the swarm's `followers` simulated follower daemons in one elastic job; the leader is killed once the job
+    formed and the swarm's followers all vote for the candidate: the swarm's ELECTION line."""
+    daemons = Daemons(args.daemon, 2, ("--leader-failover", "quorum"))
+    ranks = []
+    try:
+        candidate = ""
+        deadline = time.time() + 30
+        while time.time() < deadline and not candidate:
+            m = re.search(r"peer service on ([0-9.:]+)", daemons.log(1))
+            candidate = m.group(1) if m else ""
+            time.sleep(0.05)
+        size = followers + 2
+        for r in range(2):
+            env = dict(os.environ, GRADSYNC_SOCKET=daemons.socket(r), GRADSYNC_JOB_ID="scale-elect",
+                       GRADSYNC_TOKEN="scale", GRADSYNC_RANK=str(r), GRADSYNC_SIZE=str(size), GRADSYNC_LOCAL_RANK="0",
+                       GRADSYNC_LOCAL_SIZE="1", GRADSYNC_LEADER=daemons.leader, GRADSYNC_ELASTIC="1",
+                       GRADSYNC_MIN_SIZE="2", GRADSYNC_ARENA_BYTES=str(1 << 20))
+            with open(os.path.join(daemons.dir, f"rank{r}.log"), "w") as out:
+                # Waits in its first step, which the swarm never submits.
+                ranks.append(subprocess.Popen([args.worker, "empty_steps", "20", "1"], env=env, stdout=out,
+                                              stderr=subprocess.STDOUT))
+        done = subprocess.run([args.swarm, "--leader", daemons.leader, "--leader-pid", str(daemons.procs[0].pid),
+                               "--job", "scale-elect", "--token", "scale", "--followers", str(followers),
+                               "--candidate", candidate, "--candidate-pid", str(daemons.procs[1].pid),
+                               "--timeout-s", "300"], capture_output=True, text=True, timeout=420)
+        line = re.search(r"ELECTION .*", done.stdout)
+        if done.returncode != 0 or not line:
+            why = [x for x in done.stderr.splitlines() if "stream ended" not in x]
+            return None, "\n".join(why[-20:]) + "\n" + daemons.log(1)[-2000:]
+        return dict(re.findall(r"([a-z_0-9]+)=([0-9.]+)", line.group(0))), ""
+    finally:
+        for rank in ranks:
+            rank.kill()
+            rank.wait()
+        daemons.stop()
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--daemon", required=True)
@@ -276,6 +315,8 @@ def main():
     ap.add_argument("--lose-one", action="store_true")
     ap.add_argument("--swarm", help="tools/swarm:swarm, for --swarm-followers")
     ap.add_argument("--swarm-followers", default="", help="e.g. 128,256,512,1024")
+    ap.add_argument("--swarm-election", default="",
+                    help="e.g. 1024: the leader lost among this many simulated followers, and an election (needs --worker)")
     ap.add_argument("--swarm-ranks", type=int, default=8,
                     help="and the most followers again with this many ranks each (rounds only; 1: not)")
     args = ap.parse_args()
@@ -344,6 +385,22 @@ def main():
                   f" {float(f['leader_egress_bytes_per_step']):.0f} | {float(f['follower_tx_bytes_per_step']):.0f} /"
                   f" {float(f['follower_rx_bytes_per_step']):.0f} | {f['largest_message']} |"
                   f" {f['rounds_per_step']:.1f} |")
+
+    if args.swarm and args.swarm_election and args.worker:
+        print()
+        print("| daemons (simulated voters) | new leader after | all votes answered | candidate threads before / most |"
+              " candidate CPU | votes won / refused |")
+        print("|---|---|---|---|---|---|")
+        for followers in [int(x) for x in args.swarm_election.split(",") if x]:
+            f, error = swarm_election(args, followers)
+            if f is None:
+                last = error.strip().splitlines()[-1] if error.strip() else "?"
+                print(f"| {followers + 2} ({followers}) | FAILED: {last} | | | | |")
+                continue
+            print(f"| {f['daemons']} ({f['voters']}) | {float(f['new_leader_ms']):.0f} ms |"
+                  f" {float(f['all_answered_ms']):.0f} ms | {f['candidate_threads_before']} /"
+                  f" {f['candidate_threads_most']} | {float(f['candidate_cpu_ms']):.0f} ms |"
+                  f" {f['won']} / {f['refused']} |")
 
 
 if __name__ == "__main__":

@@ -7,9 +7,15 @@
 // time, step latency, the leader's CPU per step, threads and memory, and
 // the coordination bytes of a follower per step.
 //
+// With --candidate, one real follower daemon (its rank 1) is in the job
+// too, the swarm's ranks follow it, and no steps run: once the job formed,
+// the leader is killed and the swarm's followers elect the candidate
+// (swarm_election.h), printing the election's figures instead.
+//
 //   swarm --leader HOST:PORT --leader-pid PID --job ID --token T
 //         --followers N [--tensors 161] [--steps 20] [--timeout-s 300]
 //         [--ranks-per-follower 1] [--part-delay-ms 0] [--step-delay-ms 0]
+//         [--candidate HOST:PORT --candidate-pid PID]
 #include <grpcpp/grpcpp.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -27,6 +33,8 @@
 #include <vector>
 
 #include "base/mutex.h"
+#include "tools/swarm/process_sample.h"
+#include "tools/swarm/swarm_election.h"
 #include "tools/swarm/swarm_follower.h"
 
 namespace gradsync::swarm {
@@ -43,6 +51,9 @@ struct Options {
   int steps = 20;
   int timeout_s = 300;
   std::chrono::milliseconds step_delay{0};  // before each step after the first, the swarm's ranks wait
+  std::string candidate;                    // a real follower daemon holding rank 1: an election, no steps
+  int candidate_pid = 0;
+  int first_rank = 1;  // the swarm's first rank (after the real daemons')
 };
 
 bool parse(int argc, char** argv, Options* options) {
@@ -63,38 +74,12 @@ bool parse(int argc, char** argv, Options* options) {
   options->job.part_delay = std::chrono::milliseconds(std::stoi(get("--part-delay-ms", "0")));
   options->step_delay = std::chrono::milliseconds(std::stoi(get("--step-delay-ms", "0")));
   options->job.ranks_per_follower = std::stoi(get("--ranks-per-follower", "1"));
-  options->job.size = options->followers * options->job.ranks_per_follower + 1;
+  options->candidate = get("--candidate", "");
+  options->candidate_pid = std::stoi(get("--candidate-pid", "0"));
+  options->first_rank = options->candidate.empty() ? 1 : 2;
+  options->job.size = options->followers * options->job.ranks_per_follower + options->first_rank;
   return !options->leader.empty() && !options->job.job_id.empty() && options->followers > 0 && options->steps > 2 &&
          options->job.ranks_per_follower > 0;
-}
-
-// The leader's process as /proc tells it.
-struct ProcessSample {
-  double cpu_seconds = 0;
-  int threads = 0;
-  double rss_mib = 0;
-  double peak_rss_mib = 0;
-};
-
-ProcessSample sample(int pid) {
-  ProcessSample s;
-  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-  std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
-  const auto close = text.rfind(')');
-  if (close != std::string::npos) {
-    std::istringstream fields(text.substr(close + 2));
-    std::vector<std::string> f;
-    for (std::string x; fields >> x;) f.push_back(x);
-    // After the name: state is field 3, utime 14 and stime 15 (1-based).
-    if (f.size() > 13) s.cpu_seconds = (std::stod(f[11]) + std::stod(f[12])) / ::sysconf(_SC_CLK_TCK);
-  }
-  std::ifstream status("/proc/" + std::to_string(pid) + "/status");
-  for (std::string line; std::getline(status, line);) {
-    if (line.rfind("Threads:", 0) == 0) s.threads = std::stoi(line.substr(8));
-    if (line.rfind("VmRSS:", 0) == 0) s.rss_mib = std::stod(line.substr(6)) / 1024;
-    if (line.rfind("VmHWM:", 0) == 0) s.peak_rss_mib = std::stod(line.substr(6)) / 1024;
-  }
-  return s;
 }
 
 // What the followers report, and the main thread waits for.
@@ -162,7 +147,7 @@ std::shared_ptr<grpc::Channel> nodeChannel(const std::string& leader, int node) 
 // job yet is made again. Their cross ranks, by follower.
 bool joinAll(const std::vector<std::unique_ptr<SwarmFollower>>& followers,
              const std::vector<std::unique_ptr<v1::Peer::Stub>>& stubs, Clock::time_point deadline,
-             std::vector<int>* cross_ranks, bool* rounds, std::string* why) {
+             std::vector<int>* cross_ranks, bool* rounds, uint64_t* epoch, std::string* why) {
   const size_t n = followers.size();
   cross_ranks->assign(n, -1);
   Mutex mutex;
@@ -218,6 +203,7 @@ bool joinAll(const std::vector<std::unique_ptr<SwarmFollower>>& followers,
   // Rounds through the leader where every node offers them (the swarm's do;
   // the leader's not with --steady-state leader).
   const auto& nodes = responses[0].nodes();
+  *epoch = responses[0].epoch();
   *rounds = std::all_of(nodes.begin(), nodes.end(), [](const v1::NodeInfo& n) { return n.leader_rounds(); });
   return true;
 }
@@ -234,7 +220,7 @@ int run(const Options& o) {
   std::vector<std::shared_ptr<grpc::Channel>> channels;
   std::vector<std::unique_ptr<v1::Peer::Stub>> stubs;
   for (int i = 0; i < o.followers; ++i) {
-    followers.push_back(std::make_unique<SwarmFollower>(o.job, 1 + i * o.job.ranks_per_follower, &events));
+    followers.push_back(std::make_unique<SwarmFollower>(o.job, o.first_rank + i * o.job.ranks_per_follower, &events));
     channels.push_back(nodeChannel(o.leader, i));
     stubs.push_back(v1::Peer::NewStub(channels.back()));
   }
@@ -252,7 +238,8 @@ int run(const Options& o) {
     }
   });
   bool rounds = false;
-  const bool joined = joinAll(followers, stubs, deadline, &cross_ranks, &rounds, &why);
+  uint64_t epoch = 0;
+  const bool joined = joinAll(followers, stubs, deadline, &cross_ranks, &rounds, &epoch, &why);
   joining = false;
   sampler.join();
   if (!joined) {
@@ -277,6 +264,19 @@ int run(const Options& o) {
     }
   });
 
+  if (!o.candidate.empty()) {
+    // The candidate's own stream is open, and the heartbeats went once.
+    std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+    progress.over();  // the leader's end is no failure from now on
+    const int code = electAfterLeaderLoss(
+        {o.candidate, o.candidate_pid, o.leader_pid, epoch, o.followers + 2, std::chrono::seconds(60)}, o.job,
+        followers);
+    beating = false;
+    beats.join();
+    for (auto& f : followers) f->close();
+    for (auto& f : followers) f->waitDone(std::chrono::seconds(10));
+    return code;
+  }
   constexpr int kWarmup = 2;  // the first step negotiates in full; the cache serves the rest
   std::vector<double> step_ms;
   double first_step_ms = 0;  // negotiated in full, rank by rank
@@ -340,7 +340,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr,
                  "usage: swarm --leader HOST:PORT --leader-pid PID --job ID --token T --followers N "
                  "[--tensors 161] [--steps 20 (> 2)] [--timeout-s 300] [--part-delay-ms 0] [--step-delay-ms 0] "
-                 "[--ranks-per-follower 1]\n");
+                 "[--ranks-per-follower 1] [--candidate HOST:PORT --candidate-pid PID]\n");
     return 64;
   }
   // A connection per follower.

@@ -180,7 +180,7 @@ void SwarmFollower::close() {
   {
     MutexLock lock(mutex_);
     closing_ = true;
-    now = outgoing_.empty();
+    now = outgoing_.empty() && !done_;  // a stream that ended (its leader lost) takes no more calls
   }
   if (now) StartWritesDone();
 }

@@ -54,7 +54,8 @@ class SwarmFollower : public grpc::ClientBidiReactor<v1::FollowerMessage, v1::Le
   // The follower of ranks [rank, rank + job.ranks_per_follower).
   SwarmFollower(const SwarmJob& job, int rank, FollowerEvents* events);
 
-  int rank() const { return rank_; }  // its first
+  int rank() const { return rank_; }                       // its first
+  const std::string& address() const { return address_; }  // its name among the job's nodes
   // Whether `rank` is one of its ranks.
   bool holds(int rank) const { return rank >= rank_ && rank < rank_ + job_.ranks_per_follower; }
   v1::JoinJobRequest joinRequest() const;
