@@ -14,6 +14,7 @@ namespace {
 
 constexpr auto kLeaveLimit = std::chrono::seconds(2);  // a graceful close seen by the reader
 constexpr auto kAskRetryDelay = std::chrono::milliseconds(50);
+constexpr int kRefusalsToGiveUp = 4;
 
 }  // namespace
 
@@ -253,18 +254,22 @@ std::string FollowerSide::askIfRemoved() {
   // A channel of its own: the stream's channel may be what broke (this
   // daemon was paused and its keepalive watchdog fired), and a call on a
   // connection that is going down fails with the same transport error.
-  // The question is asked again until the deadline.
+  // The question is asked again until the deadline, or until the leader's
+  // address refused the connection kRefusalsToGiveUp times in a row (its
+  // daemon is gone: nothing listens there).
   auto stub = v1::Peer::NewStub(grpc::CreateChannel(
       link_.address(), options_.credentials ? options_.credentials : grpc::InsecureChannelCredentials()));
   const auto deadline = std::chrono::system_clock::now() + std::chrono::seconds(2);
   v1::CheckMemberResponse response;
   grpc::Status status;
-  for (;;) {
+  for (int refused = 0;;) {
     grpc::ClientContext context;
     context.set_deadline(deadline);
-    context.set_wait_for_ready(true);
-    status = stub->CheckMember(&context, request, &response);
-    if (status.ok() || std::chrono::system_clock::now() + kAskRetryDelay >= deadline) break;
+    status = stub->CheckMember(&context, request, &response);  // fails fast when it cannot connect
+    refused = status.error_code() == grpc::StatusCode::UNAVAILABLE ? refused + 1 : 0;
+    if (status.ok() || refused >= kRefusalsToGiveUp || std::chrono::system_clock::now() + kAskRetryDelay >= deadline) {
+      break;
+    }
     std::this_thread::sleep_for(kAskRetryDelay);
   }
   if (!status.ok()) {

@@ -389,18 +389,18 @@ def main():
     if args.swarm and args.swarm_election and args.worker:
         print()
         print("| daemons (simulated voters) | new leader after | all votes answered | candidate threads before / most |"
-              " candidate CPU | votes won / refused |")
-        print("|---|---|---|---|---|---|")
+              " candidate CPU | votes won / refused | a Members call meanwhile |")
+        print("|---|---|---|---|---|---|---|")
         for followers in [int(x) for x in args.swarm_election.split(",") if x]:
             f, error = swarm_election(args, followers)
             if f is None:
                 last = error.strip().splitlines()[-1] if error.strip() else "?"
-                print(f"| {followers + 2} ({followers}) | FAILED: {last} | | | | |")
+                print(f"| {followers + 2} ({followers}) | FAILED: {last} | | | | | |")
                 continue
             print(f"| {f['daemons']} ({f['voters']}) | {float(f['new_leader_ms']):.0f} ms |"
                   f" {float(f['all_answered_ms']):.0f} ms | {f['candidate_threads_before']} /"
                   f" {f['candidate_threads_most']} | {float(f['candidate_cpu_ms']):.0f} ms |"
-                  f" {f['won']} / {f['refused']} |")
+                  f" {f['won']} / {f['refused']} | {float(f['other_call_ms']):.1f} ms |")
 
 
 if __name__ == "__main__":
