@@ -3,9 +3,12 @@
 // (tools/swarm) playing GRADSYNC_SWARM_FOLLOWERS follower daemons (256 by
 // default), one rank each: the job forms, every step's requests are
 // answered, the leader holds no thread per follower, and no coordination
-// message passes 1 MiB; with slow rounds, held requests stay in them.
+// message passes 1 MiB; with slow rounds, held requests stay in them; with
+// the leader lost, the swarm's followers elect a real candidate.
 // Prints the swarm's figures.
+#include <csignal>
 #include <cstdlib>
+#include <map>
 #include <regex>
 #include <string>
 #include <vector>
@@ -133,6 +136,53 @@ TEST(SwarmTest, SlowRoundsKeepHeldRequestsInTheRounds) {
   EXPECT_NE(run.ended.find(" " + std::to_string((kSteps - 1) * kTensors) + " collectives run after them"),
             std::string::npos)
       << run.leader_log;
+}
+
+// Leader failover at scale: a real leader and a real candidate (the
+// follower of cross rank 1) in an elastic job with the swarm's followers;
+// the swarm kills the leader and every one of its followers votes for the
+// candidate at once. The candidate holds the votes until it notices the
+// loss itself, takes over with the majority, and answers them all; it holds
+// no thread per vote.
+TEST(SwarmTest, TheSwarmsFollowersElectANewLeaderWithoutAThreadPerVote) {
+  const int voters = envOr("GRADSYNC_SWARM_VOTERS", 256);
+  const std::vector<std::string> flags = {"--peer-address",    "127.0.0.1:0", "--join-timeout-seconds", "120",
+                                          "--leader-failover", "quorum"};
+  DaemonFixture leader, candidate;
+  std::string error;
+  ASSERT_TRUE(leader.start(flags, &error)) << error;
+  ASSERT_TRUE(candidate.start(flags, &error)) << error;
+  const std::string job = "swarm-elect";
+  const int size = voters + 2;
+  Process swarm = Process::spawn({runfile("tools/swarm/swarm"), "--leader", leader.peerAddress(), "--leader-pid",
+                                  std::to_string(leader.process().pid()), "--job", job, "--token", "secret-token",
+                                  "--followers", std::to_string(voters), "--candidate", candidate.peerAddress(),
+                                  "--candidate-pid", std::to_string(candidate.process().pid()), "--timeout-s", "120"},
+                                 {}, leader.dir() + "/swarm.log");
+  const std::map<std::string, std::string> env = {{"GRADSYNC_LEADER", leader.peerAddress()},
+                                                  {"GRADSYNC_LOCAL_RANK", "0"},
+                                                  {"GRADSYNC_LOCAL_SIZE", "1"},
+                                                  {"GRADSYNC_ELASTIC", "1"},
+                                                  {"GRADSYNC_MIN_SIZE", "2"}};
+  // Both wait in their first step, which the swarm never submits.
+  Process rank0 = leader.spawnRank(job, 0, size, {"empty_steps", "20", "1"}, env);
+  Process rank1 = candidate.spawnRank(job, 1, size, {"empty_steps", "20", "1"}, env);
+  const int swarm_code = swarm.wait(std::chrono::seconds(200));
+  rank1.kill(SIGKILL);
+  rank0.kill(SIGKILL);
+  rank1.wait(std::chrono::seconds(10));
+  rank0.wait(std::chrono::seconds(10));
+  ASSERT_EQ(swarm_code, 0) << swarm.log() << "\n--- candidate:\n" << candidate.log();
+  std::smatch m;
+  const std::string log = swarm.log();
+  ASSERT_TRUE(std::regex_search(log, m, std::regex("ELECTION [^\n]*"))) << log;
+  const std::string line = m[0].str();
+  std::printf("%s\n", line.c_str());
+  EXPECT_EQ(field(line, "won"), voters) << line;
+  EXPECT_EQ(field(line, "new_epoch"), 2) << line;
+  EXPECT_LT(field(line, "candidate_threads_most") - field(line, "candidate_threads_before"), 32) << line;
+  EXPECT_GE(field(line, "other_call_ms"), 0) << line;  // the pool for other calls answered meanwhile
+  EXPECT_NE(candidate.log().find("takes over as leader (a majority voted)"), std::string::npos) << candidate.log();
 }
 
 }  // namespace
