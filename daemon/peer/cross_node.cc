@@ -37,6 +37,11 @@ class CrossNode::ElectionHost final : public LeaderElection::Host {
     *members = node_->membership_.members(&epoch);
     return epoch;
   }
+  uint64_t memberCount(size_t* count) const override {
+    uint64_t epoch;
+    *count = node_->membership_.memberCount(&epoch);
+    return epoch;
+  }
   bool isMember(const std::string& address) const override { return node_->membership_.isMember(address); }
   bool leads() const override { return node_->side().leads(); }
   StatusOr<v1::NewEpoch> takeOver(uint64_t epoch) override { return node_->leader_side_->takeOver(epoch); }

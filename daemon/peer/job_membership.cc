@@ -105,8 +105,9 @@ std::vector<v1::NodeInfo> JobMembership::members(uint64_t* epoch) const {
   return book_.members();
 }
 
-size_t JobMembership::memberCount() const {
+size_t JobMembership::memberCount(uint64_t* epoch) const {
   MutexLock lock(mutex_);
+  if (epoch != nullptr) *epoch = book_.epoch();
   return book_.members().size();
 }
 

@@ -83,7 +83,8 @@ class JobMembership {
   bool waitFormed(CrossClock::time_point deadline) GS_EXCLUDES(mutex_);
   uint64_t epoch() const GS_EXCLUDES(mutex_);
   std::vector<v1::NodeInfo> members(uint64_t* epoch = nullptr) const GS_EXCLUDES(mutex_);
-  size_t memberCount() const GS_EXCLUDES(mutex_);
+  // The current epoch's members, counted (and that epoch, where asked).
+  size_t memberCount(uint64_t* epoch = nullptr) const GS_EXCLUDES(mutex_);
   bool isMember(const std::string& peer_address) const GS_EXCLUDES(mutex_);
   // Once formed: whether every member offered `what` (a NodeInfo flag).
   bool everyMemberOffers(bool (v1::NodeInfo::*what)() const) const GS_EXCLUDES(mutex_);

@@ -168,20 +168,16 @@ uint64_t LeaderElection::vote(const std::string& voter, uint64_t epoch, Answer a
     answer(failedPrecondition(self + " does not fail over leaders (--leader-failover off)"));
     return 0;
   }
-  std::vector<v1::NodeInfo> members;
-  const uint64_t current = host_->membership(&members);
+  size_t members = 0;
+  const uint64_t current = host_->memberCount(&members);
   MutexLock lock(mutex_);
   if (stopping_) {
     lock.unlock();
     answer(cancelled("job stopped"));
     return 0;
   }
-  HeldVote held{voter,
-                epoch,
-                members.size() / 2 + 1,
-                false,
-                CrossClock::now() + options_.limits.candidate_notice,
-                std::move(answer)};
+  HeldVote held{
+      voter, epoch, members / 2 + 1, false, CrossClock::now() + options_.limits.candidate_notice, std::move(answer)};
   if (ballot_.takingOverFrom(epoch)) {
     // Taking over from this epoch already (its epoch moved on meanwhile):
     // the same answer as the votes that made the majority.
@@ -239,13 +235,15 @@ size_t LeaderElection::votesHeld() const {
   return held_.size();
 }
 
-v1::ElectResponse LeaderElection::decidedLocked(uint64_t epoch) const {
-  v1::ElectResponse response;
-  *response.mutable_change() = *ballot_.decided(epoch);
-  // Published when the change was announced: the voter reads the rest.
-  v1::NewEpoch& change = *response.mutable_change();
-  change.set_node_count(keepFirstPart(change.mutable_nodes(), options_.membership_part_bytes));
-  return response;
+void LeaderElection::tookOverLocked(v1::NewEpoch change) {
+  // The voters' answer, once: the change with its membership's first part
+  // (published when the change was announced: the voter reads the rest).
+  v1::ElectResponse answer;
+  *answer.mutable_change() = change;
+  v1::NewEpoch& first_part = *answer.mutable_change();
+  first_part.set_node_count(keepFirstPart(first_part.mutable_nodes(), options_.membership_part_bytes));
+  answer_ = std::move(answer);
+  ballot_.tookOver(std::move(change));
 }
 
 LeaderElection::Answers LeaderElection::dueLocked(CrossClock::time_point now) {
@@ -257,7 +255,7 @@ LeaderElection::Answers LeaderElection::dueLocked(CrossClock::time_point now) {
     if (stopping_) {
       answer = cancelled("job stopped");
     } else if (held.counted && ballot_.decided(held.epoch) != nullptr) {
-      answer = decidedLocked(held.epoch);
+      answer = *answer_;  // the ballot decided: built by tookOverLocked
     } else if (held.counted && failed != takeover_failed_.end()) {
       answer = failed->second;
     } else if (now >= held.deadline && !held.counted) {
@@ -291,7 +289,7 @@ void LeaderElection::takeOverLocked(MutexLock& lock, uint64_t epoch) {
                                : host_->takeOver(epoch);
   lock.lock();
   if (change.isOk()) {
-    ballot_.tookOver(std::move(change).value());
+    tookOverLocked(std::move(change).value());
   } else {
     takeover_failed_[epoch] = change.status();
   }

@@ -77,6 +77,8 @@ class LeaderElection {
     virtual ~Host() = default;
     // The current epoch, and its members in cross-rank order.
     virtual uint64_t membership(std::vector<v1::NodeInfo>* members) const = 0;
+    // The current epoch, and how many members it has (*count).
+    virtual uint64_t memberCount(size_t* count) const = 0;
     virtual bool isMember(const std::string& address) const = 0;
     virtual bool leads() const = 0;
     // Candidate with a majority in `epoch`: leads the next epoch without
@@ -149,8 +151,8 @@ class LeaderElection {
   // The answers due now: votes decided, refused or past their deadline
   // (taken out of held_).
   Answers dueLocked(CrossClock::time_point now) GS_REQUIRES(mutex_);
-  // The answer to the voters of `epoch` once decided.
-  v1::ElectResponse decidedLocked(uint64_t epoch) const GS_REQUIRES(mutex_);
+  // The takeover of the ballot's epoch is decided: `change` is its answer.
+  void tookOverLocked(v1::NewEpoch change) GS_REQUIRES(mutex_);
   // The election's thread: the takeover once due, the votes' deadlines.
   void startThreadLocked() GS_REQUIRES(mutex_);
   void keepTime() GS_EXCLUDES(mutex_);
@@ -166,6 +168,7 @@ class LeaderElection {
   uint64_t next_vote_ GS_GUARDED_BY(mutex_) = 1;
   std::optional<uint64_t> takeover_due_ GS_GUARDED_BY(mutex_);        // the epoch a majority was reached in
   std::map<uint64_t, Status> takeover_failed_ GS_GUARDED_BY(mutex_);  // by epoch
+  std::optional<v1::ElectResponse> answer_ GS_GUARDED_BY(mutex_);     // to the voters of the decided takeover
   std::thread thread_ GS_GUARDED_BY(mutex_);
   bool stopping_ GS_GUARDED_BY(mutex_) = false;
 };

@@ -38,6 +38,10 @@ class FakeHost : public LeaderElection::Host {
     *members = members_;
     return kEpoch;
   }
+  uint64_t memberCount(size_t* count) const override {
+    *count = members_.size();
+    return kEpoch;
+  }
   bool isMember(const std::string& a) const override {
     for (const auto& node : members_) {
       if (node.peer_address() == a) return true;
