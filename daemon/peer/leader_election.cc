@@ -206,8 +206,16 @@ Status LeaderElection::countLocked(HeldVote& held) {
   ASSIGN_OR_RETURN(const bool majority_reached, ballot_.receive(held.voter, held.epoch, held.majority));
   held.counted = true;
   held.deadline = CrossClock::now() + options_.limits.election;
-  GS_LOG(control, info, "job '{}': vote of {} for {} to lead ({} of the {} needed)", options_.job_id, held.voter,
-         options_.self_address, ballot_.votes(), held.majority);
+  // Each vote at debug (a thousand in a large job's election); the first
+  // other daemon's and the one that makes the majority at info.
+  const bool first_other = ballot_.votes() == 2 && held.voter != options_.self_address;
+  if (first_other || majority_reached) {
+    GS_LOG(control, info, "job '{}': vote of {} for {} to lead ({} of the {} needed)", options_.job_id, held.voter,
+           options_.self_address, ballot_.votes(), held.majority);
+  } else {
+    GS_LOG(control, debug, "job '{}': vote of {} for {} to lead ({} of the {} needed)", options_.job_id, held.voter,
+           options_.self_address, ballot_.votes(), held.majority);
+  }
   // Ballot::receive says so once: later votes wait for the takeover.
   if (majority_reached) {
     ballot_.takingOver(held.epoch);
