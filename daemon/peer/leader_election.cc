@@ -291,16 +291,9 @@ void LeaderElection::startThreadLocked() {
   if (!thread_.joinable()) thread_ = std::thread([this] { keepTime(); });
 }
 
-void LeaderElection::takeOverLocked(MutexLock& lock, uint64_t epoch) {
-  lock.unlock();
-  auto change = host_->leads() ? StatusOr<v1::NewEpoch>(failedPrecondition(options_.self_address + " leads already"))
-                               : host_->takeOver(epoch);
-  lock.lock();
-  if (change.isOk()) {
-    tookOverLocked(std::move(change).value());
-  } else {
-    takeover_failed_[epoch] = change.status();
-  }
+StatusOr<v1::NewEpoch> LeaderElection::takeOver(uint64_t epoch) {
+  if (host_->leads()) return failedPrecondition(options_.self_address + " leads already");
+  return host_->takeOver(epoch);
 }
 
 void LeaderElection::keepTime() {
@@ -309,7 +302,14 @@ void LeaderElection::keepTime() {
     if (takeover_due_ && !stopping_) {
       const uint64_t epoch = *takeover_due_;
       takeover_due_.reset();
-      takeOverLocked(lock, epoch);  // the votes are answered only once it is decided
+      lock.unlock();
+      auto change = takeOver(epoch);  // the votes are answered only once it is decided
+      lock.lock();
+      if (change.isOk()) {
+        tookOverLocked(std::move(change).value());
+      } else {
+        takeover_failed_[epoch] = change.status();
+      }
     }
     Answers due = dueLocked(CrossClock::now());
     if (!due.empty()) {

@@ -156,7 +156,7 @@ class LeaderElection {
   // The election's thread: the takeover once due, the votes' deadlines.
   void startThreadLocked() GS_REQUIRES(mutex_);
   void keepTime() GS_EXCLUDES(mutex_);
-  void takeOverLocked(MutexLock& lock, uint64_t epoch) GS_REQUIRES(mutex_);
+  StatusOr<v1::NewEpoch> takeOver(uint64_t epoch) GS_EXCLUDES(mutex_);
   static void deliver(Answers answers);
 
   const Options options_;
