@@ -17,7 +17,10 @@
 #     128,256,512,1024) simulated follower daemons of one rank each, and
 #     the most of them again with 8 ranks each, steps of 161 empty
 #     allreduces: the first step's time, a cached step's, the leader's
-#     CPU, threads and memory, bytes per step.
+#     CPU, threads and memory, bytes per step; then an election: a real
+#     leader and candidate among SWARM_ELECTION (default 1024) simulated
+#     followers, the leader killed: the time to the new leader, the
+#     candidate's threads and CPU.
 #   scripts/scale_lab.sh            NODES=2,4,8,16,32 SWARM=256 scripts/scale_lab.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -47,4 +50,4 @@ fi
 python3 tools/bench/scale_lab.py --daemon bazel-bin/daemon/exe/gradsyncd --bench bazel-bin/tools/bench/gradsync_bench \
   --worker bazel-bin/tests/integration/worker --nodes "$NODES" --collectives "${COLLECTIVES:-allreduce}" \
   --lose-one "${mpi[@]}" \
-  --swarm bazel-bin/tools/swarm/swarm --swarm-followers "$SWARM"
+  --swarm bazel-bin/tools/swarm/swarm --swarm-followers "$SWARM" --swarm-election "${SWARM_ELECTION:-1024}"
