@@ -5,11 +5,12 @@
 //
 //   gradsync_bench --socket PATH [-np 2] [--collective allreduce|broadcast|allgather|reducescatter|alltoall]
 //                  [--min-bytes 4] [--max-bytes 256M] [--copy] [--device cpu|cuda] [--min-time 1] [--resnet]
+//                  [--no-barrier]
 //
 // Per size: a correctness check (inputs rank+1, result checked everywhere),
 // then timed iterations of barrier; t0; collective; t1 until at least
 // --min-iters and --min-time seconds; the time of an iteration is the max
-// over ranks (as in shared/bench/peers). Reports the median, algbw and busbw
+// over ranks (as in shared/bench/peers); --no-barrier: back to back. Reports the median, algbw and busbw
 // (nccl-tests: allreduce busbw = algbw * 2(n-1)/n; allgather (n-1)/n;
 // broadcast = algbw).
 #include <sys/wait.h>
@@ -58,7 +59,7 @@ int usage() {
                "usage: gradsync_bench --socket PATH[,PATH...] [--leader HOST:PORT] [-np N]\n"
                "                      [--collective allreduce|broadcast|allgather|reducescatter|alltoall]\n"
                "                      [--min-bytes B] [--max-bytes B] [--step-factor F] [--copy] [--device cpu|cuda]\n"
-               "                      [--min-time S] [--min-iters N] [--resnet] [--steps N]\n");
+               "                      [--min-time S] [--min-iters N] [--no-barrier] [--resnet] [--steps N]\n");
   return 64;
 }
 
@@ -90,6 +91,8 @@ bool parse(int argc, char** argv, BenchOptions* o) {
     const std::string a = argv[i];
     if (a == "--copy") {
       o->zero_copy = false;
+    } else if (a == "--no-barrier") {
+      o->barrier = false;
     } else if (a == "--resnet") {
       o->resnet = true;
     } else if (auto it = with_value.find(a); it != with_value.end()) {

@@ -24,6 +24,11 @@ struct BenchOptions {
   std::string device = "cpu";  // "cuda": tensors in device memory, reduced by the daemon on the GPU
   double min_time = 1.0;
   int min_iters = 10;
+  // False: the timed iterations run back to back, without the barrier that
+  // aligns the ranks before each (a barrier goes through the leader: this
+  // shows the collective's own cost to the daemons; an iteration's time
+  // then includes waiting for the slowest rank's previous one).
+  bool barrier = true;
   bool resnet = false;
   int steps = 20;
 };

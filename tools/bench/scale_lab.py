@@ -152,7 +152,8 @@ def latency_case(args, daemons, n, size, collective="allreduce"):
     runs, iters = [], []
     for t in (args.min_time / 4, args.min_time):
         out, cpu, ends = run_bench(args, daemons, n, ["--collective", collective, "--min-bytes", str(size),
-                                                      "--max-bytes", str(size), "--min-time", str(t)])
+                                                      "--max-bytes", str(size), "--min-time", str(t),
+                                                      *(["--no-barrier"] if args.no_barrier else [])])
         f = next(line.split(",") for line in out.splitlines() if line.startswith("CSV,"))
         runs.append((out, cpu, ends))
         iters.append(int(f[5]))
@@ -307,6 +308,9 @@ def main():
     ap.add_argument("--daemon-flag", action="append", default=[],
                     help="passed to every daemon of part 2, e.g. --daemon-flag=--link-cost --daemon-flag=fixed")
     ap.add_argument("--min-time", type=float, default=1.0)
+    ap.add_argument("--no-barrier", action="store_true",
+                    help="gradsync_bench's timed iterations back to back, without the barrier before each (it goes "
+                         "through the leader)")
     ap.add_argument("--sizes", default=",".join(str(s) for s in SIZES), help="sizes in bytes")
     ap.add_argument("--collectives", default="allreduce",
                     help="of gradsync_bench's: allreduce,allgather,reducescatter,broadcast,alltoall")
