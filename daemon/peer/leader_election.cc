@@ -208,13 +208,12 @@ Status LeaderElection::countLocked(HeldVote& held) {
   held.deadline = CrossClock::now() + options_.limits.election;
   // Each vote at debug (a thousand in a large job's election); the first
   // other daemon's and the one that makes the majority at info.
-  const bool first_other = ballot_.votes() == 2 && held.voter != options_.self_address;
-  if (first_other || majority_reached) {
-    GS_LOG(control, info, "job '{}': vote of {} for {} to lead ({} of the {} needed)", options_.job_id, held.voter,
-           options_.self_address, ballot_.votes(), held.majority);
+  const std::string counted = fmt::format("job '{}': vote of {} for {} to lead ({} of the {} needed)", options_.job_id,
+                                          held.voter, options_.self_address, ballot_.votes(), held.majority);
+  if ((ballot_.votes() == 2 && held.voter != options_.self_address) || majority_reached) {
+    GS_LOG(control, info, "{}", counted);
   } else {
-    GS_LOG(control, debug, "job '{}': vote of {} for {} to lead ({} of the {} needed)", options_.job_id, held.voter,
-           options_.self_address, ballot_.votes(), held.majority);
+    GS_LOG(control, debug, "{}", counted);
   }
   // Ballot::receive says so once: later votes wait for the takeover.
   if (majority_reached) {
@@ -335,7 +334,11 @@ StatusOr<v1::ElectResponse> LeaderElection::voteForSelf(uint64_t epoch) {
   auto future = promise->get_future();
   vote(options_.self_address, epoch,
        [promise](StatusOr<v1::ElectResponse> answer) { promise->set_value(std::move(answer)); });
-  // Answered by the election's deadline (its thread keeps it), or by stop.
+  // Answered by the election's deadline (its thread keeps it), or by stop;
+  // bounded here too, should the takeover itself never return.
+  if (future.wait_for(options_.limits.voting) != std::future_status::ready) {
+    return deadlineExceeded(options_.self_address + ": its own vote was not answered within the voting limit");
+  }
   return future.get();
 }
 

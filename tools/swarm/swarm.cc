@@ -133,15 +133,6 @@ class Progress {
   std::string failure_ GS_GUARDED_BY(mutex_);
 };
 
-std::shared_ptr<grpc::Channel> nodeChannel(const std::string& leader, int node) {
-  grpc::ChannelArguments args;
-  args.SetMaxReceiveMessageSize(64 << 20);
-  // A connection of its own, as each follower daemon has.
-  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-  args.SetInt("gradsync.swarm_node", node);
-  return grpc::CreateCustomChannel(leader, grpc::InsecureChannelCredentials(), args);
-}
-
 // JoinJob for every follower at once (the leader answers them all once the
 // last one joined); a call the leader refuses while it does not know the
 // job yet is made again. Their cross ranks, by follower.

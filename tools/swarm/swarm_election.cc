@@ -105,10 +105,7 @@ int electAfterLeaderLoss(const ElectionSetup& setup, const SwarmJob& job,
   std::vector<std::unique_ptr<Vote>> votes;
   for (size_t i = 0; i < voters.size(); ++i) {
     auto vote = std::make_unique<Vote>();
-    grpc::ChannelArguments args;
-    args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-    args.SetInt("gradsync.swarm_voter", static_cast<int>(i));
-    vote->channel = grpc::CreateCustomChannel(setup.candidate, grpc::InsecureChannelCredentials(), args);
+    vote->channel = nodeChannel(setup.candidate, static_cast<int>(i));
     vote->stub = v1::Peer::NewStub(vote->channel);
     vote->request.set_job_id(job.job_id);
     vote->request.set_token(job.token);

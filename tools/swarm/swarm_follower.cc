@@ -13,6 +13,14 @@ namespace gradsync::swarm {
 SwarmFollower::SwarmFollower(const SwarmJob& job, int rank, FollowerEvents* events)
     : job_(job), rank_(rank), events_(events), address_("swarm-node-" + std::to_string(rank) + ".invalid:1") {}
 
+std::shared_ptr<grpc::Channel> nodeChannel(const std::string& address, int node) {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(64 << 20);
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  args.SetInt("gradsync.swarm_node", node);
+  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+}
+
 v1::JoinJobRequest SwarmFollower::joinRequest() const {
   v1::JoinJobRequest request;
   request.set_job_id(job_.job_id);

@@ -43,6 +43,10 @@ struct SwarmJob {
   std::chrono::milliseconds part_delay{0};
 };
 
+// A channel from simulated node `node` to `address`: a connection of its
+// own, as each follower daemon has.
+std::shared_ptr<grpc::Channel> nodeChannel(const std::string& address, int node);
+
 // What the followers tell the swarm.
 struct FollowerEvents {
   std::function<void()> step_done;                       // every request of the step was answered
